@@ -1,0 +1,11 @@
+# Turns one .spv file into a C array of 32-bit words.
+file(READ ${SPV} hex HEX)
+string(LENGTH "${hex}" n)
+math(EXPR words "${n} / 8")
+string(REGEX MATCHALL "([0-9a-f][0-9a-f])([0-9a-f][0-9a-f])([0-9a-f][0-9a-f])([0-9a-f][0-9a-f])" quads "${hex}")
+set(body "")
+foreach(q ${quads})
+  string(REGEX REPLACE "(..)(..)(..)(..)" "0x\\4\\3\\2\\1u," w ${q})
+  string(APPEND body "${w}")
+endforeach()
+file(WRITE ${OUT} "#include <stddef.h>\n#include <stdint.h>\nconst uint32_t cinder_spv_${NAME}[] = {${body}};\nconst size_t cinder_spv_${NAME}_size = ${words} * 4;\n")

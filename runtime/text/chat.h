@@ -1,0 +1,18 @@
+/* The Qwen3 chat template, rendered in C. Output is byte-identical to running the Jinja
+ * template in Qwen3's tokenizer_config.json (checked against @huggingface/jinja on a
+ * committed set of conversations).
+ *
+ * Messages are OpenAI-style JSON objects (jansson): {"role", "content", "reasoning_content"?,
+ * "tool_calls"?: [{"function": {"name", "arguments"}}]}; roles system, user, assistant, tool.
+ * Tools are the OpenAI "tools" array; each is emitted with the template's `tojson`. */
+#pragma once
+#include <stdbool.h>
+#include <jansson.h>
+
+typedef struct chat_options {
+    bool add_generation_prompt;
+    bool enable_thinking; /* false appends the empty <think></think> block */
+} chat_options;
+
+/* Renders to a malloc'd string. -1 with a message for malformed messages. */
+int chat_render(const json_t *messages, const json_t *tools, chat_options opt, char **out);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Installs everything cinder needs on Debian 12, idempotently: system packages (as root or
+# through sudo), the npm packages that carry the Qwen3 tokenizer data and the llama.cpp
+# oracle, and the llama.cpp headers the oracle program compiles against.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+packages=(
+  build-essential cmake pkg-config git clang libclang-rt-14-dev
+  libvulkan-dev libvulkan-volk-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools
+  libcmocka-dev libpcre2-dev libutf8proc-dev libssl-dev libxxhash-dev libjansson-dev
+  nodejs npm
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+# nodejs/npm may come from outside Debian (a newer node on PATH): accept any working npm.
+if command -v npm >/dev/null 2>&1; then
+  missing=("${missing[@]/nodejs}"); missing=("${missing[@]/npm}")
+fi
+want=()
+for p in "${missing[@]}"; do [ -n "$p" ] && want+=("$p"); done
+if [ ${#want[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${want[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${want[@]}" >/dev/null
+fi
+
+# npm packages: the Qwen3 tokenizer data, the Jinja renderer for chat-template oracles,
+# and prebuilt llama.cpp (node-llama-cpp) as the independent oracle and performance peer.
+npm_dir="$root/third_party/npm"
+if [ ! -f "$npm_dir/node_modules/.cinder-installed" ] || \
+   [ "$npm_dir/package-lock.json" -nt "$npm_dir/node_modules/.cinder-installed" ]; then
+  echo "setup: installing npm packages into third_party/npm"
+  (cd "$npm_dir" && npm install --no-audit --no-fund --ignore-scripts --loglevel=error)
+  touch "$npm_dir/node_modules/.cinder-installed"
+fi
+
+# llama.cpp headers for the oracle program, from the source bundle node-llama-cpp ships
+# (the same release its prebuilt libraries were built from).
+llama_dir="$root/third_party/llama"
+if [ ! -f "$llama_dir/src/include/llama.h" ]; then
+  echo "setup: extracting llama.cpp headers from node-llama-cpp's source bundle"
+  rm -rf "$llama_dir"
+  mkdir -p "$llama_dir"
+  git clone -q "$npm_dir/node_modules/node-llama-cpp/llama/gitRelease.bundle" "$llama_dir/src"
+fi
