@@ -27,6 +27,9 @@ enum tok_type {
 };
 
 int tok_load_gguf(tokenizer **out, const gguf_file *f);
+/* The same from in-memory vocabulary data (tok_vocab below); the GGUF path builds one. */
+typedef struct tok_vocab tok_vocab;
+int tok_load_vocab(tokenizer **out, const tok_vocab *v);
 void tok_free(tokenizer *t);
 
 int32_t tok_n_vocab(const tokenizer *t);
@@ -51,14 +54,14 @@ typedef struct tok_stream {
 int tok_stream_push(const tokenizer *t, tok_stream *s, int32_t id, char *out, size_t cap);
 
 /* ---- building GGUF tokenizer metadata from a Hugging Face tokenizer.json ---- */
-typedef struct tok_vocab {
+struct tok_vocab {
     char **tokens;   /* n_tokens NUL-terminated strings, index = id */
     int32_t *types;  /* enum tok_type per token */
     size_t n_tokens; /* padded to the requested vocab size with "[PAD<id>]" unused tokens */
     char **merges;   /* "left right" */
     size_t n_merges;
     int32_t eos_id, pad_id, bos_id;
-} tok_vocab;
+};
 
 /* Reads tokenizer.json (model.vocab, model.merges, added_tokens) and, when given,
  * tokenizer_config.json for the eos token. n_vocab_padded 0 means no padding. */
