@@ -47,3 +47,20 @@ double tu_rel_l2(const float *a, const float *b, size_t n) {
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+#include "runtime/base/error.h"
+
+const char *tu_make_model(const char *file, const char *preset, const char *quant, uint64_t seed,
+                          void (*tweak)(synth_spec *)) {
+    synth_spec s;
+    if (synth_preset(preset, &s)) { fprintf(stderr, "%s\n", cd_errmsg()); abort(); }
+    if (quant && synth_quant_from_name(quant, &s.quant)) { fprintf(stderr, "%s\n", cd_errmsg()); abort(); }
+    s.seed = seed;
+    if (tweak) tweak(&s);
+    const char *path = tu_tmp_path(file);
+    if (synth_write(&s, path, NULL, NULL)) {
+        fprintf(stderr, "tu_make_model: %s\n", cd_errmsg());
+        abort();
+    }
+    return path;
+}

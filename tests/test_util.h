@@ -13,3 +13,9 @@ const char *tu_tmp_path(const char *rel);
 char *tu_read_file(const char *path, size_t *len);
 /* Relative L2 error ||a-b|| / ||b||. */
 double tu_rel_l2(const float *a, const float *b, size_t n);
+
+#include "runtime/model/synth.h"
+/* Writes a synthetic model into the scratch dir (fresh each call) and returns its path.
+ * quant NULL keeps the preset's mix. tweak, if given, edits the spec before writing. */
+const char *tu_make_model(const char *file, const char *preset, const char *quant, uint64_t seed,
+                          void (*tweak)(synth_spec *));

@@ -1,3 +1,75 @@
+/* cinder info MODEL: hyperparameters, tensor table, total size, fingerprint. */
 #include <stdio.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/model/fingerprint.h"
+#include "runtime/model/model.h"
+#include "tools/cli.h"
 #include "tools/commands.h"
-int cmd_info(int argc, char **argv) { fprintf(stderr, "cinder info: not built yet\n"); return 1; }
+
+static void usage(FILE *out) {
+    fprintf(out, "usage: cinder info [MODEL] [--json]\n"
+                 "  MODEL   a GGUF file (default: the Quick start model)\n");
+}
+
+static void print_config(const model *m) {
+    const model_config *c = &m->cfg;
+    printf("architecture      %s\n", model_arch_name(c->arch));
+    printf("layers            %u\n", c->n_layer);
+    printf("embedding         %u\n", c->n_embd);
+    printf("heads / kv heads  %u / %u (head_dim %u)\n", c->n_head, c->n_head_kv, c->head_dim);
+    if (c->arch == ARCH_QWEN3MOE)
+        printf("experts           %u, %u active, ffn %u\n", c->n_expert, c->n_expert_used, c->n_ff_exp);
+    else
+        printf("ffn               %u\n", c->n_ff);
+    printf("vocabulary        %u (tokenizer %d)\n", c->n_vocab, tok_n_vocab(m->tok));
+    printf("context (train)   %u\n", c->n_ctx_train);
+    printf("rope              neox, theta %g\n", c->rope_theta);
+    printf("rms eps           %g\n", c->rms_eps);
+    printf("chat template     %s\n", m->chat_template.len ? "yes" : "no");
+}
+
+static void print_tensors(const model *m) {
+    printf("\n%-32s %-5s %-28s %14s\n", "tensor", "type", "shape", "bytes");
+    for (uint64_t i = 0; i < m->file->n_tensors; i++) {
+        const gguf_tensor *t = &m->file->tensors[i];
+        char shape[64] = "";
+        for (uint32_t d = 0; d < t->n_dims; d++) {
+            size_t n = strlen(shape);
+            snprintf(shape + n, sizeof shape - n, "%s%lld", d ? " x " : "", (long long)t->ne[d]);
+        }
+        printf("%-32.*s %-5s %-28s %14llu\n", (int)t->name.len, t->name.ptr, qtype_name(t->type), shape,
+               (unsigned long long)t->nbytes);
+    }
+}
+
+int cmd_info(int argc, char **argv) {
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (cli_flag(argv, i, "--help")) { usage(stdout); return 0; }
+        if (argv[i][0] == '-') return cli_unknown("info", argv[i]);
+        path = argv[i];
+    }
+    if (!path) {
+        if (cli_ensure_default_model()) return 1;
+        path = cli_default_model();
+    }
+    model *m;
+    double t0 = cli_now_ms();
+    if (model_load(&m, path, (model_load_opts){0})) return cli_error("info", "%s", cd_errmsg());
+    double load_ms = cli_now_ms() - t0;
+    char fp[65];
+    fp_hex(m->fingerprint, 32, fp);
+    printf("file              %s\n", path);
+    printf("GGUF version      %u, %llu tensors, %llu metadata keys\n", m->file->version,
+           (unsigned long long)m->file->n_tensors, (unsigned long long)m->file->n_kv);
+    print_config(m);
+    print_tensors(m);
+    printf("\ntotal             %llu parameters, %.1f MiB of weights (file %.1f MiB)\n",
+           (unsigned long long)model_param_count(m), model_weight_bytes(m) / 1048576.0, m->file->size / 1048576.0);
+    printf("fingerprint       %s\n", fp);
+    printf("load + hash       %.0f ms\n", load_ms);
+    model_free(m);
+    return 0;
+}

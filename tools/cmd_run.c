@@ -1,3 +1,175 @@
+/* cinder run: generate from a prompt and report timings. The CPU reference is the engine
+ * for now; the Vulkan engine becomes the default when it lands (--cpu keeps the reference). */
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/model/cpu_ref.h"
+#include "runtime/model/model.h"
+#include "runtime/model/sampler.h"
+#include "tools/cli.h"
 #include "tools/commands.h"
-int cmd_run(int argc, char **argv) { fprintf(stderr, "cinder run: not built yet\n"); return 1; }
+
+typedef struct run_opts {
+    const char *model, *prompt, *tokens;
+    uint32_t n_gen, n_ctx;
+    sampler_params sp;
+    bool json, ignore_eos;
+    uint32_t n_logits;
+} run_opts;
+
+typedef struct run_result {
+    int32_t *prompt;
+    size_t n_prompt;
+    int32_t *gen;
+    size_t n_gen;
+    char *text;
+    double prefill_ms, decode_ms, ttft_ms;
+    int32_t top_ids[256];
+    float top_vals[256];
+    int32_t n_top;
+} run_result;
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cinder run [--model M] (--prompt TEXT | --tokens 1,2,3) [--n N] [--ctx N]\n"
+            "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
+            "                  [--json] [--logits K] [--cpu]\n"
+            "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
+            "  unless --temp > 0. --json prints one object; --logits K adds the top-K [id, value]\n"
+            "  pairs at the last prompt position.\n");
+}
+
+static int parse(int argc, char **argv, run_opts *o) {
+    *o = (run_opts){.n_gen = 32, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
+        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        if (cli_flag(argv, i, "--cpu")) continue; /* the only engine until the Vulkan one lands */
+        if (cli_flag(argv, i, "--ignore-eos")) { o->ignore_eos = true; continue; }
+        if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_value(argc, argv, &i, "--prompt", &v)) o->prompt = v;
+        else if (cli_value(argc, argv, &i, "--tokens", &v)) o->tokens = v;
+        else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->n_gen)) return -1; }
+        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->n_ctx)) return -1; }
+        else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
+        else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
+        else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
+        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->sp.seed)) return -1; }
+        else if (cli_value(argc, argv, &i, "--logits", &v)) { if (cli_u32("--logits", v, &o->n_logits)) return -1; }
+        else return cli_unknown("run", a), -1;
+        if (!v) return cli_error("run", "%s needs a value", a), -1;
+    }
+    if (!o->prompt == !o->tokens) return cli_error("run", "give exactly one of --prompt TEXT or --tokens 1,2,3"), -1;
+    if (o->n_logits > 256) return cli_error("run", "--logits is at most 256"), -1;
+    return 0;
+}
+
+static int prompt_ids(const run_opts *o, const model *m, run_result *r) {
+    if (o->tokens) {
+        if (cli_ids("--tokens", o->tokens, &r->prompt, &r->n_prompt)) return -1;
+        for (size_t i = 0; i < r->n_prompt; i++)
+            if ((uint32_t)r->prompt[i] >= m->cfg.n_vocab)
+                return cli_error("run", "token id %d out of range (vocabulary %u)", r->prompt[i], m->cfg.n_vocab), -1;
+        return 0;
+    }
+    if (tok_encode(m->tok, o->prompt, strlen(o->prompt), true, &r->prompt, &r->n_prompt))
+        return cli_error("run", "%s", cd_errmsg()), -1;
+    if (r->n_prompt == 0) return cli_error("run", "the prompt is empty"), -1;
+    return 0;
+}
+
+/* Prefill the prompt, then decode one token at a time, streaming text unless --json. */
+static int generate(const run_opts *o, const model *m, run_result *r) {
+    uint32_t n_ctx = o->n_ctx ? o->n_ctx : (uint32_t)(r->n_prompt + o->n_gen);
+    if (r->n_prompt + o->n_gen > n_ctx || n_ctx > m->cfg.n_ctx_train)
+        return cli_error("run", "prompt (%zu tokens) + --n %u does not fit the context (%u; model trained for %u)",
+                         r->n_prompt, o->n_gen, n_ctx, m->cfg.n_ctx_train), -1;
+    cpu_state st;
+    sampler smp;
+    if (cpu_state_init(&st, m, n_ctx)) return cli_error("run", "%s", cd_errmsg()), -1;
+    if (sampler_init(&smp, o->sp, (int32_t)m->cfg.n_vocab)) { cpu_state_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
+    r->gen = malloc((o->n_gen ? o->n_gen : 1) * sizeof *r->gen);
+    size_t cap = 256, len = 0;
+    r->text = malloc(cap);
+    int rc = r->gen && r->text ? 0 : cli_error("run", "out of memory");
+    tok_stream ts = {0};
+    double t0 = cli_now_ms();
+    for (size_t i = 0; !rc && i < r->n_prompt; i++)
+        if (cpu_forward(&st, r->prompt[i], (uint32_t)i, i + 1 == r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
+    r->prefill_ms = cli_now_ms() - t0;
+    if (!rc && o->n_logits) r->n_top = sampler_top_k(st.logits, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
+    double t1 = cli_now_ms();
+    for (uint32_t i = 0; !rc && i < o->n_gen; i++) {
+        int32_t id = sampler_sample(&smp, st.logits);
+        if (i == 0) r->ttft_ms = cli_now_ms() - t0;
+        r->gen[r->n_gen++] = id;
+        char piece[256];
+        int n = tok_stream_push(m->tok, &ts, id, piece, sizeof piece);
+        if (n > 0) {
+            if (len + (size_t)n + 1 > cap) r->text = realloc(r->text, cap = 2 * (len + (size_t)n + 1));
+            memcpy(r->text + len, piece, (size_t)n);
+            len += (size_t)n;
+            if (!o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
+        }
+        if (!o->ignore_eos && tok_is_eog(m->tok, id)) break;
+        if (i + 1 < o->n_gen && cpu_forward(&st, id, (uint32_t)(r->n_prompt + i), 1)) rc = cli_error("run", "%s", cd_errmsg());
+    }
+    r->decode_ms = cli_now_ms() - t1;
+    if (r->text) r->text[len] = 0;
+    sampler_free(&smp);
+    cpu_state_free(&st);
+    return rc;
+}
+
+static void print_json(const run_opts *o, const run_result *r) {
+    json_t *j = json_object(), *toks = json_array();
+    for (size_t i = 0; i < r->n_gen; i++) json_array_append_new(toks, json_integer(r->gen[i]));
+    json_object_set_new(j, "tokens", toks);
+    json_object_set_new(j, "text", json_string(r->text ? r->text : ""));
+    json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)r->n_prompt));
+    json_object_set_new(j, "generated_tokens", json_integer((json_int_t)r->n_gen));
+    json_object_set_new(j, "ttft_ms", json_real(r->ttft_ms));
+    json_object_set_new(j, "prefill_ms", json_real(r->prefill_ms));
+    json_object_set_new(j, "prefill_tok_s", json_real(r->prefill_ms > 0 ? r->n_prompt / (r->prefill_ms / 1e3) : 0));
+    double dec = r->n_gen > 1 ? (r->n_gen - 1) / (r->decode_ms / 1e3) : 0;
+    json_object_set_new(j, "decode_tok_s", json_real(dec));
+    json_object_set_new(j, "backend", json_string("cpu"));
+    if (o->n_logits) {
+        json_t *l = json_array();
+        for (int32_t i = 0; i < r->n_top; i++)
+            json_array_append_new(l, json_pack("[if]", r->top_ids[i], (double)r->top_vals[i]));
+        json_object_set_new(j, "logits", l);
+    }
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(9));
+    puts(s);
+    free(s);
+    json_decref(j);
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o;
+    if (parse(argc, argv, &o)) return 1;
+    if (!o.model) {
+        if (cli_ensure_default_model()) return 1;
+        o.model = cli_default_model();
+    }
+    model *m;
+    if (model_load(&m, o.model, (model_load_opts){0})) return cli_error("run", "%s", cd_errmsg());
+    run_result r = {0};
+    int rc = prompt_ids(&o, m, &r) || generate(&o, m, &r);
+    if (!rc && o.json) print_json(&o, &r);
+    else if (!rc) {
+        double dec = r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_ms / 1e3) : 0;
+        fprintf(stderr, "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens) | cpu reference\n",
+                r.n_prompt, r.ttft_ms, r.n_prompt / (r.prefill_ms / 1e3), dec, r.n_gen);
+    }
+    free(r.prompt);
+    free(r.gen);
+    free(r.text);
+    model_free(m);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,48 @@
+/* The CPU reference forward pass: the oracle every GPU kernel and the whole GPU model are
+ * tested against. It reads top to bottom like the model's equations; clarity over speed.
+ * Activations are float32; dot products accumulate in double; weights are dequantized one
+ * row at a time from the mapped file.
+ *
+ * One token per call, attending over a float32 KV cache of every earlier position. */
+#pragma once
+#include <stdint.h>
+
+#include "runtime/model/model.h"
+
+typedef struct cpu_state {
+    const model *m;
+    uint32_t n_ctx;
+    float *x;      /* (n_embd) residual stream */
+    float *xb;     /* (n_embd) normed input of a sublayer */
+    float *xb2;    /* (n_embd) sublayer output */
+    float *q;      /* (n_head * head_dim) */
+    float *k, *v;  /* (n_head_kv * head_dim) */
+    float *att_out;/* (n_head * head_dim) */
+    float *att;    /* (n_ctx) scores of one head */
+    float *hb, *hb2;       /* (n_ff) expert hidden */
+    float *router;         /* (n_expert) */
+    float *row;            /* (max row length) one dequantized weight row */
+    float *key_cache;      /* (n_layer, n_ctx, n_head_kv * head_dim) */
+    float *value_cache;    /* (n_layer, n_ctx, n_head_kv * head_dim) */
+    float *logits;         /* (n_vocab) */
+} cpu_state;
+
+int cpu_state_init(cpu_state *s, const model *m, uint32_t n_ctx);
+void cpu_state_free(cpu_state *s);
+
+/* Runs token at position pos (0 <= pos < n_ctx; positions before it must have been run).
+ * With want_logits, s->logits holds the next-token logits afterwards. */
+int cpu_forward(cpu_state *s, int32_t token, uint32_t pos, int want_logits);
+
+/* ---- building blocks, exposed so GPU kernel tests can use the same math ---- */
+void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
+/* out[r] = dot(row r of W, x) for rows [0, n_rows) of a (n_in, n_rows, ...) tensor slice. */
+void cpu_matvec(float *out, const gguf_tensor *w, int64_t slice, const float *x, float *row_scratch);
+/* Row r of tensor w (flattened over dims 1..3) as floats. */
+void cpu_tensor_row(const gguf_tensor *w, int64_t r, float *out);
+/* NeoX RoPE on one head: pairs (i, i + d/2) rotate by pos * theta^(-2i/d). */
+void cpu_rope_neox(float *head, uint32_t head_dim, uint32_t pos, float theta);
+float cpu_silu(float x);
+/* Router: softmax over all experts, top-k by probability (ties to the lower index),
+ * weights renormalized to sum to 1. ids/weights hold k entries. */
+void cpu_moe_route(const float *logits, uint32_t n_expert, uint32_t k, int32_t *ids, float *weights);

@@ -1,0 +1,133 @@
+#include "runtime/model/fingerprint.h"
+
+#include <openssl/evp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "runtime/base/error.h"
+#include "runtime/model/model.h"
+
+struct fp_weights { XXH3_state_t *state; };
+
+fp_weights *fp_weights_begin(void) {
+    fp_weights *w = malloc(sizeof *w);
+    if (!w) return NULL;
+    w->state = XXH3_createState();
+    if (!w->state) { free(w); return NULL; }
+    XXH3_128bits_reset(w->state);
+    return w;
+}
+
+void fp_weights_tensor(fp_weights *w, const gguf_tensor *t) {
+    uint64_t head[2 + GGUF_MAX_DIMS] = {t->name.len, (uint64_t)t->type};
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) head[2 + i] = (uint64_t)t->ne[i];
+    XXH3_128bits_update(w->state, head, sizeof head);
+    XXH3_128bits_update(w->state, t->name.ptr, t->name.len);
+    XXH3_128bits_update(w->state, &t->nbytes, sizeof t->nbytes);
+}
+
+void fp_weights_update(fp_weights *w, const void *data, size_t n) { XXH3_128bits_update(w->state, data, n); }
+
+void fp_weights_end(fp_weights *w, uint8_t digest[16]) {
+    XXH128_hash_t h = XXH3_128bits_digest(w->state);
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, h);
+    memcpy(digest, c.digest, 16);
+    XXH3_freeState(w->state);
+    free(w);
+}
+
+/* ---- length-prefixed, domain-separated encoding into SHA-256 ---- */
+
+static void put_field(EVP_MD_CTX *ctx, const char *tag, const void *data, uint64_t n) {
+    uint64_t tag_len = strlen(tag);
+    EVP_DigestUpdate(ctx, &tag_len, sizeof tag_len);
+    EVP_DigestUpdate(ctx, tag, tag_len);
+    EVP_DigestUpdate(ctx, &n, sizeof n);
+    EVP_DigestUpdate(ctx, data, n);
+}
+
+static void put_u64(EVP_MD_CTX *ctx, const char *tag, uint64_t v) { put_field(ctx, tag, &v, sizeof v); }
+static void put_f64(EVP_MD_CTX *ctx, const char *tag, double v) { put_field(ctx, tag, &v, sizeof v); }
+
+/* A metadata value with its type, recursively (arrays of strings and nested arrays). */
+static void put_value(EVP_MD_CTX *ctx, const gguf_value *v) {
+    uint32_t type = v->type;
+    EVP_DigestUpdate(ctx, &type, sizeof type);
+    switch (v->type) {
+    case GGUF_VT_STRING:
+        EVP_DigestUpdate(ctx, &v->str.len, sizeof v->str.len);
+        EVP_DigestUpdate(ctx, v->str.ptr, v->str.len);
+        break;
+    case GGUF_VT_ARRAY: {
+        uint32_t et = v->arr.type;
+        EVP_DigestUpdate(ctx, &et, sizeof et);
+        EVP_DigestUpdate(ctx, &v->arr.n, sizeof v->arr.n);
+        if (v->arr.items)
+            for (uint64_t i = 0; i < v->arr.n; i++) put_value(ctx, &v->arr.items[i]);
+        else
+            EVP_DigestUpdate(ctx, v->arr.raw, v->arr.n * gguf_vtype_size(v->arr.type));
+        break;
+    }
+    case GGUF_VT_F32: case GGUF_VT_F64:
+        EVP_DigestUpdate(ctx, &v->f64, sizeof v->f64);
+        break;
+    default:
+        EVP_DigestUpdate(ctx, &v->u64, sizeof v->u64);
+        break;
+    }
+}
+
+/* Every tokenizer.* key (vocabulary, merges, types, special ids, chat template). */
+static void put_tokenizer(EVP_MD_CTX *ctx, const gguf_file *f) {
+    static const char prefix[] = "tokenizer.";
+    for (uint64_t i = 0; i < f->n_kv; i++) {
+        const gguf_kv *kv = &f->kv[i];
+        if (kv->key.len < sizeof prefix - 1 || memcmp(kv->key.ptr, prefix, sizeof prefix - 1)) continue;
+        put_field(ctx, "tokenizer.key", kv->key.ptr, kv->key.len);
+        put_value(ctx, &kv->val);
+    }
+}
+
+static void put_rope(EVP_MD_CTX *ctx, const gguf_file *f, const model_config *c) {
+    char key[128];
+    const char *a = model_arch_name(c->arch);
+    put_f64(ctx, "rope.freq_base", c->rope_theta);
+    put_u64(ctx, "rope.head_dim", c->head_dim);
+    static const char *const scaling[] = {"rope.scaling.type", "rope.scaling.factor",
+                                          "rope.scaling.original_context_length", "rope.dimension_count"};
+    for (size_t i = 0; i < sizeof scaling / sizeof scaling[0]; i++) {
+        snprintf(key, sizeof key, "%s.%s", a, scaling[i]);
+        const gguf_kv *kv = gguf_find_kv(f, key);
+        put_field(ctx, scaling[i], "", 0);
+        if (kv) put_value(ctx, &kv->val);
+    }
+}
+
+int fp_model(const gguf_file *f, const model_config *c, const uint8_t weights_digest[16], uint8_t out[32]) {
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
+        EVP_MD_CTX_free(ctx);
+        return cd_fail("SHA-256 unavailable from libcrypto");
+    }
+    put_field(ctx, "domain", "cinder.fingerprint.v1", 21);
+    put_u64(ctx, "arch", c->arch);
+    const uint32_t hp[] = {c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->head_dim, c->n_vocab,
+                           c->n_expert, c->n_expert_used, c->n_ff_exp, c->n_ff};
+    put_field(ctx, "hparams", hp, sizeof hp);
+    put_f64(ctx, "rms_eps", c->rms_eps);
+    put_rope(ctx, f, c);
+    put_tokenizer(ctx, f);
+    put_field(ctx, "weights.xxh3_128", weights_digest, 16);
+    unsigned len = 0;
+    int ok = EVP_DigestFinal_ex(ctx, out, &len) == 1 && len == 32;
+    EVP_MD_CTX_free(ctx);
+    return ok ? 0 : cd_fail("SHA-256 failed");
+}
+
+void fp_hex(const uint8_t *bytes, size_t n, char *out) {
+    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", bytes[i]);
+    out[2 * n] = 0;
+}

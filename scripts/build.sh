@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Configures and builds one build directory. Usage: scripts/build.sh [release|asan] (default release)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+kind=${1:-release}
+jobs=$(nproc 2>/dev/null || echo 2)
+case "$kind" in
+  release) dir="$root/build"; flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo) ;;
+  asan) dir="$root/build-asan"; flags=(-DCMAKE_BUILD_TYPE=Debug -DCINDER_SANITIZE=ON) ;;
+  *) echo "usage: scripts/build.sh [release|asan]" >&2; exit 2 ;;
+esac
+cmake -S "$root" -B "$dir" "${flags[@]}" >/dev/null
+cmake --build "$dir" -j "$jobs"

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test: set-up, a release build and an AddressSanitizer+UBSan build, the whole
+# ctest suite in both (the llama.cpp conformance test once, in release), and a short fuzz
+# run of the GGUF reader. Exits non-zero on any failure.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+jobs=$(nproc 2>/dev/null || echo 2)
+bash "$root/scripts/setup.sh"
+
+echo "== release build"
+bash "$root/scripts/build.sh" release
+echo "== tests (release)"
+ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
+
+echo "== AddressSanitizer + UBSan build"
+bash "$root/scripts/build.sh" asan
+echo "== tests (asan+ubsan)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
+export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E 'conformance_llama'
+
+echo "== fuzz (GGUF reader, ${CINDER_FUZZ_SECONDS:-60} s)"
+bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"

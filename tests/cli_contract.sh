@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The command-line contract scripts rely on: cinder info / tokenize / detokenize / mkmodel /
+# run, their JSON fields, and clear errors with a non-zero status on bad input.
+set -euo pipefail
+bin=${CINDER_BIN:?}
+tmp=${CINDER_TEST_TMP:?}/cli
+mkdir -p "$tmp"
+model=$tmp/tiny.gguf
+failures=0
+pass=0
+check() { # name, then a command that must succeed
+  local name=$1; shift
+  if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else failures=$((failures + 1)); echo "FAIL $name"; fi
+}
+fails_with() { # name, expected stderr substring, command...
+  local name=$1 want=$2; shift 2
+  local err rc=0
+  err=$("$@" 2>&1 >/dev/null) || rc=$?
+  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$err"; then pass=$((pass + 1)); echo "ok   $name"
+  else failures=$((failures + 1)); echo "FAIL $name (status $rc, stderr: $err)"; fi
+}
+json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+
+check "mkmodel tiny" "$bin" mkmodel --preset tiny --seed 3 --out "$model"
+
+info=$("$bin" info "$model")
+check "info names the architecture" grep -q "architecture      qwen3moe" <<<"$info"
+check "info prints a 64-hex fingerprint" grep -Eq "^fingerprint +[0-9a-f]{64}$" <<<"$info"
+check "info lists tensors with types" grep -Eq "^blk.1.ffn_down_exps.weight +Q6_K" <<<"$info"
+
+ids=$("$bin" tokenize --model "$model" "<|im_start|>user
+Hello, world!<|im_end|>")
+check "tokenize parses special tokens" test "${ids%%,*}" = 151644
+plain=$("$bin" tokenize --model "$model" --no-special "<|im_start|>")
+check "--no-special tokenizes them as text" test "$plain" != 151644
+text=$("$bin" detokenize --model "$model" "$ids")
+check "detokenize inverts tokenize" test "$text" = "<|im_start|>user
+Hello, world!<|im_end|>"
+n=$("$bin" tokenize --model "$model" --json "a b c" | json_field 'd["n_tokens"]')
+check "tokenize --json" test "$n" = 3
+
+out=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --logits 5 --ignore-eos)
+has=$(json_field 'all(k in d for k in ["tokens","text","prompt_tokens","ttft_ms","prefill_tok_s","decode_tok_s","logits"])' <<<"$out")
+check "run --json has the contract fields" test "$has" = True
+check "run generated --n tokens" test "$(json_field 'len(d["tokens"])' <<<"$out")" = 6
+check "run --logits gives top-K pairs, best first" test "$(json_field 'len(d["logits"]) == 5 and d["logits"][0][1] >= d["logits"][4][1] and d["logits"][0][0] == d["tokens"][0]' <<<"$out")" = True
+again=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --ignore-eos | json_field 'd["tokens"]')
+check "greedy run is deterministic" test "$again" = "$(json_field 'd["tokens"]' <<<"$out")"
+s1=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos | json_field 'd["tokens"]')
+s2=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos | json_field 'd["tokens"]')
+check "seeded sampling is reproducible" test "$s1" = "$s2"
+
+fails_with "missing model file" "no-such.gguf" "$bin" run --model "$tmp/no-such.gguf" --tokens 1 --n 1
+head -c 1000 "$model" >"$tmp/truncated.gguf"
+fails_with "truncated model" "truncated.gguf" "$bin" info "$tmp/truncated.gguf"
+fails_with "token id out of range" "out of range" "$bin" run --model "$model" --tokens 1,999999999 --n 1
+fails_with "malformed --tokens" "not a comma-separated list" "$bin" run --model "$model" --tokens 1,x --n 1
+fails_with "oversize prompt" "does not fit the context" "$bin" run --model "$model" --tokens 1,2,3,4 --n 4 --ctx 6
+fails_with "unknown option" "unknown option" "$bin" run --model "$model" --bogus
+fails_with "unknown command" "unknown command" "$bin" frobnicate
+fails_with "unknown preset" "unknown preset" "$bin" mkmodel --preset huge --out "$tmp/x.gguf"
+fails_with "inconsistent dimensions" "head_count_kv" "$bin" mkmodel --preset tiny --kv-heads 3 --out "$tmp/x.gguf"
+
+echo "$pass passed, $failures failed"
+[ $failures -eq 0 ]

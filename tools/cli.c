@@ -1,0 +1,140 @@
+#include "tools/cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/base/error.h"
+#include "runtime/model/synth.h"
+
+bool cli_value(int argc, char **argv, int *i, const char *name, const char **value) {
+    size_t n = strlen(name);
+    const char *a = argv[*i];
+    if (strncmp(a, name, n)) return false;
+    if (a[n] == '=') { *value = a + n + 1; return true; }
+    if (a[n] != 0) return false;
+    if (*i + 1 >= argc) { *value = NULL; return true; }
+    *value = argv[++*i];
+    return true;
+}
+
+bool cli_flag(char **argv, int i, const char *name) { return !strcmp(argv[i], name); }
+
+int cli_u64(const char *opt, const char *s, uint64_t *out) {
+    if (!s) return fprintf(stderr, "cinder: %s needs a value\n", opt), -1;
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') return fprintf(stderr, "cinder: %s: '%s' is not a non-negative integer\n", opt, s), -1;
+    *out = v;
+    return 0;
+}
+
+int cli_u32(const char *opt, const char *s, uint32_t *out) {
+    uint64_t v;
+    if (cli_u64(opt, s, &v)) return -1;
+    if (v > UINT32_MAX) return fprintf(stderr, "cinder: %s: %s is too large\n", opt, s), -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+int cli_i32(const char *opt, const char *s, int32_t *out) {
+    if (!s) return fprintf(stderr, "cinder: %s needs a value\n", opt), -1;
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < INT32_MIN || v > INT32_MAX)
+        return fprintf(stderr, "cinder: %s: '%s' is not an integer\n", opt, s), -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+int cli_f32(const char *opt, const char *s, float *out) {
+    if (!s) return fprintf(stderr, "cinder: %s needs a value\n", opt), -1;
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !isfinite(v)) return fprintf(stderr, "cinder: %s: '%s' is not a number\n", opt, s), -1;
+    *out = v;
+    return 0;
+}
+
+int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n) {
+    if (!s) return fprintf(stderr, "cinder: %s needs a value\n", opt), -1;
+    size_t cap = 1;
+    for (const char *p = s; *p; p++) cap += *p == ',';
+    int32_t *out = malloc(cap * sizeof *out);
+    if (!out) return fprintf(stderr, "cinder: out of memory\n"), -1;
+    size_t k = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v > INT32_MAX || (*end && *end != ',')) {
+            free(out);
+            return fprintf(stderr, "cinder: %s: '%s' is not a comma-separated list of token ids\n", opt, s), -1;
+        }
+        out[k++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (k == 0) { free(out); return fprintf(stderr, "cinder: %s: empty token list\n", opt), -1; }
+    *ids = out;
+    *n = k;
+    return 0;
+}
+
+double cli_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int cli_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "cinder %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+int cli_unknown(const char *cmd, const char *arg) {
+    return cli_error(cmd, "unknown option '%s' (see 'cinder %s --help')", arg, cmd);
+}
+
+const char *cli_default_model(void) {
+    const char *env = getenv("CINDER_MODEL");
+    return env ? env : CINDER_SOURCE_DIR "/models/small-q4_k_m.gguf";
+}
+
+static void progress_line(void *user, uint64_t done, uint64_t total) {
+    (void)user;
+    fprintf(stderr, "\rcinder: writing the default model: %3.0f%%", total ? 100.0 * done / total : 100.0);
+    if (done == total) fputc('\n', stderr);
+}
+
+int cli_ensure_default_model(void) {
+    const char *path = cli_default_model();
+    struct stat st;
+    if (stat(path, &st) == 0) return 0;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash) { *slash = 0; mkdir(dir, 0755); }
+    synth_spec spec;
+    synth_preset("small", &spec);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    spec.n_threads = cores > 0 ? (int)cores : 1;
+    fprintf(stderr, "cinder: generating the default model (preset small, q4_k_m) at %s\n", path);
+    if (synth_write(&spec, path, isatty(2) ? progress_line : NULL, NULL))
+        return fprintf(stderr, "cinder: %s\n", cd_errmsg()), -1;
+    return 0;
+}

@@ -1,0 +1,27 @@
+/* Small helpers shared by the subcommands: option parsing, number parsing, timing. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i past the value.
+ * A matching option without a value sets *missing. */
+bool cli_value(int argc, char **argv, int *i, const char *name, const char **value);
+bool cli_flag(char **argv, int i, const char *name);
+
+/* Strict parsers: whole string, range-checked; print "cinder: --opt: ..." and return -1. */
+int cli_u32(const char *opt, const char *s, uint32_t *out);
+int cli_u64(const char *opt, const char *s, uint64_t *out);
+int cli_i32(const char *opt, const char *s, int32_t *out);
+int cli_f32(const char *opt, const char *s, float *out);
+/* "1,2,3" -> malloc'd ids. */
+int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
+
+double cli_now_ms(void);
+/* Prints "cinder <cmd>: <message>" to stderr and returns 1 (the exit status). */
+int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int cli_unknown(const char *cmd, const char *arg);
+
+/* The default model: <repo>/models/small-q4_k_m.gguf, written by mkmodel on first use. */
+const char *cli_default_model(void);
+int cli_ensure_default_model(void);
