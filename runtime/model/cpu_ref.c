@@ -19,11 +19,26 @@ static double dot(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+/* Rows are independent, so large matrices (the lm_head above all) are split across cores;
+ * each row's result does not depend on the split. */
 void cpu_matvec(float *out, const gguf_tensor *w, int64_t slice, const float *x, float *row) {
-    int64_t n_rows = w->ne[1];
-    for (int64_t r = 0; r < n_rows; r++) {
-        cpu_tensor_row(w, slice * n_rows + r, row);
-        out[r] = (float)dot(row, x, w->ne[0]);
+    int64_t n_rows = w->ne[1], n_in = w->ne[0];
+    if (n_rows * n_in < (1 << 20)) {
+        for (int64_t r = 0; r < n_rows; r++) {
+            cpu_tensor_row(w, slice * n_rows + r, row);
+            out[r] = (float)dot(row, x, n_in);
+        }
+        return;
+    }
+#pragma omp parallel
+    {
+        float *mine = malloc((size_t)n_in * sizeof *mine);
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < n_rows; r++) {
+            cpu_tensor_row(w, slice * n_rows + r, mine ? mine : row);
+            out[r] = (float)dot(mine ? mine : row, x, n_in);
+        }
+        free(mine);
     }
 }
 

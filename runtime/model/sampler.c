@@ -75,8 +75,9 @@ int32_t sampler_sample(sampler *s, const float *logits) {
     }
     /* softmax with temperature over the kept tokens (probs[0] is the max) */
     double sum = 0;
+    float max = s->probs[0];
     for (int32_t i = 0; i < n; i++) {
-        s->probs[i] = expf((s->probs[i] - s->probs[0]) / p->temperature);
+        s->probs[i] = expf((s->probs[i] - max) / p->temperature);
         sum += s->probs[i];
     }
     /* top-p: shortest prefix reaching the mass */
