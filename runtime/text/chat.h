@@ -1,6 +1,8 @@
 /* The Qwen3 chat template, rendered in C. Output is byte-identical to running the Jinja
- * template in Qwen3's tokenizer_config.json (checked against @huggingface/jinja on a
- * committed set of conversations).
+ * template in Qwen3's tokenizer_config.json with Python Jinja2 / transformers, and to
+ * @huggingface/jinja except where that renderer departs from Python (strip with an
+ * argument, integer-like key order and float formatting in tojson): see
+ * docs/CHAT_TEMPLATE.md. Checked on a committed set of conversations.
  *
  * Messages are OpenAI-style JSON objects (jansson): {"role", "content", "reasoning_content"?,
  * "tool_calls"?: [{"function": {"name", "arguments"}}]}; roles system, user, assistant, tool.
