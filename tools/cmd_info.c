@@ -5,12 +5,16 @@
 #include "runtime/base/error.h"
 #include "runtime/model/fingerprint.h"
 #include "runtime/model/model.h"
+#include "runtime/vk/vk_device.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: cinder info [MODEL] [--json]\n"
-                 "  MODEL   a GGUF file (default: the Quick start model)\n");
+    fprintf(out, "usage: cinder info [MODEL]\n"
+                 "       cinder info --device [N]\n"
+                 "  MODEL        a GGUF file (default: the Quick start model)\n"
+                 "  --device [N] list Vulkan devices and describe the one cinder would use (or device N;\n"
+                 "               CINDER_DEVICE=N chooses too)\n");
 }
 
 static void print_config(const model *m) {
@@ -48,6 +52,12 @@ int cmd_info(int argc, char **argv) {
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
         if (cli_flag(argv, i, "--help")) { usage(stdout); return 0; }
+        if (cli_flag(argv, i, "--device")) {
+            uint32_t index = 0;
+            bool given = i + 1 < argc && argv[i + 1][0] != '-';
+            if (given && cli_u32("--device", argv[i + 1], &index)) return 1;
+            return cvk_print_devices(stdout, given ? (int)index : -1) ? cli_error("info", "%s", cd_errmsg()) : 0;
+        }
         if (argv[i][0] == '-') return cli_unknown("info", argv[i]);
         path = argv[i];
     }

@@ -1,0 +1,132 @@
+#include "runtime/vk/vk_cmd.h"
+
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/vk/vk_check.h"
+
+#define WAIT_NS (600ull * 1000000000ull) /* a GPU that takes 10 minutes is hung */
+
+int cvk_cmd_init(cvk_cmd *c, cvk_device *d, bool transfer_queue) {
+    memset(c, 0, sizeof *c);
+    c->dev = d;
+    c->queue = transfer_queue ? d->transfer_queue : d->compute_queue;
+    VkCommandPoolCreateInfo pci = {.sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+                                   .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+                                   .queueFamilyIndex = transfer_queue ? d->transfer_family : d->compute_family};
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if (CVK_CHECK(vkCreateCommandPool(d->dev, &pci, NULL, &c->pool))) goto fail;
+    VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+                                      .commandPool = c->pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandBufferCount = 1};
+    if (CVK_CHECK(vkAllocateCommandBuffers(d->dev, &ai, &c->cb))) goto fail;
+    if (CVK_CHECK(vkCreateFence(d->dev, &fci, NULL, &c->fence))) goto fail;
+    return 0;
+fail:
+    cvk_cmd_free(c);
+    return -1;
+}
+
+void cvk_cmd_free(cvk_cmd *c) {
+    if (!c->dev) return;
+    if (c->pending) vkWaitForFences(c->dev->dev, 1, &c->fence, VK_TRUE, WAIT_NS);
+    if (c->fence) vkDestroyFence(c->dev->dev, c->fence, NULL);
+    if (c->pool) vkDestroyCommandPool(c->dev->dev, c->pool, NULL); /* frees cb */
+    memset(c, 0, sizeof *c);
+}
+
+static int begin(cvk_cmd *c, VkCommandBufferUsageFlags flags) {
+    if (cvk_cmd_wait(c)) return -1;
+    if (c->recording) return cd_fail("command buffer is already recording");
+    if (CVK_CHECK(vkResetCommandBuffer(c->cb, 0))) return -1;
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = flags};
+    if (CVK_CHECK(vkBeginCommandBuffer(c->cb, &bi))) return -1;
+    c->recording = true;
+    c->bound = VK_NULL_HANDLE;
+    cvk_timer_reset(c->timer, c->cb);
+    return 0;
+}
+
+int cvk_cmd_begin(cvk_cmd *c) { return begin(c, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT); }
+int cvk_cmd_begin_reusable(cvk_cmd *c) { return begin(c, 0); }
+
+int cvk_cmd_end(cvk_cmd *c) {
+    if (!c->recording) return 0;
+    c->recording = false;
+    return CVK_CHECK(vkEndCommandBuffer(c->cb));
+}
+
+int cvk_cmd_submit(cvk_cmd *c) {
+    if (cvk_cmd_end(c)) return -1;
+    if (c->pending) return cd_fail("command buffer submitted twice without a wait");
+    if (CVK_CHECK(vkResetFences(c->dev->dev, 1, &c->fence))) return -1;
+    VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cb};
+    if (CVK_CHECK(vkQueueSubmit(c->queue, 1, &si, c->fence))) return -1;
+    c->pending = true;
+    return 0;
+}
+
+int cvk_cmd_wait(cvk_cmd *c) {
+    if (!c->pending) return 0;
+    VkResult r = vkWaitForFences(c->dev->dev, 1, &c->fence, VK_TRUE, WAIT_NS);
+    if (r == VK_TIMEOUT) return cd_fail("the GPU did not finish within %llu s (hung?)", WAIT_NS / 1000000000ull);
+    if (CVK_CHECK(r)) return -1;
+    c->pending = false;
+    return 0;
+}
+
+int cvk_cmd_run(cvk_cmd *c) { return cvk_cmd_submit(c) ? -1 : cvk_cmd_wait(c); }
+
+void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
+                      uint32_t gx, uint32_t gy, uint32_t gz) {
+    if (c->bound != p->pipe) {
+        vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
+        c->bound = p->pipe;
+    }
+    vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
+    if (p->push_size) vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
+    vkCmdDispatch(c->cb, gx, gy, gz);
+}
+
+/* The largest piece of a view starting at byte `at` that stays inside one part. */
+static uint64_t piece(const cvk_view *v, uint64_t at, uint32_t *part, uint64_t *off) {
+    uint64_t abs = v->off + at;
+    *part = (uint32_t)(abs / v->buf->part_bytes);
+    *off = abs - (uint64_t)*part * v->buf->part_bytes;
+    uint64_t in_part = v->buf->parts[*part].size - *off, left = v->size - at;
+    return in_part < left ? in_part : left;
+}
+
+static int view_ok(const cvk_view *v) {
+    if (!v->buf || v->off > v->buf->size || v->buf->size - v->off < v->size)
+        return cd_fail("view [%llu, +%llu) outside its buffer", (unsigned long long)v->off, (unsigned long long)v->size);
+    return 0;
+}
+
+int cvk_cmd_copy(cvk_cmd *c, cvk_view src, cvk_view dst) {
+    if (src.size != dst.size) return cd_fail("copy of %llu bytes into %llu", (unsigned long long)src.size,
+                                              (unsigned long long)dst.size);
+    if (view_ok(&src) || view_ok(&dst)) return -1;
+    for (uint64_t at = 0; at < src.size;) {
+        uint32_t sp, dp;
+        uint64_t so, dof, n = piece(&src, at, &sp, &so), nd = piece(&dst, at, &dp, &dof);
+        if (nd < n) n = nd;
+        VkBufferCopy region = {so, dof, n};
+        vkCmdCopyBuffer(c->cb, src.buf->parts[sp].buf, dst.buf->parts[dp].buf, 1, &region);
+        at += n;
+    }
+    return 0;
+}
+
+int cvk_cmd_fill(cvk_cmd *c, cvk_view dst, uint32_t value) {
+    if (view_ok(&dst)) return -1;
+    if ((dst.off | dst.size) & 3) return cd_fail("fill of [%llu, +%llu): not multiples of 4",
+                                                 (unsigned long long)dst.off, (unsigned long long)dst.size);
+    for (uint64_t at = 0; at < dst.size;) {
+        uint32_t k;
+        uint64_t off, n = piece(&dst, at, &k, &off);
+        vkCmdFillBuffer(c->cb, dst.buf->parts[k].buf, off, n & ~3ull, value);
+        at += n;
+    }
+    return 0;
+}

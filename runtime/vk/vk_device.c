@@ -1,0 +1,108 @@
+/* Logical device creation: the chosen physical device, its queues and enabled features. */
+#include "runtime/vk/vk_device.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/vk/vk_check.h"
+#include "runtime/vk/vk_instance.h"
+
+/* The feature structs we enable, chained as the effective API version allows. */
+typedef struct feature_chain {
+    VkPhysicalDeviceFeatures2 f2;
+    VkPhysicalDeviceVulkan11Features f11;
+    VkPhysicalDeviceVulkan12Features f12;
+    VkPhysicalDeviceVulkan13Features f13;
+    VkPhysicalDeviceSubgroupSizeControlFeaturesEXT sgc;
+} feature_chain;
+
+static void build_features(feature_chain *f, const cvk_phys_info *info) {
+    const cvk_caps *c = &info->caps;
+    memset(f, 0, sizeof *f);
+    f->f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
+    f->f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
+    f->f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
+    f->f13.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES;
+    f->sgc.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES;
+    f->f2.pNext = &f->f11;
+    f->f11.pNext = &f->f12;
+    if (c->api >= VK_API_VERSION_1_3) f->f12.pNext = &f->f13;
+    else if (info->ext_subgroup_size_control) f->f12.pNext = &f->sgc;
+    f->f2.features.shaderInt16 = c->int16;
+    f->f11.storageBuffer16BitAccess = c->storage16;
+    f->f12.shaderFloat16 = c->fp16;
+    f->f12.shaderInt8 = c->int8;
+    f->f12.storageBuffer8BitAccess = c->storage8;
+    f->f12.shaderSubgroupExtendedTypes = c->subgroup_ext_types;
+    f->f12.timelineSemaphore = c->timeline;
+    f->f12.vulkanMemoryModel = c->memory_model;
+    f->f13.subgroupSizeControl = f->sgc.subgroupSizeControl = c->subgroup_size_control;
+    f->f13.computeFullSubgroups = f->sgc.computeFullSubgroups = c->full_subgroups;
+    f->f13.shaderIntegerDotProduct = c->int_dot;
+}
+
+static int create_device(cvk_device *d) {
+    const cvk_phys_info *info = &d->info;
+    float prio = 1.0f;
+    VkDeviceQueueCreateInfo q[2] = {
+        {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = info->compute_family,
+         .queueCount = 1, .pQueuePriorities = &prio},
+        {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = info->transfer_family,
+         .queueCount = 1, .pQueuePriorities = &prio}};
+    const char *exts[2];
+    uint32_t n_ext = 0;
+    if (info->ext_subgroup_size_control) exts[n_ext++] = VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME;
+    if (info->ext_portability_subset) exts[n_ext++] = "VK_KHR_portability_subset";
+    feature_chain f;
+    build_features(&f, info);
+    VkDeviceCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f.f2,
+        .queueCreateInfoCount = d->dedicated_transfer ? 2 : 1, .pQueueCreateInfos = q,
+        .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
+    if (CVK_CHECK(vkCreateDevice(info->phys, &ci, NULL, &d->dev))) return -1;
+    vkGetDeviceQueue(d->dev, d->compute_family, 0, &d->compute_queue);
+    d->transfer_queue = d->compute_queue;
+    if (d->dedicated_transfer) vkGetDeviceQueue(d->dev, d->transfer_family, 0, &d->transfer_queue);
+    return 0;
+}
+
+static int pick(cvk_device *d, int index, uint32_t inst_api) {
+    cvk_phys_info *list;
+    uint32_t n;
+    if (cvk_phys_list(d->instance, inst_api, &list, &n)) return -1;
+    int chosen;
+    int rc = cvk_phys_choose(list, n, index, &chosen);
+    if (rc == 0) {
+        d->info = list[chosen];
+        d->index = chosen;
+    }
+    free(list);
+    return rc;
+}
+
+int cvk_device_init(cvk_device *d, int index) {
+    memset(d, 0, sizeof *d);
+    cvk_instance_info ii;
+    if (cvk_instance_acquire(&d->instance, &ii)) return -1;
+    if (pick(d, index, ii.api)) goto fail;
+    d->compute_family = d->transfer_family = d->info.compute_family;
+    d->dedicated_transfer = d->info.transfer_family != UINT32_MAX;
+    if (d->dedicated_transfer) d->transfer_family = d->info.transfer_family;
+    if (create_device(d)) goto fail;
+    return 0;
+fail:
+    cvk_instance_release();
+    memset(d, 0, sizeof *d);
+    return -1;
+}
+
+void cvk_device_free(cvk_device *d) {
+    if (!d || !d->instance) return;
+    if (d->dev) {
+        vkDeviceWaitIdle(d->dev);
+        vkDestroyDevice(d->dev, NULL);
+    }
+    cvk_instance_release();
+    memset(d, 0, sizeof *d);
+}

@@ -1,0 +1,96 @@
+#include "runtime/vk/vk_pipeline.h"
+
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/vk/vk_check.h"
+#include "runtime/vk/vk_spirv.h"
+
+static int check_interface(const cvk_pipeline_desc *desc) {
+    cvk_spirv_info si;
+    if (cvk_spirv_reflect(desc->spv, desc->spv_size, &si)) return -1;
+    if (si.other_sets) return cd_fail("uses a descriptor set other than 0");
+    if (si.n_bindings > desc->n_bindings)
+        return cd_fail("shader uses binding %u, the host declares %u", si.n_bindings - 1, desc->n_bindings);
+    for (uint32_t b = 0; b < si.n_bindings; b++)
+        if (si.binding_count[b] > 1) return cd_fail("binding %u is a descriptor array", b);
+    if (si.push_size > desc->push_size)
+        return cd_fail("push constants are %u bytes in the shader, %u on the host", si.push_size, desc->push_size);
+    return 0;
+}
+
+static int create_layouts(cvk_pipeline *p, cvk_device *d, const cvk_pipeline_desc *desc) {
+    VkDescriptorSetLayoutBinding b[CVK_SPIRV_MAX];
+    for (uint32_t i = 0; i < desc->n_bindings; i++)
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    VkDescriptorSetLayoutCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+                                           .bindingCount = desc->n_bindings, .pBindings = b};
+    if (CVK_CHECK(vkCreateDescriptorSetLayout(d->dev, &dci, NULL, &p->dsl))) return -1;
+    VkPushConstantRange pr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = (desc->push_size + 3) & ~3u};
+    VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+                                      .setLayoutCount = 1, .pSetLayouts = &p->dsl,
+                                      .pushConstantRangeCount = desc->push_size ? 1 : 0, .pPushConstantRanges = &pr};
+    return CVK_CHECK(vkCreatePipelineLayout(d->dev, &lci, NULL, &p->layout));
+}
+
+static bool subgroup_size_ok(const cvk_caps *c, uint32_t s) {
+    return s && c->subgroup_size_control && (s & (s - 1)) == 0 && s >= c->min_subgroup_size &&
+           s <= c->max_subgroup_size;
+}
+
+static int create_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc) {
+    const cvk_caps *c = &d->info.caps;
+    VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+                                    .codeSize = desc->spv_size, .pCode = desc->spv};
+    VkShaderModule mod;
+    if (CVK_CHECK(vkCreateShaderModule(d->dev, &mci, NULL, &mod))) return -1;
+    VkSpecializationMapEntry map[CVK_MAX_SPEC];
+    for (uint32_t i = 0; i < desc->n_spec; i++) map[i] = (VkSpecializationMapEntry){i, i * 4, 4};
+    VkSpecializationInfo si = {.mapEntryCount = desc->n_spec, .pMapEntries = map,
+                               .dataSize = desc->n_spec * 4, .pData = desc->spec};
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rss = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+        .requiredSubgroupSize = desc->subgroup_size};
+    bool want_size = subgroup_size_ok(c, desc->subgroup_size);
+    VkPipelineShaderStageCreateInfo stage = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .pNext = want_size ? &rss : NULL,
+        .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
+        .pSpecializationInfo = desc->n_spec ? &si : NULL};
+    if (desc->full_subgroups && c->full_subgroups)
+        stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
+    VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+                                      .stage = stage, .layout = p->layout};
+    int rc = CVK_CHECK(vkCreateComputePipelines(d->dev, cache, 1, &ci, NULL, &p->pipe));
+    vkDestroyShaderModule(d->dev, mod, NULL);
+    p->subgroup_size = want_size ? desc->subgroup_size : 0;
+    return rc;
+}
+
+int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc) {
+    memset(p, 0, sizeof *p);
+    const char *name = desc->name ? desc->name : "?";
+    snprintf(p->name, sizeof p->name, "%s", name);
+    if (desc->n_bindings > CVK_SPIRV_MAX || desc->n_spec > CVK_MAX_SPEC)
+        return cd_fail("pipeline %s: too many bindings or specialization constants", name);
+    if (desc->push_size > d->info.caps.max_push)
+        return cd_fail("pipeline %s: %u bytes of push constants exceed the device's %u", name, desc->push_size,
+                       d->info.caps.max_push);
+    p->n_bindings = desc->n_bindings;
+    p->push_size = desc->push_size;
+    p->n_spec = desc->n_spec;
+    if (desc->n_spec) memcpy(p->spec, desc->spec, desc->n_spec * sizeof *desc->spec);
+    if (check_interface(desc) || create_layouts(p, d, desc) || create_pipeline(p, d, cache, desc)) {
+        cd_fail_ctx("pipeline %s: ", name);
+        cvk_pipeline_destroy(d, p);
+        return -1;
+    }
+    return 0;
+}
+
+void cvk_pipeline_destroy(cvk_device *d, cvk_pipeline *p) {
+    if (p->pipe) vkDestroyPipeline(d->dev, p->pipe, NULL);
+    if (p->layout) vkDestroyPipelineLayout(d->dev, p->layout, NULL);
+    if (p->dsl) vkDestroyDescriptorSetLayout(d->dev, p->dsl, NULL);
+    memset(p, 0, sizeof *p);
+}

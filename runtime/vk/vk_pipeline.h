@@ -1,0 +1,48 @@
+/* Compute pipelines from embedded SPIR-V.
+ *
+ * Conventions every cinder kernel follows, so one description fits all:
+ *   - storage buffers only, at bindings 0..n_bindings-1 of set 0, one descriptor each;
+ *   - one push-constant block (≤ 128 bytes, the guaranteed minimum), mirrored by a C struct;
+ *   - uint32 specialization constants with constant_id 0..n_spec-1; by convention id 0 is the
+ *     workgroup size x (`layout(local_size_x_id = 0) in;`), so one SPIR-V serves any size.
+ * The SPIR-V is reflected at creation: a binding outside 0..n_bindings-1, a descriptor array,
+ * or a push block larger than push_size is an error naming the pipeline.
+ *
+ * Subgroup size: desc.subgroup_size != 0 asks for requiredSubgroupSize (wave32 or wave64 on
+ * RDNA) when the device supports subgroup size control for compute and the size is in range;
+ * otherwise the driver chooses. cvk_pipeline.subgroup_size says which happened. */
+#pragma once
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <volk.h>
+
+#include "runtime/vk/vk_device.h"
+
+#define CVK_MAX_SPEC 16
+
+typedef struct cvk_pipeline_desc {
+    const char *name;            /* for errors and profiles */
+    const uint32_t *spv;         /* cinder_spv_<name> */
+    size_t spv_size;             /* cinder_spv_<name>_size, bytes */
+    uint32_t n_bindings;         /* storage buffers at bindings 0..n-1 */
+    uint32_t push_size;          /* bytes of the push-constant struct; 0 = none */
+    const uint32_t *spec;        /* specialization constants, ids 0..n_spec-1 */
+    uint32_t n_spec;
+    uint32_t subgroup_size;      /* 0 = the driver's choice */
+    bool full_subgroups;         /* all subgroups full (needs local_size_x % subgroup size == 0) */
+} cvk_pipeline_desc;
+
+typedef struct cvk_pipeline {
+    char name[32];
+    VkPipeline pipe;
+    VkPipelineLayout layout;
+    VkDescriptorSetLayout dsl;
+    uint32_t n_bindings, push_size;
+    uint32_t subgroup_size;      /* required size in force; 0 = the driver's choice */
+    uint32_t spec[CVK_MAX_SPEC], n_spec;
+} cvk_pipeline;
+
+/* cache may be VK_NULL_HANDLE. */
+int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc);
+void cvk_pipeline_destroy(cvk_device *d, cvk_pipeline *p); /* zeroed pipelines are fine */

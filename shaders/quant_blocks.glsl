@@ -1,0 +1,117 @@
+// Quant block layouts, mirroring runtime/gguf/quant.h (which mirrors ggml) field by field.
+// tests/test_vk_get_rows.c reads the `const uint` lines below and checks each against
+// sizeof/offsetof of the C structs, so the two cannot drift apart.
+//
+// With QB_BINDING defined before the include, it also declares byte, 16-bit and 32-bit
+// views of the storage buffer at that binding (qb_u8, qb_u16, qb_u32) and per-element
+// decoders reading through them; `row` arguments are byte offsets of a row in that buffer.
+// Needs GL_EXT_shader_8bit_storage and GL_EXT_shader_16bit_storage (enabled by the includer).
+#ifndef QUANT_BLOCKS_GLSL
+#define QUANT_BLOCKS_GLSL
+
+// enum qtype (ggml's numbering)
+const uint QTYPE_F32 = 0;
+const uint QTYPE_F16 = 1;
+const uint QTYPE_Q8_0 = 8;
+const uint QTYPE_Q4_K = 12;
+const uint QTYPE_Q5_K = 13;
+const uint QTYPE_Q6_K = 14;
+const uint QTYPE_BF16 = 30;
+
+const uint QK8_0 = 32;
+const uint QK_K = 256;
+const uint K_SCALE_SIZE = 12;
+
+// block_q8_0 { u16 d; i8 qs[32]; }
+const uint Q8_0_BYTES = 34;
+const uint Q8_0_D = 0;
+const uint Q8_0_QS = 2;
+
+// block_q4_K { u16 d; u16 dmin; u8 scales[12]; u8 qs[128]; }
+const uint Q4_K_BYTES = 144;
+const uint Q4_K_D = 0;
+const uint Q4_K_DMIN = 2;
+const uint Q4_K_SCALES = 4;
+const uint Q4_K_QS = 16;
+
+// block_q5_K { u16 d; u16 dmin; u8 scales[12]; u8 qh[32]; u8 qs[128]; }
+const uint Q5_K_BYTES = 176;
+const uint Q5_K_D = 0;
+const uint Q5_K_DMIN = 2;
+const uint Q5_K_SCALES = 4;
+const uint Q5_K_QH = 16;
+const uint Q5_K_QS = 48;
+
+// block_q6_K { u8 ql[128]; u8 qh[64]; i8 scales[16]; u16 d; }
+const uint Q6_K_BYTES = 210;
+const uint Q6_K_QL = 0;
+const uint Q6_K_QH = 128;
+const uint Q6_K_SCALES = 192;
+const uint Q6_K_D = 208;
+
+#ifdef QB_BINDING
+layout(binding = QB_BINDING) readonly buffer QbU8 { uint8_t qb_u8[]; };
+layout(binding = QB_BINDING) readonly buffer QbU16 { uint16_t qb_u16[]; };
+layout(binding = QB_BINDING) readonly buffer QbU32 { uint qb_u32[]; };
+
+uint qb_byte(uint off) { return uint(qb_u8[off]); }
+int qb_sbyte(uint off) { return bitfieldExtract(int(qb_u8[off]), 0, 8); } // sign-extends
+float qb_half(uint off) { return unpackHalf2x16(uint(qb_u16[off >> 1])).x; } // off even
+
+// get_scale_min_k4: 6-bit scale and min of sub-block j (0..7) packed in 12 bytes at off.
+uvec2 qb_scale_min_k4(uint off, uint j) {
+    if (j < 4) return uvec2(qb_byte(off + j) & 63u, qb_byte(off + j + 4) & 63u);
+    uint hi_s = qb_byte(off + j - 4) >> 6, hi_m = qb_byte(off + j) >> 6, lo = qb_byte(off + j + 4);
+    return uvec2((lo & 15u) | (hi_s << 4), (lo >> 4) | (hi_m << 4));
+}
+
+float qb_q8_0(uint row, uint e) {
+    uint b = row + (e / QK8_0) * Q8_0_BYTES;
+    return qb_half(b + Q8_0_D) * float(qb_sbyte(b + Q8_0_QS + e % QK8_0));
+}
+
+// Q4_K: 64 weights per scale pair: low nibbles of 32 bytes, then their high nibbles.
+float qb_q4_K(uint row, uint e) {
+    uint b = row + (e / QK_K) * Q4_K_BYTES, i = e % QK_K, j = i / 64, hi = (i / 32) & 1u, l = i % 32;
+    uvec2 sm = qb_scale_min_k4(b + Q4_K_SCALES, i / 32);
+    float d = qb_half(b + Q4_K_D) * float(sm.x), m = qb_half(b + Q4_K_DMIN) * float(sm.y);
+    uint q = (qb_byte(b + Q4_K_QS + 32 * j + l) >> (4 * hi)) & 15u;
+    return d * float(q) - m;
+}
+
+// Q5_K: as Q4_K plus bit (2j + hi) of qh[l] as the fifth bit.
+float qb_q5_K(uint row, uint e) {
+    uint b = row + (e / QK_K) * Q5_K_BYTES, i = e % QK_K, j = i / 64, hi = (i / 32) & 1u, l = i % 32;
+    uvec2 sm = qb_scale_min_k4(b + Q5_K_SCALES, i / 32);
+    float d = qb_half(b + Q5_K_D) * float(sm.x), m = qb_half(b + Q5_K_DMIN) * float(sm.y);
+    uint q = (qb_byte(b + Q5_K_QS + 32 * j + l) >> (4 * hi)) & 15u;
+    q |= ((qb_byte(b + Q5_K_QH + l) >> (2 * j + hi)) & 1u) << 4;
+    return d * float(q) - m;
+}
+
+// Q6_K: halves of 128; quarter k of a half takes the low (k < 2) or high nibble of
+// ql[l + 32 * (k & 1)] and bits 2k..2k+1 of qh[l]; scale index l / 16 + 2k.
+float qb_q6_K(uint row, uint e) {
+    uint b = row + (e / QK_K) * Q6_K_BYTES, i = e % QK_K, h = i / 128, k = (i % 128) / 32, l = i % 32;
+    uint lo = (qb_byte(b + Q6_K_QL + 64 * h + l + 32 * (k & 1u)) >> (4 * (k >> 1))) & 15u;
+    uint hb = (qb_byte(b + Q6_K_QH + 32 * h + l) >> (2 * k)) & 3u;
+    int q = int(lo | (hb << 4)) - 32;
+    float sc = float(qb_sbyte(b + Q6_K_SCALES + 8 * h + l / 16 + 2 * k));
+    return qb_half(b + Q6_K_D) * sc * float(q);
+}
+
+// Element e of the row at byte offset `row`, stored as `type`.
+float qb_dequant(uint type, uint row, uint e) {
+    switch (type) {
+    case QTYPE_F32: return uintBitsToFloat(qb_u32[(row >> 2) + e]);
+    case QTYPE_F16: return unpackHalf2x16(uint(qb_u16[(row >> 1) + e])).x;
+    case QTYPE_BF16: return uintBitsToFloat(uint(qb_u16[(row >> 1) + e]) << 16);
+    case QTYPE_Q8_0: return qb_q8_0(row, e);
+    case QTYPE_Q4_K: return qb_q4_K(row, e);
+    case QTYPE_Q5_K: return qb_q5_K(row, e);
+    case QTYPE_Q6_K: return qb_q6_K(row, e);
+    }
+    return 0.0;
+}
+#endif // QB_BINDING
+#endif // QUANT_BLOCKS_GLSL

@@ -1,0 +1,44 @@
+#version 450
+// RMS norm over rows: y[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * w[i].
+// One workgroup per row (row = x + y * 65535 workgroups); each invocation accumulates a
+// strided share of x^2, subgroups reduce with subgroupAdd, and every invocation sums the
+// per-subgroup partials from shared memory in a fixed order (deterministic results).
+// y may be the same buffer as x (in place): each element is read and written by one invocation.
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 256;
+
+layout(binding = 0) readonly buffer X { float x[]; };
+layout(binding = 1) readonly buffer W { float w[]; };
+layout(binding = 2) writeonly buffer Y { float y[]; };
+
+// mirrors cvk_rmsnorm_push in runtime/vk/op_rmsnorm.h
+layout(push_constant) uniform Push {
+    uint n;        // elements per row
+    uint rows;
+    uint x_stride; // floats between rows of x
+    uint y_stride; // floats between rows of y
+    float eps;
+} pc;
+
+shared float partial[WG]; // one per subgroup; WG bounds the subgroup count
+
+void main() {
+    uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * 65535u;
+    if (row >= pc.rows) return; // uniform across the workgroup
+    uint xb = row * pc.x_stride, yb = row * pc.y_stride;
+    float acc = 0.0;
+    for (uint i = gl_LocalInvocationID.x; i < pc.n; i += WG) {
+        float v = x[xb + i];
+        acc += v * v;
+    }
+    acc = subgroupAdd(acc);
+    if (subgroupElect()) partial[gl_SubgroupID] = acc;
+    barrier();
+    float sum = 0.0;
+    for (uint s = 0; s < gl_NumSubgroups; s++) sum += partial[s];
+    float scale = inversesqrt(sum / float(pc.n) + pc.eps);
+    for (uint i = gl_LocalInvocationID.x; i < pc.n; i += WG) y[yb + i] = x[xb + i] * scale * w[i];
+}

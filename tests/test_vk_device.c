@@ -1,0 +1,438 @@
+/* The Vulkan foundation on a real device (lavapipe in CI): device choice rules and creation,
+ * a clean error with no driver at all, the big-buffer split (plan and data through several
+ * parts, staged and direct), block suballocation, pipeline creation checks, the on-disk
+ * pipeline cache (round trip, corrupt and foreign files ignored), and timestamps. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/vk/op_rmsnorm.h"
+#include "runtime/vk/vk_barrier.h"
+#include "runtime/vk/vk_ctx.h"
+#include "runtime/vk/vk_instance.h"
+#include "runtime/vk/vk_spirv.h"
+#include "shaders/shaders.h"
+#include "tests/test_util.h"
+
+static cvk_ctx *vk;
+
+static int setup(void **state) {
+    (void)state;
+    vk = calloc(1, sizeof *vk);
+    if (cvk_ctx_init(vk, NULL)) {
+        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    cvk_ctx_free(vk);
+    free(vk);
+    if (cvk_validation_errors()) { /* with CINDER_VK_VALIDATION=1 or sync */
+        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
+        return -1;
+    }
+    return 0;
+}
+
+/* --- no driver: a clean error, in a child so the environment change stays there --- */
+
+static void test_no_driver_is_a_clean_error(void **state) {
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("VK_ICD_FILENAMES", "/nonexistent/icd.json", 1);
+        setenv("VK_DRIVER_FILES", "/nonexistent/icd.json", 1);
+        cvk_device d;
+        int ok = cvk_device_init(&d, -1) == -1 && strstr(cd_errmsg(), "no Vulkan") != NULL;
+        if (!ok) fprintf(stderr, "child: %s\n", cd_errmsg());
+        FILE *f = tmpfile();
+        ok = ok && f && cvk_print_devices(f, -1) == -1;
+        _exit(ok ? 0 : 1);
+    }
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    assert_int_equal(WEXITSTATUS(status), 0);
+}
+
+/* --- choice rules on made-up device lists --- */
+
+static cvk_phys_info fake(VkPhysicalDeviceType t, bool usable) {
+    cvk_phys_info p;
+    memset(&p, 0, sizeof p);
+    p.props.deviceType = t;
+    p.usable = usable;
+    snprintf(p.props.deviceName, sizeof p.props.deviceName, "%s", cvk_phys_type_name(t));
+    if (!usable) snprintf(p.why_not, sizeof p.why_not, "made up");
+    return p;
+}
+
+static void test_choice_rules(void **state) {
+    (void)state;
+    unsetenv("CINDER_DEVICE");
+    cvk_phys_info l[4] = {fake(VK_PHYSICAL_DEVICE_TYPE_CPU, true), fake(VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, true),
+                          fake(VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, true), fake(VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU, true)};
+    int c;
+    assert_int_equal(cvk_phys_choose(l, 4, -1, &c), 0);
+    assert_int_equal(c, 2); /* discrete first */
+    l[2].usable = false;
+    assert_int_equal(cvk_phys_choose(l, 4, -1, &c), 0);
+    assert_int_equal(c, 1); /* then integrated */
+    l[1].usable = false;
+    assert_int_equal(cvk_phys_choose(l, 4, -1, &c), 0);
+    assert_int_equal(c, 3); /* then virtual */
+    l[3].usable = false;
+    assert_int_equal(cvk_phys_choose(l, 4, -1, &c), 0);
+    assert_int_equal(c, 0); /* then CPU */
+    l[0].usable = false;
+    assert_int_equal(cvk_phys_choose(l, 4, -1, &c), -1);
+    assert_non_null(strstr(cd_errmsg(), "can be used"));
+    l[0].usable = l[1].usable = l[2].usable = l[3].usable = true;
+    assert_int_equal(cvk_phys_choose(l, 4, 0, &c), 0); /* explicit index wins */
+    assert_int_equal(c, 0);
+    assert_int_equal(cvk_phys_choose(l, 4, 4, &c), -1);
+    assert_non_null(strstr(cd_errmsg(), "does not exist"));
+    l[1].usable = false;
+    assert_int_equal(cvk_phys_choose(l, 4, 1, &c), -1); /* never a silent fallback */
+    assert_non_null(strstr(cd_errmsg(), "cannot be used"));
+    setenv("CINDER_DEVICE", "3", 1);
+    assert_int_equal(cvk_phys_choose(l, 4, -1, &c), 0);
+    assert_int_equal(c, 3);
+    assert_int_equal(cvk_phys_choose(l, 4, 0, &c), 0); /* the argument beats the environment */
+    assert_int_equal(c, 0);
+    setenv("CINDER_DEVICE", "gpu", 1);
+    assert_int_equal(cvk_phys_choose(l, 4, -1, &c), -1);
+    assert_non_null(strstr(cd_errmsg(), "CINDER_DEVICE"));
+    unsetenv("CINDER_DEVICE");
+    assert_int_equal(cvk_phys_choose(l, 0, -1, &c), -1);
+    assert_non_null(strstr(cd_errmsg(), "no Vulkan device"));
+}
+
+/* --- the real device --- */
+
+static void test_device_and_print(void **state) {
+    (void)state;
+    const cvk_caps *c = &vk->dev.info.caps;
+    assert_true(c->api >= VK_API_VERSION_1_2);
+    assert_true(c->subgroup_size > 0);
+    assert_true(c->min_subgroup_size <= c->subgroup_size && c->subgroup_size <= c->max_subgroup_size);
+    assert_true(c->max_storage_range >= 1 << 20);
+    assert_non_null(vk->dev.compute_queue);
+    assert_non_null(vk->dev.transfer_queue);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    assert_int_equal(cvk_print_devices(f, -1), 0);
+    long n = ftell(f);
+    rewind(f);
+    char *text = calloc(1, (size_t)n + 1);
+    assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    const char *want[] = {vk->dev.info.props.deviceName, "maxStorageBufferRange", "maxMemoryAllocation",
+                          "shared memory", "subgroup size", "memory heap 0", "timestamps", "fp16"};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        if (!strstr(text, want[i])) fail_msg("devices listing lacks '%s':\n%s", want[i], text);
+    free(text);
+    /* a second device on the same instance, chosen through the environment */
+    setenv("CINDER_DEVICE", "0", 1);
+    cvk_device d2;
+    assert_int_equal(cvk_device_init(&d2, -1), 0);
+    cvk_device_free(&d2);
+    setenv("CINDER_DEVICE", "99", 1);
+    assert_int_equal(cvk_device_init(&d2, -1), -1);
+    assert_non_null(strstr(cd_errmsg(), "does not exist"));
+    unsetenv("CINDER_DEVICE");
+}
+
+static void test_split_plan(void **state) {
+    (void)state;
+    uint64_t pb;
+    uint32_t n;
+    assert_int_equal(cvk_split_plan(1000, 1, 4096, &pb, &n), 0);
+    assert_int_equal(n, 1);
+    assert_int_equal(cvk_split_plan(10000, 100, 4096, &pb, &n), 0);
+    assert_int_equal(pb, 4000); /* lcm(100, 16) = 400; 10 of them */
+    assert_int_equal(n, 3);
+    assert_int_equal(cvk_split_plan(8192, 1, 4096, &pb, &n), 0);
+    assert_int_equal(pb, 4096);
+    assert_int_equal(n, 2);
+    assert_int_equal(cvk_split_plan(100, 5000, 4096, &pb, &n), -1); /* a row wider than a binding */
+    assert_int_equal(cvk_split_plan(0, 1, 4096, &pb, &n), -1);
+    rng r;
+    rng_seed(&r, 7);
+    for (int i = 0; i < 10000; i++) {
+        uint64_t g = 1 + rng_below(&r, 3000), max = 16 + rng_below(&r, 1 << 20), size = 1 + rng_below(&r, 1u << 30);
+        uint64_t unit = g;
+        while (unit % 16) unit += g; /* lcm(g, 16) */
+        int rc = cvk_split_plan(size, g, max, &pb, &n);
+        assert_int_equal(rc, unit > max ? -1 : 0);
+        if (rc) continue;
+        assert_int_equal(pb % unit, 0);
+        assert_true(pb <= max && pb + unit > max); /* the largest such multiple */
+        assert_true((uint64_t)n * pb >= size && (uint64_t)(n - 1) * pb < size);
+    }
+}
+
+/* Bytes i*7+seed through a buffer split into parts: staged or direct, in and out. */
+static void round_trip(cvk_buffer *b, bool staged, uint8_t seed) {
+    uint8_t *src = malloc(b->size), *dst = calloc(1, b->size);
+    for (uint64_t i = 0; i < b->size; i++) src[i] = (uint8_t)(i * 7 + seed);
+    vk->stager.force_staging = staged;
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(b), src), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(b), dst), 0);
+    assert_memory_equal(src, dst, b->size);
+    /* an unaligned sub-range crossing a part boundary */
+    uint64_t off = b->part_bytes - 13, len = b->size - off - 5;
+    memset(dst, 0, b->size);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_range(b, off, len), dst), 0);
+    assert_memory_equal(src + off, dst, len);
+    vk->stager.force_staging = false;
+    free(src);
+    free(dst);
+}
+
+static void test_big_buffer_split(void **state) {
+    (void)state;
+    cvk_mem *m = &vk->mem;
+    uint64_t saved = m->max_part;
+    m->max_part = 4096; /* pretend maxStorageBufferRange is 4 KiB */
+    cvk_buffer a, b;
+    assert_int_equal(cvk_buffer_create(m, &a, 10003, 100, CVK_MEM_DEVICE), 0);
+    assert_int_equal(a.n_parts, 3);
+    assert_int_equal(a.part_bytes, 4000);
+    assert_int_equal(a.parts[2].size, 2003);
+    uint64_t row0, rows;
+    cvk_buffer_part_rows(&a, 1, &row0, &rows);
+    assert_int_equal(row0, 40);
+    assert_int_equal(rows, 40);
+    round_trip(&a, true, 1);
+    round_trip(&a, false, 2);
+    /* copy into a buffer split differently (granule 1: 4096-byte parts), through a command */
+    assert_int_equal(cvk_buffer_create(m, &b, 10003, 1, CVK_MEM_DEVICE), 0);
+    assert_int_equal(b.n_parts, 3);
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_copy(&vk->cmd, cvk_view_whole(&a), cvk_view_whole(&b)), 0);
+    cvk_barrier_transfer_to_transfer(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_range(&b, 4000, 200), 0x01010101u), 0);
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    uint8_t *out = malloc(b.size);
+    vk->stager.force_staging = true;
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&b), out), 0);
+    vk->stager.force_staging = false;
+    for (uint64_t i = 0; i < b.size; i++)
+        assert_int_equal(out[i], i >= 4000 && i < 4200 ? 1 : (uint8_t)(i * 7 + 2));
+    free(out);
+    /* views for a binding must stay inside one part */
+    uint32_t k;
+    uint64_t off;
+    cvk_view v = cvk_view_range(&a, 3990, 20);
+    assert_int_equal(cvk_view_locate(&v, &k, &off), -1);
+    assert_non_null(strstr(cd_errmsg(), "straddles"));
+    v = cvk_view_range(&a, 4016, 64);
+    assert_int_equal(cvk_view_locate(&v, &k, &off), 0);
+    assert_int_equal(k, 1);
+    assert_int_equal(off, 16);
+    cvk_buffer_destroy(m, &a);
+    cvk_buffer_destroy(m, &b);
+    m->max_part = saved;
+}
+
+static void test_suballocation(void **state) {
+    (void)state;
+    cvk_mem *m = &vk->mem;
+    uint64_t allocs0 = m->n_allocations;
+    uint32_t blocks0 = m->n_blocks;
+    enum { N = 300 };
+    cvk_buffer *b = calloc(N, sizeof *b);
+    rng r;
+    rng_seed(&r, 3);
+    for (int i = 0; i < N; i++)
+        assert_int_equal(cvk_buffer_create(m, &b[i], 1 + rng_below(&r, 20000), 1, CVK_MEM_DEVICE), 0);
+    assert_true(m->n_allocations - allocs0 <= 1); /* 300 buffers, <= 6 MB: one 32 MiB block */
+    for (int i = 0; i < N; i += 2) cvk_buffer_destroy(m, &b[i]);
+    cvk_buffer big;
+    assert_int_equal(cvk_buffer_create(m, &big, 40ull << 20, 1, CVK_MEM_DEVICE), 0); /* its own block */
+    assert_true(m->n_allocations - allocs0 <= 2);
+    cvk_buffer_destroy(m, &big);
+    for (int i = 1; i < N; i += 2) cvk_buffer_destroy(m, &b[i]);
+    assert_int_equal(m->n_blocks, blocks0); /* empty blocks go back to the driver */
+    free(b);
+}
+
+static void test_pipeline_interface_checks(void **state) {
+    (void)state;
+    cvk_spirv_info si;
+    assert_int_equal(cvk_spirv_reflect(cinder_spv_rmsnorm, cinder_spv_rmsnorm_size, &si), 0);
+    assert_int_equal(si.n_bindings, 3);
+    assert_true(si.has_push);
+    assert_int_equal(si.push_size, sizeof(cvk_rmsnorm_push));
+    uint32_t spec = 64;
+    cvk_pipeline p;
+    cvk_pipeline_desc d = {.name = "rmsnorm", .spv = cinder_spv_rmsnorm, .spv_size = cinder_spv_rmsnorm_size,
+                           .n_bindings = 2, .push_size = sizeof(cvk_rmsnorm_push), .spec = &spec, .n_spec = 1};
+    assert_int_equal(cvk_pipeline_create(&p, &vk->dev, VK_NULL_HANDLE, &d), -1);
+    assert_non_null(strstr(cd_errmsg(), "binding 2"));
+    d.n_bindings = 3;
+    d.push_size = 8;
+    assert_int_equal(cvk_pipeline_create(&p, &vk->dev, VK_NULL_HANDLE, &d), -1);
+    assert_non_null(strstr(cd_errmsg(), "push constants"));
+    assert_int_equal(cvk_spirv_reflect(&spec, 4, &si), -1);
+    /* a required subgroup size is honoured when the device can, ignored when it cannot */
+    d.push_size = sizeof(cvk_rmsnorm_push);
+    d.subgroup_size = vk->dev.info.caps.max_subgroup_size;
+    assert_int_equal(cvk_pipeline_create(&p, &vk->dev, VK_NULL_HANDLE, &d), 0);
+    assert_int_equal(p.subgroup_size, vk->dev.info.caps.subgroup_size_control ? d.subgroup_size : 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+}
+
+/* --- pipeline cache on disk --- */
+
+static void write_bytes(const char *path, const void *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static void open_expect(const char *path, bool loaded, const char *note) {
+    cvk_pcache c;
+    assert_int_equal(cvk_pcache_open(&c, &vk->dev, path), 0);
+    if (c.loaded != loaded) fail_msg("%s: loaded=%d note='%s'", path, c.loaded, c.note);
+    if (note && !strstr(c.note, note)) fail_msg("note '%s' lacks '%s'", c.note, note);
+    cvk_pipeline p;
+    assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, c.cache, 64), 0); /* the cache works */
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_pcache_close(&c);
+}
+
+static void test_pipeline_cache_round_trip(void **state) {
+    (void)state;
+    char dir[512], path[600];
+    snprintf(dir, sizeof dir, "%s/vk-pcache-%d", tu_tmp_dir(), (int)getpid());
+    snprintf(path, sizeof path, "%s/sub/pipelines.bin", dir);
+    open_expect(path, false, NULL); /* missing: silently empty */
+    cvk_pcache c;
+    assert_int_equal(cvk_pcache_open(&c, &vk->dev, path), 0);
+    cvk_pipeline p;
+    assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, c.cache, 128), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    assert_int_equal(cvk_pcache_save(&c), 0); /* creates dir/sub */
+    cvk_pcache_close(&c);
+    open_expect(path, true, NULL);
+    size_t n;
+    uint8_t *good = (uint8_t *)tu_read_file(path, &n);
+    assert_non_null(good);
+    assert_true(n >= 24 + 32); /* lavapipe's cache data is the 32-byte header alone */
+    uint8_t *bad = malloc(n);
+    memcpy(bad, good, n);
+    bad[n - 1] ^= 0x40; /* payload bit flip */
+    write_bytes(path, bad, n);
+    open_expect(path, false, "corrupt");
+    write_bytes(path, good, n / 2); /* truncated */
+    open_expect(path, false, "corrupt");
+    write_bytes(path, "garbage!", 8);
+    open_expect(path, false, "not a cinder");
+    memcpy(bad, good, n);
+    bad[24 + 16] ^= 1; /* pipelineCacheUUID of another driver, checksum fixed up */
+    uint64_t h = XXH64(bad + 24, n - 24, 0);
+    for (int i = 0; i < 8; i++) bad[16 + i] = (uint8_t)(h >> (8 * i));
+    write_bytes(path, bad, n);
+    open_expect(path, false, "another device");
+    write_bytes(path, good, n);
+    open_expect(path, true, NULL);
+    free(good);
+    free(bad);
+    char def[4096];
+    assert_int_equal(cvk_pcache_default_path(&vk->dev, def, sizeof def), 0);
+    assert_non_null(strstr(def, "pipelines-"));
+    unlink(path);
+    snprintf(path, sizeof path, "%s/sub", dir);
+    rmdir(path);
+    rmdir(dir);
+}
+
+/* --- timestamps --- */
+
+static void test_timestamps_increase(void **state) {
+    (void)state;
+    if (!vk->dev.info.caps.timestamps) skip();
+    enum { N = 4096, ROWS = 64 };
+    cvk_buffer x, w;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &x, N * ROWS * 4, 1, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &w, N * 4, 1, CVK_MEM_DEVICE), 0);
+    cvk_pipeline p;
+    assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, vk->pcache.cache, 256), 0);
+    cvk_rmsnorm_args a = {.x = cvk_view_whole(&x), .w = cvk_view_whole(&w), .y = cvk_view_whole(&x),
+                          .n = N, .rows = ROWS, .eps = 1e-6f};
+    assert_int_equal(cvk_timer_enable(&vk->timer, true), 0);
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&x), 0x3f800000u), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&w), 0x3f800000u), 0);
+    cvk_barrier_transfer_to_compute(vk->cmd.cb);
+    cvk_cmd_label_begin(&vk->cmd, "outer");
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &p, &a), 0);
+        cvk_barrier_compute_to_compute(vk->cmd.cb);
+    }
+    cvk_cmd_label_end(&vk->cmd);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    cvk_timing t[8];
+    uint32_t n;
+    assert_int_equal(cvk_timer_read(&vk->timer, t, 8, &n), 0);
+    assert_int_equal(n, 4);
+    assert_string_equal(t[0].label, "outer");
+    assert_string_equal(t[1].label, "rmsnorm");
+    for (uint32_t i = 1; i < n; i++) {
+        assert_true(t[i].start_ns <= t[i].end_ns);
+        assert_true(t[i].end_ns > t[i].start_ns || vk->dev.info.caps.timestamp_period > 100);
+        if (i > 1) assert_true(t[i].start_ns >= t[i - 1].end_ns);
+        assert_true(t[i].start_ns >= t[0].start_ns && t[i].end_ns <= t[0].end_ns);
+    }
+    printf("rmsnorm %ux%u: %.1f us per dispatch (timestamps)\n", ROWS, N,
+           (double)(t[3].end_ns - t[3].start_ns) / 1000.0);
+    /* switched off at run time: the next recording has no spans */
+    assert_int_equal(cvk_timer_enable(&vk->timer, false), 0);
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    cvk_cmd_label_begin(&vk->cmd, "ignored");
+    assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &p, &a), 0);
+    cvk_cmd_label_end(&vk->cmd);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    assert_int_equal(cvk_timer_read(&vk->timer, t, 8, &n), 0);
+    assert_int_equal(n, 0);
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &x);
+    cvk_buffer_destroy(&vk->mem, &w);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_driver_is_a_clean_error),
+        cmocka_unit_test(test_choice_rules),
+        cmocka_unit_test(test_split_plan),
+    };
+    const struct CMUnitTest device_tests[] = {
+        cmocka_unit_test(test_device_and_print),
+        cmocka_unit_test(test_big_buffer_split),
+        cmocka_unit_test(test_suballocation),
+        cmocka_unit_test(test_pipeline_interface_checks),
+        cmocka_unit_test(test_pipeline_cache_round_trip),
+        cmocka_unit_test(test_timestamps_increase),
+    };
+    int rc = cmocka_run_group_tests_name("vk_host", tests, NULL, NULL);
+    return rc + cmocka_run_group_tests_name("vk_device", device_tests, setup, teardown);
+}

@@ -1,0 +1,234 @@
+/* shaders/get_rows.comp against runtime/gguf/quant.c: random tables of every supported type
+ * (quantized by quant_quantize_row), gathered at random ids (repeats and out-of-range ids
+ * included) and compared with quant_dequantize_row of the same rows. Also pins
+ * shaders/quant_blocks.glsl to quant.h byte for byte, the push block to its C struct, and
+ * runs a table split over several parts (one dispatch per part). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/gguf/quant.h"
+#include "runtime/vk/op_get_rows.h"
+#include "runtime/vk/vk_barrier.h"
+#include "runtime/vk/vk_ctx.h"
+#include "runtime/vk/vk_instance.h"
+#include "runtime/vk/vk_spirv.h"
+#include "shaders/shaders.h"
+#include "tests/test_util.h"
+
+static cvk_ctx *vk;
+
+static int setup(void **state) {
+    (void)state;
+    vk = calloc(1, sizeof *vk);
+    if (cvk_ctx_init(vk, NULL)) {
+        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    cvk_ctx_free(vk);
+    free(vk);
+    if (cvk_validation_errors()) { /* with CINDER_VK_VALIDATION=1 or sync */
+        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
+        return -1;
+    }
+    return 0;
+}
+
+/* --- layouts --- */
+
+/* Value of `const uint NAME = V;` in the GLSL text; fails the test when absent. */
+static long glsl_const(const char *text, const char *name) {
+    char pat[96];
+    snprintf(pat, sizeof pat, "const uint %s = ", name);
+    const char *p = strstr(text, pat);
+    if (!p) fail_msg("quant_blocks.glsl lacks %s", name);
+    return strtol(p + strlen(pat), NULL, 10);
+}
+
+static void test_quant_blocks_glsl_matches_quant_h(void **state) {
+    (void)state;
+    char *t = tu_read_file(tu_src_path("shaders/quant_blocks.glsl"), NULL);
+    assert_non_null(t);
+    const struct { const char *name; long want; } pins[] = {
+        {"QTYPE_F32", QTYPE_F32}, {"QTYPE_F16", QTYPE_F16}, {"QTYPE_BF16", QTYPE_BF16},
+        {"QTYPE_Q8_0", QTYPE_Q8_0}, {"QTYPE_Q4_K", QTYPE_Q4_K}, {"QTYPE_Q5_K", QTYPE_Q5_K},
+        {"QTYPE_Q6_K", QTYPE_Q6_K}, {"QK8_0", QK8_0}, {"QK_K", QK_K}, {"K_SCALE_SIZE", K_SCALE_SIZE},
+        {"Q8_0_BYTES", sizeof(block_q8_0)}, {"Q8_0_D", offsetof(block_q8_0, d)},
+        {"Q8_0_QS", offsetof(block_q8_0, qs)},
+        {"Q4_K_BYTES", sizeof(block_q4_K)}, {"Q4_K_D", offsetof(block_q4_K, d)},
+        {"Q4_K_DMIN", offsetof(block_q4_K, dmin)}, {"Q4_K_SCALES", offsetof(block_q4_K, scales)},
+        {"Q4_K_QS", offsetof(block_q4_K, qs)},
+        {"Q5_K_BYTES", sizeof(block_q5_K)}, {"Q5_K_D", offsetof(block_q5_K, d)},
+        {"Q5_K_DMIN", offsetof(block_q5_K, dmin)}, {"Q5_K_SCALES", offsetof(block_q5_K, scales)},
+        {"Q5_K_QH", offsetof(block_q5_K, qh)}, {"Q5_K_QS", offsetof(block_q5_K, qs)},
+        {"Q6_K_BYTES", sizeof(block_q6_K)}, {"Q6_K_QL", offsetof(block_q6_K, ql)},
+        {"Q6_K_QH", offsetof(block_q6_K, qh)}, {"Q6_K_SCALES", offsetof(block_q6_K, scales)},
+        {"Q6_K_D", offsetof(block_q6_K, d)},
+    };
+    for (size_t i = 0; i < sizeof pins / sizeof *pins; i++)
+        if (glsl_const(t, pins[i].name) != pins[i].want)
+            fail_msg("%s: GLSL %ld, C %ld", pins[i].name, glsl_const(t, pins[i].name), pins[i].want);
+    free(t);
+}
+
+static void test_push_layout_matches_glsl(void **state) {
+    (void)state;
+    cvk_spirv_info si;
+    assert_int_equal(cvk_spirv_reflect(cinder_spv_get_rows, cinder_spv_get_rows_size, &si), 0);
+    const uint32_t want[] = {offsetof(cvk_get_rows_push, n), offsetof(cvk_get_rows_push, row_bytes),
+                             offsetof(cvk_get_rows_push, row0), offsetof(cvk_get_rows_push, rows),
+                             offsetof(cvk_get_rows_push, n_rows), offsetof(cvk_get_rows_push, n_ids),
+                             offsetof(cvk_get_rows_push, dst_stride)};
+    assert_int_equal(si.n_push, 7);
+    for (int i = 0; i < 7; i++) assert_int_equal(si.push_offset[i], want[i]);
+    assert_int_equal(si.push_size, sizeof(cvk_get_rows_push));
+    assert_int_equal(si.n_bindings, 3);
+}
+
+/* --- gathers --- */
+
+typedef struct tcase {
+    enum qtype type;
+    uint32_t n, n_rows, n_ids, dst_stride;
+} tcase;
+
+/* Runs one gather; the table is split into parts of at most max_part bytes (0: the device's). */
+static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
+    rng r;
+    rng_seed(&r, seed);
+    size_t rb = qtype_row_bytes(t->type, t->n);
+    uint32_t stride = t->dst_stride ? t->dst_stride : t->n;
+    float *row = malloc(t->n * sizeof *row);
+    uint8_t *table = malloc(rb * t->n_rows);
+    for (uint32_t i = 0; i < t->n_rows; i++) {
+        float scale = (i % 5 == 0) ? 1e-3f : (i % 7 == 0 ? 300.0f : 1.0f);
+        for (uint32_t j = 0; j < t->n; j++) row[j] = rng_normal(&r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
+        quant_quantize_row(t->type, row, table + rb * i, t->n);
+    }
+    int32_t *ids = malloc(t->n_ids * sizeof *ids);
+    for (uint32_t i = 0; i < t->n_ids; i++) ids[i] = (int32_t)rng_below(&r, t->n_rows);
+    if (t->n_ids > 3) ids[1] = -1, ids[2] = (int32_t)t->n_rows, ids[3] = ids[0];
+    size_t n_dst = (size_t)(t->n_ids - 1) * stride + t->n;
+
+    cvk_buffer bt, bi, bd;
+    uint64_t saved = vk->mem.max_part;
+    if (max_part) vk->mem.max_part = max_part;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bt, rb * t->n_rows, rb, CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved;
+    if (max_part) assert_true(bt.n_parts >= 3);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bi, 64 + t->n_ids * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bd, 32 + n_dst * 4, 4, CVK_MEM_DEVICE), 0);
+    vk->stager.force_staging = seed & 1;
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bt), table), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bi, 64, t->n_ids * 4), ids), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+
+    cvk_pipeline p;
+    if (cvk_get_rows_pipeline(&p, &vk->dev, vk->pcache.cache, t->type, seed % 3 ? 256 : 64))
+        fail_msg("%s", cd_errmsg());
+    cvk_get_rows_args a = {.table = &bt, .type = t->type, .n = t->n, .n_rows = t->n_rows,
+                           .ids = cvk_view_range(&bi, 64, t->n_ids * 4), .n_ids = t->n_ids,
+                           .dst = cvk_view_range(&bd, 32, n_dst * 4), .dst_stride = stride};
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&bd), 0x7fc00000u), 0); /* NaN: unwritten shows */
+    cvk_barrier_transfer_to_compute(vk->cmd.cb);
+    if (cvk_get_rows(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    float *got = malloc(n_dst * 4);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_range(&bd, 32, n_dst * 4), got), 0);
+    vk->stager.force_staging = false;
+
+    double worst = 0;
+    for (uint32_t i = 0; i < t->n_ids; i++) {
+        bool oob = ids[i] < 0 || (uint32_t)ids[i] >= t->n_rows;
+        if (oob) memset(row, 0, t->n * sizeof *row);
+        else quant_dequantize_row(t->type, table + rb * (size_t)ids[i], row, t->n);
+        double mx = 0;
+        for (uint32_t j = 0; j < t->n; j++) mx = fmax(mx, fabs(row[j]));
+        for (uint32_t j = 0; j < t->n; j++) {
+            float g = got[(size_t)i * stride + j];
+            double err = fabs((double)g - row[j]);
+            bool exact = t->type == QTYPE_F32 || t->type == QTYPE_F16 || t->type == QTYPE_BF16 || oob;
+            if (isnan(g) || (exact ? g != row[j] : err > 1e-6 * mx))
+                fail_msg("%s n=%u: out row %u (id %d) [%u] = %.9g, want %.9g", qtype_name(t->type), t->n, i, ids[i],
+                         j, g, row[j]);
+            if (mx > 0) worst = fmax(worst, err / mx);
+        }
+    }
+    if (t->type >= QTYPE_Q8_0 && t->type != QTYPE_BF16 && seed < 30)
+        printf("  %-5s n=%-5u parts=%u worst error / row max = %.2g\n", qtype_name(t->type), t->n, bt.n_parts, worst);
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &bt);
+    cvk_buffer_destroy(&vk->mem, &bi);
+    cvk_buffer_destroy(&vk->mem, &bd);
+    free(row), free(table), free(ids), free(got);
+}
+
+static void test_every_type_awkward_sizes(void **state) {
+    (void)state;
+    const tcase cases[] = {
+        {QTYPE_F32, 37, 13, 19, 0},     {QTYPE_F32, 1, 3, 5, 4},
+        {QTYPE_F16, 1001, 7, 11, 1003}, {QTYPE_BF16, 5, 40, 33, 0},
+        {QTYPE_BF16, 300, 9, 8, 0},     {QTYPE_Q8_0, 96, 11, 17, 0},
+        {QTYPE_Q8_0, 544, 5, 9, 547},   {QTYPE_Q4_K, 256, 9, 13, 0},
+        {QTYPE_Q4_K, 768, 4, 6, 770},   {QTYPE_Q5_K, 512, 6, 7, 0},
+        {QTYPE_Q5_K, 256, 3, 5, 0},     {QTYPE_Q6_K, 256, 10, 12, 0},
+        {QTYPE_Q6_K, 2304, 3, 4, 2305},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 1 + i, 0);
+}
+
+static void test_split_table(void **state) {
+    (void)state;
+    const tcase cases[] = {
+        {QTYPE_Q4_K, 256, 50, 40, 0},  /* 144-byte rows: 13 per 2000-byte part, 4 parts */
+        {QTYPE_Q6_K, 512, 23, 31, 0},  /* 420-byte rows: lcm 1680, 4 rows per part */
+        {QTYPE_Q8_0, 64, 101, 64, 0},  /* 68-byte rows: lcm 272, 28 rows per part */
+        {QTYPE_F16, 33, 77, 50, 35},   /* 66-byte rows: lcm 528, 24 rows per part */
+        {QTYPE_F32, 3, 500, 70, 0},    /* 12-byte rows: lcm 48, 164 rows per part */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 20 + i, 2000);
+}
+
+static void test_rejects_mismatches(void **state) {
+    (void)state;
+    cvk_pipeline p;
+    assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_0, 64), -1);
+    assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, 64), 0);
+    cvk_buffer b;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
+    cvk_get_rows_args a = {.table = &b, .type = QTYPE_Q4_K, .n = 256, .n_rows = 1, .ids = cvk_view_whole(&b),
+                           .n_ids = 1, .dst = cvk_view_whole(&b)};
+    assert_int_equal(cvk_get_rows(&vk->cmd, &vk->dpool, &p, &a), -1); /* pipeline for Q8_0 */
+    a.type = QTYPE_Q8_0;
+    a.n = 33;
+    assert_int_equal(cvk_get_rows(&vk->cmd, &vk->dpool, &p, &a), -1); /* not whole blocks */
+    assert_non_null(strstr(cd_errmsg(), "blocks"));
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_quant_blocks_glsl_matches_quant_h),
+        cmocka_unit_test(test_push_layout_matches_glsl),
+        cmocka_unit_test(test_every_type_awkward_sizes),
+        cmocka_unit_test(test_split_table),
+        cmocka_unit_test(test_rejects_mismatches),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
