@@ -13,7 +13,7 @@
 #include "tools/commands.h"
 
 typedef struct run_opts {
-    const char *model, *prompt, *tokens;
+    const char *model, *prompt, *tokens, *logits_file;
     uint32_t n_gen, n_ctx;
     sampler_params sp;
     bool json, ignore_eos;
@@ -36,10 +36,11 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder run [--model M] (--prompt TEXT | --tokens 1,2,3) [--n N] [--ctx N]\n"
             "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
-            "                  [--json] [--logits K] [--cpu]\n"
+            "                  [--json] [--logits K] [--logits-file PATH] [--cpu]\n"
             "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
             "  unless --temp > 0. --json prints one object; --logits K adds the top-K [id, value]\n"
-            "  pairs at the last prompt position.\n");
+            "  pairs at the last prompt position. --logits-file writes all last-prompt-position\n"
+            "  logits to PATH as raw float32 (n_vocab values, host byte order).\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o) {
@@ -59,6 +60,7 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->sp.seed)) return -1; }
+        else if (cli_value(argc, argv, &i, "--logits-file", &v)) o->logits_file = v;
         else if (cli_value(argc, argv, &i, "--logits", &v)) { if (cli_u32("--logits", v, &o->n_logits)) return -1; }
         else return cli_unknown("run", a), -1;
         if (!v) return cli_error("run", "%s needs a value", a), -1;
@@ -82,6 +84,14 @@ static int prompt_ids(const run_opts *o, const model *m, run_result *r) {
     return 0;
 }
 
+static int write_logits(const char *path, const float *logits, uint32_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return cli_error("run", "%s: cannot create", path);
+    size_t put = fwrite(logits, sizeof *logits, n, f);
+    if (fclose(f) || put != n) return cli_error("run", "%s: write failed", path);
+    return 0;
+}
+
 /* Prefill the prompt, then decode one token at a time, streaming text unless --json. */
 static int generate(const run_opts *o, const model *m, run_result *r) {
     uint32_t n_ctx = o->n_ctx ? o->n_ctx : (uint32_t)(r->n_prompt + o->n_gen);
@@ -101,6 +111,7 @@ static int generate(const run_opts *o, const model *m, run_result *r) {
     for (size_t i = 0; !rc && i < r->n_prompt; i++)
         if (cpu_forward(&st, r->prompt[i], (uint32_t)i, i + 1 == r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
     r->prefill_ms = cli_now_ms() - t0;
+    if (!rc && o->logits_file) rc = write_logits(o->logits_file, st.logits, m->cfg.n_vocab);
     if (!rc && o->n_logits) r->n_top = sampler_top_k(st.logits, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
     double t1 = cli_now_ms();
     for (uint32_t i = 0; !rc && i < o->n_gen; i++) {
@@ -119,6 +130,14 @@ static int generate(const run_opts *o, const model *m, run_result *r) {
         if (i + 1 < o->n_gen && cpu_forward(&st, id, (uint32_t)(r->n_prompt + i), 1)) rc = cli_error("run", "%s", cd_errmsg());
     }
     r->decode_ms = cli_now_ms() - t1;
+    char tail[16]; /* an incomplete UTF-8 sequence left at the end comes out as U+FFFD */
+    int n_tail = rc ? 0 : tok_stream_flush(&ts, tail, sizeof tail);
+    if (n_tail > 0 && r->text) {
+        if (len + (size_t)n_tail + 1 > cap) r->text = realloc(r->text, cap = len + (size_t)n_tail + 1);
+        memcpy(r->text + len, tail, (size_t)n_tail);
+        len += (size_t)n_tail;
+        if (!o->json) fwrite(tail, 1, (size_t)n_tail, stdout);
+    }
     if (r->text) r->text[len] = 0;
     sampler_free(&smp);
     cpu_state_free(&st);

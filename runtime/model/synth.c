@@ -242,6 +242,11 @@ static void set_hparams(gguf_writer *w, const synth_spec *s) {
     gguf_writer_set_str(w, "general.name", s->name ? s->name : "cinder synthetic");
     gguf_writer_set_str(w, "general.description", "synthetic model written by cinder mkmodel: random weights, real Qwen3 tokenizer");
     gguf_writer_set_u32(w, "general.quantization_version", 2);
+    /* llama_ftype, as llama.cpp's converter and quantizer write it; none fits "mix", and
+     * llama.cpp then guesses one from the tensor types */
+    static const int32_t ftypes[] = {[SYNTH_F32] = 0, [SYNTH_F16] = 1, [SYNTH_BF16] = 32, [SYNTH_Q8_0] = 7,
+                                     [SYNTH_Q4_K_M] = 15, [SYNTH_MIX] = -1};
+    if (ftypes[s->quant] >= 0) gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftypes[s->quant]);
     gguf_writer_set_u32(w, K("context_length"), m->n_ctx_train);
     gguf_writer_set_u32(w, K("embedding_length"), m->n_embd);
     gguf_writer_set_u32(w, K("block_count"), m->n_layer);
@@ -289,9 +294,9 @@ static int set_tokenizer(gguf_writer *w, const synth_spec *s, tok_vocab *v) {
     gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const *)v->tokens, v->n_tokens);
     gguf_writer_set_arr(w, "tokenizer.ggml.token_type", GGUF_VT_I32, v->types, v->n_tokens);
     gguf_writer_set_arr_str(w, "tokenizer.ggml.merges", (const char *const *)v->merges, v->n_merges);
-    gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos_id);
-    gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad_id);
-    gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos_id);
+    if (v->eos_id >= 0) gguf_writer_set_u32(w, "tokenizer.ggml.eos_token_id", (uint32_t)v->eos_id);
+    if (v->pad_id >= 0) gguf_writer_set_u32(w, "tokenizer.ggml.padding_token_id", (uint32_t)v->pad_id);
+    if (v->bos_id >= 0) gguf_writer_set_u32(w, "tokenizer.ggml.bos_token_id", (uint32_t)v->bos_id);
     gguf_writer_set_bool(w, "tokenizer.ggml.add_bos_token", false);
     gguf_writer_set_str(w, "tokenizer.chat_template", tmpl);
     free(tmpl);
