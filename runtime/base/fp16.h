@@ -9,7 +9,9 @@ static inline uint32_t fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); re
 static inline float fp16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
     uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f) return fp32_from_bits(sign | 0x7f800000u | (man << 13));
+    if (exp == 0x1f) { /* inf, or NaN made quiet (as ggml's and the hardware conversions do) */
+        return fp32_from_bits(sign | 0x7f800000u | (man << 13) | (man ? 0x400000u : 0));
+    }
     if (exp == 0) {
         if (man == 0) return fp32_from_bits(sign);
         /* subnormal: value = man * 2^-24 */

@@ -1,0 +1,86 @@
+/* The real ggml as an oracle: libggml-base.so from node-llama-cpp's prebuilt binaries
+ * (installed by scripts/setup.sh), opened with dlopen so the tests need no link-time
+ * dependency on it. Header-only; include from one test file.
+ *
+ * Tests that compare against ggml must FAIL, not skip, when the library is missing: a silent
+ * skip would let a layout error through. ggml_oracle_get() fails the running cmocka test with
+ * a message that says how to install it (scripts/setup.sh). CINDER_GGML_BASE overrides the path. */
+#pragma once
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "tests/test_util.h"
+
+#define GGML_ORACLE_LIB "third_party/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so"
+
+typedef void (*ggml_to_float_fn)(const void *src, float *dst, int64_t n);
+typedef void (*ggml_from_float_fn)(const float *src, void *dst, int64_t n);
+
+typedef struct ggml_oracle {
+    void *lib;
+    /* quant blocks, in ggml's own declarations' argument order */
+    ggml_to_float_fn dequantize_row_q8_0, dequantize_row_q4_K, dequantize_row_q5_K, dequantize_row_q6_K;
+    ggml_from_float_fn quantize_row_q8_0_ref, quantize_row_q4_K_ref, quantize_row_q5_K_ref, quantize_row_q6_K_ref;
+    /* scalar formats (ggml_fp16_t and ggml_bf16_t are 16-bit structs/ints: uint16_t in the ABI) */
+    void (*fp16_to_fp32_row)(const uint16_t *x, float *y, int64_t n);
+    void (*fp32_to_fp16_row)(const float *x, uint16_t *y, int64_t n);
+    void (*bf16_to_fp32_row)(const uint16_t *x, float *y, int64_t n);
+    void (*fp32_to_bf16_row_ref)(const float *x, uint16_t *y, int64_t n);
+    uint16_t (*fp32_to_fp16)(float f);
+    float (*fp16_to_fp32)(uint16_t h);
+    /* type traits, indexed by ggml's type number */
+    int64_t (*blck_size)(int type);
+    size_t (*type_size)(int type);
+    const char *(*type_name)(int type);
+} ggml_oracle;
+
+/* Loads the library and every symbol above; on failure writes the reason into err. */
+static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
+    const char *path = getenv("CINDER_GGML_BASE");
+    if (!path) path = tu_src_path(GGML_ORACLE_LIB);
+    o->lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!o->lib) {
+        snprintf(err, errlen, "cannot load ggml oracle %s (%s): run scripts/setup.sh", path, dlerror());
+        return -1;
+    }
+#define ORACLE_SYM(field, sym)                                                         \
+    do {                                                                               \
+        *(void **)&o->field = dlsym(o->lib, sym);                                      \
+        if (!o->field) {                                                               \
+            snprintf(err, errlen, "ggml oracle %s lacks symbol %s: run scripts/setup.sh", path, sym); \
+            return -1;                                                                 \
+        }                                                                              \
+    } while (0)
+    ORACLE_SYM(dequantize_row_q8_0, "dequantize_row_q8_0");
+    ORACLE_SYM(dequantize_row_q4_K, "dequantize_row_q4_K");
+    ORACLE_SYM(dequantize_row_q5_K, "dequantize_row_q5_K");
+    ORACLE_SYM(dequantize_row_q6_K, "dequantize_row_q6_K");
+    ORACLE_SYM(quantize_row_q8_0_ref, "quantize_row_q8_0_ref");
+    ORACLE_SYM(quantize_row_q4_K_ref, "quantize_row_q4_K_ref");
+    ORACLE_SYM(quantize_row_q5_K_ref, "quantize_row_q5_K_ref");
+    ORACLE_SYM(quantize_row_q6_K_ref, "quantize_row_q6_K_ref");
+    ORACLE_SYM(fp16_to_fp32_row, "ggml_fp16_to_fp32_row");
+    ORACLE_SYM(fp32_to_fp16_row, "ggml_fp32_to_fp16_row");
+    ORACLE_SYM(bf16_to_fp32_row, "ggml_bf16_to_fp32_row");
+    ORACLE_SYM(fp32_to_bf16_row_ref, "ggml_fp32_to_bf16_row_ref");
+    ORACLE_SYM(fp32_to_fp16, "ggml_fp32_to_fp16");
+    ORACLE_SYM(fp16_to_fp32, "ggml_fp16_to_fp32");
+    ORACLE_SYM(blck_size, "ggml_blck_size");
+    ORACLE_SYM(type_size, "ggml_type_size");
+    ORACLE_SYM(type_name, "ggml_type_name");
+#undef ORACLE_SYM
+    return 0;
+}
+
+/* The process-wide oracle, loaded on first use; fails (never skips) the running cmocka test
+ * when the library is unavailable. Include <cmocka.h> before this header. */
+static inline const ggml_oracle *ggml_oracle_get(void) {
+    static ggml_oracle o;
+    static int state; /* 0 untried, 1 loaded, -1 failed */
+    static char err[1024];
+    if (state == 0) state = ggml_oracle_load(&o, err, sizeof err) == 0 ? 1 : -1;
+    if (state < 0) fail_msg("%s", err);
+    return &o;
+}

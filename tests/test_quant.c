@@ -1,0 +1,617 @@
+/* Quant formats (runtime/gguf/quant.c):
+ *   - the type table, checked against ggml's own traits;
+ *   - hand-built blocks whose floats are worked out by hand here, so a layout error shows up
+ *     without trusting any other code;
+ *   - dequantization bit-identical to the real ggml (libggml-base.so) on thousands of random
+ *     blocks, and each side's dequantizer reading the other side's quantized blocks;
+ *   - round-trip error on random data at awkward shapes, against fixed bounds and against
+ *     ggml's reference quantizer on the same data. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+#include "runtime/base/fp16.h"
+#include "runtime/base/rng.h"
+#include "runtime/gguf/quant.h"
+#include "tests/ggml_oracle.h"
+
+static const enum qtype supported[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0,
+                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
+static const enum qtype blocked[] = {QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
+
+static ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
+    switch (t) {
+    case QTYPE_Q8_0: return g->dequantize_row_q8_0;
+    case QTYPE_Q4_K: return g->dequantize_row_q4_K;
+    case QTYPE_Q5_K: return g->dequantize_row_q5_K;
+    case QTYPE_Q6_K: return g->dequantize_row_q6_K;
+    default: return NULL;
+    }
+}
+
+static ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
+    switch (t) {
+    case QTYPE_Q8_0: return g->quantize_row_q8_0_ref;
+    case QTYPE_Q4_K: return g->quantize_row_q4_K_ref;
+    case QTYPE_Q5_K: return g->quantize_row_q5_K_ref;
+    case QTYPE_Q6_K: return g->quantize_row_q6_K_ref;
+    default: return NULL;
+    }
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    assert_non_null(p);
+    return p;
+}
+
+/* ---- the type table ---- */
+
+static void test_type_table(void **state) {
+    (void)state;
+    static const struct { enum qtype t; const char *name; int64_t elems; size_t bytes; } want[] = {
+        {QTYPE_F32, "F32", 1, 4},       {QTYPE_F16, "F16", 1, 2},       {QTYPE_Q4_0, "Q4_0", 32, 18},
+        {QTYPE_Q4_1, "Q4_1", 32, 20},   {QTYPE_Q5_0, "Q5_0", 32, 22},   {QTYPE_Q5_1, "Q5_1", 32, 24},
+        {QTYPE_Q8_0, "Q8_0", 32, 34},   {QTYPE_Q8_1, "Q8_1", 32, 36},   {QTYPE_Q2_K, "Q2_K", 256, 84},
+        {QTYPE_Q3_K, "Q3_K", 256, 110}, {QTYPE_Q4_K, "Q4_K", 256, 144}, {QTYPE_Q5_K, "Q5_K", 256, 176},
+        {QTYPE_Q6_K, "Q6_K", 256, 210}, {QTYPE_Q8_K, "Q8_K", 256, 292}, {QTYPE_BF16, "BF16", 1, 2},
+    };
+    int n_known = 0;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        enum qtype t = want[i].t, back;
+        assert_true(qtype_known((uint32_t)t));
+        assert_string_equal(qtype_name(t), want[i].name);
+        assert_int_equal(qtype_block_elems(t), want[i].elems);
+        assert_int_equal(qtype_block_bytes(t), want[i].bytes);
+        assert_int_equal(qtype_row_bytes(t, want[i].elems * 3), want[i].bytes * 3);
+        assert_int_equal(qtype_from_name(want[i].name, &back), 0);
+        assert_int_equal(back, t);
+        char lower[8] = {0};
+        for (size_t k = 0; want[i].name[k]; k++) lower[k] = (char)tolower((unsigned char)want[i].name[k]);
+        assert_int_equal(qtype_from_name(lower, &back), 0);
+        assert_int_equal(back, t);
+    }
+    for (uint32_t t = 0; t < QTYPE_COUNT + 10; t++) n_known += qtype_known(t);
+    assert_int_equal(n_known, sizeof want / sizeof want[0]);
+    for (size_t i = 0; i < N_SUPPORTED; i++) assert_true(qtype_supported(supported[i]));
+    int n_supported = 0;
+    for (uint32_t t = 0; t < QTYPE_COUNT; t++) n_supported += qtype_supported((enum qtype)t);
+    assert_int_equal(n_supported, N_SUPPORTED);
+
+    enum qtype out = QTYPE_F32;
+    assert_int_equal(qtype_from_name("Q4_K_M", &out), -1);
+    assert_int_equal(qtype_from_name("", &out), -1);
+    assert_int_equal(qtype_from_name(NULL, &out), -1);
+    assert_string_equal(qtype_name((enum qtype)4), "?"); /* ggml's removed Q4_2 */
+    assert_string_equal(qtype_name((enum qtype)1000), "?");
+    assert_false(qtype_known(4));
+    assert_false(qtype_known(QTYPE_COUNT));
+    assert_false(qtype_known(0xffffffffu));
+    assert_int_equal(qtype_block_bytes((enum qtype)5), 0);
+    assert_int_equal(qtype_row_bytes(QTYPE_Q4_K, 4096), 16 * 144);
+    assert_int_equal(qtype_row_bytes(QTYPE_F16, 7), 14);
+}
+
+/* Every type we know has ggml's block size, byte size and (case aside) name. */
+static void test_type_table_vs_ggml(void **state) {
+    (void)state;
+    const ggml_oracle *g = ggml_oracle_get();
+    for (uint32_t t = 0; t < QTYPE_COUNT; t++) {
+        if (!qtype_known(t)) continue;
+        assert_int_equal(g->blck_size((int)t), qtype_block_elems((enum qtype)t));
+        assert_int_equal(g->type_size((int)t), qtype_block_bytes((enum qtype)t));
+        if (strcasecmp(g->type_name((int)t), qtype_name((enum qtype)t)) != 0)
+            fail_msg("type %u: ggml calls it %s, we call it %s", t, g->type_name((int)t), qtype_name((enum qtype)t));
+    }
+}
+
+/* ---- hand-built blocks ---- */
+
+static void expect_floats(const float *got, const float *want, int n, const char *what) {
+    for (int i = 0; i < n; i++)
+        if (got[i] != want[i]) fail_msg("%s: element %d is %.9g, expected %.9g", what, i, got[i], want[i]);
+}
+
+static void test_hand_q8_0(void **state) {
+    (void)state;
+    block_q8_0 b[2];
+    b[0].d = 0x3800; /* 0.5 */
+    b[1].d = 0xc400; /* -4 */
+    for (int i = 0; i < 32; i++) {
+        b[0].qs[i] = (int8_t)(i * 8 - 128); /* -128, -120, ..., 120 */
+        b[1].qs[i] = (int8_t)(i - 5);
+    }
+    float y[64], want[64];
+    for (int i = 0; i < 32; i++) {
+        want[i] = 0.5f * (float)(i * 8 - 128);
+        want[32 + i] = -4.0f * (float)(i - 5);
+    }
+    quant_dequantize_row(QTYPE_Q8_0, b, y, 64);
+    expect_floats(y, want, 64, "Q8_0");
+    assert_true(y[0] == -64.0f && y[31] == 60.0f && y[32] == 20.0f && y[63] == -104.0f);
+}
+
+/* The Q4_K/Q5_K example below: d = 0.25, dmin = 0.5, and for sub-blocks 0..7
+ *   sc = 1 2 3 4 17 33 50 63,  m = 0 5 10 63 16 31 47 1
+ * packed by hand:
+ *   bytes 0-3 : sc[0..3] | top two bits of sc[4..7] << 6 = 0x41 0x82 0xC3 0xC4
+ *   bytes 4-7 : m[0..3]  | top two bits of m[4..7]  << 6 = 0x40 0x45 0x8A 0x3F
+ *   bytes 8-11: low 4 bits of sc[4..7] | low 4 of m[4..7] << 4 = 0x01 0xF1 0xF2 0x1F */
+static const int hand_sc[8] = {1, 2, 3, 4, 17, 33, 50, 63};
+static const int hand_m[8] = {0, 5, 10, 63, 16, 31, 47, 1};
+static const uint8_t hand_scales[12] = {0x41, 0x82, 0xC3, 0xC4, 0x40, 0x45, 0x8A, 0x3F, 0x01, 0xF1, 0xF2, 0x1F};
+/* qs byte 32*g + l holds (l + g) & 15 in its low nibble, (3l + g) & 15 in its high nibble */
+static uint8_t hand_qs(int g, int l) { return (uint8_t)(((l + g) & 15) | (((3 * l + g) & 15) << 4)); }
+/* so weight l of sub-block j (which lives in group g = j / 2) has 4-bit level: */
+static int hand_nibble(int j, int l) { return j % 2 == 0 ? (l + j / 2) & 15 : (3 * l + j / 2) & 15; }
+
+static void test_hand_q4_K(void **state) {
+    (void)state;
+    block_q4_K b;
+    b.d = 0x3400;    /* 0.25 */
+    b.dmin = 0x3800; /* 0.5 */
+    memcpy(b.scales, hand_scales, 12);
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++) b.qs[32 * g + l] = hand_qs(g, l);
+    float y[256], want[256];
+    for (int j = 0; j < 8; j++)
+        for (int l = 0; l < 32; l++) want[32 * j + l] = 0.25f * (float)hand_sc[j] * (float)hand_nibble(j, l) - 0.5f * (float)hand_m[j];
+    quant_dequantize_row(QTYPE_Q4_K, &b, y, 256);
+    expect_floats(y, want, 256, "Q4_K");
+    /* a few by hand: (sub-block, l) -> q -> 0.25*sc*q - 0.5*m */
+    assert_true(y[0] == 0.0f);              /* (0,0): q 0 */
+    assert_true(y[32 * 3 + 5] == -31.5f);   /* (3,5): q (15+1)&15 = 0, -0.5*63 */
+    assert_true(y[32 * 6 + 7] == 101.5f);   /* (6,7): q 7+3 = 10, 0.25*50*10 - 0.5*47 */
+    assert_true(y[32 * 7 + 4] == 235.75f);  /* (7,4): q 12+3 = 15, 0.25*63*15 - 0.5*1 */
+}
+
+static void test_hand_q5_K(void **state) {
+    (void)state;
+    block_q5_K b;
+    b.d = 0x3400;
+    b.dmin = 0x3800;
+    memcpy(b.scales, hand_scales, 12);
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++) b.qs[32 * g + l] = hand_qs(g, l);
+    for (int l = 0; l < 32; l++) b.qh[l] = (uint8_t)(0x5A ^ (l * 7)); /* bit j: 5th bit of sub-block j */
+    float y[256], want[256];
+    for (int j = 0; j < 8; j++)
+        for (int l = 0; l < 32; l++) {
+            int q = hand_nibble(j, l) + 16 * ((b.qh[l] >> j) & 1);
+            want[32 * j + l] = 0.25f * (float)hand_sc[j] * (float)q - 0.5f * (float)hand_m[j];
+        }
+    quant_dequantize_row(QTYPE_Q5_K, &b, y, 256);
+    expect_floats(y, want, 256, "Q5_K");
+    /* (6,7): qh[7] = 0x5A ^ 49 = 0x6B, bit 6 set: q = 10 + 16 = 26 -> 0.25*50*26 - 23.5 */
+    assert_true(y[32 * 6 + 7] == 301.5f);
+    /* (0,0): qh[0] = 0x5A, bit 0 clear: q = 0 -> 0 */
+    assert_true(y[0] == 0.0f);
+    /* (1,0): bit 1 of 0x5A set: q = (0 + 0)&15 + 16 = 16 -> 0.25*2*16 - 0.5*5 */
+    assert_true(y[32] == 5.5f);
+}
+
+/* Q6_K: ql bytes 0x21 in the first 32 of each 64, 0x43 in the second 32; qh bytes 0xE4 in
+ * the first half (bit pairs 0,1,2,3 from the bottom) and 0x1B in the second (3,2,1,0). So in
+ * half h, quarter t the 6-bit level is
+ *   h=0: t0 1|0<<4 = 1   t1 3|1<<4 = 19   t2 2|2<<4 = 34   t3 4|3<<4 = 52
+ *   h=1: t0 1|3<<4 = 49  t1 3|2<<4 = 35   t2 2|1<<4 = 18   t3 4|0<<4 = 4
+ * and y = 0.5 * scales[w/16] * (q - 32) with scales[k] = 9k - 70. */
+static void test_hand_q6_K(void **state) {
+    (void)state;
+    static const int level[2][4] = {{1, 19, 34, 52}, {49, 35, 18, 4}};
+    block_q6_K b;
+    b.d = 0x3800;
+    for (int h = 0; h < 2; h++) {
+        for (int l = 0; l < 64; l++) b.ql[64 * h + l] = l < 32 ? 0x21 : 0x43;
+        for (int l = 0; l < 32; l++) b.qh[32 * h + l] = h ? 0x1B : 0xE4;
+    }
+    for (int k = 0; k < 16; k++) b.scales[k] = (int8_t)(9 * k - 70);
+    float y[256], want[256];
+    for (int w = 0; w < 256; w++)
+        want[w] = 0.5f * (float)(9 * (w / 16) - 70) * (float)(level[w / 128][(w % 128) / 32] - 32);
+    quant_dequantize_row(QTYPE_Q6_K, &b, y, 256);
+    expect_floats(y, want, 256, "Q6_K");
+    assert_true(y[0] == 1085.0f);     /* 0.5 * -70 * (1 - 32) */
+    assert_true(y[40] == 338.0f);     /* sub-block 2 (scale -52), quarter 1: 0.5 * -52 * (19 - 32) */
+    assert_true(y[255] == -910.0f);   /* 0.5 * 65 * (4 - 32) */
+}
+
+static void test_hand_floats(void **state) {
+    (void)state;
+    const uint16_t h[4] = {0x3c00, 0xc000, 0x7bff, 0x0001};
+    const uint16_t bf[4] = {0x3f80, 0x4049, 0xc2f7, 0x0000};
+    const float f[3] = {1.5f, -0.0f, 1e-30f};
+    float y[4];
+    quant_dequantize_row(QTYPE_F16, h, y, 4);
+    assert_true(y[0] == 1.0f && y[1] == -2.0f && y[2] == 65504.0f && y[3] == 0x1p-24f);
+    quant_dequantize_row(QTYPE_BF16, bf, y, 4);
+    assert_true(y[0] == 1.0f && y[1] == 3.140625f && y[2] == -123.5f && y[3] == 0.0f);
+    quant_dequantize_row(QTYPE_F32, f, y, 3);
+    assert_memory_equal(y, f, sizeof f);
+    uint16_t out[3];
+    quant_quantize_row(QTYPE_F16, f, out, 3);
+    assert_true(out[0] == 0x3e00 && out[1] == 0x8000 && out[2] == 0x0000);
+    quant_quantize_row(QTYPE_BF16, f, out, 3);
+    assert_true(out[0] == 0x3fc0 && out[1] == 0x8000 && out[2] == 0x0da2);
+}
+
+/* The quantizer packs what the dequantizer unpacks: a Q4_K/Q5_K/Q6_K built from data that sits
+ * exactly on a grid the format can hold comes back exactly. */
+static void test_exact_grid(void **state) {
+    (void)state;
+    float x[512], y[512];
+    rng r;
+    rng_seed(&r, 7);
+    /* Q6_K: x = 0.5 * sc * (q - 32) with the same scale across the row: every value is
+     * representable; the quantizer must find it (or another exact representation). */
+    for (int i = 0; i < 512; i++) x[i] = 0.25f * (float)((int)rng_below(&r, 64) - 32);
+    for (int i = 0; i < 512; i += 16) x[i] = -8.0f; /* each sub-block reaches level -32 */
+    uint8_t buf[2 * 210];
+    quant_quantize_row(QTYPE_Q6_K, x, buf, 512);
+    quant_dequantize_row(QTYPE_Q6_K, buf, y, 512);
+    expect_floats(y, x, 512, "Q6_K exact grid");
+    /* Q8_0: integers with amax 127 in each block */
+    for (int i = 0; i < 512; i++) x[i] = (float)((int)rng_below(&r, 255) - 127);
+    for (int i = 0; i < 512; i += 32) x[i] = 127;
+    uint8_t b8[16 * 34];
+    quant_quantize_row(QTYPE_Q8_0, x, b8, 512);
+    quant_dequantize_row(QTYPE_Q8_0, b8, y, 512);
+    expect_floats(y, x, 512, "Q8_0 exact grid");
+}
+
+/* ---- bit-exact against ggml ---- */
+
+/* A random fp16 that is finite (any sign, normal or subnormal). */
+static uint16_t rand_finite_half(rng *r) {
+    for (;;) {
+        uint16_t h = (uint16_t)rng_u64(r);
+        if ((h & 0x7c00) != 0x7c00) return h;
+    }
+}
+
+static void random_blocks(enum qtype t, uint8_t *buf, int64_t nblocks, rng *r) {
+    size_t bs = qtype_block_bytes(t);
+    for (size_t i = 0; i < bs * (size_t)nblocks; i++) buf[i] = (uint8_t)rng_u64(r);
+    for (int64_t b = 0; b < nblocks; b++) {
+        uint8_t *p = buf + (size_t)b * bs;
+        uint16_t d = rand_finite_half(r), dmin = rand_finite_half(r);
+        switch (t) {
+        case QTYPE_Q8_0: memcpy(&((block_q8_0 *)p)->d, &d, 2); break;
+        case QTYPE_Q4_K: memcpy(&((block_q4_K *)p)->d, &d, 2); memcpy(&((block_q4_K *)p)->dmin, &dmin, 2); break;
+        case QTYPE_Q5_K: memcpy(&((block_q5_K *)p)->d, &d, 2); memcpy(&((block_q5_K *)p)->dmin, &dmin, 2); break;
+        case QTYPE_Q6_K: memcpy(&((block_q6_K *)p)->d, &d, 2); break;
+        default: break;
+        }
+    }
+}
+
+static void expect_same_bits(const float *ours, const float *theirs, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; i++)
+        if (fp32_to_bits(ours[i]) != fp32_to_bits(theirs[i]))
+            fail_msg("%s: element %lld: ours %.9g (%08x), ggml %.9g (%08x)", what, (long long)i, ours[i],
+                     fp32_to_bits(ours[i]), theirs[i], fp32_to_bits(theirs[i]));
+}
+
+/* Random bytes with finite fp16 scales: every bit of every field is exercised. */
+static void test_dequant_random_blocks_vs_ggml(void **state) {
+    (void)state;
+    const ggml_oracle *g = ggml_oracle_get();
+    rng r;
+    rng_seed(&r, 42);
+    enum { NB = 4096 };
+    for (size_t k = 0; k < N_BLOCKED; k++) {
+        enum qtype t = blocked[k];
+        int64_t n = NB * qtype_block_elems(t);
+        uint8_t *buf = xmalloc(qtype_row_bytes(t, n));
+        float *a = xmalloc((size_t)n * sizeof *a), *b = xmalloc((size_t)n * sizeof *b);
+        for (int rep = 0; rep < 2; rep++) {
+            random_blocks(t, buf, NB, &r);
+            quant_dequantize_row(t, buf, a, n);
+            ggml_deq(g, t)(buf, b, n);
+            expect_same_bits(a, b, n, qtype_name(t));
+        }
+        /* odd block counts, row by row, as the CPU reference calls it */
+        for (int64_t nb = 1; nb <= 7; nb += 3) {
+            int64_t m = nb * qtype_block_elems(t);
+            random_blocks(t, buf, nb, &r);
+            quant_dequantize_row(t, buf, a, m);
+            ggml_deq(g, t)(buf, b, m);
+            expect_same_bits(a, b, m, qtype_name(t));
+        }
+        print_message("%s: %d random blocks bit-identical to ggml\n", qtype_name(t), 2 * NB + 11);
+        free(buf);
+        free(a);
+        free(b);
+    }
+}
+
+/* F16 and BF16 rows: every 16-bit pattern (NaN included) dequantizes to ggml's bits. */
+static void test_dequant_halves_vs_ggml(void **state) {
+    (void)state;
+    const ggml_oracle *g = ggml_oracle_get();
+    static uint16_t h[65536];
+    static float a[65536], b[65536];
+    for (int i = 0; i < 65536; i++) h[i] = (uint16_t)i;
+    quant_dequantize_row(QTYPE_F16, h, a, 65536);
+    g->fp16_to_fp32_row(h, b, 65536);
+    expect_same_bits(a, b, 65536, "F16");
+    quant_dequantize_row(QTYPE_BF16, h, a, 65536);
+    g->bf16_to_fp32_row(h, b, 65536);
+    expect_same_bits(a, b, 65536, "BF16");
+}
+
+/* ---- random data ---- */
+
+enum dist { DIST_NORMAL, DIST_OUTLIERS, DIST_UNIFORM, DIST_NEAR_ONE, DIST_POSITIVE, DIST_SCALED, DIST_SPARSE,
+            DIST_LLM, DIST_TINY, N_DIST };
+static const char *const dist_names[N_DIST] = {"normal", "outliers", "uniform", "near-one", "positive",
+                                               "block-scaled", "sparse", "llm-scale", "tiny"};
+
+static void fill(float *x, int64_t n, enum dist d, rng *r) {
+    float block_scale = 1;
+    for (int64_t i = 0; i < n; i++) {
+        float z = rng_normal(r);
+        switch (d) {
+        case DIST_NORMAL: x[i] = z; break;
+        case DIST_OUTLIERS: x[i] = rng_below(r, 64) == 0 ? 8 * z : z; break;
+        case DIST_UNIFORM: x[i] = 2 * rng_f32(r) - 1; break;
+        case DIST_NEAR_ONE: x[i] = 1 + 0.1f * z; break; /* norm weights */
+        case DIST_POSITIVE: x[i] = fabsf(z); break;
+        case DIST_SCALED: /* each 32 values at their own scale, 1e-3 .. 1e3 */
+            if (i % 32 == 0) block_scale = powf(10.0f, 6 * rng_f32(r) - 3);
+            x[i] = block_scale * z;
+            break;
+        case DIST_SPARSE: x[i] = rng_below(r, 10) == 0 ? z : 0; break;
+        /* typical LLM weights: K-quant scales d fall among the fp16 subnormals */
+        case DIST_LLM: x[i] = 0.02f * z; break;
+        case DIST_TINY: x[i] = 1e-4f * z; break;
+        default: break;
+        }
+    }
+}
+
+/* Rows of awkward lengths and counts for type t (lengths multiples of its block size). */
+typedef struct shape { int64_t n, rows; } shape;
+static int shapes_for(enum qtype t, shape out[5]) {
+    int64_t be = qtype_block_elems(t);
+    if (be == 1) {
+        static const shape s[] = {{1, 1}, {7, 3}, {1000, 7}, {4099, 13}, {2, 1001}};
+        memcpy(out, s, sizeof s);
+        return 5;
+    }
+    static const int64_t k_blocks[] = {1, 3, 11, 16, 43}, q8_blocks[] = {1, 3, 37, 125, 344};
+    static const int64_t rows[] = {1, 3, 7, 13, 5};
+    for (int i = 0; i < 5; i++) out[i] = (shape){(be == QK_K ? k_blocks : q8_blocks)[i] * be, rows[i]};
+    return 5;
+}
+
+typedef struct errstat { double se, ss; } errstat; /* sum of squared errors, of squared values */
+static double rel_rmse(errstat e) { return e.ss > 0 ? sqrt(e.se / e.ss) : sqrt(e.se); }
+static void accumulate(errstat *e, const float *x, const float *y, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)y[i] - x[i];
+        e->se += d * d;
+        e->ss += (double)x[i] * x[i];
+    }
+}
+
+/* Quantizes every row of every shape both ways; returns our error and (for the block types)
+ * ggml's reference quantizer's error on the same data. Checks on the way that ggml's
+ * dequantizer reads our blocks exactly as ours does, and ours reads ggml's exactly as ggml. */
+static void round_trip(enum qtype t, enum dist d, uint64_t seed, errstat *ours, errstat *theirs) {
+    const ggml_oracle *g = ggml_oracle_get();
+    rng r;
+    rng_seed(&r, seed);
+    shape sh[5];
+    int ns = shapes_for(t, sh);
+    *ours = *theirs = (errstat){0, 0};
+    for (int s = 0; s < ns; s++) {
+        int64_t n = sh[s].n;
+        size_t rb = qtype_row_bytes(t, n);
+        float *x = xmalloc((size_t)n * sizeof *x), *y = xmalloc((size_t)n * sizeof *y);
+        float *y2 = xmalloc((size_t)n * sizeof *y2);
+        uint8_t *q = xmalloc(rb);
+        for (int64_t row = 0; row < sh[s].rows; row++) {
+            fill(x, n, d, &r);
+            quant_quantize_row(t, x, q, n);
+            quant_dequantize_row(t, q, y, n);
+            for (int64_t i = 0; i < n; i++)
+                if (!isfinite(y[i])) fail_msg("%s %s: non-finite output %g at %lld", qtype_name(t), dist_names[d], y[i], (long long)i);
+            accumulate(ours, x, y, n);
+            if (!ggml_quant(g, t)) continue;
+            ggml_deq(g, t)(q, y2, n);
+            expect_same_bits(y, y2, n, "ggml dequantizing our blocks");
+            ggml_quant(g, t)(x, q, n);
+            ggml_deq(g, t)(q, y2, n);
+            quant_dequantize_row(t, q, y, n);
+            expect_same_bits(y, y2, n, "ours dequantizing ggml's blocks");
+            accumulate(theirs, x, y2, n);
+        }
+        free(x);
+        free(y);
+        free(y2);
+        free(q);
+    }
+}
+
+/* Error bounds on normal data (relative RMSE = ||dequant - x|| / ||x||). Measured values are
+ * in docs/QUANTS.md; the bounds leave a modest margin above them. */
+static double normal_bound(enum qtype t) {
+    switch (t) {
+    case QTYPE_F32: return 0;
+    case QTYPE_F16: return 2.5e-4;  /* measured 2.09e-4 */
+    case QTYPE_BF16: return 2.0e-3; /* 1.67e-3 */
+    case QTYPE_Q8_0: return 6.2e-3; /* 5.37e-3 */
+    case QTYPE_Q6_K: return 1.9e-2; /* 1.65e-2 */
+    case QTYPE_Q5_K: return 4.0e-2; /* 3.44e-2 */
+    case QTYPE_Q4_K: return 8.0e-2; /* 6.99e-2 */
+    default: return 0;
+    }
+}
+
+static void test_round_trip_normal(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_SUPPORTED; k++) {
+        enum qtype t = supported[k];
+        errstat ours, theirs;
+        round_trip(t, DIST_NORMAL, 100 + k, &ours, &theirs);
+        double e = rel_rmse(ours);
+        if (theirs.ss > 0)
+            print_message("%-5s normal: rel RMSE %.5f (ggml ref %.5f, ratio %.3f), bound %.5f\n", qtype_name(t), e,
+                          rel_rmse(theirs), e / rel_rmse(theirs), normal_bound(t));
+        else
+            print_message("%-5s normal: rel RMSE %.3g, bound %.3g\n", qtype_name(t), e, normal_bound(t));
+        if (!(e <= normal_bound(t))) fail_msg("%s: rel RMSE %g above bound %g", qtype_name(t), e, normal_bound(t));
+    }
+}
+
+/* On every distribution our quantizer is within 1.1x of ggml's reference quantizer. */
+static void test_round_trip_vs_ggml(void **state) {
+    (void)state;
+    for (size_t k = 0; k < N_BLOCKED; k++) {
+        enum qtype t = blocked[k];
+        for (int d = 0; d < N_DIST; d++) {
+            errstat ours, theirs;
+            round_trip(t, (enum dist)d, 1000 + 10 * k + (uint64_t)d, &ours, &theirs);
+            double a = rel_rmse(ours), b = rel_rmse(theirs);
+            print_message("%-5s %-12s: rel RMSE %.5f, ggml ref %.5f, ratio %.3f\n", qtype_name(t), dist_names[d], a, b, a / b);
+            if (!(a <= 1.1 * b)) fail_msg("%s %s: our error %g is above 1.1x ggml's %g", qtype_name(t), dist_names[d], a, b);
+        }
+    }
+}
+
+/* Degenerate rows: all zeros come back as exact zeros, constants come back close, and
+ * extreme or non-finite inputs never produce non-finite output from finite input. */
+static void test_degenerate(void **state) {
+    (void)state;
+    enum { N = 512 };
+    float x[N], y[N];
+    uint8_t q[N * 4];
+    for (size_t k = 0; k < N_SUPPORTED; k++) {
+        enum qtype t = supported[k];
+        memset(x, 0, sizeof x);
+        quant_quantize_row(t, x, q, N);
+        quant_dequantize_row(t, q, y, N);
+        for (int i = 0; i < N; i++) assert_true(y[i] == 0.0f);
+        static const float consts[] = {0.37f, -1.5f, 0.05f, -250.0f};
+        for (size_t c = 0; c < sizeof consts / sizeof consts[0]; c++) {
+            for (int i = 0; i < N; i++) x[i] = consts[c];
+            quant_quantize_row(t, x, q, N);
+            quant_dequantize_row(t, q, y, N);
+            double e = tu_rel_l2(y, x, N), tol = t == QTYPE_BF16 ? 4e-3 : 2e-3; /* 0.05 puts K-quant d among fp16 subnormals */
+            if (!(e < tol)) fail_msg("%s constant %g: rel error %g", qtype_name(t), consts[c], e);
+        }
+        /* one spike among zeros */
+        memset(x, 0, sizeof x);
+        x[77] = 100.0f;
+        quant_quantize_row(t, x, q, N);
+        quant_dequantize_row(t, q, y, N);
+        assert_true(fabsf(y[77] - 100.0f) < 0.5f);
+        for (int i = 0; i < N; i++) if (i != 77) assert_true(fabsf(y[i]) < 1e-3f);
+        /* huge and tiny magnitudes stay finite in the block formats */
+        if (qtype_block_elems(t) > 1) {
+            static const float mags[] = {1e-30f, 1e-7f, 1e6f, 1e30f};
+            rng r;
+            rng_seed(&r, 3);
+            for (size_t m = 0; m < sizeof mags / sizeof mags[0]; m++) {
+                for (int i = 0; i < N; i++) x[i] = mags[m] * rng_normal(&r);
+                quant_quantize_row(t, x, q, N);
+                quant_dequantize_row(t, q, y, N);
+                for (int i = 0; i < N; i++) assert_true(isfinite(y[i]));
+            }
+            /* NaN and inf in the input: no crash, no sanitizer report (the output is undefined) */
+            for (int i = 0; i < N; i++) x[i] = rng_normal(&r);
+            x[5] = NAN;
+            x[300] = INFINITY;
+            x[301] = -INFINITY;
+            quant_quantize_row(t, x, q, N);
+            quant_dequantize_row(t, q, y, N);
+        }
+    }
+}
+
+/* Quantizing is deterministic and writes exactly qtype_row_bytes (ASan checks the bound). */
+static void test_quantize_bounds_and_determinism(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 11);
+    for (size_t k = 0; k < N_SUPPORTED; k++) {
+        enum qtype t = supported[k];
+        int64_t n = 3 * (qtype_block_elems(t) > 1 ? qtype_block_elems(t) : 5);
+        size_t rb = qtype_row_bytes(t, n);
+        float *x = xmalloc((size_t)n * sizeof *x);
+        uint8_t *a = xmalloc(rb), *b = xmalloc(rb);
+        fill(x, n, DIST_NORMAL, &r);
+        quant_quantize_row(t, x, a, n);
+        quant_quantize_row(t, x, b, n);
+        assert_memory_equal(a, b, rb);
+        free(x);
+        free(a);
+        free(b);
+    }
+}
+
+/* Throughput, for the record (not asserted): synthetic models quantize billions of weights. */
+static void test_speed(void **state) {
+    (void)state;
+    enum { N = 1 << 20 };
+    float *x = xmalloc(N * sizeof *x), *y = xmalloc(N * sizeof *y);
+    uint8_t *q = xmalloc(N * 4);
+    rng r;
+    rng_seed(&r, 5);
+    fill(x, N, DIST_NORMAL, &r);
+    for (size_t k = 0; k < N_SUPPORTED; k++) {
+        enum qtype t = supported[k];
+        struct timespec t0, t1, t2;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        quant_quantize_row(t, x, q, N);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        quant_dequantize_row(t, q, y, N);
+        clock_gettime(CLOCK_MONOTONIC, &t2);
+        double qs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        double ds = (double)(t2.tv_sec - t1.tv_sec) + 1e-9 * (double)(t2.tv_nsec - t1.tv_nsec);
+        print_message("%-5s quantize %7.1f Mweights/s, dequantize %7.1f Mweights/s", qtype_name(t), N / qs / 1e6, N / ds / 1e6);
+        ggml_from_float_fn gq = ggml_quant(ggml_oracle_get(), t);
+        if (gq) {
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            gq(x, q, N);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            qs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+            print_message(" (ggml's reference quantizer %.1f)", N / qs / 1e6);
+        }
+        print_message("\n");
+    }
+    free(x);
+    free(y);
+    free(q);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_type_table),
+        cmocka_unit_test(test_type_table_vs_ggml),
+        cmocka_unit_test(test_hand_q8_0),
+        cmocka_unit_test(test_hand_q4_K),
+        cmocka_unit_test(test_hand_q5_K),
+        cmocka_unit_test(test_hand_q6_K),
+        cmocka_unit_test(test_hand_floats),
+        cmocka_unit_test(test_exact_grid),
+        cmocka_unit_test(test_dequant_random_blocks_vs_ggml),
+        cmocka_unit_test(test_dequant_halves_vs_ggml),
+        cmocka_unit_test(test_round_trip_normal),
+        cmocka_unit_test(test_round_trip_vs_ggml),
+        cmocka_unit_test(test_degenerate),
+        cmocka_unit_test(test_quantize_bounds_and_determinism),
+        cmocka_unit_test(test_speed),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
