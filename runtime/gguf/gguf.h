@@ -16,6 +16,7 @@
 
 #define GGUF_MAX_DIMS 4
 #define GGUF_DEFAULT_ALIGNMENT 32
+#define GGUF_MAX_NESTING 8 /* arrays of arrays: deeper files are rejected */
 
 enum gguf_vtype {
     GGUF_VT_U8 = 0,
@@ -87,7 +88,9 @@ typedef struct gguf_file {
 
 /* Maps and validates a file. On failure returns -1 with cd_errmsg() naming the problem
  * (bad magic, unsupported version, truncated header, tensor out of range, overlapping
- * tensors, unknown type, dimension overflow, ...). */
+ * tensors, unknown type, dimension overflow, ...). Messages do not repeat the path: callers
+ * prefix it (cd_fail_ctx). Versions 2 and 3 are read (same layout); 1 is rejected. Tensors
+ * have 1..GGUF_MAX_DIMS dims; every tensor's data lies inside the file and none overlap. */
 int gguf_open(gguf_file **out, const char *path);
 /* The same over a caller-owned buffer (tests, fuzzing); buf must outlive the file. */
 int gguf_parse(gguf_file **out, const void *buf, size_t size);
@@ -105,9 +108,12 @@ int gguf_get_i32(const gguf_file *f, const char *key, int32_t *out);
 int gguf_get_f32(const gguf_file *f, const char *key, float *out); /* F32 or F64 */
 int gguf_get_bool(const gguf_file *f, const char *key, bool *out);
 int gguf_get_str(const gguf_file *f, const char *key, gguf_str *out);
-/* An array value (any element type); `elem` receives its element type. */
+/* An array value whose elements have type `elem` (GGUF_VT_COUNT: any element type; read
+ * out->arr.type). */
 int gguf_get_arr(const gguf_file *f, const char *key, enum gguf_vtype elem, const gguf_value **out);
-/* Element i of a fixed-size numeric array as int64/double (unaligned-safe). */
+/* Element i of a fixed-size numeric array as int64/double (unaligned-safe). Floats are
+ * truncated toward zero (NaN/out of range: 0); an index out of range or a STRING/ARRAY
+ * array gives 0. */
 int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i);
 double gguf_arr_f64(const gguf_value *arr, uint64_t i);
 size_t gguf_vtype_size(enum gguf_vtype t); /* 0 for STRING/ARRAY */
@@ -130,10 +136,17 @@ void gguf_writer_set_str(gguf_writer *w, const char *key, const char *v);
 /* Array of n fixed-size elements of type elem (not STRING/ARRAY), packed little-endian. */
 void gguf_writer_set_arr(gguf_writer *w, const char *key, enum gguf_vtype elem, const void *data, size_t n);
 void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const *strs, size_t n);
+/* Any value, deep-copied: every scalar type, strings with embedded NULs, arrays of strings and
+ * nested arrays (items for STRING/ARRAY elements, raw for fixed-size ones), e.g. a value read
+ * from another file. */
+void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v);
 /* Adds a tensor; its bytes come from `data` (copied pointer, must live until write) or,
  * when data is NULL, from fill(user, ...) during gguf_writer_write. */
 int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum qtype type, uint32_t n_dims,
                            const int64_t *ne, const void *data, gguf_fill_fn fill, void *user);
-/* Writes to path (via a temporary file renamed into place, so a failed write never
- * leaves a half file under the final name). */
+/* Writes to path (via path.tmp renamed into place, so a failed write never leaves a half
+ * file under the final name). Tensors are written one at a time: fill callbacks get a buffer
+ * sized to their tensor, in the order tensors were added. Data is aligned to
+ * general.alignment when set (u32, power of two), else 32. A setter that ran out of memory
+ * or an invalid value makes this fail (setters return nothing). */
 int gguf_writer_write(gguf_writer *w, const char *path);

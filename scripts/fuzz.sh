@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Fuzzes the GGUF reader (and writer round trips) with libFuzzer:
+#
+#   scripts/fuzz.sh [seconds [libFuzzer flags...]]      (default 60 s)
+#   e.g. scripts/fuzz.sh 600 -use_value_profile=1
+#
+# Configures build-fuzz with clang and CINDER_FUZZ=ON, builds fuzz_gguf (ASan + UBSan), and
+# runs it for the given time over tests/fuzz/corpus-run, a scratch copy of the seed corpus
+# tests/fuzz/corpus (which stays as committed). Exits non-zero if the fuzzer finds a crash,
+# leak, timeout or out-of-memory; the input that triggered it is saved in build-fuzz/findings/
+# (reproduce with: build-fuzz/tests/fuzz/fuzz_gguf build-fuzz/findings/crash-...). A finding,
+# once fixed, belongs in tests/fuzz/corpus so it is replayed by ctest forever.
+set -euo pipefail
+
+secs=${1:-60}
+shift || true
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$root/build-fuzz
+run=$root/tests/fuzz/corpus-run
+
+cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCINDER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target fuzz_gguf -j"$(nproc)"
+
+rm -rf "$run"
+mkdir -p "$run" "$build/findings"
+cp "$root"/tests/fuzz/corpus/* "$run/"
+
+# Tokens the mutator should know: the magic, the alignment key, value types as u32, and
+# u64 lengths/counts at the edges.
+dict=$build/gguf.dict
+cat >"$dict" <<'DICT'
+"GGUF"
+"general.alignment"
+"general.architecture"
+"\x02\x00\x00\x00"
+"\x03\x00\x00\x00"
+"\x04\x00\x00\x00"
+"\x06\x00\x00\x00"
+"\x07\x00\x00\x00"
+"\x08\x00\x00\x00"
+"\x09\x00\x00\x00"
+"\x0a\x00\x00\x00"
+"\x0c\x00\x00\x00"
+"\x0d\x00\x00\x00"
+"\x0c\x00\x00\x00\x0e\x00\x00\x00"
+"\x00\x00\x00\x00\x00\x00\x00\x00"
+"\x01\x00\x00\x00\x00\x00\x00\x00"
+"\x20\x00\x00\x00\x00\x00\x00\x00"
+"\x00\x01\x00\x00\x00\x00\x00\x00"
+"\xff\xff\xff\xff\xff\xff\xff\xff"
+"\x00\x00\x00\x00\x00\x00\x00\x80"
+"\x00\x00\x00\x00\x00\x00\x00\x40"
+"\xff\xff\xff\xff"
+DICT
+
+log=$build/fuzz.log
+echo "fuzzing GGUF for ${secs}s (log: $log)"
+set +e
+"$build/tests/fuzz/fuzz_gguf" -max_total_time="$secs" -max_len=8192 -timeout=10 -rss_limit_mb=2048 \
+    -dict="$dict" -artifact_prefix="$build/findings/" -print_final_stats=1 "$@" "$run" >"$log" 2>&1
+rc=$?
+set -e
+grep -E '^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|stat::peak_rss_mb)' "$log" || true
+grep -E '^#[0-9]+ +DONE' "$log" | tail -1 || true
+if [ "$rc" -ne 0 ]; then
+    echo "fuzz_gguf FOUND A PROBLEM (exit $rc):" >&2
+    grep -E 'ERROR|SUMMARY|check failed|Test unit written' "$log" >&2 || tail -40 "$log" >&2
+    exit 1
+fi
+echo "no findings; corpus grew to $(ls "$run" | wc -l) inputs"
