@@ -50,6 +50,13 @@ s1=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json
 s2=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos | json_field 'd["tokens"]')
 check "seeded sampling is reproducible" test "$s1" = "$s2"
 
+sz=$("$bin" mkmodel --preset qwen3-30b-a3b --dry-run | sed -E 's/.*: ([0-9]+) bytes.*/\1/')
+check "qwen3-30b-a3b preset is about 17 GB at q4_k_m ($sz bytes)" python3 -c "import sys; sys.exit(not 16e9 < $sz < 19.5e9)"
+check "mkmodel --dense writes a dense qwen3" "$bin" mkmodel --preset tiny --dense --ff 512 --quant q8_0 --out "$tmp/dense.gguf"
+check "info on the dense model" grep -q "architecture      qwen3$" <<<"$("$bin" info "$tmp/dense.gguf")"
+dense=$("$bin" run --model "$tmp/dense.gguf" --tokens 5,6,7 --n 3 --json --ignore-eos | json_field 'len(d["tokens"])')
+check "run on the dense model" test "$dense" = 3
+
 fails_with "missing model file" "no-such.gguf" "$bin" run --model "$tmp/no-such.gguf" --tokens 1 --n 1
 head -c 1000 "$model" >"$tmp/truncated.gguf"
 fails_with "truncated model" "truncated.gguf" "$bin" info "$tmp/truncated.gguf"

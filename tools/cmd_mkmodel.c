@@ -14,9 +14,10 @@ static void usage(FILE *out) {
             "                      [--layers N] [--embd N] [--heads N] [--kv-heads N] [--head-dim N]\n"
             "                      [--experts N] [--experts-used N] [--ff N] [--dense] [--vocab N]\n"
             "                      [--ctx N] [--rope-theta F] [--logit-scale F] [--threads N]\n"
-            "                      [--tokenizer-dir DIR]\n"
+            "                      [--tokenizer-dir DIR] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (every supported type; tiny's default)\n"
-            "  --dense writes a dense qwen3 model whose FFN width is --ff\n");
+            "  --dense writes a dense qwen3 model whose FFN width is --ff\n"
+            "  --dry-run prints the size the model would have and writes nothing\n");
 }
 
 static void progress(void *user, uint64_t done, uint64_t total) {
@@ -51,13 +52,14 @@ int cmd_mkmodel(int argc, char **argv) {
     if (synth_preset(preset, &s)) return cli_error("mkmodel", "%s", cd_errmsg());
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     s.n_threads = cores > 0 ? (int)cores : 1;
-    bool dense = false;
+    bool dense = false, dry_run = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char opt[64];
         snprintf(opt, sizeof opt, "%.*s", (int)strcspn(a, "="), a);
         if (cli_flag(argv, i, "--help")) { usage(stdout); return 0; }
         if (cli_flag(argv, i, "--dense")) { dense = true; continue; }
+        if (cli_flag(argv, i, "--dry-run")) { dry_run = true; continue; }
         if (a[0] != '-' || !cli_value(argc, argv, &i, opt, &v)) return cli_unknown("mkmodel", a);
         bool handled;
         if (parse_dim(opt, v, &s, &handled)) return 1;
@@ -72,11 +74,18 @@ int cmd_mkmodel(int argc, char **argv) {
         else if (!strcmp(opt, "--tokenizer-dir")) s.tokenizer_dir = v;
         else return cli_unknown("mkmodel", a);
     }
-    if (!out) return cli_error("mkmodel", "--out PATH is required");
+    if (!out && !dry_run) return cli_error("mkmodel", "--out PATH is required");
     if (dense) {
         s.cfg.arch = ARCH_QWEN3;
         s.cfg.n_ff = s.cfg.n_ff_exp;
         s.cfg.n_expert = s.cfg.n_expert_used = s.cfg.n_ff_exp = 0;
+    }
+    if (dry_run) {
+        uint64_t bytes;
+        if (synth_weight_bytes(&s, &bytes)) return cli_error("mkmodel", "%s", cd_errmsg());
+        printf("%s, %s: %llu bytes of weights (%.2f GiB)\n", preset, synth_quant_name(s.quant), (unsigned long long)bytes,
+               bytes / 1073741824.0);
+        return 0;
     }
     double t0 = cli_now_ms();
     if (synth_write(&s, out, isatty(2) ? progress : NULL, NULL)) return cli_error("mkmodel", "%s", cd_errmsg());

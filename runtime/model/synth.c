@@ -303,6 +303,27 @@ static int set_tokenizer(gguf_writer *w, const synth_spec *s, tok_vocab *v) {
     return 0;
 }
 
+/* Every tensor of the model, in file order, with its type and generator. */
+static void plan(synth_ctx *c, const synth_spec *spec) {
+    const model_config *m = &spec->cfg;
+    int64_t E = m->n_embd, V = m->n_vocab;
+    add(c, spec, "token_embd.weight", "embd", 0, E, V, 1, DIST_NORMAL, 1.0f);
+    for (uint32_t il = 0; il < m->n_layer; il++) add_layer(c, spec, il);
+    add(c, spec, "output_norm.weight", "norm", 0, E, 1, 1, DIST_NEAR_ONE, 0);
+    add(c, spec, "output.weight", "output", 0, E, V, 1, DIST_NORMAL, spec->logit_scale / sqrtf((float)E));
+}
+
+int synth_weight_bytes(const synth_spec *spec, uint64_t *bytes) {
+    if (model_config_check(&spec->cfg)) return -1;
+    synth_ctx c = {0};
+    c.tensors = calloc(3 + (size_t)spec->cfg.n_layer * 12, sizeof *c.tensors);
+    if (!c.tensors) return cd_fail("out of memory");
+    plan(&c, spec);
+    *bytes = c.bytes_total;
+    free(c.tensors);
+    return 0;
+}
+
 int synth_write(const synth_spec *spec, const char *path, synth_progress_fn progress, void *user) {
     const model_config *m = &spec->cfg;
     synth_ctx c = {.progress = progress, .user = user};
@@ -315,12 +336,7 @@ int synth_write(const synth_spec *spec, const char *path, synth_progress_fn prog
     set_hparams(w, spec);
     if (set_tokenizer(w, spec, &vocab)) goto done;
 
-    int64_t E = m->n_embd, V = m->n_vocab;
-    add(&c, spec, "token_embd.weight", "embd", 0, E, V, 1, DIST_NORMAL, 1.0f);
-    for (uint32_t il = 0; il < m->n_layer; il++) add_layer(&c, spec, il);
-    add(&c, spec, "output_norm.weight", "norm", 0, E, 1, 1, DIST_NEAR_ONE, 0);
-    add(&c, spec, "output.weight", "output", 0, E, V, 1, DIST_NORMAL, spec->logit_scale / sqrtf((float)E));
-
+    plan(&c, spec);
     for (size_t i = 0; i < c.n_tensors; i++) {
         synth_tensor *t = &c.tensors[i];
         uint32_t n_dims = t->gen.ne[2] > 1 ? 3 : t->gen.ne[1] > 1 ? 2 : 1;

