@@ -1,0 +1,443 @@
+/* llama_oracle: llama.cpp (the prebuilt libraries node-llama-cpp ships) as an independent
+ * oracle for cinder's tokenizer and forward pass, and later as the Vulkan performance peer.
+ *
+ *   llama_oracle MODEL.gguf --info
+ *       loads the whole model (weights too) and prints one JSON line describing it;
+ *       exit 0 means llama.cpp accepts the file.
+ *   llama_oracle MODEL.gguf --tokenize FILE [--json]
+ *       one string per line of FILE, with the escapes \n \r \t \\ (everything else is raw
+ *       UTF-8); tokenized with parse_special = true, add_special = false. Prints one line of
+ *       comma-separated ids per input line, or with --json one array of arrays.
+ *   llama_oracle MODEL.gguf --logits 1,2,3 | --logits @FILE  [--top K] [--full] [--out F]
+ *       evaluates each id list (FILE: one comma-separated list per line) in one batch from
+ *       an empty KV cache and prints one JSON line per list with the top-K last-position
+ *       logits ("top": [[id, logit], ...]); --full adds every logit ("logits": [...]);
+ *       --out F writes all last-position logits of all lists as raw float32, list after list.
+ *       --trace-experts adds "experts": per layer, per position, the expert ids it was routed
+ *       to (the last layer computes the last position only, so it lists just that one).
+ *   llama_oracle MODEL.gguf --dequantize OUT.gguf
+ *       writes a copy of MODEL (same metadata) with every tensor converted to F32 by ggml's
+ *       own dequantizers: the same weights, evaluated without activation quantization.
+ *
+ * Options: --vulkan (offload every layer to the Vulkan backend; default is CPU only),
+ *   --threads N (default 2), --libdir DIR (where libllama*.so lives), --verbose.
+ *
+ * The CPU configuration is chosen for plain float32 math: F32 K and V caches, flash
+ * attention off, no weight repacking (use_extra_bufts = false), no GPU layers. Quantized
+ * weights still meet 8-bit-quantized activations inside ggml's CPU matmuls; that is how
+ * llama.cpp works and docs/CONFORMANCE.md explains what it costs.
+ *
+ * libllama is dlopen()ed rather than linked: the CPU and Vulkan builds ship the same API
+ * under different sonames (libllama.v0.5.0.so, libllama.vulkan.v0.5.0.so), so one binary
+ * serves both. The prototypes come from the matching llama.h. ggml loads its backends
+ * (libggml-cpu-<variant>.so, libggml-vulkan.so) from the same directory at run time.
+ * llama.cpp skips Vulkan devices of CPU type (lavapipe) unless GGML_VK_VISIBLE_DEVICES
+ * names them, e.g. GGML_VK_VISIBLE_DEVICES=0. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml-backend.h"
+#include "llama.h"
+
+#ifndef ORACLE_CPU_LIBDIR
+#define ORACLE_CPU_LIBDIR ""
+#endif
+#ifndef ORACLE_VULKAN_LIBDIR
+#define ORACLE_VULKAN_LIBDIR ""
+#endif
+
+/* ---- the llama.cpp entry points, resolved with dlsym ---- */
+
+#define LLAMA_FNS(X)                                                                              \
+    X(ggml_backend_load_all_from_path) X(llama_backend_init) X(llama_backend_free) X(llama_log_set) \
+    X(llama_model_default_params) X(llama_context_default_params) X(llama_model_load_from_file)    \
+    X(llama_model_free) X(llama_init_from_model) X(llama_free) X(llama_model_get_vocab)            \
+    X(llama_vocab_n_tokens) X(llama_tokenize) X(llama_batch_get_one) X(llama_decode)               \
+    X(llama_get_logits_ith) X(llama_get_memory) X(llama_memory_clear) X(llama_model_desc)          \
+    X(llama_model_n_params) X(llama_model_size) X(llama_print_system_info) X(ggml_backend_tensor_get)  \
+    X(gguf_init_from_file) X(gguf_init_empty) X(gguf_set_kv) X(gguf_get_n_tensors)                 \
+    X(gguf_get_tensor_name) X(gguf_add_tensor) X(gguf_write_to_file) X(gguf_free) X(ggml_init)     \
+    X(ggml_free) X(ggml_get_tensor) X(ggml_new_tensor) X(ggml_set_name) X(ggml_nelements)          \
+    X(ggml_get_type_traits) X(ggml_tensor_overhead) X(ggml_n_dims)
+
+static struct {
+#define X(f) __typeof__(&f) f;
+    LLAMA_FNS(X)
+#undef X
+} L;
+
+static void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("llama_oracle: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+/* The libllama*.so in dir (there is exactly one in each node-llama-cpp bins folder). */
+static void find_libllama(const char *dir, char *out, size_t cap) {
+    DIR *d = opendir(dir);
+    if (!d) die("cannot open library directory %s: %s (run scripts/setup.sh)", dir, strerror(errno));
+    struct dirent *e;
+    out[0] = 0;
+    while ((e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (!strncmp(e->d_name, "libllama.", 9) && n > 3 && !strcmp(e->d_name + n - 3, ".so")) {
+            snprintf(out, cap, "%s/%s", dir, e->d_name);
+            break;
+        }
+    }
+    closedir(d);
+    if (!out[0]) die("no libllama.*.so in %s (run scripts/setup.sh)", dir);
+}
+
+static void load_llama(const char *dir) {
+    char path[4096];
+    find_libllama(dir, path, sizeof path);
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) die("dlopen %s: %s", path, dlerror());
+#define X(f) if (!(*(void **)&L.f = dlsym(h, #f))) die("%s has no symbol %s: headers and library disagree", path, #f);
+    LLAMA_FNS(X)
+#undef X
+}
+
+/* ---- logging: warnings and errors always, the rest with --verbose ---- */
+
+static bool verbose;
+static enum ggml_log_level last_level;
+
+static void log_cb(enum ggml_log_level level, const char *text, void *user) {
+    (void)user;
+    if (level != GGML_LOG_LEVEL_CONT) last_level = level;
+    if (verbose || last_level >= GGML_LOG_LEVEL_WARN) fputs(text, stderr);
+}
+
+/* ---- input parsing ---- */
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) die("%s: %s", path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t got;
+    while (buf && (got = fread(buf + n, 1, cap - n - 1, f)) > 0)
+        if ((n += got) + 1 == cap) buf = realloc(buf, cap *= 2);
+    fclose(f);
+    if (!buf) die("out of memory reading %s", path);
+    buf[n] = 0;
+    *len = n;
+    return buf;
+}
+
+/* Decodes \n \r \t \\ in place; returns the new length. */
+static size_t unescape(char *s, size_t n) {
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] != '\\' || i + 1 == n) { s[o++] = s[i]; continue; }
+        char c = s[++i];
+        if (c == 'n') s[o++] = '\n';
+        else if (c == 'r') s[o++] = '\r';
+        else if (c == 't') s[o++] = '\t';
+        else if (c == '\\') s[o++] = '\\';
+        else { s[o++] = '\\'; s[o++] = c; } /* not an escape: kept as written */
+    }
+    return o;
+}
+
+static int32_t *parse_ids(const char *s, int32_t *n_out) {
+    int32_t cap = 64, n = 0;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    while (*s && *s != '\n') {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 0 || v > INT32_MAX) die("bad token id list near '%.20s'", s);
+        if (n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
+        ids[n++] = (int32_t)v;
+        s = end;
+        while (*s == ',' || *s == ' ') s++;
+    }
+    if (n == 0) die("empty token id list");
+    *n_out = n;
+    return ids;
+}
+
+/* ---- the commands ---- */
+
+typedef struct opts {
+    const char *model, *tokenize, *logits, *out, *libdir, *dequantize;
+    bool info, json, full, vulkan, trace_experts;
+    int top, threads;
+} opts;
+
+static void usage(void) {
+    fputs("usage: llama_oracle MODEL.gguf (--info | --tokenize FILE [--json] |\n"
+          "                    --logits IDS|@FILE [--top K] [--full] [--out FILE] [--trace-experts] |\n"
+          "                    --dequantize OUT.gguf)\n"
+          "                    [--vulkan] [--threads N] [--libdir DIR] [--verbose]\n",
+          stderr);
+    exit(2);
+}
+
+static int cmd_tokenize(const opts *o, const struct llama_vocab *vocab) {
+    size_t len;
+    char *text = read_file(o->tokenize, &len);
+    int32_t cap = 1 << 16;
+    llama_token *toks = malloc(cap * sizeof *toks);
+    if (o->json) fputs("[", stdout);
+    size_t line_no = 0;
+    for (char *line = text; line < text + len; line_no++) {
+        char *nl = memchr(line, '\n', (size_t)(text + len - line));
+        size_t n = nl ? (size_t)(nl - line) : (size_t)(text + len - line);
+        char *next = nl ? nl + 1 : text + len;
+        n = unescape(line, n);
+        int32_t k = L.llama_tokenize(vocab, line, (int32_t)n, toks, cap, false, true);
+        if (k < 0) {
+            if (k == INT32_MIN) die("line %zu: tokenization overflow", line_no + 1);
+            toks = realloc(toks, (size_t)(cap = -k) * sizeof *toks);
+            k = L.llama_tokenize(vocab, line, (int32_t)n, toks, cap, false, true);
+            if (k < 0) die("line %zu: llama_tokenize failed (%d)", line_no + 1, k);
+        }
+        if (o->json) fputs(line_no ? ",\n[" : "\n[", stdout);
+        for (int32_t i = 0; i < k; i++) printf("%s%d", i ? (o->json ? ", " : ",") : "", toks[i]);
+        fputs(o->json ? "]" : "\n", stdout);
+        line = next;
+    }
+    if (o->json) fputs("\n]\n", stdout);
+    free(toks);
+    free(text);
+    return 0;
+}
+
+static void print_top(const float *logits, int32_t n_vocab, int k) {
+    /* selection of the k largest, ties to the lower id; k is small */
+    bool *taken = calloc((size_t)n_vocab, 1);
+    fputs("[", stdout);
+    for (int j = 0; j < k && j < n_vocab; j++) {
+        int32_t best = -1;
+        for (int32_t i = 0; i < n_vocab; i++)
+            if (!taken[i] && (best < 0 || logits[i] > logits[best])) best = i;
+        taken[best] = true;
+        printf("%s[%d, %.9g]", j ? ", " : "", best, (double)logits[best]);
+    }
+    fputs("]", stdout);
+    free(taken);
+}
+
+/* --trace-experts: the eval callback copies out "ffn_moe_topk-<layer>", the chosen expert
+ * ids (I32, n_expert_used x n_tokens, a view whose rows are n_expert apart). */
+#define MAX_TRACE 512
+typedef struct expert_trace {
+    int32_t n_layer;
+    int32_t k[MAX_TRACE], n_tokens[MAX_TRACE];
+    int32_t *ids[MAX_TRACE]; /* (n_tokens, k) */
+} expert_trace;
+
+static bool trace_cb(struct ggml_tensor *t, bool ask, void *user) {
+    int il;
+    if (strncmp(t->name, "ffn_moe_topk-", 13) || sscanf(t->name + 13, "%d", &il) != 1 || il < 0 || il >= MAX_TRACE)
+        return !ask; /* not wanted; when observing, keep computing */
+    if (ask) return true;
+    expert_trace *tr = user;
+    int32_t k = (int32_t)t->ne[0], n = (int32_t)t->ne[1];
+    if (t->type != GGML_TYPE_I32 || t->nb[0] != sizeof(int32_t)) die("unexpected layout of %s", t->name);
+    free(tr->ids[il]);
+    if (!(tr->ids[il] = malloc((size_t)k * n * sizeof(int32_t)))) die("out of memory");
+    for (int32_t i = 0; i < n; i++) /* a view into the argsort: rows are n_expert apart */
+        L.ggml_backend_tensor_get(t, tr->ids[il] + (size_t)i * k, (size_t)i * t->nb[1], (size_t)k * sizeof(int32_t));
+    tr->k[il] = k;
+    tr->n_tokens[il] = n;
+    if (il + 1 > tr->n_layer) tr->n_layer = il + 1;
+    return true;
+}
+
+static void print_trace(const expert_trace *tr) {
+    fputs(", \"experts\": [", stdout);
+    for (int32_t il = 0; il < tr->n_layer; il++) {
+        fputs(il ? ", [" : "[", stdout);
+        for (int32_t t = 0; t < tr->n_tokens[il]; t++) {
+            fputs(t ? ", [" : "[", stdout);
+            for (int32_t j = 0; j < tr->k[il]; j++) printf("%s%d", j ? ", " : "", tr->ids[il][t * tr->k[il] + j]);
+            fputs("]", stdout);
+        }
+        fputs("]", stdout);
+    }
+    fputs("]", stdout);
+}
+
+static int cmd_dequantize(const opts *o) {
+    struct ggml_context *in_data = NULL;
+    struct gguf_context *in = L.gguf_init_from_file(o->model, (struct gguf_init_params){.no_alloc = false, .ctx = &in_data});
+    if (!in) die("ggml cannot read %s", o->model);
+    int64_t n = L.gguf_get_n_tensors(in);
+    size_t bytes = 0;
+    for (int64_t i = 0; i < n; i++)
+        bytes += (size_t)L.ggml_nelements(L.ggml_get_tensor(in_data, L.gguf_get_tensor_name(in, i))) * sizeof(float) + 64;
+    struct ggml_context *out_data = L.ggml_init((struct ggml_init_params){
+        .mem_size = bytes + (size_t)(n + 1) * L.ggml_tensor_overhead(), .mem_buffer = NULL, .no_alloc = false});
+    if (!out_data) die("out of memory");
+    struct gguf_context *out = L.gguf_init_empty();
+    L.gguf_set_kv(out, in);
+    for (int64_t i = 0; i < n; i++) {
+        const char *name = L.gguf_get_tensor_name(in, i);
+        struct ggml_tensor *src = L.ggml_get_tensor(in_data, name);
+        struct ggml_tensor *dst = L.ggml_new_tensor(out_data, GGML_TYPE_F32, L.ggml_n_dims(src), src->ne);
+        L.ggml_set_name(dst, name);
+        if (src->type == GGML_TYPE_F32) memcpy(dst->data, src->data, (size_t)L.ggml_nelements(src) * sizeof(float));
+        else {
+            const struct ggml_type_traits *tt = L.ggml_get_type_traits(src->type);
+            if (!tt->to_float) die("%s: ggml has no dequantizer for type %s", name, tt->type_name);
+            tt->to_float(src->data, dst->data, L.ggml_nelements(src));
+        }
+        L.gguf_add_tensor(out, dst);
+    }
+    if (!L.gguf_write_to_file(out, o->dequantize, false)) die("cannot write %s", o->dequantize);
+    L.gguf_free(out);
+    L.gguf_free(in);
+    L.ggml_free(out_data);
+    L.ggml_free(in_data);
+    return 0;
+}
+
+static int cmd_logits(const opts *o, struct llama_model *model, const struct llama_vocab *vocab) {
+    /* the id lists: one inline, or one per non-empty line of a file */
+    size_t len = strlen(o->logits);
+    char *src = o->logits[0] == '@' ? read_file(o->logits + 1, &len) : strdup(o->logits);
+    int32_t n_vocab = L.llama_vocab_n_tokens(vocab), max_tokens = 0, n_lists = 0, cap_lists = 16;
+    int32_t **lists = malloc(cap_lists * sizeof *lists), *lens = malloc(cap_lists * sizeof *lens);
+    for (char *p = src; *p;) {
+        if (*p == '\n') { p++; continue; }
+        if (n_lists == cap_lists) {
+            lists = realloc(lists, (cap_lists *= 2) * sizeof *lists);
+            lens = realloc(lens, cap_lists * sizeof *lens);
+        }
+        lists[n_lists] = parse_ids(p, &lens[n_lists]);
+        for (int32_t i = 0; i < lens[n_lists]; i++)
+            if (lists[n_lists][i] >= n_vocab) die("token id %d out of range (vocabulary %d)", lists[n_lists][i], n_vocab);
+        if (lens[n_lists] > max_tokens) max_tokens = lens[n_lists];
+        n_lists++;
+        char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : p + strlen(p);
+    }
+    if (n_lists == 0) die("no token id lists given");
+
+    struct llama_context_params cp = L.llama_context_default_params();
+    cp.n_ctx = (uint32_t)(max_tokens + 16 + 255) / 256 * 256;
+    cp.n_batch = cp.n_ubatch = (uint32_t)max_tokens; /* one batch, one ubatch: no split */
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    cp.offload_kqv = o->vulkan;
+    cp.op_offload = o->vulkan;
+    cp.no_perf = true;
+    expert_trace trace = {0};
+    if (o->trace_experts) {
+        cp.cb_eval = trace_cb;
+        cp.cb_eval_user_data = &trace;
+    }
+    struct llama_context *ctx = L.llama_init_from_model(model, cp);
+    if (!ctx) die("llama_init_from_model failed");
+
+    FILE *out = NULL;
+    if (o->out && !(out = fopen(o->out, "wb"))) die("%s: %s", o->out, strerror(errno));
+    for (int32_t l = 0; l < n_lists; l++) {
+        L.llama_memory_clear(L.llama_get_memory(ctx), true);
+        trace.n_layer = 0;
+        int32_t rc = L.llama_decode(ctx, L.llama_batch_get_one(lists[l], lens[l]));
+        if (rc) die("llama_decode failed (%d) on list %d", rc, l + 1);
+        const float *logits = L.llama_get_logits_ith(ctx, -1);
+        if (!logits) die("no logits for list %d", l + 1);
+        if (out && fwrite(logits, sizeof(float), (size_t)n_vocab, out) != (size_t)n_vocab) die("%s: write failed", o->out);
+        printf("{\"n_tokens\": %d, \"n_vocab\": %d, \"top\": ", lens[l], n_vocab);
+        print_top(logits, n_vocab, o->top);
+        if (o->trace_experts) print_trace(&trace);
+        if (o->full) {
+            fputs(", \"logits\": [", stdout);
+            for (int32_t i = 0; i < n_vocab; i++) printf("%s%.9g", i ? ", " : "", (double)logits[i]);
+            fputs("]", stdout);
+        }
+        puts("}");
+        free(lists[l]);
+    }
+    if (out && fclose(out)) die("%s: %s", o->out, strerror(errno));
+    for (int32_t il = 0; il < MAX_TRACE; il++) free(trace.ids[il]);
+    free(lists);
+    free(lens);
+    free(src);
+    L.llama_free(ctx);
+    return 0;
+}
+
+static void parse_args(int argc, char **argv, opts *o) {
+    *o = (opts){.top = 10, .threads = 2};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        bool has = i + 1 < argc;
+        if (!strcmp(a, "--info")) o->info = true;
+        else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--full")) o->full = true;
+        else if (!strcmp(a, "--vulkan")) o->vulkan = true;
+        else if (!strcmp(a, "--verbose")) verbose = true;
+        else if (!strcmp(a, "--trace-experts")) o->trace_experts = true;
+        else if (!strcmp(a, "--dequantize") && has) o->dequantize = argv[++i];
+        else if (!strcmp(a, "--tokenize") && has) o->tokenize = argv[++i];
+        else if (!strcmp(a, "--logits") && has) o->logits = argv[++i];
+        else if (!strcmp(a, "--out") && has) o->out = argv[++i];
+        else if (!strcmp(a, "--libdir") && has) o->libdir = argv[++i];
+        else if (!strcmp(a, "--top") && has) o->top = atoi(argv[++i]);
+        else if (!strcmp(a, "--threads") && has) o->threads = atoi(argv[++i]);
+        else if (a[0] == '-') usage();
+        else if (!o->model) o->model = a;
+        else usage();
+    }
+    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize) != 1 || o->top < 0 || o->threads < 1) usage();
+}
+
+int main(int argc, char **argv) {
+    opts o;
+    parse_args(argc, argv, &o);
+    const char *dir = o.libdir ? o.libdir : getenv(o.vulkan ? "CINDER_LLAMA_VULKAN_LIBDIR" : "CINDER_LLAMA_LIBDIR");
+    if (!dir || !dir[0]) dir = o.vulkan ? ORACLE_VULKAN_LIBDIR : ORACLE_CPU_LIBDIR;
+    if (!dir[0]) die("no llama.cpp library directory: pass --libdir or rebuild with tests/oracle/build.sh");
+    load_llama(dir);
+    L.llama_log_set(log_cb, NULL);
+    L.ggml_backend_load_all_from_path(dir);
+    L.llama_backend_init();
+    if (o.dequantize) {
+        int rc = cmd_dequantize(&o);
+        L.llama_backend_free();
+        return rc;
+    }
+
+    struct llama_model_params mp = L.llama_model_default_params();
+    mp.n_gpu_layers = o.vulkan ? -1 : 0;
+    mp.use_extra_bufts = false; /* no repacked weight layouts: the plain ggml kernels */
+    mp.vocab_only = o.tokenize != NULL;
+    mp.check_tensors = o.info;
+    struct llama_model *model = L.llama_model_load_from_file(o.model, mp);
+    if (!model) die("llama.cpp could not load %s (run with --verbose for its log)", o.model);
+    const struct llama_vocab *vocab = L.llama_model_get_vocab(model);
+
+    int rc = 0;
+    if (o.info) {
+        char desc[256];
+        L.llama_model_desc(model, desc, sizeof desc);
+        printf("{\"desc\": \"%s\", \"n_params\": %llu, \"size\": %llu, \"n_vocab\": %d, \"backend\": \"%s\"}\n", desc,
+               (unsigned long long)L.llama_model_n_params(model), (unsigned long long)L.llama_model_size(model),
+               L.llama_vocab_n_tokens(vocab), o.vulkan ? "vulkan" : "cpu");
+        if (verbose) fprintf(stderr, "%s\n", L.llama_print_system_info());
+    } else if (o.tokenize) rc = cmd_tokenize(&o, vocab);
+    else rc = cmd_logits(&o, model, vocab);
+    L.llama_model_free(model);
+    L.llama_backend_free();
+    return rc;
+}
