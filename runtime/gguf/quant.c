@@ -94,8 +94,7 @@ size_t qtype_block_bytes(enum qtype t) {
 
 size_t qtype_row_bytes(enum qtype t, int64_t n) {
     const qtype_info *i = info((uint32_t)t);
-    if (!i || n < 0) return 0;
-    assert(n % i->block_elems == 0);
+    if (!i || n < 0 || n % i->block_elems) return 0; /* 0 = no such row: callers reject it */
     return (size_t)(n / i->block_elems) * i->block_bytes;
 }
 

@@ -77,7 +77,8 @@ bool qtype_known(uint32_t t);       /* a ggml type whose block size we know */
 bool qtype_supported(enum qtype t); /* one of the seven cinder computes with */
 int64_t qtype_block_elems(enum qtype t); /* weights per block (1 for float types) */
 size_t qtype_block_bytes(enum qtype t);  /* bytes per block */
-/* Bytes of a row of n elements; n must be a multiple of the block size. */
+/* Bytes of a row of n elements; 0 when the type is unknown or n is not a multiple of the
+ * block size (callers treat 0 as an invalid row). */
 size_t qtype_row_bytes(enum qtype t, int64_t n);
 
 /* Row conversion. n must be a multiple of qtype_block_elems(t); t must be supported. */
