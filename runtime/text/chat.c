@@ -48,56 +48,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/text/json_jinja.h"
-
-/* ---- strings ---------------------------------------------------------------------------- */
-
-typedef struct {
-    const char *p;
-    size_t n;
-} slice;
-
-#define LIT(s) ((slice){(s), sizeof(s) - 1})
-
-static slice lstrip_nl(slice s) {
-    while (s.n && s.p[0] == '\n') s.p++, s.n--;
-    return s;
-}
-static slice rstrip_nl(slice s) {
-    while (s.n && s.p[s.n - 1] == '\n') s.n--;
-    return s;
-}
-static slice strip_nl(slice s) { return rstrip_nl(lstrip_nl(s)); }
-
-static bool starts_with(slice s, slice pre) { return s.n >= pre.n && memcmp(s.p, pre.p, pre.n) == 0; }
-static bool ends_with(slice s, slice suf) {
-    return s.n >= suf.n && memcmp(s.p + s.n - suf.n, suf.p, suf.n) == 0;
-}
-
-/* Offset of the first / last occurrence of pat in s, or -1. */
-static ptrdiff_t find_first(slice s, slice pat) {
-    const char *hit = memmem(s.p, s.n, pat.p, pat.n);
-    return hit ? hit - s.p : -1;
-}
-static ptrdiff_t find_last(slice s, slice pat) {
-    ptrdiff_t last = -1;
-    for (size_t from = 0; from + pat.n <= s.n;) {
-        const char *hit = memmem(s.p + from, s.n - from, pat.p, pat.n);
-        if (!hit) break;
-        last = hit - s.p;
-        from = (size_t)last + 1;
-    }
-    return last;
-}
-
-/* s.split(sep)[-1] and s.split(sep)[0]. */
-static slice after_last(slice s, slice sep) {
-    ptrdiff_t i = find_last(s, sep);
-    return i < 0 ? s : (slice){s.p + i + sep.n, s.n - (size_t)i - sep.n};
-}
-static slice before_first(slice s, slice sep) {
-    ptrdiff_t i = find_first(s, sep);
-    return i < 0 ? s : (slice){s.p, (size_t)i};
-}
+#include "runtime/text/slice.h"
 
 /* ---- output ----------------------------------------------------------------------------- */
 

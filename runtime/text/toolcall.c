@@ -6,44 +6,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/text/json_jinja.h"
-
-typedef struct {
-    const char *p;
-    size_t n;
-} slice;
-
-#define LIT(s) ((slice){(s), sizeof(s) - 1})
-
-static slice lstrip_nl(slice s) {
-    while (s.n && s.p[0] == '\n') s.p++, s.n--;
-    return s;
-}
-static slice rstrip_nl(slice s) {
-    while (s.n && s.p[s.n - 1] == '\n') s.n--;
-    return s;
-}
-static bool is_ws(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
-static slice strip_ws(slice s) {
-    while (s.n && is_ws(s.p[0])) s.p++, s.n--;
-    while (s.n && is_ws(s.p[s.n - 1])) s.n--;
-    return s;
-}
-static bool starts_with(slice s, slice pre) { return s.n >= pre.n && memcmp(s.p, pre.p, pre.n) == 0; }
-static ptrdiff_t find_first(slice s, slice pat) {
-    const char *hit = memmem(s.p, s.n, pat.p, pat.n);
-    return hit ? hit - s.p : -1;
-}
-static ptrdiff_t find_last(slice s, slice pat) {
-    ptrdiff_t last = -1;
-    for (size_t from = 0; from + pat.n <= s.n;) {
-        const char *hit = memmem(s.p + from, s.n - from, pat.p, pat.n);
-        if (!hit) break;
-        last = hit - s.p;
-        from = (size_t)last + 1;
-    }
-    return last;
-}
-static slice tail(slice s, size_t from) { return (slice){s.p + from, s.n - from}; }
+#include "runtime/text/slice.h"
 
 /* ---- the raw text of the "arguments" value ---------------------------------------------- */
 
