@@ -1,0 +1,100 @@
+#include "runtime/vk/op_matvec.h"
+
+#include "runtime/base/error.h"
+#include "shaders/shaders.h"
+
+/* spec constants: 0 WG, 1 QTYPE, 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup) */
+enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, N_SPEC };
+
+int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
+                        const cvk_matvec_cfg *cfg) {
+    cvk_matvec_cfg c = cfg ? *cfg : (cvk_matvec_cfg){0};
+    if (!c.wg) c.wg = 64;
+    if (!c.rows) c.rows = 2;
+    if (!c.nvec) c.nvec = 4;
+    const cvk_caps *k = &d->info.caps;
+    if (!qtype_supported(type)) return cd_fail("matvec: type %s is not supported", qtype_name(type));
+    if (!k->storage8 || !k->storage16) return cd_fail("matvec: the device lacks 8- or 16-bit storage buffer access");
+    if (c.wg > k->max_wg_size[0] || c.wg > k->max_wg_invocations)
+        return cd_fail("matvec: workgroup size %u too large", c.wg);
+    if (c.rows > 16 || c.nvec > 8) return cd_fail("matvec: rows %u > 16 or nvec %u > 8", c.rows, c.nvec);
+    if (c.rows * c.nvec > c.wg) return cd_fail("matvec: rows * nvec exceeds the workgroup size");
+    uint32_t min_sg = k->min_subgroup_size ? k->min_subgroup_size : 1;
+    if (c.subgroup_size && c.subgroup_size < min_sg) min_sg = c.subgroup_size;
+    uint32_t nsg = (c.wg + min_sg - 1) / min_sg;
+    if ((uint64_t)nsg * c.rows * c.nvec * 4 > k->max_shared)
+        return cd_fail("matvec: reduction needs more shared memory than the device has");
+    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg};
+    cvk_pipeline_desc desc = {.name = "matvec", .spv = cinder_spv_matvec, .spv_size = cinder_spv_matvec_size,
+                              .n_bindings = 4, .push_size = sizeof(cvk_matvec_push), .spec = spec, .n_spec = N_SPEC,
+                              .subgroup_size = c.subgroup_size,
+                              .full_subgroups = c.subgroup_size && c.wg % c.subgroup_size == 0};
+    return cvk_pipeline_create(p, d, cache, &desc);
+}
+
+static int check(const cvk_pipeline *p, const cvk_matvec_args *a, uint64_t row_bytes, uint32_t n_slices,
+                 uint32_t xs, uint32_t ys) {
+    const cvk_buffer *w = a->w;
+    if (p->n_spec < N_SPEC || p->spec[SPEC_TYPE] != (uint32_t)a->type)
+        return cd_fail("matvec: pipeline built for another type than %s", qtype_name(a->type));
+    if (a->n_in % qtype_block_elems(a->type))
+        return cd_fail("matvec: row of %u is not a whole number of %s blocks", a->n_in, qtype_name(a->type));
+    uint64_t total = (uint64_t)a->n_rows * n_slices;
+    if (row_bytes > UINT32_MAX || total > UINT32_MAX) return cd_fail("matvec: tensor too large");
+    if (w->size < row_bytes * total) return cd_fail("matvec: weights smaller than %llu rows", (unsigned long long)total);
+    if (w->n_parts > 1 && w->part_bytes % row_bytes)
+        return cd_fail("matvec: weight parts split rows (create the buffer with granule = row bytes)");
+    if (w->part_bytes > UINT32_MAX) return cd_fail("matvec: a weight part exceeds 4 GiB");
+    if (a->x.size < ((uint64_t)(a->n_vec - 1) * xs + a->n_in) * 4) return cd_fail("matvec: x too small");
+    if (a->y.size < ((uint64_t)(a->n_vec - 1) * ys + a->n_rows) * 4) return cd_fail("matvec: y too small");
+    if (a->use_ids && a->ids.size < ((uint64_t)a->ids_offset + a->n_vec) * 4) return cd_fail("matvec: ids too small");
+    if (a->use_ids && a->ids_offset > INT32_MAX) return cd_fail("matvec: ids_offset too large");
+    if (!a->use_ids && a->slice >= n_slices) return cd_fail("matvec: slice %u of %u", a->slice, n_slices);
+    return 0;
+}
+
+int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matvec_args *a) {
+    if (a->n_vec == 0 || a->n_rows == 0) return 0;
+    if (a->n_in == 0) return cd_fail("matvec: n_in is 0");
+    uint32_t n_slices = a->n_slices ? a->n_slices : 1;
+    uint32_t xs = a->x_shared ? 0 : (a->x_stride ? a->x_stride : a->n_in);
+    uint32_t ys = a->y_stride ? a->y_stride : a->n_rows;
+    if (!a->x_shared && xs < a->n_in) return cd_fail("matvec: x stride below n_in");
+    if (ys < a->n_rows && a->n_vec > 1) return cd_fail("matvec: y stride below n_rows");
+    uint64_t row_bytes = qtype_row_bytes(a->type, a->n_in);
+    if (check(p, a, row_bytes, n_slices, xs, ys)) return -1;
+    uint32_t rows_wg = p->spec[SPEC_ROWS], nvec = p->spec[SPEC_NVEC];
+    uint32_t gy = a->use_ids ? a->n_vec : (a->n_vec + nvec - 1) / nvec;
+    if (gy > 65535) return cd_fail("matvec: %u vector groups exceed one grid dimension", gy);
+    uint64_t rows_per_part = a->w->part_bytes / row_bytes, total = (uint64_t)a->n_rows * n_slices;
+    /* the ids view is bound even in dense mode (never read there): x will do */
+    cvk_view views[4] = {{0}, a->x, a->y, a->use_ids ? a->ids : a->x};
+    cvk_cmd_label_begin(c, "matvec");
+    for (uint32_t k = 0; k < a->w->n_parts; k++) {
+        uint64_t row0 = k * rows_per_part, rows = a->w->parts[k].size / row_bytes;
+        if (row0 >= total) break;
+        if (row0 + rows > total) rows = total - row0;
+        /* output rows this part can touch: all of them with ids; the slice's overlap in dense mode */
+        uint64_t r_begin = 0, r_end = a->n_rows;
+        if (!a->use_ids) {
+            uint64_t s0 = (uint64_t)a->slice * a->n_rows, lo = row0 > s0 ? row0 : s0;
+            uint64_t hi = row0 + rows < s0 + a->n_rows ? row0 + rows : s0 + a->n_rows;
+            if (lo >= hi) continue;
+            r_begin = lo - s0, r_end = hi - s0;
+        }
+        uint64_t blocks = (r_end - r_begin + rows_wg - 1) / rows_wg;
+        uint32_t gx = blocks < 65535 ? (uint32_t)blocks : 65535, gz = (uint32_t)((blocks + 65534) / 65535);
+        cvk_matvec_push pc = {a->n_in,        (uint32_t)row_bytes, a->n_rows, n_slices, (uint32_t)row0,
+                              (uint32_t)rows, (uint32_t)r_begin,   a->n_vec,  xs,       ys,
+                              a->slice,       a->use_ids ? (int32_t)a->ids_offset : -1};
+        views[0] = cvk_view_part(a->w, k);
+        VkDescriptorSet set;
+        if (cvk_descset(dp, p, views, &set)) {
+            cvk_cmd_label_end(c);
+            return -1;
+        }
+        cvk_cmd_dispatch(c, p, set, &pc, gx, gy, gz);
+    }
+    cvk_cmd_label_end(c);
+    return 0;
+}

@@ -1,0 +1,360 @@
+/* shaders/matvec.comp against a double CPU reference: random weights of every supported type
+ * (quantized by quant_quantize_row), dequantized by quant_dequantize_row and dotted in double.
+ * Awkward sizes (rows 1, 7, 129, 1000; n_in 32*7, 256*3, odd float lengths), several vectors
+ * (more than one workgroup's worth), dense slices and MoE expert ids read from a GPU buffer
+ * (at an offset, out-of-range ids give zeros), shared x, weights split over several parts,
+ * several specializations. Pins the push block to its C struct.
+ *
+ * Tolerance: |got - want| <= 1e-4 * sum_i |w_i x_i| per output (float accumulation).
+ *
+ * CINDER_MATVEC_BENCH=1 also times a 2048x768 Q4_K and a 151936x2048 Q6_K matvec against
+ * cpu_matvec (see docs/kernels/matvec.md). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/gguf/quant.h"
+#include "runtime/model/cpu_ref.h"
+#include "runtime/vk/op_matvec.h"
+#include "runtime/vk/vk_barrier.h"
+#include "runtime/vk/vk_ctx.h"
+#include "runtime/vk/vk_instance.h"
+#include "runtime/vk/vk_spirv.h"
+#include "shaders/shaders.h"
+#include "tests/test_util.h"
+
+static cvk_ctx *vk;
+
+static int setup(void **state) {
+    (void)state;
+    vk = calloc(1, sizeof *vk);
+    if (cvk_ctx_init(vk, NULL)) {
+        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    cvk_ctx_free(vk);
+    free(vk);
+    if (cvk_validation_errors()) {
+        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
+        return -1;
+    }
+    return 0;
+}
+
+static void test_push_layout_matches_glsl(void **state) {
+    (void)state;
+    cvk_spirv_info si;
+    assert_int_equal(cvk_spirv_reflect(cinder_spv_matvec, cinder_spv_matvec_size, &si), 0);
+    const uint32_t want[] = {
+        offsetof(cvk_matvec_push, n_in),     offsetof(cvk_matvec_push, row_bytes),
+        offsetof(cvk_matvec_push, n_rows),   offsetof(cvk_matvec_push, n_slices),
+        offsetof(cvk_matvec_push, row0),     offsetof(cvk_matvec_push, rows),
+        offsetof(cvk_matvec_push, r_begin),  offsetof(cvk_matvec_push, n_vec),
+        offsetof(cvk_matvec_push, x_stride), offsetof(cvk_matvec_push, y_stride),
+        offsetof(cvk_matvec_push, slice),    offsetof(cvk_matvec_push, ids_offset),
+    };
+    assert_int_equal(si.n_push, 12);
+    for (int i = 0; i < 12; i++) assert_int_equal(si.push_offset[i], want[i]);
+    assert_int_equal(si.push_size, sizeof(cvk_matvec_push));
+    assert_int_equal(si.n_bindings, 4);
+}
+
+typedef struct tcase {
+    enum qtype type;
+    uint32_t n_in, n_rows, n_slices, n_vec;
+    bool use_ids, x_shared;
+    uint32_t slice;      /* dense */
+    cvk_matvec_cfg cfg;
+} tcase;
+
+/* Random weights (rows of varied scale and offset) quantized to t->type. */
+static uint8_t *make_weights(rng *r, enum qtype type, uint32_t n_in, uint64_t n_rows) {
+    size_t rb = qtype_row_bytes(type, n_in);
+    float *row = malloc(n_in * sizeof *row);
+    uint8_t *w = malloc(rb * n_rows);
+    for (uint64_t i = 0; i < n_rows; i++) {
+        float scale = (i % 5 == 0) ? 1e-3f : (i % 7 == 0 ? 300.0f : 1.0f);
+        for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
+        quant_quantize_row(type, row, w + rb * i, n_in);
+    }
+    free(row);
+    return w;
+}
+
+/* Runs one case; weights split into parts of at most max_part bytes (0: the device's). */
+static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
+    rng r;
+    rng_seed(&r, seed);
+    uint32_t ns = t->n_slices ? t->n_slices : 1;
+    size_t rb = qtype_row_bytes(t->type, t->n_in);
+    uint64_t total = (uint64_t)t->n_rows * ns;
+    uint8_t *w = make_weights(&r, t->type, t->n_in, total);
+    uint32_t xs = t->n_in + (seed % 2 ? 3 : 0), ys = t->n_rows + (seed % 3 ? 0 : 5);
+    size_t n_x = (size_t)(t->n_vec - 1) * xs + t->n_in, n_y = (size_t)(t->n_vec - 1) * ys + t->n_rows;
+    float *x = malloc(n_x * sizeof *x);
+    for (size_t i = 0; i < n_x; i++) x[i] = rng_normal(&r);
+    uint32_t ids_off = 3;
+    int32_t *ids = malloc((ids_off + t->n_vec) * sizeof *ids);
+    for (uint32_t i = 0; i < ids_off + t->n_vec; i++) ids[i] = (int32_t)rng_below(&r, ns);
+    if (t->use_ids && t->n_vec > 2) ids[ids_off + 1] = -1, ids[ids_off + 2] = (int32_t)ns; /* out of range */
+
+    cvk_buffer bw, bx, by, bi;
+    uint64_t saved = vk->mem.max_part;
+    if (max_part) vk->mem.max_part = max_part;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * total, rb, CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved;
+    if (max_part) assert_true(bw.n_parts >= 3);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, 64 + n_x * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, 32 + n_y * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bi, (ids_off + t->n_vec) * 4, 4, CVK_MEM_DEVICE), 0);
+    vk->stager.force_staging = seed & 1;
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bx, 64, n_x * 4), x), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bi), ids), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+
+    cvk_pipeline p;
+    if (cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, t->type, &t->cfg)) fail_msg("%s", cd_errmsg());
+    cvk_matvec_args a = {.w = &bw, .type = t->type, .n_in = t->n_in, .n_rows = t->n_rows, .n_slices = t->n_slices,
+                         .x = cvk_view_range(&bx, 64, n_x * 4), .x_stride = xs, .x_shared = t->x_shared,
+                         .y = cvk_view_range(&by, 32, n_y * 4), .y_stride = ys, .n_vec = t->n_vec,
+                         .use_ids = t->use_ids, .ids = cvk_view_whole(&bi), .ids_offset = ids_off,
+                         .slice = t->slice};
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&by), 0x7fc00000u), 0); /* NaN: unwritten shows */
+    cvk_barrier_transfer_to_compute(vk->cmd.cb);
+    if (cvk_matvec(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    float *got = malloc(n_y * 4);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_range(&by, 32, n_y * 4), got), 0);
+    vk->stager.force_staging = false;
+
+    float *row = malloc(t->n_in * sizeof *row);
+    double worst = 0;
+    for (uint32_t v = 0; v < t->n_vec; v++) {
+        int32_t s = t->use_ids ? ids[ids_off + v] : (int32_t)t->slice;
+        const float *xv = x + (t->x_shared ? 0 : (size_t)v * xs);
+        for (uint32_t rr = 0; rr < t->n_rows; rr++) {
+            float g = got[(size_t)v * ys + rr];
+            if (s < 0 || (uint32_t)s >= ns) {
+                if (g != 0.0f) fail_msg("vector %u (id %d) row %u = %g, want 0", v, s, rr, g);
+                continue;
+            }
+            quant_dequantize_row(t->type, w + rb * ((uint64_t)s * t->n_rows + rr), row, t->n_in);
+            double want = 0, mag = 0;
+            for (uint32_t i = 0; i < t->n_in; i++) {
+                want += (double)row[i] * xv[i];
+                mag += fabs((double)row[i] * xv[i]);
+            }
+            double err = fabs((double)g - want);
+            if (isnan(g) || err > 1e-4 * mag + 1e-30)
+                fail_msg("%s n_in=%u n_rows=%u: vector %u slice %d row %u = %.9g, want %.9g (|wx| %.3g)",
+                         qtype_name(t->type), t->n_in, t->n_rows, v, s, rr, g, want, mag);
+            if (mag > 0) worst = fmax(worst, err / mag);
+        }
+    }
+    if (seed < 100)
+        printf("  %-4s n_in=%-4u rows=%-4u slices=%u vec=%u %s parts=%u  worst err/|wx| = %.2g\n", qtype_name(t->type),
+               t->n_in, t->n_rows, ns, t->n_vec, t->use_ids ? "ids  " : "dense", bw.n_parts, worst);
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &by);
+    cvk_buffer_destroy(&vk->mem, &bi);
+    free(w), free(x), free(ids), free(got), free(row);
+}
+
+static const enum qtype all_types[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0,
+                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+
+static uint32_t awkward_n_in(enum qtype t, uint32_t k) {
+    if (t == QTYPE_Q4_K || t == QTYPE_Q5_K || t == QTYPE_Q6_K) return 256 * (k % 2 ? 3 : 1);
+    if (t == QTYPE_Q8_0) return 32 * (k % 2 ? 7 : 1);
+    return k % 2 ? 32 * 7 : 37; /* float types: n_in % 4 != 0 exercises the tail */
+}
+
+static void test_dense_every_type(void **state) {
+    (void)state;
+    const uint32_t rows[] = {1, 7, 129, 1000};
+    uint64_t seed = 1;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++)
+        for (uint32_t k = 0; k < 4; k++) {
+            tcase t = {.type = all_types[ti], .n_in = awkward_n_in(all_types[ti], k), .n_rows = rows[k],
+                       .n_slices = k == 2 ? 3 : 1, .n_vec = 1 + (k * 3) % 7, .slice = k == 2 ? 2 : 0};
+            run_case(&t, seed++, 0);
+        }
+}
+
+static void test_moe_ids_every_type(void **state) {
+    (void)state;
+    uint64_t seed = 40;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
+        enum qtype ty = all_types[ti];
+        tcase a = {.type = ty, .n_in = awkward_n_in(ty, 1), .n_rows = 129, .n_slices = 5, .n_vec = 6,
+                   .use_ids = true, .x_shared = true};
+        run_case(&a, seed++, 0);
+        tcase b = {.type = ty, .n_in = awkward_n_in(ty, 0), .n_rows = 7, .n_slices = 9, .n_vec = 4, .use_ids = true};
+        run_case(&b, seed++, 0);
+    }
+}
+
+static void test_configs(void **state) {
+    (void)state;
+    const cvk_matvec_cfg cfgs[] = {
+        {.wg = 32, .rows = 1, .nvec = 1}, {.wg = 128, .rows = 4, .nvec = 2},
+        {.wg = 256, .rows = 8, .nvec = 8}, {.wg = 64, .rows = 3, .nvec = 5},
+        {.wg = 32, .rows = 2, .nvec = 4, .subgroup_size = 8},
+    };
+    uint64_t seed = 60;
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++)
+        for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti += 2 + c % 2) {
+            tcase t = {.type = all_types[ti], .n_in = awkward_n_in(all_types[ti], (uint32_t)c + 1), .n_rows = 131,
+                       .n_slices = 2, .n_vec = 11, .slice = 1, .cfg = cfgs[c]};
+            run_case(&t, seed++, 0);
+        }
+}
+
+static void test_split_weights(void **state) {
+    (void)state;
+    const tcase cases[] = {
+        {QTYPE_Q4_K, 256, 50, 1, 3, false, false, 0, {0}},        /* 144-byte rows, 13 per part */
+        {QTYPE_Q6_K, 512, 23, 3, 5, false, false, 2, {0}},        /* dense, slice 2 of 3 */
+        {QTYPE_Q6_K, 512, 23, 3, 5, true, false, 0, {0}},         /* ids over 3 slices */
+        {QTYPE_Q5_K, 256, 10, 6, 7, true, true, 0, {.rows = 3}},  /* slices straddle parts */
+        {QTYPE_Q8_0, 64, 101, 2, 4, false, false, 1, {0}},
+        {QTYPE_F16, 33 * 2, 77, 1, 2, false, false, 0, {0}},
+        {QTYPE_F32, 3, 500, 4, 3, true, false, 0, {0}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 80 + i, 2000);
+}
+
+static void test_rejects_mismatches(void **state) {
+    (void)state;
+    cvk_pipeline p;
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_0, NULL), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
+                                         &(cvk_matvec_cfg){.wg = 32, .rows = 16, .nvec = 8}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
+    cvk_buffer b;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
+    cvk_matvec_args a = {.w = &b, .type = QTYPE_Q4_K, .n_in = 256, .n_rows = 1, .x = cvk_view_whole(&b),
+                         .y = cvk_view_whole(&b), .n_vec = 1};
+    assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1); /* pipeline for Q8_0 */
+    a.type = QTYPE_Q8_0;
+    a.n_in = 33;
+    assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1); /* not whole blocks */
+    assert_non_null(strstr(cd_errmsg(), "blocks"));
+    a.n_in = 32;
+    a.slice = 1;
+    assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1); /* slice out of range */
+    a.slice = 0;
+    a.n_rows = 200; /* 200 * 34 bytes > 4096 */
+    assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.n_rows = 1;
+    a.use_ids = true;
+    a.ids = cvk_view_range(&b, 0, 4);
+    a.ids_offset = 1;
+    assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1); /* ids too small */
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &b);
+}
+
+/* --- timing (CINDER_MATVEC_BENCH=1) --- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void bench_one(enum qtype type, uint32_t n_in, uint32_t n_rows, const cvk_matvec_cfg *cfg) {
+    rng r;
+    rng_seed(&r, 7);
+    size_t rb = qtype_row_bytes(type, n_in);
+    enum { DISTINCT = 64 }; /* quantize 64 rows, tile them: quantizing 150k rows is slow */
+    uint8_t *few = make_weights(&r, type, n_in, DISTINCT);
+    uint8_t *w = malloc(rb * n_rows);
+    for (uint32_t i = 0; i < n_rows; i++) memcpy(w + rb * i, few + rb * (i % DISTINCT), rb);
+    float *x = malloc(n_in * sizeof *x), *ref = malloc(n_rows * sizeof *ref), *got = malloc(n_rows * sizeof *got);
+    float *scratch = malloc(n_in * sizeof *scratch);
+    for (uint32_t i = 0; i < n_in; i++) x[i] = rng_normal(&r);
+    gguf_tensor t = {.n_dims = 2, .ne = {n_in, n_rows, 1, 1}, .type = type, .nbytes = rb * n_rows, .data = w};
+    double cpu = 1e30;
+    for (int k = 0; k < 3; k++) {
+        double t0 = now_s();
+        cpu_matvec(ref, &t, 0, x, scratch);
+        cpu = fmin(cpu, now_s() - t0);
+    }
+
+    cvk_buffer bw, bx, by;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, n_in * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, n_rows * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    cvk_pipeline p;
+    if (cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, type, cfg)) fail_msg("%s", cd_errmsg());
+    cvk_matvec_args a = {.w = &bw, .type = type, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
+                         .y = cvk_view_whole(&by), .n_vec = 1};
+    assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
+    if (cvk_matvec(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_end(&vk->cmd), 0);
+    double gpu = 1e30;
+    for (int k = 0; k < 5; k++) {
+        double t0 = now_s();
+        assert_int_equal(cvk_cmd_submit(&vk->cmd), 0);
+        assert_int_equal(cvk_cmd_wait(&vk->cmd), 0);
+        gpu = fmin(gpu, now_s() - t0);
+    }
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
+    double worst = 0;
+    for (uint32_t i = 0; i < n_rows; i++) worst = fmax(worst, fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+    printf("  bench %-4s %ux%u (n_in x rows) wg=%u rows=%u parts=%u: lavapipe %.3f ms, cpu_matvec %.3f ms, "
+           "cpu/gpu %.2f  (max rel diff %.2g)\n",
+           qtype_name(type), n_in, n_rows, p.spec[0], p.spec[2], bw.n_parts, gpu * 1e3, cpu * 1e3, cpu / gpu, worst);
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &by);
+    free(few), free(w), free(x), free(ref), free(got), free(scratch);
+}
+
+static void test_bench(void **state) {
+    (void)state;
+    const char *e = getenv("CINDER_MATVEC_BENCH");
+    if (!e || !*e || *e == '0') skip();
+    const cvk_matvec_cfg cfgs[] = {{0}, {.wg = 32, .rows = 4}, {.wg = 64, .rows = 8}, {.wg = 128, .rows = 2}};
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) bench_one(QTYPE_Q4_K, 2048, 768, &cfgs[c]);
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) bench_one(QTYPE_Q6_K, 2048, 151936, &cfgs[c]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_push_layout_matches_glsl),
+        cmocka_unit_test(test_dense_every_type),
+        cmocka_unit_test(test_moe_ids_every_type),
+        cmocka_unit_test(test_configs),
+        cmocka_unit_test(test_split_weights),
+        cmocka_unit_test(test_rejects_mismatches),
+        cmocka_unit_test(test_bench),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
