@@ -1,0 +1,78 @@
+/* GPU sampling, host side: rows of n logits -> one uint32 id per row, in two dispatches with a
+ * barrier between them (recorded by the op), so a decode step samples without a download.
+ *
+ * Greedy (shaders/argmax.comp, cvk_argmax): ties to the lower id, exactly sampler_argmax.
+ *   pass 0: ceil(n / chunk) workgroups per row reduce chunk = 8 * wg logits each into a
+ *           (value, id) pair in the scratch buffer;
+ *   pass 1: one workgroup per row reduces the pairs and writes the id.
+ * For n_vocab = 151936 and wg = 256 that is 75 workgroups per row, then one. */
+#pragma once
+#include <stdint.h>
+
+#include "runtime/vk/vk_cmd.h"
+#include "runtime/vk/vk_descriptor.h"
+#include "runtime/vk/vk_pipeline.h"
+
+/* mirrors the push block in shaders/argmax.comp (pinned by tests/test_vk_sample.c) */
+typedef struct cvk_argmax_push {
+    uint32_t n, rows, stride, chunk, n_chunks;
+} cvk_argmax_push;
+
+typedef struct cvk_argmax_pipes {
+    cvk_pipeline pass[2];
+} cvk_argmax_pipes;
+
+typedef struct cvk_argmax_args {
+    cvk_view logits;  /* f32 [rows][stride] */
+    cvk_view scratch; /* cvk_argmax_scratch_bytes */
+    cvk_view out;     /* uint32 [rows] */
+    uint32_t n, rows;
+    uint32_t stride;  /* floats between rows; 0 means n */
+} cvk_argmax_args;
+
+/* wg: invocations per workgroup (power of two, 32..1024; 0 = 256). */
+int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg);
+void cvk_argmax_pipelines_destroy(cvk_device *d, cvk_argmax_pipes *p);
+/* Bytes of scratch cvk_argmax needs for these pipelines and sizes. */
+uint64_t cvk_argmax_scratch_bytes(const cvk_argmax_pipes *p, uint32_t n, uint32_t rows);
+/* Records pass 0, a compute-to-compute barrier, pass 1 (no barrier before or after). */
+int cvk_argmax(cvk_cmd *c, cvk_descpool *dp, const cvk_argmax_pipes *p, const cvk_argmax_args *a);
+
+/* Top-k / temperature / top-p (shaders/sample_topk.comp, cvk_sample): steps 2-5 of
+ * sampler_sample with the uniform u of step 5 read from a GPU buffer (one float per row, so a
+ * replayed step takes a new u without re-recording). Limits: temperature > 0 (use cvk_argmax
+ * for greedy), 1 <= top_k <= CVK_SAMPLE_MAX_K (top_k <= 0, "all", is not supported: sample
+ * on the CPU), n <= 1024 chunks of 8 * wg logits. Sums are float where the CPU's are double,
+ * so the id differs from sampler_sample only when u or top_p lies within ~1e-6 of the
+ * boundary between two tokens.
+ *   pass 0: each chunk of 8 * wg logits selects its sorted top-k into scratch;
+ *   pass 1: one workgroup per row merges the chunk lists, then samples. */
+#define CVK_SAMPLE_MAX_K 256
+
+/* mirrors the push block in shaders/sample_topk.comp (pinned by tests/test_vk_sample.c) */
+typedef struct cvk_sample_push {
+    uint32_t n, rows, stride, n_chunks, top_k;
+    float temperature, top_p;
+} cvk_sample_push;
+
+typedef struct cvk_sample_pipes {
+    cvk_pipeline pass[2];
+} cvk_sample_pipes;
+
+typedef struct cvk_sample_args {
+    cvk_view logits;  /* f32 [rows][stride] */
+    cvk_view scratch; /* cvk_sample_scratch_bytes */
+    cvk_view u;       /* f32 [rows], uniform in [0, 1) (rng_f32) */
+    cvk_view out;     /* uint32 [rows] */
+    uint32_t n, rows;
+    uint32_t stride;  /* floats between rows; 0 means n */
+    int32_t top_k;
+    float temperature, top_p; /* top_p >= 1: no limit */
+} cvk_sample_args;
+
+/* wg: as for cvk_argmax_pipelines. */
+int cvk_sample_pipelines(cvk_sample_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg);
+void cvk_sample_pipelines_destroy(cvk_device *d, cvk_sample_pipes *p);
+uint64_t cvk_sample_scratch_bytes(const cvk_sample_pipes *p, uint32_t n, uint32_t rows, int32_t top_k);
+/* Records pass 0, a compute-to-compute barrier, pass 1 (no barrier before or after). */
+int cvk_sample(cvk_cmd *c, cvk_descpool *dp, const cvk_sample_pipes *p, const cvk_sample_args *a);
