@@ -22,29 +22,9 @@
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
 #include "tests/test_util.h"
+#include "tests/vk_fixture.h"
 
-static cvk_ctx *vk;
 
-static int setup(void **state) {
-    (void)state;
-    vk = calloc(1, sizeof *vk);
-    if (cvk_ctx_init(vk, NULL)) {
-        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cvk_ctx_free(vk);
-    free(vk);
-    if (cvk_validation_errors()) { /* with CINDER_VK_VALIDATION=1 or sync */
-        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
-        return -1;
-    }
-    return 0;
-}
 
 /* --- no driver: a clean error, in a child so the environment change stays there --- */
 
@@ -434,5 +414,5 @@ int main(void) {
         cmocka_unit_test(test_timestamps_increase),
     };
     int rc = cmocka_run_group_tests_name("vk_host", tests, NULL, NULL);
-    return rc + cmocka_run_group_tests_name("vk_device", device_tests, setup, teardown);
+    return rc + cmocka_run_group_tests_name("vk_device", device_tests, vk_setup, vk_teardown);
 }

@@ -20,29 +20,9 @@
 #include "runtime/vk/vk_instance.h"
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
+#include "tests/vk_fixture.h"
 
-static cvk_ctx *vk;
 
-static int setup(void **state) {
-    (void)state;
-    vk = calloc(1, sizeof *vk);
-    if (cvk_ctx_init(vk, NULL)) {
-        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cvk_ctx_free(vk);
-    free(vk);
-    if (cvk_validation_errors()) {
-        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
-        return -1;
-    }
-    return 0;
-}
 
 static cvk_buffer upload(const float *x, size_t n) {
     cvk_buffer b;
@@ -215,5 +195,5 @@ int main(void) {
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_bad_args),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
 }

@@ -22,29 +22,9 @@
 #include "runtime/vk/vk_instance.h"
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
+#include "tests/vk_fixture.h"
 
-static cvk_ctx *vk;
 
-static int setup(void **state) {
-    (void)state;
-    vk = calloc(1, sizeof *vk);
-    if (cvk_ctx_init(vk, NULL)) {
-        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cvk_ctx_free(vk);
-    free(vk);
-    if (cvk_validation_errors()) {
-        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
-        return -1;
-    }
-    return 0;
-}
 
 /* writes n tokens of sequence row `row` starting at position pos0 (GPU and host model) */
 static void write_tokens(rng *r, const kv_layout *l, cvk_buffer *bpool, uint16_t *want, const cvk_pipeline *p,
@@ -207,5 +187,5 @@ int main(void) {
         cmocka_unit_test(test_write),
         cmocka_unit_test(test_bad_args),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
 }

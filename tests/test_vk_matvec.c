@@ -30,29 +30,9 @@
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
 #include "tests/test_util.h"
+#include "tests/vk_fixture.h"
 
-static cvk_ctx *vk;
 
-static int setup(void **state) {
-    (void)state;
-    vk = calloc(1, sizeof *vk);
-    if (cvk_ctx_init(vk, NULL)) {
-        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cvk_ctx_free(vk);
-    free(vk);
-    if (cvk_validation_errors()) {
-        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
-        return -1;
-    }
-    return 0;
-}
 
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
@@ -357,7 +337,7 @@ int main(void) {
     const char *e = getenv("CINDER_MATVEC_BENCH");
     if (e && *e && *e != '0') {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench)};
-        return cmocka_run_group_tests(timing, setup, teardown);
+        return cmocka_run_group_tests(timing, vk_setup, vk_teardown);
     }
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
 }

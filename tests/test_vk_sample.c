@@ -25,29 +25,9 @@
 #include "runtime/vk/vk_instance.h"
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
+#include "tests/vk_fixture.h"
 
-static cvk_ctx *vk;
 
-static int setup(void **state) {
-    (void)state;
-    vk = calloc(1, sizeof *vk);
-    if (cvk_ctx_init(vk, NULL)) {
-        fprintf(stderr, "no Vulkan device: %s\n", cd_errmsg());
-        return -1;
-    }
-    return 0;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    cvk_ctx_free(vk);
-    free(vk);
-    if (cvk_validation_errors()) {
-        fprintf(stderr, "%llu Vulkan validation messages\n", (unsigned long long)cvk_validation_errors());
-        return -1;
-    }
-    return 0;
-}
 
 enum pattern { RANDOM, TIES, FIRST, LAST, ALL_NEG_INF, FEW_VALUES };
 
@@ -361,5 +341,5 @@ int main(void) {
         cmocka_unit_test(test_sample),
         cmocka_unit_test(test_sample_bad_args),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
 }
