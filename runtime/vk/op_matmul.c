@@ -1,0 +1,85 @@
+#include "runtime/vk/op_matmul.h"
+
+#include "runtime/base/error.h"
+#include "shaders/shaders.h"
+
+const cvk_matmul_tile cvk_matmul_tile_default = {.bm = 64, .bn = 64, .bk = 32, .tm = 4, .tn = 4};
+
+int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
+                        const cvk_matmul_tile *tile) {
+    const cvk_matmul_tile *t = tile ? tile : &cvk_matmul_tile_default;
+    const cvk_caps *c = &d->info.caps;
+    if (!qtype_supported(type)) return cd_fail("matmul: type %s is not supported", qtype_name(type));
+    if (!c->storage8 || !c->storage16) return cd_fail("matmul: the device lacks 8- or 16-bit storage buffer access");
+    if (!t->bm || !t->bn || !t->bk || !t->tm || !t->tn || t->tm % 4 || t->tn % 4 || t->bm % t->tm ||
+        t->bn % t->tn || t->tm * t->tn > 64)
+        return cd_fail("matmul: bad tile %ux%ux%u / %ux%u", t->bm, t->bn, t->bk, t->tm, t->tn);
+    uint32_t wg = (t->bm / t->tm) * (t->bn / t->tn);
+    uint64_t shared = 4ull * ((uint64_t)(t->bm + t->bn) * t->bk + 2ull * t->bn);
+    if (wg > c->max_wg_size[0] || wg > c->max_wg_invocations)
+        return cd_fail("matmul: tile needs %u invocations, the device allows %u", wg, c->max_wg_size[0]);
+    if (shared > c->max_shared)
+        return cd_fail("matmul: tile needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
+                       c->max_shared);
+    uint32_t spec[7] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn};
+    cvk_pipeline_desc desc = {.name = "matmul", .spv = cinder_spv_matmul, .spv_size = cinder_spv_matmul_size,
+                              .n_bindings = 5, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
+    return cvk_pipeline_create(p, d, cache, &desc);
+}
+
+static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_bytes, uint32_t xs, uint32_t ys) {
+    const cvk_buffer *w = a->w;
+    if (p->n_spec < 7 || p->spec[1] != (uint32_t)a->type)
+        return cd_fail("matmul: pipeline built for another type than %s", qtype_name(a->type));
+    if (a->n_in % qtype_block_elems(a->type))
+        return cd_fail("matmul: row of %u is not a whole number of %s blocks", a->n_in, qtype_name(a->type));
+    if (row_bytes > UINT32_MAX || w->size / row_bytes < (uint64_t)(a->expert + 1) * a->n_rows)
+        return cd_fail("matmul: weights hold fewer than %llu rows", (unsigned long long)(a->expert + 1) * a->n_rows);
+    if (w->n_parts > 1 && w->part_bytes % row_bytes)
+        return cd_fail("matmul: weight parts split rows (create the buffer with granule = row bytes)");
+    if (xs < a->n_in || ys < a->n_rows) return cd_fail("matmul: row stride below the row length");
+    if (!a->x_rows || !a->y_rows) return cd_fail("matmul: x_rows and y_rows must be set");
+    if (a->x.size < ((uint64_t)(a->x_rows - 1) * xs + a->n_in) * 4 ||
+        a->y.size < ((uint64_t)(a->y_rows - 1) * ys + a->n_rows) * 4)
+        return cd_fail("matmul: x or y smaller than its rows");
+    if ((uint64_t)a->x_rows * xs > UINT32_MAX || (uint64_t)a->y_rows * ys > UINT32_MAX)
+        return cd_fail("matmul: x or y has more than 2^32 floats");
+    uint64_t need = ((uint64_t)a->ids_off + a->n_tokens) * 4;
+    if ((a->gather.buf && a->gather.size < need) || (a->scatter.buf && a->scatter.size < need))
+        return cd_fail("matmul: gather or scatter list shorter than ids_off + n_tokens");
+    if (!a->gather.buf && !a->scatter.buf && a->ids_off) return cd_fail("matmul: ids_off without a list");
+    return 0;
+}
+
+int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matmul_args *a) {
+    if (a->n_tokens == 0 || a->n_rows == 0) return 0;
+    if (a->n_in == 0) return cd_fail("matmul: n_in is 0");
+    uint32_t xs = a->x_stride ? a->x_stride : a->n_in, ys = a->y_stride ? a->y_stride : a->n_rows;
+    uint64_t row_bytes = qtype_row_bytes(a->type, a->n_in);
+    if (check(p, a, row_bytes, xs, ys)) return -1;
+    uint32_t bm = p->spec[2], bn = p->spec[3];
+    uint32_t gy = (a->n_tokens + bn - 1) / bn;
+    if (gy > 65535) return cd_fail("matmul: %u tokens exceed 65535 token tiles", a->n_tokens);
+    uint32_t flags = (a->gather.buf ? CVK_MATMUL_GATHER : 0) | (a->scatter.buf ? CVK_MATMUL_SCATTER : 0);
+    /* unused list bindings get the x view: bound but never read */
+    cvk_view gather = a->gather.buf ? a->gather : a->x, scatter = a->scatter.buf ? a->scatter : a->x;
+    const cvk_buffer *w = a->w;
+    uint64_t rpp = w->n_parts > 1 ? w->part_bytes / row_bytes : UINT64_MAX;
+    uint64_t g0 = (uint64_t)a->expert * a->n_rows, g1 = g0 + a->n_rows; /* slice: rows [g0, g1) */
+    cvk_cmd_label_begin(c, "matmul");
+    for (uint32_t k = 0; k < w->n_parts; k++) {
+        uint64_t p0 = w->n_parts > 1 ? k * rpp : 0, p1 = p0 + w->parts[k].size / row_bytes;
+        uint64_t lo = g0 > p0 ? g0 : p0, hi = g1 < p1 ? g1 : p1;
+        if (lo >= hi) continue;
+        uint32_t nr = (uint32_t)(hi - lo), gx = (nr + bm - 1) / bm;
+        if (gx > 65535) { cvk_cmd_label_end(c); return cd_fail("matmul: %u rows exceed 65535 row tiles", nr); }
+        cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, (uint32_t)(lo - p0), (uint32_t)(lo - g0), nr,
+                              a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, flags};
+        cvk_view views[5] = {cvk_view_part(w, k), a->x, a->y, gather, scatter};
+        VkDescriptorSet set;
+        if (cvk_descset(dp, p, views, &set)) { cvk_cmd_label_end(c); return -1; }
+        cvk_cmd_dispatch(c, p, set, &pc, gx, gy, 1);
+    }
+    cvk_cmd_label_end(c);
+    return 0;
+}

@@ -1,0 +1,115 @@
+#version 450
+// Prefill matrix-matrix product through shared-memory tiles:
+//   Y[out(t)][r0 + m] = sum_k W[w_row0 + m][k] * X[in(t)][k]      m < nr, t < n_tokens
+// W rows are stored as QTYPE (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K) in the bound part;
+// in(t) = t, or gather[ids_off + t] (flag 1); out(t) = t, or scatter[ids_off + t] (flag 2).
+// A token whose in(t) or out(t) falls outside [0, x_rows) / [0, y_rows) is skipped.
+//
+// Workgroup (x, y) owns the BM x BN tile of weight rows m0 = x*BM.. and tokens n0 = y*BN..
+// Per step of BK along k, the workgroup dequantizes BM x BK weights into ws (once per tile,
+// reused by all BN tokens) and loads BN x BK inputs into xs; each invocation then
+// accumulates a TM x TN register block: rows tm*TM.., tokens tn*TN.., read from shared
+// memory as vec4s (TM/4 + TN/4 loads per k for TM*TN fmas; neighbouring invocations read
+// neighbouring vec4s). Rows past nr and tokens past n_tokens load zeros and store nothing;
+// k past n_in loads zeros.
+// WG must equal (BM/TM) * (BN/TN), TM and TN multiples of 4; runtime/vk/op_matmul.c checks.
+//
+// Weights split over buffer parts: the host dispatches once per part touching the rows it
+// needs, passing w_row0 (row of the first needed weight row within the part), r0 (its
+// output column) and nr (rows in this part).
+#extension GL_EXT_shader_8bit_storage : require
+#extension GL_EXT_shader_16bit_storage : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 256;
+layout(constant_id = 1) const uint QTYPE = 0;
+layout(constant_id = 2) const uint BM = 64; // weight rows per tile
+layout(constant_id = 3) const uint BN = 64; // tokens per tile
+layout(constant_id = 4) const uint BK = 32; // k per step
+layout(constant_id = 5) const uint TM = 4;  // weight rows per invocation
+layout(constant_id = 6) const uint TN = 4;  // tokens per invocation
+
+#define QB_BINDING 0
+#include "quant_blocks.glsl"
+
+layout(binding = 1) readonly buffer X { float x[]; };
+layout(binding = 2) writeonly buffer Y { float y[]; };
+layout(binding = 3) readonly buffer Gather { int gather[]; };
+layout(binding = 4) readonly buffer Scatter { int scatter[]; };
+
+// mirrors cvk_matmul_push in runtime/vk/op_matmul.h
+layout(push_constant) uniform Push {
+    uint n_in;      // elements per weight row (k extent)
+    uint row_bytes; // bytes per weight row
+    uint w_row0;    // row within the bound part of the first weight row used
+    uint r0;        // output column of that row
+    uint nr;        // weight rows this dispatch covers
+    uint n_tokens;
+    uint x_stride;  // floats between rows of X
+    uint x_rows;    // rows of X
+    uint y_stride;  // floats between rows of Y
+    uint y_rows;    // rows of Y
+    uint ids_off;   // first entry of gather / scatter used
+    uint flags;     // 1: gather, 2: scatter
+} pc;
+
+const uint NONE = 0xffffffffu;
+
+shared vec4 ws[BK * BM / 4]; // element k * BM + m
+shared vec4 xs[BK * BN / 4]; // element k * BN + n
+shared uint xrow[BN];      // X row of token n0 + n, NONE when skipped
+shared uint yrow[BN];      // Y row of token n0 + n, NONE when skipped
+
+void main() {
+    const uint TPM = BM / TM;
+    uint tid = gl_LocalInvocationID.x;
+    uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+    uint tm = tid % TPM, tn = tid / TPM;
+
+    for (uint n = tid; n < BN; n += WG) {
+        uint t = n0 + n, xi = NONE, yi = NONE;
+        if (t < pc.n_tokens) {
+            int g = (pc.flags & 1u) != 0 ? gather[pc.ids_off + t] : int(t);
+            int s = (pc.flags & 2u) != 0 ? scatter[pc.ids_off + t] : int(t);
+            if (g >= 0 && uint(g) < pc.x_rows && s >= 0 && uint(s) < pc.y_rows) xi = uint(g), yi = uint(s);
+        }
+        xrow[n] = xi;
+        yrow[n] = yi;
+    }
+    barrier();
+
+    float acc[TM * TN];
+    for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0;
+
+    for (uint k0 = 0; k0 < pc.n_in; k0 += BK) {
+        for (uint i = tid; i < BM * BK; i += WG) {
+            uint kk = i % BK, mm = i / BK, m = m0 + mm, k = k0 + kk;
+            float v = 0.0;
+            if (m < pc.nr && k < pc.n_in) v = qb_dequant(QTYPE, (pc.w_row0 + m) * pc.row_bytes, k);
+            ws[(kk * BM + mm) >> 2][mm & 3u] = v;
+        }
+        for (uint i = tid; i < BN * BK; i += WG) {
+            uint kk = i % BK, nn = i / BK, k = k0 + kk, r = xrow[nn];
+            xs[(kk * BN + nn) >> 2][nn & 3u] = r != NONE && k < pc.n_in ? x[r * pc.x_stride + k] : 0.0;
+        }
+        barrier();
+        for (uint kk = 0; kk < BK; kk++) {
+            vec4 a[TM / 4], b[TN / 4];
+            for (uint i = 0; i < TM / 4; i++) a[i] = ws[(kk * BM + tm * TM) / 4 + i];
+            for (uint j = 0; j < TN / 4; j++) b[j] = xs[(kk * BN + tn * TN) / 4 + j];
+            for (uint i = 0; i < TM; i++)
+                for (uint j = 0; j < TN; j++)
+                    acc[i * TN + j] = fma(a[i >> 2][i & 3u], b[j >> 2][j & 3u], acc[i * TN + j]);
+        }
+        barrier();
+    }
+
+    for (uint j = 0; j < TN; j++) {
+        uint o = yrow[tn * TN + j];
+        if (o == NONE) continue;
+        for (uint i = 0; i < TM; i++) {
+            uint m = m0 + tm * TM + i;
+            if (m < pc.nr) y[o * pc.y_stride + pc.r0 + m] = acc[i * TN + j];
+        }
+    }
+}

@@ -1,0 +1,383 @@
+/* shaders/matmul.comp against a double-accumulated CPU product on the dequantized weights
+ * (quant_quantize_row makes random weights of every supported type, quant_dequantize_row
+ * gives the reference's view of them), at awkward sizes: T = 1, 5, 33, 130 tokens; n_rows =
+ * 1, 17, 200; n_in = 2 super-blocks for K-quants, 5 blocks of 32 otherwise. Plain, gather,
+ * scatter and gather+scatter modes on one expert slice of several; weights split over
+ * buffer parts (one dispatch per part, a slice straddling parts); several tile shapes, k
+ * steps not dividing n_in. Unwritten output rows are checked to stay untouched (NaN fill).
+ *
+ * CINDER_MATMUL_BENCH=1 runs, instead of the tests, a timing of a 512-token x (768 x 2048) Q4_K product against a
+ * naive CPU loop (docs/kernels/matmul.md); CINDER_MATMUL_BENCH_TYPE=F32 (etc.) and
+ * CINDER_MATMUL_TILE=bm,bn,bk,tm,tn vary it. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/gguf/quant.h"
+#include "runtime/vk/op_matmul.h"
+#include "runtime/vk/vk_barrier.h"
+#include "runtime/vk/vk_ctx.h"
+#include "runtime/vk/vk_instance.h"
+#include "runtime/vk/vk_spirv.h"
+#include "shaders/shaders.h"
+#include "tests/vk_fixture.h"
+
+static const enum qtype all_types[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0,
+                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+
+static void test_push_layout_matches_glsl(void **state) {
+    (void)state;
+    cvk_spirv_info si;
+    assert_int_equal(cvk_spirv_reflect(cinder_spv_matmul, cinder_spv_matmul_size, &si), 0);
+    const uint32_t want[] = {
+        offsetof(cvk_matmul_push, n_in),     offsetof(cvk_matmul_push, row_bytes), offsetof(cvk_matmul_push, w_row0),
+        offsetof(cvk_matmul_push, r0),       offsetof(cvk_matmul_push, nr),        offsetof(cvk_matmul_push, n_tokens),
+        offsetof(cvk_matmul_push, x_stride), offsetof(cvk_matmul_push, x_rows),    offsetof(cvk_matmul_push, y_stride),
+        offsetof(cvk_matmul_push, y_rows),   offsetof(cvk_matmul_push, ids_off),   offsetof(cvk_matmul_push, flags),
+    };
+    assert_int_equal(si.n_push, 12);
+    for (int i = 0; i < 12; i++) assert_int_equal(si.push_offset[i], want[i]);
+    assert_int_equal(si.push_size, sizeof(cvk_matmul_push));
+    assert_int_equal(si.n_bindings, 5);
+}
+
+/* --- products --- */
+
+typedef struct tcase {
+    enum qtype type;
+    uint32_t T, n_rows, n_in;
+    uint32_t mode;              /* CVK_MATMUL_GATHER | CVK_MATMUL_SCATTER */
+    uint32_t n_expert, expert;  /* slices in the weight buffer; the one used */
+    uint64_t max_part;          /* 0: the device's */
+    const cvk_matmul_tile *tile; /* NULL: default */
+} tcase;
+
+static bool is_nan_fill(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u == 0x7fc00000u;
+}
+
+static void run_case(const tcase *t, uint64_t seed) {
+    rng r;
+    rng_seed(&r, seed);
+    bool gat = t->mode & CVK_MATMUL_GATHER, sca = t->mode & CVK_MATMUL_SCATTER;
+    uint32_t n_exp = t->n_expert ? t->n_expert : 1, total_rows = n_exp * t->n_rows;
+    uint32_t x_rows = gat ? t->T + 7 : t->T, y_rows = sca ? t->T + 5 : t->T;
+    uint32_t xs = t->n_in + (t->mode ? 3 : 0), ys = t->n_rows + (t->mode ? 2 : 0), ids_off = t->mode ? 3 : 0;
+    size_t rb = qtype_row_bytes(t->type, t->n_in);
+
+    /* weights: every slice random, rows of different magnitudes, some offset */
+    float *row = malloc(t->n_in * sizeof *row);
+    uint8_t *wq = malloc(rb * total_rows);
+    for (uint32_t i = 0; i < total_rows; i++) {
+        float scale = (i % 5 == 0) ? 1e-2f : (i % 7 == 0 ? 30.0f : 1.0f);
+        for (uint32_t j = 0; j < t->n_in; j++) row[j] = rng_normal(&r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
+        quant_quantize_row(t->type, row, wq + rb * i, t->n_in);
+    }
+    float *wd = malloc(sizeof(float) * t->n_rows * t->n_in); /* the slice, dequantized */
+    for (uint32_t i = 0; i < t->n_rows; i++)
+        quant_dequantize_row(t->type, wq + rb * ((size_t)t->expert * t->n_rows + i), wd + (size_t)i * t->n_in, t->n_in);
+    size_t nx = (size_t)(x_rows - 1) * xs + t->n_in, ny = (size_t)(y_rows - 1) * ys + t->n_rows;
+    float *x = malloc(nx * sizeof *x);
+    for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r);
+
+    /* lists: gather with repeats and a -1 pad; scatter to distinct rows, one out of range */
+    uint32_t n_ids = ids_off + t->T;
+    int32_t *gl = calloc(n_ids, 4), *sl = calloc(n_ids, 4);
+    uint32_t *perm = malloc(y_rows * 4);
+    for (uint32_t i = 0; i < y_rows; i++) perm[i] = i;
+    for (uint32_t i = y_rows - 1; i > 0; i--) {
+        uint32_t j = rng_below(&r, i + 1), tmp = perm[i];
+        perm[i] = perm[j], perm[j] = tmp;
+    }
+    for (uint32_t i = 0; i < t->T; i++) {
+        gl[ids_off + i] = gat ? (int32_t)rng_below(&r, x_rows) : (int32_t)i;
+        sl[ids_off + i] = sca ? (int32_t)perm[i] : (int32_t)i;
+    }
+    if (gat && t->T > 3) gl[ids_off + 2] = -1;
+    if (sca && t->T > 4) sl[ids_off + 4] = (int32_t)y_rows;
+
+    cvk_buffer bw, bx, by, bl;
+    uint64_t saved = vk->mem.max_part;
+    if (t->max_part) vk->mem.max_part = t->max_part;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * total_rows, rb, CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved;
+    if (t->max_part) assert_true(bw.n_parts >= 3);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, nx * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, ny * 4, 4, CVK_MEM_DEVICE), 0);
+    uint64_t lb = ((n_ids * 4 + 255) / 256) * 256; /* two lists, each at an aligned offset */
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bl, 2 * lb, 4, CVK_MEM_DEVICE), 0);
+    vk->stager.force_staging = seed & 1;
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bl, 0, n_ids * 4), gl), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bl, lb, n_ids * 4), sl), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+
+    cvk_pipeline p;
+    if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, t->type, t->tile)) fail_msg("%s", cd_errmsg());
+    cvk_matmul_args a = {.w = &bw, .type = t->type, .n_in = t->n_in, .n_rows = t->n_rows, .expert = t->expert,
+                         .x = cvk_view_whole(&bx), .x_rows = x_rows, .x_stride = xs,
+                         .y = cvk_view_whole(&by), .y_rows = y_rows, .y_stride = ys, .n_tokens = t->T,
+                         .gather = gat ? cvk_view_range(&bl, 0, n_ids * 4) : (cvk_view){0},
+                         .scatter = sca ? cvk_view_range(&bl, lb, n_ids * 4) : (cvk_view){0}, .ids_off = ids_off};
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&by), 0x7fc00000u), 0);
+    cvk_barrier_transfer_to_compute(vk->cmd.cb);
+    if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    float *got = malloc(ny * 4);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
+    vk->stager.force_staging = false;
+
+    /* reference; rows of Y no token writes must keep the fill */
+    bool *written = calloc(y_rows, 1);
+    double worst = 0;
+    for (uint32_t tk = 0; tk < t->T; tk++) {
+        int32_t g = gl[ids_off + tk], s = sl[ids_off + tk];
+        if (g < 0 || (uint32_t)g >= x_rows || s < 0 || (uint32_t)s >= y_rows) continue;
+        written[s] = true;
+        const float *xr = x + (size_t)g * xs;
+        for (uint32_t m = 0; m < t->n_rows; m++) {
+            const float *wr = wd + (size_t)m * t->n_in;
+            double sum = 0, mag = 0;
+            for (uint32_t i = 0; i < t->n_in; i++) sum += (double)wr[i] * xr[i], mag += fabs((double)wr[i] * xr[i]);
+            float v = got[(size_t)s * ys + m];
+            double err = fabs(v - sum);
+            if (isnan(v) || err > 2e-5 * mag + 1e-30)
+                fail_msg("%s T=%u n_rows=%u n_in=%u mode=%u: token %u (x %d -> y %d) row %u = %.9g, want %.9g",
+                         qtype_name(t->type), t->T, t->n_rows, t->n_in, t->mode, tk, g, s, m, v, sum);
+            if (mag > 0) worst = fmax(worst, err / mag);
+        }
+    }
+    for (uint32_t s = 0; s < y_rows; s++)
+        for (uint32_t m = 0; m < (written[s] ? 0 : t->n_rows); m++)
+            if (!is_nan_fill(got[(size_t)s * ys + m])) fail_msg("row %u of Y written, no token maps there", s);
+    if (t->T == 130 && t->n_rows == 200 && !t->tile)
+        printf("  %-5s T=%-3u rows=%-3u n_in=%-3u mode=%u parts=%-2u worst |err| / sum|w*x| = %.2g\n",
+               qtype_name(t->type), t->T, t->n_rows, t->n_in, t->mode, bw.n_parts, worst);
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &by);
+    cvk_buffer_destroy(&vk->mem, &bl);
+    free(row), free(wq), free(wd), free(x), free(gl), free(sl), free(perm), free(got), free(written);
+}
+
+static uint32_t n_in_for(enum qtype t) { return qtype_block_elems(t) == QK_K ? 2 * QK_K : 5 * 32; }
+
+/* Every type x T in {1, 5, 33, 130} x n_rows in {1, 17, 200}, plain. */
+static void test_every_type_awkward_sizes(void **state) {
+    (void)state;
+    const uint32_t Ts[] = {1, 5, 33, 130}, rows[] = {1, 17, 200};
+    uint64_t seed = 1;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++)
+        for (size_t i = 0; i < 4; i++)
+            for (size_t j = 0; j < 3; j++) {
+                tcase t = {.type = all_types[ti], .T = Ts[i], .n_rows = rows[j], .n_in = n_in_for(all_types[ti])};
+                run_case(&t, seed++);
+            }
+}
+
+/* Gather, scatter and both, from the middle slice of three experts. */
+static void test_gather_scatter(void **state) {
+    (void)state;
+    const uint32_t Ts[] = {1, 5, 33, 130}, rows[] = {1, 17, 200};
+    uint64_t seed = 100;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++)
+        for (uint32_t mode = 1; mode <= 3; mode++)
+            for (size_t i = 0; i < 4; i++) {
+                tcase t = {.type = all_types[ti], .T = Ts[i], .n_rows = rows[(i + mode) % 3],
+                           .n_in = n_in_for(all_types[ti]), .mode = mode, .n_expert = 3, .expert = 1};
+                run_case(&t, seed++);
+            }
+}
+
+/* Weights in parts of ~2-20 rows; expert slices straddle part boundaries. */
+static void test_split_parts(void **state) {
+    (void)state;
+    uint64_t seed = 200;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
+        enum qtype ty = all_types[ti];
+        uint32_t n_in = n_in_for(ty);
+        uint64_t rb = qtype_row_bytes(ty, n_in);
+        uint64_t max_part = rb * (ty == QTYPE_F32 ? 7 : 13) + 15; /* rounded down to whole rows by the split */
+        tcase a = {.type = ty, .T = 33, .n_rows = 17, .n_in = n_in, .n_expert = 4, .expert = 2, .max_part = max_part};
+        run_case(&a, seed++);
+        tcase b = {.type = ty, .T = 130, .n_rows = 200, .n_in = n_in, .mode = 3, .n_expert = 2, .expert = 1,
+                   .max_part = rb * 37};
+        run_case(&b, seed++);
+    }
+}
+
+/* Tile shapes other than the default: small, skewed, k step not dividing n_in. */
+static void test_tiles(void **state) {
+    (void)state;
+    const cvk_matmul_tile tiles[] = {
+        {.bm = 16, .bn = 16, .bk = 8, .tm = 4, .tn = 4},
+        {.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4},
+        {.bm = 8, .bn = 64, .bk = 64, .tm = 4, .tn = 8},
+        {.bm = 128, .bn = 32, .bk = 16, .tm = 8, .tn = 4},
+        {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4},
+    };
+    uint64_t seed = 300;
+    for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
+        tcase a = {.type = QTYPE_F32, .T = 33, .n_rows = 200, .n_in = 160, .mode = 3, .n_expert = 2, .expert = 1,
+                   .tile = &tiles[i]};
+        run_case(&a, seed++);
+        tcase b = {.type = QTYPE_Q4_K, .T = 130, .n_rows = 17, .n_in = 512, .tile = &tiles[i]};
+        run_case(&b, seed++);
+        tcase c = {.type = QTYPE_Q6_K, .T = 5, .n_rows = 200, .n_in = 256, .mode = 1, .tile = &tiles[i]};
+        run_case(&c, seed++);
+    }
+}
+
+static void test_rejects_mismatches(void **state) {
+    (void)state;
+    cvk_pipeline p;
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_0, NULL), -1);
+    cvk_matmul_tile bad = {.bm = 64, .bn = 64, .bk = 32, .tm = 2, .tn = 4}; /* tm not a multiple of 4 */
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
+    bad = (cvk_matmul_tile){.bm = 68, .bn = 64, .bk = 32, .tm = 8, .tn = 4}; /* bm % tm */
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
+    cvk_matmul_tile huge = {.bm = 256, .bn = 256, .bk = 32, .tm = 4, .tn = 4}; /* 4096 invocations */
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &huge), -1);
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
+    cvk_buffer b;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
+    cvk_matmul_args a = {.w = &b, .type = QTYPE_Q4_K, .n_in = 256, .n_rows = 1, .x = cvk_view_whole(&b), .x_rows = 1,
+                         .y = cvk_view_whole(&b), .y_rows = 1, .n_tokens = 1};
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1); /* pipeline for Q8_0 */
+    a.type = QTYPE_Q8_0;
+    a.n_in = 33;
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1); /* not whole blocks */
+    assert_non_null(strstr(cd_errmsg(), "blocks"));
+    a.n_in = 64;
+    a.n_rows = 100; /* 68-byte rows: 60 fit */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.n_rows = 4;
+    a.expert = 20; /* slice 20 of 4-row slices: rows 80..83 */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.expert = 0;
+    a.n_tokens = 2;
+    a.gather = cvk_view_range(&b, 0, 4); /* one entry for two tokens */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &b);
+}
+
+/* --- timing (CINDER_MATMUL_BENCH=1) --- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* A timing run, not a test: main runs it only when CINDER_MATMUL_BENCH is set. */
+static void bench_q4k(void **state) {
+    (void)state;
+    const uint32_t T = 512, n_rows = 768, n_in = 2048;
+    enum qtype ty = QTYPE_Q4_K; /* CINDER_MATMUL_BENCH_TYPE=F32 etc. to compare */
+    const char *tn = getenv("CINDER_MATMUL_BENCH_TYPE");
+    if (tn && qtype_from_name(tn, &ty)) fail_msg("CINDER_MATMUL_BENCH_TYPE=%s: unknown type", tn);
+    rng r;
+    rng_seed(&r, 42);
+    size_t rb = qtype_row_bytes(ty, n_in);
+    float *row = malloc(n_in * 4), *wd = malloc((size_t)n_rows * n_in * 4);
+    float *x = malloc((size_t)T * n_in * 4);
+    float *ycpu = malloc((size_t)T * n_rows * 4), *ygpu = malloc((size_t)T * n_rows * 4);
+    uint8_t *wq = malloc(rb * n_rows);
+    for (uint32_t i = 0; i < n_rows; i++) {
+        for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
+        quant_quantize_row(ty, row, wq + rb * i, n_in);
+    }
+    for (size_t i = 0; i < (size_t)T * n_in; i++) x[i] = rng_normal(&r);
+
+    double t0 = now_s(); /* naive CPU: dequantize, then the triple loop, one thread */
+    for (uint32_t i = 0; i < n_rows; i++) quant_dequantize_row(ty, wq + rb * i, wd + (size_t)i * n_in, n_in);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t m = 0; m < n_rows; m++) {
+            float s = 0;
+            const float *a = wd + (size_t)m * n_in, *b = x + (size_t)t * n_in;
+            for (uint32_t i = 0; i < n_in; i++) s += a[i] * b[i];
+            ycpu[(size_t)t * n_rows + m] = s;
+        }
+    double cpu = now_s() - t0;
+
+    cvk_buffer bw, bx, by;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, (size_t)T * n_in * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, (size_t)T * n_rows * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    cvk_pipeline p;
+    cvk_matmul_tile tile = cvk_matmul_tile_default; /* CINDER_MATMUL_TILE=bm,bn,bk,tm,tn to try others */
+    const char *ts = getenv("CINDER_MATMUL_TILE");
+    if (ts && sscanf(ts, "%u,%u,%u,%u,%u", &tile.bm, &tile.bn, &tile.bk, &tile.tm, &tile.tn) != 5)
+        fail_msg("CINDER_MATMUL_TILE=%s: want bm,bn,bk,tm,tn", ts);
+    if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tile)) fail_msg("%s", cd_errmsg());
+    cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
+                         .x_rows = T, .y = cvk_view_whole(&by), .y_rows = T, .n_tokens = T};
+    bool timed = cvk_timer_enable(&vk->timer, true) == 0;
+    double best_wall = 1e9, best_gpu = 1e9;
+    for (int rep = 0; rep < 3; rep++) {
+        assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+        if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+        cvk_barrier_device_to_host(vk->cmd.cb);
+        double w0 = now_s();
+        assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+        best_wall = fmin(best_wall, now_s() - w0);
+        cvk_timing tm[4];
+        uint32_t n = 0;
+        if (timed && cvk_timer_read(&vk->timer, tm, 4, &n) == 0 && n)
+            best_gpu = fmin(best_gpu, (tm[0].end_ns - tm[0].start_ns) * 1e-9);
+        assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    }
+    cvk_timer_enable(&vk->timer, false);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), ygpu), 0);
+    double flops = 2.0 * T * n_rows * n_in;
+    printf("  tile %ux%ux%u / %ux%u\n", tile.bm, tile.bn, tile.bk, tile.tm, tile.tn);
+    printf("  %s %u tokens x (%u x %u): lavapipe %.1f ms (timestamps %.1f ms, %.2f GFLOP/s), naive CPU %.1f ms "
+           "(%.2f GFLOP/s)\n",
+           qtype_name(ty), T, n_rows, n_in, best_wall * 1e3, best_gpu * 1e3, flops / best_gpu * 1e-9, cpu * 1e3,
+           flops / cpu * 1e-9);
+    double num = 0, den = 0;
+    for (size_t i = 0; i < (size_t)T * n_rows; i++)
+        num += (ygpu[i] - ycpu[i]) * (double)(ygpu[i] - ycpu[i]), den += (double)ycpu[i] * ycpu[i];
+    printf("  rel L2 vs CPU: %.2g\n", sqrt(num / den));
+    assert_true(sqrt(num / den) < 1e-5);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &by);
+    free(row), free(wd), free(x), free(ycpu), free(ygpu), free(wq);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_push_layout_matches_glsl),
+        cmocka_unit_test(test_every_type_awkward_sizes),
+        cmocka_unit_test(test_gather_scatter),
+        cmocka_unit_test(test_split_parts),
+        cmocka_unit_test(test_tiles),
+        cmocka_unit_test(test_rejects_mismatches),
+    };
+    if (getenv("CINDER_MATMUL_BENCH")) {
+        const struct CMUnitTest timing[] = {cmocka_unit_test(bench_q4k)};
+        return cmocka_run_group_tests(timing, vk_setup, vk_teardown);
+    }
+    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+}
