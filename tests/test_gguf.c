@@ -591,25 +591,6 @@ static void test_every_byte_mutation(void **state) {
 
 /* ---- round trip of every value type ---- */
 
-static bool value_eq(const gguf_value *a, const gguf_value *b) {
-    if (a->type != b->type) return false;
-    switch (a->type) {
-    case GGUF_VT_STRING:
-        return a->str.len == b->str.len && memcmp(a->str.ptr, b->str.ptr, a->str.len) == 0;
-    case GGUF_VT_ARRAY: {
-        if (a->arr.type != b->arr.type || a->arr.n != b->arr.n) return false;
-        size_t es = gguf_vtype_size(a->arr.type);
-        if (es) return a->arr.n == 0 || memcmp(a->arr.raw, b->arr.raw, a->arr.n * es) == 0;
-        for (uint64_t i = 0; i < a->arr.n; i++)
-            if (!value_eq(&a->arr.items[i], &b->arr.items[i])) return false;
-        return true;
-    }
-    case GGUF_VT_F32: case GGUF_VT_F64:
-        return memcmp(&a->f64, &b->f64, sizeof a->f64) == 0;
-    default:
-        return a->u64 == b->u64;
-    }
-}
 
 static gguf_value arr_of(enum gguf_vtype et, gguf_value *items, uint64_t n) {
     gguf_value v = {.type = GGUF_VT_ARRAY};
@@ -728,7 +709,7 @@ static void test_roundtrip_values(void **state) {
     assert_int_equal(f->n_tensors, 0);
     for (int i = 0; i < N; i++) {
         if (!gguf_str_eq(f->kv[i].key, want[i].key)) fail_msg("key %d: expected '%s'", i, want[i].key);
-        if (!value_eq(&f->kv[i].val, &want[i].v)) fail_msg("value of '%s' differs", want[i].key);
+        if (!gguf_value_eq(&f->kv[i].val, &want[i].v)) fail_msg("value of '%s' differs", want[i].key);
         assert_ptr_equal(gguf_find_kv(f, want[i].key), &f->kv[i]);
     }
     check_invariants(f);

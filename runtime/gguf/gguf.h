@@ -117,6 +117,8 @@ int gguf_get_arr(const gguf_file *f, const char *key, enum gguf_vtype elem, cons
 int64_t gguf_arr_i64(const gguf_value *arr, uint64_t i);
 double gguf_arr_f64(const gguf_value *arr, uint64_t i);
 size_t gguf_vtype_size(enum gguf_vtype t); /* 0 for STRING/ARRAY */
+/* Deep equality of two values, nested arrays included (floats compared by bits). */
+bool gguf_value_eq(const gguf_value *a, const gguf_value *b);
 const char *gguf_vtype_name(enum gguf_vtype t);
 
 /* ---- writer ---- */

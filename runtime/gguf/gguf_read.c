@@ -614,3 +614,24 @@ double gguf_arr_f64(const gguf_value *arr, uint64_t i) {
     if (v.type == GGUF_VT_F32 || v.type == GGUF_VT_F64) return v.f64;
     return (double)v.u64;
 }
+
+/* Deep equality of two values: type, element type, every element (floats by bits). */
+bool gguf_value_eq(const gguf_value *a, const gguf_value *b) {
+    if (a->type != b->type) return false;
+    switch (a->type) {
+    case GGUF_VT_STRING:
+        return a->str.len == b->str.len && memcmp(a->str.ptr, b->str.ptr, a->str.len) == 0;
+    case GGUF_VT_ARRAY: {
+        if (a->arr.type != b->arr.type || a->arr.n != b->arr.n) return false;
+        size_t es = gguf_vtype_size(a->arr.type);
+        if (es) return a->arr.n == 0 || memcmp(a->arr.raw, b->arr.raw, a->arr.n * es) == 0;
+        for (uint64_t i = 0; i < a->arr.n; i++)
+            if (!gguf_value_eq(&a->arr.items[i], &b->arr.items[i])) return false;
+        return true;
+    }
+    case GGUF_VT_F32: case GGUF_VT_F64:
+        return memcmp(&a->f64, &b->f64, sizeof a->f64) == 0;
+    default:
+        return a->u64 == b->u64;
+    }
+}

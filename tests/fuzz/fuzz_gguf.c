@@ -33,25 +33,6 @@ static bool cstr(gguf_str s, char *out, size_t cap) {
     return true;
 }
 
-static bool value_eq(const gguf_value *a, const gguf_value *b) {
-    if (a->type != b->type) return false;
-    switch (a->type) {
-    case GGUF_VT_STRING:
-        return a->str.len == b->str.len && memcmp(a->str.ptr, b->str.ptr, a->str.len) == 0;
-    case GGUF_VT_ARRAY: {
-        if (a->arr.type != b->arr.type || a->arr.n != b->arr.n) return false;
-        size_t es = gguf_vtype_size(a->arr.type);
-        if (es) return a->arr.n == 0 || memcmp(a->arr.raw, b->arr.raw, a->arr.n * es) == 0;
-        for (uint64_t i = 0; i < a->arr.n; i++)
-            if (!value_eq(&a->arr.items[i], &b->arr.items[i])) return false;
-        return true;
-    }
-    case GGUF_VT_F32: case GGUF_VT_F64:
-        return memcmp(&a->f64, &b->f64, sizeof a->f64) == 0;
-    default:
-        return a->u64 == b->u64;
-    }
-}
 
 static void check_file(const gguf_file *f, const uint8_t *data, size_t size) {
     CHECK(f->base == data && f->size == size);
@@ -127,7 +108,7 @@ static void round_trip(const gguf_file *f) {
     for (uint64_t i = 0; i < f->n_kv; i++) {
         CHECK(g->kv[i].key.len == f->kv[i].key.len);
         CHECK(memcmp(g->kv[i].key.ptr, f->kv[i].key.ptr, f->kv[i].key.len) == 0);
-        CHECK(value_eq(&g->kv[i].val, &f->kv[i].val));
+        CHECK(gguf_value_eq(&g->kv[i].val, &f->kv[i].val));
     }
     for (uint64_t i = 0; i < f->n_tensors; i++) {
         const gguf_tensor *a = &f->tensors[i], *b = &g->tensors[i];
