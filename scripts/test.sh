@@ -5,20 +5,26 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 bash "$root/scripts/setup.sh"
 
 echo "== release build"
 bash "$root/scripts/build.sh" release
 echo "== tests (release)"
-ctest --test-dir "$root/build" --output-on-failure -j "$jobs"
+ctest --test-dir "$root/build" --output-on-failure -j "$jobs" | tee -a "$log"
 
 echo "== AddressSanitizer + UBSan build"
 bash "$root/scripts/build.sh" asan
 echo "== tests (asan+ubsan)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
-export LSAN_OPTIONS=suppressions=$root/tests/lsan.supp:print_suppressions=0
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E 'conformance_llama'
+ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E 'conformance_llama' | tee -a "$log"
 
 echo "== fuzz (GGUF reader, ${CINDER_FUZZ_SECONDS:-60} s)"
 bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"
+
+# One closing line over both ctest runs (set -o pipefail above already failed on any failure).
+total=$(grep -Eo 'tests failed out of [0-9]+' "$log" | awk '{s += $5} END {print s + 0}')
+failed=$(grep -Eo '[0-9]+ tests failed out of' "$log" | awk '{s += $1} END {print s + 0}')
+echo "tests: $((total - failed)) passed, $failed failed"
