@@ -46,6 +46,9 @@ check "run generated --n tokens" test "$(json_field 'len(d["tokens"])' <<<"$out"
 check "run --logits gives top-K pairs, best first" test "$(json_field 'len(d["logits"]) == 5 and d["logits"][0][1] >= d["logits"][4][1] and d["logits"][0][0] == d["tokens"][0]' <<<"$out")" = True
 again=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --ignore-eos | json_field 'd["tokens"]')
 check "greedy run is deterministic" test "$again" = "$(json_field 'd["tokens"]' <<<"$out")"
+gpu=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 3 --json --ignore-eos --gpu)
+check "run --gpu reports the vulkan backend" test "$(json_field 'd["backend"]' <<<"$gpu")" = vulkan
+check "run --gpu generates the CPU reference's greedy tokens" test "$(json_field 'd["tokens"]' <<<"$gpu")" = "$(json_field 'd["tokens"][:3]' <<<"$out")"
 s1=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos | json_field 'd["tokens"]')
 s2=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos | json_field 'd["tokens"]')
 check "seeded sampling is reproducible" test "$s1" = "$s2"

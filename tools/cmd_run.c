@@ -1,5 +1,6 @@
-/* cinder run: generate from a prompt and report timings. The CPU reference is the engine
- * for now; the Vulkan engine becomes the default when it lands (--cpu keeps the reference). */
+/* cinder run: generate from a prompt and report timings. The CPU reference is the default
+ * engine for now; --gpu runs the Vulkan forward pass (runtime/model/gpu_model.h), which
+ * becomes the default once batched prefill lands (--cpu keeps the reference). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
+#include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
 #include "runtime/model/sampler.h"
 #include "tools/cli.h"
@@ -16,7 +18,7 @@ typedef struct run_opts {
     const char *model, *prompt, *tokens, *logits_file;
     uint32_t n_gen, n_ctx;
     sampler_params sp;
-    bool json, ignore_eos;
+    bool json, ignore_eos, gpu;
     uint32_t n_logits;
 } run_opts;
 
@@ -36,11 +38,13 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder run [--model M] (--prompt TEXT | --tokens 1,2,3) [--n N] [--ctx N]\n"
             "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
-            "                  [--json] [--logits K] [--logits-file PATH] [--cpu]\n"
+            "                  [--json] [--logits K] [--logits-file PATH] [--cpu | --gpu]\n"
             "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
             "  unless --temp > 0. --json prints one object; --logits K adds the top-K [id, value]\n"
             "  pairs at the last prompt position. --logits-file writes all last-prompt-position\n"
-            "  logits to PATH as raw float32 (n_vocab values, host byte order).\n");
+            "  logits to PATH as raw float32 (n_vocab values, host byte order).\n"
+            "  --cpu (the default for now) runs the CPU reference, --gpu the Vulkan engine (CINDER_DEVICE\n"
+            "  picks the device; prefill runs the decode step once per prompt token).\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o) {
@@ -49,7 +53,8 @@ static int parse(int argc, char **argv, run_opts *o) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
-        if (cli_flag(argv, i, "--cpu")) continue; /* the only engine until the Vulkan one lands */
+        if (cli_flag(argv, i, "--cpu")) { o->gpu = false; continue; }
+        if (cli_flag(argv, i, "--gpu")) { o->gpu = true; continue; }
         if (cli_flag(argv, i, "--ignore-eos")) { o->ignore_eos = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--prompt", &v)) o->prompt = v;
@@ -92,16 +97,53 @@ static int write_logits(const char *path, const float *logits, uint32_t n) {
     return 0;
 }
 
+/* The engine behind generate(): the CPU reference or the Vulkan forward pass. */
+typedef struct engine {
+    bool gpu;
+    cpu_state cpu;
+    cvk_ctx *vk;
+    gpu_model g;
+    float *logits; /* the GPU's last logits, downloaded */
+} engine;
+
+static int engine_init(engine *e, const model *m, uint32_t n_ctx, bool gpu) {
+    *e = (engine){.gpu = gpu};
+    if (!gpu) return cpu_state_init(&e->cpu, m, n_ctx);
+    e->vk = calloc(1, sizeof *e->vk);
+    e->logits = malloc(m->cfg.n_vocab * sizeof *e->logits);
+    if (!e->vk || !e->logits) return cd_fail("out of memory");
+    cvk_ctx_opts o = {.device = -1, .pipeline_cache = ""};
+    if (cvk_ctx_init(e->vk, &o)) { free(e->vk); e->vk = NULL; return -1; }
+    return gpu_model_init(&e->g, e->vk, m, n_ctx);
+}
+
+static void engine_free(engine *e) {
+    if (e->gpu) {
+        gpu_model_free(&e->g);
+        if (e->vk) cvk_ctx_free(e->vk);
+        free(e->vk);
+        free(e->logits);
+    } else cpu_state_free(&e->cpu);
+}
+
+static int engine_forward(engine *e, int32_t token, uint32_t pos, bool want_logits) {
+    if (!e->gpu) return cpu_forward(&e->cpu, token, pos, want_logits);
+    if (gpu_forward(&e->g, token, pos, want_logits)) return -1;
+    return want_logits ? gpu_model_logits(&e->g, e->logits) : 0;
+}
+
+static const float *engine_logits(const engine *e) { return e->gpu ? e->logits : e->cpu.logits; }
+
 /* Prefill the prompt, then decode one token at a time, streaming text unless --json. */
 static int generate(const run_opts *o, const model *m, run_result *r) {
     uint32_t n_ctx = o->n_ctx ? o->n_ctx : (uint32_t)(r->n_prompt + o->n_gen);
     if (r->n_prompt + o->n_gen > n_ctx || n_ctx > m->cfg.n_ctx_train)
         return cli_error("run", "prompt (%zu tokens) + --n %u does not fit the context (%u; model trained for %u)",
                          r->n_prompt, o->n_gen, n_ctx, m->cfg.n_ctx_train), -1;
-    cpu_state st;
+    engine st;
     sampler smp;
-    if (cpu_state_init(&st, m, n_ctx)) return cli_error("run", "%s", cd_errmsg()), -1;
-    if (sampler_init(&smp, o->sp, (int32_t)m->cfg.n_vocab)) { cpu_state_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
+    if (engine_init(&st, m, n_ctx, o->gpu)) { engine_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
+    if (sampler_init(&smp, o->sp, (int32_t)m->cfg.n_vocab)) { engine_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
     r->gen = malloc((o->n_gen ? o->n_gen : 1) * sizeof *r->gen);
     size_t cap = 256, len = 0;
     r->text = malloc(cap);
@@ -109,13 +151,13 @@ static int generate(const run_opts *o, const model *m, run_result *r) {
     tok_stream ts = {0};
     double t0 = cli_now_ms();
     for (size_t i = 0; !rc && i < r->n_prompt; i++)
-        if (cpu_forward(&st, r->prompt[i], (uint32_t)i, i + 1 == r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
+        if (engine_forward(&st, r->prompt[i], (uint32_t)i, i + 1 == r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
     r->prefill_ms = cli_now_ms() - t0;
-    if (!rc && o->logits_file) rc = write_logits(o->logits_file, st.logits, m->cfg.n_vocab);
-    if (!rc && o->n_logits) r->n_top = sampler_top_k(st.logits, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
+    if (!rc && o->logits_file) rc = write_logits(o->logits_file, engine_logits(&st), m->cfg.n_vocab);
+    if (!rc && o->n_logits) r->n_top = sampler_top_k(engine_logits(&st), (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
     double t1 = cli_now_ms();
     for (uint32_t i = 0; !rc && i < o->n_gen; i++) {
-        int32_t id = sampler_sample(&smp, st.logits);
+        int32_t id = sampler_sample(&smp, engine_logits(&st));
         if (i == 0) r->ttft_ms = cli_now_ms() - t0;
         r->gen[r->n_gen++] = id;
         char piece[256];
@@ -127,7 +169,7 @@ static int generate(const run_opts *o, const model *m, run_result *r) {
             if (!o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
         }
         if (!o->ignore_eos && tok_is_eog(m->tok, id)) break;
-        if (i + 1 < o->n_gen && cpu_forward(&st, id, (uint32_t)(r->n_prompt + i), 1)) rc = cli_error("run", "%s", cd_errmsg());
+        if (i + 1 < o->n_gen && engine_forward(&st, id, (uint32_t)(r->n_prompt + i), 1)) rc = cli_error("run", "%s", cd_errmsg());
     }
     r->decode_ms = cli_now_ms() - t1;
     char tail[16]; /* an incomplete UTF-8 sequence left at the end comes out as U+FFFD */
@@ -140,7 +182,7 @@ static int generate(const run_opts *o, const model *m, run_result *r) {
     }
     if (r->text) r->text[len] = 0;
     sampler_free(&smp);
-    cpu_state_free(&st);
+    engine_free(&st);
     return rc;
 }
 
@@ -156,7 +198,7 @@ static void print_json(const run_opts *o, const run_result *r) {
     json_object_set_new(j, "prefill_tok_s", json_real(r->prefill_ms > 0 ? r->n_prompt / (r->prefill_ms / 1e3) : 0));
     double dec = r->n_gen > 1 ? (r->n_gen - 1) / (r->decode_ms / 1e3) : 0;
     json_object_set_new(j, "decode_tok_s", json_real(dec));
-    json_object_set_new(j, "backend", json_string("cpu"));
+    json_object_set_new(j, "backend", json_string(o->gpu ? "vulkan" : "cpu"));
     if (o->n_logits) {
         json_t *l = json_array();
         for (int32_t i = 0; i < r->n_top; i++)
@@ -183,8 +225,8 @@ int cmd_run(int argc, char **argv) {
     if (!rc && o.json) print_json(&o, &r);
     else if (!rc) {
         double dec = r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_ms / 1e3) : 0;
-        fprintf(stderr, "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens) | cpu reference\n",
-                r.n_prompt, r.ttft_ms, r.n_prompt / (r.prefill_ms / 1e3), dec, r.n_gen);
+        fprintf(stderr, "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens) | %s\n",
+                r.n_prompt, r.ttft_ms, r.n_prompt / (r.prefill_ms / 1e3), dec, r.n_gen, o.gpu ? "vulkan" : "cpu reference");
     }
     free(r.prompt);
     free(r.gen);

@@ -1,0 +1,76 @@
+/* Weights to the device: one buffer per tensor, granule = row bytes so a row never straddles
+ * two parts (vk_memory.h), uploaded straight from the mapped file through the stager. Norm
+ * vectors are converted to f32 on the host when stored otherwise. */
+#include <stdlib.h>
+
+#include "runtime/base/error.h"
+#include "runtime/model/cpu_ref.h"
+#include "runtime/model/gpu_model.h"
+
+static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, uint64_t *bytes) {
+    if (!t) return 0;
+    uint64_t row = qtype_row_bytes(t->type, t->ne[0]);
+    uint64_t rows = (uint64_t)t->ne[1] * t->ne[2] * t->ne[3];
+    if (!row || row * rows != t->nbytes)
+        return cd_fail("%.*s: %llu bytes is not %llu rows of %llu", (int)t->name.len, t->name.ptr,
+                       (unsigned long long)t->nbytes, (unsigned long long)rows, (unsigned long long)row);
+    if (cvk_buffer_create(&vk->mem, b, t->nbytes, row, CVK_MEM_DEVICE)) return -1;
+    *bytes += t->nbytes;
+    return cvk_stager_upload(&vk->stager, cvk_view_whole(b), t->data);
+}
+
+/* A norm vector as f32 (converted on the host when stored as another type). */
+static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, uint64_t *bytes) {
+    if (t->type == QTYPE_F32) return upload(vk, b, t, bytes);
+    uint64_t n = (uint64_t)t->ne[0];
+    float *f = malloc(n * sizeof *f);
+    if (!f) return cd_fail("out of memory converting %.*s", (int)t->name.len, t->name.ptr);
+    cpu_tensor_row(t, 0, f);
+    int rc = cvk_buffer_create(&vk->mem, b, n * 4, 4, CVK_MEM_DEVICE) || cvk_stager_upload(&vk->stager, cvk_view_whole(b), f);
+    free(f);
+    *bytes += n * 4;
+    return rc ? -1 : 0;
+}
+
+int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m) {
+    *w = (gpu_weights){0};
+    const model_config *c = &m->cfg;
+    w->layers = calloc(c->n_layer, sizeof *w->layers);
+    if (!w->layers) return cd_fail("out of memory");
+    if (upload(vk, &w->tok_embd, m->tok_embd, &w->bytes) || upload_norm(vk, &w->output_norm, m->output_norm, &w->bytes))
+        return -1;
+    if (m->output == m->tok_embd) w->head = &w->tok_embd;
+    else if (upload(vk, &w->output, m->output, &w->bytes)) return -1;
+    else w->head = &w->output;
+    for (uint32_t il = 0; il < c->n_layer; il++) {
+        const layer_weights *l = &m->layers[il];
+        gpu_layer *d = &w->layers[il];
+        if (upload_norm(vk, &d->attn_norm, l->attn_norm, &w->bytes) || upload(vk, &d->wq, l->wq, &w->bytes) ||
+            upload(vk, &d->wk, l->wk, &w->bytes) || upload(vk, &d->wv, l->wv, &w->bytes) ||
+            upload(vk, &d->wo, l->wo, &w->bytes) || upload_norm(vk, &d->q_norm, l->q_norm, &w->bytes) ||
+            upload_norm(vk, &d->k_norm, l->k_norm, &w->bytes) || upload_norm(vk, &d->ffn_norm, l->ffn_norm, &w->bytes))
+            return -1;
+        if (c->arch == ARCH_QWEN3MOE) {
+            if (upload(vk, &d->gate_inp, l->gate_inp, &w->bytes) || upload(vk, &d->gate_exps, l->gate_exps, &w->bytes) ||
+                upload(vk, &d->up_exps, l->up_exps, &w->bytes) || upload(vk, &d->down_exps, l->down_exps, &w->bytes))
+                return -1;
+        } else if (upload(vk, &d->ffn_gate, l->ffn_gate, &w->bytes) || upload(vk, &d->ffn_up, l->ffn_up, &w->bytes) ||
+                   upload(vk, &d->ffn_down, l->ffn_down, &w->bytes))
+            return -1;
+    }
+    return cvk_stager_flush(&vk->stager);
+}
+
+void gpu_weights_free(gpu_weights *w, cvk_ctx *vk, const model *m) {
+    if (w->layers) {
+        for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
+            cvk_buffer *b = (cvk_buffer *)&w->layers[il];
+            for (size_t i = 0; i < sizeof(gpu_layer) / sizeof(cvk_buffer); i++) cvk_buffer_destroy(&vk->mem, &b[i]);
+        }
+        free(w->layers);
+    }
+    cvk_buffer_destroy(&vk->mem, &w->tok_embd);
+    cvk_buffer_destroy(&vk->mem, &w->output_norm);
+    cvk_buffer_destroy(&vk->mem, &w->output);
+    *w = (gpu_weights){0};
+}
