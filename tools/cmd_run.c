@@ -8,6 +8,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
+#include "runtime/model/fingerprint.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
 #include "runtime/model/sampler.h"
@@ -106,7 +107,9 @@ typedef struct engine {
     float *logits; /* the GPU's last logits, downloaded */
 } engine;
 
-static int engine_init(engine *e, const model *m, uint32_t n_ctx, bool gpu) {
+/* The GPU path reads the weights once, for the upload, and completes the fingerprint from
+ * the digest made on the way (model_load skipped its own hash pass). */
+static int engine_init(engine *e, model *m, uint32_t n_ctx, bool gpu) {
     *e = (engine){.gpu = gpu};
     if (!gpu) return cpu_state_init(&e->cpu, m, n_ctx);
     e->vk = calloc(1, sizeof *e->vk);
@@ -114,7 +117,8 @@ static int engine_init(engine *e, const model *m, uint32_t n_ctx, bool gpu) {
     if (!e->vk || !e->logits) return cd_fail("out of memory");
     cvk_ctx_opts o = {.device = -1, .pipeline_cache = ""};
     if (cvk_ctx_init(e->vk, &o)) { free(e->vk); e->vk = NULL; return -1; }
-    return gpu_model_init(&e->g, e->vk, m, n_ctx);
+    if (gpu_model_init(&e->g, e->vk, m, n_ctx)) return -1;
+    return model_set_weights_digest(m, e->g.w.digest);
 }
 
 static void engine_free(engine *e) {
@@ -135,7 +139,7 @@ static int engine_forward(engine *e, int32_t token, uint32_t pos, bool want_logi
 static const float *engine_logits(const engine *e) { return e->gpu ? e->logits : e->cpu.logits; }
 
 /* Prefill the prompt, then decode one token at a time, streaming text unless --json. */
-static int generate(const run_opts *o, const model *m, run_result *r) {
+static int generate(const run_opts *o, model *m, run_result *r) {
     uint32_t n_ctx = o->n_ctx ? o->n_ctx : (uint32_t)(r->n_prompt + o->n_gen);
     if (r->n_prompt + o->n_gen > n_ctx || n_ctx > m->cfg.n_ctx_train)
         return cli_error("run", "prompt (%zu tokens) + --n %u does not fit the context (%u; model trained for %u)",
@@ -186,7 +190,7 @@ static int generate(const run_opts *o, const model *m, run_result *r) {
     return rc;
 }
 
-static void print_json(const run_opts *o, const run_result *r) {
+static void print_json(const run_opts *o, const run_result *r, const model *m) {
     json_t *j = json_object(), *toks = json_array();
     for (size_t i = 0; i < r->n_gen; i++) json_array_append_new(toks, json_integer(r->gen[i]));
     json_object_set_new(j, "tokens", toks);
@@ -199,6 +203,9 @@ static void print_json(const run_opts *o, const run_result *r) {
     double dec = r->n_gen > 1 ? (r->n_gen - 1) / (r->decode_ms / 1e3) : 0;
     json_object_set_new(j, "decode_tok_s", json_real(dec));
     json_object_set_new(j, "backend", json_string(o->gpu ? "vulkan" : "cpu"));
+    char fp[65];
+    fp_hex(m->fingerprint, 32, fp);
+    json_object_set_new(j, "fingerprint", json_string(fp));
     if (o->n_logits) {
         json_t *l = json_array();
         for (int32_t i = 0; i < r->n_top; i++)
@@ -219,10 +226,10 @@ int cmd_run(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){0})) return cli_error("run", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = o.gpu})) return cli_error("run", "%s", cd_errmsg());
     run_result r = {0};
     int rc = prompt_ids(&o, m, &r) || generate(&o, m, &r);
-    if (!rc && o.json) print_json(&o, &r);
+    if (!rc && o.json) print_json(&o, &r, m);
     else if (!rc) {
         double dec = r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_ms / 1e3) : 0;
         fprintf(stderr, "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens) | %s\n",

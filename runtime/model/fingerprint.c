@@ -1,6 +1,7 @@
 #include "runtime/model/fingerprint.h"
 
 #include <openssl/evp.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,34 +10,72 @@
 #include "runtime/base/error.h"
 #include "runtime/model/model.h"
 
-struct fp_weights { XXH3_state_t *state; };
+struct fp_weights {
+    const gguf_file *file;
+    XXH128_hash_t *digest; /* per tensor, by index in the file */
+    bool *done;
+};
 
-fp_weights *fp_weights_begin(void) {
-    fp_weights *w = malloc(sizeof *w);
-    if (!w) return NULL;
-    w->state = XXH3_createState();
-    if (!w->state) { free(w); return NULL; }
-    XXH3_128bits_reset(w->state);
+fp_weights *fp_weights_begin(const gguf_file *f) {
+    fp_weights *w = calloc(1, sizeof *w);
+    size_t n = f->n_tensors ? f->n_tensors : 1;
+    if (!w || !(w->digest = calloc(n, sizeof *w->digest)) || !(w->done = calloc(n, sizeof *w->done))) {
+        if (w) free(w->digest);
+        free(w);
+        return NULL;
+    }
+    w->file = f;
     return w;
 }
 
-void fp_weights_tensor(fp_weights *w, const gguf_tensor *t) {
-    uint64_t head[2 + GGUF_MAX_DIMS] = {t->name.len, (uint64_t)t->type};
-    for (int i = 0; i < GGUF_MAX_DIMS; i++) head[2 + i] = (uint64_t)t->ne[i];
-    XXH3_128bits_update(w->state, head, sizeof head);
-    XXH3_128bits_update(w->state, t->name.ptr, t->name.len);
-    XXH3_128bits_update(w->state, &t->nbytes, sizeof t->nbytes);
+static XXH128_hash_t tensor_digest(const gguf_tensor *t) {
+    uint64_t head[3 + GGUF_MAX_DIMS] = {t->name.len, (uint64_t)t->type, t->nbytes};
+    for (int i = 0; i < GGUF_MAX_DIMS; i++) head[3 + i] = (uint64_t)t->ne[i];
+    /* one pass over the bytes: the head and name go in as a seed-like prefix digest */
+    XXH128_hash_t h = XXH3_128bits(head, sizeof head);
+    uint64_t seed = h.low64 ^ XXH3_64bits(t->name.ptr, t->name.len);
+    return XXH3_128bits_withSeed(t->data, t->nbytes, seed);
 }
 
-void fp_weights_update(fp_weights *w, const void *data, size_t n) { XXH3_128bits_update(w->state, data, n); }
+void fp_weights_add(fp_weights *w, const gguf_tensor *t) {
+    size_t i = (size_t)(t - w->file->tensors);
+    if (i >= w->file->n_tensors || w->done[i]) return; /* a tied tensor comes twice */
+    w->digest[i] = tensor_digest(t);
+    w->done[i] = true;
+}
 
-void fp_weights_end(fp_weights *w, uint8_t digest[16]) {
-    XXH128_hash_t h = XXH3_128bits_digest(w->state);
-    XXH128_canonical_t c;
-    XXH128_canonicalFromHash(&c, h);
-    memcpy(digest, c.digest, 16);
-    XXH3_freeState(w->state);
+static int by_offset(const void *a, const void *b, void *file) {
+    const gguf_tensor *t = ((const gguf_file *)file)->tensors;
+    uint64_t x = t[*(const size_t *)a].offset, y = t[*(const size_t *)b].offset;
+    return x < y ? -1 : x > y;
+}
+
+int fp_weights_end(fp_weights *w, uint8_t digest[16]) {
+    const gguf_file *f = w->file;
+    size_t *order = malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *order);
+    int rc = order ? 0 : cd_fail("out of memory");
+    if (order) {
+        for (size_t i = 0; i < f->n_tensors; i++) {
+            fp_weights_add(w, &f->tensors[i]);
+            order[i] = i;
+        }
+        qsort_r(order, f->n_tensors, sizeof *order, by_offset, (void *)f);
+        XXH128_canonical_t *all = malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *all);
+        if (!all) {
+            rc = cd_fail("out of memory");
+        } else {
+            for (size_t i = 0; i < f->n_tensors; i++) XXH128_canonicalFromHash(&all[i], w->digest[order[i]]);
+            XXH128_canonical_t c;
+            XXH128_canonicalFromHash(&c, XXH3_128bits(all, f->n_tensors * sizeof *all));
+            memcpy(digest, c.digest, 16);
+            free(all);
+        }
+    }
+    free(order);
+    free(w->digest);
+    free(w->done);
     free(w);
+    return rc;
 }
 
 /* ---- length-prefixed, domain-separated encoding into SHA-256 ---- */

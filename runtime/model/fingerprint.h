@@ -1,8 +1,9 @@
 /* The model fingerprint: a SHA-256 over a length-prefixed, domain-separated encoding of
  * everything that changes what the model computes for a token prefix:
  *   "cinder.fingerprint.v1" | arch + hyperparameters | RoPE config | tokenizer digest | weights digest
- * The weights digest is XXH3-128 over each tensor's name, type, shape and bytes, fed in
- * file order while the weights are read for loading (never as a second pass). The prefix
+ * The weights digest is XXH3-128 over the per-tensor XXH3-128 digests (name, type, shape,
+ * bytes) in file order; each tensor is hashed as it is read for loading (never as a second
+ * pass): by the GPU upload, or by model_load when nothing else reads the weights. The prefix
  * cache later extends this key with KV dtype, page size and a tenant salt. */
 #pragma once
 #include <stddef.h>
@@ -12,12 +13,14 @@
 
 typedef struct fp_weights fp_weights;
 
-fp_weights *fp_weights_begin(void);
-/* Starts a tensor's record (name, type, shape); its bytes follow through fp_weights_update. */
-void fp_weights_tensor(fp_weights *w, const gguf_tensor *t);
-void fp_weights_update(fp_weights *w, const void *data, size_t n);
-/* Finishes and frees w; writes 16 bytes. */
-void fp_weights_end(fp_weights *w, uint8_t digest[16]);
+/* One slot per tensor of f. */
+fp_weights *fp_weights_begin(const gguf_file *f);
+/* Hashes tensor t (name, type, shape, bytes) in whatever order the reader meets tensors:
+ * the GPU loader calls it just before uploading each one, so the bytes are read once. */
+void fp_weights_add(fp_weights *w, const gguf_tensor *t);
+/* Hashes any tensor not added yet, combines the per-tensor digests in file order, frees w,
+ * writes 16 bytes. -1 only when out of memory. */
+int fp_weights_end(fp_weights *w, uint8_t digest[16]);
 
 struct model_config;
 /* Combines the parts into the 32-byte fingerprint. */

@@ -52,6 +52,8 @@ typedef struct gpu_weights {
     cvk_buffer tok_embd, output_norm, output; /* output empty when tied */
     const cvk_buffer *head;                   /* &output, or &tok_embd when tied */
     gpu_layer *layers;                        /* n_layer */
+    uint8_t digest[16];                       /* weights digest made during the upload (fingerprint.h) */
+    struct fp_weights *hashing;               /* non-NULL only while uploading */
     uint64_t bytes;                           /* uploaded */
 } gpu_weights;
 

@@ -5,9 +5,10 @@
 
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
+#include "runtime/model/fingerprint.h"
 #include "runtime/model/gpu_model.h"
 
-static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, uint64_t *bytes) {
+static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights *w) {
     if (!t) return 0;
     uint64_t row = qtype_row_bytes(t->type, t->ne[0]);
     uint64_t rows = (uint64_t)t->ne[1] * t->ne[2] * t->ne[3];
@@ -15,20 +16,22 @@ static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, uint64_t *by
         return cd_fail("%.*s: %llu bytes is not %llu rows of %llu", (int)t->name.len, t->name.ptr,
                        (unsigned long long)t->nbytes, (unsigned long long)rows, (unsigned long long)row);
     if (cvk_buffer_create(&vk->mem, b, t->nbytes, row, CVK_MEM_DEVICE)) return -1;
-    *bytes += t->nbytes;
+    w->bytes += t->nbytes;
+    fp_weights_add(w->hashing, t); /* the fingerprint's read of these bytes: the upload's read follows from cache */
     return cvk_stager_upload(&vk->stager, cvk_view_whole(b), t->data);
 }
 
 /* A norm vector as f32 (converted on the host when stored as another type). */
-static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, uint64_t *bytes) {
-    if (t->type == QTYPE_F32) return upload(vk, b, t, bytes);
+static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights *w) {
+    if (t->type == QTYPE_F32) return upload(vk, b, t, w);
+    fp_weights_add(w->hashing, t);
     uint64_t n = (uint64_t)t->ne[0];
     float *f = malloc(n * sizeof *f);
     if (!f) return cd_fail("out of memory converting %.*s", (int)t->name.len, t->name.ptr);
     cpu_tensor_row(t, 0, f);
     int rc = cvk_buffer_create(&vk->mem, b, n * 4, 4, CVK_MEM_DEVICE) || cvk_stager_upload(&vk->stager, cvk_view_whole(b), f);
     free(f);
-    *bytes += n * 4;
+    w->bytes += n * 4;
     return rc ? -1 : 0;
 }
 
@@ -36,32 +39,40 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m) {
     *w = (gpu_weights){0};
     const model_config *c = &m->cfg;
     w->layers = calloc(c->n_layer, sizeof *w->layers);
-    if (!w->layers) return cd_fail("out of memory");
-    if (upload(vk, &w->tok_embd, m->tok_embd, &w->bytes) || upload_norm(vk, &w->output_norm, m->output_norm, &w->bytes))
+    w->hashing = fp_weights_begin(m->file);
+    if (!w->layers || !w->hashing) return cd_fail("out of memory");
+    if (upload(vk, &w->tok_embd, m->tok_embd, w) || upload_norm(vk, &w->output_norm, m->output_norm, w))
         return -1;
     if (m->output == m->tok_embd) w->head = &w->tok_embd;
-    else if (upload(vk, &w->output, m->output, &w->bytes)) return -1;
+    else if (upload(vk, &w->output, m->output, w)) return -1;
     else w->head = &w->output;
     for (uint32_t il = 0; il < c->n_layer; il++) {
         const layer_weights *l = &m->layers[il];
         gpu_layer *d = &w->layers[il];
-        if (upload_norm(vk, &d->attn_norm, l->attn_norm, &w->bytes) || upload(vk, &d->wq, l->wq, &w->bytes) ||
-            upload(vk, &d->wk, l->wk, &w->bytes) || upload(vk, &d->wv, l->wv, &w->bytes) ||
-            upload(vk, &d->wo, l->wo, &w->bytes) || upload_norm(vk, &d->q_norm, l->q_norm, &w->bytes) ||
-            upload_norm(vk, &d->k_norm, l->k_norm, &w->bytes) || upload_norm(vk, &d->ffn_norm, l->ffn_norm, &w->bytes))
+        if (upload_norm(vk, &d->attn_norm, l->attn_norm, w) || upload(vk, &d->wq, l->wq, w) ||
+            upload(vk, &d->wk, l->wk, w) || upload(vk, &d->wv, l->wv, w) ||
+            upload(vk, &d->wo, l->wo, w) || upload_norm(vk, &d->q_norm, l->q_norm, w) ||
+            upload_norm(vk, &d->k_norm, l->k_norm, w) || upload_norm(vk, &d->ffn_norm, l->ffn_norm, w))
             return -1;
         if (c->arch == ARCH_QWEN3MOE) {
-            if (upload(vk, &d->gate_inp, l->gate_inp, &w->bytes) || upload(vk, &d->gate_exps, l->gate_exps, &w->bytes) ||
-                upload(vk, &d->up_exps, l->up_exps, &w->bytes) || upload(vk, &d->down_exps, l->down_exps, &w->bytes))
+            if (upload(vk, &d->gate_inp, l->gate_inp, w) || upload(vk, &d->gate_exps, l->gate_exps, w) ||
+                upload(vk, &d->up_exps, l->up_exps, w) || upload(vk, &d->down_exps, l->down_exps, w))
                 return -1;
-        } else if (upload(vk, &d->ffn_gate, l->ffn_gate, &w->bytes) || upload(vk, &d->ffn_up, l->ffn_up, &w->bytes) ||
-                   upload(vk, &d->ffn_down, l->ffn_down, &w->bytes))
+        } else if (upload(vk, &d->ffn_gate, l->ffn_gate, w) || upload(vk, &d->ffn_up, l->ffn_up, w) ||
+                   upload(vk, &d->ffn_down, l->ffn_down, w))
             return -1;
     }
+    fp_weights *fp = w->hashing;
+    w->hashing = NULL;
+    if (fp_weights_end(fp, w->digest)) return -1;
     return cvk_stager_flush(&vk->stager);
 }
 
 void gpu_weights_free(gpu_weights *w, cvk_ctx *vk, const model *m) {
+    if (w->hashing) { /* an upload that failed half way */
+        uint8_t unused[16];
+        fp_weights_end(w->hashing, unused);
+    }
     if (w->layers) {
         for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
             cvk_buffer *b = (cvk_buffer *)&w->layers[il];

@@ -165,26 +165,11 @@ static int map_tensors(model *m) {
     return 0;
 }
 
-static int cmp_offset(const void *a, const void *b) {
-    const gguf_tensor *x = *(const gguf_tensor *const *)a, *y = *(const gguf_tensor *const *)b;
-    return x->offset < y->offset ? -1 : x->offset > y->offset;
-}
-
-/* Hashes every tensor in file order: the one sequential read of the weights at load. */
+/* Hashes every tensor: the one read of the weights at load when no GPU upload reads them. */
 static int hash_weights(const gguf_file *f, uint8_t digest[16]) {
-    const gguf_tensor **order = malloc((f->n_tensors ? f->n_tensors : 1) * sizeof *order);
-    if (!order) return cd_fail("out of memory");
-    for (uint64_t i = 0; i < f->n_tensors; i++) order[i] = &f->tensors[i];
-    qsort(order, f->n_tensors, sizeof *order, cmp_offset);
-    fp_weights *w = fp_weights_begin();
-    if (!w) { free(order); return cd_fail("out of memory"); }
-    for (uint64_t i = 0; i < f->n_tensors; i++) {
-        fp_weights_tensor(w, order[i]);
-        fp_weights_update(w, order[i]->data, order[i]->nbytes);
-    }
-    fp_weights_end(w, digest);
-    free(order);
-    return 0;
+    fp_weights *w = fp_weights_begin(f);
+    if (!w) return cd_fail("out of memory");
+    return fp_weights_end(w, digest); /* end hashes every tensor not added */
 }
 
 int model_load(model **out, const char *path, model_load_opts opts) {
@@ -209,6 +194,10 @@ fail:
     cd_fail_ctx("%s: ", path);
     model_free(m);
     return -1;
+}
+
+int model_set_weights_digest(model *m, const uint8_t digest[16]) {
+    return fp_model(m->file, &m->cfg, digest, m->fingerprint);
 }
 
 void model_free(model *m) {

@@ -47,13 +47,18 @@ typedef struct model {
 } model;
 
 typedef struct model_load_opts {
-    bool skip_weight_hash; /* only for tools that never cache KV (info --fast); default hashes */
+    /* The caller reads every weight itself (the GPU upload) and hashes as it goes, then calls
+     * model_set_weights_digest: the fingerprint costs no second pass over the file. */
+    bool skip_weight_hash;
 } model_load_opts;
 
 /* Maps the file, reads and validates the config against every tensor's type and shape,
  * loads the tokenizer, and computes the fingerprint. On error returns -1 with cd_errmsg(). */
 int model_load(model **out, const char *path, model_load_opts opts);
 void model_free(model *m);
+/* Completes the fingerprint from a weights digest made while reading the weights
+ * (fp_weights_*, runtime/model/fingerprint.h). */
+int model_set_weights_digest(model *m, const uint8_t digest[16]);
 
 /* Reads and validates the hyperparameters alone (used by model_load and `cinder info`). */
 int model_config_read(const gguf_file *f, model_config *cfg);
