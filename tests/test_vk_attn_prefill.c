@@ -1,0 +1,584 @@
+/* shaders/attn_prefill.comp (+ attn_decode_combine.comp for split pools) against a
+ * double-precision CPU implementation of cpu_ref.c's causal attention over the same fp16 K/V
+ * the pool holds, each token at its own {table row, position}. Random pool contents and q;
+ * block tables naming shuffled, non-contiguous pages; head_dim 64, 72 and 128; GQA 4/2, 8/2,
+ * 32/4 (and 8/8, 64/1 wider than a workgroup); page_tokens 16 and 5; batches starting at
+ * position 0, mid-page, on a page boundary, after a 700-token cached prefix, a single token
+ * (also checked against attn_decode), two rows interleaved and in blocks, token counts not a
+ * multiple of the tile; the pool in one part and in many (results match); every kernel
+ * configuration (lanes per row 1..8, workgroups 32..256, K/V tiles 2..16); invalid locs give
+ * zeros; argument errors; the push layout.
+ * CINDER_ATTN_BENCH=1 times a 512-token prefill instead (see docs/kernels/attention.md). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kv/kv_layout.h"
+#include "runtime/base/error.h"
+#include "runtime/base/fp16.h"
+#include "runtime/base/rng.h"
+#include "runtime/vk/op_attn_decode.h"
+#include "runtime/vk/op_attn_prefill.h"
+#include "runtime/vk/vk_barrier.h"
+#include "runtime/vk/vk_ctx.h"
+#include "runtime/vk/vk_spirv.h"
+#include "shaders/shaders.h"
+#include "tests/vk_fixture.h"
+
+#define TOL 1e-3 /* per head vector, relative to its largest element (as test_vk_attn_decode) */
+
+/* A run of new tokens: count tokens of table row `row` at positions pos0, pos0 + 1, ... */
+typedef struct seg {
+    uint32_t row, pos0, count;
+} seg;
+
+typedef struct tcase {
+    uint32_t head_dim, n_head, n_head_kv, page_tokens, n_layer, layer;
+    const seg *segs;
+    uint32_t n_segs;
+    int interleave;      /* tokens of the segments alternate (round robin) instead of one after another */
+    float q_scale;       /* 0 = 1 */
+} tcase;
+
+/* The data of one case: pool, tables, q, loc, and the reference output. */
+typedef struct scene {
+    kv_layout lay;
+    uint32_t n_tokens, n_rows, stride, n_pages, max_len;
+    uint16_t *pool;
+    uint32_t *table, *loc;
+    float *q, *ref;
+} scene;
+
+static double dot_f(const float *a, const float *b, uint32_t n) {
+    double s = 0;
+    for (uint32_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+/* cpu_ref.c attention() for one token at position pos, K/V read from the fp16 pool through its table row */
+static void reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
+                      uint32_t pos, uint32_t n_head, uint32_t layer, float *out) {
+    uint32_t hd = l->head_dim, group = n_head / l->n_head_kv, pt = l->page_tokens, len = pos + 1;
+    double scale = 1.0 / sqrt((double)hd);
+    float *att = malloc(len * sizeof *att), *k = malloc(hd * 4), *v = malloc((size_t)len * hd * 4);
+    for (uint32_t h = 0; h < n_head; h++) {
+        uint32_t kvh = h / group;
+        float max = -INFINITY;
+        for (uint32_t t = 0; t < len; t++) {
+            uint32_t page = table[t / pt], slot = t % pt;
+            for (uint32_t d = 0; d < hd; d++) {
+                k[d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 0, kvh, slot, d)]);
+                v[(size_t)t * hd + d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 1, kvh, slot, d)]);
+            }
+            att[t] = (float)(dot_f(q + h * hd, k, hd) * scale);
+            max = att[t] > max ? att[t] : max;
+        }
+        double sum = 0;
+        for (uint32_t t = 0; t < len; t++) { att[t] = expf(att[t] - max); sum += att[t]; }
+        for (uint32_t d = 0; d < hd; d++) {
+            double acc = 0;
+            for (uint32_t t = 0; t < len; t++) acc += (double)att[t] * v[(size_t)t * hd + d];
+            out[h * hd + d] = (float)(acc / sum);
+        }
+    }
+    free(att), free(k), free(v);
+}
+
+static void scene_make(scene *s, const tcase *t, uint64_t seed, int with_ref) {
+    rng r;
+    rng_seed(&r, seed);
+    memset(s, 0, sizeof *s);
+    assert_int_equal(kv_layout_init(&s->lay, t->n_layer, t->n_head_kv, t->head_dim, t->page_tokens), 0);
+    uint32_t pt = t->page_tokens, hd = t->head_dim;
+    uint32_t len[8] = {0}; /* tokens in each table row: up to the last new token */
+    for (uint32_t i = 0; i < t->n_segs; i++) {
+        const seg *g = &t->segs[i];
+        assert_true(g->row < 8);
+        s->n_tokens += g->count;
+        s->n_rows = g->row + 1 > s->n_rows ? g->row + 1 : s->n_rows;
+        if (g->pos0 + g->count > len[g->row]) len[g->row] = g->pos0 + g->count;
+    }
+    uint32_t total_pages = 0;
+    for (uint32_t i = 0; i < s->n_rows; i++) {
+        s->max_len = len[i] > s->max_len ? len[i] : s->max_len;
+        total_pages += (len[i] + pt - 1) / pt;
+    }
+    s->stride = (s->max_len + pt - 1) / pt + 1;
+    s->n_pages = total_pages + total_pages / 4 + 3;
+    size_t n_halves = (size_t)s->n_pages * s->lay.page_halves;
+    s->pool = malloc(n_halves * 2);
+    for (size_t i = 0; i < n_halves; i++) s->pool[i] = f32_to_fp16(rng_normal(&r));
+    /* block tables: a shuffled permutation of the pool's pages, handed out in order */
+    uint32_t *perm = malloc(s->n_pages * 4), next = 0;
+    for (uint32_t i = 0; i < s->n_pages; i++) perm[i] = i;
+    for (uint32_t i = s->n_pages - 1; i > 0; i--) {
+        uint32_t j = rng_below(&r, i + 1), x = perm[i];
+        perm[i] = perm[j], perm[j] = x;
+    }
+    s->table = malloc((size_t)s->n_rows * s->stride * 4);
+    for (uint32_t w = 0; w < s->n_rows; w++)
+        for (uint32_t i = 0; i < s->stride; i++)
+            s->table[w * s->stride + i] = i < (len[w] + pt - 1) / pt ? perm[next++] : 0xdeadbeef;
+    free(perm);
+    /* loc: the segments one after another, or round robin */
+    s->loc = malloc((size_t)s->n_tokens * 8);
+    uint32_t n = 0, done[16] = {0};
+    while (n < s->n_tokens)
+        for (uint32_t i = 0; i < t->n_segs; i++) {
+            uint32_t take = t->interleave ? 1 : t->segs[i].count;
+            for (uint32_t k = 0; k < take && done[i] < t->segs[i].count; k++, done[i]++, n++) {
+                s->loc[2 * n] = t->segs[i].row;
+                s->loc[2 * n + 1] = t->segs[i].pos0 + done[i];
+            }
+        }
+    size_t row = (size_t)t->n_head * hd;
+    float qs = t->q_scale ? t->q_scale : 1.0f;
+    s->q = malloc(s->n_tokens * row * 4);
+    for (size_t i = 0; i < s->n_tokens * row; i++) s->q[i] = rng_normal(&r) * qs;
+    s->ref = calloc(s->n_tokens * row, 4);
+    if (with_ref)
+        for (uint32_t i = 0; i < s->n_tokens; i++)
+            reference(&s->lay, s->pool, s->q + i * row, s->table + s->loc[2 * i] * s->stride, s->loc[2 * i + 1],
+                      t->n_head, t->layer, s->ref + i * row);
+}
+
+static void scene_free(scene *s) { free(s->pool), free(s->table), free(s->loc), free(s->q), free(s->ref); }
+
+/* Pipelines built once per (head_dim, configuration) for the whole binary: lavapipe compiles the
+ * unrolled kernel slowly, so the cases share them. Destroyed by teardown(). */
+static struct { uint32_t hd; cvk_attn_prefill_cfg cfg; cvk_attn_prefill_pipes p; } pcache[32];
+static uint32_t n_pcache;
+
+static const cvk_attn_prefill_pipes *pipes_for(uint32_t hd, const cvk_attn_prefill_cfg *cfg) {
+    cvk_attn_prefill_cfg c = cfg ? *cfg : (cvk_attn_prefill_cfg){0};
+    for (uint32_t i = 0; i < n_pcache; i++)
+        if (pcache[i].hd == hd && !memcmp(&pcache[i].cfg, &c, sizeof c)) return &pcache[i].p;
+    assert_true(n_pcache < 32);
+    if (cvk_attn_prefill_pipeline_cfg(&pcache[n_pcache].p, &vk->dev, vk->pcache.cache, hd, &c))
+        fail_msg("%s", cd_errmsg());
+    pcache[n_pcache].hd = hd, pcache[n_pcache].cfg = c;
+    return &pcache[n_pcache++].p;
+}
+
+static int teardown(void **state) {
+    for (uint32_t i = 0; i < n_pcache; i++) cvk_attn_prefill_pipeline_destroy(&vk->dev, &pcache[i].p);
+    n_pcache = 0;
+    return vk_teardown(state);
+}
+
+/* Runs the prefill op on the scene (pool split at max_part when nonzero) into out; returns the part count. */
+static uint32_t run_gpu(const scene *s, const tcase *t, uint32_t part_pages, const cvk_attn_prefill_cfg *cfg,
+                        float *out) {
+    uint32_t hd = t->head_dim;
+    size_t row = (size_t)t->n_head * hd;
+    uint64_t saved_part = vk->mem.max_part;
+    if (part_pages) vk->mem.max_part = part_pages * s->lay.page_bytes;
+    cvk_buffer bpool, bq, btab, bloc, bpart, bout;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s->n_pages * s->lay.page_bytes, s->lay.page_bytes,
+                                       CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved_part;
+    if (part_pages) assert_true(bpool.n_parts > 2);
+    uint64_t pbytes = cvk_attn_prefill_partials_bytes(s->n_tokens, t->n_head, bpool.n_parts, hd);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bq, s->n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &btab, (uint64_t)s->n_rows * s->stride * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bloc, s->n_tokens * 8ull, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bpart, pbytes ? pbytes : 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bout, s->n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bpool), s->pool), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bq), s->q), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&btab), s->table), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bloc), s->loc), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+
+    const cvk_attn_prefill_pipes *p = pipes_for(hd, cfg);
+    cvk_attn_prefill_args a = {.pool = &bpool, .lay = &s->lay, .q = cvk_view_whole(&bq),
+                               .table = cvk_view_whole(&btab), .loc = cvk_view_whole(&bloc),
+                               .partials = cvk_view_whole(&bpart), .out = cvk_view_whole(&bout),
+                               .n_tokens = s->n_tokens, .n_head = t->n_head, .layer = t->layer,
+                               .table_stride = s->stride, .max_len = s->max_len};
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    if (cvk_attn_prefill(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bout), out), 0);
+    uint32_t n_parts = bpool.n_parts;
+
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_buffer_destroy(&vk->mem, &bpool);
+    cvk_buffer_destroy(&vk->mem, &bq);
+    cvk_buffer_destroy(&vk->mem, &btab);
+    cvk_buffer_destroy(&vk->mem, &bloc);
+    cvk_buffer_destroy(&vk->mem, &bpart);
+    cvk_buffer_destroy(&vk->mem, &bout);
+    return n_parts;
+}
+
+/* Worst error of got against want over every (token, head) vector, relative to the vector's max. */
+static double compare(const scene *s, const tcase *t, const float *got, const float *want, const char *what) {
+    uint32_t hd = t->head_dim;
+    size_t row = (size_t)t->n_head * hd;
+    double worst = 0;
+    for (uint32_t i = 0; i < s->n_tokens; i++)
+        for (uint32_t h = 0; h < t->n_head; h++) {
+            const float *g = got + i * row + h * hd, *w = want + i * row + h * hd;
+            double mx = 0;
+            for (uint32_t d = 0; d < hd; d++) mx = fmax(mx, fabs(w[d]));
+            for (uint32_t d = 0; d < hd; d++) {
+                double e = fabs((double)g[d] - w[d]) / (mx + 1e-30);
+                worst = fmax(worst, e);
+                if (!(e <= TOL))
+                    fail_msg("%s hd=%u heads=%u/%u pt=%u: token %u (row %u pos %u) head %u [%u] = %.7g, want %.7g",
+                             what, hd, t->n_head, t->n_head_kv, t->page_tokens, i, s->loc[2 * i], s->loc[2 * i + 1],
+                             h, d, g[d], w[d]);
+            }
+        }
+    return worst;
+}
+
+/* The case against the reference with the pool in one part, then (part_pages != 0) in parts of
+ * part_pages pages: both within TOL of the reference and of each other. */
+static void run_case(const tcase *t, uint64_t seed, uint32_t part_pages, const cvk_attn_prefill_cfg *cfg) {
+    scene s;
+    scene_make(&s, t, seed, 1);
+    size_t n = (size_t)s.n_tokens * t->n_head * t->head_dim;
+    float *one = calloc(n, 4), *split = calloc(n, 4);
+    run_gpu(&s, t, 0, cfg, one);
+    double e1 = compare(&s, t, one, s.ref, "one part");
+    double e2 = 0, e12 = 0;
+    uint32_t parts = 1;
+    if (part_pages) {
+        parts = run_gpu(&s, t, part_pages, cfg, split);
+        e2 = compare(&s, t, split, s.ref, "parts");
+        e12 = compare(&s, t, split, one, "parts vs one part");
+    }
+    fprintf(stderr, "  hd=%u heads=%u/%u pt=%u tokens=%u max_len=%u cfg=%u/%u/%u: worst rel error %.2e"
+                    " (%u parts: %.2e, vs one part %.2e)\n",
+            t->head_dim, t->n_head, t->n_head_kv, t->page_tokens, s.n_tokens, s.max_len, cfg ? cfg->wg : 0,
+            cfg ? cfg->lanes_per_row : 0, cfg ? cfg->kv_tile : 0, e1, parts, e2, e12);
+    free(one), free(split);
+    scene_free(&s);
+}
+
+static void test_push_layout_matches_glsl(void **state) {
+    (void)state;
+    cvk_spirv_info si;
+    assert_int_equal(cvk_spirv_reflect(cinder_spv_attn_prefill, cinder_spv_attn_prefill_size, &si), 0);
+    assert_int_equal(si.n_push, 18);
+    assert_int_equal(si.push_size, sizeof(cvk_attn_prefill_push));
+    for (uint32_t i = 0; i < 18; i++) assert_int_equal(si.push_offset[i], 4 * i); /* all 32-bit, in order */
+    assert_int_equal(offsetof(cvk_attn_prefill_push, scale), 68);
+    assert_int_equal(si.n_bindings, 6);
+}
+
+/* One sequence, batches at awkward starts and lengths, page sizes 16 and 5 */
+static void test_one_sequence(void **state) {
+    (void)state;
+    const seg from0[] = {{0, 0, 37}}, mid[] = {{0, 7, 29}}, boundary[] = {{0, 32, 50}}, prefix[] = {{0, 700, 5}};
+    const struct { const seg *s; } batches[] = {{from0}, {mid}, {boundary}, {prefix}};
+    const uint32_t dims[][3] = {{128, 4, 2}, {64, 8, 2}, {128, 32, 4}};
+    uint64_t seed = 1;
+    for (uint32_t d = 0; d < 3; d++)
+        for (uint32_t pt = 0; pt < 2; pt++)
+            for (uint32_t b = 0; b < 4; b++) {
+                tcase c = {.head_dim = dims[d][0], .n_head = dims[d][1], .n_head_kv = dims[d][2],
+                           .page_tokens = pt ? 5 : 16, .n_layer = 2, .layer = (uint32_t)(b & 1),
+                           .segs = batches[b].s, .n_segs = 1};
+                run_case(&c, seed++, 0, NULL);
+            }
+    /* head_dim 72: not a multiple of 4 x the default tile loads */
+    const seg mixed[] = {{0, 7, 29}, {1, 700, 3}};
+    tcase c = {.head_dim = 72, .n_head = 8, .n_head_kv = 2, .page_tokens = 5, .n_layer = 1, .segs = mixed, .n_segs = 2};
+    run_case(&c, seed++, 0, NULL);
+}
+
+/* Two sequences in one batch, one after the other and interleaved token by token */
+static void test_mixed_rows(void **state) {
+    (void)state;
+    const seg two[] = {{1, 3, 21}, {0, 40, 19}}, three[] = {{2, 0, 9}, {0, 16, 17}, {1, 95, 4}};
+    tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1,
+               .segs = two, .n_segs = 2};
+    run_case(&c, 50, 0, NULL);
+    c.interleave = 1;
+    run_case(&c, 51, 0, NULL);
+    c.page_tokens = 5, c.segs = three, c.n_segs = 3;
+    run_case(&c, 52, 0, NULL);
+    c.interleave = 0, c.head_dim = 64, c.n_head = 4;
+    run_case(&c, 53, 0, NULL);
+}
+
+/* The pool in parts of a few pages: one dispatch per part + combine; results match the one-part run */
+static void test_parts(void **state) {
+    (void)state;
+    const seg prefix[] = {{0, 700, 5}}, two[] = {{0, 0, 70}, {1, 30, 33}};
+    tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 4, .layer = 3,
+               .segs = prefix, .n_segs = 1};
+    run_case(&c, 60, 16, NULL);
+    c.segs = two, c.n_segs = 2, c.interleave = 1;
+    run_case(&c, 61, 3, NULL);
+    c.page_tokens = 5;
+    run_case(&c, 62, 7, NULL);
+}
+
+/* Every configuration the kernel takes: lanes per row (subgroup shuffles), workgroup and K/V
+ * tile sizes, GQA groups wider than a workgroup's rows (head chunks), group 1 */
+static void test_configs(void **state) {
+    (void)state;
+    const seg two[] = {{0, 5, 45}, {1, 0, 20}};
+    uint32_t sg = vk->dev.info.caps.min_subgroup_size;
+    const cvk_attn_prefill_cfg cfgs[] = {{64, 1, 16}, {64, 2, 16}, {128, 4, 8}, {256, 8, 16}, {32, 1, 2},
+                                         {64, 4, 5}, {32, 8, 16}};
+    uint64_t seed = 70;
+    for (uint32_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
+        if (cfgs[i].lanes_per_row > sg) continue;
+        tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1,
+                   .segs = two, .n_segs = 2, .interleave = (int)(i & 1)};
+        run_case(&c, seed++, i == 3 ? 2 : 0, &cfgs[i]);
+        c.head_dim = 64, c.n_head = 8, c.n_head_kv = 8, c.page_tokens = 5; /* group 1 */
+        run_case(&c, seed++, 0, &cfgs[i]);
+        c.n_head = 64, c.n_head_kv = 1; /* group 64: wider than some workgroups' rows */
+        run_case(&c, seed++, 0, &cfgs[i]);
+    }
+}
+
+static void test_large_scores(void **state) {
+    (void)state;
+    /* scores of a few hundred: exp overflows unless the running max is subtracted */
+    const seg b[] = {{0, 10, 40}};
+    tcase c = {.head_dim = 128, .n_head = 4, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .q_scale = 30.0f,
+               .segs = b, .n_segs = 1};
+    run_case(&c, 80, 0, NULL);
+}
+
+/* One token at position pos equals attn_decode over pos + 1 tokens of the same row */
+static void test_single_token_matches_decode(void **state) {
+    (void)state;
+    const uint32_t pos[] = {0, 15, 16, 700};
+    for (uint32_t k = 0; k < 4; k++) {
+        const seg one[] = {{1, pos[k], 1}, {0, 0, 0}};
+        tcase t = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1,
+                   .segs = one, .n_segs = 2};
+        scene s;
+        scene_make(&s, &t, 90 + k, 1);
+        size_t row = (size_t)t.n_head * t.head_dim;
+        float *pre = calloc(row, 4), *dec = calloc(row, 4);
+        run_gpu(&s, &t, 0, NULL, pre);
+        compare(&s, &t, pre, s.ref, "single token");
+
+        cvk_buffer bpool, bq, btab, blen, bpart, bout;
+        uint32_t len = pos[k] + 1;
+        assert_int_equal(cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s.n_pages * s.lay.page_bytes,
+                                           s.lay.page_bytes, CVK_MEM_DEVICE), 0);
+        uint64_t pbytes = cvk_attn_decode_partials_bytes(1, t.n_head, 1, bpool.n_parts, t.head_dim);
+        assert_int_equal(cvk_buffer_create(&vk->mem, &bq, row * 4, 4, CVK_MEM_DEVICE), 0);
+        assert_int_equal(cvk_buffer_create(&vk->mem, &btab, s.stride * 4ull, 4, CVK_MEM_DEVICE), 0);
+        assert_int_equal(cvk_buffer_create(&vk->mem, &blen, 4, 4, CVK_MEM_DEVICE), 0);
+        assert_int_equal(cvk_buffer_create(&vk->mem, &bpart, pbytes, 4, CVK_MEM_DEVICE), 0);
+        assert_int_equal(cvk_buffer_create(&vk->mem, &bout, row * 4, 4, CVK_MEM_DEVICE), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bpool), s.pool), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bq), s.q), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&btab), s.table + 1 * s.stride), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&blen), &len), 0);
+        assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+        cvk_attn_decode_pipes p;
+        if (cvk_attn_decode_pipeline(&p, &vk->dev, vk->pcache.cache, t.head_dim, 0)) fail_msg("%s", cd_errmsg());
+        cvk_attn_decode_args a = {.pool = &bpool, .lay = &s.lay, .q = cvk_view_whole(&bq),
+                                  .table = cvk_view_whole(&btab), .seq_lens = cvk_view_whole(&blen),
+                                  .partials = cvk_view_whole(&bpart), .out = cvk_view_whole(&bout), .n_seq = 1,
+                                  .n_head = t.n_head, .table_stride = s.stride, .n_split = 1};
+        assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+        if (cvk_attn_decode(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+        cvk_barrier_device_to_host(vk->cmd.cb);
+        assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+        assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bout), dec), 0);
+        double e = compare(&s, &t, pre, dec, "prefill vs decode");
+        fprintf(stderr, "  single token at %u: prefill vs decode worst rel diff %.2e\n", pos[k], e);
+        assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+        cvk_attn_decode_pipeline_destroy(&vk->dev, &p);
+        cvk_buffer_destroy(&vk->mem, &bpool);
+        cvk_buffer_destroy(&vk->mem, &bq);
+        cvk_buffer_destroy(&vk->mem, &btab);
+        cvk_buffer_destroy(&vk->mem, &blen);
+        cvk_buffer_destroy(&vk->mem, &bpart);
+        cvk_buffer_destroy(&vk->mem, &bout);
+        free(pre), free(dec);
+        scene_free(&s);
+    }
+}
+
+/* A token whose row is past the table or whose position is >= max_len gets zeros, and reads nothing */
+static void test_invalid_locs_give_zeros(void **state) {
+    (void)state;
+    const seg b[] = {{0, 0, 20}};
+    tcase t = {.head_dim = 64, .n_head = 4, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = b, .n_segs = 1};
+    scene s;
+    scene_make(&s, &t, 95, 1);
+    s.loc[2 * 3] = 5;             /* row 5 of a 1-row table */
+    s.loc[2 * 7 + 1] = 1u << 30;  /* far past max_len and the table */
+    s.loc[2 * 19 + 1] = 20;       /* == max_len */
+    size_t row = (size_t)t.n_head * t.head_dim;
+    float *out = calloc(s.n_tokens * row, 4);
+    memset(s.ref + 3 * row, 0, row * 4);
+    memset(s.ref + 7 * row, 0, row * 4);
+    memset(s.ref + 19 * row, 0, row * 4);
+    run_gpu(&s, &t, 0, NULL, out);
+    for (size_t i = 0; i < row; i++) {
+        assert_true(out[3 * row + i] == 0.0f);
+        assert_true(out[7 * row + i] == 0.0f);
+        assert_true(out[19 * row + i] == 0.0f);
+    }
+    compare(&s, &t, out, s.ref, "invalid locs");
+    free(out);
+    scene_free(&s);
+}
+
+static void test_bad_args(void **state) {
+    (void)state;
+    kv_layout lay;
+    assert_int_equal(kv_layout_init(&lay, 1, 2, 64, 16), 0);
+    cvk_attn_prefill_pipes p;
+    assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 63, 0), -1);
+    assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 64, 48), -1);
+    cvk_attn_prefill_cfg bad_lpr = {.lanes_per_row = 3};
+    assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_lpr), -1);
+    cvk_attn_prefill_cfg bad_kt = {.wg = 32, .kv_tile = 64};
+    assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_kt), -1);
+    cvk_attn_prefill_cfg odd_lpr = {.lanes_per_row = 4}; /* 4 does not divide 70... */
+    assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 70, &odd_lpr), -1);
+    assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 70, 0), 0); /* ...the default adapts */
+    assert_int_equal(p.head_dim % p.lanes_per_row, 0);
+    cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
+    assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 128, 0), 0);
+    cvk_buffer b;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4 * lay.page_bytes, lay.page_bytes, CVK_MEM_DEVICE), 0);
+    cvk_attn_prefill_args a = {.pool = &b, .lay = &lay, .q = cvk_view_whole(&b), .table = cvk_view_whole(&b),
+                               .loc = cvk_view_whole(&b), .out = cvk_view_whole(&b), .n_tokens = 1, .n_head = 4,
+                               .table_stride = 1};
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1); /* head_dim 128 pipelines, 64 layout */
+    assert_non_null(strstr(cd_errmsg(), "head_dim"));
+    cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
+    assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 64, 0), 0);
+    a.n_head = 3;
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1); /* 3 heads over 2 kv heads */
+    a.n_head = 4, a.layer = 1;
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.layer = 0, a.loc = cvk_view_range(&b, 0, 4);
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "loc"));
+    a.loc = cvk_view_whole(&b), a.q_stride = 100;
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "stride"));
+    a.q_stride = 0, a.q = cvk_view_range(&b, 0, 1000);
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.q = cvk_view_whole(&b), a.table_stride = 0;
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.table_stride = 1, a.n_tokens = 0;
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), 0); /* nothing to do */
+    cvk_buffer_destroy(&vk->mem, &b);
+    /* a split pool needs partials */
+    uint64_t saved = vk->mem.max_part;
+    vk->mem.max_part = lay.page_bytes;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4 * lay.page_bytes, lay.page_bytes, CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved;
+    assert_true(b.n_parts == 4);
+    a.pool = &b, a.n_tokens = 1, a.q = a.table = a.loc = a.out = cvk_view_part(&b, 0);
+    a.partials = (cvk_view){0};
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "partials"));
+    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 1, 64), 0);
+    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 3, 64), 10 * 4 * 3 * 66 * 4);
+    cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &b);
+}
+
+/* --- timing (CINDER_ATTN_BENCH=1) --- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 512 new tokens at positions 0..511 of one sequence, 8 query heads over 2 kv heads, head_dim 128 */
+static void bench_one(const cvk_attn_prefill_cfg *cfg) {
+    const seg b[] = {{0, 0, 512}};
+    tcase t = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = b, .n_segs = 1};
+    scene s;
+    scene_make(&s, &t, 7, 0);
+    size_t row = (size_t)t.n_head * t.head_dim;
+    cvk_buffer bpool, bq, btab, bloc, bout;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s.n_pages * s.lay.page_bytes, s.lay.page_bytes,
+                                       CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bq, s.n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &btab, (uint64_t)s.stride * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bloc, s.n_tokens * 8ull, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bout, s.n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bpool), s.pool), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bq), s.q), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&btab), s.table), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bloc), s.loc), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    cvk_attn_prefill_pipes p;
+    if (cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, vk->pcache.cache, t.head_dim, cfg)) fail_msg("%s", cd_errmsg());
+    cvk_attn_prefill_args a = {.pool = &bpool, .lay = &s.lay, .q = cvk_view_whole(&bq), .table = cvk_view_whole(&btab),
+                               .loc = cvk_view_whole(&bloc), .out = cvk_view_whole(&bout), .n_tokens = s.n_tokens,
+                               .n_head = t.n_head, .table_stride = s.stride, .max_len = 512};
+    assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
+    if (cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_end(&vk->cmd), 0);
+    double best = 1e30;
+    for (int k = 0; k < 5; k++) {
+        double t0 = now_s();
+        assert_int_equal(cvk_cmd_submit(&vk->cmd), 0);
+        assert_int_equal(cvk_cmd_wait(&vk->cmd), 0);
+        best = fmin(best, now_s() - t0);
+    }
+    /* useful work: the causal half of the score matrix, QK and PV, per query head */
+    double flop = 2.0 * 2 * t.n_head * t.head_dim * (512.0 * 513 / 2);
+    printf("  bench prefill 512 tokens at 0, heads 8/2, hd 128, pt 16, cfg wg=%u lpr=%u kt=%u: %.2f ms "
+           "(%.2f GFLOP/s useful)\n", p.wg, p.lanes_per_row, p.kv_tile, best * 1e3, flop / best * 1e-9);
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &bpool);
+    cvk_buffer_destroy(&vk->mem, &bq);
+    cvk_buffer_destroy(&vk->mem, &btab);
+    cvk_buffer_destroy(&vk->mem, &bloc);
+    cvk_buffer_destroy(&vk->mem, &bout);
+    scene_free(&s);
+}
+
+/* A timing run, not a test: only with CINDER_ATTN_BENCH=1 (see docs/kernels/attention.md). */
+static void bench(void **state) {
+    (void)state;
+    const cvk_attn_prefill_cfg cfgs[] = {{0}, {64, 1, 8}, {128, 1, 16}, {64, 4, 16}, {256, 4, 16}};
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+        if (cfgs[c].lanes_per_row > vk->dev.info.caps.min_subgroup_size) continue;
+        bench_one(&cfgs[c]);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_push_layout_matches_glsl),
+        cmocka_unit_test(test_one_sequence),
+        cmocka_unit_test(test_mixed_rows),
+        cmocka_unit_test(test_parts),
+        cmocka_unit_test(test_configs),
+        cmocka_unit_test(test_large_scores),
+        cmocka_unit_test(test_single_token_matches_decode),
+        cmocka_unit_test(test_invalid_locs_give_zeros),
+        cmocka_unit_test(test_bad_args),
+    };
+    const char *e = getenv("CINDER_ATTN_BENCH");
+    if (e && *e && *e != '0') {
+        const struct CMUnitTest timing[] = {cmocka_unit_test(bench)};
+        return cmocka_run_group_tests(timing, vk_setup, teardown);
+    }
+    return cmocka_run_group_tests(tests, vk_setup, teardown);
+}
