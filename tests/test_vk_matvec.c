@@ -7,8 +7,8 @@
  *
  * Tolerance: |got - want| <= 1e-4 * sum_i |w_i x_i| per output (float accumulation).
  *
- * CINDER_MATVEC_BENCH=1 also times a 2048x768 Q4_K and a 151936x2048 Q6_K matvec against
- * cpu_matvec (see docs/kernels/matvec.md). */
+ * CINDER_MATVEC_BENCH=1 instead times the decode shapes (lm_heads 151936 x 512/256/2048,
+ * expert and attention matrices) against cpu_matvec (see docs/kernels/matvec.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
