@@ -4,8 +4,9 @@
 // over a (n_in, n_rows, n_slices) weight tensor of QTYPE. The slice s(v) is pc.slice (dense
 // mode, ids_offset < 0) or ids[ids_offset + v] (MoE mode: expert ids stay on the GPU).
 //
-// Work split (llama.cpp's mul_mat_vec shape): a workgroup owns ROWS consecutive output rows
-// and NVEC vectors (dense mode; MoE mode: one vector, whose expert fixes the slice). A row is
+// Work split (llama.cpp's mul_mat_vec shape): a workgroup is WG / L groups of L lanes (L =
+// lanes per row, sized by the host to the row's units), each group owning ROWS consecutive
+// output rows, for NVEC vectors (dense mode; MoE mode: one vector, whose expert fixes the slice). A row is
 // cut into units a single invocation decodes whole in registers (F32/F16/BF16: 4 elements;
 // Q8_0: one 32-weight block; Q4_K/Q5_K/Q6_K: 64 weights = a quarter super-block); invocation t
 // takes units t, t + WG, ... of each of the ROWS rows, so each weight is read once and used

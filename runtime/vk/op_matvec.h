@@ -67,6 +67,8 @@ typedef struct cvk_matvec_args {
 /* One pipeline per weight type and configuration; cfg may be NULL. */
 int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matvec_cfg *cfg);
+/* The configuration for a shape (n_vec: vectors per dense call; pass 1 for ids mode). Lanes
+ * per row are left to each call, so today this equals the defaults at n_vec = 1. */
 cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t n_vec);
 /* Records one dispatch per weight part (no barrier before or after). */
 int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matvec_args *a);
