@@ -8,10 +8,10 @@
 // lanes per row, sized by the host to the row's units), each group owning ROWS consecutive
 // output rows, for NVEC vectors (dense mode; MoE mode: one vector, whose expert fixes the slice). A row is
 // cut into units a single invocation decodes whole in registers (F32/F16/BF16: 4 elements;
-// Q8_0: one 32-weight block; Q4_K/Q5_K/Q6_K: 64 weights = a quarter super-block); invocation t
-// takes units t, t + WG, ... of each of the ROWS rows, so each weight is read once and used
-// for all NVEC vectors. Partial sums are reduced by subgroupAdd, then across subgroups in
-// shared memory in a fixed order (deterministic results).
+// Q8_0: one 32-weight block; Q4_K/Q5_K/Q6_K: 64 weights = a quarter super-block); lane l of a
+// group takes units l, l + L, ... of each of its ROWS rows, so each weight is read once and
+// used for all NVEC vectors. Partial sums are reduced per group by subgroupAdd (one cluster
+// of lanes at a time), then, when a group spans subgroups, in shared memory; fixed order.
 //
 // Grid: x (+ z * 65535) = row blocks from pc.r_begin, y = vector groups. The tensor may be
 // split into parts (runtime/vk/vk_memory.h): the host dispatches once per part, binding that
