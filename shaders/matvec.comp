@@ -4,13 +4,14 @@
 // over a (n_in, n_rows, n_slices) weight tensor of QTYPE. The slice s(v) is pc.slice (dense
 // mode, ids_offset < 0) or ids[ids_offset + v] (MoE mode: expert ids stay on the GPU).
 //
-// Work split (llama.cpp's mul_mat_vec shape): a workgroup owns ROWS consecutive output rows
-// and NVEC vectors (dense mode; MoE mode: one vector, whose expert fixes the slice). A row is
+// Work split (llama.cpp's mul_mat_vec shape): a workgroup is WG / L groups of L lanes (L =
+// lanes per row, sized by the host to the row's units), each group owning ROWS consecutive
+// output rows, for NVEC vectors (dense mode; MoE mode: one vector, whose expert fixes the slice). A row is
 // cut into units a single invocation decodes whole in registers (F32/F16/BF16: 4 elements;
-// Q8_0: one 32-weight block; Q4_K/Q5_K/Q6_K: 64 weights = a quarter super-block); invocation t
-// takes units t, t + WG, ... of each of the ROWS rows, so each weight is read once and used
-// for all NVEC vectors. Partial sums are reduced by subgroupAdd, then across subgroups in
-// shared memory in a fixed order (deterministic results).
+// Q8_0: one 32-weight block; Q4_K/Q5_K/Q6_K: 64 weights = a quarter super-block); lane l of a
+// group takes units l, l + L, ... of each of its ROWS rows, so each weight is read once and
+// used for all NVEC vectors. Partial sums are reduced per group by subgroupAdd (one cluster
+// of lanes at a time), then, when a group spans subgroups, in shared memory; fixed order.
 //
 // Grid: x (+ z * 65535) = row blocks from pc.r_begin, y = vector groups. The tensor may be
 // split into parts (runtime/vk/vk_memory.h): the host dispatches once per part, binding that
@@ -28,6 +29,8 @@ layout(constant_id = 1) const uint QTYPE = 0;  // enum qtype
 layout(constant_id = 2) const uint ROWS = 1;   // output rows per workgroup
 layout(constant_id = 3) const uint NVEC = 1;   // vectors per workgroup (dense mode)
 layout(constant_id = 4) const uint NSG = 64;   // bound on subgroups per workgroup
+layout(constant_id = 5) const uint LPR = 0;    // lanes per row (0: pc.lpr, chosen per call)
+layout(constant_id = 6) const uint LPR_MAX = 0; // host only: bound on the per-call choice
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"
@@ -50,6 +53,7 @@ layout(push_constant) uniform Push {
     uint y_stride;   // floats between vectors of y
     uint slice;      // dense mode: the slice
     int ids_offset;  // < 0: dense mode; else vector v uses slice ids[ids_offset + v]
+    uint lpr;        // lanes per row: a power of 2 dividing WG
 } pc;
 
 shared float red[NSG * ROWS * NVEC];
@@ -185,17 +189,22 @@ void unit_q6_K(uint row, uint u, uint ai) {
 }
 
 void main() {
-    uint tid = gl_LocalInvocationID.x;
-    uint rb = pc.r_begin + (gl_WorkGroupID.x + gl_WorkGroupID.z * 65535u) * ROWS;
-    uint g = gl_WorkGroupID.y;
+    // Lanes per row L (a power of 2 dividing WG, from the host): the workgroup is G = WG / L
+    // groups of L invocations, group g owning ROWS consecutive rows. Positions come from the
+    // subgroup ids so that a group's lanes are consecutive lanes of one subgroup (L <= the
+    // subgroup size) or whole subgroups (L > it), whatever order the driver lays them out in.
+    uint L = LPR != 0 ? LPR : pc.lpr, G = WG / L, SG = gl_SubgroupSize, sl = gl_SubgroupInvocationID;
+    uint vt = gl_SubgroupID * SG + sl, g = vt / L, l = vt % L;
+    uint rb = pc.r_begin + (gl_WorkGroupID.x + gl_WorkGroupID.z * 65535u) * (ROWS * G);
+    uint gy = gl_WorkGroupID.y;
     bool moe = pc.ids_offset >= 0;
-    uint v0 = moe ? g : g * NVEC;
+    uint v0 = moe ? gy : gy * NVEC;
     if (rb >= pc.n_rows || v0 >= pc.n_vec) return; // uniform across the workgroup
     nv = moe ? 1u : min(NVEC, pc.n_vec - v0);
-    int sl = moe ? ids[uint(pc.ids_offset) + g] : int(pc.slice);
-    bool bad = sl < 0 || uint(sl) >= pc.n_slices; // expert id out of range: zeros
+    int sl_id = moe ? ids[uint(pc.ids_offset) + gy] : int(pc.slice);
+    bool bad = sl_id < 0 || uint(sl_id) >= pc.n_slices; // expert id out of range: zeros
     if (bad && pc.row0 != 0) return;
-    uint fr0 = bad ? 0u : uint(sl) * pc.n_rows + rb; // flattened row of output row rb
+    uint fr0 = bad ? 0u : uint(sl_id) * pc.n_rows + rb; // flattened row of output row rb
     for (uint j = 0; j < NVEC; j++) xb[j] = (v0 + j) * pc.x_stride;
     for (uint i = 0; i < ROWS * NVEC; i++) acc[i] = 0.0;
 
@@ -203,34 +212,56 @@ void main() {
     uint unit = floaty ? 4 : (QTYPE == QTYPE_Q8_0 ? QK8_0 : 64);
     uint n_units = pc.n_in / unit;
     for (uint i = 0; i < ROWS; i++) {
-        uint fr = fr0 + i;
-        if (bad || rb + i >= pc.n_rows || fr < pc.row0 || fr - pc.row0 >= pc.rows) continue;
+        uint r = rb + g * ROWS + i, fr = fr0 + g * ROWS + i;
+        if (bad || r >= pc.n_rows || fr < pc.row0 || fr - pc.row0 >= pc.rows) continue;
         uint row = (fr - pc.row0) * pc.row_bytes;
-        for (uint u = tid; u < n_units; u += WG) {
+        for (uint u = l; u < n_units; u += L) {
             if (floaty) unit_float(row, u, i * NVEC);
             else if (QTYPE == QTYPE_Q8_0) unit_q8_0(row, u, i * NVEC);
             else if (QTYPE == QTYPE_Q6_K) unit_q6_K(row, u, i * NVEC);
             else unit_q45_K(row, u, i * NVEC);
         }
         if (floaty) // the n_in % 4 tail
-            for (uint e = n_units * 4 + tid; e < pc.n_in; e += WG) {
+            for (uint e = n_units * 4 + l; e < pc.n_in; e += L) {
                 float w = load1(row, e);
                 for (uint j = 0; j < NVEC; j++)
                     if (j < nv) acc[i * NVEC + j] += w * x[xb[j] + e];
             }
     }
 
+    // Sum over the L lanes of each group: clusters of C = min(L, SG) lanes by subgroupAdd of
+    // one cluster at a time (fixed order: deterministic; needs only subgroup arithmetic).
+    uint C = min(L, SG), cl = sl / C;
     for (uint k = 0; k < ROWS * NVEC; k++) {
-        float s = subgroupAdd(acc[k]);
-        if (subgroupElect()) red[gl_SubgroupID * ROWS * NVEC + k] = s;
+        float mine = 0.0;
+        for (uint c = 0; c < SG / C; c++) {
+            float s = subgroupAdd(cl == c ? acc[k] : 0.0);
+            if (cl == c) mine = s;
+        }
+        acc[k] = mine;
     }
+    if (L <= SG) { // lane 0 of each group has its sums
+        if (l != 0) return;
+        for (uint k = 0; k < ROWS * NVEC; k++) {
+            uint i = k / NVEC, j = k % NVEC, r = rb + g * ROWS + i, fr = fr0 + g * ROWS + i;
+            if (j >= nv || r >= pc.n_rows) continue;
+            if (!bad && (fr < pc.row0 || fr - pc.row0 >= pc.rows)) continue;
+            y[(v0 + j) * pc.y_stride + r] = acc[k];
+        }
+        return;
+    }
+    // L > SG: a group is L / SG whole subgroups; their sums meet in shared memory
+    if (sl == 0)
+        for (uint k = 0; k < ROWS * NVEC; k++) red[gl_SubgroupID * ROWS * NVEC + k] = acc[k];
     barrier();
-    if (tid < ROWS * NVEC) {
-        uint i = tid / NVEC, j = tid % NVEC, r = rb + i, fr = fr0 + i;
-        if (j >= nv || r >= pc.n_rows) return;
-        if (!bad && (fr < pc.row0 || fr - pc.row0 >= pc.rows)) return;
+    uint per = L / SG;
+    for (uint o = gl_LocalInvocationID.x; o < G * ROWS * NVEC; o += WG) {
+        uint gg = o / (ROWS * NVEC), k = o % (ROWS * NVEC), i = k / NVEC, j = k % NVEC;
+        uint r = rb + gg * ROWS + i, fr = fr0 + gg * ROWS + i;
+        if (j >= nv || r >= pc.n_rows) continue;
+        if (!bad && (fr < pc.row0 || fr - pc.row0 >= pc.rows)) continue;
         float s = 0.0;
-        for (uint k = 0; k < gl_NumSubgroups; k++) s += red[k * ROWS * NVEC + tid];
+        for (uint q = 0; q < per; q++) s += red[(gg * per + q) * ROWS * NVEC + k];
         y[(v0 + j) * pc.y_stride + r] = s;
     }
 }

@@ -7,8 +7,8 @@
  *
  * Tolerance: |got - want| <= 1e-4 * sum_i |w_i x_i| per output (float accumulation).
  *
- * CINDER_MATVEC_BENCH=1 also times a 2048x768 Q4_K and a 151936x2048 Q6_K matvec against
- * cpu_matvec (see docs/kernels/matvec.md). */
+ * CINDER_MATVEC_BENCH=1 instead times the decode shapes (lm_heads 151936 x 512/256/2048,
+ * expert and attention matrices) against cpu_matvec (see docs/kernels/matvec.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,9 +45,10 @@ static void test_push_layout_matches_glsl(void **state) {
         offsetof(cvk_matvec_push, r_begin),  offsetof(cvk_matvec_push, n_vec),
         offsetof(cvk_matvec_push, x_stride), offsetof(cvk_matvec_push, y_stride),
         offsetof(cvk_matvec_push, slice),    offsetof(cvk_matvec_push, ids_offset),
+        offsetof(cvk_matvec_push, lpr),
     };
-    assert_int_equal(si.n_push, 12);
-    for (int i = 0; i < 12; i++) assert_int_equal(si.push_offset[i], want[i]);
+    assert_int_equal(si.n_push, 13);
+    for (int i = 0; i < 13; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_matvec_push));
     assert_int_equal(si.n_bindings, 4);
 }
@@ -199,6 +200,10 @@ static void test_configs(void **state) {
         {.wg = 32, .rows = 1, .nvec = 1}, {.wg = 128, .rows = 4, .nvec = 2},
         {.wg = 256, .rows = 8, .nvec = 8}, {.wg = 64, .rows = 3, .nvec = 5},
         {.wg = 32, .rows = 2, .nvec = 4, .subgroup_size = 8},
+        /* lanes per row fixed: within a subgroup, one lane per row, whole subgroups (shared memory) */
+        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 4}, {.wg = 64, .rows = 3, .nvec = 2, .lanes_per_row = 1},
+        {.wg = 128, .rows = 1, .nvec = 3, .lanes_per_row = 32}, {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 64},
+        {.wg = 32, .rows = 2, .nvec = 4, .subgroup_size = 8, .lanes_per_row = 16},
     };
     uint64_t seed = 60;
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++)
@@ -207,6 +212,26 @@ static void test_configs(void **state) {
                        .n_slices = 2, .n_vec = 11, .slice = 1, .cfg = cfgs[c]};
             run_case(&t, seed++, 0);
         }
+}
+
+/* cvk_matvec_choose's configuration at the decode shapes (row counts cut down), and the
+ * per-call lanes per row of a default pipeline at every unit count from 1 to 33. */
+static void test_choose(void **state) {
+    (void)state;
+    const struct { enum qtype t; uint32_t n_in, n_rows, n_vec; } shapes[] = {
+        {QTYPE_Q6_K, 512, 1001, 1}, {QTYPE_Q6_K, 256, 999, 1}, {QTYPE_Q8_0, 512, 300, 1}, {QTYPE_F16, 512, 300, 1},
+        {QTYPE_Q4_K, 2048, 130, 1}, {QTYPE_Q5_K, 768, 77, 1},  {QTYPE_BF16, 4, 65, 1},  {QTYPE_F32, 2048, 17, 5},
+    };
+    uint64_t seed = 120;
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        tcase t = {.type = shapes[i].t, .n_in = shapes[i].n_in, .n_rows = shapes[i].n_rows, .n_vec = shapes[i].n_vec,
+                   .cfg = cvk_matvec_choose(&vk->dev, shapes[i].t, shapes[i].n_in, shapes[i].n_rows, shapes[i].n_vec)};
+        run_case(&t, seed++, 0);
+    }
+    for (uint32_t u = 1; u <= 33; u += 1 + u / 8) {
+        tcase t = {.type = QTYPE_Q8_0, .n_in = 32 * u, .n_rows = 37, .n_vec = 2};
+        run_case(&t, 200 + u, 0);
+    }
 }
 
 static void test_split_weights(void **state) {
@@ -229,6 +254,10 @@ static void test_rejects_mismatches(void **state) {
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_0, NULL), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
                                          &(cvk_matvec_cfg){.wg = 32, .rows = 16, .nvec = 8}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
+                                         &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 3}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
+                                         &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 128}), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
@@ -262,7 +291,10 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void bench_one(enum qtype type, uint32_t n_in, uint32_t n_rows, const cvk_matvec_cfg *cfg) {
+/* Times every configuration of cfgs[] on one shape, interleaved (round k runs each once), best
+ * of `rounds`; cpu_matvec (best of 3) for reference. */
+static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const cvk_matvec_cfg *cfgs, size_t n_cfg,
+                        int rounds) {
     rng r;
     rng_seed(&r, 7);
     size_t rb = qtype_row_bytes(type, n_in);
@@ -288,41 +320,83 @@ static void bench_one(enum qtype type, uint32_t n_in, uint32_t n_rows, const cvk
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    cvk_pipeline p;
-    if (cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, type, cfg)) fail_msg("%s", cd_errmsg());
+    enum { MAXC = 16 };
+    assert_true(n_cfg <= MAXC);
+    cvk_pipeline p[MAXC];
+    double best[MAXC], worst[MAXC];
+    cvk_matvec_cfg used[MAXC];
+    for (size_t c = 0; c < n_cfg; c++) {
+        used[c] = cfgs[c].wg ? cfgs[c] : cvk_matvec_choose(&vk->dev, type, n_in, n_rows, 1);
+        if (cvk_matvec_pipeline(&p[c], &vk->dev, vk->pcache.cache, type, &used[c])) fail_msg("%s", cd_errmsg());
+        best[c] = 1e30, worst[c] = 0;
+    }
     cvk_matvec_args a = {.w = &bw, .type = type, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
                          .y = cvk_view_whole(&by), .n_vec = 1};
-    assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
-    if (cvk_matvec(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
-    cvk_barrier_device_to_host(vk->cmd.cb);
-    assert_int_equal(cvk_cmd_end(&vk->cmd), 0);
-    double gpu = 1e30;
-    for (int k = 0; k < 5; k++) {
-        double t0 = now_s();
-        assert_int_equal(cvk_cmd_submit(&vk->cmd), 0);
-        assert_int_equal(cvk_cmd_wait(&vk->cmd), 0);
-        gpu = fmin(gpu, now_s() - t0);
+    for (int k = 0; k < rounds; k++)
+        for (size_t c = 0; c < n_cfg; c++) {
+            assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+            if (cvk_matvec(&vk->cmd, &vk->dpool, &p[c], &a)) fail_msg("%s", cd_errmsg());
+            cvk_barrier_device_to_host(vk->cmd.cb);
+            double t0 = now_s();
+            assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+            best[c] = fmin(best[c], now_s() - t0);
+            assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+            if (k == 0) {
+                assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
+                for (uint32_t i = 0; i < n_rows; i++)
+                    worst[c] = fmax(worst[c], fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+            }
+        }
+    for (size_t c = 0; c < n_cfg; c++) {
+        printf("  bench %-4s %5u x %6u (n_in x rows) %s wg=%-3u rows=%-2u lpr=%-2u parts=%u: lavapipe %9.3f ms, "
+               "cpu_matvec %8.3f ms, cpu/gpu %5.2f  (max rel diff %.2g)\n",
+               qtype_name(type), n_in, n_rows, cfgs[c].wg ? "fixed " : "choose", used[c].wg, used[c].rows,
+               used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c], worst[c]);
+        cvk_pipeline_destroy(&vk->dev, &p[c]);
     }
-    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
-    double worst = 0;
-    for (uint32_t i = 0; i < n_rows; i++) worst = fmax(worst, fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
-    printf("  bench %-4s %ux%u (n_in x rows) wg=%u rows=%u parts=%u: lavapipe %.3f ms, cpu_matvec %.3f ms, "
-           "cpu/gpu %.2f  (max rel diff %.2g)\n",
-           qtype_name(type), n_in, n_rows, p.spec[0], p.spec[2], bw.n_parts, gpu * 1e3, cpu * 1e3, cpu / gpu, worst);
-    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
-    cvk_pipeline_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &bw);
     cvk_buffer_destroy(&vk->mem, &bx);
     cvk_buffer_destroy(&vk->mem, &by);
     free(few), free(w), free(x), free(ref), free(got), free(scratch);
 }
 
-/* A timing run, not a test: only with CINDER_MATVEC_BENCH=1 (see docs/kernels/matvec.md). */
+/* A timing run, not a test: only with CINDER_MATVEC_BENCH=1 (see docs/kernels/matvec.md).
+ * CINDER_MATVEC_BENCH_CFGS="wg,rows,lpr,nvec;..." replaces the configurations (0,0,0,0:
+ * cvk_matvec_choose), CINDER_MATVEC_BENCH_SHAPES="type:n_in:n_rows;..." the shapes. */
 static void bench(void **state) {
     (void)state;
-    const cvk_matvec_cfg cfgs[] = {{0}, {.wg = 32, .rows = 4}, {.wg = 64, .rows = 8}, {.wg = 128, .rows = 2}};
-    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) bench_one(QTYPE_Q4_K, 2048, 768, &cfgs[c]);
-    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) bench_one(QTYPE_Q6_K, 2048, 151936, &cfgs[c]);
+    cvk_matvec_cfg cfgs[16] = {{.wg = 64, .rows = 2, .nvec = 4}, {0}};
+    size_t n_cfg = 2;
+    const char *e = getenv("CINDER_MATVEC_BENCH_CFGS");
+    if (e) {
+        n_cfg = 0;
+        for (const char *s = e; *s && n_cfg < 16;) {
+            unsigned wg = 0, rows = 0, lpr = 0, nvec = 0;
+            int n = 0;
+            if (sscanf(s, "%u,%u,%u,%u%n", &wg, &rows, &lpr, &nvec, &n) < 4) break;
+            cfgs[n_cfg++] = (cvk_matvec_cfg){.wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr};
+            s += n;
+            if (*s == ';') s++;
+        }
+    }
+    const char *shapes = getenv("CINDER_MATVEC_BENCH_SHAPES");
+    if (!shapes)
+        shapes = "Q6_K:512:151936;Q6_K:256:151936;Q8_0:512:151936;F16:512:151936;Q6_K:2048:151936;"
+                 "Q4_K:512:256;Q4_K:256:512;Q6_K:512:1024;Q4_K:2048:768;Q4_K:768:2048";
+    int rounds = getenv("CINDER_MATVEC_BENCH_ROUNDS") ? atoi(getenv("CINDER_MATVEC_BENCH_ROUNDS")) : 5;
+    for (const char *s = shapes; *s;) {
+        char name[8] = {0};
+        unsigned n_in = 0, n_rows = 0;
+        int n = 0;
+        if (sscanf(s, "%7[^:]:%u:%u%n", name, &n_in, &n_rows, &n) < 3) break;
+        enum qtype t = QTYPE_COUNT;
+        for (int k = 0; k < QTYPE_COUNT; k++)
+            if (qtype_supported((enum qtype)k) && !strcmp(qtype_name((enum qtype)k), name)) t = (enum qtype)k;
+        assert_true(t != QTYPE_COUNT);
+        bench_shape(t, n_in, n_rows, cfgs, n_cfg, rounds);
+        s += n;
+        if (*s == ';') s++;
+    }
 }
 
 int main(void) {
@@ -331,6 +405,7 @@ int main(void) {
         cmocka_unit_test(test_dense_every_type),
         cmocka_unit_test(test_moe_ids_every_type),
         cmocka_unit_test(test_configs),
+        cmocka_unit_test(test_choose),
         cmocka_unit_test(test_split_weights),
         cmocka_unit_test(test_rejects_mismatches),
     };

@@ -3,15 +3,22 @@
 #include "runtime/base/error.h"
 #include "shaders/shaders.h"
 
-/* spec constants: 0 WG, 1 QTYPE, 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup) */
-enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, N_SPEC };
+/* spec constants: 0 WG, 1 QTYPE, 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup),
+ * 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only) */
+enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, N_SPEC };
+
+static bool cpu_device(const cvk_device *d) { return d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+
+static uint32_t unit_elems(enum qtype t) {
+    return t == QTYPE_Q8_0 ? 32 : (t == QTYPE_Q4_K || t == QTYPE_Q5_K || t == QTYPE_Q6_K) ? 64 : 4;
+}
 
 int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matvec_cfg *cfg) {
     cvk_matvec_cfg c = cfg ? *cfg : (cvk_matvec_cfg){0};
     if (!c.wg) c.wg = 64;
     if (!c.rows) c.rows = 2;
-    if (!c.nvec) c.nvec = 4;
+    if (!c.nvec) c.nvec = cpu_device(d) ? 1 : 4;
     const cvk_caps *k = &d->info.caps;
     if (!qtype_supported(type)) return cd_fail("matvec: type %s is not supported", qtype_name(type));
     if (!k->storage8 || !k->storage16) return cd_fail("matvec: the device lacks 8- or 16-bit storage buffer access");
@@ -19,12 +26,16 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
         return cd_fail("matvec: workgroup size %u too large", c.wg);
     if (c.rows > 16 || c.nvec > 8) return cd_fail("matvec: rows %u > 16 or nvec %u > 8", c.rows, c.nvec);
     if (c.rows * c.nvec > c.wg) return cd_fail("matvec: rows * nvec exceeds the workgroup size");
+    if (c.lanes_per_row & (c.lanes_per_row - 1) || c.wg % (c.lanes_per_row ? c.lanes_per_row : 1))
+        return cd_fail("matvec: lanes per row %u is not a power of 2 dividing the workgroup size", c.lanes_per_row);
     uint32_t min_sg = k->min_subgroup_size ? k->min_subgroup_size : 1;
     if (c.subgroup_size && c.subgroup_size < min_sg) min_sg = c.subgroup_size;
     uint32_t nsg = (c.wg + min_sg - 1) / min_sg;
     if ((uint64_t)nsg * c.rows * c.nvec * 4 > k->max_shared)
         return cd_fail("matvec: reduction needs more shared memory than the device has");
-    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg};
+    /* lavapipe: groups within one subgroup (no barrier, no shared memory) run fastest */
+    uint32_t lpr_max = cpu_device(d) ? (c.subgroup_size ? c.subgroup_size : k->subgroup_size) : 0;
+    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max};
     cvk_pipeline_desc desc = {.name = "matvec", .spv = cinder_spv_matvec, .spv_size = cinder_spv_matvec_size,
                               .n_bindings = 4, .push_size = sizeof(cvk_matvec_push), .spec = spec, .n_spec = N_SPEC,
                               .subgroup_size = c.subgroup_size,
@@ -63,7 +74,13 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     if (ys < a->n_rows && a->n_vec > 1) return cd_fail("matvec: y stride below n_rows");
     uint64_t row_bytes = qtype_row_bytes(a->type, a->n_in);
     if (check(p, a, row_bytes, n_slices, xs, ys)) return -1;
-    uint32_t rows_wg = p->spec[SPEC_ROWS], nvec = p->spec[SPEC_NVEC];
+    uint32_t wg = p->spec[SPEC_WG], lpr = p->spec[SPEC_LPR], nvec = p->spec[SPEC_NVEC];
+    if (!lpr) { /* the smallest power of 2 covering the row's units, within the workgroup (and cap) */
+        uint32_t n_units = a->n_in / unit_elems(a->type), cap = wg & -wg; /* largest power of 2 dividing wg */
+        if (p->spec[SPEC_LPR_MAX] && p->spec[SPEC_LPR_MAX] < cap) cap = p->spec[SPEC_LPR_MAX];
+        for (lpr = 1; lpr < n_units && lpr < cap;) lpr *= 2;
+    }
+    uint32_t rows_wg = p->spec[SPEC_ROWS] * (wg / lpr);
     uint32_t gy = a->use_ids ? a->n_vec : (a->n_vec + nvec - 1) / nvec;
     if (gy > 65535) return cd_fail("matvec: %u vector groups exceed one grid dimension", gy);
     uint64_t rows_per_part = a->w->part_bytes / row_bytes, total = (uint64_t)a->n_rows * n_slices;
@@ -86,7 +103,7 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
         uint32_t gx = blocks < 65535 ? (uint32_t)blocks : 65535, gz = (uint32_t)((blocks + 65534) / 65535);
         cvk_matvec_push pc = {a->n_in,        (uint32_t)row_bytes, a->n_rows, n_slices, (uint32_t)row0,
                               (uint32_t)rows, (uint32_t)r_begin,   a->n_vec,  xs,       ys,
-                              a->slice,       a->use_ids ? (int32_t)a->ids_offset : -1};
+                              a->slice,       a->use_ids ? (int32_t)a->ids_offset : -1, lpr};
         views[0] = cvk_view_part(a->w, k);
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) {
@@ -97,4 +114,12 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     }
     cvk_cmd_label_end(c);
     return 0;
+}
+
+cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t n_vec) {
+    (void)type, (void)n_in, (void)n_rows;
+    uint32_t nvec = n_vec < 1 ? 1 : n_vec > 8 ? 8 : n_vec;
+    if (cpu_device(d)) /* lavapipe: masked-off vectors still cost their loads, so NVEC = n_vec */
+        return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec};
+    return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec < 4 ? nvec : 4};
 }

@@ -36,6 +36,7 @@ typedef struct cvk_matvec_push {
     uint32_t row0, rows, r_begin, n_vec;
     uint32_t x_stride, y_stride, slice;
     int32_t ids_offset; /* < 0: dense */
+    uint32_t lpr;       /* lanes per row */
 } cvk_matvec_push;
 
 /* Specialization: 0 fields take the defaults. */
@@ -44,6 +45,7 @@ typedef struct cvk_matvec_cfg {
     uint32_t rows;          /* output rows per workgroup (0 = 2) */
     uint32_t nvec;          /* vectors per workgroup in dense mode, 1..8 (0 = 4) */
     uint32_t subgroup_size; /* requiredSubgroupSize when supported (0 = the driver's) */
+    uint32_t lanes_per_row; /* invocations sharing one row, a power of 2 <= wg (0 = per shape) */
 } cvk_matvec_cfg;
 
 typedef struct cvk_matvec_args {
@@ -65,5 +67,8 @@ typedef struct cvk_matvec_args {
 /* One pipeline per weight type and configuration; cfg may be NULL. */
 int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matvec_cfg *cfg);
+/* The configuration for a shape (n_vec: vectors per dense call; pass 1 for ids mode). Lanes
+ * per row are left to each call, so today this equals the defaults at n_vec = 1. */
+cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t n_vec);
 /* Records one dispatch per weight part (no barrier before or after). */
 int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matvec_args *a);

@@ -18,6 +18,16 @@
  *   llama_oracle MODEL.gguf --dequantize OUT.gguf
  *       writes a copy of MODEL (same metadata) with every tensor converted to F32 by ggml's
  *       own dequantizers: the same weights, evaluated without activation quantization.
+ *   llama_oracle MODEL.gguf --bench [--pp 512] [--tg 128] [--repeat 3] [--vulkan] [--threads N]
+ *       llama.cpp as the performance peer, like llama-bench's pp/tg tests: prefill is pp
+ *       seeded-random token ids in one llama_decode (n_batch = n_ubatch >= pp) from an empty
+ *       KV cache; decode is tg single-token llama_decode steps after a 16-token prompt (the
+ *       prompt is not timed). One untimed warm-up round first; median over the repeats.
+ *       Serving settings, not the oracle's: llama.cpp's defaults (F16 K/V cache, flash
+ *       attention auto, weight repacking on the CPU), every layer offloaded with --vulkan.
+ *       Which device really ran is measured, not assumed: an untimed probe decode records
+ *       the device of every matmul's output buffer (llama.cpp silently keeps layers on the
+ *       CPU when it has no usable Vulkan device). Prints one JSON line.
  *
  * Options: --vulkan (offload every layer to the Vulkan backend; default is CPU only),
  *   --threads N (default 2), --libdir DIR (where libllama*.so lives), --verbose.
@@ -42,6 +52,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ggml-backend.h"
 #include "llama.h"
@@ -65,7 +76,11 @@
     X(gguf_init_from_file) X(gguf_init_empty) X(gguf_set_kv) X(gguf_get_n_tensors)                 \
     X(gguf_get_tensor_name) X(gguf_add_tensor) X(gguf_write_to_file) X(gguf_free) X(ggml_init)     \
     X(ggml_free) X(ggml_get_tensor) X(ggml_new_tensor) X(ggml_set_name) X(ggml_nelements)          \
-    X(ggml_get_type_traits) X(ggml_tensor_overhead) X(ggml_n_dims)
+    X(ggml_get_type_traits) X(ggml_tensor_overhead) X(ggml_n_dims) X(llama_synchronize)            \
+    X(llama_model_n_layer) X(ggml_backend_dev_count) X(ggml_backend_dev_get) X(ggml_backend_dev_name) \
+    X(ggml_backend_dev_description) X(ggml_backend_dev_type) X(ggml_backend_dev_backend_reg)        \
+    X(ggml_backend_reg_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_get_device) \
+    X(ggml_backend_dev_by_type)
 
 static struct {
 #define X(f) __typeof__(&f) f;
@@ -114,11 +129,15 @@ static void load_llama(const char *dir) {
 
 static bool verbose;
 static enum ggml_log_level last_level;
+static char log_text[1 << 18]; /* everything llama.cpp logged (the start of it): --bench reads it */
+static size_t log_len;
 
 static void log_cb(enum ggml_log_level level, const char *text, void *user) {
     (void)user;
     if (level != GGML_LOG_LEVEL_CONT) last_level = level;
     if (verbose || last_level >= GGML_LOG_LEVEL_WARN) fputs(text, stderr);
+    size_t n = strlen(text);
+    if (log_len + n < sizeof log_text) memcpy(log_text + log_len, text, n + 1), log_len += n;
 }
 
 /* ---- input parsing ---- */
@@ -174,14 +193,15 @@ static int32_t *parse_ids(const char *s, int32_t *n_out) {
 
 typedef struct opts {
     const char *model, *tokenize, *logits, *out, *libdir, *dequantize;
-    bool info, json, full, vulkan, trace_experts;
-    int top, threads;
+    bool info, json, full, vulkan, trace_experts, bench;
+    int top, threads, pp, tg, repeat, flash_attn; /* flash_attn: -1 auto, 0 off, 1 on */
 } opts;
 
 static void usage(void) {
     fputs("usage: llama_oracle MODEL.gguf (--info | --tokenize FILE [--json] |\n"
           "                    --logits IDS|@FILE [--top K] [--full] [--out FILE] [--trace-experts] |\n"
-          "                    --dequantize OUT.gguf)\n"
+          "                    --dequantize OUT.gguf |\n"
+          "                    --bench [--pp N] [--tg N] [--repeat N] [--flash-attn auto|on|off])\n"
           "                    [--vulkan] [--threads N] [--libdir DIR] [--verbose]\n",
           stderr);
     exit(2);
@@ -377,8 +397,225 @@ static int cmd_logits(const opts *o, struct llama_model *model, const struct lla
     return 0;
 }
 
+/* ---- --bench: llama.cpp as the performance peer ---- */
+
+/* The probe's tally: how many matmul nodes (MUL_MAT, MUL_MAT_ID) wrote their output into a
+ * buffer of each device, i.e. ran there. */
+#define MAX_DEVS 16
+typedef struct dev_tally {
+    int n;
+    ggml_backend_dev_t dev[MAX_DEVS];
+    long count[MAX_DEVS];
+    long unknown;
+} dev_tally;
+
+static bool tally_cb(struct ggml_tensor *t, bool ask, void *user) {
+    if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_ID) return !ask;
+    if (ask) return true;
+    dev_tally *d = user;
+    if (!t->buffer) { d->unknown++; return true; }
+    ggml_backend_dev_t dev = L.ggml_backend_buft_get_device(L.ggml_backend_buffer_get_type(t->buffer));
+    /* ggml's plain CPU buffer type names no device (a FIXME in ggml-backend.cpp): host memory */
+    if (!dev && !(dev = L.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU))) { d->unknown++; return true; }
+    int i = 0;
+    while (i < d->n && d->dev[i] != dev) i++;
+    if (i == d->n) {
+        if (d->n == MAX_DEVS) { d->unknown++; return true; }
+        d->dev[d->n++] = dev;
+    }
+    d->count[i]++;
+    return true;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(const double *v, int n) {
+    double *s = malloc((size_t)n * sizeof *s);
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
+    free(s);
+    return m;
+}
+
+static uint64_t rng_state;
+static llama_token random_token(int32_t n_vocab) {
+    rng_state ^= rng_state << 13, rng_state ^= rng_state >> 7, rng_state ^= rng_state << 17; /* xorshift64 */
+    return (llama_token)(rng_state % (uint64_t)n_vocab);
+}
+
+static void decode_or_die(struct llama_context *ctx, llama_token *ids, int32_t n, const char *what) {
+    int32_t rc = L.llama_decode(ctx, L.llama_batch_get_one(ids, n));
+    if (rc) die("llama_decode failed (%d) in %s", rc, what);
+    L.llama_synchronize(ctx);
+}
+
+/* One prefill of pp tokens from an empty cache; returns seconds. */
+static double bench_prefill(struct llama_context *ctx, llama_token *ids, int32_t pp, int32_t n_vocab) {
+    for (int32_t i = 0; i < pp; i++) ids[i] = random_token(n_vocab);
+    L.llama_memory_clear(L.llama_get_memory(ctx), true);
+    double t0 = now_s();
+    decode_or_die(ctx, ids, pp, "prefill");
+    return now_s() - t0;
+}
+
+#define BENCH_PROMPT 16
+/* An untimed BENCH_PROMPT-token prompt, then tg single-token steps; returns their seconds. */
+static double bench_decode(struct llama_context *ctx, int32_t tg, int32_t n_vocab) {
+    llama_token prompt[BENCH_PROMPT];
+    for (int32_t i = 0; i < BENCH_PROMPT; i++) prompt[i] = random_token(n_vocab);
+    L.llama_memory_clear(L.llama_get_memory(ctx), true);
+    decode_or_die(ctx, prompt, BENCH_PROMPT, "the decode prompt");
+    double t0 = now_s();
+    for (int32_t i = 0; i < tg; i++) {
+        llama_token t = random_token(n_vocab);
+        decode_or_die(ctx, &t, 1, "decode");
+    }
+    return now_s() - t0;
+}
+
+static void json_str(const char *s) {
+    putchar('"');
+    for (; s && *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+static const char *dev_backend(ggml_backend_dev_t dev) { return L.ggml_backend_reg_name(L.ggml_backend_dev_backend_reg(dev)); }
+
+static int cmd_bench(const opts *o, struct llama_model *model, const struct llama_vocab *vocab) {
+    int32_t n_vocab = L.llama_vocab_n_tokens(vocab), pp = o->pp, tg = o->tg;
+    int32_t n_batch = pp > BENCH_PROMPT ? pp : BENCH_PROMPT;
+
+    struct llama_context_params cp = L.llama_context_default_params();
+    /* llama.cpp's serving defaults: F16 K and V, flash attention auto, ops offloaded */
+    cp.n_ctx = (uint32_t)(pp + BENCH_PROMPT + tg + 16 + 255) / 256 * 256;
+    cp.n_batch = cp.n_ubatch = (uint32_t)n_batch; /* the prefill is one batch, one ubatch */
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = o->threads;
+    cp.offload_kqv = o->vulkan;
+    cp.flash_attn_type = o->flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
+                         : o->flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.no_perf = true;
+
+    /* The probe: where do the matmuls really run, for a prefill-sized and a one-token batch? */
+    dev_tally tally = {0};
+    struct llama_context_params probe_cp = cp;
+    probe_cp.cb_eval = tally_cb;
+    probe_cp.cb_eval_user_data = &tally;
+    struct llama_context *probe = L.llama_init_from_model(model, probe_cp);
+    if (!probe) die("llama_init_from_model failed");
+    llama_token *ids = malloc((size_t)n_batch * sizeof *ids);
+    rng_state = 0x9E3779B97F4A7C15ull;
+    int32_t n_probe = pp > 64 ? 64 : pp > 0 ? pp : BENCH_PROMPT; /* a split per matmul is slow */
+    for (int32_t i = 0; i < n_probe; i++) ids[i] = random_token(n_vocab);
+    decode_or_die(probe, ids, n_probe, "the probe");
+    decode_or_die(probe, ids, 1, "the probe");
+    L.llama_free(probe);
+
+    size_t log_mark = log_len; /* the bench context's own log follows */
+    struct llama_context *ctx = L.llama_init_from_model(model, cp);
+    if (!ctx) die("llama_init_from_model failed");
+
+    int main_dev = -1;
+    long total = tally.unknown;
+    for (int i = 0; i < tally.n; i++) {
+        total += tally.count[i];
+        if (main_dev < 0 || tally.count[i] > tally.count[main_dev]) main_dev = i;
+    }
+    bool all_on_main = main_dev >= 0 && tally.count[main_dev] == total;
+    char backend[64] = "unknown";
+    if (main_dev >= 0) {
+        snprintf(backend, sizeof backend, "%s", all_on_main ? dev_backend(tally.dev[main_dev]) : "mixed");
+        for (char *c = backend; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
+    }
+    if (o->vulkan && strcmp(backend, "vulkan"))
+        fprintf(stderr, "llama_oracle: --vulkan asked for, but the matmuls ran on %s: llama.cpp fell back "
+                "(lavapipe is only used with GGML_VK_VISIBLE_DEVICES=0)\n", backend);
+
+    int offloaded = -1, offloadable = -1;
+    const char *off = strstr(log_text, "offloaded ");
+    if (off) sscanf(off, "offloaded %d/%d", &offloaded, &offloadable);
+    const char *fa = o->flash_attn == 0 ? "off"
+                     : o->flash_attn == 1 ? "on"
+                     : strstr(log_text + log_mark, "Flash Attention enabled") ? "auto->enabled"
+                     : strstr(log_text + log_mark, "Flash Attention not supported") ? "auto->disabled"
+                                                                                    : "auto->unknown";
+
+    /* warm-up: one of each, untimed (pipeline creation, first-touch of the weights) */
+    if (pp > 0) bench_prefill(ctx, ids, pp, n_vocab);
+    if (tg > 0) bench_decode(ctx, tg < 4 ? tg : 4, n_vocab);
+
+    double *pre = calloc((size_t)o->repeat, sizeof *pre), *dec = calloc((size_t)o->repeat, sizeof *dec);
+    for (int r = 0; r < o->repeat; r++) {
+        if (pp > 0) pre[r] = pp / bench_prefill(ctx, ids, pp, n_vocab);
+        if (tg > 0) dec[r] = tg / bench_decode(ctx, tg, n_vocab);
+        if (verbose) fprintf(stderr, "llama_oracle: repeat %d: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pre[r], dec[r]);
+    }
+
+    char desc[256];
+    L.llama_model_desc(model, desc, sizeof desc);
+    printf("{\"backend\": ");
+    json_str(backend);
+    printf(", \"device\": ");
+    if (main_dev >= 0) {
+        char dn[512];
+        snprintf(dn, sizeof dn, "%s (%s)", L.ggml_backend_dev_name(tally.dev[main_dev]),
+                 L.ggml_backend_dev_description(tally.dev[main_dev]));
+        json_str(dn);
+    } else json_str("unknown");
+    printf(", \"pp\": %d, \"tg\": %d", pp, tg);
+    fputs(", \"prefill_tok_s\": ", stdout);
+    if (pp > 0) printf("%.3f", median(pre, o->repeat)); else fputs("null", stdout);
+    fputs(", \"decode_tok_s\": ", stdout);
+    if (tg > 0) printf("%.3f", median(dec, o->repeat)); else fputs("null", stdout);
+    printf(", \"n_gpu_layers\": %d, \"threads\": %d, \"repeat\": %d", offloaded < 0 ? 0 : offloaded, o->threads, o->repeat);
+    printf(", \"n_layer\": %d, \"model\": ", L.llama_model_n_layer(model));
+    json_str(desc);
+    printf(", \"flash_attn\": \"%s\", \"kv_type\": \"f16\", \"n_ubatch\": %d, \"n_ctx\": %u", fa, n_batch, cp.n_ctx);
+    fputs(", \"matmuls_by_device\": {", stdout);
+    for (int i = 0; i < tally.n; i++) {
+        if (i) fputs(", ", stdout);
+        json_str(L.ggml_backend_dev_name(tally.dev[i]));
+        printf(": %ld", tally.count[i]);
+    }
+    if (tally.unknown) printf("%s\"unknown\": %ld", tally.n ? ", " : "", tally.unknown);
+    fputs("}, \"devices\": [", stdout);
+    for (size_t i = 0; i < L.ggml_backend_dev_count(); i++) {
+        ggml_backend_dev_t d = L.ggml_backend_dev_get(i);
+        char dn[512];
+        snprintf(dn, sizeof dn, "%s: %s", L.ggml_backend_dev_name(d), L.ggml_backend_dev_description(d));
+        if (i) fputs(", ", stdout);
+        json_str(dn);
+    }
+    fputs("], \"prefill_runs\": [", stdout);
+    for (int r = 0; pp > 0 && r < o->repeat; r++) printf("%s%.3f", r ? ", " : "", pre[r]);
+    fputs("], \"decode_runs\": [", stdout);
+    for (int r = 0; tg > 0 && r < o->repeat; r++) printf("%s%.3f", r ? ", " : "", dec[r]);
+    puts("]}");
+    fflush(stdout);
+    if (verbose) fprintf(stderr, "%s\n", L.llama_print_system_info());
+    free(pre);
+    free(dec);
+    free(ids);
+    L.llama_free(ctx);
+    return 0;
+}
+
 static void parse_args(int argc, char **argv, opts *o) {
-    *o = (opts){.top = 10, .threads = 2};
+    *o = (opts){.top = 10, .threads = 2, .pp = 512, .tg = 128, .repeat = 3, .flash_attn = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         bool has = i + 1 < argc;
@@ -395,11 +632,22 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--libdir") && has) o->libdir = argv[++i];
         else if (!strcmp(a, "--top") && has) o->top = atoi(argv[++i]);
         else if (!strcmp(a, "--threads") && has) o->threads = atoi(argv[++i]);
+        else if (!strcmp(a, "--bench")) o->bench = true;
+        else if (!strcmp(a, "--pp") && has) o->pp = atoi(argv[++i]);
+        else if (!strcmp(a, "--tg") && has) o->tg = atoi(argv[++i]);
+        else if (!strcmp(a, "--repeat") && has) o->repeat = atoi(argv[++i]);
+        else if (!strcmp(a, "--flash-attn") && has) {
+            const char *v = argv[++i];
+            o->flash_attn = !strcmp(v, "auto") ? -1 : !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -2;
+            if (o->flash_attn == -2) usage();
+        }
         else if (a[0] == '-') usage();
         else if (!o->model) o->model = a;
         else usage();
     }
-    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize) != 1 || o->top < 0 || o->threads < 1) usage();
+    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->bench) != 1 || o->top < 0 ||
+        o->threads < 1 || o->pp < 0 || o->tg < 0 || o->pp + o->tg == 0 || o->repeat < 1)
+        usage();
 }
 
 int main(int argc, char **argv) {
@@ -420,7 +668,7 @@ int main(int argc, char **argv) {
 
     struct llama_model_params mp = L.llama_model_default_params();
     mp.n_gpu_layers = o.vulkan ? -1 : 0;
-    mp.use_extra_bufts = false; /* no repacked weight layouts: the plain ggml kernels */
+    mp.use_extra_bufts = o.bench; /* the oracle: no repacked weight layouts, the plain ggml kernels */
     mp.vocab_only = o.tokenize != NULL;
     mp.check_tensors = o.info;
     struct llama_model *model = L.llama_model_load_from_file(o.model, mp);
@@ -436,6 +684,7 @@ int main(int argc, char **argv) {
                L.llama_vocab_n_tokens(vocab), o.vulkan ? "vulkan" : "cpu");
         if (verbose) fprintf(stderr, "%s\n", L.llama_print_system_info());
     } else if (o.tokenize) rc = cmd_tokenize(&o, vocab);
+    else if (o.bench) rc = cmd_bench(&o, model, vocab);
     else rc = cmd_logits(&o, model, vocab);
     L.llama_model_free(model);
     L.llama_backend_free();
