@@ -1,22 +1,29 @@
 #version 450
-// Prefill matrix-matrix product through shared-memory tiles:
-//   Y[out(t)][r0 + m] = sum_k W[w_row0 + m][k] * X[in(t)][k]      m < nr, t < n_tokens
-// W rows are stored as QTYPE (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K) in the bound part;
-// in(t) = t, or gather[ids_off + t] (flag 1); out(t) = t, or scatter[ids_off + t] (flag 2).
+// Prefill matrix-matrix product through shared-memory tiles, for expert e's slice of W:
+//   Y[out(t)][r] = sum_k W[e * n_rows + r][k] * X[in(t)][k]      r < n_rows, t < count
+// W rows are stored as QTYPE (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K) in the bound part,
+// which holds the rows [part_row0, part_row0 + part_rows) of the whole buffer.
+//   plain (flag 4 clear): e = expert0, count = n_tokens, list entry j = ids_off + t,
+//     in(t) = gather[j] (flag 1) or t, out(t) = scatter[j] (flag 2) or t.
+//   grouped (flag 4): e = expert0 + gl_WorkGroupID.z, {o, c} = groups[e], count = c,
+//     j = ids_off + o + t, in(t) = gather[j] (flag 1) or j, out(t) = scatter[j] (flag 2) or j;
+//     n_tokens (the grid's token extent) bounds every count; tiles past c exit at once, and
+//     entries j >= n_ids (the lists' length) are skipped.
 // A token whose in(t) or out(t) falls outside [0, x_rows) / [0, y_rows) is skipped.
 //
-// Workgroup (x, y) owns the BM x BN tile of weight rows m0 = x*BM.. and tokens n0 = y*BN..
+// Workgroup (x, y, z) owns the BM x BN tile of slice rows m0 = x*BM.. and tokens n0 = y*BN..
 // Per step of BK along k, the workgroup dequantizes BM x BK weights into ws (once per tile,
 // reused by all BN tokens) and loads BN x BK inputs into xs; each invocation then
 // accumulates a TM x TN register block: rows tm*TM.., tokens tn*TN.., read from shared
 // memory as vec4s (TM/4 + TN/4 loads per k for TM*TN fmas; neighbouring invocations read
-// neighbouring vec4s). Rows past nr and tokens past n_tokens load zeros and store nothing;
+// neighbouring vec4s). Rows past nr and tokens past the count load zeros and store nothing;
 // k past n_in loads zeros.
 // WG must equal (BM/TM) * (BN/TN), TM and TN multiples of 4; runtime/vk/op_matmul.c checks.
 //
-// Weights split over buffer parts: the host dispatches once per part touching the rows it
-// needs, passing w_row0 (row of the first needed weight row within the part), r0 (its
-// output column) and nr (rows in this part).
+// Weights split over buffer parts: the host dispatches once per part holding rows of the
+// slice(s), binding that part; the shader intersects the slice [e*n_rows, (e+1)*n_rows)
+// with the part's rows: lo..hi, w_row0 = lo - part_row0 (row within the part), r0 = lo -
+// e*n_rows (output column of that row), nr = hi - lo (rows here; 0: the workgroup exits).
 #extension GL_EXT_shader_8bit_storage : require
 #extension GL_EXT_shader_16bit_storage : require
 
@@ -36,21 +43,24 @@ layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer Gather { int gather[]; };
 layout(binding = 4) readonly buffer Scatter { int scatter[]; };
+layout(binding = 5) readonly buffer Groups { uvec2 groups[]; }; // [n_experts] {offset, count}
 
 // mirrors cvk_matmul_push in runtime/vk/op_matmul.h
 layout(push_constant) uniform Push {
     uint n_in;      // elements per weight row (k extent)
     uint row_bytes; // bytes per weight row
-    uint w_row0;    // row within the bound part of the first weight row used
-    uint r0;        // output column of that row
-    uint nr;        // weight rows this dispatch covers
-    uint n_tokens;
+    uint n_rows;    // rows per expert slice
+    uint part_row0; // row of the whole buffer at the start of the bound part
+    uint part_rows; // rows in the bound part
+    uint expert0;   // expert of gl_WorkGroupID.z == 0
+    uint n_tokens;  // plain: tokens; grouped: the largest count (grid extent)
     uint x_stride;  // floats between rows of X
     uint x_rows;    // rows of X
     uint y_stride;  // floats between rows of Y
     uint y_rows;    // rows of Y
     uint ids_off;   // first entry of gather / scatter used
-    uint flags;     // 1: gather, 2: scatter
+    uint n_ids;     // grouped: entries in the bound lists
+    uint flags;     // 1: gather, 2: scatter, 4: grouped
 } pc;
 
 const uint NONE = 0xffffffffu;
@@ -66,11 +76,26 @@ void main() {
     uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
     uint tm = tid % TPM, tn = tid / TPM;
 
+    // the slice's rows in this part (uniform across the workgroup)
+    uint e = pc.expert0 + gl_WorkGroupID.z, g0 = e * pc.n_rows;
+    uint lo = max(g0, pc.part_row0), hi = min(g0 + pc.n_rows, pc.part_row0 + pc.part_rows);
+    uint nr = hi > lo ? hi - lo : 0u, w_row0 = lo - pc.part_row0, r0 = lo - g0;
+    // the tokens: plain 0..n_tokens at list entry ids_off; grouped from the expert's group
+    bool grouped = (pc.flags & 4u) != 0;
+    uint count = pc.n_tokens, j0 = pc.ids_off;
+    if (grouped) {
+        uvec2 grp = groups[e];
+        count = min(grp.y, pc.n_tokens);
+        j0 += grp.x;
+    }
+    if (m0 >= nr || n0 >= count) return; // uniform: nothing of this tile exists
+
     for (uint n = tid; n < BN; n += WG) {
-        uint t = n0 + n, xi = NONE, yi = NONE;
-        if (t < pc.n_tokens) {
-            int g = (pc.flags & 1u) != 0 ? gather[pc.ids_off + t] : int(t);
-            int s = (pc.flags & 2u) != 0 ? scatter[pc.ids_off + t] : int(t);
+        uint t = n0 + n, xi = NONE, yi = NONE, j = j0 + t;
+        if (t < count && (!grouped || j < pc.n_ids)) {
+            int own = grouped ? int(j) : int(t);
+            int g = (pc.flags & 1u) != 0 ? gather[j] : own;
+            int s = (pc.flags & 2u) != 0 ? scatter[j] : own;
             if (g >= 0 && uint(g) < pc.x_rows && s >= 0 && uint(s) < pc.y_rows) xi = uint(g), yi = uint(s);
         }
         xrow[n] = xi;
@@ -85,7 +110,7 @@ void main() {
         for (uint i = tid; i < BM * BK; i += WG) {
             uint kk = i % BK, mm = i / BK, m = m0 + mm, k = k0 + kk;
             float v = 0.0;
-            if (m < pc.nr && k < pc.n_in) v = qb_dequant(QTYPE, (pc.w_row0 + m) * pc.row_bytes, k);
+            if (m < nr && k < pc.n_in) v = qb_dequant(QTYPE, (w_row0 + m) * pc.row_bytes, k);
             ws[(kk * BM + mm) >> 2][mm & 3u] = v;
         }
         for (uint i = tid; i < BN * BK; i += WG) {
@@ -109,7 +134,7 @@ void main() {
         if (o == NONE) continue;
         for (uint i = 0; i < TM; i++) {
             uint m = m0 + tm * TM + i;
-            if (m < pc.nr) y[o * pc.y_stride + pc.r0 + m] = acc[i * TN + j];
+            if (m < nr) y[o * pc.y_stride + r0 + m] = acc[i * TN + j];
         }
     }
 }

@@ -4,7 +4,9 @@
  * 1, 17, 200; n_in = 2 super-blocks for K-quants, 5 blocks of 32 otherwise. Plain, gather,
  * scatter and gather+scatter modes on one expert slice of several; weights split over
  * buffer parts (one dispatch per part, a slice straddling parts); several tile shapes, k
- * steps not dividing n_in. Unwritten output rows are checked to stay untouched (NaN fill).
+ * steps not dividing n_in. Expert-grouped mode (groups built on the host, every type, empty
+ * experts, dropped pairs, token- and pair-indexed X, split weights). Unwritten output rows
+ * are checked to stay untouched (NaN fill).
  *
  * CINDER_MATMUL_BENCH=1 runs, instead of the tests, a timing of a 512-token x (768 x 2048) Q4_K product against a
  * naive CPU loop (docs/kernels/matmul.md); CINDER_MATMUL_BENCH_TYPE=F32 (etc.) and
@@ -38,15 +40,16 @@ static void test_push_layout_matches_glsl(void **state) {
     cvk_spirv_info si;
     assert_int_equal(cvk_spirv_reflect(cinder_spv_matmul, cinder_spv_matmul_size, &si), 0);
     const uint32_t want[] = {
-        offsetof(cvk_matmul_push, n_in),     offsetof(cvk_matmul_push, row_bytes), offsetof(cvk_matmul_push, w_row0),
-        offsetof(cvk_matmul_push, r0),       offsetof(cvk_matmul_push, nr),        offsetof(cvk_matmul_push, n_tokens),
-        offsetof(cvk_matmul_push, x_stride), offsetof(cvk_matmul_push, x_rows),    offsetof(cvk_matmul_push, y_stride),
-        offsetof(cvk_matmul_push, y_rows),   offsetof(cvk_matmul_push, ids_off),   offsetof(cvk_matmul_push, flags),
+        offsetof(cvk_matmul_push, n_in),      offsetof(cvk_matmul_push, row_bytes), offsetof(cvk_matmul_push, n_rows),
+        offsetof(cvk_matmul_push, part_row0), offsetof(cvk_matmul_push, part_rows), offsetof(cvk_matmul_push, expert0),
+        offsetof(cvk_matmul_push, n_tokens),  offsetof(cvk_matmul_push, x_stride),  offsetof(cvk_matmul_push, x_rows),
+        offsetof(cvk_matmul_push, y_stride),  offsetof(cvk_matmul_push, y_rows),    offsetof(cvk_matmul_push, ids_off),
+        offsetof(cvk_matmul_push, n_ids),     offsetof(cvk_matmul_push, flags),
     };
-    assert_int_equal(si.n_push, 12);
-    for (int i = 0; i < 12; i++) assert_int_equal(si.push_offset[i], want[i]);
+    assert_int_equal(si.n_push, 14);
+    for (int i = 0; i < 14; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_matmul_push));
-    assert_int_equal(si.n_bindings, 5);
+    assert_int_equal(si.n_bindings, 6);
 }
 
 /* --- products --- */
@@ -243,6 +246,181 @@ static void test_tiles(void **state) {
     }
 }
 
+/* --- expert-grouped mode --- */
+
+typedef struct gcase {
+    enum qtype type;
+    uint32_t T, k, n_expert, n_rows, n_in;
+    uint32_t dist;               /* 0 uniform, 1 odd experts only, 2 every token's slot 0 on the last expert */
+    bool down;                   /* x rows are the pairs (gather = scatter list), else the tokens */
+    uint32_t ids_off;
+    uint64_t max_part;           /* 0: the device's */
+    const cvk_matmul_tile *tile; /* NULL: default */
+} gcase;
+
+/* Routes T tokens to k distinct experts each (some pairs dropped as -1), groups the pairs on
+ * the host (counting sort by expert, then pair index), runs one grouped call and checks
+ * every written row against the double product and every other row for the NaN fill. */
+static void run_grouped(const gcase *g, uint64_t seed) {
+    rng r;
+    rng_seed(&r, seed);
+    uint32_t T = g->T, k = g->k, E = g->n_expert, P = T * k;
+    size_t rb = qtype_row_bytes(g->type, g->n_in);
+    uint32_t total_rows = E * g->n_rows;
+    float *row = malloc(g->n_in * sizeof *row);
+    uint8_t *wq = malloc(rb * total_rows);
+    float *wd = malloc(sizeof(float) * total_rows * g->n_in);
+    for (uint32_t i = 0; i < total_rows; i++) {
+        float scale = (i % 5 == 0) ? 1e-2f : 1.0f;
+        for (uint32_t j = 0; j < g->n_in; j++) row[j] = rng_normal(&r) * scale;
+        quant_quantize_row(g->type, row, wq + rb * i, g->n_in);
+        quant_dequantize_row(g->type, wq + rb * i, wd + (size_t)i * g->n_in, g->n_in);
+    }
+    /* routing: k distinct experts per token */
+    int32_t *ids = malloc(P * 4);
+    for (uint32_t t = 0; t < T; t++)
+        for (uint32_t j = 0; j < k; j++) {
+            int32_t e;
+            bool dup;
+            do {
+                if (g->dist == 2 && j == 0) e = (int32_t)E - 1;
+                else if (g->dist == 1) e = (int32_t)(2 * rng_below(&r, E / 2) + 1);
+                else e = (int32_t)rng_below(&r, E);
+                dup = false;
+                for (uint32_t q = 0; q < j; q++) dup |= ids[t * k + q] == e;
+            } while (dup);
+            ids[t * k + j] = e;
+        }
+    if (P > 5) ids[P / 2] = -1, ids[P - 1] = (int32_t)E; /* dropped */
+    /* host grouping: groups, gather (token), scatter (pair); lists start at ids_off */
+    uint32_t *groups = calloc(E, 8), n_ids = g->ids_off + P;
+    int32_t *gl = malloc(n_ids * 4), *sl = malloc(n_ids * 4);
+    for (uint32_t i = 0; i < n_ids; i++) gl[i] = sl[i] = -1;
+    uint32_t off = 0;
+    for (uint32_t e = 0; e < E; e++) {
+        groups[2 * e] = off;
+        for (uint32_t q = 0; q < P; q++)
+            if (ids[q] == (int32_t)e) gl[g->ids_off + off] = (int32_t)(q / k), sl[g->ids_off + off] = (int32_t)q, off++;
+        groups[2 * e + 1] = off - groups[2 * e];
+    }
+    uint32_t x_rows = g->down ? P : T, y_rows = P;
+    uint32_t xs = g->n_in + 1, ys = g->n_rows + 3;
+    size_t nx = (size_t)(x_rows - 1) * xs + g->n_in, ny = (size_t)(y_rows - 1) * ys + g->n_rows;
+    float *x = malloc(nx * 4), *got = malloc(ny * 4);
+    for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r);
+
+    cvk_buffer bw, bx, by, bl, bg;
+    uint64_t saved = vk->mem.max_part;
+    if (g->max_part) vk->mem.max_part = g->max_part;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * total_rows, rb, CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved;
+    if (g->max_part) assert_true(bw.n_parts >= 3);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, nx * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, ny * 4, 4, CVK_MEM_DEVICE), 0);
+    uint64_t lb = ((n_ids * 4 + 255) / 256) * 256;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bl, 2 * lb, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bg, E * 8, 8, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bl, 0, n_ids * 4), gl), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bl, lb, n_ids * 4), sl), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bg), groups), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+
+    cvk_pipeline p;
+    if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, g->type, g->tile)) fail_msg("%s", cd_errmsg());
+    cvk_view sv = cvk_view_range(&bl, lb, n_ids * 4);
+    cvk_matmul_args a = {.w = &bw, .type = g->type, .n_in = g->n_in, .n_rows = g->n_rows,
+                         .x = cvk_view_whole(&bx), .x_rows = x_rows, .x_stride = xs,
+                         .y = cvk_view_whole(&by), .y_rows = y_rows, .y_stride = ys, .n_tokens = T,
+                         .gather = g->down ? sv : cvk_view_range(&bl, 0, n_ids * 4), .scatter = sv,
+                         .ids_off = g->ids_off, .groups = cvk_view_whole(&bg), .n_experts = E};
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&by), 0x7fc00000u), 0);
+    cvk_barrier_transfer_to_compute(vk->cmd.cb);
+    if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
+
+    bool *written = calloc(y_rows, 1);
+    double worst = 0;
+    for (uint32_t q = 0; q < P; q++) {
+        int32_t e = ids[q];
+        if (e < 0 || (uint32_t)e >= E) continue;
+        written[q] = true;
+        const float *xr = x + (size_t)(g->down ? q : q / k) * xs;
+        for (uint32_t m = 0; m < g->n_rows; m++) {
+            const float *wr = wd + ((size_t)e * g->n_rows + m) * g->n_in;
+            double sum = 0, mag = 0;
+            for (uint32_t i = 0; i < g->n_in; i++) sum += (double)wr[i] * xr[i], mag += fabs((double)wr[i] * xr[i]);
+            float v = got[(size_t)q * ys + m];
+            double err = fabs(v - sum);
+            if (isnan(v) || err > 2e-5 * mag + 1e-30)
+                fail_msg("grouped %s T=%u k=%u E=%u rows=%u: pair %u (expert %d) row %u = %.9g, want %.9g",
+                         qtype_name(g->type), T, k, E, g->n_rows, q, e, m, v, sum);
+            if (mag > 0) worst = fmax(worst, err / mag);
+        }
+    }
+    for (uint32_t q = 0; q < y_rows; q++)
+        for (uint32_t m = 0; m < (written[q] ? 0 : g->n_rows); m++)
+            if (!is_nan_fill(got[(size_t)q * ys + m])) fail_msg("grouped: row %u of Y written, no pair maps there", q);
+    print_message("grouped %-5s T=%-3u k=%u E=%-3u rows=%-3u dist=%u down=%d parts=%-2u worst %.2g\n",
+                  qtype_name(g->type), T, k, E, g->n_rows, g->dist, g->down, bw.n_parts, worst);
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &by);
+    cvk_buffer_destroy(&vk->mem, &bl);
+    cvk_buffer_destroy(&vk->mem, &bg);
+    free(row), free(wq), free(wd), free(ids), free(groups), free(gl), free(sl), free(x), free(got), free(written);
+}
+
+/* Every type; uniform, half the experts empty, one expert in every token; token- and
+ * pair-indexed X (gate/up vs down); list offsets; awkward T; a tile whose token extent
+ * leaves most token tiles empty. */
+static void test_grouped(void **state) {
+    (void)state;
+    const cvk_matmul_tile small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4};
+    uint64_t seed = 400;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
+        enum qtype ty = all_types[ti];
+        uint32_t n_in = n_in_for(ty);
+        gcase a = {.type = ty, .T = 33, .k = 2, .n_expert = 8, .n_rows = 17, .n_in = n_in};
+        run_grouped(&a, seed++);
+        gcase b = {.type = ty, .T = 130, .k = 4, .n_expert = 10, .n_rows = 70, .n_in = n_in, .dist = 1, .down = true,
+                   .ids_off = 3};
+        run_grouped(&b, seed++);
+    }
+    const uint32_t Ts[] = {1, 7, 100};
+    for (size_t i = 0; i < 3; i++) {
+        gcase c = {.type = QTYPE_Q4_K, .T = Ts[i], .k = 8, .n_expert = 128, .n_rows = 9, .n_in = 256, .dist = i == 2 ? 2 : 0};
+        run_grouped(&c, seed++);
+        gcase d = {.type = QTYPE_F32, .T = Ts[i], .k = 1, .n_expert = 3, .n_rows = 40, .n_in = 64, .dist = 2,
+                   .down = true, .tile = &small};
+        run_grouped(&d, seed++);
+    }
+}
+
+/* Grouped with weights in parts of a few rows: slices straddle parts, parts hold several
+ * slices (one dispatch covering an expert range) or part of one. */
+static void test_grouped_split_parts(void **state) {
+    (void)state;
+    uint64_t seed = 500;
+    const enum qtype types[] = {QTYPE_F32, QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q8_0};
+    for (size_t ti = 0; ti < 4; ti++) {
+        enum qtype ty = types[ti];
+        uint32_t n_in = n_in_for(ty);
+        uint64_t rb = qtype_row_bytes(ty, n_in);
+        gcase a = {.type = ty, .T = 45, .k = 3, .n_expert = 8, .n_rows = 5, .n_in = n_in, .max_part = rb * 13 + 7};
+        run_grouped(&a, seed++); /* parts of 13 rows: 2-3 experts each, straddling */
+        gcase b = {.type = ty, .T = 70, .k = 2, .n_expert = 4, .n_rows = 30, .n_in = n_in, .down = true, .dist = 1,
+                   .max_part = rb * (ty == QTYPE_Q8_0 ? 16 : 7)}; /* Q8_0: parts are whole 8-row units */
+        run_grouped(&b, seed++); /* parts of 7 (16) rows: slices over 2-5 parts */
+    }
+}
+
 static void test_rejects_mismatches(void **state) {
     (void)state;
     cvk_pipeline p;
@@ -272,6 +450,17 @@ static void test_rejects_mismatches(void **state) {
     a.expert = 0;
     a.n_tokens = 2;
     a.gather = cvk_view_range(&b, 0, 4); /* one entry for two tokens */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.gather = (cvk_view){0};
+    a.n_experts = 2; /* without groups */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.groups = cvk_view_range(&b, 0, 8); /* one entry for two experts */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.groups = cvk_view_range(&b, 0, 16);
+    a.expert = 1; /* grouped takes expert 0 */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.expert = 0;
+    a.n_experts = 20; /* 80 rows of 4-row slices */
     assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
     cvk_pipeline_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &b);
@@ -373,6 +562,8 @@ int main(void) {
         cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_split_parts),
         cmocka_unit_test(test_tiles),
+        cmocka_unit_test(test_grouped),
+        cmocka_unit_test(test_grouped_split_parts),
         cmocka_unit_test(test_rejects_mismatches),
     };
     if (getenv("CINDER_MATMUL_BENCH")) {

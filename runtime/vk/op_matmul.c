@@ -1,5 +1,7 @@
 #include "runtime/vk/op_matmul.h"
 
+#include <stdbool.h>
+
 #include "runtime/base/error.h"
 #include "shaders/shaders.h"
 
@@ -23,18 +25,21 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
                        c->max_shared);
     uint32_t spec[7] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn};
     cvk_pipeline_desc desc = {.name = "matmul", .spv = cinder_spv_matmul, .spv_size = cinder_spv_matmul_size,
-                              .n_bindings = 5, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
+                              .n_bindings = 6, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
 static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_bytes, uint32_t xs, uint32_t ys) {
     const cvk_buffer *w = a->w;
+    bool grouped = a->groups.buf != NULL;
+    uint64_t slices = grouped ? a->n_experts : (uint64_t)a->expert + 1;
     if (p->n_spec < 7 || p->spec[1] != (uint32_t)a->type)
         return cd_fail("matmul: pipeline built for another type than %s", qtype_name(a->type));
     if (a->n_in % qtype_block_elems(a->type))
         return cd_fail("matmul: row of %u is not a whole number of %s blocks", a->n_in, qtype_name(a->type));
-    if (row_bytes > UINT32_MAX || w->size / row_bytes < (uint64_t)(a->expert + 1) * a->n_rows)
-        return cd_fail("matmul: weights hold fewer than %llu rows", (unsigned long long)(a->expert + 1) * a->n_rows);
+    if (row_bytes > UINT32_MAX || w->size / row_bytes < slices * a->n_rows)
+        return cd_fail("matmul: weights hold fewer than %llu rows", (unsigned long long)(slices * a->n_rows));
+    if (w->size / row_bytes > UINT32_MAX) return cd_fail("matmul: weights hold more than 2^32 rows");
     if (w->n_parts > 1 && w->part_bytes % row_bytes)
         return cd_fail("matmul: weight parts split rows (create the buffer with granule = row bytes)");
     if (xs < a->n_in || ys < a->n_rows) return cd_fail("matmul: row stride below the row length");
@@ -44,6 +49,13 @@ static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_b
         return cd_fail("matmul: x or y smaller than its rows");
     if ((uint64_t)a->x_rows * xs > UINT32_MAX || (uint64_t)a->y_rows * ys > UINT32_MAX)
         return cd_fail("matmul: x or y has more than 2^32 floats");
+    if (grouped) {
+        if (a->n_experts == 0 || a->n_experts > 65535) return cd_fail("matmul: grouped with %u experts", a->n_experts);
+        if (a->expert) return cd_fail("matmul: grouped mode takes expert = 0");
+        if (a->groups.size < 8ull * a->n_experts) return cd_fail("matmul: groups shorter than n_experts entries");
+        return 0; /* list lengths are checked per entry on the GPU (n_ids) */
+    }
+    if (a->n_experts) return cd_fail("matmul: n_experts without groups");
     uint64_t need = ((uint64_t)a->ids_off + a->n_tokens) * 4;
     if ((a->gather.buf && a->gather.size < need) || (a->scatter.buf && a->scatter.size < need))
         return cd_fail("matmul: gather or scatter list shorter than ids_off + n_tokens");
@@ -57,28 +69,47 @@ int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     uint32_t xs = a->x_stride ? a->x_stride : a->n_in, ys = a->y_stride ? a->y_stride : a->n_rows;
     uint64_t row_bytes = qtype_row_bytes(a->type, a->n_in);
     if (check(p, a, row_bytes, xs, ys)) return -1;
+    bool grouped = a->groups.buf != NULL;
     uint32_t bm = p->spec[2], bn = p->spec[3];
     uint32_t gy = (a->n_tokens + bn - 1) / bn;
     if (gy > 65535) return cd_fail("matmul: %u tokens exceed 65535 token tiles", a->n_tokens);
-    uint32_t flags = (a->gather.buf ? CVK_MATMUL_GATHER : 0) | (a->scatter.buf ? CVK_MATMUL_SCATTER : 0);
-    /* unused list bindings get the x view: bound but never read */
+    uint32_t flags = (a->gather.buf ? CVK_MATMUL_GATHER : 0) | (a->scatter.buf ? CVK_MATMUL_SCATTER : 0) |
+                     (grouped ? CVK_MATMUL_GROUPED : 0);
+    /* entries the bound lists hold (grouped mode skips list entries j >= n_ids) */
+    uint64_t n_ids = UINT32_MAX;
+    if (a->gather.buf && a->gather.size / 4 < n_ids) n_ids = a->gather.size / 4;
+    if (a->scatter.buf && a->scatter.size / 4 < n_ids) n_ids = a->scatter.size / 4;
+    /* unused bindings get the x view: bound but never read */
     cvk_view gather = a->gather.buf ? a->gather : a->x, scatter = a->scatter.buf ? a->scatter : a->x;
+    cvk_view groups = grouped ? a->groups : a->x;
     const cvk_buffer *w = a->w;
     uint64_t rpp = w->n_parts > 1 ? w->part_bytes / row_bytes : UINT64_MAX;
-    uint64_t g0 = (uint64_t)a->expert * a->n_rows, g1 = g0 + a->n_rows; /* slice: rows [g0, g1) */
+    /* experts [e0, e1): rows [e0 * n_rows, e1 * n_rows) */
+    uint64_t e0 = grouped ? 0 : a->expert, e1 = grouped ? a->n_experts : (uint64_t)a->expert + 1;
     cvk_cmd_label_begin(c, "matmul");
     for (uint32_t k = 0; k < w->n_parts; k++) {
         uint64_t p0 = w->n_parts > 1 ? k * rpp : 0, p1 = p0 + w->parts[k].size / row_bytes;
-        uint64_t lo = g0 > p0 ? g0 : p0, hi = g1 < p1 ? g1 : p1;
+        /* the experts whose slices meet rows [p0, p1) */
+        uint64_t lo = p0 / a->n_rows, hi = (p1 + a->n_rows - 1) / a->n_rows;
+        if (lo < e0) lo = e0;
+        if (hi > e1) hi = e1;
         if (lo >= hi) continue;
-        uint32_t nr = (uint32_t)(hi - lo), gx = (nr + bm - 1) / bm;
-        if (gx > 65535) { cvk_cmd_label_end(c); return cd_fail("matmul: %u rows exceed 65535 row tiles", nr); }
-        cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, (uint32_t)(lo - p0), (uint32_t)(lo - g0), nr,
-                              a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, flags};
-        cvk_view views[5] = {cvk_view_part(w, k), a->x, a->y, gather, scatter};
+        /* most rows of one slice in this part: a whole slice, or all the part holds of one */
+        uint64_t nr = a->n_rows;
+        if (hi - lo == 1) {
+            uint64_t g0 = lo * a->n_rows, g1 = g0 + a->n_rows;
+            nr = (g1 < p1 ? g1 : p1) - (g0 > p0 ? g0 : p0);
+        } else if (p1 - p0 < nr) {
+            nr = p1 - p0;
+        }
+        uint32_t gx = (uint32_t)((nr + bm - 1) / bm), gz = (uint32_t)(hi - lo);
+        if (gx > 65535) { cvk_cmd_label_end(c); return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr); }
+        cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,
+                              a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags};
+        cvk_view views[6] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups};
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) { cvk_cmd_label_end(c); return -1; }
-        cvk_cmd_dispatch(c, p, set, &pc, gx, gy, 1);
+        cvk_cmd_dispatch(c, p, set, &pc, gx, gy, gz);
     }
     cvk_cmd_label_end(c);
     return 0;

@@ -11,10 +11,22 @@
  * scatter[ids_off + t] when `scatter` is bound (int32 lists). A token whose in(t) or out(t)
  * lies outside [0, x_rows) / [0, y_rows) is skipped (nothing written), so -1 pads a list.
  *
- * MoE use: sort the routed (token, slot) pairs by expert; per expert e with c_e pairs
- * starting at o_e, call with .expert = e, .n_tokens = c_e, .ids_off = o_e, gather = the
- * token list and scatter = the destination rows (e.g. token * n_used + slot). Each call reads
- * the expert's weights once per token tile, dequantizing each weight tile once.
+ * Expert-grouped mode (`groups` bound; MoE prefill without the host seeing the routing):
+ * one call covers experts [0, n_experts). groups is uint32 [n_experts][2] = {o_e, c_e}, as
+ * cvk_moe_group writes it; expert e computes its slice for t < c_e with list entries
+ * j = ids_off + o_e + t: in(t) = gather[j] (or j), out(t) = scatter[j] (or j). n_tokens
+ * must bound every c_e (the batch's token count when a token routes to an expert at most
+ * once, as cvk_moe_route guarantees); the grid has ceil(n_tokens / bn) token tiles per
+ * expert and those past c_e exit at once. Entries j past the bound lists are skipped.
+ * `expert` must be 0. Each expert's weights are read once per token tile, each weight tile
+ * dequantized once. For a MoE FFN over T tokens, k experts each (ids from cvk_moe_route,
+ * groups / gather / scatter from cvk_moe_group):
+ *   gate, up: W = *_exps, x = [T][n_embd], gather = gather, scatter = scatter -> [T*k][n_ff]
+ *   down:     W = down_exps, x = [T*k][n_ff], gather = scatter, scatter = scatter
+ *             -> [T*k][n_embd], row t*k + slot, for cvk_moe_combine with rows = T.
+ *
+ * Plain MoE use (host knows the routing): per expert e with c_e pairs starting at o_e, call
+ * with .expert = e, .n_tokens = c_e, .ids_off = o_e, gather and scatter as above.
  *
  * Tiles: each workgroup computes bm weight rows x bn tokens, stepping bk along i with the
  * weight tile dequantized into shared memory; each invocation holds a tm x tn register
@@ -29,12 +41,13 @@
 
 /* mirrors the push block in shaders/matmul.comp (pinned by tests/test_vk_matmul.c) */
 typedef struct cvk_matmul_push {
-    uint32_t n_in, row_bytes, w_row0, r0, nr, n_tokens;
-    uint32_t x_stride, x_rows, y_stride, y_rows, ids_off, flags;
+    uint32_t n_in, row_bytes, n_rows, part_row0, part_rows, expert0, n_tokens;
+    uint32_t x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags;
 } cvk_matmul_push;
 
 #define CVK_MATMUL_GATHER 1u
 #define CVK_MATMUL_SCATTER 2u
+#define CVK_MATMUL_GROUPED 4u
 
 typedef struct cvk_matmul_tile {
     uint32_t bm, bn, bk; /* weight rows, tokens, k per shared-memory tile */
@@ -53,13 +66,16 @@ typedef struct cvk_matmul_args {
     uint32_t x_rows, x_stride;
     cvk_view y;
     uint32_t y_rows, y_stride;
-    uint32_t n_tokens;
+    uint32_t n_tokens;        /* grouped: the most tokens any expert gets */
     cvk_view gather, scatter; /* .buf NULL: plain in(t) = t / out(t) = t */
     uint32_t ids_off;         /* first entry of gather / scatter used */
+    cvk_view groups;          /* .buf non-NULL: expert-grouped mode, uint32 [n_experts][2] */
+    uint32_t n_experts;       /* grouped: experts (slices of W) */
 } cvk_matmul_args;
 
 /* One pipeline per weight type and tile shape (tile NULL = cvk_matmul_tile_default). */
 int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matmul_tile *tile);
-/* Records one dispatch per weight part holding rows of the slice (no barrier before or after). */
+/* Records one dispatch per weight part holding rows of the slice (grouped: of any slice, with
+ * grid z over the experts whose slices meet the part); no barrier before or after. */
 int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matmul_args *a);

@@ -1,0 +1,40 @@
+#include "runtime/vk/op_moe_group.h"
+
+#include "runtime/base/error.h"
+#include "shaders/shaders.h"
+
+int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
+    if (!wg) wg = 256;
+    if (wg % 32 || wg > 512) return cd_fail("moe_group: workgroup size %u (a multiple of 32 up to 512)", wg);
+    if (wg > d->info.caps.max_wg_size[0] || wg > d->info.caps.max_wg_invocations)
+        return cd_fail("moe_group: workgroup size %u too large for the device", wg);
+    uint64_t shared = 4ull * CVK_MOE_MAX_EXPERT * (1 + wg / 32) + 4;
+    if (shared > d->info.caps.max_shared)
+        return cd_fail("moe_group: needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
+                       d->info.caps.max_shared);
+    uint32_t spec[1] = {wg};
+    cvk_pipeline_desc desc = {.name = "moe_group", .spv = cinder_spv_moe_group, .spv_size = cinder_spv_moe_group_size,
+                              .n_bindings = 4, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 1};
+    return cvk_pipeline_create(p, d, cache, &desc);
+}
+
+int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_moe_group_args *a) {
+    if (a->n_tokens == 0) return 0;
+    if (a->n_expert == 0 || a->n_expert > CVK_MOE_MAX_EXPERT)
+        return cd_fail("moe_group: %u experts (1..%d supported)", a->n_expert, CVK_MOE_MAX_EXPERT);
+    if (a->k == 0) return cd_fail("moe_group: k is 0");
+    uint64_t pairs = (uint64_t)a->n_tokens * a->k;
+    if (pairs > INT32_MAX) return cd_fail("moe_group: %llu pairs exceed int32 lists", (unsigned long long)pairs);
+    if (a->ids.size < pairs * 4 || a->gather.size < pairs * 4 || a->scatter.size < pairs * 4)
+        return cd_fail("moe_group: ids, gather and scatter need %llu bytes each", (unsigned long long)pairs * 4);
+    if (a->groups.size < 8ull * a->n_expert)
+        return cd_fail("moe_group: groups needs %llu bytes", 8ull * a->n_expert);
+    cvk_moe_group_push pc = {a->n_expert, a->n_tokens, a->k};
+    cvk_view views[4] = {a->ids, a->groups, a->gather, a->scatter};
+    VkDescriptorSet set;
+    if (cvk_descset(dp, p, views, &set)) return -1;
+    cvk_cmd_label_begin(c, "moe_group");
+    cvk_cmd_dispatch(c, p, set, &pc, 1, 1, 1);
+    cvk_cmd_label_end(c);
+    return 0;
+}

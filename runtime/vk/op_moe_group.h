@@ -1,0 +1,39 @@
+/* MoE expert grouping (shaders/moe_group.comp), host side: the routed (token, slot) pairs of
+ * a batch, p = t*k + slot, sorted by expert and then by p (stable, deterministic), as the
+ * lists the prefill matmul's grouped mode reads (op_matmul.h, docs/kernels/matmul.md):
+ *
+ *   groups[e]  = {offset, count}     uint32 [n_expert][2]; count = #{p : ids[p] == e},
+ *                                    offset = count of experts < e (exclusive scan)
+ *   gather[j]  = t                   int32 [n_tokens * k]: the token of the j-th pair
+ *   scatter[j] = t*k + slot          int32 [n_tokens * k]: its row of per-pair outputs
+ *
+ * for j in [groups[e].offset, groups[e].offset + groups[e].count) the pairs of expert e in
+ * increasing p. Ids outside [0, n_expert) are dropped (not counted); the list entries past
+ * the kept pairs are -1. ids is the ids output of cvk_moe_route ([n_tokens][k], read as
+ * int32). One workgroup for the batch (a counting sort in shared memory; see the shader). */
+#pragma once
+#include <stdint.h>
+
+#include "runtime/vk/op_moe_route.h"
+#include "runtime/vk/vk_cmd.h"
+#include "runtime/vk/vk_descriptor.h"
+#include "runtime/vk/vk_pipeline.h"
+
+/* mirrors the push block in shaders/moe_group.comp (pinned by tests/test_vk_moe_group.c) */
+typedef struct cvk_moe_group_push {
+    uint32_t n_expert, n_tokens, k;
+} cvk_moe_group_push;
+
+typedef struct cvk_moe_group_args {
+    cvk_view ids;     /* int32 [n_tokens][k] */
+    cvk_view groups;  /* uint32 [n_expert][2] {offset, count} */
+    cvk_view gather;  /* int32 [n_tokens * k] */
+    cvk_view scatter; /* int32 [n_tokens * k] */
+    uint32_t n_expert; /* 1..CVK_MOE_MAX_EXPERT */
+    uint32_t n_tokens, k;
+} cvk_moe_group_args;
+
+/* wg: invocations of the one workgroup (0 = 256; a multiple of 32 up to 512). */
+int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg);
+/* Records the dispatch (no barrier before or after); nothing when n_tokens is 0. */
+int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_moe_group_args *a);
