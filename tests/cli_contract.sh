@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The command-line contract scripts rely on: cinder info / tokenize / detokenize / mkmodel /
-# run, their JSON fields, and clear errors with a non-zero status on bad input.
+# run / bench, their JSON fields, and clear errors with a non-zero status on bad input.
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/cli
@@ -39,22 +39,29 @@ Hello, world!<|im_end|>"
 n=$("$bin" tokenize --model "$model" --json "a b c" | json_field 'd["n_tokens"]')
 check "tokenize --json" test "$n" = 3
 
-out=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --logits 5 --ignore-eos)
+out=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --logits 5 --ignore-eos --cpu)
 has=$(json_field 'all(k in d for k in ["tokens","text","prompt_tokens","ttft_ms","prefill_tok_s","decode_tok_s","logits"])' <<<"$out")
 check "run --json has the contract fields" test "$has" = True
 check "run generated --n tokens" test "$(json_field 'len(d["tokens"])' <<<"$out")" = 6
 check "run --logits gives top-K pairs, best first" test "$(json_field 'len(d["logits"]) == 5 and d["logits"][0][1] >= d["logits"][4][1] and d["logits"][0][0] == d["tokens"][0]' <<<"$out")" = True
-again=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --ignore-eos | json_field 'd["tokens"]')
+again=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --ignore-eos --cpu | json_field 'd["tokens"]')
 check "greedy run is deterministic" test "$again" = "$(json_field 'd["tokens"]' <<<"$out")"
-gpu=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 3 --json --ignore-eos --gpu)
-check "run --gpu reports the vulkan backend" test "$(json_field 'd["backend"]' <<<"$gpu")" = vulkan
-check "run --gpu generates the CPU reference's greedy tokens" test "$(json_field 'd["tokens"]' <<<"$gpu")" = "$(json_field 'd["tokens"][:3]' <<<"$out")"
+gpu=$("$bin" run --model "$model" --tokens 1,2,3,4,5 --n 6 --json --logits 5 --ignore-eos)
+check "run defaults to the vulkan backend" test "$(json_field 'd["backend"]' <<<"$gpu")" = vulkan
+check "run on the GPU generates the CPU reference's greedy tokens" test "$(json_field 'd["tokens"]' <<<"$gpu")" = "$(json_field 'd["tokens"]' <<<"$out")"
+check "run on the GPU gives the CPU's top-5 ids" test "$(json_field '[p[0] for p in d["logits"]]' <<<"$gpu")" = "$(json_field '[p[0] for p in d["logits"]]' <<<"$out")"
 fp_info=$(sed -nE 's/^fingerprint +([0-9a-f]{64})$/\1/p' <<<"$info")
 check "run --json reports the fingerprint info computes" test "$(json_field 'd["fingerprint"]' <<<"$out")" = "$fp_info"
 check "the GPU upload's hash gives the same fingerprint (no second pass)" test "$(json_field 'd["fingerprint"]' <<<"$gpu")" = "$fp_info"
 s1=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos | json_field 'd["tokens"]')
 s2=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos | json_field 'd["tokens"]')
-check "seeded sampling is reproducible" test "$s1" = "$s2"
+check "seeded sampling on the GPU is reproducible" test "$s1" = "$s2"
+s3=$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos --cpu | json_field 'd["tokens"]')
+check "seeded sampling on the CPU is reproducible" test "$s3" = "$("$bin" run --model "$model" --tokens 1,2,3 --n 8 --temp 1.0 --seed 9 --json --ignore-eos --cpu | json_field 'd["tokens"]')"
+
+bench=$("$bin" bench --model "$model" --prompt-tokens 20 --gen 4 --repeat 2 --json)
+check "bench --json reports prefill and decode tok/s" test "$(json_field 'd["prefill_tok_s"] > 0 and d["decode_tok_s"] > 0 and d["prompt_tokens"] == 20' <<<"$bench")" = True
+fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
 
 sz=$("$bin" mkmodel --preset qwen3-30b-a3b --dry-run | sed -E 's/.*: ([0-9]+) bytes.*/\1/')
 check "qwen3-30b-a3b preset is about 17 GB at q4_k_m ($sz bytes)" python3 -c "import sys; sys.exit(not 16e9 < $sz < 19.5e9)"

@@ -1,8 +1,12 @@
 /* The GPU forward pass (runtime/model/gpu_model.h) against the CPU reference on synthetic
- * models: last-position logits after prompts of 1, 5 and 40 tokens (relative L2 and top-1),
- * greedy generation of 12 tokens on 4 random prompts, the replayed step after rewinding, a dense
- * qwen3 model, and an all-f32 model whose embedding table is split into binding parts.
- * fp16 KV on the GPU against f32 KV on the CPU is the main source of difference. */
+ * models: last-position logits after batched prefills of 1, 5 and 40 tokens (relative L2 and
+ * top-1), greedy generation of 32 tokens on 20 random prompts, batched prefill against
+ * token-by-token steps, chunked and continued prefills and other page sizes, GPU sampling
+ * against the CPU sampler, the replayed step after rewinding, a dense qwen3 model, and an
+ * all-f32 model whose embedding table is split into binding parts. fp16 KV on the GPU against
+ * f32 KV on the CPU is the main source of difference.
+ * CINDER_GPU_MODEL_FULL=1 adds the greedy test on the tiny f32/f16 and small f32/f16/mix
+ * models (slow on lavapipe; its results are recorded in docs/kernels/forward.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +23,14 @@
 #include "runtime/model/sampler.h"
 #include "tests/test_util.h"
 #include "tests/vk_fixture.h"
+
+static model *load_preset(const char *file, const char *preset, const char *quant, uint64_t seed,
+                          void (*tweak)(synth_spec *)) {
+    model *m;
+    const char *path = tu_make_model(file, preset, quant, seed, tweak);
+    if (model_load(&m, path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    return m;
+}
 
 static model *load(const char *file, const char *quant, uint64_t seed, void (*tweak)(synth_spec *)) {
     model *m;
@@ -38,16 +50,14 @@ static double compare_prompt(const model *m, const int32_t *ids, uint32_t n, boo
     gpu_model g;
     assert_int_equal(cpu_state_init(&s, m, n + 1), 0);
     if (gpu_model_init(&g, vk, m, n + 1)) fail_msg("%s", cd_errmsg());
-    for (uint32_t i = 0; i < n; i++) {
-        assert_int_equal(cpu_forward(&s, ids[i], i, i + 1 == n), 0);
-        if (gpu_forward(&g, ids[i], i, i + 1 == n)) fail_msg("%s", cd_errmsg());
-    }
+    for (uint32_t i = 0; i < n; i++) assert_int_equal(cpu_forward(&s, ids[i], i, i + 1 == n), 0);
+    if (gpu_prefill(&g, ids, n, 0, true)) fail_msg("%s", cd_errmsg());
     float *lg = malloc(V * sizeof *lg);
     assert_int_equal(gpu_model_logits(&g, lg), 0);
     double err = tu_rel_l2(lg, s.logits, V);
     int32_t want = sampler_argmax(s.logits, (int32_t)V);
-    assert_int_equal(gpu_model_argmax(&g), sampler_argmax(lg, (int32_t)V)); /* GPU argmax = its logits' */
-    *top1_equal = gpu_model_argmax(&g) == want;
+    assert_int_equal(gpu_model_next(&g), sampler_argmax(lg, (int32_t)V)); /* GPU argmax = its logits' */
+    *top1_equal = gpu_model_next(&g) == want;
     free(lg);
     gpu_model_free(&g);
     cpu_state_free(&s);
@@ -99,28 +109,26 @@ static void test_logits_dense(void **state) {
     model_free(m);
 }
 
-/* Greedy generation: the GPU's own argmax feeds the next step. */
-static void test_greedy_generation(void **state) {
-    (void)state;
-    model *m = load("gpu_tiny_gen.gguf", NULL, 42, NULL);
-    uint32_t V = m->cfg.n_vocab, n_prompt = 8, n_gen = 12;
+/* Greedy generation: prompts of 8 random tokens, 32 generated; the GPU's own choice (made on
+ * the device) feeds its next step. At least 19 of 20 prompts must agree token for token. */
+static void greedy_vs_cpu(model *m, const char *what, uint32_t n_prompts) {
+    enum { n_prompt = 8, n_gen = 32 };
+    uint32_t V = m->cfg.n_vocab;
     rng r;
     rng_seed(&r, 2024);
-    int same = 0;
-    for (int p = 0; p < 4; p++) {
-        int32_t ids[8], cpu_out[12], gpu_out[12];
+    uint32_t same = 0;
+    gpu_model g;
+    if (gpu_model_init(&g, vk, m, n_prompt + n_gen)) fail_msg("%s", cd_errmsg());
+    cpu_state s;
+    assert_int_equal(cpu_state_init(&s, m, n_prompt + n_gen), 0);
+    for (uint32_t p = 0; p < n_prompts; p++) {
+        int32_t ids[n_prompt], cpu_out[n_gen], gpu_out[n_gen];
         random_prompt(&r, ids, n_prompt);
-        cpu_state s;
-        gpu_model g;
-        assert_int_equal(cpu_state_init(&s, m, n_prompt + n_gen), 0);
-        if (gpu_model_init(&g, vk, m, n_prompt + n_gen)) fail_msg("%s", cd_errmsg());
-        for (uint32_t i = 0; i < n_prompt; i++) {
-            assert_int_equal(cpu_forward(&s, ids[i], i, i + 1 == n_prompt), 0);
-            assert_int_equal(gpu_forward(&g, ids[i], i, i + 1 == n_prompt), 0);
-        }
+        for (uint32_t i = 0; i < n_prompt; i++) assert_int_equal(cpu_forward(&s, ids[i], i, i + 1 == n_prompt), 0);
+        if (gpu_prefill(&g, ids, n_prompt, 0, true)) fail_msg("%s", cd_errmsg());
         for (uint32_t i = 0; i < n_gen; i++) {
             cpu_out[i] = sampler_argmax(s.logits, (int32_t)V);
-            gpu_out[i] = gpu_model_argmax(&g);
+            gpu_out[i] = gpu_model_next(&g);
             if (i + 1 < n_gen) {
                 assert_int_equal(cpu_forward(&s, cpu_out[i], n_prompt + i, 1), 0);
                 assert_int_equal(gpu_forward(&g, gpu_out[i], n_prompt + i, 1), 0);
@@ -129,13 +137,133 @@ static void test_greedy_generation(void **state) {
         int first_diff = -1;
         for (uint32_t i = 0; i < n_gen && first_diff < 0; i++)
             if (cpu_out[i] != gpu_out[i]) first_diff = (int)i;
-        print_message("prompt %d: %s (first difference at %d)\n", p, first_diff < 0 ? "12/12 equal" : "differs",
-                      first_diff);
+        if (first_diff >= 0) print_message("%s prompt %u: differs from token %d\n", what, p, first_diff);
         same += first_diff < 0;
-        gpu_model_free(&g);
-        cpu_state_free(&s);
     }
-    assert_true(same >= 3);
+    print_message("%s: %u of %u prompts give the same %d greedy tokens\n", what, same, n_prompts, (int)n_gen);
+    assert_true(same * 20 >= n_prompts * 19);
+    gpu_model_free(&g);
+    cpu_state_free(&s);
+}
+
+static void test_greedy_generation(void **state) {
+    (void)state;
+    model *m = load("gpu_tiny_gen.gguf", NULL, 42, NULL);
+    greedy_vs_cpu(m, "tiny mix", 20);
+    model_free(m);
+}
+
+static bool full_run(void) {
+    const char *e = getenv("CINDER_GPU_MODEL_FULL");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
+/* The whole matrix the engine issue asks for: tiny and small, f32 / f16 / mix. */
+static void test_greedy_full(void **state) {
+    (void)state;
+    if (!full_run()) {
+        print_message("CINDER_GPU_MODEL_FULL not set: the tiny f32/f16 and small models are not run\n");
+        return;
+    }
+    const struct { const char *file, *preset, *quant; } ms[] = {
+        {"gpu_tiny_f32.gguf", "tiny", "f32"},   {"gpu_tiny_f16.gguf", "tiny", "f16"},
+        {"gpu_small_f32.gguf", "small", "f32"}, {"gpu_small_f16.gguf", "small", "f16"},
+        {"gpu_small_mix.gguf", "small", "mix"}, {"gpu_small_q4km.gguf", "small", "q4_k_m"},
+    };
+    for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
+        model *m = load_preset(ms[i].file, ms[i].preset, ms[i].quant, 3, NULL);
+        char what[64];
+        snprintf(what, sizeof what, "%s %s", ms[i].preset, ms[i].quant);
+        logits_vs_cpu(m, what, 1e-2);
+        greedy_vs_cpu(m, what, 20);
+        model_free(m);
+    }
+}
+
+/* Last logits and the next 8 greedy tokens of one way of running a 37-token prompt. */
+typedef struct outcome {
+    float *logits;
+    int32_t next[8];
+} outcome;
+
+static void run_way(const model *m, const int32_t *ids, uint32_t n, int way, outcome *o) {
+    gpu_model_opts opts = {.n_ctx = 48};
+    if (way == 3) opts.n_batch = 8;      /* prefill in chunks of 8 */
+    if (way == 4) opts.page_tokens = 64; /* the whole sequence in one page */
+    if (way == 5) opts.page_tokens = 5;  /* many small pages */
+    gpu_model g;
+    if (gpu_model_init_opts(&g, vk, m, &opts)) fail_msg("%s", cd_errmsg());
+    if (way == 1) { /* token by token through the decode step */
+        for (uint32_t i = 0; i < n; i++) assert_int_equal(gpu_forward(&g, ids[i], i, i + 1 == n), 0);
+    } else if (way == 2) { /* a prefix, then the rest continued from the middle of a page */
+        assert_int_equal(gpu_prefill(&g, ids, 21, 0, false), 0);
+        assert_int_equal(gpu_prefill(&g, ids + 21, n - 21, 21, true), 0);
+    } else {
+        assert_int_equal(gpu_prefill(&g, ids, n, 0, true), 0);
+    }
+    o->logits = malloc(m->cfg.n_vocab * sizeof *o->logits);
+    assert_int_equal(gpu_model_logits(&g, o->logits), 0);
+    for (uint32_t i = 0; i < 8; i++) {
+        o->next[i] = gpu_model_next(&g);
+        assert_int_equal(gpu_forward(&g, o->next[i], n + i, true), 0);
+    }
+    gpu_model_free(&g);
+}
+
+static void test_prefill_ways_agree(void **state) {
+    (void)state;
+    model *m = load("gpu_tiny_ways.gguf", NULL, 17, NULL);
+    const char *names[] = {"batched prefill", "token by token", "prefix + continuation", "chunks of 8",
+                           "one 64-token page", "5-token pages"};
+    int32_t ids[37];
+    rng r;
+    rng_seed(&r, 31);
+    random_prompt(&r, ids, 37);
+    outcome o[6];
+    for (int w = 0; w < 6; w++) run_way(m, ids, 37, w, &o[w]);
+    for (int w = 1; w < 6; w++) {
+        double err = tu_rel_l2(o[w].logits, o[0].logits, m->cfg.n_vocab);
+        print_message("%s vs batched prefill: logits rel L2 %.2e\n", names[w], err);
+        assert_true(err < 1e-3);
+        assert_memory_equal(o[w].next, o[0].next, sizeof o[0].next);
+    }
+    for (int w = 0; w < 6; w++) free(o[w].logits);
+    model_free(m);
+}
+
+/* Top-k / temperature / top-p on the GPU picks what sampler_sample picks from the same logits
+ * with the same seed, step after step. */
+static void test_device_sampling(void **state) {
+    (void)state;
+    model *m = load("gpu_tiny_gen.gguf", NULL, 42, NULL);
+    uint32_t V = m->cfg.n_vocab;
+    sampler_params sp = {.temperature = 1.5f, .top_k = 40, .top_p = 0.9f, .seed = 77};
+    gpu_model g;
+    if (gpu_model_init(&g, vk, m, 40)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(gpu_model_set_sampler(&g, &sp), 0);
+    assert_true(gpu_model_samples_on_device(&g));
+    sampler smp;
+    assert_int_equal(sampler_init(&smp, sp, (int32_t)V), 0);
+    int32_t ids[6] = {9707, 11, 1879, 0, 576, 13};
+    assert_int_equal(gpu_prefill(&g, ids, 6, 0, true), 0);
+    float *lg = malloc(V * sizeof *lg);
+    uint32_t distinct = 0;
+    int32_t prev = -1;
+    for (uint32_t i = 0; i < 24; i++) {
+        assert_int_equal(gpu_model_logits(&g, lg), 0);
+        int32_t want = sampler_sample(&smp, lg), got = gpu_model_next(&g);
+        assert_int_equal(got, want);
+        distinct += got != prev;
+        prev = got;
+        assert_int_equal(gpu_forward(&g, got, 6 + i, true), 0);
+    }
+    assert_true(distinct > 1); /* it really sampled */
+    sp.top_k = 0; /* "all": the kernel cannot, so the host samples */
+    assert_int_equal(gpu_model_set_sampler(&g, &sp), 0);
+    assert_false(gpu_model_samples_on_device(&g));
+    free(lg);
+    sampler_free(&smp);
+    gpu_model_free(&g);
     model_free(m);
 }
 
@@ -161,6 +289,12 @@ static void test_rewind_and_errors(void **state) {
     assert_non_null(strstr(cd_errmsg(), "context"));
     assert_int_equal(gpu_forward(&g, (int32_t)V, 0, 1), -1);
     assert_int_equal(gpu_forward(&g, 1, 22, 1), -1); /* skips position 20, 21 */
+    assert_int_equal(gpu_prefill(&g, ids, 20, 5, 1), -1); /* past the context */
+    assert_non_null(strstr(cd_errmsg(), "context"));
+    int32_t bad[3] = {1, -4, 2};
+    assert_int_equal(gpu_prefill(&g, bad, 3, 0, 1), -1);
+    assert_non_null(strstr(cd_errmsg(), "out of range"));
+    assert_int_equal(gpu_prefill(&g, ids, 0, 0, 1), -1);
     free(a);
     free(b);
     gpu_model_free(&g);
@@ -172,8 +306,11 @@ int main(void) {
         cmocka_unit_test(test_logits_moe_mix),
         cmocka_unit_test(test_rewind_and_errors),
         cmocka_unit_test(test_greedy_generation),
+        cmocka_unit_test(test_prefill_ways_agree),
+        cmocka_unit_test(test_device_sampling),
         cmocka_unit_test(test_logits_dense),
         cmocka_unit_test(test_logits_f32),
+        cmocka_unit_test(test_greedy_full),
     };
     return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
 }

@@ -1,6 +1,7 @@
-/* cinder run: generate from a prompt and report timings. The CPU reference is the default
- * engine for now; --gpu runs the Vulkan forward pass (runtime/model/gpu_model.h), which
- * becomes the default once batched prefill lands (--cpu keeps the reference). */
+/* cinder run: generate from a prompt and report timings. The Vulkan engine
+ * (runtime/model/gpu_model.h) is the default: batched prefill, then the recorded decode step
+ * with the next token chosen on the GPU, so only its id crosses back per step. --cpu runs
+ * the CPU reference (the oracle) through the same loop. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,12 +45,12 @@ static void usage(FILE *out) {
             "  unless --temp > 0. --json prints one object; --logits K adds the top-K [id, value]\n"
             "  pairs at the last prompt position. --logits-file writes all last-prompt-position\n"
             "  logits to PATH as raw float32 (n_vocab values, host byte order).\n"
-            "  --cpu (the default for now) runs the CPU reference, --gpu the Vulkan engine (CINDER_DEVICE\n"
-            "  picks the device; prefill runs the decode step once per prompt token).\n");
+            "  --gpu (the default) runs the Vulkan engine (CINDER_DEVICE picks the device), --cpu the\n"
+            "  CPU reference.\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o) {
-    *o = (run_opts){.n_gen = 32, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
+    *o = (run_opts){.n_gen = 32, .gpu = true, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
@@ -102,22 +103,24 @@ static int write_logits(const char *path, const float *logits, uint32_t n) {
 typedef struct engine {
     bool gpu;
     cpu_state cpu;
+    sampler smp;   /* the CPU's sampler, and the GPU's when the kernel cannot sample */
     cvk_ctx *vk;
     gpu_model g;
-    float *logits; /* the GPU's last logits, downloaded */
+    float *logits; /* the GPU's last logits, downloaded only when someone reads them */
 } engine;
 
 /* The GPU path reads the weights once, for the upload, and completes the fingerprint from
  * the digest made on the way (model_load skipped its own hash pass). */
-static int engine_init(engine *e, model *m, uint32_t n_ctx, bool gpu) {
+static int engine_init(engine *e, model *m, uint32_t n_ctx, bool gpu, const sampler_params *sp) {
     *e = (engine){.gpu = gpu};
+    if (sampler_init(&e->smp, *sp, (int32_t)m->cfg.n_vocab)) return -1;
     if (!gpu) return cpu_state_init(&e->cpu, m, n_ctx);
     e->vk = calloc(1, sizeof *e->vk);
     e->logits = malloc(m->cfg.n_vocab * sizeof *e->logits);
     if (!e->vk || !e->logits) return cd_fail("out of memory");
     cvk_ctx_opts o = {.device = -1, .pipeline_cache = ""};
     if (cvk_ctx_init(e->vk, &o)) { free(e->vk); e->vk = NULL; return -1; }
-    if (gpu_model_init(&e->g, e->vk, m, n_ctx)) return -1;
+    if (gpu_model_init(&e->g, e->vk, m, n_ctx) || gpu_model_set_sampler(&e->g, sp)) return -1;
     return model_set_weights_digest(m, e->g.w.digest);
 }
 
@@ -128,15 +131,33 @@ static void engine_free(engine *e) {
         free(e->vk);
         free(e->logits);
     } else cpu_state_free(&e->cpu);
+    sampler_free(&e->smp);
 }
 
-static int engine_forward(engine *e, int32_t token, uint32_t pos, bool want_logits) {
-    if (!e->gpu) return cpu_forward(&e->cpu, token, pos, want_logits);
-    if (gpu_forward(&e->g, token, pos, want_logits)) return -1;
-    return want_logits ? gpu_model_logits(&e->g, e->logits) : 0;
+/* The prompt: one batched pass on the GPU, token by token on the CPU reference. */
+static int engine_prefill(engine *e, const int32_t *ids, size_t n) {
+    if (e->gpu) return gpu_prefill(&e->g, ids, (uint32_t)n, 0, true);
+    for (size_t i = 0; i < n; i++)
+        if (cpu_forward(&e->cpu, ids[i], (uint32_t)i, i + 1 == n)) return -1;
+    return 0;
 }
 
-static const float *engine_logits(const engine *e) { return e->gpu ? e->logits : e->cpu.logits; }
+static int engine_forward(engine *e, int32_t token, uint32_t pos) {
+    return e->gpu ? gpu_forward(&e->g, token, pos, true) : cpu_forward(&e->cpu, token, pos, true);
+}
+
+/* The last position's logits (downloaded from the GPU on demand). */
+static const float *engine_logits(engine *e) {
+    if (!e->gpu) return e->cpu.logits;
+    return gpu_model_logits(&e->g, e->logits) ? NULL : e->logits;
+}
+
+/* The next token: chosen on the GPU when it can, else sampled here from the logits. */
+static int32_t engine_next(engine *e) {
+    if (e->gpu && gpu_model_samples_on_device(&e->g)) return gpu_model_next(&e->g);
+    const float *l = engine_logits(e);
+    return l ? sampler_sample(&e->smp, l) : -1;
+}
 
 /* Prefill the prompt, then decode one token at a time, streaming text unless --json. */
 static int generate(const run_opts *o, model *m, run_result *r) {
@@ -145,23 +166,25 @@ static int generate(const run_opts *o, model *m, run_result *r) {
         return cli_error("run", "prompt (%zu tokens) + --n %u does not fit the context (%u; model trained for %u)",
                          r->n_prompt, o->n_gen, n_ctx, m->cfg.n_ctx_train), -1;
     engine st;
-    sampler smp;
-    if (engine_init(&st, m, n_ctx, o->gpu)) { engine_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
-    if (sampler_init(&smp, o->sp, (int32_t)m->cfg.n_vocab)) { engine_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
+    if (engine_init(&st, m, n_ctx, o->gpu, &o->sp)) { engine_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
     r->gen = malloc((o->n_gen ? o->n_gen : 1) * sizeof *r->gen);
     size_t cap = 256, len = 0;
     r->text = malloc(cap);
     int rc = r->gen && r->text ? 0 : cli_error("run", "out of memory");
     tok_stream ts = {0};
     double t0 = cli_now_ms();
-    for (size_t i = 0; !rc && i < r->n_prompt; i++)
-        if (engine_forward(&st, r->prompt[i], (uint32_t)i, i + 1 == r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
+    if (!rc && engine_prefill(&st, r->prompt, r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
     r->prefill_ms = cli_now_ms() - t0;
-    if (!rc && o->logits_file) rc = write_logits(o->logits_file, engine_logits(&st), m->cfg.n_vocab);
-    if (!rc && o->n_logits) r->n_top = sampler_top_k(engine_logits(&st), (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
+    if (!rc && (o->logits_file || o->n_logits)) {
+        const float *lg = engine_logits(&st);
+        if (!lg) rc = cli_error("run", "%s", cd_errmsg());
+        if (!rc && o->logits_file) rc = write_logits(o->logits_file, lg, m->cfg.n_vocab);
+        if (!rc && o->n_logits) r->n_top = sampler_top_k(lg, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
+    }
     double t1 = cli_now_ms();
     for (uint32_t i = 0; !rc && i < o->n_gen; i++) {
-        int32_t id = sampler_sample(&smp, engine_logits(&st));
+        int32_t id = engine_next(&st);
+        if (id < 0) { rc = cli_error("run", "%s", cd_errmsg()); break; }
         if (i == 0) r->ttft_ms = cli_now_ms() - t0;
         r->gen[r->n_gen++] = id;
         char piece[256];
@@ -173,7 +196,7 @@ static int generate(const run_opts *o, model *m, run_result *r) {
             if (!o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
         }
         if (!o->ignore_eos && tok_is_eog(m->tok, id)) break;
-        if (i + 1 < o->n_gen && engine_forward(&st, id, (uint32_t)(r->n_prompt + i), 1)) rc = cli_error("run", "%s", cd_errmsg());
+        if (i + 1 < o->n_gen && engine_forward(&st, id, (uint32_t)(r->n_prompt + i))) rc = cli_error("run", "%s", cd_errmsg());
     }
     r->decode_ms = cli_now_ms() - t1;
     char tail[16]; /* an incomplete UTF-8 sequence left at the end comes out as U+FFFD */
@@ -185,7 +208,6 @@ static int generate(const run_opts *o, model *m, run_result *r) {
         if (!o->json) fwrite(tail, 1, (size_t)n_tail, stdout);
     }
     if (r->text) r->text[len] = 0;
-    sampler_free(&smp);
     engine_free(&st);
     return rc;
 }

@@ -12,13 +12,14 @@
 #include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_moe_route.h"
 #include "runtime/vk/op_rmsnorm.h"
+#include "runtime/vk/op_sample.h"
 #include "runtime/vk/vk_barrier.h"
 
 #define TRY(x) do { if (x) return -1; } while (0)
 
 /* ---- state ---- */
 
-static int make_buf(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind) {
+int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind) {
     TRY(cvk_buffer_create(&g->vk->mem, b, bytes ? bytes : 4, 4, kind));
     if (kind != CVK_MEM_DEVICE && !cvk_buffer_host_ptr(b, 0)) return cd_fail("gpu model: input buffer is not host-visible");
     return 0;
@@ -50,6 +51,7 @@ static int make_pipelines(gpu_model *g) {
     TRY(cvk_kv_write_pipeline(&g->kv_write, d, pc, m->cfg.head_dim, 0));
     TRY(cvk_attn_decode_pipeline(&g->attn, d, pc, m->cfg.head_dim, 0));
     TRY(cvk_argmax_pipelines(&g->argmax, d, pc, 0));
+    TRY(cvk_sample_pipelines(&g->sample, d, pc, 0));
     return 0;
 }
 
@@ -59,29 +61,33 @@ static int make_state(gpu_model *g) {
     uint64_t q_dim = (uint64_t)c->n_head * c->head_dim, kv_dim = (uint64_t)c->n_head_kv * c->head_dim;
     uint32_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
 
-    TRY(kv_layout_init(&g->lay, c->n_layer, c->n_head_kv, c->head_dim, KV_PAGE_TOKENS_DEFAULT));
-    TRY(kv_pages_init(&g->pages, (g->n_ctx + KV_PAGE_TOKENS_DEFAULT - 1) / KV_PAGE_TOKENS_DEFAULT, KV_PAGE_TOKENS_DEFAULT));
+    uint32_t pt = g->page_tokens;
+    TRY(kv_layout_init(&g->lay, c->n_layer, c->n_head_kv, c->head_dim, pt));
+    TRY(kv_pages_init(&g->pages, (g->n_ctx + pt - 1) / pt, pt));
     g->max_pages = g->pages.n_pages;
     TRY(cvk_buffer_create(&g->vk->mem, &g->pool, (uint64_t)g->max_pages * g->lay.page_bytes, g->lay.page_bytes,
                           CVK_MEM_DEVICE));
     g->n_split = cvk_attn_decode_splits(g->n_ctx, g->lay.page_tokens);
     TRY(cvk_rope_table_create(&g->rope_tab, &g->vk->mem, &g->vk->stager, c->head_dim, c->rope_theta, g->n_ctx));
 
-    TRY(make_buf(g, &g->x, c->n_embd * 4ull, CVK_MEM_DEVICE) || make_buf(g, &g->xb, c->n_embd * 4ull, CVK_MEM_DEVICE) ||
-        make_buf(g, &g->xb2, c->n_embd * 4ull, CVK_MEM_DEVICE));
-    TRY(make_buf(g, &g->q, q_dim * 4, CVK_MEM_DEVICE) || make_buf(g, &g->att, q_dim * 4, CVK_MEM_DEVICE) ||
-        make_buf(g, &g->k, kv_dim * 4, CVK_MEM_DEVICE) || make_buf(g, &g->v, kv_dim * 4, CVK_MEM_DEVICE));
-    TRY(make_buf(g, &g->partials,
+    TRY(gpu_model_buffer(g, &g->x, c->n_embd * 4ull, CVK_MEM_DEVICE) || gpu_model_buffer(g, &g->xb, c->n_embd * 4ull, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->xb2, c->n_embd * 4ull, CVK_MEM_DEVICE));
+    TRY(gpu_model_buffer(g, &g->q, q_dim * 4, CVK_MEM_DEVICE) || gpu_model_buffer(g, &g->att, q_dim * 4, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->k, kv_dim * 4, CVK_MEM_DEVICE) || gpu_model_buffer(g, &g->v, kv_dim * 4, CVK_MEM_DEVICE));
+    TRY(gpu_model_buffer(g, &g->partials,
                  cvk_attn_decode_partials_bytes(1, c->n_head, g->n_split, g->pool.n_parts, c->head_dim), CVK_MEM_DEVICE));
-    TRY(make_buf(g, &g->router, c->n_expert * 4ull, CVK_MEM_DEVICE) || make_buf(g, &g->ids, k * 4ull, CVK_MEM_DEVICE) ||
-        make_buf(g, &g->wts, k * 4ull, CVK_MEM_DEVICE));
-    TRY(make_buf(g, &g->hg, (uint64_t)k * ff * 4, CVK_MEM_DEVICE) || make_buf(g, &g->hu, (uint64_t)k * ff * 4, CVK_MEM_DEVICE) ||
-        make_buf(g, &g->eo, (uint64_t)k * c->n_embd * 4, CVK_MEM_DEVICE));
-    TRY(make_buf(g, &g->logits, c->n_vocab * 4ull, CVK_MEM_DEVICE) ||
-        make_buf(g, &g->am_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, 1), CVK_MEM_DEVICE));
-    TRY(make_buf(g, &g->in_tok, 4, CVK_MEM_UPLOAD) || make_buf(g, &g->in_pos, 4, CVK_MEM_UPLOAD) ||
-        make_buf(g, &g->in_loc, 8, CVK_MEM_UPLOAD) || make_buf(g, &g->in_len, 4, CVK_MEM_UPLOAD) ||
-        make_buf(g, &g->in_table, g->max_pages * 4ull, CVK_MEM_UPLOAD) || make_buf(g, &g->out_id, 4, CVK_MEM_READBACK));
+    TRY(gpu_model_buffer(g, &g->router, c->n_expert * 4ull, CVK_MEM_DEVICE) || gpu_model_buffer(g, &g->ids, k * 4ull, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->wts, k * 4ull, CVK_MEM_DEVICE));
+    TRY(gpu_model_buffer(g, &g->hg, (uint64_t)k * ff * 4, CVK_MEM_DEVICE) || gpu_model_buffer(g, &g->hu, (uint64_t)k * ff * 4, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->eo, (uint64_t)k * c->n_embd * 4, CVK_MEM_DEVICE));
+    TRY(gpu_model_buffer(g, &g->logits, c->n_vocab * 4ull, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->am_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, 1), CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->smp_scratch, cvk_sample_scratch_bytes(&g->sample, c->n_vocab, 1, CVK_SAMPLE_MAX_K),
+                         CVK_MEM_DEVICE));
+    TRY(gpu_model_buffer(g, &g->in_tok, 4, CVK_MEM_UPLOAD) || gpu_model_buffer(g, &g->in_pos, 4, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->in_loc, 8, CVK_MEM_UPLOAD) || gpu_model_buffer(g, &g->in_len, 4, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->in_table, g->max_pages * 4ull, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->in_u, 4, CVK_MEM_UPLOAD) || gpu_model_buffer(g, &g->out_id, 4, CVK_MEM_READBACK));
     memset(cvk_buffer_host_ptr(&g->in_table, 0), 0, g->max_pages * 4ull);
     return 0;
 }
@@ -193,43 +199,83 @@ static int record(gpu_model *g, cvk_cmd *c, bool head) {
     cvk_barrier_compute_to_compute(cb);
     for (uint32_t il = 0; il < cf->n_layer; il++) {
         const gpu_layer *d = &g->w.layers[il];
+        cvk_cmd_label_begin(c, "layer.attention");
         TRY(rmsnorm(g, c, &g->x, &d->attn_norm, &g->xb, cf->n_embd, 1));
         cvk_barrier_compute_to_compute(cb);
         TRY(attention(g, c, il));
         cvk_barrier_compute_to_compute(cb);
+        cvk_cmd_label_end(c);
+        cvk_cmd_label_begin(c, "layer.ffn");
         TRY(rmsnorm(g, c, &g->x, &d->ffn_norm, &g->xb, cf->n_embd, 1));
         cvk_barrier_compute_to_compute(cb);
         TRY(ffn(g, c, il));
         cvk_barrier_compute_to_compute(cb);
+        cvk_cmd_label_end(c);
     }
-    if (head) {
-        TRY(rmsnorm(g, c, &g->x, &g->w.output_norm, &g->xb, cf->n_embd, 1));
-        cvk_barrier_compute_to_compute(cb);
-        TRY(matvec(g, c, g->m->output, g->w.head, &g->xb, &g->logits));
-        cvk_barrier_compute_to_compute(cb);
-        cvk_argmax_args am = {.logits = W(&g->logits), .scratch = W(&g->am_scratch), .out = W(&g->out_id),
-                              .n = cf->n_vocab, .rows = 1};
-        TRY(cvk_argmax(c, &g->dpool, &g->argmax, &am));
-    }
+    if (head) TRY(gpu_record_head(g, c, &g->dpool));
     cvk_barrier_device_to_host(cb);
     return cvk_cmd_end(c);
+}
+
+/* logits = head(rmsnorm(x)); out_id = argmax or a sample. Used by the decode step and by
+ * prefill (after it copies the last token's row into x). */
+static int record_head_ops(gpu_model *g, cvk_cmd *c, cvk_descpool *dp) {
+    const model_config *cf = &g->m->cfg;
+    VkCommandBuffer cb = c->cb;
+    cvk_rmsnorm_args rn = {.x = W(&g->x), .w = W(&g->w.output_norm), .y = W(&g->xb), .n = cf->n_embd, .rows = 1,
+                           .eps = cf->rms_eps};
+    TRY(cvk_rmsnorm(c, dp, &g->rmsnorm, &rn));
+    cvk_barrier_compute_to_compute(cb);
+    const gguf_tensor *t = g->m->output;
+    cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                          .x = W(&g->xb), .y = W(&g->logits), .n_vec = 1};
+    TRY(cvk_matvec(c, dp, &g->matvec[t->type], &mv));
+    cvk_barrier_compute_to_compute(cb);
+    if (g->sample_on_device) {
+        cvk_sample_args sa = {.logits = W(&g->logits), .scratch = W(&g->smp_scratch), .u = W(&g->in_u),
+                              .out = W(&g->out_id), .n = cf->n_vocab, .rows = 1, .top_k = g->sp.top_k,
+                              .temperature = g->sp.temperature, .top_p = g->sp.top_p};
+        return cvk_sample(c, dp, &g->sample, &sa);
+    }
+    cvk_argmax_args am = {.logits = W(&g->logits), .scratch = W(&g->am_scratch), .out = W(&g->out_id),
+                          .n = cf->n_vocab, .rows = 1};
+    return cvk_argmax(c, dp, &g->argmax, &am);
+}
+
+int gpu_record_head(gpu_model *g, cvk_cmd *c, cvk_descpool *dp) {
+    cvk_cmd_label_begin(c, "head");
+    int rc = record_head_ops(g, c, dp);
+    cvk_cmd_label_end(c);
+    return rc;
+}
+
+/* Both steps from scratch (after a sampler change): the old sets go with the pool reset. */
+static int record_steps(gpu_model *g) {
+    return cvk_descpool_reset(&g->dpool) || record(g, &g->step[0], false) || record(g, &g->step[1], true);
 }
 
 /* ---- public ---- */
 
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, uint32_t n_ctx) {
+    return gpu_model_init_opts(g, vk, m, &(gpu_model_opts){.n_ctx = n_ctx});
+}
+
+int gpu_model_init_opts(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     memset(g, 0, sizeof *g);
     g->m = m;
     g->vk = vk;
-    g->n_ctx = n_ctx;
+    g->n_ctx = o->n_ctx;
+    g->page_tokens = o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT;
+    g->n_batch = o->n_batch;
     const model_config *c = &m->cfg;
-    if (!n_ctx) return cd_fail("gpu model: n_ctx is 0");
+    if (!g->n_ctx) return cd_fail("gpu model: n_ctx is 0");
     if (c->arch == ARCH_QWEN3MOE && (c->n_expert > CVK_MOE_MAX_EXPERT || c->n_expert_used > CVK_MOE_MAX_K))
         return cd_fail("gpu model: %u experts, %u used: the router kernel takes at most %u and %u", c->n_expert,
                        c->n_expert_used, CVK_MOE_MAX_EXPERT, CVK_MOE_MAX_K);
+    rng_seed(&g->rng, 0);
     int rc = gpu_weights_upload(&g->w, vk, m) || make_pipelines(g) || make_state(g) ||
              cvk_descpool_init(&g->dpool, &vk->dev, 256) || cvk_cmd_init(&g->step[0], &vk->dev, false) ||
-             cvk_cmd_init(&g->step[1], &vk->dev, false) || record(g, &g->step[0], false) || record(g, &g->step[1], true);
+             cvk_cmd_init(&g->step[1], &vk->dev, false) || record_steps(g) || gpu_prefill_init(g);
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", cd_errmsg());
@@ -245,12 +291,13 @@ void gpu_model_free(gpu_model *g) {
     if (!g->vk) return;
     cvk_ctx *vk = g->vk;
     cvk_device *d = &vk->dev;
+    gpu_prefill_free(g);
     cvk_cmd_free(&g->step[0]);
     cvk_cmd_free(&g->step[1]);
     cvk_descpool_free(&g->dpool);
     cvk_buffer *bufs[] = {&g->pool, &g->x, &g->xb, &g->xb2, &g->q, &g->att, &g->k, &g->v, &g->partials, &g->router,
-                          &g->ids, &g->wts, &g->hg, &g->hu, &g->eo, &g->logits, &g->am_scratch, &g->in_tok,
-                          &g->in_pos, &g->in_loc, &g->in_len, &g->in_table, &g->out_id};
+                          &g->ids, &g->wts, &g->hg, &g->hu, &g->eo, &g->logits, &g->am_scratch, &g->smp_scratch,
+                          &g->in_tok, &g->in_pos, &g->in_loc, &g->in_len, &g->in_table, &g->in_u, &g->out_id};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
     cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
     for (int t = 0; t < QTYPE_COUNT; t++) cvk_pipeline_destroy(d, &g->matvec[t]);
@@ -259,28 +306,52 @@ void gpu_model_free(gpu_model *g) {
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cvk_pipeline_destroy(d, ps[i]);
     cvk_attn_decode_pipeline_destroy(d, &g->attn);
     cvk_argmax_pipelines_destroy(d, &g->argmax);
+    cvk_sample_pipelines_destroy(d, &g->sample);
     kv_seq_free(&g->pages, &g->seq);
     kv_pages_free(&g->pages);
     if (g->m) gpu_weights_free(&g->w, vk, g->m);
     memset(g, 0, sizeof *g);
 }
 
+int gpu_model_set_sampler(gpu_model *g, const sampler_params *p) {
+    g->sp = *p;
+    g->sample_on_device = p->temperature > 0 && p->top_k >= 1 && p->top_k <= CVK_SAMPLE_MAX_K;
+    rng_seed(&g->rng, p->seed);
+    return record_steps(g);
+}
+
+int gpu_model_set_timer(gpu_model *g, cvk_timer *t) {
+    g->step[0].timer = g->step[1].timer = g->pcmd.timer = t;
+    return record_steps(g);
+}
+
+void gpu_model_draw(gpu_model *g) {
+    if (g->sample_on_device) *(float *)cvk_buffer_host_ptr(&g->in_u, 0) = rng_f32(&g->rng);
+}
+
+int gpu_seq_extend(gpu_model *g, uint32_t pos, uint32_t n) {
+    if (pos > g->seq.n_tokens) return cd_fail("position %u skips ahead of the %u tokens run", pos, g->seq.n_tokens);
+    if ((uint64_t)pos + n > g->n_ctx)
+        return cd_fail("position %u is past the context size %u", (uint32_t)((uint64_t)pos + n - 1), g->n_ctx);
+    if (pos < g->seq.n_tokens) TRY(kv_seq_truncate(&g->pages, &g->seq, pos));
+    kv_cow cow;
+    TRY(kv_seq_append(&g->pages, &g->seq, n, &cow)); /* one sequence: pages are never shared, cow is empty */
+    memcpy(cvk_buffer_host_ptr(&g->in_table, 0), g->seq.pages, g->seq.n_pages * sizeof(uint32_t));
+    return 0;
+}
+
 int gpu_forward(gpu_model *g, int32_t token, uint32_t pos, bool want_logits) {
     const model_config *c = &g->m->cfg;
     if (pos >= g->n_ctx) return cd_fail("position %u is past the context size %u", pos, g->n_ctx);
     if (token < 0 || (uint32_t)token >= c->n_vocab) return cd_fail("token id %d out of range (vocab %u)", token, c->n_vocab);
-    if (pos > g->seq.n_tokens) return cd_fail("position %u skips ahead of the %u tokens run", pos, g->seq.n_tokens);
-    if (pos < g->seq.n_tokens) TRY(kv_seq_truncate(&g->pages, &g->seq, pos));
-    kv_cow cow;
-    TRY(kv_seq_append(&g->pages, &g->seq, 1, &cow)); /* one sequence: pages are never shared, cow is empty */
-    uint32_t *table = cvk_buffer_host_ptr(&g->in_table, 0);
-    memcpy(table, g->seq.pages, g->seq.n_pages * sizeof *table);
+    TRY(gpu_seq_extend(g, pos, 1));
     *(int32_t *)cvk_buffer_host_ptr(&g->in_tok, 0) = token;
     *(uint32_t *)cvk_buffer_host_ptr(&g->in_pos, 0) = pos;
     uint32_t *loc = cvk_buffer_host_ptr(&g->in_loc, 0);
     loc[0] = 0;
     loc[1] = pos;
     *(uint32_t *)cvk_buffer_host_ptr(&g->in_len, 0) = pos + 1;
+    if (want_logits) gpu_model_draw(g);
     return cvk_cmd_run(&g->step[want_logits ? 1 : 0]);
 }
 
@@ -288,4 +359,4 @@ int gpu_model_logits(gpu_model *g, float *out) {
     return cvk_stager_download(&g->vk->stager, cvk_view_whole(&g->logits), out);
 }
 
-int32_t gpu_model_argmax(const gpu_model *g) { return *(const int32_t *)cvk_buffer_host_ptr(&g->out_id, 0); }
+int32_t gpu_model_next(const gpu_model *g) { return *(const int32_t *)cvk_buffer_host_ptr(&g->out_id, 0); }

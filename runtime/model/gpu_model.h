@@ -19,13 +19,22 @@
  * One compute-to-compute barrier between dependent steps. The token id, the position, the KV
  * location, the length and the block table live in small host-visible buffers that the host
  * rewrites before each submission: nothing is re-recorded per token. Two recordings exist:
- * the body alone (prefill positions whose logits nobody reads) and the body plus the head
- * (logits and the greedy id). Prefill is, for now, the decode step once per prompt token.
+ * the body alone and the body plus the head (logits, then the next token chosen on the GPU:
+ * argmax, or top-k/temperature/top-p sampling with the uniform draw written by the host).
+ *
+ * Prefill (gpu_prefill.c) runs the same equations over a batch of tokens at once: matmuls
+ * instead of matvecs, tokens grouped by expert so each expert's weights are read once per
+ * token tile, flash-style causal attention over the whole block table (cached prefix pages +
+ * the new tokens). It is recorded per chunk of up to n_batch tokens (batch sizes vary, so
+ * there is nothing to replay) and runs the head on the last token only.
  *
  *   gpu_model g;
  *   if (gpu_model_init(&g, vk, m, n_ctx)) fail(cd_errmsg());
- *   for (i = 0; i < n; i++) gpu_forward(&g, ids[i], i, i + 1 == n);
- *   gpu_model_logits(&g, logits);  or  gpu_model_argmax(&g)
+ *   gpu_model_set_sampler(&g, &params);                 optional: greedy by default
+ *   gpu_prefill(&g, ids, n, 0, true);                    prompt
+ *   next = gpu_model_next(&g);
+ *   gpu_forward(&g, next, n, true); next = gpu_model_next(&g); ...   decode
+ *   gpu_model_logits(&g, logits);                        when the logits themselves are wanted
  *   gpu_model_free(&g);
  *
  * Errors are values (-1 with cd_errmsg()); nothing exits. */
@@ -36,7 +45,9 @@
 #include "kv/kv_layout.h"
 #include "kv/kv_pages.h"
 #include "runtime/model/model.h"
+#include "runtime/model/sampler.h"
 #include "runtime/vk/op_attn_decode.h"
+#include "runtime/vk/op_attn_prefill.h"
 #include "runtime/vk/op_rope.h"
 #include "runtime/vk/op_sample.h"
 #include "runtime/vk/vk_ctx.h"
@@ -55,20 +66,32 @@ typedef struct gpu_weights {
     uint8_t digest[16];                       /* weights digest made during the upload (fingerprint.h) */
     struct fp_weights *hashing;               /* non-NULL only while uploading */
     uint64_t bytes;                           /* uploaded */
+    uint64_t total;                           /* bytes of tensors in the file (progress display) */
+    bool show_progress;                       /* stderr is a terminal and the upload is big */
+    unsigned shown_pct;
 } gpu_weights;
 
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
-    uint32_t n_ctx;
+    uint32_t n_ctx, page_tokens;
     gpu_weights w;
 
     /* pipelines */
     cvk_pipeline matvec[QTYPE_COUNT]; /* per weight type in use */
     cvk_pipeline get_rows, rmsnorm, rope, add, swiglu, moe_route, moe_combine, kv_write;
+    cvk_pipeline matmul[QTYPE_COUNT]; /* per weight type in use (prefill) */
+    cvk_pipeline moe_group;
     cvk_attn_decode_pipes attn;
+    cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
+    cvk_sample_pipes sample;
     cvk_rope_table rope_tab;
+
+    /* the next-token choice recorded in the head: greedy, or sampled on the device */
+    sampler_params sp;
+    bool sample_on_device; /* false: greedy, or a sampler the kernel cannot do (host samples) */
+    rng rng;               /* the per-step uniform draws, as sampler_sample makes them */
 
     /* KV: one sequence, block table rewritten on the host as pages are added */
     kv_layout lay;
@@ -88,6 +111,7 @@ typedef struct gpu_model {
     cvk_buffer eo;          /* (n_expert_used, n_embd) expert outputs */
     cvk_buffer logits;      /* (n_vocab) */
     cvk_buffer am_scratch;  /* argmax scratch */
+    cvk_buffer smp_scratch; /* top-k sampling scratch */
 
     /* host-written inputs (host-visible) and the greedy output (readback) */
     cvk_buffer in_tok;      /* int32 token */
@@ -95,21 +119,74 @@ typedef struct gpu_model {
     cvk_buffer in_loc;      /* uint32 {0, position} (kv_write) */
     cvk_buffer in_len;      /* uint32 position + 1 (attention) */
     cvk_buffer in_table;    /* uint32 [max_pages] block table */
-    cvk_buffer out_id;      /* uint32 argmax */
+    cvk_buffer in_u;        /* f32 uniform draw for the sampler */
+    cvk_buffer out_id;      /* uint32 next token */
 
     cvk_descpool dpool;     /* the recorded steps' descriptor sets */
     cvk_cmd step[2];        /* [0] body only, [1] body + head */
+
+    /* batched prefill: activations for up to n_batch tokens (shapes as the decode ones with a
+     * leading token dimension; MoE rows are token * n_expert_used + slot) */
+    uint32_t n_batch;
+    cvk_buffer bx, bxb, bxb2;        /* (n_batch, n_embd) */
+    cvk_buffer bq, batt, bk, bv;     /* (n_batch, n_head | n_head_kv, head_dim) */
+    cvk_buffer brouter;              /* (n_batch, n_expert) */
+    cvk_buffer bids, bwts;           /* (n_batch, n_expert_used) */
+    cvk_buffer bgroups;              /* (n_expert, 2) {offset, count} */
+    cvk_buffer bgather, bscatter;    /* (n_batch * n_expert_used) */
+    cvk_buffer bhg, bhu;             /* (n_batch * n_expert_used | n_batch, n_ff) */
+    cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */
+    cvk_buffer bpartials;            /* prefill attention scratch */
+    cvk_buffer bin_tok, bin_pos, bin_loc; /* host-written: ids, positions, {0, position} */
+    cvk_descpool pdpool;             /* reset per chunk */
+    cvk_cmd pcmd;                    /* recorded per chunk */
 } gpu_model;
 
-/* Uploads the weights, creates pipelines, the KV pool for n_ctx tokens and both steps. */
-int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, uint32_t n_ctx);
+typedef struct gpu_model_opts {
+    uint32_t n_ctx;       /* tokens of KV */
+    uint32_t page_tokens; /* tokens per KV page; 0 = KV_PAGE_TOKENS_DEFAULT */
+    uint32_t n_batch;     /* prefill tokens per pass; 0 = 512 (at most n_ctx) */
+} gpu_model_opts;
+
+/* Uploads the weights, creates pipelines, the KV pool for n_ctx tokens, the prefill batch
+ * buffers and both decode steps. */
+int gpu_model_init_opts(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o);
+int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, uint32_t n_ctx); /* defaults otherwise */
 void gpu_model_free(gpu_model *g); /* zeroed or partly initialized is fine */
 
+/* How the head picks the next token (re-records the head; greedy until called). Sampling runs
+ * on the device when the kernel supports the parameters (temperature > 0, 1 <= top_k <= 256);
+ * otherwise gpu_model_samples_on_device is false and the caller samples the downloaded
+ * logits. The uniform draws come from an rng seeded with p->seed, one per head run, the
+ * same stream sampler_sample draws from. */
+int gpu_model_set_sampler(gpu_model *g, const sampler_params *p);
+static inline bool gpu_model_samples_on_device(const gpu_model *g) {
+    return g->sp.temperature <= 0 || g->sample_on_device;
+}
+
+/* Attaches a timer (NULL detaches) to the decode steps and prefill, re-recording the steps.
+ * One timer serves every command buffer, so its spans describe the latest recording: read it
+ * after a gpu_prefill (recorded per chunk), or call this again right before a gpu_forward to
+ * read that step's spans. For profiling (cinder bench --profile), not for serving. */
+int gpu_model_set_timer(gpu_model *g, cvk_timer *t);
+
 /* Runs token at position pos (0 <= pos <= tokens so far; a smaller pos forgets the tail).
- * With want_logits the head runs too: gpu_model_logits and gpu_model_argmax read it. */
+ * With want_logits the head runs too: gpu_model_logits and gpu_model_next read it. */
 int gpu_forward(gpu_model *g, int32_t token, uint32_t pos, bool want_logits);
+/* Runs ids[0..n) at positions pos0.. in batches of up to n_batch tokens (pos0 <= tokens so
+ * far; a smaller pos0 forgets the tail). With want_logits the head runs on the last token. */
+int gpu_prefill(gpu_model *g, const int32_t *ids, uint32_t n, uint32_t pos0, bool want_logits);
 int gpu_model_logits(gpu_model *g, float *out); /* n_vocab floats */
-int32_t gpu_model_argmax(const gpu_model *g);
+int32_t gpu_model_next(const gpu_model *g);    /* the token the last head run chose */
+
+/* Shared by the decode step (gpu_forward.c) and prefill (gpu_prefill.c). */
+int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind);
+int gpu_record_head(gpu_model *g, cvk_cmd *c, cvk_descpool *dp); /* rmsnorm(x) -> logits -> out_id */
+/* Sets the sequence to pos tokens then appends n, and writes the block table. */
+int gpu_seq_extend(gpu_model *g, uint32_t pos, uint32_t n);
+void gpu_model_draw(gpu_model *g); /* writes the sampler's uniform for the next head run */
+int gpu_prefill_init(gpu_model *g); /* buffers and pipelines of gpu_prefill.c */
+void gpu_prefill_free(gpu_model *g);
 
 /* gpu_weights.c: every tensor of m to device buffers (granule = row bytes), norms as f32. */
 int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m);

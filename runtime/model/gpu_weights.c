@@ -1,12 +1,26 @@
 /* Weights to the device: one buffer per tensor, granule = row bytes so a row never straddles
  * two parts (vk_memory.h), uploaded straight from the mapped file through the stager. Norm
  * vectors are converted to f32 on the host when stored otherwise. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
 #include "runtime/model/fingerprint.h"
 #include "runtime/model/gpu_model.h"
+
+/* A progress line on a terminal (stderr), for uploads big enough to wait for: whole percents
+ * only, so the line is rewritten at most 100 times. */
+static void progress(gpu_weights *w) {
+    if (!w->total || !w->show_progress) return;
+    unsigned pct = (unsigned)(w->bytes * 100 / w->total);
+    if (pct == w->shown_pct) return;
+    w->shown_pct = pct;
+    fprintf(stderr, "\rcinder: weights to the device %3u%% (%.2f / %.2f GiB)%s", pct, w->bytes / 1073741824.0,
+            w->total / 1073741824.0, pct >= 100 ? "\n" : "");
+    fflush(stderr);
+}
 
 static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights *w) {
     if (!t) return 0;
@@ -18,7 +32,9 @@ static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights 
     if (cvk_buffer_create(&vk->mem, b, t->nbytes, row, CVK_MEM_DEVICE)) return -1;
     w->bytes += t->nbytes;
     fp_weights_add(w->hashing, t); /* the fingerprint's read of these bytes: the upload's read follows from cache */
-    return cvk_stager_upload(&vk->stager, cvk_view_whole(b), t->data);
+    int rc = cvk_stager_upload(&vk->stager, cvk_view_whole(b), t->data);
+    progress(w);
+    return rc;
 }
 
 /* A norm vector as f32 (converted on the host when stored as another type). */
@@ -41,6 +57,9 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m) {
     w->layers = calloc(c->n_layer, sizeof *w->layers);
     w->hashing = fp_weights_begin(m->file);
     if (!w->layers || !w->hashing) return cd_fail("out of memory");
+    for (uint64_t i = 0; i < m->file->n_tensors; i++) w->total += m->file->tensors[i].nbytes;
+    w->show_progress = w->total >= (256u << 20) && isatty(STDERR_FILENO);
+    w->shown_pct = 0;
     if (upload(vk, &w->tok_embd, m->tok_embd, w) || upload_norm(vk, &w->output_norm, m->output_norm, w))
         return -1;
     if (m->output == m->tok_embd) w->head = &w->tok_embd;
@@ -65,6 +84,7 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m) {
     fp_weights *fp = w->hashing;
     w->hashing = NULL;
     if (fp_weights_end(fp, w->digest)) return -1;
+    if (w->show_progress && w->shown_pct < 100) fputc('\n', stderr);
     return cvk_stager_flush(&vk->stager);
 }
 

@@ -230,8 +230,10 @@ def compare(got, want):
 
 
 def cinder_logits(a, i, ids):
+    # The CPU reference (--cpu): this test pins the oracle itself to llama.cpp at float32
+    # precision; the GPU engine is held to the CPU reference by tests/test_gpu_model.c.
     path = os.path.join(a.work, f"{a.label}-cinder-{i}.f32")
-    r = run([a.cinder, "run", "--model", a.model, "--tokens", ",".join(map(str, ids)), "--n", "1",
+    r = run([a.cinder, "run", "--cpu", "--model", a.model, "--tokens", ",".join(map(str, ids)), "--n", "1",
              "--json", "--logits", "5", "--logits-file", path])
     if r.returncode:
         return None, r.stderr.strip()

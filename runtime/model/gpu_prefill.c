@@ -1,0 +1,297 @@
+/* Batched prefill on the GPU: the decode step's equations over up to n_batch tokens at once
+ * (gpu_model.h). Per chunk of tokens at positions pos0 + i:
+ *
+ *   X = get_rows(tok_embd, ids)                                             (T, n_embd)
+ *   per layer:
+ *     XB = rmsnorm(X); Q, K, V = XB Wq, XB Wk, XB Wv                        matmul
+ *     Q, K = rmsnorm per head, rope (positions per token)
+ *     kv_write K, V -> pages at loc[i] = {0, pos0 + i}
+ *     ATT = attn_prefill(Q, pages, causal: token i sees positions <= pos0 + i)
+ *     X += ATT Wo
+ *     XB = rmsnorm(X)
+ *     MoE:   ids, w = moe_route(XB Wr)                                      (T, k)
+ *            groups, gather, scatter = moe_group(ids): pairs sorted by expert
+ *            HG, HU = gate/up matmuls, expert-grouped (row t*k + slot)      (T*k, n_ff)
+ *            HG = swiglu(HG, HU); EO = down matmul, expert-grouped          (T*k, n_embd)
+ *            X += sum_j w[t][j] EO[t*k + j]                                 (moe_combine)
+ *     dense: X += swiglu(XB Wg, XB Wu) Wd
+ *   head (last chunk, when asked): x = X[T-1]; the decode step's head
+ *
+ * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and the
+ * grouped matmul reads them, skipping the workgroups past an expert's count. A chunk is
+ * recorded into a one-time command buffer (descriptor sets from a pool reset per chunk). */
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/model/gpu_model.h"
+#include "runtime/vk/op_eltwise.h"
+#include "runtime/vk/op_get_rows.h"
+#include "runtime/vk/op_kv_write.h"
+#include "runtime/vk/op_matmul.h"
+#include "runtime/vk/op_moe_combine.h"
+#include "runtime/vk/op_moe_group.h"
+#include "runtime/vk/op_moe_route.h"
+#include "runtime/vk/op_rmsnorm.h"
+#include "runtime/vk/op_rope.h"
+#include "runtime/vk/vk_barrier.h"
+
+#define TRY(x) do { if (x) return -1; } while (0)
+
+/* Tokens per chunk: enough for a prompt's worth of weight reuse, bounded by the context. */
+#define GPU_PREFILL_BATCH 512u
+
+static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
+
+/* ---- set-up ---- */
+
+static int want_matmul(gpu_model *g, const gguf_tensor *t) {
+    if (!t || g->matmul[t->type].pipe) return 0;
+    return cvk_matmul_pipeline(&g->matmul[t->type], &g->vk->dev, g->vk->pcache.cache, t->type, NULL);
+}
+
+static int make_pipelines(gpu_model *g) {
+    const model *m = g->m;
+    for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
+        const layer_weights *l = &m->layers[il];
+        const gguf_tensor *ts[] = {l->wq, l->wk, l->wv, l->wo, l->gate_inp, l->gate_exps, l->up_exps, l->down_exps,
+                                   l->ffn_gate, l->ffn_up, l->ffn_down};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) TRY(want_matmul(g, ts[i]));
+    }
+    VkPipelineCache pc = g->vk->pcache.cache;
+    TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
+    if (m->cfg.arch == ARCH_QWEN3MOE) TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
+    return 0;
+}
+
+static int make_buffers(gpu_model *g) {
+    const model_config *c = &g->m->cfg;
+    bool moe = c->arch == ARCH_QWEN3MOE;
+    uint64_t T = g->n_batch, q_dim = (uint64_t)c->n_head * c->head_dim, kv_dim = (uint64_t)c->n_head_kv * c->head_dim;
+    uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
+    enum cvk_mem_kind D = CVK_MEM_DEVICE, U = CVK_MEM_UPLOAD;
+    TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D) ||
+        gpu_model_buffer(g, &g->bxb2, T * c->n_embd * 4, D));
+    TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
+        gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
+    TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
+    TRY(gpu_model_buffer(g, &g->bpartials,
+                         cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->pool.n_parts, c->head_dim), D));
+    if (moe) {
+        TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
+            gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
+            gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
+            gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
+    }
+    TRY(gpu_model_buffer(g, &g->bin_tok, T * 4, U) || gpu_model_buffer(g, &g->bin_pos, T * 4, U) ||
+        gpu_model_buffer(g, &g->bin_loc, T * 8, U));
+    return 0;
+}
+
+int gpu_prefill_init(gpu_model *g) {
+    if (!g->n_batch) g->n_batch = GPU_PREFILL_BATCH;
+    if (g->n_batch > g->n_ctx) g->n_batch = g->n_ctx;
+    return make_pipelines(g) || make_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
+           cvk_cmd_init(&g->pcmd, &g->vk->dev, false);
+}
+
+void gpu_prefill_free(gpu_model *g) {
+    cvk_ctx *vk = g->vk;
+    cvk_cmd_free(&g->pcmd);
+    cvk_descpool_free(&g->pdpool);
+    cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bxb2, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
+                          &g->bwts, &g->bgroups, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
+                          &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
+    for (int t = 0; t < QTYPE_COUNT; t++) cvk_pipeline_destroy(&vk->dev, &g->matmul[t]);
+    cvk_pipeline_destroy(&vk->dev, &g->moe_group);
+    cvk_attn_prefill_pipeline_destroy(&vk->dev, &g->attn_prefill);
+}
+
+/* ---- one chunk ---- */
+
+typedef struct chunk {
+    gpu_model *g;
+    cvk_cmd *c;
+    cvk_descpool *dp;
+    uint32_t T;      /* tokens in the chunk */
+    uint32_t max_len; /* last position + 1 */
+} chunk;
+
+static void barrier(const chunk *ch) { cvk_barrier_compute_to_compute(ch->c->cb); }
+
+/* Y (T rows) = X W^T for a dense projection. */
+static int matmul(const chunk *ch, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
+                  const cvk_buffer *y) {
+    cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                         .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T};
+    return cvk_matmul(ch->c, ch->dp, &ch->g->matmul[t->type], &a);
+}
+
+/* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
+static int matmul_experts(const chunk *ch, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
+                          uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y) {
+    const gpu_model *g = ch->g;
+    uint32_t rows = ch->T * g->m->cfg.n_expert_used;
+    cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                         .x = W(x), .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T,
+                         .gather = W(gather), .scatter = W(&g->bscatter), .groups = W(&g->bgroups),
+                         .n_experts = (uint32_t)t->ne[2]};
+    return cvk_matmul(ch->c, ch->dp, &g->matmul[t->type], &a);
+}
+
+static int rmsnorm(const chunk *ch, const cvk_buffer *x, const cvk_buffer *w, const cvk_buffer *y, uint32_t n,
+                   uint32_t rows) {
+    cvk_rmsnorm_args a = {.x = W(x), .w = W(w), .y = W(y), .n = n, .rows = rows, .eps = ch->g->m->cfg.rms_eps};
+    return cvk_rmsnorm(ch->c, ch->dp, &ch->g->rmsnorm, &a);
+}
+
+static int add(const chunk *ch, const cvk_buffer *y, const cvk_buffer *x) {
+    cvk_add_args a = {.a = W(y), .b = W(x), .y = W(y), .n = ch->T * ch->g->m->cfg.n_embd};
+    return cvk_add(ch->c, ch->dp, &ch->g->add, &a);
+}
+
+static int attention(const chunk *ch, uint32_t il) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    const layer_weights *l = &g->m->layers[il];
+    const gpu_layer *d = &g->w.layers[il];
+    TRY(matmul(ch, l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, l->wk, &d->wk, &g->bxb, &g->bk) ||
+        matmul(ch, l->wv, &d->wv, &g->bxb, &g->bv));
+    barrier(ch);
+    TRY(rmsnorm(ch, &g->bq, &d->q_norm, &g->bq, cf->head_dim, ch->T * cf->n_head) ||
+        rmsnorm(ch, &g->bk, &d->k_norm, &g->bk, cf->head_dim, ch->T * cf->n_head_kv));
+    barrier(ch);
+    cvk_rope_args rq = {.x = W(&g->bq), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T, .heads = cf->n_head};
+    cvk_rope_args rk = {.x = W(&g->bk), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T,
+                        .heads = cf->n_head_kv};
+    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rq) || cvk_rope(ch->c, ch->dp, &g->rope, &rk));
+    barrier(ch);
+    cvk_kv_write_args kw = {.pool = &g->pool, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(&g->in_table),
+                            .loc = W(&g->bin_loc), .n_tokens = ch->T, .layer = il, .table_stride = g->max_pages};
+    TRY(cvk_kv_write(ch->c, ch->dp, &g->kv_write, &kw));
+    barrier(ch);
+    cvk_attn_prefill_args at = {.pool = &g->pool, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->in_table),
+                                .loc = W(&g->bin_loc), .partials = W(&g->bpartials), .out = W(&g->batt),
+                                .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
+                                .max_len = ch->max_len};
+    TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
+    barrier(ch);
+    TRY(matmul(ch, l->wo, &d->wo, &g->batt, &g->bxb2));
+    barrier(ch);
+    return add(ch, &g->bx, &g->bxb2);
+}
+
+static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+    gpu_model *g = ch->g;
+    uint32_t ff = g->m->cfg.n_ff;
+    TRY(matmul(ch, l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) || matmul(ch, l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
+    barrier(ch);
+    cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = ff, .rows = ch->T};
+    TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
+    barrier(ch);
+    TRY(matmul(ch, l->ffn_down, &d->ffn_down, &g->bhg, &g->bxb2));
+    barrier(ch);
+    return add(ch, &g->bx, &g->bxb2);
+}
+
+static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    uint32_t k = cf->n_expert_used, pairs = ch->T * k;
+    TRY(matmul(ch, l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
+    barrier(ch);
+    cvk_moe_route_args r = {.logits = W(&g->brouter), .ids = W(&g->bids), .weights = W(&g->bwts),
+                            .n_expert = cf->n_expert, .k = k, .tokens = ch->T};
+    TRY(cvk_moe_route(ch->c, ch->dp, &g->moe_route, &r));
+    barrier(ch);
+    cvk_moe_group_args mg = {.ids = W(&g->bids), .groups = W(&g->bgroups), .gather = W(&g->bgather),
+                             .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert};
+    TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
+    barrier(ch);
+    TRY(matmul_experts(ch, l->gate_exps, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg) ||
+        matmul_experts(ch, l->up_exps, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu));
+    barrier(ch);
+    cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = cf->n_ff_exp, .rows = pairs};
+    TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
+    barrier(ch);
+    /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
+    TRY(matmul_experts(ch, l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo));
+    barrier(ch);
+    cvk_moe_combine_args mc = {.x = W(&g->bx), .e = W(&g->beo), .w = W(&g->bwts), .n = cf->n_embd, .k = k,
+                               .rows = ch->T};
+    return cvk_moe_combine(ch->c, ch->dp, &g->moe_combine, &mc);
+}
+
+/* The last token's row of X into x, for the decode step's head. */
+static int record_head(const chunk *ch) {
+    gpu_model *g = ch->g;
+    uint64_t row = (uint64_t)g->m->cfg.n_embd * 4;
+    cvk_barrier_compute_to_transfer(ch->c->cb);
+    TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bx, (ch->T - 1) * row, row}, (cvk_view){&g->x, 0, row}));
+    cvk_barrier_transfer_to_compute(ch->c->cb);
+    return gpu_record_head(g, ch->c, ch->dp);
+}
+
+static int record_chunk(const chunk *ch, bool head) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    TRY(cvk_cmd_begin(ch->c));
+    cvk_get_rows_args e = {.table = &g->w.tok_embd, .type = g->m->tok_embd->type, .n = cf->n_embd,
+                           .n_rows = cf->n_vocab, .ids = W(&g->bin_tok), .n_ids = ch->T, .dst = W(&g->bx)};
+    TRY(cvk_get_rows(ch->c, ch->dp, &g->get_rows, &e));
+    barrier(ch);
+    for (uint32_t il = 0; il < cf->n_layer; il++) {
+        const gpu_layer *d = &g->w.layers[il];
+        cvk_cmd_label_begin(ch->c, "layer.attention");
+        TRY(rmsnorm(ch, &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
+        barrier(ch);
+        TRY(attention(ch, il));
+        barrier(ch);
+        cvk_cmd_label_end(ch->c);
+        cvk_cmd_label_begin(ch->c, "layer.ffn");
+        TRY(rmsnorm(ch, &g->bx, &d->ffn_norm, &g->bxb, cf->n_embd, ch->T));
+        barrier(ch);
+        if (cf->arch == ARCH_QWEN3MOE) TRY(ffn_moe(ch, &g->m->layers[il], d));
+        else TRY(ffn_dense(ch, &g->m->layers[il], d));
+        barrier(ch);
+        cvk_cmd_label_end(ch->c);
+    }
+    if (head) TRY(record_head(ch));
+    cvk_barrier_device_to_host(ch->c->cb);
+    return cvk_cmd_end(ch->c);
+}
+
+static int run_chunk(gpu_model *g, const int32_t *ids, uint32_t T, uint32_t pos0, bool head) {
+    int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0);
+    uint32_t *pos = cvk_buffer_host_ptr(&g->bin_pos, 0), *loc = cvk_buffer_host_ptr(&g->bin_loc, 0);
+    for (uint32_t i = 0; i < T; i++) {
+        tok[i] = ids[i];
+        pos[i] = pos0 + i;
+        loc[2 * i] = 0;
+        loc[2 * i + 1] = pos0 + i;
+    }
+    if (head) gpu_model_draw(g);
+    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = T, .max_len = pos0 + T};
+    TRY(cvk_descpool_reset(&g->pdpool));
+    TRY(record_chunk(&ch, head));
+    return cvk_cmd_run(&g->pcmd);
+}
+
+int gpu_prefill(gpu_model *g, const int32_t *ids, uint32_t n, uint32_t pos0, bool want_logits) {
+    const model_config *c = &g->m->cfg;
+    if (!n) return cd_fail("prefill of no tokens");
+    for (uint32_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (uint32_t)ids[i] >= c->n_vocab)
+            return cd_fail("token id %d at prompt position %u out of range (vocab %u)", ids[i], pos0 + i, c->n_vocab);
+    TRY(gpu_seq_extend(g, pos0, n));
+    for (uint32_t done = 0; done < n;) {
+        uint32_t T = n - done < g->n_batch ? n - done : g->n_batch;
+        bool last = done + T == n;
+        if (run_chunk(g, ids + done, T, pos0 + done, last && want_logits)) {
+            kv_seq_truncate(&g->pages, &g->seq, pos0 + done); /* keep only what was computed */
+            return -1;
+        }
+        done += T;
+    }
+    return 0;
+}

@@ -1,0 +1,200 @@
+/* cinder bench: prefill and decode throughput of the Vulkan engine, llama-bench style.
+ *
+ *   prefill: --prompt-tokens seeded random ids in one gpu_prefill from an empty context;
+ *   decode:  --gen greedy steps after it (each step's token chosen on the GPU).
+ * Each repeat runs both on a fresh sequence (the context is rewound, the pipelines and weights
+ * stay); the first repeat is preceded by a short warm-up so pipeline compilation and first-
+ * touch costs stay out of the numbers. Reports medians of the repeats. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/model/gpu_model.h"
+#include "runtime/model/model.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+typedef struct bench_opts {
+    const char *model;
+    uint32_t n_prompt, n_gen, repeat;
+    uint64_t seed;
+    bool json, profile;
+} bench_opts;
+
+typedef struct bench_run {
+    double prefill_ms, decode_ms;
+} bench_run;
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--json]\n"
+            "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
+            "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
+            "  device (CINDER_DEVICE picks it). --json prints one object with prefill_tok_s and\n"
+            "  decode_tok_s. --profile also prints GPU time per kernel label (timestamps) for one\n"
+            "  prefill of N tokens and one decode step.\n");
+}
+
+static int parse(int argc, char **argv, bench_opts *o) {
+    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .repeat = 3, .seed = 1};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
+        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        if (cli_flag(argv, i, "--profile")) { o->profile = true; continue; }
+        if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
+        else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; }
+        else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
+        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->seed)) return -1; }
+        else return cli_unknown("bench", a), -1;
+        if (!v) return cli_error("bench", "%s needs a value", a), -1;
+    }
+    if (o->n_prompt == 0) return cli_error("bench", "--prompt-tokens must be at least 1"), -1;
+    if (o->repeat == 0) return cli_error("bench", "--repeat must be at least 1"), -1;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, uint32_t n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* One prefill of ids from position 0, then n_gen greedy decode steps. */
+static int bench_once(gpu_model *g, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen, bench_run *out) {
+    double t0 = cli_now_ms();
+    if (gpu_prefill(g, ids, n_prompt, 0, true)) return -1;
+    double t1 = cli_now_ms();
+    for (uint32_t i = 0; i < n_gen; i++)
+        if (gpu_forward(g, gpu_model_next(g), n_prompt + i, true)) return -1;
+    out->prefill_ms = t1 - t0;
+    out->decode_ms = cli_now_ms() - t1;
+    return 0;
+}
+
+/* GPU time per label of the timer's last recording, in order of first appearance. Spans nest
+ * (layer.* and head enclose kernels), so the column sums more than the total. */
+static int print_spans(cvk_timer *t, const char *what) {
+    enum { MAX = 8192, LABELS = 64 };
+    cvk_timing *sp = malloc(MAX * sizeof *sp);
+    if (!sp) return cd_fail("out of memory");
+    uint32_t n;
+    if (cvk_timer_read(t, sp, MAX, &n)) { free(sp); return -1; }
+    const char *label[LABELS];
+    double ms[LABELS];
+    uint32_t count[LABELS], nl = 0;
+    uint64_t t0 = n ? sp[0].start_ns : 0, t1 = t0;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t k = 0;
+        while (k < nl && strcmp(label[k], sp[i].label)) k++;
+        if (k == nl && nl < LABELS) { label[nl] = sp[i].label; ms[nl] = 0; count[nl] = 0; nl++; }
+        if (k < nl) { ms[k] += (sp[i].end_ns - sp[i].start_ns) / 1e6; count[k]++; }
+        if (sp[i].start_ns < t0) t0 = sp[i].start_ns;
+        if (sp[i].end_ns > t1) t1 = sp[i].end_ns;
+    }
+    double total = (t1 - t0) / 1e6;
+    printf("\n%s: %.2f ms of GPU time in %u spans%s\n", what, total, n, t->dropped ? " (some dropped)" : "");
+    printf("  %-18s %8s %10s %7s\n", "label", "spans", "ms", "share");
+    for (uint32_t k = 0; k < nl; k++)
+        printf("  %-18s %8u %10.3f %6.1f%%\n", label[k], count[k], ms[k], total > 0 ? 100 * ms[k] / total : 0);
+    free(sp);
+    return 0;
+}
+
+/* One prefill and one decode step with timestamps around every kernel. */
+static int profile(gpu_model *g, cvk_ctx *vk, const int32_t *ids, uint32_t n_prompt) {
+    cvk_timer t;
+    if (cvk_timer_init(&t, &vk->dev, 8192)) return -1;
+    int rc = cvk_timer_enable(&t, true) || gpu_model_set_timer(g, &t) || gpu_prefill(g, ids, n_prompt, 0, true) ||
+             print_spans(&t, "prefill") || gpu_model_set_timer(g, &t) ||
+             gpu_forward(g, gpu_model_next(g), n_prompt, true) || print_spans(&t, "decode step");
+    gpu_model_set_timer(g, NULL);
+    cvk_timer_free(&t);
+    return rc;
+}
+
+static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double pp, double tg, double load_ms) {
+    if (!o->json) {
+        printf("model   %s (%s, %u layers, %u experts)\n", o->model, model_arch_name(m->cfg.arch), m->cfg.n_layer,
+               m->cfg.n_expert);
+        printf("device  %s\n", vk->dev.info.props.deviceName);
+        printf("pp%-5u %10.2f tok/s   (median of %u)\n", o->n_prompt, pp, o->repeat);
+        if (o->n_gen) printf("tg%-5u %10.2f tok/s   (median of %u)\n", o->n_gen, tg, o->repeat);
+        printf("load    %10.1f ms (weights to the device, pipelines)\n", load_ms);
+        return;
+    }
+    json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f}", "model", o->model, "device",
+                          vk->dev.info.props.deviceName, "prompt_tokens", (json_int_t)o->n_prompt, "gen_tokens",
+                          (json_int_t)o->n_gen, "repeat", (json_int_t)o->repeat, "prefill_tok_s", pp, "decode_tok_s",
+                          tg, "load_ms", load_ms);
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    puts(s);
+    free(s);
+    json_decref(j);
+}
+
+static int bench(const bench_opts *o, model *m) {
+    uint32_t n_ctx = o->n_prompt + o->n_gen;
+    if (n_ctx > m->cfg.n_ctx_train)
+        return cli_error("bench", "%u prompt + %u generated tokens exceed the model's context (%u)", o->n_prompt,
+                         o->n_gen, m->cfg.n_ctx_train);
+    int32_t *ids = malloc(o->n_prompt * sizeof *ids);
+    double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
+    cvk_ctx *vk = calloc(1, sizeof *vk);
+    gpu_model g = {0};
+    if (!ids || !pp || !tg || !vk) { free(ids); free(pp); free(tg); free(vk); return cli_error("bench", "out of memory"); }
+    rng r;
+    rng_seed(&r, o->seed);
+    for (uint32_t i = 0; i < o->n_prompt; i++) ids[i] = (int32_t)rng_below(&r, m->cfg.n_vocab);
+
+    int rc = 0;
+    cvk_ctx_opts co = {.device = -1, .pipeline_cache = ""};
+    double t0 = cli_now_ms();
+    if (cvk_ctx_init(vk, &co)) { free(vk); vk = NULL; rc = -1; }
+    if (!rc && gpu_model_init(&g, vk, m, n_ctx)) rc = -1;
+    double load_ms = cli_now_ms() - t0;
+    bench_run warm;
+    uint32_t n_warm = o->n_prompt < 8 ? o->n_prompt : 8;
+    if (!rc && bench_once(&g, ids, n_warm, o->n_gen ? 2 : 0, &warm)) rc = -1;
+    for (uint32_t k = 0; !rc && k < o->repeat; k++) {
+        bench_run b;
+        if (bench_once(&g, ids, o->n_prompt, o->n_gen, &b)) { rc = -1; break; }
+        pp[k] = o->n_prompt / (b.prefill_ms / 1e3);
+        tg[k] = o->n_gen ? o->n_gen / (b.decode_ms / 1e3) : 0;
+        if (!o->json)
+            fprintf(stderr, "repeat %u: prefill %.1f ms (%.2f tok/s), decode %.1f ms (%.2f tok/s)\n", k + 1, b.prefill_ms,
+                    pp[k], b.decode_ms, tg[k]);
+    }
+    if (!rc && o->profile && !o->json && profile(&g, vk, ids, o->n_prompt)) rc = -1;
+    if (rc) cli_error("bench", "%s", cd_errmsg());
+    else report(o, m, vk, median(pp, o->repeat), median(tg, o->repeat), load_ms);
+    gpu_model_free(&g);
+    if (vk) cvk_ctx_free(vk);
+    free(vk);
+    free(ids);
+    free(pp);
+    free(tg);
+    return rc;
+}
+
+int cmd_bench(int argc, char **argv) {
+    bench_opts o;
+    if (parse(argc, argv, &o)) return 1;
+    if (!o.model) {
+        if (cli_ensure_default_model()) return 1;
+        o.model = cli_default_model();
+    }
+    model *m;
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("bench", "%s", cd_errmsg());
+    int rc = bench(&o, m);
+    model_free(m);
+    return rc ? 1 : 0;
+}
