@@ -129,9 +129,11 @@ cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t 
     uint32_t nvec = n_vec < 1 ? 1 : n_vec > 8 ? 8 : n_vec;
     if (cpu_device(d) && type == QTYPE_Q6_K && n_vec == 1 && n_rows >= 32768)
         /* lavapipe, lm_head-sized Q6_K: one lane per row, 16 rows per lane, so each x load (the
-         * same address across a subgroup) feeds 16 rows: 2.4-3x (docs/kernels/matvec.md). x
-         * staged as int16/int8 in shared memory (xq) is within noise of this on top of it. */
-        return (cvk_matvec_cfg){.wg = 64, .rows = 16, .nvec = 1, .lanes_per_row = 1};
+         * same address across a subgroup) feeds 16 rows: 2.4-3x (docs/kernels/matvec.md); x
+         * staged as int16 in shared memory (2 x per load; error <= amax / 65534 per x) adds
+         * 5-25 %. int8 x is no faster here and changes greedy tokens of the test models. */
+        return (cvk_matvec_cfg){.wg = 64, .rows = 16, .nvec = 1, .lanes_per_row = 1,
+                                .xq = n_in <= 4096 ? (n_in + QK_K - 1) / QK_K * QK_K : 0, .xq_bits = 16};
     if (cpu_device(d)) /* lavapipe: masked-off vectors still cost their loads, so NVEC = n_vec */
         return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec};
     return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec < 4 ? nvec : 4};
