@@ -136,13 +136,19 @@ static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
                 continue;
             }
             quant_dequantize_row(t->type, w + rb * ((uint64_t)s * t->n_rows + rr), row, t->n_in);
-            double want = 0, mag = 0;
+            double want = 0, mag = 0, xq_err = 0;
             for (uint32_t i = 0; i < t->n_in; i++) {
                 want += (double)row[i] * xv[i];
                 mag += fabs((double)row[i] * xv[i]);
             }
+            if (t->cfg.xq && t->cfg.xq_bits) /* int x: each x off by at most half its block's step */
+                for (uint32_t b0 = 0; b0 < t->n_in; b0 += 32) {
+                    double amax = 0, wsum = 0;
+                    for (uint32_t i = b0; i < b0 + 32; i++) amax = fmax(amax, fabs(xv[i])), wsum += fabs(row[i]);
+                    xq_err += wsum * amax / (t->cfg.xq_bits == 8 ? 127 : 32767) * 0.5 * 1.001;
+                }
             double err = fabs((double)g - want);
-            if (isnan(g) || err > 1e-4 * mag + 1e-30)
+            if (isnan(g) || err > 1e-4 * mag + xq_err + 1e-30)
                 fail_msg("%s n_in=%u n_rows=%u: vector %u slice %d row %u = %.9g, want %.9g (|wx| %.3g)",
                          qtype_name(t->type), t->n_in, t->n_rows, v, s, rr, g, want, mag);
             if (mag > 0) worst = fmax(worst, err / mag);
@@ -205,13 +211,61 @@ static void test_configs(void **state) {
         {.wg = 128, .rows = 1, .nvec = 3, .lanes_per_row = 32}, {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 64},
         {.wg = 32, .rows = 2, .nvec = 4, .subgroup_size = 8, .lanes_per_row = 16},
     };
-    uint64_t seed = 60;
+    uint64_t seed = 50;
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++)
         for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti += 2 + c % 2) {
             tcase t = {.type = all_types[ti], .n_in = awkward_n_in(all_types[ti], (uint32_t)c + 1), .n_rows = 131,
                        .n_slices = 2, .n_vec = 11, .slice = 1, .cfg = cfgs[c]};
             run_case(&t, seed++, 0);
         }
+}
+
+/* Q6_K with x staged in shared memory (cfg.xq: int8, int16, float) and with one lane per row
+ * (x read once for ROWS rows, from the buffer or the staged copy): dense and MoE, n_in below
+ * and at xq, row blocks over several workgroup sizes, split weights. */
+static void test_staged_x(void **state) {
+    (void)state;
+    const cvk_matvec_cfg cfgs[] = {
+        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 1, .xq = 768, .xq_bits = 8},
+        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 1, .xq = 768, .xq_bits = 16},
+        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 1, .xq = 768},
+        {.wg = 64, .rows = 1, .nvec = 1, .xq = 768, .xq_bits = 16},
+        {.wg = 8, .rows = 3, .nvec = 1, .lanes_per_row = 1, .xq = 768, .xq_bits = 8},
+        {.wg = 128, .rows = 4, .nvec = 1, .lanes_per_row = 2, .xq = 1024, .xq_bits = 16},
+        {.wg = 32, .rows = 2, .nvec = 1, .lanes_per_row = 16, .xq = 768, .subgroup_size = 8, .xq_bits = 8},
+        {.wg = 64, .rows = 16, .nvec = 1, .lanes_per_row = 1},
+        {.wg = 16, .rows = 5, .nvec = 1, .lanes_per_row = 1},
+    };
+    const uint32_t rows[] = {1, 7, 129, 1000, 300};
+    uint64_t seed = 50;
+    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
+        for (uint32_t k = 0; k < 5; k++) {
+            tcase t = {.type = QTYPE_Q6_K, .n_in = 256 * (k % 2 ? 3 : 1), .n_rows = rows[k],
+                       .n_slices = k == 2 ? 3 : 1, .n_vec = 1 + k % 3, .slice = k == 2 ? 2 : 0, .cfg = cfgs[c]};
+            run_case(&t, seed++, 0);
+        }
+        tcase m = {.type = QTYPE_Q6_K, .n_in = 512, .n_rows = 129, .n_slices = 5, .n_vec = 6, .use_ids = true,
+                   .x_shared = c % 2, .cfg = cfgs[c]};
+        run_case(&m, seed++, 0);
+        tcase sp = {.type = QTYPE_Q6_K, .n_in = 256, .n_rows = 77, .n_slices = 2, .n_vec = 2, .slice = 1, .cfg = cfgs[c]};
+        run_case(&sp, seed++, 2000);
+    }
+    cvk_pipeline p;
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q4_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 256}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 2, .xq = 256}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 300}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 256, .xq_bits = 4}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K,
+                                    &(cvk_matvec_cfg){.wg = 36, .nvec = 1, .xq = 256}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 256}), 0);
+    cvk_buffer b;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &b, 8192, 1, CVK_MEM_DEVICE), 0);
+    cvk_matvec_args a = {.w = &b, .type = QTYPE_Q6_K, .n_in = 512, .n_rows = 1, .x = cvk_view_whole(&b),
+                         .y = cvk_view_whole(&b), .n_vec = 1};
+    assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1); /* n_in above xq */
+    assert_non_null(strstr(cd_errmsg(), "staged x"));
+    cvk_buffer_destroy(&vk->mem, &b);
+    cvk_pipeline_destroy(&vk->dev, &p);
 }
 
 /* cvk_matvec_choose's configuration at the decode shapes (row counts cut down), and the
@@ -221,6 +275,7 @@ static void test_choose(void **state) {
     const struct { enum qtype t; uint32_t n_in, n_rows, n_vec; } shapes[] = {
         {QTYPE_Q6_K, 512, 1001, 1}, {QTYPE_Q6_K, 256, 999, 1}, {QTYPE_Q8_0, 512, 300, 1}, {QTYPE_F16, 512, 300, 1},
         {QTYPE_Q4_K, 2048, 130, 1}, {QTYPE_Q5_K, 768, 77, 1},  {QTYPE_BF16, 4, 65, 1},  {QTYPE_F32, 2048, 17, 5},
+        {QTYPE_Q6_K, 256, 40000, 1}, /* lm_head-sized: one lane per row, 16 rows, on CPU devices */
     };
     uint64_t seed = 120;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
@@ -349,9 +404,9 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
         }
     for (size_t c = 0; c < n_cfg; c++) {
         printf("  bench %-4s %5u x %6u (n_in x rows) %s wg=%-3u rows=%-2u lpr=%-2u parts=%u: lavapipe %9.3f ms, "
-               "cpu_matvec %8.3f ms, cpu/gpu %5.2f  (max rel diff %.2g)\n",
+               "cpu_matvec %8.3f ms, cpu/gpu %5.2f  xq=%u,%u (max rel diff %.2g)\n",
                qtype_name(type), n_in, n_rows, cfgs[c].wg ? "fixed " : "choose", used[c].wg, used[c].rows,
-               used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c], worst[c]);
+               used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c], used[c].xq, used[c].xq_bits, worst[c]);
         cvk_pipeline_destroy(&vk->dev, &p[c]);
     }
     cvk_buffer_destroy(&vk->mem, &bw);
@@ -371,11 +426,14 @@ static void bench(void **state) {
     if (e) {
         n_cfg = 0;
         for (const char *s = e; *s && n_cfg < 16;) {
-            unsigned wg = 0, rows = 0, lpr = 0, nvec = 0;
-            int n = 0;
+            unsigned wg = 0, rows = 0, lpr = 0, nvec = 0, xq = 0, xq8 = 0;
+            int n = 0, n2 = 0;
             if (sscanf(s, "%u,%u,%u,%u%n", &wg, &rows, &lpr, &nvec, &n) < 4) break;
-            cfgs[n_cfg++] = (cvk_matvec_cfg){.wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr};
             s += n;
+            if (sscanf(s, ",%u%n", &xq, &n2) == 1) s += n2; /* optional fifth and sixth fields: xq, xq_bits */
+            if (sscanf(s, ",%u%n", &xq8, &n2) == 1) s += n2;
+            cfgs[n_cfg++] = (cvk_matvec_cfg){.wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr, .xq = xq,
+                                             .xq_bits = xq8};
             if (*s == ';') s++;
         }
     }
@@ -405,6 +463,7 @@ int main(void) {
         cmocka_unit_test(test_dense_every_type),
         cmocka_unit_test(test_moe_ids_every_type),
         cmocka_unit_test(test_configs),
+        cmocka_unit_test(test_staged_x),
         cmocka_unit_test(test_choose),
         cmocka_unit_test(test_split_weights),
         cmocka_unit_test(test_rejects_mismatches),

@@ -4,8 +4,9 @@
 #include "shaders/shaders.h"
 
 /* spec constants: 0 WG, 1 QTYPE, 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup),
- * 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only) */
-enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, N_SPEC };
+ * 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only),
+ * 7 XQ (> 0: x staged in shared memory for n_in <= XQ), 8 XQ_BITS (staged as int8/int16 blocks, 0: floats) */
+enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, SPEC_XQ, SPEC_XQ_BITS, N_SPEC };
 
 static bool cpu_device(const cvk_device *d) { return d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 
@@ -28,14 +29,20 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (c.rows * c.nvec > c.wg) return cd_fail("matvec: rows * nvec exceeds the workgroup size");
     if (c.lanes_per_row & (c.lanes_per_row - 1) || c.wg % (c.lanes_per_row ? c.lanes_per_row : 1))
         return cd_fail("matvec: lanes per row %u is not a power of 2 dividing the workgroup size", c.lanes_per_row);
+    if (c.xq) {
+        if (type != QTYPE_Q6_K || c.nvec != 1 || c.wg % 8 || c.xq % QK_K || (c.xq_bits && c.xq_bits != 8 && c.xq_bits != 16))
+            return cd_fail("matvec: staged x needs Q6_K, nvec 1, wg %% 8 == 0, xq %% 256 == 0, 8 or 16 bits");
+        if (c.subgroup_size ? c.subgroup_size < 8 : (k->min_subgroup_size ? k->min_subgroup_size : 1) < 8)
+            return cd_fail("matvec: staged x needs subgroups of at least 8");
+    }
     uint32_t min_sg = k->min_subgroup_size ? k->min_subgroup_size : 1;
     if (c.subgroup_size && c.subgroup_size < min_sg) min_sg = c.subgroup_size;
     uint32_t nsg = (c.wg + min_sg - 1) / min_sg;
-    if ((uint64_t)nsg * c.rows * c.nvec * 4 > k->max_shared)
+    if ((uint64_t)nsg * c.rows * c.nvec * 4 + (c.xq_bits ? c.xq * c.xq_bits / 8 + c.xq / 8 : c.xq * 4ull) > k->max_shared)
         return cd_fail("matvec: reduction needs more shared memory than the device has");
     /* lavapipe: groups within one subgroup (no barrier, no shared memory) run fastest */
     uint32_t lpr_max = cpu_device(d) ? (c.subgroup_size ? c.subgroup_size : k->subgroup_size) : 0;
-    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max};
+    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max, c.xq, c.xq ? c.xq_bits : 0};
     cvk_pipeline_desc desc = {.name = "matvec", .spv = cinder_spv_matvec, .spv_size = cinder_spv_matvec_size,
                               .n_bindings = 4, .push_size = sizeof(cvk_matvec_push), .spec = spec, .n_spec = N_SPEC,
                               .subgroup_size = c.subgroup_size,
@@ -48,6 +55,8 @@ static int check(const cvk_pipeline *p, const cvk_matvec_args *a, uint64_t row_b
     const cvk_buffer *w = a->w;
     if (p->n_spec < N_SPEC || p->spec[SPEC_TYPE] != (uint32_t)a->type)
         return cd_fail("matvec: pipeline built for another type than %s", qtype_name(a->type));
+    if (p->spec[SPEC_XQ] && a->n_in > p->spec[SPEC_XQ])
+        return cd_fail("matvec: n_in %u exceeds the pipeline's staged x size %u", a->n_in, p->spec[SPEC_XQ]);
     if (a->n_in % qtype_block_elems(a->type))
         return cd_fail("matvec: row of %u is not a whole number of %s blocks", a->n_in, qtype_name(a->type));
     uint64_t total = (uint64_t)a->n_rows * n_slices;
@@ -117,8 +126,14 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
 }
 
 cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t n_vec) {
-    (void)type, (void)n_in, (void)n_rows;
     uint32_t nvec = n_vec < 1 ? 1 : n_vec > 8 ? 8 : n_vec;
+    if (cpu_device(d) && type == QTYPE_Q6_K && n_vec == 1 && n_rows >= 32768)
+        /* lavapipe, lm_head-sized Q6_K: one lane per row, 16 rows per lane, so each x load (the
+         * same address across a subgroup) feeds 16 rows: 2.4-3x (docs/kernels/matvec.md); x
+         * staged as int16 in shared memory (2 x per load; error <= amax / 65534 per x) adds
+         * 5-25 %. int8 x is no faster here and changes greedy tokens of the test models. */
+        return (cvk_matvec_cfg){.wg = 64, .rows = 16, .nvec = 1, .lanes_per_row = 1,
+                                .xq = n_in <= 4096 ? (n_in + QK_K - 1) / QK_K * QK_K : 0, .xq_bits = 16};
     if (cpu_device(d)) /* lavapipe: masked-off vectors still cost their loads, so NVEC = n_vec */
         return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec};
     return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec < 4 ? nvec : 4};
