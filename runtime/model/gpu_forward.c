@@ -34,7 +34,9 @@ static int make_pipelines(gpu_model *g) {
     const model *m = g->m;
     cvk_device *d = &g->vk->dev;
     VkPipelineCache pc = g->vk->pcache.cache;
-    TRY(want_matvec(g, m->output));
+    /* the lm_head gets a configuration of its own: its shape (151,936 rows) is like no other */
+    cvk_matvec_cfg hc = cvk_matvec_choose(d, m->output->type, (uint32_t)m->output->ne[0], (uint32_t)m->output->ne[1], 1);
+    TRY(cvk_matvec_pipeline(&g->head, d, pc, m->output->type, &hc));
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
         const layer_weights *l = &m->layers[il];
         const gguf_tensor *ts[] = {l->wq, l->wk, l->wv, l->wo, l->gate_inp, l->gate_exps, l->up_exps, l->down_exps,
@@ -229,7 +231,7 @@ static int record_head_ops(gpu_model *g, cvk_cmd *c, cvk_descpool *dp) {
     const gguf_tensor *t = g->m->output;
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                           .x = W(&g->xb), .y = W(&g->logits), .n_vec = 1};
-    TRY(cvk_matvec(c, dp, &g->matvec[t->type], &mv));
+    TRY(cvk_matvec(c, dp, &g->head, &mv));
     cvk_barrier_compute_to_compute(cb);
     if (g->sample_on_device) {
         cvk_sample_args sa = {.logits = W(&g->logits), .scratch = W(&g->smp_scratch), .u = W(&g->in_u),
@@ -301,6 +303,7 @@ void gpu_model_free(gpu_model *g) {
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
     cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
     for (int t = 0; t < QTYPE_COUNT; t++) cvk_pipeline_destroy(d, &g->matvec[t]);
+    cvk_pipeline_destroy(d, &g->head);
     cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->rope, &g->add, &g->swiglu, &g->moe_route, &g->moe_combine,
                           &g->kv_write};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cvk_pipeline_destroy(d, ps[i]);

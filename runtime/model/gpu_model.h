@@ -79,6 +79,7 @@ typedef struct gpu_model {
 
     /* pipelines */
     cvk_pipeline matvec[QTYPE_COUNT]; /* per weight type in use */
+    cvk_pipeline head;                /* lm_head: cvk_matvec_choose's configuration for its shape */
     cvk_pipeline get_rows, rmsnorm, rope, add, swiglu, moe_route, moe_combine, kv_write;
     cvk_pipeline matmul[QTYPE_COUNT]; /* per weight type in use (prefill) */
     cvk_pipeline moe_group;
