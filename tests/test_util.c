@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "runtime/base/fp16.h"
+
 const char *tu_source_dir(void) {
     const char *s = getenv("CINDER_SOURCE_DIR");
     return s ? s : ".";
@@ -63,4 +65,38 @@ const char *tu_make_model(const char *file, const char *preset, const char *quan
         abort();
     }
     return path;
+}
+
+static double tu_dot_f(const float *a, const float *b, uint32_t n) {
+    double s = 0;
+    for (uint32_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return s;
+}
+
+void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
+                      uint32_t len, uint32_t n_head, uint32_t layer, float *out) {
+    uint32_t hd = l->head_dim, group = n_head / l->n_head_kv, pt = l->page_tokens;
+    double scale = 1.0 / sqrt((double)hd);
+    float *att = malloc((len ? len : 1) * sizeof *att), *k = malloc(hd * 4), *v = malloc((size_t)len * hd * 4 + 4);
+    for (uint32_t h = 0; h < n_head; h++) {
+        uint32_t kvh = h / group;
+        float max = -INFINITY;
+        for (uint32_t t = 0; t < len; t++) {
+            uint32_t page = table[t / pt], slot = t % pt;
+            for (uint32_t d = 0; d < hd; d++) {
+                k[d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 0, kvh, slot, d)]);
+                v[(size_t)t * hd + d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 1, kvh, slot, d)]);
+            }
+            att[t] = (float)(tu_dot_f(q + h * hd, k, hd) * scale);
+            max = att[t] > max ? att[t] : max;
+        }
+        double sum = 0;
+        for (uint32_t t = 0; t < len; t++) { att[t] = expf(att[t] - max); sum += att[t]; }
+        for (uint32_t d = 0; d < hd; d++) {
+            double acc = 0;
+            for (uint32_t t = 0; t < len; t++) acc += (double)att[t] * v[(size_t)t * hd + d];
+            out[h * hd + d] = len ? (float)(acc / sum) : 0.0f;
+        }
+    }
+    free(att), free(k), free(v);
 }

@@ -19,3 +19,10 @@ double tu_rel_l2(const float *a, const float *b, size_t n);
  * quant NULL keeps the preset's mix. tweak, if given, edits the spec before writing. */
 const char *tu_make_model(const char *file, const char *preset, const char *quant, uint64_t seed,
                           void (*tweak)(synth_spec *));
+
+#include "kv/kv_layout.h"
+/* cpu_ref.c attention() for one query token over len positions, K/V read from an fp16 pool
+ * (kv_layout) through one block-table row; out = 0 for len 0. The oracle of the attention
+ * kernel tests. */
+void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
+                       uint32_t len, uint32_t n_head, uint32_t layer, float *out);

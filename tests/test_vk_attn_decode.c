@@ -23,44 +23,11 @@
 #include "runtime/vk/vk_instance.h"
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
+#include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
 
 
-static double dot_f(const float *a, const float *b, uint32_t n) {
-    double s = 0;
-    for (uint32_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-
-/* cpu_ref.c attention() for one query token, K/V read from the fp16 pool through the table */
-static void reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
-                      uint32_t len, uint32_t n_head, uint32_t layer, float *out) {
-    uint32_t hd = l->head_dim, group = n_head / l->n_head_kv, pt = l->page_tokens;
-    double scale = 1.0 / sqrt((double)hd);
-    float *att = malloc((len ? len : 1) * sizeof *att), *k = malloc(hd * 4), *v = malloc((size_t)len * hd * 4 + 4);
-    for (uint32_t h = 0; h < n_head; h++) {
-        uint32_t kvh = h / group;
-        float max = -INFINITY;
-        for (uint32_t t = 0; t < len; t++) {
-            uint32_t page = table[t / pt], slot = t % pt;
-            for (uint32_t d = 0; d < hd; d++) {
-                k[d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 0, kvh, slot, d)]);
-                v[(size_t)t * hd + d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 1, kvh, slot, d)]);
-            }
-            att[t] = (float)(dot_f(q + h * hd, k, hd) * scale);
-            max = att[t] > max ? att[t] : max;
-        }
-        double sum = 0;
-        for (uint32_t t = 0; t < len; t++) { att[t] = expf(att[t] - max); sum += att[t]; }
-        for (uint32_t d = 0; d < hd; d++) {
-            double acc = 0;
-            for (uint32_t t = 0; t < len; t++) acc += (double)att[t] * v[(size_t)t * hd + d];
-            out[h * hd + d] = len ? (float)(acc / sum) : 0.0f;
-        }
-    }
-    free(att), free(k), free(v);
-}
 
 typedef struct tcase {
     uint32_t head_dim, n_head, n_head_kv, page_tokens, n_layer, layer;
@@ -103,7 +70,7 @@ static void run_case(const tcase *t, uint64_t seed) {
     float qs = t->q_scale ? t->q_scale : 1.0f;
     for (size_t i = 0; i < t->n_seq * row; i++) q[i] = rng_normal(&r) * qs;
     for (uint32_t s = 0; s < t->n_seq; s++)
-        reference(&lay, pool, q + s * row, table + s * stride, t->lens[s], t->n_head, t->layer, ref + s * row);
+        tu_attn_reference(&lay, pool, q + s * row, table + s * stride, t->lens[s], t->n_head, t->layer, ref + s * row);
 
     uint64_t saved_part = vk->mem.max_part;
     if (t->max_part) vk->mem.max_part = t->max_part;

@@ -29,6 +29,7 @@
 #include "runtime/vk/vk_ctx.h"
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
+#include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
 #define TOL 1e-3 /* per head vector, relative to its largest element (as test_vk_attn_decode) */
@@ -55,40 +56,6 @@ typedef struct scene {
     float *q, *ref;
 } scene;
 
-static double dot_f(const float *a, const float *b, uint32_t n) {
-    double s = 0;
-    for (uint32_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-    return s;
-}
-
-/* cpu_ref.c attention() for one token at position pos, K/V read from the fp16 pool through its table row */
-static void reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
-                      uint32_t pos, uint32_t n_head, uint32_t layer, float *out) {
-    uint32_t hd = l->head_dim, group = n_head / l->n_head_kv, pt = l->page_tokens, len = pos + 1;
-    double scale = 1.0 / sqrt((double)hd);
-    float *att = malloc(len * sizeof *att), *k = malloc(hd * 4), *v = malloc((size_t)len * hd * 4);
-    for (uint32_t h = 0; h < n_head; h++) {
-        uint32_t kvh = h / group;
-        float max = -INFINITY;
-        for (uint32_t t = 0; t < len; t++) {
-            uint32_t page = table[t / pt], slot = t % pt;
-            for (uint32_t d = 0; d < hd; d++) {
-                k[d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 0, kvh, slot, d)]);
-                v[(size_t)t * hd + d] = fp16_to_f32(pool[kv_layout_index(l, page, layer, 1, kvh, slot, d)]);
-            }
-            att[t] = (float)(dot_f(q + h * hd, k, hd) * scale);
-            max = att[t] > max ? att[t] : max;
-        }
-        double sum = 0;
-        for (uint32_t t = 0; t < len; t++) { att[t] = expf(att[t] - max); sum += att[t]; }
-        for (uint32_t d = 0; d < hd; d++) {
-            double acc = 0;
-            for (uint32_t t = 0; t < len; t++) acc += (double)att[t] * v[(size_t)t * hd + d];
-            out[h * hd + d] = (float)(acc / sum);
-        }
-    }
-    free(att), free(k), free(v);
-}
 
 static void scene_make(scene *s, const tcase *t, uint64_t seed, int with_ref) {
     rng r;
@@ -144,8 +111,8 @@ static void scene_make(scene *s, const tcase *t, uint64_t seed, int with_ref) {
     s->ref = calloc(s->n_tokens * row, 4);
     if (with_ref)
         for (uint32_t i = 0; i < s->n_tokens; i++)
-            reference(&s->lay, s->pool, s->q + i * row, s->table + s->loc[2 * i] * s->stride, s->loc[2 * i + 1],
-                      t->n_head, t->layer, s->ref + i * row);
+            tu_attn_reference(&s->lay, s->pool, s->q + i * row, s->table + s->loc[2 * i] * s->stride, s->loc[2 * i + 1] + 1,
+                              t->n_head, t->layer, s->ref + i * row);
 }
 
 static void scene_free(scene *s) { free(s->pool), free(s->table), free(s->loc), free(s->q), free(s->ref); }
