@@ -111,7 +111,9 @@ static void test_logits_dense(void **state) {
 }
 
 /* Greedy generation: prompts of 8 random tokens, 32 generated; the GPU's own choice (made on
- * the device) feeds its next step. At least 19 of 20 prompts must agree token for token. */
+ * the device) feeds its next step. At least 19 of 20 prompts must agree token for token with
+ * the CPU reference storing K/V in fp16 as the GPU's pool does (with f32 K/V the small mix
+ * model agreed on 17 of 20: the storage format, not a kernel, decides the near-ties). */
 static bool greedy_ok(model *m, const char *what, uint32_t n_prompts) {
     enum { n_prompt = 8, n_gen = 32 };
     uint32_t V = m->cfg.n_vocab;
@@ -122,6 +124,7 @@ static bool greedy_ok(model *m, const char *what, uint32_t n_prompts) {
     if (gpu_model_init(&g, vk, m, n_prompt + n_gen)) fail_msg("%s", cd_errmsg());
     cpu_state s;
     assert_int_equal(cpu_state_init(&s, m, n_prompt + n_gen), 0);
+    s.kv_fp16 = true; /* K/V stored as the GPU stores them: a 32-step greedy run compares kernels, not KV formats */
     for (uint32_t p = 0; p < n_prompts; p++) {
         int32_t ids[n_prompt], cpu_out[n_gen], gpu_out[n_gen];
         random_prompt(&r, ids, n_prompt);

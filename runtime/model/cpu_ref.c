@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/base/error.h"
+#include "runtime/base/fp16.h"
 
 /* ---- building blocks ---- */
 
@@ -169,6 +170,11 @@ static void attention(cpu_state *s, const layer_weights *l, uint32_t il, uint32_
     float *kc = s->key_cache + (size_t)il * s->n_ctx * kv_dim, *vc = s->value_cache + (size_t)il * s->n_ctx * kv_dim;
     memcpy(kc + (size_t)pos * kv_dim, s->k, kv_dim * sizeof(float));
     memcpy(vc + (size_t)pos * kv_dim, s->v, kv_dim * sizeof(float));
+    if (s->kv_fp16) /* stored as the GPU stores them: rounded to fp16, nearest even */
+        for (uint32_t i = 0; i < kv_dim; i++) {
+            kc[(size_t)pos * kv_dim + i] = fp16_to_f32(f32_to_fp16(kc[(size_t)pos * kv_dim + i]));
+            vc[(size_t)pos * kv_dim + i] = fp16_to_f32(f32_to_fp16(vc[(size_t)pos * kv_dim + i]));
+        }
 
     /* causal GQA attention: query head h reads kv head h / group */
     double scale = 1.0 / sqrt((double)hd);

@@ -5,6 +5,7 @@
  *
  * One token per call, attending over a float32 KV cache of every earlier position. */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "runtime/model/model.h"
@@ -25,6 +26,8 @@ typedef struct cpu_state {
     float *key_cache;      /* (n_layer, n_ctx, n_head_kv * head_dim) */
     float *value_cache;    /* (n_layer, n_ctx, n_head_kv * head_dim) */
     float *logits;         /* (n_vocab) */
+    bool kv_fp16;          /* round cached K and V to fp16 as the GPU's pool stores them (default off:
+                              the f32 reference); set after cpu_state_init */
 } cpu_state;
 
 int cpu_state_init(cpu_state *s, const model *m, uint32_t n_ctx);
