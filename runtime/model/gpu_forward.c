@@ -38,10 +38,9 @@ static int make_pipelines(gpu_model *g) {
     cvk_matvec_cfg hc = cvk_matvec_choose(d, m->output->type, (uint32_t)m->output->ne[0], (uint32_t)m->output->ne[1], 1);
     TRY(cvk_matvec_pipeline(&g->head, d, pc, m->output->type, &hc));
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
-        const layer_weights *l = &m->layers[il];
-        const gguf_tensor *ts[] = {l->wq, l->wk, l->wv, l->wo, l->gate_inp, l->gate_exps, l->up_exps, l->down_exps,
-                                   l->ffn_gate, l->ffn_up, l->ffn_down};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) TRY(want_matvec(g, ts[i]));
+        const gguf_tensor *ts[GPU_LAYER_MATS];
+        gpu_layer_mats(&m->layers[il], ts);
+        for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matvec(g, ts[i]));
     }
     TRY(cvk_get_rows_pipeline(&g->get_rows, d, pc, m->tok_embd->type, 0));
     TRY(cvk_rmsnorm_pipeline(&g->rmsnorm, d, pc, 0));

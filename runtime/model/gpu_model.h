@@ -181,6 +181,15 @@ int gpu_model_logits(gpu_model *g, float *out); /* n_vocab floats */
 int32_t gpu_model_next(const gpu_model *g);    /* the token the last head run chose */
 
 /* Shared by the decode step (gpu_forward.c) and prefill (gpu_prefill.c). */
+#define GPU_LAYER_MATS 11
+/* A layer's projection matrices (NULL where the architecture has none): one matvec / matmul
+ * pipeline per weight type among them. */
+static inline void gpu_layer_mats(const layer_weights *l, const gguf_tensor *out[GPU_LAYER_MATS]) {
+    const gguf_tensor *ts[GPU_LAYER_MATS] = {l->wq,        l->wk,       l->wv,       l->wo,
+                                             l->gate_inp,  l->gate_exps, l->up_exps, l->down_exps,
+                                             l->ffn_gate,  l->ffn_up,   l->ffn_down};
+    for (int i = 0; i < GPU_LAYER_MATS; i++) out[i] = ts[i];
+}
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind);
 int gpu_record_head(gpu_model *g, cvk_cmd *c, cvk_descpool *dp); /* rmsnorm(x) -> logits -> out_id */
 /* Sets the sequence to pos tokens then appends n, and writes the block table. */

@@ -52,10 +52,9 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t) {
 static int make_pipelines(gpu_model *g) {
     const model *m = g->m;
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
-        const layer_weights *l = &m->layers[il];
-        const gguf_tensor *ts[] = {l->wq, l->wk, l->wv, l->wo, l->gate_inp, l->gate_exps, l->up_exps, l->down_exps,
-                                   l->ffn_gate, l->ffn_up, l->ffn_down};
-        for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) TRY(want_matmul(g, ts[i]));
+        const gguf_tensor *ts[GPU_LAYER_MATS];
+        gpu_layer_mats(&m->layers[il], ts);
+        for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matmul(g, ts[i]));
     }
     VkPipelineCache pc = g->vk->pcache.cache;
     TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
