@@ -81,6 +81,7 @@ typedef struct radix_stats {
     uint64_t evicted_pages;   /* pages reported to eviction callbacks */
     uint64_t nodes;           /* nodes now (roots excluded) */
     uint64_t pages;           /* pages the tree refers to now */
+    uint64_t pinned_pages;    /* of those, pages in pinned nodes (radix_evictable_pages = pages - this) */
     uint64_t bytes;           /* heap bytes of the tree now: nodes, token runs, page lists, tables */
 } radix_stats;
 
@@ -109,14 +110,16 @@ typedef struct radix_match {
     radix_node *node;   /* the pinned deepest node; NULL when nothing matched */
 } radix_match;
 
-/* Called once per evicted node with its pages (valid during the call only). */
+/* Called once per evicted node with its pages (valid during the call only). The node is
+ * already out of the tree (stats updated, radix_check passes) but the callback must not call
+ * back into the tree. */
 typedef void (*radix_victim_fn)(void *ctx, const uint32_t *pages, uint32_t n_pages);
 
 int radix_init(radix_tree *t, uint32_t page_tokens); /* page_tokens >= 1 */
 void radix_free(radix_tree *t);                       /* zeroed is fine; reports no victims */
 
 /* Longest cached prefix of ids[0..n) in namespace ns; pins it (m->node) when n_tokens > 0.
- * Always release the match, hit or not. */
+ * Always release the match, hit or not. On failure *m is zeroed (releasing it is a no-op). */
 int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                        radix_match *m);
 void radix_release(radix_tree *t, radix_match *m); /* unpins and frees; zeroed matches are fine */
@@ -124,12 +127,15 @@ void radix_release(radix_tree *t, radix_match *m); /* unpins and frees; zeroed m
 /* Stores the whole pages of ids[0..n) (pages[i] holds tokens [i*pt, (i+1)*pt)). Pages of a
  * prefix already cached are kept as they are (the tree's page wins; the caller's duplicate
  * stays the caller's); the tree takes pages[*first_new .. n / pt), and the caller must take
- * one reference to each of those on the tree's behalf. *first_new == n / pt: nothing taken. */
+ * one reference to each of those on the tree's behalf. *first_new == n / pt: nothing taken.
+ * Touches the nodes holding pages of ids (a split's lower part holds none and keeps its last
+ * use). On failure *first_new is left as it was. */
 int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                  const uint32_t *pages, uint32_t *first_new);
 
-/* Evicts least recently used unpinned leaves, reporting each to fn, until at least want_pages
- * pages have been reported or nothing evictable is left. Returns the pages reported. */
+/* Evicts least recently used unpinned leaves, reporting each to fn (may be NULL), until at
+ * least want_pages pages have been reported or nothing evictable is left. Returns the pages
+ * reported. Never allocates. A namespace whose last node goes is dropped (its root freed). */
 uint64_t radix_evict(radix_tree *t, uint64_t want_pages, radix_victim_fn fn, void *ctx);
 /* Pages that radix_evict could report now if asked for everything (in unpinned subtrees). */
 uint64_t radix_evictable_pages(const radix_tree *t);
