@@ -1,0 +1,955 @@
+/* radix: the worked examples of radix.h, page-boundary cases, pins, leaf-first LRU order,
+ * namespaces, exact stats, out-of-memory injection, and a randomized run against a naive
+ * model with radix_check after every step. The model keeps, per namespace, every cached
+ * whole-page prefix (k * page_tokens tokens) with its page id, and a pin count per page id
+ * held by live handles; it answers a match by scanning all of them. Plus a microbenchmark
+ * (printed, not asserted). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "radix/radix.h"
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RADIX_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RADIX_TEST_ASAN 1
+#endif
+#endif
+
+#define CHECK_TREE(t)                                                    \
+    do {                                                                 \
+        if (radix_check(t)) fail_msg("radix_check: %s", cd_errmsg());   \
+    } while (0)
+
+static const uint8_t NS_A[RADIX_NS_BYTES] = {1};
+static const uint8_t NS_B[RADIX_NS_BYTES] = {2};
+static const uint8_t NS_C[RADIX_NS_BYTES] = {1, [31] = 1};
+
+static uint32_t ceil_div(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
+
+/* ---- scripted helpers: tokens are the bytes of a string ----------------------------------- */
+
+static uint32_t str_ids(const char *s, int32_t *out) {
+    uint32_t n = (uint32_t)strlen(s);
+    for (uint32_t i = 0; i < n; i++) out[i] = (unsigned char)s[i];
+    return n;
+}
+
+static uint32_t insert_str(radix_tree *t, const uint8_t *ns, const char *s, const uint32_t *pages) {
+    int32_t ids[256];
+    uint32_t n = str_ids(s, ids), first_new = UINT32_MAX;
+    if (radix_insert(t, ns, ids, n, pages, &first_new)) fail_msg("insert %s: %s", s, cd_errmsg());
+    CHECK_TREE(t);
+    return first_new;
+}
+
+/* Matches ids[0..n), expects want tokens and, when pages is given, exactly those page ids
+ * (ceil(want / pt) of them), then releases. */
+static void expect_ids(radix_tree *t, const uint8_t *ns, const int32_t *ids, uint32_t n, uint32_t want,
+                       const uint32_t *pages) {
+    radix_match m;
+    if (radix_match_prefix(t, ns, ids, n, &m)) fail_msg("match: %s", cd_errmsg());
+    CHECK_TREE(t);
+    assert_int_equal(m.n_tokens, want);
+    assert_int_equal(m.n_pages, ceil_div(want, t->page_tokens));
+    if (want == 0) {
+        assert_null(m.node);
+        assert_null(m.pages);
+    } else {
+        assert_non_null(m.node);
+        assert_true(t->stats.pinned_pages >= m.n_pages);
+    }
+    for (uint32_t i = 0; pages && i < m.n_pages; i++) assert_int_equal(m.pages[i], pages[i]);
+    radix_release(t, &m);
+    assert_null(m.pages);
+    assert_null(m.node);
+    CHECK_TREE(t);
+}
+
+static void expect_str(radix_tree *t, const uint8_t *ns, const char *s, uint32_t want, const uint32_t *pages) {
+    int32_t ids[256];
+    uint32_t n = str_ids(s, ids);
+    expect_ids(t, ns, ids, n, want, pages);
+}
+
+static radix_match pin_str(radix_tree *t, const uint8_t *ns, const char *s, uint32_t want) {
+    int32_t ids[256];
+    uint32_t n = str_ids(s, ids);
+    radix_match m;
+    if (radix_match_prefix(t, ns, ids, n, &m)) fail_msg("match %s: %s", s, cd_errmsg());
+    assert_int_equal(m.n_tokens, want);
+    CHECK_TREE(t);
+    return m;
+}
+
+/* Victims in the order reported. */
+typedef struct victim_log {
+    const radix_tree *t;
+    uint32_t pages[256];
+    uint32_t n_pages;
+    uint32_t sizes[64];
+    uint32_t n_victims;
+} victim_log;
+
+static void log_victim(void *ctx, const uint32_t *pages, uint32_t n) {
+    victim_log *v = ctx;
+    if (v->t && radix_check(v->t)) fail_msg("radix_check inside the victim callback: %s", cd_errmsg());
+    assert_true(n >= 1);
+    assert_true(v->n_pages + n <= 256 && v->n_victims < 64);
+    memcpy(v->pages + v->n_pages, pages, n * sizeof *pages);
+    v->n_pages += n;
+    v->sizes[v->n_victims++] = n;
+}
+
+/* Evicts want pages and expects exactly the page ids `pages` (n of them) in that order. */
+static void expect_evict(radix_tree *t, uint64_t want, const uint32_t *pages, uint32_t n) {
+    victim_log v = {.t = t};
+    uint64_t before = t->stats.pages;
+    uint64_t got = radix_evict(t, want, log_victim, &v);
+    CHECK_TREE(t);
+    assert_int_equal(got, n);
+    assert_int_equal(v.n_pages, n);
+    assert_int_equal(t->stats.pages, before - n);
+    for (uint32_t i = 0; i < n; i++) assert_int_equal(v.pages[i], pages[i]);
+}
+
+/* ---- the worked examples of radix.h (page_tokens 4) --------------------------------------- */
+
+static void test_header_examples(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 0), -1);
+    assert_int_equal(radix_init(&t, 4), 0);
+    CHECK_TREE(&t);
+    /* "abcdefgh" (P0 P1) then "abcdwxyz" (P0 Q1): a split at the page boundary after "abcd" */
+    assert_int_equal(insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){100, 101}), 0);
+    assert_int_equal(t.stats.nodes, 1);
+    assert_int_equal(insert_str(&t, NS_A, "abcdwxyz", (uint32_t[]){200, 201}), 1);
+    assert_int_equal(t.stats.nodes, 3); /* [abcd] - [efgh], [wxyz] */
+    assert_int_equal(t.stats.pages, 3);
+    /* "abcdwxAB" diverges inside the first page of [wxyz]: [wxAB] joins its chain */
+    assert_int_equal(insert_str(&t, NS_A, "abcdwxAB", (uint32_t[]){300, 301}), 1);
+    assert_int_equal(t.stats.nodes, 4);
+    assert_int_equal(t.stats.pages, 4);
+    assert_int_equal(t.n_slots, 3); /* (root,a) (abcd,e) (abcd,w): the chain shares one slot */
+    /* the four queries of the header */
+    expect_str(&t, NS_A, "abcdefXY", 6, (uint32_t[]){100, 101});
+    expect_str(&t, NS_A, "abcd", 4, (uint32_t[]){100});
+    expect_str(&t, NS_A, "abcdefgX", 7, (uint32_t[]){100, 101});
+    expect_str(&t, NS_A, "abcX", 3, (uint32_t[]){100});
+    /* through the chain */
+    expect_str(&t, NS_A, "abcdwxyz", 8, (uint32_t[]){100, 201});
+    expect_str(&t, NS_A, "abcdwxAB", 8, (uint32_t[]){100, 301});
+    expect_str(&t, NS_A, "abcdwxA", 7, (uint32_t[]){100, 301});
+    expect_str(&t, NS_A, "abcdwxyQ", 7, (uint32_t[]){100, 201});
+    expect_str(&t, NS_A, "abcdefghijkl", 8, (uint32_t[]){100, 101});
+    {   /* "abcdwx" matches two tokens of both [wxyz] and [wxAB]: either page will do */
+        radix_match m = pin_str(&t, NS_A, "abcdwx", 6);
+        assert_int_equal(m.n_pages, 2);
+        assert_int_equal(m.pages[0], 100);
+        assert_true(m.pages[1] == 201 || m.pages[1] == 301);
+        radix_release(&t, &m);
+    }
+    /* what is cached stays the tree's: nothing new, the caller's pages are not taken */
+    assert_int_equal(insert_str(&t, NS_A, "abcdwxAB", (uint32_t[]){400, 401}), 2);
+    assert_int_equal(insert_str(&t, NS_A, "abcdwxyz1234", (uint32_t[]){500, 501, 502}), 2);
+    assert_int_equal(t.stats.pages, 5);
+    expect_str(&t, NS_A, "abcdwxyz1234", 12, (uint32_t[]){100, 201, 502});
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    radix_dump(&t, f);
+    assert_true(ftell(f) > 0);
+    fclose(f);
+    victim_log v = {.t = &t};
+    assert_int_equal(radix_evict(&t, UINT64_MAX, log_victim, &v), 5);
+    assert_int_equal(t.stats.nodes, 0);
+    assert_int_equal(t.n_roots, 0);
+    CHECK_TREE(&t);
+    radix_free(&t);
+    radix_free(&t); /* a zeroed tree is fine */
+}
+
+/* ---- page boundaries at page_tokens 4 and 16 ---------------------------------------------- */
+
+static void boundaries(uint32_t pt) {
+    radix_tree t;
+    assert_int_equal(radix_init(&t, pt), 0);
+    int32_t seq[64], q[64];
+    for (uint32_t i = 0; i < 4 * pt; i++) seq[i] = 1000 + (int32_t)i;
+    /* 3 whole pages and a partial one: the partial page is not stored */
+    uint32_t first_new = 7;
+    assert_int_equal(radix_insert(&t, NS_A, seq, 4 * pt - 1, (uint32_t[]){10, 11, 12, 13}, &first_new), 0);
+    assert_int_equal(first_new, 0);
+    assert_int_equal(t.stats.pages, 3);
+    assert_int_equal(t.stats.inserted_tokens, 3 * pt);
+    CHECK_TREE(&t);
+    const uint32_t all[] = {10, 11, 12};
+    struct { uint32_t diverge, want; } cases[] = {
+        {2 * pt, 2 * pt},         /* ends exactly on a page boundary */
+        {2 * pt + 1, 2 * pt + 1}, /* one token into a page */
+        {3 * pt - 1, 3 * pt - 1}, /* one token before a page's end */
+        {1, 1},                   /* one token */
+        {0, 0},                   /* nothing */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memcpy(q, seq, sizeof seq);
+        q[cases[c].diverge] = -5;
+        expect_ids(&t, NS_A, q, 4 * pt, cases[c].want, all);
+    }
+    expect_ids(&t, NS_A, seq, 3 * pt, 3 * pt, all);       /* the whole of what is cached */
+    expect_ids(&t, NS_A, seq, 3 * pt + 3, 3 * pt, all);   /* a longer query */
+    expect_ids(&t, NS_A, seq, 2 * pt, 2 * pt, all);       /* a shorter one, on a boundary */
+    expect_ids(&t, NS_A, seq, pt - 1, pt - 1, all);       /* shorter than a page */
+    expect_ids(&t, NS_A, seq, 0, 0, NULL);                /* empty */
+    expect_ids(&t, NS_B, seq, 3 * pt, 0, NULL);           /* another namespace */
+    /* an insert shorter than a page stores nothing, not even a namespace */
+    first_new = 7;
+    assert_int_equal(radix_insert(&t, NS_B, seq, pt - 1, NULL, &first_new), 0);
+    assert_int_equal(first_new, 0);
+    assert_int_equal(t.n_roots, 1);
+    /* an insert ending inside an edge on a page boundary: nothing new, no split */
+    assert_int_equal(radix_insert(&t, NS_A, seq, 2 * pt + 1, (uint32_t[]){20, 21}, &first_new), 0);
+    assert_int_equal(first_new, 2);
+    assert_int_equal(t.stats.nodes, 1);
+    /* diverging in the middle of page 1: a split after page 0, the leaf takes pages 1.. */
+    memcpy(q, seq, sizeof seq);
+    q[pt + pt / 2] = -7;
+    assert_int_equal(radix_insert(&t, NS_A, q, 3 * pt, (uint32_t[]){30, 31, 32}, &first_new), 0);
+    assert_int_equal(first_new, 1);
+    assert_int_equal(t.stats.nodes, 3);
+    assert_int_equal(t.stats.pages, 5);
+    CHECK_TREE(&t);
+    expect_ids(&t, NS_A, q, 3 * pt, 3 * pt, (uint32_t[]){10, 31, 32});
+    expect_ids(&t, NS_A, seq, 3 * pt, 3 * pt, all);
+    q[pt + pt / 2 + 1] = -8; /* pt 4 and 16: the divergence is inside page 1 of both */
+    expect_ids(&t, NS_A, q, 3 * pt, pt + pt / 2 + 1, (uint32_t[]){10, 31});
+    radix_free(&t);
+}
+
+static void test_page_boundaries(void **state) {
+    (void)state;
+    boundaries(4);
+    boundaries(16);
+}
+
+/* ---- pins --------------------------------------------------------------------------------- */
+
+static void test_pins(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){1, 2});
+    radix_match m1 = pin_str(&t, NS_A, "abcdefgX", 7); /* pins the single node [abcdefgh] */
+    assert_int_equal(radix_evictable_pages(&t), 0);
+    expect_evict(&t, UINT64_MAX, NULL, 0);
+    /* splitting the pinned edge: the upper part inherits the pin (radix_check verifies that a
+     * lock is at least the sum of its children's) */
+    assert_int_equal(insert_str(&t, NS_A, "abcdwxyz", (uint32_t[]){3, 4}), 1);
+    assert_int_equal(t.stats.pinned_pages, 2);
+    assert_int_equal(radix_evictable_pages(&t), 1);
+    expect_evict(&t, UINT64_MAX, (uint32_t[]){4}, 1); /* only the unpinned leaf */
+    expect_evict(&t, UINT64_MAX, NULL, 0);
+    radix_match m2 = pin_str(&t, NS_A, "abcdQ", 4); /* pins the upper part alone */
+    radix_release(&t, &m1);                         /* the handle still names the lower node */
+    CHECK_TREE(&t);
+    assert_int_equal(t.stats.pinned_pages, 1);
+    expect_evict(&t, UINT64_MAX, (uint32_t[]){2}, 1);
+    radix_release(&t, &m2);
+    CHECK_TREE(&t);
+    assert_int_equal(t.stats.pinned_pages, 0);
+    expect_evict(&t, UINT64_MAX, (uint32_t[]){1}, 1); /* every lock is back to 0 */
+    assert_int_equal(t.stats.nodes, 0);
+    radix_release(&t, &m2); /* a zeroed match is fine */
+
+    /* a pinned path is never evicted, however much is asked for; released, it is */
+    insert_str(&t, NS_A, "aaaabbbbcccc", (uint32_t[]){10, 11, 12});
+    insert_str(&t, NS_A, "aaaabbbbdddd", (uint32_t[]){10, 11, 13});
+    insert_str(&t, NS_A, "aaaaeeee", (uint32_t[]){10, 14});
+    insert_str(&t, NS_B, "aaaabbbb", (uint32_t[]){15, 16});
+    radix_match m3 = pin_str(&t, NS_A, "aaaabbbbdd", 10);
+    radix_match m4 = pin_str(&t, NS_A, "aaaabbbbdd", 10); /* twice: lock 2 */
+    assert_int_equal(radix_evictable_pages(&t), 4);
+    victim_log v = {.t = &t};
+    assert_int_equal(radix_evict(&t, UINT64_MAX, log_victim, &v), 4);
+    assert_int_equal(t.stats.pages, 3);
+    expect_str(&t, NS_A, "aaaabbbbdddd", 12, (uint32_t[]){10, 11, 13});
+    radix_release(&t, &m3);
+    assert_int_equal(radix_evictable_pages(&t), 0);
+    radix_release(&t, &m4);
+    assert_int_equal(radix_evictable_pages(&t), 3);
+    expect_evict(&t, UINT64_MAX, (uint32_t[]){13, 11, 10}, 3); /* leaf first: each parent in turn */
+    assert_int_equal(t.n_roots, 0);
+    CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* ---- leaf-first LRU ----------------------------------------------------------------------- */
+
+static void test_lru_order(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    insert_str(&t, NS_A, "aaaa", (uint32_t[]){1});
+    insert_str(&t, NS_A, "bbbb", (uint32_t[]){2});
+    insert_str(&t, NS_A, "cccc", (uint32_t[]){3});
+    expect_str(&t, NS_A, "bbbbXX", 4, (uint32_t[]){2}); /* a match moves [bbbb] to the back */
+    expect_evict(&t, 1, (uint32_t[]){1}, 1);
+    expect_evict(&t, 1, (uint32_t[]){3}, 1);
+    expect_evict(&t, 1, (uint32_t[]){2}, 1);
+    /* evicting a leaf makes its parent a leaf, evictable in its turn */
+    insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){10, 11});
+    insert_str(&t, NS_A, "abcdwxyz", (uint32_t[]){20, 21});
+    insert_str(&t, NS_A, "zzzz", (uint32_t[]){30});
+    expect_evict(&t, 1, (uint32_t[]){11}, 1);
+    expect_evict(&t, 1, (uint32_t[]){21}, 1);
+    expect_evict(&t, 1, (uint32_t[]){10}, 1); /* [abcd] was used with [wxyz], before [zzzz] */
+    expect_evict(&t, 1, (uint32_t[]){30}, 1);
+    /* an insert of something cached touches it; so does a partial match */
+    insert_str(&t, NS_A, "pppp", (uint32_t[]){40});
+    insert_str(&t, NS_A, "qqqq", (uint32_t[]){41});
+    insert_str(&t, NS_A, "mmmmnnnn", (uint32_t[]){50, 51});
+    insert_str(&t, NS_A, "rrrr", (uint32_t[]){52});
+    assert_int_equal(insert_str(&t, NS_A, "pppp", (uint32_t[]){42}), 1);
+    expect_str(&t, NS_A, "mmmmn", 5, (uint32_t[]){50, 51});
+    expect_evict(&t, 1, (uint32_t[]){41}, 1);
+    expect_evict(&t, 1, (uint32_t[]){52}, 1);
+    expect_evict(&t, 1, (uint32_t[]){40}, 1);
+    expect_evict(&t, 1, (uint32_t[]){50, 51}, 2); /* a node goes whole */
+    /* a split's lower part keeps its last use (the insert did not use its pages) */
+    insert_str(&t, NS_A, "kkkkllll", (uint32_t[]){60, 61}); /* t1 */
+    insert_str(&t, NS_A, "ssss", (uint32_t[]){62});         /* t2 */
+    insert_str(&t, NS_A, "kkkkoooo", (uint32_t[]){60, 63}); /* t3: split, [llll] stays at t1 */
+    expect_evict(&t, 1, (uint32_t[]){61}, 1);
+    expect_evict(&t, 1, (uint32_t[]){62}, 1);
+    expect_evict(&t, 2, (uint32_t[]){63, 60}, 2); /* at least 2 pages: two victims */
+    assert_int_equal(t.n_roots, 0);
+    radix_free(&t);
+}
+
+/* ---- namespaces --------------------------------------------------------------------------- */
+
+static void test_namespaces(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    assert_int_equal(insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){1, 2}), 0);
+    assert_int_equal(insert_str(&t, NS_B, "abcdefgh", (uint32_t[]){3, 4}), 0); /* nothing shared */
+    assert_int_equal(t.n_roots, 2);
+    expect_str(&t, NS_A, "abcdefgh", 8, (uint32_t[]){1, 2});
+    expect_str(&t, NS_B, "abcdefgh", 8, (uint32_t[]){3, 4});
+    expect_str(&t, NS_C, "abcdefgh", 0, NULL); /* differs from NS_A in its last byte only */
+    assert_int_equal(insert_str(&t, NS_C, "abcdwxyz", (uint32_t[]){5, 6}), 0);
+    assert_int_equal(t.n_roots, 3);
+    expect_str(&t, NS_A, "abcdwxyz", 4, (uint32_t[]){1});
+    /* one LRU across namespaces */
+    expect_evict(&t, 1, (uint32_t[]){3, 4}, 2); /* B's, touched before C's insert and A's match */
+    assert_int_equal(t.n_roots, 2);             /* B's root went with its last node */
+    expect_str(&t, NS_B, "abcdefgh", 0, NULL);
+    expect_evict(&t, 1, (uint32_t[]){5, 6}, 2);
+    expect_evict(&t, 1, (uint32_t[]){1, 2}, 2);
+    assert_int_equal(t.n_roots, 0);
+    insert_str(&t, NS_B, "xxxx", (uint32_t[]){7});
+    insert_str(&t, NS_A, "yyyy", (uint32_t[]){8});
+    insert_str(&t, NS_B, "zzzz", (uint32_t[]){9});
+    expect_evict(&t, UINT64_MAX, (uint32_t[]){7, 8, 9}, 3);
+    CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* ---- stats -------------------------------------------------------------------------------- */
+
+static void test_stats(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    assert_int_equal(t.stats.bytes, 0);
+    insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){1, 2});
+    uint64_t bytes_one = t.stats.bytes;
+    assert_true(bytes_one >= 8 * 4 + 2 * 4);
+    insert_str(&t, NS_A, "abcdefghij", (uint32_t[]){8, 9}); /* nothing new */
+    assert_int_equal(t.stats.bytes, bytes_one);
+    insert_str(&t, NS_A, "abcdwxyz", (uint32_t[]){5, 6});
+    assert_true(t.stats.bytes > bytes_one);
+    radix_match m;
+    int32_t ids[16];
+    const char *q[] = {"abcdefgh", "abcdefgX", "zzz", "", "abcdwxyz12"};
+    for (int i = 0; i < 5; i++) {
+        uint32_t n = str_ids(q[i], ids);
+        assert_int_equal(radix_match_prefix(&t, NS_A, ids, n, &m), 0);
+        radix_release(&t, &m);
+    }
+    radix_stats s = t.stats;
+    assert_int_equal(s.lookups, 5);
+    assert_int_equal(s.full_hits, 1);
+    assert_int_equal(s.partial_hits, 2);
+    assert_int_equal(s.misses, 2);
+    assert_int_equal(s.hit_tokens, 8 + 7 + 8);
+    assert_int_equal(s.inserted_tokens, 12);
+    assert_int_equal(s.nodes, 3);
+    assert_int_equal(s.pages, 3);
+    assert_int_equal(s.pinned_pages, 0);
+    assert_int_equal(s.evictions, 0);
+    assert_int_equal(t.clock, 8); /* 3 inserts, 5 matches */
+    victim_log v = {.t = &t};
+    assert_int_equal(radix_evict(&t, 2, log_victim, &v), 2);
+    assert_int_equal(t.stats.evictions, 2);
+    assert_int_equal(t.stats.evicted_pages, 2);
+    assert_int_equal(radix_evict(&t, 100, NULL, NULL), 1);
+    assert_int_equal(t.stats.evictions, 3);
+    assert_int_equal(t.stats.evicted_pages, 3);
+    assert_int_equal(t.stats.nodes, 0);
+    assert_int_equal(t.stats.pages, 0);
+    assert_true(t.stats.bytes > 0); /* the tables stay */
+    assert_int_equal(t.clock, 8);   /* eviction does not move the clock */
+    CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* Misuse is an error, and the checker notices a damaged tree. */
+static void test_errors_and_check(void **state) {
+    (void)state;
+    radix_tree z = {0};
+    radix_match m;
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    uint32_t first_new = 9;
+    assert_int_equal(radix_match_prefix(&z, NS_A, ids, 8, &m), -1);
+    assert_null(m.node);
+    radix_release(&z, &m);
+    assert_int_equal(radix_insert(&z, NS_A, ids, 8, (uint32_t[]){1, 2}, &first_new), -1);
+    assert_int_equal(first_new, 9);
+    radix_free(&z);
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    assert_int_equal(radix_insert(&t, NS_A, ids, 8, NULL, &first_new), -1);
+    assert_int_equal(radix_insert(&t, NS_A, NULL, 8, (uint32_t[]){1, 2}, &first_new), -1);
+    assert_int_equal(radix_match_prefix(&t, NS_A, NULL, 8, &m), -1);
+    insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){1, 2});
+    insert_str(&t, NS_A, "abcdwxyz", (uint32_t[]){1, 3});
+    insert_str(&t, NS_A, "qqqq", (uint32_t[]){4});
+    struct { uint64_t *field; const char *says; } damage[] = {
+        {&t.stats.pages, "pages"}, {&t.stats.nodes, "nodes"}, {&t.stats.bytes, "bytes"},
+        {&t.stats.pinned_pages, "pinned"},
+    };
+    for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
+        (*damage[i].field)++;
+        assert_int_equal(radix_check(&t), -1);
+        assert_non_null(strstr(cd_errmsg(), damage[i].says));
+        (*damage[i].field)--;
+        CHECK_TREE(&t);
+    }
+    t.n_slots++;
+    assert_int_equal(radix_check(&t), -1);
+    t.n_slots--;
+    assert_true(t.n_heap >= 2);
+    radix_node *h0 = t.heap[0];
+    t.heap[0] = t.heap[1];
+    t.heap[1] = h0;
+    assert_int_equal(radix_check(&t), -1);
+    assert_non_null(strstr(cd_errmsg(), "heap"));
+    t.heap[1] = t.heap[0];
+    t.heap[0] = h0;
+    t.clock--;
+    assert_int_equal(radix_check(&t), -1); /* the last insert's nodes were used after the clock */
+    t.clock++;
+    CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* ---- the naive model ---------------------------------------------------------------------- */
+
+#define M_NS 3
+#define M_MAX_PAGES 24 /* whole pages of a generated sequence, at most */
+#define M_MAX_TOK 111  /* tokens of a generated sequence, at most */
+#define M_STEMS 8
+#define M_ALPHA 3
+#define M_HANDLES 8
+
+typedef struct m_entry {
+    uint32_t ns, n_pages, page;
+    int32_t tokens[M_MAX_TOK];
+} m_entry;
+
+typedef struct model {
+    radix_tree t;
+    uint32_t pt, max_pages, budget; /* budget: pages the tree may hold before an insert evicts */
+    rng r;
+    uint8_t ns[M_NS][RADIX_NS_BYTES];
+    int32_t stems[M_STEMS][M_MAX_TOK];
+    m_entry *e;
+    uint32_t n_e, cap_e;
+    int32_t *entry_of; /* page id -> entry, -1 */
+    uint32_t *pins;    /* page id -> live handles holding it */
+    uint32_t n_ids, cap_ids;
+    radix_match h[M_HANDLES];
+    uint32_t n_h;
+    uint64_t victim_pages, last_victim;
+    bool oom;
+    uint64_t n_failed;
+} model;
+
+static void model_init(model *m, uint32_t pt, uint64_t seed) {
+    memset(m, 0, sizeof *m);
+    assert_int_equal(radix_init(&m->t, pt), 0);
+    m->pt = pt;
+    m->max_pages = 96 / pt < M_MAX_PAGES ? 96 / pt : M_MAX_PAGES; /* 24 pages at pt <= 4, 6 at pt 16 */
+    m->budget = 16 * m->max_pages;
+    rng_seed(&m->r, seed);
+    for (int i = 0; i < M_NS; i++) m->ns[i][i * 7] = (uint8_t)(i + 1);
+    uint32_t len = m->max_pages * pt + pt - 1;
+    for (int s = 0; s < M_STEMS; s++) { /* each stem shares a random prefix with an earlier one */
+        uint32_t cut = s ? rng_below(&m->r, len + 1) : 0;
+        if (s) memcpy(m->stems[s], m->stems[rng_below(&m->r, (uint32_t)s)], cut * sizeof(int32_t));
+        for (uint32_t i = cut; i < len; i++) m->stems[s][i] = (int32_t)rng_below(&m->r, M_ALPHA);
+    }
+}
+
+static void model_free(model *m) {
+    for (uint32_t i = 0; i < m->n_h; i++) radix_release(&m->t, &m->h[i]);
+    radix_free(&m->t);
+    free(m->e);
+    free(m->entry_of);
+    free(m->pins);
+}
+
+static uint32_t model_new_page(model *m) {
+    if (m->n_ids == m->cap_ids) {
+        m->cap_ids = m->cap_ids ? 2 * m->cap_ids : 4096;
+        m->entry_of = realloc(m->entry_of, m->cap_ids * sizeof *m->entry_of);
+        m->pins = realloc(m->pins, m->cap_ids * sizeof *m->pins);
+        assert_non_null(m->entry_of);
+        assert_non_null(m->pins);
+    }
+    m->entry_of[m->n_ids] = -1;
+    m->pins[m->n_ids] = 0;
+    return m->n_ids++;
+}
+
+static m_entry *model_entry_of(model *m, uint32_t page) {
+    if (page >= m->n_ids || m->entry_of[page] < 0) fail_msg("page %u is not cached in the model", page);
+    return &m->e[m->entry_of[page]];
+}
+
+/* the entry for the k-page prefix of ids in namespace ns, or -1 */
+static int model_find(const model *m, uint32_t ns, const int32_t *ids, uint32_t k) {
+    for (uint32_t i = 0; i < m->n_e; i++) {
+        const m_entry *e = &m->e[i];
+        if (e->ns == ns && e->n_pages == k && memcmp(e->tokens, ids, (size_t)k * m->pt * sizeof *ids) == 0) return (int)i;
+    }
+    return -1;
+}
+
+/* how many leading whole pages of ids are cached */
+static uint32_t model_cached(const model *m, uint32_t ns, const int32_t *ids, uint32_t np) {
+    uint32_t k = 0;
+    while (k < np && model_find(m, ns, ids, k + 1) >= 0) k++;
+    return k;
+}
+
+/* longest prefix of whole pages, then the best partial extension among cached pages that
+ * extend it */
+static uint32_t model_match_tokens(const model *m, uint32_t ns, const int32_t *ids, uint32_t n) {
+    uint32_t pt = m->pt, k = model_cached(m, ns, ids, n / pt), base = k * pt, best = 0;
+    if (base == n) return n;
+    uint32_t left = n - base < pt ? n - base : pt;
+    for (uint32_t i = 0; i < m->n_e; i++) {
+        const m_entry *e = &m->e[i];
+        if (e->ns != ns || e->n_pages != k + 1 || memcmp(e->tokens, ids, base * sizeof *ids)) continue;
+        uint32_t l = 0;
+        while (l < left && e->tokens[base + l] == ids[base + l]) l++;
+        if (l > best) best = l;
+    }
+    if (best >= pt) fail_msg("model: a whole page extends a prefix it did not count");
+    return base + best;
+}
+
+static void model_add(model *m, uint32_t ns, const int32_t *ids, uint32_t k, uint32_t page) {
+    if (m->n_e == m->cap_e) {
+        m->cap_e = m->cap_e ? 2 * m->cap_e : 64;
+        m->e = realloc(m->e, m->cap_e * sizeof *m->e);
+        assert_non_null(m->e);
+    }
+    m_entry *e = &m->e[m->n_e];
+    e->ns = ns;
+    e->n_pages = k;
+    e->page = page;
+    memcpy(e->tokens, ids, (size_t)k * m->pt * sizeof *ids);
+    m->entry_of[page] = (int32_t)m->n_e++;
+}
+
+static void model_remove(model *m, uint32_t page) {
+    int32_t i = m->entry_of[page];
+    m->entry_of[page] = -1;
+    m->e[i] = m->e[--m->n_e];
+    if ((uint32_t)i < m->n_e) m->entry_of[m->e[i].page] = i;
+}
+
+/* entries extending e by one page */
+static uint32_t model_extensions(const model *m, const m_entry *e) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < m->n_e; i++) {
+        const m_entry *f = &m->e[i];
+        n += f->ns == e->ns && f->n_pages == e->n_pages + 1 &&
+             memcmp(f->tokens, e->tokens, (size_t)e->n_pages * m->pt * sizeof(int32_t)) == 0;
+    }
+    return n;
+}
+
+/* A victim is one node: a run of consecutive cached prefixes of one sequence with no branch
+ * inside it and nothing cached below it (a leaf), none of them held by a live handle. */
+static void model_victim(void *ctx, const uint32_t *pages, uint32_t n) {
+    model *m = ctx;
+    if (n == 0) fail_msg("a victim without pages");
+    for (uint32_t i = 0; i < n; i++) {
+        m_entry *e = model_entry_of(m, pages[i]);
+        if (m->pins[pages[i]]) fail_msg("page %u is evicted while a handle holds it", pages[i]);
+        if (i == 0) continue;
+        m_entry *prev = model_entry_of(m, pages[i - 1]);
+        if (e->ns != prev->ns || e->n_pages != prev->n_pages + 1 ||
+            memcmp(e->tokens, prev->tokens, (size_t)prev->n_pages * m->pt * sizeof(int32_t)))
+            fail_msg("victim pages %u, %u are not consecutive pages of one sequence", pages[i - 1], pages[i]);
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t ext = model_extensions(m, model_entry_of(m, pages[i]));
+        if (ext != (i + 1 < n ? 1u : 0u)) fail_msg("victim page %u of %u has %u cached extensions", i, n, ext);
+    }
+    for (uint32_t i = 0; i < n; i++) model_remove(m, pages[i]);
+    m->victim_pages += n;
+    m->last_victim = n;
+}
+
+static void model_check(model *m) {
+    CHECK_TREE(&m->t);
+    if (m->t.stats.pages != m->n_e)
+        fail_msg("tree holds %llu pages, model %u", (unsigned long long)m->t.stats.pages, m->n_e);
+    uint32_t held = 0;
+    for (uint32_t i = 0; i < m->n_e; i++) held += m->pins[m->e[i].page] > 0;
+    assert_true(m->t.stats.pinned_pages >= held); /* the tree pins whole nodes */
+}
+
+/* A failed operation changed nothing: the tree struct (tables, counts, stats, clock) is as it
+ * was except for the allocation counter. Node contents are compared by model_verify. */
+static void expect_unchanged(model *m, const radix_tree *before) {
+    radix_tree b;
+    memcpy(&b, before, sizeof b);
+    b.n_allocs = m->t.n_allocs;
+    if (memcmp(&b, &m->t, sizeof b)) fail_msg("a failed operation changed the tree");
+    m->n_failed++;
+}
+
+static void model_match_check(model *m, uint32_t ns, const int32_t *ids, uint32_t n, const radix_match *r) {
+    uint32_t want = model_match_tokens(m, ns, ids, n), pt = m->pt;
+    if (r->n_tokens != want) fail_msg("match of %u tokens (pt %u): %u matched, model says %u", n, pt, r->n_tokens, want);
+    assert_int_equal(r->n_pages, ceil_div(want, pt));
+    assert_true((r->node != NULL) == (want > 0));
+    assert_true((r->pages != NULL) == (want > 0));
+    for (uint32_t i = 0; i < r->n_pages; i++) {
+        m_entry *e = model_entry_of(m, r->pages[i]);
+        uint32_t upto = (i + 1) * pt < want ? (i + 1) * pt : want;
+        if (e->ns != ns || e->n_pages != i + 1 || memcmp(e->tokens, ids, upto * sizeof *ids))
+            fail_msg("match page %u (id %u) does not hold tokens %u.. of the query", i, r->pages[i], i * pt);
+    }
+}
+
+static int model_match(model *m, uint32_t ns, const int32_t *ids, uint32_t n, bool keep) {
+    radix_tree before;
+    memcpy(&before, &m->t, sizeof before);
+    radix_match r;
+    if (radix_match_prefix(&m->t, m->ns[ns], ids, n, &r)) {
+        if (!m->oom) fail_msg("match: %s", cd_errmsg());
+        assert_null(r.node);
+        assert_null(r.pages);
+        expect_unchanged(m, &before);
+        return -1;
+    }
+    model_match_check(m, ns, ids, n, &r);
+    radix_stats s = m->t.stats, b = before.stats;
+    assert_int_equal(m->t.clock, before.clock + 1);
+    assert_int_equal(s.lookups, b.lookups + 1);
+    assert_int_equal(s.hit_tokens, b.hit_tokens + r.n_tokens);
+    assert_int_equal(s.misses, b.misses + (r.n_tokens == 0));
+    assert_int_equal(s.full_hits, b.full_hits + (r.n_tokens > 0 && r.n_tokens == n));
+    assert_int_equal(s.partial_hits, b.partial_hits + (r.n_tokens > 0 && r.n_tokens < n));
+    for (uint32_t i = 0; i < r.n_pages; i++) m->pins[r.pages[i]]++;
+    if (keep && m->n_h < M_HANDLES && r.node) {
+        m->h[m->n_h++] = r;
+    } else {
+        for (uint32_t i = 0; i < r.n_pages; i++) m->pins[r.pages[i]]--;
+        radix_release(&m->t, &r);
+    }
+    return 0;
+}
+
+static void model_release(model *m, uint32_t i) {
+    radix_match *r = &m->h[i];
+    for (uint32_t k = 0; k < r->n_pages; k++) m->pins[r->pages[k]]--;
+    radix_release(&m->t, r);
+    m->h[i] = m->h[--m->n_h];
+}
+
+static void model_evict(model *m, uint64_t want) {
+    uint64_t before = m->t.stats.pages, evicted_before = m->t.stats.evicted_pages;
+    m->victim_pages = m->last_victim = 0;
+    uint64_t got = radix_evict(&m->t, want, model_victim, m);
+    assert_int_equal(got, m->victim_pages);
+    assert_int_equal(m->t.stats.pages, before - got);
+    assert_int_equal(m->t.stats.evicted_pages, evicted_before + got);
+    if (got < want) {
+        assert_int_equal(radix_evictable_pages(&m->t), 0);
+        assert_int_equal(m->t.n_heap, 0);
+    } else if (got) {
+        assert_true(got - m->last_victim < want); /* stopped at the first victim that reached it */
+    }
+}
+
+static int model_insert(model *m, uint32_t ns, const int32_t *ids, uint32_t n) {
+    uint32_t pt = m->pt, np = n / pt, pages[M_MAX_PAGES + 1];
+    for (uint32_t i = 0; i < np; i++) pages[i] = model_new_page(m);
+    uint32_t want = model_cached(m, ns, ids, np), first_new = UINT32_MAX;
+    radix_tree before;
+    memcpy(&before, &m->t, sizeof before);
+    if (radix_insert(&m->t, m->ns[ns], ids, n, pages, &first_new)) {
+        if (!m->oom) fail_msg("insert: %s", cd_errmsg());
+        assert_int_equal(first_new, UINT32_MAX);
+        expect_unchanged(m, &before);
+        return -1;
+    }
+    if (first_new != want) fail_msg("insert of %u pages: first_new %u, model says %u", np, first_new, want);
+    for (uint32_t k = want; k < np; k++) model_add(m, ns, ids, k + 1, pages[k]);
+    assert_int_equal(m->t.stats.inserted_tokens, before.stats.inserted_tokens + (uint64_t)(np - want) * pt);
+    assert_int_equal(m->t.clock, before.clock + 1);
+    return 0;
+}
+
+/* Every cached prefix matches in full, with its page id last (with injection paused). */
+static void model_verify(model *m) {
+    uint32_t fail_every = m->t.fail_every;
+    m->t.fail_every = 0;
+    for (uint32_t i = 0; i < m->n_e; i++) {
+        m_entry *e = &m->e[i];
+        radix_match r;
+        assert_int_equal(radix_match_prefix(&m->t, m->ns[e->ns], e->tokens, e->n_pages * m->pt, &r), 0);
+        model_match_check(m, e->ns, e->tokens, e->n_pages * m->pt, &r);
+        assert_int_equal(r.n_tokens, e->n_pages * m->pt);
+        assert_int_equal(r.pages[e->n_pages - 1], e->page);
+        radix_release(&m->t, &r);
+    }
+    m->t.fail_every = fail_every;
+    model_check(m);
+}
+
+/* A query or insert: a stem's prefix with a few tokens changed (mid-page divergences). */
+static uint32_t model_gen(model *m, int32_t *out) {
+    uint32_t len = rng_below(&m->r, m->max_pages * m->pt + m->pt);
+    memcpy(out, m->stems[rng_below(&m->r, M_STEMS)], len * sizeof *out);
+    for (uint32_t k = rng_below(&m->r, 3); k && len; k--) out[rng_below(&m->r, len)] = (int32_t)rng_below(&m->r, M_ALPHA);
+    return len;
+}
+
+/* One random operation; returns -1 when it failed (only under injection). */
+static int model_step(model *m) {
+    int32_t ids[M_MAX_TOK];
+    uint32_t ns = rng_below(&m->r, M_NS), u = rng_below(&m->r, 100);
+    int rc = 0;
+    if (u < 40) {
+        uint32_t n = model_gen(m, ids);
+        rc = model_match(m, ns, ids, n, rng_below(&m->r, 3) == 0);
+    } else if (u < 75) {
+        uint32_t n = model_gen(m, ids);
+        rc = model_insert(m, ns, ids, n);
+        if (!rc && m->t.stats.pages > m->budget) {
+            model_check(m);
+            model_evict(m, m->t.stats.pages - m->budget);
+        }
+    } else if (u < 88) {
+        if (m->n_h) model_release(m, rng_below(&m->r, m->n_h));
+    } else {
+        model_evict(m, rng_below(&m->r, 64) == 0 ? UINT64_MAX : 1 + rng_below(&m->r, 8));
+    }
+    model_check(m);
+    return rc;
+}
+
+static void model_finish(model *m) {
+    model_verify(m);
+    while (m->n_h) model_release(m, m->n_h - 1);
+    model_check(m);
+    model_evict(m, UINT64_MAX);
+    model_check(m);
+    assert_int_equal(m->n_e, 0);
+    assert_int_equal(m->t.stats.nodes, 0);
+    assert_int_equal(m->t.n_roots, 0);
+    model_free(m);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- out of memory ------------------------------------------------------------------------ */
+
+static void test_out_of_memory(void **state) {
+    (void)state;
+    const uint32_t every[] = {2, 3, 4, 5, 7, 11, 31};
+    for (size_t i = 0; i < sizeof every / sizeof every[0]; i++) {
+        model m;
+        model_init(&m, i % 2 ? 16 : 4, 100 + i);
+        m.oom = true;
+        m.t.fail_every = every[i];
+        for (int step = 0; step < 6000; step++) {
+            if (model_step(&m)) model_verify(&m); /* the failed operation had no effect */
+        }
+        assert_true(m.n_failed > 0);
+        m.t.fail_every = 0;
+        model_finish(&m);
+    }
+}
+
+/* ---- randomized operations against the model ---------------------------------------------- */
+
+static void test_stress(void **state) {
+    (void)state;
+    /* A million operations by default, under ASan too: on a 2-core machine this test takes
+     * about 4 s in a release build and 16 s under ASan+UBSan (-O1). CINDER_RADIX_STRESS_OPS
+     * overrides the count. */
+    uint64_t ops = 1000000;
+    const char *env = getenv("CINDER_RADIX_STRESS_OPS");
+    if (env && *env) ops = strtoull(env, NULL, 10);
+    const uint32_t pts[] = {1, 2, 3, 4, 16};
+    const uint32_t n_pts = sizeof pts / sizeof pts[0];
+    double t0 = now_s();
+    uint64_t done = 0, max_nodes = 0;
+    radix_stats sum = {0};
+    for (uint32_t c = 0; c < n_pts; c++) {
+        model m;
+        model_init(&m, pts[c], 7 + c);
+        uint64_t share = ops / n_pts + (c < ops % n_pts);
+        for (uint64_t s = 0; s < share; s++) {
+            model_step(&m);
+            if (m.t.stats.nodes > max_nodes) max_nodes = m.t.stats.nodes;
+            if ((s & 8191) == 8191) model_verify(&m);
+        }
+        done += share;
+        sum.lookups += m.t.stats.lookups;
+        sum.full_hits += m.t.stats.full_hits;
+        sum.partial_hits += m.t.stats.partial_hits;
+        sum.evictions += m.t.stats.evictions;
+        sum.inserted_tokens += m.t.stats.inserted_tokens;
+        model_finish(&m);
+    }
+    print_message("radix stress: %llu operations (page_tokens 1, 2, 3, 4, 16; up to %llu nodes), radix_check after "
+                  "each, %.2f s\n",
+                  (unsigned long long)done, (unsigned long long)max_nodes, now_s() - t0);
+    print_message("radix stress: %llu lookups (%llu full, %llu partial hits), %llu tokens inserted, %llu evictions\n",
+                  (unsigned long long)sum.lookups, (unsigned long long)sum.full_hits,
+                  (unsigned long long)sum.partial_hits, (unsigned long long)sum.inserted_tokens,
+                  (unsigned long long)sum.evictions);
+}
+
+/* ---- microbenchmark ----------------------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, uint32_t n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Match + insert of a 10,000-token prompt at page_tokens 16 (a cached 1,000-token system
+ * prompt, then new tokens) into a tree holding 32 other conversations; the median over `runs`
+ * runs, in microseconds, and the tree's bytes per cached token. Kept apart from the tests so a
+ * CLI can call it. */
+static void radix_bench(uint32_t runs) {
+    enum { PT = 16, N = 10000, SYS = 1000, OTHERS = 32, OTHER_LEN = 4000, VOCAB = 151000 };
+    radix_tree t;
+    rng r;
+    rng_seed(&r, 42);
+    if (radix_init(&t, PT)) fail_msg("%s", cd_errmsg());
+    int32_t *ids = malloc(N * sizeof *ids), *prev = malloc(N * sizeof *prev);
+    uint32_t *pages = malloc(N / PT * sizeof *pages), next_page = 0;
+    double *t_match = malloc(runs * sizeof(double)), *t_insert = malloc(runs * sizeof(double));
+    double *t_both = malloc(runs * sizeof(double)), *t_hit = malloc(runs * sizeof(double));
+    assert_true(ids && prev && pages && t_match && t_insert && t_both && t_hit);
+    for (uint32_t i = 0; i < SYS; i++) ids[i] = (int32_t)rng_below(&r, VOCAB);
+    uint32_t first_new;
+    for (uint32_t k = 0; k < OTHERS; k++) {
+        for (uint32_t i = SYS; i < OTHER_LEN; i++) ids[i] = (int32_t)rng_below(&r, VOCAB);
+        for (uint32_t i = 0; i < OTHER_LEN / PT; i++) pages[i] = next_page++;
+        if (radix_insert(&t, NS_A, ids, OTHER_LEN, pages, &first_new)) fail_msg("%s", cd_errmsg());
+    }
+    for (uint32_t run = 0; run < runs; run++) {
+        memcpy(prev, ids, N * sizeof *ids);
+        for (uint32_t i = SYS; i < N; i++) ids[i] = (int32_t)rng_below(&r, VOCAB);
+        for (uint32_t i = 0; i < N / PT; i++) pages[i] = next_page++;
+        radix_match m;
+        double a = now_s();
+        if (radix_match_prefix(&t, NS_A, ids, N, &m)) fail_msg("%s", cd_errmsg());
+        double b = now_s();
+        if (radix_insert(&t, NS_A, ids, N, pages, &first_new)) fail_msg("%s", cd_errmsg());
+        double c = now_s();
+        radix_release(&t, &m);
+        t_match[run] = 1e6 * (b - a);
+        t_insert[run] = 1e6 * (c - b);
+        t_both[run] = 1e6 * (c - a);
+        if (run) { /* a full hit: the previous prompt, all cached */
+            a = now_s();
+            if (radix_match_prefix(&t, NS_A, prev, N, &m)) fail_msg("%s", cd_errmsg());
+            b = now_s();
+            assert_int_equal(m.n_tokens, N);
+            radix_release(&t, &m);
+            t_hit[run - 1] = 1e6 * (b - a);
+        }
+    }
+    if (radix_check(&t)) fail_msg("%s", cd_errmsg());
+    double cached = (double)t.stats.pages * PT;
+    print_message("radix bench (page_tokens %d, %d-token prompt, %d cached, median of %u): match %.1f us + insert %.1f "
+                  "us = %.1f us; full-hit match %.1f us\n",
+                  PT, N, SYS, runs, median(t_match, runs), median(t_insert, runs), median(t_both, runs),
+                  runs > 1 ? median(t_hit, runs - 1) : 0.0);
+    print_message("radix bench: tree %.0f cached tokens in %llu nodes, %llu bytes: %.3f bytes per cached token\n",
+                  cached, (unsigned long long)t.stats.nodes, (unsigned long long)t.stats.bytes,
+                  (double)t.stats.bytes / cached);
+    radix_free(&t);
+    free(ids);
+    free(prev);
+    free(pages);
+    free(t_match);
+    free(t_insert);
+    free(t_both);
+    free(t_hit);
+}
+
+static void test_bench(void **state) {
+    (void)state;
+    radix_bench(100);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_header_examples),
+        cmocka_unit_test(test_page_boundaries),
+        cmocka_unit_test(test_pins),
+        cmocka_unit_test(test_lru_order),
+        cmocka_unit_test(test_namespaces),
+        cmocka_unit_test(test_stats),
+        cmocka_unit_test(test_errors_and_check),
+        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_stress),
+        cmocka_unit_test(test_bench),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
