@@ -6,10 +6,14 @@
 
 #include "runtime/base/error.h"
 
-/* Layout. A node is the edge into it plus bookkeeping. The edge's tokens and page ids live
- * in one allocation (the run), tokens first:
+/* Layout. A node is the edge into it plus bookkeeping. The edge's tokens, GPU page ids and
+ * host slot ids live in one allocation (the run), so demoting and restoring a node write ids
+ * in place and never allocate:
  *
- *     run: [ t0 t1 ... t(n_pages*pt - 1) | p0 p1 ... p(n_pages - 1) ]
+ *     run: [ t0 t1 ... t(n_pages*pt - 1) | gpu: p0 ... p(n_pages - 1) | host: s0 ... s(n_pages - 1) ]
+ *
+ * gpu[] is meaningful while on_gpu, host[] while on_host (separate fields for the two tiers;
+ * this version sets exactly one of the flags on every non-root node).
  *
  * A node has no child array. Its children are found through the tree-wide slot table keyed by
  * (parent, first token), whose value is the head of the chain of siblings sharing that first
@@ -17,12 +21,17 @@
  *
  *     slots: (A,'e') -> [efgh]            (A,'w') -> [wxAB] -> [wxyz] -> NULL
  *
- * Roots are nodes with an empty edge, parent NULL, and a namespace key behind them
- * (radix_root). A root exists while it has children: evicting its last child frees it.
+ * Every node also sits in its parent's child list (kids, prev_sib/next_sib), which lets a
+ * dropped GPU victim's host subtree be walked without allocating (Rule 3) and the dump walk
+ * the tree in order.
+ *
+ * Roots are nodes with an empty edge, parent NULL, neither residency flag, and a namespace key
+ * behind them (radix_root). A root exists while it has children: removing its last child frees
+ * it.
  *
  * Time only moves forward and every operation touches whole root paths, so a node's last use
- * is never later than its parent's; the heap of evictable leaves is therefore also the LRU
- * order of everything that could become evictable. */
+ * is never later than its parent's; each heap of evictable nodes is therefore also the LRU
+ * order of everything that could become evictable on its tier. */
 
 #define RADIX_NO_HEAP UINT32_MAX
 #define RADIX_MIN_SLOTS 16u
@@ -30,14 +39,19 @@
 #define RADIX_MIN_ROOTS 4u
 
 struct radix_node {
-    radix_node *parent;  /* NULL for a root */
-    radix_node *next;    /* next sibling with the same first token */
-    int32_t *run;        /* n_pages * page_tokens tokens, then n_pages page ids; NULL for a root */
-    uint64_t last_use;   /* clock value of the last match/insert that walked through it */
-    uint32_t n_pages;    /* edge length in pages; >= 1 except for roots */
+    radix_node *parent;             /* NULL for a root */
+    radix_node *next;               /* next sibling with the same first token (the slot's chain) */
+    radix_node *kids;               /* first child */
+    radix_node *prev_sib, *next_sib; /* the parent's child list */
+    int32_t *run;                   /* tokens, gpu[], host[]; NULL for a root */
+    uint64_t last_use;              /* clock value of the last match/insert that walked through it */
+    uint32_t n_pages;               /* edge length in pages; >= 1 except for roots */
     uint32_t n_children;
-    uint32_t lock;       /* pins on paths through this node */
-    uint32_t heap_idx;   /* place in t->heap, RADIX_NO_HEAP when not evictable */
+    uint32_t n_gpu_children;        /* children that are GPU-resident */
+    uint32_t lock;                  /* pins on paths through this node */
+    uint32_t heap_idx;              /* place in its tier's heap, RADIX_NO_HEAP when not evictable */
+    bool on_gpu;                    /* gpu[] holds its pages */
+    bool on_host;                   /* host[] holds its pages */
 };
 
 typedef struct radix_root {
@@ -55,12 +69,21 @@ struct radix_slot {
 
 static inline int32_t *node_tokens(const radix_node *x) { return x->run; }
 
-static inline uint32_t *node_pages(const radix_tree *t, const radix_node *x) {
+static inline uint32_t *node_gpu(const radix_tree *t, const radix_node *x) {
     return (uint32_t *)(x->run + (size_t)x->n_pages * t->page_tokens);
 }
 
+static inline uint32_t *node_host(const radix_tree *t, const radix_node *x) {
+    return (uint32_t *)(x->run + (size_t)x->n_pages * (t->page_tokens + 1));
+}
+
+/* The ids of x's pages on the tier it is resident on. */
+static inline uint32_t *node_ids(const radix_tree *t, const radix_node *x) {
+    return x->on_gpu ? node_gpu(t, x) : node_host(t, x);
+}
+
 static inline size_t run_bytes(const radix_tree *t, uint32_t n_pages) {
-    return (size_t)n_pages * (t->page_tokens + 1) * sizeof(int32_t);
+    return (size_t)n_pages * (t->page_tokens + 2) * sizeof(int32_t);
 }
 
 static inline bool is_root(const radix_node *x) { return x->parent == NULL; }
@@ -157,75 +180,142 @@ static void chain_remove(radix_tree *t, radix_node *x) {
     x->next = NULL;
 }
 
-/* ---- the heap of evictable nodes (unpinned non-root leaves), min last_use on top ---------- */
+/* ---- child lists -------------------------------------------------------------------------- */
 
-static void heap_set(radix_tree *t, uint32_t i, radix_node *x) {
-    t->heap[i] = x;
+static void kid_add(radix_node *p, radix_node *x) {
+    x->prev_sib = NULL;
+    x->next_sib = p->kids;
+    if (p->kids) p->kids->prev_sib = x;
+    p->kids = x;
+}
+
+static void kid_remove(radix_node *p, radix_node *x) {
+    if (x->prev_sib) x->prev_sib->next_sib = x->next_sib;
+    else p->kids = x->next_sib;
+    if (x->next_sib) x->next_sib->prev_sib = x->prev_sib;
+    x->prev_sib = x->next_sib = NULL;
+}
+
+/* Puts `with` where x is in p's child list. */
+static void kid_replace(radix_node *p, radix_node *x, radix_node *with) {
+    with->prev_sib = x->prev_sib;
+    with->next_sib = x->next_sib;
+    if (x->prev_sib) x->prev_sib->next_sib = with;
+    else p->kids = with;
+    if (x->next_sib) x->next_sib->prev_sib = with;
+    x->prev_sib = x->next_sib = NULL;
+}
+
+/* Post-order over the subtree of v (children before parents, v last) without allocating:
+ * post_first(v) is the first node, post_next(v, x) the one after x (NULL after v). Reads only
+ * x and nodes still to come, so x may be freed once its successor is known. */
+static radix_node *post_first(radix_node *x) {
+    while (x->kids) x = x->kids;
+    return x;
+}
+
+static radix_node *post_next(const radix_node *v, const radix_node *x) {
+    if (x == v) return NULL;
+    return x->next_sib ? post_first(x->next_sib) : x->parent;
+}
+
+/* ---- the heaps of evictable nodes (Rule 2), min last_use on top --------------------------- */
+
+static void heap_set(radix_heap *h, uint32_t i, radix_node *x) {
+    h->v[i] = x;
     x->heap_idx = i;
 }
 
-static void heap_up(radix_tree *t, uint32_t i) {
-    radix_node *x = t->heap[i];
+static void heap_up(radix_heap *h, uint32_t i) {
+    radix_node *x = h->v[i];
     while (i > 0) {
         uint32_t p = (i - 1) / 2;
-        if (t->heap[p]->last_use <= x->last_use) break;
-        heap_set(t, i, t->heap[p]);
+        if (h->v[p]->last_use <= x->last_use) break;
+        heap_set(h, i, h->v[p]);
         i = p;
     }
-    heap_set(t, i, x);
+    heap_set(h, i, x);
 }
 
-static void heap_down(radix_tree *t, uint32_t i) {
-    radix_node *x = t->heap[i];
+static void heap_down(radix_heap *h, uint32_t i) {
+    radix_node *x = h->v[i];
     for (;;) {
         uint32_t c = 2 * i + 1;
-        if (c >= t->n_heap) break;
-        if (c + 1 < t->n_heap && t->heap[c + 1]->last_use < t->heap[c]->last_use) c++;
-        if (x->last_use <= t->heap[c]->last_use) break;
-        heap_set(t, i, t->heap[c]);
+        if (c >= h->n) break;
+        if (c + 1 < h->n && h->v[c + 1]->last_use < h->v[c]->last_use) c++;
+        if (x->last_use <= h->v[c]->last_use) break;
+        heap_set(h, i, h->v[c]);
         i = c;
     }
-    heap_set(t, i, x);
+    heap_set(h, i, x);
 }
 
-/* Never grows the array: cap_heap >= nodes is kept by insert, so release and evict (which
- * cannot fail) never need memory. */
-static void heap_push(radix_tree *t, radix_node *x) {
-    heap_set(t, t->n_heap++, x);
-    heap_up(t, x->heap_idx);
+/* Never grows the array: cap >= nodes is kept by insert for both heaps, so release, evict and
+ * restore (which cannot fail) never need memory. */
+static void heap_push(radix_heap *h, radix_node *x) {
+    heap_set(h, h->n++, x);
+    heap_up(h, x->heap_idx);
 }
 
-static void heap_remove(radix_tree *t, radix_node *x) {
+static void heap_remove(radix_heap *h, radix_node *x) {
     uint32_t i = x->heap_idx;
-    radix_node *last = t->heap[--t->n_heap];
+    radix_node *last = h->v[--h->n];
     x->heap_idx = RADIX_NO_HEAP;
     if (last == x) return;
-    heap_set(t, i, last);
-    heap_up(t, i);
-    heap_down(t, last->heap_idx);
+    heap_set(h, i, last);
+    heap_up(h, i);
+    heap_down(h, last->heap_idx);
+}
+
+/* The heap of x's tier: where x is when x->heap_idx is set. A node leaves its heap before its
+ * residency changes (heap_leave), so this always names the heap it is in. */
+static radix_heap *tier_heap(radix_tree *t, const radix_node *x) { return x->on_gpu ? &t->gpu_lru : &t->host_lru; }
+
+/* Rule 2: the heap x belongs in now, or NULL. */
+static radix_heap *evictable_heap(radix_tree *t, const radix_node *x) {
+    if (is_root(x) || x->lock) return NULL;
+    if (x->on_gpu) return x->n_gpu_children == 0 ? &t->gpu_lru : NULL;
+    return x->n_children == 0 ? &t->host_lru : NULL;
+}
+
+static void heap_leave(radix_tree *t, radix_node *x) {
+    if (x->heap_idx != RADIX_NO_HEAP) heap_remove(tier_heap(t, x), x);
+}
+
+/* Puts x where Rule 2 says after a change of its lock, children or residency. A node that
+ * stays in its heap keeps its place. */
+static void heap_sync(radix_tree *t, radix_node *x) {
+    radix_heap *want = evictable_heap(t, x);
+    if (x->heap_idx != RADIX_NO_HEAP) {
+        if (tier_heap(t, x) == want) return;
+        heap_remove(tier_heap(t, x), x);
+    }
+    if (want) heap_push(want, x);
 }
 
 /* ---- pins and touches --------------------------------------------------------------------- */
 
 static void pin(radix_tree *t, radix_node *x) {
     if (x->lock++ > 0) return;
-    t->stats.pinned_pages += x->n_pages;
-    if (x->heap_idx != RADIX_NO_HEAP) heap_remove(t, x); /* a pinned leaf is not evictable */
+    if (x->on_gpu) t->stats.pinned_pages += x->n_pages;
+    else t->stats.pinned_host_slots += x->n_pages; /* (0 for a root) */
+    heap_leave(t, x); /* a pinned node is not evictable */
 }
 
 static void unpin(radix_tree *t, radix_node *x) {
     if (x->lock == 0) return; /* a released-twice handle; radix_check would not have passed */
     if (--x->lock > 0) return;
-    t->stats.pinned_pages -= x->n_pages;
-    if (!is_root(x) && x->n_children == 0) heap_push(t, x);
+    if (x->on_gpu) t->stats.pinned_pages -= x->n_pages;
+    else t->stats.pinned_host_slots -= x->n_pages;
+    heap_sync(t, x);
 }
 
-/* Marks x and its ancestors used now. Only x can be in the heap (the others have children);
- * its key grew, so it sinks. */
+/* Marks x and its ancestors used now. Any of them may be in a heap (a GPU node whose only
+ * children are host nodes is GPU-evictable); each key grew, so each sinks. */
 static void touch_path(radix_tree *t, radix_node *x, uint64_t now) {
     for (; x; x = x->parent) {
         x->last_use = now;
-        if (x->heap_idx != RADIX_NO_HEAP) heap_down(t, x->heap_idx);
+        if (x->heap_idx != RADIX_NO_HEAP) heap_down(tier_heap(t, x), x->heap_idx);
     }
 }
 
@@ -266,10 +356,25 @@ static void node_free(radix_node *x) {
     free(x);
 }
 
-/* Fills x's run from a token run and its page ids. */
-static void node_fill(radix_tree *t, radix_node *x, const int32_t *tokens, const uint32_t *pages) {
-    memcpy(node_tokens(x), tokens, (size_t)x->n_pages * t->page_tokens * sizeof(int32_t));
-    memcpy(node_pages(t, x), pages, (size_t)x->n_pages * sizeof(uint32_t));
+/* Takes x (not a root) out of its parent: slot chain, child list, child counts. The parent
+ * then follows Rule 2; a root left without children (and unpinned) is dropped. x's own
+ * subtree stays hanging below it, and x's heap place, stats and memory are the caller's. */
+static void node_detach(radix_tree *t, radix_node *x) {
+    radix_node *p = x->parent;
+    chain_remove(t, x);
+    kid_remove(p, x);
+    p->n_children--;
+    if (x->on_gpu) p->n_gpu_children--;
+    if (!is_root(p)) heap_sync(t, p);
+    else if (p->n_children == 0 && p->lock == 0) root_remove(t, p);
+}
+
+/* Stats for a node that leaves the tree. */
+static void node_account_out(radix_tree *t, const radix_node *x) {
+    t->stats.nodes--;
+    t->stats.bytes -= sizeof *x + run_bytes(t, x->n_pages);
+    if (x->on_gpu) t->stats.pages -= x->n_pages;
+    else t->stats.host_slots -= x->n_pages;
 }
 
 /* ---- reserving table space before a change ------------------------------------------------ */
@@ -279,7 +384,7 @@ static void node_fill(radix_tree *t, radix_node *x, const int32_t *tokens, const
 typedef struct radix_reserve {
     struct radix_slot *slots;
     uint32_t cap_slots;
-    radix_node **heap;
+    radix_node **heaps[2]; /* gpu_lru, host_lru */
     uint32_t cap_heap;
     radix_node **roots;
     uint32_t cap_roots;
@@ -300,11 +405,14 @@ static int reserve_tables(radix_tree *t, radix_reserve *r, uint32_t new_slots, u
         r->slots = r->cap_slots ? radix_alloc(t, (size_t)r->cap_slots * sizeof *r->slots) : NULL;
         if (!r->slots) return -1;
     }
-    uint64_t heap_need = t->stats.nodes + new_nodes; /* every node could become a leaf */
-    if (heap_need > t->cap_heap) {
-        r->cap_heap = grown_cap(t->cap_heap, RADIX_MIN_HEAP, heap_need);
-        r->heap = r->cap_heap ? radix_alloc(t, (size_t)r->cap_heap * sizeof *r->heap) : NULL;
-        if (!r->heap) return -1;
+    /* both heaps have the same capacity: every node could become evictable on either tier */
+    uint64_t heap_need = t->stats.nodes + new_nodes;
+    if (heap_need > t->gpu_lru.cap) {
+        r->cap_heap = grown_cap(t->gpu_lru.cap, RADIX_MIN_HEAP, heap_need);
+        for (int k = 0; k < 2; k++) {
+            r->heaps[k] = r->cap_heap ? radix_alloc(t, (size_t)r->cap_heap * sizeof *r->heaps[k]) : NULL;
+            if (!r->heaps[k]) return -1;
+        }
     }
     uint64_t roots_need = (uint64_t)t->n_roots + new_roots;
     if (roots_need > t->cap_roots) {
@@ -317,9 +425,18 @@ static int reserve_tables(radix_tree *t, radix_reserve *r, uint32_t new_slots, u
 
 static void reserve_drop(radix_reserve *r) {
     free(r->slots);
-    free(r->heap);
+    free(r->heaps[0]);
+    free(r->heaps[1]);
     free(r->roots);
     *r = (radix_reserve){0};
+}
+
+static void heap_commit(radix_tree *t, radix_heap *h, radix_node **v, uint32_t cap) {
+    if (h->n) memcpy(v, h->v, (size_t)h->n * sizeof *v);
+    free(h->v);
+    t->stats.bytes += ((size_t)cap - h->cap) * sizeof *v;
+    h->v = v;
+    h->cap = cap;
 }
 
 static void reserve_commit(radix_tree *t, radix_reserve *r) {
@@ -334,12 +451,9 @@ static void reserve_commit(radix_tree *t, radix_reserve *r) {
         t->slots = r->slots;
         t->cap_slots = r->cap_slots;
     }
-    if (r->heap) {
-        if (t->n_heap) memcpy(r->heap, t->heap, (size_t)t->n_heap * sizeof *r->heap);
-        free(t->heap);
-        t->stats.bytes += ((size_t)r->cap_heap - t->cap_heap) * sizeof *r->heap;
-        t->heap = r->heap;
-        t->cap_heap = r->cap_heap;
+    if (r->heaps[0]) {
+        heap_commit(t, &t->gpu_lru, r->heaps[0], r->cap_heap);
+        heap_commit(t, &t->host_lru, r->heaps[1], r->cap_heap);
     }
     if (r->roots) {
         if (t->n_roots) memcpy(r->roots, t->roots, (size_t)t->n_roots * sizeof *r->roots);
@@ -370,7 +484,8 @@ void radix_free(radix_tree *t) {
     }
     for (uint32_t i = 0; i < t->n_roots; i++) free(t->roots[i]);
     free(t->slots);
-    free(t->heap);
+    free(t->gpu_lru.v);
+    free(t->host_lru.v);
     free(t->roots);
     *t = (radix_tree){0};
 }
@@ -430,16 +545,23 @@ static match_end match_walk(const radix_tree *t, radix_node *root, const int32_t
     return e;
 }
 
-/* The pages of the matched prefix, gathered bottom-up: the deepest node's first pages (as
- * many as the match reaches into it), then every ancestor's edge whole. */
-static void match_pages(const radix_tree *t, const match_end *e, uint32_t *out, uint32_t n_pages) {
-    uint32_t i = n_pages, own = n_pages - e->deep_start / t->page_tokens;
-    i -= own;
-    memcpy(out + i, node_pages(t, e->deep), (size_t)own * sizeof *out);
-    for (radix_node *x = e->deep->parent; !is_root(x); x = x->parent) {
-        i -= x->n_pages;
-        memcpy(out + i, node_pages(t, x), (size_t)x->n_pages * sizeof *out);
+/* The path from a root down to deep holds path pages 0 .. end, end = the page where deep's
+ * edge ends; splits move node boundaries but never change this sequence. Writes the ids of
+ * path pages [lo, hi) (GPU pages or host slots, per node) to out[lo .. hi), bottom-up. */
+static void path_ids(const radix_tree *t, const radix_node *deep, uint32_t end, uint32_t *out, uint32_t lo,
+                     uint32_t hi) {
+    for (const radix_node *x = deep; !is_root(x) && end > lo; x = x->parent) {
+        uint32_t start = end - x->n_pages, a = start > lo ? start : lo, b = end < hi ? end : hi;
+        if (a < b) memcpy(out + a, node_ids(t, x) + (a - start), (size_t)(b - a) * sizeof *out);
+        end = start;
     }
+}
+
+/* Slots of the host run at the bottom of deep's path (Rule 1: host nodes are a suffix). */
+static uint32_t path_host_slots(const radix_node *deep) {
+    uint32_t n = 0;
+    for (const radix_node *x = deep; !is_root(x) && x->on_host; x = x->parent) n += x->n_pages;
+    return n;
 }
 
 int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
@@ -450,12 +572,18 @@ int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const in
     radix_node *root = root_find(t, ns);
     match_end e = match_walk(t, root, ids, n);
     uint32_t n_pages = (uint32_t)(((uint64_t)e.n_tokens + t->page_tokens - 1) / t->page_tokens);
-    uint32_t *pages = NULL;
+    uint32_t *pages = NULL, n_gpu = n_pages, n_restore = 0;
     if (e.n_tokens) {
         if (root->lock == UINT32_MAX) return cd_fail("radix: too many pins");
-        pages = radix_alloc(t, (size_t)n_pages * sizeof *pages);
-        if (!pages) return cd_fail("radix: out of memory for a match of %u pages", n_pages);
-        match_pages(t, &e, pages, n_pages);
+        /* Rule 5: with a host run at the bottom, the whole path's pages are listed (the
+         * deepest node is restored whole); otherwise the matched pages only */
+        uint32_t end = e.deep_start / t->page_tokens + e.deep->n_pages;
+        n_restore = path_host_slots(e.deep);
+        if (n_restore) n_gpu = end - n_restore;
+        uint32_t len = n_restore ? end : n_pages;
+        pages = radix_alloc(t, (size_t)len * sizeof *pages);
+        if (!pages) return cd_fail("radix: out of memory for a match of %u pages", len);
+        path_ids(t, e.deep, end, pages, 0, len);
     }
     /* nothing can fail from here on */
     uint64_t now = ++t->clock;
@@ -464,14 +592,15 @@ int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const in
     if (e.n_tokens == 0) t->stats.misses++;
     else if (e.n_tokens == n) t->stats.full_hits++;
     else t->stats.partial_hits++;
-    /* Pin and touch the path; pinning takes a leaf out of the heap, so no touched node is
-     * left in the heap with a stale key. The match does not split: the pin covers the whole
+    /* Pin and touch the path; pinning takes a node out of its heap, so no touched node is
+     * left in a heap with a stale key. The match does not split: the pin covers the whole
      * deepest node even when the match ends inside its edge. */
     for (radix_node *x = e.deep; x; x = x->parent) {
         pin(t, x);
         x->last_use = now;
     }
-    *m = (radix_match){.n_tokens = e.n_tokens, .n_pages = n_pages, .pages = pages, .node = e.deep};
+    *m = (radix_match){.n_tokens = e.n_tokens, .n_pages = n_pages, .pages = pages, .node = e.deep,
+                       .n_gpu_pages = n_gpu, .n_restore = n_restore};
     return 0;
 }
 
@@ -480,6 +609,59 @@ void radix_release(radix_tree *t, radix_match *m) {
     for (radix_node *x = m->node; x; x = x->parent) unpin(t, x);
     free(m->pages);
     *m = (radix_match){0};
+}
+
+/* ---- restore ------------------------------------------------------------------------------ */
+
+/* Rule 6. The match listed path pages [0, end) with end = n_gpu_pages + n_restore, host slots
+ * from n_gpu_pages on. Its path is pinned, so no node on it was evicted or demoted since; an
+ * insert may have split a node on it (path pages unchanged) and another restore may have
+ * turned the upper part of its host run GPU-resident. So the host nodes now on the path hold a
+ * suffix [h, end) of the listed slots, h >= n_gpu_pages: that is checked first, read-only, then
+ * those nodes take gpu_pages[h - n_gpu_pages ..). */
+int radix_restore(radix_tree *t, radix_match *m, const uint32_t *gpu_pages, radix_victim_fn host_free, void *ctx) {
+    if (!m || !m->node || m->n_restore == 0) return 0;
+    if (!gpu_pages) return cd_fail("radix: restore of %u slots without GPU pages", m->n_restore);
+    uint32_t n_gpu = m->n_gpu_pages, end = n_gpu + m->n_restore, at = end, h = end;
+    for (const radix_node *x = m->node; !is_root(x); x = x->parent) {
+        if (x->n_pages > at) return cd_fail("radix: restore: the match's path is longer than it says");
+        at -= x->n_pages;
+        if (!x->on_host) continue;
+        if (at < n_gpu || h != at + x->n_pages)
+            return cd_fail("radix: restore: a host node outside the match's host run (is the match stale?)");
+        if (memcmp(node_host(t, x), m->pages + at, (size_t)x->n_pages * sizeof *gpu_pages))
+            return cd_fail("radix: restore: the path's host slots are not the match's");
+        h = at;
+    }
+    if (at != 0) return cd_fail("radix: restore: the match's path is shorter than it says");
+    /* nothing can fail from here on; every node below is pinned (by m), so in no heap */
+    uint32_t taken = end - h;
+    at = end;
+    for (radix_node *x = m->node; !is_root(x) && x->on_host; x = x->parent) {
+        at -= x->n_pages;
+        memcpy(node_gpu(t, x), gpu_pages + (at - n_gpu), (size_t)x->n_pages * sizeof *gpu_pages);
+        x->on_host = false;
+        x->on_gpu = true;
+        x->parent->n_gpu_children++; /* the parent is pinned too: no heap to update */
+        t->stats.host_slots -= x->n_pages;
+        t->stats.pinned_host_slots -= x->n_pages;
+        t->stats.pages += x->n_pages;
+        t->stats.pinned_pages += x->n_pages;
+        t->stats.restores++;
+        t->stats.restored_pages += x->n_pages;
+    }
+    /* the slots are still in the nodes' host[] fields: report them, then rewrite the match */
+    if (host_free) {
+        uint32_t left = taken;
+        for (radix_node *x = m->node; left; x = x->parent) {
+            host_free(ctx, node_host(t, x), x->n_pages);
+            left -= x->n_pages;
+        }
+    }
+    path_ids(t, m->node, end, m->pages, n_gpu, end);
+    m->n_gpu_pages = m->n_pages;
+    m->n_restore = 0;
+    return (int)taken;
 }
 
 /* ---- insert ------------------------------------------------------------------------------- */
@@ -492,7 +674,10 @@ void radix_release(radix_tree *t, radix_match *m) {
  *   2. a new leaf under `at` (at == deep): no child of `at` starts with the next token (a new
  *      chain), or some do but none has the whole next page (the leaf joins their chain).
  *   3. a split: the next page differs inside the edge into `split`, after its first k pages.
- *      `split` is cut there and the new leaf hangs from the upper part. */
+ *      `split` is cut there and the new leaf hangs from the upper part.
+ *
+ * Cases 2 and 3 are blocked (Rule 7) when the node the new leaf would hang from (`at`, or the
+ * upper part of `split`, which has split's residency) is host-resident. */
 typedef struct insert_plan {
     radix_node *deep;   /* deepest node holding pages of the sequence before the change */
     radix_node *at;     /* the new leaf's parent (for a split: the parent of `split`) */
@@ -529,6 +714,12 @@ static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int3
         return p;
     }
     return p; /* case 1 (or, without a root, a new namespace: case 2 under a new root) */
+}
+
+/* Rule 7: the new leaf's parent would be host-resident. */
+static bool insert_blocked(const insert_plan *p) {
+    const radix_node *up = p->split ? p->split : p->at;
+    return up && !is_root(up) && up->on_host;
 }
 
 /* The allocations an insert needs, all made before the tree changes. */
@@ -582,28 +773,45 @@ static radix_node *root_add(radix_tree *t, radix_root *r, const uint8_t ns[RADIX
     return &r->node;
 }
 
+/* Copies pages [from, from + n) of src's run (tokens and both id fields) into dst's run,
+ * dst_pages long. */
+static void run_copy(const radix_tree *t, int32_t *dst, uint32_t dst_pages, const radix_node *src, uint32_t from,
+                     uint32_t n) {
+    uint32_t pt = t->page_tokens;
+    memcpy(dst, node_tokens(src) + (size_t)from * pt, (size_t)n * pt * sizeof *dst);
+    memcpy(dst + (size_t)dst_pages * pt, node_gpu(t, src) + from, (size_t)n * sizeof *dst);
+    memcpy(dst + (size_t)dst_pages * (pt + 1), node_host(t, src) + from, (size_t)n * sizeof *dst);
+}
+
 /* Splits the edge into c after k pages (0 < k < c->n_pages):
  *
  *     before:  (p) ── [P0 .. Pk-1 Pk .. Pn-1] = c ── c's children
  *     after:   (p) ── [P0 .. Pk-1] = u ── [Pk .. Pn-1] = c ── c's children
  *
- *   1. u takes c's place in p's chain: same parent, same first token, so the same slot.
+ *   1. u takes c's place in p's chain (same parent, same first token, so the same slot) and
+ *      in p's child list.
  *   2. u inherits c's lock: every pinned path through c now also runs through u, and
- *      releasing a handle on c (or below) walks through u. It inherits c's last use too.
+ *      releasing a handle on c (or below) walks through u. It inherits c's last use and
+ *      residency too (both id fields are split alike), so p's GPU-child count holds.
  *   3. c keeps its identity: the handles pointing at it, its children (keyed by (c, token),
- *      untouched), its lock, its place in the heap. u has a child, so it is not in the heap.
+ *      untouched), its lock, its place in a heap. u has a child of its own tier, so it is in
+ *      no heap (Rule 2).
  *   4. c's edge becomes the rest, in a fresh run, and c is filed under (u, first token of the
- *      rest). Pages only move between c and u, so pages and pinned_pages do not change. */
+ *      rest). Pages only move between c and u, so no page or slot count changes. */
 static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_node *u, int32_t *lower_run) {
-    uint32_t pt = t->page_tokens, rest = c->n_pages - k;
-    node_fill(t, u, node_tokens(c), node_pages(t, c));
+    uint32_t rest = c->n_pages - k;
+    run_copy(t, u->run, k, c, 0, k);
     u->parent = c->parent;
     u->lock = c->lock;
     u->last_use = c->last_use;
+    u->on_gpu = c->on_gpu;
+    u->on_host = c->on_host;
     u->n_children = 1;
+    u->n_gpu_children = c->on_gpu;
     chain_replace(t, c, u); /* 1 */
-    memcpy(lower_run, node_tokens(c) + (size_t)k * pt, (size_t)rest * pt * sizeof(int32_t));
-    memcpy(lower_run + (size_t)rest * pt, node_pages(t, c) + k, (size_t)rest * sizeof(uint32_t));
+    kid_replace(c->parent, c, u);
+    u->kids = c;
+    run_copy(t, lower_run, rest, c, k, rest);
     t->stats.bytes += sizeof *u + run_bytes(t, k) + run_bytes(t, rest) - run_bytes(t, c->n_pages);
     free(c->run);
     c->run = lower_run; /* 4 */
@@ -621,9 +829,11 @@ int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t 
     if (np && (!ids || !pages)) return cd_fail("radix: insert of %u tokens without ids or pages", n);
     radix_node *root = root_find(t, ns);
     insert_plan p = insert_walk(t, root, ids, np);
-    if (p.leaf_from == np) { /* case 1: nothing new, just a touch */
+    bool blocked = p.leaf_from < np && insert_blocked(&p);
+    if (p.leaf_from == np || blocked) { /* case 1, or Rule 7: nothing new, just a touch */
         if (p.deep) touch_path(t, p.deep, t->clock + 1);
         t->clock++;
+        t->stats.blocked_inserts += blocked;
         if (first_new) *first_new = np;
         return 0;
     }
@@ -637,14 +847,20 @@ int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t 
     reserve_commit(t, &mem.tables);
     radix_node *at = p.at ? p.at : root_add(t, mem.root, ns);
     if (p.split) at = split_edge(t, p.split, p.split_k, mem.upper, mem.lower_run);
+    /* at is a root or GPU-resident (not blocked) */
     radix_node *leaf = mem.leaf;
-    node_fill(t, leaf, ids + (size_t)p.leaf_from * pt, pages + p.leaf_from);
+    memcpy(node_tokens(leaf), ids + (size_t)p.leaf_from * pt, (size_t)leaf->n_pages * pt * sizeof *ids);
+    memcpy(node_gpu(t, leaf), pages + p.leaf_from, (size_t)leaf->n_pages * sizeof *pages);
+    leaf->on_gpu = true;
     leaf->parent = at;
     chain_add(t, at, leaf);
-    if (at->n_children++ == 0 && at->heap_idx != RADIX_NO_HEAP) heap_remove(t, at); /* no longer a leaf */
+    kid_add(at, leaf);
+    at->n_children++;
+    at->n_gpu_children++;
+    if (!is_root(at)) heap_sync(t, at); /* no longer GPU-evictable */
     touch_path(t, at, now);
     leaf->last_use = now;
-    heap_push(t, leaf); /* a new leaf is unpinned: evictable */
+    heap_sync(t, leaf); /* a new leaf is unpinned: GPU-evictable */
     t->stats.nodes++;
     t->stats.pages += leaf->n_pages;
     t->stats.inserted_tokens += (uint64_t)leaf->n_pages * pt;
@@ -655,34 +871,82 @@ int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t 
 
 /* ---- eviction ----------------------------------------------------------------------------- */
 
-/* Takes the least recently used evictable leaf out of the tree (unlinked, accounted, its
- * parent made evictable if it became an unpinned leaf) and returns it, still allocated. */
-static radix_node *evict_one(radix_tree *t) {
-    radix_node *v = t->heap[0];
+/* Rule 3, saved: v (the GPU heap's top) becomes host-resident with the slots demote wrote into
+ * its host[] field. Its gpu[] field still holds the pages for the victim report. */
+static void demote_node(radix_tree *t, radix_node *v) {
+    heap_leave(t, v);
+    v->on_gpu = false;
+    v->on_host = true;
     radix_node *p = v->parent;
-    heap_remove(t, v);
-    chain_remove(t, v);
-    t->stats.nodes--;
+    p->n_gpu_children--;
+    if (!is_root(p)) heap_sync(t, p); /* maybe GPU-evictable now, host children or not */
+    heap_sync(t, v);                  /* host-evictable when it has no children */
     t->stats.pages -= v->n_pages;
-    t->stats.evictions++;
-    t->stats.evicted_pages += v->n_pages;
-    t->stats.bytes -= sizeof *v + run_bytes(t, v->n_pages);
-    /* Evicting a leaf can make its parent a leaf. An unpinned one becomes evictable in turn
-     * (its last use is at least v's, so it sorts after v's siblings of the same age or
-     * older); a root without children is dropped. A pinned parent waits for its release. */
-    if (--p->n_children == 0 && p->lock == 0) {
-        if (is_root(p)) root_remove(t, p);
-        else heap_push(t, p);
+    t->stats.host_slots += v->n_pages;
+    t->stats.demotions++;
+    t->stats.demoted_pages += v->n_pages;
+}
+
+/* Rule 3, dropped: v (the GPU heap's top) and its host subtree leave the tree; reported post-
+ * order (the subtree's slots, then v's pages) once the tree is consistent, then freed. */
+static void drop_node(radix_tree *t, radix_node *v, const radix_evict_ops *ops) {
+    heap_leave(t, v);
+    node_detach(t, v); /* may free v's root: v->parent is not used below */
+    node_account_out(t, v);
+    for (radix_node *x = post_first(v); x != v; x = post_next(v, x)) {
+        heap_leave(t, x);
+        chain_remove(t, x); /* keyed by x's parent, still allocated */
+        node_account_out(t, x);
+        t->stats.host_evictions++;
+        t->stats.host_evicted_slots += x->n_pages;
     }
-    return v;
+    for (radix_node *x = post_first(v), *next; x; x = next) {
+        next = post_next(v, x);
+        if (x == v) {
+            if (ops->victim) ops->victim(ops->ctx, node_gpu(t, x), x->n_pages);
+        } else if (ops->host_free) {
+            ops->host_free(ops->ctx, node_host(t, x), x->n_pages);
+        }
+        node_free(x);
+    }
+}
+
+uint64_t radix_evict_tiered(radix_tree *t, uint64_t want_pages, const radix_evict_ops *ops) {
+    static const radix_evict_ops none = {0};
+    if (!ops) ops = &none;
+    uint64_t got = 0;
+    while (got < want_pages && t->gpu_lru.n) {
+        radix_node *v = t->gpu_lru.v[0];
+        uint32_t n = v->n_pages;
+        bool saved = ops->demote && ops->demote(ops->ctx, node_gpu(t, v), n, node_host(t, v));
+        t->stats.evictions++;
+        t->stats.evicted_pages += n;
+        if (saved) {
+            demote_node(t, v);
+            if (ops->victim) ops->victim(ops->ctx, node_gpu(t, v), n);
+        } else {
+            drop_node(t, v, ops);
+        }
+        got += n;
+    }
+    return got;
 }
 
 uint64_t radix_evict(radix_tree *t, uint64_t want_pages, radix_victim_fn fn, void *ctx) {
+    radix_evict_ops ops = {.victim = fn, .ctx = ctx};
+    return radix_evict_tiered(t, want_pages, &ops);
+}
+
+uint64_t radix_evict_host(radix_tree *t, uint64_t want_slots, radix_victim_fn host_free, void *ctx) {
     uint64_t got = 0;
-    while (got < want_pages && t->n_heap) {
-        radix_node *v = evict_one(t);
-        /* the tree is consistent here; v is out of it but its pages are still readable */
-        if (fn) fn(ctx, node_pages(t, v), v->n_pages);
+    while (got < want_slots && t->host_lru.n) {
+        radix_node *v = t->host_lru.v[0];
+        heap_leave(t, v);
+        node_detach(t, v); /* a host parent left childless becomes host-evictable */
+        node_account_out(t, v);
+        t->stats.host_evictions++;
+        t->stats.host_evicted_slots += v->n_pages;
+        if (host_free) host_free(ctx, node_host(t, v), v->n_pages);
         got += v->n_pages;
         node_free(v);
     }
@@ -691,23 +955,27 @@ uint64_t radix_evict(radix_tree *t, uint64_t want_pages, radix_victim_fn fn, voi
 
 uint64_t radix_evictable_pages(const radix_tree *t) { return t->stats.pages - t->stats.pinned_pages; }
 
+uint64_t radix_evictable_host_slots(const radix_tree *t) { return t->stats.host_slots - t->stats.pinned_host_slots; }
+
 /* ---- invariant checker -------------------------------------------------------------------- */
 
 /* Scratch for radix_check: every node (roots first) with an index, a pointer -> index map and
  * per-node counters, so each invariant is checked in one pass. */
 typedef struct check_ctx {
     const radix_tree *t;
-    radix_node **all;   /* roots, then nodes */
+    radix_node **all;       /* roots, then nodes */
     uint32_t n_all;
-    radix_node **map;   /* open addressing, pointer keys */
+    radix_node **map;       /* open addressing, pointer keys */
     uint32_t *map_idx;
     uint32_t map_cap;
-    uint32_t *children; /* counted children per node */
-    uint64_t *lock_sum; /* sum of the children's locks */
-    uint8_t *state;     /* path-to-root walk: 0 unseen, 1 on the walk, 2 reaches a root */
+    uint32_t *children;     /* counted children per node */
+    uint32_t *gpu_children; /* counted GPU-resident children per node */
+    uint64_t *lock_sum;     /* sum of the children's locks */
+    uint8_t *state;         /* path-to-root walk: 0 unseen, 1 on the walk, 2 reaches a root */
+    uint8_t *listed;        /* found in its parent's child list */
     uint32_t *walk;
-    uint64_t *page_set; /* page + 1, 0 empty */
-    uint64_t page_cap;
+    uint64_t *id_set[2];    /* GPU pages, host slots: id + 1, 0 empty */
+    uint64_t id_cap[2];
 } check_ctx;
 
 static void check_free(check_ctx *c) {
@@ -715,10 +983,13 @@ static void check_free(check_ctx *c) {
     free(c->map);
     free(c->map_idx);
     free(c->children);
+    free(c->gpu_children);
     free(c->lock_sum);
     free(c->state);
+    free(c->listed);
     free(c->walk);
-    free(c->page_set);
+    free(c->id_set[0]);
+    free(c->id_set[1]);
 }
 
 static uint32_t check_slot(const check_ctx *c, const radix_node *x) {
@@ -743,11 +1014,13 @@ static int check_add(check_ctx *c, radix_node *x) {
     return 0;
 }
 
-static int check_page(check_ctx *c, uint32_t page) {
-    uint64_t key = (uint64_t)page + 1, mask = c->page_cap - 1, i = mix64(key) & mask;
-    while (c->page_set[i] && c->page_set[i] != key) i = (i + 1) & mask;
-    if (c->page_set[i]) return cd_fail("radix check: page %u is in the tree twice", page);
-    c->page_set[i] = key;
+/* tier 0: a GPU page, 1: a host slot; each at most once in the tree */
+static int check_id(check_ctx *c, int tier, uint32_t id) {
+    uint64_t key = (uint64_t)id + 1, mask = c->id_cap[tier] - 1, i = mix64(key) & mask;
+    uint64_t *set = c->id_set[tier];
+    while (set[i] && set[i] != key) i = (i + 1) & mask;
+    if (set[i]) return cd_fail("radix check: %s %u is in the tree twice", tier ? "host slot" : "page", id);
+    set[i] = key;
     return 0;
 }
 
@@ -757,17 +1030,23 @@ static int check_alloc(check_ctx *c) {
     if (n >= UINT32_MAX / 4) return cd_fail("radix check: %llu nodes", (unsigned long long)n);
     c->map_cap = 16;
     while (c->map_cap < 2 * n) c->map_cap *= 2;
-    c->page_cap = 16;
-    while (c->page_cap < 2 * t->stats.pages) c->page_cap *= 2;
+    uint64_t ids[2] = {t->stats.pages, t->stats.host_slots};
+    for (int k = 0; k < 2; k++) {
+        c->id_cap[k] = 16;
+        while (c->id_cap[k] < 2 * ids[k]) c->id_cap[k] *= 2;
+        c->id_set[k] = calloc(c->id_cap[k], sizeof *c->id_set[k]);
+    }
     c->all = malloc((n + 1) * sizeof *c->all);
     c->map = calloc(c->map_cap, sizeof *c->map);
     c->map_idx = malloc(c->map_cap * sizeof *c->map_idx);
     c->children = calloc(n + 1, sizeof *c->children);
+    c->gpu_children = calloc(n + 1, sizeof *c->gpu_children);
     c->lock_sum = calloc(n + 1, sizeof *c->lock_sum);
     c->state = calloc(n + 1, 1);
+    c->listed = calloc(n + 1, 1);
     c->walk = malloc((n + 1) * sizeof *c->walk);
-    c->page_set = calloc(c->page_cap, sizeof *c->page_set);
-    if (!c->all || !c->map || !c->map_idx || !c->children || !c->lock_sum || !c->state || !c->walk || !c->page_set)
+    if (!c->all || !c->map || !c->map_idx || !c->children || !c->gpu_children || !c->lock_sum || !c->state ||
+        !c->listed || !c->walk || !c->id_set[0] || !c->id_set[1])
         return cd_fail("radix check: out of memory");
     return 0;
 }
@@ -775,16 +1054,23 @@ static int check_alloc(check_ctx *c) {
 static int check_tables(const radix_tree *t) {
     if (t->page_tokens == 0) return cd_fail("radix check: page_tokens is 0");
     if (t->n_roots > t->cap_roots) return cd_fail("radix check: %u roots, capacity %u", t->n_roots, t->cap_roots);
-    if (t->n_heap > t->cap_heap) return cd_fail("radix check: heap of %u, capacity %u", t->n_heap, t->cap_heap);
-    if (t->cap_heap < t->stats.nodes)
-        return cd_fail("radix check: heap capacity %u below %llu nodes (release could not push)", t->cap_heap,
-                       (unsigned long long)t->stats.nodes);
+    const radix_heap *hs[2] = {&t->gpu_lru, &t->host_lru};
+    for (int k = 0; k < 2; k++) {
+        if (hs[k]->n > hs[k]->cap)
+            return cd_fail("radix check: %s heap of %u, capacity %u", k ? "host" : "GPU", hs[k]->n, hs[k]->cap);
+        if (hs[k]->cap < t->stats.nodes)
+            return cd_fail("radix check: %s heap capacity %u below %llu nodes (release could not push)",
+                           k ? "host" : "GPU", hs[k]->cap, (unsigned long long)t->stats.nodes);
+    }
     if (t->cap_slots & (t->cap_slots - 1)) return cd_fail("radix check: slot capacity %u is not a power of two", t->cap_slots);
     if (2ull * t->n_slots > t->cap_slots && t->n_slots)
         return cd_fail("radix check: %u slots used of %u (load above 1/2)", t->n_slots, t->cap_slots);
     if (t->stats.pinned_pages > t->stats.pages)
         return cd_fail("radix check: %llu pinned pages of %llu", (unsigned long long)t->stats.pinned_pages,
                        (unsigned long long)t->stats.pages);
+    if (t->stats.pinned_host_slots > t->stats.host_slots)
+        return cd_fail("radix check: %llu pinned host slots of %llu", (unsigned long long)t->stats.pinned_host_slots,
+                       (unsigned long long)t->stats.host_slots);
     return 0;
 }
 
@@ -792,9 +1078,10 @@ static int check_roots(check_ctx *c) {
     const radix_tree *t = c->t;
     for (uint32_t i = 0; i < t->n_roots; i++) {
         radix_node *r = t->roots[i];
-        if (!r || r->parent || r->run || r->n_pages || r->next)
+        if (!r || r->parent || r->run || r->n_pages || r->next || r->prev_sib || r->next_sib)
             return cd_fail("radix check: root %u is not an empty parentless node", i);
-        if (r->heap_idx != RADIX_NO_HEAP) return cd_fail("radix check: root %u is in the heap", i);
+        if (r->on_gpu || r->on_host) return cd_fail("radix check: root %u is resident on a tier", i);
+        if (r->heap_idx != RADIX_NO_HEAP) return cd_fail("radix check: root %u is in a heap", i);
         if (r->n_children == 0) return cd_fail("radix check: root %u has no children", i);
         for (uint32_t j = 0; j < i; j++)
             if (memcmp(root_ns(t->roots[j]), root_ns(r), RADIX_NS_BYTES) == 0)
@@ -840,44 +1127,77 @@ static int check_slots(check_ctx *c) {
     return 0;
 }
 
-/* Parents, child counts, locks, times, pages, and that every node leads up to a root. */
+/* Parents, child counts and lists, residency, locks, times, ids, and that every node leads
+ * up to a root. */
 static int check_nodes(check_ctx *c) {
     const radix_tree *t = c->t;
-    uint64_t pages = 0, pinned = 0, bytes = 0;
+    uint64_t pages = 0, slots = 0, pinned = 0, pinned_slots = 0, bytes = 0;
     for (uint32_t i = t->n_roots; i < c->n_all; i++) {
         radix_node *x = c->all[i];
         uint32_t p = check_find(c, x->parent);
         if (p == UINT32_MAX) return cd_fail("radix check: a node's parent is not in the tree");
+        if (x->on_gpu == x->on_host)
+            return cd_fail("radix check: a node is resident on %s tier", x->on_gpu ? "more than one" : "no");
+        if (x->on_gpu && !is_root(x->parent) && !x->parent->on_gpu)
+            return cd_fail("radix check: a GPU-resident node below a host-resident one (GPU residency is prefix-closed)");
         c->children[p]++;
+        c->gpu_children[p] += x->on_gpu;
         c->lock_sum[p] += x->lock;
         if (x->last_use > x->parent->last_use)
             return cd_fail("radix check: a node was used (%llu) after its parent (%llu)",
                            (unsigned long long)x->last_use, (unsigned long long)x->parent->last_use);
+        const uint32_t *ids = node_ids(t, x);
         for (uint32_t k = 0; k < x->n_pages; k++)
-            if (check_page(c, node_pages(t, x)[k])) return -1;
-        pages += x->n_pages;
-        pinned += x->lock ? x->n_pages : 0;
+            if (check_id(c, x->on_host, ids[k])) return -1;
+        if (x->on_gpu) {
+            pages += x->n_pages;
+            pinned += x->lock ? x->n_pages : 0;
+        } else {
+            slots += x->n_pages;
+            pinned_slots += x->lock ? x->n_pages : 0;
+        }
         bytes += sizeof *x + run_bytes(t, x->n_pages);
     }
     for (uint32_t i = 0; i < c->n_all; i++) {
         radix_node *x = c->all[i];
         if (c->children[i] != x->n_children)
             return cd_fail("radix check: a node has %u children, n_children says %u", c->children[i], x->n_children);
+        if (c->gpu_children[i] != x->n_gpu_children)
+            return cd_fail("radix check: a node has %u GPU-resident children, n_gpu_children says %u",
+                           c->gpu_children[i], x->n_gpu_children);
         if (x->lock < c->lock_sum[i])
             return cd_fail("radix check: lock %u below its children's sum %llu", x->lock,
                            (unsigned long long)c->lock_sum[i]);
         if (x->last_use > t->clock) return cd_fail("radix check: a node used after the clock");
+        uint32_t listed = 0;
+        for (radix_node *k = x->kids, *prev = NULL; k; prev = k, k = k->next_sib) {
+            uint32_t j = check_find(c, k);
+            if (j == UINT32_MAX || j < t->n_roots || k->parent != x || c->listed[j] || k->prev_sib != prev)
+                return cd_fail("radix check: a node's child list holds a node that is not its child once");
+            c->listed[j] = 1;
+            listed++;
+        }
+        if (listed != x->n_children)
+            return cd_fail("radix check: a node's child list holds %u children, n_children says %u", listed,
+                           x->n_children);
     }
     if (pages != t->stats.pages)
-        return cd_fail("radix check: %llu pages in nodes, stats say %llu", (unsigned long long)pages,
+        return cd_fail("radix check: %llu GPU pages in nodes, stats say %llu pages", (unsigned long long)pages,
                        (unsigned long long)t->stats.pages);
+    if (slots != t->stats.host_slots)
+        return cd_fail("radix check: %llu host slots in nodes, stats say %llu host_slots", (unsigned long long)slots,
+                       (unsigned long long)t->stats.host_slots);
     if (pinned != t->stats.pinned_pages)
-        return cd_fail("radix check: %llu pages in pinned nodes, stats say %llu", (unsigned long long)pinned,
+        return cd_fail("radix check: %llu pages in pinned nodes, stats say %llu pinned", (unsigned long long)pinned,
                        (unsigned long long)t->stats.pinned_pages);
+    if (pinned_slots != t->stats.pinned_host_slots)
+        return cd_fail("radix check: %llu host slots in pinned nodes, stats say %llu pinned_host_slots",
+                       (unsigned long long)pinned_slots, (unsigned long long)t->stats.pinned_host_slots);
     bytes += (uint64_t)t->n_roots * sizeof(radix_root) + (uint64_t)t->cap_roots * sizeof *t->roots +
-             (uint64_t)t->cap_slots * sizeof *t->slots + (uint64_t)t->cap_heap * sizeof *t->heap;
+             (uint64_t)t->cap_slots * sizeof *t->slots +
+             ((uint64_t)t->gpu_lru.cap + t->host_lru.cap) * sizeof(radix_node *);
     if (bytes != t->stats.bytes)
-        return cd_fail("radix check: %llu bytes owned, stats say %llu", (unsigned long long)bytes,
+        return cd_fail("radix check: %llu bytes owned, stats say %llu bytes", (unsigned long long)bytes,
                        (unsigned long long)t->stats.bytes);
     /* no cycles: each walk up ends at a root or at a node already known to reach one */
     for (uint32_t i = 0; i < t->n_roots; i++) c->state[i] = 2;
@@ -894,31 +1214,48 @@ static int check_nodes(check_ctx *c) {
     return 0;
 }
 
-/* The heap holds exactly the unpinned non-root leaves, in heap order, with back indices. */
+/* Rule 2 by hand: 0 in no heap, 1 GPU-evictable, 2 host-evictable. */
+static int check_tier(const radix_node *x) {
+    if (is_root(x) || x->lock) return 0;
+    if (x->on_gpu) return x->n_gpu_children == 0 ? 1 : 0;
+    return x->n_children == 0 ? 2 : 0;
+}
+
+/* Each heap holds exactly the nodes Rule 2 puts there, in heap order, with back indices. */
 static int check_heap(check_ctx *c) {
     const radix_tree *t = c->t;
-    for (uint32_t i = 0; i < t->n_heap; i++) {
-        radix_node *x = t->heap[i];
-        uint32_t k = check_find(c, x);
-        if (k == UINT32_MAX || k < t->n_roots) return cd_fail("radix check: heap entry %u is not a node", i);
-        if (x->heap_idx != i) return cd_fail("radix check: heap entry %u has back index %u", i, x->heap_idx);
-        if (x->lock || x->n_children)
-            return cd_fail("radix check: heap entry %u is not an unpinned leaf (lock %u, %u children)", i, x->lock,
-                           x->n_children);
-        if (i && t->heap[(i - 1) / 2]->last_use > x->last_use)
-            return cd_fail("radix check: heap order broken at %u (%llu above %llu)", i,
-                           (unsigned long long)t->heap[(i - 1) / 2]->last_use, (unsigned long long)x->last_use);
+    const radix_heap *hs[3] = {NULL, &t->gpu_lru, &t->host_lru};
+    const char *names[3] = {"", "GPU", "host"};
+    for (int k = 1; k <= 2; k++) {
+        const radix_heap *h = hs[k];
+        for (uint32_t i = 0; i < h->n; i++) {
+            radix_node *x = h->v[i];
+            uint32_t j = check_find(c, x);
+            if (j == UINT32_MAX || j < t->n_roots) return cd_fail("radix check: %s heap entry %u is not a node", names[k], i);
+            if (x->heap_idx != i)
+                return cd_fail("radix check: %s heap entry %u has back index %u", names[k], i, x->heap_idx);
+            if (check_tier(x) != k)
+                return cd_fail("radix check: %s heap entry %u is not %s-evictable (lock %u, %u children, %u on the GPU, %s)",
+                               names[k], i, names[k], x->lock, x->n_children, x->n_gpu_children,
+                               x->on_gpu ? "GPU-resident" : "host-resident");
+            if (i && h->v[(i - 1) / 2]->last_use > x->last_use)
+                return cd_fail("radix check: %s heap order broken at %u (%llu above %llu)", names[k], i,
+                               (unsigned long long)h->v[(i - 1) / 2]->last_use, (unsigned long long)x->last_use);
+        }
     }
-    uint32_t evictable = 0;
+    uint32_t count[3] = {0};
     for (uint32_t i = t->n_roots; i < c->n_all; i++) {
         radix_node *x = c->all[i];
-        bool leaf = x->lock == 0 && x->n_children == 0;
-        evictable += leaf;
-        if (leaf && x->heap_idx == RADIX_NO_HEAP) return cd_fail("radix check: an unpinned leaf is not in the heap");
-        if (!leaf && x->heap_idx != RADIX_NO_HEAP) return cd_fail("radix check: a pinned or inner node is in the heap");
+        int k = check_tier(x);
+        count[k]++;
+        if (k == 0 && x->heap_idx != RADIX_NO_HEAP) return cd_fail("radix check: a node that is not evictable is in a heap");
+        if (k && (x->heap_idx >= hs[k]->n || hs[k]->v[x->heap_idx] != x))
+            return cd_fail("radix check: a %s-evictable node is not in the %s heap", names[k], names[k]);
     }
-    if (evictable != t->n_heap)
-        return cd_fail("radix check: %u unpinned leaves, heap holds %u", evictable, t->n_heap);
+    for (int k = 1; k <= 2; k++)
+        if (count[k] != hs[k]->n)
+            return cd_fail("radix check: %u %s-evictable nodes, the %s heap holds %u", count[k], names[k], names[k],
+                           hs[k]->n);
     return 0;
 }
 
@@ -936,11 +1273,6 @@ int radix_check(const radix_tree *t) {
 
 /* ---- dump --------------------------------------------------------------------------------- */
 
-static int dump_cmp_parent(const void *a, const void *b) {
-    uintptr_t x = (uintptr_t)(*(radix_node *const *)a)->parent, y = (uintptr_t)(*(radix_node *const *)b)->parent;
-    return x < y ? -1 : x > y;
-}
-
 static void dump_node(const radix_tree *t, FILE *f, const radix_node *x, uint32_t depth) {
     fprintf(f, "%*s", (int)(2 * depth), "");
     if (is_root(x)) {
@@ -949,59 +1281,44 @@ static void dump_node(const radix_tree *t, FILE *f, const radix_node *x, uint32_
         fprintf(f, "..");
     } else {
         uint32_t n_tok = x->n_pages * t->page_tokens;
+        const uint32_t *ids = node_ids(t, x);
         fprintf(f, "[");
         for (uint32_t i = 0; i < n_tok && i < 8; i++) fprintf(f, i ? " %d" : "%d", x->run[i]);
-        fprintf(f, "%s | ", n_tok > 8 ? " ..." : "");
-        for (uint32_t i = 0; i < x->n_pages && i < 4; i++) fprintf(f, i ? " %u" : "%u", node_pages(t, x)[i]);
+        fprintf(f, "%s | %s", n_tok > 8 ? " ..." : "", x->on_gpu ? "G" : "H");
+        for (uint32_t i = 0; i < x->n_pages && i < 4; i++) fprintf(f, " %u", ids[i]);
         fprintf(f, "%s] %u pages", x->n_pages > 4 ? " ..." : "", x->n_pages);
     }
     fprintf(f, " lock %u use %llu", x->lock, (unsigned long long)x->last_use);
-    if (x->heap_idx != RADIX_NO_HEAP) fprintf(f, " heap %u", x->heap_idx);
+    if (x->heap_idx != RADIX_NO_HEAP) fprintf(f, " %s heap %u", x->on_gpu ? "gpu" : "host", x->heap_idx);
     fprintf(f, "\n");
 }
 
-/* Depth first from each root; children found in the node list sorted by parent. */
+/* Depth first from each root along the child lists; allocates nothing. */
 void radix_dump(const radix_tree *t, void *file) {
     FILE *f = file;
-    fprintf(f, "radix: page_tokens %u, %u namespaces, %llu nodes, %llu pages (%llu pinned), %llu bytes, clock %llu\n",
+    fprintf(f,
+            "radix: page_tokens %u, %u namespaces, %llu nodes, %llu GPU pages (%llu pinned), %llu host slots (%llu "
+            "pinned), %llu bytes, clock %llu\n",
             t->page_tokens, t->n_roots, (unsigned long long)t->stats.nodes, (unsigned long long)t->stats.pages,
-            (unsigned long long)t->stats.pinned_pages, (unsigned long long)t->stats.bytes,
+            (unsigned long long)t->stats.pinned_pages, (unsigned long long)t->stats.host_slots,
+            (unsigned long long)t->stats.pinned_host_slots, (unsigned long long)t->stats.bytes,
             (unsigned long long)t->clock);
-    size_t n = t->stats.nodes;
-    radix_node **by_parent = malloc((n + 1) * sizeof *by_parent);
-    const radix_node **stack = malloc((n + 1) * sizeof *stack);
-    uint32_t *depth = malloc((n + 1) * sizeof *depth);
-    if (!by_parent || !stack || !depth) {
-        fprintf(f, "(out of memory for the dump)\n");
-        goto done;
-    }
-    size_t k = 0;
-    for (uint32_t i = 0; i < t->cap_slots; i++)
-        for (radix_node *x = t->slots[i].head; x && k < n; x = x->next) by_parent[k++] = x;
-    n = k;
-    qsort(by_parent, n, sizeof *by_parent, dump_cmp_parent);
     for (uint32_t r = 0; r < t->n_roots; r++) {
-        size_t top = 0;
-        stack[top] = t->roots[r];
-        depth[top++] = 0;
-        while (top) {
-            const radix_node *x = stack[--top];
-            uint32_t d = depth[top];
-            dump_node(t, f, x, d);
-            size_t lo = 0, hi = n; /* first node whose parent is >= x */
-            while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if ((uintptr_t)by_parent[mid]->parent < (uintptr_t)x) lo = mid + 1;
-                else hi = mid;
+        const radix_node *root = t->roots[r], *x = root;
+        uint32_t depth = 0;
+        for (;;) {
+            dump_node(t, f, x, depth);
+            if (x->kids) {
+                x = x->kids;
+                depth++;
+                continue;
             }
-            for (; lo < n && by_parent[lo]->parent == x && top <= n; lo++) {
-                stack[top] = by_parent[lo];
-                depth[top++] = d + 1;
+            while (x != root && !x->next_sib) {
+                x = x->parent;
+                depth--;
             }
+            if (x == root) break;
+            x = x->next_sib;
         }
     }
-done:
-    free(by_parent);
-    free(stack);
-    free(depth);
 }

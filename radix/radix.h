@@ -39,14 +39,99 @@
  * path through the lower node runs through it) and its last-use time; handles keep pointing to
  * the lower node, which keeps its identity (children, pins, place in the LRU heap).
  *
- * Eviction is leaf-first LRU: the evictable nodes are exactly the unpinned leaves (not roots),
- * kept in a binary min-heap by last-use time, so each victim is found in O(log n). Evicting a
- * leaf may make its parent an evictable leaf. Victims are reported to the caller as page
- * lists before their nodes are freed; the caller frees or demotes those pages.
+ * Eviction is leaf-first LRU: the evictable nodes are kept in a binary min-heap by last-use
+ * time, so each victim is found in O(log n). Evicting a node may make its parent evictable.
+ * Victims are reported to the caller as page lists before their nodes are freed. With one
+ * tier (no host memory; radix_evict) the evictable nodes are exactly the unpinned leaves and
+ * a victim leaves the tree. The host tier below refines "leaf" per tier.
+ *
+ * Two tiers: GPU pages and host slots. Each node keeps two separate residency fields: gpu[]
+ * (KV page ids in the GPU pool, valid when on_gpu) and host[] (slot ids in a pinned host-memory
+ * pool of page-sized slots, valid when on_host), one entry per page of its edge. In this
+ * version a node is resident in exactly one tier (on_gpu XOR on_host): a demotion moves it to
+ * the host, a restore moves it back and gives its host slots up. The tree knows nothing about
+ * memory: it tracks ids, and reports what to copy or free through callbacks.
+ *
+ *   Rule 1, GPU residency is prefix-closed: the parent of a GPU-resident node is GPU-resident
+ *   or a root. So a host-resident node has only host-resident children, and every root path
+ *   is a run of GPU nodes followed by a run of host nodes ("G" GPU pages, "H" host slots):
+ *
+ *     (root) ─ [abcd|G P0] ─┬─ [efgh|G P1] ─ [ijkl|H s7]
+ *                           └─ [wxyz|H s3] ─ [mnop|H s4]
+ *
+ *   Rule 2, two heaps by last use, each exact:
+ *     GPU-evictable:  GPU-resident, unpinned, no GPU-resident child (host children are fine:
+ *                     [efgh] above is GPU-evictable when unpinned)
+ *     host-evictable: host-resident, unpinned, no children at all ([ijkl] and [mnop] above)
+ *   Roots are in neither. A node is in at most one heap, the heap of its tier.
+ *
+ *   Rule 3, GPU eviction (radix_evict_tiered) takes the least recently used GPU-evictable node
+ *   v and asks ops->demote for host slots for its pages (the tree is unchanged during the call;
+ *   the callback writes v's n slot ids and must not call back into the tree):
+ *
+ *     saved (demote returns 1):            v becomes host-resident; its GPU pages go to
+ *       (p) ─ [efgh|G P1] ─ [ijkl|H s7]    ops->victim. v enters the host heap if it has no
+ *       (p) ─ [efgh|H s9] ─ [ijkl|H s7]    children; p loses a GPU child and may become
+ *                                          GPU-evictable (even with host children).
+ *     dropped (demote returns 0, or no demote callback, the single-tier behaviour): v and its
+ *       whole subtree leave the tree. The subtree is all host-resident (Rule 1, v had no GPU
+ *       child) and all unpinned (a lock is at least the sum of its children's): each of its
+ *       nodes' slots goes to ops->host_free, one call per node, children before parents, then
+ *       v's GPU pages go to ops->victim. A root left without children is dropped.
+ *
+ *   Either way v's GPU pages count toward want_pages, and they are no longer the tree's: the
+ *   caller may reuse them once its copy to the host slots (saved case) has completed. Making
+ *   sure of that is the caller's contract (copy synchronously inside demote, or fence before
+ *   the pages are written again).
+ *
+ *   Rule 4, host eviction (radix_evict_host) removes least recently used host-evictable
+ *   leaves, reporting their slots; a host parent left without children becomes host-evictable,
+ *   a root left without children is dropped. The host tier's owner calls it when it needs
+ *   slots, before a GPU eviction: the demote callback may not call into the tree, so a demote
+ *   that finds no free slot returns 0 and the victim is dropped.
+ *
+ *   Rule 5, match walks GPU and host nodes alike and pins the whole path; a pinned host node is
+ *   never host-evicted, so its slots stay valid while a host->GPU copy reads them (the pin
+ *   covers the DMA). By Rule 1 the matched pages are n_gpu_pages GPU pages followed by host
+ *   slots, the partial last page included (it lies in the deepest node, the last on the path):
+ *
+ *     cached (root) ─ [abcd|G P0] ─ [efghijkl|H s7 s8], query "abcdefX":
+ *       n_tokens 6, n_pages 2, pages {P0, s7 | s8}, n_gpu_pages 1, n_restore 2
+ *
+ *   A node is restored whole, so n_restore counts the slots of every host node on the path,
+ *   including the deepest node's pages past the match (s8 above, after pages[n_pages]):
+ *   pages[n_gpu_pages .. n_gpu_pages + n_restore) are the slots to copy back, in path order.
+ *
+ *   Rule 6, radix_restore(t, m, gpu_pages, host_free, ctx) turns the path's host nodes GPU-
+ *   resident with the caller's freshly filled pages (gpu_pages[i] holds the copy of slot
+ *   pages[n_gpu_pages + i]); the tree takes them, reports each restored node's slots to
+ *   host_free, and rewrites m so it reads as an all-GPU match (pages[0..n_pages) GPU ids,
+ *   n_gpu_pages = n_pages, n_restore = 0). It allocates nothing and is all or nothing. The
+ *   path is pinned, so nothing on it was evicted since the match; but another match's restore
+ *   may have restored the upper part of its host run. Then the tree takes only the suffix of
+ *   gpu_pages still needed (the return value says how many) and the rest stay the caller's.
+ *   The slots go back to the caller at the call: restore after the copies completed (or keep
+ *   the slots from reuse until they have).
+ *
+ *   Rule 7, insert never changes residency and never hangs GPU pages below a host node. It
+ *   walks host nodes like GPU ones (a cached page is cached: the tree's copy wins and the
+ *   caller's duplicate page stays the caller's, as for GPU nodes) and touches them. When its
+ *   new pages would go below a host-resident node (a new leaf under it, or a split of a host
+ *   edge) it stores nothing: *first_new = n / page_tokens, the path is touched, and
+ *   stats.blocked_inserts counts it. To cache past a host node, match and restore it first:
+ *
+ *       (root) ─ [abcd|G P0] ─ [efgh|H s7]     insert "abcdefghijkl" (Q0 Q1 Q2): blocked,
+ *                                              Q0..Q2 stay the caller's
+ *       (root) ─ [abcd|G P0] ─ [efgh|G Q1'] ─ [ijkl|G Q2]    after match + restore + insert
+ *
+ *     A new leaf under a GPU node is fine even when its siblings are host-resident.
+ *
+ *   Pinned-page counts stay per tier (stats.pinned_pages: GPU pages in pinned nodes;
+ *   stats.pinned_host_slots: host slots in pinned nodes).
  *
  * Namespaces: each root is keyed by a namespace key (RADIX_NS_BYTES bytes, made by the caller
  * from the model fingerprint, KV dtype, page size and an optional tenant salt). Lookups and
- * inserts never cross namespaces. All namespaces share one LRU and one page budget.
+ * inserts never cross namespaces. All namespaces share the LRUs and the page and slot budgets.
  *
  * Time: a logical clock incremented on every match and insert (deterministic, testable);
  * match and insert touch every node they walk through.
@@ -60,7 +145,15 @@
  *   uint32_t first_new; radix_insert(&t, ns, ids2, n2, pages2, &first_new);
  *                                      the tree now refers to pages2[first_new .. n2 / 16)
  *   radix_release(&t, &m);
- *   radix_evict(&t, want_pages, on_victim, ctx);               under memory pressure */
+ *   radix_evict(&t, want_pages, on_victim, ctx);               under memory pressure
+ *
+ *   with a host tier:
+ *   radix_evict_host(&t, want_slots, free_slots, ctx);         make room in the host pool
+ *   radix_evict_tiered(&t, want_pages, &(radix_evict_ops){.victim = release_pages,
+ *                      .demote = copy_to_host, .host_free = free_slots, .ctx = ctx});
+ *   radix_match_prefix(...); if (m.n_restore) {                 pages[m.n_gpu_pages ..] are slots
+ *       allocate m.n_restore GPU pages g, copy the slots into them, wait;
+ *       radix_restore(&t, &m, g, free_slots, ctx); }            now an all-GPU match */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
@@ -75,15 +168,31 @@ typedef struct radix_stats {
     uint64_t full_hits;       /* lookups that matched every token asked for (n > 0) */
     uint64_t partial_hits;    /* lookups that matched some but not all */
     uint64_t misses;          /* lookups that matched nothing */
-    uint64_t hit_tokens;      /* sum of matched tokens */
+    uint64_t hit_tokens;      /* sum of matched tokens (GPU and host nodes alike) */
     uint64_t inserted_tokens; /* tokens newly stored by radix_insert */
-    uint64_t evictions;       /* nodes evicted */
-    uint64_t evicted_pages;   /* pages reported to eviction callbacks */
-    uint64_t nodes;           /* nodes now (roots excluded) */
-    uint64_t pages;           /* pages the tree refers to now */
+    uint64_t evictions;       /* GPU evictions: nodes whose GPU pages radix_evict* gave up, demoted or dropped */
+    uint64_t evicted_pages;   /* GPU pages reported to victim callbacks */
+    uint64_t nodes;           /* nodes now (roots excluded), both tiers */
+    uint64_t pages;           /* GPU pages the tree refers to now */
     uint64_t pinned_pages;    /* of those, pages in pinned nodes (radix_evictable_pages = pages - this) */
     uint64_t bytes;           /* heap bytes of the tree now: nodes, token runs, page lists, tables */
+    /* the host tier */
+    uint64_t host_slots;         /* host slots the tree refers to now */
+    uint64_t pinned_host_slots;  /* of those, slots in pinned nodes */
+    uint64_t demotions;          /* GPU evictions that the demote callback saved to the host */
+    uint64_t demoted_pages;      /* their pages */
+    uint64_t restores;           /* nodes radix_restore moved back to the GPU */
+    uint64_t restored_pages;     /* their pages */
+    uint64_t host_evictions;     /* host-resident nodes removed (radix_evict_host, or below a dropped victim) */
+    uint64_t host_evicted_slots; /* their slots, reported to host_free callbacks */
+    uint64_t blocked_inserts;    /* inserts that stored nothing because a host node was in the way (Rule 7) */
 } radix_stats;
+
+/* A binary min-heap of nodes by last use. */
+typedef struct radix_heap {
+    radix_node **v;
+    uint32_t n, cap;
+} radix_heap;
 
 typedef struct radix_tree {
     uint32_t page_tokens;
@@ -95,55 +204,96 @@ typedef struct radix_tree {
     /* (parent, first token) -> head of the sibling chain; open addressing */
     struct radix_slot *slots;
     uint32_t n_slots, cap_slots; /* cap is a power of two */
-    /* min-heap of evictable nodes (unpinned non-root leaves) by last use */
-    radix_node **heap;
-    uint32_t n_heap, cap_heap;
+    /* Rule 2: the GPU-evictable and the host-evictable nodes; each cap >= nodes */
+    radix_heap gpu_lru, host_lru;
     /* testing: when > 0, every fail_every-th allocation fails (out-of-memory injection) */
     uint32_t fail_every, n_allocs;
 } radix_tree;
 
 /* The result of a match; a pin on the path while node != NULL. */
 typedef struct radix_match {
-    uint32_t n_tokens;  /* matched tokens */
-    uint32_t n_pages;   /* ceil(n_tokens / page_tokens) */
-    uint32_t *pages;    /* [n_pages], owned by the match; freed by radix_release */
-    radix_node *node;   /* the pinned deepest node; NULL when nothing matched */
+    uint32_t n_tokens;    /* matched tokens */
+    uint32_t n_pages;     /* ceil(n_tokens / page_tokens) */
+    uint32_t *pages;      /* [n_gpu_pages + n_restore] (at least n_pages), owned by the match; freed by
+                           * radix_release. pages[0 .. n_gpu_pages): GPU page ids; then host slot ids */
+    radix_node *node;     /* the pinned deepest node; NULL when nothing matched */
+    uint32_t n_gpu_pages; /* leading matched pages that are GPU pages (== n_pages: an all-GPU match) */
+    uint32_t n_restore;   /* host slots radix_restore needs (whole host nodes, Rule 5); 0 when all-GPU */
 } radix_match;
 
-/* Called once per evicted node with its pages (valid during the call only). The node is
- * already out of the tree (stats updated, radix_check passes) but the callback must not call
- * back into the tree. */
-typedef void (*radix_victim_fn)(void *ctx, const uint32_t *pages, uint32_t n_pages);
+/* Called with pages or slots leaving the tree (valid during the call only): victims' GPU pages
+ * (after the node left the GPU tier) or host slots (after they left the tree). The tree is
+ * consistent during the call (stats updated, radix_check passes), but the callback must not
+ * call back into the tree. */
+typedef void (*radix_victim_fn)(void *ctx, const uint32_t *ids, uint32_t n);
+/* Asked for n host slots for a GPU victim's pages (Rule 3): writes them to host_slots_out and
+ * returns 1 (saved; the caller starts the copy gpu_pages[i] -> host_slots_out[i]), or returns 0
+ * (not saved: the victim and its subtree are dropped). The tree is unchanged during the call and
+ * the callback must not call back into the tree. */
+typedef int (*radix_demote_fn)(void *ctx, const uint32_t *gpu_pages, uint32_t n, uint32_t *host_slots_out);
+
+/* The callbacks of a GPU eviction. Any may be NULL: no victim: GPU pages are not reported; no
+ * demote: every victim is dropped; no host_free: the slots of dropped host nodes are not
+ * reported (fine only while no node is host-resident). */
+typedef struct radix_evict_ops {
+    radix_victim_fn victim;    /* GPU pages of each victim, demoted or dropped */
+    radix_demote_fn demote;    /* host slots for a victim, or 0 */
+    radix_victim_fn host_free; /* slots of host nodes dropped with a victim */
+    void *ctx;                 /* passed to all three */
+} radix_evict_ops;
 
 int radix_init(radix_tree *t, uint32_t page_tokens); /* page_tokens >= 1 */
-void radix_free(radix_tree *t);                       /* zeroed is fine; reports no victims */
+void radix_free(radix_tree *t);                       /* zeroed is fine; reports no victims, no slots */
 
-/* Longest cached prefix of ids[0..n) in namespace ns; pins it (m->node) when n_tokens > 0.
- * Always release the match, hit or not. On failure *m is zeroed (releasing it is a no-op). */
+/* Longest cached prefix of ids[0..n) in namespace ns, through GPU and host nodes alike; pins it
+ * (m->node) when n_tokens > 0. Always release the match, hit or not. On failure *m is zeroed
+ * (releasing it is a no-op). A caller that does not restore uses pages[0 .. n_gpu_pages) only
+ * (a prefix of min(n_tokens, n_gpu_pages * page_tokens) tokens). */
 int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                        radix_match *m);
 void radix_release(radix_tree *t, radix_match *m); /* unpins and frees; zeroed matches are fine */
 
-/* Stores the whole pages of ids[0..n) (pages[i] holds tokens [i*pt, (i+1)*pt)). Pages of a
- * prefix already cached are kept as they are (the tree's page wins; the caller's duplicate
- * stays the caller's); the tree takes pages[*first_new .. n / pt), and the caller must take
- * one reference to each of those on the tree's behalf. *first_new == n / pt: nothing taken.
- * Touches the nodes holding pages of ids (a split's lower part holds none and keeps its last
- * use). On failure *first_new is left as it was. */
+/* Rule 6. gpu_pages[0 .. m->n_restore) hold the contents of host slots m->pages[m->n_gpu_pages ..
+ * + n_restore). Returns how many of them the tree took: always the last ones,
+ * gpu_pages[n_restore - taken .. n_restore) (fewer than n_restore only when another match's
+ * restore got to part of the path first); the caller keeps the others. Each restored node's
+ * slots go to host_free (may be NULL), one call per node, deepest first, after the tree is
+ * consistent. Then m reads as an all-GPU match. Never allocates; a no-op returning 0 when
+ * n_restore == 0; -1 (tree and m unchanged) when m does not describe its pinned path. */
+int radix_restore(radix_tree *t, radix_match *m, const uint32_t *gpu_pages, radix_victim_fn host_free, void *ctx);
+
+/* Stores the whole pages of ids[0..n) (pages[i] holds tokens [i*pt, (i+1)*pt)) as GPU pages.
+ * Pages of a prefix already cached, on either tier, are kept as they are (the tree's copy wins;
+ * the caller's duplicate stays the caller's); the tree takes pages[*first_new .. n / pt), and
+ * the caller must take one reference to each of those on the tree's behalf. *first_new ==
+ * n / pt: nothing taken, also when a host node blocks the insert (Rule 7). Touches the nodes
+ * holding pages of ids (a split's lower part holds none and keeps its last use). On failure
+ * *first_new is left as it was. */
 int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                  const uint32_t *pages, uint32_t *first_new);
 
-/* Evicts least recently used unpinned leaves, reporting each to fn (may be NULL), until at
- * least want_pages pages have been reported or nothing evictable is left. Returns the pages
- * reported. Never allocates. A namespace whose last node goes is dropped (its root freed). */
+/* Rule 3: evicts least recently used GPU-evictable nodes, demoting or dropping each, until at
+ * least want_pages GPU pages have been given up or nothing GPU-evictable is left. Returns the
+ * GPU pages given up. Never allocates. A namespace whose last node goes is dropped. */
+uint64_t radix_evict_tiered(radix_tree *t, uint64_t want_pages, const radix_evict_ops *ops);
+/* The single-tier call: radix_evict_tiered with only a victim callback (every victim dropped,
+ * each reported to fn, may be NULL). On a tree without host nodes it evicts unpinned leaves. */
 uint64_t radix_evict(radix_tree *t, uint64_t want_pages, radix_victim_fn fn, void *ctx);
-/* Pages that radix_evict could report now if asked for everything (in unpinned subtrees). */
+/* Rule 4: removes least recently used host-evictable nodes, reporting each one's slots to
+ * host_free (may be NULL), until at least want_slots slots have been reported or nothing
+ * host-evictable is left. Returns the slots reported. Never allocates. */
+uint64_t radix_evict_host(radix_tree *t, uint64_t want_slots, radix_victim_fn host_free, void *ctx);
+/* GPU pages radix_evict_tiered could give up now if asked for everything (unpinned ones). */
 uint64_t radix_evictable_pages(const radix_tree *t);
+/* Host slots radix_evict_host could report now if asked for everything (unpinned ones). */
+uint64_t radix_evictable_host_slots(const radix_tree *t);
 
-/* Every invariant: structure (parents, child counts, edge lengths, sibling chains and the
- * child table), page ids (each page at most once), lock counts (a node's lock is at least the
- * sum of its children's), the heap (exactly the unpinned non-root leaves, heap order, back
- * indices) and the stats (nodes, pages). -1 with a message naming the first violation. */
+/* Every invariant: structure (parents, child counts and child lists, edge lengths, sibling
+ * chains and the child table), residency (each node on exactly one tier, GPU residency
+ * prefix-closed, GPU-child counts), ids (each GPU page and each host slot at most once), lock
+ * counts (a node's lock is at least the sum of its children's), both heaps (exactly the nodes of
+ * Rule 2, heap order, back indices) and the stats (nodes, pages, slots, pinned, bytes). -1 with
+ * a message naming the first violation. */
 int radix_check(const radix_tree *t);
 /* Writes the tree, one node per line, indented by depth (debugging). */
 void radix_dump(const radix_tree *t, void *file);

@@ -450,18 +450,497 @@ static void test_errors_and_check(void **state) {
     t.n_slots++;
     assert_int_equal(radix_check(&t), -1);
     t.n_slots--;
-    assert_true(t.n_heap >= 2);
-    radix_node *h0 = t.heap[0];
-    t.heap[0] = t.heap[1];
-    t.heap[1] = h0;
+    assert_true(t.gpu_lru.n >= 2);
+    radix_node *h0 = t.gpu_lru.v[0];
+    t.gpu_lru.v[0] = t.gpu_lru.v[1];
+    t.gpu_lru.v[1] = h0;
     assert_int_equal(radix_check(&t), -1);
     assert_non_null(strstr(cd_errmsg(), "heap"));
-    t.heap[1] = t.heap[0];
-    t.heap[0] = h0;
+    t.gpu_lru.v[1] = t.gpu_lru.v[0];
+    t.gpu_lru.v[0] = h0;
     t.clock--;
     assert_int_equal(radix_check(&t), -1); /* the last insert's nodes were used after the clock */
     t.clock++;
     CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* ---- the host tier ------------------------------------------------------------------------ */
+
+/* What a tiered eviction, host eviction or restore reported, in order, and a demote callback
+ * that hands out slots next_slot, next_slot + 1, ... while `budget` lasts (then fails). Every
+ * callback checks the tree first: it must be consistent during the call. */
+typedef struct tier_log {
+    const radix_tree *t;
+    uint32_t victims[64], n_victims;   /* GPU pages given up */
+    uint32_t asked[64], n_asked;       /* GPU pages demote was asked about */
+    uint32_t freed[64], n_freed;       /* host slots given back */
+    uint32_t next_slot, budget;
+    uint32_t calls;                    /* callback calls, any kind */
+} tier_log;
+
+static void tl_push(uint32_t *dst, uint32_t *n, const uint32_t *ids, uint32_t k) {
+    assert_true(k >= 1 && *n + k <= 64);
+    memcpy(dst + *n, ids, k * sizeof *ids);
+    *n += k;
+}
+
+static void tl_victim(void *ctx, const uint32_t *pages, uint32_t n) {
+    tier_log *l = ctx;
+    if (l->t && radix_check(l->t)) fail_msg("radix_check inside the victim callback: %s", cd_errmsg());
+    tl_push(l->victims, &l->n_victims, pages, n);
+    l->calls++;
+}
+
+static void tl_host_free(void *ctx, const uint32_t *slots, uint32_t n) {
+    tier_log *l = ctx;
+    if (l->t && radix_check(l->t)) fail_msg("radix_check inside the host_free callback: %s", cd_errmsg());
+    tl_push(l->freed, &l->n_freed, slots, n);
+    l->calls++;
+}
+
+static int tl_demote(void *ctx, const uint32_t *pages, uint32_t n, uint32_t *slots) {
+    tier_log *l = ctx;
+    if (l->t && radix_check(l->t)) fail_msg("radix_check inside the demote callback: %s", cd_errmsg());
+    tl_push(l->asked, &l->n_asked, pages, n);
+    l->calls++;
+    if (n > l->budget) return 0;
+    l->budget -= n;
+    for (uint32_t i = 0; i < n; i++) slots[i] = l->next_slot++;
+    return 1;
+}
+
+static radix_evict_ops tl_ops(tier_log *l) {
+    return (radix_evict_ops){.victim = tl_victim, .demote = tl_demote, .host_free = tl_host_free, .ctx = l};
+}
+
+static void tl_reset(tier_log *l, const radix_tree *t, uint32_t next_slot, uint32_t budget) {
+    *l = (tier_log){.t = t, .next_slot = next_slot, .budget = budget};
+}
+
+static void expect_ids_eq(const uint32_t *got, uint32_t n_got, const uint32_t *want, uint32_t n_want) {
+    assert_int_equal(n_got, n_want);
+    for (uint32_t i = 0; i < n_want; i++)
+        if (got[i] != want[i]) fail_msg("id %u of %u: %u, expected %u", i, n_want, got[i], want[i]);
+}
+
+/* A tiered eviction of want pages: expects the victims' GPU pages, the slots freed with
+ * dropped subtrees, in order. */
+static void expect_tiered(radix_tree *t, tier_log *l, uint64_t want, const uint32_t *victims, uint32_t n_victims,
+                          const uint32_t *freed, uint32_t n_freed) {
+    l->n_victims = l->n_asked = l->n_freed = 0;
+    radix_evict_ops ops = tl_ops(l);
+    uint64_t pages = t->stats.pages;
+    assert_int_equal(radix_evict_tiered(t, want, &ops), n_victims);
+    CHECK_TREE(t);
+    assert_int_equal(t->stats.pages, pages - n_victims);
+    expect_ids_eq(l->victims, l->n_victims, victims, n_victims);
+    expect_ids_eq(l->freed, l->n_freed, freed, n_freed);
+}
+
+static void expect_evict_host(radix_tree *t, tier_log *l, uint64_t want, const uint32_t *freed, uint32_t n_freed) {
+    l->n_freed = 0;
+    uint64_t slots = t->stats.host_slots;
+    assert_int_equal(radix_evict_host(t, want, tl_host_free, l), n_freed);
+    CHECK_TREE(t);
+    assert_int_equal(t->stats.host_slots, slots - n_freed);
+    expect_ids_eq(l->freed, l->n_freed, freed, n_freed);
+}
+
+/* A pinned match with its residency: n_gpu_pages, and pages[0 .. n_gpu_pages + n_restore). */
+static radix_match pin_tiers(radix_tree *t, const uint8_t *ns, const char *s, uint32_t want_tokens,
+                             uint32_t want_gpu, const uint32_t *ids, uint32_t n_ids) {
+    radix_match m = pin_str(t, ns, s, want_tokens);
+    assert_int_equal(m.n_gpu_pages, want_gpu);
+    assert_int_equal(m.n_gpu_pages + m.n_restore, m.n_restore ? n_ids : m.n_pages);
+    assert_int_equal(n_ids, m.n_restore ? m.n_gpu_pages + m.n_restore : m.n_pages);
+    expect_ids_eq(m.pages, n_ids, ids, n_ids);
+    return m;
+}
+
+static void expect_tiers(radix_tree *t, const uint8_t *ns, const char *s, uint32_t want_tokens, uint32_t want_gpu,
+                         const uint32_t *ids, uint32_t n_ids) {
+    radix_match m = pin_tiers(t, ns, s, want_tokens, want_gpu, ids, n_ids);
+    radix_release(t, &m);
+    CHECK_TREE(t);
+}
+
+/* Rule 3, saved: demoted nodes stay cached on the host; a parent whose children all went to
+ * the host becomes GPU-evictable and is demoted in its turn (before younger leaves). */
+static void test_demote_saved(void **state) {
+    (void)state;
+    radix_tree t;
+    tier_log l;
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){1, 2});                     /* t1 */
+    assert_int_equal(insert_str(&t, NS_A, "aaaacccc", (uint32_t[]){1, 3}), 1); /* t2: [aaaa] ─ [bbbb], [cccc] */
+    insert_str(&t, NS_A, "ddddeeee", (uint32_t[]){4, 5});                     /* t3 */
+    assert_int_equal(t.gpu_lru.n, 3);
+    expect_tiered(&t, &l, 1, (uint32_t[]){2}, 1, NULL, 0); /* [bbbb] -> slot 900 */
+    expect_ids_eq(l.asked, l.n_asked, (uint32_t[]){2}, 1);
+    assert_int_equal(t.stats.nodes, 4);
+    assert_int_equal(t.stats.pages, 4);
+    assert_int_equal(t.stats.host_slots, 1);
+    assert_int_equal(t.stats.demotions, 1);
+    assert_int_equal(t.stats.demoted_pages, 1);
+    assert_int_equal(t.stats.evictions, 1);
+    assert_int_equal(t.stats.evicted_pages, 1);
+    assert_int_equal(t.host_lru.n, 1);
+    assert_int_equal(t.gpu_lru.n, 2); /* [aaaa] still has a GPU child, [cccc] */
+    assert_int_equal(radix_evictable_pages(&t), 4);
+    assert_int_equal(radix_evictable_host_slots(&t), 1);
+    /* still cached: a match goes through the host node */
+    expect_tiers(&t, NS_A, "aaaabbbb", 8, 1, (uint32_t[]){1, 900}, 2);       /* t4 */
+    expect_tiers(&t, NS_A, "aaaacccc", 8, 2, (uint32_t[]){1, 3}, 2);         /* t5 */
+    /* [ddddeeee] (t3) goes next, then [bbbb] is the only host leaf... [cccc] (t5) then [aaaa]
+     * (t5, now without GPU children) */
+    expect_tiered(&t, &l, 1, (uint32_t[]){4, 5}, 2, NULL, 0); /* slots 901 902 */
+    expect_tiered(&t, &l, 1, (uint32_t[]){3}, 1, NULL, 0);    /* 903 */
+    assert_int_equal(t.gpu_lru.n, 1);                         /* [aaaa]: host children only */
+    expect_tiered(&t, &l, 5, (uint32_t[]){1}, 1, NULL, 0);    /* 904; nothing GPU-evictable left */
+    assert_int_equal(t.stats.pages, 0);
+    assert_int_equal(t.stats.host_slots, 5);
+    assert_int_equal(t.stats.nodes, 4);
+    assert_int_equal(t.stats.demotions, 4);
+    assert_int_equal(t.stats.demoted_pages, 5);
+    assert_int_equal(t.host_lru.n, 3);
+    expect_tiers(&t, NS_A, "aaaabbbbX", 8, 0, (uint32_t[]){904, 900}, 2);
+    expect_tiers(&t, NS_A, "ddddeeee", 8, 0, (uint32_t[]){901, 902}, 2);
+    expect_tiers(&t, NS_B, "ddddeeee", 0, 0, NULL, 0);
+    FILE *f = tmpfile();
+    assert_non_null(f);
+    radix_dump(&t, f);
+    assert_true(ftell(f) > 0);
+    fclose(f);
+    /* Rule 4: host LRU; [aaaa] becomes host-evictable after both its children */
+    expect_evict_host(&t, &l, 1, (uint32_t[]){903}, 1);          /* [cccc], t5 */
+    expect_evict_host(&t, &l, 1, (uint32_t[]){900}, 1);          /* [bbbb], t6 */
+    expect_evict_host(&t, &l, 2, (uint32_t[]){904, 901, 902}, 3); /* [aaaa] t6, then [ddddeeee] t7 */
+    assert_int_equal(t.stats.nodes, 0);
+    assert_int_equal(t.n_roots, 0);
+    assert_int_equal(t.stats.host_evictions, 4);
+    assert_int_equal(t.stats.host_evicted_slots, 5);
+    assert_int_equal(radix_evict_host(&t, 1, tl_host_free, &l), 0);
+    radix_free(&t);
+}
+
+/* Rule 3, dropped: no demote callback or no host space: the victim and its host subtree go,
+ * children before parents, then the victim's pages; a namespace left empty goes too. */
+static void test_demote_dropped(void **state) {
+    (void)state;
+    radix_tree t;
+    tier_log l;
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 2);
+    insert_str(&t, NS_A, "aaaabbbbcccc", (uint32_t[]){1, 2, 3}); /* t1 */
+    insert_str(&t, NS_A, "aaaabbbbdddd", (uint32_t[]){1, 2, 4}); /* t2 */
+    insert_str(&t, NS_A, "aaaaeeee", (uint32_t[]){1, 5});        /* t3: [aaaa] ─ [bbbb] ─ [cccc], [dddd]; [eeee] */
+    assert_int_equal(t.stats.nodes, 5);
+    expect_tiered(&t, &l, 2, (uint32_t[]){3, 4}, 2, NULL, 0); /* [cccc] -> 900, [dddd] -> 901 */
+    assert_int_equal(t.stats.host_slots, 2);
+    /* [bbbb] (t2) is GPU-evictable with host children; the budget is spent: dropped */
+    expect_tiered(&t, &l, 1, (uint32_t[]){2}, 1, (uint32_t[]){901, 900}, 2);
+    expect_ids_eq(l.asked, l.n_asked, (uint32_t[]){2}, 1);
+    assert_int_equal(t.stats.nodes, 2);
+    assert_int_equal(t.stats.host_slots, 0);
+    assert_int_equal(t.stats.host_evictions, 2);
+    assert_int_equal(t.stats.host_evicted_slots, 2);
+    assert_int_equal(t.stats.evictions, 3);
+    assert_int_equal(t.stats.demotions, 2);
+    assert_int_equal(t.host_lru.n, 0);
+    expect_str(&t, NS_A, "aaaabbbbcccc", 4, (uint32_t[]){1});
+    /* the callbacks ran with the tree consistent: 2 victims + 1 asked + 2 freed, no more */
+    assert_int_equal(l.calls, 2 + 2 + 1 + 1 + 2);
+    /* a namespace whose only child is dropped with its host subtree */
+    insert_str(&t, NS_B, "qqqqrrrr", (uint32_t[]){10, 11});
+    insert_str(&t, NS_B, "qqqqssss", (uint32_t[]){10, 12});
+    assert_int_equal(t.n_roots, 2);
+    tl_reset(&l, &t, 910, 100);
+    /* LRU: [eeee] (t3); then [aaaa] (t4, the match above) before [rrrr] (t5), [ssss] (t6) */
+    expect_tiered(&t, &l, 3, (uint32_t[]){5, 1, 11}, 3, NULL, 0); /* 910, 911, 912 */
+    assert_int_equal(t.gpu_lru.n, 1);                             /* [ssss]; [qqqq] has it */
+    l.budget = 0;
+    expect_tiered(&t, &l, 1, (uint32_t[]){12}, 1, NULL, 0);
+    expect_tiered(&t, &l, 1, (uint32_t[]){10}, 1, (uint32_t[]){912}, 1); /* [qqqq] with [rrrr] */
+    assert_int_equal(t.n_roots, 1);                                      /* NS_B went */
+    expect_evict_host(&t, &l, UINT64_MAX, (uint32_t[]){910, 911}, 2);
+    assert_int_equal(t.n_roots, 0);
+    assert_int_equal(t.stats.nodes, 0);
+    /* no demote callback: today's behaviour (radix_evict is the same call) */
+    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){20, 21});
+    radix_evict_ops only_victim = {.victim = tl_victim, .ctx = &l};
+    l.n_victims = 0;
+    assert_int_equal(radix_evict_tiered(&t, 1, &only_victim), 2);
+    expect_ids_eq(l.victims, l.n_victims, (uint32_t[]){20, 21}, 2);
+    assert_int_equal(t.stats.demotions, 5);
+    assert_int_equal(radix_evict_tiered(&t, 1, NULL), 0);
+    CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* Rule 5: a match through GPU and host nodes; GPU pages first, the partial last page on a
+ * host node, the deepest node's pages past the match listed for restore. */
+static void test_match_mixed(void **state) {
+    (void)state;
+    radix_tree t;
+    tier_log l;
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "abcdefghijkl", (uint32_t[]){1, 2, 3});
+    insert_str(&t, NS_A, "abcdXXXX", (uint32_t[]){1, 9}); /* [abcd] ─ [efghijkl], [XXXX] */
+    expect_tiered(&t, &l, 1, (uint32_t[]){2, 3}, 2, NULL, 0); /* [efghijkl] -> 900 901 */
+    expect_tiers(&t, NS_A, "abcdefgZ", 7, 1, (uint32_t[]){1, 900, 901}, 3);    /* partial page on a host node */
+    expect_tiers(&t, NS_A, "abcdeZ", 5, 1, (uint32_t[]){1, 900, 901}, 3);      /* one token into it */
+    expect_tiers(&t, NS_A, "abcdefghij", 10, 1, (uint32_t[]){1, 900, 901}, 3); /* into its last page */
+    expect_tiers(&t, NS_A, "abcdefghijkl", 12, 1, (uint32_t[]){1, 900, 901}, 3);
+    expect_tiers(&t, NS_A, "abcdQ", 4, 1, (uint32_t[]){1}, 1);                 /* ends at the GPU node */
+    expect_tiers(&t, NS_A, "abZ", 2, 1, (uint32_t[]){1}, 1);
+    expect_tiers(&t, NS_A, "abcdXXZ", 6, 2, (uint32_t[]){1, 9}, 2);
+    /* all on the host: [XXXX] (older) then [abcd] */
+    expect_tiered(&t, &l, 2, (uint32_t[]){9, 1}, 2, NULL, 0); /* 902, 903 */
+    expect_tiers(&t, NS_A, "abZ", 2, 0, (uint32_t[]){903}, 1);
+    expect_tiers(&t, NS_A, "abcdefgh", 8, 0, (uint32_t[]){903, 900, 901}, 3);
+    expect_tiers(&t, NS_A, "abcdXXXX", 8, 0, (uint32_t[]){903, 902}, 2);
+    assert_int_equal(t.stats.lookups, 10);
+    assert_int_equal(t.stats.hit_tokens, 7 + 5 + 10 + 12 + 4 + 2 + 6 + 2 + 8 + 8);
+    radix_free(&t);
+}
+
+/* Rule 6: restore moves the path back to the GPU with the caller's pages, frees the slots and
+ * leaves an all-GPU match; a stale handle takes only what is still on the host; a split on the
+ * path in between does not matter; a handle that does not describe its path is refused. */
+static void test_restore(void **state) {
+    (void)state;
+    radix_tree t;
+    tier_log l;
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "abcdefghijkl", (uint32_t[]){1, 2, 3});
+    insert_str(&t, NS_A, "abcdXXXX", (uint32_t[]){1, 9});
+    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){2, 3, 9, 1}, 4, NULL, 0); /* 900 901, 902, 903 */
+    radix_match m = pin_tiers(&t, NS_A, "abcdefgZ", 7, 0, (uint32_t[]){903, 900, 901}, 3);
+    assert_int_equal(t.stats.pinned_host_slots, 3);
+    assert_int_equal(radix_evictable_host_slots(&t), 1);
+    l.n_freed = 0;
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){20, 21, 22}, tl_host_free, &l), 3);
+    CHECK_TREE(&t);
+    expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){900, 901, 903}, 3); /* deepest node first */
+    assert_int_equal(m.n_gpu_pages, 2);
+    assert_int_equal(m.n_pages, 2);
+    assert_int_equal(m.n_restore, 0);
+    expect_ids_eq(m.pages, 2, (uint32_t[]){20, 21}, 2);
+    assert_int_equal(t.stats.pages, 3);
+    assert_int_equal(t.stats.pinned_pages, 3);
+    assert_int_equal(t.stats.host_slots, 1);
+    assert_int_equal(t.stats.pinned_host_slots, 0);
+    assert_int_equal(t.stats.restores, 2);
+    assert_int_equal(t.stats.restored_pages, 3);
+    assert_int_equal(t.gpu_lru.n, 0); /* all pinned */
+    assert_int_equal(radix_restore(&t, &m, NULL, NULL, NULL), 0); /* nothing left to restore */
+    radix_release(&t, &m);
+    CHECK_TREE(&t);
+    assert_int_equal(t.gpu_lru.n, 1); /* [efghijkl]; [abcd] has a GPU child; [XXXX] is on the host */
+    expect_tiers(&t, NS_A, "abcdefghijkl", 12, 3, (uint32_t[]){20, 21, 22}, 3);
+    expect_tiers(&t, NS_A, "abcdXXXX", 8, 1, (uint32_t[]){20, 902}, 2);
+    /* both on the host again; two handles, the shorter one restores first */
+    expect_evict_host(&t, &l, 1, (uint32_t[]){902}, 1);
+    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){21, 22, 20}, 3, NULL, 0); /* 904 905, 906 */
+    radix_match a = pin_tiers(&t, NS_A, "abcdefgZ", 7, 0, (uint32_t[]){906, 904, 905}, 3);
+    radix_match b = pin_tiers(&t, NS_A, "abcdZ", 4, 0, (uint32_t[]){906}, 1);
+    l.n_freed = 0;
+    assert_int_equal(radix_restore(&t, &b, (uint32_t[]){30}, tl_host_free, &l), 1);
+    expect_ids_eq(b.pages, 1, (uint32_t[]){30}, 1);
+    assert_int_equal(radix_restore(&t, &a, (uint32_t[]){40, 41, 42}, tl_host_free, &l), 2); /* 40 stays ours */
+    CHECK_TREE(&t);
+    expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){906, 904, 905}, 3);
+    expect_ids_eq(a.pages, 2, (uint32_t[]){30, 41}, 2);
+    assert_int_equal(a.n_gpu_pages, 2);
+    radix_release(&t, &b);
+    radix_release(&t, &a);
+    CHECK_TREE(&t);
+    expect_tiers(&t, NS_A, "abcdefghijkl", 12, 3, (uint32_t[]){30, 41, 42}, 3);
+    /* a split of a GPU node on the pinned path between match and restore */
+    radix_free(&t);
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "abcdefghijkl", (uint32_t[]){1, 2, 3});
+    insert_str(&t, NS_A, "abcdefghmnop", (uint32_t[]){1, 2, 4}); /* [abcdefgh] ─ [ijkl], [mnop] */
+    expect_tiered(&t, &l, 1, (uint32_t[]){3}, 1, NULL, 0);        /* [ijkl] -> 900 */
+    m = pin_tiers(&t, NS_A, "abcdefghijZ", 10, 2, (uint32_t[]){1, 2, 900}, 3);
+    assert_int_equal(insert_str(&t, NS_A, "abcdQQQQ", (uint32_t[]){7, 8}), 1); /* splits [abcdefgh] */
+    assert_int_equal(t.stats.nodes, 5);
+    /* a handle that does not describe its path is refused, and nothing changes */
+    radix_tree before = t;
+    m.pages[2] = 901;
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){50}, tl_host_free, &l), -1);
+    assert_non_null(strstr(cd_errmsg(), "slots"));
+    m.pages[2] = 900;
+    m.n_gpu_pages = 1; /* says [ijkl] is 1 page at path page 1 */
+    m.n_restore = 1;
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){50}, tl_host_free, &l), -1);
+    m.n_gpu_pages = 2;
+    assert_int_equal(radix_restore(&t, &m, NULL, tl_host_free, &l), -1);
+    assert_memory_equal(&before, &t, sizeof t);
+    CHECK_TREE(&t);
+    l.n_freed = 0;
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){50}, tl_host_free, &l), 1);
+    expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){900}, 1);
+    expect_ids_eq(m.pages, 3, (uint32_t[]){1, 2, 50}, 3);
+    radix_release(&t, &m);
+    CHECK_TREE(&t);
+    expect_tiers(&t, NS_A, "abcdefghijkl", 12, 3, (uint32_t[]){1, 2, 50}, 3);
+    radix_free(&t);
+}
+
+/* Rule 5: a pinned host node is never host-evicted (its slots may be under a DMA); released,
+ * it is. Nor does a GPU eviction touch a pinned path. */
+static void test_pins_host(void **state) {
+    (void)state;
+    radix_tree t;
+    tier_log l;
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){1, 2});
+    insert_str(&t, NS_A, "aaaacccc", (uint32_t[]){1, 3});
+    insert_str(&t, NS_A, "ddddeeee", (uint32_t[]){4, 5});
+    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){2, 3, 1, 4, 5}, 5, NULL, 0); /* 900, 901, 902, 903 904 */
+    radix_match m = pin_tiers(&t, NS_A, "aaaacccc", 8, 0, (uint32_t[]){902, 901}, 2);
+    radix_match m2 = pin_tiers(&t, NS_A, "aaaacc", 6, 0, (uint32_t[]){902, 901}, 2); /* lock 2 */
+    assert_int_equal(t.stats.pinned_host_slots, 2);
+    assert_int_equal(radix_evictable_host_slots(&t), 3);
+    expect_evict_host(&t, &l, UINT64_MAX, (uint32_t[]){900, 903, 904}, 3);
+    assert_int_equal(t.stats.nodes, 2);
+    expect_evict_host(&t, &l, UINT64_MAX, NULL, 0);
+    radix_release(&t, &m);
+    expect_evict_host(&t, &l, UINT64_MAX, NULL, 0); /* still pinned once */
+    radix_release(&t, &m2);
+    CHECK_TREE(&t);
+    assert_int_equal(radix_evictable_host_slots(&t), 2);
+    expect_evict_host(&t, &l, 1, (uint32_t[]){901}, 1);
+    expect_evict_host(&t, &l, 1, (uint32_t[]){902}, 1);
+    assert_int_equal(t.n_roots, 0);
+    /* a GPU node pinned above host children is neither demoted nor dropped */
+    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){1, 2});
+    insert_str(&t, NS_A, "aaaacccc", (uint32_t[]){1, 3});
+    m = pin_tiers(&t, NS_A, "aaaaZ", 4, 1, (uint32_t[]){1}, 1);
+    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){2, 3}, 2, NULL, 0);
+    assert_int_equal(radix_evictable_pages(&t), 0);
+    l.budget = 0;
+    expect_tiered(&t, &l, UINT64_MAX, NULL, 0, NULL, 0);
+    radix_release(&t, &m);
+    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){1}, 1, (uint32_t[]){906, 905}, 2);
+    assert_int_equal(t.n_roots, 0);
+    CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* Rule 7: an insert walks host nodes as cached, adopts nothing for them, and stores nothing
+ * that would hang below one; after a restore it goes through. */
+static void test_insert_over_host(void **state) {
+    (void)state;
+    radix_tree t;
+    tier_log l;
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){1, 2});
+    insert_str(&t, NS_A, "aaaacccc", (uint32_t[]){1, 3});
+    expect_tiered(&t, &l, 1, (uint32_t[]){2}, 1, NULL, 0); /* [bbbb] -> 900 */
+    /* nothing new: the host copy wins, the caller's pages stay the caller's */
+    assert_int_equal(insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){7, 8}), 2);
+    assert_int_equal(t.stats.pages, 2);
+    assert_int_equal(t.stats.host_slots, 1);
+    assert_int_equal(t.stats.blocked_inserts, 0);
+    /* a new leaf below the host node: blocked, nothing taken */
+    uint64_t inserted = t.stats.inserted_tokens;
+    assert_int_equal(insert_str(&t, NS_A, "aaaabbbbdddd", (uint32_t[]){7, 8, 9}), 3);
+    assert_int_equal(t.stats.blocked_inserts, 1);
+    assert_int_equal(t.stats.nodes, 3);
+    assert_int_equal(t.stats.inserted_tokens, inserted);
+    expect_tiers(&t, NS_A, "aaaabbbbdddd", 8, 1, (uint32_t[]){1, 900}, 2);
+    /* a sibling of the host node under a GPU node is fine, even in the same chain */
+    assert_int_equal(insert_str(&t, NS_A, "aaaabbbXeeee", (uint32_t[]){7, 10, 11}), 1);
+    assert_int_equal(t.stats.nodes, 4);
+    expect_tiers(&t, NS_A, "aaaabbbXeeee", 12, 3, (uint32_t[]){1, 10, 11}, 3);
+    expect_tiers(&t, NS_A, "aaaabbbbeeee", 8, 1, (uint32_t[]){1, 900}, 2);
+    /* a split of a host edge: blocked; the touch moves it back in the host LRU */
+    radix_free(&t);
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "qqqqrrrrssss", (uint32_t[]){20, 21, 22});
+    insert_str(&t, NS_A, "zzzz", (uint32_t[]){23});
+    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){20, 21, 22, 23}, 4, NULL, 0); /* 900 901 902, 903 */
+    assert_int_equal(insert_str(&t, NS_A, "qqqqrrrrtttt", (uint32_t[]){30, 31, 32}), 3);
+    assert_int_equal(t.stats.blocked_inserts, 1);
+    assert_int_equal(t.stats.nodes, 2);
+    assert_int_equal(insert_str(&t, NS_A, "qqqq", (uint32_t[]){30}), 1);
+    assert_int_equal(insert_str(&t, NS_A, "qqqZyyyy", (uint32_t[]){40, 41}), 0); /* under the root */
+    expect_evict_host(&t, &l, 1, (uint32_t[]){903}, 1); /* [zzzz]: [qqqq..] was touched after it */
+    /* restore, then the same insert goes through: the tree takes the new page only */
+    radix_match m = pin_tiers(&t, NS_A, "qqqqrrrrtttt", 8, 0, (uint32_t[]){900, 901, 902}, 3);
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){50, 51, 52}, tl_host_free, &l), 3);
+    assert_int_equal(insert_str(&t, NS_A, "qqqqrrrrtttt", (uint32_t[]){30, 31, 32}), 2);
+    radix_release(&t, &m);
+    CHECK_TREE(&t);
+    expect_tiers(&t, NS_A, "qqqqrrrrtttt", 12, 3, (uint32_t[]){50, 51, 32}, 3);
+    expect_tiers(&t, NS_A, "qqqqrrrrssss", 12, 3, (uint32_t[]){50, 51, 52}, 3);
+    assert_int_equal(t.stats.host_slots, 0);
+    radix_free(&t);
+}
+
+/* The checker notices damage to the host tier's bookkeeping, and duplicate host slots. */
+static int dup_demote(void *ctx, const uint32_t *pages, uint32_t n, uint32_t *slots) {
+    (void)ctx;
+    (void)pages;
+    for (uint32_t i = 0; i < n; i++) slots[i] = 77;
+    return 1;
+}
+
+static void test_tiers_check(void **state) {
+    (void)state;
+    radix_tree t;
+    tier_log l;
+    assert_int_equal(radix_init(&t, 4), 0);
+    tl_reset(&l, &t, 900, 100);
+    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){1, 2});
+    insert_str(&t, NS_A, "aaaacccc", (uint32_t[]){1, 3});
+    insert_str(&t, NS_A, "dddd", (uint32_t[]){4});
+    expect_tiered(&t, &l, 2, (uint32_t[]){2, 3}, 2, NULL, 0);
+    radix_match m = pin_str(&t, NS_A, "aaaabbbb", 8);
+    struct { uint64_t *field; const char *says; } damage[] = {
+        {&t.stats.host_slots, "host_slots"}, {&t.stats.pinned_host_slots, "pinned_host_slots"},
+        {&t.stats.pages, "pages"}, {&t.stats.pinned_pages, "pinned"},
+    };
+    for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
+        (*damage[i].field)++;
+        assert_int_equal(radix_check(&t), -1);
+        assert_non_null(strstr(cd_errmsg(), damage[i].says));
+        (*damage[i].field)--;
+        CHECK_TREE(&t);
+    }
+    /* the two heaps swapped: each entry is in the wrong heap */
+    assert_int_equal(t.gpu_lru.n, 1); /* [dddd]; [aaaa] is pinned */
+    assert_int_equal(t.host_lru.n, 1); /* [cccc]; [bbbb] is pinned */
+    radix_heap g = t.gpu_lru;
+    t.gpu_lru = t.host_lru;
+    t.host_lru = g;
+    assert_int_equal(radix_check(&t), -1);
+    assert_non_null(strstr(cd_errmsg(), "heap"));
+    t.host_lru = t.gpu_lru;
+    t.gpu_lru = g;
+    t.host_lru.n = 0;
+    assert_int_equal(radix_check(&t), -1);
+    assert_non_null(strstr(cd_errmsg(), "host heap"));
+    t.host_lru.n = 1;
+    CHECK_TREE(&t);
+    radix_release(&t, &m);
+    /* a demote callback handing out one slot twice */
+    radix_evict_ops dup = {.demote = dup_demote};
+    assert_int_equal(radix_evict_tiered(&t, 1, &dup), 1); /* [dddd] -> 77 */
+    CHECK_TREE(&t);
+    assert_int_equal(radix_evict_tiered(&t, 1, &dup), 1); /* [aaaa] -> 77 again */
+    assert_int_equal(radix_check(&t), -1);
+    assert_non_null(strstr(cd_errmsg(), "host slot 77"));
     radix_free(&t);
 }
 
@@ -705,7 +1184,7 @@ static void model_evict(model *m, uint64_t want) {
     assert_int_equal(m->t.stats.evicted_pages, evicted_before + got);
     if (got < want) {
         assert_int_equal(radix_evictable_pages(&m->t), 0);
-        assert_int_equal(m->t.n_heap, 0);
+        assert_int_equal(m->t.gpu_lru.n, 0);
     } else if (got) {
         assert_true(got - m->last_victim < want); /* stopped at the first victim that reached it */
     }
@@ -947,6 +1426,13 @@ int main(void) {
         cmocka_unit_test(test_namespaces),
         cmocka_unit_test(test_stats),
         cmocka_unit_test(test_errors_and_check),
+        cmocka_unit_test(test_demote_saved),
+        cmocka_unit_test(test_demote_dropped),
+        cmocka_unit_test(test_match_mixed),
+        cmocka_unit_test(test_restore),
+        cmocka_unit_test(test_pins_host),
+        cmocka_unit_test(test_insert_over_host),
+        cmocka_unit_test(test_tiers_check),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_bench),
