@@ -873,9 +873,9 @@ static void test_insert_over_host(void **state) {
     assert_int_equal(insert_str(&t, NS_A, "qqqqrrrrtttt", (uint32_t[]){30, 31, 32}), 3);
     assert_int_equal(t.stats.blocked_inserts, 1);
     assert_int_equal(t.stats.nodes, 2);
+    expect_evict_host(&t, &l, 1, (uint32_t[]){903}, 1); /* [zzzz]: [qqqq..] (older) was touched after it */
     assert_int_equal(insert_str(&t, NS_A, "qqqq", (uint32_t[]){30}), 1);
     assert_int_equal(insert_str(&t, NS_A, "qqqZyyyy", (uint32_t[]){40, 41}), 0); /* under the root */
-    expect_evict_host(&t, &l, 1, (uint32_t[]){903}, 1); /* [zzzz]: [qqqq..] was touched after it */
     /* restore, then the same insert goes through: the tree takes the new page only */
     radix_match m = pin_tiers(&t, NS_A, "qqqqrrrrtttt", 8, 0, (uint32_t[]){900, 901, 902}, 3);
     assert_int_equal(radix_restore(&t, &m, (uint32_t[]){50, 51, 52}, tl_host_free, &l), 3);
@@ -946,42 +946,63 @@ static void test_tiers_check(void **state) {
 
 /* ---- the naive model ---------------------------------------------------------------------- */
 
+/* Per namespace, every cached whole-page prefix (k * page_tokens tokens) with the id holding
+ * its last page and the tier it is on. GPU pages and host slots are drawn from one counter, so
+ * an id names one entry; when an entry moves (demote: page -> slot, restore: slot -> page)
+ * fwd[old] = new, so handles can follow the ids they pinned. */
+
 #define M_NS 3
 #define M_MAX_PAGES 24 /* whole pages of a generated sequence, at most */
 #define M_MAX_TOK 111  /* tokens of a generated sequence, at most */
 #define M_STEMS 8
 #define M_ALPHA 3
 #define M_HANDLES 8
+#define M_NONE UINT32_MAX
 
 typedef struct m_entry {
-    uint32_t ns, n_pages, page;
+    uint32_t ns, n_pages, id;
+    bool host;
     int32_t tokens[M_MAX_TOK];
 } m_entry;
 
+typedef struct m_handle {
+    radix_match r;
+    uint32_t ids[M_MAX_PAGES + 1]; /* the ids pinned at match time (r.pages changes on restore) */
+    uint32_t n;
+} m_handle;
+
 typedef struct model {
     radix_tree t;
-    uint32_t pt, max_pages, budget; /* budget: pages the tree may hold before an insert evicts */
+    uint32_t pt, max_pages, budget; /* budget: GPU pages the tree may hold before an insert evicts */
+    uint32_t host_budget;           /* host slots demote may hand out; 0: one tier (radix_evict) */
     rng r;
     uint8_t ns[M_NS][RADIX_NS_BYTES];
     int32_t stems[M_STEMS][M_MAX_TOK];
     m_entry *e;
-    uint32_t n_e, cap_e;
-    int32_t *entry_of; /* page id -> entry, -1 */
-    uint32_t *pins;    /* page id -> live handles holding it */
+    uint32_t n_e, cap_e, n_host;
+    int32_t *entry_of; /* id -> entry, -1 */
+    uint32_t *pins;    /* id -> live handles holding it */
+    uint32_t *fwd;     /* id -> the id that replaced it, M_NONE */
     uint32_t n_ids, cap_ids;
-    radix_match h[M_HANDLES];
+    m_handle h[M_HANDLES];
     uint32_t n_h;
-    uint64_t victim_pages, last_victim;
+    /* what the callbacks saw */
+    uint64_t victim_pages, last_victim, freed_slots, last_freed;
+    uint32_t saved[M_MAX_PAGES], n_saved; /* pages demote just saved, awaiting their victim report */
+    bool no_demote;                       /* demote refuses everything (model_finish) */
+    bool restoring;                       /* host_free reports a restore's slots */
+    uint32_t expect_free[M_MAX_PAGES + 1], n_expect_free, n_restore_freed;
     bool oom;
-    uint64_t n_failed;
+    uint64_t n_failed, n_restore_calls, n_stale_restores;
 } model;
 
-static void model_init(model *m, uint32_t pt, uint64_t seed) {
+static void model_init(model *m, uint32_t pt, uint64_t seed, bool tiers) {
     memset(m, 0, sizeof *m);
     assert_int_equal(radix_init(&m->t, pt), 0);
     m->pt = pt;
     m->max_pages = 96 / pt < M_MAX_PAGES ? 96 / pt : M_MAX_PAGES; /* 24 pages at pt <= 4, 6 at pt 16 */
     m->budget = 16 * m->max_pages;
+    m->host_budget = tiers ? 8 * m->max_pages : 0;
     rng_seed(&m->r, seed);
     for (int i = 0; i < M_NS; i++) m->ns[i][i * 7] = (uint8_t)(i + 1);
     uint32_t len = m->max_pages * pt + pt - 1;
@@ -993,29 +1014,36 @@ static void model_init(model *m, uint32_t pt, uint64_t seed) {
 }
 
 static void model_free(model *m) {
-    for (uint32_t i = 0; i < m->n_h; i++) radix_release(&m->t, &m->h[i]);
+    for (uint32_t i = 0; i < m->n_h; i++) radix_release(&m->t, &m->h[i].r);
     radix_free(&m->t);
     free(m->e);
     free(m->entry_of);
     free(m->pins);
+    free(m->fwd);
 }
 
-static uint32_t model_new_page(model *m) {
+static uint32_t model_new_id(model *m) {
     if (m->n_ids == m->cap_ids) {
         m->cap_ids = m->cap_ids ? 2 * m->cap_ids : 4096;
         m->entry_of = realloc(m->entry_of, m->cap_ids * sizeof *m->entry_of);
         m->pins = realloc(m->pins, m->cap_ids * sizeof *m->pins);
-        assert_non_null(m->entry_of);
-        assert_non_null(m->pins);
+        m->fwd = realloc(m->fwd, m->cap_ids * sizeof *m->fwd);
+        assert_true(m->entry_of && m->pins && m->fwd);
     }
     m->entry_of[m->n_ids] = -1;
     m->pins[m->n_ids] = 0;
+    m->fwd[m->n_ids] = M_NONE;
     return m->n_ids++;
 }
 
-static m_entry *model_entry_of(model *m, uint32_t page) {
-    if (page >= m->n_ids || m->entry_of[page] < 0) fail_msg("page %u is not cached in the model", page);
-    return &m->e[m->entry_of[page]];
+static uint32_t model_resolve(const model *m, uint32_t id) {
+    while (m->fwd[id] != M_NONE) id = m->fwd[id];
+    return id;
+}
+
+static m_entry *model_entry_of(model *m, uint32_t id) {
+    if (id >= m->n_ids || m->entry_of[id] < 0) fail_msg("id %u is not cached in the model", id);
+    return &m->e[m->entry_of[id]];
 }
 
 /* the entry for the k-page prefix of ids in namespace ns, or -1 */
@@ -1027,7 +1055,7 @@ static int model_find(const model *m, uint32_t ns, const int32_t *ids, uint32_t 
     return -1;
 }
 
-/* how many leading whole pages of ids are cached */
+/* how many leading whole pages of ids are cached (on either tier) */
 static uint32_t model_cached(const model *m, uint32_t ns, const int32_t *ids, uint32_t np) {
     uint32_t k = 0;
     while (k < np && model_find(m, ns, ids, k + 1) >= 0) k++;
@@ -1051,7 +1079,7 @@ static uint32_t model_match_tokens(const model *m, uint32_t ns, const int32_t *i
     return base + best;
 }
 
-static void model_add(model *m, uint32_t ns, const int32_t *ids, uint32_t k, uint32_t page) {
+static void model_add(model *m, uint32_t ns, const int32_t *ids, uint32_t k, uint32_t id) {
     if (m->n_e == m->cap_e) {
         m->cap_e = m->cap_e ? 2 * m->cap_e : 64;
         m->e = realloc(m->e, m->cap_e * sizeof *m->e);
@@ -1060,59 +1088,130 @@ static void model_add(model *m, uint32_t ns, const int32_t *ids, uint32_t k, uin
     m_entry *e = &m->e[m->n_e];
     e->ns = ns;
     e->n_pages = k;
-    e->page = page;
+    e->id = id;
+    e->host = false;
     memcpy(e->tokens, ids, (size_t)k * m->pt * sizeof *ids);
-    m->entry_of[page] = (int32_t)m->n_e++;
+    m->entry_of[id] = (int32_t)m->n_e++;
 }
 
-static void model_remove(model *m, uint32_t page) {
-    int32_t i = m->entry_of[page];
-    m->entry_of[page] = -1;
+static void model_remove(model *m, uint32_t id) {
+    int32_t i = m->entry_of[id];
+    m->n_host -= m->e[i].host;
+    m->entry_of[id] = -1;
     m->e[i] = m->e[--m->n_e];
-    if ((uint32_t)i < m->n_e) m->entry_of[m->e[i].page] = i;
+    if ((uint32_t)i < m->n_e) m->entry_of[m->e[i].id] = i;
 }
 
-/* entries extending e by one page */
-static uint32_t model_extensions(const model *m, const m_entry *e) {
+/* The entry held by `from` is now held by `to` on the other tier; pins follow. */
+static void model_move(model *m, uint32_t from, uint32_t to, bool host) {
+    m_entry *e = model_entry_of(m, from);
+    if (e->host == host) fail_msg("model: id %u moves to the tier it is on", from);
+    m->entry_of[to] = m->entry_of[from];
+    m->entry_of[from] = -1;
+    e->id = to;
+    e->host = host;
+    m->n_host += host ? 1 : (uint32_t)-1;
+    m->fwd[from] = to;
+    m->pins[to] = m->pins[from];
+    m->pins[from] = 0;
+}
+
+/* entries extending e by one page (GPU-resident ones only, or all) */
+static uint32_t model_extensions(const model *m, const m_entry *e, bool gpu_only) {
     uint32_t n = 0;
     for (uint32_t i = 0; i < m->n_e; i++) {
         const m_entry *f = &m->e[i];
-        n += f->ns == e->ns && f->n_pages == e->n_pages + 1 &&
+        n += f->ns == e->ns && f->n_pages == e->n_pages + 1 && (!gpu_only || !f->host) &&
              memcmp(f->tokens, e->tokens, (size_t)e->n_pages * m->pt * sizeof(int32_t)) == 0;
     }
     return n;
 }
 
-/* A victim is one node: a run of consecutive cached prefixes of one sequence with no branch
- * inside it and nothing cached below it (a leaf), none of them held by a live handle. */
-static void model_victim(void *ctx, const uint32_t *pages, uint32_t n) {
-    model *m = ctx;
-    if (n == 0) fail_msg("a victim without pages");
+/* ids are one node's pages as a callback reports them: consecutive cached prefixes of one
+ * sequence, all on the tier `host` says, none held by a live handle, with no branch inside the
+ * node (one extension each but the last); the last has no extension on the GPU (gpu_only) or
+ * none at all (a leaf on its tier). */
+static void model_node(model *m, const uint32_t *ids, uint32_t n, bool host, bool gpu_only, const char *what) {
+    if (n == 0) fail_msg("%s: no ids", what);
     for (uint32_t i = 0; i < n; i++) {
-        m_entry *e = model_entry_of(m, pages[i]);
-        if (m->pins[pages[i]]) fail_msg("page %u is evicted while a handle holds it", pages[i]);
+        m_entry *e = model_entry_of(m, ids[i]);
+        if (e->host != host) fail_msg("%s: id %u is on the %s", what, ids[i], e->host ? "host" : "GPU");
+        if (m->pins[ids[i]]) fail_msg("%s: id %u while a handle holds it", what, ids[i]);
         if (i == 0) continue;
-        m_entry *prev = model_entry_of(m, pages[i - 1]);
+        m_entry *prev = model_entry_of(m, ids[i - 1]);
         if (e->ns != prev->ns || e->n_pages != prev->n_pages + 1 ||
             memcmp(e->tokens, prev->tokens, (size_t)prev->n_pages * m->pt * sizeof(int32_t)))
-            fail_msg("victim pages %u, %u are not consecutive pages of one sequence", pages[i - 1], pages[i]);
+            fail_msg("%s: ids %u, %u are not consecutive pages of one sequence", what, ids[i - 1], ids[i]);
     }
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t ext = model_extensions(m, model_entry_of(m, pages[i]));
-        if (ext != (i + 1 < n ? 1u : 0u)) fail_msg("victim page %u of %u has %u cached extensions", i, n, ext);
+        bool last = i + 1 == n;
+        uint32_t ext = model_extensions(m, model_entry_of(m, ids[i]), last && gpu_only);
+        if (ext != (last ? 0u : 1u)) fail_msg("%s: id %u of %u has %u cached extensions", what, i, n, ext);
     }
-    for (uint32_t i = 0; i < n; i++) model_remove(m, pages[i]);
+}
+
+/* Rule 3: asked about a GPU-evictable node; saves it (fresh slots) while the host budget lasts,
+ * four times out of five. */
+static int model_demote(void *ctx, const uint32_t *pages, uint32_t n, uint32_t *slots) {
+    model *m = ctx;
+    model_node(m, pages, n, false, true, "demote");
+    m->n_saved = 0;
+    if (m->no_demote || m->n_host + n > m->host_budget || rng_below(&m->r, 5) == 0) return 0;
+    for (uint32_t i = 0; i < n; i++) {
+        slots[i] = model_new_id(m);
+        model_move(m, pages[i], slots[i], true);
+    }
+    memcpy(m->saved, pages, n * sizeof *pages);
+    m->n_saved = n;
+    return 1;
+}
+
+/* A GPU victim: just saved (its entries are on the host now), or dropped (a leaf by now: its
+ * host subtree was reported first). */
+static void model_victim(void *ctx, const uint32_t *pages, uint32_t n) {
+    model *m = ctx;
+    if (m->n_saved == n && memcmp(m->saved, pages, n * sizeof *pages) == 0) {
+        for (uint32_t i = 0; i < n; i++)
+            if (!model_entry_of(m, model_resolve(m, pages[i]))->host) fail_msg("a saved page is not on the host");
+        m->n_saved = 0;
+    } else {
+        if (m->n_saved) fail_msg("a demoted node was not reported as a victim next");
+        model_node(m, pages, n, false, false, "dropped victim");
+        for (uint32_t i = 0; i < n; i++) model_remove(m, pages[i]);
+    }
     m->victim_pages += n;
     m->last_victim = n;
 }
 
+/* Host slots given back: a restore's (checked against what it should free), or a host leaf's
+ * (radix_evict_host, or below a dropped victim, children first). */
+static void model_host_free(void *ctx, const uint32_t *slots, uint32_t n) {
+    model *m = ctx;
+    if (m->restoring) {
+        for (uint32_t i = 0; i < n; i++) {
+            uint32_t k = 0;
+            while (k < m->n_expect_free && m->expect_free[k] != slots[i]) k++;
+            if (k == m->n_expect_free) fail_msg("restore freed slot %u, not one it restored", slots[i]);
+            m->expect_free[k] = M_NONE;
+        }
+        m->n_restore_freed += n;
+        return;
+    }
+    model_node(m, slots, n, true, false, "host_free");
+    for (uint32_t i = 0; i < n; i++) model_remove(m, slots[i]);
+    m->freed_slots += n;
+    m->last_freed = n;
+}
+
 static void model_check(model *m) {
     CHECK_TREE(&m->t);
-    if (m->t.stats.pages != m->n_e)
-        fail_msg("tree holds %llu pages, model %u", (unsigned long long)m->t.stats.pages, m->n_e);
-    uint32_t held = 0;
-    for (uint32_t i = 0; i < m->n_e; i++) held += m->pins[m->e[i].page] > 0;
-    assert_true(m->t.stats.pinned_pages >= held); /* the tree pins whole nodes */
+    if (m->t.stats.pages != m->n_e - m->n_host || m->t.stats.host_slots != m->n_host)
+        fail_msg("tree holds %llu pages and %llu slots, model %u and %u", (unsigned long long)m->t.stats.pages,
+                 (unsigned long long)m->t.stats.host_slots, m->n_e - m->n_host, m->n_host);
+    uint32_t held[2] = {0};
+    for (uint32_t i = 0; i < m->n_e; i++) held[m->e[i].host] += m->pins[m->e[i].id] > 0;
+    assert_true(m->t.stats.pinned_pages >= held[0]); /* the tree pins whole nodes */
+    assert_true(m->t.stats.pinned_host_slots >= held[1]);
 }
 
 /* A failed operation changed nothing: the tree struct (tables, counts, stats, clock) is as it
@@ -1136,52 +1235,112 @@ static void model_match_check(model *m, uint32_t ns, const int32_t *ids, uint32_
         uint32_t upto = (i + 1) * pt < want ? (i + 1) * pt : want;
         if (e->ns != ns || e->n_pages != i + 1 || memcmp(e->tokens, ids, upto * sizeof *ids))
             fail_msg("match page %u (id %u) does not hold tokens %u.. of the query", i, r->pages[i], i * pt);
+        if (e->host != (i >= r->n_gpu_pages))
+            fail_msg("match page %u of %u (id %u) is on the %s, n_gpu_pages %u", i, r->n_pages, r->pages[i],
+                     e->host ? "host" : "GPU", r->n_gpu_pages);
     }
+    if (r->n_restore == 0) {
+        assert_int_equal(r->n_gpu_pages, r->n_pages);
+        return;
+    }
+    /* Rule 5: the deepest node's pages past the match follow, on the host, one sequence */
+    assert_true(r->n_gpu_pages < r->n_pages);
+    for (uint32_t i = r->n_pages; i < r->n_gpu_pages + r->n_restore; i++) {
+        m_entry *e = model_entry_of(m, r->pages[i]), *prev = model_entry_of(m, r->pages[i - 1]);
+        if (!e->host || e->ns != ns || e->n_pages != i + 1 ||
+            memcmp(e->tokens, prev->tokens, (size_t)i * pt * sizeof(int32_t)))
+            fail_msg("match: restore slot %u (id %u) does not continue the path on the host", i, r->pages[i]);
+    }
+}
+
+/* Rule 6 on a live handle, maybe one made stale by another handle's restore: the tree takes
+ * the suffix of the slots still on the host. */
+static void model_restore(model *m, m_handle *hd) {
+    radix_match *r = &hd->r;
+    if (!r->n_restore) return;
+    uint32_t n_gpu = r->n_gpu_pages, nr = r->n_restore, old[M_MAX_PAGES + 1], g[M_MAX_PAGES + 1], still = 0;
+    memcpy(old, r->pages + n_gpu, nr * sizeof *old);
+    for (uint32_t i = 0; i < nr; i++) g[i] = model_new_id(m);
+    while (still < nr && m->fwd[old[nr - 1 - still]] == M_NONE) still++;
+    for (uint32_t i = 0; i < nr; i++) {
+        bool host = model_entry_of(m, model_resolve(m, old[i]))->host;
+        if (host != (i >= nr - still)) fail_msg("model: a restore slot on the %s out of order", host ? "host" : "GPU");
+    }
+    radix_stats b = m->t.stats;
+    uint64_t clock = m->t.clock;
+    m->restoring = true;
+    m->n_expect_free = still;
+    memcpy(m->expect_free, old + nr - still, still * sizeof *old);
+    m->n_restore_freed = 0;
+    int taken = radix_restore(&m->t, r, g, model_host_free, m);
+    m->restoring = false;
+    m->n_restore_calls++;
+    if (taken != (int)still) fail_msg("restore took %d pages, the model expects %u (%s)", taken, still, cd_errmsg());
+    assert_int_equal(m->n_restore_freed, still);
+    for (uint32_t i = nr - still; i < nr; i++) model_move(m, old[i], g[i], false);
+    assert_int_equal(r->n_gpu_pages, r->n_pages);
+    assert_int_equal(r->n_restore, 0);
+    for (uint32_t i = n_gpu; i < r->n_pages; i++)
+        if (r->pages[i] != model_resolve(m, old[i - n_gpu])) fail_msg("restore: match page %u is not its page", i);
+    for (uint32_t i = 0; i < r->n_pages; i++)
+        if (model_entry_of(m, r->pages[i])->host) fail_msg("restore: match page %u is still on the host", i);
+    assert_int_equal(m->t.stats.restored_pages, b.restored_pages + still);
+    assert_int_equal(m->t.stats.pages, b.pages + still);
+    assert_int_equal(m->t.clock, clock); /* a restore is no use: the match was */
+    m->n_stale_restores += still < nr;
+}
+
+static void model_unpin(model *m, m_handle *hd) {
+    for (uint32_t k = 0; k < hd->n; k++) m->pins[model_resolve(m, hd->ids[k])]--;
+    radix_release(&m->t, &hd->r);
 }
 
 static int model_match(model *m, uint32_t ns, const int32_t *ids, uint32_t n, bool keep) {
     radix_tree before;
     memcpy(&before, &m->t, sizeof before);
-    radix_match r;
-    if (radix_match_prefix(&m->t, m->ns[ns], ids, n, &r)) {
+    m_handle hd;
+    if (radix_match_prefix(&m->t, m->ns[ns], ids, n, &hd.r)) {
         if (!m->oom) fail_msg("match: %s", cd_errmsg());
-        assert_null(r.node);
-        assert_null(r.pages);
+        assert_null(hd.r.node);
+        assert_null(hd.r.pages);
         expect_unchanged(m, &before);
         return -1;
     }
-    model_match_check(m, ns, ids, n, &r);
+    model_match_check(m, ns, ids, n, &hd.r);
     radix_stats s = m->t.stats, b = before.stats;
     assert_int_equal(m->t.clock, before.clock + 1);
     assert_int_equal(s.lookups, b.lookups + 1);
-    assert_int_equal(s.hit_tokens, b.hit_tokens + r.n_tokens);
-    assert_int_equal(s.misses, b.misses + (r.n_tokens == 0));
-    assert_int_equal(s.full_hits, b.full_hits + (r.n_tokens > 0 && r.n_tokens == n));
-    assert_int_equal(s.partial_hits, b.partial_hits + (r.n_tokens > 0 && r.n_tokens < n));
-    for (uint32_t i = 0; i < r.n_pages; i++) m->pins[r.pages[i]]++;
-    if (keep && m->n_h < M_HANDLES && r.node) {
-        m->h[m->n_h++] = r;
-    } else {
-        for (uint32_t i = 0; i < r.n_pages; i++) m->pins[r.pages[i]]--;
-        radix_release(&m->t, &r);
-    }
+    assert_int_equal(s.hit_tokens, b.hit_tokens + hd.r.n_tokens);
+    assert_int_equal(s.misses, b.misses + (hd.r.n_tokens == 0));
+    assert_int_equal(s.full_hits, b.full_hits + (hd.r.n_tokens > 0 && hd.r.n_tokens == n));
+    assert_int_equal(s.partial_hits, b.partial_hits + (hd.r.n_tokens > 0 && hd.r.n_tokens < n));
+    hd.n = hd.r.n_pages;
+    if (hd.n) memcpy(hd.ids, hd.r.pages, hd.n * sizeof *hd.ids);
+    for (uint32_t i = 0; i < hd.n; i++) m->pins[hd.ids[i]]++;
+    if (hd.r.n_restore && rng_below(&m->r, 2)) model_restore(m, &hd);
+    if (keep && m->n_h < M_HANDLES && hd.r.node) m->h[m->n_h++] = hd;
+    else model_unpin(m, &hd);
     return 0;
 }
 
 static void model_release(model *m, uint32_t i) {
-    radix_match *r = &m->h[i];
-    for (uint32_t k = 0; k < r->n_pages; k++) m->pins[r->pages[k]]--;
-    radix_release(&m->t, r);
+    model_unpin(m, &m->h[i]);
     m->h[i] = m->h[--m->n_h];
 }
 
+/* Rule 3 (radix_evict with one tier) */
 static void model_evict(model *m, uint64_t want) {
-    uint64_t before = m->t.stats.pages, evicted_before = m->t.stats.evicted_pages;
+    radix_stats b = m->t.stats;
     m->victim_pages = m->last_victim = 0;
-    uint64_t got = radix_evict(&m->t, want, model_victim, m);
+    m->n_saved = 0;
+    radix_evict_ops ops = {.victim = model_victim, .demote = model_demote, .host_free = model_host_free, .ctx = m};
+    uint64_t got = m->host_budget ? radix_evict_tiered(&m->t, want, &ops) : radix_evict(&m->t, want, model_victim, m);
+    if (m->n_saved) fail_msg("a demoted node was never reported as a victim");
     assert_int_equal(got, m->victim_pages);
-    assert_int_equal(m->t.stats.pages, before - got);
-    assert_int_equal(m->t.stats.evicted_pages, evicted_before + got);
+    assert_int_equal(m->t.stats.pages, b.pages - got);
+    assert_int_equal(m->t.stats.evicted_pages, b.evicted_pages + got);
+    assert_int_equal(m->t.stats.host_slots, b.host_slots + (m->t.stats.demoted_pages - b.demoted_pages) -
+                                                (m->t.stats.host_evicted_slots - b.host_evicted_slots));
     if (got < want) {
         assert_int_equal(radix_evictable_pages(&m->t), 0);
         assert_int_equal(m->t.gpu_lru.n, 0);
@@ -1190,10 +1349,29 @@ static void model_evict(model *m, uint64_t want) {
     }
 }
 
+/* Rule 4 */
+static void model_evict_host(model *m, uint64_t want) {
+    uint64_t before = m->t.stats.host_slots;
+    m->freed_slots = m->last_freed = 0;
+    uint64_t got = radix_evict_host(&m->t, want, model_host_free, m);
+    assert_int_equal(got, m->freed_slots);
+    assert_int_equal(m->t.stats.host_slots, before - got);
+    if (got < want) {
+        assert_int_equal(radix_evictable_host_slots(&m->t), 0);
+        assert_int_equal(m->t.host_lru.n, 0);
+    } else if (got) {
+        assert_true(got - m->last_freed < want);
+    }
+}
+
+/* Rule 7: the tree takes the pages past the cached prefix, unless the node they would hang
+ * from (the one holding the prefix's last page) is on the host. */
 static int model_insert(model *m, uint32_t ns, const int32_t *ids, uint32_t n) {
     uint32_t pt = m->pt, np = n / pt, pages[M_MAX_PAGES + 1];
-    for (uint32_t i = 0; i < np; i++) pages[i] = model_new_page(m);
-    uint32_t want = model_cached(m, ns, ids, np), first_new = UINT32_MAX;
+    for (uint32_t i = 0; i < np; i++) pages[i] = model_new_id(m);
+    uint32_t k = model_cached(m, ns, ids, np), first_new = UINT32_MAX;
+    bool blocked = k < np && k > 0 && m->e[model_find(m, ns, ids, k)].host;
+    uint32_t want = blocked ? np : k;
     radix_tree before;
     memcpy(&before, &m->t, sizeof before);
     if (radix_insert(&m->t, m->ns[ns], ids, n, pages, &first_new)) {
@@ -1202,24 +1380,32 @@ static int model_insert(model *m, uint32_t ns, const int32_t *ids, uint32_t n) {
         expect_unchanged(m, &before);
         return -1;
     }
-    if (first_new != want) fail_msg("insert of %u pages: first_new %u, model says %u", np, first_new, want);
-    for (uint32_t k = want; k < np; k++) model_add(m, ns, ids, k + 1, pages[k]);
+    if (first_new != want)
+        fail_msg("insert of %u pages: first_new %u, model says %u (%s)", np, first_new, want, blocked ? "blocked" : "");
+    for (uint32_t i = want; i < np; i++) model_add(m, ns, ids, i + 1, pages[i]);
     assert_int_equal(m->t.stats.inserted_tokens, before.stats.inserted_tokens + (uint64_t)(np - want) * pt);
+    assert_int_equal(m->t.stats.blocked_inserts, before.stats.blocked_inserts + blocked);
     assert_int_equal(m->t.clock, before.clock + 1);
     return 0;
 }
 
-/* Every cached prefix matches in full, with its page id last (with injection paused). */
+/* Every cached prefix matches in full, with its id last (with injection paused); the cached
+ * prefixes are prefix-closed, and so is GPU residency (Rule 1). */
 static void model_verify(model *m) {
     uint32_t fail_every = m->t.fail_every;
     m->t.fail_every = 0;
     for (uint32_t i = 0; i < m->n_e; i++) {
         m_entry *e = &m->e[i];
+        if (e->n_pages > 1) {
+            int p = model_find(m, e->ns, e->tokens, e->n_pages - 1);
+            if (p < 0) fail_msg("model: a cached prefix without its parent");
+            if (!e->host && m->e[p].host) fail_msg("model: a GPU page after a host page");
+        }
         radix_match r;
         assert_int_equal(radix_match_prefix(&m->t, m->ns[e->ns], e->tokens, e->n_pages * m->pt, &r), 0);
         model_match_check(m, e->ns, e->tokens, e->n_pages * m->pt, &r);
         assert_int_equal(r.n_tokens, e->n_pages * m->pt);
-        assert_int_equal(r.pages[e->n_pages - 1], e->page);
+        assert_int_equal(r.pages[e->n_pages - 1], e->id);
         radix_release(&m->t, &r);
     }
     m->t.fail_every = fail_every;
@@ -1239,20 +1425,25 @@ static int model_step(model *m) {
     int32_t ids[M_MAX_TOK];
     uint32_t ns = rng_below(&m->r, M_NS), u = rng_below(&m->r, 100);
     int rc = 0;
-    if (u < 40) {
+    if (u < 38) {
         uint32_t n = model_gen(m, ids);
         rc = model_match(m, ns, ids, n, rng_below(&m->r, 3) == 0);
-    } else if (u < 75) {
+    } else if (u < 70) {
         uint32_t n = model_gen(m, ids);
         rc = model_insert(m, ns, ids, n);
         if (!rc && m->t.stats.pages > m->budget) {
             model_check(m);
+            if (m->host_budget && rng_below(&m->r, 2)) model_evict_host(m, 1 + rng_below(&m->r, 2 * m->max_pages));
             model_evict(m, m->t.stats.pages - m->budget);
         }
-    } else if (u < 88) {
+    } else if (u < 81) {
         if (m->n_h) model_release(m, rng_below(&m->r, m->n_h));
-    } else {
+    } else if (u < 86) {
+        if (m->n_h) model_restore(m, &m->h[rng_below(&m->r, m->n_h)]);
+    } else if (u < 95) {
         model_evict(m, rng_below(&m->r, 64) == 0 ? UINT64_MAX : 1 + rng_below(&m->r, 8));
+    } else {
+        model_evict_host(m, rng_below(&m->r, 64) == 0 ? UINT64_MAX : 1 + rng_below(&m->r, 8));
     }
     model_check(m);
     return rc;
@@ -1262,7 +1453,10 @@ static void model_finish(model *m) {
     model_verify(m);
     while (m->n_h) model_release(m, m->n_h - 1);
     model_check(m);
+    m->no_demote = true;
     model_evict(m, UINT64_MAX);
+    model_check(m);
+    model_evict_host(m, UINT64_MAX);
     model_check(m);
     assert_int_equal(m->n_e, 0);
     assert_int_equal(m->t.stats.nodes, 0);
@@ -1283,7 +1477,7 @@ static void test_out_of_memory(void **state) {
     const uint32_t every[] = {2, 3, 4, 5, 7, 11, 31};
     for (size_t i = 0; i < sizeof every / sizeof every[0]; i++) {
         model m;
-        model_init(&m, i % 2 ? 16 : 4, 100 + i);
+        model_init(&m, i % 2 ? 16 : 4, 100 + i, i != 3); /* one tier when every 5th allocation fails */
         m.oom = true;
         m.t.fail_every = every[i];
         for (int step = 0; step < 6000; step++) {
@@ -1299,41 +1493,55 @@ static void test_out_of_memory(void **state) {
 
 static void test_stress(void **state) {
     (void)state;
-    /* A million operations by default, under ASan too: on a 2-core machine this test takes
-     * about 4 s in a release build and 16 s under ASan+UBSan (-O1). CINDER_RADIX_STRESS_OPS
-     * overrides the count. */
+    /* A million operations by default, under ASan too. CINDER_RADIX_STRESS_OPS overrides the
+     * count. page_tokens 3 runs with one tier (radix_evict, no demotion), the others with a
+     * host tier of half the GPU budget. */
     uint64_t ops = 1000000;
     const char *env = getenv("CINDER_RADIX_STRESS_OPS");
     if (env && *env) ops = strtoull(env, NULL, 10);
     const uint32_t pts[] = {1, 2, 3, 4, 16};
     const uint32_t n_pts = sizeof pts / sizeof pts[0];
     double t0 = now_s();
-    uint64_t done = 0, max_nodes = 0;
+    uint64_t done = 0, max_nodes = 0, max_host = 0, restore_calls = 0, stale = 0;
     radix_stats sum = {0};
     for (uint32_t c = 0; c < n_pts; c++) {
         model m;
-        model_init(&m, pts[c], 7 + c);
+        model_init(&m, pts[c], 7 + c, pts[c] != 3);
         uint64_t share = ops / n_pts + (c < ops % n_pts);
         for (uint64_t s = 0; s < share; s++) {
             model_step(&m);
             if (m.t.stats.nodes > max_nodes) max_nodes = m.t.stats.nodes;
+            if (m.t.stats.host_slots > max_host) max_host = m.t.stats.host_slots;
             if ((s & 8191) == 8191) model_verify(&m);
         }
         done += share;
-        sum.lookups += m.t.stats.lookups;
-        sum.full_hits += m.t.stats.full_hits;
-        sum.partial_hits += m.t.stats.partial_hits;
-        sum.evictions += m.t.stats.evictions;
-        sum.inserted_tokens += m.t.stats.inserted_tokens;
+        const radix_stats *st = &m.t.stats;
+        sum.lookups += st->lookups;
+        sum.full_hits += st->full_hits;
+        sum.partial_hits += st->partial_hits;
+        sum.evictions += st->evictions;
+        sum.inserted_tokens += st->inserted_tokens;
+        sum.demotions += st->demotions;
+        sum.restores += st->restores;
+        sum.restored_pages += st->restored_pages;
+        sum.host_evictions += st->host_evictions;
+        sum.blocked_inserts += st->blocked_inserts;
+        restore_calls += m.n_restore_calls;
+        stale += m.n_stale_restores;
         model_finish(&m);
     }
-    print_message("radix stress: %llu operations (page_tokens 1, 2, 3, 4, 16; up to %llu nodes), radix_check after "
-                  "each, %.2f s\n",
-                  (unsigned long long)done, (unsigned long long)max_nodes, now_s() - t0);
+    print_message("radix stress: %llu operations (page_tokens 1, 2, 3, 4, 16; up to %llu nodes, %llu host slots), "
+                  "radix_check after each, %.2f s\n",
+                  (unsigned long long)done, (unsigned long long)max_nodes, (unsigned long long)max_host, now_s() - t0);
     print_message("radix stress: %llu lookups (%llu full, %llu partial hits), %llu tokens inserted, %llu evictions\n",
                   (unsigned long long)sum.lookups, (unsigned long long)sum.full_hits,
                   (unsigned long long)sum.partial_hits, (unsigned long long)sum.inserted_tokens,
                   (unsigned long long)sum.evictions);
+    print_message("radix stress: %llu demotions, %llu restore calls (%llu stale; %llu nodes, %llu pages), %llu host "
+                  "evictions, %llu blocked inserts\n",
+                  (unsigned long long)sum.demotions, (unsigned long long)restore_calls, (unsigned long long)stale,
+                  (unsigned long long)sum.restores, (unsigned long long)sum.restored_pages,
+                  (unsigned long long)sum.host_evictions, (unsigned long long)sum.blocked_inserts);
 }
 
 /* ---- microbenchmark ----------------------------------------------------------------------- */
