@@ -122,7 +122,8 @@
  *
  *       (root) ─ [abcd|G P0] ─ [efgh|H s7]     insert "abcdefghijkl" (Q0 Q1 Q2): blocked,
  *                                              Q0..Q2 stay the caller's
- *       (root) ─ [abcd|G P0] ─ [efgh|G Q1'] ─ [ijkl|G Q2]    after match + restore + insert
+ *       match "abcdefghijkl" (pages {P0, s7}), copy s7 into a fresh R1, restore, insert again:
+ *       (root) ─ [abcd|G P0] ─ [efgh|G R1] ─ [ijkl|G Q2]     *first_new 2: the tree takes Q2
  *
  *     A new leaf under a GPU node is fine even when its siblings are host-resident.
  *
@@ -134,10 +135,13 @@
  * inserts never cross namespaces. All namespaces share the LRUs and the page and slot budgets.
  *
  * Time: a logical clock incremented on every match and insert (deterministic, testable);
- * match and insert touch every node they walk through.
+ * match and insert touch every node they walk through, on either tier. Demotion, restore and
+ * eviction neither move the clock nor touch: a demoted node keeps its place in LRU order.
  *
  * Errors: -1 with cd_errmsg() set; an allocation failure leaves the tree exactly as it was
- * (every allocation an operation needs is made before the tree is changed). Not thread-safe.
+ * (every allocation an operation needs is made before the tree is changed). Match and insert
+ * allocate; release, both evictions and restore never do, and a restore fails (changing
+ * nothing) only on a handle that does not describe its pinned path. Not thread-safe.
  *
  *   radix_tree t; radix_init(&t, 16);
  *   radix_match m; radix_match_prefix(&t, ns, ids, n, &m);     pin; m.n_tokens, m.pages
@@ -218,7 +222,8 @@ typedef struct radix_match {
                            * radix_release. pages[0 .. n_gpu_pages): GPU page ids; then host slot ids */
     radix_node *node;     /* the pinned deepest node; NULL when nothing matched */
     uint32_t n_gpu_pages; /* leading matched pages that are GPU pages (== n_pages: an all-GPU match) */
-    uint32_t n_restore;   /* host slots radix_restore needs (whole host nodes, Rule 5); 0 when all-GPU */
+    uint32_t n_restore;   /* host slots radix_restore needs (whole host nodes, Rule 5); 0 when all-GPU
+                           * (after a restore: 0, and pages past n_pages are not part of the match) */
 } radix_match;
 
 /* Called with pages or slots leaving the tree (valid during the call only): victims' GPU pages
