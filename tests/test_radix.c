@@ -1493,9 +1493,10 @@ static void test_out_of_memory(void **state) {
 
 static void test_stress(void **state) {
     (void)state;
-    /* A million operations by default, under ASan too. CINDER_RADIX_STRESS_OPS overrides the
-     * count. page_tokens 3 runs with one tier (radix_evict, no demotion), the others with a
-     * host tier of half the GPU budget. */
+    /* A million operations by default, under ASan too: on a 2-core machine this test takes
+     * about 9 s in a release build and 35 s under ASan+UBSan (-O1), the whole binary 37 s.
+     * CINDER_RADIX_STRESS_OPS overrides the count. page_tokens 3 runs with one tier
+     * (radix_evict, no demotion), the others with a host tier of half the GPU budget. */
     uint64_t ops = 1000000;
     const char *env = getenv("CINDER_RADIX_STRESS_OPS");
     if (env && *env) ops = strtoull(env, NULL, 10);
