@@ -206,22 +206,6 @@ static uint32_t context_needed(const replay *rp) {
     return need;
 }
 
-/* A short request with the cache off, so first-dispatch shader compilation stays out of the
- * first request's TTFT; the statistics start after it. */
-static int warm_up(engine *e) {
-    int32_t ids[8];
-    for (int i = 0; i < 8; i++) ids[i] = 1000 + i;
-    bool on = e->cache_on;
-    e->cache_on = false;
-    engine_request rq = {.ids = ids, .n = 8, .max_tokens = 2, .ignore_eos = true};
-    engine_reply r;
-    int rc = engine_generate(e, &rq, &r);
-    engine_reply_free(&r);
-    e->cache_on = on;
-    e->stats = (engine_stats){0};
-    return rc;
-}
-
 static json_t *totals_json(const replay *rp) {
     const engine_stats *s = &rp->e.stats;
     const radix_stats *t = &rp->e.cache.tree.stats;
@@ -301,7 +285,7 @@ int bench_trace(const bench_trace_opts *o, model *m) {
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
         engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
                           .no_prefix_cache = o->no_prefix_cache};
-        rc = engine_init(&rp.e, m, &eo) || warm_up(&rp.e);
+        rc = engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
     if (!rc && !o->json)
         printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s\n"

@@ -190,7 +190,7 @@ int cmd_chat(int argc, char **argv) {
     model *m;
     if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("chat", "%s", cd_errmsg());
     engine e;
-    int rc = engine_init(&e, m, &o.eo) || engine_set_sampler(&e, &o.sp) ? cli_error("chat", "%s", cd_errmsg()) : 0;
+    int rc = engine_init(&e, m, &o.eo) || engine_warm_up(&e) || engine_set_sampler(&e, &o.sp) ? cli_error("chat", "%s", cd_errmsg()) : 0;
     if (!rc) rc = repl(&o, &e);
     engine_free(&e);
     model_free(m);

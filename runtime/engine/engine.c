@@ -144,3 +144,17 @@ int engine_generate(engine *e, const engine_request *rq, engine_reply *r) {
     s->evicted_pages += r->evicted_pages;
     return rc;
 }
+
+int engine_warm_up(engine *e) {
+    int32_t ids[8];
+    for (int i = 0; i < 8; i++) ids[i] = 1000 + i;
+    bool on = e->cache_on;
+    e->cache_on = false;
+    engine_request rq = {.ids = ids, .n = 8, .max_tokens = 2, .ignore_eos = true};
+    engine_reply r;
+    int rc = engine_generate(e, &rq, &r);
+    engine_reply_free(&r);
+    e->cache_on = on;
+    e->stats = (engine_stats){0};
+    return rc;
+}

@@ -77,4 +77,7 @@ void engine_free(engine *e); /* zeroed is fine */
 int engine_set_sampler(engine *e, const sampler_params *p);
 
 int engine_generate(engine *e, const engine_request *rq, engine_reply *r);
+/* A short request with the cache off, so first-dispatch costs (lavapipe compiles shaders on
+ * first use) stay out of the first real request's TTFT; the statistics start after it. */
+int engine_warm_up(engine *e);
 void engine_reply_free(engine_reply *r);
