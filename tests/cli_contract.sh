@@ -63,6 +63,30 @@ bench=$("$bin" bench --model "$model" --prompt-tokens 20 --gen 4 --repeat 2 --js
 check "bench --json reports prefill and decode tok/s" test "$(json_field 'd["prefill_tok_s"] > 0 and d["decode_tok_s"] > 0 and d["prompt_tokens"] == 20' <<<"$bench")" = True
 fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
 
+chat=$(printf 'Hello there\nAnd a second question\n/stats\nA third\n' | "$bin" chat --model "$model" --n 4 --page-size 4 --json)
+check "chat: one JSON line per turn" test "$(wc -l <<<"$chat")" = 3
+check "chat: later turns are served from the prefix cache" test "$(python3 -c '
+import json, sys
+t = [json.loads(l) for l in sys.stdin]
+print(all(x["cached_tokens"] + x["prefilled_tokens"] == x["prompt_tokens"] for x in t)
+      and t[1]["cached_tokens"] > 0 and t[2]["cached_tokens"] > t[1]["cached_tokens"] and t[2]["prompt_tokens"] > t[1]["prompt_tokens"])' <<<"$chat")" = True
+nocache=$(printf 'Hello there\nAnd a second question\n' | "$bin" chat --model "$model" --n 4 --json --no-prefix-cache)
+check "chat --no-prefix-cache prefills every turn" test "$(python3 -c '
+import json, sys
+print([json.loads(l)["cached_tokens"] for l in sys.stdin])' <<<"$nocache")" = "[0, 0]"
+check "chat gives the same replies with and without the cache" test \
+  "$(python3 -c 'import json,sys; print([json.loads(l)["text"] for l in sys.stdin][:2])' <<<"$chat")" = \
+  "$(python3 -c 'import json,sys; print([json.loads(l)["text"] for l in sys.stdin])' <<<"$nocache")"
+trace=$("$bin" bench --model "$model" --scenario shared_prefix_basic --json)
+check "bench --scenario --json: requests and totals" test "$(json_field 'len(d["requests"]) == 8 and d["totals"]["prompt_tokens"] == 192 and all("ttft_ms" in r and "generated" in r for r in d["requests"])' <<<"$trace")" = True
+printf '{"kind": "tokens"}\n{"prompt_tokens": [1, -5]}\n' >"$tmp/bad.jsonl"
+fails_with "bench --trace: bad token id" "prompt_tokens[1]" "$bin" bench --model "$model" --trace "$tmp/bad.jsonl"
+printf '{"kind": "tokens"}\nnot json\n' >"$tmp/bad2.jsonl"
+fails_with "bench --trace: malformed line" "bad2.jsonl:2" "$bin" bench --model "$model" --trace "$tmp/bad2.jsonl"
+fails_with "bench --scenario: unknown name" "no_such.jsonl: cannot open" "$bin" bench --model "$model" --scenario no_such
+fails_with "bench --trace: missing file" "cannot open" "$bin" bench --model "$model" --trace "$tmp/none.jsonl"
+fails_with "bench --kv-pool-tokens too small" "KV pool exhausted" "$bin" bench --model "$model" --scenario shared_prefix_basic --kv-pool-tokens 16
+
 sz=$("$bin" mkmodel --preset qwen3-30b-a3b --dry-run | sed -E 's/.*: ([0-9]+) bytes.*/\1/')
 check "qwen3-30b-a3b preset is about 17 GB at q4_k_m ($sz bytes)" python3 -c "import sys; sys.exit(not 16e9 < $sz < 19.5e9)"
 check "mkmodel --dense writes a dense qwen3" "$bin" mkmodel --preset tiny --dense --ff 512 --quant q8_0 --out "$tmp/dense.gguf"

@@ -14,6 +14,7 @@
 #include "runtime/base/rng.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
+#include "tools/bench_trace.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 
@@ -22,6 +23,7 @@ typedef struct bench_opts {
     uint32_t n_prompt, n_gen, repeat;
     uint64_t seed;
     bool json, profile;
+    bench_trace_opts trace; /* --trace / --scenario: replay a request trace instead */
 } bench_opts;
 
 typedef struct bench_run {
@@ -35,7 +37,17 @@ static void usage(FILE *out) {
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --json prints one object with prefill_tok_s and\n"
             "  decode_tok_s. --profile also prints GPU time per kernel label (timestamps) for one\n"
-            "  prefill of N tokens and one decode step.\n");
+            "  prefill of N tokens and one decode step.\n"
+            "\n"
+            "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
+            "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
+            "                    [--dump-prompts FILE]\n"
+            "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
+            "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
+            "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
+            "  --kv-pool-tokens overrides the trace header's pool size; --json prints one object\n"
+            "  with a \"requests\" array and a \"totals\" object. --dump-prompts writes each request\n"
+            "  as a line \"max_tokens:id,id,...\" (what a peer replays: scripts/bench_prefix.sh).\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -45,7 +57,14 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
         if (cli_flag(argv, i, "--profile")) { o->profile = true; continue; }
+        if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
+        else if (cli_value(argc, argv, &i, "--scenario", &v)) o->trace.scenario = v;
+        else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->trace.page_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
+        else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
@@ -55,6 +74,8 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
     if (o->n_prompt == 0) return cli_error("bench", "--prompt-tokens must be at least 1"), -1;
     if (o->repeat == 0) return cli_error("bench", "--repeat must be at least 1"), -1;
+    if (o->trace.trace && o->trace.scenario) return cli_error("bench", "give --trace or --scenario, not both"), -1;
+    if (o->trace.page_tokens > 256) return cli_error("bench", "--page-size is at most 256"), -1;
     return 0;
 }
 
@@ -194,7 +215,9 @@ int cmd_bench(int argc, char **argv) {
     }
     model *m;
     if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("bench", "%s", cd_errmsg());
-    int rc = bench(&o, m);
+    o.trace.model = o.model;
+    o.trace.json = o.json;
+    int rc = o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m) : bench(&o, m);
     model_free(m);
     return rc ? 1 : 0;
 }

@@ -99,20 +99,22 @@ static int write_logits(const char *path, const float *logits, uint32_t n) {
     return 0;
 }
 
-/* The engine behind generate(): the CPU reference or the Vulkan forward pass. */
-typedef struct engine {
+/* The backend behind generate(): the CPU reference or the Vulkan forward pass, token by token
+ * through one loop so the two compare exactly (the prefix-cached request loop for chat, bench
+ * traces and serving is runtime/engine/engine.c). */
+typedef struct backend {
     bool gpu;
     cpu_state cpu;
     sampler smp;   /* the CPU's sampler, and the GPU's when the kernel cannot sample */
     cvk_ctx *vk;
     gpu_model g;
     float *logits; /* the GPU's last logits, downloaded only when someone reads them */
-} engine;
+} backend;
 
 /* The GPU path reads the weights once, for the upload, and completes the fingerprint from
  * the digest made on the way (model_load skipped its own hash pass). */
-static int engine_init(engine *e, model *m, uint32_t n_ctx, bool gpu, const sampler_params *sp) {
-    *e = (engine){.gpu = gpu};
+static int backend_init(backend *e, model *m, uint32_t n_ctx, bool gpu, const sampler_params *sp) {
+    *e = (backend){.gpu = gpu};
     if (sampler_init(&e->smp, *sp, (int32_t)m->cfg.n_vocab)) return -1;
     if (!gpu) return cpu_state_init(&e->cpu, m, n_ctx);
     e->vk = calloc(1, sizeof *e->vk);
@@ -124,7 +126,7 @@ static int engine_init(engine *e, model *m, uint32_t n_ctx, bool gpu, const samp
     return model_set_weights_digest(m, e->g.w.digest);
 }
 
-static void engine_free(engine *e) {
+static void backend_free(backend *e) {
     if (e->gpu) {
         gpu_model_free(&e->g);
         if (e->vk) cvk_ctx_free(e->vk);
@@ -135,27 +137,27 @@ static void engine_free(engine *e) {
 }
 
 /* The prompt: one batched pass on the GPU, token by token on the CPU reference. */
-static int engine_prefill(engine *e, const int32_t *ids, size_t n) {
+static int backend_prefill(backend *e, const int32_t *ids, size_t n) {
     if (e->gpu) return gpu_prefill(&e->g, ids, (uint32_t)n, 0, true);
     for (size_t i = 0; i < n; i++)
         if (cpu_forward(&e->cpu, ids[i], (uint32_t)i, i + 1 == n)) return -1;
     return 0;
 }
 
-static int engine_forward(engine *e, int32_t token, uint32_t pos) {
+static int backend_forward(backend *e, int32_t token, uint32_t pos) {
     return e->gpu ? gpu_forward(&e->g, token, pos, true) : cpu_forward(&e->cpu, token, pos, true);
 }
 
 /* The last position's logits (downloaded from the GPU on demand). */
-static const float *engine_logits(engine *e) {
+static const float *backend_logits(backend *e) {
     if (!e->gpu) return e->cpu.logits;
     return gpu_model_logits(&e->g, e->logits) ? NULL : e->logits;
 }
 
 /* The next token: chosen on the GPU when it can, else sampled here from the logits. */
-static int32_t engine_next(engine *e) {
+static int32_t backend_next(backend *e) {
     if (e->gpu && gpu_model_samples_on_device(&e->g)) return gpu_model_next(&e->g);
-    const float *l = engine_logits(e);
+    const float *l = backend_logits(e);
     return l ? sampler_sample(&e->smp, l) : -1;
 }
 
@@ -165,25 +167,25 @@ static int generate(const run_opts *o, model *m, run_result *r) {
     if (r->n_prompt + o->n_gen > n_ctx || n_ctx > m->cfg.n_ctx_train)
         return cli_error("run", "prompt (%zu tokens) + --n %u does not fit the context (%u; model trained for %u)",
                          r->n_prompt, o->n_gen, n_ctx, m->cfg.n_ctx_train), -1;
-    engine st;
-    if (engine_init(&st, m, n_ctx, o->gpu, &o->sp)) { engine_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
+    backend st;
+    if (backend_init(&st, m, n_ctx, o->gpu, &o->sp)) { backend_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
     r->gen = malloc((o->n_gen ? o->n_gen : 1) * sizeof *r->gen);
     size_t cap = 256, len = 0;
     r->text = malloc(cap);
     int rc = r->gen && r->text ? 0 : cli_error("run", "out of memory");
     tok_stream ts = {0};
     double t0 = cli_now_ms();
-    if (!rc && engine_prefill(&st, r->prompt, r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
+    if (!rc && backend_prefill(&st, r->prompt, r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
     r->prefill_ms = cli_now_ms() - t0;
     if (!rc && (o->logits_file || o->n_logits)) {
-        const float *lg = engine_logits(&st);
+        const float *lg = backend_logits(&st);
         if (!lg) rc = cli_error("run", "%s", cd_errmsg());
         if (!rc && o->logits_file) rc = write_logits(o->logits_file, lg, m->cfg.n_vocab);
         if (!rc && o->n_logits) r->n_top = sampler_top_k(lg, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
     }
     double t1 = cli_now_ms();
     for (uint32_t i = 0; !rc && i < o->n_gen; i++) {
-        int32_t id = engine_next(&st);
+        int32_t id = backend_next(&st);
         if (id < 0) { rc = cli_error("run", "%s", cd_errmsg()); break; }
         if (i == 0) r->ttft_ms = cli_now_ms() - t0;
         r->gen[r->n_gen++] = id;
@@ -196,7 +198,7 @@ static int generate(const run_opts *o, model *m, run_result *r) {
             if (!o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
         }
         if (!o->ignore_eos && tok_is_eog(m->tok, id)) break;
-        if (i + 1 < o->n_gen && engine_forward(&st, id, (uint32_t)(r->n_prompt + i))) rc = cli_error("run", "%s", cd_errmsg());
+        if (i + 1 < o->n_gen && backend_forward(&st, id, (uint32_t)(r->n_prompt + i))) rc = cli_error("run", "%s", cd_errmsg());
     }
     r->decode_ms = cli_now_ms() - t1;
     char tail[16]; /* an incomplete UTF-8 sequence left at the end comes out as U+FFFD */
@@ -208,7 +210,7 @@ static int generate(const run_opts *o, model *m, run_result *r) {
         if (!o->json) fwrite(tail, 1, (size_t)n_tail, stdout);
     }
     if (r->text) r->text[len] = 0;
-    engine_free(&st);
+    backend_free(&st);
     return rc;
 }
 

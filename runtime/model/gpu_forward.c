@@ -64,9 +64,9 @@ static int make_state(gpu_model *g) {
 
     uint32_t pt = g->page_tokens;
     TRY(kv_layout_init(&g->lay, c->n_layer, c->n_head_kv, c->head_dim, pt));
-    TRY(kv_pages_init(&g->pages, (g->n_ctx + pt - 1) / pt, pt));
-    g->max_pages = g->pages.n_pages;
-    TRY(cvk_buffer_create(&g->vk->mem, &g->pool, (uint64_t)g->max_pages * g->lay.page_bytes, g->lay.page_bytes,
+    TRY(kv_pages_init(&g->pages, (g->pool_tokens + pt - 1) / pt, pt));
+    g->max_pages = (g->n_ctx + pt - 1) / pt;
+    TRY(cvk_buffer_create(&g->vk->mem, &g->pool, (uint64_t)g->pages.n_pages * g->lay.page_bytes, g->lay.page_bytes,
                           CVK_MEM_DEVICE));
     g->n_split = cvk_attn_decode_splits(g->n_ctx, g->lay.page_tokens);
     TRY(cvk_rope_table_create(&g->rope_tab, &g->vk->mem, &g->vk->stager, c->head_dim, c->rope_theta, g->n_ctx));
@@ -266,6 +266,7 @@ int gpu_model_init_opts(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mod
     g->m = m;
     g->vk = vk;
     g->n_ctx = o->n_ctx;
+    g->pool_tokens = o->pool_tokens ? o->pool_tokens : o->n_ctx;
     g->page_tokens = o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT;
     g->n_batch = o->n_batch;
     const model_config *c = &m->cfg;
@@ -276,7 +277,7 @@ int gpu_model_init_opts(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mod
     rng_seed(&g->rng, 0);
     int rc = gpu_weights_upload(&g->w, vk, m) || make_pipelines(g) || make_state(g) ||
              cvk_descpool_init(&g->dpool, &vk->dev, 256) || cvk_cmd_init(&g->step[0], &vk->dev, false) ||
-             cvk_cmd_init(&g->step[1], &vk->dev, false) || record_steps(g) || gpu_prefill_init(g);
+             cvk_cmd_init(&g->step[1], &vk->dev, false) || cvk_cmd_init(&g->copy, &vk->dev, false) || record_steps(g) || gpu_prefill_init(g);
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof msg, "%s", cd_errmsg());
@@ -295,6 +296,7 @@ void gpu_model_free(gpu_model *g) {
     gpu_prefill_free(g);
     cvk_cmd_free(&g->step[0]);
     cvk_cmd_free(&g->step[1]);
+    cvk_cmd_free(&g->copy);
     cvk_descpool_free(&g->dpool);
     cvk_buffer *bufs[] = {&g->pool, &g->x, &g->xb, &g->xb2, &g->q, &g->att, &g->k, &g->v, &g->partials, &g->router,
                           &g->ids, &g->wts, &g->hg, &g->hu, &g->eo, &g->logits, &g->am_scratch, &g->smp_scratch,
@@ -336,8 +338,21 @@ int gpu_seq_extend(gpu_model *g, uint32_t pos, uint32_t n) {
     if ((uint64_t)pos + n > g->n_ctx)
         return cd_fail("position %u is past the context size %u", (uint32_t)((uint64_t)pos + n - 1), g->n_ctx);
     if (pos < g->seq.n_tokens) TRY(kv_seq_truncate(&g->pages, &g->seq, pos));
+    kv_seq *s = &g->seq;
+    uint32_t pt = g->page_tokens, need = kv_pages_for(&g->pages, pos + n) - s->n_pages;
+    if (pos % pt && g->pages.ref[s->pages[s->n_pages - 1]] > 1) need++; /* the shared tail is copied */
+    if (need > kv_pages_free_count(&g->pages) && g->reclaim)
+        g->reclaim(g->reclaim_ctx, need - kv_pages_free_count(&g->pages));
+    if (need > kv_pages_free_count(&g->pages))
+        return cd_fail("KV pool exhausted: %u more pages needed, %u of %u free%s (%u tokens per page)", need,
+                       kv_pages_free_count(&g->pages), g->pages.n_pages,
+                       g->reclaim ? " after evicting every unpinned cache entry" : "", pt);
     kv_cow cow;
-    TRY(kv_seq_append(&g->pages, &g->seq, n, &cow)); /* one sequence: pages are never shared, cow is empty */
+    TRY(kv_seq_append(&g->pages, s, n, &cow));
+    if (cow.n_tokens && gpu_kv_copy_page(g, cow.src, cow.dst)) {
+        kv_seq_truncate(&g->pages, s, pos - pos % pt); /* the copy failed: drop the page it was for */
+        return -1;
+    }
     memcpy(cvk_buffer_host_ptr(&g->in_table, 0), g->seq.pages, g->seq.n_pages * sizeof(uint32_t));
     return 0;
 }
@@ -359,6 +374,15 @@ int gpu_forward(gpu_model *g, int32_t token, uint32_t pos, bool want_logits) {
 
 int gpu_model_logits(gpu_model *g, float *out) {
     return cvk_stager_download(&g->vk->stager, cvk_view_whole(&g->logits), out);
+}
+
+int gpu_kv_copy_page(gpu_model *g, uint32_t src, uint32_t dst) {
+    uint64_t pb = g->lay.page_bytes;
+    if (src >= g->pages.n_pages || dst >= g->pages.n_pages || src == dst)
+        return cd_fail("kv page copy %u -> %u: not two pages of the %u in the pool", src, dst, g->pages.n_pages);
+    TRY(cvk_cmd_begin(&g->copy));
+    TRY(cvk_cmd_copy(&g->copy, cvk_view_range(&g->pool, src * pb, pb), cvk_view_range(&g->pool, dst * pb, pb)));
+    return cvk_cmd_run(&g->copy);
 }
 
 int32_t gpu_model_next(const gpu_model *g) { return *(const int32_t *)cvk_buffer_host_ptr(&g->out_id, 0); }

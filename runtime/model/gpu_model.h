@@ -74,7 +74,7 @@ typedef struct gpu_weights {
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
-    uint32_t n_ctx, page_tokens;
+    uint32_t n_ctx, pool_tokens, page_tokens;
     gpu_weights w;
 
     /* pipelines */
@@ -94,12 +94,19 @@ typedef struct gpu_model {
     bool sample_on_device; /* false: greedy, or a sampler the kernel cannot do (host samples) */
     rng rng;               /* the per-step uniform draws, as sampler_sample makes them */
 
-    /* KV: one sequence, block table rewritten on the host as pages are added */
+    /* KV: one sequence, block table rewritten on the host as pages are added. The pool may
+     * hold more pages than one sequence uses: the rest belong to the prefix cache. */
     kv_layout lay;
     kv_pages pages;
     kv_seq seq;
-    cvk_buffer pool;        /* n_pages * page_bytes, fp16 */
-    uint32_t max_pages, n_split;
+    cvk_buffer pool;        /* pages.n_pages * page_bytes, fp16 */
+    uint32_t max_pages;     /* block table entries: pages of n_ctx tokens */
+    uint32_t n_split;
+    cvk_cmd copy;           /* page copies (copy on write of a shared partial page) */
+    /* Called when a sequence needs more free pages than the pool has: frees at least `want`
+     * pages if it can (the prefix cache evicts). NULL: exhaustion is an error at once. */
+    void (*reclaim)(void *ctx, uint32_t want);
+    void *reclaim_ctx;
 
     /* activations (f32), shapes as in cpu_state */
     cvk_buffer x, xb, xb2;  /* (n_embd) */
@@ -144,7 +151,8 @@ typedef struct gpu_model {
 } gpu_model;
 
 typedef struct gpu_model_opts {
-    uint32_t n_ctx;       /* tokens of KV */
+    uint32_t n_ctx;       /* tokens of one sequence at most */
+    uint32_t pool_tokens; /* tokens of KV in the page pool; 0 = n_ctx (nothing to spare for a cache) */
     uint32_t page_tokens; /* tokens per KV page; 0 = KV_PAGE_TOKENS_DEFAULT */
     uint32_t n_batch;     /* prefill tokens per pass; 0 = 512 (at most n_ctx) */
 } gpu_model_opts;
@@ -179,6 +187,8 @@ int gpu_forward(gpu_model *g, int32_t token, uint32_t pos, bool want_logits);
 int gpu_prefill(gpu_model *g, const int32_t *ids, uint32_t n, uint32_t pos0, bool want_logits);
 int gpu_model_logits(gpu_model *g, float *out); /* n_vocab floats */
 int32_t gpu_model_next(const gpu_model *g);    /* the token the last head run chose */
+/* Copies page src's K/V (every layer, every slot) into page dst on the device; waits. */
+int gpu_kv_copy_page(gpu_model *g, uint32_t src, uint32_t dst);
 
 /* Shared by the decode step (gpu_forward.c) and prefill (gpu_prefill.c). */
 #define GPU_LAYER_MATS 11
@@ -192,7 +202,8 @@ static inline void gpu_layer_mats(const layer_weights *l, const gguf_tensor *out
 }
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind);
 int gpu_record_head(gpu_model *g, cvk_cmd *c, cvk_descpool *dp); /* rmsnorm(x) -> logits -> out_id */
-/* Sets the sequence to pos tokens then appends n, and writes the block table. */
+/* Sets the sequence to pos tokens then appends n, and writes the block table. Reclaims pages
+ * when the pool is short, and copies a shared partly filled last page before it is written. */
 int gpu_seq_extend(gpu_model *g, uint32_t pos, uint32_t n);
 void gpu_model_draw(gpu_model *g); /* writes the sampler's uniform for the next head run */
 int gpu_prefill_init(gpu_model *g); /* buffers and pipelines of gpu_prefill.c */

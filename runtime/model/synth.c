@@ -22,9 +22,9 @@ static const struct preset {
     enum synth_quant quant;
 } presets[] = {
     /* CI-sized: two layers, K-quant-friendly widths (multiples of 256), head_dim 64. */
-    {"tiny", {ARCH_QWEN3MOE, 2, 256, 4, 2, 64, QWEN3_VOCAB_PADDED, 4096, 8, 2, 256, 0, 1e6f, 1e-6f}, SYNTH_MIX},
+    {"tiny", {ARCH_QWEN3MOE, 2, 256, 4, 2, 64, QWEN3_VOCAB_PADDED, 40960, 8, 2, 256, 0, 1e6f, 1e-6f}, SYNTH_MIX},
     /* Real head_dim and GQA ratio, more experts; the Quick start's default model. */
-    {"small", {ARCH_QWEN3MOE, 4, 512, 8, 2, 128, QWEN3_VOCAB_PADDED, 8192, 16, 4, 256, 0, 1e6f, 1e-6f}, SYNTH_Q4_K_M},
+    {"small", {ARCH_QWEN3MOE, 4, 512, 8, 2, 128, QWEN3_VOCAB_PADDED, 40960, 16, 4, 256, 0, 1e6f, 1e-6f}, SYNTH_Q4_K_M},
     /* The real Qwen3-30B-A3B shapes (~17 GB at Q4_K_M): for GPU benchmarks. */
     {"qwen3-30b-a3b", {ARCH_QWEN3MOE, 48, 2048, 32, 4, 128, QWEN3_VOCAB_PADDED, 40960, 128, 8, 768, 0, 1e6f, 1e-6f}, SYNTH_Q4_K_M},
 };

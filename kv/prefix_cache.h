@@ -1,0 +1,48 @@
+/* The prefix cache: the radix index (radix/) over a KV page pool (kv_pages.h), under one
+ * namespace. The tree holds one reference to every page it indexes, so a page it caches
+ * outlives the request that wrote it; eviction drops those references (the page returns to
+ * the free list when no sequence holds it either).
+ *
+ *   one request:
+ *     kv_cache_match(c, ids, n - 1, &m)      longest cached prefix, pinned (at least one token
+ *                                            is left to prefill: its logits start the decode)
+ *     kv_seq_attach(pages, seq, m.pages, m.n_pages, m.n_tokens)
+ *                                            whole pages shared; a partial last page is copied
+ *                                            on the first append (kv_seq_append's kv_cow)
+ *     prefill ids[m.n_tokens..n), decode     the pool reclaims through kv_cache_reclaim
+ *     kv_cache_insert(c, all ids, seq)       prompt + generated: the next turn hits
+ *     radix_release(&c->tree, &m)
+ *
+ * The namespace key (kv_cache_namespace) is a SHA-256 over a length-prefixed, domain-separated
+ * encoding of the model fingerprint (weights, RoPE config, tokenizer), the KV dtype, the page
+ * size and an optional tenant salt: a change in any of them misses instead of serving wrong
+ * KV. One tree may hold several namespaces (tenants) over the same pool. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv/kv_pages.h"
+#include "radix/radix.h"
+
+typedef struct kv_prefix_cache {
+    radix_tree tree;
+    kv_pages *pages;          /* the pool the tree's pages come from (not owned) */
+    uint8_t ns[RADIX_NS_BYTES];
+    uint64_t freed_pages;     /* evicted pages that went back to the free list */
+} kv_prefix_cache;
+
+int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
+                       size_t salt_len, uint8_t out[RADIX_NS_BYTES]);
+
+int kv_cache_init(kv_prefix_cache *c, kv_pages *pages, const uint8_t ns[RADIX_NS_BYTES]);
+void kv_cache_free(kv_prefix_cache *c); /* gives every page reference of the tree back */
+
+/* Longest cached prefix of ids[0..n); always radix_release the match. */
+int kv_cache_match(kv_prefix_cache *c, const int32_t *ids, uint32_t n, radix_match *m);
+/* Caches the whole pages of a sequence holding ids[0..s->n_tokens) (the tree takes a
+ * reference to each page it adopts). */
+int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s);
+/* Evicts LRU leaves until at least want pages are free or nothing evictable is left; returns
+ * the pages that went back to the free list. Fits gpu_model's reclaim hook. */
+uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want);
+void kv_cache_reclaim_hook(void *c, uint32_t want);

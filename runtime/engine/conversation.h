@@ -1,0 +1,32 @@
+/* A conversation: the message history of one chat session (OpenAI-style JSON messages) and
+ * its tools, rendered with the Qwen3 chat template and tokenized for each turn. Turn N's
+ * prompt starts with turn N-1's prompt up to the previous assistant reply, which is what lets
+ * the prefix cache serve the history instead of prefilling it again.
+ *
+ * A detail of the Qwen3 template decides how far that reuse reaches: with thinking off, the
+ * generation prompt ends in an empty "<think>\n\n</think>\n\n" block, but an earlier assistant
+ * message is rendered without it, so the cached prefix of turn N ends at turn N-1's
+ * "<|im_start|>assistant\n" and the reply's tokens are prefilled once more (a few tokens; the
+ * long history before them is served from the cache). */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/text/tokenizer.h"
+
+typedef struct conversation {
+    json_t *messages; /* array */
+    json_t *tools;    /* array or NULL */
+} conversation;
+
+int conv_init(conversation *c);
+void conv_free(conversation *c);
+/* Appends one message {"role": role, "content": text}. */
+int conv_add(conversation *c, const char *role, const char *text);
+/* Appends copies of every message of an array (checked: objects with a string role). */
+int conv_extend(conversation *c, const json_t *messages);
+int conv_set_tools(conversation *c, const json_t *tools); /* array; copied */
+/* The whole history rendered with the generation prompt, tokenized (special tokens parsed). */
+int conv_prompt(const conversation *c, const tokenizer *t, bool thinking, int32_t **ids, size_t *n);

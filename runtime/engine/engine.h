@@ -1,0 +1,80 @@
+/* The engine: one model on the GPU, the prefix cache over its KV pool, and the request loop
+ * every front end uses (cinder chat, cinder bench --trace; the server later):
+ *
+ *   ids ─► match the cached prefix (pinned) ─► attach its pages ─► prefill the rest
+ *       ─► decode (next token chosen on the GPU, streamed to a callback)
+ *       ─► insert prompt + generated tokens into the cache ─► unpin
+ *
+ * The KV page pool holds pool_tokens tokens: the running request's pages and everything the
+ * cache keeps. When a request needs pages and none are free, the cache evicts its least
+ * recently used unpinned leaves; a request that still does not fit fails with a message and
+ * leaves the cache as it was apart from those evictions. With the cache off every request
+ * prefills its whole prompt, the comparison point for the cache's benefit.
+ *
+ * Greedy by default; engine_set_sampler changes it (on the GPU when the kernel can, on the
+ * host from the logits otherwise). Errors are values: -1 with cd_errmsg(). */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/prefix_cache.h"
+#include "runtime/model/gpu_model.h"
+#include "runtime/model/model.h"
+#include "runtime/model/sampler.h"
+#include "runtime/vk/vk_ctx.h"
+
+typedef struct engine_opts {
+    uint32_t n_ctx;        /* tokens of one request (prompt + generated) at most; 0 = min(8192, trained) */
+    uint32_t pool_tokens;  /* KV pool in tokens (the running request included); 0 = 4 * n_ctx */
+    uint32_t page_tokens;  /* 0 = KV_PAGE_TOKENS_DEFAULT */
+    bool no_prefix_cache;
+    const char *tenant;    /* optional salt: tenants never share cache entries */
+} engine_opts;
+
+typedef struct engine_stats { /* since engine_init */
+    uint64_t requests, prompt_tokens, cached_tokens, prefilled_tokens, generated_tokens;
+    uint64_t evicted_pages;   /* pages the cache gave back to the pool */
+} engine_stats;
+
+typedef struct engine {
+    model *m;
+    cvk_ctx *vk;
+    gpu_model g;
+    sampler smp;         /* host sampling when the GPU kernel cannot */
+    float *logits;       /* host copy for host sampling */
+    bool cache_on;
+    kv_prefix_cache cache;
+    engine_stats stats;
+} engine;
+
+/* One request's outcome. ids is owned by the reply (engine_reply_free). */
+typedef struct engine_reply {
+    int32_t *ids;              /* generated tokens, the end-of-generation token included */
+    uint32_t n;
+    uint32_t prompt_tokens, cached_tokens, prefilled_tokens;
+    uint64_t evicted_pages;    /* by this request */
+    double ttft_ms;            /* request start to the first token chosen */
+    double decode_ms;          /* first token to the last */
+    bool eog;                  /* stopped at an end-of-generation token */
+} engine_reply;
+
+/* Called per generated token; return false to stop early. */
+typedef bool (*engine_token_fn)(void *ctx, int32_t id);
+
+typedef struct engine_request {
+    const int32_t *ids;
+    uint32_t n;
+    uint32_t max_tokens;
+    bool ignore_eos;
+    engine_token_fn on_token;  /* may be NULL */
+    void *ctx;
+} engine_request;
+
+/* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's
+ * fingerprint from the digest made on the way) and sets the cache's namespace from it. */
+int engine_init(engine *e, model *m, const engine_opts *o);
+void engine_free(engine *e); /* zeroed is fine */
+int engine_set_sampler(engine *e, const sampler_params *p);
+
+int engine_generate(engine *e, const engine_request *rq, engine_reply *r);
+void engine_reply_free(engine_reply *r);

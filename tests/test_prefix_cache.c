@@ -1,0 +1,283 @@
+/* The prefix cache is invisible to the math: the engine with the cache and the engine
+ * without it, on the same model, produce the same greedy tokens for every request of random
+ * branching traces (shared system prompts, multi-turn continuations that include the previous
+ * reply, branches cut at any token of an earlier prompt, agent loops appending tool results),
+ * and the same logits within the engine's tolerance. Also: token accounting, hits where a
+ * prefix was seen, eviction under a small pool, and namespace isolation by fingerprint. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/engine/engine.h"
+#include "runtime/gguf/gguf.h"
+#include "tests/test_util.h"
+
+#define MAX_REQ 64
+#define MAX_LEN 512
+
+typedef struct history {
+    int32_t ids[MAX_REQ][MAX_LEN]; /* prompt + generated of each request */
+    uint32_t len[MAX_REQ];
+    uint32_t n;
+} history;
+
+static model *tiny(void) {
+    static model *m;
+    if (!m && model_load(&m, tu_make_model("pc_tiny.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0}))
+        fail_msg("%s", cd_errmsg());
+    return m;
+}
+
+static uint32_t rand_ids(rng *r, int32_t *out, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) out[i] = (int32_t)(100 + rng_below(r, 20000));
+    return n;
+}
+
+/* The next prompt of a random branching trace, built from what came before. */
+static uint32_t next_prompt(rng *r, const history *h, const int32_t sys[2][64], int32_t *p) {
+    uint32_t kind = h->n ? (uint32_t)rng_below(r, 4) : 0, n = 0;
+    const int32_t *base = NULL;
+    uint32_t base_len = 0;
+    if (kind) {
+        uint32_t k = (uint32_t)rng_below(r, h->n);
+        base = h->ids[k];
+        base_len = h->len[k];
+    }
+    switch (kind) {
+    case 0: /* a shared system prompt, then a new question */
+        memcpy(p, sys[rng_below(r, 2)], 64 * sizeof *p);
+        n = 24 + (uint32_t)rng_below(r, 40);
+        break;
+    case 1: /* multi-turn: an earlier request's prompt + its reply + a new message */
+    case 3: /* agent loop: the same, with a longer "tool result" */
+        n = base_len;
+        memcpy(p, base, n * sizeof *p);
+        break;
+    case 2: /* a branch off an earlier prompt, cut at any token (mid-page included) */
+        n = 1 + (uint32_t)rng_below(r, base_len);
+        memcpy(p, base, n * sizeof *p);
+        break;
+    }
+    uint32_t extra = kind == 3 ? 20 + (uint32_t)rng_below(r, 30) : 1 + (uint32_t)rng_below(r, 12);
+    if (n + extra > MAX_LEN - 16) n = MAX_LEN - 16 - extra;
+    return n + rand_ids(r, p + n, extra);
+}
+
+typedef struct pair {
+    engine cached, plain;
+    float *la, *lb;
+} pair;
+
+static void pair_init(pair *p, model *m, uint32_t page, uint32_t pool) {
+    engine_opts a = {.n_ctx = MAX_LEN, .pool_tokens = pool, .page_tokens = page};
+    engine_opts b = {.n_ctx = MAX_LEN, .page_tokens = page, .no_prefix_cache = true};
+    if (engine_init(&p->cached, m, &a) || engine_init(&p->plain, m, &b)) fail_msg("%s", cd_errmsg());
+    p->la = malloc(m->cfg.n_vocab * sizeof *p->la);
+    p->lb = malloc(m->cfg.n_vocab * sizeof *p->lb);
+}
+
+static void pair_free(pair *p) {
+    engine_free(&p->cached);
+    engine_free(&p->plain);
+    free(p->la);
+    free(p->lb);
+}
+
+/* One request on both engines: same tokens, close logits, exact accounting. */
+static void run_both(pair *p, history *h, const int32_t *ids, uint32_t n, uint32_t max_tokens) {
+    engine_request rq = {.ids = ids, .n = n, .max_tokens = max_tokens, .ignore_eos = true};
+    engine_reply a, b;
+    if (engine_generate(&p->cached, &rq, &a) || engine_generate(&p->plain, &rq, &b)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(a.cached_tokens + a.prefilled_tokens, n);
+    assert_int_equal(b.cached_tokens, 0);
+    assert_true(a.cached_tokens < n);
+    assert_int_equal(a.n, b.n);
+    for (uint32_t i = 0; i < a.n; i++)
+        if (a.ids[i] != b.ids[i])
+            fail_msg("request %u (%u tokens, %u cached): token %u is %d with the cache, %d without", h->n, n,
+                     a.cached_tokens, i, a.ids[i], b.ids[i]);
+    if (gpu_model_logits(&p->cached.g, p->la) || gpu_model_logits(&p->plain.g, p->lb)) fail_msg("%s", cd_errmsg());
+    double err = tu_rel_l2(p->la, p->lb, p->cached.m->cfg.n_vocab);
+    if (err > 1e-3) fail_msg("request %u: logits differ by %.3g (rel L2)", h->n, err);
+    if (h->n < MAX_REQ) {
+        memcpy(h->ids[h->n], ids, n * sizeof *ids);
+        uint32_t kv = n + a.n - 1; /* the KV the request wrote: the last token was never run */
+        memcpy(h->ids[h->n] + n, a.ids, (a.n - 1) * sizeof *ids);
+        h->len[h->n++] = kv;
+    }
+    engine_reply_free(&a);
+    engine_reply_free(&b);
+}
+
+static void random_trace(uint32_t page, uint32_t pool, uint32_t n_req, uint64_t seed) {
+    pair p;
+    pair_init(&p, tiny(), page, pool);
+    rng r;
+    rng_seed(&r, seed);
+    int32_t sys[2][64], *ids = malloc(MAX_LEN * sizeof *ids);
+    rand_ids(&r, sys[0], 64);
+    rand_ids(&r, sys[1], 64);
+    history *h = calloc(1, sizeof *h);
+    for (uint32_t i = 0; i < n_req; i++) {
+        uint32_t n = next_prompt(&r, h, (const int32_t(*)[64])sys, ids);
+        run_both(&p, h, ids, n, 2 + (uint32_t)rng_below(&r, 5));
+    }
+    const engine_stats *s = &p.cached.stats;
+    print_message("page %u pool %u: %llu requests, %llu of %llu prompt tokens cached, %llu pages evicted\n", page,
+                  pool, (unsigned long long)s->requests, (unsigned long long)s->cached_tokens,
+                  (unsigned long long)s->prompt_tokens, (unsigned long long)s->evicted_pages);
+    assert_true(s->cached_tokens > s->prompt_tokens / 4); /* the traces are built to share a lot */
+    if (radix_check(&p.cached.cache.tree)) fail_msg("%s", cd_errmsg());
+    if (kv_pages_check(&p.cached.g.pages)) fail_msg("%s", cd_errmsg());
+    if (pool) assert_true(s->evicted_pages > 0);
+    free(ids);
+    free(h);
+    pair_free(&p);
+}
+
+static void test_random_traces_page16(void **st) { (void)st; random_trace(16, 0, 40, 1); }
+static void test_random_traces_page4(void **st) { (void)st; random_trace(4, 0, 40, 2); }
+/* A pool of 160 tokens: requests run with the cache evicting older entries all along. */
+static void test_random_traces_small_pool(void **st) { (void)st; random_trace(4, 160, 40, 3); }
+
+/* Page-boundary cases of token-granular reuse at page size 4 after a 12-token request (its KV:
+ * 12 prompt + 3 generated = 15 tokens, 3 whole pages cached). */
+static void test_page_boundaries(void **st) {
+    (void)st;
+    pair p;
+    pair_init(&p, tiny(), 4, 0);
+    history *h = calloc(1, sizeof *h);
+    int32_t base[32], q[32];
+    rng r;
+    rng_seed(&r, 9);
+    rand_ids(&r, base, 32);
+    run_both(&p, h, base, 12, 4);
+    /* shared tokens -> expected cached tokens: on a boundary (8), one into a page (9), one
+     * before a page's end (11), all whole pages (12), nothing (0) */
+    uint32_t shared[] = {8, 9, 11, 12, 0, 1};
+    for (size_t i = 0; i < sizeof shared / sizeof shared[0]; i++) {
+        memcpy(q, base, sizeof q);
+        q[shared[i]] = 7; /* diverge right after the shared part */
+        engine_request rq = {.ids = q, .n = 20, .max_tokens = 2, .ignore_eos = true};
+        engine_reply a;
+        if (engine_generate(&p.cached, &rq, &a)) fail_msg("%s", cd_errmsg());
+        assert_int_equal(a.cached_tokens, shared[i]);
+        engine_reply_free(&a);
+        run_both(&p, h, q, 20, 2); /* and the answer equals the uncached one */
+    }
+    free(h);
+    pair_free(&p);
+}
+
+/* A pool too small for the request itself: a clear error, and the cache still works after. */
+static void test_pool_exhausted(void **st) {
+    (void)st;
+    engine e;
+    engine_opts o = {.n_ctx = 256, .pool_tokens = 32, .page_tokens = 4};
+    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    int32_t ids[64];
+    rng r;
+    rng_seed(&r, 4);
+    rand_ids(&r, ids, 64);
+    engine_request big = {.ids = ids, .n = 40, .max_tokens = 2, .ignore_eos = true};
+    engine_reply a;
+    assert_int_equal(engine_generate(&e, &big, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "KV pool exhausted"));
+    engine_reply_free(&a);
+    engine_request ok = {.ids = ids, .n = 20, .max_tokens = 2, .ignore_eos = true};
+    for (int k = 0; k < 2; k++) {
+        if (engine_generate(&e, &ok, &a)) fail_msg("%s", cd_errmsg());
+        assert_int_equal(a.cached_tokens, k ? 19 : 0); /* n - 1: one token is always prefilled */
+        engine_reply_free(&a);
+    }
+    if (radix_check(&e.cache.tree) || kv_pages_check(&e.g.pages)) fail_msg("%s", cd_errmsg());
+    engine_free(&e);
+}
+
+/* A copy of the model at src with one byte of one weight (the middle of the last tensor)
+ * flipped in its lowest bit. */
+static const char *one_weight_changed(const char *src, const char *file) {
+    gguf_file *f;
+    if (gguf_open(&f, src)) fail_msg("%s", cd_errmsg());
+    const gguf_tensor *t = &f->tensors[f->n_tensors - 1];
+    uint64_t at = f->data_offset + t->offset + t->nbytes / 2;
+    gguf_close(f);
+    size_t len;
+    char *bytes = tu_read_file(src, &len);
+    assert_non_null(bytes);
+    assert_true(at < len);
+    bytes[at] ^= 1;
+    const char *path = tu_tmp_path(file);
+    FILE *out = fopen(path, "wb");
+    assert_non_null(out);
+    assert_int_equal(fwrite(bytes, 1, len, out), len);
+    assert_int_equal(fclose(out), 0);
+    free(bytes);
+    return path;
+}
+
+/* Namespaces: the key changes with one weight, the RoPE base, the page size and the tenant;
+ * a tree holding one namespace serves nothing to another. */
+static void bump_rope(synth_spec *s) { s->cfg.rope_theta = 5e5f; }
+static void test_namespaces(void **st) {
+    (void)st;
+    model *a, *b, *c;
+    if (model_load(&a, tu_make_model("ns_a.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0}) ||
+        model_load(&b, one_weight_changed(tu_tmp_path("ns_a.gguf"), "ns_b.gguf"), (model_load_opts){0}) ||
+        model_load(&c, tu_make_model("ns_c.gguf", "tiny", NULL, 7, bump_rope), (model_load_opts){0}))
+        fail_msg("%s", cd_errmsg());
+    uint8_t k[6][RADIX_NS_BYTES];
+    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 16, NULL, 0, k[0]), 0);
+    assert_int_equal(kv_cache_namespace(b->fingerprint, "f16", 16, NULL, 0, k[1]), 0); /* other weights */
+    assert_int_equal(kv_cache_namespace(c->fingerprint, "f16", 16, NULL, 0, k[2]), 0); /* other RoPE base */
+    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 4, NULL, 0, k[3]), 0);  /* other page size */
+    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 16, "alice", 5, k[4]), 0);
+    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 16, NULL, 0, k[5]), 0);  /* the same again */
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++) assert_memory_not_equal(k[i], k[j], RADIX_NS_BYTES);
+    assert_memory_equal(k[0], k[5], RADIX_NS_BYTES);
+
+    kv_pages pool;
+    kv_prefix_cache pc;
+    assert_int_equal(kv_pages_init(&pool, 64, 16), 0);
+    assert_int_equal(kv_cache_init(&pc, &pool, k[0]), 0);
+    kv_seq s;
+    kv_seq_init(&s);
+    int32_t ids[64];
+    for (int i = 0; i < 64; i++) ids[i] = i;
+    assert_int_equal(kv_seq_append(&pool, &s, 64, NULL), 0);
+    assert_int_equal(kv_cache_insert(&pc, ids, &s), 0);
+    for (int i = 0; i < 6; i++) {
+        radix_match m;
+        assert_int_equal(radix_match_prefix(&pc.tree, k[i], ids, 64, &m), 0);
+        assert_int_equal(m.n_tokens, i == 0 || i == 5 ? 64 : 0);
+        radix_release(&pc.tree, &m);
+    }
+    kv_seq_free(&pool, &s);
+    kv_cache_free(&pc);
+    assert_int_equal(kv_pages_free_count(&pool), 64); /* every reference given back */
+    kv_pages_free(&pool);
+    model_free(a);
+    model_free(b);
+    model_free(c);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_namespaces),
+        cmocka_unit_test(test_page_boundaries),
+        cmocka_unit_test(test_pool_exhausted),
+        cmocka_unit_test(test_random_traces_page16),
+        cmocka_unit_test(test_random_traces_page4),
+        cmocka_unit_test(test_random_traces_small_pool),
+    };
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    model_free(tiny());
+    return rc;
+}

@@ -1,0 +1,322 @@
+#include "tools/bench_trace.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/engine/conversation.h"
+#include "runtime/engine/engine.h"
+#include "tools/cli.h"
+
+/* ---- reading a trace ---- */
+
+typedef struct trace {
+    json_t *header;
+    json_t *lines; /* array of request objects */
+    bool chat;
+} trace;
+
+static void trace_free(trace *t) {
+    json_decref(t->header);
+    json_decref(t->lines);
+    *t = (trace){0};
+}
+
+static int trace_load(const char *path, trace *t) {
+    *t = (trace){.lines = json_array()};
+    FILE *f = fopen(path, "r");
+    if (!f) return cd_fail("%s: cannot open the trace", path);
+    char *line = NULL;
+    size_t cap = 0, no = 0;
+    int rc = 0;
+    for (ssize_t len; !rc && (len = getline(&line, &cap, f)) >= 0;) {
+        no++;
+        if (len <= 1) continue;
+        json_error_t err;
+        json_t *j = json_loadb(line, (size_t)len, 0, &err);
+        if (!json_is_object(j)) rc = cd_fail("%s:%zu: not a JSON object (%s)", path, no, j ? "" : err.text);
+        else if (!t->header) t->header = j, j = NULL;
+        else if (json_array_append(t->lines, j)) rc = cd_fail("out of memory");
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    if (rc) return -1;
+    if (!t->header) return cd_fail("%s: empty trace (no header line)", path);
+    const char *kind = json_string_value(json_object_get(t->header, "kind"));
+    if (!kind || (strcmp(kind, "tokens") && strcmp(kind, "chat")))
+        return cd_fail("%s: the header's \"kind\" must be \"tokens\" or \"chat\"", path);
+    t->chat = !strcmp(kind, "chat");
+    return 0;
+}
+
+static uint32_t header_u32(const trace *t, const char *key) {
+    json_int_t v = json_integer_value(json_object_get(t->header, key));
+    return v > 0 && v <= UINT32_MAX ? (uint32_t)v : 0;
+}
+
+static int max_tokens_of(const json_t *req, size_t no, uint32_t *out) {
+    json_t *v = json_object_get(req, "max_tokens");
+    if (!v) { *out = 16; return 0; }
+    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
+        return cd_fail("request %zu: max_tokens must be an integer from 1 to 2^20", no);
+    *out = (uint32_t)json_integer_value(v);
+    return 0;
+}
+
+/* Token ids of a "tokens" request, checked against the vocabulary. */
+static int request_ids(const json_t *req, size_t no, uint32_t n_vocab, int32_t **ids, size_t *n) {
+    const json_t *a = json_object_get(req, "prompt_tokens");
+    if (!json_is_array(a) || json_array_size(a) == 0) return cd_fail("request %zu: prompt_tokens must be a non-empty array", no);
+    *n = json_array_size(a);
+    *ids = malloc(*n * sizeof **ids);
+    if (!*ids) return cd_fail("out of memory");
+    for (size_t i = 0; i < *n; i++) {
+        json_t *v = json_array_get(a, i);
+        json_int_t id = json_integer_value(v);
+        if (!json_is_integer(v) || id < 0 || id >= n_vocab) {
+            free(*ids);
+            *ids = NULL;
+            return cd_fail("request %zu: prompt_tokens[%zu] is not a token id below %u", no, i, n_vocab);
+        }
+        (*ids)[i] = (int32_t)id;
+    }
+    return 0;
+}
+
+/* ---- chat sessions ---- */
+
+typedef struct session {
+    char *name;
+    conversation c;
+} session;
+
+typedef struct sessions {
+    session *s;
+    size_t n, cap;
+} sessions;
+
+static conversation *session_get(sessions *ss, const char *name) {
+    for (size_t i = 0; i < ss->n; i++)
+        if (!strcmp(ss->s[i].name, name)) return &ss->s[i].c;
+    if (ss->n == ss->cap) {
+        size_t cap = ss->cap ? 2 * ss->cap : 8;
+        session *s = realloc(ss->s, cap * sizeof *s);
+        if (!s) return NULL;
+        ss->s = s;
+        ss->cap = cap;
+    }
+    session *s = &ss->s[ss->n];
+    if (!(s->name = strdup(name)) || conv_init(&s->c)) { free(s->name); return NULL; }
+    ss->n++;
+    return &s->c;
+}
+
+static void sessions_free(sessions *ss) {
+    for (size_t i = 0; i < ss->n; i++) { free(ss->s[i].name); conv_free(&ss->s[i].c); }
+    free(ss->s);
+}
+
+/* The prompt of a chat request: the session's history + append, rendered and tokenized. */
+static int chat_ids(sessions *ss, const json_t *req, size_t no, const tokenizer *tok, conversation **conv,
+                    int32_t **ids, size_t *n) {
+    const char *name = json_string_value(json_object_get(req, "session"));
+    if (!name) return cd_fail("request %zu: \"session\" must be a string", no);
+    conversation *c = session_get(ss, name);
+    if (!c) return cd_fail("out of memory");
+    json_t *tools = json_object_get(req, "tools");
+    if (tools && conv_set_tools(c, tools)) return cd_fail_ctx("request %zu: ", no);
+    if (conv_extend(c, json_object_get(req, "append"))) return cd_fail_ctx("request %zu: ", no);
+    *conv = c;
+    return conv_prompt(c, tok, false, ids, n);
+}
+
+/* ---- the replay ---- */
+
+typedef struct replay {
+    const bench_trace_opts *o;
+    FILE *dump; /* --dump-prompts */
+    trace t;
+    engine e;
+    json_t *requests; /* per-request results */
+    double wall_ms;
+} replay;
+
+static json_t *request_json(const engine_reply *r) {
+    json_t *gen = json_array();
+    for (uint32_t i = 0; i < r->n; i++) json_array_append_new(gen, json_integer(r->ids[i]));
+    double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
+    return json_pack("{s:i, s:i, s:i, s:f, s:i, s:f, s:f, s:o}", "prompt_tokens", r->prompt_tokens, "cached_tokens",
+                     r->cached_tokens, "prefilled_tokens", r->prefilled_tokens, "hit_rate",
+                     r->prompt_tokens ? (double)r->cached_tokens / r->prompt_tokens : 0.0, "evicted_pages",
+                     (json_int_t)r->evicted_pages, "ttft_ms", r->ttft_ms, "decode_tok_s", dec, "generated", gen);
+}
+
+static int run_line(replay *rp, sessions *ss, size_t no) {
+    const json_t *req = json_array_get(rp->t.lines, no - 1);
+    const tokenizer *tok = rp->e.m->tok;
+    uint32_t max_tokens;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    conversation *c = NULL;
+    if (max_tokens_of(req, no, &max_tokens)) return -1;
+    if (rp->t.chat ? chat_ids(ss, req, no, tok, &c, &ids, &n) : request_ids(req, no, rp->e.m->cfg.n_vocab, &ids, &n))
+        return -1;
+    if (rp->dump) { /* "max_tokens:id,id,..." per request */
+        fprintf(rp->dump, "%u:", max_tokens);
+        for (size_t i = 0; i < n; i++) fprintf(rp->dump, i ? ",%d" : "%d", ids[i]);
+        fputc('\n', rp->dump);
+    }
+    engine_request rq = {.ids = ids, .n = (uint32_t)n, .max_tokens = max_tokens};
+    engine_reply r;
+    int rc = engine_generate(&rp->e, &rq, &r);
+    free(ids);
+    if (rc) { engine_reply_free(&r); return cd_fail_ctx("request %zu: ", no); }
+    if (c) { /* the reply joins the session's history, without the end-of-turn token */
+        char *text = NULL;
+        rc = tok_decode(tok, r.ids, r.eog ? r.n - 1 : r.n, &text) || conv_add(c, "assistant", text);
+        free(text);
+    }
+    if (!rp->o->json)
+        printf("%4zu %8u %8u %9u %6.1f%% %7llu %10.1f %9.2f\n", no, r.prompt_tokens, r.cached_tokens,
+               r.prefilled_tokens, r.prompt_tokens ? 100.0 * r.cached_tokens / r.prompt_tokens : 0,
+               (unsigned long long)r.evicted_pages, r.ttft_ms,
+               r.n > 1 && r.decode_ms > 0 ? (r.n - 1) / (r.decode_ms / 1e3) : 0);
+    json_array_append_new(rp->requests, request_json(&r));
+    engine_reply_free(&r);
+    return rc;
+}
+
+/* The context one request may need: the longest token prompt + its max_tokens, or 8192 for
+ * chat traces (their prompts are known only when rendered). */
+static uint32_t context_needed(const replay *rp) {
+    if (rp->o->n_ctx) return rp->o->n_ctx;
+    if (rp->t.chat) return 8192;
+    uint32_t need = 16;
+    size_t i;
+    json_t *req;
+    json_array_foreach(rp->t.lines, i, req) {
+        uint32_t mt = 16;
+        max_tokens_of(req, i + 1, &mt);
+        size_t n = json_array_size(json_object_get(req, "prompt_tokens")) + mt + 1;
+        if (n > need) need = n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
+    }
+    return need;
+}
+
+/* A short request with the cache off, so first-dispatch shader compilation stays out of the
+ * first request's TTFT; the statistics start after it. */
+static int warm_up(engine *e) {
+    int32_t ids[8];
+    for (int i = 0; i < 8; i++) ids[i] = 1000 + i;
+    bool on = e->cache_on;
+    e->cache_on = false;
+    engine_request rq = {.ids = ids, .n = 8, .max_tokens = 2, .ignore_eos = true};
+    engine_reply r;
+    int rc = engine_generate(e, &rq, &r);
+    engine_reply_free(&r);
+    e->cache_on = on;
+    e->stats = (engine_stats){0};
+    return rc;
+}
+
+static json_t *totals_json(const replay *rp) {
+    const engine_stats *s = &rp->e.stats;
+    const radix_stats *t = &rp->e.cache.tree.stats;
+    uint32_t pt = rp->e.g.page_tokens;
+    json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:I, s:f}", "requests", (json_int_t)s->requests,
+                          "prompt_tokens", (json_int_t)s->prompt_tokens, "cached_tokens", (json_int_t)s->cached_tokens,
+                          "hit_rate", s->prompt_tokens ? (double)s->cached_tokens / s->prompt_tokens : 0.0,
+                          "prefilled_tokens", (json_int_t)s->prefilled_tokens, "evicted_pages",
+                          (json_int_t)s->evicted_pages, "wall_ms", rp->wall_ms, "tree_nodes", (json_int_t)t->nodes,
+                          "tree_pages", (json_int_t)t->pages, "tree_bytes", (json_int_t)t->bytes,
+                          "tree_bytes_per_cached_token", t->pages ? (double)t->bytes / ((double)t->pages * pt) : 0.0);
+    uint32_t opt = header_u32(&rp->t, "optimal_cached_tokens");
+    if (json_object_get(rp->t.header, "optimal_cached_tokens"))
+        json_object_set_new(j, "optimal_cached_tokens", json_integer(opt));
+    double ttft = 0;
+    size_t i;
+    json_t *r;
+    json_array_foreach(rp->requests, i, r) ttft += json_real_value(json_object_get(r, "ttft_ms"));
+    json_object_set_new(j, "ttft_ms_sum", json_real(ttft));
+    return j;
+}
+
+static void report(const replay *rp, const char *name) {
+    json_t *tot = totals_json(rp);
+    if (rp->o->json) {
+        json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:b, s:O, s:o}", "scenario", name, "kind",
+                              rp->t.chat ? "chat" : "tokens", "model", rp->o->model, "device",
+                              rp->e.vk->dev.info.props.deviceName, "page_size", rp->e.g.page_tokens, "kv_pool_tokens",
+                              rp->e.g.pages.n_pages * rp->e.g.page_tokens, "prefix_cache", rp->e.cache_on,
+                              "requests", rp->requests, "totals", tot);
+        char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+        puts(s);
+        free(s);
+        json_decref(j);
+        return;
+    }
+    const engine_stats *s = &rp->e.stats;
+    printf("total %8llu %8llu %9llu %6.1f%% %7llu   (TTFT sum %.1f ms, wall %.1f ms)\n",
+           (unsigned long long)s->prompt_tokens, (unsigned long long)s->cached_tokens,
+           (unsigned long long)s->prefilled_tokens, s->prompt_tokens ? 100.0 * s->cached_tokens / s->prompt_tokens : 0,
+           (unsigned long long)s->evicted_pages, json_real_value(json_object_get(tot, "ttft_ms_sum")), rp->wall_ms);
+    if (json_object_get(tot, "optimal_cached_tokens"))
+        printf("optimal cached tokens %lld: %s\n", (long long)json_integer_value(json_object_get(tot, "optimal_cached_tokens")),
+               (json_int_t)s->cached_tokens == json_integer_value(json_object_get(tot, "optimal_cached_tokens")) ? "reached" : "NOT reached");
+    printf("index: %lld nodes, %lld pages, %.1f bytes per cached token\n",
+           (long long)json_integer_value(json_object_get(tot, "tree_nodes")),
+           (long long)json_integer_value(json_object_get(tot, "tree_pages")),
+           json_real_value(json_object_get(tot, "tree_bytes_per_cached_token")));
+    json_decref(tot);
+}
+
+static int resolve(const bench_trace_opts *o, char *path, size_t cap, const char **name) {
+    if (o->trace) {
+        snprintf(path, cap, "%s", o->trace);
+        const char *slash = strrchr(o->trace, '/');
+        *name = slash ? slash + 1 : o->trace;
+        return 0;
+    }
+    for (const char *p = o->scenario; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '0' && *p <= '9') || *p == '_'))
+            return cd_fail("scenario names are lower-case letters, digits and '_' (see scripts/scenarios/)");
+    snprintf(path, cap, "%s/scripts/scenarios/%s.jsonl", CINDER_SOURCE_DIR, o->scenario);
+    *name = o->scenario;
+    return 0;
+}
+
+int bench_trace(const bench_trace_opts *o, model *m) {
+    char path[4096];
+    const char *name = "";
+    replay rp = {.o = o, .requests = json_array()};
+    sessions ss = {0};
+    int rc = resolve(o, path, sizeof path, &name) || trace_load(path, &rp.t);
+    if (!rc && o->dump_prompts && !(rp.dump = fopen(o->dump_prompts, "w")))
+        rc = cd_fail("%s: cannot create", o->dump_prompts);
+    if (!rc) {
+        uint32_t n_ctx = context_needed(&rp), pool = o->pool_tokens ? o->pool_tokens : header_u32(&rp.t, "kv_pool_tokens");
+        if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
+        engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
+                          .no_prefix_cache = o->no_prefix_cache};
+        rc = engine_init(&rp.e, m, &eo) || warm_up(&rp.e);
+    }
+    if (!rc && !o->json)
+        printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s\n"
+               "   #   prompt   cached prefilled    hit evicted    TTFT ms  decode t/s\n",
+               name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), rp.e.g.page_tokens,
+               rp.e.g.pages.n_pages * rp.e.g.page_tokens, rp.e.cache_on ? "on" : "off");
+    double t0 = cli_now_ms();
+    for (size_t i = 1; !rc && i <= json_array_size(rp.t.lines); i++) rc = run_line(&rp, &ss, i);
+    rp.wall_ms = cli_now_ms() - t0;
+    if (!rc) report(&rp, name);
+    else cli_error("bench", "%s", cd_errmsg());
+    if (rp.dump && fclose(rp.dump) && !rc) rc = cli_error("bench", "%s: write failed", o->dump_prompts);
+    sessions_free(&ss);
+    engine_free(&rp.e);
+    trace_free(&rp.t);
+    json_decref(rp.requests);
+    return rc;
+}

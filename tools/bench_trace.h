@@ -1,0 +1,22 @@
+/* cinder bench --trace FILE / --scenario NAME: replays a request trace (the format of
+ * scripts/scenarios/README.md) through the engine and its prefix cache, and reports per
+ * request and in total: prompt, cached and prefilled tokens, hit rate, evictions, TTFT and
+ * decode speed. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/model/model.h"
+
+typedef struct bench_trace_opts {
+    const char *model;
+    const char *trace;         /* a file, or NULL with scenario set */
+    const char *scenario;      /* a name in scripts/scenarios/ */
+    uint32_t page_tokens;      /* 0 = default */
+    uint32_t pool_tokens;      /* 0 = the trace header's kv_pool_tokens, else the engine default */
+    uint32_t n_ctx;            /* 0 = what the trace needs (token traces) or 8192 (chat traces) */
+    const char *dump_prompts;  /* write each request's max_tokens and prompt ids here (peer replays) */
+    bool no_prefix_cache, json;
+} bench_trace_opts;
+
+int bench_trace(const bench_trace_opts *o, model *m);

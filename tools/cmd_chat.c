@@ -1,0 +1,198 @@
+/* cinder chat: a multi-turn chat REPL on the Vulkan engine with the prefix cache. Each line
+ * read is a user message; the reply streams out, and a line per turn shows what the cache
+ * did: prompt tokens, tokens served from the cache, tokens prefilled, time to first token and
+ * decode speed. --no-prefix-cache prefills the whole history every turn, for comparison.
+ * With stdin not a terminal, lines are read the same way (scripts, tests). */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "runtime/base/error.h"
+#include "runtime/engine/conversation.h"
+#include "runtime/engine/engine.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+typedef struct chat_opts {
+    const char *model, *system;
+    uint32_t max_tokens;
+    engine_opts eo;
+    sampler_params sp;
+    bool thinking, json;
+} chat_opts;
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
+            "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
+            "                   [--seed S] [--think] [--json]\n"
+            "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
+            "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
+            "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
+            "  the cache totals, /exit (or end of input) quits.\n"
+            "  --n is the most tokens per reply (256); --ctx the most tokens of one conversation\n"
+            "  (8192); --kv-pool-tokens the KV pool shared by the conversation and the cache\n"
+            "  (4 x ctx); --page-size tokens per KV page (16). --json prints one JSON object per\n"
+            "  turn instead of the text. Greedy unless --temp > 0; --think lets the model think.\n");
+}
+
+static int parse(int argc, char **argv, chat_opts *o) {
+    *o = (chat_opts){.max_tokens = 256, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
+        if (cli_flag(argv, i, "--no-prefix-cache")) { o->eo.no_prefix_cache = true; continue; }
+        if (cli_flag(argv, i, "--think")) { o->thinking = true; continue; }
+        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_value(argc, argv, &i, "--system", &v)) o->system = v;
+        else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->max_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
+        else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
+        else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
+        else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
+        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->sp.seed)) return -1; }
+        else return cli_unknown("chat", a), -1;
+        if (!v) return cli_error("chat", "%s needs a value", a), -1;
+    }
+    if (o->max_tokens == 0) return cli_error("chat", "--n must be at least 1"), -1;
+    if (o->eo.page_tokens > 256) return cli_error("chat", "--page-size is at most 256"), -1;
+    return 0;
+}
+
+/* Streams reply text to stdout as tokens arrive. */
+typedef struct stream {
+    const tokenizer *tok;
+    tok_stream ts;
+    bool print;
+} stream;
+
+static bool on_token(void *ctx, int32_t id) {
+    stream *s = ctx;
+    if (!s->print || tok_is_eog(s->tok, id)) return true;
+    char piece[1024];
+    int n = tok_stream_push(s->tok, &s->ts, id, piece, sizeof piece);
+    if (n > 0) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
+    return true;
+}
+
+/* The reply's text for the history: the generated tokens without the end-of-turn token. */
+static char *reply_text(const tokenizer *t, const engine_reply *r) {
+    size_t n = r->n && r->eog ? r->n - 1 : r->n;
+    char *text = NULL;
+    if (tok_decode(t, r->ids, n, &text)) return NULL;
+    return text;
+}
+
+static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const engine_reply *r, const char *text) {
+    double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
+    if (o->json) {
+        json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:s}", "turn", turn, "prompt_tokens",
+                              r->prompt_tokens, "cached_tokens", r->cached_tokens, "prefilled_tokens",
+                              r->prefilled_tokens, "ttft_ms", r->ttft_ms, "decode_tok_s", dec, "generated", r->n,
+                              "evicted_pages", (json_int_t)r->evicted_pages, "text", text ? text : "");
+        char *s = json_dumps(j, JSON_COMPACT);
+        puts(s);
+        fflush(stdout);
+        free(s);
+        json_decref(j);
+        return;
+    }
+    double hit = r->prompt_tokens ? 100.0 * r->cached_tokens / r->prompt_tokens : 0;
+    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s]\n",
+            turn, r->prompt_tokens, r->cached_tokens, hit, r->prefilled_tokens, r->ttft_ms, dec, r->n,
+            e->cache_on ? "" : " | prefix cache off");
+}
+
+static void print_stats(const engine *e) {
+    const engine_stats *s = &e->stats;
+    const radix_stats *t = &e->cache.tree.stats;
+    fprintf(stderr, "[%llu requests | prompt %llu tok, cached %llu (%.0f%%), prefilled %llu | cache: %llu pages in %llu nodes, "
+                    "%llu evicted, %.1f bytes/token of index]\n",
+            (unsigned long long)s->requests, (unsigned long long)s->prompt_tokens, (unsigned long long)s->cached_tokens,
+            s->prompt_tokens ? 100.0 * s->cached_tokens / s->prompt_tokens : 0, (unsigned long long)s->prefilled_tokens,
+            (unsigned long long)t->pages, (unsigned long long)t->nodes, (unsigned long long)s->evicted_pages,
+            t->pages ? (double)t->bytes / (t->pages * e->g.page_tokens) : 0);
+}
+
+static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (conv_prompt(c, e->m->tok, o->thinking, &ids, &n)) return cli_error("chat", "%s", cd_errmsg());
+    stream s = {.tok = e->m->tok, .print = !o->json};
+    engine_request rq = {.ids = ids, .n = (uint32_t)n, .max_tokens = o->max_tokens, .on_token = on_token, .ctx = &s};
+    engine_reply r;
+    int rc = n > UINT32_MAX ? cd_fail("prompt too long") : engine_generate(e, &rq, &r);
+    free(ids);
+    if (rc) {
+        engine_reply_free(&r);
+        return cli_error("chat", "%s", cd_errmsg());
+    }
+    char tail[8];
+    int nt = s.print ? tok_stream_flush(&s.ts, tail, sizeof tail) : 0;
+    if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
+    char *text = reply_text(e->m->tok, &r);
+    rc = text && !conv_add(c, "assistant", text) ? 0 : cli_error("chat", "%s", cd_errmsg());
+    print_turn(o, e, n_turn, &r, text);
+    free(text);
+    engine_reply_free(&r);
+    return rc;
+}
+
+static int new_conversation(const chat_opts *o, conversation *c) {
+    conv_free(c);
+    if (conv_init(c) || (o->system && conv_add(c, "system", o->system))) return cli_error("chat", "%s", cd_errmsg());
+    return 0;
+}
+
+static int repl(const chat_opts *o, engine *e) {
+    conversation c = {0};
+    if (new_conversation(o, &c)) return -1;
+    bool tty = isatty(0);
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned n_turn = 0;
+    int rc = 0;
+    for (;;) {
+        if (tty) fputs("\n> ", stderr);
+        ssize_t len = getline(&line, &cap, stdin);
+        if (len < 0) break;
+        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
+        if (len == 0) continue;
+        if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
+        if (!strcmp(line, "/stats")) { print_stats(e); continue; }
+        if (!strcmp(line, "/reset")) { if ((rc = new_conversation(o, &c))) break; n_turn = 0; continue; }
+        if (conv_add(&c, "user", line)) { rc = cli_error("chat", "%s", cd_errmsg()); continue; }
+        if (turn(o, e, &c, ++n_turn)) {
+            /* the failed message leaves the history; the session goes on */
+            json_array_remove(c.messages, json_array_size(c.messages) - 1);
+            n_turn--;
+            rc = -1;
+        }
+    }
+    free(line);
+    conv_free(&c);
+    if (!o->json) print_stats(e);
+    return rc;
+}
+
+int cmd_chat(int argc, char **argv) {
+    chat_opts o;
+    if (parse(argc, argv, &o)) return 1;
+    if (!o.model) {
+        if (cli_ensure_default_model()) return 1;
+        o.model = cli_default_model();
+    }
+    model *m;
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("chat", "%s", cd_errmsg());
+    engine e;
+    int rc = engine_init(&e, m, &o.eo) || engine_set_sampler(&e, &o.sp) ? cli_error("chat", "%s", cd_errmsg()) : 0;
+    if (!rc) rc = repl(&o, &e);
+    engine_free(&e);
+    model_free(m);
+    return rc ? 1 : 0;
+}
