@@ -28,9 +28,31 @@
  *       Which device really ran is measured, not assumed: an untimed probe decode records
  *       the device of every matmul's output buffer (llama.cpp silently keeps layers on the
  *       CPU when it has no usable Vulkan device). Prints one JSON line.
+ *   llama_oracle MODEL.gguf --replay FILE [--ctx N] [--no-cache] [--ignore-eos] [--vulkan]
+ *       llama.cpp's prefix reuse on a request trace, as llama-server's per-slot prompt cache
+ *       (cache_prompt) does it: one context, one sequence that keeps the previous request's
+ *       tokens in its KV. FILE has one request per line, "max_tokens:id,id,..." (what
+ *       `cinder bench --scenario NAME --dump-prompts FILE` writes). For each request: the
+ *       longest common prefix with the tokens in the KV stays (when it is the whole prompt,
+ *       the last prompt token is decoded again for its logits, as llama-server does), the
+ *       KV after it is removed (llama_memory_seq_rm), the rest of the prompt is decoded in
+ *       batches of 512, then greedy generation of max_tokens tokens (stopping at an
+ *       end-of-generation token unless --ignore-eos); the generated tokens stay in the KV
+ *       for the next request (all but the last one, which is never decoded). --no-cache
+ *       clears the KV before every request (a full prefill each time). TTFT is the wall
+ *       time from the request's start to its first token chosen (the prefix match, the
+ *       prefill and the sampling); decode tok/s counts the tokens after the first. The
+ *       context is --ctx tokens, or the largest prompt + max_tokens rounded up to 256.
+ *       Same serving settings and device probe as --bench, and an untimed warm-up (a full
+ *       batch, then batches of every size class the backend picks kernels by) before the
+ *       first request. Prints one JSON object: "backend", "device", "requests" (per request
+ *       prompt_tokens, cached_tokens, prefilled_tokens, ttft_ms, decode_tok_s, generated)
+ *       and "totals" (prompt_tokens, cached_tokens, prefilled_tokens, hit_rate, ttft_ms_sum,
+ *       wall_ms: the whole replay after the warm-up).
  *
  * Options: --vulkan (offload every layer to the Vulkan backend; default is CPU only),
- *   --threads N (default 2), --libdir DIR (where libllama*.so lives), --verbose.
+ *   --threads N (default 2), --libdir DIR (where libllama*.so lives), --verbose,
+ *   --flash-attn auto|on|off (--bench and --replay; default auto).
  *
  * The CPU configuration is chosen for plain float32 math: F32 K and V caches, flash
  * attention off, no weight repacking (use_extra_bufts = false), no GPU layers. Quantized
@@ -80,7 +102,7 @@
     X(llama_model_n_layer) X(ggml_backend_dev_count) X(ggml_backend_dev_get) X(ggml_backend_dev_name) \
     X(ggml_backend_dev_description) X(ggml_backend_dev_type) X(ggml_backend_dev_backend_reg)        \
     X(ggml_backend_reg_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_get_device) \
-    X(ggml_backend_dev_by_type)
+    X(ggml_backend_dev_by_type) X(llama_memory_seq_rm) X(llama_memory_seq_pos_max) X(llama_vocab_is_eog)
 
 static struct {
 #define X(f) __typeof__(&f) f;
@@ -192,16 +214,18 @@ static int32_t *parse_ids(const char *s, int32_t *n_out) {
 /* ---- the commands ---- */
 
 typedef struct opts {
-    const char *model, *tokenize, *logits, *out, *libdir, *dequantize;
-    bool info, json, full, vulkan, trace_experts, bench;
+    const char *model, *tokenize, *logits, *out, *libdir, *dequantize, *replay;
+    bool info, json, full, vulkan, trace_experts, bench, no_cache, ignore_eos;
     int top, threads, pp, tg, repeat, flash_attn; /* flash_attn: -1 auto, 0 off, 1 on */
+    int ctx;                                      /* --replay --ctx: 0 = from the requests */
 } opts;
 
 static void usage(void) {
     fputs("usage: llama_oracle MODEL.gguf (--info | --tokenize FILE [--json] |\n"
           "                    --logits IDS|@FILE [--top K] [--full] [--out FILE] [--trace-experts] |\n"
           "                    --dequantize OUT.gguf |\n"
-          "                    --bench [--pp N] [--tg N] [--repeat N] [--flash-attn auto|on|off])\n"
+          "                    --bench [--pp N] [--tg N] [--repeat N] [--flash-attn auto|on|off] |\n"
+          "                    --replay FILE [--ctx N] [--no-cache] [--ignore-eos] [--flash-attn auto|on|off])\n"
           "                    [--vulkan] [--threads N] [--libdir DIR] [--verbose]\n",
           stderr);
     exit(2);
@@ -495,64 +519,104 @@ static void json_str(const char *s) {
 
 static const char *dev_backend(ggml_backend_dev_t dev) { return L.ggml_backend_reg_name(L.ggml_backend_dev_backend_reg(dev)); }
 
-static int cmd_bench(const opts *o, struct llama_model *model, const struct llama_vocab *vocab) {
-    int32_t n_vocab = L.llama_vocab_n_tokens(vocab), pp = o->pp, tg = o->tg;
-    int32_t n_batch = pp > BENCH_PROMPT ? pp : BENCH_PROMPT;
-
+/* llama.cpp's serving defaults (F16 K and V, flash attention as --flash-attn says, ops
+ * offloaded with --vulkan) for a one-sequence context of n_ctx tokens and n_batch-token
+ * batches (n_ubatch = n_batch). */
+static struct llama_context_params serving_params(const opts *o, uint32_t n_ctx, int32_t n_batch) {
     struct llama_context_params cp = L.llama_context_default_params();
-    /* llama.cpp's serving defaults: F16 K and V, flash attention auto, ops offloaded */
-    cp.n_ctx = (uint32_t)(pp + BENCH_PROMPT + tg + 16 + 255) / 256 * 256;
-    cp.n_batch = cp.n_ubatch = (uint32_t)n_batch; /* the prefill is one batch, one ubatch */
+    cp.n_ctx = n_ctx;
+    cp.n_batch = cp.n_ubatch = (uint32_t)n_batch;
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = o->threads;
     cp.offload_kqv = o->vulkan;
     cp.flash_attn_type = o->flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
                          : o->flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.no_perf = true;
+    return cp;
+}
 
-    /* The probe: where do the matmuls really run, for a prefill-sized and a one-token batch? */
-    dev_tally tally = {0};
+/* What the probe found, and what the serving context's log says. */
+typedef struct probe_result {
+    dev_tally tally;
+    int main_dev;           /* index into tally.dev of the device that ran the most matmuls, or -1 */
+    char backend[64];       /* "cpu", "vulkan", "mixed" or "unknown" */
+    int offloaded;          /* layers llama.cpp offloaded (-1: the log did not say) */
+    const char *flash_attn; /* "off", "on", "auto->enabled", ... */
+} probe_result;
+
+/* The probe: where do the matmuls really run, for an n_probe-token batch and a one-token
+ * batch? An untimed throw-away context with cp. Then creates the serving context with cp
+ * (its log tells the flash-attention choice) and returns it. */
+static struct llama_context *probe_and_init(const opts *o, struct llama_model *model, struct llama_context_params cp,
+                                            int32_t n_probe, int32_t n_vocab, probe_result *pr) {
+    *pr = (probe_result){.main_dev = -1, .backend = "unknown", .offloaded = -1};
+    dev_tally *tally = &pr->tally;
     struct llama_context_params probe_cp = cp;
     probe_cp.cb_eval = tally_cb;
-    probe_cp.cb_eval_user_data = &tally;
+    probe_cp.cb_eval_user_data = tally;
     struct llama_context *probe = L.llama_init_from_model(model, probe_cp);
     if (!probe) die("llama_init_from_model failed");
-    llama_token *ids = malloc((size_t)n_batch * sizeof *ids);
-    rng_state = 0x9E3779B97F4A7C15ull;
-    int32_t n_probe = pp > 64 ? 64 : pp > 0 ? pp : BENCH_PROMPT; /* a split per matmul is slow */
+    llama_token *ids = malloc((size_t)n_probe * sizeof *ids);
+    if (!ids) die("out of memory");
     for (int32_t i = 0; i < n_probe; i++) ids[i] = random_token(n_vocab);
     decode_or_die(probe, ids, n_probe, "the probe");
     decode_or_die(probe, ids, 1, "the probe");
     L.llama_free(probe);
+    free(ids);
 
-    size_t log_mark = log_len; /* the bench context's own log follows */
+    size_t log_mark = log_len; /* the serving context's own log follows */
     struct llama_context *ctx = L.llama_init_from_model(model, cp);
     if (!ctx) die("llama_init_from_model failed");
 
-    int main_dev = -1;
-    long total = tally.unknown;
-    for (int i = 0; i < tally.n; i++) {
-        total += tally.count[i];
-        if (main_dev < 0 || tally.count[i] > tally.count[main_dev]) main_dev = i;
+    long total = tally->unknown;
+    for (int i = 0; i < tally->n; i++) {
+        total += tally->count[i];
+        if (pr->main_dev < 0 || tally->count[i] > tally->count[pr->main_dev]) pr->main_dev = i;
     }
-    bool all_on_main = main_dev >= 0 && tally.count[main_dev] == total;
-    char backend[64] = "unknown";
-    if (main_dev >= 0) {
-        snprintf(backend, sizeof backend, "%s", all_on_main ? dev_backend(tally.dev[main_dev]) : "mixed");
-        for (char *c = backend; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
+    bool all_on_main = pr->main_dev >= 0 && tally->count[pr->main_dev] == total;
+    if (pr->main_dev >= 0) {
+        snprintf(pr->backend, sizeof pr->backend, "%s", all_on_main ? dev_backend(tally->dev[pr->main_dev]) : "mixed");
+        for (char *c = pr->backend; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
     }
-    if (o->vulkan && strcmp(backend, "vulkan"))
+    if (o->vulkan && strcmp(pr->backend, "vulkan"))
         fprintf(stderr, "llama_oracle: --vulkan asked for, but the matmuls ran on %s: llama.cpp fell back "
-                "(lavapipe is only used with GGML_VK_VISIBLE_DEVICES=0)\n", backend);
+                "(lavapipe is only used with GGML_VK_VISIBLE_DEVICES=0)\n", pr->backend);
 
-    int offloaded = -1, offloadable = -1;
+    int offloadable = -1;
     const char *off = strstr(log_text, "offloaded ");
-    if (off) sscanf(off, "offloaded %d/%d", &offloaded, &offloadable);
-    const char *fa = o->flash_attn == 0 ? "off"
+    if (off) sscanf(off, "offloaded %d/%d", &pr->offloaded, &offloadable);
+    pr->flash_attn = o->flash_attn == 0 ? "off"
                      : o->flash_attn == 1 ? "on"
                      : strstr(log_text + log_mark, "Flash Attention enabled") ? "auto->enabled"
                      : strstr(log_text + log_mark, "Flash Attention not supported") ? "auto->disabled"
                                                                                     : "auto->unknown";
+    return ctx;
+}
+
+static void print_device(const probe_result *pr) {
+    if (pr->main_dev >= 0) {
+        char dn[512];
+        snprintf(dn, sizeof dn, "%s (%s)", L.ggml_backend_dev_name(pr->tally.dev[pr->main_dev]),
+                 L.ggml_backend_dev_description(pr->tally.dev[pr->main_dev]));
+        json_str(dn);
+    } else json_str("unknown");
+}
+
+static int cmd_bench(const opts *o, struct llama_model *model, const struct llama_vocab *vocab) {
+    int32_t n_vocab = L.llama_vocab_n_tokens(vocab), pp = o->pp, tg = o->tg;
+    int32_t n_batch = pp > BENCH_PROMPT ? pp : BENCH_PROMPT;
+
+    /* the prefill is one batch, one ubatch */
+    struct llama_context_params cp =
+        serving_params(o, (uint32_t)(pp + BENCH_PROMPT + tg + 16 + 255) / 256 * 256, n_batch);
+    llama_token *ids = malloc((size_t)n_batch * sizeof *ids);
+    rng_state = 0x9E3779B97F4A7C15ull;
+    int32_t n_probe = pp > 64 ? 64 : pp > 0 ? pp : BENCH_PROMPT; /* a split per matmul is slow */
+    probe_result pr;
+    struct llama_context *ctx = probe_and_init(o, model, cp, n_probe, n_vocab, &pr);
+    const dev_tally tally = pr.tally;
+    const char *backend = pr.backend, *fa = pr.flash_attn;
+    int offloaded = pr.offloaded;
 
     /* warm-up: one of each, untimed (pipeline creation, first-touch of the weights) */
     if (pp > 0) bench_prefill(ctx, ids, pp, n_vocab);
@@ -570,12 +634,7 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     printf("{\"backend\": ");
     json_str(backend);
     printf(", \"device\": ");
-    if (main_dev >= 0) {
-        char dn[512];
-        snprintf(dn, sizeof dn, "%s (%s)", L.ggml_backend_dev_name(tally.dev[main_dev]),
-                 L.ggml_backend_dev_description(tally.dev[main_dev]));
-        json_str(dn);
-    } else json_str("unknown");
+    print_device(&pr);
     printf(", \"pp\": %d, \"tg\": %d", pp, tg);
     fputs(", \"prefill_tok_s\": ", stdout);
     if (pp > 0) printf("%.3f", median(pre, o->repeat)); else fputs("null", stdout);
@@ -614,6 +673,217 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     return 0;
 }
 
+/* ---- --replay: llama-server's per-slot prompt cache on a request trace ---- */
+
+typedef struct replay_req {
+    size_t line;           /* in FILE, for messages */
+    int32_t max_tokens, n; /* n: prompt tokens */
+    llama_token *ids;
+    /* the results */
+    int32_t cached, n_gen;
+    llama_token *gen;
+    double ttft_ms, decode_ms;
+} replay_req;
+
+/* A decimal number at *p (before end), at most max; advances *p. false when there is none or it is too large. */
+static bool parse_num(const char **p, const char *end, long long max, long long *v) {
+    const char *s = *p;
+    long long x = 0;
+    while (s < end && *s >= '0' && *s <= '9') {
+        x = 10 * x + (*s++ - '0');
+        if (x > max) return false;
+    }
+    if (s == *p) return false;
+    *p = s;
+    *v = x;
+    return true;
+}
+
+static const char *skip_blanks(const char *s, const char *end) {
+    while (s < end && (*s == ' ' || *s == '\t' || *s == '\r')) s++;
+    return s;
+}
+
+/* FILE: one request per non-empty line, "max_tokens:id,id,..." (cinder bench --dump-prompts). */
+static replay_req *read_requests(const char *path, int32_t n_vocab, int32_t *n_out) {
+    size_t len;
+    char *text = read_file(path, &len);
+    int32_t n = 0, cap = 16;
+    replay_req *reqs = malloc((size_t)cap * sizeof *reqs);
+    if (!reqs) die("out of memory");
+    size_t line_no = 0;
+    for (const char *line = text, *end = text + len; line < end;) {
+        const char *nl = memchr(line, '\n', (size_t)(end - line));
+        const char *start = line, *eol = nl ? nl : end, *p = skip_blanks(line, eol);
+        line_no++;
+        line = nl ? nl + 1 : end;
+        if (p == eol) continue; /* an empty line */
+        long long v;
+        if (!parse_num(&p, eol, 1 << 20, &v) || v < 1 || (p = skip_blanks(p, eol)) == eol || *p != ':')
+            die("%s:%zu: expected \"max_tokens:id,id,...\" with max_tokens from 1 to 2^20", path, line_no);
+        replay_req r = {.line = line_no, .max_tokens = (int32_t)v};
+        int32_t id_cap = 256;
+        if (!(r.ids = malloc((size_t)id_cap * sizeof *r.ids))) die("out of memory");
+        for (p++;;) {
+            if ((p = skip_blanks(p, eol)) == eol) break;
+            const char *at = p;
+            if (!parse_num(&p, eol, INT32_MAX, &v))
+                die("%s:%zu: column %zu: expected a token id, found '%.*s'", path, line_no, (size_t)(at - start) + 1,
+                    (int)(eol - at < 12 ? eol - at : 12), at);
+            if (v >= n_vocab) die("%s:%zu: token id %lld out of range (vocabulary %d)", path, line_no, v, n_vocab);
+            if (r.n == id_cap && !(r.ids = realloc(r.ids, (size_t)(id_cap *= 2) * sizeof *r.ids))) die("out of memory");
+            r.ids[r.n++] = (llama_token)v;
+            if ((p = skip_blanks(p, eol)) == eol) break;
+            if (*p != ',')
+                die("%s:%zu: column %zu: expected ',' after a token id, found '%.*s'", path, line_no,
+                    (size_t)(p - start) + 1, (int)(eol - p < 12 ? eol - p : 12), p);
+            p++;
+        }
+        if (r.n == 0) die("%s:%zu: no token ids after \"%d:\"", path, line_no, r.max_tokens);
+        if (n == cap && !(reqs = realloc(reqs, (size_t)(cap *= 2) * sizeof *reqs))) die("out of memory");
+        reqs[n++] = r;
+    }
+    free(text);
+    if (n == 0) die("%s: no requests (expected lines \"max_tokens:id,id,...\")", path);
+    *n_out = n;
+    return reqs;
+}
+
+/* Greedy: the largest logit of the last output, ties to the lower id. */
+static llama_token argmax_last(struct llama_context *ctx, int32_t n_vocab) {
+    const float *logits = L.llama_get_logits_ith(ctx, -1);
+    if (!logits) die("no logits after llama_decode");
+    llama_token best = 0;
+    for (llama_token i = 1; i < n_vocab; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* Decodes ids[0..n) in batches of at most n_batch tokens (positions continue the sequence). */
+static void decode_batches(struct llama_context *ctx, llama_token *ids, int32_t n, int32_t n_batch, const char *what) {
+    for (int32_t i = 0; i < n; i += n_batch) decode_or_die(ctx, ids + i, n - i < n_batch ? n - i : n_batch, what);
+}
+
+#define REPLAY_BATCH 512
+
+static int cmd_replay(const opts *o, struct llama_model *model, const struct llama_vocab *vocab) {
+    int32_t n_vocab = L.llama_vocab_n_tokens(vocab), n_req;
+    replay_req *reqs = read_requests(o->replay, n_vocab, &n_req);
+
+    /* the context: --ctx, or the largest prompt + max_tokens rounded up */
+    int64_t need = 0;
+    for (int32_t r = 0; r < n_req; r++)
+        if ((int64_t)reqs[r].n + reqs[r].max_tokens > need) need = (int64_t)reqs[r].n + reqs[r].max_tokens;
+    if (!o->ctx && need > (1 << 24)) die("%s: a request needs %lld tokens of context", o->replay, (long long)need);
+    uint32_t n_ctx = o->ctx ? (uint32_t)o->ctx : (uint32_t)(need + 255) / 256 * 256;
+    for (int32_t r = 0; r < n_req; r++) /* the KV holds the prompt and all but the last generated token */
+        if ((int64_t)reqs[r].n + reqs[r].max_tokens - 1 > (int64_t)n_ctx)
+            die("%s:%zu: %d prompt tokens + max_tokens %d do not fit the context of %u tokens (--ctx)", o->replay,
+                reqs[r].line, reqs[r].n, reqs[r].max_tokens, n_ctx);
+    int32_t n_batch = n_ctx < REPLAY_BATCH ? (int32_t)n_ctx : REPLAY_BATCH;
+
+    struct llama_context_params cp = serving_params(o, n_ctx, n_batch);
+    rng_state = 0x9E3779B97F4A7C15ull;
+    probe_result pr;
+    struct llama_context *ctx = probe_and_init(o, model, cp, n_batch < 64 ? n_batch : 64, n_vocab, &pr);
+    llama_memory_t mem = L.llama_get_memory(ctx);
+
+    /* warm-up, untimed: a full batch from an empty cache, then, each on top of the first half
+     * of it, a batch of every size class the backend picks its kernels by (llama.cpp's Vulkan
+     * backend builds a pipeline on first use: its own matrix-vector kernel for 1 to 8 tokens,
+     * small, medium and large matmul tiles above; a first use inside a request costs seconds
+     * on lavapipe) */
+    llama_token *kv = malloc((size_t)n_ctx * sizeof *kv); /* the tokens the KV holds, position by position */
+    if (!kv) die("out of memory");
+    for (uint32_t i = 0; i < n_ctx; i++) kv[i] = random_token(n_vocab);
+    int32_t w = n_batch, base = w / 2;
+    static const int32_t sizes[] = {1, 2, 3, 4, 5, 6, 7, 8, 20, 48};
+    L.llama_memory_clear(mem, true);
+    decode_or_die(ctx, kv, w, "the warm-up");
+    argmax_last(ctx, n_vocab);
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        int32_t n = sizes[i] < (int32_t)n_ctx - base ? sizes[i] : (int32_t)n_ctx - base;
+        if (!L.llama_memory_seq_rm(mem, 0, base, -1)) die("llama_memory_seq_rm cannot remove part of a sequence here");
+        decode_or_die(ctx, kv + base, n, "the warm-up");
+        argmax_last(ctx, n_vocab);
+    }
+    L.llama_memory_clear(mem, true);
+
+    int32_t n_kv = 0;
+    double t_start = now_s();
+    for (int32_t ri = 0; ri < n_req; ri++) {
+        replay_req *r = &reqs[ri];
+        if (!(r->gen = malloc((size_t)r->max_tokens * sizeof *r->gen))) die("out of memory");
+        double t0 = now_s();
+        int32_t n_common = 0;
+        if (!o->no_cache) { /* llama-server: the longest common prefix with the slot's tokens */
+            while (n_common < n_kv && n_common < r->n && kv[n_common] == r->ids[n_common]) n_common++;
+            if (n_common == r->n) n_common--; /* re-decode the last prompt token for its logits */
+            if (!L.llama_memory_seq_rm(mem, 0, n_common, -1)) {
+                L.llama_memory_clear(mem, false);
+                n_common = 0;
+            }
+        } else L.llama_memory_clear(mem, false);
+        r->cached = n_common;
+        decode_batches(ctx, r->ids + n_common, r->n - n_common, n_batch, "the prefill");
+        llama_token tok = argmax_last(ctx, n_vocab);
+        double t1 = now_s();
+        r->ttft_ms = 1e3 * (t1 - t0);
+        memcpy(kv, r->ids, (size_t)r->n * sizeof *kv);
+        n_kv = r->n;
+        r->gen[r->n_gen++] = tok;
+        while (r->n_gen < r->max_tokens && (o->ignore_eos || !L.llama_vocab_is_eog(vocab, tok))) {
+            kv[n_kv++] = tok;
+            decode_or_die(ctx, &tok, 1, "decode");
+            tok = argmax_last(ctx, n_vocab);
+            r->gen[r->n_gen++] = tok;
+        }
+        r->decode_ms = 1e3 * (now_s() - t1);
+        llama_pos held = L.llama_memory_seq_pos_max(mem, 0) + 1;
+        if (held != n_kv) die("request %d (line %zu): the KV holds %d positions, expected %d", ri + 1, r->line, held, n_kv);
+        if (verbose)
+            fprintf(stderr, "llama_oracle: request %d: %d prompt, %d cached, TTFT %.1f ms, %d generated\n", ri + 1, r->n,
+                    r->cached, r->ttft_ms, r->n_gen);
+    }
+    double wall_ms = 1e3 * (now_s() - t_start);
+
+    char desc[256];
+    L.llama_model_desc(model, desc, sizeof desc);
+    printf("{\"backend\": ");
+    json_str(pr.backend);
+    printf(", \"device\": ");
+    print_device(&pr);
+    printf(", \"model\": ");
+    json_str(desc);
+    printf(", \"prefix_cache\": %s, \"ignore_eos\": %s, \"n_ctx\": %u, \"n_batch\": %d, \"flash_attn\": \"%s\"",
+           o->no_cache ? "false" : "true", o->ignore_eos ? "true" : "false", n_ctx, n_batch, pr.flash_attn);
+    printf(", \"n_gpu_layers\": %d, \"threads\": %d, \"requests\": [", pr.offloaded < 0 ? 0 : pr.offloaded, o->threads);
+    long long tot_prompt = 0, tot_cached = 0;
+    double ttft_sum = 0;
+    for (int32_t ri = 0; ri < n_req; ri++) {
+        const replay_req *r = &reqs[ri];
+        tot_prompt += r->n;
+        tot_cached += r->cached;
+        ttft_sum += r->ttft_ms;
+        printf("%s{\"prompt_tokens\": %d, \"cached_tokens\": %d, \"prefilled_tokens\": %d, \"ttft_ms\": %.3f, "
+               "\"decode_tok_s\": %.3f, \"generated\": [",
+               ri ? ", " : "", r->n, r->cached, r->n - r->cached, r->ttft_ms,
+               r->n_gen > 1 && r->decode_ms > 0 ? (r->n_gen - 1) / (r->decode_ms / 1e3) : 0.0);
+        for (int32_t i = 0; i < r->n_gen; i++) printf("%s%d", i ? ", " : "", r->gen[i]);
+        fputs("]}", stdout);
+    }
+    printf("], \"totals\": {\"requests\": %d, \"prompt_tokens\": %lld, \"cached_tokens\": %lld, \"prefilled_tokens\": %lld, "
+           "\"hit_rate\": %.6f, \"ttft_ms_sum\": %.3f, \"wall_ms\": %.3f}}\n",
+           n_req, tot_prompt, tot_cached, tot_prompt - tot_cached, tot_prompt ? (double)tot_cached / tot_prompt : 0.0,
+           ttft_sum, wall_ms);
+    fflush(stdout);
+    for (int32_t ri = 0; ri < n_req; ri++) free(reqs[ri].ids), free(reqs[ri].gen);
+    free(reqs);
+    free(kv);
+    L.llama_free(ctx);
+    return 0;
+}
+
 static void parse_args(int argc, char **argv, opts *o) {
     *o = (opts){.top = 10, .threads = 2, .pp = 512, .tg = 128, .repeat = 3, .flash_attn = -1};
     for (int i = 1; i < argc; i++) {
@@ -636,6 +906,10 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--pp") && has) o->pp = atoi(argv[++i]);
         else if (!strcmp(a, "--tg") && has) o->tg = atoi(argv[++i]);
         else if (!strcmp(a, "--repeat") && has) o->repeat = atoi(argv[++i]);
+        else if (!strcmp(a, "--replay") && has) o->replay = argv[++i];
+        else if (!strcmp(a, "--ctx") && has) o->ctx = atoi(argv[++i]);
+        else if (!strcmp(a, "--no-cache")) o->no_cache = true;
+        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--flash-attn") && has) {
             const char *v = argv[++i];
             o->flash_attn = !strcmp(v, "auto") ? -1 : !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -2;
@@ -645,8 +919,9 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!o->model) o->model = a;
         else usage();
     }
-    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->bench) != 1 || o->top < 0 ||
-        o->threads < 1 || o->pp < 0 || o->tg < 0 || o->pp + o->tg == 0 || o->repeat < 1)
+    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->bench + !!o->replay) != 1 ||
+        o->top < 0 || o->threads < 1 || o->pp < 0 || o->tg < 0 || o->pp + o->tg == 0 || o->repeat < 1 ||
+        (o->ctx && (o->ctx < 64 || o->ctx > (1 << 24))) || ((o->ctx || o->no_cache || o->ignore_eos) && !o->replay))
         usage();
 }
 
@@ -668,7 +943,7 @@ int main(int argc, char **argv) {
 
     struct llama_model_params mp = L.llama_model_default_params();
     mp.n_gpu_layers = o.vulkan ? -1 : 0;
-    mp.use_extra_bufts = o.bench; /* the oracle: no repacked weight layouts, the plain ggml kernels */
+    mp.use_extra_bufts = o.bench || o.replay; /* the oracle: no repacked weight layouts, the plain ggml kernels */
     mp.vocab_only = o.tokenize != NULL;
     mp.check_tensors = o.info;
     struct llama_model *model = L.llama_model_load_from_file(o.model, mp);
@@ -685,6 +960,7 @@ int main(int argc, char **argv) {
         if (verbose) fprintf(stderr, "%s\n", L.llama_print_system_info());
     } else if (o.tokenize) rc = cmd_tokenize(&o, vocab);
     else if (o.bench) rc = cmd_bench(&o, model, vocab);
+    else if (o.replay) rc = cmd_replay(&o, model, vocab);
     else rc = cmd_logits(&o, model, vocab);
     L.llama_model_free(model);
     L.llama_backend_free();
