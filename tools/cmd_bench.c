@@ -41,13 +41,15 @@ static void usage(FILE *out) {
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
-            "                    [--dump-prompts FILE]\n"
+            "                    [--dump-prompts FILE] [--host-cache-mb N]\n"
             "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
             "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
             "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
             "  --kv-pool-tokens overrides the trace header's pool size; --json prints one object\n"
             "  with a \"requests\" array and a \"totals\" object. --dump-prompts writes each request\n"
-            "  as a line \"max_tokens:id,id,...\" (what a peer replays: scripts/bench_prefix.sh).\n");
+            "  as a line \"max_tokens:id,id,...\" (what a peer replays: scripts/bench_prefix.sh).\n"
+            "  --host-cache-mb N gives the cache a host tier of N MiB (0, the default: none): evicted\n"
+            "  pages are demoted to host memory and restored on a hit (column \"restored\").\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -65,6 +67,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
+        else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
