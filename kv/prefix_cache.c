@@ -124,12 +124,16 @@ int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h) {
     return 0;
 }
 
-void kv_cache_free(kv_prefix_cache *c) {
-    if (!c->pages) return;
-    /* pinned nodes: none may be left; host slots go back to the tier (c->host may be NULL) */
+void kv_cache_clear(kv_prefix_cache *c) {
+    /* host slots go back to the tier (c->host may be NULL) */
     radix_evict_ops ops = {.victim = release_pages, .host_free = c->host ? on_host_free : NULL, .ctx = c};
     radix_evict_tiered(&c->tree, UINT64_MAX, &ops);
     if (c->host) radix_evict_host(&c->tree, UINT64_MAX, on_host_free, c);
+}
+
+void kv_cache_free(kv_prefix_cache *c) {
+    if (!c->pages) return;
+    kv_cache_clear(c); /* pinned nodes: none may be left */
     radix_free(&c->tree);
     free(c->dem_pages);
     free(c->dem_slots);

@@ -45,6 +45,8 @@ int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_
 
 int kv_cache_init(kv_prefix_cache *c, kv_pages *pages, const uint8_t ns[RADIX_NS_BYTES]);
 void kv_cache_free(kv_prefix_cache *c); /* gives every page reference of the tree back */
+/* Drops every unpinned entry from both tiers (nothing is demoted). */
+void kv_cache_clear(kv_prefix_cache *c);
 
 /* Longest cached prefix of ids[0..n); always radix_release the match. */
 int kv_cache_match(kv_prefix_cache *c, const int32_t *ids, uint32_t n, radix_match *m);
