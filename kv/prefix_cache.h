@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv/host_tier.h"
 #include "kv/kv_pages.h"
 #include "radix/radix.h"
 
@@ -29,6 +30,14 @@ typedef struct kv_prefix_cache {
     kv_pages *pages;          /* the pool the tree's pages come from (not owned) */
     uint8_t ns[RADIX_NS_BYTES];
     uint64_t freed_pages;     /* evicted pages that went back to the free list */
+
+    /* the host tier (kv_cache_attach_host; NULL: evicted pages are dropped) */
+    kv_host_tier *host;       /* not owned */
+    bool host_broken;         /* a copy failed: no more demotions, host nodes are never restored */
+    /* the demotions of the reclaim under way: pages[i] is copied to slots[i], then released */
+    uint32_t *dem_pages, *dem_slots, n_dem, cap_dem;
+    bool last_saved;          /* the victim being reported was just demoted (its pages are in the batch) */
+    uint32_t *restore_pages;  /* [pool pages] scratch of kv_cache_restore */
 } kv_prefix_cache;
 
 int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
@@ -36,6 +45,8 @@ int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_
 
 int kv_cache_init(kv_prefix_cache *c, kv_pages *pages, const uint8_t ns[RADIX_NS_BYTES]);
 void kv_cache_free(kv_prefix_cache *c); /* gives every page reference of the tree back */
+/* Drops every unpinned entry from both tiers (nothing is demoted). */
+void kv_cache_clear(kv_prefix_cache *c);
 
 /* Longest cached prefix of ids[0..n); always radix_release the match. */
 int kv_cache_match(kv_prefix_cache *c, const int32_t *ids, uint32_t n, radix_match *m);
@@ -43,6 +54,21 @@ int kv_cache_match(kv_prefix_cache *c, const int32_t *ids, uint32_t n, radix_mat
  * reference to each page it adopts). */
 int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s);
 /* Evicts LRU leaves until at least want pages are free or nothing evictable is left; returns
- * the pages that went back to the free list. Fits gpu_model's reclaim hook. */
+ * the pages that went back to the free list. Fits gpu_model's reclaim hook.
+ *
+ * With a host tier, each GPU victim is demoted instead of dropped when the tier has slots for
+ * it: before each victim the tier makes room for exactly its pages (radix_evict_host, LRU host
+ * leaves), the demote callback takes slots and queues (page, slot) pairs, and once the victims
+ * for `want` are chosen the batch is copied device->host in one command buffer (waited on); only
+ * then do the demoted pages go back to the pool. Dropped victims' pages are released at once. */
 uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want);
 void kv_cache_reclaim_hook(void *c, uint32_t want);
+
+/* Gives the cache a host tier (h copies between the same pool's buffer and its slots). */
+int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h);
+/* Makes a match all-GPU (radix.h Rule 6): allocates m->n_restore pages (reclaiming if short;
+ * the matched path is pinned, so never from under it), copies the host slots into them (waits),
+ * radix_restore, and gives back the pages the tree did not take. Returns 0 (restored, or nothing
+ * to restore; *taken = pages the tree took), 1 (not restored: no host tier usable or no room;
+ * the caller uses m->pages[0 .. m->n_gpu_pages) only) or -1 (error). */
+int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken);

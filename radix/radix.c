@@ -957,6 +957,8 @@ uint64_t radix_evictable_pages(const radix_tree *t) { return t->stats.pages - t-
 
 uint64_t radix_evictable_host_slots(const radix_tree *t) { return t->stats.host_slots - t->stats.pinned_host_slots; }
 
+uint32_t radix_next_gpu_victim_pages(const radix_tree *t) { return t->gpu_lru.n ? t->gpu_lru.v[0]->n_pages : 0; }
+
 /* ---- invariant checker -------------------------------------------------------------------- */
 
 /* Scratch for radix_check: every node (roots first) with an index, a pointer -> index map and

@@ -292,6 +292,9 @@ uint64_t radix_evict_host(radix_tree *t, uint64_t want_slots, radix_victim_fn ho
 uint64_t radix_evictable_pages(const radix_tree *t);
 /* Host slots radix_evict_host could report now if asked for everything (unpinned ones). */
 uint64_t radix_evictable_host_slots(const radix_tree *t);
+/* Pages of the node radix_evict_tiered would evict next (0: nothing GPU-evictable), so the
+ * host tier's owner can make room for exactly that node before evicting it (Rule 4). */
+uint32_t radix_next_gpu_victim_pages(const radix_tree *t);
 
 /* Every invariant: structure (parents, child counts and child lists, edge lengths, sibling
  * chains and the child table), residency (each node on exactly one tier, GPU residency

@@ -3,7 +3,9 @@
 # exact token accounting (cached + prefilled = prompt, per request and in total) and cached
 # tokens equal to each trace header's optimal_cached_tokens at page size 4 and at the default
 # 16 (which needs token-granular reuse of a partly matching page); with --no-prefix-cache
-# nothing is cached. eviction_pressure runs in its header's 64-token pool.
+# nothing is cached. eviction_pressure runs in its header's 64-token pool. The host tier:
+# multi_prefix_groups in a 64-token pool thrashes without it (below the optimum) and reaches
+# the optimum (320) with --host-cache-mb 16, restoring demoted pages.
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/scenarios
@@ -34,5 +36,17 @@ off=$("$bin" bench --model "$model" --scenario shared_prefix_basic --no-prefix-c
       python3 -c 'import json,sys; t=json.load(sys.stdin)["totals"]; print(t["cached_tokens"], t["prefilled_tokens"])')
 if [ "$off" = "0 192" ]; then pass=$((pass + 1)); echo "ok   --no-prefix-cache prefills everything"
 else failures=$((failures + 1)); echo "FAIL --no-prefix-cache: $off"; fi
+for host in 0 16; do
+  got=$("$bin" bench --model "$model" --scenario multi_prefix_groups --kv-pool-tokens 64 --host-cache-mb "$host" --json |
+        python3 -c 'import json,sys; t=json.load(sys.stdin)["totals"]; print(t["cached_tokens"], t["optimal_cached_tokens"], t["restored_tokens"], t["demoted_pages"])')
+  read -r cached optimal restored demoted <<<"$got"
+  if [ "$host" = 0 ] && [ "$cached" -lt "$optimal" ] && [ "$restored" = 0 ] && [ "$demoted" = 0 ]; then
+    pass=$((pass + 1)); echo "ok   multi_prefix_groups pool 64, no host tier: cached $cached < optimal $optimal"
+  elif [ "$host" != 0 ] && [ "$cached" = "$optimal" ] && [ "$restored" -gt 0 ] && [ "$demoted" -gt 0 ]; then
+    pass=$((pass + 1)); echo "ok   multi_prefix_groups pool 64, host tier ${host} MiB: cached $cached = optimal, restored $restored tokens, demoted $demoted pages"
+  else
+    failures=$((failures + 1)); echo "FAIL multi_prefix_groups pool 64, host tier ${host} MiB: cached $cached optimal $optimal restored $restored demoted $demoted"
+  fi
+done
 echo "$pass passed, $failures failed"
 [ $failures -eq 0 ]

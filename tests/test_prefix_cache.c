@@ -3,7 +3,9 @@
  * branching traces (shared system prompts, multi-turn continuations that include the previous
  * reply, branches cut at any token of an earlier prompt, agent loops appending tool results),
  * and the same logits within the engine's tolerance. Also: token accounting, hits where a
- * prefix was seen, eviction under a small pool, and namespace isolation by fingerprint. */
+ * prefix was seen, eviction under a small pool, namespace isolation by fingerprint, and the
+ * host tier: the same equivalence under a pool small enough to demote and restore all along,
+ * and restored pages bit-identical to the demoted ones (in other page ids). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,8 +76,8 @@ typedef struct pair {
     float *la, *lb;
 } pair;
 
-static void pair_init(pair *p, model *m, uint32_t page, uint32_t pool) {
-    engine_opts a = {.n_ctx = MAX_LEN, .pool_tokens = pool, .page_tokens = page};
+static void pair_init(pair *p, model *m, uint32_t page, uint32_t pool, uint32_t host_mb) {
+    engine_opts a = {.n_ctx = MAX_LEN, .pool_tokens = pool, .page_tokens = page, .host_cache_mb = host_mb};
     engine_opts b = {.n_ctx = MAX_LEN, .page_tokens = page, .no_prefix_cache = true};
     if (engine_init(&p->cached, m, &a) || engine_init(&p->plain, m, &b)) fail_msg("%s", cd_errmsg());
     p->la = malloc(m->cfg.n_vocab * sizeof *p->la);
@@ -115,9 +117,14 @@ static void run_both(pair *p, history *h, const int32_t *ids, uint32_t n, uint32
     engine_reply_free(&b);
 }
 
-static void random_trace(uint32_t page, uint32_t pool, uint32_t n_req, uint64_t seed) {
+static void random_trace(uint32_t page, uint32_t pool, uint32_t host_mb, uint32_t n_req, uint64_t seed) {
     pair p;
-    pair_init(&p, tiny(), page, pool);
+    pair_init(&p, tiny(), page, pool, host_mb);
+    /* 1 MiB is ~256 slots here, more than the traces fill: keep all but 48 out of use, so the
+     * tier runs full and evicts its own LRU entries as well */
+    uint32_t reserved = 0, slot;
+    if (host_mb)
+        while (kv_host_free_count(&p.cached.host) > 48 && kv_host_slot_alloc(&p.cached.host, &slot) == 0) reserved++;
     rng r;
     rng_seed(&r, seed);
     int32_t sys[2][64], *ids = malloc(MAX_LEN * sizeof *ids);
@@ -136,22 +143,109 @@ static void random_trace(uint32_t page, uint32_t pool, uint32_t n_req, uint64_t 
     if (radix_check(&p.cached.cache.tree)) fail_msg("%s", cd_errmsg());
     if (kv_pages_check(&p.cached.g.pages)) fail_msg("%s", cd_errmsg());
     if (pool) assert_true(s->evicted_pages > 0);
+    if (host_mb) {
+        const radix_stats *t = &p.cached.cache.tree.stats;
+        print_message("host tier: %llu pages demoted, %llu restored (%llu tokens), %llu host evictions, %u slots held by the tree\n",
+                      (unsigned long long)t->demoted_pages, (unsigned long long)s->restored_pages,
+                      (unsigned long long)s->restored_tokens, (unsigned long long)t->host_evictions,
+                      (unsigned)t->host_slots);
+        assert_false(p.cached.cache.host_broken);
+        assert_true(t->demotions > 0);
+        assert_true(t->restores > 0 && s->restored_pages > 0 && s->restored_tokens > 0);
+        assert_true(t->host_evictions > 0);
+        assert_int_equal(kv_host_used(&p.cached.host) - reserved, t->host_slots); /* the rest are the tree's */
+    }
     free(ids);
     free(h);
     pair_free(&p);
 }
 
-static void test_random_traces_page16(void **st) { (void)st; random_trace(16, 0, 40, 1); }
-static void test_random_traces_page4(void **st) { (void)st; random_trace(4, 0, 40, 2); }
+static void test_random_traces_page16(void **st) { (void)st; random_trace(16, 0, 0, 40, 1); }
+static void test_random_traces_page4(void **st) { (void)st; random_trace(4, 0, 0, 40, 2); }
 /* A pool of 160 tokens: requests run with the cache evicting older entries all along. */
-static void test_random_traces_small_pool(void **st) { (void)st; random_trace(4, 160, 40, 3); }
+static void test_random_traces_small_pool(void **st) { (void)st; random_trace(4, 160, 0, 40, 3); }
+/* The same pool with a 1 MiB host tier (~256 pages of the tiny model at page size 4, fewer than
+ * the traces write, so the tier evicts too): victims are demoted, matches restore them. */
+static void test_random_traces_host_tier(void **st) { (void)st; random_trace(4, 160, 1, 32, 5); }
+
+/* Restored KV is bit-identical to what was demoted, in other page ids: fill the pool with
+ * random bytes, cache 8 pages, demote them all, scribble over the pool, hold the original page
+ * ids so the restore must use others, match + restore, compare. */
+static void test_restore_bit_identical(void **st) {
+    (void)st;
+    engine e;
+    engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
+    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    kv_pages *kp = &e.g.pages;
+    uint64_t pb = e.g.lay.page_bytes, size = e.g.pool.size;
+    assert_int_equal(kp->n_pages, 16);
+    uint8_t *bytes = malloc(size), *back = malloc(size), *orig = malloc(8 * pb);
+    rng r;
+    rng_seed(&r, 11);
+    for (uint64_t i = 0; i < size; i++) bytes[i] = (uint8_t)rng_below(&r, 256);
+    if (cvk_stager_upload(&e.vk->stager, cvk_view_whole(&e.g.pool), bytes) || cvk_stager_flush(&e.vk->stager))
+        fail_msg("%s", cd_errmsg());
+    int32_t ids[32];
+    for (int i = 0; i < 32; i++) ids[i] = 500 + i;
+    kv_seq s;
+    kv_seq_init(&s);
+    assert_int_equal(kv_seq_append(kp, &s, 32, NULL), 0);
+    uint32_t first[8];
+    for (int i = 0; i < 8; i++) {
+        first[i] = s.pages[i];
+        memcpy(orig + i * pb, bytes + first[i] * pb, pb);
+    }
+    assert_int_equal(kv_cache_insert(&e.cache, ids, &s), 0);
+    kv_seq_free(kp, &s);
+    kv_cache_reclaim(&e.cache, 16); /* all 8 demoted */
+    assert_int_equal(kv_pages_free_count(kp), 16);
+    assert_int_equal(e.cache.tree.stats.demoted_pages, 8);
+    assert_int_equal(e.cache.tree.stats.host_slots, 8);
+    assert_int_equal(kv_host_used(&e.host), 8);
+    for (uint32_t i = 0; i < 8; i++) /* the slots hold the pages, byte for byte, in host memory */
+        assert_memory_equal(kv_host_slot_ptr(&e.host, i), orig + i * pb, pb); /* slots 0.. in path order */
+    for (uint64_t i = 0; i < size; i++) bytes[i] = (uint8_t)rng_below(&r, 256);
+    if (cvk_stager_upload(&e.vk->stager, cvk_view_whole(&e.g.pool), bytes) || cvk_stager_flush(&e.vk->stager))
+        fail_msg("%s", cd_errmsg());
+    uint32_t held[16], n_held = 0; /* hold the original ids: allocate everything, free the others */
+    for (uint32_t i = 0; i < 16; i++) assert_int_equal(kv_page_alloc(kp, &held[i]), 0);
+    for (uint32_t i = 0; i < 16; i++) {
+        bool orig_id = false;
+        for (int k = 0; k < 8; k++) orig_id |= held[i] == first[k];
+        if (orig_id) held[n_held++] = held[i];
+        else kv_page_release(kp, held[i]);
+    }
+    assert_int_equal(n_held, 8);
+    radix_match m;
+    assert_int_equal(kv_cache_match(&e.cache, ids, 32, &m), 0);
+    assert_int_equal(m.n_tokens, 32);
+    assert_int_equal(m.n_gpu_pages, 0);
+    assert_int_equal(m.n_restore, 8);
+    uint32_t taken;
+    assert_int_equal(kv_cache_restore(&e.cache, &m, &taken), 0);
+    assert_int_equal(taken, 8);
+    assert_int_equal(m.n_gpu_pages, 8);
+    assert_int_equal(kv_host_used(&e.host), 0);
+    if (cvk_stager_download(&e.vk->stager, cvk_view_whole(&e.g.pool), back)) fail_msg("%s", cd_errmsg());
+    for (int i = 0; i < 8; i++) {
+        for (int k = 0; k < 8; k++) assert_int_not_equal(m.pages[i], first[k]);
+        if (memcmp(back + m.pages[i] * pb, orig + i * pb, pb)) fail_msg("restored page %d differs", i);
+    }
+    radix_release(&e.cache.tree, &m);
+    for (uint32_t i = 0; i < n_held; i++) kv_page_release(kp, held[i]);
+    if (radix_check(&e.cache.tree) || kv_pages_check(kp)) fail_msg("%s", cd_errmsg());
+    free(bytes);
+    free(back);
+    free(orig);
+    engine_free(&e);
+}
 
 /* Page-boundary cases of token-granular reuse at page size 4 after a 12-token request (its KV:
  * 12 prompt + 3 generated = 15 tokens, 3 whole pages cached). */
 static void test_page_boundaries(void **st) {
     (void)st;
     pair p;
-    pair_init(&p, tiny(), 4, 0);
+    pair_init(&p, tiny(), 4, 0, 0);
     history *h = calloc(1, sizeof *h);
     int32_t base[32], q[32];
     rng r;
@@ -276,7 +370,10 @@ int main(void) {
         cmocka_unit_test(test_random_traces_page16),
         cmocka_unit_test(test_random_traces_page4),
         cmocka_unit_test(test_random_traces_small_pool),
+        cmocka_unit_test(test_restore_bit_identical),
+        cmocka_unit_test(test_random_traces_host_tier),
     };
+    if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*host*" */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     model_free(tiny());
     return rc;

@@ -148,10 +148,12 @@ static json_t *request_json(const engine_reply *r) {
     json_t *gen = json_array();
     for (uint32_t i = 0; i < r->n; i++) json_array_append_new(gen, json_integer(r->ids[i]));
     double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
-    return json_pack("{s:i, s:i, s:i, s:f, s:i, s:f, s:f, s:o}", "prompt_tokens", r->prompt_tokens, "cached_tokens",
-                     r->cached_tokens, "prefilled_tokens", r->prefilled_tokens, "hit_rate",
+    return json_pack("{s:i, s:i, s:i, s:f, s:i, s:i, s:i, s:f, s:f, s:f, s:o}", "prompt_tokens", r->prompt_tokens,
+                     "cached_tokens", r->cached_tokens, "prefilled_tokens", r->prefilled_tokens, "hit_rate",
                      r->prompt_tokens ? (double)r->cached_tokens / r->prompt_tokens : 0.0, "evicted_pages",
-                     (json_int_t)r->evicted_pages, "ttft_ms", r->ttft_ms, "decode_tok_s", dec, "generated", gen);
+                     (json_int_t)r->evicted_pages, "restored_tokens", r->restored_tokens, "demoted_pages",
+                     (json_int_t)r->demoted_pages, "restore_ms", r->restore_ms, "ttft_ms", r->ttft_ms,
+                     "decode_tok_s", dec, "generated", gen);
 }
 
 static int run_line(replay *rp, sessions *ss, size_t no) {
@@ -180,9 +182,9 @@ static int run_line(replay *rp, sessions *ss, size_t no) {
         free(text);
     }
     if (!rp->o->json)
-        printf("%4zu %8u %8u %9u %6.1f%% %7llu %10.1f %9.2f\n", no, r.prompt_tokens, r.cached_tokens,
+        printf("%4zu %8u %8u %9u %6.1f%% %7llu %8u %10.1f %9.2f\n", no, r.prompt_tokens, r.cached_tokens,
                r.prefilled_tokens, r.prompt_tokens ? 100.0 * r.cached_tokens / r.prompt_tokens : 0,
-               (unsigned long long)r.evicted_pages, r.ttft_ms,
+               (unsigned long long)r.evicted_pages, r.restored_tokens, r.ttft_ms,
                r.n > 1 && r.decode_ms > 0 ? (r.n - 1) / (r.decode_ms / 1e3) : 0);
     json_array_append_new(rp->requests, request_json(&r));
     engine_reply_free(&r);
@@ -225,6 +227,16 @@ static json_t *totals_json(const replay *rp) {
     json_t *r;
     json_array_foreach(rp->requests, i, r) ttft += json_real_value(json_object_get(r, "ttft_ms"));
     json_object_set_new(j, "ttft_ms_sum", json_real(ttft));
+    const kv_host_tier *h = rp->e.cache.host;
+    json_object_set_new(j, "restored_tokens", json_integer((json_int_t)s->restored_tokens));
+    json_object_set_new(j, "restored_pages", json_integer((json_int_t)s->restored_pages));
+    json_object_set_new(j, "demoted_pages", json_integer((json_int_t)s->demoted_pages));
+    json_object_set_new(j, "gpu_pages", json_integer((json_int_t)t->pages));
+    json_object_set_new(j, "host_slots", json_integer(h ? (json_int_t)kv_host_used(h) : 0));
+    json_object_set_new(j, "host_slots_total", json_integer(h ? (json_int_t)h->n_slots : 0));
+    json_object_set_new(j, "bytes_to_host", json_integer(h ? (json_int_t)h->bytes_to_host : 0));
+    json_object_set_new(j, "bytes_to_gpu", json_integer(h ? (json_int_t)h->bytes_to_gpu : 0));
+    json_object_set_new(j, "restore_ms", json_real(s->restore_ms));
     return j;
 }
 
@@ -254,6 +266,15 @@ static void report(const replay *rp, const char *name) {
            (long long)json_integer_value(json_object_get(tot, "tree_nodes")),
            (long long)json_integer_value(json_object_get(tot, "tree_pages")),
            json_real_value(json_object_get(tot, "tree_bytes_per_cached_token")));
+    if (rp->e.cache.host) {
+        const kv_host_tier *h = rp->e.cache.host;
+        printf("host tier: %u of %u slots in use, %llu GPU pages | %llu pages demoted, %llu restored (%llu tokens) | "
+               "%.2f MiB to host, %.2f MiB to GPU | restore %.1f ms\n",
+               kv_host_used(h), h->n_slots, (unsigned long long)rp->e.cache.tree.stats.pages,
+               (unsigned long long)s->demoted_pages, (unsigned long long)s->restored_pages,
+               (unsigned long long)s->restored_tokens, h->bytes_to_host / 1048576.0, h->bytes_to_gpu / 1048576.0,
+               s->restore_ms);
+    }
     json_decref(tot);
 }
 
@@ -284,14 +305,14 @@ int bench_trace(const bench_trace_opts *o, model *m) {
         uint32_t n_ctx = context_needed(&rp), pool = o->pool_tokens ? o->pool_tokens : header_u32(&rp.t, "kv_pool_tokens");
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
         engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
-                          .no_prefix_cache = o->no_prefix_cache};
+                          .no_prefix_cache = o->no_prefix_cache, .host_cache_mb = o->host_cache_mb};
         rc = engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
     if (!rc && !o->json)
-        printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s\n"
-               "   #   prompt   cached prefilled    hit evicted    TTFT ms  decode t/s\n",
+        printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB\n"
+               "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s\n",
                name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), rp.e.g.page_tokens,
-               rp.e.g.pages.n_pages * rp.e.g.page_tokens, rp.e.cache_on ? "on" : "off");
+               rp.e.g.pages.n_pages * rp.e.g.page_tokens, rp.e.cache_on ? "on" : "off", o->host_cache_mb);
     double t0 = cli_now_ms();
     for (size_t i = 1; !rc && i <= json_array_size(rp.t.lines); i++) rc = run_line(&rp, &ss, i);
     rp.wall_ms = cli_now_ms() - t0;

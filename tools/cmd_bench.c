@@ -14,6 +14,7 @@
 #include "runtime/base/rng.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
+#include "tools/bench_restore.h"
 #include "tools/bench_trace.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -22,7 +23,7 @@ typedef struct bench_opts {
     const char *model;
     uint32_t n_prompt, n_gen, repeat;
     uint64_t seed;
-    bool json, profile;
+    bool json, profile, restore;
     bench_trace_opts trace; /* --trace / --scenario: replay a request trace instead */
 } bench_opts;
 
@@ -41,13 +42,19 @@ static void usage(FILE *out) {
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
-            "                    [--dump-prompts FILE]\n"
+            "                    [--dump-prompts FILE] [--host-cache-mb N]\n"
             "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
             "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
             "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
             "  --kv-pool-tokens overrides the trace header's pool size; --json prints one object\n"
             "  with a \"requests\" array and a \"totals\" object. --dump-prompts writes each request\n"
-            "  as a line \"max_tokens:id,id,...\" (what a peer replays: scripts/bench_prefix.sh).\n");
+            "  as a line \"max_tokens:id,id,...\" (what a peer replays: scripts/bench_prefix.sh).\n"
+            "  --host-cache-mb N gives the cache a host tier of N MiB (0, the default: none): evicted\n"
+            "  pages are demoted to host memory and restored on a hit (column \"restored\").\n"
+            "\n"
+            "usage: cinder bench [--model M] --restore-bench [--repeat N] [--seed S] [--json]\n"
+            "  time to restore an N-token prefix from the host tier vs recomputing it (prefill), for\n"
+            "  N = 512, 4800, 16000 (those below the model's context), with bytes/s; medians.\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -57,6 +64,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
         if (cli_flag(argv, i, "--profile")) { o->profile = true; continue; }
+        if (cli_flag(argv, i, "--restore-bench")) { o->restore = true; continue; }
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
@@ -65,6 +73,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
+        else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
@@ -217,7 +226,9 @@ int cmd_bench(int argc, char **argv) {
     if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("bench", "%s", cd_errmsg());
     o.trace.model = o.model;
     o.trace.json = o.json;
-    int rc = o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m) : bench(&o, m);
+    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json)
+             : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
+                                                 : bench(&o, m);
     model_free(m);
     return rc ? 1 : 0;
 }

@@ -27,7 +27,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
-            "                   [--seed S] [--think] [--json]\n"
+            "                   [--seed S] [--think] [--json] [--host-cache-mb N]\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
@@ -35,7 +35,9 @@ static void usage(FILE *out) {
             "  --n is the most tokens per reply (256); --ctx the most tokens of one conversation\n"
             "  (8192); --kv-pool-tokens the KV pool shared by the conversation and the cache\n"
             "  (4 x ctx); --page-size tokens per KV page (16). --json prints one JSON object per\n"
-            "  turn instead of the text. Greedy unless --temp > 0; --think lets the model think.\n");
+            "  turn instead of the text. Greedy unless --temp > 0; --think lets the model think.\n"
+            "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory and restores them\n"
+            "  on a hit (0, the default: no host tier, evicted pages are recomputed).\n");
 }
 
 static int parse(int argc, char **argv, chat_opts *o) {
@@ -52,6 +54,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
@@ -91,10 +94,12 @@ static char *reply_text(const tokenizer *t, const engine_reply *r) {
 static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const engine_reply *r, const char *text) {
     double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
     if (o->json) {
-        json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:s}", "turn", turn, "prompt_tokens",
-                              r->prompt_tokens, "cached_tokens", r->cached_tokens, "prefilled_tokens",
-                              r->prefilled_tokens, "ttft_ms", r->ttft_ms, "decode_tok_s", dec, "generated", r->n,
-                              "evicted_pages", (json_int_t)r->evicted_pages, "text", text ? text : "");
+        json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "turn", turn,
+                              "prompt_tokens", r->prompt_tokens, "cached_tokens", r->cached_tokens,
+                              "prefilled_tokens", r->prefilled_tokens, "ttft_ms", r->ttft_ms, "decode_tok_s", dec,
+                              "generated", r->n, "evicted_pages", (json_int_t)r->evicted_pages, "restored_tokens",
+                              r->restored_tokens, "demoted_pages", (json_int_t)r->demoted_pages, "restore_ms",
+                              r->restore_ms, "text", text ? text : "");
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
         fflush(stdout);
@@ -103,9 +108,14 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
         return;
     }
     double hit = r->prompt_tokens ? 100.0 * r->cached_tokens / r->prompt_tokens : 0;
-    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s]\n",
+    char host[160] = "";
+    if (e->cache.host)
+        snprintf(host, sizeof host, " | restored %u tok in %.1f ms, demoted %llu pages | GPU %llu pages, host %u slots",
+                 r->restored_tokens, r->restore_ms, (unsigned long long)r->demoted_pages,
+                 (unsigned long long)e->cache.tree.stats.pages, kv_host_used(e->cache.host));
+    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s%s]\n",
             turn, r->prompt_tokens, r->cached_tokens, hit, r->prefilled_tokens, r->ttft_ms, dec, r->n,
-            e->cache_on ? "" : " | prefix cache off");
+            e->cache_on ? "" : " | prefix cache off", host);
 }
 
 static void print_stats(const engine *e) {
@@ -117,6 +127,14 @@ static void print_stats(const engine *e) {
             s->prompt_tokens ? 100.0 * s->cached_tokens / s->prompt_tokens : 0, (unsigned long long)s->prefilled_tokens,
             (unsigned long long)t->pages, (unsigned long long)t->nodes, (unsigned long long)s->evicted_pages,
             t->pages ? (double)t->bytes / (t->pages * e->g.page_tokens) : 0);
+    if (e->cache.host) {
+        const kv_host_tier *h = e->cache.host;
+        fprintf(stderr, "[host tier: %u of %u slots in use | %llu pages demoted, %llu restored (%llu tokens) | "
+                        "%.1f MiB to host, %.1f MiB to GPU | restore %.1f ms]\n",
+                kv_host_used(h), h->n_slots, (unsigned long long)s->demoted_pages, (unsigned long long)s->restored_pages,
+                (unsigned long long)s->restored_tokens, h->bytes_to_host / 1048576.0, h->bytes_to_gpu / 1048576.0,
+                s->restore_ms);
+    }
 }
 
 static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn) {

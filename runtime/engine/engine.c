@@ -42,6 +42,10 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     const char *t = o->tenant;
     TRY(kv_cache_namespace(m->fingerprint, "f16", e->g.page_tokens, t, t ? strlen(t) : 0, ns));
     TRY(kv_cache_init(&e->cache, &e->g.pages, ns));
+    if (o->host_cache_mb) {
+        TRY(kv_host_init(&e->host, e->vk, &e->g.pool, e->g.lay.page_bytes, (uint64_t)o->host_cache_mb << 20));
+        TRY(kv_cache_attach_host(&e->cache, &e->host));
+    }
     e->g.reclaim = kv_cache_reclaim_hook;
     e->g.reclaim_ctx = &e->cache;
     return 0;
@@ -49,6 +53,7 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
 
 void engine_free(engine *e) {
     if (e->cache_on) kv_cache_free(&e->cache);
+    kv_host_free(&e->host);
     if (e->vk) {
         gpu_model_free(&e->g);
         cvk_ctx_free(e->vk);
@@ -76,12 +81,31 @@ static int32_t next_token(engine *e) {
     return sampler_sample(&e->smp, e->logits);
 }
 
-/* The cached prefix of ids[0..n-1) into the (empty) sequence. One token is always left to
- * prefill: its logits choose the first generated token. */
-static int attach_prefix(engine *e, const int32_t *ids, uint32_t n, radix_match *m) {
+/* The cached prefix of ids[0..n-1) into the (empty) sequence; *cached = its tokens. One token
+ * is always left to prefill: its logits choose the first generated token. Host-resident pages
+ * of the match are restored first; when they cannot be, only the GPU part is used. */
+static int attach_prefix(engine *e, const int32_t *ids, uint32_t n, radix_match *m, engine_reply *r,
+                         uint32_t *cached) {
+    *cached = 0;
     if (!e->cache_on || n < 2) return 0;
     TRY(kv_cache_match(&e->cache, ids, n - 1, m));
-    return kv_seq_attach(&e->g.pages, &e->g.seq, m->pages, m->n_pages, m->n_tokens);
+    uint32_t pt = e->g.page_tokens, n_pages = m->n_pages, n_tokens = m->n_tokens;
+    if (m->n_restore) {
+        uint32_t gpu_tokens = m->n_gpu_pages * pt < n_tokens ? m->n_gpu_pages * pt : n_tokens, taken = 0;
+        double t0 = now_ms();
+        int rc = kv_cache_restore(&e->cache, m, &taken);
+        if (rc < 0) return -1;
+        r->restore_ms = now_ms() - t0;
+        if (rc == 0) {
+            r->restored_tokens = n_tokens - gpu_tokens;
+            r->restored_pages = taken;
+        } else { /* not restored: the GPU pages only */
+            n_pages = m->n_gpu_pages;
+            n_tokens = gpu_tokens;
+        }
+    }
+    *cached = n_tokens;
+    return kv_seq_attach(&e->g.pages, &e->g.seq, m->pages, n_pages, n_tokens);
 }
 
 /* Decodes up to rq->max_tokens tokens after the prefill; all[] collects prompt + output. */
@@ -104,10 +128,11 @@ static int decode(engine *e, const engine_request *rq, engine_reply *r, int32_t 
 
 static int run_request(engine *e, const engine_request *rq, engine_reply *r, int32_t *all, radix_match *m) {
     double t0 = now_ms();
-    TRY(attach_prefix(e, rq->ids, rq->n, m));
-    r->cached_tokens = m->n_tokens;
-    r->prefilled_tokens = rq->n - m->n_tokens;
-    if (gpu_prefill(&e->g, rq->ids + m->n_tokens, rq->n - m->n_tokens, m->n_tokens, true))
+    uint32_t cached;
+    TRY(attach_prefix(e, rq->ids, rq->n, m, r, &cached));
+    r->cached_tokens = cached;
+    r->prefilled_tokens = rq->n - cached;
+    if (gpu_prefill(&e->g, rq->ids + cached, rq->n - cached, cached, true))
         return cd_fail_ctx("prefilling %u tokens after %u cached", r->prefilled_tokens, r->cached_tokens);
     TRY(decode(e, rq, r, all, t0));
     /* the KV written covers the prompt and every generated token but the last */
@@ -127,7 +152,7 @@ int engine_generate(engine *e, const engine_request *rq, engine_reply *r) {
         return cd_fail("out of memory for a request of %u + %u tokens", rq->n, rq->max_tokens);
     }
     memcpy(all, rq->ids, rq->n * sizeof *all);
-    uint64_t freed0 = e->cache.freed_pages;
+    uint64_t freed0 = e->cache.freed_pages, demoted0 = e->cache.tree.stats.demoted_pages;
     radix_match m = {0};
     kv_seq_free(&e->g.pages, &e->g.seq);
     int rc = run_request(e, rq, r, all, &m);
@@ -135,6 +160,7 @@ int engine_generate(engine *e, const engine_request *rq, engine_reply *r) {
     kv_seq_free(&e->g.pages, &e->g.seq); /* what the cache took stays; the rest is free again */
     free(all);
     r->evicted_pages = e->cache.freed_pages - freed0;
+    r->demoted_pages = e->cache.tree.stats.demoted_pages - demoted0;
     engine_stats *s = &e->stats;
     s->requests++;
     s->prompt_tokens += rq->n;
@@ -142,6 +168,10 @@ int engine_generate(engine *e, const engine_request *rq, engine_reply *r) {
     s->prefilled_tokens += r->prefilled_tokens;
     s->generated_tokens += r->n;
     s->evicted_pages += r->evicted_pages;
+    s->restored_tokens += r->restored_tokens;
+    s->restored_pages += r->restored_pages;
+    s->demoted_pages += r->demoted_pages;
+    s->restore_ms += r->restore_ms;
     return rc;
 }
 

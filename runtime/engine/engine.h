@@ -11,6 +11,11 @@
  * leaves the cache as it was apart from those evictions. With the cache off every request
  * prefills its whole prompt, the comparison point for the cache's benefit.
  *
+ * With a host tier (host_cache_mb > 0) evicted entries are demoted to host memory instead of
+ * dropped (kv/prefix_cache.h), and a match that reaches demoted pages restores them into fresh
+ * GPU pages before the suffix is prefilled (synchronously: the copy completes first). When the
+ * restore cannot be had (no room even after eviction), the request uses the GPU part of the match.
+ *
  * Greedy by default; engine_set_sampler changes it (on the GPU when the kernel can, on the
  * host from the logits otherwise). Errors are values: -1 with cd_errmsg(). */
 #pragma once
@@ -29,11 +34,17 @@ typedef struct engine_opts {
     uint32_t page_tokens;  /* 0 = KV_PAGE_TOKENS_DEFAULT */
     bool no_prefix_cache;
     const char *tenant;    /* optional salt: tenants never share cache entries */
+    uint32_t host_cache_mb; /* host tier of the prefix cache in MiB of host-visible memory; 0 = none */
 } engine_opts;
 
-typedef struct engine_stats { /* since engine_init */
+typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) */
     uint64_t requests, prompt_tokens, cached_tokens, prefilled_tokens, generated_tokens;
-    uint64_t evicted_pages;   /* pages the cache gave back to the pool */
+    uint64_t evicted_pages;   /* pages the cache gave back to the pool (demoted ones included) */
+    /* the host tier */
+    uint64_t restored_tokens; /* cached tokens that were served from host slots */
+    uint64_t restored_pages;  /* GPU pages filled from host slots */
+    uint64_t demoted_pages;   /* GPU pages saved to host slots */
+    double restore_ms;        /* allocate + copy + radix_restore, summed */
 } engine_stats;
 
 typedef struct engine {
@@ -44,6 +55,7 @@ typedef struct engine {
     float *logits;       /* host copy for host sampling */
     bool cache_on;
     kv_prefix_cache cache;
+    kv_host_tier host;   /* used when cache.host != NULL */
     engine_stats stats;
 } engine;
 
@@ -53,6 +65,10 @@ typedef struct engine_reply {
     uint32_t n;
     uint32_t prompt_tokens, cached_tokens, prefilled_tokens;
     uint64_t evicted_pages;    /* by this request */
+    uint32_t restored_tokens;  /* of cached_tokens, those that came back from the host tier */
+    uint32_t restored_pages;   /* GPU pages filled from host slots for this request */
+    uint64_t demoted_pages;    /* GPU pages this request's reclaims saved to the host */
+    double restore_ms;         /* time spent restoring (part of the TTFT) */
     double ttft_ms;            /* request start to the first token chosen */
     double decode_ms;          /* first token to the last */
     bool eog;                  /* stopped at an end-of-generation token */

@@ -1,0 +1,103 @@
+#include "kv/host_tier.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/base/error.h"
+#include "runtime/vk/vk_barrier.h"
+
+#define MIB (1024.0 * 1024.0)
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+int kv_host_init(kv_host_tier *h, cvk_ctx *vk, const cvk_buffer *pool, uint64_t page_bytes, uint64_t budget_bytes) {
+    *h = (kv_host_tier){.vk = vk, .pool = pool, .page_bytes = page_bytes};
+    if (!page_bytes || pool->size % page_bytes) return cd_fail("host tier: the pool is not whole pages of %llu bytes",
+                                                               (unsigned long long)page_bytes);
+    h->n_pool_pages = (uint32_t)(pool->size / page_bytes);
+    uint64_t n = budget_bytes / page_bytes;
+    if (n == 0)
+        return cd_fail("host tier: %.1f MiB holds no KV page of %.2f MiB (raise --host-cache-mb)", budget_bytes / MIB,
+                       page_bytes / MIB);
+    if (n > UINT32_MAX) n = UINT32_MAX;
+    h->n_slots = (uint32_t)n;
+    uint64_t bytes = n * page_bytes;
+    if (cvk_buffer_create(&vk->mem, &h->slots, bytes, page_bytes, CVK_MEM_READBACK)) {
+        cd_fail_ctx("host tier: cannot allocate %.1f MiB of host-visible memory for %u KV pages (--host-cache-mb): ",
+                    bytes / MIB, h->n_slots);
+        kv_host_free(h);
+        return -1;
+    }
+    if (!h->slots.host_visible) {
+        kv_host_free(h);
+        return cd_fail("host tier: the device gave no host-visible memory for %.1f MiB of KV slots", bytes / MIB);
+    }
+    h->free_ids = malloc((size_t)h->n_slots * sizeof *h->free_ids);
+    if (!h->free_ids) {
+        kv_host_free(h);
+        return cd_fail("host tier: out of memory for %u slot ids", (unsigned)n);
+    }
+    for (uint32_t i = 0; i < h->n_slots; i++) h->free_ids[i] = h->n_slots - 1 - i; /* slot 0 on top */
+    h->n_free = h->n_slots;
+    if (cvk_cmd_init(&h->cmd, &vk->dev, false)) {
+        kv_host_free(h);
+        return -1;
+    }
+    return 0;
+}
+
+void kv_host_free(kv_host_tier *h) {
+    if (!h->vk) return;
+    if (h->cmd.dev) cvk_cmd_free(&h->cmd);
+    cvk_buffer_destroy(&h->vk->mem, &h->slots);
+    free(h->free_ids);
+    memset(h, 0, sizeof *h);
+}
+
+int kv_host_slot_alloc(kv_host_tier *h, uint32_t *id) {
+    if (!h->n_free) return cd_fail("host tier: all %u slots are in use", h->n_slots);
+    *id = h->free_ids[--h->n_free];
+    return 0;
+}
+
+void kv_host_slot_free(kv_host_tier *h, uint32_t id) {
+    if (id < h->n_slots && h->n_free < h->n_slots) h->free_ids[h->n_free++] = id;
+}
+
+void *kv_host_slot_ptr(const kv_host_tier *h, uint32_t id) {
+    if (id >= h->n_slots) return NULL;
+    uint64_t per_part = h->slots.part_bytes / h->page_bytes;
+    uint8_t *p = cvk_buffer_host_ptr(&h->slots, (uint32_t)(id / per_part));
+    return p ? p + (id % per_part) * h->page_bytes : NULL;
+}
+
+int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
+    if (n == 0) return 0;
+    for (uint32_t i = 0; i < n; i++)
+        if (pages[i] >= h->n_pool_pages || slots[i] >= h->n_slots)
+            return cd_fail("host tier copy: page %u (of %u) <-> slot %u (of %u) out of range", pages[i],
+                           h->n_pool_pages, slots[i], h->n_slots);
+    double t0 = now_ms();
+    uint64_t pb = h->page_bytes;
+    if (cvk_cmd_begin(&h->cmd)) return -1;
+    /* earlier compute (prefill, decode) wrote the pages a demotion reads, or reads the pages a
+     * restore overwrites: order the copies after it */
+    cvk_barrier_compute_to_transfer(h->cmd.cb);
+    for (uint32_t i = 0; i < n; i++) {
+        cvk_view page = cvk_view_range(h->pool, pages[i] * pb, pb), slot = cvk_view_range(&h->slots, slots[i] * pb, pb);
+        if (cvk_cmd_copy(&h->cmd, dir == KV_HOST_DEMOTE ? page : slot, dir == KV_HOST_DEMOTE ? slot : page)) return -1;
+    }
+    if (dir == KV_HOST_DEMOTE) cvk_barrier_device_to_host(h->cmd.cb); /* the slots are host memory */
+    else cvk_barrier_transfer_to_compute(h->cmd.cb);
+    if (cvk_cmd_run(&h->cmd)) return cd_fail_ctx("host tier: copying %u pages %s: ", n,
+                                                 dir == KV_HOST_DEMOTE ? "to the host" : "to the GPU");
+    double ms = now_ms() - t0;
+    if (dir == KV_HOST_DEMOTE) h->bytes_to_host += n * pb, h->batches_to_host++, h->ms_to_host += ms;
+    else h->bytes_to_gpu += n * pb, h->batches_to_gpu++, h->ms_to_gpu += ms;
+    return 0;
+}
