@@ -20,16 +20,6 @@
 #include "runtime/engine/engine.h"
 #include "tools/cli.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, uint32_t n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 typedef struct restore_row {
     uint32_t n, pages;
     uint64_t bytes;
@@ -77,9 +67,9 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
         row->bytes = (uint64_t)want * g->lay.page_bytes;
     }
     if (!rc) {
-        row->recompute_ms = median(rec, repeat);
-        row->demote_ms = median(dem, repeat);
-        row->restore_ms = median(res, repeat);
+        row->recompute_ms = cli_median(rec, repeat);
+        row->demote_ms = cli_median(dem, repeat);
+        row->restore_ms = cli_median(res, repeat);
     }
     kv_cache_clear(&e->cache);
     free(ids); free(rec); free(dem); free(res);

@@ -138,3 +138,13 @@ int cli_ensure_default_model(void) {
         return fprintf(stderr, "cinder: %s\n", cd_errmsg()), -1;
     return 0;
 }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double cli_median(double *v, uint32_t n) {
+    qsort(v, n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

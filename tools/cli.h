@@ -18,6 +18,8 @@ int cli_f32(const char *opt, const char *s, float *out);
 int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
 
 double cli_now_ms(void);
+/* The median of v[0..n) (n >= 1); sorts v in place. */
+double cli_median(double *v, uint32_t n);
 /* Prints "cinder <cmd>: <message>" to stderr and returns 1 (the exit status). */
 int cli_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 int cli_unknown(const char *cmd, const char *arg);

@@ -88,16 +88,6 @@ static int parse(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, uint32_t n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* One prefill of ids from position 0, then n_gen greedy decode steps. */
 static int bench_once(gpu_model *g, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen, bench_run *out) {
     double t0 = cli_now_ms();
@@ -205,7 +195,7 @@ static int bench(const bench_opts *o, model *m) {
     }
     if (!rc && o->profile && !o->json && profile(&g, vk, ids, o->n_prompt)) rc = -1;
     if (rc) cli_error("bench", "%s", cd_errmsg());
-    else report(o, m, vk, median(pp, o->repeat), median(tg, o->repeat), load_ms);
+    else report(o, m, vk, cli_median(pp, o->repeat), cli_median(tg, o->repeat), load_ms);
     gpu_model_free(&g);
     if (vk) cvk_ctx_free(vk);
     free(vk);
