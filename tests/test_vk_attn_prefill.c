@@ -8,7 +8,8 @@
  * multiple of the tile; the pool in one part and in many (results match); every kernel
  * configuration (lanes per row 1..8, workgroups 32..256, K/V tiles 2..16); invalid locs give
  * zeros; argument errors; the push layout.
- * CINDER_ATTN_BENCH=1 times a 512-token prefill instead (see docs/kernels/attention.md). */
+ * CINDER_ATTN_BENCH=1 times a 512-token prefill and 96 tokens after a 5000-token history instead
+ * (see bench() and docs/kernels/attention.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -471,62 +472,97 @@ static double now_s(void) {
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-/* 512 new tokens at positions 0..511 of one sequence, 8 query heads over 2 kv heads, head_dim 128 */
-static void bench_one(const cvk_attn_prefill_cfg *cfg) {
-    const seg b[] = {{0, 0, 512}};
-    tcase t = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = b, .n_segs = 1};
+/* A benchmark shape: count new tokens at positions pos0.. of one sequence (the history before
+ * pos0 already in the pool), n_head query heads over n_head_kv kv heads, page 16, one layer. */
+typedef struct bshape {
+    const char *name;
+    uint32_t head_dim, n_head, n_head_kv, pos0, count;
+} bshape;
+
+static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
+    const seg g[] = {{0, b->pos0, b->count}};
+    tcase t = {.head_dim = b->head_dim, .n_head = b->n_head, .n_head_kv = b->n_head_kv, .page_tokens = 16,
+               .n_layer = 1, .segs = g, .n_segs = 1};
     scene s;
     scene_make(&s, &t, 7, 0);
     size_t row = (size_t)t.n_head * t.head_dim;
-    cvk_buffer bpool, bq, btab, bloc, bout;
+    cvk_buffer bpool, bq, btab, bloc, bpart, bout;
     assert_int_equal(cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s.n_pages * s.lay.page_bytes, s.lay.page_bytes,
                                        CVK_MEM_DEVICE), 0);
+    cvk_attn_prefill_pipes p;
+    if (cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, vk->pcache.cache, t.head_dim, cfg)) fail_msg("%s", cd_errmsg());
+    uint64_t pbytes = cvk_attn_prefill_partials_bytes(s.n_tokens, t.n_head, bpool.n_parts, t.head_dim);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bq, s.n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &btab, (uint64_t)s.stride * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bloc, s.n_tokens * 8ull, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bpart, pbytes ? pbytes : 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bout, s.n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bpool), s.pool), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bq), s.q), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&btab), s.table), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bloc), s.loc), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    cvk_attn_prefill_pipes p;
-    if (cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, vk->pcache.cache, t.head_dim, cfg)) fail_msg("%s", cd_errmsg());
     cvk_attn_prefill_args a = {.pool = &bpool, .lay = &s.lay, .q = cvk_view_whole(&bq), .table = cvk_view_whole(&btab),
-                               .loc = cvk_view_whole(&bloc), .out = cvk_view_whole(&bout), .n_tokens = s.n_tokens,
-                               .n_head = t.n_head, .table_stride = s.stride, .max_len = 512};
+                               .loc = cvk_view_whole(&bloc), .partials = cvk_view_whole(&bpart),
+                               .out = cvk_view_whole(&bout), .n_tokens = s.n_tokens, .n_head = t.n_head,
+                               .table_stride = s.stride, .max_len = s.max_len};
     assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
     if (cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_end(&vk->cmd), 0);
     double best = 1e30;
-    for (int k = 0; k < 5; k++) {
+    const char *er = getenv("CINDER_ATTN_BENCH_REPS");
+    int reps = er && atoi(er) > 0 ? atoi(er) : 5;
+    for (int k = 0; k < reps; k++) {
         double t0 = now_s();
         assert_int_equal(cvk_cmd_submit(&vk->cmd), 0);
         assert_int_equal(cvk_cmd_wait(&vk->cmd), 0);
         best = fmin(best, now_s() - t0);
     }
-    /* useful work: the causal half of the score matrix, QK and PV, per query head */
-    double flop = 2.0 * 2 * t.n_head * t.head_dim * (512.0 * 513 / 2);
-    printf("  bench prefill 512 tokens at 0, heads 8/2, hd 128, pt 16, cfg wg=%u lpr=%u kt=%u: %.2f ms "
-           "(%.2f GFLOP/s useful)\n", p.wg, p.lanes_per_row, p.kv_tile, best * 1e3, flop / best * 1e-9);
+    /* useful work: QK and PV over positions 0..pos of each token, per query head */
+    double pairs = 0;
+    for (uint32_t i = 0; i < b->count; i++) pairs += b->pos0 + i + 1.0;
+    double flop = 2.0 * 2 * t.n_head * t.head_dim * pairs;
+    printf("  bench %-24s heads %u/%u hd %u, %u tokens at %u, cfg wg=%u lpr=%u kt=%u: %8.2f ms (%.2f GFLOP/s useful)\n",
+           b->name, b->n_head, b->n_head_kv, b->head_dim, b->count, b->pos0, p.wg, p.lanes_per_row, p.kv_tile,
+           best * 1e3, flop / best * 1e-9);
+    fflush(stdout);
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &bpool);
     cvk_buffer_destroy(&vk->mem, &bq);
     cvk_buffer_destroy(&vk->mem, &btab);
     cvk_buffer_destroy(&vk->mem, &bloc);
+    cvk_buffer_destroy(&vk->mem, &bpart);
     cvk_buffer_destroy(&vk->mem, &bout);
     scene_free(&s);
 }
 
-/* A timing run, not a test: only with CINDER_ATTN_BENCH=1 (see docs/kernels/attention.md). */
+/* A timing run, not a test: only with CINDER_ATTN_BENCH=1 (see docs/kernels/attention.md).
+ * CINDER_ATTN_BENCH=<name> runs only the shapes whose name contains it; CINDER_ATTN_BENCH_CFG=wg,lpr,kt
+ * times that one configuration instead of the list below; CINDER_ATTN_BENCH_REPS=n takes the best of n
+ * runs (default 5). */
 static void bench(void **state) {
     (void)state;
+    const bshape shapes[] = {
+        {"from0-512", 128, 8, 2, 0, 512},       /* a 512-token prompt from an empty context */
+        {"hist5000-96-tiny", 64, 4, 2, 5000, 96},     /* a new turn after a cached history: tiny */
+        {"hist5000-96-qwen3moe", 128, 32, 4, 5000, 96}, /* the same on Qwen3-30B-A3B's attention */
+    };
     const cvk_attn_prefill_cfg cfgs[] = {{0}, {64, 1, 8}, {128, 1, 16}, {64, 4, 16}, {256, 4, 16}};
-    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
-        if (cfgs[c].lanes_per_row > vk->dev.info.caps.min_subgroup_size) continue;
-        bench_one(&cfgs[c]);
+    const char *e = getenv("CINDER_ATTN_BENCH"), *ec = getenv("CINDER_ATTN_BENCH_CFG");
+    int all = !strcmp(e, "1");
+    cvk_attn_prefill_cfg one = {0};
+    if (ec) sscanf(ec, "%u,%u,%u", &one.wg, &one.lanes_per_row, &one.kv_tile);
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        if (!all && !strstr(shapes[i].name, e)) continue;
+        size_t n = ec ? 1 : sizeof cfgs / sizeof *cfgs;
+        for (size_t c = 0; c < n; c++) {
+            const cvk_attn_prefill_cfg *cf = ec ? &one : &cfgs[c];
+            if (cf->lanes_per_row > vk->dev.info.caps.min_subgroup_size) continue;
+            if (i > 0 && !ec && c > 0) break; /* the long-history shapes: the default configuration only */
+            bench_one(&shapes[i], cf);
+        }
     }
 }
 
