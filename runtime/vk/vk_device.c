@@ -30,6 +30,7 @@ static void build_features(feature_chain *f, const cvk_phys_info *info) {
     if (c->api >= VK_API_VERSION_1_3) f->f12.pNext = &f->f13;
     else if (info->ext_subgroup_size_control) f->f12.pNext = &f->sgc;
     f->f2.features.shaderInt16 = c->int16;
+    f->f2.features.shaderInt64 = c->int64;
     f->f11.storageBuffer16BitAccess = c->storage16;
     f->f12.shaderFloat16 = c->fp16;
     f->f12.shaderInt8 = c->int8;

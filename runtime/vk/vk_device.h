@@ -14,9 +14,10 @@
  * both families, so no ownership transfers are needed. Queues are not thread-safe: record and
  * submit from one thread (or lock around it).
  *
- * Enabled when present: shaderFloat16, shaderInt8, shaderInt16, 8- and 16-bit storage buffer
- * access, subgroup extended types, subgroup size control + full subgroups, integer dot
- * product, timeline semaphores, the Vulkan memory model. `caps` says what was enabled. */
+ * Enabled when present: shaderFloat16, shaderInt8, shaderInt16, shaderInt64, 8- and 16-bit
+ * storage buffer access, subgroup extended types, subgroup size control + full subgroups,
+ * integer dot product, timeline semaphores, the Vulkan memory model. `caps` says what was
+ * enabled. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,6 +27,7 @@
 typedef struct cvk_caps {
     uint32_t api;                /* effective API version: min(instance, device) */
     bool fp16, int8, int16;      /* shaderFloat16, shaderInt8, shaderInt16 */
+    bool int64;                  /* shaderInt64 */
     bool storage8, storage16;    /* storageBuffer8BitAccess, storageBuffer16BitAccess */
     bool subgroup_arith;         /* subgroup arithmetic ops in compute shaders */
     bool subgroup_ext_types;     /* subgroup ops on 8/16-bit types */

@@ -46,8 +46,9 @@ static void print_details(FILE *out, const cvk_phys_info *d) {
     fprintf(out, "  workgroup count       %u x %u x %u\n", c->max_wg_count[0], c->max_wg_count[1],
             c->max_wg_count[2]);
     fprintf(out, "  push constants        %u bytes\n", c->max_push);
-    fprintf(out, "  fp16 %s, int8 %s, int16 %s, 8-bit storage %s, 16-bit storage %s, int dot %s\n",
-            yes(c->fp16), yes(c->int8), yes(c->int16), yes(c->storage8), yes(c->storage16), yes(c->int_dot));
+    fprintf(out, "  fp16 %s, int8 %s, int16 %s, int64 %s, 8-bit storage %s, 16-bit storage %s, int dot %s\n",
+            yes(c->fp16), yes(c->int8), yes(c->int16), yes(c->int64), yes(c->storage8), yes(c->storage16),
+            yes(c->int_dot));
     fprintf(out, "  timestamps            %s, period %g ns, %u valid bits\n", yes(c->timestamps),
             (double)c->timestamp_period, c->timestamp_bits);
     fprintf(out, "  queues                compute family %u", d->compute_family);

@@ -126,6 +126,7 @@ static void query_features(cvk_phys_info *o, bool sgc_ext) {
     vkGetPhysicalDeviceFeatures2(o->phys, &f2);
     cvk_caps *c = &o->caps;
     c->int16 = f2.features.shaderInt16;
+    c->int64 = f2.features.shaderInt64;
     c->storage16 = f11.storageBuffer16BitAccess;
     c->fp16 = f12.shaderFloat16;
     c->int8 = f12.shaderInt8;
