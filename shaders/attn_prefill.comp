@@ -4,15 +4,17 @@
 // 0..pos of its row:
 //   out[i][h] = sum_{t <= pos_i} softmax_t(scale * dot(Q[i][h], K[row_i][t])) V[row_i][t]
 //
-// Workgroup (x = tile of TPW consecutive query tokens, y = kv head * head chunks) holds
+// Workgroup (x = tile of TPW consecutive query tokens, y = kv head * head chunks, z = split of
+// the K/V walk) holds
 // ROWS = WG / LPR query rows: TPW tokens x HPW query heads of one kv head's group (GQA: the
 // group's heads share every K/V tile loaded into shared memory). Each row is owned by LPR
 // invocations, each holding DPL = HEAD_DIM / LPR dims (d = sub + i * LPR) of q (pre-scaled) and
 // of the accumulator in registers; a score is LPR partial dots summed by subgroupShuffleXor
 // (LPR 1 on lavapipe: no cross-lane work at all, the K/V reads are workgroup-uniform).
 //
-// The workgroup walks K/V in tiles of KT positions, [0, end) with end = 1 + the largest
-// position among its tokens of the row being walked, with two barriers per tile:
+// The workgroup walks K/V in tiles of KT positions over its split, [lo, end) with
+// lo = split * split_len (a multiple of KT) and end = min(lo + split_len, 1 + the largest position
+// among its tokens of the row being walked), with two barriers per tile:
 //   load:    K and V of the tile (fp16 -> f32) into ks/vs, zeros where the page is missing or
 //            belongs to another part; invocations < KT look up the NEXT tile's pages into the
 //            other half of pg (double buffered, so the lookup costs no barrier)
@@ -24,10 +26,11 @@
 // Tokens of different table rows in one tile: the workgroup walks once per distinct row (in
 // order of first appearance), only that row's tokens taking part; sorted batches walk once.
 // The pool may be split into parts (kv/kv_layout.h): the host dispatches once per part, each
-// counting only pages its part holds. With one part the kernel writes out = acc / l directly;
-// with several it writes the partial state {m, l, acc[HEAD_DIM]} of (token, head, part) to
-// partials[((tok * n_head + h) * n_parts + part) * (HEAD_DIM + 2)], the layout of
-// attn_decode.comp with n_split = 1, and attn_decode_combine.comp merges them.
+// counting only pages its part holds. With one part and one split the kernel writes
+// out = acc / l directly; otherwise it writes the partial state {m, l, acc[HEAD_DIM]} of
+// (token, head, part, split) to partials[(((tok * n_head + h) * n_parts + part) * n_split + split)
+// * (HEAD_DIM + 2)], the layout of attn_decode.comp, and attn_decode_combine.comp merges them.
+// attn_prefill_lanes.glsl is the same task for CPU devices (llvmpipe), organised differently.
 // Tokens whose row is >= table_rows or whose position is >= limit get zeros.
 // Fixed evaluation order: results are deterministic.
 #extension GL_KHR_shader_subgroup_basic : require
@@ -72,6 +75,8 @@ layout(push_constant) uniform Push {
     uint hpw;          // query heads per workgroup (<= ROWS)
     uint tpw;          // query tokens per workgroup (ROWS / hpw)
     float scale;
+    uint n_split;      // splits of the K/V walk (workgroup z)
+    uint split_len;    // positions per split, a multiple of KT
 } pc;
 
 shared float ks[KT * HEAD_DIM];
@@ -95,7 +100,8 @@ void main() {
     uint chunks = (group + pc.hpw - 1u) / pc.hpw;
     uint kvh = gl_WorkGroupID.y / chunks;
     uint lt = r / pc.hpw, gi = (gl_WorkGroupID.y % chunks) * pc.hpw + r % pc.hpw;
-    uint tok0 = gl_WorkGroupID.x * pc.tpw, tok = tok0 + lt, h = kvh * group + gi;
+    uint tok0 = gl_WorkGroupID.x * pc.tpw, tok = tok0 + lt, h = kvh * group + gi, split = gl_WorkGroupID.z;
+    uint lo = split * pc.split_len, hi = lo + min(pc.split_len, pc.limit - min(lo, pc.limit));
     bool live = lt < pc.tpw && tok < pc.n_tokens && gi < group;
 
     for (uint i = tid; i < pc.tpw; i += WG) {
@@ -130,12 +136,13 @@ void main() {
         if (seen) continue;
         uint end = 0u;
         for (uint j = k; j < pc.tpw; j++) if (trow[j] == cur) end = max(end, tpos[j] + 1u);
+        end = min(end, hi);
         bool mine = myrow == cur;
 
-        if (tid < KT) pg[tid] = page_offset(cur, tid, end);
+        if (tid < KT) pg[tid] = page_offset(cur, lo + tid, end);
         barrier();
         uint b = 0u;
-        for (uint t0 = 0u; t0 < end; t0 += KT, b ^= KT) {
+        for (uint t0 = lo; t0 < end; t0 += KT, b ^= KT) {
             [[unroll]] for (uint it = 0; it < (KT * HALF + WG - 1u) / WG; it++) {
                 uint e = it * WG + tid;
                 if (KT * HALF % WG != 0u && e >= KT * HALF) break;
@@ -181,11 +188,11 @@ void main() {
     }
 
     if (!live) return;
-    if (pc.n_parts == 1u) {
+    if (pc.n_parts * pc.n_split == 1u) {
         float inv = l > 0.0 ? 1.0 / l : 0.0;
         [[unroll]] for (uint i = 0; i < DPL; i++) outv[tok * pc.out_stride + h * HEAD_DIM + sub + i * LPR] = acc[i] * inv;
     } else {
-        uint o = ((tok * pc.n_head + h) * pc.n_parts + pc.part) * (HEAD_DIM + 2u);
+        uint o = (((tok * pc.n_head + h) * pc.n_parts + pc.part) * pc.n_split + split) * (HEAD_DIM + 2u);
         if (sub == 0u) {
             part_out[o] = m;
             part_out[o + 1u] = l;

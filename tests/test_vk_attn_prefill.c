@@ -1,13 +1,18 @@
-/* shaders/attn_prefill.comp (+ attn_decode_combine.comp for split pools) against a
+/* shaders/attn_prefill.comp and attn_prefill_lanes*.comp (+ attn_decode_combine.comp for split
+ * pools and split-K) against a
  * double-precision CPU implementation of cpu_ref.c's causal attention over the same fp16 K/V
  * the pool holds, each token at its own {table row, position}. Random pool contents and q;
- * block tables naming shuffled, non-contiguous pages; head_dim 64, 72 and 128; GQA 4/2, 8/2,
+ * block tables naming shuffled, non-contiguous pages; head_dim 64, 66, 68, 72 and 128; GQA 4/2, 8/2,
  * 32/4 (and 8/8, 64/1 wider than a workgroup); page_tokens 16 and 5; batches starting at
  * position 0, mid-page, on a page boundary, after a 700-token cached prefix, a single token
  * (also checked against attn_decode), two rows interleaved and in blocks, token counts not a
- * multiple of the tile; the pool in one part and in many (results match); every kernel
- * configuration (lanes per row 1..8, workgroups 32..256, K/V tiles 2..16); invalid locs give
- * zeros; argument errors; the push layout.
+ * multiple of the tile; the pool in one part and in many (results match); both kernels (tiled:
+ * lanes per row 1..8, workgroups 32..256, K/V tiles 2..16; lanes: workgroups 1..32, rows 1..16,
+ * 1..8 positions per step; hd 66, 68, 72 exercise its 32-, 64- and 128-bit loads, 64/128 the
+ * 64-bit-integer ones); split-K at
+ * 1..7 and 64 splits (not dividing the walk, empty splits), with parts, page-boundary and mid-page
+ * starts, three table rows; the default split count and its partials; invalid locs give zeros;
+ * argument errors; the push layout.
  * CINDER_ATTN_BENCH=1 times a 512-token prefill and 96 tokens after a 5000-token history instead
  * (see bench() and docs/kernels/attention.md). */
 #include <setjmp.h>
@@ -120,14 +125,14 @@ static void scene_free(scene *s) { free(s->pool), free(s->table), free(s->loc), 
 
 /* Pipelines built once per (head_dim, configuration) for the whole binary: lavapipe compiles the
  * unrolled kernel slowly, so the cases share them. Destroyed by teardown(). */
-static struct { uint32_t hd; cvk_attn_prefill_cfg cfg; cvk_attn_prefill_pipes p; } pcache[32];
+static struct { uint32_t hd; cvk_attn_prefill_cfg cfg; cvk_attn_prefill_pipes p; } pcache[64];
 static uint32_t n_pcache;
 
 static const cvk_attn_prefill_pipes *pipes_for(uint32_t hd, const cvk_attn_prefill_cfg *cfg) {
     cvk_attn_prefill_cfg c = cfg ? *cfg : (cvk_attn_prefill_cfg){0};
     for (uint32_t i = 0; i < n_pcache; i++)
         if (pcache[i].hd == hd && !memcmp(&pcache[i].cfg, &c, sizeof c)) return &pcache[i].p;
-    assert_true(n_pcache < 32);
+    assert_true(n_pcache < 64);
     if (cvk_attn_prefill_pipeline_cfg(&pcache[n_pcache].p, &vk->dev, vk->pcache.cache, hd, &c))
         fail_msg("%s", cd_errmsg());
     pcache[n_pcache].hd = hd, pcache[n_pcache].cfg = c;
@@ -140,10 +145,19 @@ static int teardown(void **state) {
     return vk_teardown(state);
 }
 
-/* Runs the prefill op on the scene (pool split at max_part when nonzero) into out; returns the part count. */
-static uint32_t run_gpu(const scene *s, const tcase *t, uint32_t part_pages, const cvk_attn_prefill_cfg *cfg,
-                        float *out) {
-    uint32_t hd = t->head_dim;
+/* How a run calls the op: the pool in parts of part_pages pages (0 = one part), n_split (0 = the
+ * default), partials bytes (0 = what that split count needs; for the default split count
+ * cvk_attn_prefill_partials_max), the kernel configuration (NULL = defaults). */
+typedef struct runopt {
+    uint32_t part_pages, n_split;
+    uint64_t partials;
+    const cvk_attn_prefill_cfg *cfg;
+} runopt;
+
+/* Runs the prefill op on the scene into out; returns the part count. */
+static uint32_t run_gpu(const scene *s, const tcase *t, const runopt *o, float *out) {
+    uint32_t hd = t->head_dim, part_pages = o->part_pages;
+    const cvk_attn_prefill_cfg *cfg = o->cfg;
     size_t row = (size_t)t->n_head * hd;
     uint64_t saved_part = vk->mem.max_part;
     if (part_pages) vk->mem.max_part = part_pages * s->lay.page_bytes;
@@ -152,7 +166,12 @@ static uint32_t run_gpu(const scene *s, const tcase *t, uint32_t part_pages, con
                                        CVK_MEM_DEVICE), 0);
     vk->mem.max_part = saved_part;
     if (part_pages) assert_true(bpool.n_parts > 2);
-    uint64_t pbytes = cvk_attn_prefill_partials_bytes(s->n_tokens, t->n_head, bpool.n_parts, hd);
+    const cvk_attn_prefill_pipes *p = pipes_for(hd, cfg);
+    uint64_t pbytes = o->partials ? o->partials
+                      : o->n_split
+                          ? cvk_attn_prefill_partials_bytes(s->n_tokens, t->n_head, bpool.n_parts, o->n_split, hd)
+                          : cvk_attn_prefill_partials_max(p, &s->lay, t->n_head, bpool.n_parts, s->n_tokens,
+                                                          s->max_len);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bq, s->n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &btab, (uint64_t)s->n_rows * s->stride * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bloc, s->n_tokens * 8ull, 4, CVK_MEM_DEVICE), 0);
@@ -164,12 +183,11 @@ static uint32_t run_gpu(const scene *s, const tcase *t, uint32_t part_pages, con
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bloc), s->loc), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
 
-    const cvk_attn_prefill_pipes *p = pipes_for(hd, cfg);
     cvk_attn_prefill_args a = {.pool = &bpool, .lay = &s->lay, .q = cvk_view_whole(&bq),
                                .table = cvk_view_whole(&btab), .loc = cvk_view_whole(&bloc),
                                .partials = cvk_view_whole(&bpart), .out = cvk_view_whole(&bout),
                                .n_tokens = s->n_tokens, .n_head = t->n_head, .layer = t->layer,
-                               .table_stride = s->stride, .max_len = s->max_len};
+                               .table_stride = s->stride, .max_len = s->max_len, .n_split = o->n_split};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     if (cvk_attn_prefill(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -209,39 +227,55 @@ static double compare(const scene *s, const tcase *t, const float *got, const fl
     return worst;
 }
 
-/* The case against the reference with the pool in one part, then (part_pages != 0) in parts of
- * part_pages pages: both within TOL of the reference and of each other. */
-static void run_case(const tcase *t, uint64_t seed, uint32_t part_pages, const cvk_attn_prefill_cfg *cfg) {
+/* The case against the reference with the pool in one part, then (o->part_pages != 0) in parts
+ * of part_pages pages: both within TOL of the reference and of each other. */
+static void run_case_opt(const tcase *t, uint64_t seed, const runopt *o) {
     scene s;
     scene_make(&s, t, seed, 1);
     size_t n = (size_t)s.n_tokens * t->n_head * t->head_dim;
     float *one = calloc(n, 4), *split = calloc(n, 4);
-    run_gpu(&s, t, 0, cfg, one);
+    runopt o1 = *o;
+    o1.part_pages = 0;
+    run_gpu(&s, t, &o1, one);
     double e1 = compare(&s, t, one, s.ref, "one part");
     double e2 = 0, e12 = 0;
     uint32_t parts = 1;
-    if (part_pages) {
-        parts = run_gpu(&s, t, part_pages, cfg, split);
+    if (o->part_pages) {
+        parts = run_gpu(&s, t, o, split);
         e2 = compare(&s, t, split, s.ref, "parts");
         e12 = compare(&s, t, split, one, "parts vs one part");
     }
-    fprintf(stderr, "  hd=%u heads=%u/%u pt=%u tokens=%u max_len=%u cfg=%u/%u/%u: worst rel error %.2e"
-                    " (%u parts: %.2e, vs one part %.2e)\n",
-            t->head_dim, t->n_head, t->n_head_kv, t->page_tokens, s.n_tokens, s.max_len, cfg ? cfg->wg : 0,
-            cfg ? cfg->lanes_per_row : 0, cfg ? cfg->kv_tile : 0, e1, parts, e2, e12);
+    const cvk_attn_prefill_cfg *cfg = o->cfg;
+    const cvk_attn_prefill_pipes *p = pipes_for(t->head_dim, cfg);
+    fprintf(stderr, "  hd=%u heads=%u/%u pt=%u tokens=%u max_len=%u %s wg=%u lpr=%u kt=%u rows=%u splits=%u: "
+                    "worst rel error %.2e (%u parts: %.2e, vs one part %.2e)\n",
+            t->head_dim, t->n_head, t->n_head_kv, t->page_tokens, s.n_tokens, s.max_len,
+            p->kernel == CVK_ATTN_PREFILL_LANES ? "lanes" : "tiled", p->wg, p->lanes_per_row, p->kv_tile, p->rows,
+            o->n_split, e1, parts, e2, e12);
     free(one), free(split);
     scene_free(&s);
+}
+
+static void run_case(const tcase *t, uint64_t seed, uint32_t part_pages, const cvk_attn_prefill_cfg *cfg) {
+    runopt o = {.part_pages = part_pages, .cfg = cfg};
+    run_case_opt(t, seed, &o);
 }
 
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
-    assert_int_equal(cvk_spirv_reflect(cinder_spv_attn_prefill, cinder_spv_attn_prefill_size, &si), 0);
-    assert_int_equal(si.n_push, 18);
-    assert_int_equal(si.push_size, sizeof(cvk_attn_prefill_push));
-    for (uint32_t i = 0; i < 18; i++) assert_int_equal(si.push_offset[i], 4 * i); /* all 32-bit, in order */
+    const uint32_t *spv[] = {cinder_spv_attn_prefill, cinder_spv_attn_prefill_lanes, cinder_spv_attn_prefill_lanes_i64};
+    const size_t size[] = {cinder_spv_attn_prefill_size, cinder_spv_attn_prefill_lanes_size,
+                           cinder_spv_attn_prefill_lanes_i64_size};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(cvk_spirv_reflect(spv[k], size[k], &si), 0);
+        assert_int_equal(si.n_push, 20);
+        assert_int_equal(si.push_size, sizeof(cvk_attn_prefill_push));
+        for (uint32_t i = 0; i < 20; i++) assert_int_equal(si.push_offset[i], 4 * i); /* all 32-bit, in order */
+        assert_int_equal(si.n_bindings, 6);
+    }
     assert_int_equal(offsetof(cvk_attn_prefill_push, scale), 68);
-    assert_int_equal(si.n_bindings, 6);
+    assert_int_equal(offsetof(cvk_attn_prefill_push, split_len), 76);
 }
 
 /* One sequence, batches at awkward starts and lengths, page sizes 16 and 5 */
@@ -259,9 +293,13 @@ static void test_one_sequence(void **state) {
                            .segs = batches[b].s, .n_segs = 1};
                 run_case(&c, seed++, 0, NULL);
             }
-    /* head_dim 72: not a multiple of 4 x the default tile loads */
+    /* head_dim 72, 68, 66: rows that are not whole 64-bit (lanes) or 4-wide (tiled) loads */
     const seg mixed[] = {{0, 7, 29}, {1, 700, 3}};
     tcase c = {.head_dim = 72, .n_head = 8, .n_head_kv = 2, .page_tokens = 5, .n_layer = 1, .segs = mixed, .n_segs = 2};
+    run_case(&c, seed++, 0, NULL);
+    c.head_dim = 68; /* rows of 17 uvec2 */
+    run_case(&c, seed++, 0, NULL);
+    c.head_dim = 66; /* rows of 33 uints */
     run_case(&c, seed++, 0, NULL);
 }
 
@@ -293,14 +331,22 @@ static void test_parts(void **state) {
     run_case(&c, 62, 7, NULL);
 }
 
-/* Every configuration the kernel takes: lanes per row (subgroup shuffles), workgroup and K/V
+/* Configurations of either kernel: tiled (workgroup, lanes per row, K/V tile), lanes (workgroup,
+ * positions per invocation and step, rows per workgroup) */
+#define TILED(w, l, k) {.wg = w, .lanes_per_row = l, .kv_tile = k, .kernel = CVK_ATTN_PREFILL_TILED}
+#define LANES(w, k, r) {.wg = w, .kv_tile = k, .rows = r, .kernel = CVK_ATTN_PREFILL_LANES}
+
+/* Every configuration the kernels take: lanes per row (subgroup shuffles), workgroup and K/V
  * tile sizes, GQA groups wider than a workgroup's rows (head chunks), group 1 */
 static void test_configs(void **state) {
     (void)state;
     const seg two[] = {{0, 5, 45}, {1, 0, 20}};
     uint32_t sg = vk->dev.info.caps.min_subgroup_size;
-    const cvk_attn_prefill_cfg cfgs[] = {{64, 1, 16}, {64, 2, 16}, {128, 4, 8}, {256, 8, 16}, {32, 1, 2},
-                                         {64, 4, 5}, {32, 8, 16}};
+    const cvk_attn_prefill_cfg cfgs[] = {
+        TILED(64, 1, 16), TILED(64, 2, 16), TILED(128, 4, 8), TILED(256, 8, 16), TILED(32, 1, 2), TILED(64, 4, 5),
+        TILED(32, 8, 16), LANES(8, 8, 8), LANES(8, 1, 1), LANES(16, 3, 3), LANES(4, 8, 16), LANES(1, 5, 8),
+        LANES(32, 2, 6),
+    };
     uint64_t seed = 70;
     for (uint32_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
         if (cfgs[i].lanes_per_row > sg) continue;
@@ -312,6 +358,71 @@ static void test_configs(void **state) {
         c.n_head = 64, c.n_head_kv = 1; /* group 64: wider than some workgroups' rows */
         run_case(&c, seed++, 0, &cfgs[i]);
     }
+}
+
+/* Split-K: the K/V walk cut into n_split ranges, merged by the combine pass, on both kernels (and
+ * the lanes kernel built for the page size): split counts that divide the walk and that do not,
+ * more splits than steps (empty splits), starts on a page boundary and mid-page, three table
+ * rows (in blocks and interleaved), page size 5, splits x pool parts. */
+static void test_splits(void **state) {
+    (void)state;
+    const cvk_attn_prefill_kernel T = CVK_ATTN_PREFILL_TILED, L = CVK_ATTN_PREFILL_LANES;
+    const cvk_attn_prefill_cfg cfgs[] = {{0}, {.kernel = T}, {.kernel = L, .rows = 3, .kv_tile = 4}};
+    const seg hist[] = {{0, 1000, 23}};                       /* a few tokens after a long history */
+    const seg bound[] = {{0, 480, 40}};                       /* starts on a page boundary */
+    const seg mid[] = {{1, 205, 30}, {0, 0, 3}};              /* mid-page, and a second row */
+    const seg rows3[] = {{2, 0, 9}, {0, 300, 17}, {1, 95, 4}}; /* three table rows */
+    uint64_t seed = 200;
+    for (uint32_t k = 0; k < 3; k++) {
+        const cvk_attn_prefill_cfg *cfg = &cfgs[k];
+        tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 2, .layer = 1,
+                   .segs = hist, .n_segs = 1};
+        const uint32_t splits[] = {1, 2, 3, 7};
+        for (uint32_t i = 0; i < 4; i++) {
+            runopt o = {.n_split = splits[i], .cfg = cfg};
+            run_case_opt(&c, seed++, &o);
+        }
+        runopt o = {.n_split = 64, .cfg = cfg}; /* 64 splits of a 523-token walk: most are empty */
+        c.segs = bound, c.head_dim = 64, c.n_head = 4;
+        run_case_opt(&c, seed++, &o);
+        o.n_split = 5, o.part_pages = 7; /* 5 splits x the pool's parts */
+        c.segs = mid, c.n_segs = 2, c.interleave = 1;
+        run_case_opt(&c, seed++, &o);
+        o.n_split = 3, o.part_pages = 0;
+        c.segs = rows3, c.n_segs = 3, c.page_tokens = 5, c.head_dim = 72, c.n_head = 8;
+        run_case_opt(&c, seed++, &o);
+        c.interleave = 0, o.n_split = 4;
+        run_case_opt(&c, seed++, &o);
+    }
+}
+
+/* The default split count: several for a few tokens after a long history (one workgroup, a
+ * CPU device taken to have 4 threads), one for a long prompt; it fits in
+ * cvk_attn_prefill_partials_max, and a smaller partials buffer lowers it (results unchanged). */
+static void test_default_splits(void **state) {
+    (void)state;
+    const seg few[] = {{0, 4000, 2}};
+    tcase c = {.head_dim = 64, .n_head = 4, .n_head_kv = 1, .page_tokens = 16, .n_layer = 1, .segs = few, .n_segs = 1};
+    const cvk_attn_prefill_pipes *p = pipes_for(c.head_dim, NULL);
+    kv_layout lay;
+    assert_int_equal(kv_layout_init(&lay, 1, 1, 64, 16), 0);
+    const char *saved = getenv("LP_NUM_THREADS"); /* read by the op at each call (lavapipe has its threads) */
+    char *keep = saved ? strdup(saved) : NULL;
+    setenv("LP_NUM_THREADS", "4", 1);
+    uint32_t n2 = cvk_attn_prefill_splits(p, &lay, 2, 4, 4002), n512 = cvk_attn_prefill_splits(p, &lay, 512, 4, 512);
+    uint64_t most = cvk_attn_prefill_partials_max(p, &lay, 4, 1, 512, 4002);
+    if (keep) setenv("LP_NUM_THREADS", keep, 1), free(keep);
+    else unsetenv("LP_NUM_THREADS");
+    fprintf(stderr, "  default splits: 2 tokens at 4000: %u, 512 tokens from 0: %u\n", n2, n512);
+    assert_true(n2 >= 2 && n2 <= 64);
+    assert_true(n512 < n2);
+    assert_true(most >= cvk_attn_prefill_partials_bytes(2, 4, 1, n2, 64));
+    runopt o = {0};
+    run_case_opt(&c, 300, &o); /* the default count, partials_max */
+    o.partials = cvk_attn_prefill_partials_bytes(2, 4, 1, 2, 64) + 100; /* room for 2 splits only */
+    run_case_opt(&c, 301, &o);
+    o.partials = 4; /* none: one split */
+    run_case_opt(&c, 302, &o);
 }
 
 static void test_large_scores(void **state) {
@@ -335,7 +446,8 @@ static void test_single_token_matches_decode(void **state) {
         scene_make(&s, &t, 90 + k, 1);
         size_t row = (size_t)t.n_head * t.head_dim;
         float *pre = calloc(row, 4), *dec = calloc(row, 4);
-        run_gpu(&s, &t, 0, NULL, pre);
+        runopt o = {0};
+        run_gpu(&s, &t, &o, pre);
         compare(&s, &t, pre, s.ref, "single token");
 
         cvk_buffer bpool, bq, btab, blen, bpart, bout;
@@ -394,7 +506,8 @@ static void test_invalid_locs_give_zeros(void **state) {
     memset(s.ref + 3 * row, 0, row * 4);
     memset(s.ref + 7 * row, 0, row * 4);
     memset(s.ref + 19 * row, 0, row * 4);
-    run_gpu(&s, &t, 0, NULL, out);
+    runopt o = {0};
+    run_gpu(&s, &t, &o, out);
     for (size_t i = 0; i < row; i++) {
         assert_true(out[3 * row + i] == 0.0f);
         assert_true(out[7 * row + i] == 0.0f);
@@ -412,12 +525,17 @@ static void test_bad_args(void **state) {
     cvk_attn_prefill_pipes p;
     assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 63, 0), -1);
     assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 64, 48), -1);
-    cvk_attn_prefill_cfg bad_lpr = {.lanes_per_row = 3};
+    const cvk_attn_prefill_kernel T = CVK_ATTN_PREFILL_TILED, L = CVK_ATTN_PREFILL_LANES;
+    cvk_attn_prefill_cfg bad_lpr = {.lanes_per_row = 3, .kernel = T};
     assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_lpr), -1);
-    cvk_attn_prefill_cfg bad_kt = {.wg = 32, .kv_tile = 64};
+    cvk_attn_prefill_cfg bad_kt = {.wg = 32, .kv_tile = 64, .kernel = T};
     assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_kt), -1);
-    cvk_attn_prefill_cfg odd_lpr = {.lanes_per_row = 4}; /* 4 does not divide 70... */
+    cvk_attn_prefill_cfg odd_lpr = {.lanes_per_row = 4, .kernel = T}; /* 4 does not divide 70... */
     assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 70, &odd_lpr), -1);
+    cvk_attn_prefill_cfg bad_lanes[] = {{.rows = 65, .kernel = L}, {.kv_tile = 33, .kernel = L},
+                                        {.wg = 12, .kernel = L}, {.lanes_per_row = 2, .kernel = L}};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_lanes[i]), -1);
     assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 70, 0), 0); /* ...the default adapts */
     assert_int_equal(p.head_dim % p.lanes_per_row, 0);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
@@ -458,8 +576,17 @@ static void test_bad_args(void **state) {
     a.partials = (cvk_view){0};
     assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1);
     assert_non_null(strstr(cd_errmsg(), "partials"));
-    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 1, 64), 0);
-    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 3, 64), 10 * 4 * 3 * 66 * 4);
+    a.partials = cvk_view_range(&b, 0, cvk_attn_prefill_partials_bytes(1, 4, 4, 1, 64)), a.n_split = 2;
+    assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1); /* an explicit count must fit */
+    assert_non_null(strstr(cd_errmsg(), "partials"));
+    a.n_split = 0;
+    cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
+    cvk_attn_prefill_cfg bad_kernel = {.kernel = (cvk_attn_prefill_kernel)7};
+    assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_kernel), -1);
+    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 1, 1, 64), 0);
+    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 3, 1, 64), 10 * 4 * 3 * 66 * 4);
+    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 1, 5, 64), 10 * 4 * 5 * 66 * 4);
+    assert_int_equal(cvk_attn_prefill_partials_bytes(10, 4, 3, 5, 64), 10 * 4 * 15 * 66 * 4);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &b);
 }
@@ -490,8 +617,10 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
     assert_int_equal(cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s.n_pages * s.lay.page_bytes, s.lay.page_bytes,
                                        CVK_MEM_DEVICE), 0);
     cvk_attn_prefill_pipes p;
+    double tc = now_s();
     if (cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, vk->pcache.cache, t.head_dim, cfg)) fail_msg("%s", cd_errmsg());
-    uint64_t pbytes = cvk_attn_prefill_partials_bytes(s.n_tokens, t.n_head, bpool.n_parts, t.head_dim);
+    tc = now_s() - tc;
+    uint64_t pbytes = cvk_attn_prefill_partials_max(&p, &s.lay, t.n_head, bpool.n_parts, s.n_tokens, s.max_len);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bq, s.n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &btab, (uint64_t)s.stride * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bloc, s.n_tokens * 8ull, 4, CVK_MEM_DEVICE), 0);
@@ -506,6 +635,10 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
                                .loc = cvk_view_whole(&bloc), .partials = cvk_view_whole(&bpart),
                                .out = cvk_view_whole(&bout), .n_tokens = s.n_tokens, .n_head = t.n_head,
                                .table_stride = s.stride, .max_len = s.max_len};
+    const char *es = getenv("CINDER_ATTN_BENCH_SPLIT");
+    a.n_split = es ? (uint32_t)atoi(es) : 0;
+    if (a.n_split && a.n_split * (uint64_t)s.n_tokens * t.n_head * (t.head_dim + 2) * 4 > bpart.size)
+        fail_msg("CINDER_ATTN_BENCH_SPLIT=%u: more than the bench's partials hold", a.n_split);
     assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
     if (cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -523,9 +656,12 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
     double pairs = 0;
     for (uint32_t i = 0; i < b->count; i++) pairs += b->pos0 + i + 1.0;
     double flop = 2.0 * 2 * t.n_head * t.head_dim * pairs;
-    printf("  bench %-24s heads %u/%u hd %u, %u tokens at %u, cfg wg=%u lpr=%u kt=%u: %8.2f ms (%.2f GFLOP/s useful)\n",
-           b->name, b->n_head, b->n_head_kv, b->head_dim, b->count, b->pos0, p.wg, p.lanes_per_row, p.kv_tile,
-           best * 1e3, flop / best * 1e-9);
+    uint32_t splits = a.n_split ? a.n_split : cvk_attn_prefill_splits(&p, &s.lay, s.n_tokens, t.n_head, s.max_len);
+    printf("  bench %-20s heads %u/%u hd %u, %u tokens at %u, %s wg=%u lpr=%u kt=%u rows=%u splits=%u: %8.2f ms "
+           "(%.2f GFLOP/s useful; pipeline build %.1f s)\n",
+           b->name, b->n_head, b->n_head_kv, b->head_dim, b->count, b->pos0,
+           p.kernel == CVK_ATTN_PREFILL_LANES ? "lanes" : "tiled", p.wg, p.lanes_per_row, p.kv_tile, p.rows, splits,
+           best * 1e3, flop / best * 1e-9, tc);
     fflush(stdout);
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
@@ -539,28 +675,33 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
 }
 
 /* A timing run, not a test: only with CINDER_ATTN_BENCH=1 (see docs/kernels/attention.md).
- * CINDER_ATTN_BENCH=<name> runs only the shapes whose name contains it; CINDER_ATTN_BENCH_CFG=wg,lpr,kt
+ * CINDER_ATTN_BENCH=<name> runs only the shapes whose name contains it; CINDER_ATTN_BENCH_CFG=
+ * wg,lpr,kt[,kernel,rows] (cvk_attn_prefill_cfg, kernel 1 tiled, 2 lanes)
  * times that one configuration instead of the list below; CINDER_ATTN_BENCH_REPS=n takes the best of n
- * runs (default 5). */
+ * runs (default 5); CINDER_ATTN_BENCH_SPLIT=n forces n splits of the K/V walk. */
 static void bench(void **state) {
     (void)state;
     const bshape shapes[] = {
         {"from0-512", 128, 8, 2, 0, 512},       /* a 512-token prompt from an empty context */
         {"hist5000-96-tiny", 64, 4, 2, 5000, 96},     /* a new turn after a cached history: tiny */
         {"hist5000-96-qwen3moe", 128, 32, 4, 5000, 96}, /* the same on Qwen3-30B-A3B's attention */
+        {"hist5000-4-tiny", 64, 4, 2, 5000, 4},      /* a few tokens: split-K makes the workgroups */
     };
-    const cvk_attn_prefill_cfg cfgs[] = {{0}, {64, 1, 8}, {128, 1, 16}, {64, 4, 16}, {256, 4, 16}};
+    const cvk_attn_prefill_cfg cfgs[] = {{0}, {.kernel = CVK_ATTN_PREFILL_TILED}, TILED(128, 1, 16), TILED(64, 4, 16),
+                                         TILED(256, 4, 16)};
     const char *e = getenv("CINDER_ATTN_BENCH"), *ec = getenv("CINDER_ATTN_BENCH_CFG");
     int all = !strcmp(e, "1");
     cvk_attn_prefill_cfg one = {0};
-    if (ec) sscanf(ec, "%u,%u,%u", &one.wg, &one.lanes_per_row, &one.kv_tile);
+    uint32_t kernel = 0;
+    if (ec) sscanf(ec, "%u,%u,%u,%u,%u", &one.wg, &one.lanes_per_row, &one.kv_tile, &kernel, &one.rows);
+    one.kernel = (cvk_attn_prefill_kernel)kernel;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         if (!all && !strstr(shapes[i].name, e)) continue;
         size_t n = ec ? 1 : sizeof cfgs / sizeof *cfgs;
         for (size_t c = 0; c < n; c++) {
             const cvk_attn_prefill_cfg *cf = ec ? &one : &cfgs[c];
             if (cf->lanes_per_row > vk->dev.info.caps.min_subgroup_size) continue;
-            if (i > 0 && !ec && c > 0) break; /* the long-history shapes: the default configuration only */
+            if (i > 0 && !ec && c > 1) break; /* the long-history shapes: the default and the tiled kernel */
             bench_one(&shapes[i], cf);
         }
     }
@@ -573,11 +714,15 @@ int main(void) {
         cmocka_unit_test(test_mixed_rows),
         cmocka_unit_test(test_parts),
         cmocka_unit_test(test_configs),
+        cmocka_unit_test(test_splits),
+        cmocka_unit_test(test_default_splits),
         cmocka_unit_test(test_large_scores),
         cmocka_unit_test(test_single_token_matches_decode),
         cmocka_unit_test(test_invalid_locs_give_zeros),
         cmocka_unit_test(test_bad_args),
     };
+    const char *f = getenv("CINDER_TEST_FILTER"); /* e.g. test_splits, or test_* patterns */
+    if (f && *f) cmocka_set_test_filter(f);
     const char *e = getenv("CINDER_ATTN_BENCH");
     if (e && *e && *e != '0') {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench)};

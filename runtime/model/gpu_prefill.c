@@ -73,8 +73,11 @@ static int make_buffers(gpu_model *g) {
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
+    /* partial softmax states of split-K attention and of a pool in several parts: enough for the
+     * default split count of any chunk (few new tokens after a long history split the most) */
     TRY(gpu_model_buffer(g, &g->bpartials,
-                         cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->pool.n_parts, c->head_dim), D));
+                         cvk_attn_prefill_partials_max(&g->attn_prefill, &g->lay, c->n_head, g->pool.n_parts,
+                                                       g->n_batch, g->n_ctx), D));
     if (moe) {
         TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
             gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||

@@ -1,6 +1,8 @@
 #include "runtime/vk/op_attn_prefill.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include "runtime/base/error.h"
 #include "runtime/vk/op_attn_decode.h"
@@ -17,25 +19,23 @@ static int has_shuffle(const cvk_device *d) {
     return (sp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sp.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
 }
 
-int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache,
-                                  uint32_t head_dim, const cvk_attn_prefill_cfg *cfg) {
-    *p = (cvk_attn_prefill_pipes){0};
+/* The tiled kernel (attn_prefill.comp): configuration, pipeline. */
+static int make_tiled(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim,
+                      const cvk_attn_prefill_cfg *cfg, bool cpu) {
     const cvk_caps *caps = &d->info.caps;
-    bool cpu = d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    if (!head_dim || head_dim % 2 || head_dim > 512) return cd_fail("attn_prefill: head_dim %u unsupported", head_dim);
     if (!has_shuffle(d)) return cd_fail("attn_prefill: the device has no subgroup shuffle in compute shaders");
-    uint32_t wg = cfg && cfg->wg ? cfg->wg : cpu ? 64 : 256;
-    if (wg > caps->max_wg_size[0] && !(cfg && cfg->wg)) wg = caps->max_wg_size[0];
+    uint32_t wg = cfg->wg ? cfg->wg : cpu ? 64 : 256;
+    if (wg > caps->max_wg_size[0] && !cfg->wg) wg = caps->max_wg_size[0];
     if (!pow2(wg) || wg > 1024 || wg > caps->max_wg_size[0] || wg > caps->max_wg_invocations)
         return cd_fail("attn_prefill: workgroup size %u is not a power of two within the device limit", wg);
-    uint32_t lpr = cfg && cfg->lanes_per_row ? cfg->lanes_per_row : cpu ? 1 : 4;
-    if (!(cfg && cfg->lanes_per_row))
+    uint32_t lpr = cfg->lanes_per_row ? cfg->lanes_per_row : cpu ? 1 : 4;
+    if (!cfg->lanes_per_row)
         while (lpr > 1 && (head_dim % lpr || lpr > caps->min_subgroup_size || lpr > wg)) lpr /= 2;
     if (!pow2(lpr) || head_dim % lpr || lpr > caps->min_subgroup_size || lpr > wg)
         return cd_fail("attn_prefill: %u lanes per row must be a power of two dividing head_dim %u, at most the "
                        "subgroup size %u and the workgroup size %u", lpr, head_dim, caps->min_subgroup_size, wg);
-    uint32_t kt = cfg && cfg->kv_tile ? cfg->kv_tile : cpu ? 8 : 16; /* lavapipe: 8 measured faster */
-    if (!(cfg && cfg->kv_tile))
+    uint32_t kt = cfg->kv_tile ? cfg->kv_tile : cpu ? 8 : 16;
+    if (!cfg->kv_tile)
         while (kt > 1 && (2ull * kt * head_dim * 4 > 16384 || kt > wg)) kt /= 2;
     uint64_t shared = 2ull * kt * head_dim * 4 + 2ull * kt * 4 + 2ull * (wg / lpr) * 4;
     if (kt < 1 || kt > wg || shared > caps->max_shared)
@@ -46,6 +46,58 @@ int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPi
                             .spv_size = cinder_spv_attn_prefill_size, .n_bindings = 6,
                             .push_size = sizeof(cvk_attn_prefill_push), .spec = spec, .n_spec = 4};
     if (cvk_pipeline_create(&p->tile, d, cache, &td)) return -1;
+    p->kernel = CVK_ATTN_PREFILL_TILED, p->wg = wg, p->lanes_per_row = lpr, p->kv_tile = kt;
+    p->rows = wg / lpr, p->step = kt;
+    return 0;
+}
+
+/* The lanes kernel (attn_prefill_lanes*.comp): configuration, pipeline. */
+static int make_lanes(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim,
+                      const cvk_attn_prefill_cfg *cfg) {
+    const cvk_caps *caps = &d->info.caps;
+    /* rows: every invocation holds q and the accumulator of all of them (2 * rows * head_dim floats
+     * per SIMD lane): the largest power of two up to 8 with rows * head_dim <= 512 keeps that
+     * within a 32 KiB L1 (measured: hd 128 runs 1.3-1.5x faster at 4 rows than at 8, hd 64 best at 8) */
+    uint32_t rows = cfg->rows;
+    if (!rows)
+        for (rows = 8; rows > 1 && rows * head_dim > 512; rows /= 2) {}
+    uint32_t wg = cfg->wg ? cfg->wg : 8, pp = cfg->kv_tile ? cfg->kv_tile : 8;
+    if (!pow2(wg) || wg > 1024 || wg > caps->max_wg_size[0] || wg > caps->max_wg_invocations)
+        return cd_fail("attn_prefill: workgroup size %u is not a power of two within the device limit", wg);
+    if (rows > 64) return cd_fail("attn_prefill: %u rows per workgroup (lanes kernel: 1..64)", rows);
+    if (cfg->lanes_per_row > 1)
+        return cd_fail("attn_prefill: the lanes kernel has one invocation per K/V row, not %u per query row",
+                       cfg->lanes_per_row);
+    if (pp > 32) return cd_fail("attn_prefill: %u positions per invocation and step (lanes kernel: 1..32)", pp);
+    uint64_t shared = (uint64_t)wg * head_dim * 4 + 2ull * wg * 4;
+    if (shared > caps->max_shared)
+        return cd_fail("attn_prefill: %llu bytes of shared memory for the merge of %u invocations (limit %u)",
+                       (unsigned long long)shared, wg, caps->max_shared);
+    /* 64-bit loads (16 halves a load) where the device has them and a row is a multiple of 16 halves */
+    bool wide = caps->int64 && head_dim % 16 == 0;
+    uint32_t spec[4] = {wg, head_dim, rows, pp};
+    cvk_pipeline_desc td = {.name = "attn_prefill_lanes", .spv = cinder_spv_attn_prefill_lanes,
+                            .spv_size = cinder_spv_attn_prefill_lanes_size, .n_bindings = 6,
+                            .push_size = sizeof(cvk_attn_prefill_push), .spec = spec, .n_spec = 4};
+    if (wide) td.spv = cinder_spv_attn_prefill_lanes_i64, td.spv_size = cinder_spv_attn_prefill_lanes_i64_size;
+    if (cvk_pipeline_create(&p->tile, d, cache, &td)) return -1;
+    p->kernel = CVK_ATTN_PREFILL_LANES, p->wg = wg, p->lanes_per_row = 1, p->kv_tile = pp, p->rows = rows;
+    p->step = wg * pp;
+    return 0;
+}
+
+int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache,
+                                  uint32_t head_dim, const cvk_attn_prefill_cfg *cfg_or_null) {
+    *p = (cvk_attn_prefill_pipes){0};
+    cvk_attn_prefill_cfg cfg = cfg_or_null ? *cfg_or_null : (cvk_attn_prefill_cfg){0};
+    bool cpu = d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (!head_dim || head_dim % 2 || head_dim > 512) return cd_fail("attn_prefill: head_dim %u unsupported", head_dim);
+    cvk_attn_prefill_kernel k = cfg.kernel ? cfg.kernel : cpu ? CVK_ATTN_PREFILL_LANES : CVK_ATTN_PREFILL_TILED;
+    if (k != CVK_ATTN_PREFILL_TILED && k != CVK_ATTN_PREFILL_LANES)
+        return cd_fail("attn_prefill: unknown kernel %d", (int)cfg.kernel);
+    if (k == CVK_ATTN_PREFILL_TILED ? make_tiled(p, d, cache, head_dim, &cfg, cpu)
+                                    : make_lanes(p, d, cache, head_dim, &cfg))
+        return -1;
     uint32_t cspec[2] = {head_dim < 64 ? 32 : 64, head_dim};
     cvk_pipeline_desc cd = {.name = "attn_decode_combine", .spv = cinder_spv_attn_decode_combine,
                             .spv_size = cinder_spv_attn_decode_combine_size, .n_bindings = 2,
@@ -54,7 +106,7 @@ int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPi
         cvk_pipeline_destroy(d, &p->tile);
         return -1;
     }
-    p->head_dim = head_dim, p->wg = wg, p->lanes_per_row = lpr, p->kv_tile = kt;
+    p->head_dim = head_dim, p->cpu = cpu;
     return 0;
 }
 
@@ -70,13 +122,84 @@ void cvk_attn_prefill_pipeline_destroy(cvk_device *d, cvk_attn_prefill_pipes *p)
     *p = (cvk_attn_prefill_pipes){0};
 }
 
-uint64_t cvk_attn_prefill_partials_bytes(uint32_t n_tokens, uint32_t n_head, uint32_t n_parts, uint32_t head_dim) {
-    if (n_parts <= 1) return 0;
-    return (uint64_t)n_tokens * n_head * n_parts * (head_dim + 2) * 4;
+uint64_t cvk_attn_prefill_partials_bytes(uint32_t n_tokens, uint32_t n_head, uint32_t n_parts, uint32_t n_split,
+                                         uint32_t head_dim) {
+    uint64_t n = (uint64_t)(n_parts ? n_parts : 1) * (n_split ? n_split : 1);
+    if (n <= 1) return 0;
+    return (uint64_t)n_tokens * n_head * n * (head_dim + 2) * 4;
+}
+
+/* A workgroup: `rows` query rows = tpw tokens x hpw heads of one kv head's group; chunks
+ * workgroups cover a group wider than rows; n_x token tiles. */
+typedef struct geometry {
+    uint32_t hpw, tpw, chunks, n_x;
+} geometry;
+
+static geometry geometry_of(const cvk_attn_prefill_pipes *p, uint32_t n_tokens, uint32_t n_head, uint32_t n_head_kv) {
+    uint32_t rows = p->rows ? p->rows : 1, group = n_head_kv && n_head >= n_head_kv ? n_head / n_head_kv : 1;
+    geometry g;
+    g.hpw = group < rows ? group : rows;
+    g.tpw = rows / g.hpw;
+    g.chunks = (group + g.hpw - 1) / g.hpw;
+    g.n_x = (uint32_t)(((uint64_t)n_tokens + g.tpw - 1) / g.tpw);
+    return g;
+}
+
+/* Threads lavapipe runs compute on: LP_NUM_THREADS when set, else the online CPUs. */
+static uint32_t cpu_threads(void) {
+    const char *e = getenv("LP_NUM_THREADS");
+    long n = e && *e ? atol(e) : sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 1024 ? 1024 : (uint32_t)n;
+}
+
+/* llvmpipe stops a loop silently once one invocation has run 65535 loop iterations in all (see
+ * docs/kernels/attention.md). Only the walk (a tile, or a step of wg * kv_tile positions) is a
+ * real loop, run once per distinct table row of a workgroup (at most tpw); the few small loops
+ * around it get a share of the budget. The least split count that keeps every invocation under
+ * it (one split covers ~4M positions of one sequence for the lanes kernel, ~0.5M for the tiled one
+ * at 8-position tiles). */
+static uint32_t loop_limit_splits(const cvk_attn_prefill_pipes *p, geometry g, uint64_t lim, uint64_t table_rows) {
+    uint64_t walks = table_rows && table_rows < g.tpw ? table_rows : g.tpw, step = p->step ? p->step : 1;
+    uint64_t other = p->kernel == CVK_ATTN_PREFILL_TILED
+                         ? (uint64_t)g.tpw * g.tpw
+                         : (uint64_t)p->rows * (p->rows + (p->head_dim + p->wg - 1) / p->wg);
+    uint64_t budget = 65535 - 256 > other + 1024 ? 65535 - 256 - other : 1024; /* iterations for the walks */
+    uint64_t per_split = budget / (walks ? walks : 1) * step;                  /* positions one split may walk */
+    uint64_t n = (lim + per_split - 1) / per_split;
+    return n < 1 ? 1 : n > 65535 ? 65535 : (uint32_t)n;
+}
+
+uint32_t cvk_attn_prefill_splits(const cvk_attn_prefill_pipes *p, const kv_layout *lay, uint32_t n_tokens,
+                                 uint32_t n_head, uint32_t max_len) {
+    if (!n_tokens || !max_len) return 1;
+    geometry g = geometry_of(p, n_tokens, n_head, lay->n_head_kv);
+    uint64_t wgs = (uint64_t)g.n_x * lay->n_head_kv * g.chunks;
+    /* workgroups that fill the device. CPU: one per thread; more only add the combine pass (lavapipe,
+     * 2 threads, 5000 positions: 1 workgroup 0.82 ms, in 2 splits 0.58 ms, in 4 splits 0.76 ms;
+     * 2 workgroups 0.84 ms, in 4 splits each 1.34 ms) */
+    uint64_t target = p->cpu ? cpu_threads() : 512;
+    uint64_t min_len = p->cpu ? 512 : 256;                 /* positions per split, at least */
+    if (min_len < p->step) min_len = p->step;
+    uint64_t n = (target + wgs - 1) / wgs, by_len = max_len / min_len;
+    if (n > by_len) n = by_len;
+    n = n < 1 ? 1 : n > 64 ? 64 : n;
+    uint32_t least = loop_limit_splits(p, g, max_len, 0); /* any table: at most tpw rows per workgroup */
+    return n < least ? least : (uint32_t)n;
+}
+
+uint64_t cvk_attn_prefill_partials_max(const cvk_attn_prefill_pipes *p, const kv_layout *lay, uint32_t n_head,
+                                       uint32_t n_parts, uint32_t max_tokens, uint32_t max_len) {
+    uint64_t most = 0;
+    for (uint32_t t = 1; t <= max_tokens; t++) {
+        uint32_t n = cvk_attn_prefill_splits(p, lay, t, n_head, max_len);
+        uint64_t b = cvk_attn_prefill_partials_bytes(t, n_head, n_parts, n, lay->head_dim);
+        if (b > most) most = b;
+    }
+    return most;
 }
 
 static int check(const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a, uint32_t qs, uint32_t os,
-                 uint32_t n_x) {
+                 geometry g, uint32_t n_split, uint64_t lim) {
     const kv_layout *l = a->lay;
     const cvk_buffer *pool = a->pool;
     uint32_t row = a->n_head * l->head_dim;
@@ -85,9 +208,13 @@ static int check(const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a
     if (a->n_head % l->n_head_kv)
         return cd_fail("attn_prefill: %u query heads are not a multiple of %u kv heads", a->n_head, l->n_head_kv);
     if (a->layer >= l->n_layer) return cd_fail("attn_prefill: layer %u of %u", a->layer, l->n_layer);
-    if (n_x > 65535 || (uint64_t)l->n_head_kv * a->n_head > 65535 || a->n_head > 65535 ||
-        (pool->n_parts > 1 && a->n_tokens > 65535))
-        return cd_fail("attn_prefill: grid too large (%u tokens, %u heads)", a->n_tokens, a->n_head);
+    bool combine = (uint64_t)pool->n_parts * n_split > 1;
+    if (g.n_x > 65535 || (uint64_t)l->n_head_kv * g.chunks > 65535 || n_split > 65535 || a->n_head > 65535 ||
+        (combine && a->n_tokens > 65535)) /* the grid size every device takes */
+        return cd_fail("attn_prefill: grid too large (%u tokens, %u heads, %u splits)", a->n_tokens, a->n_head,
+                       n_split);
+    if (p->kernel == CVK_ATTN_PREFILL_LANES && lim > (1u << 24))
+        return cd_fail("attn_prefill: positions up to %llu (the lanes kernel takes < 2^24)", (unsigned long long)lim);
     if (pool->size < l->page_bytes || pool->part_bytes % l->page_bytes)
         return cd_fail("attn_prefill: pool is not whole pages per part (create it with granule = page_bytes)");
     if (pool->part_bytes / 4 > UINT32_MAX) return cd_fail("attn_prefill: pool part too large for 32-bit indexing");
@@ -100,10 +227,11 @@ static int check(const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a
     if (a->loc.size < 8ull * a->n_tokens) return cd_fail("attn_prefill: loc holds fewer than %u tokens", a->n_tokens);
     if (!a->table_stride || a->table.size < 4ull * a->table_stride)
         return cd_fail("attn_prefill: block table holds no row of %u pages", a->table_stride);
-    uint64_t need = cvk_attn_prefill_partials_bytes(a->n_tokens, a->n_head, pool->n_parts, l->head_dim);
+    uint64_t need = cvk_attn_prefill_partials_bytes(a->n_tokens, a->n_head, pool->n_parts, n_split, l->head_dim);
+    if (need / 4 > UINT32_MAX) return cd_fail("attn_prefill: partials too large for 32-bit indexing");
     if (a->partials.size < need)
-        return cd_fail("attn_prefill: partials hold %llu bytes, needs %llu", (unsigned long long)a->partials.size,
-                       (unsigned long long)need);
+        return cd_fail("attn_prefill: partials hold %llu bytes, needs %llu (%u parts x %u splits)",
+                       (unsigned long long)a->partials.size, (unsigned long long)need, pool->n_parts, n_split);
     return 0;
 }
 
@@ -113,33 +241,53 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
     const cvk_buffer *pool = a->pool;
     uint32_t row = a->n_head * l->head_dim;
     uint32_t qs = a->q_stride ? a->q_stride : row, os = a->out_stride ? a->out_stride : row;
-    /* a workgroup: ROWS query rows = tpw tokens x hpw heads of one kv head's group */
-    uint32_t rows = p->wg / p->lanes_per_row, group = l->n_head_kv ? a->n_head / l->n_head_kv : 1;
-    uint32_t hpw = group < rows ? group : rows, tpw = rows / (hpw ? hpw : 1);
-    uint32_t chunks = (group + hpw - 1) / (hpw ? hpw : 1), n_x = (a->n_tokens + tpw - 1) / (tpw ? tpw : 1);
-    if (check(p, a, qs, os, n_x)) return -1;
+    geometry g = geometry_of(p, a->n_tokens, a->n_head, l->n_head_kv);
     uint64_t lim = (uint64_t)a->table_stride * l->page_tokens;
     if (a->max_len && a->max_len < lim) lim = a->max_len;
+    if (lim > UINT32_MAX) lim = UINT32_MAX;
+    uint64_t table_rows = a->table_stride ? a->table.size / 4 / a->table_stride : 0;
+    uint32_t least = loop_limit_splits(p, g, lim, table_rows), n_split = a->n_split;
+    if (!n_split) { /* the default, lowered to what partials holds */
+        n_split = cvk_attn_prefill_splits(p, l, a->n_tokens, a->n_head, (uint32_t)lim);
+        uint64_t one = cvk_attn_prefill_partials_bytes(a->n_tokens, a->n_head, pool->n_parts, 2, l->head_dim) / 2;
+        uint64_t fit = one ? a->partials.size / one : n_split;
+        if (pool->n_parts == 1 && fit < 2) fit = 1; /* one split needs no partials */
+        if (fit < n_split) n_split = fit ? (uint32_t)fit : 1;
+        if (n_split < least) n_split = least; /* check() says when partials cannot hold that */
+    } else if (n_split < least) {
+        return cd_fail("attn_prefill: %u splits of %llu positions exceed llvmpipe's loop limit (at least %u)",
+                       n_split, (unsigned long long)lim, least);
+    }
+    /* split s walks [s * split_len, (s + 1) * split_len), a multiple of the kernel's step (whole
+     * tiles or steps); trailing splits may be empty */
+    uint64_t split_len = lim;
+    if (n_split > 1) {
+        uint64_t per = (lim + n_split - 1) / n_split, step = p->step ? p->step : 1;
+        split_len = (per + step - 1) / step * step;
+        if (split_len * n_split > UINT32_MAX) return cd_fail("attn_prefill: %u splits of %llu positions overflow",
+                                                             n_split, (unsigned long long)split_len);
+    }
+    if (check(p, a, qs, os, g, n_split, lim)) return -1;
     float scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)l->head_dim));
     uint64_t ppp = pool->part_bytes / l->page_bytes;
-    uint64_t table_rows = a->table.size / 4 / a->table_stride;
-    /* one part: the kernel writes out directly and never touches partials; bind out there */
-    cvk_view partials = pool->n_parts > 1 ? a->partials : a->out;
+    bool combine = (uint64_t)pool->n_parts * n_split > 1;
+    /* one part, one split: the kernel writes out directly and never touches partials; bind out there */
+    cvk_view partials = combine ? a->partials : a->out;
     cvk_cmd_label_begin(c, "attn_prefill");
     for (uint32_t k = 0; k < pool->n_parts; k++) {
         cvk_attn_prefill_push pc = {a->n_tokens, a->n_head, l->n_head_kv, l->page_tokens, a->layer, a->table_stride,
-                                    (uint32_t)(table_rows > UINT32_MAX ? UINT32_MAX : table_rows),
-                                    (uint32_t)(lim > UINT32_MAX ? UINT32_MAX : lim), qs, os, (uint32_t)(k * ppp),
-                                    (uint32_t)(pool->parts[k].size / l->page_bytes), (uint32_t)(l->page_bytes / 4),
-                                    k, pool->n_parts, hpw, tpw, scale};
+                                    (uint32_t)(table_rows > UINT32_MAX ? UINT32_MAX : table_rows), (uint32_t)lim, qs,
+                                    os, (uint32_t)(k * ppp), (uint32_t)(pool->parts[k].size / l->page_bytes),
+                                    (uint32_t)(l->page_bytes / 4), k, pool->n_parts, g.hpw, g.tpw, scale, n_split,
+                                    (uint32_t)split_len};
         cvk_view views[6] = {cvk_view_part(pool, k), a->q, a->table, a->loc, partials, a->out};
         VkDescriptorSet set;
         if (cvk_descset(dp, &p->tile, views, &set)) { cvk_cmd_label_end(c); return -1; }
-        cvk_cmd_dispatch(c, &p->tile, set, &pc, n_x, l->n_head_kv * chunks, 1);
+        cvk_cmd_dispatch(c, &p->tile, set, &pc, g.n_x, l->n_head_kv * g.chunks, n_split);
     }
-    if (pool->n_parts > 1) {
+    if (combine) {
         cvk_barrier_compute_to_compute(c->cb);
-        cvk_attn_combine_push cp = {a->n_head, pool->n_parts, os};
+        cvk_attn_combine_push cp = {a->n_head, pool->n_parts * n_split, os};
         cvk_view cviews[2] = {a->partials, a->out};
         VkDescriptorSet cset;
         if (cvk_descset(dp, &p->combine, cviews, &cset)) { cvk_cmd_label_end(c); return -1; }

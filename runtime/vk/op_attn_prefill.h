@@ -9,10 +9,14 @@
  * GQA: query head h reads kv head h / (n_head / n_head_kv). A cached prefix is simply the
  * positions before the first new token. Flash-attention style (online softmax, no score
  * matrix in memory): a workgroup owns a tile of consecutive query tokens and the query heads of
- * one kv head, and walks that row's K/V a tile at a time through shared memory. Tokens of
- * different rows may be mixed in any order (a tile walks once per distinct row in it; sorted
- * batches are fastest). One dispatch per pool part; with several parts each writes a partial
- * softmax state per (token, head, part) and attn_decode_combine.comp merges them.
+ * one kv head, and one split of the K/V walk (split-K: a few new tokens after a long cached
+ * prefix still make enough workgroups). Two kernels do this (cvk_attn_prefill_kernel): "tiled"
+ * (GPU default) walks K/V a tile at a time through shared memory; "lanes" (CPU default,
+ * llvmpipe) has every invocation read its own K/V rows and keep private softmax states. Tokens
+ * of different rows may be mixed in any order (a workgroup walks once per distinct row in it;
+ * sorted batches are fastest). One dispatch per pool part; with several parts or splits each
+ * (token, head, part, split) writes a partial softmax state and attn_decode_combine.comp merges
+ * them.
  * loc, table and q are read on the device, so a recorded step replays with new contents;
  * n_tokens and max_len are fixed at recording. See docs/kernels/attention.md. */
 #pragma once
@@ -28,23 +32,40 @@ typedef struct cvk_attn_prefill_push {
     uint32_t n_tokens, n_head, n_head_kv, page_tokens, layer, table_stride, table_rows, limit;
     uint32_t q_stride, out_stride, page0, pages, page_words, part, n_parts, hpw, tpw;
     float scale;
+    uint32_t n_split, split_len;
 } cvk_attn_prefill_push;
 
+typedef enum cvk_attn_prefill_kernel {
+    CVK_ATTN_PREFILL_DEFAULT = 0, /* lanes on a CPU device, tiled on a GPU */
+    CVK_ATTN_PREFILL_TILED,       /* attn_prefill.comp: K/V tiles in shared memory, rows spread over lanes */
+    CVK_ATTN_PREFILL_LANES,       /* attn_prefill_lanes*.comp: each invocation its own K/V rows, all rows */
+} cvk_attn_prefill_kernel;
+
 typedef struct cvk_attn_prefill_pipes {
-    cvk_pipeline tile;       /* attn_prefill.comp */
-    cvk_pipeline combine;    /* attn_decode_combine.comp (multi-part pools) */
+    cvk_pipeline tile;       /* the attention kernel (either) */
+    cvk_pipeline combine;    /* attn_decode_combine.comp (several parts or splits) */
     uint32_t head_dim;
-    uint32_t wg, lanes_per_row, kv_tile; /* the configuration in force */
+    cvk_attn_prefill_kernel kernel;      /* the kernel in force (never DEFAULT) */
+    uint32_t wg, lanes_per_row, kv_tile; /* the configuration in force (lanes: lanes_per_row 1) */
+    uint32_t rows;                       /* query rows per workgroup: wg / lanes_per_row (tiled) or cfg rows */
+    uint32_t step;                       /* positions a workgroup walks per loop iteration: split lengths are
+                                            multiples of it (tiled: kv_tile; lanes: wg * kv_tile) */
+    bool cpu;                            /* built for a CPU device (split defaults) */
 } cvk_attn_prefill_pipes;
 
 /* Kernel configuration; 0 fields take the defaults below. */
 typedef struct cvk_attn_prefill_cfg {
-    uint32_t wg;             /* invocations per workgroup, a power of two 1..1024 (default: 64 on a
-                                CPU device, 256 on a GPU) */
-    uint32_t lanes_per_row;  /* invocations per query row, a power of two dividing head_dim, at most
+    uint32_t wg;             /* invocations per workgroup, a power of two 1..1024 (default: tiled 64 on a
+                                CPU device, 256 on a GPU; lanes 8) */
+    uint32_t lanes_per_row;  /* tiled: invocations per query row, a power of two dividing head_dim, at most
                                 the subgroup size and wg (default: 1 on a CPU device, 4 on a GPU) */
-    uint32_t kv_tile;        /* K/V positions per shared-memory tile, 1..wg (default 8 on a CPU device,
-                                16 on a GPU, less when 2 * kv_tile * head_dim floats would exceed 16 KiB) */
+    uint32_t kv_tile;        /* tiled: K/V positions per shared-memory tile, 1..wg (default 8 on a CPU device,
+                                16 on a GPU, less when 2 * kv_tile * head_dim floats would exceed 16 KiB).
+                                lanes: consecutive positions per invocation per step, 1..32 (default 8) */
+    cvk_attn_prefill_kernel kernel;
+    uint32_t rows;           /* lanes: query rows per workgroup, 1..64 (default: the largest power of two
+                                <= 8 with rows * head_dim <= 512, so 8 at head_dim 64, 4 at 72..128: every
+                                invocation holds q and the accumulator of all rows, which must stay in L1) */
 } cvk_attn_prefill_cfg;
 
 typedef struct cvk_attn_prefill_args {
@@ -53,13 +74,17 @@ typedef struct cvk_attn_prefill_args {
     cvk_view q;              /* f32 [n_tokens][n_head][head_dim], q_stride floats per token (0 = n_head*head_dim) */
     cvk_view table;          /* uint32 page ids, rows of table_stride */
     cvk_view loc;            /* uint32 {row, position} per token */
-    cvk_view partials;       /* f32 scratch, cvk_attn_prefill_partials_bytes (unused, may be empty, when
-                                the pool is one part) */
+    cvk_view partials;       /* f32 scratch for n_parts * n_split > 1 (unused, may be empty, otherwise):
+                                cvk_attn_prefill_partials_bytes of the split count used */
     cvk_view out;            /* f32 [n_tokens][n_head][head_dim], out_stride floats per token (0 = n_head*head_dim) */
     uint32_t n_tokens, n_head, layer, table_stride, q_stride, out_stride;
     uint32_t max_len;        /* upper bound on pos + 1 over the batch, host-known; 0 = table_stride * page_tokens.
                                 A token at pos >= max_len (or with row beyond the table) gets zeros */
     float scale;             /* 0 = 1/sqrt(head_dim) */
+    uint32_t n_split;        /* splits of the K/V walk: 0 = cvk_attn_prefill_splits, lowered to what
+                                `partials` holds (never below the loop-limit minimum, which only walks of
+                                millions of positions have); n > 0 = exactly that many (partials must hold
+                                them; an error below the loop-limit minimum) */
 } cvk_attn_prefill_args;
 
 /* head_dim: the layout's (even, <= 512); wg_or_0: invocations per workgroup (0 = default).
@@ -69,9 +94,21 @@ int cvk_attn_prefill_pipeline(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipeli
 int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache,
                                   uint32_t head_dim, const cvk_attn_prefill_cfg *cfg);
 void cvk_attn_prefill_pipeline_destroy(cvk_device *d, cvk_attn_prefill_pipes *p);
-/* Bytes of scratch for the partial states: n_tokens * n_head * n_parts * (head_dim + 2) floats
- * when n_parts > 1, 0 for a one-part pool. */
-uint64_t cvk_attn_prefill_partials_bytes(uint32_t n_tokens, uint32_t n_head, uint32_t n_parts, uint32_t head_dim);
-/* Records one dispatch per pool part and, for several parts, a compute-to-compute barrier and
- * the combine pass. No barrier before (the caller orders kv_write and q) or after. */
+/* Bytes of scratch for the partial states: n_tokens * n_head * n_parts * n_split * (head_dim + 2)
+ * floats when n_parts * n_split > 1, else 0. */
+uint64_t cvk_attn_prefill_partials_bytes(uint32_t n_tokens, uint32_t n_head, uint32_t n_parts, uint32_t n_split,
+                                         uint32_t head_dim);
+/* The split count n_split = 0 asks for: enough workgroups for the device (CPU: one per core of
+ * this machine, LP_NUM_THREADS if set; GPU: 512), at least 256 positions (CPU: 512) per split,
+ * at most 64, and always enough that no invocation's walk runs into llvmpipe's loop limit
+ * (millions of positions). max_len: positions walked (the op passes min(max_len, table_stride *
+ * page_tokens)). */
+uint32_t cvk_attn_prefill_splits(const cvk_attn_prefill_pipes *p, const kv_layout *lay, uint32_t n_tokens,
+                                 uint32_t n_head, uint32_t max_len);
+/* Scratch that covers every batch of 1..max_tokens tokens up to max_len positions with the
+ * default split count (n_split = 0 never lowers it then). */
+uint64_t cvk_attn_prefill_partials_max(const cvk_attn_prefill_pipes *p, const kv_layout *lay, uint32_t n_head,
+                                       uint32_t n_parts, uint32_t max_tokens, uint32_t max_len);
+/* Records one dispatch per pool part and, for several parts or splits, a compute-to-compute
+ * barrier and the combine pass. No barrier before (the caller orders kv_write and q) or after. */
 int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a);
