@@ -183,16 +183,21 @@ int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken) {
     uint32_t n = m->n_restore;
     if (n == 0) return 0;
     if (!c->host || c->host_broken || n > c->pages->n_pages) return 1;
-    if (kv_pages_free_count(c->pages) < n) kv_cache_reclaim(c, n); /* the matched path is pinned */
-    if (kv_pages_free_count(c->pages) < n) return 1;
+    /* another match's restore may have brought back the upper part of this path's host run, or
+     * all of it: fill only what is still on the host (pg[skip .. n)), so a prefix matched by
+     * several requests while demoted is copied back once */
+    uint32_t left = radix_match_host_left(&c->tree, m), skip = n - left;
+    if (kv_pages_free_count(c->pages) < left) kv_cache_reclaim(c, left); /* the matched path is pinned */
+    if (kv_pages_free_count(c->pages) < left) return 1;
     uint32_t *pg = c->restore_pages;
-    for (uint32_t i = 0; i < n; i++) kv_page_alloc(c->pages, &pg[i]); /* cannot fail: counted above */
+    for (uint32_t i = skip; i < n; i++) kv_page_alloc(c->pages, &pg[i]); /* cannot fail: counted above */
     int took = -1;
-    if (kv_host_copy(c->host, pg, m->pages + m->n_gpu_pages, n, KV_HOST_RESTORE) == 0)
+    if (left == 0 || kv_host_copy(c->host, pg + skip, m->pages + m->n_gpu_pages + skip, left, KV_HOST_RESTORE) == 0)
         took = radix_restore(&c->tree, m, pg, on_host_free, c);
-    /* the tree keeps the reference kv_page_alloc gave each page it took; the rest go back */
+    /* the tree keeps the reference kv_page_alloc gave each page it took (the last ones); the
+     * rest go back */
     uint32_t keep = took < 0 ? 0 : (uint32_t)took;
-    for (uint32_t i = 0; i < n - keep; i++) kv_page_release(c->pages, pg[i]);
+    for (uint32_t i = skip; i < n - keep; i++) kv_page_release(c->pages, pg[i]);
     if (took < 0) return -1;
     *taken = keep;
     return 0;

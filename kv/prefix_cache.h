@@ -69,6 +69,8 @@ int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h);
 /* Makes a match all-GPU (radix.h Rule 6): allocates m->n_restore pages (reclaiming if short;
  * the matched path is pinned, so never from under it), copies the host slots into them (waits),
  * radix_restore, and gives back the pages the tree did not take. Returns 0 (restored, or nothing
- * to restore; *taken = pages the tree took), 1 (not restored: no host tier usable or no room;
+ * to restore; *taken = pages the tree took: only the slots still on the host are copied, so
+ * when several matches of one demoted prefix are restored, the first copies it and the others
+ * take its pages), 1 (not restored: no host tier usable or no room;
  * the caller uses m->pages[0 .. m->n_gpu_pages) only) or -1 (error). */
 int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken);

@@ -564,6 +564,13 @@ static uint32_t path_host_slots(const radix_node *deep) {
     return n;
 }
 
+uint32_t radix_match_host_left(const radix_tree *t, const radix_match *m) {
+    (void)t;
+    if (!m || !m->node || m->n_restore == 0) return 0;
+    uint32_t left = path_host_slots(m->node);
+    return left < m->n_restore ? left : m->n_restore;
+}
+
 int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                        radix_match *m) {
     *m = (radix_match){0};

@@ -267,6 +267,12 @@ void radix_release(radix_tree *t, radix_match *m); /* unpins and frees; zeroed m
  * n_restore == 0; -1 (tree and m unchanged) when m does not describe its pinned path. */
 int radix_restore(radix_tree *t, radix_match *m, const uint32_t *gpu_pages, radix_victim_fn host_free, void *ctx);
 
+/* Host slots of m's path still to restore: the bottom n_restore - radix_match_host_left of
+ * m->pages[n_gpu_pages ..) were restored by another match on the same path since m was made
+ * (Rule 6). A restorer copies only the slots still left, so a prefix comes back once however
+ * many requests matched it while it was on the host. Read-only. */
+uint32_t radix_match_host_left(const radix_tree *t, const radix_match *m);
+
 /* Stores the whole pages of ids[0..n) (pages[i] holds tokens [i*pt, (i+1)*pt)) as GPU pages.
  * Pages of a prefix already cached, on either tier, are kept as they are (the tree's copy wins;
  * the caller's duplicate stays the caller's); the tree takes pages[*first_new .. n / pt), and

@@ -240,6 +240,61 @@ static void test_restore_bit_identical(void **st) {
     engine_free(&e);
 }
 
+/* Two requests matching the same demoted prefix before either restores it: the prefix comes
+ * back once. A 32-token conversation cached as two nodes ([0,16) and [16,32), page 4), both
+ * demoted; a match of the first 16 tokens and one of all 32, pinned together. Restoring the
+ * long one copies 8 pages, the short one then copies none and reads the same pages; the other
+ * order copies 4 then the remaining 4. */
+static void restore_twice(engine *e, const int32_t *ids, bool short_first) {
+    kv_prefix_cache *c = &e->cache;
+    kv_cache_reclaim(c, e->g.pages.n_pages); /* demote everything */
+    assert_int_equal(c->tree.stats.pages, 0);
+    radix_match ms, ml;
+    assert_int_equal(kv_cache_match(c, ids, 16, &ms), 0);
+    assert_int_equal(kv_cache_match(c, ids, 32, &ml), 0);
+    assert_int_equal(ms.n_restore, 4);
+    assert_int_equal(ml.n_restore, 8);
+    radix_match *first = short_first ? &ms : &ml, *second = short_first ? &ml : &ms;
+    uint64_t pb = e->g.lay.page_bytes, before = e->host.bytes_to_gpu;
+    uint32_t t1, t2;
+    assert_int_equal(kv_cache_restore(c, first, &t1), 0);
+    assert_int_equal(e->host.bytes_to_gpu - before, t1 * pb);
+    assert_int_equal(radix_match_host_left(&c->tree, second), short_first ? 4 : 0);
+    assert_int_equal(kv_cache_restore(c, second, &t2), 0);
+    assert_int_equal(t1, short_first ? 4 : 8);
+    assert_int_equal(t2, short_first ? 4 : 0);
+    assert_int_equal(e->host.bytes_to_gpu - before, 8 * pb); /* each page copied once */
+    assert_int_equal(ms.n_gpu_pages, 4);
+    assert_int_equal(ml.n_gpu_pages, 8);
+    assert_memory_equal(ms.pages, ml.pages, 4 * sizeof *ms.pages);
+    assert_int_equal(c->tree.stats.pages, 8);
+    assert_int_equal(kv_host_used(&e->host), 0);
+    radix_release(&c->tree, &ms);
+    radix_release(&c->tree, &ml);
+    if (radix_check(&c->tree) || kv_pages_check(&e->g.pages)) fail_msg("%s", cd_errmsg());
+}
+
+static void test_restore_once(void **st) {
+    (void)st;
+    engine e;
+    engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
+    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    kv_pages *kp = &e.g.pages;
+    int32_t ids[32];
+    for (int i = 0; i < 32; i++) ids[i] = 700 + i;
+    for (uint32_t n = 16; n <= 32; n += 16) { /* two inserts: the tree holds two nodes */
+        kv_seq s;
+        kv_seq_init(&s);
+        assert_int_equal(kv_seq_append(kp, &s, n, NULL), 0);
+        assert_int_equal(kv_cache_insert(&e.cache, ids, &s), 0);
+        kv_seq_free(kp, &s);
+    }
+    assert_int_equal(e.cache.tree.stats.nodes, 2);
+    restore_twice(&e, ids, false);
+    restore_twice(&e, ids, true);
+    engine_free(&e);
+}
+
 /* Page-boundary cases of token-granular reuse at page size 4 after a 12-token request (its KV:
  * 12 prompt + 3 generated = 15 tokens, 3 whole pages cached). */
 static void test_page_boundaries(void **st) {
@@ -371,6 +426,7 @@ int main(void) {
         cmocka_unit_test(test_random_traces_page4),
         cmocka_unit_test(test_random_traces_small_pool),
         cmocka_unit_test(test_restore_bit_identical),
+        cmocka_unit_test(test_restore_once),
         cmocka_unit_test(test_random_traces_host_tier),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*host*" */
