@@ -69,11 +69,38 @@ void kv_host_slot_free(kv_host_tier *h, uint32_t id) {
     if (id < h->n_slots && h->n_free < h->n_slots) h->free_ids[h->n_free++] = id;
 }
 
+void *kv_slot_ptr(const cvk_buffer *buf, uint64_t page_bytes, uint32_t id) {
+    if (!page_bytes || (uint64_t)id >= buf->size / page_bytes) return NULL;
+    uint64_t per_part = buf->part_bytes / page_bytes;
+    uint8_t *p = cvk_buffer_host_ptr(buf, (uint32_t)(id / per_part));
+    return p ? p + (id % per_part) * page_bytes : NULL;
+}
+
 void *kv_host_slot_ptr(const kv_host_tier *h, uint32_t id) {
-    if (id >= h->n_slots) return NULL;
-    uint64_t per_part = h->slots.part_bytes / h->page_bytes;
-    uint8_t *p = cvk_buffer_host_ptr(&h->slots, (uint32_t)(id / per_part));
-    return p ? p + (id % per_part) * h->page_bytes : NULL;
+    return id < h->n_slots ? kv_slot_ptr(&h->slots, h->page_bytes, id) : NULL;
+}
+
+int kv_copy_pages(cvk_cmd *cmd, const cvk_buffer *pool, const cvk_buffer *buf, uint64_t pb, const uint32_t *pages,
+                  const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
+    if (n == 0) return 0;
+    uint64_t n_pages = pool->size / pb, n_slots = buf->size / pb;
+    for (uint32_t i = 0; i < n; i++)
+        if (pages[i] >= n_pages || slots[i] >= n_slots)
+            return cd_fail("KV page copy: page %u (of %llu) <-> slot %u (of %llu) out of range", pages[i],
+                           (unsigned long long)n_pages, slots[i], (unsigned long long)n_slots);
+    if (cvk_cmd_begin(cmd)) return -1;
+    /* earlier compute (prefill, decode) wrote the pages a demotion reads, or reads the pages a
+     * restore overwrites: order the copies after it */
+    cvk_barrier_compute_to_transfer(cmd->cb);
+    for (uint32_t i = 0; i < n; i++) {
+        cvk_view page = cvk_view_range(pool, pages[i] * pb, pb), slot = cvk_view_range(buf, slots[i] * pb, pb);
+        if (cvk_cmd_copy(cmd, dir == KV_HOST_DEMOTE ? page : slot, dir == KV_HOST_DEMOTE ? slot : page)) return -1;
+    }
+    if (dir == KV_HOST_DEMOTE) cvk_barrier_device_to_host(cmd->cb); /* the slots are host memory */
+    else cvk_barrier_transfer_to_compute(cmd->cb);
+    if (cvk_cmd_run(cmd))
+        return cd_fail_ctx("copying %u KV pages %s: ", n, dir == KV_HOST_DEMOTE ? "to the host" : "to the GPU");
+    return 0;
 }
 
 int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
@@ -83,20 +110,10 @@ int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, 
             return cd_fail("host tier copy: page %u (of %u) <-> slot %u (of %u) out of range", pages[i],
                            h->n_pool_pages, slots[i], h->n_slots);
     double t0 = now_ms();
-    uint64_t pb = h->page_bytes;
-    if (cvk_cmd_begin(&h->cmd)) return -1;
-    /* earlier compute (prefill, decode) wrote the pages a demotion reads, or reads the pages a
-     * restore overwrites: order the copies after it */
-    cvk_barrier_compute_to_transfer(h->cmd.cb);
-    for (uint32_t i = 0; i < n; i++) {
-        cvk_view page = cvk_view_range(h->pool, pages[i] * pb, pb), slot = cvk_view_range(&h->slots, slots[i] * pb, pb);
-        if (cvk_cmd_copy(&h->cmd, dir == KV_HOST_DEMOTE ? page : slot, dir == KV_HOST_DEMOTE ? slot : page)) return -1;
-    }
-    if (dir == KV_HOST_DEMOTE) cvk_barrier_device_to_host(h->cmd.cb); /* the slots are host memory */
-    else cvk_barrier_transfer_to_compute(h->cmd.cb);
-    if (cvk_cmd_run(&h->cmd)) return cd_fail_ctx("host tier: copying %u pages %s: ", n,
-                                                 dir == KV_HOST_DEMOTE ? "to the host" : "to the GPU");
+    if (kv_copy_pages(&h->cmd, h->pool, &h->slots, h->page_bytes, pages, slots, n, dir))
+        return cd_fail_ctx("host tier: ");
     double ms = now_ms() - t0;
+    uint64_t pb = h->page_bytes;
     if (dir == KV_HOST_DEMOTE) h->bytes_to_host += n * pb, h->batches_to_host++, h->ms_to_host += ms;
     else h->bytes_to_gpu += n * pb, h->batches_to_gpu++, h->ms_to_gpu += ms;
     return 0;

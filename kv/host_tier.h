@@ -65,5 +65,14 @@ static inline uint32_t kv_host_used(const kv_host_tier *h) { return h->n_slots -
 /* Copies n pages between the GPU pool and the slots, pages[i] <-> slots[i], in one command
  * buffer; returns after the copy completed. */
 int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir);
-/* Host pointer to a slot's bytes (tests, the disk tier later). */
+/* Host pointer to a slot's bytes (tests). */
 void *kv_host_slot_ptr(const kv_host_tier *h, uint32_t id);
+
+/* The copy machinery under kv_host_copy, for any host-visible buffer of page-sized slots (made
+ * with granule page_bytes): the host tier's slots and the disk tier's staging buffer both use
+ * it. pages[i] of pool <-> slot slots[i] of buf, one command buffer on cmd, waits. KV_HOST_DEMOTE
+ * copies pool -> buf, KV_HOST_RESTORE buf -> pool. Ids are checked against both sizes. */
+int kv_copy_pages(cvk_cmd *cmd, const cvk_buffer *pool, const cvk_buffer *buf, uint64_t page_bytes,
+                  const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir);
+/* Host pointer to slot id of such a buffer; NULL when out of range or not mapped. */
+void *kv_slot_ptr(const cvk_buffer *buf, uint64_t page_bytes, uint32_t id);

@@ -16,12 +16,20 @@
  * GPU pages before the suffix is prefilled (synchronously: the copy completes first). When the
  * restore cannot be had (no room even after eviction), the request uses the GPU part of the match.
  *
+ * With a disk tier (cache_dir; kv/disk_tier.h) the prompt's whole chunks past the match (and the
+ * host restore) that are on disk are read, validated and uploaded into fresh GPU pages, attached
+ * after the matched pages and inserted into the tree; consecutive chunks, stopping at the first
+ * missing or rejected one, and never the last prompt token (its logits start the decode). After
+ * the insert at the end of a request every whole chunk of prompt + generated tokens not yet on
+ * disk is written (write-through, synchronous).
+ *
  * Greedy by default; engine_set_sampler changes it (on the GPU when the kernel can, on the
  * host from the logits otherwise). Errors are values: -1 with cd_errmsg(). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kv/disk_tier.h"
 #include "kv/prefix_cache.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
@@ -35,6 +43,8 @@ typedef struct engine_opts {
     bool no_prefix_cache;
     const char *tenant;    /* optional salt: tenants never share cache entries */
     uint32_t host_cache_mb; /* host tier of the prefix cache in MiB of host-visible memory; 0 = none */
+    const char *cache_dir;  /* disk tier of the prefix cache (created if missing); NULL = none */
+    uint32_t disk_chunk_pages; /* pages per disk chunk; 0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth */
 } engine_opts;
 
 typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) */
@@ -45,6 +55,11 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     uint64_t restored_pages;  /* GPU pages filled from host slots */
     uint64_t demoted_pages;   /* GPU pages saved to host slots */
     double restore_ms;        /* allocate + copy + radix_restore, summed */
+    /* the disk tier */
+    uint64_t disk_tokens;     /* cached tokens that were served from disk files */
+    uint64_t disk_chunks_read, disk_chunks_written, disk_bytes_read, disk_bytes_written;
+    uint64_t disk_rejected;   /* files rejected (other model, corrupt, truncated, bad header) and removed */
+    double disk_read_ms, disk_write_ms;
 } engine_stats;
 
 typedef struct engine {
@@ -56,6 +71,11 @@ typedef struct engine {
     bool cache_on;
     kv_prefix_cache cache;
     kv_host_tier host;   /* used when cache.host != NULL */
+    bool disk_on;
+    kv_disk_tier disk;   /* used when disk_on */
+    uint8_t (*chain)[KV_DISK_HASH_BYTES]; /* chain hashes of the request's chunks (scratch) */
+    uint32_t cap_chain;
+    uint32_t *disk_pages; /* [disk.chunk_pages] fresh pages of a chunk being loaded (scratch) */
     engine_stats stats;
 } engine;
 
@@ -69,6 +89,11 @@ typedef struct engine_reply {
     uint32_t restored_pages;   /* GPU pages filled from host slots for this request */
     uint64_t demoted_pages;    /* GPU pages this request's reclaims saved to the host */
     double restore_ms;         /* time spent restoring (part of the TTFT) */
+    uint32_t disk_tokens;      /* of cached_tokens, those read from disk files */
+    uint32_t disk_chunks_read, disk_chunks_written, disk_rejected;
+    uint64_t disk_bytes_read, disk_bytes_written;
+    double disk_read_ms;       /* read + validate + upload (part of the TTFT) */
+    double disk_write_ms;      /* write-through after the reply */
     double ttft_ms;            /* request start to the first token chosen */
     double decode_ms;          /* first token to the last */
     bool eog;                  /* stopped at an end-of-generation token */

@@ -1,0 +1,128 @@
+/* The disk tier: cached prefixes as files under --cache-dir, so a restarted process serves a
+ * known prefix (a system prompt, an old conversation) without recomputing it.
+ *
+ * Chunks. A prompt is cut into chunks of chunk_pages whole KV pages (chunk_tokens =
+ * chunk_pages * page_tokens tokens; 16 pages = 256 tokens at page 16 by default). Chunk k is
+ * keyed by a chain hash over the whole prefix up to its end (like vLLM's block hashes and
+ * LMCache's chunks), so one file names one exact prefix:
+ *
+ *   tokens   [ chunk 0: t0 .. t255 ][ chunk 1: t256 .. t511 ][ chunk 2 ... ][ partial: not stored ]
+ *   h_-1 = 32 zero bytes
+ *   h_k  = SHA-256( field("domain", "cinder.kv-chunk.v1") || field("namespace", ns)
+ *                   || field("prev", h_k-1) || field("tokens", tokens of chunk k as int32 LE) )
+ *          (field = tag length, tag, value length, value: lengths as uint64 LE, as in
+ *           kv_cache_namespace, so no two field lists encode alike)
+ *   file     DIR/<namespace hex>/<h_k hex>.kv
+ *
+ * File layout (all integers little-endian):
+ *
+ *   offset  bytes                          field
+ *   0       8                              magic "CINDERKV"
+ *   8       4                              format version (1)
+ *   12      4                              header bytes (KV_DISK_HEADER_BYTES = 176)
+ *   16      32                             namespace (kv_cache_namespace: model, dtype, page size, tenant)
+ *   48      4 x 4                          n_layer, n_head_kv, head_dim, page_tokens
+ *   64      4                              dtype (1 = f16)
+ *   68      4                              chunk_pages
+ *   72      8                              page_bytes
+ *   80      4                              chunk index k
+ *   84      4                              n_tokens (= chunk_pages * page_tokens)
+ *   88      32                             h_k-1
+ *   120     32                             h_k
+ *   152     24                             zero (reserved)
+ *   176     4 * n_tokens                   the chunk's tokens, int32
+ *   ...     chunk_pages * page_bytes       the pages, in order, as laid out in the pool (kv_layout.h)
+ *   end-16  16                             XXH3-128 of every byte before it (low64, high64)
+ *
+ * Reading (kv_disk_read) checks every field before it uses it, so a hostile file can cause
+ * neither an out-of-bounds read nor a large allocation: the header is read into a fixed buffer;
+ * magic, version and header size; the namespace equal to ours (else "written for another model or
+ * config"); the layout (n_layer .. page_bytes, chunk_pages, n_tokens) equal to ours; the chunk
+ * index; only then is the expected size computed (from our own counts) and compared with the
+ * file's size (shorter: "truncated"); the tokens and pages are read into buffers sized at init,
+ * the checksum compared, then the tokens against the prompt's chunk and both chain hashes.
+ * Any failure: one line on stderr naming the file and the problem, the file is removed (so a
+ * good copy is written again by the next request that computes the chunk), `rejected` counts it,
+ * and the caller recomputes those tokens. A rejected file is never served.
+ *
+ * Data path. The payload goes through a host-visible staging buffer of chunk_pages page-sized
+ * slots and the host tier's copy machinery (kv_copy_pages):
+ *
+ *   read:   file ──read()──► staging slots ──kv_copy_pages(RESTORE)──► fresh GPU pages
+ *   write:  GPU pages ──kv_copy_pages(DEMOTE)──► staging slots ──write()──► name.tmp.<pid> ──rename()──► name
+ *
+ * Writes are atomic (rename), so a reader sees a whole file or none; a crash leaves at most a
+ * .tmp file. The tier keeps an in-memory set of the chain hashes known to be on disk (written or
+ * read by this process, or found by stat at first use), so write-through costs one hash lookup
+ * per chunk already there. Everything is synchronous (the request waits). Not thread-safe; two
+ * processes may share a directory (each write is one rename; identical content either way).
+ *
+ *   kv_disk_tier d;
+ *   kv_disk_init(&d, vk, &g->pool, &g->lay, ns, "/var/cache/cinder", 16);
+ *   uint8_t h[n_chunks][32]; kv_disk_chain(&d, ids, n_chunks, h);
+ *   if (kv_disk_read(&d, ids + k * ct, k, prev, h[k]) == 1)      staged and validated
+ *       kv_disk_upload(&d, first, gpu_pages, n);                 staged pages first.. -> gpu_pages
+ *   kv_disk_store(&d, ids + k * ct, k, prev, h[k], seq_pages);   write-through (skips known chunks)
+ *   kv_disk_free(&d);
+ *
+ * Errors: -1 with cd_errmsg() for failures of the machinery (a GPU copy, out of memory); file
+ * problems are not errors (see above). Messages that reject a file or fail a write go to stderr
+ * (the one place the kv layer prints: the request goes on, recomputing) and to last_msg. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/kv_layout.h"
+#include "runtime/vk/vk_ctx.h"
+
+#define KV_DISK_HASH_BYTES 32
+#define KV_DISK_HEADER_BYTES 176u
+#define KV_DISK_VERSION 1u
+#define KV_DISK_CHUNK_TOKENS_DEFAULT 256u
+
+typedef struct kv_disk_tier {
+    char *dir;                           /* DIR/<namespace hex>, created by init */
+    uint8_t ns[KV_DISK_HASH_BYTES];
+    kv_layout lay;                       /* ours: a file must match it exactly */
+    uint32_t chunk_pages, chunk_tokens;
+    cvk_ctx *vk;
+    const cvk_buffer *pool;              /* the GPU page pool (not owned) */
+    cvk_buffer stage;                    /* chunk_pages slots of page_bytes, host-visible */
+    cvk_cmd cmd;                         /* the staging copies (compute queue, synchronous) */
+    int32_t *tokens;                     /* [chunk_tokens] the staged chunk's tokens */
+    uint32_t *slot_ids;                  /* [chunk_pages] 0, 1, 2, ...: the staging slots in order */
+    uint8_t (*known)[KV_DISK_HASH_BYTES]; /* open-addressed set of chain hashes on disk; zero = empty */
+    uint32_t n_known, cap_known;         /* cap a power of two, at most half full */
+    /* statistics since init */
+    uint64_t chunks_read, chunks_written, bytes_read, bytes_written;
+    uint64_t rejected;                   /* files rejected (and removed) */
+    uint64_t write_errors;               /* chunks that could not be written (disk full, ...) */
+    double ms_read, ms_write;            /* wall time: read + validate + upload, download + write */
+    char last_msg[512];                  /* the last rejection or write failure */
+} kv_disk_tier;
+
+/* Creates dir (and DIR/<namespace hex>) if missing and checks it is writable; a staging buffer
+ * of chunk_pages pages (0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth, at least one page; at
+ * most 4096 pages and 65536 tokens). */
+int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
+                 const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages);
+void kv_disk_free(kv_disk_tier *d); /* zeroed is fine */
+
+/* The chain hashes of the first n_chunks whole chunks of ids: out[k] = h_k. */
+int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, uint8_t (*out)[KV_DISK_HASH_BYTES]);
+/* The file of chain hash h (into path, cap bytes). */
+void kv_disk_path(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES], char *path, size_t cap);
+
+/* Reads chunk k (tokens = its chunk_tokens ids; prev = h_k-1, zeros for k = 0; h = h_k) into
+ * the staging buffer and validates it. 1: staged, valid; 0: no such file, or rejected (message,
+ * file removed, rejected++); -1: error. */
+int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
+                 const uint8_t h[KV_DISK_HASH_BYTES]);
+/* Copies staged pages first .. first + n into gpu_pages[0 .. n) (first + n <= chunk_pages); waits. */
+int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, uint32_t n);
+/* Writes chunk k from its chunk_pages GPU pages unless it is known to be on disk. 1: written;
+ * 0: already there, or the write failed (message, write_errors++); -1: error (the GPU copy). */
+int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
+                  const uint8_t h[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages);
+/* Whether h is in the set of chunks known to be on disk (no file system access). */
+bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]);
