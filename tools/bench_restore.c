@@ -1,19 +1,34 @@
-/* cinder bench --restore-bench: restoring an N-token prefix from the host tier vs recomputing
- * it (prefill), for N = 512, 4800 and 16000 tokens (those the model's context allows).
+/* cinder bench --restore-bench: restoring an N-token prefix from the host tier and from disk
+ * files vs recomputing it (prefill), for N = 512, 4800 and 16000 tokens (those the model's
+ * context allows).
  *
- * Per N, through the engine's own prefix cache and host tier:
+ * Per N, through the engine's own prefix cache, host tier and disk tier:
  *   recompute  gpu_prefill of N seeded random ids from an empty context (the KV a miss costs)
+ *   write      the whole 256-token chunks of the sequence to disk files (kv_disk_store: GPU ->
+ *              staging -> file, atomic rename), first round only (later rounds find them known)
  *   cache      kv_cache_insert of that sequence, then kv_cache_reclaim of the whole pool: every
  *              page is demoted (the device->host batch is timed too)
  *   restore    kv_cache_match + kv_cache_restore: allocate the GPU pages, copy the slots back,
  *              radix_restore (what attach_prefix does on a host hit)
+ *   disk       from empty tiers: chain hashes, then per chunk kv_disk_read (read + validate:
+ *              header, size, XXH3 checksum, tokens, chain) + allocate + kv_disk_upload (what
+ *              attach_prefix does on a disk hit). The files were just written, so they are in the
+ *              OS page cache: this is the warm case.
+ *   disk cold  the same after fdatasync + posix_fadvise(DONTNEED) on every file, which asks the
+ *              kernel to drop its cached pages (honoured on ext4/xfs; overlay file systems may
+ *              ignore it, then this reads the page cache again)
+ * The disk serves whole chunks only: N = 4800 is 18 chunks (4608 tokens), 16000 is 62 (15872).
  * Each of --repeat rounds starts from empty tiers (kv_cache_clear); medians are reported. The copies are
  * synchronous (one command buffer per batch, waited on), so the times are wall times. */
 #include "tools/bench_restore.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
@@ -24,14 +39,105 @@ typedef struct restore_row {
     uint32_t n, pages;
     uint64_t bytes;
     double recompute_ms, demote_ms, restore_ms;
+    uint32_t disk_tokens;  /* whole chunks of n */
+    uint64_t disk_bytes;   /* file bytes read (headers, tokens, pages, checksums) */
+    double write_ms, disk_ms, cold_ms;
 } restore_row;
+
+/* Asks the kernel to drop the page cache of every chunk file (see the top comment). */
+static void drop_page_cache(const char *dir) {
+    DIR *dp = opendir(dir);
+    if (!dp) return;
+    char path[4352];
+    for (struct dirent *de; (de = readdir(dp));) {
+        size_t len = strlen(de->d_name);
+        if (len < 4 || strcmp(de->d_name + len - 3, ".kv")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        fdatasync(fd);
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    closedir(dp);
+}
+
+/* Removes the chunk files and the namespace directory of a temporary cache dir, then the dir. */
+static void remove_cache_dir(const char *ns_dir, const char *dir) {
+    DIR *dp = opendir(ns_dir);
+    char path[4352];
+    for (struct dirent *de; dp && (de = readdir(dp));) {
+        if (de->d_name[0] == '.') continue;
+        snprintf(path, sizeof path, "%s/%s", ns_dir, de->d_name);
+        unlink(path);
+    }
+    if (dp) closedir(dp);
+    rmdir(ns_dir);
+    rmdir(dir);
+}
+
+/* Every chunk of ids[0 .. n_chunks * chunk_tokens) from disk into fresh GPU pages, as
+ * attach_prefix does on a disk hit (timed, pages given back after). */
+static int disk_load_all(engine *e, const int32_t *ids, uint32_t n_chunks, double *ms, uint64_t *bytes) {
+    kv_disk_tier *d = &e->disk;
+    uint32_t C = d->chunk_pages, *pg = malloc(((size_t)n_chunks * C + 1) * sizeof *pg);
+    uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc(((size_t)n_chunks + 1) * KV_DISK_HASH_BYTES);
+    static const uint8_t zero[KV_DISK_HASH_BYTES];
+    if (!pg || !h) { free(pg); free(h); return cd_fail("out of memory"); }
+    uint64_t b0 = d->bytes_read, rej0 = d->rejected;
+    uint32_t got = 0;
+    double t0 = cli_now_ms();
+    int rc = kv_disk_chain(d, ids, n_chunks, h);
+    for (uint32_t c = 0; !rc && c < n_chunks; c++) {
+        int r = kv_disk_read(d, ids + (size_t)c * d->chunk_tokens, c, c ? h[c - 1] : zero, h[c]);
+        if (r <= 0) {
+            rc = r < 0 ? -1 : cd_fail("restore bench: chunk %u was not read back (%s)", c,
+                                      d->rejected > rej0 ? d->last_msg : "no file");
+            break;
+        }
+        for (uint32_t i = 0; i < C; i++)
+            if (kv_page_alloc(&e->g.pages, &pg[got + i])) { rc = -1; break; }
+        if (!rc) got += C;
+        if (!rc) rc = kv_disk_upload(d, 0, pg + got - C, C);
+    }
+    *ms = cli_now_ms() - t0;
+    *bytes = d->bytes_read - b0;
+    for (uint32_t i = 0; i < got; i++) kv_page_release(&e->g.pages, pg[i]);
+    free(pg);
+    free(h);
+    return rc;
+}
+
+/* The write-through of every whole chunk of the sequence (timed). */
+static int disk_store_all(engine *e, const int32_t *ids, uint32_t n_chunks, double *ms) {
+    kv_disk_tier *d = &e->disk;
+    uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc(((size_t)n_chunks + 1) * KV_DISK_HASH_BYTES);
+    static const uint8_t zero[KV_DISK_HASH_BYTES];
+    if (!h) return cd_fail("out of memory");
+    uint64_t err0 = d->write_errors;
+    double t0 = cli_now_ms();
+    int rc = kv_disk_chain(d, ids, n_chunks, h);
+    for (uint32_t c = 0; !rc && c < n_chunks; c++)
+        if (kv_disk_store(d, ids + (size_t)c * d->chunk_tokens, c, c ? h[c - 1] : zero, h[c],
+                          e->g.seq.pages + (size_t)c * d->chunk_pages) < 0)
+            rc = -1;
+    *ms = cli_now_ms() - t0;
+    free(h);
+    if (!rc && d->write_errors > err0) rc = cd_fail("restore bench: %s", d->last_msg);
+    return rc;
+}
 
 /* One N: recompute (timed), cache, then repeat x (demote, restore timed). */
 static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restore_row *row) {
     gpu_model *g = &e->g;
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     double *rec = calloc(repeat, sizeof *rec), *dem = calloc(repeat, sizeof *dem), *res = calloc(repeat, sizeof *res);
-    if (!ids || !rec || !dem || !res) { free(ids); free(rec); free(dem); free(res); return cd_fail("out of memory"); }
+    double *dsk = calloc(repeat, sizeof *dsk), *cold = calloc(repeat, sizeof *cold);
+    if (!ids || !rec || !dem || !res || !dsk || !cold) {
+        free(ids); free(rec); free(dem); free(res); free(dsk); free(cold);
+        return cd_fail("out of memory");
+    }
+    uint32_t n_chunks = n / e->disk.chunk_tokens;
     rng r;
     rng_seed(&r, seed + n);
     for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)rng_below(&r, e->m->cfg.n_vocab);
@@ -44,6 +150,9 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
         if (gpu_prefill(g, ids, n, 0, false)) { rc = -1; break; }
         rec[k] = cli_now_ms() - t0;
         if (kv_cache_insert(&e->cache, ids, &g->seq)) { rc = -1; break; }
+        double wms = 0;
+        if (disk_store_all(e, ids, n_chunks, &wms)) { rc = -1; break; }
+        if (k == 0) row->write_ms = wms; /* later rounds find the chunks known: nothing to write */
         kv_seq_free(&g->pages, &g->seq);
         double h0 = e->host.ms_to_host;
         kv_cache_reclaim(&e->cache, g->pages.n_pages); /* everything cached goes to the host */
@@ -65,18 +174,28 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
         if (got > 0 || taken != want) { rc = cd_fail("restore bench: %u tokens: not restored", n); break; }
         row->pages = want;
         row->bytes = (uint64_t)want * g->lay.page_bytes;
+        /* the disk: from empty tiers, warm (page cache) then cold (dropped) */
+        kv_cache_clear(&e->cache);
+        if (disk_load_all(e, ids, n_chunks, &dsk[k], &row->disk_bytes)) { rc = -1; break; }
+        drop_page_cache(e->disk.dir);
+        if (disk_load_all(e, ids, n_chunks, &cold[k], &row->disk_bytes)) { rc = -1; break; }
+        row->disk_tokens = n_chunks * e->disk.chunk_tokens;
     }
     if (!rc) {
         row->recompute_ms = cli_median(rec, repeat);
         row->demote_ms = cli_median(dem, repeat);
         row->restore_ms = cli_median(res, repeat);
+        row->disk_ms = cli_median(dsk, repeat);
+        row->cold_ms = cli_median(cold, repeat);
     }
     kv_cache_clear(&e->cache);
-    free(ids); free(rec); free(dem); free(res);
+    free(ids); free(rec); free(dem); free(res); free(dsk); free(cold);
     return rc;
 }
 
-int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json) {
+static double per_s(uint64_t bytes, double ms) { return ms > 0 ? bytes / (ms / 1e3) : 0.0; }
+
+int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json, const char *cache_dir) {
     static const uint32_t sizes[] = {512, 4800, 16000};
     uint32_t max_n = 0, n_sizes = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -90,9 +209,19 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         return cli_error("bench", "%s", cd_errmsg());
     uint64_t need = (uint64_t)(max_n / 16 + 1) * lay.page_bytes;
     eo.host_cache_mb = (uint32_t)(need / (1u << 20) + 2);
+    char tmp_dir[4096] = "";
+    if (!cache_dir) {
+        const char *t = getenv("TMPDIR");
+        snprintf(tmp_dir, sizeof tmp_dir, "%s/cinder-restore-XXXXXX", t && *t ? t : "/tmp");
+        if (!mkdtemp(tmp_dir)) return cli_error("bench", "cannot create a temporary directory %s", tmp_dir);
+        cache_dir = tmp_dir;
+    }
+    eo.cache_dir = cache_dir;
     if (engine_init(&e, m, &eo) || engine_warm_up(&e)) {
+        cli_error("bench", "%s", cd_errmsg());
+        if (*tmp_dir) remove_cache_dir(e.disk.dir ? e.disk.dir : tmp_dir, tmp_dir);
         engine_free(&e);
-        return cli_error("bench", "%s", cd_errmsg());
+        return -1;
     }
     /* one small round first: the copy path's first use stays out of the numbers */
     restore_row rows[3], warm;
@@ -100,9 +229,10 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
     for (uint32_t i = 0; !rc && i < n_sizes; i++) {
         rc = bench_n(&e, sizes[i], repeat, seed, &rows[i]);
         if (!rc && !json) /* progress: a 16000-token prefill takes minutes on lavapipe */
-            fprintf(stderr, "%u tokens: recompute %.1f ms, restore %.2f ms\n", sizes[i], rows[i].recompute_ms,
-                    rows[i].restore_ms);
+            fprintf(stderr, "%u tokens: recompute %.1f ms, restore %.2f ms, disk %.2f ms (cold %.2f ms)\n", sizes[i],
+                    rows[i].recompute_ms, rows[i].restore_ms, rows[i].disk_ms, rows[i].cold_ms);
     }
+    if (*tmp_dir) remove_cache_dir(e.disk.dir, tmp_dir);
     if (rc) {
         cli_error("bench", "%s", cd_errmsg());
         engine_free(&e);
@@ -113,12 +243,19 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         json_t *a = json_array();
         for (uint32_t i = 0; i < n_sizes; i++) {
             restore_row *w = &rows[i];
-            json_array_append_new(
-                a, json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "tokens", w->n, "pages", w->pages,
-                             "bytes", (json_int_t)w->bytes, "recompute_ms", w->recompute_ms, "demote_ms",
-                             w->demote_ms, "restore_ms", w->restore_ms, "restore_bytes_per_s",
-                             w->restore_ms > 0 ? w->bytes / (w->restore_ms / 1e3) : 0.0, "speedup",
-                             w->restore_ms > 0 ? w->recompute_ms / w->restore_ms : 0.0));
+            json_t *o = json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "tokens", w->n, "pages", w->pages,
+                                  "bytes", (json_int_t)w->bytes, "recompute_ms", w->recompute_ms, "demote_ms",
+                                  w->demote_ms, "restore_ms", w->restore_ms, "restore_bytes_per_s",
+                                  per_s(w->bytes, w->restore_ms), "speedup",
+                                  w->restore_ms > 0 ? w->recompute_ms / w->restore_ms : 0.0);
+            json_object_set_new(o, "disk_tokens", json_integer(w->disk_tokens));
+            json_object_set_new(o, "disk_bytes", json_integer((json_int_t)w->disk_bytes));
+            json_object_set_new(o, "disk_write_ms", json_real(w->write_ms));
+            json_object_set_new(o, "disk_ms", json_real(w->disk_ms));
+            json_object_set_new(o, "disk_bytes_per_s", json_real(per_s(w->disk_bytes, w->disk_ms)));
+            json_object_set_new(o, "disk_cold_ms", json_real(w->cold_ms));
+            json_object_set_new(o, "disk_cold_bytes_per_s", json_real(per_s(w->disk_bytes, w->cold_ms)));
+            json_array_append_new(a, o);
         }
         json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:o}", "model", model_path, "device", dev, "page_size", 16,
                               "repeat", repeat, "sizes", a);
@@ -127,16 +264,28 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         free(s);
         json_decref(j);
     } else {
-        printf("model   %s\ndevice  %s\npage 16 tokens, %.1f KiB per page; medians of %u; copies synchronous\n",
-               model_path, dev, e.g.lay.page_bytes / 1024.0, repeat);
+        printf("model   %s\ndevice  %s\npage 16 tokens, %.1f KiB per page; disk chunks of %u tokens in %s; medians of %u;"
+               " copies synchronous\n",
+               model_path, dev, e.g.lay.page_bytes / 1024.0, e.disk.chunk_tokens, *tmp_dir ? "a temporary dir" : cache_dir,
+               repeat);
         printf("%8s %7s %10s %13s %11s %11s %12s %9s\n", "tokens", "pages", "MiB", "recompute ms", "demote ms",
                "restore ms", "restore GB/s", "speedup");
         for (uint32_t i = 0; i < n_sizes; i++) {
             restore_row *w = &rows[i];
             printf("%8u %7u %10.2f %13.1f %11.2f %11.2f %12.2f %8.1fx\n", w->n, w->pages, w->bytes / 1048576.0,
-                   w->recompute_ms, w->demote_ms, w->restore_ms,
-                   w->restore_ms > 0 ? w->bytes / (w->restore_ms / 1e3) / 1e9 : 0,
+                   w->recompute_ms, w->demote_ms, w->restore_ms, per_s(w->bytes, w->restore_ms) / 1e9,
                    w->restore_ms > 0 ? w->recompute_ms / w->restore_ms : 0);
+        }
+        printf("\ndisk tier (read + validate + upload; warm = files in the OS page cache, just written;\n"
+               "cold = after fdatasync + posix_fadvise(DONTNEED), if the file system honours it)\n");
+        printf("%8s %11s %10s %9s %9s %10s %10s %11s %9s\n", "tokens", "disk tokens", "file MiB", "write ms",
+               "warm ms", "warm GB/s", "cold ms", "cold GB/s", "speedup");
+        for (uint32_t i = 0; i < n_sizes; i++) {
+            restore_row *w = &rows[i];
+            double rec = w->n ? w->recompute_ms * w->disk_tokens / w->n : 0; /* recompute of the same tokens */
+            printf("%8u %11u %10.2f %9.2f %9.2f %10.2f %10.2f %11.2f %8.1fx\n", w->n, w->disk_tokens,
+                   w->disk_bytes / 1048576.0, w->write_ms, w->disk_ms, per_s(w->disk_bytes, w->disk_ms) / 1e9, w->cold_ms,
+                   per_s(w->disk_bytes, w->cold_ms) / 1e9, w->cold_ms > 0 ? rec / w->cold_ms : 0);
         }
         if (n_sizes < sizeof sizes / sizeof sizes[0])
             printf("(sizes from %u tokens up skipped: the model's context is %u)\n", sizes[n_sizes], m->cfg.n_ctx_train);

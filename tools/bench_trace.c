@@ -156,6 +156,18 @@ static json_t *request_json(const engine_reply *r) {
                      "decode_tok_s", dec, "generated", gen);
 }
 
+/* The disk tier's per-request fields (only with --cache-dir). */
+static void disk_json(json_t *j, const engine_reply *r) {
+    json_object_set_new(j, "disk_tokens", json_integer(r->disk_tokens));
+    json_object_set_new(j, "disk_chunks_read", json_integer(r->disk_chunks_read));
+    json_object_set_new(j, "disk_chunks_written", json_integer(r->disk_chunks_written));
+    json_object_set_new(j, "disk_bytes_read", json_integer((json_int_t)r->disk_bytes_read));
+    json_object_set_new(j, "disk_bytes_written", json_integer((json_int_t)r->disk_bytes_written));
+    json_object_set_new(j, "disk_rejected", json_integer(r->disk_rejected));
+    json_object_set_new(j, "disk_read_ms", json_real(r->disk_read_ms));
+    json_object_set_new(j, "disk_write_ms", json_real(r->disk_write_ms));
+}
+
 static int run_line(replay *rp, sessions *ss, size_t no) {
     const json_t *req = json_array_get(rp->t.lines, no - 1);
     const tokenizer *tok = rp->e.m->tok;
@@ -181,12 +193,19 @@ static int run_line(replay *rp, sessions *ss, size_t no) {
         rc = tok_decode(tok, r.ids, r.eog ? r.n - 1 : r.n, &text) || conv_add(c, "assistant", text);
         free(text);
     }
-    if (!rp->o->json)
-        printf("%4zu %8u %8u %9u %6.1f%% %7llu %8u %10.1f %9.2f\n", no, r.prompt_tokens, r.cached_tokens,
+    if (!rp->o->json) {
+        printf("%4zu %8u %8u %9u %6.1f%% %7llu %8u %10.1f %9.2f", no, r.prompt_tokens, r.cached_tokens,
                r.prefilled_tokens, r.prompt_tokens ? 100.0 * r.cached_tokens / r.prompt_tokens : 0,
                (unsigned long long)r.evicted_pages, r.restored_tokens, r.ttft_ms,
                r.n > 1 && r.decode_ms > 0 ? (r.n - 1) / (r.decode_ms / 1e3) : 0);
-    json_array_append_new(rp->requests, request_json(&r));
+        if (rp->e.disk_on)
+            printf(" %7u %6u %7u %8.1f %8.1f", r.disk_tokens, r.disk_chunks_read, r.disk_chunks_written, r.disk_read_ms,
+                   r.disk_write_ms);
+        putchar('\n');
+    }
+    json_t *rj = request_json(&r);
+    if (rp->e.disk_on) disk_json(rj, &r);
+    json_array_append_new(rp->requests, rj);
     engine_reply_free(&r);
     return rc;
 }
@@ -237,6 +256,16 @@ static json_t *totals_json(const replay *rp) {
     json_object_set_new(j, "bytes_to_host", json_integer(h ? (json_int_t)h->bytes_to_host : 0));
     json_object_set_new(j, "bytes_to_gpu", json_integer(h ? (json_int_t)h->bytes_to_gpu : 0));
     json_object_set_new(j, "restore_ms", json_real(s->restore_ms));
+    if (rp->e.disk_on) {
+        json_object_set_new(j, "disk_tokens", json_integer((json_int_t)s->disk_tokens));
+        json_object_set_new(j, "disk_chunks_read", json_integer((json_int_t)s->disk_chunks_read));
+        json_object_set_new(j, "disk_chunks_written", json_integer((json_int_t)s->disk_chunks_written));
+        json_object_set_new(j, "disk_bytes_read", json_integer((json_int_t)s->disk_bytes_read));
+        json_object_set_new(j, "disk_bytes_written", json_integer((json_int_t)s->disk_bytes_written));
+        json_object_set_new(j, "disk_rejected", json_integer((json_int_t)s->disk_rejected));
+        json_object_set_new(j, "disk_read_ms", json_real(s->disk_read_ms));
+        json_object_set_new(j, "disk_write_ms", json_real(s->disk_write_ms));
+    }
     return j;
 }
 
@@ -275,6 +304,12 @@ static void report(const replay *rp, const char *name) {
                (unsigned long long)s->restored_tokens, h->bytes_to_host / 1048576.0, h->bytes_to_gpu / 1048576.0,
                s->restore_ms);
     }
+    if (rp->e.disk_on)
+        printf("disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, %.1f ms) "
+               "| %llu files rejected\n",
+               rp->e.disk.dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
+               s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
+               s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected);
     json_decref(tot);
 }
 
@@ -305,14 +340,17 @@ int bench_trace(const bench_trace_opts *o, model *m) {
         uint32_t n_ctx = context_needed(&rp), pool = o->pool_tokens ? o->pool_tokens : header_u32(&rp.t, "kv_pool_tokens");
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
         engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
-                          .no_prefix_cache = o->no_prefix_cache, .host_cache_mb = o->host_cache_mb};
+                          .no_prefix_cache = o->no_prefix_cache, .host_cache_mb = o->host_cache_mb,
+                          .cache_dir = o->cache_dir};
         rc = engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
     if (!rc && !o->json)
-        printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB\n"
-               "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s\n",
+        printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
+               "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s%s\n",
                name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), rp.e.g.page_tokens,
-               rp.e.g.pages.n_pages * rp.e.g.page_tokens, rp.e.cache_on ? "on" : "off", o->host_cache_mb);
+               rp.e.g.pages.n_pages * rp.e.g.page_tokens, rp.e.cache_on ? "on" : "off", o->host_cache_mb,
+               rp.e.disk_on ? " | disk tier " : "", rp.e.disk_on ? o->cache_dir : "",
+               rp.e.disk_on ? "    disk chunks written  read ms write ms" : "");
     double t0 = cli_now_ms();
     for (size_t i = 1; !rc && i <= json_array_size(rp.t.lines); i++) rc = run_line(&rp, &ss, i);
     rp.wall_ms = cli_now_ms() - t0;

@@ -16,6 +16,7 @@ typedef struct bench_trace_opts {
     uint32_t pool_tokens;      /* 0 = the trace header's kv_pool_tokens, else the engine default */
     uint32_t n_ctx;            /* 0 = what the trace needs (token traces) or 8192 (chat traces) */
     uint32_t host_cache_mb;    /* host tier in MiB; 0 = none */
+    const char *cache_dir;     /* disk tier directory; NULL = none */
     const char *dump_prompts;  /* write each request's max_tokens and prompt ids here (peer replays) */
     bool no_prefix_cache, json;
 } bench_trace_opts;

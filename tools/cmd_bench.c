@@ -42,7 +42,7 @@ static void usage(FILE *out) {
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
-            "                    [--dump-prompts FILE] [--host-cache-mb N]\n"
+            "                    [--dump-prompts FILE] [--host-cache-mb N] [--cache-dir DIR]\n"
             "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
             "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
             "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
@@ -51,10 +51,15 @@ static void usage(FILE *out) {
             "  as a line \"max_tokens:id,id,...\" (what a peer replays: scripts/bench_prefix.sh).\n"
             "  --host-cache-mb N gives the cache a host tier of N MiB (0, the default: none): evicted\n"
             "  pages are demoted to host memory and restored on a hit (column \"restored\").\n"
+            "  --cache-dir DIR gives it a disk tier in DIR (created if missing): whole 256-token\n"
+            "  chunks are written through and served from there, also by a later process (column\n"
+            "  \"disk\"). Neither goes with --no-prefix-cache.\n"
             "\n"
-            "usage: cinder bench [--model M] --restore-bench [--repeat N] [--seed S] [--json]\n"
-            "  time to restore an N-token prefix from the host tier vs recomputing it (prefill), for\n"
-            "  N = 512, 4800, 16000 (those below the model's context), with bytes/s; medians.\n");
+            "usage: cinder bench [--model M] --restore-bench [--repeat N] [--seed S] [--json] [--cache-dir DIR]\n"
+            "  time to restore an N-token prefix from the host tier and from disk files vs recomputing\n"
+            "  it (prefill), for N = 512, 4800, 16000 (those below the model's context), with bytes/s;\n"
+            "  medians. The files go to --cache-dir (default: a fresh directory under $TMPDIR or /tmp,\n"
+            "  removed after).\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -74,6 +79,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
+        else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->trace.cache_dir = v;
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
@@ -85,6 +91,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
     if (o->repeat == 0) return cli_error("bench", "--repeat must be at least 1"), -1;
     if (o->trace.trace && o->trace.scenario) return cli_error("bench", "give --trace or --scenario, not both"), -1;
     if (o->trace.page_tokens > 256) return cli_error("bench", "--page-size is at most 256"), -1;
+    if (o->trace.no_prefix_cache && (o->trace.cache_dir || o->trace.host_cache_mb))
+        return cli_error("bench", "%s needs the prefix cache: not with --no-prefix-cache",
+                         o->trace.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
     return 0;
 }
 
@@ -216,7 +225,7 @@ int cmd_bench(int argc, char **argv) {
     if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("bench", "%s", cd_errmsg());
     o.trace.model = o.model;
     o.trace.json = o.json;
-    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json)
+    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, o.trace.cache_dir)
              : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
                                                  : bench(&o, m);
     model_free(m);

@@ -27,7 +27,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
-            "                   [--seed S] [--think] [--json] [--host-cache-mb N]\n"
+            "                   [--seed S] [--think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
@@ -37,7 +37,11 @@ static void usage(FILE *out) {
             "  (4 x ctx); --page-size tokens per KV page (16). --json prints one JSON object per\n"
             "  turn instead of the text. Greedy unless --temp > 0; --think lets the model think.\n"
             "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory and restores them\n"
-            "  on a hit (0, the default: no host tier, evicted pages are recomputed).\n");
+            "  on a hit (0, the default: no host tier, evicted pages are recomputed).\n"
+            "  --cache-dir DIR writes cached prefixes to DIR (created if missing) in chunks of 256\n"
+            "  tokens, keyed by model and prefix, and serves them from there after a restart; files\n"
+            "  from another model, corrupt or truncated ones are rejected (a line on stderr) and\n"
+            "  recomputed. Both need the prefix cache (not with --no-prefix-cache).\n");
 }
 
 static int parse(int argc, char **argv, chat_opts *o) {
@@ -55,6 +59,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
+        else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;
         else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
@@ -64,6 +69,9 @@ static int parse(int argc, char **argv, chat_opts *o) {
     }
     if (o->max_tokens == 0) return cli_error("chat", "--n must be at least 1"), -1;
     if (o->eo.page_tokens > 256) return cli_error("chat", "--page-size is at most 256"), -1;
+    if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
+        return cli_error("chat", "%s needs the prefix cache: not with --no-prefix-cache",
+                         o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
     return 0;
 }
 
@@ -100,6 +108,16 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
                               "generated", r->n, "evicted_pages", (json_int_t)r->evicted_pages, "restored_tokens",
                               r->restored_tokens, "demoted_pages", (json_int_t)r->demoted_pages, "restore_ms",
                               r->restore_ms, "text", text ? text : "");
+        if (e->disk_on) {
+            json_object_set_new(j, "disk_tokens", json_integer(r->disk_tokens));
+            json_object_set_new(j, "disk_chunks_read", json_integer(r->disk_chunks_read));
+            json_object_set_new(j, "disk_chunks_written", json_integer(r->disk_chunks_written));
+            json_object_set_new(j, "disk_bytes_read", json_integer((json_int_t)r->disk_bytes_read));
+            json_object_set_new(j, "disk_bytes_written", json_integer((json_int_t)r->disk_bytes_written));
+            json_object_set_new(j, "disk_rejected", json_integer(r->disk_rejected));
+            json_object_set_new(j, "disk_read_ms", json_real(r->disk_read_ms));
+            json_object_set_new(j, "disk_write_ms", json_real(r->disk_write_ms));
+        }
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
         fflush(stdout);
@@ -113,9 +131,14 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
         snprintf(host, sizeof host, " | restored %u tok in %.1f ms, demoted %llu pages | GPU %llu pages, host %u slots",
                  r->restored_tokens, r->restore_ms, (unsigned long long)r->demoted_pages,
                  (unsigned long long)e->cache.tree.stats.pages, kv_host_used(e->cache.host));
-    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s%s]\n",
+    char disk[200] = "";
+    if (r->disk_tokens || r->disk_chunks_written || r->disk_rejected)
+        snprintf(disk, sizeof disk, " | disk: %u tok from %u chunks in %.1f ms, %u chunks written in %.1f ms%s",
+                 r->disk_tokens, r->disk_chunks_read, r->disk_read_ms, r->disk_chunks_written, r->disk_write_ms,
+                 r->disk_rejected ? ", files rejected (see above)" : "");
+    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s%s%s]\n",
             turn, r->prompt_tokens, r->cached_tokens, hit, r->prefilled_tokens, r->ttft_ms, dec, r->n,
-            e->cache_on ? "" : " | prefix cache off", host);
+            e->cache_on ? "" : " | prefix cache off", host, disk);
 }
 
 static void print_stats(const engine *e) {
@@ -134,6 +157,14 @@ static void print_stats(const engine *e) {
                 kv_host_used(h), h->n_slots, (unsigned long long)s->demoted_pages, (unsigned long long)s->restored_pages,
                 (unsigned long long)s->restored_tokens, h->bytes_to_host / 1048576.0, h->bytes_to_gpu / 1048576.0,
                 s->restore_ms);
+    }
+    if (e->disk_on) {
+        const kv_disk_tier *d = &e->disk;
+        fprintf(stderr, "[disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, "
+                        "%.1f ms) | %llu files rejected]\n",
+                d->dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
+                s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
+                s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected);
     }
 }
 
