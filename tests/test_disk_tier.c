@@ -1,0 +1,354 @@
+/* The disk tier (kv/disk_tier.h) through the engine: a prefix written by one engine is served
+ * from disk by a fresh one (a restart) with the greedy tokens and logits of an engine without
+ * any cache; and every kind of bad file is rejected with a message, removed, counted and
+ * recomputed (output still equal), never served: a flipped payload byte, a truncated file, a
+ * file written by a model with one different weight byte, hostile header counts, a wrong chunk
+ * index, trailing bytes, a file of a few bytes. Page sizes 16 and 4; with and without the host
+ * tier. Runs under ASan in scripts/test.sh (a hostile file must not read out of bounds). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/engine/engine.h"
+#include "runtime/gguf/gguf.h"
+#include "tests/test_util.h"
+
+#define N_CTX 512
+
+static model *tiny(void) {
+    static model *m;
+    if (!m && model_load(&m, tu_make_model("dk_tiny.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0}))
+        fail_msg("%s", cd_errmsg());
+    return m;
+}
+
+/* A fresh, empty directory under the scratch dir (chunk files of earlier runs removed). */
+static const char *fresh_dir(const char *name) {
+    static char path[4096];
+    snprintf(path, sizeof path, "%s", tu_tmp_path(name));
+    DIR *d = opendir(path);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (de->d_name[0] == '.') continue;
+        char sub[4400];
+        snprintf(sub, sizeof sub, "%s/%s", path, de->d_name);
+        DIR *s = opendir(sub);
+        for (struct dirent *f; s && (f = readdir(s));) {
+            char file[4700];
+            snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+            if (f->d_name[0] != '.' || strlen(f->d_name) > 2) unlink(file);
+        }
+        if (s) closedir(s);
+        rmdir(sub);
+    }
+    if (d) closedir(d);
+    return path;
+}
+
+static void init(engine *e, model *m, uint32_t page, uint32_t chunk_pages, const char *dir, uint32_t host_mb) {
+    engine_opts o = {.n_ctx = N_CTX, .page_tokens = page, .cache_dir = dir, .disk_chunk_pages = chunk_pages,
+                     .host_cache_mb = host_mb, .no_prefix_cache = dir == NULL && host_mb == 0};
+    if (engine_init(e, m, &o)) fail_msg("%s", cd_errmsg());
+}
+
+typedef struct outcome {
+    engine_reply r;
+    float *logits;
+} outcome;
+
+static void run(engine *e, const int32_t *ids, uint32_t n, outcome *o) {
+    engine_request rq = {.ids = ids, .n = n, .max_tokens = 4, .ignore_eos = true};
+    if (engine_generate(e, &rq, &o->r)) fail_msg("%s", cd_errmsg());
+    o->logits = malloc(e->m->cfg.n_vocab * sizeof *o->logits);
+    if (gpu_model_logits(&e->g, o->logits)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(o->r.cached_tokens + o->r.prefilled_tokens, n);
+}
+
+static void outcome_free(outcome *o) {
+    engine_reply_free(&o->r);
+    free(o->logits);
+}
+
+/* The same greedy tokens and logits within 1e-3 (rel L2) as the uncached engine's. */
+static void same_as_plain(engine *plain, engine *e, const int32_t *ids, uint32_t n, outcome *got) {
+    outcome want;
+    run(plain, ids, n, &want);
+    assert_int_equal(want.r.cached_tokens, 0);
+    assert_int_equal(got->r.n, want.r.n);
+    for (uint32_t i = 0; i < got->r.n; i++)
+        if (got->r.ids[i] != want.r.ids[i])
+            fail_msg("%u tokens (%u cached, %u from disk): token %u is %d, %d without a cache", n, got->r.cached_tokens,
+                     got->r.disk_tokens, i, got->r.ids[i], want.r.ids[i]);
+    double err = tu_rel_l2(got->logits, want.logits, e->m->cfg.n_vocab);
+    if (err > 1e-3) fail_msg("%u tokens (%u from disk): logits differ by %.3g (rel L2)", n, got->r.disk_tokens, err);
+    outcome_free(&want);
+}
+
+static void chunk_path(engine *e, const int32_t *ids, uint32_t k, char *path, size_t cap) {
+    uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc((k + 1) * KV_DISK_HASH_BYTES);
+    assert_int_equal(kv_disk_chain(&e->disk, ids, k + 1, h), 0);
+    kv_disk_path(&e->disk, h[k], path, cap);
+    free(h);
+}
+
+static bool exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static uint8_t *slurp(const char *path, size_t *len) {
+    uint8_t *b = (uint8_t *)tu_read_file(path, len);
+    if (!b) fail_msg("cannot read %s", path);
+    return b;
+}
+
+static void spit(const char *path, const uint8_t *b, size_t len) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(b, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Drops the GPU (and host) tiers so the next request must go to disk for its prefix. */
+static void forget(engine *e) { kv_cache_clear(&e->cache); }
+
+/* After a bad file was put in place of chunk 0: the request rejects it with a message holding
+ * `want`, computes everything (same output as plain), and writes a good file back, which the
+ * next request (tiers dropped again) serves. */
+static void expect_rejected(engine *plain, engine *e, const int32_t *ids, uint32_t n, const char *want) {
+    char path[4096];
+    chunk_path(e, ids, 0, path, sizeof path);
+    uint64_t rej0 = e->stats.disk_rejected;
+    forget(e);
+    outcome o;
+    run(e, ids, n, &o);
+    assert_int_equal(o.r.disk_rejected, 1);
+    assert_int_equal(o.r.disk_tokens, 0);
+    assert_int_equal(o.r.cached_tokens, 0);
+    assert_int_equal(e->stats.disk_rejected, rej0 + 1);
+    if (!strstr(e->disk.last_msg, want)) fail_msg("message \"%s\" does not say \"%s\"", e->disk.last_msg, want);
+    if (!strstr(e->disk.last_msg, path)) fail_msg("message \"%s\" does not name %s", e->disk.last_msg, path);
+    same_as_plain(plain, e, ids, n, &o);
+    assert_true(o.r.disk_chunks_written >= 1); /* the good chunk written again */
+    assert_true(exists(path));
+    outcome_free(&o);
+    forget(e);
+    run(e, ids, n, &o);
+    assert_int_equal(o.r.disk_rejected, 0);
+    assert_true(o.r.disk_tokens > 0);
+    same_as_plain(plain, e, ids, n, &o);
+    outcome_free(&o);
+}
+
+/* A copy of the model at src with one byte of one weight flipped (as in test_prefix_cache). */
+static const char *one_weight_changed(const char *src, const char *file) {
+    gguf_file *f;
+    if (gguf_open(&f, src)) fail_msg("%s", cd_errmsg());
+    const gguf_tensor *t = &f->tensors[f->n_tensors - 1];
+    uint64_t at = f->data_offset + t->offset + t->nbytes / 2;
+    gguf_close(f);
+    size_t len;
+    uint8_t *bytes = slurp(src, &len);
+    assert_true(at < len);
+    bytes[at] ^= 1;
+    const char *path = tu_tmp_path(file);
+    spit(path, bytes, len);
+    free(bytes);
+    return path;
+}
+
+static void patch32(const char *path, size_t at, uint32_t v) {
+    size_t len;
+    uint8_t *b = slurp(path, &len);
+    assert_true(at + 4 <= len);
+    for (int i = 0; i < 4; i++) b[at + i] = (uint8_t)(v >> (8 * i));
+    spit(path, b, len);
+    free(b);
+}
+
+/* hostile: the header cases; other_model: the file of another namespace. */
+static void restart(uint32_t page, uint32_t chunk_pages, uint32_t host_mb, uint32_t n, uint64_t seed, bool hostile,
+                    bool other_model) {
+    char name[64];
+    snprintf(name, sizeof name, "disk_p%u_h%u", page, host_mb);
+    const char *dir = fresh_dir(name);
+    model *m = tiny();
+    engine plain, a, b;
+    init(&plain, m, page, 0, NULL, 0);
+    int32_t ids[N_CTX];
+    rng r;
+    rng_seed(&r, seed);
+    for (uint32_t i = 0; i < N_CTX; i++) ids[i] = (int32_t)(100 + rng_below(&r, 20000));
+    uint32_t ct = page * chunk_pages, whole = (n - 1) / ct * ct; /* one prompt token is always prefilled */
+
+    /* engine A computes the prompt and writes its whole chunks through */
+    init(&a, m, page, chunk_pages, dir, host_mb);
+    outcome o;
+    run(&a, ids, n, &o);
+    assert_int_equal(o.r.cached_tokens, 0);
+    assert_int_equal(o.r.disk_tokens, 0);
+    assert_int_equal(o.r.disk_chunks_written, (n + o.r.n - 1) / ct); /* prompt + generated KV */
+    assert_true(o.r.disk_bytes_written > o.r.disk_chunks_written * ct * 4ull);
+    same_as_plain(&plain, &a, ids, n, &o);
+    int32_t cont[N_CTX]; /* the next turn: prompt + reply + a new message */
+    memcpy(cont, ids, n * sizeof *ids);
+    memcpy(cont + n, o.r.ids, o.r.n * sizeof *ids);
+    uint32_t n2 = n + o.r.n + 9;
+    for (uint32_t i = n + o.r.n; i < n2; i++) cont[i] = (int32_t)(100 + rng_below(&r, 20000));
+    outcome_free(&o);
+    engine_free(&a);
+
+    /* engine B, fresh (a restart): the prompt's whole chunks come from disk */
+    init(&b, m, page, chunk_pages, dir, host_mb);
+    run(&b, ids, n, &o);
+    print_message("page %u, chunks of %u tokens: %u of %u prompt tokens from disk, %u chunks (%.1f KiB) in %.2f ms\n",
+                  page, ct, o.r.disk_tokens, n, o.r.disk_chunks_read, o.r.disk_bytes_read / 1024.0, o.r.disk_read_ms);
+    assert_int_equal(o.r.disk_tokens, whole);
+    assert_int_equal(o.r.cached_tokens, whole);
+    assert_int_equal(o.r.disk_chunks_read, whole / ct);
+    assert_int_equal(o.r.disk_rejected, 0);
+    assert_int_equal(o.r.disk_chunks_written, 0); /* the chunks it would write are the ones it read */
+    same_as_plain(&plain, &b, ids, n, &o);
+    outcome_free(&o);
+    /* the continuation: the tree serves what B holds now, the disk nothing more than it has */
+    run(&b, cont, n2, &o);
+    assert_true(o.r.cached_tokens >= whole);
+    same_as_plain(&plain, &b, cont, n2, &o);
+    outcome_free(&o);
+    if (radix_check(&b.cache.tree) || kv_pages_check(&b.g.pages)) fail_msg("%s", cd_errmsg());
+
+    /* a match that ends inside a chunk (and inside a page): the disk fills the rest of it */
+    forget(&b);
+    int32_t q[N_CTX];
+    uint32_t cut = ct + ct / 2 + (page > 1 ? 1 : 0);
+    memcpy(q, ids, N_CTX * sizeof *q);
+    q[cut] = 7; /* diverges at token cut */
+    run(&b, q, n, &o);
+    same_as_plain(&plain, &b, q, n, &o);
+    outcome_free(&o);
+    run(&b, ids, n, &o); /* tree: cut tokens; disk: the rest of chunk 1 onwards */
+    assert_int_equal(o.r.cached_tokens, whole);
+    assert_true(o.r.disk_tokens > 0 && o.r.disk_tokens <= whole - cut);
+    same_as_plain(&plain, &b, ids, n, &o);
+    outcome_free(&o);
+    if (radix_check(&b.cache.tree) || kv_pages_check(&b.g.pages)) fail_msg("%s", cd_errmsg());
+
+    char path[4096];
+    chunk_path(&b, ids, 0, path, sizeof path);
+    size_t len;
+    uint8_t *good = slurp(path, &len);
+    uint8_t *bad = malloc(len + 64);
+    /* one payload byte flipped */
+    memcpy(bad, good, len);
+    bad[176 + ct * 4 + (len - 176 - ct * 4 - 16) / 3] ^= 0x10;
+    spit(path, bad, len);
+    expect_rejected(&plain, &b, ids, n, "corrupt (checksum mismatch)");
+    /* truncated */
+    spit(path, good, len - 100);
+    expect_rejected(&plain, &b, ids, n, "truncated");
+    if (hostile) {
+        /* a few bytes */
+        spit(path, good, 10);
+        expect_rejected(&plain, &b, ids, n, "truncated (no whole header)");
+        /* trailing bytes */
+        memcpy(bad, good, len);
+        memset(bad + len, 0, 64);
+        spit(path, bad, len + 64);
+        expect_rejected(&plain, &b, ids, n, "bad size");
+        /* hostile counts: a huge token count, page bytes and chunk pages that do not match */
+        spit(path, good, len);
+        patch32(path, 84, 0xfffffff0u);
+        expect_rejected(&plain, &b, ids, n, "bad header (KV layout");
+        patch32(path, 72, 0x7fffffffu);
+        expect_rejected(&plain, &b, ids, n, "bad header (KV layout");
+        patch32(path, 68, 1u << 30);
+        expect_rejected(&plain, &b, ids, n, "bad header (KV layout");
+        /* another chunk index, another version, another magic */
+        patch32(path, 80, 3);
+        expect_rejected(&plain, &b, ids, n, "bad header (chunk 3");
+        patch32(path, 8, 99);
+        expect_rejected(&plain, &b, ids, n, "format version 99");
+        patch32(path, 0, 0x12345678u);
+        expect_rejected(&plain, &b, ids, n, "wrong magic");
+        /* another chunk's file under this chunk's name (a valid file, wrong tokens and chain) */
+        char path1[4096];
+        chunk_path(&b, ids, 1, path1, sizeof path1);
+        size_t len1;
+        uint8_t *other = slurp(path1, &len1);
+        spit(path, other, len1);
+        free(other);
+        expect_rejected(&plain, &b, ids, n, "bad header (chunk 1");
+    }
+    free(good);
+    free(bad);
+
+    /* a file written by a model with one different weight byte (another namespace), renamed
+     * into our directory under our chunk's name */
+    if (other_model) {
+        model *m2;
+        if (model_load(&m2, one_weight_changed(tu_tmp_path("dk_tiny.gguf"), "dk_tiny_b.gguf"), (model_load_opts){0}))
+            fail_msg("%s", cd_errmsg());
+        engine c;
+        init(&c, m2, page, chunk_pages, dir, 0);
+        assert_memory_not_equal(c.disk.ns, b.disk.ns, KV_DISK_HASH_BYTES);
+        run(&c, ids, n, &o);
+        assert_int_equal(o.r.disk_tokens, 0); /* nothing of ours is served to it either */
+        assert_true(o.r.disk_chunks_written > 0);
+        outcome_free(&o);
+        char theirs[4096];
+        chunk_path(&c, ids, 0, theirs, sizeof theirs);
+        assert_true(exists(theirs));
+        assert_int_equal(rename(theirs, path), 0);
+        engine_free(&c);
+        model_free(m2);
+        expect_rejected(&plain, &b, ids, n, "written for another model or config");
+    }
+    engine_free(&b);
+    engine_free(&plain);
+}
+
+static void test_restart_page16(void **st) { (void)st; restart(16, 2, 0, 96, 1, true, true); }
+static void test_restart_page4(void **st) { (void)st; restart(4, 4, 0, 70, 2, false, true); }
+/* With the host tier as well. */
+static void test_restart_page4_host_tier(void **st) { (void)st; restart(4, 4, 1, 70, 3, false, false); }
+
+/* The options: a tier with the cache off is an error; an unwritable directory is one too. */
+static void test_options(void **st) {
+    (void)st;
+    engine e;
+    engine_opts o = {.n_ctx = 64, .no_prefix_cache = true, .cache_dir = tu_tmp_path("disk_opts")};
+    assert_int_equal(engine_init(&e, tiny(), &o), -1);
+    assert_non_null(strstr(cd_errmsg(), "needs the prefix cache"));
+    engine_free(&e);
+    o = (engine_opts){.n_ctx = 64, .no_prefix_cache = true, .host_cache_mb = 1};
+    assert_int_equal(engine_init(&e, tiny(), &o), -1);
+    assert_non_null(strstr(cd_errmsg(), "needs the prefix cache"));
+    engine_free(&e);
+    const char *file = tu_tmp_path("disk_not_a_dir");
+    spit(file, (const uint8_t *)"x", 1);
+    o = (engine_opts){.n_ctx = 64, .cache_dir = file};
+    assert_int_equal(engine_init(&e, tiny(), &o), -1);
+    assert_non_null(strstr(cd_errmsg(), "--cache-dir"));
+    engine_free(&e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_options),
+        cmocka_unit_test(test_restart_page16),
+        cmocka_unit_test(test_restart_page4),
+        cmocka_unit_test(test_restart_page4_host_tier),
+    };
+    if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER"));
+    int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    model_free(tiny());
+    return rc;
+}
