@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The command-line contract scripts rely on: cinder info / tokenize / detokenize / mkmodel /
-# run / bench, their JSON fields, and clear errors with a non-zero status on bad input.
+# run / bench / chat (and its --cache-dir across processes), their JSON fields, and clear errors
+# with a non-zero status on bad input.
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/cli
@@ -77,6 +78,28 @@ print([json.loads(l)["cached_tokens"] for l in sys.stdin])' <<<"$nocache")" = "[
 check "chat gives the same replies with and without the cache" test \
   "$(python3 -c 'import json,sys; print([json.loads(l)["text"] for l in sys.stdin][:2])' <<<"$chat")" = \
   "$(python3 -c 'import json,sys; print([json.loads(l)["text"] for l in sys.stdin])' <<<"$nocache")"
+# the disk tier: a second process serves the first run's prompt chunks (a 256-token chunk of
+# the long system prompt) from --cache-dir, with the same reply; a corrupt file is rejected
+sys=$(python3 -c "print(' '.join('Rule %d: answer briefly, politely and in plain words.' % i for i in range(30)))")
+cdir=$tmp/cache-dir
+rm -rf "$cdir"
+d1=$(printf 'Hello there\n' | "$bin" chat --model "$model" --n 4 --json --system "$sys" --cache-dir "$cdir")
+d2=$(printf 'Hello there\n' | "$bin" chat --model "$model" --n 4 --json --system "$sys" --cache-dir "$cdir")
+check "chat --cache-dir: the first run writes chunks" test "$(json_field 'd["disk_chunks_written"] > 0 and d["disk_tokens"] == 0 and d["cached_tokens"] == 0' <<<"$d1")" = True
+check "chat --cache-dir: a fresh process serves the prompt's chunks from disk" test "$(json_field 'd["disk_tokens"] >= 256 and d["cached_tokens"] == d["disk_tokens"] and d["disk_rejected"] == 0' <<<"$d2")" = True
+check "chat --cache-dir: the same reply" test "$(json_field 'd["text"]' <<<"$d1")" = "$(json_field 'd["text"]' <<<"$d2")"
+python3 - "$cdir" <<'PY'
+import glob, sys
+for f in glob.glob(sys.argv[1] + "/*/*.kv"):
+    b = bytearray(open(f, "rb").read()); b[len(b) // 2] ^= 0x40; open(f, "wb").write(b)
+PY
+d3err=$(printf 'Hello there\n' | "$bin" chat --model "$model" --n 4 --json --system "$sys" --cache-dir "$cdir" 2>&1 >"$tmp/d3.json")
+check "chat --cache-dir: a corrupt chunk file is named and rejected on stderr" grep -q "\.kv: corrupt (checksum mismatch); removed, recomputing" <<<"$d3err"
+check "chat --cache-dir: ... and recomputed (nothing from disk)" test "$(json_field 'd["disk_tokens"] == 0 and d["disk_rejected"] >= 1' <"$tmp/d3.json")" = True
+check "chat --cache-dir: ... with the same reply" test "$(json_field 'd["text"]' <"$tmp/d3.json")" = "$(json_field 'd["text"]' <<<"$d1")"
+fails_with "chat --cache-dir with --no-prefix-cache" "--cache-dir needs the prefix cache" "$bin" chat --model "$model" --cache-dir "$cdir" --no-prefix-cache
+fails_with "chat --host-cache-mb with --no-prefix-cache" "--host-cache-mb N (N > 0) needs the prefix cache" "$bin" chat --model "$model" --host-cache-mb 4 --no-prefix-cache
+fails_with "bench --cache-dir with --no-prefix-cache" "--cache-dir needs the prefix cache" "$bin" bench --model "$model" --scenario shared_prefix_basic --cache-dir "$cdir" --no-prefix-cache
 trace=$("$bin" bench --model "$model" --scenario shared_prefix_basic --json)
 check "bench --scenario --json: requests and totals" test "$(json_field 'len(d["requests"]) == 8 and d["totals"]["prompt_tokens"] == 192 and all("ttft_ms" in r and "generated" in r for r in d["requests"])' <<<"$trace")" = True
 printf '{"kind": "tokens"}\n{"prompt_tokens": [1, -5]}\n' >"$tmp/bad.jsonl"
