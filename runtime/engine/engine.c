@@ -19,6 +19,9 @@ static double now_ms(void) {
 
 int engine_init(engine *e, model *m, const engine_opts *o) {
     *e = (engine){.m = m, .cache_on = !o->no_prefix_cache};
+    if (!e->cache_on && (o->host_cache_mb || o->cache_dir))
+        return cd_fail("%s needs the prefix cache (it is off: no_prefix_cache)",
+                       o->cache_dir ? "a disk tier (--cache-dir)" : "a host tier (--host-cache-mb)");
     uint32_t n_ctx = o->n_ctx ? o->n_ctx : (m->cfg.n_ctx_train < 8192 ? m->cfg.n_ctx_train : 8192);
     if (n_ctx > m->cfg.n_ctx_train)
         return cd_fail("a context of %u tokens is more than the model was trained for (%u)", n_ctx, m->cfg.n_ctx_train);
@@ -35,9 +38,6 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
         return -1;
     }
     gpu_model_opts go = {.n_ctx = n_ctx, .pool_tokens = (uint32_t)pool, .page_tokens = o->page_tokens};
-    if (!e->cache_on && (o->host_cache_mb || o->cache_dir))
-        return cd_fail("%s needs the prefix cache (it is off: no_prefix_cache)",
-                       o->cache_dir ? "a disk tier (--cache-dir)" : "a host tier (--host-cache-mb)");
     TRY(gpu_model_init_opts(&e->g, e->vk, m, &go));
     TRY(model_set_weights_digest(m, e->g.w.digest));
     if (!e->cache_on) return 0;
