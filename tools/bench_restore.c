@@ -276,8 +276,9 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
                    w->recompute_ms, w->demote_ms, w->restore_ms, per_s(w->bytes, w->restore_ms) / 1e9,
                    w->restore_ms > 0 ? w->recompute_ms / w->restore_ms : 0);
         }
-        printf("\ndisk tier (read + validate + upload; warm = files in the OS page cache, just written;\n"
-               "cold = after fdatasync + posix_fadvise(DONTNEED), if the file system honours it)\n");
+        printf("\ndisk tier (read + validate + upload of the whole 256-token chunks; warm = files in the OS page\n"
+               "cache, just written; cold = after fdatasync + posix_fadvise(DONTNEED), if the file system honours\n"
+               "it; speedup = recompute ms x disk tokens / N, over cold ms)\n");
         printf("%8s %11s %10s %9s %9s %10s %10s %11s %9s\n", "tokens", "disk tokens", "file MiB", "write ms",
                "warm ms", "warm GB/s", "cold ms", "cold GB/s", "speedup");
         for (uint32_t i = 0; i < n_sizes; i++) {
