@@ -4,7 +4,7 @@
  * recomputed (output still equal), never served: a flipped payload byte, a truncated file, a
  * file written by a model with one different weight byte, hostile header counts, a wrong chunk
  * index, trailing bytes, a file of a few bytes. Page sizes 16 and 4; with and without the host
- * tier. Runs under ASan in scripts/test.sh (a hostile file must not read out of bounds). */
+ * tier. Also: the chain keys, the options, a failed write. Runs under ASan in scripts/test.sh (a hostile file must not read out of bounds). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -340,9 +340,61 @@ static void test_options(void **st) {
     engine_free(&e);
 }
 
+/* The chain keys: equal prefixes, equal keys; a token of chunk 0 changes every key after it
+ * (h_k covers the whole prefix), a token of chunk 1 leaves h_0; another namespace changes all. */
+static void test_chain_keys(void **st) {
+    (void)st;
+    kv_disk_tier d = {.chunk_pages = 2, .chunk_tokens = 8};
+    memset(d.ns, 1, sizeof d.ns);
+    int32_t a[24], b[24];
+    for (int i = 0; i < 24; i++) a[i] = b[i] = 1000 + i;
+    uint8_t ha[3][KV_DISK_HASH_BYTES], hb[3][KV_DISK_HASH_BYTES];
+    assert_int_equal(kv_disk_chain(&d, a, 3, ha), 0);
+    assert_int_equal(kv_disk_chain(&d, b, 3, hb), 0);
+    assert_memory_equal(ha, hb, sizeof ha);
+    assert_memory_not_equal(ha[0], ha[1], KV_DISK_HASH_BYTES);
+    b[3] = 7; /* chunk 0 */
+    assert_int_equal(kv_disk_chain(&d, b, 3, hb), 0);
+    for (int k = 0; k < 3; k++) assert_memory_not_equal(ha[k], hb[k], KV_DISK_HASH_BYTES);
+    b[3] = a[3];
+    b[12] = 7; /* chunk 1 */
+    assert_int_equal(kv_disk_chain(&d, b, 3, hb), 0);
+    assert_memory_equal(ha[0], hb[0], KV_DISK_HASH_BYTES);
+    assert_memory_not_equal(ha[1], hb[1], KV_DISK_HASH_BYTES);
+    assert_memory_not_equal(ha[2], hb[2], KV_DISK_HASH_BYTES);
+    b[12] = a[12];
+    d.ns[31] ^= 1;
+    assert_int_equal(kv_disk_chain(&d, b, 3, hb), 0);
+    for (int k = 0; k < 3; k++) assert_memory_not_equal(ha[k], hb[k], KV_DISK_HASH_BYTES);
+}
+
+/* A write that fails (the directory vanished) is a line on stderr and a count, not a failed
+ * request; the output is still the uncached engine's. */
+static void test_write_failure(void **st) {
+    (void)st;
+    const char *dir = fresh_dir("disk_gone");
+    engine plain, e;
+    init(&plain, tiny(), 4, 0, NULL, 0);
+    init(&e, tiny(), 4, 2, dir, 0);
+    assert_int_equal(rmdir(e.disk.dir), 0);
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = 300 + 7 * i;
+    outcome o;
+    run(&e, ids, 40, &o);
+    assert_int_equal(o.r.disk_chunks_written, 0);
+    assert_int_equal(e.disk.write_errors, 1); /* one message per request, not one per chunk */
+    assert_non_null(strstr(e.disk.last_msg, "cannot write"));
+    same_as_plain(&plain, &e, ids, 40, &o);
+    outcome_free(&o);
+    engine_free(&e);
+    engine_free(&plain);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_chain_keys),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_write_failure),
         cmocka_unit_test(test_restart_page16),
         cmocka_unit_test(test_restart_page4),
         cmocka_unit_test(test_restart_page4_host_tier),

@@ -182,7 +182,8 @@ static int attach_prefix(engine *e, const int32_t *ids, uint32_t n, radix_match 
     return kv_seq_attach(&e->g.pages, &e->g.seq, m->pages, n_pages, n_tokens);
 }
 
-/* Write-through: every whole chunk of all[0 .. seq tokens) not yet on disk. */
+/* Write-through: every whole chunk of all[0 .. seq tokens) not yet on disk; stops at the first
+ * failed write (one message per request, the request goes on). */
 static int store_disk(engine *e, const int32_t *all, engine_reply *r) {
     kv_disk_tier *d = &e->disk;
     uint32_t n_chunks = e->g.seq.n_tokens / d->chunk_tokens;
@@ -191,7 +192,8 @@ static int store_disk(engine *e, const int32_t *all, engine_reply *r) {
     uint64_t bytes0 = d->bytes_written, n0 = d->chunks_written;
     TRY(chain_hashes(e, all, n_chunks));
     static const uint8_t zero[KV_DISK_HASH_BYTES];
-    for (uint32_t c = 0; c < n_chunks; c++)
+    uint64_t err0 = d->write_errors;
+    for (uint32_t c = 0; c < n_chunks && d->write_errors == err0; c++) /* one failed write: the rest would fail too */
         if (kv_disk_store(d, all + (size_t)c * d->chunk_tokens, c, c ? e->chain[c - 1] : zero, e->chain[c],
                           e->g.seq.pages + (size_t)c * d->chunk_pages) < 0)
             return -1;
