@@ -571,6 +571,28 @@ uint32_t radix_match_host_left(const radix_tree *t, const radix_match *m) {
     return left < m->n_restore ? left : m->n_restore;
 }
 
+static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_node *u, int32_t *lower_run);
+
+/* What the match's split of its deepest node needs (Rule 5): the upper node, the lower part's
+ * run, one more chain slot. All or nothing; a match that cannot have it pins the whole node. */
+typedef struct match_split {
+    radix_node *upper;
+    int32_t *lower_run;
+    radix_reserve tables;
+} match_split;
+
+static int match_split_alloc(radix_tree *t, const radix_node *c, uint32_t k, match_split *s) {
+    *s = (match_split){0};
+    s->upper = node_new(t, k);
+    s->lower_run = s->upper ? radix_alloc(t, run_bytes(t, c->n_pages - k)) : NULL;
+    if (s->lower_run && reserve_tables(t, &s->tables, 1, 1, 0) == 0) return 0;
+    if (s->upper) free(s->upper->run);
+    free(s->upper);
+    free(s->lower_run);
+    *s = (match_split){0};
+    return -1;
+}
+
 int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                        radix_match *m) {
     *m = (radix_match){0};
@@ -578,21 +600,34 @@ int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const in
     if (n && !ids) return cd_fail("radix: match of %u tokens without ids", n);
     radix_node *root = root_find(t, ns);
     match_end e = match_walk(t, root, ids, n);
-    uint32_t n_pages = (uint32_t)(((uint64_t)e.n_tokens + t->page_tokens - 1) / t->page_tokens);
-    uint32_t *pages = NULL, n_gpu = n_pages, n_restore = 0;
+    uint32_t pt = t->page_tokens, n_pages = (uint32_t)(((uint64_t)e.n_tokens + pt - 1) / pt);
+    uint32_t *pages = NULL, n_gpu = n_pages, n_restore = 0, k = 0;
+    bool split = false;
+    match_split sm = {0};
     if (e.n_tokens) {
         if (root->lock == UINT32_MAX) return cd_fail("radix: too many pins");
-        /* Rule 5: with a host run at the bottom, the whole path's pages are listed (the
-         * deepest node is restored whole); otherwise the matched pages only */
-        uint32_t end = e.deep_start / t->page_tokens + e.deep->n_pages;
-        n_restore = path_host_slots(e.deep);
-        if (n_restore) n_gpu = end - n_restore;
-        uint32_t len = n_restore ? end : n_pages;
+        /* Rule 5: the deepest node is cut after the matched pages (k of its own), so the pin
+         * holds the match and no more; without the memory for the cut, the whole node */
+        uint32_t end = e.deep_start / pt + e.deep->n_pages; /* the deepest node's end, in pages */
+        k = n_pages - e.deep_start / pt;
+        split = k < e.deep->n_pages && match_split_alloc(t, e.deep, k, &sm) == 0;
+        uint32_t path_end = split ? n_pages : end; /* the pinned path's end */
+        n_restore = path_host_slots(e.deep) - (split && e.deep->on_host ? end - n_pages : 0);
+        if (n_restore) n_gpu = path_end - n_restore;
+        uint32_t len = n_restore ? path_end : n_pages;
         pages = radix_alloc(t, (size_t)len * sizeof *pages);
-        if (!pages) return cd_fail("radix: out of memory for a match of %u pages", len);
+        if (!pages) {
+            if (split) free(sm.upper->run), free(sm.upper), free(sm.lower_run), reserve_drop(&sm.tables);
+            return cd_fail("radix: out of memory for a match of %u pages", len);
+        }
         path_ids(t, e.deep, end, pages, 0, len);
     }
     /* nothing can fail from here on */
+    if (split) {
+        reserve_commit(t, &sm.tables);
+        e.deep = split_edge(t, e.deep, k, sm.upper, sm.lower_run);
+        t->stats.match_splits++;
+    }
     uint64_t now = ++t->clock;
     t->stats.lookups++;
     t->stats.hit_tokens += e.n_tokens;
@@ -600,8 +635,8 @@ int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const in
     else if (e.n_tokens == n) t->stats.full_hits++;
     else t->stats.partial_hits++;
     /* Pin and touch the path; pinning takes a node out of its heap, so no touched node is
-     * left in a heap with a stale key. The match does not split: the pin covers the whole
-     * deepest node even when the match ends inside its edge. */
+     * left in a heap with a stale key. The lower part of a split keeps its lock, last use and
+     * heap place: it is not part of the match. */
     for (radix_node *x = e.deep; x; x = x->parent) {
         pin(t, x);
         x->last_use = now;

@@ -33,9 +33,9 @@
  *   slots 0..1 of P1 into a fresh page.     query "abcd": 4 tokens, pages {P0}.
  *   query "abcdefgX": 7 tokens, {P0, P1}.   query "abcX": 3 tokens, {P0} (a partial page).
  *
- * Pinning: a match pins the path from its deepest node (the node holding its last token) to
- * the root: lock += 1 on every node of the path. radix_release unpins. A node with lock > 0 is
- * never evicted. When an edge splits, the new upper node inherits the lower node's lock (every
+ * Pinning: a match pins the path from its deepest node (the node holding its last token, cut
+ * after the matched pages: Rule 5) to the root: lock += 1 on every node of the path.
+ * radix_release unpins. A node with lock > 0 is never evicted. When an edge splits, the new upper node inherits the lower node's lock (every
  * path through the lower node runs through it) and its last-use time; handles keep pointing to
  * the lower node, which keeps its identity (children, pins, place in the LRU heap).
  *
@@ -92,16 +92,22 @@
  *
  *   Rule 5, match walks GPU and host nodes alike and pins the whole path; a pinned host node is
  *   never host-evicted, so its slots stay valid while a host->GPU copy reads them (the pin
- *   covers the DMA). By Rule 1 the matched pages are n_gpu_pages GPU pages followed by host
- *   slots, the partial last page included (it lies in the deepest node, the last on the path):
+ *   covers the DMA). A match that ends before its deepest node's last page first cuts that
+ *   node after the matched pages (an edge split, as an insert makes), so the pin holds the
+ *   matched pages and no more: the rest of the node stays evictable (a long branch that merely
+ *   shares a prefix with the request never blocks the pool) and is not restored. When the
+ *   memory for the cut cannot be had, the whole node is pinned instead (and restored whole).
+ *   By Rule 1 the matched pages are n_gpu_pages GPU pages followed by host slots, the partial
+ *   last page included (it lies in the deepest node, the last on the path):
  *
  *     cached (root) ─ [abcd|G P0] ─ [efghijkl|H s7 s8], query "abcdefX":
- *       n_tokens 6, n_pages 2, pages {P0, s7 | s8}, n_gpu_pages 1, n_restore 2
+ *       the match cuts [efgh|H s7] ─ [ijkl|H s8] and pins [efgh]:
+ *       n_tokens 6, n_pages 2, pages {P0, s7}, n_gpu_pages 1, n_restore 1
  *
- *   A node is restored whole, so n_restore counts the slots of every host node on the path,
- *   including the deepest node's pages past the match (s8 above, after pages[n_pages]):
+ *   n_restore counts the slots of every host node on the pinned path (after an uncut match, the
+ *   deepest node's pages past the match too, listed after pages[n_pages]):
  *   pages[n_gpu_pages .. n_gpu_pages + n_restore) are the slots to copy back, in path order.
- *
+
  *   Rule 6, radix_restore(t, m, gpu_pages, host_free, ctx) turns the path's host nodes GPU-
  *   resident with the caller's freshly filled pages (gpu_pages[i] holds the copy of slot
  *   pages[n_gpu_pages + i]); the tree takes them, reports each restored node's slots to
@@ -190,6 +196,7 @@ typedef struct radix_stats {
     uint64_t host_evictions;     /* host-resident nodes removed (radix_evict_host, or below a dropped victim) */
     uint64_t host_evicted_slots; /* their slots, reported to host_free callbacks */
     uint64_t blocked_inserts;    /* inserts that stored nothing because a host node was in the way (Rule 7) */
+    uint64_t match_splits;       /* matches that cut their deepest node after the matched pages (Rule 5) */
 } radix_stats;
 
 /* A binary min-heap of nodes by last use. */

@@ -217,16 +217,19 @@ static void boundaries(uint32_t pt) {
     assert_int_equal(radix_insert(&t, NS_B, seq, pt - 1, NULL, &first_new), 0);
     assert_int_equal(first_new, 0);
     assert_int_equal(t.n_roots, 1);
+    /* the matches of 2 pages and of 1 token cut the 3-page node after pages 2 and 1 (Rule 5) */
+    assert_int_equal(t.stats.nodes, 3);
+    assert_int_equal(t.stats.match_splits, 2);
     /* an insert ending inside an edge on a page boundary: nothing new, no split */
     assert_int_equal(radix_insert(&t, NS_A, seq, 2 * pt + 1, (uint32_t[]){20, 21}, &first_new), 0);
     assert_int_equal(first_new, 2);
-    assert_int_equal(t.stats.nodes, 1);
-    /* diverging in the middle of page 1: a split after page 0, the leaf takes pages 1.. */
+    assert_int_equal(t.stats.nodes, 3);
+    /* diverging in the middle of page 1 (its own node now): the leaf takes pages 1.. beside it */
     memcpy(q, seq, sizeof seq);
     q[pt + pt / 2] = -7;
     assert_int_equal(radix_insert(&t, NS_A, q, 3 * pt, (uint32_t[]){30, 31, 32}, &first_new), 0);
     assert_int_equal(first_new, 1);
-    assert_int_equal(t.stats.nodes, 3);
+    assert_int_equal(t.stats.nodes, 4);
     assert_int_equal(t.stats.pages, 5);
     CHECK_TREE(&t);
     expect_ids(&t, NS_A, q, 3 * pt, 3 * pt, (uint32_t[]){10, 31, 32});
@@ -270,6 +273,19 @@ static void test_pins(void **state) {
     expect_evict(&t, UINT64_MAX, (uint32_t[]){1}, 1); /* every lock is back to 0 */
     assert_int_equal(t.stats.nodes, 0);
     radix_release(&t, &m2); /* a zeroed match is fine */
+
+    /* a match ending before its node's last page pins the matched pages only (Rule 5): the
+     * rest of a long branch that shares a prefix with a request stays evictable */
+    insert_str(&t, NS_A, "abcdefghijklmnop", (uint32_t[]){1, 2, 3, 4});
+    radix_match m5 = pin_str(&t, NS_A, "abcdeZ", 5); /* [abcdefgh] ─ [ijklmnop] */
+    assert_int_equal(t.stats.match_splits, 1);
+    assert_int_equal(t.stats.nodes, 2);
+    assert_int_equal(t.stats.pinned_pages, 2);
+    assert_int_equal(radix_evictable_pages(&t), 2);
+    expect_evict(&t, UINT64_MAX, (uint32_t[]){3, 4}, 2);
+    radix_release(&t, &m5);
+    expect_evict(&t, UINT64_MAX, (uint32_t[]){1, 2}, 2);
+    assert_int_equal(t.stats.nodes, 0);
 
     /* a pinned path is never evicted, however much is asked for; released, it is */
     insert_str(&t, NS_A, "aaaabbbbcccc", (uint32_t[]){10, 11, 12});
@@ -351,12 +367,14 @@ static void test_namespaces(void **state) {
     assert_int_equal(insert_str(&t, NS_C, "abcdwxyz", (uint32_t[]){5, 6}), 0);
     assert_int_equal(t.n_roots, 3);
     expect_str(&t, NS_A, "abcdwxyz", 4, (uint32_t[]){1});
-    /* one LRU across namespaces */
+    /* one LRU across namespaces; A's match of "abcd" cut [efgh] off its node, which keeps the
+     * last use of A's insert, the oldest */
+    expect_evict(&t, 1, (uint32_t[]){2}, 1);
     expect_evict(&t, 1, (uint32_t[]){3, 4}, 2); /* B's, touched before C's insert and A's match */
     assert_int_equal(t.n_roots, 2);             /* B's root went with its last node */
     expect_str(&t, NS_B, "abcdefgh", 0, NULL);
     expect_evict(&t, 1, (uint32_t[]){5, 6}, 2);
-    expect_evict(&t, 1, (uint32_t[]){1, 2}, 2);
+    expect_evict(&t, 1, (uint32_t[]){1}, 1);
     assert_int_equal(t.n_roots, 0);
     insert_str(&t, NS_B, "xxxx", (uint32_t[]){7});
     insert_str(&t, NS_A, "yyyy", (uint32_t[]){8});
@@ -690,8 +708,10 @@ static void test_match_mixed(void **state) {
     insert_str(&t, NS_A, "abcdefghijkl", (uint32_t[]){1, 2, 3});
     insert_str(&t, NS_A, "abcdXXXX", (uint32_t[]){1, 9}); /* [abcd] ─ [efghijkl], [XXXX] */
     expect_tiered(&t, &l, 1, (uint32_t[]){2, 3}, 2, NULL, 0); /* [efghijkl] -> 900 901 */
-    expect_tiers(&t, NS_A, "abcdefgZ", 7, 1, (uint32_t[]){1, 900, 901}, 3);    /* partial page on a host node */
-    expect_tiers(&t, NS_A, "abcdeZ", 5, 1, (uint32_t[]){1, 900, 901}, 3);      /* one token into it */
+    /* partial page on a host node: the match cuts it into [efgh|H 900] ─ [ijkl|H 901] */
+    expect_tiers(&t, NS_A, "abcdefgZ", 7, 1, (uint32_t[]){1, 900}, 2);
+    assert_int_equal(t.stats.match_splits, 1);
+    expect_tiers(&t, NS_A, "abcdeZ", 5, 1, (uint32_t[]){1, 900}, 2);           /* one token into it */
     expect_tiers(&t, NS_A, "abcdefghij", 10, 1, (uint32_t[]){1, 900, 901}, 3); /* into its last page */
     expect_tiers(&t, NS_A, "abcdefghijkl", 12, 1, (uint32_t[]){1, 900, 901}, 3);
     expect_tiers(&t, NS_A, "abcdQ", 4, 1, (uint32_t[]){1}, 1);                 /* ends at the GPU node */
@@ -700,7 +720,7 @@ static void test_match_mixed(void **state) {
     /* all on the host: [XXXX] (older) then [abcd] */
     expect_tiered(&t, &l, 2, (uint32_t[]){9, 1}, 2, NULL, 0); /* 902, 903 */
     expect_tiers(&t, NS_A, "abZ", 2, 0, (uint32_t[]){903}, 1);
-    expect_tiers(&t, NS_A, "abcdefgh", 8, 0, (uint32_t[]){903, 900, 901}, 3);
+    expect_tiers(&t, NS_A, "abcdefgh", 8, 0, (uint32_t[]){903, 900}, 2);
     expect_tiers(&t, NS_A, "abcdXXXX", 8, 0, (uint32_t[]){903, 902}, 2);
     assert_int_equal(t.stats.lookups, 10);
     assert_int_equal(t.stats.hit_tokens, 7 + 5 + 10 + 12 + 4 + 2 + 6 + 2 + 8 + 8);
@@ -719,47 +739,49 @@ static void test_restore(void **state) {
     insert_str(&t, NS_A, "abcdefghijkl", (uint32_t[]){1, 2, 3});
     insert_str(&t, NS_A, "abcdXXXX", (uint32_t[]){1, 9});
     expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){2, 3, 9, 1}, 4, NULL, 0); /* 900 901, 902, 903 */
-    radix_match m = pin_tiers(&t, NS_A, "abcdefgZ", 7, 0, (uint32_t[]){903, 900, 901}, 3);
-    assert_int_equal(t.stats.pinned_host_slots, 3);
-    assert_int_equal(radix_evictable_host_slots(&t), 1);
+    /* the match cuts [efghijkl] into [efgh|H 900] ─ [ijkl|H 901] and pins the upper part */
+    radix_match m = pin_tiers(&t, NS_A, "abcdefgZ", 7, 0, (uint32_t[]){903, 900}, 2);
+    assert_int_equal(t.stats.pinned_host_slots, 2);
+    assert_int_equal(radix_evictable_host_slots(&t), 2); /* [ijkl], [XXXX] */
     l.n_freed = 0;
-    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){20, 21, 22}, tl_host_free, &l), 3);
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){20, 21}, tl_host_free, &l), 2);
     CHECK_TREE(&t);
-    expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){900, 901, 903}, 3); /* deepest node first */
+    expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){900, 903}, 2); /* deepest node first */
     assert_int_equal(m.n_gpu_pages, 2);
     assert_int_equal(m.n_pages, 2);
     assert_int_equal(m.n_restore, 0);
     expect_ids_eq(m.pages, 2, (uint32_t[]){20, 21}, 2);
-    assert_int_equal(t.stats.pages, 3);
-    assert_int_equal(t.stats.pinned_pages, 3);
-    assert_int_equal(t.stats.host_slots, 1);
+    assert_int_equal(t.stats.pages, 2);
+    assert_int_equal(t.stats.pinned_pages, 2);
+    assert_int_equal(t.stats.host_slots, 2);
     assert_int_equal(t.stats.pinned_host_slots, 0);
     assert_int_equal(t.stats.restores, 2);
-    assert_int_equal(t.stats.restored_pages, 3);
+    assert_int_equal(t.stats.restored_pages, 2);
     assert_int_equal(t.gpu_lru.n, 0); /* all pinned */
     assert_int_equal(radix_restore(&t, &m, NULL, NULL, NULL), 0); /* nothing left to restore */
     radix_release(&t, &m);
     CHECK_TREE(&t);
-    assert_int_equal(t.gpu_lru.n, 1); /* [efghijkl]; [abcd] has a GPU child; [XXXX] is on the host */
-    expect_tiers(&t, NS_A, "abcdefghijkl", 12, 3, (uint32_t[]){20, 21, 22}, 3);
+    assert_int_equal(t.gpu_lru.n, 1); /* [efgh]; [abcd] has a GPU child; [ijkl], [XXXX] are on the host */
+    expect_tiers(&t, NS_A, "abcdefghijkl", 12, 2, (uint32_t[]){20, 21, 901}, 3);
     expect_tiers(&t, NS_A, "abcdXXXX", 8, 1, (uint32_t[]){20, 902}, 2);
     /* both on the host again; two handles, the shorter one restores first */
-    expect_evict_host(&t, &l, 1, (uint32_t[]){902}, 1);
-    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){21, 22, 20}, 3, NULL, 0); /* 904 905, 906 */
-    radix_match a = pin_tiers(&t, NS_A, "abcdefgZ", 7, 0, (uint32_t[]){906, 904, 905}, 3);
-    radix_match b = pin_tiers(&t, NS_A, "abcdZ", 4, 0, (uint32_t[]){906}, 1);
+    expect_evict_host(&t, &l, 1, (uint32_t[]){901}, 1); /* [ijkl]: [XXXX] was touched after it */
+    expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){21, 20}, 2, NULL, 0); /* 904, 905 */
+    radix_match a = pin_tiers(&t, NS_A, "abcdefgZ", 7, 0, (uint32_t[]){905, 904}, 2);
+    radix_match b = pin_tiers(&t, NS_A, "abcdZ", 4, 0, (uint32_t[]){905}, 1);
     l.n_freed = 0;
     assert_int_equal(radix_restore(&t, &b, (uint32_t[]){30}, tl_host_free, &l), 1);
     expect_ids_eq(b.pages, 1, (uint32_t[]){30}, 1);
-    assert_int_equal(radix_restore(&t, &a, (uint32_t[]){40, 41, 42}, tl_host_free, &l), 2); /* 40 stays ours */
+    assert_int_equal(radix_match_host_left(&t, &a), 1); /* [abcd] came back with b */
+    assert_int_equal(radix_restore(&t, &a, (uint32_t[]){40, 41}, tl_host_free, &l), 1); /* 40 stays ours */
     CHECK_TREE(&t);
-    expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){906, 904, 905}, 3);
+    expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){905, 904}, 2);
     expect_ids_eq(a.pages, 2, (uint32_t[]){30, 41}, 2);
     assert_int_equal(a.n_gpu_pages, 2);
     radix_release(&t, &b);
     radix_release(&t, &a);
     CHECK_TREE(&t);
-    expect_tiers(&t, NS_A, "abcdefghijkl", 12, 3, (uint32_t[]){30, 41, 42}, 3);
+    expect_tiers(&t, NS_A, "abcdefghijkl", 8, 2, (uint32_t[]){30, 41}, 2);
     /* a split of a GPU node on the pinned path between match and restore */
     radix_free(&t);
     assert_int_equal(radix_init(&t, 4), 0);
@@ -877,14 +899,14 @@ static void test_insert_over_host(void **state) {
     assert_int_equal(insert_str(&t, NS_A, "qqqq", (uint32_t[]){30}), 1);
     assert_int_equal(insert_str(&t, NS_A, "qqqZyyyy", (uint32_t[]){40, 41}), 0); /* under the root */
     /* restore, then the same insert goes through: the tree takes the new page only */
-    radix_match m = pin_tiers(&t, NS_A, "qqqqrrrrtttt", 8, 0, (uint32_t[]){900, 901, 902}, 3);
-    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){50, 51, 52}, tl_host_free, &l), 3);
+    radix_match m = pin_tiers(&t, NS_A, "qqqqrrrrtttt", 8, 0, (uint32_t[]){900, 901}, 2); /* cuts [ssss] off */
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){50, 51}, tl_host_free, &l), 2);
     assert_int_equal(insert_str(&t, NS_A, "qqqqrrrrtttt", (uint32_t[]){30, 31, 32}), 2);
     radix_release(&t, &m);
     CHECK_TREE(&t);
     expect_tiers(&t, NS_A, "qqqqrrrrtttt", 12, 3, (uint32_t[]){50, 51, 32}, 3);
-    expect_tiers(&t, NS_A, "qqqqrrrrssss", 12, 3, (uint32_t[]){50, 51, 52}, 3);
-    assert_int_equal(t.stats.host_slots, 0);
+    expect_tiers(&t, NS_A, "qqqqrrrrssss", 12, 2, (uint32_t[]){50, 51, 902}, 3); /* [ssss] stayed on the host */
+    assert_int_equal(t.stats.host_slots, 1);
     radix_free(&t);
 }
 
