@@ -202,6 +202,7 @@ static void test_restore_bit_identical(void **st) {
     assert_int_equal(e.cache.tree.stats.demoted_pages, 8);
     assert_int_equal(e.cache.tree.stats.host_slots, 8);
     assert_int_equal(kv_host_used(&e.host), 8);
+    if (kv_host_sync(&e.host)) fail_msg("%s", cd_errmsg()); /* the copies are asynchronous */
     for (uint32_t i = 0; i < 8; i++) /* the slots hold the pages, byte for byte, in host memory */
         assert_memory_equal(kv_host_slot_ptr(&e.host, i), orig + i * pb, pb); /* slots 0.. in path order */
     for (uint64_t i = 0; i < size; i++) bytes[i] = (uint8_t)rng_below(&r, 256);

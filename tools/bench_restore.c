@@ -7,9 +7,11 @@
  *   write      the whole 256-token chunks of the sequence to disk files (kv_disk_store: GPU ->
  *              staging -> file, atomic rename), first round only (later rounds find them known)
  *   cache      kv_cache_insert of that sequence, then kv_cache_reclaim of the whole pool: every
- *              page is demoted (the device->host batch is timed too)
+ *              page is demoted (the device->host batch is timed too, to completion: the
+ *              reclaim plus kv_host_sync, as the copies are asynchronous)
  *   restore    kv_cache_match + kv_cache_restore: allocate the GPU pages, copy the slots back,
- *              radix_restore (what attach_prefix does on a host hit)
+ *              radix_restore (what attach_prefix does on a host hit), plus kv_host_sync: the
+ *              time until the pages are on the GPU (the engine instead lets the prefill wait)
  *   disk       from empty tiers: chain hashes, then per chunk kv_disk_read (read + validate:
  *              header, size, XXH3 checksum, tokens, chain) + allocate + kv_disk_upload (what
  *              attach_prefix does on a disk hit). The files were just written, so they are in the
@@ -154,9 +156,11 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
         if (disk_store_all(e, ids, n_chunks, &wms)) { rc = -1; break; }
         if (k == 0) row->write_ms = wms; /* later rounds find the chunks known: nothing to write */
         kv_seq_free(&g->pages, &g->seq);
-        double h0 = e->host.ms_to_host;
+        /* the copies are asynchronous: time them to completion (kv_host_sync) */
+        t0 = cli_now_ms();
         kv_cache_reclaim(&e->cache, g->pages.n_pages); /* everything cached goes to the host */
-        dem[k] = e->host.ms_to_host - h0;
+        if (kv_host_sync(&e->host)) { rc = -1; break; }
+        dem[k] = cli_now_ms() - t0;
         radix_match m;
         if (kv_cache_match(&e->cache, ids, n, &m)) { rc = -1; break; }
         uint32_t want = n / g->page_tokens, taken = 0;
@@ -168,6 +172,7 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
         }
         t0 = cli_now_ms();
         int got = kv_cache_restore(&e->cache, &m, &taken);
+        if (got == 0 && kv_host_sync(&e->host)) got = -1;
         res[k] = cli_now_ms() - t0;
         radix_release(&e->cache.tree, &m);
         if (got < 0) { rc = -1; break; }

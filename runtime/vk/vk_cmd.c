@@ -61,8 +61,31 @@ int cvk_cmd_submit(cvk_cmd *c) {
     if (c->pending) return cd_fail("command buffer submitted twice without a wait");
     if (CVK_CHECK(vkResetFences(c->dev->dev, 1, &c->fence))) return -1;
     VkSubmitInfo si = {.sType = VK_STRUCTURE_TYPE_SUBMIT_INFO, .commandBufferCount = 1, .pCommandBuffers = &c->cb};
+    /* the timeline waits and signals of vk_device.h */
+    cvk_device *d = c->dev;
+    bool on_compute = c->queue == d->compute_queue;
+    uint64_t *saw = c->async ? &d->transfer_saw_compute : on_compute ? &d->compute_saw_copies : &d->transfer_saw_copies;
+    cvk_timeline *wait = c->async ? &d->compute : &d->copies, *signal = c->async ? &d->copies : &d->compute;
+    bool waits = d->copies.sem && wait->value > *saw, signals = d->copies.sem && (c->async || on_compute);
+    uint64_t wait_v = wait->value, signal_v = signal->value + 1;
+    VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
+    VkTimelineSemaphoreSubmitInfo ti = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
+                                        .waitSemaphoreValueCount = waits, .pWaitSemaphoreValues = &wait_v,
+                                        .signalSemaphoreValueCount = signals, .pSignalSemaphoreValues = &signal_v};
+    if (waits || signals) {
+        si.pNext = &ti;
+        si.waitSemaphoreCount = waits;
+        si.pWaitSemaphores = &wait->sem;
+        si.pWaitDstStageMask = &stage;
+        si.signalSemaphoreCount = signals;
+        si.pSignalSemaphores = &signal->sem;
+    }
     if (CVK_CHECK(vkQueueSubmit(c->queue, 1, &si, c->fence))) return -1;
     c->pending = true;
+    if (waits) *saw = wait_v;
+    if (signals) signal->value = signal_v;
+    if (c->async) c->signalled = signals ? signal_v : 0;
+    else c->waited_copies = waits ? wait_v : 0, d->copy_waits += waits;
     return 0;
 }
 

@@ -9,7 +9,13 @@
  * A command buffer recorded with cvk_cmd_begin_reusable can be submitted again and again
  * (record a decode step once, replay it per token). The fence lets the host wait without
  * vkQueueWaitIdle. Attach a cvk_timer (c.timer) to time labelled spans; cvk_cmd_begin resets
- * it. One thread per cvk_cmd; queues are shared, so submit from one thread. */
+ * it. One thread per cvk_cmd; queues are shared, so submit from one thread.
+ *
+ * With timeline semaphores, cvk_cmd_submit orders asynchronous copies on the GPU (the rules are
+ * in vk_device.h): a command buffer with `async` set (after init) waits for earlier compute and
+ * signals the device's copies timeline (its value in `signalled`); every other submit waits
+ * for copies newer than what its queue already waited for (`waited_copies` says which value,
+ * 0 for none). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -30,6 +36,9 @@ typedef struct cvk_cmd {
     bool pending;       /* submitted, not yet waited for */
     cvk_timer *timer;   /* optional */
     VkPipeline bound;   /* last pipeline bound in this recording */
+    bool async;         /* a copy the host need not wait for: signals dev->copies (caps.timeline) */
+    uint64_t signalled; /* async: the copies value the last submit signals */
+    uint64_t waited_copies; /* not async: the copies value the last submit waited for, 0 none */
 } cvk_cmd;
 
 int cvk_cmd_init(cvk_cmd *c, cvk_device *d, bool transfer_queue);

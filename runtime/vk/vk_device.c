@@ -65,6 +65,24 @@ static int create_device(cvk_device *d) {
     vkGetDeviceQueue(d->dev, d->compute_family, 0, &d->compute_queue);
     d->transfer_queue = d->compute_queue;
     if (d->dedicated_transfer) vkGetDeviceQueue(d->dev, d->transfer_family, 0, &d->transfer_queue);
+    if (!info->caps.timeline) return 0;
+    VkSemaphoreTypeCreateInfo ti = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
+                                    .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE, .initialValue = 0};
+    VkSemaphoreCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &ti};
+    if (CVK_CHECK(vkCreateSemaphore(d->dev, &si, NULL, &d->copies.sem)) ||
+        CVK_CHECK(vkCreateSemaphore(d->dev, &si, NULL, &d->compute.sem)))
+        return -1;
+    return 0;
+}
+
+int cvk_device_wait_copies(cvk_device *d, uint64_t value) {
+    if (!d->copies.sem || value <= d->host_saw_copies) return 0;
+    VkSemaphoreWaitInfo wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, .semaphoreCount = 1,
+                              .pSemaphores = &d->copies.sem, .pValues = &value};
+    VkResult r = vkWaitSemaphores(d->dev, &wi, 600ull * 1000000000ull);
+    if (r == VK_TIMEOUT) return cd_fail("the GPU did not finish its copies within 600 s (hung?)");
+    if (CVK_CHECK(r)) return -1;
+    d->host_saw_copies = value;
     return 0;
 }
 
@@ -93,6 +111,10 @@ int cvk_device_init(cvk_device *d, int index) {
     if (create_device(d)) goto fail;
     return 0;
 fail:
+    if (d->dev) { /* a semaphore could not be made */
+        if (d->copies.sem) vkDestroySemaphore(d->dev, d->copies.sem, NULL);
+        vkDestroyDevice(d->dev, NULL);
+    }
     cvk_instance_release();
     memset(d, 0, sizeof *d);
     return -1;
@@ -102,6 +124,8 @@ void cvk_device_free(cvk_device *d) {
     if (!d || !d->instance) return;
     if (d->dev) {
         vkDeviceWaitIdle(d->dev);
+        if (d->copies.sem) vkDestroySemaphore(d->dev, d->copies.sem, NULL);
+        if (d->compute.sem) vkDestroySemaphore(d->dev, d->compute.sem, NULL);
         vkDestroyDevice(d->dev, NULL);
     }
     cvk_instance_release();

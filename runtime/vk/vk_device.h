@@ -17,7 +17,23 @@
  * Enabled when present: shaderFloat16, shaderInt8, shaderInt16, shaderInt64, 8- and 16-bit
  * storage buffer access, subgroup extended types, subgroup size control + full subgroups,
  * integer dot product, timeline semaphores, the Vulkan memory model. `caps` says what was
- * enabled. */
+ * enabled.
+ *
+ * Asynchronous copies (caps.timeline only): two timeline semaphores order the copies that the
+ * host does not wait for (the host tier's, kv/host_tier.h) against everything else, on the GPU:
+ *
+ *   compute queue:  ... submit ──signal compute=7──► ... submit(waits copies>=3) ──► ...
+ *                                        │                      ▲
+ *                                        ▼ (waits compute>=7)   │ (signal copies=3)
+ *   transfer queue:            async copy batch ────────────────┘
+ *
+ * A cvk_cmd marked `async` waits for the newest compute value its queue has not waited for yet
+ * and signals copies = ++copies.value; every other submit (compute, stager) waits for the
+ * newest copies value its queue has not waited for yet, and a compute-queue submit signals
+ * compute = ++compute.value. A wait covers every later submission on that queue, so each queue
+ * remembers the newest value it waited for and adds no wait when nothing newer is pending.
+ * With one queue (lavapipe) compute_queue == transfer_queue: the waits are legal and order
+ * nothing that submission order and barriers would not, and nothing overlaps. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -65,6 +81,12 @@ typedef struct cvk_phys_info {
     char why_not[96];            /* reason when !usable */
 } cvk_phys_info;
 
+/* A timeline semaphore and the last value a submission was given to signal. */
+typedef struct cvk_timeline {
+    VkSemaphore sem;             /* VK_NULL_HANDLE without caps.timeline */
+    uint64_t value;
+} cvk_timeline;
+
 typedef struct cvk_device {
     VkInstance instance;
     cvk_phys_info info;
@@ -74,12 +96,24 @@ typedef struct cvk_device {
     VkQueue transfer_queue;      /* == compute_queue without a dedicated transfer family */
     uint32_t compute_family, transfer_family; /* equal without a dedicated transfer family */
     bool dedicated_transfer;
+    /* asynchronous copies (see above; sem == VK_NULL_HANDLE without caps.timeline) */
+    cvk_timeline copies;         /* signalled by async submits */
+    cvk_timeline compute;        /* signalled by every compute-queue submit */
+    uint64_t compute_saw_copies; /* newest copies value the compute queue waited for */
+    uint64_t transfer_saw_copies; /* the same for the transfer queue (unused with one queue) */
+    uint64_t transfer_saw_compute; /* newest compute value the transfer queue waited for */
+    uint64_t host_saw_copies;    /* newest copies value the host waited for */
+    uint64_t copy_waits;         /* submits that waited for copies (tests, stats) */
 } cvk_device;
 
 /* Chooses a device (index < 0: CINDER_DEVICE, then the rules above) and creates it.
  * Fails cleanly (-1, cd_errmsg) without a loader, a driver, or any usable device. */
 int cvk_device_init(cvk_device *d, int index);
 void cvk_device_free(cvk_device *d); /* waits for the device to go idle first; NULL-safe */
+/* Waits on the host until copies has reached value (no-op without caps.timeline, or when the
+ * host already waited for it). Anything the CPU reads or writes in device buffers an async
+ * copy may touch (host slots, a host-visible pool) needs this first. */
+int cvk_device_wait_copies(cvk_device *d, uint64_t value);
 
 /* Lists all devices, marks the chosen one and prints its details: name, type, driver, API,
  * subgroup sizes, memory heaps, limits, fp16/int8 support, timestamp period. */

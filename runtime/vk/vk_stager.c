@@ -70,6 +70,7 @@ int cvk_stager_upload(cvk_stager *s, cvk_view dst, const void *src) {
         return cd_fail("upload of %llu bytes at %llu outside a buffer of %llu", (unsigned long long)dst.size,
                        (unsigned long long)dst.off, dst.buf ? (unsigned long long)dst.buf->size : 0ull);
     if (dst.buf->host_visible && !s->force_staging) {
+        if (cvk_device_wait_copies(s->dev, s->dev->copies.value)) return -1; /* no async copy touches it now */
         write_direct(dst, src);
         s->bytes_direct += dst.size;
         return 0;
@@ -114,6 +115,7 @@ int cvk_stager_download(cvk_stager *s, cvk_view src, void *dst) {
                        (unsigned long long)src.off);
     if (cvk_stager_flush(s)) return -1;
     if (src.buf->host_visible && !s->force_staging) {
+        if (cvk_device_wait_copies(s->dev, s->dev->copies.value)) return -1;
         read_direct(src, dst);
         return 0;
     }

@@ -12,7 +12,9 @@
  *
  * When the destination is itself host-visible (lavapipe, integrated GPUs, ReBAR) the bytes
  * are written straight into it unless force_staging is set (tests set it to exercise the DMA
- * path everywhere). Downloads wait for the copy; they read device results only after the
+ * path everywhere); such a direct write or read first waits on the host for the device's
+ * asynchronous copies (vk_device.h), which may still be reading or writing that buffer.
+ * Downloads wait for the copy; they read device results only after the
  * work producing them has completed (its cvk_cmd waited for, with a device_to_host barrier
  * recorded last when the buffer is host-visible). Not thread-safe. */
 #pragma once
