@@ -91,7 +91,9 @@ static void on_host_free(void *ctx, const uint32_t *slots, uint32_t n) {
     }
 }
 
-/* Copies the batch to the host, then releases its pages. A failed copy leaves host nodes whose
+/* Copies the batch to the host, then releases its pages (an asynchronous copy is only
+ * submitted: whatever writes those pages next is submitted later and waits for it on the GPU,
+ * kv/host_tier.h). A failed copy (submission) leaves host nodes whose
  * slots hold no valid KV: the tier is marked broken (nothing is restored or demoted again) and
  * every unpinned host node is dropped. */
 static int flush_demotions(kv_prefix_cache *c) {

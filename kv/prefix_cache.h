@@ -59,16 +59,22 @@ int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s);
  * With a host tier, each GPU victim is demoted instead of dropped when the tier has slots for
  * it: before each victim the tier makes room for exactly its pages (radix_evict_host, LRU host
  * leaves), the demote callback takes slots and queues (page, slot) pairs, and once the victims
- * for `want` are chosen the batch is copied device->host in one command buffer (waited on); only
- * then do the demoted pages go back to the pool. Dropped victims' pages are released at once. */
+ * for `want` are chosen the batch is copied device->host in one command buffer; then the demoted
+ * pages go back to the pool. With an asynchronous tier the copy is only submitted: it waits on
+ * the GPU for the compute submitted before it, and every later submission waits for it, so the
+ * next prefill may be handed those pages at once (kv/host_tier.h). Dropped victims' pages are
+ * released at once. */
 uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want);
 void kv_cache_reclaim_hook(void *c, uint32_t want);
 
 /* Gives the cache a host tier (h copies between the same pool's buffer and its slots). */
 int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h);
 /* Makes a match all-GPU (radix.h Rule 6): allocates m->n_restore pages (reclaiming if short;
- * the matched path is pinned, so never from under it), copies the host slots into them (waits),
- * radix_restore, and gives back the pages the tree did not take. Returns 0 (restored, or nothing
+ * the matched path is pinned, so never from under it), copies the host slots into them (an
+ * asynchronous tier only submits the copy: the prefill that reads the pages waits for it on the
+ * GPU), radix_restore, and gives back the pages the tree did not take (a later writer of those
+ * waits for the copy too; the freed slots are written again only by later batches of the same
+ * queue, kv/host_tier.h). Returns 0 (restored, or nothing
  * to restore; *taken = pages the tree took: only the slots still on the host are copied, so
  * when several matches of one demoted prefix are restored, the first copies it and the others
  * take its pages), 1 (not restored: no host tier usable or no room;

@@ -80,9 +80,10 @@
  *       v's GPU pages go to ops->victim. A root left without children is dropped.
  *
  *   Either way v's GPU pages count toward want_pages, and they are no longer the tree's: the
- *   caller may reuse them once its copy to the host slots (saved case) has completed. Making
- *   sure of that is the caller's contract (copy synchronously inside demote, or fence before
- *   the pages are written again).
+ *   caller may reuse them once its copy to the host slots (saved case) has read them. Making
+ *   sure of that is the caller's contract: copy synchronously inside demote, fence before the
+ *   pages are written again, or order every later writer after the copy on the GPU (the host
+ *   tier, kv/host_tier.h: each later submission waits on the copies' timeline semaphore).
  *
  *   Rule 4, host eviction (radix_evict_host) removes least recently used host-evictable
  *   leaves, reporting their slots; a host parent left without children becomes host-evictable,
@@ -116,8 +117,10 @@
  *   path is pinned, so nothing on it was evicted since the match; but another match's restore
  *   may have restored the upper part of its host run. Then the tree takes only the suffix of
  *   gpu_pages still needed (the return value says how many) and the rest stay the caller's.
- *   The slots go back to the caller at the call: restore after the copies completed (or keep
- *   the slots from reuse until they have).
+ *   The slots go back to the caller at the call: restore after the copies completed, keep
+ *   the slots from reuse until they have, or order every reuse after them (the host tier's
+ *   batches run in submission order on one queue, each behind a transfer->transfer barrier,
+ *   so a demotion into a freed slot writes it after the restore read it).
  *
  *   Rule 7, insert never changes residency and never hangs GPU pages below a host node. It
  *   walks host nodes like GPU ones (a cached page is cached: the tree's copy wins and the

@@ -13,7 +13,10 @@
  *
  * With a host tier (host_cache_mb > 0) evicted entries are demoted to host memory instead of
  * dropped (kv/prefix_cache.h), and a match that reaches demoted pages restores them into fresh
- * GPU pages before the suffix is prefilled (synchronously: the copy completes first). When the
+ * GPU pages before the suffix is prefilled. With timeline semaphores the host does not wait
+ * for the copies: demotions and restores run on the transfer queue and the prefill waits for
+ * them on the GPU (overlapping compute on devices with a transfer-only queue family; on one
+ * queue, as on lavapipe, they simply run first); without, the copy completes first. When the
  * restore cannot be had (no room even after eviction), the request uses the GPU part of the match.
  *
  * With a disk tier (cache_dir; kv/disk_tier.h) the prompt's whole chunks past the match (and the
@@ -54,7 +57,7 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     uint64_t restored_tokens; /* cached tokens that were served from host slots */
     uint64_t restored_pages;  /* GPU pages filled from host slots */
     uint64_t demoted_pages;   /* GPU pages saved to host slots */
-    double restore_ms;        /* allocate + copy + radix_restore, summed */
+    double restore_ms;        /* allocate + copy (submission only when async) + radix_restore, summed */
     /* the disk tier */
     uint64_t disk_tokens;     /* cached tokens that were served from disk files */
     uint64_t disk_chunks_read, disk_chunks_written, disk_bytes_read, disk_bytes_written;
@@ -88,7 +91,8 @@ typedef struct engine_reply {
     uint32_t restored_tokens;  /* of cached_tokens, those that came back from the host tier */
     uint32_t restored_pages;   /* GPU pages filled from host slots for this request */
     uint64_t demoted_pages;    /* GPU pages this request's reclaims saved to the host */
-    double restore_ms;         /* time spent restoring (part of the TTFT) */
+    double restore_ms;         /* host time spent restoring (part of the TTFT; an async copy's
+                                * GPU time shows up in the prefill instead) */
     uint32_t disk_tokens;      /* of cached_tokens, those read from disk files */
     uint32_t disk_chunks_read, disk_chunks_written, disk_rejected;
     uint64_t disk_bytes_read, disk_bytes_written;
