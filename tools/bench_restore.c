@@ -20,8 +20,9 @@
  *              kernel to drop its cached pages (honoured on ext4/xfs; overlay file systems may
  *              ignore it, then this reads the page cache again)
  * The disk serves whole chunks only: N = 4800 is 18 chunks (4608 tokens), 16000 is 62 (15872).
- * Each of --repeat rounds starts from empty tiers (kv_cache_clear); medians are reported. The copies are
- * synchronous (one command buffer per batch, waited on), so the times are wall times. */
+ * Each of --repeat rounds starts from empty tiers (kv_cache_clear); medians are reported. The host
+ * tier's copies are asynchronous where the device has timeline semaphores; the demote and restore
+ * times include a kv_host_sync, so all times are wall times to completion. */
 #include "tools/bench_restore.h"
 
 #include <dirent.h>
