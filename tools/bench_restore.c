@@ -271,9 +271,9 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         json_decref(j);
     } else {
         printf("model   %s\ndevice  %s\npage 16 tokens, %.1f KiB per page; disk chunks of %u tokens in %s; medians of %u;"
-               " copies synchronous\n",
+               " host-tier copies timed to completion (%s)\n",
                model_path, dev, e.g.lay.page_bytes / 1024.0, e.disk.chunk_tokens, *tmp_dir ? "a temporary dir" : cache_dir,
-               repeat);
+               repeat, e.vk->dev.copies.sem ? "asynchronous, + kv_host_sync" : "synchronous");
         printf("%8s %7s %10s %13s %11s %11s %12s %9s\n", "tokens", "pages", "MiB", "recompute ms", "demote ms",
                "restore ms", "restore GB/s", "speedup");
         for (uint32_t i = 0; i < n_sizes; i++) {
