@@ -19,7 +19,6 @@
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/engine/engine.h"
-#include "runtime/gguf/gguf.h"
 #include "tests/test_util.h"
 
 #define N_CTX 512
@@ -111,10 +110,7 @@ static uint8_t *slurp(const char *path, size_t *len) {
 }
 
 static void spit(const char *path, const uint8_t *b, size_t len) {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(b, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
+    if (tu_write_file(path, b, len)) fail_msg("cannot write %s", path);
 }
 
 /* Drops the GPU (and host) tiers so the next request must go to disk for its prefix. */
@@ -148,22 +144,6 @@ static void expect_rejected(engine *plain, engine *e, const int32_t *ids, uint32
     outcome_free(&o);
 }
 
-/* A copy of the model at src with one byte of one weight flipped (as in test_prefix_cache). */
-static const char *one_weight_changed(const char *src, const char *file) {
-    gguf_file *f;
-    if (gguf_open(&f, src)) fail_msg("%s", cd_errmsg());
-    const gguf_tensor *t = &f->tensors[f->n_tensors - 1];
-    uint64_t at = f->data_offset + t->offset + t->nbytes / 2;
-    gguf_close(f);
-    size_t len;
-    uint8_t *bytes = slurp(src, &len);
-    assert_true(at < len);
-    bytes[at] ^= 1;
-    const char *path = tu_tmp_path(file);
-    spit(path, bytes, len);
-    free(bytes);
-    return path;
-}
 
 static void patch32(const char *path, size_t at, uint32_t v) {
     size_t len;
@@ -294,8 +274,9 @@ static void restart(uint32_t page, uint32_t chunk_pages, uint32_t host_mb, uint3
      * into our directory under our chunk's name */
     if (other_model) {
         model *m2;
-        if (model_load(&m2, one_weight_changed(tu_tmp_path("dk_tiny.gguf"), "dk_tiny_b.gguf"), (model_load_opts){0}))
-            fail_msg("%s", cd_errmsg());
+        const char *m2_path = tu_one_weight_changed(tu_tmp_path("dk_tiny.gguf"), "dk_tiny_b.gguf");
+        assert_non_null(m2_path);
+        if (model_load(&m2, m2_path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
         engine c;
         init(&c, m2, page, chunk_pages, dir, 0);
         assert_memory_not_equal(c.disk.ns, b.disk.ns, KV_DISK_HASH_BYTES);

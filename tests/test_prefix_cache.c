@@ -17,7 +17,6 @@
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/engine/engine.h"
-#include "runtime/gguf/gguf.h"
 #include "tests/test_util.h"
 
 #define MAX_REQ 64
@@ -350,27 +349,6 @@ static void test_pool_exhausted(void **st) {
     engine_free(&e);
 }
 
-/* A copy of the model at src with one byte of one weight (the middle of the last tensor)
- * flipped in its lowest bit. */
-static const char *one_weight_changed(const char *src, const char *file) {
-    gguf_file *f;
-    if (gguf_open(&f, src)) fail_msg("%s", cd_errmsg());
-    const gguf_tensor *t = &f->tensors[f->n_tensors - 1];
-    uint64_t at = f->data_offset + t->offset + t->nbytes / 2;
-    gguf_close(f);
-    size_t len;
-    char *bytes = tu_read_file(src, &len);
-    assert_non_null(bytes);
-    assert_true(at < len);
-    bytes[at] ^= 1;
-    const char *path = tu_tmp_path(file);
-    FILE *out = fopen(path, "wb");
-    assert_non_null(out);
-    assert_int_equal(fwrite(bytes, 1, len, out), len);
-    assert_int_equal(fclose(out), 0);
-    free(bytes);
-    return path;
-}
 
 /* Namespaces: the key changes with one weight, the RoPE base, the page size and the tenant;
  * a tree holding one namespace serves nothing to another. */
@@ -378,8 +356,10 @@ static void bump_rope(synth_spec *s) { s->cfg.rope_theta = 5e5f; }
 static void test_namespaces(void **st) {
     (void)st;
     model *a, *b, *c;
-    if (model_load(&a, tu_make_model("ns_a.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0}) ||
-        model_load(&b, one_weight_changed(tu_tmp_path("ns_a.gguf"), "ns_b.gguf"), (model_load_opts){0}) ||
+    if (model_load(&a, tu_make_model("ns_a.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    const char *b_path = tu_one_weight_changed(tu_tmp_path("ns_a.gguf"), "ns_b.gguf");
+    assert_non_null(b_path);
+    if (model_load(&b, b_path, (model_load_opts){0}) ||
         model_load(&c, tu_make_model("ns_c.gguf", "tiny", NULL, 7, bump_rope), (model_load_opts){0}))
         fail_msg("%s", cd_errmsg());
     uint8_t k[6][RADIX_NS_BYTES];

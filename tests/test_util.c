@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "runtime/base/fp16.h"
+#include "runtime/gguf/gguf.h"
 
 const char *tu_source_dir(void) {
     const char *s = getenv("CINDER_SOURCE_DIR");
@@ -38,6 +39,32 @@ char *tu_read_file(const char *path, size_t *len) {
     fclose(f);
     if (buf) { buf[n] = 0; if (len) *len = (size_t)n; }
     return buf;
+}
+
+int tu_write_file(const char *path, const void *bytes, size_t len) {
+    FILE *f = fopen(path, "wb");
+    if (!f) return -1;
+    int rc = fwrite(bytes, 1, len, f) == len ? 0 : -1;
+    return fclose(f) == 0 ? rc : -1;
+}
+
+const char *tu_one_weight_changed(const char *src, const char *file) {
+    gguf_file *f;
+    if (gguf_open(&f, src)) return NULL;
+    const gguf_tensor *t = &f->tensors[f->n_tensors - 1];
+    uint64_t at = f->data_offset + t->offset + t->nbytes / 2;
+    gguf_close(f);
+    size_t len;
+    char *bytes = tu_read_file(src, &len);
+    if (!bytes || at >= len) {
+        free(bytes);
+        return NULL;
+    }
+    bytes[at] ^= 1;
+    const char *path = tu_tmp_path(file);
+    int rc = tu_write_file(path, bytes, len);
+    free(bytes);
+    return rc ? NULL : path;
 }
 
 double tu_rel_l2(const float *a, const float *b, size_t n) {

@@ -11,6 +11,12 @@ const char *tu_src_path(const char *rel);
 const char *tu_tmp_path(const char *rel);
 /* Reads a whole file (malloc'd, NUL-terminated); NULL on error. */
 char *tu_read_file(const char *path, size_t *len);
+/* Writes len bytes to path (created or truncated); 0, or -1 on any error. */
+int tu_write_file(const char *path, const void *bytes, size_t len);
+/* Writes a copy of the GGUF model at src into the scratch dir as file, with one byte of one
+ * weight (the middle of the last tensor) flipped in its lowest bit: another model fingerprint,
+ * the same shapes. Returns its path, NULL on error. */
+const char *tu_one_weight_changed(const char *src, const char *file);
 /* Relative L2 error ||a-b|| / ||b||. */
 double tu_rel_l2(const float *a, const float *b, size_t n);
 

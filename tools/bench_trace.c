@@ -9,6 +9,7 @@
 #include "runtime/engine/conversation.h"
 #include "runtime/engine/engine.h"
 #include "tools/cli.h"
+#include "tools/reply_json.h"
 
 /* ---- reading a trace ---- */
 
@@ -156,18 +157,6 @@ static json_t *request_json(const engine_reply *r) {
                      "decode_tok_s", dec, "generated", gen);
 }
 
-/* The disk tier's per-request fields (only with --cache-dir). */
-static void disk_json(json_t *j, const engine_reply *r) {
-    json_object_set_new(j, "disk_tokens", json_integer(r->disk_tokens));
-    json_object_set_new(j, "disk_chunks_read", json_integer(r->disk_chunks_read));
-    json_object_set_new(j, "disk_chunks_written", json_integer(r->disk_chunks_written));
-    json_object_set_new(j, "disk_bytes_read", json_integer((json_int_t)r->disk_bytes_read));
-    json_object_set_new(j, "disk_bytes_written", json_integer((json_int_t)r->disk_bytes_written));
-    json_object_set_new(j, "disk_rejected", json_integer(r->disk_rejected));
-    json_object_set_new(j, "disk_read_ms", json_real(r->disk_read_ms));
-    json_object_set_new(j, "disk_write_ms", json_real(r->disk_write_ms));
-}
-
 static int run_line(replay *rp, sessions *ss, size_t no) {
     const json_t *req = json_array_get(rp->t.lines, no - 1);
     const tokenizer *tok = rp->e.m->tok;
@@ -204,7 +193,7 @@ static int run_line(replay *rp, sessions *ss, size_t no) {
         putchar('\n');
     }
     json_t *rj = request_json(&r);
-    if (rp->e.disk_on) disk_json(rj, &r);
+    if (rp->e.disk_on) reply_json_disk(rj, &r);
     json_array_append_new(rp->requests, rj);
     engine_reply_free(&r);
     return rc;

@@ -14,6 +14,7 @@
 #include "runtime/engine/engine.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/reply_json.h"
 
 typedef struct chat_opts {
     const char *model, *system;
@@ -108,16 +109,7 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
                               "generated", r->n, "evicted_pages", (json_int_t)r->evicted_pages, "restored_tokens",
                               r->restored_tokens, "demoted_pages", (json_int_t)r->demoted_pages, "restore_ms",
                               r->restore_ms, "text", text ? text : "");
-        if (e->disk_on) {
-            json_object_set_new(j, "disk_tokens", json_integer(r->disk_tokens));
-            json_object_set_new(j, "disk_chunks_read", json_integer(r->disk_chunks_read));
-            json_object_set_new(j, "disk_chunks_written", json_integer(r->disk_chunks_written));
-            json_object_set_new(j, "disk_bytes_read", json_integer((json_int_t)r->disk_bytes_read));
-            json_object_set_new(j, "disk_bytes_written", json_integer((json_int_t)r->disk_bytes_written));
-            json_object_set_new(j, "disk_rejected", json_integer(r->disk_rejected));
-            json_object_set_new(j, "disk_read_ms", json_real(r->disk_read_ms));
-            json_object_set_new(j, "disk_write_ms", json_real(r->disk_write_ms));
-        }
+        if (e->disk_on) reply_json_disk(j, r);
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
         fflush(stdout);
