@@ -19,7 +19,6 @@ int kv_host_init(kv_host_tier *h, cvk_ctx *vk, const cvk_buffer *pool, uint64_t 
     *h = (kv_host_tier){.vk = vk, .pool = pool, .page_bytes = page_bytes};
     if (!page_bytes || pool->size % page_bytes) return cd_fail("host tier: the pool is not whole pages of %llu bytes",
                                                                (unsigned long long)page_bytes);
-    h->n_pool_pages = (uint32_t)(pool->size / page_bytes);
     uint64_t n = budget_bytes / page_bytes;
     if (n == 0)
         return cd_fail("host tier: %.1f MiB holds no KV page of %.2f MiB (raise --host-cache-mb)", budget_bytes / MIB,
@@ -108,10 +107,10 @@ static int record_copies(cvk_cmd *cmd, const cvk_buffer *pool, const cvk_buffer 
     return 0;
 }
 
-int kv_copy_pages(cvk_cmd *cmd, const cvk_buffer *pool, const cvk_buffer *buf, uint64_t pb, const uint32_t *pages,
-                  const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
-    if (n == 0) return 0;
-    if (check_ids(pool, buf, pb, pages, slots, n) || cvk_cmd_begin(cmd)) return -1;
+/* One batch on cmd (compute queue), waited for; ids checked by the caller. */
+static int copy_sync(cvk_cmd *cmd, const cvk_buffer *pool, const cvk_buffer *buf, uint64_t pb, const uint32_t *pages,
+                     const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
+    if (cvk_cmd_begin(cmd)) return -1;
     /* earlier compute (prefill, decode) wrote the pages a demotion reads, or reads the pages a
      * restore overwrites: order the copies after it (earlier async copies: cvk_cmd_submit waits
      * for them) */
@@ -122,6 +121,13 @@ int kv_copy_pages(cvk_cmd *cmd, const cvk_buffer *pool, const cvk_buffer *buf, u
     if (cvk_cmd_run(cmd))
         return cd_fail_ctx("copying %u KV pages %s: ", n, dir == KV_HOST_DEMOTE ? "to the host" : "to the GPU");
     return 0;
+}
+
+int kv_copy_pages(cvk_cmd *cmd, const cvk_buffer *pool, const cvk_buffer *buf, uint64_t pb, const uint32_t *pages,
+                  const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
+    if (n == 0) return 0;
+    if (check_ids(pool, buf, pb, pages, slots, n)) return -1;
+    return copy_sync(cmd, pool, buf, pb, pages, slots, n, dir);
 }
 
 /* One batch on the transfer queue, not waited for; the ordering is the header's. */
@@ -144,13 +150,10 @@ static int copy_async(kv_host_tier *h, const uint32_t *pages, const uint32_t *sl
 
 int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
     if (n == 0) return 0;
-    for (uint32_t i = 0; i < n; i++)
-        if (pages[i] >= h->n_pool_pages || slots[i] >= h->n_slots)
-            return cd_fail("host tier copy: page %u (of %u) <-> slot %u (of %u) out of range", pages[i],
-                           h->n_pool_pages, slots[i], h->n_slots);
+    if (check_ids(h->pool, &h->slots, h->page_bytes, pages, slots, n)) return cd_fail_ctx("host tier: ");
     double t0 = now_ms();
     int rc = h->async ? copy_async(h, pages, slots, n, dir)
-                      : kv_copy_pages(&h->ring[0], h->pool, &h->slots, h->page_bytes, pages, slots, n, dir);
+                      : copy_sync(&h->ring[0], h->pool, &h->slots, h->page_bytes, pages, slots, n, dir);
     if (rc) return cd_fail_ctx("host tier: ");
     double ms = now_ms() - t0;
     uint64_t pb = h->page_bytes;

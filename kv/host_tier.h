@@ -62,7 +62,6 @@ typedef struct kv_host_tier {
     cvk_ctx *vk;
     const cvk_buffer *pool;  /* the GPU page pool (not owned) */
     uint64_t page_bytes;
-    uint32_t n_pool_pages;   /* pages in the pool (id checks) */
     cvk_buffer slots;        /* n_slots * page_bytes, host-visible, granule page_bytes */
     uint32_t n_slots;
     uint32_t *free_ids;      /* stack of free slot ids: free_ids[0 .. n_free) */

@@ -155,23 +155,25 @@ int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s) {
     return 0;
 }
 
+/* Before a GPU victim is chosen with a host tier: room for exactly its pages in the tier (LRU
+ * host leaves go), since the demote callback may not call into the tree. */
+static void host_room_for_next_victim(kv_prefix_cache *c) {
+    uint32_t n = radix_next_gpu_victim_pages(&c->tree), room = kv_host_free_count(c->host);
+    if (n && !c->host_broken && room < n) radix_evict_host(&c->tree, n - room, on_host_free, c);
+}
+
 uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want) {
     uint64_t before = c->freed_pages;
-    if (!c->host) {
-        while (kv_pages_free_count(c->pages) < want)
-            if (radix_evict(&c->tree, 1, release_pages, c) == 0) break; /* nothing evictable left */
-        return (uint32_t)(c->freed_pages - before);
-    }
-    radix_evict_ops ops = {.victim = on_victim, .demote = on_demote, .host_free = on_host_free, .ctx = c};
+    /* without a host tier no demote callback: every victim is dropped (radix.h Rule 3) */
+    radix_evict_ops ops = c->host ? (radix_evict_ops){.victim = on_victim, .demote = on_demote,
+                                                      .host_free = on_host_free, .ctx = c}
+                                  : (radix_evict_ops){.victim = release_pages, .ctx = c};
     for (;;) {
         /* victims one node at a time, until the pages queued for release would cover want */
         bool any = false;
         while (kv_pages_free_count(c->pages) + c->n_dem < want) {
-            uint32_t n = radix_next_gpu_victim_pages(&c->tree);
-            if (!n) break;
-            uint32_t room = kv_host_free_count(c->host);
-            if (!c->host_broken && room < n) radix_evict_host(&c->tree, n - room, on_host_free, c);
-            if (radix_evict_tiered(&c->tree, 1, &ops) == 0) break;
+            if (c->host) host_room_for_next_victim(c);
+            if (radix_evict_tiered(&c->tree, 1, &ops) == 0) break; /* nothing evictable left */
             any = true;
         }
         flush_demotions(c); /* a failure is remembered in host_broken; the pages are free anyway */
