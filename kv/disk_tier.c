@@ -462,3 +462,14 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     d->ms_write += now_ms() - t0;
     return 1;
 }
+
+int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks,
+                         uint8_t (*h)[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages) {
+    static const uint8_t zero[KV_DISK_HASH_BYTES]; /* h_-1 */
+    uint64_t err0 = d->write_errors;
+    for (uint32_t c = 0; c < n_chunks && d->write_errors == err0; c++)
+        if (kv_disk_store(d, ids + (size_t)c * d->chunk_tokens, c, c ? h[c - 1] : zero, h[c],
+                          gpu_pages + (size_t)c * d->chunk_pages) < 0)
+            return -1;
+    return 0;
+}

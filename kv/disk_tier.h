@@ -124,5 +124,10 @@ int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, u
  * 0: already there, or the write failed (message, write_errors++); -1: error (the GPU copy). */
 int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
                   const uint8_t h[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages);
+/* Write-through of a sequence: every whole chunk of ids[0 .. n_chunks * chunk_tokens) not yet on
+ * disk, chunk k from gpu_pages[k * chunk_pages ..); h[0 .. n_chunks) = kv_disk_chain of ids. Stops
+ * at the first failed write (its message said it; the rest would fail too). 0, or -1 on error. */
+int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks,
+                         uint8_t (*h)[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages);
 /* Whether h is in the set of chunks known to be on disk (no file system access). */
 bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]);

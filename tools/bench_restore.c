@@ -115,15 +115,11 @@ static int disk_load_all(engine *e, const int32_t *ids, uint32_t n_chunks, doubl
 static int disk_store_all(engine *e, const int32_t *ids, uint32_t n_chunks, double *ms) {
     kv_disk_tier *d = &e->disk;
     uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc(((size_t)n_chunks + 1) * KV_DISK_HASH_BYTES);
-    static const uint8_t zero[KV_DISK_HASH_BYTES];
     if (!h) return cd_fail("out of memory");
     uint64_t err0 = d->write_errors;
     double t0 = cli_now_ms();
     int rc = kv_disk_chain(d, ids, n_chunks, h);
-    for (uint32_t c = 0; !rc && c < n_chunks; c++)
-        if (kv_disk_store(d, ids + (size_t)c * d->chunk_tokens, c, c ? h[c - 1] : zero, h[c],
-                          e->g.seq.pages + (size_t)c * d->chunk_pages) < 0)
-            rc = -1;
+    if (!rc) rc = kv_disk_store_chunks(d, ids, n_chunks, h, e->g.seq.pages);
     *ms = cli_now_ms() - t0;
     free(h);
     if (!rc && d->write_errors > err0) rc = cd_fail("restore bench: %s", d->last_msg);

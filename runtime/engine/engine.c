@@ -191,12 +191,7 @@ static int store_disk(engine *e, const int32_t *all, engine_reply *r) {
     double t0 = now_ms();
     uint64_t bytes0 = d->bytes_written, n0 = d->chunks_written;
     TRY(chain_hashes(e, all, n_chunks));
-    static const uint8_t zero[KV_DISK_HASH_BYTES];
-    uint64_t err0 = d->write_errors;
-    for (uint32_t c = 0; c < n_chunks && d->write_errors == err0; c++) /* one failed write: the rest would fail too */
-        if (kv_disk_store(d, all + (size_t)c * d->chunk_tokens, c, c ? e->chain[c - 1] : zero, e->chain[c],
-                          e->g.seq.pages + (size_t)c * d->chunk_pages) < 0)
-            return -1;
+    TRY(kv_disk_store_chunks(d, all, n_chunks, e->chain, e->g.seq.pages));
     r->disk_chunks_written = (uint32_t)(d->chunks_written - n0);
     r->disk_bytes_written = d->bytes_written - bytes0;
     r->disk_write_ms = now_ms() - t0;
