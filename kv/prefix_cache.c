@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "runtime/base/error.h"
 
@@ -140,6 +141,8 @@ void kv_cache_free(kv_prefix_cache *c) {
     free(c->dem_pages);
     free(c->dem_slots);
     free(c->restore_pages);
+    free(c->chain);
+    free(c->disk_pages);
     *c = (kv_prefix_cache){0};
 }
 
@@ -207,7 +210,132 @@ int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken) {
     return 0;
 }
 
-void kv_cache_reclaim_hook(void *c, uint32_t want) {
-    kv_prefix_cache *pc = c;
-    kv_cache_reclaim(pc, kv_pages_free_count(pc->pages) + want);
+/* ---- acquire / commit / release: the one door to the tiers ---- */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
+
+int kv_cache_attach_disk(kv_prefix_cache *c, kv_disk_tier *d) {
+    if (!(c->disk_pages = malloc((size_t)d->chunk_pages * sizeof *c->disk_pages)))
+        return cd_fail("out of memory (disk tier chunk of %u pages)", d->chunk_pages);
+    c->disk = d;
+    return 0;
+}
+
+/* The chain hashes of the first n_chunks chunks of ids into c->chain. */
+static int chain_hashes(kv_prefix_cache *c, const int32_t *ids, uint32_t n_chunks) {
+    if (n_chunks > c->cap_chain) {
+        void *p = realloc(c->chain, (size_t)n_chunks * sizeof *c->chain);
+        if (!p) return cd_fail("out of memory for %u chunk hashes", n_chunks);
+        c->chain = p;
+        c->cap_chain = n_chunks;
+    }
+    return kv_disk_chain(c->disk, ids, n_chunks, c->chain);
+}
+
+/* Whole chunks of ids[0..n-1) past an all-GPU match of n_tokens tokens, from the disk tier:
+ * consecutive chunks from the one holding the first unmatched page, until one is missing or
+ * rejected (or the pool has no room). The sequence gets the match's whole pages, then each
+ * chunk's pages past them (a partly matched last page is replaced by the chunk's full one),
+ * and the tree adopts them. *loaded = 0: nothing read, the sequence is untouched. */
+static int attach_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const radix_match *m, uint32_t n_tokens,
+                       kv_seq *s, kv_cache_hit *hit, bool *loaded) {
+    *loaded = false;
+    kv_disk_tier *d = c->disk;
+    uint32_t pt = c->pages->page_tokens, C = d->chunk_pages, ct = d->chunk_tokens;
+    uint32_t mw = n_tokens / pt, c0 = mw / C, c_end = (n - 1) / ct;
+    if (c0 >= c_end) return 0;
+    double t0 = now_ms();
+    uint64_t rej0 = d->rejected, bytes0 = d->bytes_read;
+    if (chain_hashes(c, ids, c_end)) return -1;
+    static const uint8_t zero[KV_DISK_HASH_BYTES];
+    uint32_t *pg = c->disk_pages;
+    int rc = 0;
+    for (uint32_t k = c0; k < c_end; k++) {
+        int got = kv_disk_read(d, ids + (size_t)k * ct, k, k ? c->chain[k - 1] : zero, c->chain[k]);
+        if (got <= 0) { rc = got; break; }
+        uint32_t first = k == c0 ? mw - c0 * C : 0, need = C - first;
+        if (kv_pages_free_count(c->pages) < need) kv_cache_reclaim(c, need); /* the match is pinned */
+        if (kv_pages_free_count(c->pages) < need) break;
+        if (!*loaded && (rc = kv_seq_attach(c->pages, s, m->pages, mw, mw * pt))) break;
+        *loaded = true;
+        for (uint32_t i = 0; i < need; i++) kv_page_alloc(c->pages, &pg[i]); /* cannot fail: counted above */
+        rc = kv_disk_upload(d, first, pg, need);
+        if (!rc) rc = kv_seq_attach(c->pages, s, pg, need, need * pt);
+        for (uint32_t i = 0; i < need; i++) kv_page_release(c->pages, pg[i]); /* the sequence holds them now */
+        if (rc) break;
+        hit->disk_chunks_read++;
+    }
+    if (*loaded && !rc) rc = kv_cache_insert(c, ids, s); /* later requests see them cached */
+    hit->disk_rejected = (uint32_t)(d->rejected - rej0);
+    hit->disk_bytes_read = d->bytes_read - bytes0;
+    hit->disk_read_ms = now_ms() - t0;
+    if (*loaded) hit->disk_tokens = s->n_tokens - n_tokens;
+    return rc;
+}
+
+int kv_cache_acquire(kv_prefix_cache *c, const int32_t *ids, uint32_t n, kv_seq *s, radix_match *m,
+                     kv_cache_hit *hit) {
+    *hit = (kv_cache_hit){0};
+    *m = (radix_match){0};
+    if (s->n_tokens) return cd_fail("prefix cache: acquire into a sequence that already holds %u tokens", s->n_tokens);
+    if (n < 2) return 0;
+    if (kv_cache_match(c, ids, n - 1, m)) return -1;
+    uint32_t pt = c->pages->page_tokens, n_pages = m->n_pages, n_tokens = m->n_tokens;
+    bool all_gpu = true;
+    if (m->n_restore) {
+        uint32_t gpu_tokens = m->n_gpu_pages * pt < n_tokens ? m->n_gpu_pages * pt : n_tokens, taken = 0;
+        double t0 = now_ms();
+        int rc = kv_cache_restore(c, m, &taken);
+        if (rc < 0) return -1;
+        hit->restore_ms = now_ms() - t0;
+        if (rc == 0) {
+            hit->restored_tokens = n_tokens - gpu_tokens;
+            hit->restored_pages = taken;
+        } else { /* not restored: the GPU pages only */
+            n_pages = m->n_gpu_pages;
+            n_tokens = gpu_tokens;
+            all_gpu = false; /* host nodes below: the tree could not adopt disk pages (radix.h Rule 7) */
+        }
+    }
+    if (c->disk && all_gpu) {
+        bool loaded;
+        if (attach_disk(c, ids, n, m, n_tokens, s, hit, &loaded)) return -1;
+        if (loaded) {
+            hit->cached_tokens = s->n_tokens;
+            return 0;
+        }
+    }
+    hit->cached_tokens = n_tokens;
+    return kv_seq_attach(c->pages, s, m->pages, n_pages, n_tokens);
+}
+
+/* Write-through: every whole chunk of ids[0 .. n) not yet on disk; stops at the first failed
+ * write (one message per request, the request goes on). */
+static int store_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const kv_seq *s, kv_cache_written *w) {
+    kv_disk_tier *d = c->disk;
+    uint32_t n_chunks = n / d->chunk_tokens;
+    if (!n_chunks) return 0;
+    double t0 = now_ms();
+    uint64_t bytes0 = d->bytes_written, n0 = d->chunks_written;
+    if (chain_hashes(c, ids, n_chunks) || kv_disk_store_chunks(d, ids, n_chunks, c->chain, s->pages)) return -1;
+    w->disk_chunks_written = (uint32_t)(d->chunks_written - n0);
+    w->disk_bytes_written = d->bytes_written - bytes0;
+    w->disk_write_ms = now_ms() - t0;
+    return 0;
+}
+
+int kv_cache_commit(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const kv_seq *s, kv_cache_written *w) {
+    if (w) *w = (kv_cache_written){0};
+    if (n > s->n_tokens) return cd_fail("prefix cache: commit of %u tokens from a sequence of %u", n, s->n_tokens);
+    kv_seq head = *s; /* the first n tokens' pages: a view, not a copy */
+    head.n_tokens = n;
+    head.n_pages = kv_pages_for(c->pages, n);
+    if (kv_cache_insert(c, ids, &head)) return -1;
+    return c->disk && w ? store_disk(c, ids, n, &head, w) : 0;
+}
+
+void kv_cache_release(kv_prefix_cache *c, radix_match *m) { radix_release(&c->tree, m); }

@@ -3,16 +3,20 @@
  * outlives the request that wrote it; eviction drops those references (the page returns to
  * the free list when no sequence holds it either).
  *
- *   one request:
- *     kv_cache_match(c, ids, n - 1, &m)      longest cached prefix, pinned (at least one token
- *                                            is left to prefill: its logits start the decode)
- *     kv_seq_attach(pages, seq, m.pages, m.n_pages, m.n_tokens)
- *                                            whole pages shared; a partial last page is copied
- *                                            on the first append (kv_seq_append's kv_cow)
- *     prefill ids[m.n_tokens..n), decode     the pool reclaims through kv_cache_reclaim
- *     kv_cache_insert(c, all ids, seq)       prompt + generated: the next turn hits
- *     radix_release(&c->tree, &m)
+ *   one request (runtime/engine/scheduler.c):
+ *     kv_cache_acquire(c, ids, n, seq, &m, &hit)
+ *                                            the longest cached prefix from every tier (GPU
+ *                                            match pinned, host pages restored, disk chunks
+ *                                            read), its pages attached to seq by reference; at
+ *                                            least one token is left to compute
+ *     reserve the rest: kv_seq_append        a shared partial last page is copied first
+ *                                            (kv_cow); kv_cache_reclaim when pages are short
+ *     prefill, kv_cache_commit(.., NULL)     the prompt: requests arriving now can match it
+ *     decode, kv_cache_commit(.., &w)        everything computed, written through to disk
+ *     kv_cache_release(c, &m)
  *
+ * Nothing else reaches into the tiers: the engine and the tools go through these functions (the
+ * restore bench and the tests also call the lower ones below to time and probe each step).
  * The namespace key (kv_cache_namespace) is a SHA-256 over a length-prefixed, domain-separated
  * encoding of the model fingerprint (weights, RoPE config, tokenizer), the KV dtype, the page
  * size and an optional tenant salt: a change in any of them misses instead of serving wrong
@@ -21,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kv/disk_tier.h"
 #include "kv/host_tier.h"
 #include "kv/kv_pages.h"
 #include "radix/radix.h"
@@ -38,7 +43,32 @@ typedef struct kv_prefix_cache {
     uint32_t *dem_pages, *dem_slots, n_dem, cap_dem;
     bool last_saved;          /* the victim being reported was just demoted (its pages are in the batch) */
     uint32_t *restore_pages;  /* [pool pages] scratch of kv_cache_restore */
+
+    /* the disk tier (kv_cache_attach_disk; NULL: none) */
+    kv_disk_tier *disk;       /* not owned */
+    uint8_t (*chain)[KV_DISK_HASH_BYTES]; /* chain hashes of a request's chunks (scratch) */
+    uint32_t cap_chain;
+    uint32_t *disk_pages;     /* [disk->chunk_pages] fresh pages of a chunk being loaded (scratch) */
 } kv_prefix_cache;
+
+/* What kv_cache_acquire served a request from, per tier. */
+typedef struct kv_cache_hit {
+    uint32_t cached_tokens;   /* tokens attached to the sequence (all tiers) */
+    uint32_t restored_tokens; /* of them, those that came back from the host tier */
+    uint32_t restored_pages;  /* GPU pages filled from host slots */
+    double restore_ms;        /* allocate + copy (submission only when async) + radix_restore */
+    uint32_t disk_tokens;     /* of cached_tokens, those read from disk files */
+    uint32_t disk_chunks_read, disk_rejected;
+    uint64_t disk_bytes_read;
+    double disk_read_ms;      /* read + validate + upload */
+} kv_cache_hit;
+
+/* What kv_cache_commit wrote through to disk. */
+typedef struct kv_cache_written {
+    uint32_t disk_chunks_written;
+    uint64_t disk_bytes_written;
+    double disk_write_ms;
+} kv_cache_written;
 
 int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
                        size_t salt_len, uint8_t out[RADIX_NS_BYTES]);
@@ -54,7 +84,7 @@ int kv_cache_match(kv_prefix_cache *c, const int32_t *ids, uint32_t n, radix_mat
  * reference to each page it adopts). */
 int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s);
 /* Evicts LRU leaves until at least want pages are free or nothing evictable is left; returns
- * the pages that went back to the free list. Fits gpu_model's reclaim hook.
+ * the pages that went back to the free list (the engine calls it while reserving pages).
  *
  * With a host tier, each GPU victim is demoted instead of dropped when the tier has slots for
  * it: before each victim the tier makes room for exactly its pages (radix_evict_host, LRU host
@@ -65,7 +95,27 @@ int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s);
  * next prefill may be handed those pages at once (kv/host_tier.h). Dropped victims' pages are
  * released at once. */
 uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want);
-void kv_cache_reclaim_hook(void *c, uint32_t want);
+
+/* ---- the door the engine uses (one request: acquire, ..., commit, release) ---- */
+
+/* The longest cached prefix of ids[0..n) into the empty sequence s, from every tier, always
+ * leaving at least the last token to compute (its logits choose the next token): the GPU match
+ * (pinned in *m until kv_cache_release), host-resident pages of it restored first (when they
+ * cannot be, only the GPU part is used), then whole disk chunks past it (consecutive, stopping at
+ * the first missing or rejected one; the tree adopts them). s holds the pages by reference;
+ * *hit says what came from where. */
+int kv_cache_acquire(kv_prefix_cache *c, const int32_t *ids, uint32_t n, kv_seq *s, radix_match *m,
+                     kv_cache_hit *hit);
+/* Caches the whole pages of ids[0..n) held by s (n <= s->n_tokens; the tree takes a reference
+ * to each page it adopts) and, with a disk tier and w != NULL, writes every whole chunk not yet
+ * on disk (write-through; a failed write ends it with one message, the request goes on). A
+ * request commits its prompt when the prefill ends (w NULL: others may match it while it
+ * decodes) and everything it computed when it leaves the GPU (with w: one write-through). */
+int kv_cache_commit(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const kv_seq *s, kv_cache_written *w);
+/* Unpins an acquire's match (zeroed matches are fine). */
+void kv_cache_release(kv_prefix_cache *c, radix_match *m);
+/* Gives the cache a disk tier (d reads and writes the same pool). */
+int kv_cache_attach_disk(kv_prefix_cache *c, kv_disk_tier *d);
 
 /* Gives the cache a host tier (h copies between the same pool's buffer and its slots). */
 int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h);

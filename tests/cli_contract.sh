@@ -108,7 +108,7 @@ printf '{"kind": "tokens"}\nnot json\n' >"$tmp/bad2.jsonl"
 fails_with "bench --trace: malformed line" "bad2.jsonl:2" "$bin" bench --model "$model" --trace "$tmp/bad2.jsonl"
 fails_with "bench --scenario: unknown name" "no_such.jsonl: cannot open" "$bin" bench --model "$model" --scenario no_such
 fails_with "bench --trace: missing file" "cannot open" "$bin" bench --model "$model" --trace "$tmp/none.jsonl"
-fails_with "bench --kv-pool-tokens too small" "KV pool exhausted" "$bin" bench --model "$model" --scenario shared_prefix_basic --kv-pool-tokens 16
+fails_with "bench --kv-pool-tokens too small" "KV pool too small" "$bin" bench --model "$model" --scenario shared_prefix_basic --kv-pool-tokens 16
 
 sz=$("$bin" mkmodel --preset qwen3-30b-a3b --dry-run | sed -E 's/.*: ([0-9]+) bytes.*/\1/')
 check "qwen3-30b-a3b preset is about 17 GB at q4_k_m ($sz bytes)" python3 -c "import sys; sys.exit(not 16e9 < $sz < 19.5e9)"

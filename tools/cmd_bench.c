@@ -14,6 +14,7 @@
 #include "runtime/base/rng.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
+#include "tools/bench_agents.h"
 #include "tools/bench_restore.h"
 #include "tools/bench_trace.h"
 #include "tools/cli.h"
@@ -25,6 +26,8 @@ typedef struct bench_opts {
     uint64_t seed;
     bool json, profile, restore;
     bench_trace_opts trace; /* --trace / --scenario: replay a request trace instead */
+    bench_agents_opts agents; /* --agents N: agent loops through the scheduler instead */
+    bool gen_given;
 } bench_opts;
 
 typedef struct bench_run {
@@ -55,6 +58,17 @@ static void usage(FILE *out) {
             "  chunks are written through and served from there, also by a later process (column\n"
             "  \"disk\"). Neither goes with --no-prefix-cache.\n"
             "\n"
+            "usage: cinder bench [--model M] --agents N [--rounds R] [--system-tokens S] [--tool-tokens T]\n"
+            "                    [--gen G] [--concurrency C] [--chunk-tokens K] [--no-prefix-cache]\n"
+            "                    [--page-size N] [--kv-pool-tokens N] [--ctx N] [--seed S] [--json]\n"
+            "  N agents sharing an S-token system prompt (default 1024), each R rounds (default 4) of:\n"
+            "  append a T-token tool result (default 64), send the conversation, generate G tokens\n"
+            "  (default 32). At most C requests in flight (default N; 1 = one at a time, the comparison\n"
+            "  point), run together by the continuous-batching scheduler (prompt chunks of K tokens,\n"
+            "  default 512). Prints aggregate generated tok/s, TTFT and inter-token p50/p99, cache hit\n"
+            "  rate and the prefill tokens saved by dedup; --json: decode_tok_s_total, ttft_ms_p50,\n"
+            "  ttft_ms_p99, itl_ms_p50, itl_ms_p99, cached_tokens, prompt_tokens, ...\n"
+            "\n"
             "usage: cinder bench [--model M] --restore-bench [--repeat N] [--seed S] [--json] [--cache-dir DIR]\n"
             "  time to restore an N-token prefix from the host tier and from disk files vs recomputing\n"
             "  it (prefill), for N = 512, 4800, 16000 (those below the model's context), with bytes/s;\n"
@@ -64,6 +78,8 @@ static void usage(FILE *out) {
 
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .repeat = 3, .seed = 1};
+    bench_agents_opts *ag = &o->agents;
+    *ag = (bench_agents_opts){.rounds = 4, .system_tokens = 1024, .tool_tokens = 64, .gen = 32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
@@ -81,13 +97,32 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->trace.cache_dir = v;
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
-        else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; }
+        else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; o->gen_given = true; }
+        else if (cli_value(argc, argv, &i, "--agents", &v)) { if (cli_u32("--agents", v, &ag->agents)) return -1; }
+        else if (cli_value(argc, argv, &i, "--rounds", &v)) { if (cli_u32("--rounds", v, &ag->rounds)) return -1; }
+        else if (cli_value(argc, argv, &i, "--system-tokens", &v)) { if (cli_u32("--system-tokens", v, &ag->system_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--tool-tokens", &v)) { if (cli_u32("--tool-tokens", v, &ag->tool_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--concurrency", &v)) { if (cli_u32("--concurrency", v, &ag->concurrency)) return -1; }
+        else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &ag->chunk_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->seed)) return -1; }
         else return cli_unknown("bench", a), -1;
         if (!v) return cli_error("bench", "%s needs a value", a), -1;
     }
     if (o->n_prompt == 0) return cli_error("bench", "--prompt-tokens must be at least 1"), -1;
+    if (ag->agents) {
+        if (o->gen_given) ag->gen = o->n_gen;
+        if (ag->concurrency > ag->agents) ag->concurrency = ag->agents;
+        if (ag->concurrency > 256 || (!ag->concurrency && ag->agents > 256))
+            return cli_error("bench", "--concurrency is at most 256"), -1;
+        if (o->trace.trace || o->trace.scenario || o->restore)
+            return cli_error("bench", "--agents does not go with --trace, --scenario or --restore-bench"), -1;
+        ag->page_tokens = o->trace.page_tokens;
+        ag->pool_tokens = o->trace.pool_tokens;
+        ag->n_ctx = o->trace.n_ctx;
+        ag->no_prefix_cache = o->trace.no_prefix_cache;
+        ag->seed = o->seed;
+    }
     if (o->repeat == 0) return cli_error("bench", "--repeat must be at least 1"), -1;
     if (o->trace.trace && o->trace.scenario) return cli_error("bench", "give --trace or --scenario, not both"), -1;
     if (o->trace.page_tokens > 256) return cli_error("bench", "--page-size is at most 256"), -1;
@@ -138,13 +173,34 @@ static int print_spans(cvk_timer *t, const char *what) {
     return 0;
 }
 
+/* The engine's decode step: gpu_forward_batch of one token in each of n_seqs rows over the
+ * prompt's pages, at the last positions gpu_forward ran (their K/V rewritten with new tokens:
+ * this only times the step). */
+#define PROFILE_SEQS 8u
+static int profile_batch_step(gpu_model *g, uint32_t pos, uint32_t n_seqs) {
+    int32_t tok[PROFILE_SEQS], next[PROFILE_SEQS];
+    uint32_t row[PROFILE_SEQS], at[PROFILE_SEQS], out[PROFILE_SEQS];
+    for (uint32_t i = 0; i < n_seqs; i++) { /* n_seqs sequences sharing the prompt's pages */
+        tok[i] = gpu_model_next(g);
+        row[i] = out[i] = i;
+        at[i] = pos - (n_seqs - 1 - i);
+        if (gpu_model_set_table(g, i, g->seq.pages, g->seq.n_pages)) return -1;
+    }
+    gpu_batch b = {.n = n_seqs, .ids = tok, .row = row, .pos = at, .n_out = n_seqs, .out = out};
+    return gpu_forward_batch(g, &b, next);
+}
+
 /* One prefill and one decode step with timestamps around every kernel. */
 static int profile(gpu_model *g, cvk_ctx *vk, const int32_t *ids, uint32_t n_prompt) {
     cvk_timer t;
     if (cvk_timer_init(&t, &vk->dev, 8192)) return -1;
     int rc = cvk_timer_enable(&t, true) || gpu_model_set_timer(g, &t) || gpu_prefill(g, ids, n_prompt, 0, true) ||
              print_spans(&t, "prefill") || gpu_model_set_timer(g, &t) ||
-             gpu_forward(g, gpu_model_next(g), n_prompt, true) || print_spans(&t, "decode step");
+             gpu_forward(g, gpu_model_next(g), n_prompt, true) || print_spans(&t, "decode step") ||
+             profile_batch_step(g, n_prompt, 1) || profile_batch_step(g, n_prompt, 1) ||
+             print_spans(&t, "batched decode step, 1 sequence (the second run)") ||
+             profile_batch_step(g, n_prompt, PROFILE_SEQS) || profile_batch_step(g, n_prompt, PROFILE_SEQS) ||
+             print_spans(&t, "batched decode step, 8 sequences (the second run)");
     gpu_model_set_timer(g, NULL);
     cvk_timer_free(&t);
     return rc;
@@ -188,7 +244,8 @@ static int bench(const bench_opts *o, model *m) {
     cvk_ctx_opts co = {.device = -1, .pipeline_cache = ""};
     double t0 = cli_now_ms();
     if (cvk_ctx_init(vk, &co)) { free(vk); vk = NULL; rc = -1; }
-    if (!rc && gpu_model_init(&g, vk, m, n_ctx)) rc = -1;
+    gpu_model_opts go = {.n_ctx = n_ctx, .max_seqs = PROFILE_SEQS};
+    if (!rc && gpu_model_init_opts(&g, vk, m, &go)) rc = -1;
     double load_ms = cli_now_ms() - t0;
     bench_run warm;
     uint32_t n_warm = o->n_prompt < 8 ? o->n_prompt : 8;
@@ -225,6 +282,13 @@ int cmd_bench(int argc, char **argv) {
     if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("bench", "%s", cd_errmsg());
     o.trace.model = o.model;
     o.trace.json = o.json;
+    o.agents.model = o.model;
+    o.agents.json = o.json;
+    if (o.agents.agents) {
+        int rc = bench_agents(&o.agents, m);
+        model_free(m);
+        return rc;
+    }
     int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, o.trace.cache_dir)
              : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
                                                  : bench(&o, m);

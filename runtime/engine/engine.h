@@ -1,33 +1,38 @@
-/* The engine: one model on the GPU, the prefix cache over its KV pool, and the request loop
- * every front end uses (cinder chat, cinder bench --trace; the server later):
+/* The engine: one model on the GPU, the prefix cache over its KV pool, and a continuous-batching
+ * scheduler that every front end drives from one thread (cinder chat, cinder bench, the server):
  *
- *   ids ─► match the cached prefix (pinned) ─► attach its pages ─► prefill the rest
- *       ─► decode (next token chosen on the GPU, streamed to a callback)
- *       ─► insert prompt + generated tokens into the cache ─► unpin
+ *   engine_submit(e, request) -> handle          at any time; the ids are copied
+ *   engine_step(e)                                one round: admit, one forward pass, retire
+ *   engine_poll(e, handle, &reply)                1 once finished (the reply is handed over)
+ *   engine_cancel(e, handle)                      a client gone: pins and pages released at once
+ *   engine_generate(e, request, &reply)           one request, start to end (submit + steps)
  *
- * The KV page pool holds pool_tokens tokens: the running request's pages and everything the
- * cache keeps. When a request needs pages and none are free, the cache evicts its least
- * recently used unpinned leaves; a request that still does not fit fails with a message and
- * leaves the cache as it was apart from those evictions. With the cache off every request
- * prefills its whole prompt, the comparison point for the cache's benefit.
+ * A request's life:
+ *   waiting ─► admitted: kv_cache_acquire (GPU match + host restore + disk chunks, pinned), the
+ *              pages of the rest of its prompt reserved, a block-table row ─► prefill, in chunks
+ *              ─► prompt committed to the cache (requests waiting on the same prefix now hit it)
+ *              ─► decode, one token per step ─► finished: prompt + generated committed, released
  *
- * With a host tier (host_cache_mb > 0) evicted entries are demoted to host memory instead of
- * dropped (kv/prefix_cache.h), and a match that reaches demoted pages restores them into fresh
- * GPU pages before the suffix is prefilled. With timeline semaphores the host does not wait
- * for the copies: demotions and restores run on the transfer queue and the prefill waits for
- * them on the GPU (overlapping compute on devices with a transfer-only queue family; on one
- * queue, as on lavapipe, they simply run first); without, the copy completes first. When the
- * restore cannot be had (no room even after eviction), the request uses the GPU part of the match.
+ * One step is ONE forward pass (gpu_forward_batch) over every running sequence: a decode token
+ * of each decoding sequence plus up to chunk_tokens prompt tokens of prefilling ones (mixed,
+ * so running streams keep producing tokens while a long prompt arrives), each token at its own
+ * position over its own block-table row; every weight is read once per step. The forward pass
+ * is batch invariant (gpu_model.h): a request's tokens are the same alone, among others,
+ * admitted at any step, preempted and resumed, and with or without the cache.
  *
- * With a disk tier (cache_dir; kv/disk_tier.h) the prompt's whole chunks past the match (and the
- * host restore) that are on disk are read, validated and uploaded into fresh GPU pages, attached
- * after the matched pages and inserted into the tree; consecutive chunks, stopping at the first
- * missing or rejected one, and never the last prompt token (its logits start the decode). After
- * the insert at the end of a request every whole chunk of prompt + generated tokens not yet on
- * disk is written (write-through, synchronous).
+ * Admission orders waiting requests by longest cached prefix (SGLang's LPM), except that one
+ * waiting more than max_wait_steps goes first. A request whose prompt shares more than a page
+ * beyond its cached prefix with a request still prefilling waits for that prefill's commit and
+ * then matches it: a prefix sent by several requests at once is prefilled once
+ * (stats.dedup_tokens counts what that saved). A request is admitted only when the pages of its
+ * prompt can be had (evicting or demoting unpinned cache entries); when decoding sequences
+ * outgrow the pool the youngest running request is preempted: its KV so far is committed to the
+ * cache, its pages released, and it waits again, to resume as a cache hit. A prompt that could
+ * not fit the whole pool fails at submit, naming both sizes.
  *
- * Greedy by default; engine_set_sampler changes it (on the GPU when the kernel can, on the
- * host from the logits otherwise). Errors are values: -1 with cd_errmsg(). */
+ * Per request: sampling parameters (greedy when temperature is 0; sampled on the host from its
+ * logits row, with the request's own seeded generator), max tokens, stop token ids, ignore-eos.
+ * Errors are values: -1 with cd_errmsg(). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -40,6 +45,9 @@
 #include "runtime/vk/vk_ctx.h"
 
 typedef struct engine_opts {
+    uint32_t max_seqs;     /* requests running at once (block-table rows); 0 = 1 */
+    uint32_t chunk_tokens; /* prompt tokens per step at most; 0 = 512 */
+    uint32_t max_wait_steps; /* a waiting request older than this is admitted first; 0 = 64 */
     uint32_t n_ctx;        /* tokens of one request (prompt + generated) at most; 0 = min(8192, trained) */
     uint32_t pool_tokens;  /* KV pool in tokens (the running request included); 0 = 4 * n_ctx */
     uint32_t page_tokens;  /* 0 = KV_PAGE_TOKENS_DEFAULT */
@@ -52,6 +60,8 @@ typedef struct engine_opts {
 
 typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) */
     uint64_t requests, prompt_tokens, cached_tokens, prefilled_tokens, generated_tokens;
+    uint64_t steps, preempted, cancelled;
+    uint64_t dedup_tokens;    /* cached tokens of requests that waited for another's prefill of them */
     uint64_t evicted_pages;   /* pages the cache gave back to the pool (demoted ones included) */
     /* the host tier */
     uint64_t restored_tokens; /* cached tokens that were served from host slots */
@@ -65,21 +75,33 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     double disk_read_ms, disk_write_ms;
 } engine_stats;
 
+struct engine_req; /* a submitted request (engine.c) */
+
 typedef struct engine {
     model *m;
     cvk_ctx *vk;
     gpu_model g;
-    sampler smp;         /* host sampling when the GPU kernel cannot */
-    float *logits;       /* host copy for host sampling */
+    sampler_params sp;   /* requests without their own sampling parameters use these */
+    float *logits;       /* host copy of one logits row (host sampling) */
     bool cache_on;
     kv_prefix_cache cache;
     kv_host_tier host;   /* used when cache.host != NULL */
     bool disk_on;
     kv_disk_tier disk;   /* used when disk_on */
-    uint8_t (*chain)[KV_DISK_HASH_BYTES]; /* chain hashes of the request's chunks (scratch) */
-    uint32_t cap_chain;
-    uint32_t *disk_pages; /* [disk.chunk_pages] fresh pages of a chunk being loaded (scratch) */
     engine_stats stats;
+
+    /* the scheduler */
+    uint32_t max_seqs, chunk_tokens, max_wait_steps;
+    struct engine_req **reqs; /* every request not yet handed back: waiting, running or finished */
+    uint32_t n_reqs, cap_reqs;
+    uint32_t next_handle;
+    uint64_t n_steps;         /* steps since engine_init (request ages) */
+    uint64_t n_admitted;      /* admission counter: the youngest running request has the largest */
+    uint32_t *row_free;       /* [max_seqs] 1 where the block-table row is free */
+    /* one forward pass (scratch, n_batch tokens / max_seqs outputs) */
+    int32_t *b_ids, *b_next;
+    uint32_t *b_row, *b_pos, *b_out;
+    struct engine_req **b_owner; /* the request of each output row */
 } engine;
 
 /* One request's outcome. ids is owned by the reply (engine_reply_free). */
@@ -98,9 +120,12 @@ typedef struct engine_reply {
     uint64_t disk_bytes_read, disk_bytes_written;
     double disk_read_ms;       /* read + validate + upload (part of the TTFT) */
     double disk_write_ms;      /* write-through after the reply */
-    double ttft_ms;            /* request start to the first token chosen */
+    double ttft_ms;            /* submit to the first token chosen */
     double decode_ms;          /* first token to the last */
+    double itl_ms_max;         /* the longest gap between two tokens */
     bool eog;                  /* stopped at an end-of-generation token */
+    enum engine_finish { ENGINE_STOP, ENGINE_LENGTH, ENGINE_CANCELLED, ENGINE_ERROR } finish;
+    uint32_t preempted;        /* times it was preempted and resumed */
 } engine_reply;
 
 /* Called per generated token; return false to stop early. */
@@ -111,8 +136,13 @@ typedef struct engine_request {
     uint32_t n;
     uint32_t max_tokens;
     bool ignore_eos;
-    engine_token_fn on_token;  /* may be NULL */
+    engine_token_fn on_token;  /* may be NULL; false stops the request (finish: stop) */
     void *ctx;
+    const sampler_params *sp;  /* NULL: the engine's (engine_set_sampler; greedy by default) */
+    const int32_t *stop_ids;   /* more tokens that end the generation (kept in the reply) */
+    uint32_t n_stop;
+    float *logits_out;         /* non-NULL: n_vocab floats, the logits of each token chosen are written
+                                  here (the last token's remain); NULL: never read back */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's
@@ -121,6 +151,21 @@ int engine_init(engine *e, model *m, const engine_opts *o);
 void engine_free(engine *e); /* zeroed is fine */
 int engine_set_sampler(engine *e, const sampler_params *p);
 
+/* Queues a request; *handle names it. Fails (nothing queued) for an empty prompt, one that
+ * leaves no room to generate in the context, or one larger than the whole KV pool. */
+int engine_submit(engine *e, const engine_request *rq, uint32_t *handle);
+/* One scheduling round; *busy (may be NULL) = requests waiting or running after it. A failed
+ * forward pass fails the requests in it (finish: error) and returns -1. */
+int engine_step(engine *e, uint32_t *busy);
+/* 1 and the reply (handed over: engine_reply_free) when the request has finished, else 0. */
+int engine_poll(engine *e, uint32_t handle, engine_reply *r);
+/* Stops a request now: its computed KV stays in the cache, its pins and pages are released;
+ * the reply (finish: cancelled) is still polled. -1 for an unknown handle. */
+int engine_cancel(engine *e, uint32_t handle);
+uint32_t engine_running(const engine *e);
+uint32_t engine_waiting(const engine *e);
+
+/* One request start to end (submit, step until it finishes, poll); -1 if it failed. */
 int engine_generate(engine *e, const engine_request *rq, engine_reply *r);
 /* A short request with the cache off, so first-dispatch costs (lavapipe compiles shaders on
  * first use) stay out of the first real request's TTFT; the statistics start after it. */

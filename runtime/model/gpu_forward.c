@@ -269,6 +269,7 @@ int gpu_model_init_opts(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mod
     g->pool_tokens = o->pool_tokens ? o->pool_tokens : o->n_ctx;
     g->page_tokens = o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT;
     g->n_batch = o->n_batch;
+    g->max_seqs = o->max_seqs ? o->max_seqs : 1;
     const model_config *c = &m->cfg;
     if (!g->n_ctx) return cd_fail("gpu model: n_ctx is 0");
     if (c->arch == ARCH_QWEN3MOE && (c->n_expert > CVK_MOE_MAX_EXPERT || c->n_expert_used > CVK_MOE_MAX_K))
@@ -341,12 +342,9 @@ int gpu_seq_extend(gpu_model *g, uint32_t pos, uint32_t n) {
     kv_seq *s = &g->seq;
     uint32_t pt = g->page_tokens, need = kv_pages_for(&g->pages, pos + n) - s->n_pages;
     if (pos % pt && g->pages.ref[s->pages[s->n_pages - 1]] > 1) need++; /* the shared tail is copied */
-    if (need > kv_pages_free_count(&g->pages) && g->reclaim)
-        g->reclaim(g->reclaim_ctx, need - kv_pages_free_count(&g->pages));
     if (need > kv_pages_free_count(&g->pages))
-        return cd_fail("KV pool exhausted: %u more pages needed, %u of %u free%s (%u tokens per page)", need,
-                       kv_pages_free_count(&g->pages), g->pages.n_pages,
-                       g->reclaim ? " after evicting every unpinned cache entry" : "", pt);
+        return cd_fail("KV pool exhausted: %u more pages needed, %u of %u free (%u tokens per page)", need,
+                       kv_pages_free_count(&g->pages), g->pages.n_pages, pt);
     kv_cow cow;
     TRY(kv_seq_append(&g->pages, s, n, &cow));
     if (cow.n_tokens && gpu_kv_copy_page(g, cow.src, cow.dst)) {

@@ -103,10 +103,6 @@ typedef struct gpu_model {
     uint32_t max_pages;     /* block table entries: pages of n_ctx tokens */
     uint32_t n_split;
     cvk_cmd copy;           /* page copies (copy on write of a shared partial page) */
-    /* Called when a sequence needs more free pages than the pool has: frees at least `want`
-     * pages if it can (the prefix cache evicts). NULL: exhaustion is an error at once. */
-    void (*reclaim)(void *ctx, uint32_t want);
-    void *reclaim_ctx;
 
     /* activations (f32), shapes as in cpu_state */
     cvk_buffer x, xb, xb2;  /* (n_embd) */
@@ -145,9 +141,23 @@ typedef struct gpu_model {
     cvk_buffer bhg, bhu;             /* (n_batch * n_expert_used | n_batch, n_ff) */
     cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */
     cvk_buffer bpartials;            /* prefill attention scratch */
-    cvk_buffer bin_tok, bin_pos, bin_loc; /* host-written: ids, positions, {0, position} */
+    cvk_buffer bin_tok, bin_pos, bin_loc; /* host-written: ids, positions, {row, position} */
     cvk_descpool pdpool;             /* reset per chunk */
     cvk_cmd pcmd;                    /* recorded per chunk */
+
+    /* the batch forward (gpu_forward_batch): several sequences, one block-table row each */
+    uint32_t max_seqs;               /* block-table rows = tokens whose logits one batch may want */
+    uint32_t split_len;              /* attention split boundaries, fixed: batch invariance */
+    cvk_pipeline matmul_few[QTYPE_COUNT]; /* few tokens (same sums, same order per output) */
+    cvk_pipeline matmul_one[QTYPE_COUNT]; /* one token */
+    cvk_buffer btable;               /* host-written uint32 [max_seqs][max_pages] */
+    cvk_buffer bin_out;              /* host-written int32 [max_seqs]: batch rows whose logits are wanted */
+    cvk_buffer bhead_x;              /* (max_seqs, n_embd): those rows, normed (the matvec head) */
+    bool head_matvec;                /* the head is the decode step's matvec per row (CPU devices), else
+                                        the matmul gathering the rows (weights read once per step) */
+    cvk_buffer blogits;              /* (max_seqs, n_vocab) */
+    cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
+    cvk_buffer bout_id;              /* readback uint32 [max_seqs] */
 } gpu_model;
 
 typedef struct gpu_model_opts {
@@ -155,7 +165,30 @@ typedef struct gpu_model_opts {
     uint32_t pool_tokens; /* tokens of KV in the page pool; 0 = n_ctx (nothing to spare for a cache) */
     uint32_t page_tokens; /* tokens per KV page; 0 = KV_PAGE_TOKENS_DEFAULT */
     uint32_t n_batch;     /* prefill tokens per pass; 0 = 512 (at most n_ctx) */
+    uint32_t max_seqs;    /* sequences one gpu_forward_batch may hold; 0 = 1 */
 } gpu_model_opts;
+
+/* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
+ * block-table row s (gpu_model_set_table, written before the pass); token i of the batch is
+ * ids[i] at position pos[i] of row row[i], and attends causally over that row's positions
+ * 0..pos[i] (its own K/V is written first). Prefill chunks of new prompts and one decode token
+ * of each running sequence may share a pass. Tokens of one row should be consecutive and in
+ * position order (attention walks a row once per workgroup).
+ *
+ * Batch invariance: every token's arithmetic is the same whatever else is in the batch: the
+ * matmuls sum each output over k in one fixed order (any tile shape), attention splits the K/V
+ * walk at fixed positions (split_len), and norms, RoPE, routing and the MoE combine are per
+ * token. So a sequence's tokens and logits are bit-identical alone or among others, and a
+ * prompt token's K/V is the same whether it was computed in a prefill chunk or as a decode
+ * token (the cache is invisible to the math). */
+typedef struct gpu_batch {
+    uint32_t n;           /* tokens, 1..n_batch */
+    const int32_t *ids;   /* [n] */
+    const uint32_t *row;  /* [n] block-table row (< max_seqs) */
+    const uint32_t *pos;  /* [n] position in that row's sequence */
+    uint32_t n_out;       /* tokens whose logits and next token are wanted, 0..max_seqs */
+    const uint32_t *out;  /* [n_out] indices into the batch */
+} gpu_batch;
 
 /* Uploads the weights, creates pipelines, the KV pool for n_ctx tokens, the prefill batch
  * buffers and both decode steps. */
@@ -185,6 +218,13 @@ int gpu_forward(gpu_model *g, int32_t token, uint32_t pos, bool want_logits);
 /* Runs ids[0..n) at positions pos0.. in batches of up to n_batch tokens (pos0 <= tokens so
  * far; a smaller pos0 forgets the tail). With want_logits the head runs on the last token. */
 int gpu_prefill(gpu_model *g, const int32_t *ids, uint32_t n, uint32_t pos0, bool want_logits);
+/* Writes block-table row `row`: n page ids (at most n_ctx tokens' worth). */
+int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint32_t n);
+/* Runs the batch (pages for every position already in the rows' tables); next[j] = the greedy
+ * token (argmax, ties to the lower id) after batch token out[j]. gpu_model_batch_logits reads
+ * out[j]'s logits (for sampling on the host). Does not touch gpu_forward's sequence. */
+int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next);
+int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out); /* n_vocab floats */
 int gpu_model_logits(gpu_model *g, float *out); /* n_vocab floats */
 int32_t gpu_model_next(const gpu_model *g);    /* the token the last head run chose */
 /* Copies page src's K/V (every layer, every slot) into page dst on the device; waits. */
@@ -202,8 +242,9 @@ static inline void gpu_layer_mats(const layer_weights *l, const gguf_tensor *out
 }
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind);
 int gpu_record_head(gpu_model *g, cvk_cmd *c, cvk_descpool *dp); /* rmsnorm(x) -> logits -> out_id */
-/* Sets the sequence to pos tokens then appends n, and writes the block table. Reclaims pages
- * when the pool is short, and copies a shared partly filled last page before it is written. */
+/* Sets the sequence to pos tokens then appends n, and writes the block table; copies a shared
+ * partly filled last page before it is written. Pages short: an error (nothing is evicted here:
+ * the engine reserves pages before a pass, gpu_forward_batch). */
 int gpu_seq_extend(gpu_model *g, uint32_t pos, uint32_t n);
 void gpu_model_draw(gpu_model *g); /* writes the sampler's uniform for the next head run */
 int gpu_prefill_init(gpu_model *g); /* buffers and pipelines of gpu_prefill.c */

@@ -28,6 +28,7 @@
 #include "runtime/vk/op_get_rows.h"
 #include "runtime/vk/op_kv_write.h"
 #include "runtime/vk/op_matmul.h"
+#include "runtime/vk/op_matvec.h"
 #include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_moe_group.h"
 #include "runtime/vk/op_moe_route.h"
@@ -44,9 +45,29 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
 
 /* ---- set-up ---- */
 
+/* The kernel for few tokens (decode steps, experts with a handful of tokens): on a CPU device
+ * matmul_rows.comp (a weight row per invocation in registers: no shared-memory round trip per
+ * weight), on a GPU the tiled kernel with 8-token tiles (weights still loaded coalesced). Every
+ * output is the same ordered sum over k in all of them, so the choice never changes a bit. */
+static const cvk_matmul_tile few_tile_gpu = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4};
+static const cvk_matmul_tile one_tile_cpu = {.bm = 64, .bn = 1, .rows = true};
+#define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
+
 static int want_matmul(gpu_model *g, const gguf_tensor *t) {
     if (!t || g->matmul[t->type].pipe) return 0;
-    return cvk_matmul_pipeline(&g->matmul[t->type], &g->vk->dev, g->vk->pcache.cache, t->type, NULL);
+    VkPipelineCache pc = g->vk->pcache.cache;
+    cvk_device *d = &g->vk->dev;
+    if (cvk_matmul_pipeline(&g->matmul[t->type], d, pc, t->type, NULL)) return -1;
+    if (d->info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return cvk_matmul_pipeline(&g->matmul_few[t->type], d, pc, t->type, &few_tile_gpu);
+    /* a CPU device: the rows kernel, for one token and for a few (its token loop is unrolled) */
+    return cvk_matmul_pipeline(&g->matmul_few[t->type], d, pc, t->type, &cvk_matmul_tile_rows) ||
+           cvk_matmul_pipeline(&g->matmul_one[t->type], d, pc, t->type, &one_tile_cpu);
+}
+
+static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint32_t n_tokens) {
+    if (n_tokens == 1 && g->matmul_one[type].pipe) return &g->matmul_one[type];
+    return n_tokens <= FEW_TOKENS ? &g->matmul_few[type] : &g->matmul[type];
 }
 
 static int make_pipelines(gpu_model *g) {
@@ -56,6 +77,7 @@ static int make_pipelines(gpu_model *g) {
         gpu_layer_mats(&m->layers[il], ts);
         for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matmul(g, ts[i]));
     }
+    TRY(want_matmul(g, m->output)); /* the batch forward's head */
     VkPipelineCache pc = g->vk->pcache.cache;
     TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
     if (m->cfg.arch == ARCH_QWEN3MOE) TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
@@ -89,10 +111,39 @@ static int make_buffers(gpu_model *g) {
     return 0;
 }
 
+/* Fixed attention split boundaries for the batch forward: at most 8 splits of a full context,
+ * at least the positions per split the kernel's default would use. */
+static uint32_t batch_split_len(const gpu_model *g) {
+    uint32_t least = g->attn_prefill.cpu ? 512 : 256, per = (g->n_ctx + 7) / 8;
+    return per > least ? per : least;
+}
+
+static int make_batch_buffers(gpu_model *g) {
+    const model_config *c = &g->m->cfg;
+    uint64_t S = g->max_seqs;
+    g->split_len = batch_split_len(g);
+    uint32_t splits = (g->n_ctx + g->split_len - 1) / g->split_len;
+    uint64_t part = cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->pool.n_parts, splits, c->head_dim);
+    if (part > g->bpartials.size) { /* the fixed splits may want more scratch than the default ones */
+        cvk_buffer_destroy(&g->vk->mem, &g->bpartials);
+        TRY(gpu_model_buffer(g, &g->bpartials, part, CVK_MEM_DEVICE));
+    }
+    g->head_matvec = g->vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    TRY(gpu_model_buffer(g, &g->btable, S * g->max_pages * 4, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bin_out, S * 4, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->blogits, S * c->n_vocab * 4, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)S),
+                         CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bout_id, S * 4, CVK_MEM_READBACK));
+    memset(cvk_buffer_host_ptr(&g->btable, 0), 0, S * g->max_pages * 4);
+    return 0;
+}
+
 int gpu_prefill_init(gpu_model *g) {
     if (!g->n_batch) g->n_batch = GPU_PREFILL_BATCH;
     if (g->n_batch > g->n_ctx) g->n_batch = g->n_ctx;
-    return make_pipelines(g) || make_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
+    return make_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
            cvk_cmd_init(&g->pcmd, &g->vk->dev, false);
 }
 
@@ -102,9 +153,14 @@ void gpu_prefill_free(gpu_model *g) {
     cvk_descpool_free(&g->pdpool);
     cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bxb2, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
                           &g->bwts, &g->bgroups, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
-                          &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc};
+                          &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc, &g->btable, &g->bin_out,
+                          &g->blogits, &g->bam_scratch, &g->bout_id, &g->bhead_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
-    for (int t = 0; t < QTYPE_COUNT; t++) cvk_pipeline_destroy(&vk->dev, &g->matmul[t]);
+    for (int t = 0; t < QTYPE_COUNT; t++) {
+        cvk_pipeline_destroy(&vk->dev, &g->matmul[t]);
+        cvk_pipeline_destroy(&vk->dev, &g->matmul_few[t]);
+        cvk_pipeline_destroy(&vk->dev, &g->matmul_one[t]);
+    }
     cvk_pipeline_destroy(&vk->dev, &g->moe_group);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &g->attn_prefill);
 }
@@ -117,6 +173,8 @@ typedef struct chunk {
     cvk_descpool *dp;
     uint32_t T;      /* tokens in the chunk */
     uint32_t max_len; /* last position + 1 */
+    const cvk_buffer *table; /* block-table rows of max_pages entries */
+    uint32_t split_len;      /* attention splits: 0 = the kernel's default, else fixed (batch forward) */
 } chunk;
 
 static void barrier(const chunk *ch) { cvk_barrier_compute_to_compute(ch->c->cb); }
@@ -126,7 +184,7 @@ static int matmul(const chunk *ch, const gguf_tensor *t, const cvk_buffer *w, co
                   const cvk_buffer *y) {
     cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T};
-    return cvk_matmul(ch->c, ch->dp, &ch->g->matmul[t->type], &a);
+    return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T), &a);
 }
 
 /* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
@@ -138,7 +196,7 @@ static int matmul_experts(const chunk *ch, const gguf_tensor *t, const cvk_buffe
                          .x = W(x), .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T,
                          .gather = W(gather), .scatter = W(&g->bscatter), .groups = W(&g->bgroups),
                          .n_experts = (uint32_t)t->ne[2]};
-    return cvk_matmul(ch->c, ch->dp, &g->matmul[t->type], &a);
+    return cvk_matmul(ch->c, ch->dp, matmul_pipe(g, t->type, ch->T), &a);
 }
 
 static int rmsnorm(const chunk *ch, const cvk_buffer *x, const cvk_buffer *w, const cvk_buffer *y, uint32_t n,
@@ -168,14 +226,14 @@ static int attention(const chunk *ch, uint32_t il) {
                         .heads = cf->n_head_kv};
     TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rq) || cvk_rope(ch->c, ch->dp, &g->rope, &rk));
     barrier(ch);
-    cvk_kv_write_args kw = {.pool = &g->pool, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(&g->in_table),
+    cvk_kv_write_args kw = {.pool = &g->pool, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(ch->table),
                             .loc = W(&g->bin_loc), .n_tokens = ch->T, .layer = il, .table_stride = g->max_pages};
     TRY(cvk_kv_write(ch->c, ch->dp, &g->kv_write, &kw));
     barrier(ch);
-    cvk_attn_prefill_args at = {.pool = &g->pool, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->in_table),
+    cvk_attn_prefill_args at = {.pool = &g->pool, .lay = &g->lay, .q = W(&g->bq), .table = W(ch->table),
                                 .loc = W(&g->bin_loc), .partials = W(&g->bpartials), .out = W(&g->batt),
                                 .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
-                                .max_len = ch->max_len};
+                                .max_len = ch->max_len, .split_len = ch->split_len};
     TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
     TRY(matmul(ch, l->wo, &d->wo, &g->batt, &g->bxb2));
@@ -234,7 +292,46 @@ static int record_head(const chunk *ch) {
     return gpu_record_head(g, ch->c, ch->dp);
 }
 
-static int record_chunk(const chunk *ch, bool head) {
+/* The lm_head as the decode step's matvec (its lm_head configuration), one vector per wanted row:
+ * the rows are copied together first. Each vector's sums are its own (the same whatever n_out). */
+static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
+    gpu_model *g = ch->g;
+    const gguf_tensor *t = g->m->output;
+    uint64_t row = (uint64_t)g->m->cfg.n_embd * 4;
+    cvk_barrier_compute_to_transfer(ch->c->cb);
+    for (uint32_t j = 0; j < n_out; j++)
+        TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bxb, out[j] * row, row}, (cvk_view){&g->bhead_x, j * row, row}));
+    cvk_barrier_transfer_to_compute(ch->c->cb);
+    cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                          .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
+    return cvk_matvec(ch->c, ch->dp, &g->head, &mv);
+}
+
+/* The batch forward's head over the n_out wanted tokens (rows out[] of X): final norm of every
+ * row, the lm_head (per device one kernel, whatever n_out, so a row's logits do not depend on
+ * the others), argmax per row. */
+static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    const gguf_tensor *t = g->m->output;
+    cvk_cmd_label_begin(ch->c, "head");
+    int rc = rmsnorm(ch, &g->bx, &g->w.output_norm, &g->bxb, cf->n_embd, ch->T);
+    barrier(ch);
+    cvk_matmul_args a = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                         .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
+                         .n_tokens = n_out, .gather = W(&g->bin_out)};
+    if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, &g->matmul[t->type], &a);
+    barrier(ch);
+    cvk_argmax_args am = {.logits = W(&g->blogits), .scratch = W(&g->bam_scratch), .out = W(&g->bout_id),
+                          .n = cf->n_vocab, .rows = n_out};
+    if (!rc) rc = cvk_argmax(ch->c, ch->dp, &g->argmax, &am);
+    cvk_cmd_label_end(ch->c);
+    return rc;
+}
+
+/* head: 0 none, 1 the last token into the decode step's head (gpu_prefill), 2 the rows of
+ * bin_out (gpu_forward_batch, n_out of them). */
+static int record_chunk(const chunk *ch, int head, const uint32_t *out, uint32_t n_out) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     TRY(cvk_cmd_begin(ch->c));
@@ -258,7 +355,8 @@ static int record_chunk(const chunk *ch, bool head) {
         barrier(ch);
         cvk_cmd_label_end(ch->c);
     }
-    if (head) TRY(record_head(ch));
+    if (head == 1) TRY(record_head(ch));
+    if (head == 2 && n_out) TRY(record_rows_head(ch, out, n_out));
     cvk_barrier_device_to_host(ch->c->cb);
     return cvk_cmd_end(ch->c);
 }
@@ -273,9 +371,9 @@ static int run_chunk(gpu_model *g, const int32_t *ids, uint32_t T, uint32_t pos0
         loc[2 * i + 1] = pos0 + i;
     }
     if (head) gpu_model_draw(g);
-    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = T, .max_len = pos0 + T};
+    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = T, .max_len = pos0 + T, .table = &g->in_table};
     TRY(cvk_descpool_reset(&g->pdpool));
-    TRY(record_chunk(&ch, head));
+    TRY(record_chunk(&ch, head ? 1 : 0, NULL, 0));
     return cvk_cmd_run(&g->pcmd);
 }
 
@@ -296,4 +394,57 @@ int gpu_prefill(gpu_model *g, const int32_t *ids, uint32_t n, uint32_t pos0, boo
         done += T;
     }
     return 0;
+}
+
+/* ---- the batch forward ---- */
+
+int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint32_t n) {
+    if (row >= g->max_seqs) return cd_fail("block-table row %u: the model holds %u", row, g->max_seqs);
+    if (n > g->max_pages) return cd_fail("a block table of %u pages: the context holds %u", n, g->max_pages);
+    uint32_t *t = (uint32_t *)cvk_buffer_host_ptr(&g->btable, 0) + (size_t)row * g->max_pages;
+    if (n) memcpy(t, pages, n * sizeof *t);
+    return 0;
+}
+
+static int check_batch(const gpu_model *g, const gpu_batch *b) {
+    const model_config *c = &g->m->cfg;
+    if (!b->n || b->n > g->n_batch) return cd_fail("a batch of %u tokens (1..%u)", b->n, g->n_batch);
+    if (b->n_out > g->max_seqs) return cd_fail("%u logits rows wanted, the model holds %u", b->n_out, g->max_seqs);
+    for (uint32_t i = 0; i < b->n; i++) {
+        if (b->ids[i] < 0 || (uint32_t)b->ids[i] >= c->n_vocab)
+            return cd_fail("token id %d out of range (vocab %u)", b->ids[i], c->n_vocab);
+        if (b->row[i] >= g->max_seqs) return cd_fail("block-table row %u: the model holds %u", b->row[i], g->max_seqs);
+        if (b->pos[i] >= g->n_ctx) return cd_fail("position %u is past the context size %u", b->pos[i], g->n_ctx);
+    }
+    for (uint32_t j = 0; j < b->n_out; j++)
+        if (b->out[j] >= b->n) return cd_fail("logits wanted for token %u of a batch of %u", b->out[j], b->n);
+    return 0;
+}
+
+int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
+    TRY(check_batch(g, b));
+    int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0), *out = cvk_buffer_host_ptr(&g->bin_out, 0);
+    uint32_t *pos = cvk_buffer_host_ptr(&g->bin_pos, 0), *loc = cvk_buffer_host_ptr(&g->bin_loc, 0), max_len = 0;
+    for (uint32_t i = 0; i < b->n; i++) {
+        tok[i] = b->ids[i];
+        pos[i] = b->pos[i];
+        loc[2 * i] = b->row[i];
+        loc[2 * i + 1] = b->pos[i];
+        if (b->pos[i] + 1 > max_len) max_len = b->pos[i] + 1;
+    }
+    for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
+    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = max_len, .table = &g->btable,
+                .split_len = g->split_len};
+    TRY(cvk_descpool_reset(&g->pdpool));
+    TRY(record_chunk(&ch, 2, b->out, b->n_out));
+    TRY(cvk_cmd_run(&g->pcmd));
+    const int32_t *ids = cvk_buffer_host_ptr(&g->bout_id, 0);
+    for (uint32_t j = 0; j < b->n_out; j++) next[j] = ids[j];
+    return 0;
+}
+
+int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out) {
+    uint64_t row = (uint64_t)g->m->cfg.n_vocab * 4;
+    if (j >= g->max_seqs) return cd_fail("logits row %u: the model holds %u", j, g->max_seqs);
+    return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, row), out);
 }

@@ -247,7 +247,14 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
     if (lim > UINT32_MAX) lim = UINT32_MAX;
     uint64_t table_rows = a->table_stride ? a->table.size / 4 / a->table_stride : 0;
     uint32_t least = loop_limit_splits(p, g, lim, table_rows), n_split = a->n_split;
-    if (!n_split) { /* the default, lowered to what partials holds */
+    uint64_t step = p->step ? p->step : 1;
+    if (a->split_len) { /* fixed split boundaries: a token's result does not depend on the batch */
+        uint64_t sl = ((uint64_t)a->split_len + step - 1) / step * step;
+        n_split = (uint32_t)((lim + sl - 1) / sl);
+        if (n_split < least)
+            return cd_fail("attn_prefill: splits of %llu positions exceed llvmpipe's loop limit (%u splits needed)",
+                           (unsigned long long)sl, least);
+    } else if (!n_split) { /* the default, lowered to what partials holds */
         n_split = cvk_attn_prefill_splits(p, l, a->n_tokens, a->n_head, (uint32_t)lim);
         uint64_t one = cvk_attn_prefill_partials_bytes(a->n_tokens, a->n_head, pool->n_parts, 2, l->head_dim) / 2;
         uint64_t fit = one ? a->partials.size / one : n_split;
@@ -261,8 +268,10 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
     /* split s walks [s * split_len, (s + 1) * split_len), a multiple of the kernel's step (whole
      * tiles or steps); trailing splits may be empty */
     uint64_t split_len = lim;
-    if (n_split > 1) {
-        uint64_t per = (lim + n_split - 1) / n_split, step = p->step ? p->step : 1;
+    if (a->split_len) {
+        split_len = ((uint64_t)a->split_len + step - 1) / step * step;
+    } else if (n_split > 1) {
+        uint64_t per = (lim + n_split - 1) / n_split;
         split_len = (per + step - 1) / step * step;
         if (split_len * n_split > UINT32_MAX) return cd_fail("attn_prefill: %u splits of %llu positions overflow",
                                                              n_split, (unsigned long long)split_len);

@@ -85,6 +85,10 @@ typedef struct cvk_attn_prefill_args {
                                 `partials` holds (never below the loop-limit minimum, which only walks of
                                 millions of positions have); n > 0 = exactly that many (partials must hold
                                 them; an error below the loop-limit minimum) */
+    uint32_t split_len;      /* > 0: splits of exactly this many positions (rounded up to the kernel's step)
+                                from position 0, whatever the batch, so every token reduces over the same
+                                split boundaries alone or among others (batch invariance; n_split is then
+                                ignored). partials must hold ceil(max_len / split_len) splits */
 } cvk_attn_prefill_args;
 
 /* head_dim: the layout's (even, <= 512); wg_or_0: invocations per workgroup (0 = default).

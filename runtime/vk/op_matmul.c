@@ -6,6 +6,19 @@
 #include "shaders/shaders.h"
 
 const cvk_matmul_tile cvk_matmul_tile_default = {.bm = 64, .bn = 64, .bk = 32, .tm = 4, .tn = 4};
+const cvk_matmul_tile cvk_matmul_tile_rows = {.bm = 64, .bn = 8, .rows = true};
+
+static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
+                         const cvk_matmul_tile *t) {
+    const cvk_caps *c = &d->info.caps;
+    if (!t->bm || !t->bn || t->bn > 16 || t->bm > c->max_wg_size[0] || t->bm > c->max_wg_invocations)
+        return cd_fail("matmul: bad rows kernel %u rows x %u tokens", t->bm, t->bn);
+    uint32_t spec[7] = {t->bm, (uint32_t)type, t->bm, t->bn, 0, 0, 0};
+    cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
+                              .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 6,
+                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
+    return cvk_pipeline_create(p, d, cache, &desc);
+}
 
 int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matmul_tile *tile) {
@@ -13,6 +26,7 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     const cvk_caps *c = &d->info.caps;
     if (!qtype_supported(type)) return cd_fail("matmul: type %s is not supported", qtype_name(type));
     if (!c->storage8 || !c->storage16) return cd_fail("matmul: the device lacks 8- or 16-bit storage buffer access");
+    if (t->rows) return rows_pipeline(p, d, cache, type, t);
     if (!t->bm || !t->bn || !t->bk || !t->tm || !t->tn || t->tm % 4 || t->tn % 4 || t->bm % t->tm ||
         t->bn % t->tn || t->tm * t->tn > 64)
         return cd_fail("matmul: bad tile %ux%ux%u / %ux%u", t->bm, t->bn, t->bk, t->tm, t->tn);
@@ -75,6 +89,7 @@ int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     if (gy > 65535) return cd_fail("matmul: %u tokens exceed 65535 token tiles", a->n_tokens);
     uint32_t flags = (a->gather.buf ? CVK_MATMUL_GATHER : 0) | (a->scatter.buf ? CVK_MATMUL_SCATTER : 0) |
                      (grouped ? CVK_MATMUL_GROUPED : 0);
+    if (xs % 4 == 0 && a->n_in % 4 == 0 && a->x.off % 16 == 0) flags |= CVK_MATMUL_X4;
     /* entries the bound lists hold (grouped mode skips list entries j >= n_ids) */
     uint64_t n_ids = UINT32_MAX;
     if (a->gather.buf && a->gather.size / 4 < n_ids) n_ids = a->gather.size / 4;

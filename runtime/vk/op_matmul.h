@@ -48,12 +48,19 @@ typedef struct cvk_matmul_push {
 #define CVK_MATMUL_GATHER 1u
 #define CVK_MATMUL_SCATTER 2u
 #define CVK_MATMUL_GROUPED 4u
+#define CVK_MATMUL_X4 8u /* x rows may be read as vec4s (the rows kernel uses it; the tiled one ignores it) */
 
 typedef struct cvk_matmul_tile {
     uint32_t bm, bn, bk; /* weight rows, tokens, k per shared-memory tile */
     uint32_t tm, tn;     /* register block per invocation: multiples of 4 (vec4 shared loads),
                             bm % tm == 0, bn % tn == 0, tm * tn <= 64 */
+    bool rows;           /* shaders/matmul_rows.comp instead: one invocation per weight row with bn
+                            tokens in registers, bm rows (= invocations) per workgroup, no shared
+                            memory (bk, tm, tn unused); the same bits as the tiled kernel */
 } cvk_matmul_tile;
+
+/* bm 64, bn 8, rows: the few-token kernel */
+extern const cvk_matmul_tile cvk_matmul_tile_rows;
 
 /* bm 64, bn 64, bk 32, tm 4, tn 4: 256 invocations, 16 KiB of shared memory */
 extern const cvk_matmul_tile cvk_matmul_tile_default;

@@ -1,0 +1,39 @@
+/* A submitted request inside the engine (private to runtime/engine). */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "kv/kv_pages.h"
+#include "radix/radix.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/sampler.h"
+
+typedef enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE } req_state;
+
+typedef struct engine_req {
+    uint32_t handle;
+    req_state state;
+    engine_request rq;      /* the caller's request; ids and stop_ids point at our copies */
+    int32_t *all;           /* prompt + generated so far: [0, n_all) */
+    int32_t *stop;          /* [rq.n_stop] */
+    uint32_t n_prompt, n_all;
+    bool sample;            /* host sampling with smp (temperature > 0), else greedy */
+    sampler smp;
+
+    /* running: its block-table row, pages and pin */
+    uint32_t row;
+    kv_seq seq;             /* pages reserved for [0, n_target) at admission, grown by decode */
+    radix_match m;          /* the acquired prefix, pinned */
+    uint32_t n_kv;          /* tokens whose K/V is written */
+    uint32_t n_target;      /* prefill until n_kv reaches it (= n_all at admission) */
+    bool prompt_committed;  /* its prefill is in the cache (later requests can match it) */
+    uint64_t admit_no;      /* larger = admitted later (preemption takes the youngest) */
+
+    /* waiting */
+    uint64_t submit_step;   /* the step count at submit (age, for admission) */
+    bool deferred;          /* waited for another request's prefill of its prefix */
+    uint32_t deferred_base; /* its cached tokens when it first waited */
+
+    engine_reply reply;
+    double t_submit, t_last; /* ms */
+} engine_req;

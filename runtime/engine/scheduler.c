@@ -1,0 +1,487 @@
+/* The continuous-batching scheduler (engine.h): requests in, one forward pass per step over
+ * every running sequence, tokens out. Runs on the thread that owns the GPU. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/base/error.h"
+#include "runtime/engine/request.h"
+
+#define TRY(x)                                                                                                         \
+    do {                                                                                                               \
+        if (x) return -1;                                                                                              \
+    } while (0)
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static engine_req *find(const engine *e, uint32_t handle) {
+    for (uint32_t i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->handle == handle) return e->reqs[i];
+    return NULL;
+}
+
+uint32_t engine_running(const engine *e) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->n_reqs; i++) n += e->reqs[i]->state == REQ_RUNNING;
+    return n;
+}
+
+uint32_t engine_waiting(const engine *e) {
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < e->n_reqs; i++) n += e->reqs[i]->state == REQ_WAITING;
+    return n;
+}
+
+static void req_free(engine_req *q) {
+    free(q->all);
+    free(q->stop);
+    sampler_free(&q->smp);
+    engine_reply_free(&q->reply);
+    free(q);
+}
+
+/* ---- submit ---- */
+
+static int check_request(const engine *e, const engine_request *rq) {
+    if (rq->n == 0) return cd_fail("the prompt is empty");
+    if (rq->n >= e->g.n_ctx)
+        return cd_fail("the prompt has %u tokens; the context holds %u (prompt + at least one generated)", rq->n,
+                       e->g.n_ctx);
+    uint32_t need = kv_pages_for(&e->g.pages, rq->n + 1), have = e->g.pages.n_pages;
+    if (need > have)
+        return cd_fail("KV pool too small: the prompt has %u tokens and needs %u KV pages; the pool holds %u pages "
+                       "(%u tokens)", rq->n,
+                       need, have, have * e->g.page_tokens);
+    for (uint32_t i = 0; i < rq->n; i++)
+        if (rq->ids[i] < 0 || (uint32_t)rq->ids[i] >= e->m->cfg.n_vocab)
+            return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i, e->m->cfg.n_vocab);
+    return 0;
+}
+
+static int grow_reqs(engine *e) {
+    if (e->n_reqs < e->cap_reqs) return 0;
+    uint32_t cap = e->cap_reqs ? 2 * e->cap_reqs : 16;
+    void *p = realloc(e->reqs, cap * sizeof *e->reqs);
+    if (!p) return cd_fail("out of memory for %u requests", cap);
+    e->reqs = p;
+    e->cap_reqs = cap;
+    return 0;
+}
+
+int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
+    TRY(check_request(e, rq) || grow_reqs(e));
+    engine_req *q = calloc(1, sizeof *q);
+    if (!q) return cd_fail("out of memory");
+    const sampler_params *sp = rq->sp ? rq->sp : &e->sp;
+    q->rq = *rq;
+    q->all = malloc(((size_t)rq->n + rq->max_tokens + 1) * sizeof *q->all);
+    q->reply.ids = malloc(((size_t)rq->max_tokens + 1) * sizeof *q->reply.ids);
+    q->stop = malloc(((size_t)rq->n_stop + 1) * sizeof *q->stop);
+    q->sample = sp->temperature > 0;
+    if (!q->all || !q->reply.ids || !q->stop ||
+        (q->sample && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
+        req_free(q);
+        return cd_fail("out of memory for a request of %u + %u tokens", rq->n, rq->max_tokens);
+    }
+    memcpy(q->all, rq->ids, rq->n * sizeof *q->all);
+    if (rq->n_stop) memcpy(q->stop, rq->stop_ids, rq->n_stop * sizeof *q->stop);
+    q->rq.ids = q->all;
+    q->rq.stop_ids = q->stop;
+    q->rq.sp = NULL;
+    q->n_prompt = q->n_all = rq->n;
+    q->reply.prompt_tokens = rq->n;
+    q->handle = ++e->next_handle;
+    q->state = REQ_WAITING;
+    q->submit_step = e->n_steps;
+    q->t_submit = now_ms();
+    e->reqs[e->n_reqs++] = q;
+    *handle = q->handle;
+    return 0;
+}
+
+/* ---- finishing, preempting, cancelling ---- */
+
+static void add_stats(engine *e, const engine_reply *r) {
+    engine_stats *s = &e->stats;
+    s->requests++;
+    s->prompt_tokens += r->prompt_tokens;
+    s->cached_tokens += r->cached_tokens;
+    s->prefilled_tokens += r->prefilled_tokens;
+    s->generated_tokens += r->n;
+    s->evicted_pages += r->evicted_pages;
+    s->restored_tokens += r->restored_tokens;
+    s->restored_pages += r->restored_pages;
+    s->demoted_pages += r->demoted_pages;
+    s->restore_ms += r->restore_ms;
+    s->disk_tokens += r->disk_tokens;
+    s->disk_chunks_read += r->disk_chunks_read;
+    s->disk_chunks_written += r->disk_chunks_written;
+    s->disk_bytes_read += r->disk_bytes_read;
+    s->disk_bytes_written += r->disk_bytes_written;
+    s->disk_rejected += r->disk_rejected;
+    s->disk_read_ms += r->disk_read_ms;
+    s->disk_write_ms += r->disk_write_ms;
+}
+
+/* The running request's computed K/V into the cache, then its pages, pin and row go back. */
+static int leave_gpu(engine *e, engine_req *q) {
+    int rc = 0;
+    if (e->cache_on && q->n_kv) {
+        kv_cache_written w;
+        rc = kv_cache_commit(&e->cache, q->all, q->n_kv, &q->seq, &w);
+        q->reply.disk_chunks_written += w.disk_chunks_written;
+        q->reply.disk_bytes_written += w.disk_bytes_written;
+        q->reply.disk_write_ms += w.disk_write_ms;
+    }
+    if (e->cache_on) kv_cache_release(&e->cache, &q->m);
+    q->m = (radix_match){0};
+    kv_seq_free(&e->g.pages, &q->seq);
+    e->row_free[q->row] = 1;
+    return rc;
+}
+
+static void finish(engine *e, engine_req *q, enum engine_finish why) {
+    if (q->state == REQ_DONE) return; /* e.g. cancelled from its own token callback */
+    if (q->state == REQ_RUNNING && leave_gpu(e, q))
+        why = ENGINE_ERROR; /* the reply stands; the cache insert failed (cd_errmsg) */
+    q->state = REQ_DONE;
+    q->reply.finish = why;
+    q->reply.decode_ms = q->reply.n ? q->t_last - (q->t_submit + q->reply.ttft_ms) : 0;
+    if (why == ENGINE_CANCELLED) e->stats.cancelled++;
+    add_stats(e, &q->reply);
+}
+
+static void preempt(engine *e, engine_req *q) {
+    if (leave_gpu(e, q)) { /* could not keep its KV: it recomputes on resume, which is still right */
+    }
+    q->state = REQ_WAITING;
+    q->n_kv = 0;
+    q->prompt_committed = false;
+    q->reply.preempted++;
+    e->stats.preempted++;
+}
+
+int engine_cancel(engine *e, uint32_t handle) {
+    engine_req *q = find(e, handle);
+    if (!q) return cd_fail("no request %u", handle);
+    if (q->state != REQ_DONE) finish(e, q, ENGINE_CANCELLED);
+    return 0;
+}
+
+int engine_poll(engine *e, uint32_t handle, engine_reply *r) {
+    for (uint32_t i = 0; i < e->n_reqs; i++) {
+        engine_req *q = e->reqs[i];
+        if (q->handle != handle) continue;
+        if (q->state != REQ_DONE) return 0;
+        *r = q->reply;
+        q->reply = (engine_reply){0};
+        req_free(q);
+        memmove(&e->reqs[i], &e->reqs[i + 1], (e->n_reqs - i - 1) * sizeof *e->reqs);
+        e->n_reqs--;
+        return 1;
+    }
+    return cd_fail("no request %u", handle);
+}
+
+/* ---- admission ---- */
+
+static uint32_t common_prefix(const int32_t *a, const int32_t *b, uint32_t n) {
+    uint32_t i = 0;
+    while (i < n && a[i] == b[i]) i++;
+    return i;
+}
+
+/* Tokens the cache would serve q now (a peek: matched and released at once). */
+static uint32_t cached_now(engine *e, const engine_req *q) {
+    if (!e->cache_on || q->n_all < 2) return 0;
+    radix_match m;
+    if (kv_cache_match(&e->cache, q->all, q->n_all - 1, &m)) return 0;
+    uint32_t n = m.n_tokens;
+    kv_cache_release(&e->cache, &m);
+    return n;
+}
+
+/* Whether a running request is still prefilling a prefix q shares beyond what q would get from
+ * the cache by more than a page: q then waits for its commit instead of computing it again. */
+static bool prefix_in_flight(const engine *e, const engine_req *q, uint32_t cached) {
+    if (!e->cache_on) return false;
+    for (uint32_t i = 0; i < e->n_reqs; i++) {
+        const engine_req *p = e->reqs[i];
+        if (p == q || p->state != REQ_RUNNING || p->prompt_committed) continue;
+        uint32_t n = q->n_all - 1 < p->n_target ? q->n_all - 1 : p->n_target;
+        if (common_prefix(q->all, p->all, n) >= cached + e->g.page_tokens) return true;
+    }
+    return false;
+}
+
+/* Reserves free pages for n more tokens of q's sequence (copy on write of a shared partial last
+ * page included), evicting unpinned cache entries if short. 1: not enough pages. */
+static int reserve(engine *e, engine_req *q, uint32_t n) {
+    kv_seq *s = &q->seq;
+    uint32_t pt = e->g.page_tokens, need = kv_pages_for(&e->g.pages, s->n_tokens + n) - s->n_pages;
+    if (s->n_tokens % pt && e->g.pages.ref[s->pages[s->n_pages - 1]] > 1) need++; /* the shared tail is copied */
+    uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
+    if (need > kv_pages_free_count(&e->g.pages) && e->cache_on) kv_cache_reclaim(&e->cache, need);
+    q->reply.evicted_pages += e->cache.freed_pages - freed0;
+    q->reply.demoted_pages += e->cache.tree.stats.demoted_pages - dem0;
+    if (need > kv_pages_free_count(&e->g.pages)) return 1;
+    kv_cow cow;
+    TRY(kv_seq_append(&e->g.pages, s, n, &cow));
+    if (cow.n_tokens && gpu_kv_copy_page(&e->g, cow.src, cow.dst)) {
+        kv_seq_truncate(&e->g.pages, s, s->n_tokens - n);
+        return -1;
+    }
+    return 0;
+}
+
+static uint32_t free_row(const engine *e) {
+    for (uint32_t r = 0; r < e->max_seqs; r++)
+        if (e->row_free[r]) return r;
+    return UINT32_MAX;
+}
+
+/* Acquires q's cached prefix and reserves the pages of the rest. 1: no room now (q waits). */
+static int admit_one(engine *e, engine_req *q) {
+    kv_cache_hit hit = {0};
+    uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
+    if (e->cache_on && kv_cache_acquire(&e->cache, q->all, q->n_all, &q->seq, &q->m, &hit)) {
+        kv_seq_free(&e->g.pages, &q->seq);
+        kv_cache_release(&e->cache, &q->m);
+        return -1;
+    }
+    q->reply.evicted_pages += e->cache.freed_pages - freed0;
+    q->reply.demoted_pages += e->cache.tree.stats.demoted_pages - dem0;
+    uint32_t cached = q->seq.n_tokens;
+    int rc = reserve(e, q, q->n_all - cached);
+    if (rc) {
+        kv_seq_free(&e->g.pages, &q->seq);
+        if (e->cache_on) kv_cache_release(&e->cache, &q->m);
+        return rc;
+    }
+    if (!q->reply.preempted) { /* the first admission is the request's cache hit */
+        engine_reply *r = &q->reply;
+        r->cached_tokens = cached;
+        r->restored_tokens = hit.restored_tokens;
+        r->restored_pages = hit.restored_pages;
+        r->restore_ms = hit.restore_ms;
+        r->disk_tokens = hit.disk_tokens;
+        r->disk_chunks_read = hit.disk_chunks_read;
+        r->disk_rejected = hit.disk_rejected;
+        r->disk_bytes_read = hit.disk_bytes_read;
+        r->disk_read_ms = hit.disk_read_ms;
+        if (q->deferred && cached > q->deferred_base) e->stats.dedup_tokens += cached - q->deferred_base;
+    }
+    q->n_kv = cached;
+    q->n_target = q->n_all;
+    q->row = free_row(e);
+    e->row_free[q->row] = 0;
+    q->admit_no = ++e->n_admitted;
+    q->state = REQ_RUNNING;
+    return 0;
+}
+
+/* The next waiting request to admit: one past the age bound first (oldest), else the longest
+ * cached prefix (ties: the oldest). Requests whose prefix another is prefilling are skipped. */
+static engine_req *pick(engine *e) {
+    engine_req *best = NULL, *aged = NULL;
+    uint32_t best_cached = 0;
+    for (uint32_t i = 0; i < e->n_reqs; i++) {
+        engine_req *q = e->reqs[i];
+        if (q->state != REQ_WAITING) continue;
+        uint32_t cached = cached_now(e, q);
+        if (prefix_in_flight(e, q, cached)) {
+            if (!q->deferred) q->deferred_base = cached;
+            q->deferred = true;
+            continue;
+        }
+        if (e->n_steps - q->submit_step > e->max_wait_steps && !aged) aged = q; /* reqs are in submit order */
+        if (!best || cached > best_cached) best = q, best_cached = cached;
+    }
+    return aged ? aged : best;
+}
+
+static void admit(engine *e) {
+    uint32_t running = engine_running(e);
+    while (running < e->max_seqs) {
+        engine_req *q = pick(e);
+        if (!q) break;
+        int rc = admit_one(e, q);
+        if (rc < 0) { /* this request fails (its reply says so); the others go on */
+            finish(e, q, ENGINE_ERROR);
+            continue;
+        }
+        if (rc > 0) break; /* no room: wait for running requests to finish */
+        running++;
+    }
+}
+
+/* ---- one step ---- */
+
+/* The youngest running request (largest admission number). */
+static engine_req *youngest(const engine *e) {
+    engine_req *y = NULL;
+    for (uint32_t i = 0; i < e->n_reqs; i++) {
+        engine_req *q = e->reqs[i];
+        if (q->state == REQ_RUNNING && (!y || q->admit_no > y->admit_no)) y = q;
+    }
+    return y;
+}
+
+/* Room in every decoding sequence for its next token; the youngest running requests are
+ * preempted while the pool is short. A request alone that cannot grow ends (length). */
+static int grow_decoders(engine *e) {
+    for (uint32_t i = 0; i < e->n_reqs; i++) {
+        engine_req *q = e->reqs[i];
+        if (q->state != REQ_RUNNING || q->n_kv < q->n_target || q->seq.n_tokens > q->n_kv) continue;
+        for (;;) {
+            int rc = reserve(e, q, 1);
+            if (rc < 0) return -1;
+            if (rc == 0) break;
+            engine_req *y = youngest(e);
+            if (y == q && engine_running(e) == 1) {
+                finish(e, q, ENGINE_LENGTH); /* the whole pool is this request's */
+                break;
+            }
+            preempt(e, y);
+            if (y == q) break;
+        }
+    }
+    return 0;
+}
+
+/* Adds q's tokens [n_kv, n_kv + n) to the pass; an output row when they end its prefill or
+ * are its decode token. */
+static void add_tokens(engine *e, engine_req *q, uint32_t n, uint32_t *nb, uint32_t *no) {
+    for (uint32_t i = 0; i < n; i++) {
+        e->b_ids[*nb] = q->all[q->n_kv + i];
+        e->b_row[*nb] = q->row;
+        e->b_pos[*nb] = q->n_kv + i;
+        (*nb)++;
+    }
+    if (q->n_kv + n == q->n_target || q->n_kv >= q->n_target) {
+        e->b_out[*no] = *nb - 1;
+        e->b_owner[(*no)++] = q;
+    }
+}
+
+/* Decode tokens first (one per decoding sequence), then prompt chunks of prefilling ones in
+ * admission order, up to chunk_tokens and the pass's capacity. */
+static void build_pass(engine *e, uint32_t *nb, uint32_t *no, uint32_t *fed) {
+    *nb = *no = 0;
+    for (uint32_t i = 0; i < e->n_reqs; i++) {
+        engine_req *q = e->reqs[i];
+        fed[i] = 0;
+        if (q->state == REQ_RUNNING && q->n_kv >= q->n_target) {
+            add_tokens(e, q, 1, nb, no);
+            fed[i] = 1;
+        }
+    }
+    uint32_t budget = e->chunk_tokens, cap = e->g.n_batch;
+    for (;;) { /* oldest admission first */
+        engine_req *next = NULL;
+        uint32_t idx = 0;
+        for (uint32_t i = 0; i < e->n_reqs; i++) {
+            engine_req *q = e->reqs[i];
+            if (q->state == REQ_RUNNING && q->n_kv < q->n_target && !fed[i] && (!next || q->admit_no < next->admit_no))
+                next = q, idx = i;
+        }
+        uint32_t room = cap - *nb < budget ? cap - *nb : budget;
+        if (!next || !room) break;
+        uint32_t n = next->n_target - next->n_kv < room ? next->n_target - next->n_kv : room;
+        add_tokens(e, next, n, nb, no);
+        fed[idx] = n;
+        budget -= n;
+    }
+}
+
+static bool is_stop(const engine *e, const engine_req *q, int32_t id) {
+    if (!q->rq.ignore_eos && tok_is_eog(e->m->tok, id)) return true;
+    for (uint32_t i = 0; i < q->rq.n_stop; i++)
+        if (q->stop[i] == id) return true;
+    return false;
+}
+
+/* The token chosen after q's last fed token. */
+static void emit(engine *e, engine_req *q, int32_t id) {
+    double t = now_ms();
+    engine_reply *r = &q->reply;
+    if (r->n == 0) r->ttft_ms = t - q->t_submit;
+    else if (t - q->t_last > r->itl_ms_max) r->itl_ms_max = t - q->t_last;
+    q->t_last = t;
+    q->all[q->n_all++] = r->ids[r->n++] = id;
+    q->n_target = q->n_all - 1; /* decode: feed it next step */
+    bool more = !q->rq.on_token || q->rq.on_token(q->rq.ctx, id);
+    if (q->state == REQ_DONE) return; /* the callback cancelled it */
+    if (is_stop(e, q, id)) {
+        r->eog = tok_is_eog(e->m->tok, id) && !q->rq.ignore_eos;
+        finish(e, q, ENGINE_STOP);
+    } else if (!more) {
+        finish(e, q, ENGINE_STOP);
+    } else if (r->n >= q->rq.max_tokens || q->n_all >= e->g.n_ctx) {
+        finish(e, q, ENGINE_LENGTH);
+    }
+}
+
+/* After a pass: commit finished prefills, then the chosen tokens. */
+static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req **fed_req, uint32_t n_fed) {
+    for (uint32_t i = 0; i < n_fed; i++) {
+        engine_req *q = fed_req[i];
+        bool prefill = q->n_kv < q->n_target;
+        q->n_kv += fed_of[i];
+        if (prefill) q->reply.prefilled_tokens += fed_of[i];
+        if (prefill && q->n_kv == q->n_target && e->cache_on && !q->prompt_committed) {
+            TRY(kv_cache_commit(&e->cache, q->all, q->n_kv, &q->seq, NULL)); /* others can match it now */
+            q->prompt_committed = true;
+        }
+    }
+    for (uint32_t j = 0; j < no; j++) {
+        engine_req *q = e->b_owner[j];
+        int32_t id = e->b_next[j];
+        if (q->rq.logits_out) TRY(gpu_model_batch_logits(&e->g, j, q->rq.logits_out));
+        if (q->sample) {
+            TRY(gpu_model_batch_logits(&e->g, j, e->logits));
+            id = sampler_sample(&q->smp, e->logits);
+        }
+        emit(e, q, id);
+    }
+    return 0;
+}
+
+static void fail_running(engine *e) {
+    for (uint32_t i = 0; i < e->n_reqs; i++)
+        if (e->reqs[i]->state == REQ_RUNNING) finish(e, e->reqs[i], ENGINE_ERROR);
+}
+
+int engine_step(engine *e, uint32_t *busy) {
+    e->stats.steps++;
+    e->n_steps++;
+    admit(e);
+    int rc = grow_decoders(e);
+    uint32_t nb = 0, no = 0, n_fed = 0;
+    uint32_t *fed = calloc(e->n_reqs + 1, sizeof *fed);
+    engine_req **fed_req = calloc(e->n_reqs + 1, sizeof *fed_req);
+    if (!fed || !fed_req) rc = cd_fail("out of memory");
+    if (!rc) {
+        build_pass(e, &nb, &no, fed);
+        for (uint32_t i = 0; i < e->n_reqs; i++)
+            if (fed[i]) {
+                fed[n_fed] = fed[i];
+                fed_req[n_fed++] = e->reqs[i];
+            }
+        for (uint32_t i = 0; i < n_fed && !rc; i++)
+            rc = gpu_model_set_table(&e->g, fed_req[i]->row, fed_req[i]->seq.pages, fed_req[i]->seq.n_pages);
+    }
+    if (!rc && nb) {
+        gpu_batch b = {.n = nb, .ids = e->b_ids, .row = e->b_row, .pos = e->b_pos, .n_out = no, .out = e->b_out};
+        rc = gpu_forward_batch(&e->g, &b, e->b_next) || after_pass(e, no, fed, fed_req, n_fed);
+    }
+    free(fed);
+    free(fed_req);
+    if (rc) fail_running(e);
+    if (busy) *busy = engine_running(e) + engine_waiting(e);
+    return rc ? -1 : 0;
+}

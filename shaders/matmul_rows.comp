@@ -1,0 +1,153 @@
+#version 450
+// Matrix product for few tokens (decode steps, experts with a handful of tokens), the same
+// task, bindings and push block as matmul.comp, and the SAME BITS: every output is one sum
+//   acc = fma(W[r][k], X[t][k], acc)     k = 0, 1, ..., n_in - 1, acc starting at 0
+// of the weights as qb_dequant decodes them, as matmul.comp computes it with any tile. So a
+// token's result does not depend on which kernel ran it, i.e. on how many tokens were batched
+// with it (runtime/model/gpu_model.h: batch invariance).
+//
+// Why a second kernel: matmul.comp decodes a BM x BK weight tile into shared memory once per
+// tile and reuses it for BN tokens; with one token that costs a shared-memory round trip and
+// barriers per weight, which CPU devices (llvmpipe) pay per lane. Here each invocation owns one
+// weight row and NT tokens: it decodes its row a scale group (32 weights) at a time in
+// registers and accumulates NT sums; no shared memory, no barrier.
+//
+// Workgroup (x, y, z): rows m0 = x*WG.. of the slice, tokens n0 = y*NT.., expert e = expert0 + z
+// (grouped mode); token lists, parts and skipping exactly as matmul.comp.
+#extension GL_EXT_shader_8bit_storage : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint QTYPE = 0;
+layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG)
+layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
+
+#define QB_BINDING 0
+#include "quant_blocks.glsl"
+
+layout(binding = 1) readonly buffer X { float x[]; };
+layout(binding = 1) readonly buffer X4 { vec4 x4[]; }; // the same floats, 4 per load (X4 flag)
+layout(binding = 2) writeonly buffer Y { float y[]; };
+layout(binding = 3) readonly buffer Gather { int gather[]; };
+layout(binding = 4) readonly buffer Scatter { int scatter[]; };
+layout(binding = 5) readonly buffer Groups { uvec2 groups[]; };
+
+// mirrors cvk_matmul_push in runtime/vk/op_matmul.h (as matmul.comp)
+layout(push_constant) uniform Push {
+    uint n_in, row_bytes, n_rows, part_row0, part_rows, expert0, n_tokens;
+    uint x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags;
+} pc;
+// flags 8 (set by the host when x_stride and n_in are multiples of 4 and x starts 16-byte
+// aligned): x read as vec4s, a quarter of the load instructions (CPU devices pay per lane).
+const uint X4_FLAG = 8u;
+
+const uint NONE = 0xffffffffu;
+// weights decoded per unrolled step: a scale group of the block types (their rows are whole blocks)
+const uint GROUP = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16 ? 1u : 32u;
+
+// Byte l of the 32 at byte offset o (even), from 16 loads of 16 bits.
+#define LOAD32(o, dst) [[unroll]] for (uint h_ = 0; h_ < 16u; h_++) { \
+        uint v_ = uint(qb_u16[((o) >> 1) + h_]); dst[2u * h_] = v_ & 255u; dst[2u * h_ + 1u] = v_ >> 8; }
+
+// Weights k0 .. k0 + GROUP - 1 of the row at byte offset `row`, each the float qb_dequant
+// returns for it (the same expression, evaluated in the same order), with the group's scales
+// decoded once and its bytes read 16 bits at a time.
+void decode_group(uint row, uint k0, out float w[GROUP]) {
+    if (QTYPE == QTYPE_Q8_0) {
+        uint b = row + (k0 / QK8_0) * Q8_0_BYTES;
+        uint q[32];
+        LOAD32(b + Q8_0_QS, q);
+        float d = qb_half(b + Q8_0_D);
+        [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = d * float(bitfieldExtract(int(q[i]), 0, 8));
+    } else if (QTYPE == QTYPE_Q4_K || QTYPE == QTYPE_Q5_K) {
+        bool five = QTYPE == QTYPE_Q5_K;
+        uint nb = five ? Q5_K_BYTES : Q4_K_BYTES;
+        uint b = row + (k0 / QK_K) * nb, g = (k0 % QK_K) / 32, j = g / 2, hi = g & 1u;
+        uvec2 sm = qb_scale_min_k4(b + (five ? Q5_K_SCALES : Q4_K_SCALES), g);
+        float d = qb_half(b + (five ? Q5_K_D : Q4_K_D)) * float(sm.x);
+        float mn = qb_half(b + (five ? Q5_K_DMIN : Q4_K_DMIN)) * float(sm.y);
+        uint qs[32], qh[32];
+        LOAD32(b + (five ? Q5_K_QS : Q4_K_QS) + 32 * j, qs);
+        if (five) { LOAD32(b + Q5_K_QH, qh); }
+        [[unroll]] for (uint l = 0; l < 32u; l++) {
+            uint q = (qs[l] >> (4 * hi)) & 15u;
+            if (five) q |= ((qh[l] >> (2 * j + hi)) & 1u) << 4;
+            w[l] = d * float(q) - mn;
+        }
+    } else if (QTYPE == QTYPE_Q6_K) {
+        uint b = row + (k0 / QK_K) * Q6_K_BYTES, g = (k0 % QK_K) / 32, h = g / 4, k = g % 4;
+        uint ql[32], qh[32];
+        LOAD32(b + Q6_K_QL + 64 * h + 32 * (k & 1u), ql);
+        LOAD32(b + Q6_K_QH + 32 * h, qh);
+        float dh = qb_half(b + Q6_K_D);
+        [[unroll]] for (uint l = 0; l < 32u; l++) {
+            uint lo = (ql[l] >> (4 * (k >> 1))) & 15u, hb = (qh[l] >> (2 * k)) & 3u;
+            int q = int(lo | (hb << 4)) - 32;
+            float sc = float(qb_sbyte(b + Q6_K_SCALES + 8 * h + l / 16 + 2 * k));
+            w[l] = dh * sc * float(q);
+        }
+    } else {
+        [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = qb_dequant(QTYPE, row, k0 + i);
+    }
+}
+
+void main() {
+    uint e = pc.expert0 + gl_WorkGroupID.z, g0 = e * pc.n_rows;
+    uint lo = max(g0, pc.part_row0), hi = min(g0 + pc.n_rows, pc.part_row0 + pc.part_rows);
+    uint nr = hi > lo ? hi - lo : 0u, w_row0 = lo - pc.part_row0, r0 = lo - g0;
+    bool grouped = (pc.flags & 4u) != 0;
+    uint count = pc.n_tokens, j0 = pc.ids_off;
+    if (grouped) {
+        uvec2 grp = groups[e];
+        count = min(grp.y, pc.n_tokens);
+        j0 += grp.x;
+    }
+    uint m = gl_WorkGroupID.x * BM + gl_LocalInvocationID.x, n0 = gl_WorkGroupID.y * NT;
+    if (m >= nr || n0 >= count) return;
+
+    uint xrow[NT], yrow[NT];
+    [[unroll]] for (uint n = 0; n < NT; n++) {
+        uint t = n0 + n, xi = NONE, yi = NONE, j = j0 + t;
+        if (t < count && (!grouped || j < pc.n_ids)) {
+            int own = grouped ? int(j) : int(t);
+            int g = (pc.flags & 1u) != 0 ? gather[j] : own;
+            int s = (pc.flags & 2u) != 0 ? scatter[j] : own;
+            if (g >= 0 && uint(g) < pc.x_rows && s >= 0 && uint(s) < pc.y_rows) xi = uint(g), yi = uint(s);
+        }
+        xrow[n] = xi;
+        yrow[n] = yi;
+    }
+
+    float acc[NT];
+    [[unroll]] for (uint n = 0; n < NT; n++) acc[n] = 0.0;
+    uint row = (w_row0 + m) * pc.row_bytes;
+    bool wide = (pc.flags & X4_FLAG) != 0u && GROUP % 4u == 0u;
+    for (uint k0 = 0; k0 < pc.n_in; k0 += GROUP) {
+        float w[GROUP];
+        decode_group(row, k0, w);
+        if (wide) {
+            [[unroll]] for (uint n = 0; n < NT; n++) {
+                if (xrow[n] == NONE) continue; // acc stays 0, never stored
+                uint o = (xrow[n] * pc.x_stride + k0) / 4u;
+                [[unroll]] for (uint i = 0; i < GROUP; i += 4u) {
+                    vec4 xv = x4[o + i / 4u];
+                    acc[n] = fma(w[i], xv.x, acc[n]);
+                    acc[n] = fma(w[i + 1u], xv.y, acc[n]);
+                    acc[n] = fma(w[i + 2u], xv.z, acc[n]);
+                    acc[n] = fma(w[i + 3u], xv.w, acc[n]);
+                }
+            }
+        } else {
+            [[unroll]] for (uint i = 0; i < GROUP; i++) {
+                [[unroll]] for (uint n = 0; n < NT; n++) {
+                    float xv = xrow[n] != NONE ? x[xrow[n] * pc.x_stride + k0 + i] : 0.0;
+                    acc[n] = fma(w[i], xv, acc[n]);
+                }
+            }
+        }
+    }
+    [[unroll]] for (uint n = 0; n < NT; n++)
+        if (yrow[n] != NONE) y[yrow[n] * pc.y_stride + r0 + m] = acc[n];
+}

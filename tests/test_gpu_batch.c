@@ -1,0 +1,298 @@
+/* The batch forward (gpu_forward_batch, runtime/model/gpu_model.h): tokens of several sequences
+ * in one pass, each over its own block-table row.
+ *
+ * - Correct: a sequence's logits after its prompt and a few greedy steps match the CPU reference
+ *   (relative L2, top-1), with the prompt cut into chunks and mixed with other sequences.
+ * - Batch invariant, bit for bit: the same sequence run alone (prompt in one pass, then one
+ *   token per pass) and among others (its prompt split into odd chunks, sharing passes with the
+ *   prefill chunks and decode tokens of other sequences at other positions, in other rows) gives
+ *   identical logits at every step and identical K/V bytes in its pages. Also when its
+ *   generated tokens are fed back as prompt tokens of a later pass (what a prefix-cache hit on a
+ *   previous reply amounts to): the cache is invisible to the math.
+ * Sizes are awkward on purpose (prompts of 37, 61, 90 and 700 tokens, page size 16 and 4); 700
+ * positions cross the fixed attention split boundary. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/model/cpu_ref.h"
+#include "runtime/model/gpu_model.h"
+#include "runtime/model/sampler.h"
+#include "tests/test_util.h"
+#include "tests/vk_fixture.h"
+
+#define N_CTX 736u
+#define SEQS 4u
+#define GEN 6u
+
+static model *tiny(void) {
+    static model *m;
+    if (!m) {
+        const char *path = tu_make_model("batch_tiny.gguf", "tiny", NULL, 11, NULL);
+        if (model_load(&m, path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    }
+    return m;
+}
+
+/* Row r owns pages [r * per, (r + 1) * per): no allocator needed for the test. */
+static void static_tables(gpu_model *g) {
+    uint32_t per = g->max_pages;
+    uint32_t *pg = malloc(per * sizeof *pg);
+    for (uint32_t r = 0; r < g->max_seqs; r++) {
+        for (uint32_t i = 0; i < per; i++) pg[i] = r * per + i;
+        if (gpu_model_set_table(g, r, pg, per)) fail_msg("%s", cd_errmsg());
+    }
+    free(pg);
+}
+
+static void init_model(gpu_model *g, uint32_t page_tokens) {
+    uint32_t pages = (N_CTX + page_tokens - 1) / page_tokens;
+    gpu_model_opts o = {.n_ctx = N_CTX, .pool_tokens = SEQS * pages * page_tokens, .page_tokens = page_tokens,
+                        .n_batch = 128, .max_seqs = SEQS};
+    if (gpu_model_init_opts(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    static_tables(g);
+}
+
+/* One pass builder. */
+typedef struct pass {
+    int32_t ids[128];
+    uint32_t row[128], pos[128], out[SEQS], n, n_out;
+} pass;
+
+static void add_tokens(pass *p, uint32_t row, const int32_t *ids, uint32_t pos0, uint32_t n, bool want_out) {
+    for (uint32_t i = 0; i < n; i++) {
+        p->ids[p->n] = ids[i];
+        p->row[p->n] = row;
+        p->pos[p->n++] = pos0 + i;
+    }
+    if (want_out) p->out[p->n_out++] = p->n - 1;
+}
+
+static void run(gpu_model *g, pass *p, int32_t *next) {
+    gpu_batch b = {.n = p->n, .ids = p->ids, .row = p->row, .pos = p->pos, .n_out = p->n_out, .out = p->out};
+    if (gpu_forward_batch(g, &b, next)) fail_msg("%s", cd_errmsg());
+}
+
+/* What one sequence saw: logits after the prompt and after each generated token. */
+typedef struct trace {
+    int32_t gen[GEN];
+    float *logits; /* [GEN][n_vocab] */
+} trace;
+
+static void trace_logits(gpu_model *g, uint32_t j, trace *t, uint32_t step) {
+    if (gpu_model_batch_logits(g, j, t->logits + (size_t)step * g->m->cfg.n_vocab)) fail_msg("%s", cd_errmsg());
+}
+
+/* The sequence alone in row `row`: its prompt in passes of up to n_batch tokens, then one token
+ * per pass. */
+static void alone(gpu_model *g, uint32_t row, const int32_t *prompt, uint32_t n, trace *t) {
+    for (uint32_t done = 0; done < n;) {
+        uint32_t k = n - done < g->n_batch ? n - done : g->n_batch;
+        pass p = {0};
+        int32_t next[SEQS];
+        add_tokens(&p, row, prompt + done, done, k, done + k == n);
+        run(g, &p, next);
+        done += k;
+        if (done == n) {
+            t->gen[0] = next[0];
+            trace_logits(g, 0, t, 0);
+        }
+    }
+    for (uint32_t s = 1; s < GEN; s++) {
+        pass p = {0};
+        add_tokens(&p, row, &t->gen[s - 1], n + s - 1, 1, true);
+        int32_t next[SEQS];
+        run(g, &p, next);
+        t->gen[s] = next[0];
+        trace_logits(g, 0, t, s);
+    }
+}
+
+static void download_pool(gpu_model *g, uint16_t *out) {
+    if (cvk_stager_download(&vk->stager, cvk_view_whole(&g->pool), out)) fail_msg("%s", cd_errmsg());
+}
+
+/* K/V bytes of row r's first n positions, every layer (pages of row r, static tables). */
+static void row_kv(const gpu_model *g, const uint16_t *pool, uint32_t r, uint32_t n, uint16_t *out) {
+    const kv_layout *l = &g->lay;
+    size_t k = 0, page_halves = l->page_bytes / 2;
+    for (uint32_t t = 0; t < n; t++)
+        for (uint32_t layer = 0; layer < l->n_layer; layer++)
+            for (uint32_t kv = 0; kv < 2; kv++)
+                for (uint32_t h = 0; h < l->n_head_kv; h++) {
+                    uint32_t page = r * g->max_pages + t / l->page_tokens, slot = t % l->page_tokens;
+                    size_t o = page * page_halves +
+                               (((size_t)(layer * 2 + kv) * l->n_head_kv + h) * l->page_tokens + slot) * l->head_dim;
+                    memcpy(out + k, pool + o, l->head_dim * 2);
+                    k += l->head_dim;
+                }
+}
+
+static void random_ids(rng *r, int32_t *ids, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)rng_below(r, 150000);
+}
+
+static void invariance(uint32_t page_tokens, uint32_t la) {
+    const model *m = tiny();
+    uint32_t V = m->cfg.n_vocab;
+    rng r;
+    rng_seed(&r, 3 + page_tokens);
+    int32_t *a = malloc(la * sizeof *a), b[37], c[90];
+    random_ids(&r, a, la);
+    random_ids(&r, b, 37);
+    random_ids(&r, c, 90);
+
+    gpu_model g;
+    init_model(&g, page_tokens);
+    trace solo = {.logits = malloc((size_t)GEN * V * 4)}, mixed = {.logits = malloc((size_t)GEN * V * 4)};
+    alone(&g, 1, a, la, &solo);
+    size_t pool_halves = g.pool.size / 2, row_halves = (size_t)la * 2 * g.lay.n_layer * g.lay.n_head_kv * g.lay.head_dim;
+    uint16_t *pool = malloc(g.pool.size), *kv_solo = malloc(row_halves * 2), *kv_mixed = malloc(row_halves * 2);
+    download_pool(&g, pool);
+    row_kv(&g, pool, 1, la, kv_solo);
+    (void)pool_halves;
+
+    /* Among others, in another row (3): b (row 0) is prefilled first and then decodes in every
+     * pass; c (row 2) is prefilled in chunks of 29 beside a's chunks of odd sizes; once a's
+     * prompt is done all three decode together, in a different order each pass. */
+    static const uint32_t chunks[] = {13, 37, 11, 50, 7, 64};
+    int32_t next[SEQS], b_last = -1, c_last = -1;
+    uint32_t a_done = 0, c_done = 0, a_gen = 0, b_pos = 37, c_pos = 90, pass_no = 0;
+    while (a_gen < GEN) {
+        pass p = {0};
+        int ja = -1, jb = -1, jc = -1;
+        bool flip = pass_no % 2;
+        if (b_last < 0) {
+            add_tokens(&p, 0, b, 0, 37, true);
+            jb = 0;
+        }
+        if (!flip && b_last >= 0) { jb = (int)p.n_out; add_tokens(&p, 0, &b_last, b_pos++, 1, true); }
+        if (c_done < 90) {
+            uint32_t k = 90 - c_done < 29 ? 90 - c_done : 29;
+            if (c_done + k == 90) jc = (int)p.n_out;
+            add_tokens(&p, 2, c + c_done, c_done, k, c_done + k == 90);
+            c_done += k;
+        } else if (c_last >= 0) {
+            jc = (int)p.n_out;
+            add_tokens(&p, 2, &c_last, c_pos++, 1, true);
+        }
+        if (a_done < la) {
+            uint32_t k = chunks[pass_no % 6], room = g.n_batch - p.n - 1;
+            if (k > la - a_done) k = la - a_done;
+            if (k > room) k = room;
+            if (a_done + k == la) ja = (int)p.n_out;
+            add_tokens(&p, 3, a + a_done, a_done, k, a_done + k == la);
+            a_done += k;
+        } else {
+            ja = (int)p.n_out;
+            add_tokens(&p, 3, &mixed.gen[a_gen - 1], la + a_gen - 1, 1, true);
+        }
+        if (flip && b_last >= 0) { jb = (int)p.n_out; add_tokens(&p, 0, &b_last, b_pos++, 1, true); }
+        run(&g, &p, next);
+        if (jb >= 0) b_last = next[jb];
+        if (jc >= 0) c_last = next[jc];
+        if (ja >= 0) {
+            mixed.gen[a_gen] = next[ja];
+            trace_logits(&g, (uint32_t)ja, &mixed, a_gen);
+            a_gen++;
+        }
+        pass_no++;
+    }
+    download_pool(&g, pool);
+    row_kv(&g, pool, 3, la, kv_mixed);
+    assert_memory_equal(solo.gen, mixed.gen, sizeof solo.gen);
+    for (uint32_t s = 0; s < GEN; s++)
+        if (memcmp(solo.logits + (size_t)s * V, mixed.logits + (size_t)s * V, V * 4))
+            fail_msg("page %u: step %u: logits alone and among others differ", page_tokens, s);
+    assert_memory_equal(kv_solo, kv_mixed, row_halves * 2);
+
+    /* The cache's view: a's prompt and its first GEN-1 generated tokens prefilled in one pass in
+     * row 2 (as a later request that re-sends the reply would) write the same K/V as the decode
+     * steps did, and give the same last logits. */
+    uint32_t n_all = la + GEN - 1;
+    int32_t *all = malloc(n_all * sizeof *all);
+    memcpy(all, a, la * sizeof *all);
+    memcpy(all + la, solo.gen, (GEN - 1) * sizeof *all);
+    for (uint32_t done = 0; done < n_all;) {
+        uint32_t k = n_all - done < 100 ? n_all - done : 100;
+        pass q = {0};
+        add_tokens(&q, 2, all + done, done, k, done + k == n_all);
+        run(&g, &q, next);
+        done += k;
+    }
+    assert_int_equal(next[0], solo.gen[GEN - 1]);
+    float *last = malloc((size_t)V * 4);
+    if (gpu_model_batch_logits(&g, 0, last)) fail_msg("%s", cd_errmsg());
+    if (memcmp(last, solo.logits + (size_t)(GEN - 1) * V, V * 4)) fail_msg("re-prefilled reply: logits differ");
+    download_pool(&g, pool);
+    row_kv(&g, pool, 2, la, kv_mixed);
+    assert_memory_equal(kv_solo, kv_mixed, row_halves * 2);
+    print_message("page %u, prompt %u: %u steps bit-identical alone, among others (%u passes) and re-prefilled\n",
+                  page_tokens, la, GEN, pass_no);
+
+    /* and right: against the CPU reference */
+    cpu_state cs;
+    assert_int_equal(cpu_state_init(&cs, m, N_CTX), 0);
+    for (uint32_t i = 0; i < n_all; i++) assert_int_equal(cpu_forward(&cs, all[i], i, i + 1 == n_all), 0);
+    double err = tu_rel_l2(last, cs.logits, V);
+    print_message("page %u: logits after %u tokens vs CPU: rel L2 %.2e\n", page_tokens, n_all, err);
+    assert_true(err < 2e-3);
+    assert_int_equal(sampler_argmax(cs.logits, (int32_t)V), solo.gen[GEN - 1]);
+    cpu_state_free(&cs);
+
+    free(last);
+    free(all);
+    free(a);
+    free(pool);
+    free(kv_solo);
+    free(kv_mixed);
+    free(solo.logits);
+    free(mixed.logits);
+    gpu_model_free(&g);
+}
+
+static void test_invariance_page16(void **state) { (void)state; invariance(16, 61); }
+static void test_invariance_page4(void **state) { (void)state; invariance(4, 61); }
+/* past one attention split (512 positions on a CPU device): the fixed split boundaries matter */
+static void test_invariance_long(void **state) { (void)state; invariance(16, 700); }
+
+/* Bad batches are errors, not crashes. */
+static void test_bad_batch(void **state) {
+    (void)state;
+    gpu_model g;
+    init_model(&g, 16);
+    int32_t ids[2] = {5, 6}, next[SEQS];
+    uint32_t row[2] = {0, SEQS}, pos[2] = {0, 1}, out[1] = {1};
+    gpu_batch b = {.n = 2, .ids = ids, .row = row, .pos = pos, .n_out = 1, .out = out};
+    assert_int_equal(gpu_forward_batch(&g, &b, next), -1); /* row out of range */
+    row[1] = 0;
+    pos[1] = N_CTX;
+    assert_int_equal(gpu_forward_batch(&g, &b, next), -1); /* position past the context */
+    pos[1] = 1;
+    ids[0] = -1;
+    assert_int_equal(gpu_forward_batch(&g, &b, next), -1);
+    ids[0] = 5;
+    out[0] = 2;
+    assert_int_equal(gpu_forward_batch(&g, &b, next), -1);
+    out[0] = 1;
+    assert_int_equal(gpu_forward_batch(&g, &b, next), 0);
+    b.n = 0;
+    assert_int_equal(gpu_forward_batch(&g, &b, next), -1);
+    gpu_model_free(&g);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_invariance_page16),
+        cmocka_unit_test(test_invariance_page4),
+        cmocka_unit_test(test_invariance_long),
+        cmocka_unit_test(test_bad_batch),
+    };
+    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+}

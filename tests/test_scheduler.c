@@ -1,0 +1,401 @@
+/* The continuous-batching scheduler (runtime/engine/engine.h) on the tiny preset:
+ *
+ * - Random interleavings: requests with shared prefixes and different lengths arrive at random
+ *   steps, some are cancelled; every completed request's tokens equal the same request run
+ *   alone with the cache off (batch invariance + cache invisibility, exact). Afterwards no page
+ *   is pinned and every page is either free or held by the cache alone (no leak).
+ * - Preemption: a pool too small for every running sequence; all complete with the same tokens.
+ * - Dedup: 8 requests with one uncached long prefix, submitted in the same step, prefill it once.
+ * - Chunked prefill: while a long prompt is prefilled, a decoding sequence gets a token every step.
+ * - Cancel: pins and pages are released at once; the request's computed KV stays cached.
+ * - Per-request sampling: a seeded sampled request gives the same tokens alone and batched.
+ * - Errors: empty prompt, prompt past the context, prompt larger than the pool. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/engine/engine.h"
+#include "tests/test_util.h"
+#include "tests/vk_fixture.h"
+
+#define N_CTX 1280u
+
+static model *tiny(void) {
+    static model *m;
+    if (!m) {
+        const char *path = tu_make_model("sched_tiny.gguf", "tiny", NULL, 21, NULL);
+        if (model_load(&m, path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    }
+    return m;
+}
+
+static void init(engine *e, const engine_opts *o) {
+    if (engine_init(e, tiny(), o)) fail_msg("%s", cd_errmsg());
+}
+
+/* Greedy tokens of one request alone, cache off: the reference. */
+static uint32_t reference(engine *plain, const int32_t *ids, uint32_t n, uint32_t max_tokens, int32_t *out,
+                          const sampler_params *sp) {
+    engine_request rq = {.ids = ids, .n = n, .max_tokens = max_tokens, .ignore_eos = true, .sp = sp};
+    engine_reply r;
+    if (engine_generate(plain, &rq, &r)) fail_msg("%s", cd_errmsg());
+    memcpy(out, r.ids, r.n * sizeof *out);
+    uint32_t k = r.n;
+    engine_reply_free(&r);
+    return k;
+}
+
+/* No pin left, and every page either free or held once, by the cache. */
+static void assert_no_leak(engine *e) {
+    const kv_pages *p = &e->g.pages;
+    if (kv_pages_check(p)) fail_msg("%s", cd_errmsg());
+    uint64_t held = 0;
+    for (uint32_t i = 0; i < p->n_pages; i++) {
+        if (p->ref[i] > 1) fail_msg("page %u has %u holders after every request finished", i, p->ref[i]);
+        held += p->ref[i];
+    }
+    if (e->cache_on) {
+        if (radix_check(&e->cache.tree)) fail_msg("%s", cd_errmsg());
+        assert_int_equal(e->cache.tree.stats.pinned_pages, 0);
+        assert_int_equal(held, e->cache.tree.stats.pages);
+    } else {
+        assert_int_equal(held, 0);
+    }
+    assert_int_equal(kv_pages_free_count(p) + held, p->n_pages);
+    assert_int_equal(engine_running(e) + engine_waiting(e), 0);
+}
+
+typedef struct job {
+    int32_t ids[400];
+    uint32_t n, max_tokens, arrive, cancel_at; /* steps; cancel_at 0 = never */
+    uint32_t handle;
+    bool submitted, done;
+    int32_t want[64];
+    uint32_t n_want;
+} job;
+
+/* A prompt: one of three shared system prompts (or none), then a random tail. */
+static void make_job(rng *r, const int32_t sys[3][200], job *j) {
+    uint32_t k = (uint32_t)rng_below(r, 4), n = 0;
+    if (k < 3) {
+        n = 40 + (uint32_t)rng_below(r, 160); /* cut anywhere, mid-page included */
+        memcpy(j->ids, sys[k], n * sizeof *j->ids);
+    }
+    uint32_t tail = 1 + (uint32_t)rng_below(r, 60);
+    for (uint32_t i = 0; i < tail; i++) j->ids[n + i] = (int32_t)rng_below(r, 150000);
+    j->n = n + tail;
+    j->max_tokens = 1 + (uint32_t)rng_below(r, 24);
+}
+
+/* Runs the jobs through e (arrivals and cancels at their steps) until all are done. */
+static void run_jobs(engine *e, job *jobs, uint32_t n_jobs) {
+    uint32_t done = 0;
+    for (uint32_t step = 0; done < n_jobs; step++) {
+        if (step > 20000) fail_msg("the jobs did not finish in 20000 steps");
+        for (uint32_t i = 0; i < n_jobs; i++) {
+            job *j = &jobs[i];
+            if (!j->submitted && j->arrive <= step) {
+                engine_request rq = {.ids = j->ids, .n = j->n, .max_tokens = j->max_tokens, .ignore_eos = true};
+                if (engine_submit(e, &rq, &j->handle)) fail_msg("%s", cd_errmsg());
+                j->submitted = true;
+            }
+            if (j->submitted && !j->done && j->cancel_at && j->cancel_at <= step)
+                assert_int_equal(engine_cancel(e, j->handle), 0);
+        }
+        if (engine_step(e, NULL)) fail_msg("%s", cd_errmsg());
+        for (uint32_t i = 0; i < n_jobs; i++) {
+            job *j = &jobs[i];
+            engine_reply r;
+            if (!j->submitted || j->done) continue;
+            int got = engine_poll(e, j->handle, &r);
+            if (got < 0) fail_msg("%s", cd_errmsg());
+            if (!got) continue;
+            j->done = true;
+            done++;
+            if (r.finish == ENGINE_CANCELLED) {
+                assert_true(r.n <= j->n_want);
+                assert_memory_equal(r.ids, j->want, r.n * sizeof *r.ids); /* what it got so far is right */
+            } else {
+                assert_int_equal(r.finish, ENGINE_LENGTH);
+                assert_int_equal(r.cached_tokens + r.prefilled_tokens >= j->n, 1);
+                if (r.n != j->n_want || memcmp(r.ids, j->want, r.n * sizeof *r.ids))
+                    fail_msg("job %u (%u tokens, %u cached, preempted %u): tokens differ from the request alone", i,
+                             j->n, r.cached_tokens, r.preempted);
+            }
+            engine_reply_free(&r);
+        }
+    }
+}
+
+static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint32_t chunk, uint64_t seed,
+                          uint32_t n_jobs, bool expect_preempt) {
+    rng r;
+    rng_seed(&r, seed);
+    int32_t sys[3][200];
+    for (int k = 0; k < 3; k++)
+        for (int i = 0; i < 200; i++) sys[k][i] = (int32_t)rng_below(&r, 150000);
+    job *jobs = calloc(n_jobs, sizeof *jobs);
+    engine plain;
+    engine_opts po = {.n_ctx = N_CTX, .page_tokens = page, .no_prefix_cache = true};
+    init(&plain, &po);
+    for (uint32_t i = 0; i < n_jobs; i++) {
+        make_job(&r, sys, &jobs[i]);
+        jobs[i].arrive = (uint32_t)rng_below(&r, 3 * n_jobs);
+        if (rng_below(&r, 6) == 0) jobs[i].cancel_at = jobs[i].arrive + (uint32_t)rng_below(&r, 8);
+        jobs[i].n_want = reference(&plain, jobs[i].ids, jobs[i].n, jobs[i].max_tokens, jobs[i].want, NULL);
+    }
+    engine_free(&plain);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .pool_tokens = pool, .page_tokens = page, .max_seqs = max_seqs,
+                     .chunk_tokens = chunk};
+    init(&e, &o);
+    run_jobs(&e, jobs, n_jobs);
+    print_message("page %u, pool %u, %u seqs, chunk %u: %u jobs, %llu steps, %llu cached of %llu prompt tokens, "
+                  "%llu preempted, %llu cancelled, %llu dedup tokens\n",
+                  page, pool, max_seqs, chunk, n_jobs, (unsigned long long)e.stats.steps,
+                  (unsigned long long)e.stats.cached_tokens, (unsigned long long)e.stats.prompt_tokens,
+                  (unsigned long long)e.stats.preempted, (unsigned long long)e.stats.cancelled,
+                  (unsigned long long)e.stats.dedup_tokens);
+    assert_true(e.stats.cached_tokens > 0);
+    if (expect_preempt) assert_true(e.stats.preempted > 0);
+    assert_no_leak(&e);
+    engine_free(&e);
+    free(jobs);
+}
+
+static void test_interleavings(void **state) {
+    (void)state;
+    interleavings(16, 8192, 8, 96, 1, 20, false);
+}
+
+static void test_interleavings_page4(void **state) {
+    (void)state;
+    interleavings(4, 4096, 5, 37, 2, 16, false);
+}
+
+/* A pool a third of what the running sequences want: the youngest are preempted and resume. */
+static void test_preemption(void **state) {
+    (void)state;
+    interleavings(16, 512, 8, 128, 3, 16, true);
+}
+
+static void random_ids(rng *r, int32_t *ids, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)rng_below(r, 150000);
+}
+
+/* 8 requests sharing one uncached 1,000-token prefix, submitted together: it is prefilled once. */
+static void test_dedup(void **state) {
+    (void)state;
+    enum { N = 8, PREFIX = 1000, TAIL = 9 };
+    rng r;
+    rng_seed(&r, 4);
+    int32_t ids[N][PREFIX + TAIL];
+    random_ids(&r, ids[0], PREFIX + TAIL);
+    for (int i = 1; i < N; i++) {
+        memcpy(ids[i], ids[0], PREFIX * sizeof(int32_t));
+        random_ids(&r, ids[i] + PREFIX, TAIL);
+    }
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = N, .chunk_tokens = 256};
+    init(&e, &o);
+    uint32_t h[N];
+    for (int i = 0; i < N; i++) {
+        engine_request rq = {.ids = ids[i], .n = PREFIX + TAIL, .max_tokens = 4, .ignore_eos = true};
+        if (engine_submit(&e, &rq, &h[i])) fail_msg("%s", cd_errmsg());
+    }
+    uint32_t busy = 1;
+    while (busy)
+        if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+    uint64_t prefilled = 0;
+    for (int i = 0; i < N; i++) {
+        engine_reply rp;
+        assert_int_equal(engine_poll(&e, h[i], &rp), 1);
+        prefilled += rp.prefilled_tokens;
+        engine_reply_free(&rp);
+    }
+    /* once: the prefix (1,000 tokens) + each tail (and the partial page the prefix ends in) */
+    uint64_t bound = PREFIX + N * (TAIL + 16);
+    print_message("dedup: %llu prompt tokens prefilled for %u requests (bound %llu), dedup saved %llu\n",
+                  (unsigned long long)prefilled, N, (unsigned long long)bound,
+                  (unsigned long long)e.stats.dedup_tokens);
+    assert_true(prefilled <= bound);
+    assert_true(e.stats.dedup_tokens >= (uint64_t)(N - 1) * (PREFIX - 16));
+    assert_no_leak(&e);
+    engine_free(&e);
+}
+
+typedef struct watch {
+    engine *e;
+    uint64_t last_step, max_gap;
+    uint32_t tokens;
+} watch;
+
+static bool on_token(void *ctx, int32_t id) {
+    (void)id;
+    watch *w = ctx;
+    if (w->tokens++ && w->e->stats.steps - w->last_step > w->max_gap) w->max_gap = w->e->stats.steps - w->last_step;
+    w->last_step = w->e->stats.steps;
+    return true;
+}
+
+/* A running stream keeps getting a token every step while a 1,100-token prompt is prefilled in
+ * chunks of 128. */
+static void test_chunked_prefill(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 5);
+    int32_t a[20], b[1100];
+    random_ids(&r, a, 20);
+    random_ids(&r, b, 1100);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 2, .chunk_tokens = 128};
+    init(&e, &o);
+    watch w = {.e = &e};
+    engine_request ra = {.ids = a, .n = 20, .max_tokens = 30, .ignore_eos = true, .on_token = on_token, .ctx = &w};
+    engine_request rb = {.ids = b, .n = 1100, .max_tokens = 2, .ignore_eos = true};
+    uint32_t ha, hb;
+    if (engine_submit(&e, &ra, &ha) || engine_step(&e, NULL) || engine_submit(&e, &rb, &hb)) fail_msg("%s", cd_errmsg());
+    engine_reply rpa, rpb;
+    uint32_t steps_b = 0;
+    for (;;) {
+        if (engine_step(&e, NULL)) fail_msg("%s", cd_errmsg());
+        int got = engine_poll(&e, hb, &rpb);
+        steps_b++;
+        if (got) break;
+    }
+    assert_true(steps_b >= 1100 / 128); /* it was chunked */
+    uint32_t busy = 1;
+    while (busy)
+        if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(engine_poll(&e, ha, &rpa), 1);
+    print_message("chunked prefill: b took %u steps; a got %u tokens, the longest gap %llu step(s)\n", steps_b,
+                  w.tokens, (unsigned long long)w.max_gap);
+    assert_int_equal(w.tokens, 30);
+    assert_int_equal(w.max_gap, 1);
+    engine_reply_free(&rpa);
+    engine_reply_free(&rpb);
+    assert_no_leak(&e);
+    engine_free(&e);
+}
+
+/* Cancel mid-decode: no pin and no page of it left but what the cache keeps; a later request
+ * with the same prompt hits the cache. */
+static void test_cancel(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 6);
+    int32_t a[100];
+    random_ids(&r, a, 100);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4};
+    init(&e, &o);
+    engine_request rq = {.ids = a, .n = 100, .max_tokens = 50, .ignore_eos = true};
+    uint32_t h;
+    if (engine_submit(&e, &rq, &h)) fail_msg("%s", cd_errmsg());
+    for (int i = 0; i < 5; i++)
+        if (engine_step(&e, NULL)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(engine_cancel(&e, h), 0);
+    assert_int_equal(engine_running(&e), 0);
+    assert_int_equal(e.cache.tree.stats.pinned_pages, 0);
+    engine_reply rp;
+    assert_int_equal(engine_poll(&e, h, &rp), 1);
+    assert_int_equal(rp.finish, ENGINE_CANCELLED);
+    assert_int_equal(rp.n, 5);
+    engine_reply_free(&rp);
+    assert_no_leak(&e);
+    assert_int_equal(engine_cancel(&e, h), -1); /* handed back: unknown now */
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(rp.cached_tokens, 96); /* the whole pages of the prompt */
+    engine_reply_free(&rp);
+    engine_free(&e);
+}
+
+/* A seeded sampled request: the same tokens alone and among greedy ones. */
+static void test_sampling_batched(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 7);
+    int32_t a[30], b[45];
+    random_ids(&r, a, 30);
+    random_ids(&r, b, 45);
+    sampler_params sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1234};
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 3};
+    init(&e, &o);
+    int32_t alone[20], other[20];
+    uint32_t n_alone = reference(&e, a, 30, 20, alone, &sp);
+    engine_request ra = {.ids = a, .n = 30, .max_tokens = 20, .ignore_eos = true, .sp = &sp};
+    engine_request rb = {.ids = b, .n = 45, .max_tokens = 20, .ignore_eos = true};
+    uint32_t ha, hb;
+    if (engine_submit(&e, &rb, &hb) || engine_step(&e, NULL) || engine_submit(&e, &ra, &ha)) fail_msg("%s", cd_errmsg());
+    uint32_t busy = 1;
+    while (busy)
+        if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+    engine_reply rp;
+    assert_int_equal(engine_poll(&e, ha, &rp), 1);
+    assert_int_equal(rp.n, n_alone);
+    assert_memory_equal(rp.ids, alone, n_alone * sizeof *alone);
+    engine_reply_free(&rp);
+    assert_int_equal(engine_poll(&e, hb, &rp), 1);
+    engine_reply_free(&rp);
+    /* another seed gives other tokens (the seed is really used) */
+    sp.seed = 99;
+    assert_int_equal(reference(&e, a, 30, 20, other, &sp), 20);
+    assert_true(memcmp(other, alone, sizeof other) != 0);
+    engine_free(&e);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    engine e;
+    engine_opts o = {.n_ctx = 64, .pool_tokens = 48, .page_tokens = 16, .max_seqs = 2};
+    init(&e, &o);
+    int32_t ids[80] = {0};
+    uint32_t h;
+    engine_request rq = {.ids = ids, .n = 0, .max_tokens = 4};
+    assert_int_equal(engine_submit(&e, &rq, &h), -1);
+    assert_non_null(strstr(cd_errmsg(), "empty"));
+    rq.n = 64;
+    assert_int_equal(engine_submit(&e, &rq, &h), -1);
+    assert_non_null(strstr(cd_errmsg(), "64 tokens; the context holds 64"));
+    rq.n = 50;
+    assert_int_equal(engine_submit(&e, &rq, &h), -1);
+    assert_non_null(strstr(cd_errmsg(), "the pool holds 3 pages (48 tokens)"));
+    ids[3] = -5;
+    rq.n = 10;
+    assert_int_equal(engine_submit(&e, &rq, &h), -1);
+    assert_non_null(strstr(cd_errmsg(), "out of range"));
+    ids[3] = 0;
+    assert_int_equal(engine_cancel(&e, 12345), -1);
+    /* a lone request that outgrows the pool ends with "length", and nothing leaks */
+    rq.n = 40;
+    rq.max_tokens = 20;
+    rq.ignore_eos = true;
+    engine_reply rp;
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(rp.finish, ENGINE_LENGTH);
+    assert_int_equal(rp.n, 48 - 40 + 1);
+    engine_reply_free(&rp);
+    assert_no_leak(&e);
+    engine_free(&e);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_sampling_batched),
+        cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_dedup),
+        cmocka_unit_test(test_interleavings),
+        cmocka_unit_test(test_interleavings_page4),
+        cmocka_unit_test(test_preemption),
+    };
+    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+}

@@ -1,0 +1,24 @@
+/* cinder bench --agents N: agent tool-call loops through the continuous-batching scheduler.
+ *
+ * N agents share a system prompt of S tokens; each runs R rounds: append a tool result of T
+ * tokens to its conversation, send the whole conversation as a request, generate G tokens, append
+ * them (the reply) and go on. At most C requests are in flight (the engine runs C sequences at
+ * once); an agent's next round starts when its reply is complete. Token ids are seeded random
+ * (the workload's shape, not its text, is what is measured). Reports aggregate generated
+ * tokens per second over the run's wall time, TTFT and inter-token latency percentiles, the
+ * cache hit rate and the prefill tokens the dedup of shared prefixes saved. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/model/model.h"
+
+typedef struct bench_agents_opts {
+    uint32_t agents, rounds, system_tokens, tool_tokens, gen, concurrency;
+    uint32_t page_tokens, pool_tokens, n_ctx, chunk_tokens;
+    uint64_t seed;
+    bool no_prefix_cache, json;
+    const char *model;
+} bench_agents_opts;
+
+int bench_agents(const bench_agents_opts *o, model *m);
