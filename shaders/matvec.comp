@@ -59,13 +59,14 @@ layout(push_constant) uniform Push {
 } pc;
 
 shared float red[NSG * ROWS * NVEC];
-// XQ: x of the workgroup's vector quantized to int8 in blocks of 32 (q8_0-like): xq[w] packs
-// elements 4w..4w+3, xqd[b] is block b's scale. Sized 1 when unused.
+// XQ: x of each of the workgroup's vectors quantized to int8/int16 in blocks of 32 (q8_0-like):
+// vector j's copy starts at word j * XQW of xq (word w packs elements 4w..4w+3 at 8 bits, 2w..2w+1
+// at 16) and at j * XQB of xqd (block scales). Sized 1 when unused.
 const uint XQW = XQ > 0 && XQ_BITS != 0 ? XQ * XQ_BITS / 32 : 1, XQB = XQ > 0 && XQ_BITS != 0 ? XQ / 32 : 1;
 const uint XQF = XQ > 0 && XQ_BITS == 0 ? XQ : 1;
-shared uint xq[XQW];
-shared float xqd[XQB];
-shared float xf[XQF]; // XQ, float: x itself
+shared uint xq[XQW * NVEC];
+shared float xqd[XQB * NVEC];
+shared float xf[XQF * NVEC]; // XQ, float: x itself
 
 float acc[ROWS * NVEC]; // per invocation: acc[i * NVEC + j] for row i, vector j
 uint xb[NVEC];          // first x element of vector j
@@ -274,54 +275,59 @@ void unit_q6_K_xq(uint row, uint u, uint ai) {
 }
 
 // Q6_K with one lane per row (LPR == 1): unit u of the lane's ROWS rows at byte offsets
-// roff[i] (ok[i]: the row is in range), its x read once for all of them: from the staged
-// copy (XQ) or from the buffer (floats). The x addresses are the same across the subgroup.
+// roff[i] (ok[i]: the row is in range), for each of the workgroup's nv vectors, its x read once
+// for all the rows: from the staged copy (XQ) or from the buffer (floats). The x addresses are
+// the same across the subgroup. Each vector's sums are computed exactly as with one vector.
 void unit_q6_K_rows(uint u, uint roff[ROWS], bool ok[ROWS]) {
     uint h = (u >> 1) & 1u, qq = u & 1u, l0 = 16 * qq;
     uint xe = (u >> 2) * QK_K + 128 * h + l0, xw = xe >> 2; // elements xe + 32 k + 4 i + 0..3
     bool ints = XQ > 0 && XQ_BITS != 0;
-    vec4 xf4[16];
-    ivec4 xi4[16];
-    vec4 dx = vec4(1.0);
-    for (uint k = 0; k < 4; k++)
-        for (uint i = 0; i < 4; i++) {
-            uint o = xe + 32 * k + 4 * i;
-            if (!ints && XQ > 0) xf4[4 * k + i] = vec4(xf[o], xf[o + 1], xf[o + 2], xf[o + 3]);
-            else if (!ints) {
-                uint g = xb[0] + o;
-                xf4[4 * k + i] = vec4(x[g], x[g + 1], x[g + 2], x[g + 3]);
-            } else if (XQ_BITS == 8) xi4[4 * k + i] = ivec4(int(xq[o >> 2])) << ivec4(24, 16, 8, 0) >> 24;
-            else {
-                uint x01 = xq[o >> 1], x23 = xq[(o >> 1) + 1];
-                xi4[4 * k + i] = ivec4(int(x01), int(x01), int(x23), int(x23)) << ivec4(16, 0, 16, 0) >> 16;
+    for (uint j = 0; j < NVEC; j++) {
+        if (j >= nv) break;
+        vec4 xf4[16];
+        ivec4 xi4[16];
+        vec4 dx = vec4(1.0);
+        uint fo = j * XQF, qo = j * XQW, bo = j * XQB;
+        for (uint k = 0; k < 4; k++)
+            for (uint i = 0; i < 4; i++) {
+                uint o = xe + 32 * k + 4 * i;
+                if (!ints && XQ > 0) xf4[4 * k + i] = vec4(xf[fo + o], xf[fo + o + 1], xf[fo + o + 2], xf[fo + o + 3]);
+                else if (!ints) {
+                    uint g = xb[j] + o;
+                    xf4[4 * k + i] = vec4(x[g], x[g + 1], x[g + 2], x[g + 3]);
+                } else if (XQ_BITS == 8) xi4[4 * k + i] = ivec4(int(xq[qo + (o >> 2)])) << ivec4(24, 16, 8, 0) >> 24;
+                else {
+                    uint x01 = xq[qo + (o >> 1)], x23 = xq[qo + (o >> 1) + 1];
+                    xi4[4 * k + i] = ivec4(int(x01), int(x01), int(x23), int(x23)) << ivec4(16, 0, 16, 0) >> 16;
+                }
             }
-        }
-    if (ints) dx = vec4(xqd[xe >> 5], xqd[(xe >> 5) + 1], xqd[(xe >> 5) + 2], xqd[(xe >> 5) + 3]);
-    for (uint r = 0; r < ROWS; r++) {
-        if (!ok[r]) continue;
-        uint b = roff[r] + (u >> 2) * Q6_K_BYTES;
-        float d = qb_half(b + Q6_K_D);
-        uvec4 A = load16(b + Q6_K_QL + 64 * h + l0), C = load16(b + Q6_K_QL + 64 * h + l0 + 32);
-        uvec4 E = load16(b + Q6_K_QH + 32 * h + l0);
-        vec4 sc = vec4(qb_sbyte(b + Q6_K_SCALES + 8 * h + qq), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 2),
-                       qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 4), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 6));
-        ivec4 si = ivec4(0);
-        vec4 sf = vec4(0.0);
-        for (uint i = 0; i < 4; i++) {
-            uint q[4];
-            q[0] = (A[i] & 0x0F0F0F0Fu) | ((E[i] << 4) & 0x30303030u);
-            q[1] = (C[i] & 0x0F0F0F0Fu) | ((E[i] << 2) & 0x30303030u);
-            q[2] = ((A[i] >> 4) & 0x0F0F0F0Fu) | (E[i] & 0x30303030u);
-            q[3] = ((C[i] >> 4) & 0x0F0F0F0Fu) | ((E[i] >> 2) & 0x30303030u);
-            for (uint k = 0; k < 4; k++) {
-                ivec4 qv = ivec4(int(q[k] ^ 0x20202020u)) << ivec4(26, 18, 10, 2) >> 26; // q - 32
-                if (ints) {
-                    ivec4 p = qv * xi4[4 * k + i];
-                    si[k] += p.x + p.y + p.z + p.w;
-                } else sf[k] += dot(vec4(qv), xf4[4 * k + i]);
+        if (ints) dx = vec4(xqd[bo + (xe >> 5)], xqd[bo + (xe >> 5) + 1], xqd[bo + (xe >> 5) + 2], xqd[bo + (xe >> 5) + 3]);
+        for (uint r = 0; r < ROWS; r++) {
+            if (!ok[r]) continue;
+            uint b = roff[r] + (u >> 2) * Q6_K_BYTES;
+            float d = qb_half(b + Q6_K_D);
+            uvec4 A = load16(b + Q6_K_QL + 64 * h + l0), C = load16(b + Q6_K_QL + 64 * h + l0 + 32);
+            uvec4 E = load16(b + Q6_K_QH + 32 * h + l0);
+            vec4 sc = vec4(qb_sbyte(b + Q6_K_SCALES + 8 * h + qq), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 2),
+                           qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 4), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 6));
+            ivec4 si = ivec4(0);
+            vec4 sf = vec4(0.0);
+            for (uint i = 0; i < 4; i++) {
+                uint q[4];
+                q[0] = (A[i] & 0x0F0F0F0Fu) | ((E[i] << 4) & 0x30303030u);
+                q[1] = (C[i] & 0x0F0F0F0Fu) | ((E[i] << 2) & 0x30303030u);
+                q[2] = ((A[i] >> 4) & 0x0F0F0F0Fu) | (E[i] & 0x30303030u);
+                q[3] = ((C[i] >> 4) & 0x0F0F0F0Fu) | ((E[i] >> 2) & 0x30303030u);
+                for (uint k = 0; k < 4; k++) {
+                    ivec4 qv = ivec4(int(q[k] ^ 0x20202020u)) << ivec4(26, 18, 10, 2) >> 26; // q - 32
+                    if (ints) {
+                        ivec4 p = qv * xi4[4 * k + i];
+                        si[k] += p.x + p.y + p.z + p.w;
+                    } else sf[k] += dot(vec4(qv), xf4[4 * k + i]);
+                }
             }
+            acc[r * NVEC + j] += d * (ints ? dot(sc * dx, vec4(si)) : dot(sc, sf));
         }
-        acc[r] += d * (ints ? dot(sc * dx, vec4(si)) : dot(sc, sf));
     }
 }
 
@@ -330,11 +336,14 @@ void unit_q6_K_rows(uint u, uint roff[ROWS], bool ok[ROWS]) {
 // (WG % 8 == 0, subgroup size >= 8): its absolute maximum is a subgroupMax per cluster of 8.
 void quantize_x(uint vt) {
     uint nw = pc.n_in / 4, SG = gl_SubgroupSize, cl = gl_SubgroupInvocationID / 8;
+    for (uint j = 0; j < NVEC; j++) {
+    if (j >= nv) break;
+    uint fo = j * XQF, qo = j * XQW, bo = j * XQB;
     for (uint t = vt; t < nw; t += WG) { // whole clusters of 8 run each iteration (n_in % 32 == 0)
-        uint o = xb[0] + 4 * t;
+        uint o = xb[j] + 4 * t;
         vec4 v = vec4(x[o], x[o + 1], x[o + 2], x[o + 3]);
         if (XQ_BITS == 0) {
-            xf[4 * t] = v.x, xf[4 * t + 1] = v.y, xf[4 * t + 2] = v.z, xf[4 * t + 3] = v.w;
+            xf[fo + 4 * t] = v.x, xf[fo + 4 * t + 1] = v.y, xf[fo + 4 * t + 2] = v.z, xf[fo + 4 * t + 3] = v.w;
             continue;
         }
         vec4 av = abs(v);
@@ -348,12 +357,13 @@ void quantize_x(uint vt) {
         ivec4 q = clamp(ivec4(round(v * id)), -int(qmax), int(qmax));
         if (XQ_BITS == 8) {
             q &= 255;
-            xq[t] = uint(q.x | q.y << 8 | q.z << 16 | q.w << 24);
+            xq[qo + t] = uint(q.x | q.y << 8 | q.z << 16 | q.w << 24);
         } else {
             q &= 65535;
-            xq[2 * t] = uint(q.x | q.y << 16), xq[2 * t + 1] = uint(q.z | q.w << 16);
+            xq[qo + 2 * t] = uint(q.x | q.y << 16), xq[qo + 2 * t + 1] = uint(q.z | q.w << 16);
         }
-        if ((t & 7u) == 0) xqd[t >> 3] = dd;
+        if ((t & 7u) == 0) xqd[bo + (t >> 3)] = dd;
+    }
     }
     barrier();
 }
@@ -382,7 +392,7 @@ void main() {
     bool floaty = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16;
     uint unit = floaty ? 4 : (QTYPE == QTYPE_Q8_0 ? QK8_0 : 64);
     uint n_units = pc.n_in / unit;
-    if (QTYPE == QTYPE_Q6_K && LPR == 1 && NVEC == 1) { // one lane per row: x read once per unit
+    if (QTYPE == QTYPE_Q6_K && LPR == 1 && (NVEC == 1 || XQ > 0)) { // one lane per row: x read once per unit
         uint roff[ROWS];
         bool ok[ROWS];
         for (uint i = 0; i < ROWS; i++) {

@@ -153,8 +153,10 @@ typedef struct gpu_model {
     cvk_buffer btable;               /* host-written uint32 [max_seqs][max_pages] */
     cvk_buffer bin_out;              /* host-written int32 [max_seqs]: batch rows whose logits are wanted */
     cvk_buffer bhead_x;              /* (max_seqs, n_embd): those rows, normed (the matvec head) */
-    bool head_matvec;                /* the head is the decode step's matvec per row (CPU devices), else
-                                        the matmul gathering the rows (weights read once per step) */
+    bool head_matvec;                /* the head is a matvec over the wanted rows (CPU devices: the lm_head
+                                        configuration, up to 8 rows per weight read), else the matmul
+                                        gathering them (weights read once per step) */
+    cvk_pipeline head_batch;         /* that matvec */
     cvk_buffer blogits;              /* (max_seqs, n_vocab) */
     cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
     cvk_buffer bout_id;              /* readback uint32 [max_seqs] */

@@ -129,6 +129,12 @@ static int make_batch_buffers(gpu_model *g) {
         TRY(gpu_model_buffer(g, &g->bpartials, part, CVK_MEM_DEVICE));
     }
     g->head_matvec = g->vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (g->head_matvec) {
+        const gguf_tensor *t = g->m->output;
+        cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
+                                              (uint32_t)S);
+        TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc));
+    }
     TRY(gpu_model_buffer(g, &g->btable, S * g->max_pages * 4, CVK_MEM_UPLOAD) ||
         gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) ||
         gpu_model_buffer(g, &g->bin_out, S * 4, CVK_MEM_UPLOAD) ||
@@ -162,6 +168,7 @@ void gpu_prefill_free(gpu_model *g) {
         cvk_pipeline_destroy(&vk->dev, &g->matmul_one[t]);
     }
     cvk_pipeline_destroy(&vk->dev, &g->moe_group);
+    cvk_pipeline_destroy(&vk->dev, &g->head_batch);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &g->attn_prefill);
 }
 
@@ -292,8 +299,9 @@ static int record_head(const chunk *ch) {
     return gpu_record_head(g, ch->c, ch->dp);
 }
 
-/* The lm_head as the decode step's matvec (its lm_head configuration), one vector per wanted row:
- * the rows are copied together first. Each vector's sums are its own (the same whatever n_out). */
+/* The lm_head as a matvec (the lm_head configuration, up to 8 vectors per workgroup), one vector
+ * per wanted row: the rows are copied together first. Each vector's sums are its own, computed
+ * the same way whatever n_out. */
 static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     gpu_model *g = ch->g;
     const gguf_tensor *t = g->m->output;
@@ -304,7 +312,9 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     cvk_barrier_transfer_to_compute(ch->c->cb);
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                           .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
-    return cvk_matvec(ch->c, ch->dp, &g->head, &mv);
+    /* one row: the decode step's own head pipeline (one vector per workgroup; cheaper on a CPU
+     * device than carrying 8 vectors' registers); the same sums per vector as head_batch */
+    return cvk_matvec(ch->c, ch->dp, n_out == 1 ? &g->head : &g->head_batch, &mv);
 }
 
 /* The batch forward's head over the n_out wanted tokens (rows out[] of X): final norm of every

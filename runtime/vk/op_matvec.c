@@ -30,15 +30,18 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (c.lanes_per_row & (c.lanes_per_row - 1) || c.wg % (c.lanes_per_row ? c.lanes_per_row : 1))
         return cd_fail("matvec: lanes per row %u is not a power of 2 dividing the workgroup size", c.lanes_per_row);
     if (c.xq) {
-        if (type != QTYPE_Q6_K || c.nvec != 1 || c.wg % 8 || c.xq % QK_K || (c.xq_bits && c.xq_bits != 8 && c.xq_bits != 16))
-            return cd_fail("matvec: staged x needs Q6_K, nvec 1, wg %% 8 == 0, xq %% 256 == 0, 8 or 16 bits");
+        if (type != QTYPE_Q6_K || (c.nvec != 1 && c.lanes_per_row != 1) || c.wg % 8 || c.xq % QK_K ||
+            (c.xq_bits && c.xq_bits != 8 && c.xq_bits != 16))
+            return cd_fail("matvec: staged x needs Q6_K, nvec 1 (or one lane per row), wg %% 8 == 0, xq %% 256 == 0, "
+                           "8 or 16 bits");
         if (c.subgroup_size ? c.subgroup_size < 8 : (k->min_subgroup_size ? k->min_subgroup_size : 1) < 8)
             return cd_fail("matvec: staged x needs subgroups of at least 8");
     }
     uint32_t min_sg = k->min_subgroup_size ? k->min_subgroup_size : 1;
     if (c.subgroup_size && c.subgroup_size < min_sg) min_sg = c.subgroup_size;
     uint32_t nsg = (c.wg + min_sg - 1) / min_sg;
-    if ((uint64_t)nsg * c.rows * c.nvec * 4 + (c.xq_bits ? c.xq * c.xq_bits / 8 + c.xq / 8 : c.xq * 4ull) > k->max_shared)
+    if ((uint64_t)nsg * c.rows * c.nvec * 4 + c.nvec * (c.xq_bits ? c.xq * c.xq_bits / 8 + c.xq / 8 : c.xq * 4ull) >
+        k->max_shared)
         return cd_fail("matvec: reduction needs more shared memory than the device has");
     /* lavapipe: groups within one subgroup (no barrier, no shared memory) run fastest */
     uint32_t lpr_max = cpu_device(d) ? (c.subgroup_size ? c.subgroup_size : k->subgroup_size) : 0;
@@ -127,13 +130,18 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
 
 cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t n_vec) {
     uint32_t nvec = n_vec < 1 ? 1 : n_vec > 8 ? 8 : n_vec;
-    if (cpu_device(d) && type == QTYPE_Q6_K && n_vec == 1 && n_rows >= 32768)
+    if (cpu_device(d) && type == QTYPE_Q6_K && n_rows >= 32768) {
         /* lavapipe, lm_head-sized Q6_K: one lane per row, 16 rows per lane, so each x load (the
          * same address across a subgroup) feeds 16 rows: 2.4-3x (docs/kernels/matvec.md); x
          * staged as int16 in shared memory (2 x per load; error <= amax / 65534 per x) adds
          * 5-25 %. int8 x is no faster here and changes greedy tokens of the test models. */
-        return (cvk_matvec_cfg){.wg = 64, .rows = 16, .nvec = 1, .lanes_per_row = 1,
-                                .xq = n_in <= 4096 ? (n_in + QK_K - 1) / QK_K * QK_K : 0, .xq_bits = 16};
+        /* several vectors (the batch forward's head) share each weight read: as many as the
+         * staged copies fit in shared memory, rows * nvec <= wg */
+        uint32_t xq = n_in <= 4096 ? (n_in + QK_K - 1) / QK_K * QK_K : 0, wg = nvec > 4 ? 128 : 64;
+        uint64_t per_vec = xq * 2ull + xq / 8 + 16ull * 16 * 4; /* int16 x, block scales, reduction */
+        while (nvec > 1 && per_vec * nvec > d->info.caps.max_shared) nvec--;
+        return (cvk_matvec_cfg){.wg = wg, .rows = 16, .nvec = nvec, .lanes_per_row = 1, .xq = xq, .xq_bits = 16};
+    }
     if (cpu_device(d)) /* lavapipe: masked-off vectors still cost their loads, so NVEC = n_vec */
         return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec};
     return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec < 4 ? nvec : 4};

@@ -47,7 +47,8 @@ typedef struct cvk_matvec_cfg {
     uint32_t subgroup_size; /* requiredSubgroupSize when supported (0 = the driver's) */
     uint32_t lanes_per_row; /* invocations sharing one row, a power of 2 <= wg (0 = per shape) */
     uint32_t xq;            /* > 0: each workgroup stages x in shared memory (calls need n_in <= xq;
-                               Q6_K only, nvec 1, wg % 8 == 0); 0 = x read from its buffer */
+                               Q6_K only, nvec 1 unless lanes_per_row is 1, wg % 8 == 0); 0 = x read from
+                               its buffer */
     uint32_t xq_bits;       /* with xq: x staged as int8 (8) or int16 (16) blocks of 32 with a float
                                scale, integer dot products (error: half a step amax / 127 or
                                amax / 32767 per x); 0: as floats */
