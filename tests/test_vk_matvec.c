@@ -238,7 +238,7 @@ static void test_staged_x(void **state) {
         /* several vectors share each staged-x workgroup (the batch forward's lm_head) */
         {.wg = 64, .rows = 16, .nvec = 3, .lanes_per_row = 1, .xq = 768, .xq_bits = 16},
         {.wg = 64, .rows = 2, .nvec = 2, .lanes_per_row = 1, .xq = 768, .xq_bits = 8},
-        {.wg = 8, .rows = 3, .nvec = 4, .lanes_per_row = 1, .xq = 768},
+        {.wg = 16, .rows = 3, .nvec = 4, .lanes_per_row = 1, .xq = 768},
     };
     const uint32_t rows[] = {1, 7, 129, 1000, 300};
     uint64_t seed = 50;
