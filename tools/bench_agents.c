@@ -174,6 +174,8 @@ static void report(run *rn, double wall_ms) {
     double t50 = percentile(&rn->ttft, 50), t99 = percentile(&rn->ttft, 99);
     double i50 = percentile(&rn->itl, 50), i99 = percentile(&rn->itl, 99);
     uint32_t c = o->concurrency ? o->concurrency : o->agents;
+    /* with every agent decoding, a step gives each a token: c tokens per inter-token gap */
+    double steady = i50 > 0 ? c * 1e3 / i50 : 0;
     if (!o->json) {
         printf("agents %u x %u rounds (system %u, tool %u, gen %u tokens), concurrency %u, prefix cache %s\n",
                o->agents, o->rounds, o->system_tokens, o->tool_tokens, o->gen, c, o->no_prefix_cache ? "off" : "on");
@@ -182,13 +184,14 @@ static void report(run *rn, double wall_ms) {
                wall_ms / 1e3, (unsigned long long)s->steps, (unsigned long long)s->preempted);
         printf("generated %llu tokens: %.2f tok/s aggregate\n", (unsigned long long)rn->generated, tok_s);
         printf("TTFT ms: p50 %.1f, p99 %.1f   inter-token ms: p50 %.1f, p99 %.1f\n", t50, t99, i50, i99);
+        printf("steady decode %.2f tok/s (concurrency / inter-token p50)\n", steady);
         printf("prompt %llu tokens, cached %llu (%.1f%%), prefilled %llu, dedup saved %llu\n",
                (unsigned long long)rn->prompt, (unsigned long long)rn->cached, 100 * hit,
                (unsigned long long)s->prefilled_tokens, (unsigned long long)s->dedup_tokens);
         return;
     }
     json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:I, "
-                          "s:I, s:f, s:I, s:I, s:I, s:I}",
+                          "s:I, s:f, s:I, s:I, s:I, s:I, s:f}",
                           "model", o->model ? o->model : "", "device", rn->e.vk->dev.info.props.deviceName, "agents",
                           o->agents, "rounds", o->rounds, "system_tokens", o->system_tokens, "tool_tokens",
                           o->tool_tokens, "gen", o->gen, "concurrency", c, "prefix_cache", !o->no_prefix_cache,
@@ -197,7 +200,7 @@ static void report(run *rn, double wall_ms) {
                           t99, "itl_ms_p50", i50, "itl_ms_p99", i99, "prompt_tokens", (json_int_t)rn->prompt,
                           "cached_tokens", (json_int_t)rn->cached, "hit_rate", hit, "prefilled_tokens",
                           (json_int_t)s->prefilled_tokens, "dedup_tokens", (json_int_t)s->dedup_tokens, "steps",
-                          (json_int_t)s->steps, "preempted", (json_int_t)s->preempted);
+                          (json_int_t)s->steps, "preempted", (json_int_t)s->preempted, "decode_tok_s_steady", steady);
     char *out = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
     if (out) puts(out);
     free(out);

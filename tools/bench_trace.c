@@ -136,12 +136,21 @@ static int chat_ids(sessions *ss, const json_t *req, size_t no, const tokenizer 
 
 /* ---- the replay ---- */
 
+/* A request in flight (--concurrency): its trace line and its chat session, if any. */
+typedef struct flight {
+    size_t no;       /* trace line, from 1 */
+    uint32_t handle;
+    conversation *c; /* chat traces: the session the reply joins */
+} flight;
+
 typedef struct replay {
     const bench_trace_opts *o;
     FILE *dump; /* --dump-prompts */
     trace t;
     engine e;
-    json_t *requests; /* per-request results */
+    json_t *requests; /* per-request results, in trace order (filled as requests finish) */
+    flight *fl;       /* [concurrency] */
+    uint32_t n_fl;
     double wall_ms;
 } replay;
 
@@ -157,7 +166,8 @@ static json_t *request_json(const engine_reply *r) {
                      "decode_tok_s", dec, "generated", gen);
 }
 
-static int run_line(replay *rp, sessions *ss, size_t no) {
+/* Renders / reads trace line `no`, submits it, and puts it in flight. */
+static int submit_line(replay *rp, sessions *ss, size_t no) {
     const json_t *req = json_array_get(rp->t.lines, no - 1);
     const tokenizer *tok = rp->e.m->tok;
     uint32_t max_tokens;
@@ -172,31 +182,76 @@ static int run_line(replay *rp, sessions *ss, size_t no) {
         for (size_t i = 0; i < n; i++) fprintf(rp->dump, i ? ",%d" : "%d", ids[i]);
         fputc('\n', rp->dump);
     }
-    engine_request rq = {.ids = ids, .n = (uint32_t)n, .max_tokens = max_tokens};
-    engine_reply r;
-    int rc = engine_generate(&rp->e, &rq, &r);
+    engine_request rq = {.ids = ids, .n = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n, .max_tokens = max_tokens};
+    flight *f = &rp->fl[rp->n_fl];
+    int rc = engine_submit(&rp->e, &rq, &f->handle);
     free(ids);
-    if (rc) { engine_reply_free(&r); return cd_fail_ctx("request %zu: ", no); }
-    if (c) { /* the reply joins the session's history, without the end-of-turn token */
+    if (rc) return cd_fail_ctx("request %zu: ", no);
+    f->no = no;
+    f->c = c;
+    rp->n_fl++;
+    return 0;
+}
+
+/* A finished request: its reply joins the session's history; its line and JSON. */
+static int finish_line(replay *rp, const flight *f, engine_reply *r) {
+    const tokenizer *tok = rp->e.m->tok;
+    int rc = 0;
+    if (r->finish == ENGINE_ERROR) return cd_fail("request %zu failed", f->no);
+    if (f->c) { /* the reply joins the session's history, without the end-of-turn token */
         char *text = NULL;
-        rc = tok_decode(tok, r.ids, r.eog ? r.n - 1 : r.n, &text) || conv_add(c, "assistant", text);
+        rc = tok_decode(tok, r->ids, r->eog ? r->n - 1 : r->n, &text) || conv_add(f->c, "assistant", text);
         free(text);
     }
     if (!rp->o->json) {
-        printf("%4zu %8u %8u %9u %6.1f%% %7llu %8u %10.1f %9.2f", no, r.prompt_tokens, r.cached_tokens,
-               r.prefilled_tokens, r.prompt_tokens ? 100.0 * r.cached_tokens / r.prompt_tokens : 0,
-               (unsigned long long)r.evicted_pages, r.restored_tokens, r.ttft_ms,
-               r.n > 1 && r.decode_ms > 0 ? (r.n - 1) / (r.decode_ms / 1e3) : 0);
+        printf("%4zu %8u %8u %9u %6.1f%% %7llu %8u %10.1f %9.2f", f->no, r->prompt_tokens, r->cached_tokens,
+               r->prefilled_tokens, r->prompt_tokens ? 100.0 * r->cached_tokens / r->prompt_tokens : 0,
+               (unsigned long long)r->evicted_pages, r->restored_tokens, r->ttft_ms,
+               r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0);
         if (rp->e.disk_on)
-            printf(" %7u %6u %7u %8.1f %8.1f", r.disk_tokens, r.disk_chunks_read, r.disk_chunks_written, r.disk_read_ms,
-                   r.disk_write_ms);
+            printf(" %7u %6u %7u %8.1f %8.1f", r->disk_tokens, r->disk_chunks_read, r->disk_chunks_written,
+                   r->disk_read_ms, r->disk_write_ms);
         putchar('\n');
     }
-    json_t *rj = request_json(&r);
-    if (rp->e.disk_on) reply_json_disk(rj, &r);
-    json_array_append_new(rp->requests, rj);
-    engine_reply_free(&r);
+    json_t *rj = request_json(r);
+    if (rp->e.disk_on) reply_json_disk(rj, r);
+    json_array_set_new(rp->requests, f->no - 1, rj);
     return rc;
+}
+
+/* Whether trace line `no` may start now: a chat line waits for its session's request in flight. */
+static bool may_start(const replay *rp, size_t no) {
+    if (!rp->t.chat) return true;
+    const char *name = json_string_value(json_object_get(json_array_get(rp->t.lines, no - 1), "session"));
+    for (uint32_t k = 0; name && k < rp->n_fl; k++) {
+        const char *other = json_string_value(json_object_get(json_array_get(rp->t.lines, rp->fl[k].no - 1), "session"));
+        if (other && !strcmp(other, name)) return false;
+    }
+    return true;
+}
+
+/* The trace in order with up to `concurrency` requests in flight: lines start in trace order
+ * (a chat line after its session's previous reply), the scheduler runs them together. */
+static int run_trace(replay *rp, sessions *ss, uint32_t concurrency) {
+    size_t next = 1, n_lines = json_array_size(rp->t.lines);
+    for (size_t i = 0; i < n_lines; i++) json_array_append_new(rp->requests, json_null());
+    while (next <= n_lines || rp->n_fl) {
+        while (next <= n_lines && rp->n_fl < concurrency && may_start(rp, next))
+            if (submit_line(rp, ss, next++)) return -1;
+        if (engine_step(&rp->e, NULL)) return -1;
+        for (uint32_t k = 0; k < rp->n_fl;) {
+            engine_reply r;
+            int got = engine_poll(&rp->e, rp->fl[k].handle, &r);
+            if (got < 0) return -1;
+            if (!got) { k++; continue; }
+            flight f = rp->fl[k];
+            rp->fl[k] = rp->fl[--rp->n_fl];
+            int rc = finish_line(rp, &f, &r);
+            engine_reply_free(&r);
+            if (rc) return -1;
+        }
+    }
+    return 0;
 }
 
 /* The context one request may need: the longest token prompt + its max_tokens, or 8192 for
@@ -322,6 +377,7 @@ int bench_trace(const bench_trace_opts *o, model *m) {
     const char *name = "";
     replay rp = {.o = o, .requests = json_array()};
     sessions ss = {0};
+    uint32_t concurrency = o->concurrency ? o->concurrency : 1;
     int rc = resolve(o, path, sizeof path, &name) || trace_load(path, &rp.t);
     if (!rc && o->dump_prompts && !(rp.dump = fopen(o->dump_prompts, "w")))
         rc = cd_fail("%s: cannot create", o->dump_prompts);
@@ -330,8 +386,9 @@ int bench_trace(const bench_trace_opts *o, model *m) {
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
         engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
                           .no_prefix_cache = o->no_prefix_cache, .host_cache_mb = o->host_cache_mb,
-                          .cache_dir = o->cache_dir};
-        rc = engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
+                          .cache_dir = o->cache_dir, .max_seqs = concurrency};
+        if (!(rp.fl = calloc(concurrency, sizeof *rp.fl))) rc = cd_fail("out of memory");
+        rc = rc || engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
     if (!rc && !o->json)
         printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
@@ -341,13 +398,14 @@ int bench_trace(const bench_trace_opts *o, model *m) {
                rp.e.disk_on ? " | disk tier " : "", rp.e.disk_on ? o->cache_dir : "",
                rp.e.disk_on ? "    disk chunks written  read ms write ms" : "");
     double t0 = cli_now_ms();
-    for (size_t i = 1; !rc && i <= json_array_size(rp.t.lines); i++) rc = run_line(&rp, &ss, i);
+    if (!rc) rc = run_trace(&rp, &ss, concurrency);
     rp.wall_ms = cli_now_ms() - t0;
     if (!rc) report(&rp, name);
     else cli_error("bench", "%s", cd_errmsg());
     if (rp.dump && fclose(rp.dump) && !rc) rc = cli_error("bench", "%s: write failed", o->dump_prompts);
     sessions_free(&ss);
     engine_free(&rp.e);
+    free(rp.fl);
     trace_free(&rp.t);
     json_decref(rp.requests);
     return rc;

@@ -45,7 +45,7 @@ static void usage(FILE *out) {
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
-            "                    [--dump-prompts FILE] [--host-cache-mb N] [--cache-dir DIR]\n"
+            "                    [--dump-prompts FILE] [--host-cache-mb N] [--cache-dir DIR] [--concurrency N]\n"
             "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
             "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
             "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
@@ -56,7 +56,9 @@ static void usage(FILE *out) {
             "  pages are demoted to host memory and restored on a hit (column \"restored\").\n"
             "  --cache-dir DIR gives it a disk tier in DIR (created if missing): whole 256-token\n"
             "  chunks are written through and served from there, also by a later process (column\n"
-            "  \"disk\"). Neither goes with --no-prefix-cache.\n"
+            "  \"disk\"). Neither goes with --no-prefix-cache. --concurrency N keeps up to N requests\n"
+            "  in flight in the continuous-batching scheduler (trace order; a chat session's next\n"
+            "  request after its previous reply); rows print as requests finish, JSON in trace order.\n"
             "\n"
             "usage: cinder bench [--model M] --agents N [--rounds R] [--system-tokens S] [--tool-tokens T]\n"
             "                    [--gen G] [--concurrency C] [--chunk-tokens K] [--no-prefix-cache]\n"
@@ -102,7 +104,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--rounds", &v)) { if (cli_u32("--rounds", v, &ag->rounds)) return -1; }
         else if (cli_value(argc, argv, &i, "--system-tokens", &v)) { if (cli_u32("--system-tokens", v, &ag->system_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--tool-tokens", &v)) { if (cli_u32("--tool-tokens", v, &ag->tool_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--concurrency", &v)) { if (cli_u32("--concurrency", v, &ag->concurrency)) return -1; }
+        else if (cli_value(argc, argv, &i, "--concurrency", &v)) {
+            if (cli_u32("--concurrency", v, &ag->concurrency)) return -1;
+            o->trace.concurrency = ag->concurrency;
+        }
         else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &ag->chunk_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->seed)) return -1; }
@@ -126,6 +131,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
     if (o->repeat == 0) return cli_error("bench", "--repeat must be at least 1"), -1;
     if (o->trace.trace && o->trace.scenario) return cli_error("bench", "give --trace or --scenario, not both"), -1;
     if (o->trace.page_tokens > 256) return cli_error("bench", "--page-size is at most 256"), -1;
+    if (o->trace.concurrency > 256) return cli_error("bench", "--concurrency is at most 256"), -1;
     if (o->trace.no_prefix_cache && (o->trace.cache_dir || o->trace.host_cache_mb))
         return cli_error("bench", "%s needs the prefix cache: not with --no-prefix-cache",
                          o->trace.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
