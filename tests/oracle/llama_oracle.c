@@ -25,6 +25,10 @@
  *       prompt is not timed). One untimed warm-up round first; median over the repeats.
  *       Serving settings, not the oracle's: llama.cpp's defaults (F16 K/V cache, flash
  *       attention auto, weight repacking on the CPU), every layer offloaded with --vulkan.
+ *       --parallel N (N > 1): the decode steps advance N sequences together, one llama_batch
+ *       of N tokens per step (each sequence its own BENCH_PROMPT-token prompt first, one
+ *       batch); decode_tok_s counts all N tokens of a step: the aggregate, like llama-server's
+ *       parallel slots. Prefill is not run then.
  *       Which device really ran is measured, not assumed: an untimed probe decode records
  *       the device of every matmul's output buffer (llama.cpp silently keeps layers on the
  *       CPU when it has no usable Vulkan device). Prints one JSON line.
@@ -102,7 +106,8 @@
     X(llama_model_n_layer) X(ggml_backend_dev_count) X(ggml_backend_dev_get) X(ggml_backend_dev_name) \
     X(ggml_backend_dev_description) X(ggml_backend_dev_type) X(ggml_backend_dev_backend_reg)        \
     X(ggml_backend_reg_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_get_device) \
-    X(ggml_backend_dev_by_type) X(llama_memory_seq_rm) X(llama_memory_seq_pos_max) X(llama_vocab_is_eog)
+    X(ggml_backend_dev_by_type) X(llama_memory_seq_rm) X(llama_memory_seq_pos_max) X(llama_vocab_is_eog)           \
+    X(llama_batch_init) X(llama_batch_free)
 
 static struct {
 #define X(f) __typeof__(&f) f;
@@ -218,13 +223,14 @@ typedef struct opts {
     bool info, json, full, vulkan, trace_experts, bench, no_cache, ignore_eos;
     int top, threads, pp, tg, repeat, flash_attn; /* flash_attn: -1 auto, 0 off, 1 on */
     int ctx;                                      /* --replay --ctx: 0 = from the requests */
+    int parallel;                                 /* --bench --parallel: sequences decoded together */
 } opts;
 
 static void usage(void) {
     fputs("usage: llama_oracle MODEL.gguf (--info | --tokenize FILE [--json] |\n"
           "                    --logits IDS|@FILE [--top K] [--full] [--out FILE] [--trace-experts] |\n"
           "                    --dequantize OUT.gguf |\n"
-          "                    --bench [--pp N] [--tg N] [--repeat N] [--flash-attn auto|on|off] |\n"
+          "                    --bench [--pp N] [--tg N] [--repeat N] [--parallel N] [--flash-attn auto|on|off] |\n"
           "                    --replay FILE [--ctx N] [--no-cache] [--ignore-eos] [--flash-attn auto|on|off])\n"
           "                    [--vulkan] [--threads N] [--libdir DIR] [--verbose]\n",
           stderr);
@@ -507,6 +513,42 @@ static double bench_decode(struct llama_context *ctx, int32_t tg, int32_t n_voca
     return now_s() - t0;
 }
 
+/* --parallel: n sequences, each an untimed BENCH_PROMPT-token prompt (one batch), then tg
+ * steps of one token per sequence in one batch; returns the steps' seconds. */
+static double bench_decode_parallel(struct llama_context *ctx, int32_t tg, int32_t n, int32_t n_vocab) {
+    int32_t cap = n * BENCH_PROMPT;
+    struct llama_batch b = L.llama_batch_init(cap, 0, 1);
+    L.llama_memory_clear(L.llama_get_memory(ctx), true);
+    b.n_tokens = 0;
+    for (int32_t s = 0; s < n; s++)
+        for (int32_t i = 0; i < BENCH_PROMPT; i++) {
+            int32_t k = b.n_tokens++;
+            b.token[k] = random_token(n_vocab);
+            b.pos[k] = i;
+            b.n_seq_id[k] = 1;
+            b.seq_id[k][0] = s;
+            b.logits[k] = i == BENCH_PROMPT - 1;
+        }
+    if (L.llama_decode(ctx, b)) die("llama_decode failed in the parallel prompts");
+    L.llama_synchronize(ctx);
+    double t0 = now_s();
+    for (int32_t step = 0; step < tg; step++) {
+        b.n_tokens = n;
+        for (int32_t s = 0; s < n; s++) {
+            b.token[s] = random_token(n_vocab);
+            b.pos[s] = BENCH_PROMPT + step;
+            b.n_seq_id[s] = 1;
+            b.seq_id[s][0] = s;
+            b.logits[s] = 1;
+        }
+        if (L.llama_decode(ctx, b)) die("llama_decode failed in a parallel decode step");
+        L.llama_synchronize(ctx);
+    }
+    double t = now_s() - t0;
+    L.llama_batch_free(b);
+    return t;
+}
+
 static void json_str(const char *s) {
     putchar('"');
     for (; s && *s; s++) {
@@ -607,8 +649,11 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     int32_t n_batch = pp > BENCH_PROMPT ? pp : BENCH_PROMPT;
 
     /* the prefill is one batch, one ubatch */
+    int32_t par = o->parallel > 1 ? o->parallel : 1;
+    if (par > 1) pp = 0, n_batch = par * BENCH_PROMPT; /* the prompts of every sequence in one batch */
     struct llama_context_params cp =
-        serving_params(o, (uint32_t)(pp + BENCH_PROMPT + tg + 16 + 255) / 256 * 256, n_batch);
+        serving_params(o, (uint32_t)(par * (pp + BENCH_PROMPT + tg + 16) + 255) / 256 * 256, n_batch);
+    cp.n_seq_max = (uint32_t)par;
     llama_token *ids = malloc((size_t)n_batch * sizeof *ids);
     rng_state = 0x9E3779B97F4A7C15ull;
     int32_t n_probe = pp > 64 ? 64 : pp > 0 ? pp : BENCH_PROMPT; /* a split per matmul is slow */
@@ -620,12 +665,14 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
 
     /* warm-up: one of each, untimed (pipeline creation, first-touch of the weights) */
     if (pp > 0) bench_prefill(ctx, ids, pp, n_vocab);
-    if (tg > 0) bench_decode(ctx, tg < 4 ? tg : 4, n_vocab);
+    if (tg > 0 && par > 1) bench_decode_parallel(ctx, tg < 4 ? tg : 4, par, n_vocab);
+    else if (tg > 0) bench_decode(ctx, tg < 4 ? tg : 4, n_vocab);
 
     double *pre = calloc((size_t)o->repeat, sizeof *pre), *dec = calloc((size_t)o->repeat, sizeof *dec);
     for (int r = 0; r < o->repeat; r++) {
         if (pp > 0) pre[r] = pp / bench_prefill(ctx, ids, pp, n_vocab);
-        if (tg > 0) dec[r] = tg / bench_decode(ctx, tg, n_vocab);
+        if (tg > 0) dec[r] = par > 1 ? (double)par * tg / bench_decode_parallel(ctx, tg, par, n_vocab)
+                                     : tg / bench_decode(ctx, tg, n_vocab);
         if (verbose) fprintf(stderr, "llama_oracle: repeat %d: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pre[r], dec[r]);
     }
 
@@ -635,7 +682,7 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     json_str(backend);
     printf(", \"device\": ");
     print_device(&pr);
-    printf(", \"pp\": %d, \"tg\": %d", pp, tg);
+    printf(", \"pp\": %d, \"tg\": %d, \"parallel\": %d", pp, tg, par);
     fputs(", \"prefill_tok_s\": ", stdout);
     if (pp > 0) printf("%.3f", median(pre, o->repeat)); else fputs("null", stdout);
     fputs(", \"decode_tok_s\": ", stdout);
@@ -906,6 +953,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--pp") && has) o->pp = atoi(argv[++i]);
         else if (!strcmp(a, "--tg") && has) o->tg = atoi(argv[++i]);
         else if (!strcmp(a, "--repeat") && has) o->repeat = atoi(argv[++i]);
+        else if (!strcmp(a, "--parallel") && has) o->parallel = atoi(argv[++i]);
         else if (!strcmp(a, "--replay") && has) o->replay = argv[++i];
         else if (!strcmp(a, "--ctx") && has) o->ctx = atoi(argv[++i]);
         else if (!strcmp(a, "--no-cache")) o->no_cache = true;
@@ -921,7 +969,8 @@ static void parse_args(int argc, char **argv, opts *o) {
     }
     if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->bench + !!o->replay) != 1 ||
         o->top < 0 || o->threads < 1 || o->pp < 0 || o->tg < 0 || o->pp + o->tg == 0 || o->repeat < 1 ||
-        (o->ctx && (o->ctx < 64 || o->ctx > (1 << 24))) || ((o->ctx || o->no_cache || o->ignore_eos) && !o->replay))
+        (o->ctx && (o->ctx < 64 || o->ctx > (1 << 24))) || ((o->ctx || o->no_cache || o->ignore_eos) && !o->replay) ||
+        o->parallel < 0 || o->parallel > 256 || (o->parallel && !o->bench))
         usage();
 }
 
