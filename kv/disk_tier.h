@@ -72,7 +72,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "runtime/vk/vk_ctx.h"
 
 #define KV_DISK_HASH_BYTES 32

@@ -9,7 +9,7 @@
 // invocation owns pairs of output dims for the V sum, reading neighbouring halves of one V row.
 // It writes the partial {m, l, acc[HEAD_DIM]} to partials[((q * n_head + h) * n_parts + part)
 // * n_split + s]; attn_decode_combine.comp merges them.
-// The pool may be split into parts (kv/kv_layout.h): the host dispatches once per part and
+// The pool may be split into parts (runtime/base/kv_layout.h): the host dispatches once per part and
 // each dispatch counts only pages its part holds, so a part is one more split of the split-K.
 // Reductions go through shared memory in a fixed order: results are deterministic.
 

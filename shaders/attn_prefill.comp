@@ -25,7 +25,7 @@
 //   barrier
 // Tokens of different table rows in one tile: the workgroup walks once per distinct row (in
 // order of first appearance), only that row's tokens taking part; sorted batches walk once.
-// The pool may be split into parts (kv/kv_layout.h): the host dispatches once per part, each
+// The pool may be split into parts (runtime/base/kv_layout.h): the host dispatches once per part, each
 // counting only pages its part holds. With one part and one split the kernel writes
 // out = acc / l directly; otherwise it writes the partial state {m, l, acc[HEAD_DIM]} of
 // (token, head, part, split) to partials[(((tok * n_head + h) * n_parts + part) * n_split + split)

@@ -2,7 +2,7 @@
 // KV write: K and V rows of new tokens (f32, from the projections) into their pages as fp16.
 // Token i (i < n_tokens) goes to block-table row loc[i].x at position loc[i].y: page
 // table[loc[i].x * table_stride + loc[i].y / page_tokens], slot loc[i].y % page_tokens.
-// Page layout: kv/kv_layout.h. One workgroup per token (x + y * 65535); invocations stride
+// Page layout: runtime/base/kv_layout.h. One workgroup per token (x + y * 65535); invocations stride
 // over the n_head_kv * HEAD_DIM / 2 pairs of halves, each packed into one uint.
 // The pool may be split into parts: the host dispatches once per part, binding it and passing
 // page0/pages; a dispatch writes only the pages its part holds.

@@ -26,7 +26,7 @@ double tu_rel_l2(const float *a, const float *b, size_t n);
 const char *tu_make_model(const char *file, const char *preset, const char *quant, uint64_t seed,
                           void (*tweak)(synth_spec *));
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 /* cpu_ref.c attention() for one query token over len positions, K/V read from an fp16 pool
  * (kv_layout) through one block-table row; out = 0 for len 0. The oracle of the attention
  * kernel tests. */

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "runtime/base/error.h"
 #include "runtime/base/fp16.h"
 #include "runtime/base/rng.h"

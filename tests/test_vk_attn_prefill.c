@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "runtime/base/error.h"
 #include "runtime/base/fp16.h"
 #include "runtime/base/rng.h"

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "kv/kv_pages.h"
 #include "runtime/base/error.h"
 #include "runtime/base/fp16.h"

@@ -42,7 +42,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "kv/kv_pages.h"
 #include "runtime/model/model.h"
 #include "runtime/model/sampler.h"

@@ -1,6 +1,6 @@
 /* Decode paged attention (shaders/attn_decode.comp + attn_decode_combine.comp), host side.
  * One query token per sequence, over the sequence's block table in the KV pool (layout:
- * kv/kv_layout.h), GQA (query head h reads kv head h / (n_head / n_head_kv)):
+ * runtime/base/kv_layout.h), GQA (query head h reads kv head h / (n_head / n_head_kv)):
  *
  *   out[q][h][:] = sum_t softmax_t(scale * dot(Q[q][h], K[t])) V[t],   t < seq_lens[q]
  *
@@ -14,7 +14,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "runtime/vk/vk_cmd.h"
 #include "runtime/vk/vk_descriptor.h"
 #include "runtime/vk/vk_pipeline.h"

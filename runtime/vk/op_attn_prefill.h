@@ -1,6 +1,6 @@
 /* Prefill paged attention (shaders/attn_prefill.comp, + attn_decode_combine.comp when the pool
  * has several parts), host side. A batch of new tokens whose K/V kv_write has already put in the
- * pool (layout: kv/kv_layout.h); token i sits at loc[i] = {row, pos} (uint32 pairs, the loc
+ * pool (layout: runtime/base/kv_layout.h); token i sits at loc[i] = {row, pos} (uint32 pairs, the loc
  * format of kv_write) and attends causally to positions 0..pos of block-table row `row`:
  *
  *   out[i][h][:] = sum_{t <= pos} softmax_t(scale * dot(Q[i][h], K[row][t])) V[row][t]
@@ -22,7 +22,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "runtime/vk/vk_cmd.h"
 #include "runtime/vk/vk_descriptor.h"
 #include "runtime/vk/vk_pipeline.h"

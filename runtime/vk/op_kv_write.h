@@ -1,5 +1,5 @@
 /* KV write kernel (shaders/kv_write.comp), host side: K and V rows of new tokens, f32 from the
- * projections, into their pages of the KV pool as fp16 (layout: kv/kv_layout.h).
+ * projections, into their pages of the KV pool as fp16 (layout: runtime/base/kv_layout.h).
  *
  *   token i < n_tokens: block-table row r = loc[i].x, position t = loc[i].y
  *     page = table[r * table_stride + t / page_tokens], slot = t % page_tokens
@@ -13,7 +13,7 @@
 #pragma once
 #include <stdint.h>
 
-#include "kv/kv_layout.h"
+#include "runtime/base/kv_layout.h"
 #include "runtime/vk/vk_cmd.h"
 #include "runtime/vk/vk_descriptor.h"
 #include "runtime/vk/vk_pipeline.h"
