@@ -102,6 +102,13 @@ fails_with "chat --host-cache-mb with --no-prefix-cache" "--host-cache-mb N (N >
 fails_with "bench --cache-dir with --no-prefix-cache" "--cache-dir needs the prefix cache" "$bin" bench --model "$model" --scenario shared_prefix_basic --cache-dir "$cdir" --no-prefix-cache
 trace=$("$bin" bench --model "$model" --scenario shared_prefix_basic --json)
 check "bench --scenario --json: requests and totals" test "$(json_field 'len(d["requests"]) == 8 and d["totals"]["prompt_tokens"] == 192 and all("ttft_ms" in r and "generated" in r for r in d["requests"])' <<<"$trace")" = True
+# batch invariance end to end: the same generated ids with requests in flight together
+trace4=$("$bin" bench --model "$model" --scenario shared_prefix_basic --concurrency 4 --json)
+check "bench --scenario --concurrency 4: the generated ids of --concurrency 1" test \
+  "$(json_field '[r["generated"] for r in d["requests"]]' <<<"$trace4")" = "$(json_field '[r["generated"] for r in d["requests"]]' <<<"$trace")"
+agents=$("$bin" bench --model "$model" --agents 3 --rounds 2 --system-tokens 40 --tool-tokens 8 --gen 4 --json)
+check "bench --agents --json: the fields and counts" test "$(json_field 'd["requests"] == 6 and d["generated_tokens"] == 24 and d["cached_tokens"] > 0 and all(k in d for k in ("decode_tok_s_total", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99", "prompt_tokens"))' <<<"$agents")" = True
+fails_with "bench --agents with --scenario" "--agents does not go with" "$bin" bench --model "$model" --agents 2 --scenario shared_prefix_basic
 printf '{"kind": "tokens"}\n{"prompt_tokens": [1, -5]}\n' >"$tmp/bad.jsonl"
 fails_with "bench --trace: bad token id" "prompt_tokens[1]" "$bin" bench --model "$model" --trace "$tmp/bad.jsonl"
 printf '{"kind": "tokens"}\nnot json\n' >"$tmp/bad2.jsonl"
