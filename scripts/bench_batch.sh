@@ -6,7 +6,8 @@
 #              batching scheduler; steady decode tok/s = N / the inter-token p50 (one step).
 #   llama.cpp: llama_oracle --bench --parallel N --tg TG --vulkan: N sequences of 16 prompt
 #              tokens, then TG llama_decode steps of N tokens (llama-server's parallel slots);
-#              aggregate decode tok/s.
+#              aggregate decode tok/s. Flash attention off (on lavapipe it crashes llama.cpp's
+#              prefill path; docs/PERF.md).
 #   scripts/bench_batch.sh [--model M]... [--tg N] [--seqs "1 8 32"]
 # Default models: models/tiny.gguf and a one-layer model at the real shapes
 # (models/qwen3-30b-a3b-l1.gguf, `cinder mkmodel --preset qwen3-30b-a3b --layers 1`).
@@ -40,7 +41,7 @@ for m in "${models[@]}"; do
     "$bin" bench --model "$m" --agents "$n" --rounds 1 --system-tokens 0 --tool-tokens 16 --gen "$tg" --json \
       > "$out/$(basename "$m").$n.cinder" || echo "cinder failed" >&2
     GGML_VK_VISIBLE_DEVICES=${GGML_VK_VISIBLE_DEVICES:-0} "$oracle" "$m" --bench --parallel "$n" --tg "$tg" \
-      --repeat 1 --vulkan 2>/dev/null | grep '^{' > "$out/$(basename "$m").$n.llama" || echo "llama.cpp failed" >&2
+      --repeat 1 --vulkan --flash-attn off 2>/dev/null | grep '^{' > "$out/$(basename "$m").$n.llama" || echo "llama.cpp failed" >&2
   done
 done
 python3 - "$out" "$seqs" "${models[@]}" <<'PY'

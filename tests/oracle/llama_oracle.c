@@ -25,7 +25,7 @@
  *       prompt is not timed). One untimed warm-up round first; median over the repeats.
  *       Serving settings, not the oracle's: llama.cpp's defaults (F16 K/V cache, flash
  *       attention auto, weight repacking on the CPU), every layer offloaded with --vulkan.
- *       --parallel N (N > 1): the decode steps advance N sequences together, one llama_batch
+ *       --parallel N (N >= 1): the decode steps advance N sequences together, one llama_batch
  *       of N tokens per step (each sequence its own BENCH_PROMPT-token prompt first, one
  *       batch); decode_tok_s counts all N tokens of a step: the aggregate, like llama-server's
  *       parallel slots. Prefill is not run then.
@@ -650,7 +650,8 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
 
     /* the prefill is one batch, one ubatch */
     int32_t par = o->parallel > 1 ? o->parallel : 1;
-    if (par > 1) pp = 0, n_batch = par * BENCH_PROMPT; /* the prompts of every sequence in one batch */
+    bool batched = o->parallel > 0; /* --parallel N, N >= 1: the batched decode steps, no prefill */
+    if (batched) pp = 0, n_batch = par * BENCH_PROMPT; /* the prompts of every sequence in one batch */
     struct llama_context_params cp =
         serving_params(o, (uint32_t)(par * (pp + BENCH_PROMPT + tg + 16) + 255) / 256 * 256, n_batch);
     cp.n_seq_max = (uint32_t)par;
@@ -665,13 +666,13 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
 
     /* warm-up: one of each, untimed (pipeline creation, first-touch of the weights) */
     if (pp > 0) bench_prefill(ctx, ids, pp, n_vocab);
-    if (tg > 0 && par > 1) bench_decode_parallel(ctx, tg < 4 ? tg : 4, par, n_vocab);
+    if (tg > 0 && batched) bench_decode_parallel(ctx, tg < 4 ? tg : 4, par, n_vocab);
     else if (tg > 0) bench_decode(ctx, tg < 4 ? tg : 4, n_vocab);
 
     double *pre = calloc((size_t)o->repeat, sizeof *pre), *dec = calloc((size_t)o->repeat, sizeof *dec);
     for (int r = 0; r < o->repeat; r++) {
         if (pp > 0) pre[r] = pp / bench_prefill(ctx, ids, pp, n_vocab);
-        if (tg > 0) dec[r] = par > 1 ? (double)par * tg / bench_decode_parallel(ctx, tg, par, n_vocab)
+        if (tg > 0) dec[r] = batched ? (double)par * tg / bench_decode_parallel(ctx, tg, par, n_vocab)
                                      : tg / bench_decode(ctx, tg, n_vocab);
         if (verbose) fprintf(stderr, "llama_oracle: repeat %d: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pre[r], dec[r]);
     }
