@@ -13,17 +13,13 @@
 #include <xxhash.h>
 
 #include "kv/host_tier.h"
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 
 #define MIB (1024.0 * 1024.0)
 static const char magic[8] = {'C', 'I', 'N', 'D', 'E', 'R', 'K', 'V'};
 enum { DTYPE_F16 = 1, TRAILER_BYTES = 16 };
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
@@ -322,7 +318,7 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
                  const uint8_t h[KV_DISK_HASH_BYTES]) {
     char path[4096], why[512];
     kv_disk_path(d, h, path, sizeof path);
-    double t0 = now_ms();
+    double t0 = cd_now_ms();
     int fd = open(path, O_RDONLY);
     if (fd < 0) {
         if (errno != ENOENT) say(d, "%s: cannot open: %s", path, strerror(errno));
@@ -379,17 +375,17 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
         return 0;
     }
     known_add(d, h);
-    d->ms_read += now_ms() - t0;
+    d->ms_read += cd_now_ms() - t0;
     d->bytes_read += want;
     return 1;
 }
 
 int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, uint32_t n) {
     if ((uint64_t)first + n > d->chunk_pages) return cd_fail("disk tier: pages %u + %u of a %u-page chunk", first, n, d->chunk_pages);
-    double t0 = now_ms();
+    double t0 = cd_now_ms();
     if (kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids + first, n, KV_HOST_RESTORE))
         return cd_fail_ctx("disk tier: ");
-    d->ms_read += now_ms() - t0;
+    d->ms_read += cd_now_ms() - t0;
     d->chunks_read++;
     return 0;
 }
@@ -418,7 +414,7 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
         known_add(d, h);
         return 0;
     }
-    double t0 = now_ms();
+    double t0 = cd_now_ms();
     uint32_t C = d->chunk_pages;
     uint64_t pb = d->lay.page_bytes;
     if (kv_copy_pages(&d->cmd, d->pool, &d->stage, pb, gpu_pages, d->slot_ids, C, KV_HOST_DEMOTE))
@@ -459,7 +455,7 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     known_add(d, h);
     d->chunks_written++;
     d->bytes_written += KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + C * pb + TRAILER_BYTES;
-    d->ms_write += now_ms() - t0;
+    d->ms_write += cd_now_ms() - t0;
     return 1;
 }
 

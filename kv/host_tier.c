@@ -4,16 +4,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_barrier.h"
 
 #define MIB (1024.0 * 1024.0)
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 int kv_host_init(kv_host_tier *h, cvk_ctx *vk, const cvk_buffer *pool, uint64_t page_bytes, uint64_t budget_bytes) {
     *h = (kv_host_tier){.vk = vk, .pool = pool, .page_bytes = page_bytes};
@@ -151,11 +147,11 @@ static int copy_async(kv_host_tier *h, const uint32_t *pages, const uint32_t *sl
 int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
     if (n == 0) return 0;
     if (check_ids(h->pool, &h->slots, h->page_bytes, pages, slots, n)) return cd_fail_ctx("host tier: ");
-    double t0 = now_ms();
+    double t0 = cd_now_ms();
     int rc = h->async ? copy_async(h, pages, slots, n, dir)
                       : copy_sync(&h->ring[0], h->pool, &h->slots, h->page_bytes, pages, slots, n, dir);
     if (rc) return cd_fail_ctx("host tier: ");
-    double ms = now_ms() - t0;
+    double ms = cd_now_ms() - t0;
     uint64_t pb = h->page_bytes;
     if (dir == KV_HOST_DEMOTE) h->bytes_to_host += n * pb, h->batches_to_host++, h->ms_to_host += ms;
     else h->bytes_to_gpu += n * pb, h->batches_to_gpu++, h->ms_to_gpu += ms;
@@ -164,8 +160,8 @@ int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, 
 
 int kv_host_sync(kv_host_tier *h) {
     if (!h->async || !h->last) return 0;
-    double t0 = now_ms();
+    double t0 = cd_now_ms();
     int rc = cvk_device_wait_copies(&h->vk->dev, h->last);
-    h->ms_sync += now_ms() - t0;
+    h->ms_sync += cd_now_ms() - t0;
     return rc ? cd_fail_ctx("host tier: waiting for the copies: ") : 0;
 }

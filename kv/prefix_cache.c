@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 
 /* One field of the key: tag, length, bytes, each length-prefixed, so no two different field
@@ -212,11 +213,6 @@ int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken) {
 
 /* ---- acquire / commit / release: the one door to the tiers ---- */
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 int kv_cache_attach_disk(kv_prefix_cache *c, kv_disk_tier *d) {
     if (!(c->disk_pages = malloc((size_t)d->chunk_pages * sizeof *c->disk_pages)))
@@ -248,7 +244,7 @@ static int attach_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const
     uint32_t pt = c->pages->page_tokens, C = d->chunk_pages, ct = d->chunk_tokens;
     uint32_t mw = n_tokens / pt, c0 = mw / C, c_end = (n - 1) / ct;
     if (c0 >= c_end) return 0;
-    double t0 = now_ms();
+    double t0 = cd_now_ms();
     uint64_t rej0 = d->rejected, bytes0 = d->bytes_read;
     if (chain_hashes(c, ids, c_end)) return -1;
     static const uint8_t zero[KV_DISK_HASH_BYTES];
@@ -272,7 +268,7 @@ static int attach_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const
     if (*loaded && !rc) rc = kv_cache_insert(c, ids, s); /* later requests see them cached */
     hit->disk_rejected = (uint32_t)(d->rejected - rej0);
     hit->disk_bytes_read = d->bytes_read - bytes0;
-    hit->disk_read_ms = now_ms() - t0;
+    hit->disk_read_ms = cd_now_ms() - t0;
     if (*loaded) hit->disk_tokens = s->n_tokens - n_tokens;
     return rc;
 }
@@ -288,10 +284,10 @@ int kv_cache_acquire(kv_prefix_cache *c, const int32_t *ids, uint32_t n, kv_seq 
     bool all_gpu = true;
     if (m->n_restore) {
         uint32_t gpu_tokens = m->n_gpu_pages * pt < n_tokens ? m->n_gpu_pages * pt : n_tokens, taken = 0;
-        double t0 = now_ms();
+        double t0 = cd_now_ms();
         int rc = kv_cache_restore(c, m, &taken);
         if (rc < 0) return -1;
-        hit->restore_ms = now_ms() - t0;
+        hit->restore_ms = cd_now_ms() - t0;
         if (rc == 0) {
             hit->restored_tokens = n_tokens - gpu_tokens;
             hit->restored_pages = taken;
@@ -319,12 +315,12 @@ static int store_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const 
     kv_disk_tier *d = c->disk;
     uint32_t n_chunks = n / d->chunk_tokens;
     if (!n_chunks) return 0;
-    double t0 = now_ms();
+    double t0 = cd_now_ms();
     uint64_t bytes0 = d->bytes_written, n0 = d->chunks_written;
     if (chain_hashes(c, ids, n_chunks) || kv_disk_store_chunks(d, ids, n_chunks, c->chain, s->pages)) return -1;
     w->disk_chunks_written = (uint32_t)(d->chunks_written - n0);
     w->disk_bytes_written = d->bytes_written - bytes0;
-    w->disk_write_ms = now_ms() - t0;
+    w->disk_write_ms = cd_now_ms() - t0;
     return 0;
 }
 

@@ -103,6 +103,8 @@ void engine_free(engine *e) {
     free(e->b_out);
     free(e->b_next);
     free(e->b_owner);
+    free(e->fed);
+    free(e->fed_req);
     memset(e, 0, sizeof *e);
 }
 

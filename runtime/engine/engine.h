@@ -102,6 +102,8 @@ typedef struct engine {
     int32_t *b_ids, *b_next;
     uint32_t *b_row, *b_pos, *b_out;
     struct engine_req **b_owner; /* the request of each output row */
+    uint32_t *fed;               /* [cap_reqs] tokens each request has in the pass */
+    struct engine_req **fed_req; /* [cap_reqs] those requests */
 } engine;
 
 /* One request's outcome. ids is owned by the reply (engine_reply_free). */

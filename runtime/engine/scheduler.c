@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/engine/request.h"
 
@@ -12,11 +13,6 @@
         if (x) return -1;                                                                                              \
     } while (0)
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
 
 static engine_req *find(const engine *e, uint32_t handle) {
     for (uint32_t i = 0; i < e->n_reqs; i++)
@@ -68,6 +64,10 @@ static int grow_reqs(engine *e) {
     void *p = realloc(e->reqs, cap * sizeof *e->reqs);
     if (!p) return cd_fail("out of memory for %u requests", cap);
     e->reqs = p;
+    void *f = realloc(e->fed, cap * sizeof *e->fed), *fr = f ? realloc(e->fed_req, cap * sizeof *e->fed_req) : NULL;
+    if (f) e->fed = f;
+    if (fr) e->fed_req = fr;
+    if (!f || !fr) return cd_fail("out of memory for %u requests", cap);
     e->cap_reqs = cap;
     return 0;
 }
@@ -97,7 +97,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->handle = ++e->next_handle;
     q->state = REQ_WAITING;
     q->submit_step = e->n_steps;
-    q->t_submit = now_ms();
+    q->t_submit = cd_now_ms();
     e->reqs[e->n_reqs++] = q;
     *handle = q->handle;
     return 0;
@@ -407,7 +407,7 @@ static bool is_stop(const engine *e, const engine_req *q, int32_t id) {
 
 /* The token chosen after q's last fed token. */
 static void emit(engine *e, engine_req *q, int32_t id) {
-    double t = now_ms();
+    double t = cd_now_ms();
     engine_reply *r = &q->reply;
     if (r->n == 0) r->ttft_ms = t - q->t_submit;
     else if (t - q->t_last > r->itl_ms_max) r->itl_ms_max = t - q->t_last;
@@ -441,11 +441,9 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     for (uint32_t j = 0; j < no; j++) {
         engine_req *q = e->b_owner[j];
         int32_t id = e->b_next[j];
-        if (q->rq.logits_out) TRY(gpu_model_batch_logits(&e->g, j, q->rq.logits_out));
-        if (q->sample) {
-            TRY(gpu_model_batch_logits(&e->g, j, e->logits));
-            id = sampler_sample(&q->smp, e->logits);
-        }
+        float *lg = q->rq.logits_out ? q->rq.logits_out : e->logits;
+        if (q->rq.logits_out || q->sample) TRY(gpu_model_batch_logits(&e->g, j, lg)); /* one download */
+        if (q->sample) id = sampler_sample(&q->smp, lg);
         emit(e, q, id);
     }
     return 0;
@@ -461,10 +459,8 @@ int engine_step(engine *e, uint32_t *busy) {
     e->n_steps++;
     admit(e);
     int rc = grow_decoders(e);
-    uint32_t nb = 0, no = 0, n_fed = 0;
-    uint32_t *fed = calloc(e->n_reqs + 1, sizeof *fed);
-    engine_req **fed_req = calloc(e->n_reqs + 1, sizeof *fed_req);
-    if (!fed || !fed_req) rc = cd_fail("out of memory");
+    uint32_t nb = 0, no = 0, n_fed = 0, *fed = e->fed; /* [cap_reqs] scratch, grown by submit */
+    engine_req **fed_req = e->fed_req;
     if (!rc) {
         build_pass(e, &nb, &no, fed);
         for (uint32_t i = 0; i < e->n_reqs; i++)
@@ -479,8 +475,6 @@ int engine_step(engine *e, uint32_t *busy) {
         gpu_batch b = {.n = nb, .ids = e->b_ids, .row = e->b_row, .pos = e->b_pos, .n_out = no, .out = e->b_out};
         rc = gpu_forward_batch(&e->g, &b, e->b_next) || after_pass(e, no, fed, fed_req, n_fed);
     }
-    free(fed);
-    free(fed_req);
     if (rc) fail_running(e);
     if (busy) *busy = engine_running(e) + engine_waiting(e);
     return rc ? -1 : 0;

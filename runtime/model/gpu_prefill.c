@@ -84,22 +84,33 @@ static int make_pipelines(gpu_model *g) {
     return 0;
 }
 
+/* Fixed attention split boundaries for the batch forward: at most 8 splits of a full context,
+ * at least the positions per split the kernel's default would use. */
+static uint32_t batch_split_len(const gpu_model *g) {
+    uint32_t least = g->attn_prefill.cpu ? 512 : 256, per = (g->n_ctx + 7) / 8;
+    return per > least ? per : least;
+}
+
 static int make_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     bool moe = c->arch == ARCH_QWEN3MOE;
     uint64_t T = g->n_batch, q_dim = (uint64_t)c->n_head * c->head_dim, kv_dim = (uint64_t)c->n_head_kv * c->head_dim;
     uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
     enum cvk_mem_kind D = CVK_MEM_DEVICE, U = CVK_MEM_UPLOAD;
+    g->split_len = batch_split_len(g); /* after make_pipelines: the attention kernel says cpu or not */
     TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D) ||
         gpu_model_buffer(g, &g->bxb2, T * c->n_embd * 4, D));
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
     /* partial softmax states of split-K attention and of a pool in several parts: enough for the
-     * default split count of any chunk (few new tokens after a long history split the most) */
-    TRY(gpu_model_buffer(g, &g->bpartials,
-                         cvk_attn_prefill_partials_max(&g->attn_prefill, &g->lay, c->n_head, g->pool.n_parts,
-                                                       g->n_batch, g->n_ctx), D));
+     * default split count of any chunk (few new tokens after a long history split the most) and
+     * for the batch forward's fixed splits */
+    uint32_t fixed = (g->n_ctx + g->split_len - 1) / g->split_len;
+    uint64_t part = cvk_attn_prefill_partials_max(&g->attn_prefill, &g->lay, c->n_head, g->pool.n_parts, g->n_batch,
+                                                  g->n_ctx),
+             part_fixed = cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->pool.n_parts, fixed, c->head_dim);
+    TRY(gpu_model_buffer(g, &g->bpartials, part > part_fixed ? part : part_fixed, D));
     if (moe) {
         TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
             gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
@@ -111,23 +122,9 @@ static int make_buffers(gpu_model *g) {
     return 0;
 }
 
-/* Fixed attention split boundaries for the batch forward: at most 8 splits of a full context,
- * at least the positions per split the kernel's default would use. */
-static uint32_t batch_split_len(const gpu_model *g) {
-    uint32_t least = g->attn_prefill.cpu ? 512 : 256, per = (g->n_ctx + 7) / 8;
-    return per > least ? per : least;
-}
-
 static int make_batch_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     uint64_t S = g->max_seqs;
-    g->split_len = batch_split_len(g);
-    uint32_t splits = (g->n_ctx + g->split_len - 1) / g->split_len;
-    uint64_t part = cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->pool.n_parts, splits, c->head_dim);
-    if (part > g->bpartials.size) { /* the fixed splits may want more scratch than the default ones */
-        cvk_buffer_destroy(&g->vk->mem, &g->bpartials);
-        TRY(gpu_model_buffer(g, &g->bpartials, part, CVK_MEM_DEVICE));
-    }
     g->head_matvec = g->vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     if (g->head_matvec) {
         const gguf_tensor *t = g->m->output;
