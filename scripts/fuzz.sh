@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader (and writer round trips) with libFuzzer:
+# Fuzzes the GGUF reader (and writer round trips), then the server's request bodies
+# (fuzz_request, half the time), with libFuzzer:
 #
 #   scripts/fuzz.sh [seconds [libFuzzer flags...]]      (default 60 s)
 #   e.g. scripts/fuzz.sh 600 -use_value_profile=1
@@ -19,7 +20,7 @@ build=$root/build-fuzz
 run=$root/tests/fuzz/corpus-run
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCINDER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_gguf -j"$(nproc)"
+cmake --build "$build" --target fuzz_gguf fuzz_request -j"$(nproc)"
 
 rm -rf "$run"
 mkdir -p "$run" "$build/findings"
@@ -68,3 +69,24 @@ if [ "$rc" -ne 0 ]; then
     exit 1
 fi
 echo "no findings; corpus grew to $(ls "$run" | wc -l) inputs"
+
+# The server's request bodies (JSON, fields, chat template, tokenizer): half the time again.
+run_req=$root/tests/fuzz/corpus_request-run
+rm -rf "$run_req"
+mkdir -p "$run_req"
+cp "$root"/tests/fuzz/corpus_request/* "$run_req/"
+req_secs=$(( secs / 2 > 10 ? secs / 2 : 10 ))
+log=$build/fuzz_request.log
+echo "fuzzing request bodies for ${req_secs}s (log: $log)"
+set +e
+"$build/tests/fuzz/fuzz_request" -max_total_time="$req_secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    -artifact_prefix="$build/findings/" -print_final_stats=1 "$run_req" >"$log" 2>&1
+rc=$?
+set -e
+grep -E '^#[0-9]+ +DONE' "$log" | tail -1 || true
+if [ "$rc" -ne 0 ]; then
+    echo "fuzz_request FOUND A PROBLEM (exit $rc):" >&2
+    grep -E 'ERROR|SUMMARY|check failed|Test unit written' "$log" >&2 || tail -40 "$log" >&2
+    exit 1
+fi
+echo "no findings; corpus grew to $(ls "$run_req" | wc -l) inputs"

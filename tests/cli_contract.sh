@@ -132,6 +132,10 @@ fails_with "malformed --tokens" "not a comma-separated list" "$bin" run --model 
 fails_with "oversize prompt" "does not fit the context" "$bin" run --model "$model" --tokens 1,2,3,4 --n 4 --ctx 6
 fails_with "unknown option" "unknown option" "$bin" run --model "$model" --bogus
 fails_with "unknown command" "unknown command" "$bin" frobnicate
+fails_with "serve: --parallel 0" "--parallel must be 1 to 256" "$bin" serve --model "$model" --parallel 0
+fails_with "serve: a bad --port" "--port must be at most 65535" "$bin" serve --model "$model" --port 70000
+fails_with "serve: an unknown flag" "--bogus" "$bin" serve --bogus
+fails_with "serve: a --host that is not an address" "--host not-a-host.invalid" "$bin" serve --model "$model" --host not-a-host.invalid --port 0
 fails_with "unknown preset" "unknown preset" "$bin" mkmodel --preset huge --out "$tmp/x.gguf"
 fails_with "inconsistent dimensions" "head_count_kv" "$bin" mkmodel --preset tiny --kv-heads 3 --out "$tmp/x.gguf"
 

@@ -117,16 +117,16 @@ static void test_options(void **state) {
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
     json_t *null_tools = json_null();
     char *a = NULL, *b = NULL;
-    assert_int_equal(chat_render(msgs, NULL, (chat_options){true, true}, &a), 0);
-    assert_int_equal(chat_render(msgs, null_tools, (chat_options){true, true}, &b), 0);
+    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = true}, &a), 0);
+    assert_int_equal(chat_render(msgs, null_tools, (chat_options){.add_generation_prompt = true, .enable_thinking = true}, &b), 0);
     assert_string_equal(a, b);
     assert_string_equal(a, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     free(a);
     free(b);
-    assert_int_equal(chat_render(msgs, NULL, (chat_options){true, false}, &a), 0);
+    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = false}, &a), 0);
     assert_string_equal(a, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
     free(a);
-    assert_int_equal(chat_render(msgs, NULL, (chat_options){false, false}, &a), 0);
+    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = false, .enable_thinking = false}, &a), 0);
     assert_string_equal(a, "<|im_start|>user\nhi<|im_end|>\n");
     free(a);
     json_decref(msgs);
@@ -183,6 +183,38 @@ static const struct {
     {"[{\"role\":\"user\",\"content\":\"x\"}]", "\"tools\"", "tools: expected an array, got a string"},
 };
 
+/* as_generated: with thinking off every assistant turn keeps the empty think block it was
+ * generated after, so turn N's prompt extends turn N-1's prompt + reply token for token;
+ * preserve_reasoning keeps reasoning before the last query; both off is the template. */
+static void test_history_as_generated(void **state) {
+    (void)state;
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"q1\"},"
+                              "{\"role\":\"assistant\",\"content\":\"a1\",\"reasoning_content\":\"r1\"},"
+                              "{\"role\":\"user\",\"content\":\"q2\"}]", 0, NULL);
+    assert_non_null(msgs);
+    char *turn1 = NULL, *turn2 = NULL, *plain = NULL, *kept = NULL;
+    json_t *first = json_array();
+    json_array_append(first, json_array_get(msgs, 0));
+    chat_options off = {.add_generation_prompt = true, .as_generated = true};
+    assert_int_equal(chat_render(first, NULL, off, &turn1), 0);
+    assert_int_equal(chat_render(msgs, NULL, off, &turn2), 0);
+    /* turn 2 = turn 1's prompt + the reply as generated + the new message */
+    size_t n1 = strlen(turn1);
+    assert_memory_equal(turn2, turn1, n1);
+    assert_true(!strncmp(turn2 + n1, "a1<|im_end|>\n<|im_start|>user\nq2", 30));
+    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true}, &plain), 0);
+    assert_non_null(strstr(plain, "<|im_start|>assistant\na1<|im_end|>")); /* the template drops the block */
+    chat_options pr = {.add_generation_prompt = true, .enable_thinking = true, .preserve_reasoning = true};
+    assert_int_equal(chat_render(msgs, NULL, pr, &kept), 0);
+    assert_non_null(strstr(kept, "<|im_start|>assistant\n<think>\nr1\n</think>\n\na1<|im_end|>"));
+    free(turn1);
+    free(turn2);
+    free(plain);
+    free(kept);
+    json_decref(first);
+    json_decref(msgs);
+}
+
 static void test_malformed(void **state) {
     (void)state;
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -192,7 +224,7 @@ static void test_malformed(void **state) {
         json_t *t = bad[i].tools ? json_loads(bad[i].tools, JSON_DECODE_ANY, &err) : NULL;
         char *out = (char *)"untouched";
         cd_errclear();
-        int rc = chat_render(m, t, (chat_options){true, true}, &out);
+        int rc = chat_render(m, t, (chat_options){.add_generation_prompt = true, .enable_thinking = true}, &out);
         if (rc != -1) fail_msg("bad[%zu] rendered: %s", i, rc == 0 ? out : "?");
         assert_null(out);
         if (!strstr(cd_errmsg(), bad[i].error))
@@ -400,6 +432,7 @@ int main(void) {
         cmocka_unit_test(test_template_unchanged),
         cmocka_unit_test(test_assistant_null_content),
         cmocka_unit_test(test_options),
+        cmocka_unit_test(test_history_as_generated),
         cmocka_unit_test(test_malformed),
         cmocka_unit_test(test_tojson_depth),
         cmocka_unit_test(test_tojson),

@@ -8,6 +8,7 @@
     X(mkmodel, "write a synthetic qwen3moe GGUF model (presets: tiny, small, qwen3-30b-a3b)") \
     X(run, "generate from a prompt and print text and timings")                 \
     X(chat, "multi-turn chat REPL with the prefix cache; per-turn cache hits and timings") \
+    X(serve, "OpenAI-compatible HTTP server (chat, completions, streaming) with continuous batching") \
     X(bench, "prefill and decode throughput on the GPU (pp512 / tg128 by default)")
 
 #define X(name, help) int cmd_##name(int argc, char **argv);

@@ -3,11 +3,12 @@
  * prompt starts with turn N-1's prompt up to the previous assistant reply, which is what lets
  * the prefix cache serve the history instead of prefilling it again.
  *
- * A detail of the Qwen3 template decides how far that reuse reaches: with thinking off, the
- * generation prompt ends in an empty "<think>\n\n</think>\n\n" block, but an earlier assistant
- * message is rendered without it, so the cached prefix of turn N ends at turn N-1's
- * "<|im_start|>assistant\n" and the reply's tokens are prefilled once more (a few tokens; the
- * long history before them is served from the cache). */
+ * A detail of the Qwen3 template would stop that reuse at turn N-1's "<|im_start|>assistant\n":
+ * with thinking off, the generation prompt ends in an empty "<think>\n\n</think>\n\n" block, but
+ * the template renders an earlier assistant message without it, so the reply would be prefilled
+ * once more. The history is therefore rendered as generated (chat_options.as_generated): the
+ * assistant turn keeps the block, and turn N is served from the cache up to turn N-1's last
+ * generated token. */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>

@@ -79,6 +79,26 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     return 0;
 }
 
+void engine_cache_info_get(const engine *e, engine_cache_info *o) {
+    const kv_pages *p = &e->g.pages;
+    *o = (engine_cache_info){.gpu_pages = p->n_pages, .gpu_free = kv_pages_free_count(p), .page_tokens = e->g.page_tokens};
+    if (e->cache_on) {
+        const radix_stats *t = &e->cache.tree.stats;
+        o->gpu_pinned = (uint32_t)t->pinned_pages;
+        o->gpu_cached = (uint32_t)(t->pages - t->pinned_pages);
+        o->nodes = t->nodes;
+        o->index_bytes = t->bytes;
+        o->host_cached = (uint32_t)(t->host_slots - t->pinned_host_slots);
+        o->host_pinned = (uint32_t)t->pinned_host_slots;
+    }
+    uint32_t held = o->gpu_free + o->gpu_cached + o->gpu_pinned;
+    o->gpu_private = o->gpu_pages > held ? o->gpu_pages - held : 0;
+    if (e->cache.host) {
+        o->host_slots = e->cache.host->n_slots;
+        o->host_free = kv_host_free_count(e->cache.host);
+    }
+}
+
 void engine_free(engine *e) {
     while (e->n_reqs) { /* requests not handed back: pins and pages go back first */
         uint32_t h = e->reqs[0]->handle;

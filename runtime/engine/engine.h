@@ -75,6 +75,19 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     double disk_read_ms, disk_write_ms;
 } engine_stats;
 
+/* The KV pages and the cache's index now, for a front end's gauges (/metrics, /v1/cache). */
+typedef struct engine_cache_info {
+    uint32_t gpu_pages;        /* the pool */
+    uint32_t gpu_free;         /* on the free list */
+    uint32_t gpu_cached;       /* held by the cache's index, not pinned (evictable) */
+    uint32_t gpu_pinned;       /* held by the index and pinned by a running request */
+    uint32_t gpu_private;      /* held only by running requests (not yet committed) */
+    uint32_t host_slots, host_free, host_cached, host_pinned; /* the host tier (0 without one) */
+    uint64_t nodes;            /* the index's nodes, both tiers */
+    uint64_t index_bytes;      /* heap bytes of the index */
+    uint32_t page_tokens;
+} engine_cache_info;
+
 struct engine_req; /* a submitted request (engine.c) */
 
 typedef struct engine {
@@ -165,6 +178,7 @@ int engine_poll(engine *e, uint32_t handle, engine_reply *r);
  * the reply (finish: cancelled) is still polled. -1 for an unknown handle. */
 int engine_cancel(engine *e, uint32_t handle);
 uint32_t engine_running(const engine *e);
+void engine_cache_info_get(const engine *e, engine_cache_info *out);
 uint32_t engine_waiting(const engine *e);
 
 /* One request start to end (submit, step until it finishes, poll); -1 if it failed. */

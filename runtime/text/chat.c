@@ -225,7 +225,7 @@ static size_t find_last_query(const message *ms, size_t n) {
     return n - 1;
 }
 
-static int render_assistant(sbuf *b, const message *m, bool after_last_query, bool is_last) {
+static int render_assistant(sbuf *b, const message *m, chat_options opt, bool after_last_query, bool is_last) {
     slice content = m->content, reasoning = LIT("");
     if (m->has_reasoning) {
         reasoning = m->reasoning;
@@ -235,9 +235,10 @@ static int render_assistant(sbuf *b, const message *m, bool after_last_query, bo
         reasoning = lstrip_nl(after_last(rstrip_nl(before_first(full, LIT("</think>"))), LIT("<think>")));
     }
     puts_(b, "<|im_start|>assistant\n");
-    if (after_last_query && (is_last || reasoning.n > 0)) {
+    bool keep = (after_last_query || opt.preserve_reasoning) && (is_last || reasoning.n > 0);
+    if (keep || (opt.as_generated && !opt.enable_thinking)) {
         puts_(b, "<think>\n");
-        put(b, strip_nl(reasoning));
+        if (keep) put(b, strip_nl(reasoning));
         puts_(b, "\n</think>\n\n");
         put(b, lstrip_nl(content));
     } else {
@@ -292,7 +293,7 @@ int chat_render(const json_t *messages, const json_t *tools, chat_options opt, c
             put(&b, m->content);
             puts_(&b, "<|im_end|>\n");
             break;
-        case ROLE_ASSISTANT: rc = render_assistant(&b, m, i > last_query, i == n - 1); break;
+        case ROLE_ASSISTANT: rc = render_assistant(&b, m, opt, i > last_query, i == n - 1); break;
         case ROLE_TOOL:
             if (i == 0 || ms[i - 1].role != ROLE_TOOL) puts_(&b, "<|im_start|>user");
             puts_(&b, "\n<tool_response>\n");

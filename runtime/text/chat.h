@@ -14,6 +14,15 @@
 typedef struct chat_options {
     bool add_generation_prompt;
     bool enable_thinking; /* false appends the empty <think></think> block */
+    /* Departures from the template, for prefix reuse (docs/CHAT_TEMPLATE.md, "Rendering history
+     * as generated"); both off = byte-identical to the template:
+     *   as_generated: with enable_thinking false, every assistant turn is rendered as the model
+     *     generated it after the generation prompt, "<think>\n\n</think>\n\n" + content, instead
+     *     of the template's bare content, so the next turn's prompt continues the cached tokens;
+     *   preserve_reasoning: assistant turns keep their reasoning_content wherever they are (the
+     *     template drops it before the last user query), as llama.cpp's and SGLang's options do. */
+    bool as_generated;
+    bool preserve_reasoning;
 } chat_options;
 
 /* Renders to a malloc'd string. -1 with a message for malformed messages. */

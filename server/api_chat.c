@@ -1,0 +1,201 @@
+/* POST /v1/chat/completions and /v1/completions: request -> prompt ids -> a job -> a reply in
+ * OpenAI's shape, whole or streamed as Server-Sent Events. */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/base/error.h"
+#include "runtime/text/reply_stream.h"
+#include "runtime/text/toolcall.h"
+#include "server/api_generate.h"
+
+/* ---- replies ---- */
+
+typedef struct reply_ctx {
+    server *s;
+    job *j;
+    struct MHD_Connection *c;
+    bool chat, include_usage, sent_role, tool_calls;
+    char id[48];
+    json_int_t created;
+    reply_stream rs;  /* chat */
+    char call_prefix[80]; /* tool call ids: call_<id>_<index> (rs borrows it) */
+    size_t seen;      /* bytes of the job's stable text already turned into chunks */
+} reply_ctx;
+
+static json_t *chunk(const reply_ctx *x, json_t *delta, const char *finish) {
+    json_t *ch = x->chat ? json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason", finish)
+                         : json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text", delta, "logprobs", "finish_reason", finish);
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", x->id, "object",
+                     x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
+                     x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", ch);
+}
+
+/* The whole reply text: the forced start of a tool call, then what was generated. */
+static char *full_text(const job *j, const char *gen, size_t len, size_t *n) {
+    size_t f = j->forced ? strlen(j->forced) : 0;
+    char *t = malloc(f + len + 1);
+    if (!t) return NULL;
+    if (f) memcpy(t, j->forced, f);
+    memcpy(t + f, gen, len);
+    t[f + len] = 0;
+    *n = f + len;
+    return t;
+}
+
+static int stream_deltas(reply_ctx *x, const char *gen, size_t len, bool done, char **out, size_t *olen, size_t *cap) {
+    if (!x->chat) {
+        if (len <= x->seen) return 0;
+        json_t *t = json_stringn(gen + x->seen, len - x->seen);
+        return sse_event(out, olen, cap, chunk(x, t, NULL));
+    }
+    size_t n;
+    char *full = full_text(x->j, gen, len, &n);
+    json_t *deltas = json_array();
+    int rc = full && deltas ? reply_stream_feed(&x->rs, full, n, done, deltas) : -1;
+    free(full);
+    size_t i;
+    json_t *d;
+    json_array_foreach(deltas, i, d) {
+        if (json_object_get(d, "tool_calls")) x->tool_calls = true;
+        if (!rc) rc = sse_event(out, olen, cap, chunk(x, json_incref(d), NULL));
+    }
+    json_decref(deltas);
+    return rc;
+}
+
+static int stream_end(reply_ctx *x, char **out, size_t *len, size_t *cap) {
+    job *j = x->j;
+    const char *fr = api_finish_reason(j);
+    if (!fr) { /* failed or cancelled: an error event, as OpenAI's stream does */
+        json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", j->err[0] ? j->err : "the request was cancelled",
+                              "type", "server_error");
+        return sse_event(out, len, cap, e) || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
+    }
+    if (x->tool_calls && j->out.finish == JOB_STOP) fr = "tool_calls";
+    int rc = sse_event(out, len, cap, chunk(x, x->chat ? json_object() : json_string(""), fr));
+    if (!rc && x->include_usage) {
+        json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", x->id, "object",
+                              x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
+                              x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", "usage", api_usage(j));
+        rc = sse_event(out, len, cap, u);
+    }
+    return rc || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
+}
+
+static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
+    reply_ctx *x = ctx;
+    if (x->chat && !x->sent_role) {
+        x->sent_role = true;
+        return sse_event(out, len, cap, chunk(x, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL)) ? -1 : 1;
+    }
+    char *text;
+    size_t n;
+    bool done;
+    if (!api_wait_text(x->s, x->j, x->c, x->seen, &text, &n, &done)) return -1; /* the client left */
+    if (!text) return 1;
+    int rc = stream_deltas(x, text, n, done, out, len, cap);
+    free(text);
+    x->seen = n;
+    if (rc) return -1;
+    if (!done) return 1;
+    return stream_end(x, out, len, cap) ? -1 : 0;
+}
+
+static void reply_done(void *ctx) {
+    reply_ctx *x = ctx;
+    pthread_mutex_lock(&x->s->b.mu);
+    bool running = x->j->state != JOB_DONE;
+    pthread_mutex_unlock(&x->s->b.mu);
+    if (running) bridge_cancel(&x->s->b, x->j); /* the client left before the end */
+    pthread_mutex_lock(&x->s->b.mu);
+    job_unref(x->j);
+    pthread_mutex_unlock(&x->s->b.mu);
+    if (x->chat) reply_stream_free(&x->rs);
+    free(x);
+}
+
+/* The whole reply as one JSON object (the job is done). */
+static json_t *whole_reply(const reply_ctx *x) {
+    const job *j = x->j;
+    const char *fr = api_finish_reason(j);
+    json_t *choice;
+    if (x->chat) {
+        size_t n;
+        char *full = full_text(j, j->text ? j->text : "", j->len, &n);
+        json_t *msg = NULL;
+        if (!full || toolcall_parse(full, n, &msg)) {
+            free(full);
+            return NULL;
+        }
+        free(full);
+        json_t *calls = json_object_get(msg, "tool_calls");
+        size_t i;
+        json_t *c;
+        json_array_foreach(calls, i, c) {
+            char id[100];
+            snprintf(id, sizeof id, "%s%zu", x->call_prefix, i);
+            json_object_set_new(c, "id", json_string(id));
+        }
+        if (json_array_size(calls) && j->out.finish == JOB_STOP) fr = "tool_calls";
+        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", fr);
+    } else {
+        choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", j->text ? j->text : "", j->len, "logprobs",
+                           "finish_reason", fr);
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", x->id, "object",
+                     x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
+                     "system_fingerprint", x->s->fingerprint, "choices", choice, "usage", api_usage(j));
+}
+
+/* Submits j and answers: streamed, or whole once done. Takes the caller's reference to j. */
+static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared *p) {
+    job *j = p->j;
+    bool chat = p->chat;
+    api_err e;
+    if (api_submit(s, j, &e)) {
+        j->refs = 1;
+        job_unref(j);
+        bridge_count_rejected(&s->b);
+        return api_reply_err(r->c, &e);
+    }
+    reply_ctx *x = calloc(1, sizeof *x);
+    if (!x) { /* cannot answer: cancel and let go */
+        bridge_cancel(&s->b, j);
+        pthread_mutex_lock(&s->b.mu);
+        job_unref(j);
+        pthread_mutex_unlock(&s->b.mu);
+        return MHD_NO;
+    }
+    *x = (reply_ctx){.s = s, .j = j, .c = r->c, .chat = chat, .include_usage = p->include_usage, .created = time(NULL)};
+    api_new_id(s, chat ? "chatcmpl-" : "cmpl-", x->id, sizeof x->id);
+    if (chat) {
+        snprintf(x->call_prefix, sizeof x->call_prefix, "call_%s_", x->id);
+        reply_stream_init(&x->rs, x->call_prefix);
+    }
+    if (p->stream) return http_sse(r->c, (http_stream){.produce = produce, .done = reply_done, .ctx = x});
+    api_wait_done(s, j, r->c);
+    enum MHD_Result rc;
+    if (j->err_status) rc = http_error(r->c, j->err_status, NULL, "%s", j->err);
+    else if (j->out.finish == JOB_CANCELLED) rc = http_error(r->c, 500, NULL, "the request was cancelled");
+    else {
+        json_t *body = whole_reply(x);
+        rc = body ? http_json(r->c, 200, body) : http_error(r->c, 500, NULL, "could not build the reply: %s", cd_errmsg());
+    }
+    reply_done(x);
+    return rc;
+}
+
+static enum MHD_Result generate(server *s, const http_req *r, bool chat) {
+    api_err e = {0};
+    api_prepared p;
+    uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)atomic_fetch_add(&s->next_id, 1) << 32; /* unseeded: differs per request */
+    if (api_prepare(&s->model, chat, r->body, r->len, seed, &p, &e)) {
+        bridge_count_rejected(&s->b);
+        return api_reply_err(r->c, &e);
+    }
+    return run_job(s, r, &p);
+}
+
+enum MHD_Result api_chat_completions(server *s, const http_req *r) { return generate(s, r, true); }
+enum MHD_Result api_completions(server *s, const http_req *r) { return generate(s, r, false); }

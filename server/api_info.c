@@ -1,0 +1,103 @@
+/* GET /health, /v1/models, /metrics (Prometheus text) and /v1/cache (the same as JSON). All read
+ * the bridge's snapshot, never the engine (it belongs to the engine thread). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/http.h"
+
+static bool is_ready(server *s) {
+    pthread_mutex_lock(&s->b.mu);
+    bool r = s->b.ready;
+    pthread_mutex_unlock(&s->b.mu);
+    return r;
+}
+
+static bridge_snapshot snapshot(server *s) {
+    pthread_mutex_lock(&s->b.mu);
+    bridge_snapshot v = s->b.snap;
+    pthread_mutex_unlock(&s->b.mu);
+    return v;
+}
+
+enum MHD_Result api_health(server *s, const http_req *r) {
+    bool ok = is_ready(s);
+    return http_json(r->c, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "loading"));
+}
+
+enum MHD_Result api_models(server *s, const http_req *r) {
+    json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_name, "object", "model", "created", (json_int_t)time(NULL),
+                          "owned_by", "cinder");
+    return http_json(r->c, 200, json_pack("{s:s, s:[o]}", "object", "list", "data", m));
+}
+
+static int hist(char **o, size_t *n, size_t *cap, const char *name, const char *help, const histogram *h) {
+    int rc = buf_printf(o, n, cap, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int i = 0; i < HIST_BUCKETS && !rc; i++)
+        rc = buf_printf(o, n, cap, "%s_bucket{le=\"%g\"} %llu\n", name, hist_bounds[i], (unsigned long long)h->count[i]);
+    return rc || buf_printf(o, n, cap, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name,
+                            (unsigned long long)h->count[HIST_BUCKETS], name, h->sum, name, (unsigned long long)h->n);
+}
+
+static int counter(char **o, size_t *n, size_t *cap, const char *type, const char *name, const char *help, uint64_t v) {
+    return buf_printf(o, n, cap, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, (unsigned long long)v);
+}
+
+enum MHD_Result api_metrics(server *s, const http_req *r) {
+    bridge_snapshot v = snapshot(s);
+    const engine_stats *st = &v.stats;
+    const engine_cache_info *c = &v.cache;
+    char *o = NULL;
+    size_t n = 0, cap = 0;
+    int rc = buf_printf(&o, &n, &cap,
+                        "# HELP cinder_requests_total Requests answered, by outcome.\n# TYPE cinder_requests_total counter\n"
+                        "cinder_requests_total{status=\"ok\"} %llu\ncinder_requests_total{status=\"length\"} %llu\n"
+                        "cinder_requests_total{status=\"cancelled\"} %llu\ncinder_requests_total{status=\"error\"} %llu\n"
+                        "cinder_requests_total{status=\"rejected\"} %llu\n",
+                        (unsigned long long)v.req_ok, (unsigned long long)v.req_length, (unsigned long long)v.req_cancelled,
+                        (unsigned long long)v.req_error, (unsigned long long)v.req_rejected);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_prompt_tokens_total", "Prompt tokens of requests run.", st->prompt_tokens);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_generated_tokens_total", "Tokens generated.", st->generated_tokens);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_prefix_cache_queries_tokens_total",
+                       "Prompt tokens looked up in the prefix cache.", st->prompt_tokens);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_prefix_cache_hit_tokens_total",
+                       "Prompt tokens served from the prefix cache (all tiers).", st->cached_tokens);
+    rc = rc || counter(&o, &n, &cap, "gauge", "cinder_requests_running", "Requests on the GPU now.", v.running);
+    rc = rc || counter(&o, &n, &cap, "gauge", "cinder_requests_waiting", "Requests waiting for a slot.", v.waiting + v.queued);
+    rc = rc || buf_printf(&o, &n, &cap,
+                          "# HELP cinder_kv_pages KV pages by tier and state.\n# TYPE cinder_kv_pages gauge\n"
+                          "cinder_kv_pages{tier=\"gpu\",state=\"free\"} %u\ncinder_kv_pages{tier=\"gpu\",state=\"cached\"} %u\n"
+                          "cinder_kv_pages{tier=\"gpu\",state=\"pinned\"} %u\ncinder_kv_pages{tier=\"gpu\",state=\"private\"} %u\n"
+                          "cinder_kv_pages{tier=\"host\",state=\"free\"} %u\ncinder_kv_pages{tier=\"host\",state=\"cached\"} %u\n"
+                          "cinder_kv_pages{tier=\"host\",state=\"pinned\"} %u\n",
+                          c->gpu_free, c->gpu_cached, c->gpu_pinned, c->gpu_private, c->host_free, c->host_cached,
+                          c->host_pinned);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_evicted_pages_total", "GPU pages the cache gave up.", st->evicted_pages);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_demoted_pages_total", "GPU pages saved to the host tier.", st->demoted_pages);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_restored_pages_total", "GPU pages filled from the host tier.", st->restored_pages);
+    rc = rc || hist(&o, &n, &cap, "cinder_ttft_seconds", "Time to first token.", &v.ttft);
+    rc = rc || hist(&o, &n, &cap, "cinder_inter_token_seconds", "Time between two tokens of a request.", &v.itl);
+    rc = rc || hist(&o, &n, &cap, "cinder_e2e_seconds", "Submit to the last token.", &v.e2e);
+    if (rc) {
+        free(o);
+        return http_error(r->c, 500, NULL, "out of memory");
+    }
+    return http_text(r->c, 200, "text/plain; version=0.0.4", o);
+}
+
+enum MHD_Result api_cache(server *s, const http_req *r) {
+    bridge_snapshot v = snapshot(s);
+    const engine_cache_info *c = &v.cache;
+    const engine_stats *st = &v.stats;
+    json_t *j = json_pack("{s:{s:i, s:i, s:i, s:i, s:i}, s:{s:i, s:i, s:i, s:i}, s:I, s:I, s:i, s:i, s:i, s:I, s:I, s:I, s:I, "
+                          "s:I, s:I}",
+                          "gpu", "pages", c->gpu_pages, "free", c->gpu_free, "cached", c->gpu_cached, "pinned", c->gpu_pinned,
+                          "private", c->gpu_private, "host", "slots", c->host_slots, "free", c->host_free, "cached",
+                          c->host_cached, "pinned", c->host_pinned, "nodes", (json_int_t)c->nodes, "index_bytes",
+                          (json_int_t)c->index_bytes, "page_tokens", c->page_tokens, "running", v.running, "waiting",
+                          v.waiting + v.queued, "requests", (json_int_t)st->requests, "prompt_tokens",
+                          (json_int_t)st->prompt_tokens, "hit_tokens", (json_int_t)st->cached_tokens, "generated_tokens",
+                          (json_int_t)st->generated_tokens, "evicted_pages", (json_int_t)st->evicted_pages, "dedup_tokens",
+                          (json_int_t)st->dedup_tokens);
+    return http_json(r->c, 200, j);
+}

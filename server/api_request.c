@@ -1,0 +1,321 @@
+/* Request bodies of /v1/chat/completions and /v1/completions to jobs: typed fields, the chat
+ * template, tool_choice, tokenizing, the context check. No HTTP here (fuzzed alone:
+ * tests/fuzz/fuzz_request.c). */
+#include "server/api_request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/text/chat.h"
+
+int api_fail(api_err *e, unsigned status, const char *param, const char *fmt, ...) {
+    e->status = status;
+    e->param = param;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* ---- typed fields: absent or null leaves *out as it is ---- */
+
+static int num_field(const json_t *o, const char *key, double lo, double hi, double *out, api_err *e) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_number(v)) return api_fail(e, 400, key, "%s must be a number", key);
+    double x = json_number_value(v);
+    if (!(x >= lo && x <= hi)) return api_fail(e, 400, key, "%s must be between %g and %g", key, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int int_field(const json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out, api_err *e) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_integer(v)) return api_fail(e, 400, key, "%s must be an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > hi) return api_fail(e, 400, key, "%s must be between %lld and %lld", key, (long long)lo, (long long)hi);
+    *out = x;
+    return 0;
+}
+
+static int bool_field(const json_t *o, const char *key, bool *out, api_err *e) {
+    const json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_boolean(v)) return api_fail(e, 400, key, "%s must be true or false", key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+static int stop_field(const json_t *o, gen_params *g, api_err *e) {
+    const json_t *v = json_object_get(o, "stop");
+    if (!v || json_is_null(v)) return 0;
+    if (json_is_string(v)) v = json_pack("[O]", v);
+    else if (json_is_array(v)) json_incref((json_t *)v);
+    else return api_fail(e, 400, "stop", "stop must be a string or an array of strings");
+    int rc = 0;
+    size_t i;
+    json_t *s;
+    json_array_foreach(v, i, s) {
+        if (i >= JOB_MAX_STOP) { rc = api_fail(e, 400, "stop", "stop has more than %d strings", JOB_MAX_STOP); break; }
+        if (!json_is_string(s) || !json_string_length(s) || json_string_length(s) > 256) {
+            rc = api_fail(e, 400, "stop", "stop must hold non-empty strings of at most 256 bytes");
+            break;
+        }
+        if (!(g->stop[g->n_stop] = strdup(json_string_value(s)))) { rc = api_fail(e, 500, NULL, "out of memory"); break; }
+        g->n_stop++;
+    }
+    json_decref((json_t *)v);
+    return rc;
+}
+
+static int gen_params_parse(const json_t *b, uint64_t seed_default, gen_params *g, api_err *e) {
+    *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}};
+    double temp = g->sp.temperature, top_p = g->sp.top_p;
+    int64_t top_k = g->sp.top_k, seed = -1, n = 1, max_tokens = 0;
+    bool has_mct = json_object_get(b, "max_completion_tokens") && !json_is_null(json_object_get(b, "max_completion_tokens"));
+    if (int_field(b, has_mct ? "max_completion_tokens" : "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
+        num_field(b, "temperature", 0, 2, &temp, e) || num_field(b, "top_p", 0, 1, &top_p, e) ||
+        int_field(b, "top_k", -1, INT32_MAX, &top_k, e) || int_field(b, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
+        int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e))
+        return -1;
+    if (n != 1) return api_fail(e, 400, "n", "n must be 1 (one choice per request)");
+    const json_t *so = json_object_get(b, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so)) return api_fail(e, 400, "stream_options", "stream_options must be an object");
+        if (bool_field(so, "include_usage", &g->include_usage, e)) return e->param = "stream_options.include_usage", -1;
+    }
+    g->max_tokens = max_tokens;
+    g->sp.temperature = (float)temp;
+    g->sp.top_p = top_p > 0 ? (float)top_p : 1e-6f; /* 0 keeps the most likely token, as greedy */
+    g->sp.top_k = (int32_t)top_k;
+    if (seed != -1) g->sp.seed = (uint64_t)seed;
+    return 0;
+}
+
+static void gen_params_free(gen_params *g) {
+    for (uint32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    g->n_stop = 0;
+}
+
+static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, job **out, api_err *e) {
+    *out = NULL;
+    if (n == 0) {
+        free(ids);
+        return api_fail(e, 400, NULL, "the prompt is empty");
+    }
+    if (n >= s->n_ctx) {
+        free(ids);
+        return api_fail(e, 400, NULL, "the prompt has %zu tokens; the context holds %u (prompt + at least one generated token)",
+                        n, s->n_ctx);
+    }
+    job *j = job_new();
+    if (!j) {
+        free(ids);
+        return api_fail(e, 500, NULL, "out of memory");
+    }
+    uint32_t room = s->n_ctx - (uint32_t)n;
+    j->ids = ids;
+    j->n_ids = (uint32_t)n;
+    j->max_tokens = g->max_tokens && g->max_tokens < room ? (uint32_t)g->max_tokens : room;
+    j->sp = g->sp;
+    memcpy(j->stop, g->stop, sizeof g->stop);
+    j->n_stop = g->n_stop;
+    g->n_stop = 0;
+    *out = j;
+    return 0;
+}
+
+/* ---- the prompt of a chat request ---- */
+
+typedef struct chat_req {
+    gen_params g;
+    const json_t *messages, *tools; /* borrowed from the body; tools NULL when none are offered */
+    bool thinking;
+    char *forced; /* the start of a tool call the request's tool_choice demands, or NULL */
+} chat_req;
+
+static bool offered(const json_t *tools, const char *name) {
+    size_t i;
+    json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *tn = NULL;
+        if (!json_unpack(t, "{s:{s:s}}", "function", "name", &tn) && !strcmp(tn, name)) return true;
+    }
+    return false;
+}
+
+/* tool_choice: "auto" (default), "none" (the tools are not shown), "required" (the reply starts
+ * with a tool call), {"type": "function", "function": {"name": N}} (a call of N). The model has
+ * no grammar to obey here: a forced choice is the start of the call written into the prompt,
+ * the same text the model would have generated, so the rest is its own. */
+static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
+    const json_t *tc = json_object_get(body, "tool_choice");
+    if (!tc || json_is_null(tc)) return 0;
+    const char *mode = json_string_value(tc), *name = NULL;
+    if (mode && !strcmp(mode, "auto")) return 0;
+    if (mode && !strcmp(mode, "none")) {
+        q->tools = NULL;
+        return 0;
+    }
+    if (mode && !strcmp(mode, "required")) {
+        q->forced = strdup("<tool_call>\n");
+    } else if (!mode && !json_unpack((json_t *)tc, "{s:{s:s}}", "function", "name", &name)) {
+        json_t *js = json_string(name);
+        char *quoted = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
+        json_decref(js);
+        size_t n = quoted ? strlen(quoted) + 64 : 0;
+        if (quoted && (q->forced = malloc(n))) snprintf(q->forced, n, "<tool_call>\n{\"name\": %s, \"arguments\": ", quoted);
+        free(quoted);
+    } else {
+        return api_fail(e, 400, "tool_choice",
+                        "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    if (!q->forced) return api_fail(e, 500, NULL, "out of memory");
+    if (!q->tools) return api_fail(e, 400, "tool_choice", "tool_choice asks for a tool call but no tools are given");
+    if (name && !offered(q->tools, name)) return api_fail(e, 400, "tool_choice", "tool_choice names %s, which is not in tools", name);
+    return 0;
+}
+
+/* OpenAI lets a message's content be an array of parts; the template takes a string. Text parts
+ * are joined in order (as llama-server does); any other part is refused by name. In place: the
+ * body is the request's own. */
+static int flatten_content(json_t *messages, api_err *e) {
+    size_t i, k;
+    json_t *m, *part;
+    json_array_foreach(messages, i, m) {
+        json_t *parts = json_is_object(m) ? json_object_get(m, "content") : NULL;
+        if (!json_is_array(parts)) continue;
+        char *text = NULL;
+        size_t len = 0;
+        json_array_foreach(parts, k, part) {
+            const char *type = json_string_value(json_object_get(part, "type"));
+            json_t *t = json_object_get(part, "text");
+            if (!type || strcmp(type, "text") || !json_is_string(t)) {
+                free(text);
+                return api_fail(e, 400, "messages", "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported",
+                                i, k);
+            }
+            size_t n = json_string_length(t);
+            char *grown = realloc(text, len + n + 1);
+            if (!grown) {
+                free(text);
+                return api_fail(e, 500, NULL, "out of memory");
+            }
+            text = grown;
+            memcpy(text + len, json_string_value(t), n);
+            len += n;
+        }
+        json_t *joined = json_stringn(text ? text : "", len);
+        free(text);
+        if (!joined || json_object_set_new(m, "content", joined)) return api_fail(e, 500, NULL, "out of memory");
+    }
+    return 0;
+}
+
+static int parse_chat(const json_t *body, uint64_t seed, chat_req *q, api_err *e) {
+    *q = (chat_req){0};
+    if (gen_params_parse(body, seed, &q->g, e)) return -1;
+    q->messages = json_object_get(body, "messages");
+    if (!json_is_array(q->messages) || !json_array_size(q->messages))
+        return api_fail(e, 400, "messages", "messages must be a non-empty array of messages");
+    if (flatten_content((json_t *)q->messages, e)) return -1;
+    const json_t *tools = json_object_get(body, "tools");
+    if (tools && !json_is_null(tools) && !json_is_array(tools)) return api_fail(e, 400, "tools", "tools must be an array");
+    q->tools = json_is_array(tools) && json_array_size(tools) ? tools : NULL;
+    const json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (kw && !json_is_null(kw)) {
+        if (!json_is_object(kw)) return api_fail(e, 400, "chat_template_kwargs", "chat_template_kwargs must be an object");
+        const json_t *th = json_object_get(kw, "enable_thinking");
+        if (th && !json_is_boolean(th)) return api_fail(e, 400, "chat_template_kwargs.enable_thinking", "enable_thinking must be true or false");
+        q->thinking = json_is_true(th);
+    }
+    return tool_choice(body, q, e);
+}
+
+static void chat_req_free(chat_req *q) {
+    gen_params_free(&q->g);
+    free(q->forced);
+}
+
+/* The rendered, tokenized prompt (the forced start of a tool call included). */
+static int chat_prompt(const api_model *s, const chat_req *q, int32_t **ids, size_t *n, api_err *e) {
+    char *text = NULL;
+    chat_options opt = {.add_generation_prompt = true, .enable_thinking = q->thinking,
+                        .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning};
+    if (chat_render(q->messages, q->tools, opt, &text)) return api_fail(e, 400, "messages", "%s", cd_errmsg());
+    if (q->forced) {
+        size_t a = strlen(text), b = strlen(q->forced);
+        char *t = realloc(text, a + b + 1);
+        if (!t) { free(text); return api_fail(e, 500, NULL, "out of memory"); }
+        memcpy(t + a, q->forced, b + 1);
+        text = t;
+    }
+    int rc = tok_encode(s->tok, text, strlen(text), true, ids, n);
+    free(text);
+    return rc ? api_fail(e, 400, "messages", "%s", cd_errmsg()) : 0;
+}
+
+/* "prompt": a string (tokenized with special tokens parsed, as llama-server does) or an array of
+ * token ids. */
+static int completion_prompt(const api_model *s, const json_t *body, int32_t **ids, size_t *n, api_err *e) {
+    const json_t *p = json_object_get(body, "prompt");
+    if (json_is_string(p)) {
+        if (tok_encode(s->tok, json_string_value(p), json_string_length(p), true, ids, n))
+            return api_fail(e, 400, "prompt", "%s", cd_errmsg());
+        return 0;
+    }
+    if (!json_is_array(p) || !json_array_size(p))
+        return api_fail(e, 400, "prompt", "prompt must be a string or a non-empty array of token ids");
+    *n = json_array_size(p);
+    if (!(*ids = malloc(*n * sizeof **ids))) return api_fail(e, 500, NULL, "out of memory");
+    int32_t vocab = tok_n_vocab(s->tok);
+    for (size_t i = 0; i < *n; i++) {
+        const json_t *v = json_array_get(p, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
+            free(*ids);
+            *ids = NULL;
+            return api_fail(e, 400, "prompt", "prompt[%zu] is not a token id (0 to %d)", i, vocab - 1);
+        }
+        (*ids)[i] = (int32_t)json_integer_value(v);
+    }
+    return 0;
+}
+
+int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uint64_t seed, api_prepared *out,
+                api_err *e) {
+    *out = (api_prepared){.chat = chat};
+    json_error_t je;
+    json_t *b = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!b) return api_fail(e, 400, NULL, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+    int rc;
+    if (!json_is_object(b)) {
+        rc = api_fail(e, 400, NULL, "the request body must be a JSON object");
+    } else if (chat) {
+        chat_req q;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        rc = parse_chat(b, seed, &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, &out->j, e) ? -1 : 0;
+        if (!rc) {
+            out->j->forced = q.forced;
+            q.forced = NULL;
+        }
+        out->stream = q.g.stream;
+        out->include_usage = q.g.include_usage;
+        chat_req_free(&q);
+    } else {
+        gen_params g;
+        int32_t *ids = NULL;
+        size_t n = 0;
+        rc = gen_params_parse(b, seed, &g, e) || completion_prompt(m, b, &ids, &n, e) || make_job(m, ids, n, &g, &out->j, e) ? -1 : 0;
+        out->stream = g.stream;
+        out->include_usage = g.include_usage;
+        gen_params_free(&g);
+    }
+    json_decref(b);
+    return rc;
+}

@@ -1,0 +1,49 @@
+/* A request body of /v1/chat/completions or /v1/completions, checked and turned into a job: every
+ * field typed and range-checked (a 400 naming it), the chat template rendered (tool_choice
+ * included), the prompt tokenized and checked against the context. Pure: no HTTP, no engine,
+ * so it is fuzzed on its own (tests/fuzz/fuzz_request.c). */
+#pragma once
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/text/tokenizer.h"
+#include "server/job.h"
+
+/* A request error: the HTTP status, the offending field (or NULL) and the message. */
+typedef struct api_err {
+    unsigned status;
+    const char *param;
+    char msg[512];
+} api_err;
+int api_fail(api_err *e, unsigned status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* What the requests are checked against. */
+typedef struct api_model {
+    const tokenizer *tok;
+    uint32_t n_ctx;          /* prompt + generated tokens of one request at most */
+    bool as_generated;       /* chat history rendered as generated (chat.h) */
+    bool preserve_reasoning;
+} api_model;
+
+typedef struct gen_params {  /* the sampling and streaming fields */
+    int64_t max_tokens;      /* 0: until the end token or the context is full */
+    sampler_params sp;
+    char *stop[JOB_MAX_STOP];
+    uint32_t n_stop;
+    bool stream, include_usage;
+} gen_params;
+
+typedef struct api_prepared {
+    job *j;                  /* two references (job.h): the caller's and the engine thread's */
+    bool chat, stream, include_usage;
+} api_prepared;
+
+/* Fields: model (any: one model is served), messages / prompt, tools, tool_choice,
+ * chat_template_kwargs.enable_thinking, max_tokens / max_completion_tokens, temperature, top_p,
+ * top_k, seed (seed_default when absent), stop, n (1 only), stream, stream_options.include_usage.
+ * Absent or null fields keep their defaults (temperature 0.8, top_k 40, top_p 0.95, max_tokens:
+ * the rest of the context). 0 and out->j, or -1 with *e (out->j NULL). */
+int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uint64_t seed_default, api_prepared *out,
+                api_err *e);

@@ -1,0 +1,219 @@
+#include "server/bridge.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/base/clock.h"
+#include "runtime/base/error.h"
+
+/* Seconds: TTFT, inter-token and end-to-end latencies of a local engine span ms to minutes. */
+const double hist_bounds[HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300};
+
+void hist_add(histogram *h, double v) {
+    for (int i = 0; i < HIST_BUCKETS; i++)
+        if (v <= hist_bounds[i]) h->count[i]++;
+    h->count[HIST_BUCKETS]++;
+    h->sum += v;
+    h->n++;
+}
+
+int bridge_init(bridge *b, uint32_t max_queue) {
+    *b = (bridge){.max_queue = max_queue};
+    b->incoming_tail = &b->incoming;
+    if (pthread_mutex_init(&b->mu, NULL)) return cd_fail("pthread_mutex_init failed");
+    if (pthread_cond_init(&b->wake, NULL)) {
+        pthread_mutex_destroy(&b->mu);
+        return cd_fail("pthread_cond_init failed");
+    }
+    return 0;
+}
+
+void bridge_free(bridge *b) {
+    for (job *j = b->incoming, *next; j; j = next) {
+        next = j->next;
+        job_unref(j);
+    }
+    pthread_cond_destroy(&b->wake);
+    pthread_mutex_destroy(&b->mu);
+}
+
+int bridge_submit(bridge *b, job *j) {
+    pthread_mutex_lock(&b->mu);
+    int rc = !b->ready ? -1 : b->stopping || b->n_incoming + b->snap.waiting >= b->max_queue ? 1 : 0;
+    if (!rc) {
+        j->next = NULL;
+        *b->incoming_tail = j;
+        b->incoming_tail = &j->next;
+        b->n_incoming++;
+        b->snap.queued = b->n_incoming;
+        pthread_cond_signal(&b->wake);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return rc;
+}
+
+void bridge_cancel(bridge *b, job *j) {
+    pthread_mutex_lock(&b->mu);
+    j->cancel = true;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bridge_stop(bridge *b) {
+    pthread_mutex_lock(&b->mu);
+    b->stopping = true;
+    pthread_cond_signal(&b->wake);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void bridge_count_rejected(bridge *b) {
+    pthread_mutex_lock(&b->mu);
+    b->snap.req_rejected++;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- the engine thread ---- */
+
+/* The bridge whose engine thread this is: on_token's way back to the mutex (thread-local, so
+ * two servers in one process, as tests may run, keep apart). */
+static _Thread_local bridge *bridge_of_thread;
+
+typedef struct runner {
+    bridge *b;
+    engine *e;
+    job *active; /* submitted to the engine, not finished */
+} runner;
+
+/* Per generated token (engine thread, inside engine_step). */
+static bool on_token(void *ctx, int32_t id) {
+    job *j = ctx;
+    char piece[1024];
+    int n = tok_is_eog(j->tok, id) ? 0 : tok_stream_push(j->tok, &j->ts, id, piece, sizeof piece);
+    double t = cd_now_ms();
+    bridge *b = bridge_of_thread;
+    pthread_mutex_lock(&b->mu);
+    bool more = n <= 0 || job_append(j, piece, (size_t)n);
+    if (j->n_gen++ == 0) hist_add(&b->snap.ttft, (t - j->t_submit_ms) / 1e3);
+    else hist_add(&b->snap.itl, (t - j->t_last_ms) / 1e3);
+    j->t_last_ms = t;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&b->mu);
+    return more;
+}
+
+static void finish_job(runner *r, job *j, const engine_reply *rep, int err_status, const char *err) {
+    bridge *b = r->b;
+    char tail[8];
+    int nt = tok_stream_flush(&j->ts, tail, sizeof tail);
+    pthread_mutex_lock(&b->mu);
+    if (nt > 0 && !j->stopped_by_string) job_append(j, tail, (size_t)nt);
+    j->stable = j->len;
+    if (rep) {
+        static const job_finish finish[] = {[ENGINE_STOP] = JOB_STOP, [ENGINE_LENGTH] = JOB_LENGTH,
+                                            [ENGINE_CANCELLED] = JOB_CANCELLED, [ENGINE_ERROR] = JOB_FAILED};
+        j->out = (job_outcome){.cached_tokens = rep->cached_tokens, .n = rep->n, .eog = rep->eog, .finish = finish[rep->finish]};
+    }
+    j->err_status = err_status;
+    if (err) snprintf(j->err, sizeof j->err, "%s", err);
+    j->state = JOB_DONE;
+    if (err_status == 400) b->snap.req_rejected++;
+    else if (err_status || (rep && rep->finish == ENGINE_ERROR)) b->snap.req_error++;
+    else if (rep->finish == ENGINE_CANCELLED) b->snap.req_cancelled++;
+    else if (rep->finish == ENGINE_LENGTH) b->snap.req_length++;
+    else b->snap.req_ok++;
+    if (!err_status) hist_add(&b->snap.e2e, (cd_now_ms() - j->t_submit_ms) / 1e3);
+    pthread_cond_broadcast(&j->cv);
+    job_unref(j); /* the engine thread's reference */
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void start_job(runner *r, job *j) {
+    j->tok = r->e->m->tok;
+    j->t_submit_ms = j->t_last_ms = cd_now_ms();
+    engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
+                         .ctx = j, .sp = &j->sp};
+    if (engine_submit(r->e, &rq, &j->handle)) {
+        finish_job(r, j, NULL, 400, cd_errmsg());
+        return;
+    }
+    j->state = JOB_RUNNING;
+    j->next = r->active;
+    r->active = j;
+}
+
+/* Jobs finished in the last step are handed back; cancelled ones are cancelled first. */
+static void retire(runner *r) {
+    for (job **p = &r->active; *p;) {
+        job *j = *p;
+        pthread_mutex_lock(&r->b->mu);
+        bool cancel = j->cancel;
+        pthread_mutex_unlock(&r->b->mu);
+        if (cancel) engine_cancel(r->e, j->handle);
+        engine_reply rep;
+        if (engine_poll(r->e, j->handle, &rep) == 1) {
+            *p = j->next;
+            finish_job(r, j, &rep, rep.finish == ENGINE_ERROR ? 500 : 0,
+                       rep.finish == ENGINE_ERROR ? "the engine failed while running the request" : NULL);
+            engine_reply_free(&rep);
+        } else {
+            p = &j->next;
+        }
+    }
+}
+
+static void publish(runner *r) {
+    bridge_snapshot *s = &r->b->snap;
+    engine_cache_info ci;
+    engine_cache_info_get(r->e, &ci);
+    pthread_mutex_lock(&r->b->mu);
+    s->stats = r->e->stats;
+    s->cache = ci;
+    s->running = engine_running(r->e);
+    s->waiting = engine_waiting(r->e);
+    pthread_mutex_unlock(&r->b->mu);
+}
+
+/* Takes the queued jobs; waits while there is nothing to do. */
+static job *take_incoming(runner *r, bool *stopping) {
+    bridge *b = r->b;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stopping && !b->incoming && !r->active) pthread_cond_wait(&b->wake, &b->mu);
+    job *in = b->incoming;
+    b->incoming = NULL;
+    b->incoming_tail = &b->incoming;
+    b->n_incoming = 0;
+    b->snap.queued = 0;
+    *stopping = b->stopping;
+    pthread_mutex_unlock(&b->mu);
+    return in;
+}
+
+int bridge_run(bridge *b, engine *e) {
+    runner r = {.b = b, .e = e};
+    bridge_of_thread = b;
+    publish(&r);
+    for (;;) {
+        bool stopping;
+        job *in = take_incoming(&r, &stopping);
+        for (job *j = in, *next; j; j = next) {
+            next = j->next;
+            if (stopping) finish_job(&r, j, NULL, 503, "the server is shutting down");
+            else start_job(&r, j);
+        }
+        if (stopping) {
+            for (job *j = r.active; j; j = j->next) bridge_cancel(b, j);
+            retire(&r);
+            break;
+        }
+        retire(&r); /* cancellations first: they free pages for this step */
+        uint32_t busy = 0;
+        if (r.active && engine_step(e, &busy)) /* the requests in the pass failed; the server goes on */
+            fprintf(stderr, "cinder serve: a forward pass failed: %s\n", cd_errmsg());
+        retire(&r);
+        publish(&r);
+    }
+    publish(&r);
+    return 0;
+}

@@ -1,0 +1,61 @@
+/* The bridge between the HTTP connection threads and the one thread that owns the engine (and
+ * the GPU). Connection threads submit jobs and wait on them; bridge_run, on the engine thread,
+ * feeds them to the scheduler, steps it while anything is running, streams text into the jobs
+ * and hands back outcomes. A slow or vanished client never blocks the engine thread: it only
+ * ever appends to a job's text and signals. server/job.h has the life of a job.
+ *
+ * The engine thread also publishes a snapshot of the engine's counters and cache state after
+ * every step (bridge_snapshot), which /metrics and /v1/cache read without touching the engine. */
+#pragma once
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/engine/engine.h"
+#include "server/job.h"
+
+/* Prometheus histogram: cumulative counts of observations <= each bound. */
+#define HIST_BUCKETS 14
+typedef struct histogram {
+    uint64_t count[HIST_BUCKETS + 1]; /* the last: +Inf */
+    double sum;
+    uint64_t n;
+} histogram;
+extern const double hist_bounds[HIST_BUCKETS];
+void hist_add(histogram *h, double v);
+
+typedef struct bridge_snapshot {
+    engine_stats stats;
+    engine_cache_info cache;
+    uint32_t running, waiting;   /* in the engine */
+    uint32_t queued;             /* submitted, not yet handed to the engine */
+    uint64_t req_ok, req_length, req_cancelled, req_error, req_rejected;
+    histogram ttft, itl, e2e;    /* seconds */
+} bridge_snapshot;
+
+typedef struct bridge {
+    pthread_mutex_t mu;
+    pthread_cond_t wake;   /* the engine thread waits here when idle */
+    bool ready;            /* weights uploaded: the API answers */
+    bool stopping;         /* shutdown: no more jobs; running ones are cancelled */
+    job *incoming;         /* FIFO of submitted jobs */
+    job **incoming_tail;
+    uint32_t n_incoming;
+    uint32_t max_queue;    /* jobs waiting (queued + waiting in the engine) at most */
+    bridge_snapshot snap;
+} bridge;
+
+int bridge_init(bridge *b, uint32_t max_queue);
+void bridge_free(bridge *b);
+/* Queues j (taking the engine thread's reference). 0, or 1 when the queue is full or the server
+ * stopping (j untouched, both references still the caller's to drop), or -1 before the model is
+ * loaded. */
+int bridge_submit(bridge *b, job *j);
+/* Asks the engine thread to cancel j (the client is gone); j stays the caller's to unref. */
+void bridge_cancel(bridge *b, job *j);
+void bridge_stop(bridge *b);
+/* The engine thread: runs jobs until bridge_stop, then cancels what is left. A failed forward
+ * pass fails only the requests in it (a line on stderr). */
+int bridge_run(bridge *b, engine *e);
+/* Counts a request the front end refused before it reached the engine (HTTP 4xx/5xx). */
+void bridge_count_rejected(bridge *b);

@@ -1,0 +1,75 @@
+#include "server/job.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+job *job_new(void) {
+    job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->refs = 2; /* the connection and the engine thread */
+    if (pthread_cond_init(&j->cv, NULL)) {
+        free(j);
+        return NULL;
+    }
+    return j;
+}
+
+void job_unref(job *j) {
+    if (!j || --j->refs > 0) return;
+    free(j->ids);
+    for (uint32_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
+    free(j->forced);
+    free(j->text);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+static bool reserve(job *j, size_t more) {
+    if (j->len + more + 1 <= j->cap) return true;
+    size_t cap = j->cap ? j->cap : 256;
+    while (cap < j->len + more + 1) cap *= 2;
+    char *p = realloc(j->text, cap);
+    if (!p) return false;
+    j->text = p;
+    j->cap = cap;
+    return true;
+}
+
+/* The longest tail of text[0..len) that begins some stop string (it may yet become one). */
+static size_t held_back(const job *j) {
+    size_t hold = 0;
+    for (uint32_t i = 0; i < j->n_stop; i++) {
+        size_t m = strlen(j->stop[i]);
+        for (size_t k = m - 1; k > hold && k > 0; k--)
+            if (k <= j->len && !memcmp(j->text + j->len - k, j->stop[i], k)) {
+                hold = k;
+                break;
+            }
+    }
+    return hold;
+}
+
+bool job_append(job *j, const char *s, size_t n) {
+    if (!reserve(j, n)) return true; /* out of memory: the text stops growing; the request goes on */
+    size_t from = j->len;
+    memcpy(j->text + j->len, s, n);
+    j->len += n;
+    j->text[j->len] = 0;
+    /* the earliest stop string that now appears; it may begin before the new piece */
+    size_t cut = j->len;
+    for (uint32_t i = 0; i < j->n_stop; i++) {
+        size_t m = strlen(j->stop[i]);
+        size_t start = from >= m ? from - m + 1 : 0;
+        char *hit = memmem(j->text + start, j->len - start, j->stop[i], m);
+        if (hit && (size_t)(hit - j->text) < cut) cut = (size_t)(hit - j->text);
+    }
+    if (cut < j->len) {
+        j->len = cut;
+        j->text[cut] = 0;
+        j->stable = cut;
+        j->stopped_by_string = true;
+        return false;
+    }
+    j->stable = j->len - held_back(j);
+    return true;
+}

@@ -1,0 +1,77 @@
+/* One API request on its way through the server: built by the connection thread that parsed it,
+ * run by the engine thread, read back (text as it grows, then the outcome) by the connection
+ * thread, which answers the client.
+ *
+ *   connection thread                      engine thread (owns the GPU and the engine)
+ *   ─────────────────                      ─────────────────────────────────────────────
+ *   job_new, fill the request part
+ *   bridge_submit ───── queue ────────────► engine_submit
+ *   wait on job->cv (text, done)  ◄──────── per token: decode, stop strings, append text, signal
+ *   client gone: job->cancel, wake ───────► engine_cancel
+ *                                           finished: the outcome copied in, done, signal
+ *   job_unref                               job_unref
+ *
+ * Everything below "shared" is guarded by the bridge's mutex; the request part is written before
+ * submit and only read afterwards; the engine part is touched by the engine thread alone. The
+ * job is freed by whichever side lets go last (two references). */
+#pragma once
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/model/sampler.h"
+#include "runtime/text/tokenizer.h"
+
+#define JOB_MAX_STOP 16
+
+typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+typedef enum job_finish { JOB_STOP, JOB_LENGTH, JOB_CANCELLED, JOB_FAILED } job_finish;
+
+/* What the engine reported when the request finished. */
+typedef struct job_outcome {
+    uint32_t cached_tokens;   /* prompt tokens served from the prefix cache */
+    uint32_t n;               /* tokens generated, an end token included */
+    bool eog;                 /* it ended at an end-of-generation token */
+    job_finish finish;
+} job_outcome;
+
+typedef struct job {
+    /* the request (connection thread, before submit) */
+    int32_t *ids;
+    uint32_t n_ids;
+    uint32_t max_tokens;
+    sampler_params sp;
+    char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
+    uint32_t n_stop;
+    char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */
+
+    /* shared (bridge mutex) */
+    int refs;
+    job_state state;
+    bool cancel;              /* the client went away: the engine thread cancels the request */
+    char *text;               /* the reply so far, NUL-terminated; stop strings cut off */
+    size_t len, cap;
+    size_t stable;            /* text[0..stable) can no longer be taken back by a stop string */
+    uint32_t n_gen;           /* tokens generated (an end token included) */
+    bool stopped_by_string;
+    pthread_cond_t cv;        /* signalled on new text and when done */
+    /* the outcome (when done) */
+    job_outcome out;
+    int err_status;           /* 0, or the HTTP status of a failure (400 for a request the engine refused) */
+    char err[512];
+
+    /* the engine thread's */
+    uint32_t handle;
+    tok_stream ts;
+    const tokenizer *tok;
+    double t_submit_ms, t_last_ms;
+    struct job *next;         /* the bridge's queue and list */
+} job;
+
+job *job_new(void);
+/* Drops one reference (the caller holds the bridge mutex, or is the only holder). */
+void job_unref(job *j);
+/* Appends generated text: stop strings cut it, and stable is moved. Returns false when a stop
+ * string ended the reply. */
+bool job_append(job *j, const char *s, size_t n);

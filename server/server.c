@@ -1,0 +1,90 @@
+/* server_run: listen first (so /health can say "loading"), load the model and upload the weights,
+ * then run the engine thread until a signal. */
+#include "server/server.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "server/http.h"
+
+static sigset_t stop_signals(void) {
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    return set;
+}
+
+/* Waits for SIGINT/SIGTERM (blocked in every thread) and stops the bridge. */
+static void *signal_waiter(void *arg) {
+    sigset_t set = stop_signals();
+    int sig;
+    sigwait(&set, &sig);
+    fprintf(stderr, "cinder serve: %s: stopping (running requests are cancelled)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    bridge_stop(arg);
+    return NULL;
+}
+
+static void name_model(server *s, const char *path) {
+    const char *base = strrchr(path, '/');
+    snprintf(s->model_name, sizeof s->model_name, "%s", s->o.alias ? s->o.alias : base ? base + 1 : path);
+}
+
+static int load(server *s, const char *path, const engine_opts *eo, model **m, engine *e) {
+    if (model_load(m, path, (model_load_opts){.skip_weight_hash = true})) return -1;
+    if (engine_init(e, *m, eo) || engine_warm_up(e)) return -1;
+    s->model = (api_model){.tok = (*m)->tok, .n_ctx = e->g.n_ctx, .as_generated = !s->o.strict_template,
+                           .preserve_reasoning = s->o.preserve_reasoning};
+    snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%02x%02x%02x%02x%02x%02x", (*m)->fingerprint[0],
+             (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4], (*m)->fingerprint[5]);
+    return 0;
+}
+
+int server_run(const char *model_path, const server_opts *so, const engine_opts *eo) {
+    server s = {.o = *so};
+    name_model(&s, model_path);
+    if (bridge_init(&s.b, so->queue)) return -1;
+    /* SIGINT/SIGTERM go to the waiter thread only (blocked here, inherited by every thread) */
+    sigset_t set = stop_signals();
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN); /* a vanished client is an error code, not a death */
+    pthread_t waiter;
+    if (pthread_create(&waiter, NULL, signal_waiter, &s.b)) {
+        bridge_free(&s.b);
+        return cd_fail("cannot start the signal thread");
+    }
+    model *m = NULL;
+    engine e = {0};
+    int rc = http_start(&s);
+    if (!rc) {
+        fprintf(stderr, "cinder serve: listening on http://%s:%u (loading %s)\n", s.o.host, s.o.port, model_path);
+        if (so->port_file) {
+            FILE *f = fopen(so->port_file, "w");
+            if (f) fprintf(f, "%u\n", s.o.port), fclose(f);
+        }
+        rc = load(&s, model_path, eo, &m, &e);
+    }
+    if (!rc) {
+        pthread_mutex_lock(&s.b.mu);
+        s.b.ready = true;
+        pthread_mutex_unlock(&s.b.mu);
+        fprintf(stderr, "cinder serve: ready: model %s, context %u tokens, %u requests at once\n", s.model_name, s.model.n_ctx,
+                e.max_seqs);
+        rc = bridge_run(&s.b, &e);
+    }
+    char err[512];
+    snprintf(err, sizeof err, "%s", cd_errmsg());
+    http_quiesce(&s);
+    bridge_stop(&s.b);
+    http_stop(&s); /* waits for the connection threads: their jobs are all done by now */
+    pthread_cancel(waiter);
+    pthread_join(waiter, NULL);
+    engine_free(&e);
+    if (m) model_free(m);
+    bridge_free(&s.b);
+    if (rc) cd_fail("%s", err);
+    return rc;
+}

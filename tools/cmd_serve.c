@@ -1,0 +1,101 @@
+/* cinder serve: the OpenAI-compatible server (server/server.h). Flags follow llama-server's
+ * where they mean the same thing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "server/server.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cinder serve [--model M] [--host ADDR] [--port N] [--parallel N] [--queue N] [--ctx N]\n"
+            "                    [--kv-pool-tokens N] [--page-size N] [--host-cache-mb N] [--cache-dir DIR]\n"
+            "                    [--no-prefix-cache] [--api-key KEY] [--alias NAME] [--chunk-tokens N]\n"
+            "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
+            "                    [--port-file F] [--preserve-reasoning] [--strict-template]\n"
+            "  An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (streaming with\n"
+            "  \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), /v1/cache.\n"
+            "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
+            "  --port-file writes it). --parallel requests run at once (8), sharing the KV pool\n"
+            "  (--kv-pool-tokens, 4 x ctx by default) and the prefix cache; --queue more wait (64), beyond\n"
+            "  that 503. --ctx is the most tokens of one request (8192). --api-key requires\n"
+            "  \"Authorization: Bearer KEY\" (not on /health). --alias names the model (the file name).\n"
+            "  Limits: request body --max-body-kb (8192), headers --max-header-kb (64), --max-conns (256),\n"
+            "  --idle-timeout seconds (600). SIGINT/SIGTERM cancel running requests and exit 0.\n"
+            "  History is rendered as the model generated it (with thinking off, an assistant turn keeps\n"
+            "  the empty <think></think> block it was generated after), so each turn continues the cached\n"
+            "  tokens; --strict-template renders it exactly as the Qwen3 template does instead.\n"
+            "  --preserve-reasoning keeps reasoning_content of every assistant turn in the history.\n");
+}
+
+typedef struct serve_opts {
+    const char *model;
+    server_opts so;
+    engine_opts eo;
+} serve_opts;
+
+static int parse_u16(const char *opt, const char *v, uint16_t *out) {
+    uint32_t x;
+    if (cli_u32(opt, v, &x)) return -1;
+    if (x > 65535) return cli_error("serve", "%s must be at most 65535", opt), -1;
+    *out = (uint16_t)x;
+    return 0;
+}
+
+static int parse(int argc, char **argv, serve_opts *o) {
+    *o = (serve_opts){.so = {.host = "127.0.0.1", .port = 8080, .queue = 64, .max_body_kb = 8192, .max_header_kb = 64,
+                             .max_conns = 256, .idle_s = 600},
+                      .eo = {.max_seqs = 8}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL;
+        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
+        if (cli_flag(argv, i, "--no-prefix-cache")) { o->eo.no_prefix_cache = true; continue; }
+        if (cli_flag(argv, i, "--preserve-reasoning")) { o->so.preserve_reasoning = true; continue; }
+        if (cli_flag(argv, i, "--strict-template")) { o->so.strict_template = true; continue; }
+        if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_value(argc, argv, &i, "--host", &v)) o->so.host = v;
+        else if (cli_value(argc, argv, &i, "--port", &v)) { if (parse_u16("--port", v, &o->so.port)) return -1; }
+        else if (cli_value(argc, argv, &i, "--port-file", &v)) o->so.port_file = v;
+        else if (cli_value(argc, argv, &i, "--parallel", &v)) { if (cli_u32("--parallel", v, &o->eo.max_seqs)) return -1; }
+        else if (cli_value(argc, argv, &i, "--queue", &v)) { if (cli_u32("--queue", v, &o->so.queue)) return -1; }
+        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
+        else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
+        else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;
+        else if (cli_value(argc, argv, &i, "--api-key", &v)) o->so.api_key = v;
+        else if (cli_value(argc, argv, &i, "--alias", &v)) o->so.alias = v;
+        else if (cli_value(argc, argv, &i, "--max-body-kb", &v)) { if (cli_u32("--max-body-kb", v, &o->so.max_body_kb)) return -1; }
+        else if (cli_value(argc, argv, &i, "--max-header-kb", &v)) { if (cli_u32("--max-header-kb", v, &o->so.max_header_kb)) return -1; }
+        else if (cli_value(argc, argv, &i, "--max-conns", &v)) { if (cli_u32("--max-conns", v, &o->so.max_conns)) return -1; }
+        else if (cli_value(argc, argv, &i, "--idle-timeout", &v)) { if (cli_u32("--idle-timeout", v, &o->so.idle_s)) return -1; }
+        else return cli_unknown("serve", a), -1;
+        if (!v) return cli_error("serve", "%s needs a value", a), -1;
+    }
+    if (o->eo.max_seqs == 0 || o->eo.max_seqs > 256) return cli_error("serve", "--parallel must be 1 to 256"), -1;
+    if (o->so.max_body_kb == 0 || o->so.max_header_kb < 4 || o->so.max_conns == 0)
+        return cli_error("serve", "--max-body-kb and --max-conns must be at least 1, --max-header-kb at least 4"), -1;
+    if (o->so.max_body_kb > 1024 * 1024 || o->so.max_header_kb > 1024 * 1024)
+        return cli_error("serve", "--max-body-kb and --max-header-kb are at most 1048576"), -1;
+    if (o->so.api_key && !*o->so.api_key) return cli_error("serve", "--api-key must not be empty"), -1;
+    if (o->eo.page_tokens > 256) return cli_error("serve", "--page-size is at most 256"), -1;
+    if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
+        return cli_error("serve", "%s needs the prefix cache: not with --no-prefix-cache",
+                         o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
+    return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+    serve_opts o;
+    if (parse(argc, argv, &o)) return 1;
+    if (!o.model) {
+        if (cli_ensure_default_model()) return 1;
+        o.model = cli_default_model();
+    }
+    if (server_run(o.model, &o.so, &o.eo)) return cli_error("serve", "%s", cd_errmsg());
+    return 0;
+}
