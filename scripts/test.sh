@@ -29,10 +29,10 @@ if [ -n "$lvp" ]; then
   preload="$lvp:$(ldd "$lvp" | awk '$3 ~ /^\// {print $3}' | paste -sd: -)"
   export ASAN_OPTIONS="$ASAN_OPTIONS:verify_asan_link_order=0"
 fi
-# The llama.cpp conformance and the whole-model GPU test run once, in release: lavapipe's JIT
-# inside an ASan process takes too long for the GPU model test. The GPU host code still runs
+# The llama.cpp conformance, the whole-model GPU test and the server load run once, in release:
+# lavapipe's JIT inside an ASan process takes too long for them. The GPU host code still runs
 # under ASan through cli_contract's `run` and `bench` (the Vulkan engine by default).
-LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E 'conformance_llama|test_gpu_model' | tee -a "$log"
+LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E 'conformance_llama|test_gpu_model|server_load' | tee -a "$log"
 
 echo "== fuzz (GGUF reader, ${CINDER_FUZZ_SECONDS:-60} s)"
 bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"
