@@ -18,22 +18,43 @@ static void put_field(EVP_MD_CTX *h, const char *tag, const void *p, size_t n) {
     if (n) EVP_DigestUpdate(h, p, n);
 }
 
-int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
-                       size_t salt_len, uint8_t out[RADIX_NS_BYTES]) {
-    EVP_MD_CTX *h = EVP_MD_CTX_new();
-    if (!h || !EVP_DigestInit_ex(h, EVP_sha256(), NULL)) {
-        EVP_MD_CTX_free(h);
+/* SHA-256 with its first field, the domain; 0 or -1 (h freed). */
+static int key_begin(EVP_MD_CTX **h, const char *domain) {
+    *h = EVP_MD_CTX_new();
+    if (!*h || !EVP_DigestInit_ex(*h, EVP_sha256(), NULL)) {
+        EVP_MD_CTX_free(*h);
+        *h = NULL;
         return cd_fail("prefix cache: SHA-256 is not available");
     }
-    put_field(h, "domain", "cinder.prefix-cache.namespace.v1", 32);
-    put_field(h, "model", model_fp, 32);
-    put_field(h, "kv_dtype", kv_dtype, strlen(kv_dtype));
-    put_field(h, "page_tokens", &page_tokens, sizeof page_tokens);
-    put_field(h, "tenant", salt, salt ? salt_len : 0);
+    put_field(*h, "domain", domain, strlen(domain));
+    return 0;
+}
+
+static int key_end(EVP_MD_CTX *h, uint8_t out[RADIX_NS_BYTES]) {
     unsigned len = 0;
     int ok = EVP_DigestFinal_ex(h, out, &len);
     EVP_MD_CTX_free(h);
     return ok && len == RADIX_NS_BYTES ? 0 : cd_fail("prefix cache: SHA-256 failed");
+}
+
+int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
+                       size_t salt_len, uint8_t out[RADIX_NS_BYTES]) {
+    EVP_MD_CTX *h;
+    if (key_begin(&h, "cinder.prefix-cache.namespace.v1")) return -1;
+    put_field(h, "model", model_fp, 32);
+    put_field(h, "kv_dtype", kv_dtype, strlen(kv_dtype));
+    put_field(h, "page_tokens", &page_tokens, sizeof page_tokens);
+    put_field(h, "tenant", salt, salt ? salt_len : 0);
+    return key_end(h, out);
+}
+
+int kv_cache_namespace_salt(const uint8_t base[RADIX_NS_BYTES], const void *salt, size_t salt_len,
+                            uint8_t out[RADIX_NS_BYTES]) {
+    EVP_MD_CTX *h;
+    if (key_begin(&h, "cinder.prefix-cache.salted-namespace.v1")) return -1;
+    put_field(h, "base", base, RADIX_NS_BYTES);
+    put_field(h, "salt", salt, salt_len);
+    return key_end(h, out);
 }
 
 int kv_cache_init(kv_prefix_cache *c, kv_pages *pages, const uint8_t ns[RADIX_NS_BYTES]) {
@@ -147,13 +168,13 @@ void kv_cache_free(kv_prefix_cache *c) {
     *c = (kv_prefix_cache){0};
 }
 
-int kv_cache_match(kv_prefix_cache *c, const int32_t *ids, uint32_t n, radix_match *m) {
-    return radix_match_prefix(&c->tree, c->ns, ids, n, m);
+int kv_cache_match(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, radix_match *m) {
+    return radix_match_prefix(&c->tree, ns ? ns : c->ns, ids, n, m);
 }
 
-int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s) {
+int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, const kv_seq *s) {
     uint32_t first_new = 0, whole = s->n_tokens / c->pages->page_tokens;
-    if (radix_insert(&c->tree, c->ns, ids, s->n_tokens, s->pages, &first_new)) return -1;
+    if (radix_insert(&c->tree, ns ? ns : c->ns, ids, s->n_tokens, s->pages, &first_new)) return -1;
     for (uint32_t i = first_new; i < whole; i++)
         if (kv_page_retain(c->pages, s->pages[i])) return -1; /* cannot fail: the sequence holds it */
     return 0;
@@ -213,6 +234,19 @@ int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken) {
 
 /* ---- acquire / commit / release: the one door to the tiers ---- */
 
+_Static_assert(KV_DISK_HASH_BYTES == RADIX_NS_BYTES, "the disk tier's namespace is the cache's");
+
+/* Whether the disk tier serves and stores requests of namespace ns. Its files are keyed by the
+ * tier's own namespace (kv_disk_init: it is in every chain hash and every header, and names the
+ * directory), so a request of any other namespace (a cache_salt, runtime/engine/engine.h) skips
+ * the tier entirely: no read, no write-through. Reading would serve it the default namespace's
+ * KV, and writing would serve its KV to the default namespace: a salted request's KV must never
+ * reach another namespace. A disk key per namespace is later work (docs/PREFIX_CACHE.md). The
+ * host tier needs no such rule: its slots hang in the tree's nodes, under their namespace's
+ * root, so a match restores only slots of its own namespace. */
+static bool disk_serves(const kv_prefix_cache *c, const uint8_t ns[RADIX_NS_BYTES]) {
+    return c->disk && memcmp(ns, c->disk->ns, RADIX_NS_BYTES) == 0;
+}
 
 int kv_cache_attach_disk(kv_prefix_cache *c, kv_disk_tier *d) {
     if (!(c->disk_pages = malloc((size_t)d->chunk_pages * sizeof *c->disk_pages)))
@@ -237,8 +271,8 @@ static int chain_hashes(kv_prefix_cache *c, const int32_t *ids, uint32_t n_chunk
  * rejected (or the pool has no room). The sequence gets the match's whole pages, then each
  * chunk's pages past them (a partly matched last page is replaced by the chunk's full one),
  * and the tree adopts them. *loaded = 0: nothing read, the sequence is untouched. */
-static int attach_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const radix_match *m, uint32_t n_tokens,
-                       kv_seq *s, kv_cache_hit *hit, bool *loaded) {
+static int attach_disk(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, const radix_match *m,
+                       uint32_t n_tokens, kv_seq *s, kv_cache_hit *hit, bool *loaded) {
     *loaded = false;
     kv_disk_tier *d = c->disk;
     uint32_t pt = c->pages->page_tokens, C = d->chunk_pages, ct = d->chunk_tokens;
@@ -265,7 +299,7 @@ static int attach_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const
         if (rc) break;
         hit->disk_chunks_read++;
     }
-    if (*loaded && !rc) rc = kv_cache_insert(c, ids, s); /* later requests see them cached */
+    if (*loaded && !rc) rc = kv_cache_insert(c, ns, ids, s); /* later requests see them cached */
     hit->disk_rejected = (uint32_t)(d->rejected - rej0);
     hit->disk_bytes_read = d->bytes_read - bytes0;
     hit->disk_read_ms = cd_now_ms() - t0;
@@ -273,13 +307,14 @@ static int attach_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const
     return rc;
 }
 
-int kv_cache_acquire(kv_prefix_cache *c, const int32_t *ids, uint32_t n, kv_seq *s, radix_match *m,
-                     kv_cache_hit *hit) {
+int kv_cache_acquire(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, kv_seq *s,
+                     radix_match *m, kv_cache_hit *hit) {
     *hit = (kv_cache_hit){0};
     *m = (radix_match){0};
     if (s->n_tokens) return cd_fail("prefix cache: acquire into a sequence that already holds %u tokens", s->n_tokens);
     if (n < 2) return 0;
-    if (kv_cache_match(c, ids, n - 1, m)) return -1;
+    if (!ns) ns = c->ns;
+    if (kv_cache_match(c, ns, ids, n - 1, m)) return -1;
     uint32_t pt = c->pages->page_tokens, n_pages = m->n_pages, n_tokens = m->n_tokens;
     bool all_gpu = true;
     if (m->n_restore) {
@@ -297,9 +332,9 @@ int kv_cache_acquire(kv_prefix_cache *c, const int32_t *ids, uint32_t n, kv_seq 
             all_gpu = false; /* host nodes below: the tree could not adopt disk pages (radix.h Rule 7) */
         }
     }
-    if (c->disk && all_gpu) {
+    if (all_gpu && disk_serves(c, ns)) {
         bool loaded;
-        if (attach_disk(c, ids, n, m, n_tokens, s, hit, &loaded)) return -1;
+        if (attach_disk(c, ns, ids, n, m, n_tokens, s, hit, &loaded)) return -1;
         if (loaded) {
             hit->cached_tokens = s->n_tokens;
             return 0;
@@ -324,14 +359,16 @@ static int store_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const 
     return 0;
 }
 
-int kv_cache_commit(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const kv_seq *s, kv_cache_written *w) {
+int kv_cache_commit(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, const kv_seq *s,
+                    kv_cache_written *w) {
     if (w) *w = (kv_cache_written){0};
     if (n > s->n_tokens) return cd_fail("prefix cache: commit of %u tokens from a sequence of %u", n, s->n_tokens);
     kv_seq head = *s; /* the first n tokens' pages: a view, not a copy */
     head.n_tokens = n;
     head.n_pages = kv_pages_for(c->pages, n);
-    if (kv_cache_insert(c, ids, &head)) return -1;
-    return c->disk && w ? store_disk(c, ids, n, &head, w) : 0;
+    if (!ns) ns = c->ns;
+    if (kv_cache_insert(c, ns, ids, &head)) return -1;
+    return w && disk_serves(c, ns) ? store_disk(c, ids, n, &head, w) : 0;
 }
 
 void kv_cache_release(kv_prefix_cache *c, radix_match *m) { radix_release(&c->tree, m); }

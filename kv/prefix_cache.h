@@ -1,10 +1,10 @@
-/* The prefix cache: the radix index (radix/) over a KV page pool (kv_pages.h), under one
- * namespace. The tree holds one reference to every page it indexes, so a page it caches
- * outlives the request that wrote it; eviction drops those references (the page returns to
- * the free list when no sequence holds it either).
+/* The prefix cache: the radix index (radix/) over a KV page pool (kv_pages.h), under a default
+ * namespace (c->ns) and any other its callers name. The tree holds one reference to every page
+ * it indexes, so a page it caches outlives the request that wrote it; eviction drops those
+ * references (the page returns to the free list when no sequence holds it either).
  *
  *   one request (runtime/engine/scheduler.c):
- *     kv_cache_acquire(c, ids, n, seq, &m, &hit)
+ *     kv_cache_acquire(c, ns, ids, n, seq, &m, &hit)
  *                                            the longest cached prefix from every tier (GPU
  *                                            match pinned, host pages restored, disk chunks
  *                                            read), its pages attached to seq by reference; at
@@ -20,7 +20,15 @@
  * The namespace key (kv_cache_namespace) is a SHA-256 over a length-prefixed, domain-separated
  * encoding of the model fingerprint (weights, RoPE config, tokenizer), the KV dtype, the page
  * size and an optional tenant salt: a change in any of them misses instead of serving wrong
- * KV. One tree may hold several namespaces (tenants) over the same pool. */
+ * KV. One tree may hold several namespaces (tenants) over the same pool.
+ *
+ * Namespaces per request. match, insert, acquire and commit take the namespace to work in
+ * (RADIX_NS_BYTES bytes), or NULL for the cache's own (c->ns, set at init). A request with a
+ * cache salt (vLLM's cache_salt) works in kv_cache_namespace_salt(c->ns, salt): it shares entries
+ * only with requests of the same salt, never with unsalted ones or other salts. The host tier
+ * follows the namespace by itself (its slots hang in the tree's nodes, under their root); the
+ * disk tier is keyed by one namespace (kv_disk_init) and is skipped entirely, read and write,
+ * by requests of any other. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -73,16 +81,23 @@ typedef struct kv_cache_written {
 int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
                        size_t salt_len, uint8_t out[RADIX_NS_BYTES]);
 
+/* The namespace of requests salted with salt[0 .. salt_len): SHA-256 over a length-prefixed,
+ * domain-separated encoding of base (a kv_cache_namespace: model, KV dtype, page size, tenant) and
+ * the salt, in a domain of its own, so it differs from every unsalted namespace and from base
+ * salted otherwise (a tenant's salted requests stay the tenant's). */
+int kv_cache_namespace_salt(const uint8_t base[RADIX_NS_BYTES], const void *salt, size_t salt_len,
+                            uint8_t out[RADIX_NS_BYTES]);
+
 int kv_cache_init(kv_prefix_cache *c, kv_pages *pages, const uint8_t ns[RADIX_NS_BYTES]);
 void kv_cache_free(kv_prefix_cache *c); /* gives every page reference of the tree back */
 /* Drops every unpinned entry from both tiers (nothing is demoted). */
 void kv_cache_clear(kv_prefix_cache *c);
 
-/* Longest cached prefix of ids[0..n); always radix_release the match. */
-int kv_cache_match(kv_prefix_cache *c, const int32_t *ids, uint32_t n, radix_match *m);
-/* Caches the whole pages of a sequence holding ids[0..s->n_tokens) (the tree takes a
- * reference to each page it adopts). */
-int kv_cache_insert(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s);
+/* Longest cached prefix of ids[0..n) in namespace ns (NULL: c->ns); always radix_release the match. */
+int kv_cache_match(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, radix_match *m);
+/* Caches the whole pages of a sequence holding ids[0..s->n_tokens) in namespace ns (NULL: c->ns;
+ * the tree takes a reference to each page it adopts). */
+int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, const kv_seq *s);
 /* Evicts LRU leaves until at least want pages are free or nothing evictable is left; returns
  * the pages that went back to the free list (the engine calls it while reserving pages).
  *
@@ -98,20 +113,23 @@ uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want);
 
 /* ---- the door the engine uses (one request: acquire, ..., commit, release) ---- */
 
-/* The longest cached prefix of ids[0..n) into the empty sequence s, from every tier, always
+/* The longest cached prefix of ids[0..n) in namespace ns (NULL: c->ns) into the empty sequence
+ * s, from every tier, always
  * leaving at least the last token to compute (its logits choose the next token): the GPU match
  * (pinned in *m until kv_cache_release), host-resident pages of it restored first (when they
  * cannot be, only the GPU part is used), then whole disk chunks past it (consecutive, stopping at
- * the first missing or rejected one; the tree adopts them). s holds the pages by reference;
- * *hit says what came from where. */
-int kv_cache_acquire(kv_prefix_cache *c, const int32_t *ids, uint32_t n, kv_seq *s, radix_match *m,
-                     kv_cache_hit *hit);
-/* Caches the whole pages of ids[0..n) held by s (n <= s->n_tokens; the tree takes a reference
- * to each page it adopts) and, with a disk tier and w != NULL, writes every whole chunk not yet
- * on disk (write-through; a failed write ends it with one message, the request goes on). A
+ * the first missing or rejected one; the tree adopts them; only when ns is the disk tier's). s
+ * holds the pages by reference; *hit says what came from where. */
+int kv_cache_acquire(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, kv_seq *s,
+                     radix_match *m, kv_cache_hit *hit);
+/* Caches the whole pages of ids[0..n) held by s in namespace ns (NULL: c->ns; n <= s->n_tokens;
+ * the tree takes a reference to each page it adopts) and, with a disk tier of namespace ns and
+ * w != NULL, writes every whole chunk not yet on disk (write-through; a failed write ends it
+ * with one message, the request goes on). A
  * request commits its prompt when the prefill ends (w NULL: others may match it while it
  * decodes) and everything it computed when it leaves the GPU (with w: one write-through). */
-int kv_cache_commit(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const kv_seq *s, kv_cache_written *w);
+int kv_cache_commit(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, const kv_seq *s,
+                    kv_cache_written *w);
 /* Unpins an acquire's match (zeroed matches are fine). */
 void kv_cache_release(kv_prefix_cache *c, radix_match *m);
 /* Gives the cache a disk tier (d reads and writes the same pool). */

@@ -73,6 +73,19 @@ static int stop_field(const json_t *o, gen_params *g, api_err *e) {
     return rc;
 }
 
+/* cache_salt: a string of 1 to 256 bytes. The salt travels on as a C string, so a NUL inside
+ * (which json_loadb refuses today, without JSON_ALLOW_NUL) would cut it into another salt. */
+static int salt_field(const json_t *o, gen_params *g, api_err *e) {
+    const json_t *v = json_object_get(o, "cache_salt");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_string(v)) return api_fail(e, 400, "cache_salt", "cache_salt must be a string");
+    size_t n = json_string_length(v);
+    if (n < 1 || n > 256 || strlen(json_string_value(v)) != n)
+        return api_fail(e, 400, "cache_salt", "cache_salt must be a string of 1 to 256 bytes");
+    if (!(g->cache_salt = strdup(json_string_value(v)))) return api_fail(e, 500, NULL, "out of memory");
+    return 0;
+}
+
 static int gen_params_parse(const json_t *b, uint64_t seed_default, gen_params *g, api_err *e) {
     *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}};
     double temp = g->sp.temperature, top_p = g->sp.top_p;
@@ -81,7 +94,8 @@ static int gen_params_parse(const json_t *b, uint64_t seed_default, gen_params *
     if (int_field(b, has_mct ? "max_completion_tokens" : "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
         num_field(b, "temperature", 0, 2, &temp, e) || num_field(b, "top_p", 0, 1, &top_p, e) ||
         int_field(b, "top_k", -1, INT32_MAX, &top_k, e) || int_field(b, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
-        int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e))
+        int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e) ||
+        salt_field(b, g, e))
         return -1;
     if (n != 1) return api_fail(e, 400, "n", "n must be 1 (one choice per request)");
     const json_t *so = json_object_get(b, "stream_options");
@@ -100,6 +114,8 @@ static int gen_params_parse(const json_t *b, uint64_t seed_default, gen_params *
 static void gen_params_free(gen_params *g) {
     for (uint32_t i = 0; i < g->n_stop; i++) free(g->stop[i]);
     g->n_stop = 0;
+    free(g->cache_salt);
+    g->cache_salt = NULL;
 }
 
 static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, job **out, api_err *e) {
@@ -126,6 +142,8 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, j
     memcpy(j->stop, g->stop, sizeof g->stop);
     j->n_stop = g->n_stop;
     g->n_stop = 0;
+    j->cache_salt = g->cache_salt;
+    g->cache_salt = NULL;
     *out = j;
     return 0;
 }

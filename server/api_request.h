@@ -32,6 +32,7 @@ typedef struct gen_params {  /* the sampling and streaming fields */
     sampler_params sp;
     char *stop[JOB_MAX_STOP];
     uint32_t n_stop;
+    char *cache_salt;        /* owned, or NULL */
     bool stream, include_usage;
 } gen_params;
 
@@ -42,7 +43,9 @@ typedef struct api_prepared {
 
 /* Fields: model (any: one model is served), messages / prompt, tools, tool_choice,
  * chat_template_kwargs.enable_thinking, max_tokens / max_completion_tokens, temperature, top_p,
- * top_k, seed (seed_default when absent), stop, n (1 only), stream, stream_options.include_usage.
+ * top_k, seed (seed_default when absent), stop, n (1 only), stream, stream_options.include_usage,
+ * cache_salt (vLLM's: 1 to 256 bytes, no NUL; the request shares cached prefixes only with
+ * requests of the same salt, engine.h).
  * Absent or null fields keep their defaults (temperature 0.8, top_k 40, top_p 0.95, max_tokens:
  * the rest of the context). 0 and out->j, or -1 with *e (out->j NULL). */
 int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uint64_t seed_default, api_prepared *out,

@@ -19,6 +19,7 @@ void job_unref(job *j) {
     free(j->ids);
     for (uint32_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->forced);
+    free(j->cache_salt);
     free(j->text);
     pthread_cond_destroy(&j->cv);
     free(j);

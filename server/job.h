@@ -45,6 +45,7 @@ typedef struct job {
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
     char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */
+    char *cache_salt;         /* the request's cache namespace salt (engine_request.cache_salt), or NULL */
 
     /* shared (bridge mutex) */
     int refs;

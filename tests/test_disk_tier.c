@@ -302,6 +302,48 @@ static void test_restart_page4(void **st) { (void)st; restart(4, 4, 0, 70, 2, fa
 static void test_restart_page4_host_tier(void **st) { (void)st; restart(4, 4, 1, 70, 3, false, false); }
 
 /* The options: a tier with the cache off is an error; an unwritable directory is one too. */
+/* A salted request skips the disk tier (kv/prefix_cache.h): it writes no chunk through and is
+ * served nothing from the files, while an unsalted request of a restarted engine is; the
+ * tokens are the same in every case. */
+static void test_salted_skips_disk(void **st) {
+    (void)st;
+    const char *dir = fresh_dir("disk_salted");
+    model *m = tiny();
+    int32_t ids[96];
+    rng r;
+    rng_seed(&r, 12);
+    for (uint32_t i = 0; i < 96; i++) ids[i] = (int32_t)(100 + rng_below(&r, 20000));
+    engine a, b;
+    init(&a, m, 16, 2, dir, 0); /* chunks of 32 tokens */
+    engine_request rq = {.ids = ids, .n = 96, .max_tokens = 4, .ignore_eos = true, .cache_salt = "s"};
+    engine_reply want, got;
+    if (engine_generate(&a, &rq, &want)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(want.disk_chunks_written, 0);
+    rq.cache_salt = NULL;
+    if (engine_generate(&a, &rq, &got)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(got.cached_tokens, 0); /* the salted KV is not the default namespace's */
+    assert_int_equal(got.disk_chunks_written, 3); /* (96 + 4 - 1) / 32: prompt + generated KV */
+    assert_memory_equal(got.ids, want.ids, want.n * sizeof *want.ids);
+    engine_reply_free(&got);
+    engine_free(&a);
+
+    init(&b, m, 16, 2, dir, 0); /* a restart: only the disk tier holds the prompt */
+    rq.cache_salt = "s";
+    if (engine_generate(&b, &rq, &got)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(got.cached_tokens, 0);
+    assert_int_equal(got.disk_chunks_read + got.disk_rejected + got.disk_chunks_written, 0);
+    assert_memory_equal(got.ids, want.ids, want.n * sizeof *want.ids);
+    engine_reply_free(&got);
+    rq.cache_salt = NULL;
+    if (engine_generate(&b, &rq, &got)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(got.disk_tokens, 64);
+    assert_int_equal(got.cached_tokens, 64);
+    assert_memory_equal(got.ids, want.ids, want.n * sizeof *want.ids);
+    engine_reply_free(&got);
+    engine_reply_free(&want);
+    engine_free(&b);
+}
+
 static void test_options(void **st) {
     (void)st;
     engine e;
@@ -376,6 +418,7 @@ int main(void) {
         cmocka_unit_test(test_chain_keys),
         cmocka_unit_test(test_options),
         cmocka_unit_test(test_write_failure),
+        cmocka_unit_test(test_salted_skips_disk),
         cmocka_unit_test(test_restart_page16),
         cmocka_unit_test(test_restart_page4),
         cmocka_unit_test(test_restart_page4_host_tier),

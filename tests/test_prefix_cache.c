@@ -3,8 +3,8 @@
  * branching traces (shared system prompts, multi-turn continuations that include the previous
  * reply, branches cut at any token of an earlier prompt, agent loops appending tool results),
  * and the same logits bit for bit (the forward pass is batch invariant). Also: token accounting, hits where a
- * prefix was seen, eviction under a small pool, namespace isolation by fingerprint, and the
- * host tier: the same equivalence under a pool small enough to demote and restore all along,
+ * prefix was seen, eviction under a small pool, namespace isolation by fingerprint and by cache
+ * salt (the host tier included), and the host tier: the same equivalence under a pool small enough to demote and restore all along,
  * and restored pages bit-identical to the demoted ones (in other page ids). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -196,7 +196,7 @@ static void test_restore_bit_identical(void **st) {
         first[i] = s.pages[i];
         memcpy(orig + i * pb, bytes + first[i] * pb, pb);
     }
-    assert_int_equal(kv_cache_insert(&e.cache, ids, &s), 0);
+    assert_int_equal(kv_cache_insert(&e.cache, NULL, ids, &s), 0);
     kv_seq_free(kp, &s);
     kv_cache_reclaim(&e.cache, 16); /* all 8 demoted */
     assert_int_equal(kv_pages_free_count(kp), 16);
@@ -219,7 +219,7 @@ static void test_restore_bit_identical(void **st) {
     }
     assert_int_equal(n_held, 8);
     radix_match m;
-    assert_int_equal(kv_cache_match(&e.cache, ids, 32, &m), 0);
+    assert_int_equal(kv_cache_match(&e.cache, NULL, ids, 32, &m), 0);
     assert_int_equal(m.n_tokens, 32);
     assert_int_equal(m.n_gpu_pages, 0);
     assert_int_equal(m.n_restore, 8);
@@ -252,8 +252,8 @@ static void restore_twice(engine *e, const int32_t *ids, bool short_first) {
     kv_cache_reclaim(c, e->g.pages.n_pages); /* demote everything */
     assert_int_equal(c->tree.stats.pages, 0);
     radix_match ms, ml;
-    assert_int_equal(kv_cache_match(c, ids, 16, &ms), 0);
-    assert_int_equal(kv_cache_match(c, ids, 32, &ml), 0);
+    assert_int_equal(kv_cache_match(c, NULL, ids, 16, &ms), 0);
+    assert_int_equal(kv_cache_match(c, NULL, ids, 32, &ml), 0);
     assert_int_equal(ms.n_restore, 4);
     assert_int_equal(ml.n_restore, 8);
     radix_match *first = short_first ? &ms : &ml, *second = short_first ? &ml : &ms;
@@ -288,12 +288,49 @@ static void test_restore_once(void **st) {
         kv_seq s;
         kv_seq_init(&s);
         assert_int_equal(kv_seq_append(kp, &s, n, NULL), 0);
-        assert_int_equal(kv_cache_insert(&e.cache, ids, &s), 0);
+        assert_int_equal(kv_cache_insert(&e.cache, NULL, ids, &s), 0);
         kv_seq_free(kp, &s);
     }
     assert_int_equal(e.cache.tree.stats.nodes, 2);
     restore_twice(&e, ids, false);
     restore_twice(&e, ids, true);
+    engine_free(&e);
+}
+
+/* The host tier follows the namespace: a salted prefix demoted to host slots is restored for
+ * its own namespace only (the slots hang in the tree's nodes, under the namespace's root). */
+static void test_salted_host_tier(void **st) {
+    (void)st;
+    engine e;
+    engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
+    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    kv_pages *kp = &e.g.pages;
+    uint8_t sa[RADIX_NS_BYTES], sb[RADIX_NS_BYTES];
+    assert_int_equal(kv_cache_namespace_salt(e.cache.ns, "a", 1, sa), 0);
+    assert_int_equal(kv_cache_namespace_salt(e.cache.ns, "b", 1, sb), 0);
+    int32_t ids[32];
+    for (int i = 0; i < 32; i++) ids[i] = 900 + i;
+    kv_seq s;
+    kv_seq_init(&s);
+    assert_int_equal(kv_seq_append(kp, &s, 32, NULL), 0);
+    assert_int_equal(kv_cache_commit(&e.cache, sa, ids, 32, &s, NULL), 0);
+    kv_seq_free(kp, &s);
+    kv_cache_reclaim(&e.cache, kp->n_pages); /* all 8 pages demoted */
+    assert_int_equal(e.cache.tree.stats.pages, 0);
+    assert_int_equal(e.cache.tree.stats.host_slots, 8);
+    const uint8_t *ask[] = {NULL, sb, sa};
+    for (int i = 0; i < 3; i++) {
+        radix_match m;
+        kv_cache_hit hit;
+        kv_seq_init(&s);
+        assert_int_equal(kv_cache_acquire(&e.cache, ask[i], ids, 32, &s, &m, &hit), 0);
+        assert_int_equal(hit.cached_tokens, i == 2 ? 31 : 0);
+        assert_int_equal(hit.restored_tokens, i == 2 ? 31 : 0);
+        assert_int_equal(e.cache.tree.stats.host_slots, i == 2 ? 0 : 8);
+        kv_seq_free(kp, &s);
+        kv_cache_release(&e.cache, &m);
+    }
+    if (radix_check(&e.cache.tree) || kv_pages_check(kp)) fail_msg("%s", cd_errmsg());
     engine_free(&e);
 }
 
@@ -352,8 +389,9 @@ static void test_pool_exhausted(void **st) {
 }
 
 
-/* Namespaces: the key changes with one weight, the RoPE base, the page size and the tenant;
- * a tree holding one namespace serves nothing to another. */
+/* Namespaces: the key changes with one weight, the RoPE base, the page size, the tenant and a
+ * cache salt (a salt's key also depends on the tenant); a tree holding one namespace serves
+ * nothing to another, through acquire and commit too. */
 static void bump_rope(synth_spec *s) { s->cfg.rope_theta = 5e5f; }
 static void test_namespaces(void **st) {
     (void)st;
@@ -374,6 +412,16 @@ static void test_namespaces(void **st) {
     for (int i = 0; i < 5; i++)
         for (int j = i + 1; j < 5; j++) assert_memory_not_equal(k[i], k[j], RADIX_NS_BYTES);
     assert_memory_equal(k[0], k[5], RADIX_NS_BYTES);
+    uint8_t sk[4][RADIX_NS_BYTES];
+    assert_int_equal(kv_cache_namespace_salt(k[0], "a", 1, sk[0]), 0);
+    assert_int_equal(kv_cache_namespace_salt(k[0], "b", 1, sk[1]), 0);
+    assert_int_equal(kv_cache_namespace_salt(k[4], "a", 1, sk[2]), 0); /* tenant alice, the same salt */
+    assert_int_equal(kv_cache_namespace_salt(k[0], "a", 1, sk[3]), 0); /* the same again */
+    for (int i = 0; i < 3; i++) {
+        for (int j = i + 1; j < 3; j++) assert_memory_not_equal(sk[i], sk[j], RADIX_NS_BYTES);
+        for (int j = 0; j < 5; j++) assert_memory_not_equal(sk[i], k[j], RADIX_NS_BYTES);
+    }
+    assert_memory_equal(sk[0], sk[3], RADIX_NS_BYTES);
 
     kv_pages pool;
     kv_prefix_cache pc;
@@ -384,13 +432,33 @@ static void test_namespaces(void **st) {
     int32_t ids[64];
     for (int i = 0; i < 64; i++) ids[i] = i;
     assert_int_equal(kv_seq_append(&pool, &s, 64, NULL), 0);
-    assert_int_equal(kv_cache_insert(&pc, ids, &s), 0);
+    assert_int_equal(kv_cache_insert(&pc, NULL, ids, &s), 0);
     for (int i = 0; i < 6; i++) {
         radix_match m;
         assert_int_equal(radix_match_prefix(&pc.tree, k[i], ids, 64, &m), 0);
         assert_int_equal(m.n_tokens, i == 0 || i == 5 ? 64 : 0);
         radix_release(&pc.tree, &m);
     }
+    /* the door: a prompt committed under salt a is acquired under a only */
+    int32_t other[64];
+    for (int i = 0; i < 64; i++) other[i] = 1000 + i;
+    kv_seq s2;
+    kv_seq_init(&s2);
+    assert_int_equal(kv_seq_append(&pool, &s2, 64, NULL), 0);
+    assert_int_equal(kv_cache_commit(&pc, sk[0], other, 64, &s2, NULL), 0);
+    kv_seq_free(&pool, &s2);
+    const uint8_t *ask[] = {NULL, k[0], sk[1], sk[2], sk[0]};
+    for (int i = 0; i < 5; i++) {
+        radix_match m;
+        kv_cache_hit hit;
+        kv_seq_init(&s2);
+        assert_int_equal(kv_cache_acquire(&pc, ask[i], other, 64, &s2, &m, &hit), 0);
+        assert_int_equal(hit.cached_tokens, i == 4 ? 63 : 0);
+        assert_int_equal(s2.n_tokens, hit.cached_tokens);
+        kv_seq_free(&pool, &s2);
+        kv_cache_release(&pc, &m);
+    }
+    if (radix_check(&pc.tree)) fail_msg("%s", cd_errmsg());
     kv_seq_free(&pool, &s);
     kv_cache_free(&pc);
     assert_int_equal(kv_pages_free_count(&pool), 64); /* every reference given back */
@@ -410,6 +478,7 @@ int main(void) {
         cmocka_unit_test(test_random_traces_small_pool),
         cmocka_unit_test(test_restore_bit_identical),
         cmocka_unit_test(test_restore_once),
+        cmocka_unit_test(test_salted_host_tier),
         cmocka_unit_test(test_random_traces_host_tier),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*host*" */

@@ -9,6 +9,8 @@
  * - Chunked prefill: while a long prompt is prefilled, a decoding sequence gets a token every step.
  * - Cancel: pins and pages are released at once; the request's computed KV stays cached.
  * - Per-request sampling: a seeded sampled request gives the same tokens alone and batched.
+ * - Cache salts: the same salt hits, another salt or none misses, the tokens are the same; dedup
+ *   pairs only requests of one namespace.
  * - Errors: empty prompt, prompt past the context, prompt larger than the pool. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -351,6 +353,80 @@ static void test_sampling_batched(void **state) {
     engine_free(&e);
 }
 
+/* One greedy request with a cache salt, start to end; its tokens into out (the first call) or
+ * compared with out. Returns its cached tokens. */
+static uint32_t salted(engine *e, const int32_t *ids, uint32_t n, const char *salt, int32_t *out, uint32_t *n_out) {
+    engine_request rq = {.ids = ids, .n = n, .max_tokens = 6, .ignore_eos = true, .cache_salt = salt};
+    engine_reply rp;
+    if (engine_generate(e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    if (!*n_out) {
+        memcpy(out, rp.ids, rp.n * sizeof *out);
+        *n_out = rp.n;
+    }
+    assert_int_equal(rp.n, *n_out);
+    if (memcmp(rp.ids, out, rp.n * sizeof *out)) fail_msg("salt %s: other tokens than the first request's", salt);
+    uint32_t cached = rp.cached_tokens;
+    engine_reply_free(&rp);
+    return cached;
+}
+
+/* Submits two requests for ids in one step and steps once: how many run (the second waits when
+ * it is paired with the first's prefill). Then runs both to the end; their cached tokens. */
+static uint32_t pair_run(engine *e, const int32_t *ids, uint32_t n, const char *sa, const char *sb, uint32_t cached[2]) {
+    engine_request ra = {.ids = ids, .n = n, .max_tokens = 2, .ignore_eos = true, .cache_salt = sa};
+    engine_request rb = ra;
+    rb.cache_salt = sb;
+    uint32_t h[2], busy = 1;
+    if (engine_submit(e, &ra, &h[0]) || engine_submit(e, &rb, &h[1]) || engine_step(e, NULL)) fail_msg("%s", cd_errmsg());
+    uint32_t running = engine_running(e);
+    while (busy)
+        if (engine_step(e, &busy)) fail_msg("%s", cd_errmsg());
+    for (int i = 0; i < 2; i++) {
+        engine_reply rp;
+        assert_int_equal(engine_poll(e, h[i], &rp), 1);
+        cached[i] = rp.cached_tokens;
+        engine_reply_free(&rp);
+    }
+    return running;
+}
+
+/* Cache salts (engine_request.cache_salt): isolation in pairs. */
+static void test_cache_salt(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 8);
+    int32_t a[100], b[300], c[300], want[8];
+    random_ids(&r, a, 100);
+    random_ids(&r, b, 300);
+    random_ids(&r, c, 300);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 2};
+    init(&e, &o);
+    uint32_t n_want = 0;
+    assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 0);
+    assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 96); /* the same salt hits */
+    assert_int_equal(salted(&e, a, 100, "b", want, &n_want), 0);  /* another salt misses */
+    assert_int_equal(salted(&e, a, 100, NULL, want, &n_want), 0); /* so does none */
+    assert_int_equal(salted(&e, a, 100, "b", want, &n_want), 96); /* each hits its own */
+    assert_int_equal(salted(&e, a, 100, NULL, want, &n_want), 96);
+    assert_int_equal(salted(&e, a, 100, "", want, &n_want), 96); /* empty: no salt */
+    assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 96);
+    /* dedup: requests of two salts both run at once and both compute the prefix; two of one
+     * salt are paired (the second waits for the first's prefill, then hits it) */
+    uint32_t cached[2];
+    uint64_t dedup0 = e.stats.dedup_tokens;
+    assert_int_equal(pair_run(&e, b, 300, "x", "y", cached), 2);
+    assert_int_equal(cached[0], 0);
+    assert_int_equal(cached[1], 0);
+    assert_int_equal(e.stats.dedup_tokens, dedup0);
+    assert_int_equal(pair_run(&e, c, 300, "x", "x", cached), 1);
+    assert_int_equal(cached[0], 0);
+    assert_int_equal(cached[1], 288);
+    assert_int_equal(e.stats.dedup_tokens, dedup0 + 288);
+    assert_no_leak(&e);
+    engine_free(&e);
+}
+
 static void test_errors(void **state) {
     (void)state;
     engine e;
@@ -391,11 +467,13 @@ int main(void) {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_sampling_batched),
+        cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_dedup),
         cmocka_unit_test(test_interleavings),
         cmocka_unit_test(test_interleavings_page4),
         cmocka_unit_test(test_preemption),
     };
+    if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*salt*" */
     return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
 }

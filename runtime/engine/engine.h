@@ -24,14 +24,21 @@
  * waiting more than max_wait_steps goes first. A request whose prompt shares more than a page
  * beyond its cached prefix with a request still prefilling waits for that prefill's commit and
  * then matches it: a prefix sent by several requests at once is prefilled once
- * (stats.dedup_tokens counts what that saved). A request is admitted only when the pages of its
- * prompt can be had (evicting or demoting unpinned cache entries); when decoding sequences
- * outgrow the pool the youngest running request is preempted: its KV so far is committed to the
- * cache, its pages released, and it waits again, to resume as a cache hit. A prompt that could
- * not fit the whole pool fails at submit, naming both sizes.
+ * (stats.dedup_tokens counts what that saved); only requests of one cache namespace are paired
+ * so. A request is admitted only when the pages of its prompt can be had (evicting or demoting
+ * unpinned cache entries); when decoding sequences outgrow the pool the youngest running
+ * request is preempted: its KV so far is committed to the cache, its pages released, and it
+ * waits again, to resume as a cache hit. A prompt that could not fit the whole pool fails at
+ * submit, naming both sizes.
  *
  * Per request: sampling parameters (greedy when temperature is 0; sampled on the host from its
- * logits row, with the request's own seeded generator), max tokens, stop token ids, ignore-eos.
+ * logits row, with the request's own seeded generator), max tokens, stop token ids, ignore-eos,
+ * and a cache salt (vLLM's cache_salt): a salted request reads and writes the prefix cache in a
+ * namespace of its own, kv_cache_namespace_salt(engine namespace, salt), computed once at
+ * submit. The engine namespace already holds the tenant (engine_opts.tenant), so the same salt
+ * under two tenants names two namespaces. Requests share cached KV only within one namespace:
+ * same salt, or both unsalted. Salted requests skip the disk tier (kv/prefix_cache.h); the host
+ * tier serves them within their namespace.
  * Errors are values: -1 with cd_errmsg(). */
 #pragma once
 #include <stdbool.h>
@@ -158,6 +165,8 @@ typedef struct engine_request {
     uint32_t n_stop;
     float *logits_out;         /* non-NULL: n_vocab floats, the logits of each token chosen are written
                                   here (the last token's remain); NULL: never read back */
+    const char *cache_salt;    /* NULL or "": the engine's cache namespace; else a namespace of its
+                                  own (read at submit, not kept) */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

@@ -13,7 +13,9 @@ typedef enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE } req_state;
 typedef struct engine_req {
     uint32_t handle;
     req_state state;
-    engine_request rq;      /* the caller's request; ids and stop_ids point at our copies */
+    engine_request rq;      /* the caller's request; ids and stop_ids point at our copies,
+                             * cache_salt is NULL (its namespace is ns) */
+    uint8_t ns[RADIX_NS_BYTES]; /* the cache namespace of its lookups, inserts and dedup */
     int32_t *all;           /* prompt + generated so far: [0, n_all) */
     int32_t *stop;          /* [rq.n_stop] */
     uint32_t n_prompt, n_all;

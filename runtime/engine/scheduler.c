@@ -72,8 +72,19 @@ static int grow_reqs(engine *e) {
     return 0;
 }
 
+/* The request's cache namespace: the engine's, or derived from it and the request's salt. */
+static int request_ns(const engine *e, const engine_request *rq, uint8_t ns[RADIX_NS_BYTES]) {
+    const char *salt = rq->cache_salt;
+    if (!e->cache_on || !salt || !*salt) {
+        memcpy(ns, e->cache.ns, RADIX_NS_BYTES);
+        return 0;
+    }
+    return kv_cache_namespace_salt(e->cache.ns, salt, strlen(salt), ns);
+}
+
 int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
-    TRY(check_request(e, rq) || grow_reqs(e));
+    uint8_t ns[RADIX_NS_BYTES];
+    TRY(check_request(e, rq) || request_ns(e, rq, ns) || grow_reqs(e));
     engine_req *q = calloc(1, sizeof *q);
     if (!q) return cd_fail("out of memory");
     const sampler_params *sp = rq->sp ? rq->sp : &e->sp;
@@ -92,6 +103,8 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->rq.ids = q->all;
     q->rq.stop_ids = q->stop;
     q->rq.sp = NULL;
+    q->rq.cache_salt = NULL; /* the caller's memory: only its namespace is kept */
+    memcpy(q->ns, ns, RADIX_NS_BYTES);
     q->n_prompt = q->n_all = rq->n;
     q->reply.prompt_tokens = rq->n;
     q->handle = ++e->next_handle;
@@ -132,7 +145,7 @@ static int leave_gpu(engine *e, engine_req *q) {
     int rc = 0;
     if (e->cache_on && q->n_kv) {
         kv_cache_written w;
-        rc = kv_cache_commit(&e->cache, q->all, q->n_kv, &q->seq, &w);
+        rc = kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, &w);
         q->reply.disk_chunks_written += w.disk_chunks_written;
         q->reply.disk_bytes_written += w.disk_bytes_written;
         q->reply.disk_write_ms += w.disk_write_ms;
@@ -199,19 +212,21 @@ static uint32_t common_prefix(const int32_t *a, const int32_t *b, uint32_t n) {
 static uint32_t cached_now(engine *e, const engine_req *q) {
     if (!e->cache_on || q->n_all < 2) return 0;
     radix_match m;
-    if (kv_cache_match(&e->cache, q->all, q->n_all - 1, &m)) return 0;
+    if (kv_cache_match(&e->cache, q->ns, q->all, q->n_all - 1, &m)) return 0;
     uint32_t n = m.n_tokens;
     kv_cache_release(&e->cache, &m);
     return n;
 }
 
-/* Whether a running request is still prefilling a prefix q shares beyond what q would get from
- * the cache by more than a page: q then waits for its commit instead of computing it again. */
+/* Whether a running request of q's namespace is still prefilling a prefix q shares beyond what q
+ * would get from the cache by more than a page: q then waits for its commit instead of computing
+ * it again. (Another namespace's commit would never serve q, so q would wait for nothing.) */
 static bool prefix_in_flight(const engine *e, const engine_req *q, uint32_t cached) {
     if (!e->cache_on) return false;
     for (uint32_t i = 0; i < e->n_reqs; i++) {
         const engine_req *p = e->reqs[i];
         if (p == q || p->state != REQ_RUNNING || p->prompt_committed) continue;
+        if (memcmp(p->ns, q->ns, RADIX_NS_BYTES)) continue;
         uint32_t n = q->n_all - 1 < p->n_target ? q->n_all - 1 : p->n_target;
         if (common_prefix(q->all, p->all, n) >= cached + e->g.page_tokens) return true;
     }
@@ -248,7 +263,7 @@ static uint32_t free_row(const engine *e) {
 static int admit_one(engine *e, engine_req *q) {
     kv_cache_hit hit = {0};
     uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
-    if (e->cache_on && kv_cache_acquire(&e->cache, q->all, q->n_all, &q->seq, &q->m, &hit)) {
+    if (e->cache_on && kv_cache_acquire(&e->cache, q->ns, q->all, q->n_all, &q->seq, &q->m, &hit)) {
         kv_seq_free(&e->g.pages, &q->seq);
         kv_cache_release(&e->cache, &q->m);
         return -1;
@@ -434,7 +449,7 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
         q->n_kv += fed_of[i];
         if (prefill) q->reply.prefilled_tokens += fed_of[i];
         if (prefill && q->n_kv == q->n_target && e->cache_on && !q->prompt_committed) {
-            TRY(kv_cache_commit(&e->cache, q->all, q->n_kv, &q->seq, NULL)); /* others can match it now */
+            TRY(kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, NULL)); /* others can match it now */
             q->prompt_committed = true;
         }
     }

@@ -62,6 +62,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     CHECK(j->max_tokens >= 1 && j->max_tokens <= model.n_ctx - j->n_ids);
     for (uint32_t i = 0; i < j->n_ids; i++) CHECK(j->ids[i] >= 0 && j->ids[i] < tok_n_vocab(model.tok));
     for (uint32_t i = 0; i < j->n_stop; i++) CHECK(j->stop[i] && j->stop[i][0]);
+    CHECK(!j->cache_salt || (j->cache_salt[0] && strlen(j->cache_salt) <= 256));
     job_unref(j);
     job_unref(j);
     return 0;

@@ -144,6 +144,32 @@ test("multi-turn: the second turn is served from the cache up to the new message
     assert.ok(r2.usage.prompt_tokens_details.cached_tokens > r1.usage.prompt_tokens_details.cached_tokens);
 });
 
+test("cache_salt: the same salt hits, another salt or none misses, with the same tokens", async () => {
+    // (the openai client sends params it does not know, such as vLLM's cache_salt, in the body as given)
+    const cached = (r) => r.usage.prompt_tokens_details.cached_tokens;
+    const messages = [{ role: "system", content: `Salt test ${Date.now()}. ` + "Keep tenants apart. ".repeat(20) },
+        { role: "user", content: "Who may read this?" }];
+    const chat = (salt) => client.chat.completions.create({ ...greedy, messages, max_tokens: 6, ...(salt ? { cache_salt: salt } : {}) });
+    const a1 = await chat("tenant-a"), a2 = await chat("tenant-a"), b1 = await chat("tenant-b"), b2 = await chat("tenant-b");
+    assert.equal(cached(a1), 0);
+    assert.ok(cached(a2) >= a1.usage.prompt_tokens - 16, `the same salt: ${cached(a2)} of ${a2.usage.prompt_tokens} cached`);
+    assert.equal(cached(b1), 0, "another salt misses");
+    assert.equal(cached(b2), cached(a2));
+    for (const r of [a2, b1, b2]) assert.equal(r.choices[0].message.content, a1.choices[0].message.content);
+    // unsalted and salted never serve each other: a prompt whose first token no other test sends
+    const prompt = `${Date.now()} salted completions: ` + "alpha beta gamma delta ".repeat(12);
+    const comp = (salt) => client.completions.create({ ...greedy, prompt, max_tokens: 4, ...(salt ? { cache_salt: salt } : {}) });
+    const c1 = await comp("tenant-c"), n1 = await comp(null), n2 = await comp(null), c2 = await comp("tenant-c"), d1 = await comp("tenant-d");
+    assert.equal(cached(c1), 0);
+    assert.equal(cached(n1), 0, "the salted KV is not served to an unsalted request");
+    assert.ok(cached(n2) > 0);
+    assert.equal(cached(c2), cached(n2), "nor the unsalted KV to a salted one: tenant-c hits its own");
+    assert.equal(cached(d1), 0);
+    for (const r of [n1, n2, c2, d1]) assert.equal(r.choices[0].text, c1.choices[0].text);
+    await assert.rejects(client.chat.completions.create({ ...greedy, messages, max_tokens: 2, cache_salt: 42 }),
+        (e) => e.status === 400 && e.param === "cache_salt");
+});
+
 test("stop strings end the reply before them", async () => {
     const whole = await client.completions.create({ ...greedy, prompt: "Once upon a time", max_tokens: 16 });
     const text = whole.choices[0].text;
@@ -189,6 +215,10 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, max_tokens: 0 } }, 400, "max_tokens", /between/],
         [{ body: { messages: hello, n: 2 } }, 400, "n", /n must be 1/],
         [{ body: { messages: hello, stop: [1] } }, 400, "stop", /stop/],
+        [{ body: { messages: hello, cache_salt: 7 } }, 400, "cache_salt", /cache_salt must be a string/],
+        [{ body: { messages: hello, cache_salt: ["a"] } }, 400, "cache_salt", /cache_salt must be a string/],
+        [{ body: { messages: hello, cache_salt: "" } }, 400, "cache_salt", /1 to 256 bytes/],
+        [{ body: { messages: hello, cache_salt: "s".repeat(257) } }, 400, "cache_salt", /1 to 256 bytes/],
         [{ body: { messages: [{ role: "wizard", content: "x" }] } }, 400, "messages", /.+/],
         [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
         [{ body: { messages: hello }, auth: false }, 401, null, /API key/],
