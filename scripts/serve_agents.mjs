@@ -109,9 +109,14 @@ if (checkSerial > 0) { // the same requests one at a time: the same greedy repli
     ok &&= differ === 0;
 }
 if (checkCache) {
-    const c = await (await fetch(`${url}/v1/cache`)).json();
+    // the server publishes its state once per engine step: give it a moment to settle
+    let c, clean = false;
+    for (let i = 0; i < 20 && !clean; i++) {
+        if (i) await new Promise((r) => setTimeout(r, 100));
+        c = await (await fetch(`${url}/v1/cache`)).json();
+        clean = c.running === 0 && c.waiting === 0 && c.gpu.pinned === 0 && c.gpu.private === 0 && c.gpu.free + c.gpu.cached === c.gpu.pages;
+    }
     out.cache = c;
-    const clean = c.running === 0 && c.waiting === 0 && c.gpu.pinned === 0 && c.gpu.private === 0 && c.gpu.free + c.gpu.cached === c.gpu.pages;
     if (!clean) console.error(`/v1/cache after the run is not clean: ${JSON.stringify(c)}`);
     ok &&= clean;
 }

@@ -211,8 +211,9 @@ int bridge_run(bridge *b, engine *e) {
         uint32_t busy = 0;
         if (r.active && engine_step(e, &busy)) /* the requests in the pass failed; the server goes on */
             fprintf(stderr, "cinder serve: a forward pass failed: %s\n", cd_errmsg());
+        publish(&r); /* before the replies go out: a client that reads /v1/cache next sees its request gone */
         retire(&r);
-        publish(&r);
+        publish(&r); /* and after: retire may have cancelled some */
     }
     publish(&r);
     return 0;
