@@ -14,20 +14,24 @@
 
 /* ---- replies ---- */
 
+/* Room for more bytes and a NUL after len (doubling); -1 when out of memory. */
+static int buf_reserve(char **out, size_t len, size_t *cap, size_t more) {
+    if (len + more + 1 <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < len + more + 1) c *= 2;
+    char *p = realloc(*out, c);
+    if (!p) return -1;
+    *out = p;
+    *cap = c;
+    return 0;
+}
+
 int buf_printf(char **out, size_t *len, size_t *cap, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(NULL, 0, fmt, ap);
     va_end(ap);
-    if (n < 0) return -1;
-    if (*len + (size_t)n + 1 > *cap) {
-        size_t c = *cap ? *cap : 1024;
-        while (c < *len + (size_t)n + 1) c *= 2;
-        char *p = realloc(*out, c);
-        if (!p) return -1;
-        *out = p;
-        *cap = c;
-    }
+    if (n < 0 || buf_reserve(out, *len, cap, (size_t)n)) return -1;
     va_start(ap, fmt);
     vsnprintf(*out + *len, (size_t)n + 1, fmt, ap);
     va_end(ap);
@@ -149,14 +153,7 @@ static bool append_body(conn_req *q, const char *data, size_t n, size_t limit) {
         q->too_large = true;
         return false;
     }
-    if (q->len + n + 1 > q->cap) {
-        size_t cap = q->cap ? q->cap : 4096;
-        while (cap < q->len + n + 1) cap *= 2;
-        char *p = realloc(q->body, cap);
-        if (!p) return false;
-        q->body = p;
-        q->cap = cap;
-    }
+    if (buf_reserve(&q->body, q->len, &q->cap, n)) return false;
     memcpy(q->body + q->len, data, n);
     q->len += n;
     q->body[q->len] = 0;
