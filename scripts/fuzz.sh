@@ -54,6 +54,16 @@ cat >"$dict" <<'DICT'
 "\xff\xff\xff\xff"
 DICT
 
+report() { # target, exit status, log, corpus: the outcome of one run (exit 1 on a finding)
+    grep -E '^#[0-9]+ +DONE' "$3" | tail -1 || true
+    if [ "$2" -ne 0 ]; then
+        echo "$1 FOUND A PROBLEM (exit $2):" >&2
+        grep -E 'ERROR|SUMMARY|check failed|Test unit written' "$3" >&2 || tail -40 "$3" >&2
+        exit 1
+    fi
+    echo "no findings; corpus grew to $(ls "$4" | wc -l) inputs"
+}
+
 log=$build/fuzz.log
 echo "fuzzing GGUF for ${secs}s (log: $log)"
 set +e
@@ -62,13 +72,7 @@ set +e
 rc=$?
 set -e
 grep -E '^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|stat::peak_rss_mb)' "$log" || true
-grep -E '^#[0-9]+ +DONE' "$log" | tail -1 || true
-if [ "$rc" -ne 0 ]; then
-    echo "fuzz_gguf FOUND A PROBLEM (exit $rc):" >&2
-    grep -E 'ERROR|SUMMARY|check failed|Test unit written' "$log" >&2 || tail -40 "$log" >&2
-    exit 1
-fi
-echo "no findings; corpus grew to $(ls "$run" | wc -l) inputs"
+report fuzz_gguf "$rc" "$log" "$run"
 
 # The server's request bodies (JSON, fields, chat template, tokenizer): half the time again.
 run_req=$root/tests/fuzz/corpus_request-run
@@ -83,10 +87,4 @@ set +e
     -artifact_prefix="$build/findings/" -print_final_stats=1 "$run_req" >"$log" 2>&1
 rc=$?
 set -e
-grep -E '^#[0-9]+ +DONE' "$log" | tail -1 || true
-if [ "$rc" -ne 0 ]; then
-    echo "fuzz_request FOUND A PROBLEM (exit $rc):" >&2
-    grep -E 'ERROR|SUMMARY|check failed|Test unit written' "$log" >&2 || tail -40 "$log" >&2
-    exit 1
-fi
-echo "no findings; corpus grew to $(ls "$run_req" | wc -l) inputs"
+report fuzz_request "$rc" "$log" "$run_req"
