@@ -172,10 +172,11 @@ int kv_cache_match(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, ui
     return radix_match_prefix(&c->tree, ns ? ns : c->ns, ids, n, m);
 }
 
-int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, const kv_seq *s) {
-    uint32_t first_new = 0, whole = s->n_tokens / c->pages->page_tokens;
-    if (radix_insert(&c->tree, ns ? ns : c->ns, ids, s->n_tokens, s->pages, &first_new)) return -1;
-    for (uint32_t i = first_new; i < whole; i++)
+int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, const kv_seq *s, bool tail) {
+    uint32_t first_new = 0, n = tail ? s->n_tokens : s->n_tokens - s->n_tokens % c->pages->page_tokens;
+    /* tails made redundant by these pages give their page back (release_pages: the tree's reference) */
+    if (radix_insert_tail(&c->tree, ns ? ns : c->ns, ids, n, s->pages, &first_new, release_pages, c)) return -1;
+    for (uint32_t i = first_new; i < kv_pages_for(c->pages, n); i++)
         if (kv_page_retain(c->pages, s->pages[i])) return -1; /* cannot fail: the sequence holds it */
     return 0;
 }
@@ -299,7 +300,7 @@ static int attach_disk(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids
         if (rc) break;
         hit->disk_chunks_read++;
     }
-    if (*loaded && !rc) rc = kv_cache_insert(c, ns, ids, s); /* later requests see them cached */
+    if (*loaded && !rc) rc = kv_cache_insert(c, ns, ids, s, false); /* later requests see them cached */
     hit->disk_rejected = (uint32_t)(d->rejected - rej0);
     hit->disk_bytes_read = d->bytes_read - bytes0;
     hit->disk_read_ms = cd_now_ms() - t0;
@@ -360,14 +361,14 @@ static int store_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const 
 }
 
 int kv_cache_commit(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, const kv_seq *s,
-                    kv_cache_written *w) {
+                    enum kv_commit what, kv_cache_written *w) {
     if (w) *w = (kv_cache_written){0};
     if (n > s->n_tokens) return cd_fail("prefix cache: commit of %u tokens from a sequence of %u", n, s->n_tokens);
     kv_seq head = *s; /* the first n tokens' pages: a view, not a copy */
     head.n_tokens = n;
     head.n_pages = kv_pages_for(c->pages, n);
     if (!ns) ns = c->ns;
-    if (kv_cache_insert(c, ns, ids, &head)) return -1;
+    if (kv_cache_insert(c, ns, ids, &head, what == KV_COMMIT_FINAL)) return -1;
     return w && disk_serves(c, ns) ? store_disk(c, ids, n, &head, w) : 0;
 }
 

@@ -11,9 +11,13 @@
  *                                            least one token is left to compute
  *     reserve the rest: kv_seq_append        a shared partial last page is copied first
  *                                            (kv_cow); kv_cache_reclaim when pages are short
- *     prefill, kv_cache_commit(.., NULL)     the prompt: requests arriving now can match it
- *     decode, kv_cache_commit(.., &w)        everything computed, written through to disk
- *     kv_cache_release(c, &m)
+ *     prefill, kv_cache_commit(.., KV_COMMIT_PROMPT, NULL)
+ *                                            the prompt's whole pages: requests arriving now
+ *                                            can match it
+ *     decode, kv_cache_release(c, &m), kv_cache_commit(.., KV_COMMIT_FINAL, &w)
+ *                                            everything computed, the partly filled last page
+ *                                            too (a tail: the next turn of the chat continues
+ *                                            it), written through to disk
  *
  * Nothing else reaches into the tiers: the engine and the tools go through these functions (the
  * restore bench and the tests also call the lower ones below to time and probe each step).
@@ -96,8 +100,10 @@ void kv_cache_clear(kv_prefix_cache *c);
 /* Longest cached prefix of ids[0..n) in namespace ns (NULL: c->ns); always radix_release the match. */
 int kv_cache_match(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, radix_match *m);
 /* Caches the whole pages of a sequence holding ids[0..s->n_tokens) in namespace ns (NULL: c->ns;
- * the tree takes a reference to each page it adopts). */
-int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, const kv_seq *s);
+ * the tree takes a reference to each page it adopts) and, with tail, its partly filled last
+ * page too (only for a sequence that writes no more: radix.h, Tails). Tails these pages make
+ * redundant leave the tree (their pages go back to the pool when nothing else holds them). */
+int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, const kv_seq *s, bool tail);
 /* Evicts LRU leaves until at least want pages are free or nothing evictable is left; returns
  * the pages that went back to the free list (the engine calls it while reserving pages).
  *
@@ -122,14 +128,19 @@ uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want);
  * holds the pages by reference; *hit says what came from where. */
 int kv_cache_acquire(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, kv_seq *s,
                      radix_match *m, kv_cache_hit *hit);
-/* Caches the whole pages of ids[0..n) held by s in namespace ns (NULL: c->ns; n <= s->n_tokens;
- * the tree takes a reference to each page it adopts) and, with a disk tier of namespace ns and
- * w != NULL, writes every whole chunk not yet on disk (write-through; a failed write ends it
- * with one message, the request goes on). A
- * request commits its prompt when the prefill ends (w NULL: others may match it while it
- * decodes) and everything it computed when it leaves the GPU (with w: one write-through). */
+/* What a commit caches. A request commits its prompt when the prefill ends (others may match
+ * it while it decodes: whole pages only, since the sequence goes on writing its last page) and
+ * everything it computed when it leaves the GPU (the last page too, partly filled or not: the
+ * sequence writes no more). */
+enum kv_commit { KV_COMMIT_PROMPT, KV_COMMIT_FINAL };
+
+/* Caches ids[0..n) held by s in namespace ns (NULL: c->ns; n <= s->n_tokens; the tree takes a
+ * reference to each page it adopts; `what` says whether a partly filled last page goes too) and,
+ * with a disk tier of namespace ns and w != NULL, writes every whole chunk not yet on disk
+ * (write-through; a failed write ends it with one message, the request goes on). Commit after
+ * kv_cache_release of the request's match: a pin of its own would keep the tail it extends. */
 int kv_cache_commit(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, const kv_seq *s,
-                    kv_cache_written *w);
+                    enum kv_commit what, kv_cache_written *w);
 /* Unpins an acquire's match (zeroed matches are fine). */
 void kv_cache_release(kv_prefix_cache *c, radix_match *m);
 /* Gives the cache a disk tier (d reads and writes the same pool). */

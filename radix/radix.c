@@ -46,6 +46,8 @@ struct radix_node {
     int32_t *run;                   /* tokens, gpu[], host[]; NULL for a root */
     uint64_t last_use;              /* clock value of the last match/insert that walked through it */
     uint32_t n_pages;               /* edge length in pages; >= 1 except for roots */
+    uint32_t tail;                  /* tokens in the last page when it is partly filled (a tail:
+                                     * leaves only); 0 = the edge is whole pages */
     uint32_t n_children;
     uint32_t n_gpu_children;        /* children that are GPU-resident */
     uint32_t lock;                  /* pins on paths through this node */
@@ -87,6 +89,16 @@ static inline size_t run_bytes(const radix_tree *t, uint32_t n_pages) {
 }
 
 static inline bool is_root(const radix_node *x) { return x->parent == NULL; }
+/* Pages of x's edge that are full; a tail's last page is not. */
+static inline uint32_t whole_pages(const radix_node *x) { return x->n_pages - (x->tail != 0); }
+/* Tokens of x's edge. */
+static inline uint32_t edge_tokens(const radix_tree *t, const radix_node *x) {
+    return whole_pages(x) * t->page_tokens + x->tail;
+}
+/* Tokens held by page k of x's edge. */
+static inline uint32_t page_fill(const radix_tree *t, const radix_node *x, uint32_t k) {
+    return k < whole_pages(x) ? t->page_tokens : x->tail;
+}
 
 static uint32_t lcp(const int32_t *a, const int32_t *b, uint32_t n) {
     uint32_t i = 0;
@@ -502,14 +514,15 @@ typedef struct match_end {
 
 /* Among the chain of children starting with ids[0], the one whose whole first page matches
  * (there is at most one: siblings differ in their first page); failing that, the one sharing
- * the longest run of the first page (*len < page_tokens: the match ends there). */
+ * the longest run of the first page (*len < page_tokens: the match ends there). A tail's
+ * partly filled page takes part with the tokens it holds. */
 static radix_node *chain_pick(const radix_tree *t, radix_node *c, const int32_t *ids, uint32_t left,
                               uint32_t *len) {
     uint32_t pt = t->page_tokens, want = left < pt ? left : pt;
     radix_node *best = NULL;
     *len = 0;
     for (; c; c = c->next) {
-        uint32_t l = lcp(node_tokens(c), ids, want);
+        uint32_t fill = page_fill(t, c, 0), l = lcp(node_tokens(c), ids, want < fill ? want : fill);
         if (l == pt) {
             *len = l;
             return c;
@@ -535,7 +548,7 @@ static match_end match_walk(const radix_tree *t, radix_node *root, const int32_t
             pos += len;
             break;
         }
-        uint32_t edge = c->n_pages * pt, cmp = (n - pos < edge ? n - pos : edge) - pt;
+        uint32_t edge = edge_tokens(t, c), cmp = (n - pos < edge ? n - pos : edge) - pt;
         uint32_t l = pt + lcp(node_tokens(c) + pt, ids + pos + pt, cmp);
         pos += l;
         if (l < edge) break; /* ends inside c's edge (maybe on a page boundary) */
@@ -708,15 +721,22 @@ int radix_restore(radix_tree *t, radix_match *m, const uint32_t *gpu_pages, radi
 
 /* ---- insert ------------------------------------------------------------------------------- */
 
-/* What an insert will do, found without changing anything. An insert diverges from the tree
- * in at most one place:
+/* What an insert will do, found without changing anything. The sequence is np whole pages
+ * and, for a tail insert with tail > 0, a last page holding tail tokens. An insert diverges
+ * from the tree in at most one place:
  *
- *   1. nothing new: every whole page is cached (the walk ends at a node or inside an edge,
- *      on a page boundary). deep is the last node walked into.
+ *   1. nothing new: every page is cached (the walk ends at a node or inside an edge, on a page
+ *      boundary, and a tail lies in a cached page that starts with its tokens). deep is the
+ *      last node walked into (for a tail, the node whose page holds it).
  *   2. a new leaf under `at` (at == deep): no child of `at` starts with the next token (a new
  *      chain), or some do but none has the whole next page (the leaf joins their chain).
  *   3. a split: the next page differs inside the edge into `split`, after its first k pages.
  *      `split` is cut there and the new leaf hangs from the upper part.
+ *
+ * A whole page never matches a tail's partly filled page (its tokens run out), so a longer
+ * sequence through a tail splits the tail before that page (case 3), or joins the chain of a
+ * tail-only node (case 2), and the tail then holds nothing the tree does not hold twice:
+ * `stale` is the first such tail the walk meets, given back after the insert (radix.h, Tails).
  *
  * Cases 2 and 3 are blocked (Rule 7) when the node the new leaf would hang from (`at`, or the
  * upper part of `split`, which has split's residency) is host-resident. */
@@ -725,22 +745,40 @@ typedef struct insert_plan {
     radix_node *at;     /* the new leaf's parent (for a split: the parent of `split`) */
     radix_node *split;  /* the edge to split, or NULL */
     uint32_t split_k;   /* pages kept by the upper part */
-    uint32_t leaf_from; /* first page of the new leaf; == np when nothing is new */
+    uint32_t leaf_from; /* first page of the new leaf; == the sequence's pages when nothing is new */
+    radix_node *stale;  /* a tail whose tokens start one of the sequence's longer pages, or NULL */
 } insert_plan;
 
-static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int32_t *ids, uint32_t np) {
+/* Whether page k of x's edge starts with ids[0..n). */
+static bool page_holds(const radix_tree *t, const radix_node *x, uint32_t k, const int32_t *ids, uint32_t n) {
+    return page_fill(t, x, k) >= n && same_tokens(node_tokens(x) + (size_t)k * t->page_tokens, ids, n);
+}
+
+/* A tail-only node in the chain from c whose tokens start ids[0..fill) and are fewer. */
+static radix_node *stale_in_chain(const radix_tree *t, radix_node *c, const int32_t *ids, uint32_t fill) {
+    for (; c; c = c->next)
+        if (c->n_pages == 1 && c->tail && c->tail < fill && same_tokens(node_tokens(c), ids, c->tail)) return c;
+    (void)t;
+    return NULL;
+}
+
+static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int32_t *ids, uint32_t np,
+                               uint32_t tail) {
     uint32_t pt = t->page_tokens, end = np * pt, pos = 0;
-    insert_plan p = {.deep = root, .at = root, .leaf_from = root ? np : 0};
-    for (radix_node *x = root; x && pos < end;) {
-        radix_node *c = chain_head(t, x, ids[pos]);
-        while (c && !same_tokens(node_tokens(c), ids + pos, pt)) c = c->next;
+    insert_plan p = {.deep = root, .at = root, .leaf_from = root ? np + (tail != 0) : 0};
+    radix_node *x = root;
+    while (x && pos < end) {
+        radix_node *head = chain_head(t, x, ids[pos]), *c = head;
+        if (!p.stale) p.stale = stale_in_chain(t, head, ids + pos, pt);
+        while (c && !(whole_pages(c) && same_tokens(node_tokens(c), ids + pos, pt))) c = c->next;
         if (!c) { /* case 2 */
             p.at = x;
             p.leaf_from = pos / pt;
             return p;
         }
         uint32_t k = 1;
-        while (k < c->n_pages && pos + k * pt < end && same_tokens(node_tokens(c) + k * pt, ids + pos + k * pt, pt))
+        while (k < whole_pages(c) && pos + k * pt < end &&
+               same_tokens(node_tokens(c) + k * pt, ids + pos + k * pt, pt))
             k++;
         pos += k * pt;
         p.deep = c;
@@ -748,14 +786,29 @@ static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int3
             x = c;
             continue;
         }
-        if (pos == end) return p; /* case 1, ending inside c's edge */
-        p.at = x;                 /* case 3 */
+        if (pos == end && (!tail || page_holds(t, c, k, ids + end, tail))) return p; /* case 1, inside c's edge */
+        /* case 3: the next page (whole, or the tail) is not c's page k */
+        uint32_t fill = pos < end ? pt : tail;
+        if (!p.stale && k == whole_pages(c) && c->tail < fill && same_tokens(node_tokens(c) + k * pt, ids + pos, c->tail))
+            p.stale = c; /* c's tail, a tail-only node once the split cuts it off */
+        p.at = x;
         p.split = c;
         p.split_k = k;
         p.leaf_from = pos / pt;
         return p;
     }
-    return p; /* case 1 (or, without a root, a new namespace: case 2 under a new root) */
+    if (!x || !tail) return p; /* case 1 (or, without a root, a new namespace: case 2 under a new root) */
+    /* every whole page is cached, the walk ended at x's end: is the tail in a child's first page? */
+    radix_node *head = chain_head(t, x, ids[end]);
+    for (radix_node *c = head; c; c = c->next)
+        if (page_holds(t, c, 0, ids + end, tail)) {
+            p.deep = c; /* case 1 */
+            return p;
+        }
+    if (!p.stale) p.stale = stale_in_chain(t, head, ids + end, tail);
+    p.at = x; /* case 2: a tail-only leaf */
+    p.leaf_from = np;
+    return p;
 }
 
 /* Rule 7: the new leaf's parent would be host-resident. */
@@ -864,25 +917,37 @@ static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_no
     return u;
 }
 
-int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
-                 const uint32_t *pages, uint32_t *first_new) {
+static void drop_node(radix_tree *t, radix_node *v, const radix_evict_ops *ops);
+
+/* Gives back a tail the insert made redundant, when nothing holds it: unpinned, on the GPU
+ * (a host-resident one leaves by host LRU), and a leaf (tails always are). */
+static void drop_stale(radix_tree *t, radix_node *s, radix_victim_fn dropped, void *ctx) {
+    if (!s || !dropped || s->lock || !s->on_gpu || s->n_children) return;
+    radix_evict_ops ops = {.victim = dropped, .ctx = ctx};
+    drop_node(t, s, &ops);
+    t->stats.dropped_tails++;
+}
+
+int radix_insert_tail(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
+                      const uint32_t *pages, uint32_t *first_new, radix_victim_fn dropped, void *ctx) {
     if (!t->page_tokens) return cd_fail("radix: insert into an uninitialized tree");
-    uint32_t pt = t->page_tokens, np = n / pt;
-    if (np && (!ids || !pages)) return cd_fail("radix: insert of %u tokens without ids or pages", n);
+    uint32_t pt = t->page_tokens, np = n / pt, tail = n % pt, n_all = np + (tail != 0);
+    if (n_all && (!ids || !pages)) return cd_fail("radix: insert of %u tokens without ids or pages", n);
     radix_node *root = root_find(t, ns);
-    insert_plan p = insert_walk(t, root, ids, np);
-    bool blocked = p.leaf_from < np && insert_blocked(&p);
-    if (p.leaf_from == np || blocked) { /* case 1, or Rule 7: nothing new, just a touch */
+    insert_plan p = insert_walk(t, root, ids, np, tail);
+    bool blocked = p.leaf_from < n_all && insert_blocked(&p);
+    if (p.leaf_from == n_all || blocked) { /* case 1, or Rule 7: nothing new, just a touch */
         if (p.deep) touch_path(t, p.deep, t->clock + 1);
         t->clock++;
         t->stats.blocked_inserts += blocked;
-        if (first_new) *first_new = np;
+        if (first_new) *first_new = n_all;
+        if (!blocked) drop_stale(t, p.stale, dropped, ctx);
         return 0;
     }
     insert_mem mem;
-    if (insert_alloc(t, &p, np, ids[p.leaf_from * pt], &mem)) {
+    if (insert_alloc(t, &p, n_all, ids[p.leaf_from * pt], &mem)) {
         insert_mem_drop(&mem);
-        return cd_fail("radix: out of memory inserting %u pages", np - p.leaf_from);
+        return cd_fail("radix: out of memory inserting %u pages", n_all - p.leaf_from);
     }
     /* nothing can fail from here on */
     uint64_t now = ++t->clock;
@@ -891,8 +956,11 @@ int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t 
     if (p.split) at = split_edge(t, p.split, p.split_k, mem.upper, mem.lower_run);
     /* at is a root or GPU-resident (not blocked) */
     radix_node *leaf = mem.leaf;
-    memcpy(node_tokens(leaf), ids + (size_t)p.leaf_from * pt, (size_t)leaf->n_pages * pt * sizeof *ids);
+    uint32_t leaf_tokens = n - p.leaf_from * pt;
+    memcpy(node_tokens(leaf), ids + (size_t)p.leaf_from * pt, (size_t)leaf_tokens * sizeof *ids);
+    for (uint32_t i = leaf_tokens; i < leaf->n_pages * pt; i++) node_tokens(leaf)[i] = -1; /* a tail's unused slots */
     memcpy(node_gpu(t, leaf), pages + p.leaf_from, (size_t)leaf->n_pages * sizeof *pages);
+    leaf->tail = tail;
     leaf->on_gpu = true;
     leaf->parent = at;
     chain_add(t, at, leaf);
@@ -905,10 +973,17 @@ int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t 
     heap_sync(t, leaf); /* a new leaf is unpinned: GPU-evictable */
     t->stats.nodes++;
     t->stats.pages += leaf->n_pages;
-    t->stats.inserted_tokens += (uint64_t)leaf->n_pages * pt;
+    t->stats.inserted_tokens += leaf_tokens;
     t->stats.bytes += sizeof *leaf + run_bytes(t, leaf->n_pages);
     if (first_new) *first_new = p.leaf_from;
+    drop_stale(t, p.stale, dropped, ctx);
     return 0;
+}
+
+int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
+                 const uint32_t *pages, uint32_t *first_new) {
+    uint32_t pt = t->page_tokens ? t->page_tokens : 1;
+    return radix_insert_tail(t, ns, ids, n - n % pt, pages, first_new, NULL, NULL);
 }
 
 /* ---- eviction ----------------------------------------------------------------------------- */
@@ -1158,8 +1233,10 @@ static int check_slots(check_ctx *c) {
             if (x->n_pages == 0 || !x->run) return cd_fail("radix check: a non-root node has an empty edge");
             if (x->run[0] != s->token)
                 return cd_fail("radix check: a node starting with %d is in the chain of %d", x->run[0], s->token);
+            if (x->tail >= pt) return cd_fail("radix check: a tail of %u tokens in pages of %u", x->tail, pt);
+            if (x->tail && x->kids) return cd_fail("radix check: a node with a partly filled last page has children");
             for (radix_node *y = s->head; y != x; y = y->next)
-                if (same_tokens(node_tokens(x), node_tokens(y), pt))
+                if (page_fill(t, x, 0) == page_fill(t, y, 0) && same_tokens(node_tokens(x), node_tokens(y), page_fill(t, x, 0)))
                     return cd_fail("radix check: two siblings share their first page (token %d)", s->token);
             if (check_add(c, x)) return -1;
         }
@@ -1324,7 +1401,7 @@ static void dump_node(const radix_tree *t, FILE *f, const radix_node *x, uint32_
         for (int i = 0; i < 8; i++) fprintf(f, "%02x", root_ns(x)[i]);
         fprintf(f, "..");
     } else {
-        uint32_t n_tok = x->n_pages * t->page_tokens;
+        uint32_t n_tok = edge_tokens(t, x);
         const uint32_t *ids = node_ids(t, x);
         fprintf(f, "[");
         for (uint32_t i = 0; i < n_tok && i < 8; i++) fprintf(f, i ? " %d" : "%d", x->run[i]);

@@ -2,10 +2,10 @@
  * no knowledge of what a page holds: token runs in, page ids out, eviction victims reported
  * to the caller (kv/prefix_cache.c), which owns page lifetime.
  *
- * Page-aligned: the tree stores whole pages only. Every edge holds a whole number of pages,
- * n_tokens = n_pages * page_tokens, and edges split only at page boundaries. Inserting a
- * sequence of n tokens stores its first floor(n / page_tokens) pages; a partly filled last
- * page is not cached.
+ * Page-aligned: every edge holds a whole number of pages, n_tokens = n_pages * page_tokens,
+ * and edges split only at page boundaries, except a tail (below). radix_insert stores the
+ * first floor(n / page_tokens) pages of a sequence of n tokens; radix_insert_tail stores its
+ * partly filled last page too.
  *
  *   page_tokens = 4, inserted "abcdefgh" (pages P0 P1) then "abcdwxyz" (pages P0 Q1):
  *
@@ -32,6 +32,20 @@
  *   cached [abcd|P0] [efgh|P1], query "abcdefXY": 6 tokens, pages {P0, P1}: share P0, copy
  *   slots 0..1 of P1 into a fresh page.     query "abcd": 4 tokens, pages {P0}.
  *   query "abcdefgX": 7 tokens, {P0, P1}.   query "abcX": 3 tokens, {P0} (a partial page).
+ *
+ * Tails: a sequence that will not grow (a finished request) ends with a partly filled page;
+ * radix_insert_tail keeps it as the last page of a leaf, a tail, holding n % page_tokens
+ * tokens. A tail is always a leaf: nothing hangs below a partly filled page. A match reads it
+ * like any page (it may end inside it: the caller copies the slots it needs). A whole page
+ * never matches a tail's page, so a longer sequence through a tail (the next turn of that
+ * chat) splits the tail node before its last page and hangs beside it; the tail-only node left
+ * holds a prefix of its sibling's first page, and the insert gives it back (its page to the
+ * `dropped` callback) when nothing pins it:
+ *
+ *   page_tokens = 4, cached [abcd|P0] [ef|T1] (a tail of 2 tokens), insert "abcdefgh" (Q0 Q1):
+ *
+ *     (root) ─ [abcd|P0] ─┬─ [ef|T1]            the split cuts the tail off, Q1 hangs beside it
+ *                         └─ [efgh|Q1]          then [ef|T1] goes: T1 to `dropped`
  *
  * Pinning: a match pins the path from its deepest node (the node holding its last token, cut
  * after the matched pages: Rule 5) to the root: lock += 1 on every node of the path.
@@ -200,6 +214,7 @@ typedef struct radix_stats {
     uint64_t host_evicted_slots; /* their slots, reported to host_free callbacks */
     uint64_t blocked_inserts;    /* inserts that stored nothing because a host node was in the way (Rule 7) */
     uint64_t match_splits;       /* matches that cut their deepest node after the matched pages (Rule 5) */
+    uint64_t dropped_tails;      /* tails given back by radix_insert_tail because a longer page held their tokens */
 } radix_stats;
 
 /* A binary min-heap of nodes by last use. */
@@ -292,6 +307,15 @@ uint32_t radix_match_host_left(const radix_tree *t, const radix_match *m);
  * *first_new is left as it was. */
 int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                  const uint32_t *pages, uint32_t *first_new);
+
+/* radix_insert, and also the partly filled last page of ids[0..n), pages[n / pt] holding its
+ * n % pt tokens, as a tail (see Tails above; only for a sequence that is written no more: the
+ * tree's page must not change). The tree takes pages[*first_new .. ceil(n / pt)). A tail made
+ * redundant by the sequence's pages, unpinned and GPU-resident, leaves the tree, its page
+ * reported to dropped (the tree's reference, for the caller to release; NULL: none leave).
+ * Called with n a multiple of page_tokens it is radix_insert that also drops stale tails. */
+int radix_insert_tail(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
+                      const uint32_t *pages, uint32_t *first_new, radix_victim_fn dropped, void *ctx);
 
 /* Rule 3: evicts least recently used GPU-evictable nodes, demoting or dropping each, until at
  * least want_pages GPU pages have been given up or nothing GPU-evictable is left. Returns the

@@ -196,7 +196,7 @@ static void test_restore_bit_identical(void **st) {
         first[i] = s.pages[i];
         memcpy(orig + i * pb, bytes + first[i] * pb, pb);
     }
-    assert_int_equal(kv_cache_insert(&e.cache, NULL, ids, &s), 0);
+    assert_int_equal(kv_cache_insert(&e.cache, NULL, ids, &s, false), 0);
     kv_seq_free(kp, &s);
     kv_cache_reclaim(&e.cache, 16); /* all 8 demoted */
     assert_int_equal(kv_pages_free_count(kp), 16);
@@ -288,7 +288,7 @@ static void test_restore_once(void **st) {
         kv_seq s;
         kv_seq_init(&s);
         assert_int_equal(kv_seq_append(kp, &s, n, NULL), 0);
-        assert_int_equal(kv_cache_insert(&e.cache, NULL, ids, &s), 0);
+        assert_int_equal(kv_cache_insert(&e.cache, NULL, ids, &s, false), 0);
         kv_seq_free(kp, &s);
     }
     assert_int_equal(e.cache.tree.stats.nodes, 2);
@@ -313,7 +313,7 @@ static void test_salted_host_tier(void **st) {
     kv_seq s;
     kv_seq_init(&s);
     assert_int_equal(kv_seq_append(kp, &s, 32, NULL), 0);
-    assert_int_equal(kv_cache_commit(&e.cache, sa, ids, 32, &s, NULL), 0);
+    assert_int_equal(kv_cache_commit(&e.cache, sa, ids, 32, &s, KV_COMMIT_PROMPT, NULL), 0);
     kv_seq_free(kp, &s);
     kv_cache_reclaim(&e.cache, kp->n_pages); /* all 8 pages demoted */
     assert_int_equal(e.cache.tree.stats.pages, 0);
@@ -432,7 +432,7 @@ static void test_namespaces(void **st) {
     int32_t ids[64];
     for (int i = 0; i < 64; i++) ids[i] = i;
     assert_int_equal(kv_seq_append(&pool, &s, 64, NULL), 0);
-    assert_int_equal(kv_cache_insert(&pc, NULL, ids, &s), 0);
+    assert_int_equal(kv_cache_insert(&pc, NULL, ids, &s, false), 0);
     for (int i = 0; i < 6; i++) {
         radix_match m;
         assert_int_equal(radix_match_prefix(&pc.tree, k[i], ids, 64, &m), 0);
@@ -445,7 +445,7 @@ static void test_namespaces(void **st) {
     kv_seq s2;
     kv_seq_init(&s2);
     assert_int_equal(kv_seq_append(&pool, &s2, 64, NULL), 0);
-    assert_int_equal(kv_cache_commit(&pc, sk[0], other, 64, &s2, NULL), 0);
+    assert_int_equal(kv_cache_commit(&pc, sk[0], other, 64, &s2, KV_COMMIT_PROMPT, NULL), 0);
     kv_seq_free(&pool, &s2);
     const uint8_t *ask[] = {NULL, k[0], sk[1], sk[2], sk[0]};
     for (int i = 0; i < 5; i++) {

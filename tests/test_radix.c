@@ -1492,6 +1492,300 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* ---- tails: a finished sequence's partly filled last page (radix.h, Tails) ----------------- */
+
+static uint32_t insert_tail_str(radix_tree *t, const char *s, const uint32_t *pages, victim_log *dropped) {
+    int32_t ids[256];
+    uint32_t n = str_ids(s, ids), first_new = UINT32_MAX;
+    if (radix_insert_tail(t, NS_A, ids, n, pages, &first_new, dropped ? log_victim : NULL, dropped))
+        fail_msg("insert_tail %s: %s", s, cd_errmsg());
+    CHECK_TREE(t);
+    return first_new;
+}
+
+/* The worked example of radix.h and the cases around it, page_tokens 4. */
+static void test_tails(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    victim_log d = {.t = &t};
+    /* a tail: 6 tokens in pages 10 (whole) and 11 (2 tokens) */
+    assert_int_equal(insert_tail_str(&t, "abcdef", (uint32_t[]){10, 11}, &d), 0);
+    assert_int_equal(t.stats.pages, 2);
+    assert_int_equal(t.stats.inserted_tokens, 6);
+    expect_str(&t, NS_A, "abcdefXY", 6, (uint32_t[]){10, 11});
+    expect_str(&t, NS_A, "abcdeZ", 5, (uint32_t[]){10, 11});
+    expect_str(&t, NS_A, "abcdefgh", 6, (uint32_t[]){10, 11});
+    expect_str(&t, NS_A, "abcdef", 6, (uint32_t[]){10, 11});
+    /* the same or fewer tokens: nothing new, the caller keeps its pages */
+    assert_int_equal(insert_tail_str(&t, "abcdef", (uint32_t[]){20, 21}, &d), 2);
+    assert_int_equal(insert_tail_str(&t, "abcde", (uint32_t[]){20, 21}, &d), 2);
+    assert_int_equal(insert_tail_str(&t, "abcd", (uint32_t[]){20}, &d), 1);
+    assert_int_equal(d.n_pages, 0);
+    /* a longer tail through it: the tail node is cut before its last page, the new tail hangs
+     * beside the old one, which is given back */
+    assert_int_equal(insert_tail_str(&t, "abcdefg", (uint32_t[]){10, 31}, &d), 1);
+    assert_int_equal(d.n_pages, 1);
+    assert_int_equal(d.pages[0], 11);
+    assert_int_equal(t.stats.dropped_tails, 1);
+    assert_int_equal(t.stats.nodes, 2); /* [abcd|10] - [efg|31] */
+    assert_int_equal(t.stats.pages, 2);
+    expect_str(&t, NS_A, "abcdefgX", 7, (uint32_t[]){10, 31});
+    /* whole pages through a tail without a dropped callback: the tail stays beside them */
+    assert_int_equal(insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){10, 41}), 1);
+    assert_int_equal(t.stats.nodes, 3);
+    expect_str(&t, NS_A, "abcdefghX", 8, (uint32_t[]){10, 41});
+    {   /* "abcdefgX" matches 3 tokens of both [efg] and [efgh]: either page will do */
+        radix_match m = pin_str(&t, NS_A, "abcdefgX", 7);
+        assert_true(m.pages[1] == 31 || m.pages[1] == 41);
+        radix_release(&t, &m);
+    }
+    /* the next tail insert walks past the chain and gives the stale [efg] back */
+    assert_int_equal(insert_tail_str(&t, "abcdefghij", (uint32_t[]){10, 41, 51}, &d), 2);
+    assert_int_equal(d.n_pages, 2);
+    assert_int_equal(d.pages[1], 31);
+    assert_int_equal(t.stats.nodes, 3); /* [abcd] - [efgh] - [ij|51] */
+    /* a pinned tail is not given back; once unpinned it is an ordinary LRU leaf */
+    radix_match pin = pin_str(&t, NS_A, "abcdefghiZ", 9);
+    assert_int_equal(insert_tail_str(&t, "abcdefghijkl", (uint32_t[]){10, 41, 61}, &d), 2);
+    assert_int_equal(d.n_pages, 2);
+    assert_int_equal(t.stats.nodes, 4); /* [efgh] - [ij|51] (pinned), [ijkl|61] */
+    expect_str(&t, NS_A, "abcdefghijkl", 12, (uint32_t[]){10, 41, 61});
+    radix_release(&t, &pin);
+    CHECK_TREE(&t);
+    /* a match that ends before a tail node's last page cuts it there (Rule 5); the lower part
+     * keeps the tail */
+    assert_int_equal(insert_tail_str(&t, "wxyzWXYZab", (uint32_t[]){70, 71, 72}, &d), 0);
+    expect_str(&t, NS_A, "wxyzQ", 4, (uint32_t[]){70});
+    assert_int_equal(t.stats.match_splits, 1);
+    expect_str(&t, NS_A, "wxyzWXYZabc", 10, (uint32_t[]){70, 71, 72});
+    /* a tail-only namespace root */
+    int32_t ids[4];
+    uint32_t first_new = 9;
+    assert_int_equal(radix_insert_tail(&t, NS_B, ids, 0, NULL, &first_new, log_victim, &d), 0);
+    assert_int_equal(first_new, 0);
+    assert_int_equal(radix_insert_tail(&t, NS_B, (int32_t[]){5, 6}, 2, (uint32_t[]){80}, &first_new, log_victim, &d), 0);
+    assert_int_equal(first_new, 0);
+    CHECK_TREE(&t);
+    int32_t q[3] = {5, 6, 7};
+    expect_ids(&t, NS_B, q, 3, 2, (uint32_t[]){80});
+    expect_ids(&t, NS_A, q, 3, 0, NULL);
+    /* every page comes back exactly once: 10 41 61 51 70 71 72 80 */
+    victim_log v = {.t = &t};
+    assert_int_equal(radix_evict(&t, UINT64_MAX, log_victim, &v), 8);
+    assert_int_equal(t.stats.nodes, 0);
+    radix_free(&t);
+}
+
+/* Tails on the host tier: demoted whole, matched, restored, evicted from the host. */
+static void test_tails_host(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    victim_log d = {.t = &t};
+    assert_int_equal(insert_tail_str(&t, "abcdefghij", (uint32_t[]){10, 11, 12}, &d), 0);
+    tier_log l;
+    tl_reset(&l, &t, 500, 100);
+    radix_evict_ops ops = tl_ops(&l);
+    assert_int_equal(radix_evict_tiered(&t, 1, &ops), 3);
+    CHECK_TREE(&t);
+    assert_int_equal(t.stats.host_slots, 3);
+    radix_match m = pin_str(&t, NS_A, "abcdefghiQ", 9);
+    assert_int_equal(m.n_restore, 3);
+    assert_int_equal(m.n_gpu_pages, 0);
+    assert_int_equal(radix_restore(&t, &m, (uint32_t[]){20, 21, 22}, tl_host_free, &l), 3);
+    CHECK_TREE(&t);
+    for (uint32_t i = 0; i < 3; i++) assert_int_equal(m.pages[i], 20 + i);
+    radix_release(&t, &m);
+    /* a longer tail cannot hang below a host node (Rule 7), and a host tail is not dropped */
+    tl_reset(&l, &t, 600, 100);
+    ops = tl_ops(&l);
+    assert_int_equal(radix_evict_tiered(&t, 1, &ops), 3);
+    assert_int_equal(insert_tail_str(&t, "abcdefghijk", (uint32_t[]){30, 31, 32}, &d), 3);
+    assert_int_equal(t.stats.blocked_inserts, 1);
+    assert_int_equal(d.n_pages, 0);
+    assert_int_equal(radix_evict_host(&t, UINT64_MAX, tl_host_free, &l), 3);
+    assert_int_equal(t.stats.nodes, 0);
+    CHECK_TREE(&t);
+    radix_free(&t);
+}
+
+/* A tail insert that cuts a node and drops a tail fails cleanly at each allocation. */
+static void test_tails_oom(void **state) {
+    (void)state;
+    for (uint32_t every = 1; every <= 4; every++) {
+        radix_tree t;
+        assert_int_equal(radix_init(&t, 4), 0);
+        victim_log d = {.t = &t};
+        assert_int_equal(insert_tail_str(&t, "abcdef", (uint32_t[]){10, 11}, &d), 0);
+        int32_t ids[8];
+        uint32_t n = str_ids("abcdefg", ids), first_new = 77;
+        t.fail_every = every;
+        t.n_allocs = 0;
+        int rc = radix_insert_tail(&t, NS_A, ids, n, (uint32_t[]){10, 31}, &first_new, log_victim, &d);
+        t.fail_every = 0;
+        CHECK_TREE(&t);
+        if (rc) { /* nothing changed */
+            assert_int_equal(first_new, 77);
+            assert_int_equal(d.n_pages, 0);
+            assert_int_equal(t.stats.nodes, 1);
+            expect_str(&t, NS_A, "abcdefg", 6, (uint32_t[]){10, 11});
+        } else {
+            assert_int_equal(first_new, 1);
+            assert_int_equal(d.n_pages, 1);
+            expect_str(&t, NS_A, "abcdefg", 7, (uint32_t[]){10, 31});
+        }
+        radix_free(&t);
+    }
+}
+
+/* Tail inserts against a naive model: every inserted sequence is remembered whole (tail
+ * inserts) or cut to whole pages; with nothing evicted, a match is the longest common prefix
+ * with any of them, and every page it returns holds the query's tokens (its writer's prefix
+ * equals the query's up to that page's matched end). Pages given back are ones the tree took,
+ * never pinned, each once; at the end eviction returns every page still held. Random pins
+ * and evictions in between. */
+#define TR_SEQ 256 /* more than the inserts of a run: the model forgets nothing */
+#define TR_MAX 80
+typedef struct tr_page {
+    int32_t prefix[TR_MAX]; /* the writer's tokens up to the end of this page */
+    uint32_t len;           /* tokens of prefix that are valid */
+    bool held;              /* the tree holds it */
+} tr_page;
+
+typedef struct tr_model {
+    radix_tree t;
+    rng r;
+    tr_page *pg;
+    uint32_t n_pg, cap;
+    int32_t seqs[TR_SEQ][TR_MAX];
+    uint32_t lens[TR_SEQ], n_seqs;
+    bool evicted; /* something left: matches may be shorter than the model's */
+    radix_match pins[4];
+} tr_model;
+
+static void tr_dropped(void *ctx, const uint32_t *ids, uint32_t n) {
+    tr_model *m = ctx;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_true(ids[i] < m->n_pg && m->pg[ids[i]].held);
+        m->pg[ids[i]].held = false;
+        for (int k = 0; k < 4; k++)
+            for (uint32_t j = 0; m->pins[k].node && j < m->pins[k].n_pages; j++) assert_int_not_equal(m->pins[k].pages[j], ids[i]);
+    }
+}
+
+static void tr_evicted(void *ctx, const uint32_t *ids, uint32_t n) {
+    tr_model *m = ctx;
+    m->evicted = true;
+    for (uint32_t i = 0; i < n; i++) {
+        assert_true(ids[i] < m->n_pg && m->pg[ids[i]].held);
+        m->pg[ids[i]].held = false;
+    }
+}
+
+static void tr_query(tr_model *m, const int32_t *q, uint32_t n) {
+    uint32_t pt = m->t.page_tokens, want = 0;
+    for (uint32_t s = 0; s < m->n_seqs; s++) {
+        uint32_t l = 0;
+        while (l < n && l < m->lens[s] && m->seqs[s][l] == q[l]) l++;
+        if (l > want) want = l;
+    }
+    radix_match r;
+    assert_int_equal(radix_match_prefix(&m->t, NS_A, q, n, &r), 0);
+    CHECK_TREE(&m->t);
+    if (m->evicted) assert_true(r.n_tokens <= want);
+    else assert_int_equal(r.n_tokens, want);
+    for (uint32_t i = 0; i < r.n_pages; i++) { /* each page holds the query's tokens */
+        uint32_t end = (i + 1) * pt < r.n_tokens ? (i + 1) * pt : r.n_tokens;
+        const tr_page *p = &m->pg[r.pages[i]];
+        assert_true(p->held && p->len >= end);
+        assert_memory_equal(p->prefix, q, end * sizeof *q);
+    }
+    int k = (int)rng_below(&m->r, 8);
+    if (k < 4) { /* keep the pin a while */
+        radix_release(&m->t, &m->pins[k]);
+        m->pins[k] = r;
+    } else {
+        radix_release(&m->t, &r);
+    }
+}
+
+static void tr_insert(tr_model *m, const int32_t *q, uint32_t n, bool tail) {
+    uint32_t pt = m->t.page_tokens, np = (n + pt - 1) / pt, first_new = UINT32_MAX;
+    uint32_t ids[TR_MAX];
+    for (uint32_t i = 0; i < np; i++) { /* fresh pages written by this sequence */
+        if (m->n_pg == m->cap) {
+            m->cap = m->cap ? 2 * m->cap : 1024;
+            m->pg = realloc(m->pg, m->cap * sizeof *m->pg);
+            assert_non_null(m->pg);
+        }
+        tr_page *p = &m->pg[m->n_pg];
+        p->len = (i + 1) * pt < n ? (i + 1) * pt : n;
+        memcpy(p->prefix, q, p->len * sizeof *q);
+        p->held = false;
+        ids[i] = m->n_pg++;
+    }
+    uint32_t n_ins = tail ? n : n - n % pt;
+    if (tail) assert_int_equal(radix_insert_tail(&m->t, NS_A, q, n, ids, &first_new, tr_dropped, m), 0);
+    else assert_int_equal(radix_insert(&m->t, NS_A, q, n, ids, &first_new), 0);
+    CHECK_TREE(&m->t);
+    uint32_t taken_end = (n_ins + pt - 1) / pt;
+    assert_true(first_new <= taken_end);
+    for (uint32_t i = first_new; i < taken_end; i++) m->pg[ids[i]].held = true;
+    assert_true(m->n_seqs < TR_SEQ);
+    if (n_ins) {
+        memcpy(m->seqs[m->n_seqs], q, n_ins * sizeof *q);
+        m->lens[m->n_seqs++] = n_ins;
+    }
+}
+
+static void test_tails_random(void **state) {
+    (void)state;
+    const uint32_t pts[] = {1, 2, 3, 4, 7};
+    uint64_t dropped = 0, splits = 0;
+    for (uint32_t c = 0; c < 5 * 6; c++) {
+        tr_model m = {0};
+        uint32_t pt = pts[c % 5];
+        assert_int_equal(radix_init(&m.t, pt), 0);
+        rng_seed(&m.r, 1000 + c);
+        int32_t stem[TR_MAX];
+        for (uint32_t i = 0; i < TR_MAX; i++) stem[i] = (int32_t)rng_below(&m.r, 3);
+        for (int step = 0; step < 400; step++) {
+            /* chat-like: a query is a previous sequence (or the stem) cut somewhere, then new tokens */
+            int32_t q[TR_MAX];
+            const int32_t *base = stem;
+            uint32_t blen = TR_MAX;
+            if (m.n_seqs && rng_below(&m.r, 4)) {
+                uint32_t i = rng_below(&m.r, m.n_seqs);
+                base = m.seqs[i];
+                blen = m.lens[i];
+            }
+            uint32_t cut = rng_below(&m.r, 3) ? rng_below(&m.r, blen + 1) : blen; /* or the next turn */
+            uint32_t n = cut + rng_below(&m.r, TR_MAX - cut + 1);
+            memcpy(q, base, cut * sizeof *q);
+            for (uint32_t i = cut; i < n; i++) q[i] = (int32_t)rng_below(&m.r, 3);
+            uint32_t op = rng_below(&m.r, 10);
+            if (op < 4) tr_query(&m, q, n);
+            else if (op < 8) tr_insert(&m, q, n, true);
+            else if (op < 9) tr_insert(&m, q, n, false);
+            else if (rng_below(&m.r, 4) == 0) {
+                radix_evict(&m.t, 1 + rng_below(&m.r, 8), tr_evicted, &m);
+                CHECK_TREE(&m.t);
+            }
+        }
+        for (int k = 0; k < 4; k++) radix_release(&m.t, &m.pins[k]);
+        dropped += m.t.stats.dropped_tails;
+        splits += m.t.stats.match_splits;
+        radix_evict(&m.t, UINT64_MAX, tr_evicted, &m);
+        assert_int_equal(m.t.stats.nodes, 0);
+        for (uint32_t i = 0; i < m.n_pg; i++) assert_false(m.pg[i].held);
+        radix_free(&m.t);
+        free(m.pg);
+    }
+
+    assert_true(dropped > 100 && splits > 100); /* the cases under test did happen */
+}
+
 /* ---- out of memory ------------------------------------------------------------------------ */
 
 static void test_out_of_memory(void **state) {
@@ -1664,6 +1958,10 @@ int main(void) {
         cmocka_unit_test(test_pins_host),
         cmocka_unit_test(test_insert_over_host),
         cmocka_unit_test(test_tiers_check),
+        cmocka_unit_test(test_tails),
+        cmocka_unit_test(test_tails_host),
+        cmocka_unit_test(test_tails_oom),
+        cmocka_unit_test(test_tails_random),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_stress),
         cmocka_unit_test(test_bench),

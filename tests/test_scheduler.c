@@ -7,6 +7,7 @@
  * - Preemption: a pool too small for every running sequence; all complete with the same tokens.
  * - Dedup: 8 requests with one uncached long prefix, submitted in the same step, prefill it once.
  * - Chunked prefill: while a long prompt is prefilled, a decoding sequence gets a token every step.
+ * - Next turn: a chat's next prompt is cached up to its new message (the last page too).
  * - Cancel: pins and pages are released at once; the request's computed KV stays cached.
  * - Per-request sampling: a seeded sampled request gives the same tokens alone and batched.
  * - Cache salts: the same salt hits, another salt or none misses, the tokens are the same; dedup
@@ -95,6 +96,17 @@ static void make_job(rng *r, const int32_t sys[3][200], job *j) {
     j->max_tokens = 1 + (uint32_t)rng_below(r, 24);
 }
 
+/* The next turn of an earlier job's chat: its prompt, its reply, a few new tokens (when they
+ * fit); it arrives later. Its prompt continues the earlier job's cached tail. */
+static void next_turn(rng *r, const job *prev, job *j) {
+    uint32_t extra = 1 + (uint32_t)rng_below(r, 20), n = prev->n + prev->n_want + extra;
+    if (n > sizeof j->ids / sizeof j->ids[0]) return;
+    memcpy(j->ids, prev->ids, prev->n * sizeof *j->ids);
+    memcpy(j->ids + prev->n, prev->want, prev->n_want * sizeof *j->ids);
+    for (uint32_t i = prev->n + prev->n_want; i < n; i++) j->ids[i] = (int32_t)rng_below(r, 150000);
+    j->n = n;
+}
+
 /* Runs the jobs through e (arrivals and cancels at their steps) until all are done. */
 static void run_jobs(engine *e, job *jobs, uint32_t n_jobs) {
     uint32_t done = 0;
@@ -148,6 +160,7 @@ static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint3
     init(&plain, &po);
     for (uint32_t i = 0; i < n_jobs; i++) {
         make_job(&r, sys, &jobs[i]);
+        if (i && rng_below(&r, 4) == 0) next_turn(&r, &jobs[rng_below(&r, i)], &jobs[i]);
         jobs[i].arrive = (uint32_t)rng_below(&r, 3 * n_jobs);
         if (rng_below(&r, 6) == 0) jobs[i].cancel_at = jobs[i].arrive + (uint32_t)rng_below(&r, 8);
         jobs[i].n_want = reference(&plain, jobs[i].ids, jobs[i].n, jobs[i].max_tokens, jobs[i].want, NULL);
@@ -286,6 +299,43 @@ static void test_chunked_prefill(void **state) {
     engine_free(&e);
 }
 
+/* A chat's next turn (its prompt = the last prompt + the reply + a new message) is served from
+ * the cache up to the reply's last computed token: the previous turn's partly filled last page
+ * is cached (radix.h, Tails). Every turn's tokens equal the uncached run's. */
+static void test_next_turn(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 12);
+    int32_t ids[400], want[16];
+    uint32_t n = 37; /* mid-page at 16 tokens per page */
+    random_ids(&r, ids, n);
+    engine plain, e;
+    engine_opts po = {.n_ctx = N_CTX, .no_prefix_cache = true}, o = {.n_ctx = N_CTX, .max_seqs = 2};
+    init(&plain, &po);
+    init(&e, &o);
+    for (int turn = 0; turn < 4; turn++) {
+        uint32_t max = 5 + 3 * (uint32_t)turn, n_want = reference(&plain, ids, n, max, want, NULL);
+        engine_request rq = {.ids = ids, .n = n, .max_tokens = max, .ignore_eos = true};
+        engine_reply rp;
+        if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+        assert_int_equal(rp.n, n_want);
+        assert_memory_equal(rp.ids, want, n_want * sizeof *want);
+        if (turn) assert_int_equal(rp.cached_tokens, n - 4); /* all but the new message */
+        else assert_int_equal(rp.cached_tokens, 0);
+        /* the next prompt: this one, the reply, 4 new tokens; the reply's last token was never
+         * fed to the model, so it is the first token to compute along with the new ones */
+        memcpy(ids + n, rp.ids, rp.n * sizeof *ids);
+        n += rp.n;
+        random_ids(&r, ids + n, 3);
+        n += 3;
+        engine_reply_free(&rp);
+    }
+    assert_true(e.cache.tree.stats.dropped_tails > 0); /* each turn's tail gave way to the next */
+    assert_no_leak(&e);
+    engine_free(&e);
+    engine_free(&plain);
+}
+
 /* Cancel mid-decode: no pin and no page of it left but what the cache keeps; a later request
  * with the same prompt hits the cache. */
 static void test_cancel(void **state) {
@@ -313,7 +363,7 @@ static void test_cancel(void **state) {
     assert_no_leak(&e);
     assert_int_equal(engine_cancel(&e, h), -1); /* handed back: unknown now */
     if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
-    assert_int_equal(rp.cached_tokens, 96); /* the whole pages of the prompt */
+    assert_int_equal(rp.cached_tokens, 99); /* all but the last token: the partly filled last page too */
     engine_reply_free(&rp);
     engine_free(&e);
 }
@@ -404,13 +454,13 @@ static void test_cache_salt(void **state) {
     init(&e, &o);
     uint32_t n_want = 0;
     assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 0);
-    assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 96); /* the same salt hits */
+    assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 99); /* the same salt hits (all but the last token) */
     assert_int_equal(salted(&e, a, 100, "b", want, &n_want), 0);  /* another salt misses */
     assert_int_equal(salted(&e, a, 100, NULL, want, &n_want), 0); /* so does none */
-    assert_int_equal(salted(&e, a, 100, "b", want, &n_want), 96); /* each hits its own */
-    assert_int_equal(salted(&e, a, 100, NULL, want, &n_want), 96);
-    assert_int_equal(salted(&e, a, 100, "", want, &n_want), 96); /* empty: no salt */
-    assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 96);
+    assert_int_equal(salted(&e, a, 100, "b", want, &n_want), 99); /* each hits its own */
+    assert_int_equal(salted(&e, a, 100, NULL, want, &n_want), 99);
+    assert_int_equal(salted(&e, a, 100, "", want, &n_want), 99); /* empty: no salt */
+    assert_int_equal(salted(&e, a, 100, "a", want, &n_want), 99);
     /* dedup: requests of two salts both run at once and both compute the prefix; two of one
      * salt are paired (the second waits for the first's prefill, then hits it) */
     uint32_t cached[2];
@@ -466,6 +516,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_errors),
         cmocka_unit_test(test_cancel),
+        cmocka_unit_test(test_next_turn),
         cmocka_unit_test(test_sampling_batched),
         cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_chunked_prefill),

@@ -148,7 +148,7 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
         double t0 = cli_now_ms();
         if (gpu_prefill(g, ids, n, 0, false)) { rc = -1; break; }
         rec[k] = cli_now_ms() - t0;
-        if (kv_cache_insert(&e->cache, NULL, ids, &g->seq)) { rc = -1; break; }
+        if (kv_cache_insert(&e->cache, NULL, ids, &g->seq, false)) { rc = -1; break; }
         double wms = 0;
         if (disk_store_all(e, ids, n_chunks, &wms)) { rc = -1; break; }
         if (k == 0) row->write_ms = wms; /* later rounds find the chunks known: nothing to write */

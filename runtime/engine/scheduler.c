@@ -140,18 +140,20 @@ static void add_stats(engine *e, const engine_reply *r) {
     s->disk_write_ms += r->disk_write_ms;
 }
 
-/* The running request's computed K/V into the cache, then its pages, pin and row go back. */
+/* The running request's computed K/V into the cache, then its pages and row go back. The pin
+ * goes first: its match may end in a tail this commit makes redundant (radix.h, Tails), and
+ * nothing evicts between the two. */
 static int leave_gpu(engine *e, engine_req *q) {
     int rc = 0;
+    if (e->cache_on) kv_cache_release(&e->cache, &q->m);
+    q->m = (radix_match){0};
     if (e->cache_on && q->n_kv) {
         kv_cache_written w;
-        rc = kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, &w);
+        rc = kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, KV_COMMIT_FINAL, &w);
         q->reply.disk_chunks_written += w.disk_chunks_written;
         q->reply.disk_bytes_written += w.disk_bytes_written;
         q->reply.disk_write_ms += w.disk_write_ms;
     }
-    if (e->cache_on) kv_cache_release(&e->cache, &q->m);
-    q->m = (radix_match){0};
     kv_seq_free(&e->g.pages, &q->seq);
     e->row_free[q->row] = 1;
     return rc;
@@ -449,7 +451,7 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
         q->n_kv += fed_of[i];
         if (prefill) q->reply.prefilled_tokens += fed_of[i];
         if (prefill && q->n_kv == q->n_target && e->cache_on && !q->prompt_committed) {
-            TRY(kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, NULL)); /* others can match it now */
+            TRY(kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, KV_COMMIT_PROMPT, NULL)); /* others can match it now */
             q->prompt_committed = true;
         }
     }
