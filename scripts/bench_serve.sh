@@ -7,8 +7,8 @@
 #                          [--no-prefix-cache] [--peer-gpu vulkan|cpu]
 #
 # Both servers get the same prompts (the peer renders history as generated, like cinder) and a
-# warm-up request first. --no-prefix-cache runs cinder without its cache (the peer keeps its
-# per-slot prompt cache, as llama-server does by default).
+# warm-up request first. --no-prefix-cache runs both without their prompt caches (cinder
+# --no-prefix-cache; the peer --no-prompt-cache, llama-server's "cache_prompt": false).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=$root/models/tiny.gguf agents="1 8 32" rounds=3 sys=2000 gen=16 nocache="" peer_gpu=vulkan
@@ -61,9 +61,9 @@ kill -TERM $pid; wait $pid || true
 rm -f "$tmp/port"
 
 node "$root/scripts/peer_server.mjs" --model "$model" --port 0 --port-file "$tmp/port" --parallel "$max" --ctx "$ctx" \
-  --gpu "$peer_gpu" --as-generated >"$tmp/peer.log" 2>&1 &
+  --gpu "$peer_gpu" --as-generated ${nocache:+--no-prompt-cache} >"$tmp/peer.log" 2>&1 &
 pid=$!
 wait_up "$tmp/port" || { cat "$tmp/peer.log" >&2; exit 1; }
-bench "llama.cpp (node-llama-cpp $peer_gpu)"
+bench "llama.cpp (node-llama-cpp $peer_gpu)${nocache:+ (no prompt cache)}"
 kill $pid; wait $pid 2>/dev/null || true
 pid=""

@@ -6,13 +6,14 @@
 //
 //   node scripts/peer_server.mjs --model M.gguf [--port 8080] [--host 127.0.0.1] [--parallel N]
 //        [--ctx N] [--gpu vulkan|cpu] [--threads N] [--flash-attn auto|on|off] [--as-generated]
-//        [--port-file F]
+//        [--port-file F] [--no-prompt-cache]
 //
 // Like llama-server with --parallel N: one context of N sequences (node-llama-cpp decodes the
 // sequences of one context together, in shared llama_decode batches) and a slot per sequence; a request beyond N waits for a free slot (FIFO). Each slot keeps its sequence's tokens
 // in the KV cache (cache_prompt): a request reuses the longest common prefix with them, the rest is
 // erased; a free slot is chosen like llama-server's --slot-prompt-similarity (the best prefix
 // match covering more than 10% of the prompt, else the least recently used slot).
+// --no-prompt-cache: every request is prefilled whole (llama-server's "cache_prompt": false).
 // Sampling is always greedy (temperature is ignored); stop strings, n > 1, logprobs and tool-call
 // parsing are not supported (tool calls come back as text in content).
 // --ctx is per slot (llama-server's --ctx-size is split over the slots; here each of the N
@@ -36,7 +37,7 @@ const opt = {
     model: arg("--model"), host: arg("--host", "127.0.0.1"), port: Number(arg("--port", "8080")),
     parallel: Number(arg("--parallel", "1")), ctx: Number(arg("--ctx", "4096")), gpu: arg("--gpu", "vulkan"),
     threads: arg("--threads") && Number(arg("--threads")), portFile: arg("--port-file"),
-    asGenerated: argv.includes("--as-generated"),
+    asGenerated: argv.includes("--as-generated"), noPromptCache: argv.includes("--no-prompt-cache"),
 };
 opt.flashAttn = arg("--flash-attn", opt.gpu === "vulkan" ? "off" : "auto");
 if (!opt.model || !(opt.parallel >= 1) || !(opt.ctx >= 16) || !["vulkan", "cpu"].includes(opt.gpu)
@@ -138,7 +139,7 @@ async function generate(tokens, maxTokens, onText, isGone) {
         const seq = slot.seq;
         // Keep the common prefix in the KV, erase the rest; at least the last prompt token is decoded
         // again for its logits (llama-server does the same when the whole prompt is cached).
-        const cached = Math.min(seq.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
+        const cached = opt.noPromptCache ? 0 : Math.min(seq.compareContextTokens(tokens).firstDifferentIndex, tokens.length - 1);
         if (seq.nextTokenIndex > cached) await seq.eraseContextTokenRanges([{ start: cached, end: seq.nextTokenIndex }]);
         let n = 0, finish = "stop", pending = [];
         // evaluate() decodes the new prompt tokens, then feeds each chosen token back; the last token

@@ -173,7 +173,13 @@ static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared 
         snprintf(x->call_prefix, sizeof x->call_prefix, "call_%s_", x->id);
         reply_stream_init(&x->rs, x->call_prefix);
     }
-    if (p->stream) return http_sse(r->c, (http_stream){.produce = produce, .done = reply_done, .ctx = x});
+    if (p->stream) {
+        api_wait_started(s, j, r->c);
+        pthread_mutex_lock(&s->b.mu);
+        bool refused = j->state == JOB_DONE && j->err_status;
+        pthread_mutex_unlock(&s->b.mu);
+        if (!refused) return http_sse(r->c, (http_stream){.produce = produce, .done = reply_done, .ctx = x});
+    }
     api_wait_done(s, j, r->c);
     enum MHD_Result rc;
     if (j->err_status) rc = http_error(r->c, j->err_status, NULL, "%s", j->err);

@@ -33,10 +33,12 @@ static void wait_a_while(server *s, job *j) {
     pthread_cond_timedwait(&j->cv, &s->b.mu, &ts);
 }
 
-void api_wait_done(server *s, job *j, struct MHD_Connection *c) {
+/* Waits until j reaches state `until` (queued < running < done); a client that leaves
+ * meanwhile cancels it (the engine thread then finishes it). */
+static void wait_until(server *s, job *j, struct MHD_Connection *c, job_state until) {
     bool cancelled = false;
     pthread_mutex_lock(&s->b.mu);
-    while (j->state != JOB_DONE) {
+    while (j->state < until) {
         wait_a_while(s, j);
         if (j->state == JOB_DONE || cancelled) continue;
         pthread_mutex_unlock(&s->b.mu);
@@ -48,6 +50,10 @@ void api_wait_done(server *s, job *j, struct MHD_Connection *c) {
     }
     pthread_mutex_unlock(&s->b.mu);
 }
+
+void api_wait_done(server *s, job *j, struct MHD_Connection *c) { wait_until(s, j, c, JOB_DONE); }
+
+void api_wait_started(server *s, job *j, struct MHD_Connection *c) { wait_until(s, j, c, JOB_RUNNING); }
 
 bool api_wait_text(server *s, job *j, struct MHD_Connection *c, size_t seen, char **text, size_t *len, bool *done) {
     pthread_mutex_lock(&s->b.mu);

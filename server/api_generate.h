@@ -14,6 +14,9 @@ enum MHD_Result api_reply_err(struct MHD_Connection *c, const api_err *e);
 int api_submit(server *s, job *j, api_err *e);
 /* Waits until j is done; a client that leaves meanwhile cancels it. */
 void api_wait_done(server *s, job *j, struct MHD_Connection *c);
+/* Waits until the engine took j (running) or refused it (done, err_status set), at most about
+ * one engine step: a stream starts only then, so a refusal is an HTTP error, not an event. */
+void api_wait_started(server *s, job *j, struct MHD_Connection *c);
 /* Waits (at most ~100 ms) for text past *seen or the end; false when the client has left (the
  * job is cancelled then). Fills a copy of the stable text and whether the job is done. */
 bool api_wait_text(server *s, job *j, struct MHD_Connection *c, size_t seen, char **text, size_t *len, bool *done);

@@ -138,7 +138,10 @@ static void start_job(runner *r, job *j) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;
     }
+    pthread_mutex_lock(&r->b->mu);
     j->state = JOB_RUNNING;
+    pthread_cond_broadcast(&j->cv); /* a streamed reply starts once the engine took the request */
+    pthread_mutex_unlock(&r->b->mu);
     j->next = r->active;
     r->active = j;
 }

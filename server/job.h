@@ -25,7 +25,7 @@
 
 #define JOB_MAX_STOP 16
 
-typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state;
+typedef enum job_state { JOB_QUEUED, JOB_RUNNING, JOB_DONE } job_state; /* in this order */
 typedef enum job_finish { JOB_STOP, JOB_LENGTH, JOB_CANCELLED, JOB_FAILED } job_finish;
 
 /* What the engine reported when the request finished. */

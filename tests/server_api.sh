@@ -44,7 +44,7 @@ stop() { # name: SIGTERM, exit status 0 expected
 }
 
 start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test
-start busy --ctx 1024 --parallel 1 --queue 1
+start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 # a pool smaller than the context: the engine refuses long prompts
 main_port=$(healthy_port main)
 busy_port=$(healthy_port busy)
 

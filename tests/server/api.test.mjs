@@ -279,6 +279,15 @@ test("a full queue answers 503 with Retry-After", async () => {
     await healthy(busyUrl);
 });
 
+test("a streamed request the engine refuses is an HTTP error before any event", async () => {
+    // 700 tokens fit the busy server's context (1024) but not its KV pool (512 tokens)
+    const body = { prompt: Array(700).fill(100), max_tokens: 4, stream: true };
+    const r = await raw("/v1/completions", { body, auth: false, base: busyUrl });
+    assert.equal(r.status, 400, r.text);
+    assert.match(r.json.error.message, /KV pool too small/);
+    await healthy(busyUrl);
+});
+
 test("metrics and cache after everything: no pinned page, no page leaked", async () => {
     const m = await raw("/metrics", { method: "GET" });
     assert.equal(m.status, 200);
