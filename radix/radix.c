@@ -12,6 +12,11 @@
  *
  *     run: [ t0 t1 ... t(n_pages*pt - 1) | gpu: p0 ... p(n_pages - 1) | host: s0 ... s(n_pages - 1) ]
  *
+ * tok, gpu and host point into the run. A split copies only its smaller part into a fresh run
+ * and leaves the larger part where it is, so those pointers may start past the run's beginning
+ * and a run may hold more pages than its node (mem_pages): a match that cuts a 9,000-token edge
+ * after one page copies one page, not 8,999 (fresh memory costs page faults, docs/PERF.md).
+ *
  * gpu[] is meaningful while on_gpu, host[] while on_host (separate fields for the two tiers;
  * this version sets exactly one of the flags on every non-root node).
  *
@@ -43,7 +48,10 @@ struct radix_node {
     radix_node *next;               /* next sibling with the same first token (the slot's chain) */
     radix_node *kids;               /* first child */
     radix_node *prev_sib, *next_sib; /* the parent's child list */
-    int32_t *run;                   /* tokens, gpu[], host[]; NULL for a root */
+    int32_t *mem;                   /* the run (tokens, gpu[], host[] of mem_pages pages); NULL for a root */
+    int32_t *tok;                   /* the edge's tokens, n_pages * page_tokens slots, in mem */
+    uint32_t *gpu, *host;           /* one id per page each, in mem */
+    uint32_t mem_pages;             /* pages mem was allocated for (>= n_pages) */
     uint64_t last_use;              /* clock value of the last match/insert that walked through it */
     uint32_t n_pages;               /* edge length in pages; >= 1 except for roots */
     uint32_t tail;                  /* tokens in the last page when it is partly filled (a tail:
@@ -69,14 +77,16 @@ struct radix_slot {
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
-static inline int32_t *node_tokens(const radix_node *x) { return x->run; }
+static inline int32_t *node_tokens(const radix_node *x) { return x->tok; }
 
 static inline uint32_t *node_gpu(const radix_tree *t, const radix_node *x) {
-    return (uint32_t *)(x->run + (size_t)x->n_pages * t->page_tokens);
+    (void)t;
+    return x->gpu;
 }
 
 static inline uint32_t *node_host(const radix_tree *t, const radix_node *x) {
-    return (uint32_t *)(x->run + (size_t)x->n_pages * (t->page_tokens + 1));
+    (void)t;
+    return x->host;
 }
 
 /* The ids of x's pages on the tier it is resident on. */
@@ -161,9 +171,9 @@ static void slot_delete(radix_tree *t, uint32_t i) {
 /* Makes x a child of parent in the table: it joins (heads) the chain of its first token, or
  * starts one. Capacity was reserved by the caller. */
 static void chain_add(radix_tree *t, radix_node *parent, radix_node *x) {
-    struct radix_slot *s = &t->slots[slot_index(t->slots, t->cap_slots, parent, x->run[0])];
+    struct radix_slot *s = &t->slots[slot_index(t->slots, t->cap_slots, parent, x->tok[0])];
     if (!s->head) {
-        *s = (struct radix_slot){.parent = parent, .token = x->run[0]};
+        *s = (struct radix_slot){.parent = parent, .token = x->tok[0]};
         t->n_slots++;
     }
     x->next = s->head;
@@ -172,7 +182,7 @@ static void chain_add(radix_tree *t, radix_node *parent, radix_node *x) {
 
 /* Puts `with` where x is in its parent's chain (both have the same parent and first token). */
 static void chain_replace(radix_tree *t, radix_node *x, radix_node *with) {
-    struct radix_slot *s = &t->slots[slot_index(t->slots, t->cap_slots, x->parent, x->run[0])];
+    struct radix_slot *s = &t->slots[slot_index(t->slots, t->cap_slots, x->parent, x->tok[0])];
     radix_node **link = &s->head;
     while (*link != x) link = &(*link)->next;
     with->next = x->next;
@@ -181,7 +191,7 @@ static void chain_replace(radix_tree *t, radix_node *x, radix_node *with) {
 }
 
 static void chain_remove(radix_tree *t, radix_node *x) {
-    uint32_t i = slot_index(t->slots, t->cap_slots, x->parent, x->run[0]);
+    uint32_t i = slot_index(t->slots, t->cap_slots, x->parent, x->tok[0]);
     if (t->slots[i].head == x && !x->next) {
         slot_delete(t, i); /* x was the whole chain */
     } else {
@@ -352,6 +362,15 @@ static void root_remove(radix_tree *t, radix_node *root) {
 
 /* ---- nodes -------------------------------------------------------------------------------- */
 
+/* x's run becomes mem, laid out for n pages from its start. */
+static void node_set_run(const radix_tree *t, radix_node *x, int32_t *mem, uint32_t n) {
+    x->mem = x->tok = mem;
+    x->gpu = (uint32_t *)(mem + (size_t)n * t->page_tokens);
+    x->host = x->gpu + n;
+    x->mem_pages = n;
+}
+
+/* A node with a run of n_pages pages (its edge is set by the caller). */
 static radix_node *node_new(radix_tree *t, uint32_t n_pages) {
     radix_node *x = radix_alloc(t, sizeof *x);
     int32_t *run = x ? radix_alloc(t, run_bytes(t, n_pages)) : NULL;
@@ -359,12 +378,19 @@ static radix_node *node_new(radix_tree *t, uint32_t n_pages) {
         free(x);
         return NULL;
     }
-    *x = (radix_node){.run = run, .n_pages = n_pages, .heap_idx = RADIX_NO_HEAP};
+    *x = (radix_node){.n_pages = n_pages, .heap_idx = RADIX_NO_HEAP};
+    node_set_run(t, x, run, n_pages);
     return x;
 }
 
+/* Frees a node_new that never entered the tree (NULL is fine). */
+static void node_drop_new(radix_node *x) {
+    if (x) free(x->mem);
+    free(x);
+}
+
 static void node_free(radix_node *x) {
-    free(x->run);
+    free(x->mem);
     free(x);
 }
 
@@ -384,7 +410,7 @@ static void node_detach(radix_tree *t, radix_node *x) {
 /* Stats for a node that leaves the tree. */
 static void node_account_out(radix_tree *t, const radix_node *x) {
     t->stats.nodes--;
-    t->stats.bytes -= sizeof *x + run_bytes(t, x->n_pages);
+    t->stats.bytes -= sizeof *x + run_bytes(t, x->mem_pages);
     if (x->on_gpu) t->stats.pages -= x->n_pages;
     else t->stats.host_slots -= x->n_pages;
 }
@@ -584,24 +610,22 @@ uint32_t radix_match_host_left(const radix_tree *t, const radix_match *m) {
     return left < m->n_restore ? left : m->n_restore;
 }
 
-static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_node *u, int32_t *lower_run);
+static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_node *u);
+static radix_node *split_node_new(radix_tree *t, const radix_node *c, uint32_t k);
 
-/* What the match's split of its deepest node needs (Rule 5): the upper node, the lower part's
- * run, one more chain slot. All or nothing; a match that cannot have it pins the whole node. */
+/* What the match's split of its deepest node needs (Rule 5): the upper node (with a run for the
+ * smaller part), one more chain slot. All or nothing; a match that cannot have it pins the
+ * whole node. */
 typedef struct match_split {
     radix_node *upper;
-    int32_t *lower_run;
     radix_reserve tables;
 } match_split;
 
 static int match_split_alloc(radix_tree *t, const radix_node *c, uint32_t k, match_split *s) {
     *s = (match_split){0};
-    s->upper = node_new(t, k);
-    s->lower_run = s->upper ? radix_alloc(t, run_bytes(t, c->n_pages - k)) : NULL;
-    if (s->lower_run && reserve_tables(t, &s->tables, 1, 1, 0) == 0) return 0;
-    if (s->upper) free(s->upper->run);
-    free(s->upper);
-    free(s->lower_run);
+    s->upper = split_node_new(t, c, k);
+    if (s->upper && reserve_tables(t, &s->tables, 1, 1, 0) == 0) return 0;
+    node_drop_new(s->upper);
     *s = (match_split){0};
     return -1;
 }
@@ -630,7 +654,7 @@ int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const in
         uint32_t len = n_restore ? path_end : n_pages;
         pages = radix_alloc(t, (size_t)len * sizeof *pages);
         if (!pages) {
-            if (split) free(sm.upper->run), free(sm.upper), free(sm.lower_run), reserve_drop(&sm.tables);
+            if (split) node_drop_new(sm.upper), reserve_drop(&sm.tables);
             return cd_fail("radix: out of memory for a match of %u pages", len);
         }
         path_ids(t, e.deep, end, pages, 0, len);
@@ -638,7 +662,7 @@ int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const in
     /* nothing can fail from here on */
     if (split) {
         reserve_commit(t, &sm.tables);
-        e.deep = split_edge(t, e.deep, k, sm.upper, sm.lower_run);
+        e.deep = split_edge(t, e.deep, k, sm.upper);
         t->stats.match_splits++;
     }
     uint64_t now = ++t->clock;
@@ -822,17 +846,13 @@ typedef struct insert_mem {
     radix_root *root;     /* a new namespace */
     radix_node *leaf;     /* the new leaf, run allocated */
     radix_node *upper;    /* the split's upper node, run allocated */
-    int32_t *lower_run;   /* the split's lower part's new run */
     radix_reserve tables;
 } insert_mem;
 
 static void insert_mem_drop(insert_mem *mem) {
     free(mem->root);
-    if (mem->leaf) free(mem->leaf->run);
-    free(mem->leaf);
-    if (mem->upper) free(mem->upper->run);
-    free(mem->upper);
-    free(mem->lower_run);
+    node_drop_new(mem->leaf);
+    node_drop_new(mem->upper);
     reserve_drop(&mem->tables);
 }
 
@@ -847,9 +867,8 @@ static int insert_alloc(radix_tree *t, const insert_plan *p, uint32_t np, int32_
     if (!mem->leaf) return -1;
     if (p->split) {
         radix_node *c = p->split;
-        mem->upper = node_new(t, p->split_k);
-        mem->lower_run = mem->upper ? radix_alloc(t, run_bytes(t, c->n_pages - p->split_k)) : NULL;
-        if (!mem->lower_run) return -1;
+        mem->upper = split_node_new(t, c, p->split_k);
+        if (!mem->upper) return -1;
         new_nodes++;
         /* the lower part gets a slot under the upper; the leaf shares it when it starts with
          * the same token, else it needs one more */
@@ -868,17 +887,21 @@ static radix_node *root_add(radix_tree *t, radix_root *r, const uint8_t ns[RADIX
     return &r->node;
 }
 
-/* Copies pages [from, from + n) of src's run (tokens and both id fields) into dst's run,
- * dst_pages long. */
-static void run_copy(const radix_tree *t, int32_t *dst, uint32_t dst_pages, const radix_node *src, uint32_t from,
-                     uint32_t n) {
+/* Copies pages [from, from + n) of src's edge (tokens and both id fields) to the start of dst's. */
+static void node_copy_pages(const radix_tree *t, radix_node *dst, const radix_node *src, uint32_t from, uint32_t n) {
     uint32_t pt = t->page_tokens;
-    memcpy(dst, node_tokens(src) + (size_t)from * pt, (size_t)n * pt * sizeof *dst);
-    memcpy(dst + (size_t)dst_pages * pt, node_gpu(t, src) + from, (size_t)n * sizeof *dst);
-    memcpy(dst + (size_t)dst_pages * (pt + 1), node_host(t, src) + from, (size_t)n * sizeof *dst);
+    memcpy(dst->tok, src->tok + (size_t)from * pt, (size_t)n * pt * sizeof *dst->tok);
+    memcpy(dst->gpu, src->gpu + from, (size_t)n * sizeof *dst->gpu);
+    memcpy(dst->host, src->host + from, (size_t)n * sizeof *dst->host);
 }
 
-/* Splits the edge into c after k pages (0 < k < c->n_pages):
+/* The upper node of a split of c after k pages, with a run for the smaller part. */
+static radix_node *split_node_new(radix_tree *t, const radix_node *c, uint32_t k) {
+    uint32_t rest = c->n_pages - k;
+    return node_new(t, k <= rest ? k : rest);
+}
+
+/* Splits the edge into c after k pages (0 < k < c->n_pages), u from split_node_new:
  *
  *     before:  (p) ── [P0 .. Pk-1 Pk .. Pn-1] = c ── c's children
  *     after:   (p) ── [P0 .. Pk-1] = u ── [Pk .. Pn-1] = c ── c's children
@@ -889,13 +912,21 @@ static void run_copy(const radix_tree *t, int32_t *dst, uint32_t dst_pages, cons
  *      releasing a handle on c (or below) walks through u. It inherits c's last use and
  *      residency too (both id fields are split alike), so p's GPU-child count holds.
  *   3. c keeps its identity: the handles pointing at it, its children (keyed by (c, token),
- *      untouched), its lock, its place in a heap. u has a child of its own tier, so it is in
- *      no heap (Rule 2).
- *   4. c's edge becomes the rest, in a fresh run, and c is filed under (u, first token of the
+ *      untouched), its lock, its place in a heap, its tail. u has a child of its own tier, so
+ *      it is in no heap (Rule 2).
+ *   4. The smaller part is copied into u's fresh run; the larger stays in c's old run: when
+ *      the upper part is the smaller, c's pointers move past it; else u takes c's old run (its
+ *      upper pages lead it) and c gets the fresh one. c is filed under (u, first token of the
  *      rest). Pages only move between c and u, so no page or slot count changes. */
-static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_node *u, int32_t *lower_run) {
-    uint32_t rest = c->n_pages - k;
-    run_copy(t, u->run, k, c, 0, k);
+static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_node *u) {
+    uint32_t rest = c->n_pages - k, pt = t->page_tokens;
+    radix_node fresh = *u; /* u's fresh run */
+    if (k <= rest) {       /* 4, first u's edge: c is untouched until it is out of p's chain */
+        node_copy_pages(t, u, c, 0, k);
+    } else {
+        u->mem = c->mem, u->tok = c->tok, u->gpu = c->gpu, u->host = c->host, u->mem_pages = c->mem_pages;
+    }
+    u->n_pages = k;
     u->parent = c->parent;
     u->lock = c->lock;
     u->last_use = c->last_use;
@@ -906,10 +937,15 @@ static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_no
     chain_replace(t, c, u); /* 1 */
     kid_replace(c->parent, c, u);
     u->kids = c;
-    run_copy(t, lower_run, rest, c, k, rest);
-    t->stats.bytes += sizeof *u + run_bytes(t, k) + run_bytes(t, rest) - run_bytes(t, c->n_pages);
-    free(c->run);
-    c->run = lower_run; /* 4 */
+    t->stats.bytes += sizeof *u + run_bytes(t, fresh.mem_pages);
+    if (k <= rest) { /* 4, then c's edge: the rest, in place */
+        c->tok += (size_t)k * pt;
+        c->gpu += k;
+        c->host += k;
+    } else {         /* or copied into the fresh run */
+        node_set_run(t, c, fresh.mem, fresh.mem_pages);
+        node_copy_pages(t, c, u, k, rest);
+    }
     c->n_pages = rest;
     c->parent = u;
     chain_add(t, u, c);
@@ -953,7 +989,7 @@ int radix_insert_tail(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int
     uint64_t now = ++t->clock;
     reserve_commit(t, &mem.tables);
     radix_node *at = p.at ? p.at : root_add(t, mem.root, ns);
-    if (p.split) at = split_edge(t, p.split, p.split_k, mem.upper, mem.lower_run);
+    if (p.split) at = split_edge(t, p.split, p.split_k, mem.upper);
     /* at is a root or GPU-resident (not blocked) */
     radix_node *leaf = mem.leaf;
     uint32_t leaf_tokens = n - p.leaf_from * pt;
@@ -974,7 +1010,7 @@ int radix_insert_tail(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int
     t->stats.nodes++;
     t->stats.pages += leaf->n_pages;
     t->stats.inserted_tokens += leaf_tokens;
-    t->stats.bytes += sizeof *leaf + run_bytes(t, leaf->n_pages);
+    t->stats.bytes += sizeof *leaf + run_bytes(t, leaf->mem_pages);
     if (first_new) *first_new = p.leaf_from;
     drop_stale(t, p.stale, dropped, ctx);
     return 0;
@@ -1197,7 +1233,7 @@ static int check_roots(check_ctx *c) {
     const radix_tree *t = c->t;
     for (uint32_t i = 0; i < t->n_roots; i++) {
         radix_node *r = t->roots[i];
-        if (!r || r->parent || r->run || r->n_pages || r->next || r->prev_sib || r->next_sib)
+        if (!r || r->parent || r->mem || r->n_pages || r->next || r->prev_sib || r->next_sib)
             return cd_fail("radix check: root %u is not an empty parentless node", i);
         if (r->on_gpu || r->on_host) return cd_fail("radix check: root %u is resident on a tier", i);
         if (r->heap_idx != RADIX_NO_HEAP) return cd_fail("radix check: root %u is in a heap", i);
@@ -1230,9 +1266,9 @@ static int check_slots(check_ctx *c) {
                 return cd_fail("radix check: more nodes in the slot table than the %llu counted",
                                (unsigned long long)t->stats.nodes);
             if (x->parent != s->parent) return cd_fail("radix check: a node in slot %u has another parent", i);
-            if (x->n_pages == 0 || !x->run) return cd_fail("radix check: a non-root node has an empty edge");
-            if (x->run[0] != s->token)
-                return cd_fail("radix check: a node starting with %d is in the chain of %d", x->run[0], s->token);
+            if (x->n_pages == 0 || !x->mem) return cd_fail("radix check: a non-root node has an empty edge");
+            if (x->tok[0] != s->token)
+                return cd_fail("radix check: a node starting with %d is in the chain of %d", x->tok[0], s->token);
             if (x->tail >= pt) return cd_fail("radix check: a tail of %u tokens in pages of %u", x->tail, pt);
             if (x->tail && x->kids) return cd_fail("radix check: a node with a partly filled last page has children");
             for (radix_node *y = s->head; y != x; y = y->next)
@@ -1277,7 +1313,10 @@ static int check_nodes(check_ctx *c) {
             slots += x->n_pages;
             pinned_slots += x->lock ? x->n_pages : 0;
         }
-        bytes += sizeof *x + run_bytes(t, x->n_pages);
+        if (x->mem_pages < x->n_pages || x->tok < x->mem ||
+            x->host + x->n_pages > (uint32_t *)(x->mem + run_bytes(t, x->mem_pages) / sizeof *x->mem))
+            return cd_fail("radix check: a node's edge does not lie in its run");
+        bytes += sizeof *x + run_bytes(t, x->mem_pages);
     }
     for (uint32_t i = 0; i < c->n_all; i++) {
         radix_node *x = c->all[i];
@@ -1404,7 +1443,7 @@ static void dump_node(const radix_tree *t, FILE *f, const radix_node *x, uint32_
         uint32_t n_tok = edge_tokens(t, x);
         const uint32_t *ids = node_ids(t, x);
         fprintf(f, "[");
-        for (uint32_t i = 0; i < n_tok && i < 8; i++) fprintf(f, i ? " %d" : "%d", x->run[i]);
+        for (uint32_t i = 0; i < n_tok && i < 8; i++) fprintf(f, i ? " %d" : "%d", x->tok[i]);
         fprintf(f, "%s | %s", n_tok > 8 ? " ..." : "", x->on_gpu ? "G" : "H");
         for (uint32_t i = 0; i < x->n_pages && i < 4; i++) fprintf(f, " %u", ids[i]);
         fprintf(f, "%s] %u pages", x->n_pages > 4 ? " ..." : "", x->n_pages);
