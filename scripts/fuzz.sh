@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader (and writer round trips), then the server's request bodies
-# (fuzz_request, half the time), with libFuzzer:
+# (fuzz_request) and request traces (fuzz_trace), each half the time, with libFuzzer:
 #
 #   scripts/fuzz.sh [seconds [libFuzzer flags...]]      (default 60 s)
 #   e.g. scripts/fuzz.sh 600 -use_value_profile=1
@@ -20,7 +20,7 @@ build=$root/build-fuzz
 run=$root/tests/fuzz/corpus-run
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCINDER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_request -j"$(nproc)"
+cmake --build "$build" --target fuzz_gguf fuzz_request fuzz_trace -j"$(nproc)"
 
 rm -rf "$run"
 mkdir -p "$run" "$build/findings"
@@ -74,17 +74,22 @@ set -e
 grep -E '^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|stat::peak_rss_mb)' "$log" || true
 report fuzz_gguf "$rc" "$log" "$run"
 
-# The server's request bodies (JSON, fields, chat template, tokenizer): half the time again.
-run_req=$root/tests/fuzz/corpus_request-run
-rm -rf "$run_req"
-mkdir -p "$run_req"
-cp "$root"/tests/fuzz/corpus_request/* "$run_req/"
-req_secs=$(( secs / 2 > 10 ? secs / 2 : 10 ))
-log=$build/fuzz_request.log
-echo "fuzzing request bodies for ${req_secs}s (log: $log)"
-set +e
-"$build/tests/fuzz/fuzz_request" -max_total_time="$req_secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -artifact_prefix="$build/findings/" -print_final_stats=1 "$run_req" >"$log" 2>&1
-rc=$?
-set -e
-report fuzz_request "$rc" "$log" "$run_req"
+# A text target over a scratch copy of its seeds, for half the time: run_text TARGET SEEDS WHAT
+run_text() {
+    local run=$root/tests/fuzz/$2-run log=$build/$1.log secs_half=$(( secs / 2 > 10 ? secs / 2 : 10 )) rc
+    rm -rf "$run"
+    mkdir -p "$run"
+    cp "$root/tests/fuzz/$2/"* "$run/"
+    echo "fuzzing $3 for ${secs_half}s (log: $log)"
+    set +e
+    "$build/tests/fuzz/$1" -max_total_time="$secs_half" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$build/findings/" -print_final_stats=1 "$run" >"$log" 2>&1
+    rc=$?
+    set -e
+    report "$1" "$rc" "$log" "$run"
+}
+
+# The server's request bodies (JSON, fields, chat template, tokenizer), then request traces
+# (`cinder bench --trace`: lines, header, token ids, chat sessions through the template).
+run_text fuzz_request corpus_request "request bodies"
+run_text fuzz_trace corpus_trace "request traces"

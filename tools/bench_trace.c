@@ -10,129 +10,7 @@
 #include "runtime/engine/engine.h"
 #include "tools/cli.h"
 #include "tools/reply_json.h"
-
-/* ---- reading a trace ---- */
-
-typedef struct trace {
-    json_t *header;
-    json_t *lines; /* array of request objects */
-    bool chat;
-} trace;
-
-static void trace_free(trace *t) {
-    json_decref(t->header);
-    json_decref(t->lines);
-    *t = (trace){0};
-}
-
-static int trace_load(const char *path, trace *t) {
-    *t = (trace){.lines = json_array()};
-    FILE *f = fopen(path, "r");
-    if (!f) return cd_fail("%s: cannot open the trace", path);
-    char *line = NULL;
-    size_t cap = 0, no = 0;
-    int rc = 0;
-    for (ssize_t len; !rc && (len = getline(&line, &cap, f)) >= 0;) {
-        no++;
-        if (len <= 1) continue;
-        json_error_t err;
-        json_t *j = json_loadb(line, (size_t)len, 0, &err);
-        if (!json_is_object(j)) rc = cd_fail("%s:%zu: not a JSON object (%s)", path, no, j ? "" : err.text);
-        else if (!t->header) t->header = j, j = NULL;
-        else if (json_array_append(t->lines, j)) rc = cd_fail("out of memory");
-        json_decref(j);
-    }
-    free(line);
-    fclose(f);
-    if (rc) return -1;
-    if (!t->header) return cd_fail("%s: empty trace (no header line)", path);
-    const char *kind = json_string_value(json_object_get(t->header, "kind"));
-    if (!kind || (strcmp(kind, "tokens") && strcmp(kind, "chat")))
-        return cd_fail("%s: the header's \"kind\" must be \"tokens\" or \"chat\"", path);
-    t->chat = !strcmp(kind, "chat");
-    return 0;
-}
-
-static uint32_t header_u32(const trace *t, const char *key) {
-    json_int_t v = json_integer_value(json_object_get(t->header, key));
-    return v > 0 && v <= UINT32_MAX ? (uint32_t)v : 0;
-}
-
-static int max_tokens_of(const json_t *req, size_t no, uint32_t *out) {
-    json_t *v = json_object_get(req, "max_tokens");
-    if (!v) { *out = 16; return 0; }
-    if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
-        return cd_fail("request %zu: max_tokens must be an integer from 1 to 2^20", no);
-    *out = (uint32_t)json_integer_value(v);
-    return 0;
-}
-
-/* Token ids of a "tokens" request, checked against the vocabulary. */
-static int request_ids(const json_t *req, size_t no, uint32_t n_vocab, int32_t **ids, size_t *n) {
-    const json_t *a = json_object_get(req, "prompt_tokens");
-    if (!json_is_array(a) || json_array_size(a) == 0) return cd_fail("request %zu: prompt_tokens must be a non-empty array", no);
-    *n = json_array_size(a);
-    *ids = malloc(*n * sizeof **ids);
-    if (!*ids) return cd_fail("out of memory");
-    for (size_t i = 0; i < *n; i++) {
-        json_t *v = json_array_get(a, i);
-        json_int_t id = json_integer_value(v);
-        if (!json_is_integer(v) || id < 0 || id >= n_vocab) {
-            free(*ids);
-            *ids = NULL;
-            return cd_fail("request %zu: prompt_tokens[%zu] is not a token id below %u", no, i, n_vocab);
-        }
-        (*ids)[i] = (int32_t)id;
-    }
-    return 0;
-}
-
-/* ---- chat sessions ---- */
-
-typedef struct session {
-    char *name;
-    conversation c;
-} session;
-
-typedef struct sessions {
-    session *s;
-    size_t n, cap;
-} sessions;
-
-static conversation *session_get(sessions *ss, const char *name) {
-    for (size_t i = 0; i < ss->n; i++)
-        if (!strcmp(ss->s[i].name, name)) return &ss->s[i].c;
-    if (ss->n == ss->cap) {
-        size_t cap = ss->cap ? 2 * ss->cap : 8;
-        session *s = realloc(ss->s, cap * sizeof *s);
-        if (!s) return NULL;
-        ss->s = s;
-        ss->cap = cap;
-    }
-    session *s = &ss->s[ss->n];
-    if (!(s->name = strdup(name)) || conv_init(&s->c)) { free(s->name); return NULL; }
-    ss->n++;
-    return &s->c;
-}
-
-static void sessions_free(sessions *ss) {
-    for (size_t i = 0; i < ss->n; i++) { free(ss->s[i].name); conv_free(&ss->s[i].c); }
-    free(ss->s);
-}
-
-/* The prompt of a chat request: the session's history + append, rendered and tokenized. */
-static int chat_ids(sessions *ss, const json_t *req, size_t no, const tokenizer *tok, conversation **conv,
-                    int32_t **ids, size_t *n) {
-    const char *name = json_string_value(json_object_get(req, "session"));
-    if (!name) return cd_fail("request %zu: \"session\" must be a string", no);
-    conversation *c = session_get(ss, name);
-    if (!c) return cd_fail("out of memory");
-    json_t *tools = json_object_get(req, "tools");
-    if (tools && conv_set_tools(c, tools)) return cd_fail_ctx("request %zu: ", no);
-    if (conv_extend(c, json_object_get(req, "append"))) return cd_fail_ctx("request %zu: ", no);
-    *conv = c;
-    return conv_prompt(c, tok, false, ids, n);
-}
+#include "tools/trace.h"
 
 /* ---- the replay ---- */
 
@@ -167,15 +45,15 @@ static json_t *request_json(const engine_reply *r) {
 }
 
 /* Renders / reads trace line `no`, submits it, and puts it in flight. */
-static int submit_line(replay *rp, sessions *ss, size_t no) {
+static int submit_line(replay *rp, trace_sessions *ss, size_t no) {
     const json_t *req = json_array_get(rp->t.lines, no - 1);
     const tokenizer *tok = rp->e.m->tok;
     uint32_t max_tokens;
     int32_t *ids = NULL;
     size_t n = 0;
     conversation *c = NULL;
-    if (max_tokens_of(req, no, &max_tokens)) return -1;
-    if (rp->t.chat ? chat_ids(ss, req, no, tok, &c, &ids, &n) : request_ids(req, no, rp->e.m->cfg.n_vocab, &ids, &n))
+    if (trace_max_tokens(req, no, &max_tokens)) return -1;
+    if (rp->t.chat ? trace_chat_ids(ss, req, no, tok, &c, &ids, &n) : trace_request_ids(req, no, rp->e.m->cfg.n_vocab, &ids, &n))
         return -1;
     if (rp->dump) { /* "max_tokens:id,id,..." per request */
         fprintf(rp->dump, "%u:", max_tokens);
@@ -232,7 +110,7 @@ static bool may_start(const replay *rp, size_t no) {
 
 /* The trace in order with up to `concurrency` requests in flight: lines start in trace order
  * (a chat line after its session's previous reply), the scheduler runs them together. */
-static int run_trace(replay *rp, sessions *ss, uint32_t concurrency) {
+static int run_trace(replay *rp, trace_sessions *ss, uint32_t concurrency) {
     size_t next = 1, n_lines = json_array_size(rp->t.lines);
     for (size_t i = 0; i < n_lines; i++) json_array_append_new(rp->requests, json_null());
     while (next <= n_lines || rp->n_fl) {
@@ -264,7 +142,7 @@ static uint32_t context_needed(const replay *rp) {
     json_t *req;
     json_array_foreach(rp->t.lines, i, req) {
         uint32_t mt = 16;
-        max_tokens_of(req, i + 1, &mt);
+        trace_max_tokens(req, i + 1, &mt);
         size_t n = json_array_size(json_object_get(req, "prompt_tokens")) + mt + 1;
         if (n > need) need = n < UINT32_MAX ? (uint32_t)n : UINT32_MAX;
     }
@@ -282,7 +160,7 @@ static json_t *totals_json(const replay *rp) {
                           (json_int_t)s->evicted_pages, "wall_ms", rp->wall_ms, "tree_nodes", (json_int_t)t->nodes,
                           "tree_pages", (json_int_t)t->pages, "tree_bytes", (json_int_t)t->bytes,
                           "tree_bytes_per_cached_token", t->pages ? (double)t->bytes / ((double)t->pages * pt) : 0.0);
-    uint32_t opt = header_u32(&rp->t, "optimal_cached_tokens");
+    uint32_t opt = trace_header_u32(&rp->t, "optimal_cached_tokens");
     if (json_object_get(rp->t.header, "optimal_cached_tokens"))
         json_object_set_new(j, "optimal_cached_tokens", json_integer(opt));
     double ttft = 0;
@@ -376,13 +254,13 @@ int bench_trace(const bench_trace_opts *o, model *m) {
     char path[4096];
     const char *name = "";
     replay rp = {.o = o, .requests = json_array()};
-    sessions ss = {0};
+    trace_sessions ss = {0};
     uint32_t concurrency = o->concurrency ? o->concurrency : 1;
     int rc = resolve(o, path, sizeof path, &name) || trace_load(path, &rp.t);
     if (!rc && o->dump_prompts && !(rp.dump = fopen(o->dump_prompts, "w")))
         rc = cd_fail("%s: cannot create", o->dump_prompts);
     if (!rc) {
-        uint32_t n_ctx = context_needed(&rp), pool = o->pool_tokens ? o->pool_tokens : header_u32(&rp.t, "kv_pool_tokens");
+        uint32_t n_ctx = context_needed(&rp), pool = o->pool_tokens ? o->pool_tokens : trace_header_u32(&rp.t, "kv_pool_tokens");
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
         engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
                           .no_prefix_cache = o->no_prefix_cache, .host_cache_mb = o->host_cache_mb,
@@ -403,7 +281,7 @@ int bench_trace(const bench_trace_opts *o, model *m) {
     if (!rc) report(&rp, name);
     else cli_error("bench", "%s", cd_errmsg());
     if (rp.dump && fclose(rp.dump) && !rc) rc = cli_error("bench", "%s: write failed", o->dump_prompts);
-    sessions_free(&ss);
+    trace_sessions_free(&ss);
     engine_free(&rp.e);
     free(rp.fl);
     trace_free(&rp.t);
