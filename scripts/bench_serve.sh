@@ -46,9 +46,12 @@ bench() { # name: warm up, then each agent count
   local port
   port=$(cat "$tmp/port")
   curl -s "http://127.0.0.1:$port/v1/completions" -d '{"prompt":"warm up","max_tokens":4}' >/dev/null
+  local out
   for a in $agents; do
-    echo "{\"server\":\"$1\",\"result\":$(node "$root/scripts/serve_agents.mjs" --url "http://127.0.0.1:$port" --agents "$a" \
-      --rounds "$rounds" --system-tokens "$sys" --gen "$gen" --json || echo null)}"
+    # serve_agents exits non-zero when requests failed, after printing its JSON: keep the JSON
+    out=$(node "$root/scripts/serve_agents.mjs" --url "http://127.0.0.1:$port" --agents "$a" \
+      --rounds "$rounds" --system-tokens "$sys" --gen "$gen" --json) || true
+    echo "{\"server\":\"$1\",\"result\":${out:-null}}"
   done
 }
 
