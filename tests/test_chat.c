@@ -440,5 +440,5 @@ int main(void) {
         cmocka_unit_test(test_format_real_roundtrip),
         cmocka_unit_test(test_random_damage),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -194,5 +194,5 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_kv_fp16, setup_model, teardown_model),
         cmocka_unit_test(test_quantized_close_to_f32),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

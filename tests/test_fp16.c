@@ -211,5 +211,5 @@ int main(void) {
         cmocka_unit_test(test_f32_to_half_vs_ggml),
         cmocka_unit_test(test_ties_vs_ggml),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

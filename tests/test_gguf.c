@@ -1310,5 +1310,5 @@ int main(void) {
         cmocka_unit_test(test_llama_reads_ours),
         cmocka_unit_test(test_we_read_llamas),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -294,5 +294,5 @@ int main(void) {
         cmocka_unit_test(test_invariance_long),
         cmocka_unit_test(test_bad_batch),
     };
-    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+    return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -5,9 +5,10 @@
  * against the CPU sampler, the replayed step after rewinding, a dense qwen3 model, and an
  * all-f32 model whose embedding table is split into binding parts. fp16 KV on the GPU against
  * f32 KV on the CPU is the main source of difference.
- * CINDER_GPU_MODEL_FULL=1 (or a list like small:mix,small:q4_k_m) adds the same checks on the
- * tiny f32/f16 and small f32/f16/mix/q4_k_m models (slow on lavapipe; results recorded in
- * docs/kernels/forward.md). */
+ * `test_gpu_model --full` (ctest: test_gpu_model_full) runs the same checks on the tiny f32/f16
+ * and small f32/f16/mix/q4_k_m models when CINDER_GPU_MODEL_FULL=1 (or a list like
+ * small:mix,small:q4_k_m) asks for them, and reports a skip otherwise (slow on lavapipe; results
+ * recorded in docs/kernels/forward.md). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -183,6 +184,9 @@ static void test_greedy_full(void **state) {
         {"gpu_small_f32.gguf", "small", "f32"}, {"gpu_small_f16.gguf", "small", "f16"},
         {"gpu_small_mix.gguf", "small", "mix"}, {"gpu_small_q4km.gguf", "small", "q4_k_m"},
     };
+    const char *e = getenv("CINDER_GPU_MODEL_FULL");
+    if (!e || !*e || !strcmp(e, "0"))
+        tu_skip("CINDER_GPU_MODEL_FULL not set: the tiny f32/f16 and small models are not run");
     uint32_t ran = 0, short_of = 0;
     for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++) {
         if (!full_wants(ms[i].preset, ms[i].quant)) continue;
@@ -194,7 +198,7 @@ static void test_greedy_full(void **state) {
         ran++;
         model_free(m);
     }
-    if (!ran) print_message("CINDER_GPU_MODEL_FULL not set: the tiny f32/f16 and small models are not run\n");
+    if (!ran) tu_skip("CINDER_GPU_MODEL_FULL=%s names none of the models", e);
     assert_int_equal(short_of, 0);
 }
 
@@ -319,7 +323,13 @@ static void test_rewind_and_errors(void **state) {
     model_free(m);
 }
 
-int main(void) {
+/* `test_gpu_model --full` runs the whole matrix alone (ctest's test_gpu_model_full): skipped,
+ * and reported so, unless CINDER_GPU_MODEL_FULL asks for it. */
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "--full")) {
+        const struct CMUnitTest full[] = {cmocka_unit_test(test_greedy_full)};
+        return tu_status(cmocka_run_group_tests(full, vk_setup, vk_teardown));
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_moe_mix),
         cmocka_unit_test(test_rewind_and_errors),
@@ -328,7 +338,6 @@ int main(void) {
         cmocka_unit_test(test_device_sampling),
         cmocka_unit_test(test_logits_dense),
         cmocka_unit_test(test_logits_f32),
-        cmocka_unit_test(test_greedy_full),
     };
-    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+    return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -252,5 +252,5 @@ int main(void) {
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_hostile_models),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -484,5 +484,5 @@ int main(void) {
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*host*" */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     model_free(tiny());
-    return rc;
+    return tu_status(rc);
 }

@@ -1037,5 +1037,5 @@ int main(void) {
         cmocka_unit_test(test_hostile_gguf_file),
         cmocka_unit_test(test_speed),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_status(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -1,11 +1,39 @@
 #include "tests/test_util.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "runtime/base/fp16.h"
 #include "runtime/gguf/gguf.h"
+#include "runtime/vk/vk_instance.h"
+
+static unsigned skipped;
+
+void tu_note_skip(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("SKIP: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    skipped++;
+}
+
+int tu_status(int failed) {
+    if (failed) return 1; /* never TU_SKIP by accident (77 failed tests) */
+    uint64_t v = cvk_validation_errors();
+    if (v) {
+        fprintf(stderr, "FAIL: %llu Vulkan validation message%s (above)\n", (unsigned long long)v, v == 1 ? "" : "s");
+        return 1;
+    }
+    if (skipped) {
+        fprintf(stderr, "SKIP: %u test%s skipped, the others passed\n", skipped, skipped == 1 ? "" : "s");
+        return TU_SKIP;
+    }
+    return 0;
+}
 
 const char *tu_source_dir(void) {
     const char *s = getenv("CINDER_SOURCE_DIR");

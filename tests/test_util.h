@@ -3,6 +3,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tests/test_status.h" /* tu_skip, tu_status */
+
 /* Source tree root and a scratch directory (from ctest's environment; defaults for manual runs). */
 const char *tu_source_dir(void);
 const char *tu_tmp_dir(void);
@@ -32,3 +34,4 @@ const char *tu_make_model(const char *file, const char *preset, const char *quan
  * kernel tests. */
 void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
                        uint32_t len, uint32_t n_head, uint32_t layer, float *out);
+

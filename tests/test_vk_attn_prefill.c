@@ -728,7 +728,7 @@ int main(void) {
     const char *e = getenv("CINDER_ATTN_BENCH");
     if (e && *e && *e != '0') {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench)};
-        return cmocka_run_group_tests(timing, vk_setup, teardown);
+        return tu_status(cmocka_run_group_tests(timing, vk_setup, teardown));
     }
-    return cmocka_run_group_tests(tests, vk_setup, teardown);
+    return tu_status(cmocka_run_group_tests(tests, vk_setup, teardown));
 }

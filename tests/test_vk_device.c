@@ -48,6 +48,65 @@ static void test_no_driver_is_a_clean_error(void **state) {
     assert_int_equal(WEXITSTATUS(status), 0);
 }
 
+/* --- validation: required when asked for, and a message fails the run (children again) --- */
+
+static int child_status(pid_t pid) {
+    int status;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_validation_is_required(void **state) {
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("CINDER_VK_VALIDATION", "1", 1);
+        setenv("VK_LAYER_PATH", "/nonexistent", 1); /* the loader finds no explicit layer */
+        cvk_device d;
+        int ok = cvk_device_init(&d, -1) == -1 && strstr(cd_errmsg(), "vulkan-validationlayers") != NULL;
+        if (!ok) fprintf(stderr, "child: %s\n", cd_errmsg());
+        _exit(ok ? 0 : 1);
+    }
+    assert_int_equal(child_status(pid), 0);
+    pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("CINDER_VK_VALIDATION", "on", 1);
+        cvk_device d;
+        _exit(cvk_device_init(&d, -1) == -1 && strstr(cd_errmsg(), "expected 0, 1 or sync") ? 0 : 1);
+    }
+    assert_int_equal(child_status(pid), 0);
+}
+
+/* A buffer of size 0 breaks VUID-VkBufferCreateInfo-size-00912: the layer reports it, the count
+ * goes up and tu_status turns a run with no failed test into a failure. */
+static void test_validation_message_fails(void **state) {
+    (void)state;
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        setenv("CINDER_VK_VALIDATION", "1", 1);
+        cvk_device d;
+        if (cvk_device_init(&d, -1)) {
+            fprintf(stderr, "child: %s\n", cd_errmsg());
+            _exit(2);
+        }
+        VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = 0,
+                                 .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+        VkBuffer b = VK_NULL_HANDLE;
+        uint64_t before = cvk_validation_errors();
+        /* the expected message stays out of the test's output (ctest fails a test that prints one) */
+        if (!freopen("/dev/null", "w", stderr)) _exit(3);
+        if (vkCreateBuffer(d.dev, &bi, NULL, &b) == VK_SUCCESS) vkDestroyBuffer(d.dev, b, NULL);
+        uint64_t after = cvk_validation_errors();
+        cvk_device_free(&d);
+        _exit(before == 0 && after > 0 && tu_status(0) == 1 ? 0 : 1);
+    }
+    assert_int_equal(child_status(pid), 0);
+}
+
 /* --- choice rules on made-up device lists --- */
 
 static cvk_phys_info fake(VkPhysicalDeviceType t, bool usable) {
@@ -349,7 +408,7 @@ static void test_pipeline_cache_round_trip(void **state) {
 
 static void test_timestamps_increase(void **state) {
     (void)state;
-    if (!vk->dev.info.caps.timestamps) skip();
+    if (!vk->dev.info.caps.timestamps) tu_skip("the device has no timestamp queries: the timer is not tested");
     enum { N = 4096, ROWS = 64 };
     cvk_buffer x, w;
     assert_int_equal(cvk_buffer_create(&vk->mem, &x, N * ROWS * 4, 1, CVK_MEM_DEVICE), 0);
@@ -402,6 +461,8 @@ static void test_timestamps_increase(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_driver_is_a_clean_error),
+        cmocka_unit_test(test_validation_is_required),
+        cmocka_unit_test(test_validation_message_fails),
         cmocka_unit_test(test_choice_rules),
         cmocka_unit_test(test_split_plan),
     };
@@ -414,5 +475,5 @@ int main(void) {
         cmocka_unit_test(test_timestamps_increase),
     };
     int rc = cmocka_run_group_tests_name("vk_host", tests, NULL, NULL);
-    return rc + cmocka_run_group_tests_name("vk_device", device_tests, vk_setup, vk_teardown);
+    return tu_status(rc + cmocka_run_group_tests_name("vk_device", device_tests, vk_setup, vk_teardown));
 }

@@ -210,5 +210,5 @@ int main(void) {
         cmocka_unit_test(test_split_table),
         cmocka_unit_test(test_rejects_mismatches),
     };
-    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+    return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

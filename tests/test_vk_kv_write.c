@@ -187,5 +187,5 @@ int main(void) {
         cmocka_unit_test(test_write),
         cmocka_unit_test(test_bad_args),
     };
-    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+    return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

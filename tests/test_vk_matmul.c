@@ -568,7 +568,7 @@ int main(void) {
     };
     if (getenv("CINDER_MATMUL_BENCH")) {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench_q4k)};
-        return cmocka_run_group_tests(timing, vk_setup, vk_teardown);
+        return tu_status(cmocka_run_group_tests(timing, vk_setup, vk_teardown));
     }
-    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+    return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -475,7 +475,7 @@ int main(void) {
     const char *e = getenv("CINDER_MATVEC_BENCH");
     if (e && *e && *e != '0') {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench)};
-        return cmocka_run_group_tests(timing, vk_setup, vk_teardown);
+        return tu_status(cmocka_run_group_tests(timing, vk_setup, vk_teardown));
     }
-    return cmocka_run_group_tests(tests, vk_setup, vk_teardown);
+    return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -124,5 +124,5 @@ int main(void) {
         cmocka_unit_test(test_against_cpu),
         cmocka_unit_test(test_bad_args),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_status(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -455,7 +455,7 @@ int main(void) {
     };
     if (getenv("CINDER_MOE_BENCH")) {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench_chain)};
-        return cmocka_run_group_tests(timing, setup, teardown);
+        return tu_status(cmocka_run_group_tests(timing, setup, teardown));
     }
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return tu_status(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -2,6 +2,7 @@
  * Teardown fails the group when the validation layer (CINDER_VK_VALIDATION=1) reported
  * anything, so API misuse fails tests even where lavapipe tolerates it. */
 #pragma once
+#include "tests/test_status.h" /* main returns tu_status(...): validation messages fail the binary */
 #include "runtime/vk/vk_ctx.h"
 
 extern cvk_ctx *vk;

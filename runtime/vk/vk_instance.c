@@ -68,11 +68,19 @@ typedef struct validation {
     VkValidationFeatureEnableEXT sync;
 } validation;
 
-static bool want_validation(validation *v) {
+/* 0 with validation off (CINDER_VK_VALIDATION unset, empty or 0), 1 with it set up in v, -1 when
+ * it was asked for and cannot be had: a run that asks for validation never goes on without it. */
+static int want_validation(validation *v) {
     const char *env = getenv("CINDER_VK_VALIDATION");
-    if (!env || !*env || strcmp(env, "0") == 0 || !have_layer("VK_LAYER_KHRONOS_validation") ||
-        !have_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
-        return false;
+    if (!env || !*env || strcmp(env, "0") == 0) return 0;
+    if (strcmp(env, "1") != 0 && strcmp(env, "sync") != 0)
+        return cd_fail("CINDER_VK_VALIDATION=%s: expected 0, 1 or sync", env);
+    if (!have_layer("VK_LAYER_KHRONOS_validation"))
+        return cd_fail("CINDER_VK_VALIDATION=%s asks for the Vulkan validation layer (VK_LAYER_KHRONOS_validation), "
+                       "which is not installed (Debian: vulkan-validationlayers; scripts/setup.sh installs it)", env);
+    if (!have_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
+        return cd_fail("CINDER_VK_VALIDATION=%s: the Vulkan loader has no %s to report validation messages", env,
+                       VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
     v->layer = "VK_LAYER_KHRONOS_validation";
     v->messenger = (VkDebugUtilsMessengerCreateInfoEXT){
         .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
@@ -83,7 +91,7 @@ static bool want_validation(validation *v) {
                                             .pNext = &v->messenger, .enabledValidationFeatureCount = 1,
                                             .pEnabledValidationFeatures = &v->sync};
     if (strcmp(env, "sync") != 0) v->features.enabledValidationFeatureCount = 0;
-    return true;
+    return 1;
 }
 
 static int create_instance(void) {
@@ -102,7 +110,9 @@ static int create_instance(void) {
         info.portability = true;
     }
     validation v = {0};
-    info.validation = want_validation(&v);
+    int want = want_validation(&v);
+    if (want < 0) return -1;
+    info.validation = want == 1;
     if (info.validation) exts[n_ext++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
     VkApplicationInfo app = {
         .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "cinder",

@@ -7,9 +7,10 @@
  * global pointers to one device).
  *
  * Environment:
- *   CINDER_VK_VALIDATION=1     enable VK_LAYER_KHRONOS_validation when it is installed
- *                              (Debian: vulkan-validationlayers); each error or warning goes to
- *                              stderr and is counted (cvk_validation_errors), so tests fail on it
+ *   CINDER_VK_VALIDATION=1     enable VK_LAYER_KHRONOS_validation (Debian: vulkan-validationlayers);
+ *                              without the layer, acquiring the instance fails (never silently
+ *                              off). Each error or warning goes to stderr and is counted
+ *                              (cvk_validation_errors): the tests and the cinder CLI fail on it
  *   CINDER_VK_VALIDATION=sync  the same plus synchronization validation (missing barriers)
  * Thread-safe. */
 #pragma once
