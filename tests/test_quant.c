@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <time.h>
 
 #include "runtime/base/fp16.h"
 #include "runtime/base/rng.h"
@@ -560,41 +559,6 @@ static void test_quantize_bounds_and_determinism(void **state) {
     }
 }
 
-/* Throughput, for the record (not asserted): synthetic models quantize billions of weights. */
-static void test_speed(void **state) {
-    (void)state;
-    enum { N = 1 << 20 };
-    float *x = xmalloc(N * sizeof *x), *y = xmalloc(N * sizeof *y);
-    uint8_t *q = xmalloc(N * 4);
-    rng r;
-    rng_seed(&r, 5);
-    fill(x, N, DIST_NORMAL, &r);
-    for (size_t k = 0; k < N_SUPPORTED; k++) {
-        enum qtype t = supported[k];
-        struct timespec t0, t1, t2;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        quant_quantize_row(t, x, q, N);
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        quant_dequantize_row(t, q, y, N);
-        clock_gettime(CLOCK_MONOTONIC, &t2);
-        double qs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-        double ds = (double)(t2.tv_sec - t1.tv_sec) + 1e-9 * (double)(t2.tv_nsec - t1.tv_nsec);
-        print_message("%-5s quantize %7.1f Mweights/s, dequantize %7.1f Mweights/s", qtype_name(t), N / qs / 1e6, N / ds / 1e6);
-        ggml_from_float_fn gq = ggml_quant(ggml_oracle_get(), t);
-        if (gq) {
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            gq(x, q, N);
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            qs = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-            print_message(" (ggml's reference quantizer %.1f)", N / qs / 1e6);
-        }
-        print_message("\n");
-    }
-    free(x);
-    free(y);
-    free(q);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_type_table),
@@ -611,7 +575,6 @@ int main(void) {
         cmocka_unit_test(test_round_trip_vs_ggml),
         cmocka_unit_test(test_degenerate),
         cmocka_unit_test(test_quantize_bounds_and_determinism),
-        cmocka_unit_test(test_speed),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }
