@@ -78,6 +78,37 @@ print([json.loads(l)["cached_tokens"] for l in sys.stdin])' <<<"$nocache")" = "[
 check "chat gives the same replies with and without the cache" test \
   "$(python3 -c 'import json,sys; print([json.loads(l)["text"] for l in sys.stdin][:2])' <<<"$chat")" = \
   "$(python3 -c 'import json,sys; print([json.loads(l)["text"] for l in sys.stdin])' <<<"$nocache")"
+# a chat longer than the context: the oldest turns after the system prompt are dropped (said on
+# stderr), every turn is answered; a message too long alone is refused with both lengths and the
+# session goes on; a reply that reaches the context end stops with finish_reason length
+printf 'Tell me about the weather in the mountains today please\nAnd what about the sea and the rivers near the coast\nAnd the forests in the north of the country in winter\nOne more question about the desert\n' |
+  "$bin" chat --model "$model" --n 4 --ctx 64 --page-size 4 --json --system "You are terse." >"$tmp/drop.json" 2>"$tmp/drop.err" || true
+check "chat past --ctx: every turn answered" test "$(wc -l <"$tmp/drop.json")" = 4
+check "chat past --ctx: the oldest turns are dropped, said on stderr" grep -Eq "^chat: context full: dropped the [0-9]+ oldest turns? \([0-9]+ tokens\); the prompt is [0-9]+ of 64 tokens$" "$tmp/drop.err"
+check "chat past --ctx: each prompt leaves room for the reply" test "$(python3 -c '
+import json, sys
+t = [json.loads(l) for l in open(sys.argv[1])]
+print(all(x["prompt_tokens"] + 4 <= 64 for x in t) and sum(x["dropped_turns"] for x in t) >= 1 and all(x["finish_reason"] in ("stop", "length") for x in t))' "$tmp/drop.json")" = True
+printf 'Tell me about the weather in the mountains today please\nAnd what about the sea and the rivers near the coast\n' |
+  "$bin" chat --model "$model" --n 4 --ctx 48 --page-size 4 --json >"$tmp/drop2.json" 2>"$tmp/drop2.err" || true
+check "chat past --ctx without a system prompt: the first turn is dropped too" test "$(wc -l <"$tmp/drop2.json")-$(grep -c "^chat: context full: dropped the 1 oldest turn " "$tmp/drop2.err")" = 2-1
+long=$(python3 -c 'print(" ".join("word%d" % i for i in range(60)))')
+rc=0
+printf 'Hello\n%s\nHi again\n' "$long" | "$bin" chat --model "$model" --n 4 --ctx 64 --page-size 4 --json --system "You are terse." >"$tmp/long.json" 2>"$tmp/long.err" || rc=$?
+check "chat: a message too long alone is refused with both lengths" grep -Eq "the message needs [0-9]+ prompt tokens with the system prompt; the context holds 64 \(--ctx\): not sent" "$tmp/long.err"
+check "chat: ... the exit status says a turn failed" test $rc -ne 0
+check "chat: ... and the next message is answered with the history intact" test "$(python3 -c '
+import json, sys
+t = [json.loads(l) for l in open(sys.argv[1])]
+print(len(t) == 2 and t[1]["turn"] == 2 and t[1]["dropped_turns"] == 0 and t[1]["cached_tokens"] > t[0]["prompt_tokens"] // 2)' "$tmp/long.json")" = True
+ctxend=$(printf 'Hello\n' | "$bin" chat --model "$model" --n 200 --ctx 64 --page-size 4 --json)
+check "chat: a reply that reaches the context end stops with finish_reason length" test "$(json_field 'd["finish_reason"] == "length" and d["context_full"] and d["prompt_tokens"] + d["generated"] == 64' <<<"$ctxend")" = True
+printf 'Hello\n' | "$bin" chat --model "$model" --n 200 --ctx 64 --page-size 4 >/dev/null 2>"$tmp/ctxend.err"
+check "chat: ... and the turn line says so" grep -q "stopped: the context is full (length)" "$tmp/ctxend.err"
+trace_full=$("$bin" bench --model "$model" --scenario shared_prefix_basic --ctx 28 --json)
+check "bench --scenario --json: finish_reason per request, length at the context end" test "$(json_field 'all(r["finish_reason"] in ("stop", "length") for r in d["requests"]) and any(r["prompt_tokens"] + len(r["generated"]) == 28 and r["finish_reason"] == "length" for r in d["requests"])' <<<"$trace_full")" = True
+fails_with "bench --scenario: a prompt past --ctx names both lengths" "request 1: the prompt has 24 tokens; the context holds 20" "$bin" bench --model "$model" --scenario shared_prefix_basic --ctx 20
+
 # the disk tier: a second process serves the first run's prompt chunks (a 256-token chunk of
 # the long system prompt) from --cache-dir, with the same reply; a corrupt file is rejected
 sys=$(python3 -c "print(' '.join('Rule %d: answer briefly, politely and in plain words.' % i for i in range(30)))")
@@ -129,7 +160,13 @@ head -c 1000 "$model" >"$tmp/truncated.gguf"
 fails_with "truncated model" "truncated.gguf" "$bin" info "$tmp/truncated.gguf"
 fails_with "token id out of range" "out of range" "$bin" run --model "$model" --tokens 1,999999999 --n 1
 fails_with "malformed --tokens" "not a comma-separated list" "$bin" run --model "$model" --tokens 1,x --n 1
-fails_with "oversize prompt" "does not fit the context" "$bin" run --model "$model" --tokens 1,2,3,4 --n 4 --ctx 6
+fails_with "run: an oversize prompt names both lengths" "the prompt has 6 tokens; the context holds 6 (--ctx)" "$bin" run --model "$model" --tokens 1,2,3,4,5,6 --n 4 --ctx 6
+fails_with "run: --ctx past the trained context" "more than the model was trained for" "$bin" run --model "$model" --tokens 1 --n 1 --ctx 99999999
+full=$("$bin" run --model "$model" --tokens 1,2,3,4 --n 4 --ctx 6 --json --ignore-eos 2>"$tmp/full.err")
+check "run: decode stops at the context end with finish_reason length" test "$(json_field 'd["generated_tokens"] == 2 and d["finish_reason"] == "length" and d["context_full"] and d["n_ctx"] == 6' <<<"$full")" = True
+check "run: ... and says so on stderr" grep -q "stopped at the end of the context (6 tokens): 2 of --n 4" "$tmp/full.err"
+roomy=$("$bin" run --model "$model" --tokens 1,2,3,4 --n 2 --ctx 16 --json --ignore-eos)
+check "run: --n reached is finish_reason length too, not context_full" test "$(json_field 'd["generated_tokens"] == 2 and d["finish_reason"] == "length" and not d["context_full"]' <<<"$roomy")" = True
 fails_with "unknown option" "unknown option" "$bin" run --model "$model" --bogus
 fails_with "unknown command" "unknown command" "$bin" frobnicate
 fails_with "serve: --parallel 0" "--parallel must be 1 to 256" "$bin" serve --model "$model" --parallel 0

@@ -36,12 +36,12 @@ static json_t *request_json(const engine_reply *r) {
     json_t *gen = json_array();
     for (uint32_t i = 0; i < r->n; i++) json_array_append_new(gen, json_integer(r->ids[i]));
     double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
-    return json_pack("{s:i, s:i, s:i, s:f, s:i, s:i, s:i, s:f, s:f, s:f, s:o}", "prompt_tokens", r->prompt_tokens,
+    return json_pack("{s:i, s:i, s:i, s:f, s:i, s:i, s:i, s:f, s:f, s:f, s:o, s:s}", "prompt_tokens", r->prompt_tokens,
                      "cached_tokens", r->cached_tokens, "prefilled_tokens", r->prefilled_tokens, "hit_rate",
                      r->prompt_tokens ? (double)r->cached_tokens / r->prompt_tokens : 0.0, "evicted_pages",
                      (json_int_t)r->evicted_pages, "restored_tokens", r->restored_tokens, "demoted_pages",
                      (json_int_t)r->demoted_pages, "restore_ms", r->restore_ms, "ttft_ms", r->ttft_ms,
-                     "decode_tok_s", dec, "generated", gen);
+                     "decode_tok_s", dec, "generated", gen, "finish_reason", reply_finish_name(r));
 }
 
 /* Renders / reads trace line `no`, submits it, and puts it in flight. */

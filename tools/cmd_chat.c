@@ -2,6 +2,8 @@
  * read is a user message; the reply streams out, and a line per turn shows what the cache
  * did: prompt tokens, tokens served from the cache, tokens prefilled, time to first token and
  * decode speed. --no-prefix-cache prefills the whole history every turn, for comparison.
+ * A history longer than the context loses its oldest turns after the system prompt (said on
+ * stderr); a message that alone does not fit is refused with both lengths, the session goes on.
  * With stdin not a terminal, lines are read the same way (scripts, tests). */
 #include <jansson.h>
 #include <stdio.h>
@@ -34,8 +36,12 @@ static void usage(FILE *out) {
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
             "  the cache totals, /exit (or end of input) quits.\n"
             "  --n is the most tokens per reply (256); --ctx the most tokens of one conversation\n"
-            "  (8192); --kv-pool-tokens the KV pool shared by the conversation and the cache\n"
-            "  (4 x ctx); --page-size tokens per KV page (16). --json prints one JSON object per\n"
+            "  (8192): when the history outgrows it, the oldest turns after the system prompt are\n"
+            "  dropped (a line on stderr) to leave room for a reply of --n tokens (at most half the\n"
+            "  context); a message too long for the context alone is refused, the session goes on.\n"
+            "  A reply cut by --n or the context end says so (finish_reason \"length\").\n"
+            "  --kv-pool-tokens the KV pool shared by the conversation and the cache (4 x ctx);\n"
+            "  --page-size tokens per KV page (16). --json prints one JSON object per\n"
             "  turn instead of the text. Greedy unless --temp > 0; --think lets the model think.\n"
             "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory and restores them\n"
             "  on a hit (0, the default: no host tier, evicted pages are recomputed).\n"
@@ -100,8 +106,10 @@ static char *reply_text(const tokenizer *t, const engine_reply *r) {
     return text;
 }
 
-static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const engine_reply *r, const char *text) {
+static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const engine_reply *r, const char *text,
+                       unsigned dropped) {
     double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
+    bool ctx_end = r->finish == ENGINE_LENGTH && r->prompt_tokens + r->n >= e->g.n_ctx;
     if (o->json) {
         json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "turn", turn,
                               "prompt_tokens", r->prompt_tokens, "cached_tokens", r->cached_tokens,
@@ -109,6 +117,9 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
                               "generated", r->n, "evicted_pages", (json_int_t)r->evicted_pages, "restored_tokens",
                               r->restored_tokens, "demoted_pages", (json_int_t)r->demoted_pages, "restore_ms",
                               r->restore_ms, "text", text ? text : "");
+        json_object_set_new(j, "finish_reason", json_string(reply_finish_name(r)));
+        json_object_set_new(j, "context_full", json_boolean(ctx_end));
+        json_object_set_new(j, "dropped_turns", json_integer(dropped));
         if (e->disk_on) reply_json_disk(j, r);
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
@@ -128,8 +139,10 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
         snprintf(disk, sizeof disk, " | disk: %u tok from %u chunks in %.1f ms, %u chunks written in %.1f ms%s",
                  r->disk_tokens, r->disk_chunks_read, r->disk_read_ms, r->disk_chunks_written, r->disk_write_ms,
                  r->disk_rejected ? ", files rejected (see above)" : "");
-    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s%s%s]\n",
-            turn, r->prompt_tokens, r->cached_tokens, hit, r->prefilled_tokens, r->ttft_ms, dec, r->n,
+    const char *stopped = r->finish != ENGINE_LENGTH ? "" : ctx_end ? " | stopped: the context is full (length)"
+                                                                   : " | stopped: --n tokens (length)";
+    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s%s%s%s]\n",
+            turn, r->prompt_tokens, r->cached_tokens, hit, r->prefilled_tokens, r->ttft_ms, dec, r->n, stopped,
             e->cache_on ? "" : " | prefix cache off", host, disk);
 }
 
@@ -160,10 +173,80 @@ static void print_stats(const engine *e) {
     }
 }
 
+static bool is_user(const json_t *messages, size_t i) {
+    const char *role = json_string_value(json_object_get(json_array_get(messages, i), "role"));
+    return role && !strcmp(role, "user");
+}
+
+/* The oldest turn after the system prompt (a turn: a user message and the replies up to the
+ * next user message): [*first, *end). false when the only turn left is the last one, the
+ * message being answered. */
+static bool oldest_turn(const json_t *messages, size_t *first, size_t *end) {
+    size_t n = json_array_size(messages), f = 0;
+    while (f < n && !is_user(messages, f)) f++;
+    size_t next = f + 1;
+    while (next < n && !is_user(messages, next)) next++;
+    if (next >= n) return false;
+    *first = f;
+    *end = next;
+    return true;
+}
+
+/* The prompt for the conversation's last message, made to fit the context: the oldest turns
+ * after the system prompt are dropped (a line on stderr says how many) until the prompt leaves
+ * room for a reply of --n tokens (at most half the context), or until only the system prompt
+ * and the last message are left. A message that does not fit even then fails, naming both
+ * lengths, and the history is left as it was. *dropped counts the turns dropped. *ids is the
+ * caller's to free, also on failure. */
+static int fit_prompt(const chat_opts *o, const engine *e, conversation *c, int32_t **ids, size_t *n,
+                      unsigned *dropped) {
+    const uint32_t n_ctx = e->g.n_ctx, room = o->max_tokens < n_ctx / 2 ? o->max_tokens : n_ctx / 2;
+    *dropped = 0;
+    if (conv_prompt(c, e->m->tok, o->thinking, ids, n)) return -1;
+    if (*n + room <= n_ctx) return 0;
+    /* the least this turn can be: the system prompt and the last message */
+    size_t first, end, n_least = *n;
+    if (oldest_turn(c->messages, &first, &end)) {
+        size_t last = json_array_size(c->messages) - 1;
+        conversation least = {.messages = json_array(), .tools = c->tools};
+        int rc = least.messages ? 0 : cd_fail("out of memory");
+        for (size_t i = 0; !rc && i <= last; i++)
+            if ((i < first || i == last) && json_array_append(least.messages, json_array_get(c->messages, i)))
+                rc = cd_fail("out of memory");
+        int32_t *least_ids = NULL;
+        if (!rc) rc = conv_prompt(&least, e->m->tok, o->thinking, &least_ids, &n_least);
+        json_decref(least.messages);
+        free(least_ids);
+        if (rc) return -1;
+    }
+    if (n_least >= n_ctx) {
+        free(*ids);
+        *ids = NULL;
+        return cd_fail("the message needs %zu prompt tokens%s; the context holds %u (--ctx): not sent", n_least,
+                       o->system ? " with the system prompt" : "", n_ctx);
+    }
+    size_t n_before = *n;
+    while (*n + room > n_ctx && oldest_turn(c->messages, &first, &end)) {
+        for (size_t k = first; k < end; k++) json_array_remove(c->messages, first);
+        (*dropped)++;
+        free(*ids);
+        *ids = NULL;
+        if (conv_prompt(c, e->m->tok, o->thinking, ids, n)) return -1;
+    }
+    if (*dropped)
+        fprintf(stderr, "chat: context full: dropped the %u oldest turn%s (%zu tokens); the prompt is %zu of %u tokens\n",
+                *dropped, *dropped == 1 ? "" : "s", n_before - *n, *n, n_ctx);
+    return 0;
+}
+
 static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn) {
     int32_t *ids = NULL;
     size_t n = 0;
-    if (conv_prompt(c, e->m->tok, o->thinking, &ids, &n)) return cli_error("chat", "%s", cd_errmsg());
+    unsigned dropped = 0;
+    if (fit_prompt(o, e, c, &ids, &n, &dropped)) {
+        free(ids);
+        return cli_error("chat", "%s", cd_errmsg());
+    }
     stream s = {.tok = e->m->tok, .print = !o->json};
     engine_request rq = {.ids = ids, .n = (uint32_t)n, .max_tokens = o->max_tokens, .on_token = on_token, .ctx = &s};
     engine_reply r;
@@ -178,7 +261,7 @@ static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn)
     if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
     char *text = reply_text(e->m->tok, &r);
     rc = text && !conv_add(c, "assistant", text) ? 0 : cli_error("chat", "%s", cd_errmsg());
-    print_turn(o, e, n_turn, &r, text);
+    print_turn(o, e, n_turn, &r, text, dropped);
     free(text);
     engine_reply_free(&r);
     return rc;

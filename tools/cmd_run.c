@@ -31,6 +31,8 @@ typedef struct run_result {
     size_t n_gen;
     char *text;
     double prefill_ms, decode_ms, ttft_ms;
+    uint32_t n_ctx;
+    bool eog;      /* stopped at an end-of-generation token (finish_reason "stop"), else "length" */
     int32_t top_ids[256];
     float top_vals[256];
     int32_t n_top;
@@ -42,7 +44,10 @@ static void usage(FILE *out) {
             "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
             "                  [--json] [--logits K] [--logits-file PATH] [--cpu | --gpu]\n"
             "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
-            "  unless --temp > 0. --json prints one object; --logits K adds the top-K [id, value]\n"
+            "  unless --temp > 0. --ctx holds the prompt and the generated tokens (default prompt + --n,\n"
+            "  at most what the model was trained for): generation stops at its end (finish_reason\n"
+            "  \"length\", as at --n; \"stop\" at an end-of-generation token).\n"
+            "  --json prints one object; --logits K adds the top-K [id, value]\n"
             "  pairs at the last prompt position. --logits-file writes all last-prompt-position\n"
             "  logits to PATH as raw float32 (n_vocab values, host byte order).\n"
             "  --gpu (the default) runs the Vulkan engine (CINDER_DEVICE picks the device), --cpu the\n"
@@ -161,15 +166,23 @@ static int32_t backend_next(backend *e) {
     return l ? sampler_sample(&e->smp, l) : -1;
 }
 
-/* Prefill the prompt, then decode one token at a time, streaming text unless --json. */
+/* Prefill the prompt, then decode one token at a time, streaming text unless --json. The
+ * context (--ctx, else prompt + --n up to what the model was trained for) holds the prompt and
+ * every generated token: a prompt that leaves no room fails naming both lengths; decoding that
+ * reaches the end stops there (finish_reason "length", a line on stderr). */
 static int generate(const run_opts *o, model *m, run_result *r) {
-    uint32_t n_ctx = o->n_ctx ? o->n_ctx : (uint32_t)(r->n_prompt + o->n_gen);
-    if (r->n_prompt + o->n_gen > n_ctx || n_ctx > m->cfg.n_ctx_train)
-        return cli_error("run", "prompt (%zu tokens) + --n %u does not fit the context (%u; model trained for %u)",
-                         r->n_prompt, o->n_gen, n_ctx, m->cfg.n_ctx_train), -1;
+    uint64_t want = r->n_prompt + (uint64_t)o->n_gen;
+    uint32_t n_ctx = o->n_ctx ? o->n_ctx : want < m->cfg.n_ctx_train ? (uint32_t)want : m->cfg.n_ctx_train;
+    if (n_ctx > m->cfg.n_ctx_train)
+        return cli_error("run", "--ctx %u is more than the model was trained for (%u)", n_ctx, m->cfg.n_ctx_train), -1;
+    if (r->n_prompt >= n_ctx)
+        return cli_error("run", "the prompt has %zu tokens; the context holds %u (%s): no room to generate",
+                         r->n_prompt, n_ctx, o->n_ctx ? "--ctx" : "what the model was trained for"), -1;
+    r->n_ctx = n_ctx;
+    uint32_t n_gen = want > n_ctx ? n_ctx - (uint32_t)r->n_prompt : o->n_gen;
     backend st;
     if (backend_init(&st, m, n_ctx, o->gpu, &o->sp)) { backend_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
-    r->gen = malloc((o->n_gen ? o->n_gen : 1) * sizeof *r->gen);
+    r->gen = malloc((n_gen ? n_gen : 1) * sizeof *r->gen);
     size_t cap = 256, len = 0;
     r->text = malloc(cap);
     int rc = r->gen && r->text ? 0 : cli_error("run", "out of memory");
@@ -184,7 +197,7 @@ static int generate(const run_opts *o, model *m, run_result *r) {
         if (!rc && o->n_logits) r->n_top = sampler_top_k(lg, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
     }
     double t1 = cli_now_ms();
-    for (uint32_t i = 0; !rc && i < o->n_gen; i++) {
+    for (uint32_t i = 0; !rc && i < n_gen; i++) {
         int32_t id = backend_next(&st);
         if (id < 0) { rc = cli_error("run", "%s", cd_errmsg()); break; }
         if (i == 0) r->ttft_ms = cli_now_ms() - t0;
@@ -197,8 +210,8 @@ static int generate(const run_opts *o, model *m, run_result *r) {
             len += (size_t)n;
             if (!o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
         }
-        if (!o->ignore_eos && tok_is_eog(m->tok, id)) break;
-        if (i + 1 < o->n_gen && backend_forward(&st, id, (uint32_t)(r->n_prompt + i))) rc = cli_error("run", "%s", cd_errmsg());
+        if (!o->ignore_eos && tok_is_eog(m->tok, id)) { r->eog = true; break; }
+        if (i + 1 < n_gen && backend_forward(&st, id, (uint32_t)(r->n_prompt + i))) rc = cli_error("run", "%s", cd_errmsg());
     }
     r->decode_ms = cli_now_ms() - t1;
     char tail[16]; /* an incomplete UTF-8 sequence left at the end comes out as U+FFFD */
@@ -211,6 +224,9 @@ static int generate(const run_opts *o, model *m, run_result *r) {
     }
     if (r->text) r->text[len] = 0;
     backend_free(&st);
+    if (!rc && !r->eog && n_gen < o->n_gen)
+        fprintf(stderr, "%srun: stopped at the end of the context (%u tokens): %zu of --n %u tokens generated\n",
+                o->json ? "" : "\n", n_ctx, r->n_gen, o->n_gen);
     return rc;
 }
 
@@ -221,6 +237,9 @@ static void print_json(const run_opts *o, const run_result *r, const model *m) {
     json_object_set_new(j, "text", json_string(r->text ? r->text : ""));
     json_object_set_new(j, "prompt_tokens", json_integer((json_int_t)r->n_prompt));
     json_object_set_new(j, "generated_tokens", json_integer((json_int_t)r->n_gen));
+    json_object_set_new(j, "finish_reason", json_string(r->eog ? "stop" : "length"));
+    json_object_set_new(j, "context_full", json_boolean(r->n_prompt + r->n_gen >= r->n_ctx));
+    json_object_set_new(j, "n_ctx", json_integer(r->n_ctx));
     json_object_set_new(j, "ttft_ms", json_real(r->ttft_ms));
     json_object_set_new(j, "prefill_ms", json_real(r->prefill_ms));
     json_object_set_new(j, "prefill_tok_s", json_real(r->prefill_ms > 0 ? r->n_prompt / (r->prefill_ms / 1e3) : 0));
@@ -256,8 +275,9 @@ int cmd_run(int argc, char **argv) {
     if (!rc && o.json) print_json(&o, &r, m);
     else if (!rc) {
         double dec = r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_ms / 1e3) : 0;
-        fprintf(stderr, "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens) | %s\n",
-                r.n_prompt, r.ttft_ms, r.n_prompt / (r.prefill_ms / 1e3), dec, r.n_gen, o.gpu ? "vulkan" : "cpu reference");
+        fprintf(stderr, "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens, %s) | %s\n",
+                r.n_prompt, r.ttft_ms, r.n_prompt / (r.prefill_ms / 1e3), dec, r.n_gen, r.eog ? "stop" : "length",
+                o.gpu ? "vulkan" : "cpu reference");
     }
     free(r.prompt);
     free(r.gen);

@@ -10,3 +10,12 @@ void reply_json_disk(json_t *j, const engine_reply *r) {
     json_object_set_new(j, "disk_read_ms", json_real(r->disk_read_ms));
     json_object_set_new(j, "disk_write_ms", json_real(r->disk_write_ms));
 }
+
+const char *reply_finish_name(const engine_reply *r) {
+    switch (r->finish) {
+    case ENGINE_STOP: return "stop";
+    case ENGINE_LENGTH: return "length";
+    case ENGINE_CANCELLED: return "cancelled";
+    default: return "error";
+    }
+}

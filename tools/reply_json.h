@@ -8,3 +8,6 @@
 /* The disk tier's per-request fields (disk_tokens, chunks and bytes read/written, rejected
  * files, read/write ms) into j. Only meaningful with --cache-dir. */
 void reply_json_disk(json_t *j, const engine_reply *r);
+
+/* "stop", "length" (--n or the context end), "cancelled" or "error": OpenAI's finish_reason. */
+const char *reply_finish_name(const engine_reply *r);
