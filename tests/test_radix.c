@@ -2,8 +2,8 @@
  * namespaces, exact stats, out-of-memory injection, and a randomized run against a naive
  * model with radix_check after every step. The model keeps, per namespace, every cached
  * whole-page prefix (k * page_tokens tokens) with its page id, and a pin count per page id
- * held by live handles; it answers a match by scanning all of them. Plus a microbenchmark
- * (printed, not asserted). */
+ * held by live handles; it answers a match by scanning all of them. The microbenchmark is
+ * tests/bench_radix.c (a build target: it asserts nothing). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1863,85 +1863,6 @@ static void test_stress(void **state) {
 
 /* ---- microbenchmark ----------------------------------------------------------------------- */
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, uint32_t n) {
-    qsort(v, n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Match + insert of a 10,000-token prompt at page_tokens 16 (a cached 1,000-token system
- * prompt, then new tokens) into a tree holding 32 other conversations; the median over `runs`
- * runs, in microseconds, and the tree's bytes per cached token. Kept apart from the tests so a
- * CLI can call it. */
-static void radix_bench(uint32_t runs) {
-    enum { PT = 16, N = 10000, SYS = 1000, OTHERS = 32, OTHER_LEN = 4000, VOCAB = 151000 };
-    radix_tree t;
-    rng r;
-    rng_seed(&r, 42);
-    if (radix_init(&t, PT)) fail_msg("%s", cd_errmsg());
-    int32_t *ids = malloc(N * sizeof *ids), *prev = malloc(N * sizeof *prev);
-    uint32_t *pages = malloc(N / PT * sizeof *pages), next_page = 0;
-    double *t_match = malloc(runs * sizeof(double)), *t_insert = malloc(runs * sizeof(double));
-    double *t_both = malloc(runs * sizeof(double)), *t_hit = malloc(runs * sizeof(double));
-    assert_true(ids && prev && pages && t_match && t_insert && t_both && t_hit);
-    for (uint32_t i = 0; i < SYS; i++) ids[i] = (int32_t)rng_below(&r, VOCAB);
-    uint32_t first_new;
-    for (uint32_t k = 0; k < OTHERS; k++) {
-        for (uint32_t i = SYS; i < OTHER_LEN; i++) ids[i] = (int32_t)rng_below(&r, VOCAB);
-        for (uint32_t i = 0; i < OTHER_LEN / PT; i++) pages[i] = next_page++;
-        if (radix_insert(&t, NS_A, ids, OTHER_LEN, pages, &first_new)) fail_msg("%s", cd_errmsg());
-    }
-    for (uint32_t run = 0; run < runs; run++) {
-        memcpy(prev, ids, N * sizeof *ids);
-        for (uint32_t i = SYS; i < N; i++) ids[i] = (int32_t)rng_below(&r, VOCAB);
-        for (uint32_t i = 0; i < N / PT; i++) pages[i] = next_page++;
-        radix_match m;
-        double a = now_s();
-        if (radix_match_prefix(&t, NS_A, ids, N, &m)) fail_msg("%s", cd_errmsg());
-        double b = now_s();
-        if (radix_insert(&t, NS_A, ids, N, pages, &first_new)) fail_msg("%s", cd_errmsg());
-        double c = now_s();
-        radix_release(&t, &m);
-        t_match[run] = 1e6 * (b - a);
-        t_insert[run] = 1e6 * (c - b);
-        t_both[run] = 1e6 * (c - a);
-        if (run) { /* a full hit: the previous prompt, all cached */
-            a = now_s();
-            if (radix_match_prefix(&t, NS_A, prev, N, &m)) fail_msg("%s", cd_errmsg());
-            b = now_s();
-            assert_int_equal(m.n_tokens, N);
-            radix_release(&t, &m);
-            t_hit[run - 1] = 1e6 * (b - a);
-        }
-    }
-    if (radix_check(&t)) fail_msg("%s", cd_errmsg());
-    double cached = (double)t.stats.pages * PT;
-    print_message("radix bench (page_tokens %d, %d-token prompt, %d cached, median of %u): match %.1f us + insert %.1f "
-                  "us = %.1f us; full-hit match %.1f us\n",
-                  PT, N, SYS, runs, median(t_match, runs), median(t_insert, runs), median(t_both, runs),
-                  runs > 1 ? median(t_hit, runs - 1) : 0.0);
-    print_message("radix bench: tree %.0f cached tokens in %llu nodes, %llu bytes: %.3f bytes per cached token\n",
-                  cached, (unsigned long long)t.stats.nodes, (unsigned long long)t.stats.bytes,
-                  (double)t.stats.bytes / cached);
-    radix_free(&t);
-    free(ids);
-    free(prev);
-    free(pages);
-    free(t_match);
-    free(t_insert);
-    free(t_both);
-    free(t_hit);
-}
-
-static void test_bench(void **state) {
-    (void)state;
-    radix_bench(100);
-}
-
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_examples),
@@ -1964,7 +1885,6 @@ int main(void) {
         cmocka_unit_test(test_tails_random),
         cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_stress),
-        cmocka_unit_test(test_bench),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
