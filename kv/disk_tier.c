@@ -1,8 +1,13 @@
 #include "kv/disk_tier.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <openssl/core_names.h>
+#include <openssl/crypto.h>
 #include <openssl/evp.h>
+#include <openssl/rand.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,7 +15,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "kv/host_tier.h"
 #include "runtime/base/clock.h"
@@ -18,7 +22,10 @@
 
 #define MIB (1024.0 * 1024.0)
 static const char magic[8] = {'C', 'I', 'N', 'D', 'E', 'R', 'K', 'V'};
-enum { DTYPE_F16 = 1, TRAILER_BYTES = 16 };
+enum { DTYPE_F16 = 1, TRAILER_BYTES = KV_DISK_MAC_BYTES, NAME_CAP = 128 };
+/* Every file below DIR: never through a symlink, never blocking on a FIFO, not inherited. */
+#define OPEN_READ (O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+#define OPEN_NEW (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)
 
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -54,7 +61,7 @@ static void say(kv_disk_tier *d, const char *fmt, ...) {
     fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
 }
 
-/* ---- the set of chain hashes known to be on disk ---- */
+/* ---- sets of chain hashes (known to be on disk; stale names) ---- */
 
 static uint32_t slot_of(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t cap) {
     uint64_t v;
@@ -68,13 +75,15 @@ static bool is_zero(const uint8_t *h) {
     return true;
 }
 
-bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]) {
-    if (!d->cap_known) return false;
-    for (uint32_t i = slot_of(h, d->cap_known);; i = (i + 1) & (d->cap_known - 1)) {
-        if (is_zero(d->known[i])) return false;
-        if (!memcmp(d->known[i], h, KV_DISK_HASH_BYTES)) return true;
+static bool set_has(const kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
+    if (!s->cap) return false;
+    for (uint32_t i = slot_of(h, s->cap);; i = (i + 1) & (s->cap - 1)) {
+        if (is_zero(s->tab[i])) return false;
+        if (!memcmp(s->tab[i], h, KV_DISK_HASH_BYTES)) return true;
     }
 }
+
+bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]) { return set_has(&d->known, h); }
 
 static void set_put(uint8_t (*tab)[KV_DISK_HASH_BYTES], uint32_t cap, const uint8_t *h) {
     uint32_t i = slot_of(h, cap);
@@ -83,33 +92,70 @@ static void set_put(uint8_t (*tab)[KV_DISK_HASH_BYTES], uint32_t cap, const uint
 }
 
 /* Adds h (an all-zero hash is never a SHA-256 output worth keeping). Out of memory: the set
- * stays as it is (a chunk is then checked on disk again: slower, not wrong). */
-static void known_add(kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]) {
-    if (is_zero(h) || kv_disk_known(d, h)) return;
-    if (2 * (d->n_known + 1) > d->cap_known) {
-        uint32_t cap = d->cap_known ? 2 * d->cap_known : 256;
+ * stays as it is (for `known`, a chunk is then checked on disk again: slower, not wrong; for
+ * `stale`, a skipped name is trusted by write-through: the next read skips it again). */
+static void set_add(kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
+    if (is_zero(h) || set_has(s, h)) return;
+    if (2 * (s->n + 1) > s->cap) {
+        uint32_t cap = s->cap ? 2 * s->cap : 256;
         uint8_t(*tab)[KV_DISK_HASH_BYTES] = calloc(cap, KV_DISK_HASH_BYTES);
         if (!tab) return;
-        for (uint32_t i = 0; i < d->cap_known; i++)
-            if (!is_zero(d->known[i])) set_put(tab, cap, d->known[i]);
-        free(d->known);
-        d->known = tab;
-        d->cap_known = cap;
+        for (uint32_t i = 0; i < s->cap; i++)
+            if (!is_zero(s->tab[i])) set_put(tab, cap, s->tab[i]);
+        free(s->tab);
+        s->tab = tab;
+        s->cap = cap;
     }
-    set_put(d->known, d->cap_known, h);
-    d->n_known++;
+    set_put(s->tab, s->cap, h);
+    s->n++;
 }
 
-static void known_remove(kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]) {
-    if (!kv_disk_known(d, h)) return;
-    /* rebuild without h (rare: only after a rejected file) */
-    uint8_t(*tab)[KV_DISK_HASH_BYTES] = calloc(d->cap_known, KV_DISK_HASH_BYTES);
+static void set_remove(kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
+    if (!set_has(s, h)) return;
+    /* rebuild without h (rare: only after a rejected or skipped file) */
+    uint8_t(*tab)[KV_DISK_HASH_BYTES] = calloc(s->cap, KV_DISK_HASH_BYTES);
     if (!tab) return;
-    for (uint32_t i = 0; i < d->cap_known; i++)
-        if (!is_zero(d->known[i]) && memcmp(d->known[i], h, KV_DISK_HASH_BYTES)) set_put(tab, d->cap_known, d->known[i]);
-    free(d->known);
-    d->known = tab;
-    d->n_known--;
+    for (uint32_t i = 0; i < s->cap; i++)
+        if (!is_zero(s->tab[i]) && memcmp(s->tab[i], h, KV_DISK_HASH_BYTES)) set_put(tab, s->cap, s->tab[i]);
+    free(s->tab);
+    s->tab = tab;
+    s->n--;
+}
+
+static void set_free(kv_disk_set *s) {
+    free(s->tab);
+    *s = (kv_disk_set){0};
+}
+
+/* ---- the MAC: HMAC-SHA-256 under DIR/key ---- */
+
+typedef struct mac {
+    EVP_MAC *alg;
+    EVP_MAC_CTX *ctx;
+} mac;
+
+static int mac_begin(const kv_disk_tier *d, mac *m) {
+    *m = (mac){0};
+    char digest[] = "SHA256";
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+    if (!(m->alg = EVP_MAC_fetch(NULL, "HMAC", NULL)) || !(m->ctx = EVP_MAC_CTX_new(m->alg)) ||
+        !EVP_MAC_init(m->ctx, d->key, sizeof d->key, params)) {
+        EVP_MAC_CTX_free(m->ctx);
+        EVP_MAC_free(m->alg);
+        return cd_fail("disk tier: HMAC-SHA-256 is not available");
+    }
+    return 0;
+}
+
+static void mac_update(mac *m, const void *p, size_t n) { EVP_MAC_update(m->ctx, p, n); }
+
+/* Finishes into out (and frees); -1 if the library failed. */
+static int mac_end(mac *m, uint8_t out[KV_DISK_MAC_BYTES]) {
+    size_t len = 0;
+    int ok = EVP_MAC_final(m->ctx, out, &len, KV_DISK_MAC_BYTES) && len == KV_DISK_MAC_BYTES;
+    EVP_MAC_CTX_free(m->ctx);
+    EVP_MAC_free(m->alg);
+    return ok ? 0 : cd_fail("disk tier: HMAC-SHA-256 failed");
 }
 
 /* ---- keys ---- */
@@ -146,13 +192,20 @@ int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, 
     return rc;
 }
 
-void kv_disk_path(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES], char *path, size_t cap) {
+/* The file name of chain hash h inside the namespace directory. */
+static void chunk_name(const uint8_t h[KV_DISK_HASH_BYTES], char name[NAME_CAP]) {
     char hx[2 * KV_DISK_HASH_BYTES + 1];
     hex(h, KV_DISK_HASH_BYTES, hx);
-    snprintf(path, cap, "%s/%s.kv", d->dir, hx);
+    snprintf(name, NAME_CAP, "%s.v%u.kv", hx, KV_DISK_VERSION);
 }
 
-/* ---- init ---- */
+void kv_disk_path(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES], char *path, size_t cap) {
+    char name[NAME_CAP];
+    chunk_name(h, name);
+    snprintf(path, cap, "%s/%s", d->dir, name);
+}
+
+/* ---- init: the directories, the key, stale temp files ---- */
 
 static int mkdir_p(const char *path) {
     char *p = strdup(path);
@@ -162,20 +215,207 @@ static int mkdir_p(const char *path) {
         if (*s && *s != '/') continue;
         char c = *s;
         *s = 0;
-        if (mkdir(p, 0777) && errno != EEXIST) { rc = cd_fail("--cache-dir: cannot create %s: %s", p, strerror(errno)); break; }
+        /* 0700: only this user may list the chunks (their tokens are in clear) or add one */
+        if (mkdir(p, 0700) && errno != EEXIST) { rc = cd_fail("--cache-dir: cannot create %s: %s", p, strerror(errno)); break; }
         *s = c;
         if (!c) break;
     }
     free(p);
-    if (rc) return rc;
+    return rc;
+}
+
+/* A directory we may trust: ours, and nobody else can add, replace or remove files in it. */
+static int check_dir(int fd, const char *path) {
     struct stat st;
-    if (stat(path, &st) || !S_ISDIR(st.st_mode)) return cd_fail("--cache-dir: %s is not a directory", path);
+    if (fstat(fd, &st)) return cd_fail("--cache-dir: cannot stat %s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return cd_fail("--cache-dir: %s is not a directory", path);
+    if (st.st_uid != geteuid())
+        return cd_fail("--cache-dir: %s is owned by uid %u, not by this user (uid %u): refusing to use it (its owner "
+                       "could plant chunks that change what the model says); use a directory of your own",
+                       path, (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return cd_fail("--cache-dir: %s is writable by %s (mode %04o): refusing to use it (they could plant or "
+                       "replace chunks); chmod go-w it or use a directory of your own",
+                       path, st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+/* Opens name under at (a directory fd, or AT_FDCWD with a path the user gave: a symlink there
+ * is followed, the user named it) as a checked directory; the fd, or -1. */
+static int open_dir(int at, const char *name, const char *shown, bool nofollow) {
+    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0) {
+        int e = errno;
+        if (e == ENOTDIR || e == ELOOP) return cd_fail("--cache-dir: %s is not a directory%s", shown, e == ELOOP ? " (a symbolic link)" : "");
+        return cd_fail("--cache-dir: cannot open %s: %s", shown, strerror(e));
+    }
+    if (check_dir(fd, shown)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A unique temp name in the namespace directory (the caller opens it O_EXCL). */
+static void tmp_name(kv_disk_tier *d, const char *base, char *out, size_t cap) {
+    snprintf(out, cap, "%s.%ld.%u.tmp", base, (long)getpid(), d->tmp_seq++);
+}
+
+/* Opens a new temp file for base (O_EXCL, 0600) in dir; a name taken by anything (a stale
+ * file, a planted symlink) is passed over for the next number. The fd, or -1 with errno. */
+static int open_tmp(kv_disk_tier *d, int dir, const char *base, char *name, size_t cap) {
+    for (int tries = 0; tries < 16; tries++) {
+        tmp_name(d, base, name, cap);
+        int fd = openat(dir, name, OPEN_NEW, 0600);
+        if (fd >= 0 || errno != EEXIST) return fd;
+    }
+    return -1; /* errno is EEXIST */
+}
+
+/* The key in fd: a regular file of ours, 0600 or stricter, exactly KV_DISK_KEY_BYTES bytes. */
+static int read_key(kv_disk_tier *d, int fd, const char *path) {
+    struct stat st;
+    if (fstat(fd, &st)) return cd_fail("--cache-dir: cannot stat %s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return cd_fail("--cache-dir: %s is not a regular file: refusing to use it", path);
+    if (st.st_uid != geteuid())
+        return cd_fail("--cache-dir: %s is owned by uid %u, not by this user (uid %u): refusing to use it", path,
+                       (unsigned)st.st_uid, (unsigned)geteuid());
+    if (st.st_mode & 077)
+        return cd_fail("--cache-dir: %s can be read or written by others (mode %04o): anyone who can read it can forge "
+                       "chunks; chmod 600 it (or remove it: a new key is made and old chunks are rewritten)",
+                       path, (unsigned)(st.st_mode & 07777));
+    if (st.st_size != KV_DISK_KEY_BYTES)
+        return cd_fail("--cache-dir: %s is %lld bytes, not %d: remove it (a new key is made and old chunks are rewritten)",
+                       path, (long long)st.st_size, KV_DISK_KEY_BYTES);
+    ssize_t r;
+    while ((r = read(fd, d->key, sizeof d->key)) < 0 && errno == EINTR) {}
+    if (r != (ssize_t)sizeof d->key) return cd_fail("--cache-dir: cannot read %s", path);
+    return 0;
+}
+
+/* A fresh key from the CSPRNG into top/key: written under a temp name, then hard-linked into
+ * place, which fails with EEXIST when another process got there first (a reader never sees a
+ * half-written key). 0: ours is in place; 1: theirs is (read it); -1: error. */
+static int make_key(kv_disk_tier *d, int top, const char *path) {
+    uint8_t k[KV_DISK_KEY_BYTES];
+    if (RAND_bytes(k, sizeof k) != 1) return cd_fail("--cache-dir: no random bytes for a new key %s", path);
+    char tmp[NAME_CAP];
+    int fd = open_tmp(d, top, "key", tmp, sizeof tmp);
+    if (fd < 0) return cd_fail("--cache-dir: cannot create %s: %s", path, strerror(errno));
+    int e = 0;
+    if (write(fd, k, sizeof k) != (ssize_t)sizeof k || fsync(fd)) e = errno ? errno : EIO;
+    if (close(fd) && !e) e = errno;
+    int rc = 0;
+    if (!e && linkat(top, tmp, top, "key", 0)) e = errno;
+    unlinkat(top, tmp, 0);
+    if (e == EEXIST) rc = 1;
+    else if (e) rc = cd_fail("--cache-dir: cannot create %s: %s", path, strerror(e));
+    else {
+        memcpy(d->key, k, sizeof k);
+        fsync(top);
+    }
+    OPENSSL_cleanse(k, sizeof k);
+    return rc;
+}
+
+static int load_key(kv_disk_tier *d, int top, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/key", dir);
+    for (int attempt = 0; attempt < 3; attempt++) {
+        int fd = openat(top, "key", OPEN_READ);
+        if (fd >= 0) {
+            int rc = read_key(d, fd, path);
+            close(fd);
+            return rc;
+        }
+        if (errno == ELOOP) return cd_fail("--cache-dir: %s is a symbolic link: refusing to follow it", path);
+        if (errno != ENOENT) return cd_fail("--cache-dir: cannot open %s: %s", path, strerror(errno));
+        int rc = make_key(d, top, path);
+        if (rc <= 0) return rc;
+    }
+    return cd_fail("--cache-dir: %s keeps appearing and disappearing", path);
+}
+
+int kv_disk_key(const char *dir, uint8_t key[KV_DISK_KEY_BYTES]) {
+    kv_disk_tier d = {0};
+    if (mkdir_p(dir)) return -1;
+    int top = open_dir(AT_FDCWD, dir, dir, false);
+    if (top < 0) return -1;
+    int rc = load_key(&d, top, dir);
+    close(top);
+    memcpy(key, d.key, sizeof d.key);
+    OPENSSL_cleanse(d.key, sizeof d.key);
+    return rc;
+}
+
+/* The pid in a temp file name of ours ("<64 hex>.v<N>.kv.<pid>.<n>.tmp", or format 1's
+ * "<64 hex>.kv.tmp.<pid>"), or 0 when the name is not one. */
+static long tmp_pid(const char *s) {
+    for (int i = 0; i < 2 * KV_DISK_HASH_BYTES; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
+    s += 2 * KV_DISK_HASH_BYTES;
+    unsigned v;
+    long pid;
+    int end = 0;
+    if (sscanf(s, ".v%u.kv.%ld.%*u.tmp%n", &v, &pid, &end) == 2 && end && !s[end]) return pid > 0 ? pid : 0;
+    end = 0;
+    if (sscanf(s, ".kv.tmp.%ld%n", &pid, &end) == 1 && end && !s[end]) return pid > 0 ? pid : 0;
+    return 0;
+}
+
+/* Removes the temp files a crashed process left: ours by name, regular files of ours (a
+ * symlink is never followed: unlinkat removes a name), whose process is gone and which are a
+ * minute old, or which are an hour old (a live writer renames its file within seconds). */
+static void remove_stale_tmp(kv_disk_tier *d) {
+    int fd = openat(d->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dp) {
+        if (fd >= 0) close(fd);
+        return;
+    }
+    time_t now = time(NULL);
+    for (struct dirent *de; (de = readdir(dp));) {
+        long pid = tmp_pid(de->d_name);
+        struct stat st;
+        if (!pid || fstatat(d->dir_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
+            st.st_uid != geteuid())
+            continue;
+        double age = difftime(now, st.st_mtime);
+        bool gone = kill((pid_t)pid, 0) && errno == ESRCH;
+        if (((gone && age > 60) || age > 3600) && !unlinkat(d->dir_fd, de->d_name, 0)) d->tmp_removed++;
+    }
+    closedir(dp);
+}
+
+/* DIR (created, checked), its key, DIR/<namespace hex> (created, checked, opened), a probe. */
+static int open_dirs(kv_disk_tier *d, const char *dir, const char *nsx) {
+    if (mkdir_p(dir)) return -1;
+    int top = open_dir(AT_FDCWD, dir, dir, false);
+    if (top < 0) return -1;
+    if (load_key(d, top, dir) || (mkdirat(top, nsx, 0700) && errno != EEXIST &&
+                                  cd_fail("--cache-dir: cannot create %s: %s", d->dir, strerror(errno)))) {
+        close(top);
+        return -1;
+    }
+    int fd = open_dir(top, nsx, d->dir, true);
+    close(top);
+    if (fd < 0) return -1;
+    char probe[NAME_CAP];
+    int p = open_tmp(d, fd, ".probe", probe, sizeof probe);
+    if (p < 0) {
+        int e = errno;
+        close(fd);
+        return cd_fail("--cache-dir: %s is not writable: %s", d->dir, strerror(e));
+    }
+    close(p);
+    unlinkat(fd, probe, 0);
+    d->dir_fd = fd;
     return 0;
 }
 
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
                  const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages) {
-    *d = (kv_disk_tier){.vk = vk, .pool = pool, .lay = *lay};
+    *d = (kv_disk_tier){.vk = vk, .pool = pool, .lay = *lay, .dir_fd = -1};
     memcpy(d->ns, ns, KV_DISK_HASH_BYTES);
     if (!dir || !*dir) return cd_fail("--cache-dir: empty path");
     if (!lay->page_bytes || pool->size % lay->page_bytes)
@@ -198,20 +438,11 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
     }
     for (uint32_t i = 0; i < chunk_pages; i++) d->slot_ids[i] = i;
     snprintf(d->dir, len, "%s/%s", dir, nsx);
-    if (mkdir_p(d->dir)) {
+    if (open_dirs(d, dir, nsx)) {
         kv_disk_free(d);
         return -1;
     }
-    char probe[4096];
-    snprintf(probe, sizeof probe, "%s/.probe.%ld", d->dir, (long)getpid());
-    int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    if (fd < 0) {
-        int e = errno;
-        kv_disk_free(d);
-        return cd_fail("--cache-dir: %s is not writable: %s", dir, strerror(e));
-    }
-    close(fd);
-    unlink(probe);
+    remove_stale_tmp(d);
     uint64_t bytes = (uint64_t)chunk_pages * lay->page_bytes;
     if (cvk_buffer_create(&vk->mem, &d->stage, bytes, lay->page_bytes, CVK_MEM_READBACK)) {
         cd_fail_ctx("disk tier: cannot allocate a %.1f MiB staging buffer: ", bytes / MIB);
@@ -232,21 +463,26 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
 void kv_disk_free(kv_disk_tier *d) {
     if (d->cmd.dev) cvk_cmd_free(&d->cmd);
     if (d->vk) cvk_buffer_destroy(&d->vk->mem, &d->stage);
+    if (d->dir && d->dir_fd >= 0) close(d->dir_fd);
     free(d->dir);
     free(d->tokens);
     free(d->slot_ids);
-    free(d->known);
+    set_free(&d->known);
+    set_free(&d->stale);
+    OPENSSL_cleanse(d->key, sizeof d->key);
     memset(d, 0, sizeof *d);
 }
 
 /* ---- reading ---- */
 
+/* 0: n bytes read; 1: the file ended first; -1: a read error (errno). */
 static int read_full(int fd, void *p, size_t n) {
     uint8_t *b = p;
     while (n) {
         ssize_t r = read(fd, b, n > (1u << 30) ? (1u << 30) : n);
         if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) return -1;
+        if (r < 0) return -1;
+        if (r == 0) return 1;
         b += r;
         n -= (size_t)r;
     }
@@ -272,11 +508,13 @@ static void make_header(const kv_disk_tier *d, uint32_t k, const uint8_t *prev, 
     memcpy(hd + 120, h, KV_DISK_HASH_BYTES);
 }
 
-/* The header's problem, or NULL: checked field by field before anything is sized from it. */
-static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32_t k, char *why, size_t cap) {
+/* The header's problem, or NULL: checked field by field before anything is sized from it.
+ * *skip: the file may be good for another build (another format version): leave it. */
+static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32_t k, char *why, size_t cap, bool *skip) {
     if (memcmp(hd, magic, 8)) return "bad header (not a cinder KV chunk: wrong magic)";
     if (get32(hd + 8) != KV_DISK_VERSION) {
         snprintf(why, cap, "bad header (format version %u, this build reads %u)", get32(hd + 8), KV_DISK_VERSION);
+        *skip = true;
         return why;
     }
     if (get32(hd + 12) != KV_DISK_HEADER_BYTES) return "bad header (header size)";
@@ -307,76 +545,92 @@ static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32
     return NULL;
 }
 
-static void reject(kv_disk_tier *d, const char *path, const uint8_t h[KV_DISK_HASH_BYTES], const char *why) {
-    say(d, "%s: %s; removed, recomputing", path, why);
-    unlink(path);
-    known_remove(d, h);
+/* A bad file: never served; removed unless it may be good for someone else or later (skip). */
+static void reject(kv_disk_tier *d, const char *path, const uint8_t h[KV_DISK_HASH_BYTES], const char *why, bool skip) {
+    if (skip) {
+        say(d, "%s: %s; skipped, recomputing", path, why);
+        set_add(&d->stale, h); /* write-through replaces it instead of trusting the name */
+    } else {
+        say(d, "%s: %s; removed, recomputing", path, why);
+        char name[NAME_CAP];
+        chunk_name(h, name);
+        unlinkat(d->dir_fd, name, 0);
+    }
+    set_remove(&d->known, h);
     d->rejected++;
+}
+
+/* Reads the open chunk file fd of chain hash h (k, prev: its place) into the staging buffer
+ * and checks it; NULL, or the problem (*skip: leave the file). */
+static const char *read_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t k, const uint8_t *prev,
+                              const uint8_t *h, char *why, size_t cap, bool *skip) {
+    uint8_t hd[KV_DISK_HEADER_BYTES], sum[TRAILER_BYTES], want_sum[TRAILER_BYTES];
+    struct stat st;
+    uint64_t pb = d->lay.page_bytes;
+    uint64_t want = KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * pb + TRAILER_BYTES;
+    if (fstat(fd, &st)) return *skip = true, "cannot stat";
+    if (!S_ISREG(st.st_mode)) return *skip = true, "not a regular file"; /* a FIFO is never read */
+    if ((uint64_t)st.st_size < KV_DISK_HEADER_BYTES) return "truncated (no whole header)";
+    int r = read_full(fd, hd, sizeof hd);
+    if (r) return *skip = r < 0, r < 0 ? "read error" : "truncated (no whole header)";
+    const char *bad = check_header(d, hd, k, why, cap, skip);
+    if (bad) return bad;
+    if ((uint64_t)st.st_size != want) {
+        snprintf(why, cap, "%s (%llu bytes, a chunk of this layout is %llu)",
+                 (uint64_t)st.st_size < want ? "truncated" : "bad size", (unsigned long long)st.st_size,
+                 (unsigned long long)want);
+        return why;
+    }
+    /* sizes are ours from here on: the header matched our layout field by field */
+    mac m;
+    if (mac_begin(d, &m)) return *skip = true, "HMAC-SHA-256 is not available";
+    mac_update(&m, hd, sizeof hd);
+    uint8_t *le = (uint8_t *)d->tokens; /* read as bytes, decoded in place below */
+    r = read_full(fd, le, (size_t)d->chunk_tokens * 4);
+    if (!r) mac_update(&m, le, (size_t)d->chunk_tokens * 4);
+    for (uint32_t i = 0; !r && i < d->chunk_pages; i++) {
+        void *p = kv_slot_ptr(&d->stage, pb, i);
+        if (!p) r = -1;
+        else if (!(r = read_full(fd, p, pb))) mac_update(&m, p, pb);
+    }
+    if (!r) r = read_full(fd, sum, sizeof sum);
+    if (mac_end(&m, want_sum) && !r) return *skip = true, "HMAC-SHA-256 failed";
+    if (r) return *skip = r < 0, r < 0 ? "read error" : "truncated (read failed)";
+    if (CRYPTO_memcmp(sum, want_sum, sizeof sum)) return "corrupt or forged (MAC mismatch: not written with this directory's key)";
+    for (uint32_t i = 0; i < d->chunk_tokens; i++) d->tokens[i] = (int32_t)get32(le + 4 * i);
+    if (memcmp(d->tokens, tokens, (size_t)d->chunk_tokens * sizeof *tokens))
+        return "its tokens differ from the prompt's (a hash collision or a forged file)";
+    if (memcmp(hd + 88, prev, KV_DISK_HASH_BYTES) || memcmp(hd + 120, h, KV_DISK_HASH_BYTES))
+        return "bad header (chain hash differs from its name)";
+    return NULL;
 }
 
 int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
                  const uint8_t h[KV_DISK_HASH_BYTES]) {
-    char path[4096], why[512];
+    char path[4096], name[NAME_CAP], why[512];
     kv_disk_path(d, h, path, sizeof path);
+    chunk_name(h, name);
     double t0 = cd_now_ms();
-    int fd = open(path, O_RDONLY);
+    int fd = openat(d->dir_fd, name, OPEN_READ);
     if (fd < 0) {
-        if (errno != ENOENT) say(d, "%s: cannot open: %s", path, strerror(errno));
-        known_remove(d, h);
+        if (errno == ENOENT) {
+            set_remove(&d->known, h);
+            return 0;
+        }
+        snprintf(why, sizeof why, "%s", errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
+        reject(d, path, h, why, true);
         return 0;
     }
-    const char *bad = NULL;
-    uint8_t hd[KV_DISK_HEADER_BYTES], sum[TRAILER_BYTES];
-    struct stat st;
-    uint64_t pb = d->lay.page_bytes;
-    uint64_t want = KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * pb + TRAILER_BYTES;
-    XXH3_state_t *x = XXH3_createState();
-    if (!x) {
-        close(fd);
-        return cd_fail("disk tier: out of memory");
-    }
-    XXH3_128bits_reset(x);
-    if (fstat(fd, &st)) bad = "cannot stat";
-    else if ((uint64_t)st.st_size < KV_DISK_HEADER_BYTES || read_full(fd, hd, sizeof hd)) bad = "truncated (no whole header)";
-    else if ((bad = check_header(d, hd, k, why, sizeof why))) {
-    } else if ((uint64_t)st.st_size != want) {
-        snprintf(why, sizeof why, "%s (%llu bytes, a chunk of this layout is %llu)",
-                 (uint64_t)st.st_size < want ? "truncated" : "bad size", (unsigned long long)st.st_size,
-                 (unsigned long long)want);
-        bad = why;
-    } else {
-        /* sizes are ours from here on: the header matched our layout field by field */
-        XXH3_128bits_update(x, hd, sizeof hd);
-        uint8_t *le = (uint8_t *)d->tokens; /* read as bytes, decoded in place below */
-        if (read_full(fd, le, (size_t)d->chunk_tokens * 4)) bad = "truncated (read failed)";
-        else XXH3_128bits_update(x, le, (size_t)d->chunk_tokens * 4);
-        for (uint32_t i = 0; !bad && i < d->chunk_pages; i++) {
-            void *p = kv_slot_ptr(&d->stage, pb, i);
-            if (!p || read_full(fd, p, pb)) bad = "truncated (read failed)";
-            else XXH3_128bits_update(x, p, pb);
-        }
-        if (!bad && read_full(fd, sum, sizeof sum)) bad = "truncated (no checksum)";
-        if (!bad) {
-            XXH128_hash_t c = XXH3_128bits_digest(x);
-            if (get64(sum) != c.low64 || get64(sum + 8) != c.high64) bad = "corrupt (checksum mismatch)";
-        }
-        if (!bad) {
-            for (uint32_t i = 0; i < d->chunk_tokens; i++) d->tokens[i] = (int32_t)get32(le + 4 * i);
-            if (memcmp(d->tokens, tokens, (size_t)d->chunk_tokens * sizeof *tokens))
-                bad = "its tokens differ from the prompt's (a hash collision or a forged file)";
-            else if (memcmp(hd + 88, prev, KV_DISK_HASH_BYTES) || memcmp(hd + 120, h, KV_DISK_HASH_BYTES))
-                bad = "bad header (chain hash differs from its name)";
-        }
-    }
-    XXH3_freeState(x);
+    bool skip = false;
+    const char *bad = read_chunk(d, fd, tokens, k, prev, h, why, sizeof why, &skip);
     close(fd);
     if (bad) {
-        reject(d, path, h, bad);
+        reject(d, path, h, bad, skip);
         return 0;
     }
-    known_add(d, h);
+    set_add(&d->known, h);
     d->ms_read += cd_now_ms() - t0;
-    d->bytes_read += want;
+    d->bytes_read += KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * d->lay.page_bytes + TRAILER_BYTES;
     return 1;
 }
 
@@ -397,64 +651,88 @@ static int write_full(int fd, const void *p, size_t n) {
     while (n) {
         ssize_t w = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
+        if (w < 0) return -1;
+        if (w == 0) return errno = ENOSPC, -1;
         b += w;
         n -= (size_t)w;
     }
     return 0;
 }
 
-int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
-                  const uint8_t h[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages) {
-    if (kv_disk_known(d, h)) return 0;
-    char path[4096], tmp[4200];
-    kv_disk_path(d, h, path, sizeof path);
-    struct stat st;
-    if (stat(path, &st) == 0) { /* written earlier (this process or another): checked when read */
-        known_add(d, h);
-        return 0;
-    }
-    double t0 = cd_now_ms();
-    uint32_t C = d->chunk_pages;
-    uint64_t pb = d->lay.page_bytes;
-    if (kv_copy_pages(&d->cmd, d->pool, &d->stage, pb, gpu_pages, d->slot_ids, C, KV_HOST_DEMOTE))
-        return cd_fail_ctx("disk tier: ");
+/* Header, tokens, staged pages and their MAC into fd; 0, or -1 with errno (-2: the MAC failed,
+ * cd_errmsg). */
+static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t k, const uint8_t *prev, const uint8_t *h) {
     uint8_t hd[KV_DISK_HEADER_BYTES], sum[TRAILER_BYTES];
+    uint64_t pb = d->lay.page_bytes;
     make_header(d, k, prev, h, hd);
     uint8_t *le = (uint8_t *)d->tokens;
     for (uint32_t i = 0; i < d->chunk_tokens; i++) put32(le + 4 * i, (uint32_t)tokens[i]);
-    XXH3_state_t *x = XXH3_createState();
-    if (!x) return cd_fail("disk tier: out of memory");
-    XXH3_128bits_reset(x);
-    XXH3_128bits_update(x, hd, sizeof hd);
-    XXH3_128bits_update(x, le, (size_t)d->chunk_tokens * 4);
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
-    bool ok = fd >= 0 && !write_full(fd, hd, sizeof hd) && !write_full(fd, le, (size_t)d->chunk_tokens * 4);
-    for (uint32_t i = 0; ok && i < C; i++) {
+    mac m;
+    if (mac_begin(d, &m)) return -2;
+    mac_update(&m, hd, sizeof hd);
+    mac_update(&m, le, (size_t)d->chunk_tokens * 4);
+    bool ok = !write_full(fd, hd, sizeof hd) && !write_full(fd, le, (size_t)d->chunk_tokens * 4);
+    for (uint32_t i = 0; ok && i < d->chunk_pages; i++) {
         const void *p = kv_slot_ptr(&d->stage, pb, i);
+        if (!p) errno = EFAULT;
         ok = p && !write_full(fd, p, pb);
-        if (ok) XXH3_128bits_update(x, p, pb);
-    }
-    if (ok) {
-        XXH128_hash_t c = XXH3_128bits_digest(x);
-        put64(sum, c.low64);
-        put64(sum + 8, c.high64);
-        ok = !write_full(fd, sum, sizeof sum);
+        if (ok) mac_update(&m, p, pb);
     }
     int e = errno;
-    XXH3_freeState(x);
-    if (fd >= 0 && close(fd) && ok) ok = false, e = errno;
-    if (ok && rename(tmp, path)) ok = false, e = errno;
-    if (!ok) {
-        if (fd >= 0) unlink(tmp);
-        say(d, "%s: cannot write: %s; the chunk stays uncached on disk", path, strerror(e));
-        d->write_errors++;
+    if (mac_end(&m, sum)) return -2;
+    if (!ok) return errno = e, -1;
+    return write_full(fd, sum, sizeof sum);
+}
+
+static int store_failed(kv_disk_tier *d, const char *path, int e) {
+    say(d, "%s: cannot write: %s; the chunk stays uncached on disk", path, strerror(e));
+    d->write_errors++;
+    return 0;
+}
+
+int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
+                  const uint8_t h[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages) {
+    if (kv_disk_known(d, h)) return 0;
+    char path[4096], name[NAME_CAP], tmp[NAME_CAP + 64];
+    kv_disk_path(d, h, path, sizeof path);
+    chunk_name(h, name);
+    struct stat st;
+    if (!set_has(&d->stale, h) && !fstatat(d->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode)) {
+        set_add(&d->known, h); /* written earlier (this process or another): checked when read */
         return 0;
     }
-    known_add(d, h);
+    double t0 = cd_now_ms();
+    uint64_t size = KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * d->lay.page_bytes + TRAILER_BYTES;
+    /* the file and its space first: a full disk or a read-only directory costs no GPU copy */
+    int fd = open_tmp(d, d->dir_fd, name, tmp, sizeof tmp);
+    if (fd < 0) return store_failed(d, path, errno);
+    int e = posix_fallocate(fd, 0, (off_t)size);
+    if (e && e != EINVAL && e != EOPNOTSUPP) {
+        close(fd);
+        unlinkat(d->dir_fd, tmp, 0);
+        return store_failed(d, path, e);
+    }
+    d->downloads++;
+    if (kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids, d->chunk_pages, KV_HOST_DEMOTE)) {
+        close(fd);
+        unlinkat(d->dir_fd, tmp, 0);
+        return cd_fail_ctx("disk tier: ");
+    }
+    /* durable before it is named: fsync the file, rename, fsync the directory */
+    int rc = write_chunk(d, fd, tokens, k, prev, h);
+    e = errno;
+    if (!rc && fsync(fd)) rc = -1, e = errno;
+    if (close(fd) && !rc) rc = -1, e = errno;
+    if (!rc && renameat(d->dir_fd, tmp, d->dir_fd, name)) rc = -1, e = errno;
+    if (rc) {
+        unlinkat(d->dir_fd, tmp, 0);
+        return rc == -2 ? -1 : store_failed(d, path, e);
+    }
+    fsync(d->dir_fd);
+    set_remove(&d->stale, h);
+    set_add(&d->known, h);
     d->chunks_written++;
-    d->bytes_written += KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + C * pb + TRAILER_BYTES;
+    d->bytes_written += size;
     d->ms_write += cd_now_ms() - t0;
     return 1;
 }

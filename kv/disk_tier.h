@@ -12,13 +12,14 @@
  *                   || field("prev", h_k-1) || field("tokens", tokens of chunk k as int32 LE) )
  *          (field = tag length, tag, value length, value: lengths as uint64 LE, as in
  *           kv_cache_namespace, so no two field lists encode alike)
- *   file     DIR/<namespace hex>/<h_k hex>.kv
+ *   file     DIR/<namespace hex>/<h_k hex>.v2.kv    (the format version in the name: two builds of
+ *            different formats may share DIR without replacing each other's files)
  *
  * File layout (all integers little-endian):
  *
  *   offset  bytes                          field
  *   0       8                              magic "CINDERKV"
- *   8       4                              format version (1)
+ *   8       4                              format version (2)
  *   12      4                              header bytes (KV_DISK_HEADER_BYTES = 176)
  *   16      32                             namespace (kv_cache_namespace: model, dtype, page size, tenant)
  *   48      4 x 4                          n_layer, n_head_kv, head_dim, page_tokens
@@ -32,7 +33,21 @@
  *   152     24                             zero (reserved)
  *   176     4 * n_tokens                   the chunk's tokens, int32
  *   ...     chunk_pages * page_bytes       the pages, in order, as laid out in the pool (kv_layout.h)
- *   end-16  16                             XXH3-128 of every byte before it (low64, high64)
+ *   end-32  32                             HMAC-SHA-256 of every byte before it, under DIR/key
+ *
+ * Trust. Everything in a chunk but the MAC can be computed by anyone who has the public model
+ * file (format 1 ended in an XXH3 checksum, which is no defence): so chunks are authenticated
+ * with HMAC-SHA-256 under a 32-byte secret key, DIR/key (mode 0600, created from the CSPRNG on
+ * first use; two processes racing to create it end with one key: it is written to a temporary
+ * name and hard-linked into place, the loser reads the winner's). A chunk whose MAC fails is
+ * rejected like a corrupt one. DIR and DIR/<namespace hex> are created 0700; init refuses a
+ * directory owned by another user or writable by group or others, and a key file that is not a
+ * 32-byte regular file of ours that only we can read. Below DIR every file is opened relative to
+ * the namespace directory's descriptor with O_NOFOLLOW (a symlink planted at a chunk or temp
+ * name is never followed), only regular files are read (fstat after open; a FIFO is opened
+ * O_NONBLOCK and skipped, never read), temp files get unique names and O_CREAT | O_EXCL, mode
+ * 0600. What this does not protect against: anyone who can read DIR/key (the same user, root)
+ * can forge chunks; the tokens of cached prompts are stored in clear (DIR is 0700 for that).
  *
  * Reading (kv_disk_read) checks every field before it uses it, so a hostile file can cause
  * neither an out-of-bounds read nor a large allocation: the header is read into a fixed buffer;
@@ -40,19 +55,25 @@
  * config"); the layout (n_layer .. page_bytes, chunk_pages, n_tokens) equal to ours; the chunk
  * index; only then is the expected size computed (from our own counts) and compared with the
  * file's size (shorter: "truncated"); the tokens and pages are read into buffers sized at init,
- * the checksum compared, then the tokens against the prompt's chunk and both chain hashes.
+ * the MAC compared, then the tokens against the prompt's chunk and both chain hashes.
  * Any failure: one line on stderr naming the file and the problem, the file is removed (so a
  * good copy is written again by the next request that computes the chunk), `rejected` counts it,
- * and the caller recomputes those tokens. A rejected file is never served.
+ * and the caller recomputes those tokens. A rejected file is never served. A file that may be
+ * fine but cannot be judged now (another format version, a read error such as EIO, not a
+ * regular file, a symlink) is skipped instead: a line, counted in `rejected`, not removed; the
+ * write-through of that chunk then replaces it (rename) rather than trusting its name.
  *
  * Data path. The payload goes through a host-visible staging buffer of chunk_pages page-sized
  * slots and the host tier's copy machinery (kv_copy_pages):
  *
  *   read:   file ──read()──► staging slots ──kv_copy_pages(RESTORE)──► fresh GPU pages
- *   write:  GPU pages ──kv_copy_pages(DEMOTE)──► staging slots ──write()──► name.tmp.<pid> ──rename()──► name
+ *   write:  open name.<pid>.<n>.tmp (O_EXCL), fallocate ──► GPU pages ──kv_copy_pages(DEMOTE)──►
+ *           staging slots ──write()──► fsync ──rename()──► name ──► fsync(dir)
  *
- * Writes are atomic (rename), so a reader sees a whole file or none; a crash leaves at most a
- * .tmp file. The tier keeps an in-memory set of the chain hashes known to be on disk (written or
+ * The temp file is opened and its space allocated before the GPU copy, so a full disk costs no
+ * device copy. Writes are atomic (rename), so a reader sees a whole file or none; a crash leaves
+ * at most a .tmp file, removed by a later init (ours by name, regular, and its process gone or
+ * an hour old). The tier keeps an in-memory set of the chain hashes known to be on disk (written or
  * read by this process, or found by stat at first use), so write-through costs one hash lookup
  * per chunk already there. Everything is synchronous (the request waits). Not thread-safe; two
  * processes may share a directory (each write is one rename; identical content either way).
@@ -77,11 +98,22 @@
 
 #define KV_DISK_HASH_BYTES 32
 #define KV_DISK_HEADER_BYTES 176u
-#define KV_DISK_VERSION 1u
+#define KV_DISK_VERSION 2u
+#define KV_DISK_KEY_BYTES 32
+#define KV_DISK_MAC_BYTES 32
 #define KV_DISK_CHUNK_TOKENS_DEFAULT 256u
 
+/* An open-addressed set of chain hashes; zero = empty slot. */
+typedef struct kv_disk_set {
+    uint8_t (*tab)[KV_DISK_HASH_BYTES];
+    uint32_t n, cap;                     /* cap a power of two, at most half full */
+} kv_disk_set;
+
 typedef struct kv_disk_tier {
-    char *dir;                           /* DIR/<namespace hex>, created by init */
+    char *dir;                           /* DIR/<namespace hex>, created by init (for messages) */
+    int dir_fd;                          /* that directory, opened O_NOFOLLOW; every file is opened
+                                            relative to it (valid when dir != NULL) */
+    uint8_t key[KV_DISK_KEY_BYTES];      /* DIR/key: the chunks' HMAC key */
     uint8_t ns[KV_DISK_HASH_BYTES];
     kv_layout lay;                       /* ours: a file must match it exactly */
     uint32_t chunk_pages, chunk_tokens;
@@ -91,22 +123,30 @@ typedef struct kv_disk_tier {
     cvk_cmd cmd;                         /* the staging copies (compute queue, synchronous) */
     int32_t *tokens;                     /* [chunk_tokens] the staged chunk's tokens */
     uint32_t *slot_ids;                  /* [chunk_pages] 0, 1, 2, ...: the staging slots in order */
-    uint8_t (*known)[KV_DISK_HASH_BYTES]; /* open-addressed set of chain hashes on disk; zero = empty */
-    uint32_t n_known, cap_known;         /* cap a power of two, at most half full */
+    kv_disk_set known;                   /* chain hashes whose files are on disk */
+    kv_disk_set stale;                   /* names holding a file skipped on read: replaced, not trusted */
+    uint32_t tmp_seq;                    /* the next temp file's number (name.<pid>.<n>.tmp) */
     /* statistics since init */
     uint64_t chunks_read, chunks_written, bytes_read, bytes_written;
     uint64_t rejected;                   /* files rejected (and removed) */
     uint64_t write_errors;               /* chunks that could not be written (disk full, ...) */
+    uint64_t downloads;                  /* GPU -> staging copies made for writes */
+    uint64_t tmp_removed;                /* stale temp files of dead processes removed by init */
     double ms_read, ms_write;            /* wall time: read + validate + upload, download + write */
     char last_msg[512];                  /* the last rejection or write failure */
 } kv_disk_tier;
 
-/* Creates dir (and DIR/<namespace hex>) if missing and checks it is writable; a staging buffer
+/* Creates dir (and DIR/<namespace hex>) 0700 if missing, refuses either when it is owned by
+ * another user or writable by group or others ("--cache-dir: DIR ...: refusing to use it"),
+ * loads or creates DIR/key, checks the directory is writable, removes stale temp files; a staging buffer
  * of chunk_pages pages (0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth, at least one page; at
  * most 4096 pages and 65536 tokens). */
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
                  const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages);
 void kv_disk_free(kv_disk_tier *d); /* zeroed is fine */
+/* Creates dir 0700 if missing, checks it as init does, and loads or creates DIR/key into key
+ * (what init does first; tests race it across processes). 0, or -1 with cd_errmsg(). */
+int kv_disk_key(const char *dir, uint8_t key[KV_DISK_KEY_BYTES]);
 
 /* The chain hashes of the first n_chunks whole chunks of ids: out[k] = h_k. */
 int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, uint8_t (*out)[KV_DISK_HASH_BYTES]);

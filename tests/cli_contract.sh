@@ -125,9 +125,13 @@ for f in glob.glob(sys.argv[1] + "/*/*.kv"):
     b = bytearray(open(f, "rb").read()); b[len(b) // 2] ^= 0x40; open(f, "wb").write(b)
 PY
 d3err=$(printf 'Hello there\n' | "$bin" chat --model "$model" --n 4 --json --system "$sys" --cache-dir "$cdir" 2>&1 >"$tmp/d3.json")
-check "chat --cache-dir: a corrupt chunk file is named and rejected on stderr" grep -q "\.kv: corrupt (checksum mismatch); removed, recomputing" <<<"$d3err"
+check "chat --cache-dir: a corrupt chunk file is named and rejected on stderr" grep -q "\.kv: corrupt or forged (MAC mismatch: not written with this directory's key); removed, recomputing" <<<"$d3err"
 check "chat --cache-dir: ... and recomputed (nothing from disk)" test "$(json_field 'd["disk_tokens"] == 0 and d["disk_rejected"] >= 1' <"$tmp/d3.json")" = True
 check "chat --cache-dir: ... with the same reply" test "$(json_field 'd["text"]' <"$tmp/d3.json")" = "$(json_field 'd["text"]' <<<"$d1")"
+check "chat --cache-dir: the directory is created 0700, its key 0600" test "$(stat -c %a "$cdir") $(stat -c %a "$cdir/key")" = "700 600"
+chmod 0770 "$cdir"
+fails_with "chat --cache-dir: a group-writable directory is refused, named" "--cache-dir: $cdir is writable by its group (mode 0770): refusing to use it" "$bin" chat --model "$model" --cache-dir "$cdir"
+chmod 0700 "$cdir"
 fails_with "chat --cache-dir with --no-prefix-cache" "--cache-dir needs the prefix cache" "$bin" chat --model "$model" --cache-dir "$cdir" --no-prefix-cache
 fails_with "chat --host-cache-mb with --no-prefix-cache" "--host-cache-mb N (N > 0) needs the prefix cache" "$bin" chat --model "$model" --host-cache-mb 4 --no-prefix-cache
 fails_with "bench --cache-dir with --no-prefix-cache" "--cache-dir needs the prefix cache" "$bin" bench --model "$model" --scenario shared_prefix_basic --cache-dir "$cdir" --no-prefix-cache

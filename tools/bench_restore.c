@@ -76,6 +76,8 @@ static void remove_cache_dir(const char *ns_dir, const char *dir) {
     }
     if (dp) closedir(dp);
     rmdir(ns_dir);
+    snprintf(path, sizeof path, "%s/key", dir); /* the tier's HMAC key */
+    unlink(path);
     rmdir(dir);
 }
 
