@@ -596,7 +596,7 @@ static void test_fifo_skipped(void **st) {
     assert_int_equal(unlink(path), 0);
     assert_int_equal(mkfifo(path, 0600), 0);
     signal(SIGALRM, on_alarm);
-    alarm(120);
+    alarm(300); /* one 96-token request takes seconds, even under ASan on a loaded machine */
     outcome o;
     run(&e, ids, 96, &o);
     alarm(0);
@@ -742,9 +742,7 @@ static void test_stale_tmp(void **st) {
     char ns_dir[4400];
     snprintf(ns_dir, sizeof ns_dir, "%s", e.disk.dir);
     engine_free(&e);
-    pid_t dead = fork();
-    if (dead == 0) _exit(0);
-    assert_int_equal(waitpid(dead, NULL, 0), dead);
+    long dead = 1L << 30; /* above any pid_max (at most 2^22): no such process, ever */
     const char *h = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
     char gone_old[4600], gone_new[4600], live_old[4600], live_ancient[4600], v1[4600], link[4600], other[4600], victim[4600];
     snprintf(gone_old, sizeof gone_old, "%s/%s.v2.kv.%ld.0.tmp", ns_dir, h, (long)dead);
