@@ -13,7 +13,7 @@
  *              radix_restore (what attach_prefix does on a host hit), plus kv_host_sync: the
  *              time until the pages are on the GPU (the engine instead lets the prefill wait)
  *   disk       from empty tiers: chain hashes, then per chunk kv_disk_read (read + validate:
- *              header, size, XXH3 checksum, tokens, chain) + allocate + kv_disk_upload (what
+ *              header, size, HMAC-SHA-256, tokens, chain) + allocate + kv_disk_upload (what
  *              attach_prefix does on a disk hit). The files were just written, so they are in the
  *              OS page cache: this is the warm case.
  *   disk cold  the same after fdatasync + posix_fadvise(DONTNEED) on every file, which asks the
