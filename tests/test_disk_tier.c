@@ -33,6 +33,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/engine/engine.h"
+#include "tests/test_status.h"
 #include "tests/test_util.h"
 
 #define N_CTX 512
@@ -832,5 +833,5 @@ int main(void) {
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     model_free(tiny());
-    return rc;
+    return tu_status(rc);
 }
