@@ -424,25 +424,49 @@ static void test_timestamps_increase(void **state) {
     cvk_barrier_transfer_to_compute(vk->cmd.cb);
     cvk_cmd_label_begin(&vk->cmd, "outer");
     for (int i = 0; i < 3; i++) {
+        cvk_timer_layer(&vk->timer, i);
+        cvk_timer_work(&vk->timer, &(cvk_work){.role = "norm", .bytes = 100u + i, .flops = 7});
         assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &p, &a), 0);
         cvk_barrier_compute_to_compute(vk->cmd.cb);
     }
     cvk_cmd_label_end(&vk->cmd);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    /* outer, then per rmsnorm call its group span and, inside it, the dispatch's own span */
     cvk_timing t[8];
     uint32_t n;
     assert_int_equal(cvk_timer_read(&vk->timer, t, 8, &n), 0);
-    assert_int_equal(n, 4);
+    assert_int_equal(n, 7);
+    assert_int_equal(vk->timer.dispatches, 3);
+    assert_int_equal(vk->timer.copies, 0);
     assert_string_equal(t[0].label, "outer");
-    assert_string_equal(t[1].label, "rmsnorm");
+    assert_int_equal(t[0].kind, CVK_SPAN_GROUP);
+    assert_int_equal(t[0].parent, UINT32_MAX);
+    assert_int_equal(t[0].layer, -1);
+    assert_null(t[0].work.role); /* described work goes to the next group begun after it */
+    for (uint32_t c = 0; c < 3; c++) {
+        const cvk_timing *g = &t[1 + 2 * c], *d = &t[2 + 2 * c];
+        assert_string_equal(g->label, "rmsnorm");
+        assert_int_equal(g->kind, CVK_SPAN_GROUP);
+        assert_int_equal(g->depth, 1);
+        assert_int_equal(g->parent, 0);
+        assert_int_equal(g->layer, (int32_t)c);
+        assert_string_equal(g->work.role, "norm");
+        assert_int_equal(g->work.bytes, 100 + c);
+        assert_int_equal(d->kind, CVK_SPAN_DISPATCH);
+        assert_string_equal(d->label, p.name);
+        assert_int_equal(d->depth, 2);
+        assert_int_equal(d->parent, 1 + 2 * c);
+        assert_null(d->work.role);
+        assert_true(d->start_ns >= g->start_ns && d->end_ns <= g->end_ns);
+    }
     for (uint32_t i = 1; i < n; i++) {
         assert_true(t[i].start_ns <= t[i].end_ns);
         assert_true(t[i].end_ns > t[i].start_ns || vk->dev.info.caps.timestamp_period > 100);
-        if (i > 1) assert_true(t[i].start_ns >= t[i - 1].end_ns);
+        if (i > 2 && t[i].kind == CVK_SPAN_GROUP) assert_true(t[i].start_ns >= t[i - 1].end_ns);
         assert_true(t[i].start_ns >= t[0].start_ns && t[i].end_ns <= t[0].end_ns);
     }
     printf("rmsnorm %ux%u: %.1f us per dispatch (timestamps)\n", ROWS, N,
-           (double)(t[3].end_ns - t[3].start_ns) / 1000.0);
+           (double)(t[6].end_ns - t[6].start_ns) / 1000.0);
     /* switched off at run time: the next recording has no spans */
     assert_int_equal(cvk_timer_enable(&vk->timer, false), 0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);

@@ -24,7 +24,7 @@ typedef struct bench_opts {
     const char *model;
     uint32_t n_prompt, n_gen, repeat;
     uint64_t seed;
-    bool json, profile, restore;
+    bool json, restore;
     bench_trace_opts trace; /* --trace / --scenario: replay a request trace instead */
     bench_agents_opts agents; /* --agents N: agent loops through the scheduler instead */
     bool gen_given;
@@ -40,8 +40,7 @@ static void usage(FILE *out) {
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --json prints one object with prefill_tok_s and\n"
-            "  decode_tok_s. --profile also prints GPU time per kernel label (timestamps) for one\n"
-            "  prefill of N tokens and one decode step.\n"
+            "  decode_tok_s. Where the time goes: cinder profile.\n"
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
@@ -86,7 +85,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
-        if (cli_flag(argv, i, "--profile")) { o->profile = true; continue; }
+        if (cli_flag(argv, i, "--profile")) return cli_error("bench", "--profile is now 'cinder profile' (per op time, bytes, roofline, trace)"), -1;
         if (cli_flag(argv, i, "--restore-bench")) { o->restore = true; continue; }
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
@@ -150,68 +149,6 @@ static int bench_once(gpu_model *g, const int32_t *ids, uint32_t n_prompt, uint3
     return 0;
 }
 
-/* GPU time per label of the timer's last recording, in order of first appearance. Spans nest
- * (layer.* and head enclose kernels), so the column sums more than the total. */
-static int print_spans(cvk_timer *t, const char *what) {
-    enum { MAX = 8192, LABELS = 64 };
-    cvk_timing *sp = malloc(MAX * sizeof *sp);
-    if (!sp) return cd_fail("out of memory");
-    uint32_t n;
-    if (cvk_timer_read(t, sp, MAX, &n)) { free(sp); return -1; }
-    const char *label[LABELS];
-    double ms[LABELS];
-    uint32_t count[LABELS], nl = 0;
-    uint64_t t0 = n ? sp[0].start_ns : 0, t1 = t0;
-    for (uint32_t i = 0; i < n; i++) {
-        uint32_t k = 0;
-        while (k < nl && strcmp(label[k], sp[i].label)) k++;
-        if (k == nl && nl < LABELS) { label[nl] = sp[i].label; ms[nl] = 0; count[nl] = 0; nl++; }
-        if (k < nl) { ms[k] += (sp[i].end_ns - sp[i].start_ns) / 1e6; count[k]++; }
-        if (sp[i].start_ns < t0) t0 = sp[i].start_ns;
-        if (sp[i].end_ns > t1) t1 = sp[i].end_ns;
-    }
-    double total = (t1 - t0) / 1e6;
-    printf("\n%s: %.2f ms of GPU time in %u spans%s\n", what, total, n, t->dropped ? " (some dropped)" : "");
-    printf("  %-18s %8s %10s %7s\n", "label", "spans", "ms", "share");
-    for (uint32_t k = 0; k < nl; k++)
-        printf("  %-18s %8u %10.3f %6.1f%%\n", label[k], count[k], ms[k], total > 0 ? 100 * ms[k] / total : 0);
-    free(sp);
-    return 0;
-}
-
-/* The engine's decode step: gpu_forward_batch of one token in each of n_seqs rows over the
- * prompt's pages, at the last positions gpu_forward ran (their K/V rewritten with new tokens:
- * this only times the step). */
-#define PROFILE_SEQS 8u
-static int profile_batch_step(gpu_model *g, uint32_t pos, uint32_t n_seqs) {
-    int32_t tok[PROFILE_SEQS], next[PROFILE_SEQS];
-    uint32_t row[PROFILE_SEQS], at[PROFILE_SEQS], out[PROFILE_SEQS];
-    for (uint32_t i = 0; i < n_seqs; i++) { /* n_seqs sequences sharing the prompt's pages */
-        tok[i] = gpu_model_next(g);
-        row[i] = out[i] = i;
-        at[i] = pos - (n_seqs - 1 - i);
-        if (gpu_model_set_table(g, i, g->seq.pages, g->seq.n_pages)) return -1;
-    }
-    gpu_batch b = {.n = n_seqs, .ids = tok, .row = row, .pos = at, .n_out = n_seqs, .out = out};
-    return gpu_forward_batch(g, &b, next);
-}
-
-/* One prefill and one decode step with timestamps around every kernel. */
-static int profile(gpu_model *g, cvk_ctx *vk, const int32_t *ids, uint32_t n_prompt) {
-    cvk_timer t;
-    if (cvk_timer_init(&t, &vk->dev, 8192)) return -1;
-    int rc = cvk_timer_enable(&t, true) || gpu_model_set_timer(g, &t) || gpu_prefill(g, ids, n_prompt, 0, true) ||
-             print_spans(&t, "prefill") || gpu_model_set_timer(g, &t) ||
-             gpu_forward(g, gpu_model_next(g), n_prompt, true) || print_spans(&t, "decode step") ||
-             profile_batch_step(g, n_prompt, 1) || profile_batch_step(g, n_prompt, 1) ||
-             print_spans(&t, "batched decode step, 1 sequence (the second run)") ||
-             profile_batch_step(g, n_prompt, PROFILE_SEQS) || profile_batch_step(g, n_prompt, PROFILE_SEQS) ||
-             print_spans(&t, "batched decode step, 8 sequences (the second run)");
-    gpu_model_set_timer(g, NULL);
-    cvk_timer_free(&t);
-    return rc;
-}
-
 static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double pp, double tg, double load_ms) {
     if (!o->json) {
         printf("model   %s (%s, %u layers, %u experts)\n", o->model, model_arch_name(m->cfg.arch), m->cfg.n_layer,
@@ -250,7 +187,7 @@ static int bench(const bench_opts *o, model *m) {
     cvk_ctx_opts co = {.device = -1, .pipeline_cache = ""};
     double t0 = cli_now_ms();
     if (cvk_ctx_init(vk, &co)) { free(vk); vk = NULL; rc = -1; }
-    gpu_model_opts go = {.n_ctx = n_ctx, .max_seqs = PROFILE_SEQS};
+    gpu_model_opts go = {.n_ctx = n_ctx};
     if (!rc && gpu_model_init_opts(&g, vk, m, &go)) rc = -1;
     double load_ms = cli_now_ms() - t0;
     bench_run warm;
@@ -265,7 +202,6 @@ static int bench(const bench_opts *o, model *m) {
             fprintf(stderr, "repeat %u: prefill %.1f ms (%.2f tok/s), decode %.1f ms (%.2f tok/s)\n", k + 1, b.prefill_ms,
                     pp[k], b.decode_ms, tg[k]);
     }
-    if (!rc && o->profile && !o->json && profile(&g, vk, ids, o->n_prompt)) rc = -1;
     if (rc) cli_error("bench", "%s", cd_errmsg());
     else report(o, m, vk, cli_median(pp, o->repeat), cli_median(tg, o->repeat), load_ms);
     gpu_model_free(&g);

@@ -9,7 +9,8 @@
     X(run, "generate from a prompt and print text and timings")                 \
     X(chat, "multi-turn chat REPL with the prefix cache; per-turn cache hits and timings") \
     X(serve, "OpenAI-compatible HTTP server (chat, completions, streaming) with continuous batching") \
-    X(bench, "prefill and decode throughput on the GPU (pp512 / tg128 by default)")
+    X(bench, "prefill and decode throughput on the GPU (pp512 / tg128 by default)") \
+    X(profile, "where a step's GPU time goes: per op time, bytes, FLOPs, roofline, trace")
 
 #define X(name, help) int cmd_##name(int argc, char **argv);
 CINDER_COMMANDS(X)

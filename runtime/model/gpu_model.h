@@ -71,6 +71,13 @@ typedef struct gpu_weights {
     unsigned shown_pct;
 } gpu_weights;
 
+/* Where a batch forward's host time goes (cinder profile shows a host bottleneck with it):
+ * recording the command buffer, submitting it, waiting for the GPU, reading the ids back. */
+typedef struct gpu_host_times {
+    double record_ms, submit_ms, wait_ms, read_ms;
+    double submit_at_ms;             /* cd_now_ms() when the submit began */
+} gpu_host_times;
+
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
@@ -160,6 +167,7 @@ typedef struct gpu_model {
     cvk_buffer blogits;              /* (max_seqs, n_vocab) */
     cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
     cvk_buffer bout_id;              /* readback uint32 [max_seqs] */
+    gpu_host_times host;             /* the last gpu_forward_batch's host side (profiles) */
 } gpu_model;
 
 typedef struct gpu_model_opts {

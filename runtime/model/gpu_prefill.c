@@ -22,8 +22,10 @@
  * recorded into a one-time command buffer (descriptor sets from a pool reset per chunk). */
 #include <string.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/model/gpu_model.h"
+#include "runtime/model/step_cost.h"
 #include "runtime/vk/op_eltwise.h"
 #include "runtime/vk/op_get_rows.h"
 #include "runtime/vk/op_kv_write.h"
@@ -179,23 +181,42 @@ typedef struct chunk {
     uint32_t max_len; /* last position + 1 */
     const cvk_buffer *table; /* block-table rows of max_pages entries */
     uint32_t split_len;      /* attention splits: 0 = the kernel's default, else fixed (batch forward) */
+    uint64_t attended;       /* for profiles: sum over tokens of the positions each attends to */
+    uint64_t kv_positions;   /* for profiles: distinct (row, position) pairs attention reads */
 } chunk;
 
 static void barrier(const chunk *ch) { cvk_barrier_compute_to_compute(ch->c->cb); }
 
+/* Profiles: whether a timer records this chunk, and the next op's work (step_cost.h). */
+static bool profiling(const chunk *ch) { return cvk_timer_on(ch->c->timer); }
+static void work(const chunk *ch, cvk_work w) { cvk_timer_work(ch->c->timer, &w); }
+
+static void work_rows(const chunk *ch, const char *role, uint32_t n, uint32_t rows, uint32_t reads, uint32_t writes,
+                      uint32_t flops_per, bool weight) {
+    if (profiling(ch)) work(ch, step_cost_rows(role, n, rows, reads, writes, flops_per, weight));
+}
+
+static void work_matmul(const chunk *ch, const char *role, const gguf_tensor *t, uint32_t T, double slices,
+                        uint32_t x_rows) {
+    if (profiling(ch))
+        work(ch, step_cost_matmul(role, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], T, slices, x_rows));
+}
+
 /* Y (T rows) = X W^T for a dense projection. */
-static int matmul(const chunk *ch, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
+static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
                   const cvk_buffer *y) {
+    work_matmul(ch, role, t, ch->T, 1, ch->T);
     cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T};
     return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T), &a);
 }
 
 /* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
-static int matmul_experts(const chunk *ch, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
-                          uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y) {
+static int matmul_experts(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
+                          const cvk_buffer *x, uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y) {
     const gpu_model *g = ch->g;
     uint32_t rows = ch->T * g->m->cfg.n_expert_used;
+    work_matmul(ch, role, t, rows, step_cost_experts_read(g->m->cfg.n_expert, g->m->cfg.n_expert_used, ch->T), x_rows);
     cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(x), .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T,
                          .gather = W(gather), .scatter = W(&g->bscatter), .groups = W(&g->bgroups),
@@ -203,13 +224,15 @@ static int matmul_experts(const chunk *ch, const gguf_tensor *t, const cvk_buffe
     return cvk_matmul(ch->c, ch->dp, matmul_pipe(g, t->type, ch->T), &a);
 }
 
-static int rmsnorm(const chunk *ch, const cvk_buffer *x, const cvk_buffer *w, const cvk_buffer *y, uint32_t n,
-                   uint32_t rows) {
+static int rmsnorm(const chunk *ch, const char *role, const cvk_buffer *x, const cvk_buffer *w, const cvk_buffer *y,
+                   uint32_t n, uint32_t rows) {
+    work_rows(ch, role, n, rows, 1, 1, 4, true);
     cvk_rmsnorm_args a = {.x = W(x), .w = W(w), .y = W(y), .n = n, .rows = rows, .eps = ch->g->m->cfg.rms_eps};
     return cvk_rmsnorm(ch->c, ch->dp, &ch->g->rmsnorm, &a);
 }
 
-static int add(const chunk *ch, const cvk_buffer *y, const cvk_buffer *x) {
+static int add(const chunk *ch, const char *role, const cvk_buffer *y, const cvk_buffer *x) {
+    work_rows(ch, role, ch->g->m->cfg.n_embd, ch->T, 2, 1, 1, false);
     cvk_add_args a = {.a = W(y), .b = W(x), .y = W(y), .n = ch->T * ch->g->m->cfg.n_embd};
     return cvk_add(ch->c, ch->dp, &ch->g->add, &a);
 }
@@ -219,17 +242,21 @@ static int attention(const chunk *ch, uint32_t il) {
     const model_config *cf = &g->m->cfg;
     const layer_weights *l = &g->m->layers[il];
     const gpu_layer *d = &g->w.layers[il];
-    TRY(matmul(ch, l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, l->wk, &d->wk, &g->bxb, &g->bk) ||
-        matmul(ch, l->wv, &d->wv, &g->bxb, &g->bv));
+    TRY(matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk) ||
+        matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv));
     barrier(ch);
-    TRY(rmsnorm(ch, &g->bq, &d->q_norm, &g->bq, cf->head_dim, ch->T * cf->n_head) ||
-        rmsnorm(ch, &g->bk, &d->k_norm, &g->bk, cf->head_dim, ch->T * cf->n_head_kv));
+    TRY(rmsnorm(ch, "q_norm", &g->bq, &d->q_norm, &g->bq, cf->head_dim, ch->T * cf->n_head) ||
+        rmsnorm(ch, "k_norm", &g->bk, &d->k_norm, &g->bk, cf->head_dim, ch->T * cf->n_head_kv));
     barrier(ch);
     cvk_rope_args rq = {.x = W(&g->bq), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T, .heads = cf->n_head};
     cvk_rope_args rk = {.x = W(&g->bk), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T,
                         .heads = cf->n_head_kv};
-    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rq) || cvk_rope(ch->c, ch->dp, &g->rope, &rk));
+    work_rows(ch, "rope_q", cf->head_dim, ch->T * cf->n_head, 1, 1, 6, false);
+    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rq));
+    work_rows(ch, "rope_k", cf->head_dim, ch->T * cf->n_head_kv, 1, 1, 6, false);
+    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rk));
     barrier(ch);
+    if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T));
     cvk_kv_write_args kw = {.pool = &g->pool, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(ch->table),
                             .loc = W(&g->bin_loc), .n_tokens = ch->T, .layer = il, .table_stride = g->max_pages};
     TRY(cvk_kv_write(ch->c, ch->dp, &g->kv_write, &kw));
@@ -238,49 +265,56 @@ static int attention(const chunk *ch, uint32_t il) {
                                 .loc = W(&g->bin_loc), .partials = W(&g->bpartials), .out = W(&g->batt),
                                 .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
                                 .max_len = ch->max_len, .split_len = ch->split_len};
+    if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
     TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
-    TRY(matmul(ch, l->wo, &d->wo, &g->batt, &g->bxb2));
+    TRY(matmul(ch, "attn_output", l->wo, &d->wo, &g->batt, &g->bxb2));
     barrier(ch);
-    return add(ch, &g->bx, &g->bxb2);
+    return add(ch, "residual_add", &g->bx, &g->bxb2);
 }
 
 static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
     gpu_model *g = ch->g;
     uint32_t ff = g->m->cfg.n_ff;
-    TRY(matmul(ch, l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) || matmul(ch, l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
+    TRY(matmul(ch, "ffn_gate", l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) ||
+        matmul(ch, "ffn_up", l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
     barrier(ch);
     cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = ff, .rows = ch->T};
+    work_rows(ch, "swiglu", ff, ch->T, 2, 1, 4, false);
     TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
     barrier(ch);
-    TRY(matmul(ch, l->ffn_down, &d->ffn_down, &g->bhg, &g->bxb2));
+    TRY(matmul(ch, "ffn_down", l->ffn_down, &d->ffn_down, &g->bhg, &g->bxb2));
     barrier(ch);
-    return add(ch, &g->bx, &g->bxb2);
+    return add(ch, "residual_add", &g->bx, &g->bxb2);
 }
 
 static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     uint32_t k = cf->n_expert_used, pairs = ch->T * k;
-    TRY(matmul(ch, l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
+    TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
     barrier(ch);
+    work_rows(ch, "moe_route", cf->n_expert, ch->T, 1, 0, 0, false);
     cvk_moe_route_args r = {.logits = W(&g->brouter), .ids = W(&g->bids), .weights = W(&g->bwts),
                             .n_expert = cf->n_expert, .k = k, .tokens = ch->T};
     TRY(cvk_moe_route(ch->c, ch->dp, &g->moe_route, &r));
     barrier(ch);
     cvk_moe_group_args mg = {.ids = W(&g->bids), .groups = W(&g->bgroups), .gather = W(&g->bgather),
                              .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert};
+    work_rows(ch, "moe_group", k, ch->T, 1, 3, 0, false);
     TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);
-    TRY(matmul_experts(ch, l->gate_exps, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg) ||
-        matmul_experts(ch, l->up_exps, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu));
+    TRY(matmul_experts(ch, "ffn_gate_exps", l->gate_exps, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg) ||
+        matmul_experts(ch, "ffn_up_exps", l->up_exps, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu));
     barrier(ch);
     cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = cf->n_ff_exp, .rows = pairs};
+    work_rows(ch, "swiglu", cf->n_ff_exp, pairs, 2, 1, 4, false);
     TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
     barrier(ch);
     /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
-    TRY(matmul_experts(ch, l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo));
+    TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo));
     barrier(ch);
+    work_rows(ch, "moe_combine", cf->n_embd, ch->T, 1 + k, 1, 2 * k, false);
     cvk_moe_combine_args mc = {.x = W(&g->bx), .e = W(&g->beo), .w = W(&g->bwts), .n = cf->n_embd, .k = k,
                                .rows = ch->T};
     return cvk_moe_combine(ch->c, ch->dp, &g->moe_combine, &mc);
@@ -307,6 +341,7 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     for (uint32_t j = 0; j < n_out; j++)
         TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bxb, out[j] * row, row}, (cvk_view){&g->bhead_x, j * row, row}));
     cvk_barrier_transfer_to_compute(ch->c->cb);
+    work_matmul(ch, "output", t, n_out, 1, n_out);
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                           .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
     /* one row: the decode step's own head pipeline (one vector per workgroup; cheaper on a CPU
@@ -322,15 +357,17 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
     const model_config *cf = &g->m->cfg;
     const gguf_tensor *t = g->m->output;
     cvk_cmd_label_begin(ch->c, "head");
-    int rc = rmsnorm(ch, &g->bx, &g->w.output_norm, &g->bxb, cf->n_embd, ch->T);
+    int rc = rmsnorm(ch, "output_norm", &g->bx, &g->w.output_norm, &g->bxb, cf->n_embd, ch->T);
     barrier(ch);
     cvk_matmul_args a = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
                          .n_tokens = n_out, .gather = W(&g->bin_out)};
+    if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out);
     if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, &g->matmul[t->type], &a);
     barrier(ch);
     cvk_argmax_args am = {.logits = W(&g->blogits), .scratch = W(&g->bam_scratch), .out = W(&g->bout_id),
                           .n = cf->n_vocab, .rows = n_out};
+    work_rows(ch, "argmax", cf->n_vocab, n_out, 1, 0, 1, false);
     if (!rc) rc = cvk_argmax(ch->c, ch->dp, &g->argmax, &am);
     cvk_cmd_label_end(ch->c);
     return rc;
@@ -344,24 +381,29 @@ static int record_chunk(const chunk *ch, int head, const uint32_t *out, uint32_t
     TRY(cvk_cmd_begin(ch->c));
     cvk_get_rows_args e = {.table = &g->w.tok_embd, .type = g->m->tok_embd->type, .n = cf->n_embd,
                            .n_rows = cf->n_vocab, .ids = W(&g->bin_tok), .n_ids = ch->T, .dst = W(&g->bx)};
+    if (profiling(ch))
+        work(ch, (cvk_work){.role = "token_embd", .bytes = ch->T * (qtype_row_bytes(e.type, cf->n_embd) + 4ull * cf->n_embd),
+                            .m = cf->n_embd, .n = ch->T});
     TRY(cvk_get_rows(ch->c, ch->dp, &g->get_rows, &e));
     barrier(ch);
     for (uint32_t il = 0; il < cf->n_layer; il++) {
         const gpu_layer *d = &g->w.layers[il];
         cvk_cmd_label_begin(ch->c, "layer.attention");
-        TRY(rmsnorm(ch, &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
+        cvk_timer_layer(ch->c->timer, (int32_t)il);
+        TRY(rmsnorm(ch, "attn_norm", &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
         barrier(ch);
         TRY(attention(ch, il));
         barrier(ch);
         cvk_cmd_label_end(ch->c);
         cvk_cmd_label_begin(ch->c, "layer.ffn");
-        TRY(rmsnorm(ch, &g->bx, &d->ffn_norm, &g->bxb, cf->n_embd, ch->T));
+        TRY(rmsnorm(ch, "ffn_norm", &g->bx, &d->ffn_norm, &g->bxb, cf->n_embd, ch->T));
         barrier(ch);
         if (cf->arch == ARCH_QWEN3MOE) TRY(ffn_moe(ch, &g->m->layers[il], d));
         else TRY(ffn_dense(ch, &g->m->layers[il], d));
         barrier(ch);
         cvk_cmd_label_end(ch->c);
     }
+    cvk_timer_layer(ch->c->timer, -1);
     if (head == 1) TRY(record_head(ch));
     if (head == 2 && n_out) TRY(record_rows_head(ch, out, n_out));
     cvk_barrier_device_to_host(ch->c->cb);
@@ -378,7 +420,8 @@ static int run_chunk(gpu_model *g, const int32_t *ids, uint32_t T, uint32_t pos0
         loc[2 * i + 1] = pos0 + i;
     }
     if (head) gpu_model_draw(g);
-    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = T, .max_len = pos0 + T, .table = &g->in_table};
+    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = T, .max_len = pos0 + T, .table = &g->in_table,
+                .attended = (uint64_t)T * pos0 + (uint64_t)T * (T + 1) / 2, .kv_positions = pos0 + T};
     TRY(cvk_descpool_reset(&g->pdpool));
     TRY(record_chunk(&ch, head ? 1 : 0, NULL, 0));
     return cvk_cmd_run(&g->pcmd);
@@ -432,21 +475,33 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     TRY(check_batch(g, b));
     int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0), *out = cvk_buffer_host_ptr(&g->bin_out, 0);
     uint32_t *pos = cvk_buffer_host_ptr(&g->bin_pos, 0), *loc = cvk_buffer_host_ptr(&g->bin_loc, 0), max_len = 0;
+    uint64_t attended = 0, kv_positions = 0;
     for (uint32_t i = 0; i < b->n; i++) {
         tok[i] = b->ids[i];
         pos[i] = b->pos[i];
         loc[2 * i] = b->row[i];
         loc[2 * i + 1] = b->pos[i];
         if (b->pos[i] + 1 > max_len) max_len = b->pos[i] + 1;
+        attended += b->pos[i] + 1;
+        /* a row's tokens are consecutive: its last one attends to every position the row reads */
+        if (i + 1 == b->n || b->row[i + 1] != b->row[i]) kv_positions += b->pos[i] + 1;
     }
     for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
     chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = max_len, .table = &g->btable,
-                .split_len = g->split_len};
+                .split_len = g->split_len, .attended = attended, .kv_positions = kv_positions};
+    gpu_host_times *h = &g->host;
+    double t0 = cd_now_ms();
     TRY(cvk_descpool_reset(&g->pdpool));
     TRY(record_chunk(&ch, 2, b->out, b->n_out));
-    TRY(cvk_cmd_run(&g->pcmd));
+    double t1 = cd_now_ms();
+    TRY(cvk_cmd_submit(&g->pcmd));
+    double t2 = cd_now_ms();
+    TRY(cvk_cmd_wait(&g->pcmd));
+    double t3 = cd_now_ms();
     const int32_t *ids = cvk_buffer_host_ptr(&g->bout_id, 0);
     for (uint32_t j = 0; j < b->n_out; j++) next[j] = ids[j];
+    *h = (gpu_host_times){.record_ms = t1 - t0, .submit_ms = t2 - t1, .wait_ms = t3 - t2,
+                          .read_ms = cd_now_ms() - t3, .submit_at_ms = t1};
     return 0;
 }
 

@@ -108,7 +108,9 @@ void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, co
     }
     vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     if (p->push_size) vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
+    cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
     vkCmdDispatch(c->cb, gx, gy, gz);
+    cvk_timer_end(c->timer, c->cb);
 }
 
 /* The largest piece of a view starting at byte `at` that stays inside one part. */
@@ -130,6 +132,7 @@ int cvk_cmd_copy(cvk_cmd *c, cvk_view src, cvk_view dst) {
     if (src.size != dst.size) return cd_fail("copy of %llu bytes into %llu", (unsigned long long)src.size,
                                               (unsigned long long)dst.size);
     if (view_ok(&src) || view_ok(&dst)) return -1;
+    cvk_timer_begin_kind(c->timer, c->cb, "copy", CVK_SPAN_COPY);
     for (uint64_t at = 0; at < src.size;) {
         uint32_t sp, dp;
         uint64_t so, dof, n = piece(&src, at, &sp, &so), nd = piece(&dst, at, &dp, &dof);
@@ -138,6 +141,7 @@ int cvk_cmd_copy(cvk_cmd *c, cvk_view src, cvk_view dst) {
         vkCmdCopyBuffer(c->cb, src.buf->parts[sp].buf, dst.buf->parts[dp].buf, 1, &region);
         at += n;
     }
+    cvk_timer_end(c->timer, c->cb);
     return 0;
 }
 

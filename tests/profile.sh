@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# cinder profile on the tiny preset: the JSON report and the Chrome trace agree with each other
+# and with what was recorded (one GPU slice per dispatch and copy, every slice inside its step,
+# the dispatches' time no more than the step's span and equal to the reported busy fraction,
+# every op described with bytes), the roofline is bytes over the peak given, and bad options fail
+# with a clear message. The accounting itself is tests/test_step_cost.c.
+set -euo pipefail
+bin=${CINDER_BIN:?}
+tmp=${CINDER_TEST_TMP:?}/profile
+mkdir -p "$tmp"
+model=$tmp/tiny.gguf
+"$bin" mkmodel --preset tiny --seed 5 --out "$model" >/dev/null 2>&1
+
+"$bin" profile --model "$model" --context 5 --prompt-tokens 37 --gen 3 --batch 3 --peak-gbps 10 --json \
+  --trace "$tmp/trace.json" >"$tmp/report.json"
+
+python3 - "$tmp/report.json" "$tmp/trace.json" <<'PY'
+import json, sys
+rep = json.load(open(sys.argv[1]))
+trace = json.load(open(sys.argv[2]))
+ev = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+fail = []
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok: fail.append(what)
+
+pre, dec = rep["prefill"], rep["decode"]
+check(pre["steps"] == 1 and pre["tokens"] == 37, "one prefill pass of 37 tokens")
+check(dec["steps"] == 3 and dec["tokens"] == 9, "3 decode steps of batch 3")
+ts = rep["timestamps"]
+check(ts["dropped"] == 0, "no span dropped")
+disp = [e for e in ev if e.get("cat") == "dispatch"]
+copies = [e for e in ev if e.get("cat") == "copy"]
+check(len(disp) == ts["dispatches"] and len(disp) > 0, f"one slice per recorded dispatch ({len(disp)})")
+check(len(copies) == ts["copies"], f"one slice per recorded copy ({len(copies)})")
+
+steps = [e for e in ev if e["tid"] == 1]
+check(len(steps) == 4, "a step slice per pass")
+gpu = [e for e in ev if e["tid"] in (2, 3)]
+eps = 0.01  # microseconds
+def inside(e, s): return s["ts"] - eps <= e["ts"] and e["ts"] + e["dur"] <= s["ts"] + s["dur"] + eps
+owners = [[s for s in steps if inside(e, s)] for e in gpu]
+check(all(len(o) == 1 for o in owners), "every GPU slice lies inside exactly one step")
+for s in steps:
+    busy = sum(e["dur"] for e, o in zip(gpu, owners) if o and o[0] is s and e["cat"] in ("dispatch", "copy"))
+    check(busy <= s["dur"] * (1 + 1e-9) + eps and busy > 0, f"{s['name']}: dispatches {busy:.0f} us within the span {s['dur']:.0f} us")
+for name, phase, sel in (("prefill", pre, lambda s: "prefill" in s["name"]), ("decode", dec, lambda s: "decode" in s["name"])):
+    span = sum(s["dur"] for s in steps if sel(s))
+    busy = sum(e["dur"] for e, o in zip(gpu, owners) if o and sel(o[0]) and e["cat"] in ("dispatch", "copy"))
+    check(abs(busy / span - phase["busy_fraction"]) < 1e-3, f"{name}: trace busy fraction {busy/span:.4f} = reported {phase['busy_fraction']:.4f}")
+
+ops = [e for e in ev if e.get("cat") == "op"]
+check(all(e["args"].get("bytes", 0) > 0 for e in ops), f"every op slice carries its bytes ({len(ops)} ops)")
+check(all(-1 <= e["args"]["layer"] < 2 for e in ops), "layers in range")
+calls = {r["op"]: r["calls"] for r in dec["ops"]}
+per_layer = ["attn_norm", "attn_q", "attn_k", "attn_v", "attention", "attn_output", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"]
+check(all(calls.get(o) == 2 * 3 for o in per_layer), "each layer op once per layer per decode step")
+check(calls.get("output") == 3 and calls.get("token_embd") == 3, "one head and one embedding per step")
+check(abs(sum(r["bytes"] for r in dec["ops"]) - dec["bytes"]) == 0, "op bytes add up to the phase's bytes")
+ideal = dec["bytes"] / dec["steps"] / 10e9 * 1e3
+check(abs(rep["roofline"]["ideal_ms"] - ideal) <= 1e-6 * ideal, "roofline = bytes per step / --peak-gbps")
+check(rep["roofline"]["achieved_ms"] > 0 and abs(rep["roofline"]["fraction"] - ideal / rep["roofline"]["achieved_ms"]) < 1e-6,
+      "roofline fraction = ideal / achieved")
+sys.exit(1 if fail else 0)
+PY
+
+fails_with() { # expected stderr substring, command...
+  local want=$1; shift
+  local err rc=0
+  err=$("$@" 2>&1 >/dev/null) || rc=$?
+  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$err"; then echo "ok   fails with: $want"
+  else echo "FAIL wanted '$want' (status $rc): $err"; exit 1; fi
+}
+fails_with "--batch must be >= 1" "$bin" profile --model "$model" --batch 0
+fails_with "exceed the model's context" "$bin" profile --model "$model" --context 100000 --gen 2
+fails_with "unknown option" "$bin" profile --model "$model" --bogus
+fails_with "--gen" "$bin" profile --model "$model" --gen
+fails_with "cannot open" "$bin" profile --model "$tmp/missing.gguf"

@@ -1,0 +1,70 @@
+/* cinder profile: where a step's time goes on this device (tools/profile_model.h) and what the
+ * device can do (cinder profile --device). docs/PROFILE.md explains the output. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "tools/cli.h"
+#include "tools/commands.h"
+#include "tools/profile_model.h"
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: cinder profile [--model M] [--prompt-tokens P] [--gen D] [--context C] [--batch B]\n"
+            "                      [--trace OUT.json] [--json] [--seed S] [--device-index N]\n"
+            "                      [--peak-gbps X] [--peak-tflops Y]\n"
+            "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
+            "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
+            "  forward pass, with a GPU timestamp around every op, dispatch and copy. Prints per op:\n"
+            "  calls, time, share, bytes and FLOPs per call (from the shapes and weight types; MoE:\n"
+            "  the experts selected), GB/s, GFLOP/s and the fraction of the device's peak; time per\n"
+            "  part (attention, moe, head) and per layer; the decode roofline (bytes per step over the\n"
+            "  peak bandwidth vs the achieved step); the host side of a step; the timestamps' own\n"
+            "  overhead. --trace writes a Chrome/Perfetto trace (ui.perfetto.dev). --peak-gbps and\n"
+            "  --peak-tflops give the device's peaks (read bandwidth, fp32 FMA rate).\n");
+}
+
+static int parse(int argc, char **argv, profile_opts *o) {
+    *o = (profile_opts){.prompt = 512, .gen = 16, .batch = 1, .seed = 1, .device = -1, .peak_source = "none"};
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
+        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace = v;
+        else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->prompt)) return -1; }
+        else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->gen)) return -1; }
+        else if (cli_value(argc, argv, &i, "--context", &v)) { if (cli_u32("--context", v, &o->context)) return -1; }
+        else if (cli_value(argc, argv, &i, "--batch", &v)) { if (cli_u32("--batch", v, &o->batch)) return -1; }
+        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u32("--seed", v, &o->seed)) return -1; }
+        else if (cli_value(argc, argv, &i, "--device-index", &v)) { if (cli_i32("--device-index", v, &o->device)) return -1; }
+        else if (cli_value(argc, argv, &i, "--peak-gbps", &v)) {
+            float f;
+            if (cli_f32("--peak-gbps", v, &f)) return -1;
+            o->peak_gbps = f;
+            o->peak_source = "--peak-gbps";
+        } else if (cli_value(argc, argv, &i, "--peak-tflops", &v)) {
+            float f;
+            if (cli_f32("--peak-tflops", v, &f)) return -1;
+            o->peak_tflops = f;
+        } else { cli_unknown("profile", argv[i]); usage(stderr); return -1; }
+        if (!v) return cli_error("profile", "%s needs a value", argv[i]), -1;
+    }
+    if (o->peak_gbps < 0 || o->peak_tflops < 0) return cli_error("profile", "peaks must not be negative"), -1;
+    return 0;
+}
+
+int cmd_profile(int argc, char **argv) {
+    profile_opts o;
+    if (parse(argc, argv, &o)) return 2;
+    if (!o.model) {
+        if (cli_ensure_default_model()) return 1;
+        o.model = cli_default_model();
+    }
+    model *m;
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("profile", "%s", cd_errmsg());
+    int rc = profile_model(&o, m);
+    model_free(m);
+    return rc;
+}

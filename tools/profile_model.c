@@ -1,0 +1,523 @@
+#include "tools/profile_model.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv/kv_pages.h"
+#include "runtime/base/clock.h"
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/model/gpu_model.h"
+#include "runtime/vk/vk_ctx.h"
+#include "tools/cli.h"
+
+#define TRY(x) do { if (x) return -1; } while (0)
+#define TIMER_SPANS 32768u
+
+enum { PREFILL, DECODE, N_PHASES };
+static const char *const phase_name[N_PHASES] = {"prefill", "decode"};
+
+/* One timed span of one recording, placed on the host clock for the trace. */
+typedef struct span {
+    cvk_timing t;
+    uint32_t step;   /* index into prof.steps */
+    double at_us;    /* start: the step's submit time on the host clock + the GPU offset */
+    bool op;         /* a group span with no group inside it: one op (a kernel call) */
+    const char *part; /* attention, moe, ffn, head, embed: from the enclosing layer span */
+} span;
+
+/* One gpu_forward_batch call. */
+typedef struct step {
+    uint8_t phase;
+    uint32_t tokens;
+    double gpu_ms;          /* first timestamp to last */
+    double wall_ms;         /* the call, on the host */
+    gpu_host_times host;
+} step;
+
+typedef struct prof {
+    span *s;
+    size_t n, cap;
+    step *steps;
+    uint32_t n_steps, cap_steps;
+    uint64_t dispatches, copies, dropped; /* as the timer counted them, over all steps */
+    double origin_ms;                     /* host clock at the start */
+    cvk_timing *read;                     /* TIMER_SPANS: one recording's spans */
+    double untimed_ms[N_PHASES];          /* the same work without timestamps, wall, per step */
+    uint32_t untimed_steps[N_PHASES];
+} prof;
+
+/* ---- collecting ---- */
+
+static int grow(void **p, size_t *cap, size_t need, size_t size) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 1024;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * size);
+    if (!q) return cd_fail("out of memory (profile)");
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+/* The part of the model a span belongs to, from its enclosing layer or head span. */
+static const char *part_of(const cvk_timing *all, const cvk_timing *t, bool moe) {
+    for (uint32_t i = t->parent; i != UINT32_MAX; i = all[i].parent) {
+        if (!strcmp(all[i].label, "layer.attention")) return "attention";
+        if (!strcmp(all[i].label, "layer.ffn")) return moe ? "moe" : "ffn";
+        if (!strcmp(all[i].label, "head")) return "head";
+    }
+    return "embed";
+}
+
+static int collect(prof *p, cvk_timer *t, const gpu_model *g, uint8_t phase, uint32_t tokens, double wall_ms) {
+    cvk_timing *buf = p->read;
+    uint32_t n;
+    TRY(cvk_timer_read(t, buf, TIMER_SPANS, &n));
+    size_t cs = p->cap_steps;
+    TRY(grow((void **)&p->steps, &cs, p->n_steps + 1, sizeof *p->steps));
+    p->cap_steps = (uint32_t)cs;
+    TRY(grow((void **)&p->s, &p->cap, p->n + n, sizeof *p->s));
+    uint64_t t0 = UINT64_MAX, t1 = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        if (buf[i].start_ns < t0) t0 = buf[i].start_ns;
+        if (buf[i].end_ns > t1) t1 = buf[i].end_ns;
+    }
+    bool moe = g->m->cfg.arch == ARCH_QWEN3MOE;
+    double base_us = (g->host.submit_at_ms - p->origin_ms) * 1e3;
+    for (uint32_t i = 0; i < n; i++) {
+        span *s = &p->s[p->n + i];
+        *s = (span){.t = buf[i], .step = p->n_steps, .at_us = base_us + (buf[i].start_ns - t0) / 1e3,
+                    .op = buf[i].kind == CVK_SPAN_GROUP, .part = part_of(buf, &buf[i], moe)};
+    }
+    for (uint32_t i = 0; i < n; i++) /* a group inside a group: the outer one is not an op */
+        if (buf[i].kind == CVK_SPAN_GROUP && buf[i].parent != UINT32_MAX) p->s[p->n + buf[i].parent].op = false;
+    p->n += n;
+    p->steps[p->n_steps++] = (step){.phase = phase, .tokens = tokens, .gpu_ms = n ? (t1 - t0) / 1e6 : 0,
+                                    .wall_ms = wall_ms, .host = g->host};
+    p->dispatches += t->dispatches;
+    p->copies += t->copies;
+    p->dropped += t->dropped;
+    return 0;
+}
+
+/* ---- running ---- */
+
+typedef struct run {
+    const profile_opts *o;
+    gpu_model *g;
+    cvk_timer *t;
+    prof *p;
+    kv_seq *seqs;     /* one per batch row */
+    int32_t *ids;     /* context + prompt tokens */
+    int32_t *tok;     /* decode: the next token of each row */
+} run;
+
+/* How a pass counts: a warm-up (first touches of weights and pipelines, not counted), untimed
+ * (wall time, the overhead's reference) or timed (spans collected). */
+enum mode { WARM, UNTIMED, TIMED };
+
+static int pass(run *r, const gpu_batch *b, int32_t *next, uint8_t phase, enum mode mode) {
+    TRY(cvk_timer_enable(r->t, mode == TIMED));
+    double w0 = cd_now_ms();
+    TRY(gpu_forward_batch(r->g, b, next));
+    double wall = cd_now_ms() - w0;
+    if (mode == TIMED) return collect(r->p, r->t, r->g, phase, b->n, wall);
+    if (mode == UNTIMED) {
+        r->p->untimed_ms[phase] += wall;
+        r->p->untimed_steps[phase]++;
+    }
+    return 0;
+}
+
+/* Tokens [from, to) of row 0 in chunks of n_batch; the last chunk asks for its last token's
+ * logits (as the scheduler's prefill does). */
+static int prefill(run *r, uint32_t from, uint32_t to, enum mode mode) {
+    uint32_t nb = r->g->n_batch, *row = calloc(nb, sizeof *row), *pos = malloc(nb * sizeof *pos);
+    int rc = row && pos ? 0 : cd_fail("out of memory (profile)");
+    for (uint32_t at = from; !rc && at < to;) {
+        uint32_t n = to - at < nb ? to - at : nb, last = n - 1;
+        for (uint32_t i = 0; i < n; i++) pos[i] = at + i;
+        bool end = at + n == to;
+        gpu_batch b = {.n = n, .ids = r->ids + at, .row = row, .pos = pos, .n_out = end, .out = &last};
+        int32_t next;
+        rc = pass(r, &b, &next, PREFILL, mode);
+        if (!rc && end) r->tok[0] = next;
+        at += n;
+    }
+    free(row);
+    free(pos);
+    return rc;
+}
+
+/* `steps` steps of one token per row at positions at.. (every row the same length), each row
+ * starting from `first`. */
+static int decode(run *r, uint32_t at, uint32_t steps, int32_t first, enum mode mode) {
+    uint32_t B = r->o->batch, row[256], pos[256], out[256];
+    int32_t next[256];
+    for (uint32_t i = 0; i < B; i++) {
+        row[i] = out[i] = i;
+        r->tok[i] = first;
+    }
+    for (uint32_t s = 0; s < steps; s++) {
+        for (uint32_t i = 0; i < B; i++) pos[i] = at + s;
+        gpu_batch b = {.n = B, .ids = r->tok, .row = row, .pos = pos, .n_out = B, .out = out};
+        TRY(pass(r, &b, next, DECODE, mode));
+        memcpy(r->tok, next, B * sizeof *next);
+    }
+    return 0;
+}
+
+/* Every row gets its own pages for the whole length; rows past 0 decode over pages whose
+ * contents were never computed (their K/V is read all the same, which is what is timed). */
+static int make_rows(run *r, uint32_t len) {
+    for (uint32_t i = 0; i < r->o->batch; i++) {
+        kv_cow cow;
+        TRY(kv_seq_append(&r->g->pages, &r->seqs[i], len, &cow));
+        TRY(gpu_model_set_table(r->g, i, r->seqs[i].pages, r->seqs[i].n_pages));
+    }
+    return 0;
+}
+
+static int run_all(run *r) {
+    const profile_opts *o = r->o;
+    uint32_t C = o->context, P = o->prompt, D = o->gen, len = C + P + D;
+    TRY(make_rows(r, len));
+    if (C) TRY(prefill(r, 0, C, WARM));
+    /* each phase warmed up, then untimed, then timed: the overhead is timed - untimed */
+    TRY(prefill(r, C, C + P, WARM) || prefill(r, C, C + P, UNTIMED) || prefill(r, C, C + P, TIMED));
+    int32_t first = r->tok[0];
+    return decode(r, C + P, D < 2 ? D : 2, first, WARM) || decode(r, C + P, D, first, UNTIMED) ||
+           decode(r, C + P, D, first, TIMED);
+}
+
+/* ---- reporting ---- */
+
+typedef struct row {
+    const char *name, *kernel, *part;
+    uint32_t calls;
+    double ms;
+    uint64_t bytes, flops;
+} row;
+
+typedef struct table {
+    row r[96];
+    uint32_t n;
+    double gpu_ms, wall_ms, part_ms[5];
+    double busy_ms;     /* inside a dispatch or copy span; the rest of gpu_ms: barriers, timestamps, idle */
+    uint32_t steps, tokens;
+    double *layer_ms;   /* per layer */
+    uint64_t bytes, flops;
+} table;
+
+static const char *const parts[5] = {"embed", "attention", "moe", "ffn", "head"};
+
+static int part_index(const char *p) {
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(parts[i], p)) return i;
+    return 0;
+}
+
+static void tabulate(const prof *p, uint8_t phase, uint32_t n_layer, table *tb) {
+    for (uint32_t i = 0; i < p->n_steps; i++)
+        if (p->steps[i].phase == phase) {
+            tb->steps++;
+            tb->tokens += p->steps[i].tokens;
+            tb->gpu_ms += p->steps[i].gpu_ms;
+            tb->wall_ms += p->steps[i].wall_ms;
+        }
+    for (size_t i = 0; i < p->n; i++) {
+        const span *s = &p->s[i];
+        if (p->steps[s->step].phase != phase) continue;
+        if (s->t.kind != CVK_SPAN_GROUP) tb->busy_ms += (s->t.end_ns - s->t.start_ns) / 1e6;
+        if (!s->op) continue;
+        const char *name = s->t.work.role ? s->t.work.role : s->t.label;
+        uint32_t k = 0;
+        while (k < tb->n && (strcmp(tb->r[k].name, name) || strcmp(tb->r[k].kernel, s->t.label))) k++;
+        if (k == tb->n) {
+            if (tb->n == sizeof tb->r / sizeof tb->r[0]) continue;
+            tb->r[tb->n++] = (row){.name = name, .kernel = s->t.label, .part = s->part};
+        }
+        double ms = (s->t.end_ns - s->t.start_ns) / 1e6;
+        tb->r[k].calls++;
+        tb->r[k].ms += ms;
+        tb->r[k].bytes += s->t.work.bytes;
+        tb->r[k].flops += s->t.work.flops;
+        tb->bytes += s->t.work.bytes;
+        tb->flops += s->t.work.flops;
+        tb->part_ms[part_index(s->part)] += ms;
+        if (s->t.layer >= 0 && (uint32_t)s->t.layer < n_layer) tb->layer_ms[s->t.layer] += ms;
+    }
+}
+
+static double pct(double part, double whole) { return whole > 0 ? 100 * part / whole : 0; }
+
+static void print_table(const table *tb, const char *what, const profile_opts *o, uint32_t n_layer) {
+    printf("\n%s: %u step%s, %u tokens, %.3f ms of GPU time per step (%.3f ms wall)\n", what, tb->steps,
+           tb->steps == 1 ? "" : "s", tb->tokens, tb->gpu_ms / tb->steps, tb->wall_ms / tb->steps);
+    printf("  %-16s %-12s %-9s %6s %10s %9s %6s %10s %10s %9s %9s %6s %6s\n", "op", "kernel", "part", "calls",
+           "total ms", "mean us", "share", "MB/call", "MFLOP/call", "GB/s", "GFLOP/s", "%bw", "%flop");
+    for (uint32_t k = 0; k < tb->n; k++) {
+        const row *r = &tb->r[k];
+        double s = r->ms / 1e3, gbs = s > 0 ? r->bytes / s / 1e9 : 0, gfs = s > 0 ? r->flops / s / 1e9 : 0;
+        printf("  %-16s %-12s %-9s %6u %10.3f %9.1f %5.1f%% %10.3f %10.3f %9.2f %9.2f", r->name, r->kernel, r->part,
+               r->calls, r->ms, 1e3 * r->ms / r->calls, pct(r->ms, tb->gpu_ms), r->bytes / 1e6 / r->calls,
+               r->flops / 1e6 / r->calls, gbs, gfs);
+        if (o->peak_gbps > 0) printf(" %5.1f%%", pct(gbs, o->peak_gbps));
+        else printf(" %6s", "-");
+        if (o->peak_tflops > 0) printf(" %5.1f%%\n", pct(gfs, o->peak_tflops * 1e3));
+        else printf(" %6s\n", "-");
+    }
+    printf("  by part:");
+    for (int i = 0; i < 5; i++)
+        if (tb->part_ms[i] > 0) printf("  %s %.3f ms (%.1f%%)", parts[i], tb->part_ms[i] / tb->steps, pct(tb->part_ms[i], tb->gpu_ms));
+    printf("   (per step)\n  dispatches and copies cover %.1f%% of the step span (the rest: barriers, timestamps, idle)\n",
+           pct(tb->busy_ms, tb->gpu_ms));
+    printf("  by layer (ms per step):");
+    for (uint32_t l = 0; l < n_layer; l++) printf("%s%.3f", l ? " " : " ", tb->layer_ms[l] / tb->steps);
+    printf("\n");
+}
+
+/* The decode roofline: bytes a step must move (every active weight once, the K/V read,
+ * activations) over the device's bandwidth, against the achieved step time. */
+static double roofline_ms(const table *d, const profile_opts *o) {
+    return o->peak_gbps > 0 && d->steps ? (double)d->bytes / d->steps / (o->peak_gbps * 1e9) * 1e3 : 0;
+}
+
+static void host_means(const prof *p, gpu_host_times *h) {
+    *h = (gpu_host_times){0};
+    uint32_t n = 0;
+    for (uint32_t i = 0; i < p->n_steps; i++)
+        if (p->steps[i].phase == DECODE) {
+            h->record_ms += p->steps[i].host.record_ms;
+            h->submit_ms += p->steps[i].host.submit_ms;
+            h->wait_ms += p->steps[i].host.wait_ms;
+            h->read_ms += p->steps[i].host.read_ms;
+            n++;
+        }
+    if (n) { h->record_ms /= n; h->submit_ms /= n; h->wait_ms /= n; h->read_ms /= n; }
+}
+
+static double overhead_pct(const prof *p, const table *tb, uint8_t phase) {
+    if (!p->untimed_steps[phase] || !tb->steps) return 0;
+    double off = p->untimed_ms[phase] / p->untimed_steps[phase], on = tb->wall_ms / tb->steps;
+    return off > 0 ? 100 * (on - off) / off : 0;
+}
+
+static void print_summary(const prof *p, const table tb[N_PHASES], const profile_opts *o) {
+    const table *d = &tb[DECODE];
+    double step = d->steps ? d->gpu_ms / d->steps : 0, ideal = roofline_ms(d, o);
+    gpu_host_times h;
+    host_means(p, &h);
+    printf("\ndecode roofline (batch %u): %.2f MB per step", o->batch, d->steps ? d->bytes / 1e6 / d->steps : 0);
+    if (ideal > 0)
+        printf(" / %.1f GB/s (%s) = %.3f ms; achieved %.3f ms GPU: %.1f%% of the roofline\n", o->peak_gbps,
+               o->peak_source, ideal, step, pct(ideal, step));
+    else
+        printf("; no peak bandwidth known (cinder profile --device, or --peak-gbps)\n");
+    printf("decode host side per step: record %.3f ms, submit %.3f ms, wait %.3f ms, read-back %.3f ms (GPU %.3f ms)\n",
+           h.record_ms, h.submit_ms, h.wait_ms, h.read_ms, step);
+    printf("timestamps: %llu dispatches and %llu copies timed%s; overhead vs the same steps untimed: prefill %+.1f%%, "
+           "decode %+.1f%% (wall)\n",
+           (unsigned long long)p->dispatches, (unsigned long long)p->copies, p->dropped ? " (some spans dropped)" : "",
+           overhead_pct(p, &tb[PREFILL], PREFILL), overhead_pct(p, d, DECODE));
+}
+
+static json_t *table_json(const table *tb, const profile_opts *o, uint32_t n_layer) {
+    json_t *rows = json_array(), *layers = json_array(), *by_part = json_object();
+    for (uint32_t k = 0; k < tb->n; k++) {
+        const row *r = &tb->r[k];
+        double s = r->ms / 1e3, gbs = s > 0 ? r->bytes / s / 1e9 : 0, gfs = s > 0 ? r->flops / s / 1e9 : 0;
+        json_array_append_new(rows, json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f}", "op",
+                                              r->name, "kernel", r->kernel, "part", r->part, "calls", (json_int_t)r->calls,
+                                              "total_ms", r->ms, "share", tb->gpu_ms > 0 ? r->ms / tb->gpu_ms : 0,
+                                              "bytes", (json_int_t)r->bytes, "flops", (json_int_t)r->flops, "gb_s", gbs,
+                                              "gflop_s", gfs, "bw_frac", o->peak_gbps > 0 ? gbs / o->peak_gbps : 0,
+                                              "flop_frac", o->peak_tflops > 0 ? gfs / (o->peak_tflops * 1e3) : 0));
+    }
+    for (uint32_t l = 0; l < n_layer; l++) json_array_append_new(layers, json_real(tb->layer_ms[l] / tb->steps));
+    for (int i = 0; i < 5; i++)
+        if (tb->part_ms[i] > 0) json_object_set_new(by_part, parts[i], json_real(tb->part_ms[i] / tb->steps));
+    return json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:o, s:o, s:o}", "steps", (json_int_t)tb->steps, "tokens",
+                     (json_int_t)tb->tokens, "gpu_ms_per_step", tb->gpu_ms / tb->steps, "wall_ms_per_step",
+                     tb->wall_ms / tb->steps, "busy_fraction", tb->gpu_ms > 0 ? tb->busy_ms / tb->gpu_ms : 0, "bytes", (json_int_t)tb->bytes, "flops", (json_int_t)tb->flops, "ops",
+                     rows, "part_ms_per_step", by_part, "layer_ms_per_step", layers);
+}
+
+static int print_json(const prof *p, const table tb[N_PHASES], const profile_opts *o, const char *device,
+                      uint32_t n_layer) {
+    const table *d = &tb[DECODE];
+    gpu_host_times h;
+    host_means(p, &h);
+    double step = d->steps ? d->gpu_ms / d->steps : 0, ideal = roofline_ms(d, o);
+    json_t *j = json_pack(
+        "{s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:o, s:o, s:{s:f, s:f, s:f}, s:{s:f, s:f, s:f, s:f},"
+        " s:{s:I, s:I, s:I, s:f, s:f}}",
+        "model", o->model, "device", device, "prompt_tokens", (json_int_t)o->prompt, "gen", (json_int_t)o->gen,
+        "context", (json_int_t)o->context, "batch", (json_int_t)o->batch, "peak_gbps", o->peak_gbps, "peak_tflops",
+        o->peak_tflops, "peak_source", o->peak_source, "prefill", table_json(&tb[PREFILL], o, n_layer), "decode",
+        table_json(d, o, n_layer), "roofline", "ideal_ms", ideal, "achieved_ms", step, "fraction",
+        step > 0 ? ideal / step : 0, "host_ms_per_step", "record", h.record_ms, "submit", h.submit_ms, "wait",
+        h.wait_ms, "read", h.read_ms, "timestamps", "dispatches", (json_int_t)p->dispatches, "copies",
+        (json_int_t)p->copies, "dropped", (json_int_t)p->dropped, "overhead_prefill_pct",
+        overhead_pct(p, &tb[PREFILL], PREFILL), "overhead_decode_pct", overhead_pct(p, d, DECODE));
+    if (!j) return cd_fail("profile: building the JSON report failed");
+    char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
+    json_decref(j);
+    if (!s) return cd_fail("out of memory (profile)");
+    puts(s);
+    free(s);
+    return 0;
+}
+
+/* ---- the trace (Chrome trace-event JSON: ui.perfetto.dev, chrome://tracing) ---- */
+
+enum { TID_STEP = 1, TID_GPU = 2, TID_COPY = 3, TID_HOST = 4 };
+
+static json_t *slice(const char *name, int tid, double ts_us, double dur_us) {
+    return json_pack("{s:s, s:s, s:i, s:i, s:f, s:f}", "name", name, "ph", "X", "pid", 1, "tid", tid, "ts", ts_us,
+                     "dur", dur_us);
+}
+
+static json_t *thread_name(int tid, const char *name) {
+    return json_pack("{s:s, s:s, s:i, s:i, s:{s:s}}", "name", "thread_name", "ph", "M", "pid", 1, "tid", tid, "args",
+                     "name", name);
+}
+
+static json_t *span_args(const span *s) {
+    json_t *a = json_pack("{s:s, s:s, s:I, s:I}", "kernel", s->t.label, "part", s->part, "layer", (json_int_t)s->t.layer,
+                          "depth", (json_int_t)s->t.depth);
+    if (s->t.work.role) {
+        json_object_set_new(a, "bytes", json_integer((json_int_t)s->t.work.bytes));
+        json_object_set_new(a, "flops", json_integer((json_int_t)s->t.work.flops));
+        json_object_set_new(a, "shape", json_pack("[I, I, I]", (json_int_t)s->t.work.m, (json_int_t)s->t.work.n,
+                                                  (json_int_t)s->t.work.k));
+    }
+    return a;
+}
+
+static int add_step_slices(json_t *ev, const prof *p) {
+    for (uint32_t i = 0; i < p->n_steps; i++) {
+        const step *st = &p->steps[i];
+        double submit = (st->host.submit_at_ms - p->origin_ms) * 1e3;
+        char name[48];
+        snprintf(name, sizeof name, "%s step %u (%u tokens)", phase_name[st->phase], i, st->tokens);
+        json_t *s = slice(name, TID_STEP, submit, st->gpu_ms * 1e3);
+        json_object_set_new(s, "args", json_pack("{s:s, s:I, s:f}", "phase", phase_name[st->phase], "tokens",
+                                                 (json_int_t)st->tokens, "gpu_ms", st->gpu_ms));
+        json_array_append_new(ev, s);
+        const gpu_host_times *h = &st->host;
+        double rec = submit - h->record_ms * 1e3;
+        json_array_append_new(ev, slice("record", TID_HOST, rec, h->record_ms * 1e3));
+        json_array_append_new(ev, slice("submit", TID_HOST, submit, h->submit_ms * 1e3));
+        json_array_append_new(ev, slice("wait", TID_HOST, submit + h->submit_ms * 1e3, h->wait_ms * 1e3));
+        json_array_append_new(ev, slice("read-back", TID_HOST, submit + (h->submit_ms + h->wait_ms) * 1e3,
+                                        h->read_ms * 1e3));
+    }
+    return 0;
+}
+
+static int write_trace(const prof *p, const char *path) {
+    json_t *ev = json_array();
+    json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M", "pid", 1, "args",
+                                        "name", "cinder profile"));
+    json_array_append_new(ev, thread_name(TID_STEP, "GPU steps"));
+    json_array_append_new(ev, thread_name(TID_GPU, "GPU compute (ops, dispatches)"));
+    json_array_append_new(ev, thread_name(TID_COPY, "GPU copies"));
+    json_array_append_new(ev, thread_name(TID_HOST, "CPU (record, submit, wait, read-back)"));
+    add_step_slices(ev, p);
+    for (size_t i = 0; i < p->n; i++) {
+        const span *s = &p->s[i];
+        char name[96];
+        const char *base = s->t.work.role ? s->t.work.role : s->t.label;
+        if (s->t.layer >= 0) snprintf(name, sizeof name, "%s L%d", base, s->t.layer);
+        else snprintf(name, sizeof name, "%s", base);
+        int tid = s->t.kind == CVK_SPAN_COPY ? TID_COPY : TID_GPU;
+        json_t *e = slice(name, tid, s->at_us, (s->t.end_ns - s->t.start_ns) / 1e3);
+        json_object_set_new(e, "cat", json_string(s->t.kind == CVK_SPAN_DISPATCH ? "dispatch"
+                                                  : s->t.kind == CVK_SPAN_COPY   ? "copy"
+                                                  : s->op                        ? "op"
+                                                                                 : "group"));
+        json_object_set_new(e, "args", span_args(s));
+        json_array_append_new(ev, e);
+    }
+    json_t *root = json_pack("{s:o, s:s}", "traceEvents", ev, "displayTimeUnit", "ns");
+    int rc = root && !json_dump_file(root, path, JSON_COMPACT) ? 0 : cd_fail("cannot write the trace to %s", path);
+    json_decref(root);
+    return rc;
+}
+
+/* ---- the whole run ---- */
+
+static int report(const prof *p, const profile_opts *o, const gpu_model *g, const char *device) {
+    uint32_t L = g->m->cfg.n_layer;
+    table *tb = calloc(N_PHASES, sizeof *tb);
+    double *lm = calloc(2 * (size_t)L + 2, sizeof *lm);
+    if (!tb || !lm) { free(tb); free(lm); return cd_fail("out of memory (profile)"); }
+    int rc = 0;
+    for (int ph = 0; ph < N_PHASES; ph++) {
+        tb[ph].layer_ms = lm + ph * (L + 1);
+        tabulate(p, (uint8_t)ph, L, &tb[ph]);
+    }
+    if (o->json) rc = print_json(p, tb, o, device, L);
+    else {
+        printf("model   %s (%u layers, %u experts, %u used)\ndevice  %s\n", o->model, L, g->m->cfg.n_expert,
+               g->m->cfg.n_expert_used, device);
+        printf("run     prefill %u tokens after %u of context; %u decode steps of batch %u\n", o->prompt, o->context,
+               o->gen, o->batch);
+        print_table(&tb[PREFILL], "prefill", o, L);
+        print_table(&tb[DECODE], "decode", o, L);
+        print_summary(p, tb, o);
+    }
+    if (!rc && o->trace) rc = write_trace(p, o->trace);
+    free(tb);
+    free(lm);
+    return rc;
+}
+
+int profile_model(const profile_opts *o, const model *m) {
+    const model_config *c = &m->cfg;
+    uint32_t len = o->context + o->prompt + o->gen;
+    if (!o->prompt || !o->gen || !o->batch) return cli_error("profile", "--prompt-tokens, --gen and --batch must be >= 1");
+    if (o->batch > 256) return cli_error("profile", "--batch %u: at most 256", o->batch);
+    if (len > c->n_ctx_train)
+        return cli_error("profile", "%u context + %u prompt + %u generated tokens exceed the model's context (%u)",
+                         o->context, o->prompt, o->gen, c->n_ctx_train);
+    cvk_ctx *vk = calloc(1, sizeof *vk);
+    gpu_model *g = calloc(1, sizeof *g);
+    prof p = {.origin_ms = cd_now_ms(), .read = malloc(TIMER_SPANS * sizeof(cvk_timing))};
+    cvk_timer t = {0};
+    run r = {.o = o, .g = g, .t = &t, .p = &p, .seqs = calloc(o->batch, sizeof(kv_seq)),
+             .ids = malloc(((size_t)o->context + o->prompt) * sizeof(int32_t)), .tok = calloc(o->batch, sizeof(int32_t))};
+    int rc = vk && g && p.read && r.seqs && r.ids && r.tok ? 0 : cd_fail("out of memory (profile)");
+    rng rn;
+    rng_seed(&rn, o->seed);
+    for (uint32_t i = 0; !rc && i < o->context + o->prompt; i++) r.ids[i] = (int32_t)rng_below(&rn, c->n_vocab);
+    cvk_ctx_opts co = {.device = o->device, .pipeline_cache = ""};
+    bool vk_up = false;
+    if (!rc) rc = cvk_ctx_init(vk, &co);
+    vk_up = !rc;
+    uint32_t pt = KV_PAGE_TOKENS_DEFAULT;
+    gpu_model_opts go = {.n_ctx = len, .pool_tokens = o->batch * ((len + pt - 1) / pt) * pt, .max_seqs = o->batch,
+                         .n_batch = o->prompt > o->batch ? (o->prompt < 512 ? o->prompt : 512) : o->batch};
+    if (!rc) rc = gpu_model_init_opts(g, vk, m, &go);
+    if (!rc) rc = cvk_timer_init(&t, &vk->dev, TIMER_SPANS) || gpu_model_set_timer(g, &t);
+    if (!rc) rc = run_all(&r);
+    if (!rc) rc = report(&p, o, g, vk->dev.info.props.deviceName);
+    if (rc) cli_error("profile", "%s", cd_errmsg());
+    for (uint32_t i = 0; r.seqs && g->m && i < o->batch; i++) kv_seq_free(&g->pages, &r.seqs[i]);
+    if (g) gpu_model_free(g);
+    if (t.spans) cvk_timer_free(&t);
+    if (vk_up) cvk_ctx_free(vk);
+    free(vk);
+    free(g);
+    free(r.seqs);
+    free(r.ids);
+    free(r.tok);
+    free(p.s);
+    free(p.steps);
+    free(p.read);
+    return rc ? 1 : 0;
+}

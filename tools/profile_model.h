@@ -1,0 +1,28 @@
+/* cinder profile (the model part): one prefill and D batched decode steps of the engine's own
+ * forward pass (gpu_forward_batch, what the scheduler runs), with a GPU timestamp around every
+ * op, dispatch and copy, and each op's bytes and FLOPs from its shapes (step_cost.h). Prints
+ * per-kernel and per-phase tables, the decode roofline against the device's peak bandwidth,
+ * the host side of each step and the timestamps' own overhead; --trace writes the spans as a
+ * Chrome/Perfetto trace. docs/PROFILE.md explains every column. */
+#pragma once
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "runtime/model/model.h"
+
+typedef struct profile_opts {
+    const char *model;
+    uint32_t prompt;      /* P: prompt tokens prefilled (timed) */
+    uint32_t gen;         /* D: decode steps (timed) */
+    uint32_t context;     /* C: tokens already in the sequence before the prompt (untimed) */
+    uint32_t batch;       /* B: sequences per decode step */
+    uint32_t seed;
+    const char *trace;    /* Chrome trace JSON path, or NULL */
+    bool json;
+    int device;           /* -1: the default choice */
+    double peak_gbps;     /* the device's read bandwidth (0: unknown, no % of peak) */
+    double peak_tflops;   /* fp32 FMA rate */
+    const char *peak_source; /* where the peaks come from ("measured", "--peak-gbps", ...) */
+} profile_opts;
+
+int profile_model(const profile_opts *o, const model *m);
