@@ -138,13 +138,20 @@ void cvk_pcache_close(cvk_pcache *c) {
     memset(c, 0, sizeof *c);
 }
 
-int cvk_pcache_default_path(const cvk_device *d, char *buf, size_t n) {
+int cvk_cache_dir(char *buf, size_t n) {
     const char *dir = getenv("CINDER_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char base[4096];
-    if (dir && *dir) snprintf(base, sizeof base, "%s", dir);
-    else if (xdg && *xdg) snprintf(base, sizeof base, "%s/cinder", xdg);
-    else if (home && *home) snprintf(base, sizeof base, "%s/.cache/cinder", home);
+    int w;
+    if (dir && *dir) w = snprintf(buf, n, "%s", dir);
+    else if (xdg && *xdg) w = snprintf(buf, n, "%s/cinder", xdg);
+    else if (home && *home) w = snprintf(buf, n, "%s/.cache/cinder", home);
     else return cd_fail("no cache directory: set CINDER_CACHE_DIR or HOME");
+    if (w < 0 || (size_t)w >= n) return cd_fail("cache directory path too long");
+    return 0;
+}
+
+int cvk_pcache_default_path(const cvk_device *d, char *buf, size_t n) {
+    char base[4096];
+    if (cvk_cache_dir(base, sizeof base)) return -1;
     int w = snprintf(buf, n, "%s/pipelines-%04x-%04x.bin", base, d->info.props.vendorID, d->info.props.deviceID);
     if (w < 0 || (size_t)w >= n) return cd_fail("cache path too long");
     return 0;

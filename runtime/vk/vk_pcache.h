@@ -31,6 +31,8 @@ int cvk_pcache_open(cvk_pcache *c, cvk_device *d, const char *path);
 /* Writes the cache to its path (creating directories). No-op without a path. */
 int cvk_pcache_save(cvk_pcache *c);
 void cvk_pcache_close(cvk_pcache *c); /* does not save */
-/* $CINDER_CACHE_DIR, else $XDG_CACHE_HOME/cinder, else $HOME/.cache/cinder; then
- * /pipelines-<vendor>-<device>.bin. */
+/* cinder's cache directory: $CINDER_CACHE_DIR, else $XDG_CACHE_HOME/cinder, else
+ * $HOME/.cache/cinder (not created here). Also home to the device card (tools/device_card.h). */
+int cvk_cache_dir(char *buf, size_t n);
+/* cvk_cache_dir() + /pipelines-<vendor>-<device>.bin. */
 int cvk_pcache_default_path(const cvk_device *d, char *buf, size_t n);
