@@ -245,9 +245,12 @@ static int read_measured(const json_t *o, const device_card *c, cvk_probe *m) {
 }
 
 int device_card_load(const char *path, device_card *c) {
+    struct stat st;
+    if (stat(path, &st)) return errno == ENOENT ? cd_fail("no cached card") : cd_fail("%s: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode) || st.st_size > (1 << 20)) return cd_fail("not a regular file under 1 MiB");
     json_error_t e;
     json_t *j = json_load_file(path, JSON_REJECT_DUPLICATES, &e);
-    if (!j) return errno == ENOENT ? cd_fail("no cached card") : cd_fail("not valid JSON: %s (line %d)", e.text, e.line);
+    if (!j) return cd_fail("not valid JSON: %s (line %d)", e.text, e.line);
     const char *fmt = json_string_value(json_object_get(j, "format"));
     json_t *ver = json_object_get(j, "version");
     cvk_probe m = {0};
