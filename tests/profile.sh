@@ -11,11 +11,18 @@ mkdir -p "$tmp"
 model=$tmp/tiny.gguf
 "$bin" mkmodel --preset tiny --seed 5 --out "$model" >/dev/null 2>&1
 
-"$bin" profile --model "$model" --context 5 --prompt-tokens 37 --gen 3 --batch 3 --peak-gbps 10 --json \
-  --trace "$tmp/trace.json" >"$tmp/report.json"
+"$bin" profile --model "$model" --context 5 --prompt-tokens 37 --gen 3 --batch 3 --peak-gbps 10 --peak-tflops 1 --json \
+  --trace "$tmp/trace.json" --plot "$tmp/ops.svg" >"$tmp/report.json"
+# bench --plot: a 3-request trace replayed with the cache on and off, TTFT per request
+printf '%s\n' '{"scenario": "plot", "kind": "tokens"}' \
+  '{"prompt_tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18], "max_tokens": 2}' \
+  '{"prompt_tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19], "max_tokens": 2}' \
+  '{"prompt_tokens": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 20], "max_tokens": 2}' >"$tmp/plot.jsonl"
+"$bin" bench --model "$model" --trace "$tmp/plot.jsonl" --plot "$tmp/ttft.svg" >"$tmp/bench_plot.txt"
 
-python3 - "$tmp/report.json" "$tmp/trace.json" <<'PY'
+python3 - "$tmp/report.json" "$tmp/trace.json" "$tmp/ops.svg" "$tmp/ttft.svg" <<'PY'
 import json, sys
+import xml.etree.ElementTree as ET
 rep = json.load(open(sys.argv[1]))
 trace = json.load(open(sys.argv[2]))
 ev = [e for e in trace["traceEvents"] if e["ph"] == "X"]
@@ -61,8 +68,33 @@ ideal = dec["bytes"] / dec["steps"] / 10e9 * 1e3
 check(abs(rep["roofline"]["ideal_ms"] - ideal) <= 1e-6 * ideal, "roofline = bytes per step / --peak-gbps")
 check(rep["roofline"]["achieved_ms"] > 0 and abs(rep["roofline"]["fraction"] - ideal / rep["roofline"]["achieved_ms"]) < 1e-6,
       "roofline fraction = ideal / achieved")
+svg = "{http://www.w3.org/2000/svg}"
+ops_svg = ET.parse(sys.argv[3]).getroot()
+n_ops = len(pre["ops"]) + len(dec["ops"])
+check(len(ops_svg.findall(svg + "rect")) == 1 + n_ops, f"--plot: one bar per op and phase ({n_ops})")
+check(any((t.text or "").startswith("decode output") for t in ops_svg.findall(svg + "text")), "--plot labels the ops")
+ttft = ET.parse(sys.argv[4]).getroot()
+check(len(ttft.findall(svg + "rect")) == 1 + 2 + 2 * 3, "bench --plot: two bars per request and a legend")
 sys.exit(1 if fail else 0)
 PY
+
+# Without peaks on the command line they come from the device card: measured on the first run
+# (into this test's own cache directory), read from the cache on the next; --device prints it.
+export CINDER_CACHE_DIR=$tmp/cache
+rm -rf "$CINDER_CACHE_DIR"
+for want in "device card, measured" "device card, cached"; do
+  "$bin" profile --model "$model" --prompt-tokens 8 --gen 1 --json >"$tmp/card_run.json"
+  python3 - "$tmp/card_run.json" "$want" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+ok = r["peak_source"] == sys.argv[2] and r["peak_gbps"] > 0 and r["peak_tflops"] > 0 and r["roofline"]["ideal_ms"] > 0
+print(("ok   " if ok else "FAIL ") + f"peaks from the {sys.argv[2]}: {r['peak_gbps']:.2f} GB/s, {r['peak_tflops']:.4f} TFLOP/s")
+sys.exit(0 if ok else 1)
+PY
+done
+"$bin" profile --device --json >"$tmp/card.json"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); sys.exit(0 if c['cached'] else 1)" "$tmp/card.json" \
+  && echo "ok   profile --device reads the cached card" || { echo "FAIL profile --device"; exit 1; }
 
 fails_with() { # expected stderr substring, command...
   local want=$1; shift
@@ -76,3 +108,5 @@ fails_with "exceed the model's context" "$bin" profile --model "$model" --contex
 fails_with "unknown option" "$bin" profile --model "$model" --bogus
 fails_with "--gen" "$bin" profile --model "$model" --gen
 fails_with "cannot open" "$bin" profile --model "$tmp/missing.gguf"
+fails_with "--plot goes with --trace or --scenario" "$bin" bench --model "$model" --plot "$tmp/x.svg"
+fails_with "cannot create" "$bin" profile --model "$model" --prompt-tokens 4 --gen 1 --peak-gbps 1 --peak-tflops 1 --plot "$tmp/no/such/dir.svg"

@@ -10,6 +10,7 @@
 #include "runtime/engine/engine.h"
 #include "tools/cli.h"
 #include "tools/reply_json.h"
+#include "tools/svg_plot.h"
 #include "tools/trace.h"
 
 /* ---- the replay ---- */
@@ -30,6 +31,7 @@ typedef struct replay {
     flight *fl;       /* [concurrency] */
     uint32_t n_fl;
     double wall_ms;
+    bool quiet;       /* nothing printed (the comparison run of --plot) */
 } replay;
 
 static json_t *request_json(const engine_reply *r) {
@@ -81,7 +83,7 @@ static int finish_line(replay *rp, const flight *f, engine_reply *r) {
         rc = tok_decode(tok, r->ids, r->eog ? r->n - 1 : r->n, &text) || conv_add(f->c, "assistant", text);
         free(text);
     }
-    if (!rp->o->json) {
+    if (!rp->o->json && !rp->quiet) {
         printf("%4zu %8u %8u %9u %6.1f%% %7llu %8u %10.1f %9.2f", f->no, r->prompt_tokens, r->cached_tokens,
                r->prefilled_tokens, r->prompt_tokens ? 100.0 * r->cached_tokens / r->prompt_tokens : 0,
                (unsigned long long)r->evicted_pages, r->restored_tokens, r->ttft_ms,
@@ -250,10 +252,19 @@ static int resolve(const bench_trace_opts *o, char *path, size_t cap, const char
     return 0;
 }
 
-int bench_trace(const bench_trace_opts *o, model *m) {
+/* TTFT of every request, in trace order (*ttft malloc'd, n_requests of them). */
+static int ttfts(const replay *rp, double **ttft, size_t *n) {
+    *n = json_array_size(rp->requests);
+    if (!(*ttft = calloc(*n ? *n : 1, sizeof **ttft))) return cd_fail("out of memory");
+    for (size_t i = 0; i < *n; i++) (*ttft)[i] = json_real_value(json_object_get(json_array_get(rp->requests, i), "ttft_ms"));
+    return 0;
+}
+
+/* One replay; with ttft set, the requests' TTFTs come back and nothing is printed when quiet. */
+static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double **ttft, size_t *n_ttft) {
     char path[4096];
     const char *name = "";
-    replay rp = {.o = o, .requests = json_array()};
+    replay rp = {.o = o, .requests = json_array(), .quiet = quiet};
     trace_sessions ss = {0};
     uint32_t concurrency = o->concurrency ? o->concurrency : 1;
     int rc = resolve(o, path, sizeof path, &name) || trace_load(path, &rp.t);
@@ -268,7 +279,7 @@ int bench_trace(const bench_trace_opts *o, model *m) {
         if (!(rp.fl = calloc(concurrency, sizeof *rp.fl))) rc = cd_fail("out of memory");
         rc = rc || engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
-    if (!rc && !o->json)
+    if (!rc && !o->json && !quiet)
         printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
                "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s%s\n",
                name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), rp.e.g.page_tokens,
@@ -278,13 +289,42 @@ int bench_trace(const bench_trace_opts *o, model *m) {
     double t0 = cli_now_ms();
     if (!rc) rc = run_trace(&rp, &ss, concurrency);
     rp.wall_ms = cli_now_ms() - t0;
-    if (!rc) report(&rp, name);
-    else cli_error("bench", "%s", cd_errmsg());
+    if (!rc && !quiet) report(&rp, name);
+    if (!rc && ttft) rc = ttfts(&rp, ttft, n_ttft);
+    if (rc) cli_error("bench", "%s", cd_errmsg());
     if (rp.dump && fclose(rp.dump) && !rc) rc = cli_error("bench", "%s: write failed", o->dump_prompts);
     trace_sessions_free(&ss);
     engine_free(&rp.e);
     free(rp.fl);
     trace_free(&rp.t);
     json_decref(rp.requests);
+    return rc;
+}
+
+int bench_trace(const bench_trace_opts *o, model *m) {
+    if (!o->plot) return replay_trace(o, m, false, NULL, NULL);
+    /* --plot: the replay as asked, then again with the prefix cache the other way, TTFT per request of both */
+    bench_trace_opts other = *o;
+    other.no_prefix_cache = !o->no_prefix_cache;
+    other.dump_prompts = NULL;
+    other.cache_dir = NULL; /* the comparison reads no disk tier the first run wrote */
+    double *a = NULL, *b = NULL;
+    size_t na = 0, nb = 0;
+    int rc = replay_trace(o, m, false, &a, &na);
+    if (!rc) {
+        if (!o->json) printf("plot: replaying again with the prefix cache %s\n", other.no_prefix_cache ? "off" : "on");
+        rc = replay_trace(&other, m, true, &b, &nb);
+    }
+    if (!rc) {
+        const double *on = o->no_prefix_cache ? b : a, *off = o->no_prefix_cache ? a : b;
+        svg_series s[2] = {{"prefix cache on", on}, {"prefix cache off", off}};
+        char title[256];
+        snprintf(title, sizeof title, "TTFT per request: %s (%s)", o->scenario ? o->scenario : o->trace, o->model);
+        rc = svg_grouped(o->plot, title, "request", " ms", na < nb ? na : nb, s, 2);
+        if (rc) rc = cli_error("bench", "%s", cd_errmsg());
+        else if (!o->json) printf("plot: %s\n", o->plot);
+    }
+    free(a);
+    free(b);
     return rc;
 }

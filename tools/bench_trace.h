@@ -18,6 +18,7 @@ typedef struct bench_trace_opts {
     uint32_t host_cache_mb;    /* host tier in MiB; 0 = none */
     const char *cache_dir;     /* disk tier directory; NULL = none */
     const char *dump_prompts;  /* write each request's max_tokens and prompt ids here (peer replays) */
+    const char *plot;          /* SVG of TTFT per request, prefix cache on and off (a second replay) */
     uint32_t concurrency;      /* requests in flight at once (0 = 1: one after the other) */
     bool no_prefix_cache, json;
 } bench_trace_opts;

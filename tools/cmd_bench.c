@@ -45,6 +45,7 @@ static void usage(FILE *out) {
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
             "                    [--dump-prompts FILE] [--host-cache-mb N] [--cache-dir DIR] [--concurrency N]\n"
+            "                    [--plot OUT.svg]\n"
             "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
             "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
             "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
@@ -58,6 +59,8 @@ static void usage(FILE *out) {
             "  \"disk\"). Neither goes with --no-prefix-cache. --concurrency N keeps up to N requests\n"
             "  in flight in the continuous-batching scheduler (trace order; a chat session's next\n"
             "  request after its previous reply); rows print as requests finish, JSON in trace order.\n"
+            "  --plot replays the trace a second time with the prefix cache the other way and writes\n"
+            "  an SVG chart of TTFT per request, cache on and off.\n"
             "\n"
             "usage: cinder bench [--model M] --agents N [--rounds R] [--system-tokens S] [--tool-tokens T]\n"
             "                    [--gen G] [--concurrency C] [--chunk-tokens K] [--no-prefix-cache]\n"
@@ -95,6 +98,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
+        else if (cli_value(argc, argv, &i, "--plot", &v)) o->trace.plot = v;
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->trace.cache_dir = v;
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
@@ -230,6 +234,10 @@ int cmd_bench(int argc, char **argv) {
         int rc = bench_agents(&o.agents, m);
         model_free(m);
         return rc;
+    }
+    if (o.trace.plot && !o.trace.trace && !o.trace.scenario) {
+        model_free(m);
+        return cli_error("bench", "--plot goes with --trace or --scenario (TTFT per request, cache on and off)");
     }
     int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, o.trace.cache_dir)
              : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)

@@ -7,12 +7,13 @@
 #include "runtime/base/error.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/device_card.h"
 #include "tools/profile_model.h"
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder profile [--model M] [--prompt-tokens P] [--gen D] [--context C] [--batch B]\n"
-            "                      [--trace OUT.json] [--json] [--seed S] [--device-index N]\n"
+            "                      [--trace OUT.json] [--plot OUT.svg] [--json] [--seed S] [--device-index N]\n"
             "                      [--peak-gbps X] [--peak-tflops Y]\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
             "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
@@ -21,18 +22,26 @@ static void usage(FILE *out) {
             "  the experts selected), GB/s, GFLOP/s and the fraction of the device's peak; time per\n"
             "  part (attention, moe, head) and per layer; the decode roofline (bytes per step over the\n"
             "  peak bandwidth vs the achieved step); the host side of a step; the timestamps' own\n"
-            "  overhead. --trace writes a Chrome/Perfetto trace (ui.perfetto.dev). --peak-gbps and\n"
-            "  --peak-tflops give the device's peaks (read bandwidth, fp32 FMA rate).\n");
+            "  overhead. --trace writes a Chrome/Perfetto trace (ui.perfetto.dev), --plot an SVG bar\n"
+            "  chart of each op's share of the GPU time. The peaks come from\n"
+            "  the device card (measured once per device and driver, then cached); --peak-gbps and\n"
+            "  --peak-tflops replace them (read bandwidth, fp32 FMA rate).\n"
+            "\n"
+            "usage: cinder profile --device [--json] [--refresh] [--peak-gbps X] [--peak-tflops Y]\n"
+            "                      [--device-index N]\n"
+            "  the device card: identity, limits, queues, heaps and measured bandwidth, transfer and\n"
+            "  arithmetic rates (docs/PROFILE.md); --refresh measures again instead of the cache.\n");
 }
 
 static int parse(int argc, char **argv, profile_opts *o) {
-    *o = (profile_opts){.prompt = 512, .gen = 16, .batch = 1, .seed = 1, .device = -1, .peak_source = "none"};
+    *o = (profile_opts){.prompt = 512, .gen = 16, .batch = 1, .seed = 1, .device = -1};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace = v;
+        else if (cli_value(argc, argv, &i, "--plot", &v)) o->plot = v;
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->gen)) return -1; }
         else if (cli_value(argc, argv, &i, "--context", &v)) { if (cli_u32("--context", v, &o->context)) return -1; }
@@ -43,7 +52,6 @@ static int parse(int argc, char **argv, profile_opts *o) {
             float f;
             if (cli_f32("--peak-gbps", v, &f)) return -1;
             o->peak_gbps = f;
-            o->peak_source = "--peak-gbps";
         } else if (cli_value(argc, argv, &i, "--peak-tflops", &v)) {
             float f;
             if (cli_f32("--peak-tflops", v, &f)) return -1;
@@ -56,6 +64,8 @@ static int parse(int argc, char **argv, profile_opts *o) {
 }
 
 int cmd_profile(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--device")) return device_card_cli(argc, argv);
     profile_opts o;
     if (parse(argc, argv, &o)) return 2;
     if (!o.model) {

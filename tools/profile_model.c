@@ -12,6 +12,8 @@
 #include "runtime/model/gpu_model.h"
 #include "runtime/vk/vk_ctx.h"
 #include "tools/cli.h"
+#include "tools/device_card.h"
+#include "tools/svg_plot.h"
 
 #define TRY(x) do { if (x) return -1; } while (0)
 #define TIMER_SPANS 32768u
@@ -449,6 +451,33 @@ static int write_trace(const prof *p, const char *path) {
     return rc;
 }
 
+/* ---- the plot: each phase's ops by share of its GPU time ---- */
+
+static int write_plot(const table tb[N_PHASES], const profile_opts *o, const char *device) {
+    enum { MAX = 2 * 96 };
+    const char *labels[MAX];
+    char names[MAX][48];
+    double v[MAX];
+    size_t n = 0;
+    for (int ph = 0; ph < N_PHASES; ph++) {
+        const table *t = &tb[ph];
+        bool used[96] = {0};
+        for (uint32_t j = 0; j < t->n; j++) { /* largest share first */
+            uint32_t best = UINT32_MAX;
+            for (uint32_t k = 0; k < t->n; k++)
+                if (!used[k] && (best == UINT32_MAX || t->r[k].ms > t->r[best].ms)) best = k;
+            used[best] = true;
+            snprintf(names[n], sizeof names[n], "%s %s", phase_name[ph], t->r[best].name);
+            labels[n] = names[n];
+            v[n++] = pct(t->r[best].ms, t->gpu_ms);
+        }
+    }
+    char title[256];
+    snprintf(title, sizeof title, "cinder profile: share of GPU time per op (%s, %s; prefill %u, decode batch %u)",
+             o->model, device, o->prompt, o->batch);
+    return svg_bars(o->plot, title, "%", labels, v, n);
+}
+
 /* ---- the whole run ---- */
 
 static int report(const prof *p, const profile_opts *o, const gpu_model *g, const char *device) {
@@ -472,12 +501,31 @@ static int report(const prof *p, const profile_opts *o, const gpu_model *g, cons
         print_summary(p, tb, o);
     }
     if (!rc && o->trace) rc = write_trace(p, o->trace);
+    if (!rc && o->plot) rc = write_plot(tb, o, device);
     free(tb);
     free(lm);
     return rc;
 }
 
-int profile_model(const profile_opts *o, const model *m) {
+/* The peaks not given on the command line, from the device card (cached, or measured now). */
+static int fill_peaks(profile_opts *o, cvk_ctx *vk) {
+    if (o->peak_gbps > 0 && o->peak_tflops > 0) {
+        o->peak_source = "--peak-gbps";
+        return 0;
+    }
+    device_card card;
+    TRY(device_card_get(vk, false, &card));
+    if (!o->json && !card.cached) fprintf(stderr, "profile: measured the device card (cached at %s)\n", card.cache_path);
+    if (o->peak_gbps > 0) o->peak_source = "--peak-gbps";
+    else {
+        o->peak_gbps = device_card_peak_gbps(&card);
+        o->peak_source = card.cached ? "device card, cached" : "device card, measured";
+    }
+    if (o->peak_tflops <= 0) o->peak_tflops = device_card_peak_tflops(&card, false);
+    return 0;
+}
+
+int profile_model(profile_opts *o, const model *m) {
     const model_config *c = &m->cfg;
     uint32_t len = o->context + o->prompt + o->gen;
     if (!o->prompt || !o->gen || !o->batch) return cli_error("profile", "--prompt-tokens, --gen and --batch must be >= 1");
@@ -502,6 +550,7 @@ int profile_model(const profile_opts *o, const model *m) {
     uint32_t pt = KV_PAGE_TOKENS_DEFAULT;
     gpu_model_opts go = {.n_ctx = len, .pool_tokens = o->batch * ((len + pt - 1) / pt) * pt, .max_seqs = o->batch,
                          .n_batch = o->prompt > o->batch ? (o->prompt < 512 ? o->prompt : 512) : o->batch};
+    if (!rc) rc = fill_peaks(o, vk);
     if (!rc) rc = gpu_model_init_opts(g, vk, m, &go);
     if (!rc) rc = cvk_timer_init(&t, &vk->dev, TIMER_SPANS) || gpu_model_set_timer(g, &t);
     if (!rc) rc = run_all(&r);

@@ -18,11 +18,13 @@ typedef struct profile_opts {
     uint32_t batch;       /* B: sequences per decode step */
     uint32_t seed;
     const char *trace;    /* Chrome trace JSON path, or NULL */
+    const char *plot;     /* SVG bar chart of each op's share, or NULL */
     bool json;
     int device;           /* -1: the default choice */
-    double peak_gbps;     /* the device's read bandwidth (0: unknown, no % of peak) */
-    double peak_tflops;   /* fp32 FMA rate */
-    const char *peak_source; /* where the peaks come from ("measured", "--peak-gbps", ...) */
+    double peak_gbps;     /* the device's read bandwidth; 0: the device card's */
+    double peak_tflops;   /* fp32 FMA rate; 0: the device card's */
+    const char *peak_source; /* set by profile_model: where the bandwidth peak came from */
 } profile_opts;
 
-int profile_model(const profile_opts *o, const model *m);
+/* Fills the peaks the user did not give from the device card (tools/device_card.h). */
+int profile_model(profile_opts *o, const model *m);

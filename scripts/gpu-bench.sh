@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One command for a machine with a real GPU (and nothing installed but what the repo's set-up
+# installs): set-up, release build, the model, then side by side on the same file
+#   cinder profile --device      the device card (bandwidth, transfers, FMA/int8 rates, limits)
+#   cinder profile               per-op time, bytes, FLOPs, roofline (+ a Perfetto trace)
+#   cinder bench                 pp/tg tok/s
+#   llama.cpp (node-llama-cpp)   its Vulkan build on the same file (scripts/bench_peer.sh)
+# and writes every table into one directory ($OUT if set, else gpu-bench-<date>/), ending with
+# summary.md (the ratios). On lavapipe try it with --preset small (the default is the real
+# model, qwen3-30b-a3b at q4_k_m: ~18 GB of disk and some minutes to write).
+#   scripts/gpu-bench.sh [--preset P[:QUANT]] [--layers N] [--pp N] [--tg N] [--repeat N]
+#                        [--profile-gen D] [--batch B]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preset) spec=${2:?}; preset=${spec%%:*}; [ "${spec#*:}" = "$spec" ] || quant=${spec#*:}; shift 2 ;;
+    --layers) layers=${2:?}; shift 2 ;;
+    --pp) pp=${2:?}; shift 2 ;;
+    --tg) tg=${2:?}; shift 2 ;;
+    --repeat) repeat=${2:?}; shift 2 ;;
+    --profile-gen) pgen=${2:?}; shift 2 ;;
+    --batch) batch=${2:?}; shift 2 ;;
+    *) usage ;;
+  esac
+done
+out=${OUT:-$root/gpu-bench-$(date -u +%Y%m%d-%H%M%S)}
+mkdir -p "$out"
+bash "$root/scripts/setup.sh"
+bash "$root/scripts/build.sh" release >/dev/null
+bin=$root/build/cinder
+mkdir -p "$root/models"
+model=$root/models/$preset-$quant${layers:+-l$layers}.gguf
+if [ ! -f "$model" ]; then
+  "$bin" mkmodel --preset "$preset" --quant "$quant" ${layers:+--layers "$layers"} --out "$model.tmp"
+  mv "$model.tmp" "$model"
+fi
+echo "== $(date -u +%FT%TZ) $model -> $out"
+{ uname -a; "$bin" info "$model" | head -n 20; } >"$out/machine.txt" 2>&1 || true
+
+run() { # name, command...: stdout to $out/name, stderr to $out/name.err, shown as it goes
+  local name=$1; shift
+  echo "== $name: $*"
+  "$@" 2>"$out/$name.err" | tee "$out/$name" || { echo "gpu-bench: $name failed (see $out/$name.err)" >&2; return 1; }
+}
+status=0
+run device.txt "$bin" profile --device || status=1
+run device.json "$bin" profile --device --json >/dev/null || status=1
+run profile.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" \
+  --trace "$out/profile.trace.json" || status=1
+run profile.json "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --json >/dev/null || status=1
+run bench.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat "$repeat" --json || status=1
+run peer.json bash "$root/scripts/bench_peer.sh" "$model" --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan-only || status=1
+
+python3 - "$out" "$model" "$pp" "$tg" >"$out/summary.md" <<'PY'
+import json, os, sys
+out, model, pp, tg = sys.argv[1:5]
+def load(name):  # one JSON document per file (pretty or not), or JSON lines
+    try:
+        text = open(os.path.join(out, name)).read()
+    except OSError:
+        return []
+    try:
+        return [json.loads(text)]
+    except ValueError:
+        return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+card, prof, bench, peer = load("device.json"), load("profile.json"), load("bench.json"), load("peer.json")
+print(f"# gpu-bench: {os.path.basename(model)}\n")
+if card:
+    c = card[0]
+    m, d = c.get("measured", {}), c.get("device", {})
+    print(f"device: {d.get('name', '?')}, driver {d.get('driver_name', '?')} {d.get('driver_info', '')}\n")
+    print("| figure | value |\n|---|---|")
+    for k, v in sorted(m.items()):
+        if k.endswith(("_gbps", "_gflops", "_gops")): print(f"| {k} | {v:.3f} |")
+if prof:
+    p = prof[0]; r = p["roofline"]
+    print(f"\ndecode roofline (batch {p['batch']}): {r['ideal_ms']:.3f} ms ideal at {p['peak_gbps']:.1f} GB/s "
+          f"({p['peak_source']}), {r['achieved_ms']:.3f} ms achieved: **{100 * r['fraction']:.1f}%**\n")
+    for phase in ("prefill", "decode"):
+        ops = sorted(p[phase]["ops"], key=lambda o: -o["total_ms"])[:8]
+        print(f"\n{phase}: top ops by time\n\n| op | kernel | share | GB/s | GFLOP/s |\n|---|---|---|---|---|")
+        for o in ops:
+            print(f"| {o['op']} | {o['kernel']} | {100 * o['share']:.1f}% | {o['gb_s']:.1f} | {o['gflop_s']:.1f} |")
+print(f"\n| engine | pp{pp} tok/s | tg{tg} tok/s | cinder / this (pp, tg) |\n|---|---|---|---|")
+if bench:
+    c = bench[0]
+    print(f"| cinder (Vulkan, {c['device']}) | {c['prefill_tok_s']:.2f} | {c['decode_tok_s']:.2f} | |")
+    for r in peer:
+        rp = c["prefill_tok_s"] / r["prefill_tok_s"] if r.get("prefill_tok_s") else float("nan")
+        rt = c["decode_tok_s"] / r["decode_tok_s"] if r.get("decode_tok_s") else float("nan")
+        print(f"| llama.cpp {r.get('backend', '?')} ({r.get('device', '?')}) | {r.get('prefill_tok_s', 0):.2f} | "
+              f"{r.get('decode_tok_s', 0):.2f} | {rp:.2f}x, {rt:.2f}x |")
+PY
+cat "$out/summary.md"
+exit $status
