@@ -78,6 +78,28 @@ check(len(ttft.findall(svg + "rect")) == 1 + 2 + 2 * 3, "bench --plot: two bars 
 sys.exit(1 if fail else 0)
 PY
 
+# A replay through the engine: every pass timed, each request's cache work and latencies
+"$bin" profile --model "$model" --trace-file "$tmp/plot.jsonl" --batch 2 --peak-gbps 10 --peak-tflops 1 --json \
+  --trace "$tmp/replay_trace.json" >"$tmp/replay.json"
+python3 - "$tmp/replay.json" "$tmp/replay_trace.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1])); t = json.load(open(sys.argv[2]))
+ev = [e for e in t["traceEvents"] if e["ph"] == "X"]
+reqs = sorted(r["requests"], key=lambda q: q["request"])
+fail = []
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok: fail.append(what)
+check([q["request"] for q in reqs] == [1, 2, 3], "replay: every request reported")
+check(reqs[0]["cached_tokens"] == 0 and all(16 <= q["cached_tokens"] <= 17 for q in reqs[1:]), "replay: the shared prefix (and a tail) is cached for requests 2 and 3")
+check(all(0 <= q["queued_ms"] and 0 <= q["acquire_ms"] <= q["ttft_ms"] <= q["e2e_ms"] for q in reqs), "replay: acquire within TTFT within e2e")
+passes = r["prefill"]["steps"] + r["decode"]["steps"]
+check(len([e for e in ev if e["tid"] == 1]) == passes and passes > 0, f"replay: a step slice per pass ({passes})")
+check(len([e for e in ev if e.get("cat") == "dispatch"]) == r["timestamps"]["dispatches"], "replay: one slice per dispatch")
+check(len([e for e in ev if e["tid"] == 5]) == 4 * 3, "replay: request, ttft, queued and acquire slices per request")
+sys.exit(1 if fail else 0)
+PY
+
 # Without peaks on the command line they come from the device card: measured on the first run
 # (into this test's own cache directory), read from the cache on the next; --device prints it.
 export CINDER_CACHE_DIR=$tmp/cache

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/engine/engine.h"
@@ -70,7 +71,7 @@ static void append_random(rng *r, agent *a, uint32_t n, uint32_t vocab) {
 static bool on_token(void *ctx, int32_t id) {
     (void)id;
     agent *a = ctx;
-    double t = cli_now_ms();
+    double t = cd_now_ms();
     if (a->last_token_ms > 0) push(&a->run->itl, t - a->last_token_ms); /* out of memory: a sample less */
     a->last_token_ms = t;
     return true;
@@ -142,7 +143,7 @@ static int setup(run *rn, const bench_agents_opts *o, model *m) {
 static int drive(run *rn, double *wall_ms) {
     const bench_agents_opts *o = rn->o;
     uint32_t c = o->concurrency ? o->concurrency : o->agents, done = 0;
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     while (done < o->agents) {
         uint32_t flying = 0;
         for (uint32_t k = 0; k < o->agents; k++) flying += rn->agents[k].in_flight;
@@ -162,7 +163,7 @@ static int drive(run *rn, double *wall_ms) {
             if (got && a->round == o->rounds) done++;
         }
     }
-    *wall_ms = cli_now_ms() - t0;
+    *wall_ms = cd_now_ms() - t0;
     return 0;
 }
 

@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/engine/engine.h"
@@ -91,7 +92,7 @@ static int disk_load_all(engine *e, const int32_t *ids, uint32_t n_chunks, doubl
     if (!pg || !h) { free(pg); free(h); return cd_fail("out of memory"); }
     uint64_t b0 = d->bytes_read, rej0 = d->rejected;
     uint32_t got = 0;
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     int rc = kv_disk_chain(d, ids, n_chunks, h);
     for (uint32_t c = 0; !rc && c < n_chunks; c++) {
         int r = kv_disk_read(d, ids + (size_t)c * d->chunk_tokens, c, c ? h[c - 1] : zero, h[c]);
@@ -105,7 +106,7 @@ static int disk_load_all(engine *e, const int32_t *ids, uint32_t n_chunks, doubl
         if (!rc) got += C;
         if (!rc) rc = kv_disk_upload(d, 0, pg + got - C, C);
     }
-    *ms = cli_now_ms() - t0;
+    *ms = cd_now_ms() - t0;
     *bytes = d->bytes_read - b0;
     for (uint32_t i = 0; i < got; i++) kv_page_release(&e->g.pages, pg[i]);
     free(pg);
@@ -119,10 +120,10 @@ static int disk_store_all(engine *e, const int32_t *ids, uint32_t n_chunks, doub
     uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc(((size_t)n_chunks + 1) * KV_DISK_HASH_BYTES);
     if (!h) return cd_fail("out of memory");
     uint64_t err0 = d->write_errors;
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     int rc = kv_disk_chain(d, ids, n_chunks, h);
     if (!rc) rc = kv_disk_store_chunks(d, ids, n_chunks, h, e->g.seq.pages);
-    *ms = cli_now_ms() - t0;
+    *ms = cd_now_ms() - t0;
     free(h);
     if (!rc && d->write_errors > err0) rc = cd_fail("restore bench: %s", d->last_msg);
     return rc;
@@ -147,19 +148,19 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
     for (uint32_t k = 0; !rc && k < repeat; k++) {
         kv_seq_free(&g->pages, &g->seq);
         kv_cache_clear(&e->cache); /* each round from empty tiers: the prefill never reclaims */
-        double t0 = cli_now_ms();
+        double t0 = cd_now_ms();
         if (gpu_prefill(g, ids, n, 0, false)) { rc = -1; break; }
-        rec[k] = cli_now_ms() - t0;
+        rec[k] = cd_now_ms() - t0;
         if (kv_cache_insert(&e->cache, NULL, ids, &g->seq, false)) { rc = -1; break; }
         double wms = 0;
         if (disk_store_all(e, ids, n_chunks, &wms)) { rc = -1; break; }
         if (k == 0) row->write_ms = wms; /* later rounds find the chunks known: nothing to write */
         kv_seq_free(&g->pages, &g->seq);
         /* the copies are asynchronous: time them to completion (kv_host_sync) */
-        t0 = cli_now_ms();
+        t0 = cd_now_ms();
         kv_cache_reclaim(&e->cache, g->pages.n_pages); /* everything cached goes to the host */
         if (kv_host_sync(&e->host)) { rc = -1; break; }
-        dem[k] = cli_now_ms() - t0;
+        dem[k] = cd_now_ms() - t0;
         radix_match m;
         if (kv_cache_match(&e->cache, NULL, ids, n, &m)) { rc = -1; break; }
         uint32_t want = n / g->page_tokens, taken = 0;
@@ -169,10 +170,10 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
             radix_release(&e->cache.tree, &m);
             break;
         }
-        t0 = cli_now_ms();
+        t0 = cd_now_ms();
         int got = kv_cache_restore(&e->cache, &m, &taken);
         if (got == 0 && kv_host_sync(&e->host)) got = -1;
-        res[k] = cli_now_ms() - t0;
+        res[k] = cd_now_ms() - t0;
         radix_release(&e->cache.tree, &m);
         if (got < 0) { rc = -1; break; }
         if (got > 0 || taken != want) { rc = cd_fail("restore bench: %u tokens: not restored", n); break; }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/engine/conversation.h"
 #include "runtime/engine/engine.h"
@@ -19,6 +20,7 @@
 typedef struct flight {
     size_t no;       /* trace line, from 1 */
     uint32_t handle;
+    double submit_ms; /* cd_now_ms() at submit (hooks) */
     conversation *c; /* chat traces: the session the reply joins */
 } flight;
 
@@ -69,6 +71,7 @@ static int submit_line(replay *rp, trace_sessions *ss, size_t no) {
     if (rc) return cd_fail_ctx("request %zu: ", no);
     f->no = no;
     f->c = c;
+    f->submit_ms = cd_now_ms();
     rp->n_fl++;
     return 0;
 }
@@ -93,6 +96,8 @@ static int finish_line(replay *rp, const flight *f, engine_reply *r) {
                    r->disk_read_ms, r->disk_write_ms);
         putchar('\n');
     }
+    const bench_trace_hooks *h = rp->o->hooks;
+    if (!rc && h && h->reply && h->reply(h->ctx, f->no, r, f->submit_ms)) rc = -1;
     json_t *rj = request_json(r);
     if (rp->e.disk_on) reply_json_disk(rj, r);
     json_array_set_new(rp->requests, f->no - 1, rj);
@@ -119,6 +124,8 @@ static int run_trace(replay *rp, trace_sessions *ss, uint32_t concurrency) {
         while (next <= n_lines && rp->n_fl < concurrency && may_start(rp, next))
             if (submit_line(rp, ss, next++)) return -1;
         if (engine_step(&rp->e, NULL)) return -1;
+        const bench_trace_hooks *h = rp->o->hooks;
+        if (h && h->step && h->step(h->ctx, &rp->e)) return -1;
         for (uint32_t k = 0; k < rp->n_fl;) {
             engine_reply r;
             int got = engine_poll(&rp->e, rp->fl[k].handle, &r);
@@ -264,7 +271,7 @@ static int ttfts(const replay *rp, double **ttft, size_t *n) {
 static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double **ttft, size_t *n_ttft) {
     char path[4096];
     const char *name = "";
-    replay rp = {.o = o, .requests = json_array(), .quiet = quiet};
+    replay rp = {.o = o, .requests = json_array(), .quiet = quiet || o->quiet};
     trace_sessions ss = {0};
     uint32_t concurrency = o->concurrency ? o->concurrency : 1;
     int rc = resolve(o, path, sizeof path, &name) || trace_load(path, &rp.t);
@@ -279,21 +286,23 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
         if (!(rp.fl = calloc(concurrency, sizeof *rp.fl))) rc = cd_fail("out of memory");
         rc = rc || engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
-    if (!rc && !o->json && !quiet)
+    if (!rc && o->hooks && o->hooks->start && o->hooks->start(o->hooks->ctx, &rp.e)) rc = -1;
+    if (!rc && !o->json && !rp.quiet)
         printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
                "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s%s\n",
                name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), rp.e.g.page_tokens,
                rp.e.g.pages.n_pages * rp.e.g.page_tokens, rp.e.cache_on ? "on" : "off", o->host_cache_mb,
                rp.e.disk_on ? " | disk tier " : "", rp.e.disk_on ? o->cache_dir : "",
                rp.e.disk_on ? "    disk chunks written  read ms write ms" : "");
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     if (!rc) rc = run_trace(&rp, &ss, concurrency);
-    rp.wall_ms = cli_now_ms() - t0;
-    if (!rc && !quiet) report(&rp, name);
+    rp.wall_ms = cd_now_ms() - t0;
+    if (!rc && !rp.quiet) report(&rp, name);
     if (!rc && ttft) rc = ttfts(&rp, ttft, n_ttft);
     if (rc) cli_error("bench", "%s", cd_errmsg());
     if (rp.dump && fclose(rp.dump) && !rc) rc = cli_error("bench", "%s: write failed", o->dump_prompts);
     trace_sessions_free(&ss);
+    if (o->hooks && o->hooks->finish) o->hooks->finish(o->hooks->ctx, &rp.e);
     engine_free(&rp.e);
     free(rp.fl);
     trace_free(&rp.t);

@@ -6,7 +6,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/engine/engine.h"
 #include "runtime/model/model.h"
+
+/* Observers of a replay (cinder profile --scenario): called with ctx; non-zero stops it. */
+typedef struct bench_trace_hooks {
+    void *ctx;
+    int (*start)(void *ctx, engine *e);                   /* engine ready, before the first request */
+    int (*step)(void *ctx, engine *e);                    /* after every engine_step */
+    int (*reply)(void *ctx, size_t no, const engine_reply *r, double submit_ms); /* a finished request */
+    void (*finish)(void *ctx, engine *e);                 /* before the engine goes, whatever happened */
+} bench_trace_hooks;
 
 typedef struct bench_trace_opts {
     const char *model;
@@ -21,6 +31,8 @@ typedef struct bench_trace_opts {
     const char *plot;          /* SVG of TTFT per request, prefix cache on and off (a second replay) */
     uint32_t concurrency;      /* requests in flight at once (0 = 1: one after the other) */
     bool no_prefix_cache, json;
+    bool quiet;                /* print nothing (a caller reports) */
+    const bench_trace_hooks *hooks; /* NULL: none */
 } bench_trace_opts;
 
 int bench_trace(const bench_trace_opts *o, model *m);

@@ -90,12 +90,6 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n) {
     return 0;
 }
 
-double cli_now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 int cli_error(const char *cmd, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

@@ -1,4 +1,5 @@
-/* Small helpers shared by the subcommands: option parsing, number parsing, timing. */
+/* Small helpers shared by the subcommands: option parsing, number parsing, medians, errors.
+ * (The clock is runtime/base/clock.h's cd_now_ms.) */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,7 +18,6 @@ int cli_f32(const char *opt, const char *s, float *out);
 /* "1,2,3" -> malloc'd ids. */
 int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
 
-double cli_now_ms(void);
 /* The median of v[0..n) (n >= 1); sorts v in place. */
 double cli_median(double *v, uint32_t n);
 /* Prints "cinder <cmd>: <message>" to stderr and returns 1 (the exit status). */

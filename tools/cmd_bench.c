@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/model/gpu_model.h"
@@ -143,13 +144,13 @@ static int parse(int argc, char **argv, bench_opts *o) {
 
 /* One prefill of ids from position 0, then n_gen greedy decode steps. */
 static int bench_once(gpu_model *g, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen, bench_run *out) {
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     if (gpu_prefill(g, ids, n_prompt, 0, true)) return -1;
-    double t1 = cli_now_ms();
+    double t1 = cd_now_ms();
     for (uint32_t i = 0; i < n_gen; i++)
         if (gpu_forward(g, gpu_model_next(g), n_prompt + i, true)) return -1;
     out->prefill_ms = t1 - t0;
-    out->decode_ms = cli_now_ms() - t1;
+    out->decode_ms = cd_now_ms() - t1;
     return 0;
 }
 
@@ -189,11 +190,11 @@ static int bench(const bench_opts *o, model *m) {
 
     int rc = 0;
     cvk_ctx_opts co = {.device = -1, .pipeline_cache = ""};
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     if (cvk_ctx_init(vk, &co)) { free(vk); vk = NULL; rc = -1; }
     gpu_model_opts go = {.n_ctx = n_ctx};
     if (!rc && gpu_model_init_opts(&g, vk, m, &go)) rc = -1;
-    double load_ms = cli_now_ms() - t0;
+    double load_ms = cd_now_ms() - t0;
     bench_run warm;
     uint32_t n_warm = o->n_prompt < 8 ? o->n_prompt : 8;
     if (!rc && bench_once(&g, ids, n_warm, o->n_gen ? 2 : 0, &warm)) rc = -1;

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/model/fingerprint.h"
 #include "runtime/model/model.h"
@@ -66,9 +67,9 @@ int cmd_info(int argc, char **argv) {
         path = cli_default_model();
     }
     model *m;
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     if (model_load(&m, path, (model_load_opts){0})) return cli_error("info", "%s", cd_errmsg());
-    double load_ms = cli_now_ms() - t0;
+    double load_ms = cd_now_ms() - t0;
     char fp[65];
     fp_hex(m->fingerprint, 32, fp);
     printf("file              %s\n", path);

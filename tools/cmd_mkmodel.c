@@ -3,6 +3,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/model/synth.h"
 #include "tools/cli.h"
@@ -87,9 +88,9 @@ int cmd_mkmodel(int argc, char **argv) {
                bytes / 1073741824.0);
         return 0;
     }
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     if (synth_write(&s, out, isatty(2) ? progress : NULL, NULL)) return cli_error("mkmodel", "%s", cd_errmsg());
     fprintf(stderr, "wrote %s (%s, %s, seed %llu) in %.1f s\n", out, preset, synth_quant_name(s.quant),
-            (unsigned long long)s.seed, (cli_now_ms() - t0) / 1e3);
+            (unsigned long long)s.seed, (cd_now_ms() - t0) / 1e3);
     return 0;
 }

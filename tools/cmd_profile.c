@@ -14,7 +14,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder profile [--model M] [--prompt-tokens P] [--gen D] [--context C] [--batch B]\n"
             "                      [--trace OUT.json] [--plot OUT.svg] [--json] [--seed S] [--device-index N]\n"
-            "                      [--peak-gbps X] [--peak-tflops Y]\n"
+            "                      [--peak-gbps X] [--peak-tflops Y] [--scenario NAME | --trace-file F]\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
             "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
             "  forward pass, with a GPU timestamp around every op, dispatch and copy. Prints per op:\n"
@@ -25,7 +25,10 @@ static void usage(FILE *out) {
             "  overhead. --trace writes a Chrome/Perfetto trace (ui.perfetto.dev), --plot an SVG bar\n"
             "  chart of each op's share of the GPU time. The peaks come from\n"
             "  the device card (measured once per device and driver, then cached); --peak-gbps and\n"
-            "  --peak-tflops replace them (read bandwidth, fp32 FMA rate).\n"
+            "  --peak-tflops replace them (read bandwidth, fp32 FMA rate). --scenario NAME (one of\n"
+            "  scripts/scenarios/) or --trace-file F replays those requests through the engine\n"
+            "  instead, B of them in flight (--batch), timing every pass, and adds per request its\n"
+            "  wait, its prefix-cache work (match, host restore, disk reads) and its TTFT.\n"
             "\n"
             "usage: cinder profile --device [--json] [--refresh] [--peak-gbps X] [--peak-tflops Y]\n"
             "                      [--device-index N]\n"
@@ -42,6 +45,8 @@ static int parse(int argc, char **argv, profile_opts *o) {
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace = v;
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->plot = v;
+        else if (cli_value(argc, argv, &i, "--scenario", &v)) o->scenario = v;
+        else if (cli_value(argc, argv, &i, "--trace-file", &v)) o->trace_file = v;
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->gen)) return -1; }
         else if (cli_value(argc, argv, &i, "--context", &v)) { if (cli_u32("--context", v, &o->context)) return -1; }
@@ -60,6 +65,7 @@ static int parse(int argc, char **argv, profile_opts *o) {
         if (!v) return cli_error("profile", "%s needs a value", argv[i]), -1;
     }
     if (o->peak_gbps < 0 || o->peak_tflops < 0) return cli_error("profile", "peaks must not be negative"), -1;
+    if (o->scenario && o->trace_file) return cli_error("profile", "--scenario and --trace-file: one or the other"), -1;
     return 0;
 }
 

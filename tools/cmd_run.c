@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
 #include "runtime/model/fingerprint.h"
@@ -187,20 +188,20 @@ static int generate(const run_opts *o, model *m, run_result *r) {
     r->text = malloc(cap);
     int rc = r->gen && r->text ? 0 : cli_error("run", "out of memory");
     tok_stream ts = {0};
-    double t0 = cli_now_ms();
+    double t0 = cd_now_ms();
     if (!rc && backend_prefill(&st, r->prompt, r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
-    r->prefill_ms = cli_now_ms() - t0;
+    r->prefill_ms = cd_now_ms() - t0;
     if (!rc && (o->logits_file || o->n_logits)) {
         const float *lg = backend_logits(&st);
         if (!lg) rc = cli_error("run", "%s", cd_errmsg());
         if (!rc && o->logits_file) rc = write_logits(o->logits_file, lg, m->cfg.n_vocab);
         if (!rc && o->n_logits) r->n_top = sampler_top_k(lg, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
     }
-    double t1 = cli_now_ms();
+    double t1 = cd_now_ms();
     for (uint32_t i = 0; !rc && i < n_gen; i++) {
         int32_t id = backend_next(&st);
         if (id < 0) { rc = cli_error("run", "%s", cd_errmsg()); break; }
-        if (i == 0) r->ttft_ms = cli_now_ms() - t0;
+        if (i == 0) r->ttft_ms = cd_now_ms() - t0;
         r->gen[r->n_gen++] = id;
         char piece[256];
         int n = tok_stream_push(m->tok, &ts, id, piece, sizeof piece);
@@ -213,7 +214,7 @@ static int generate(const run_opts *o, model *m, run_result *r) {
         if (!o->ignore_eos && tok_is_eog(m->tok, id)) { r->eog = true; break; }
         if (i + 1 < n_gen && backend_forward(&st, id, (uint32_t)(r->n_prompt + i))) rc = cli_error("run", "%s", cd_errmsg());
     }
-    r->decode_ms = cli_now_ms() - t1;
+    r->decode_ms = cd_now_ms() - t1;
     char tail[16]; /* an incomplete UTF-8 sequence left at the end comes out as U+FFFD */
     int n_tail = rc ? 0 : tok_stream_flush(&ts, tail, sizeof tail);
     if (n_tail > 0 && r->text) {

@@ -11,6 +11,7 @@
 #include "runtime/base/rng.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/vk/vk_ctx.h"
+#include "tools/bench_trace.h"
 #include "tools/cli.h"
 #include "tools/device_card.h"
 #include "tools/svg_plot.h"
@@ -47,6 +48,8 @@ typedef struct prof {
     uint64_t dispatches, copies, dropped; /* as the timer counted them, over all steps */
     double origin_ms;                     /* host clock at the start */
     cvk_timing *read;                     /* TIMER_SPANS: one recording's spans */
+    const char *replay;                   /* the trace or scenario replayed, NULL: prefill + decode */
+    json_t *requests;                     /* replay: per request, its cache work and latencies */
     double untimed_ms[N_PHASES];          /* the same work without timestamps, wall, per step */
     uint32_t untimed_steps[N_PHASES];
 } prof;
@@ -255,6 +258,7 @@ static void tabulate(const prof *p, uint8_t phase, uint32_t n_layer, table *tb) 
 }
 
 static double pct(double part, double whole) { return whole > 0 ? 100 * part / whole : 0; }
+static double per(double x, uint32_t steps) { return steps ? x / steps : 0; }
 
 static void print_table(const table *tb, const char *what, const profile_opts *o, uint32_t n_layer) {
     printf("\n%s: %u step%s, %u tokens, %.3f ms of GPU time per step (%.3f ms wall)\n", what, tb->steps,
@@ -313,7 +317,7 @@ static void print_summary(const prof *p, const table tb[N_PHASES], const profile
     double step = d->steps ? d->gpu_ms / d->steps : 0, ideal = roofline_ms(d, o);
     gpu_host_times h;
     host_means(p, &h);
-    printf("\ndecode roofline (batch %u): %.2f MB per step", o->batch, d->steps ? d->bytes / 1e6 / d->steps : 0);
+    printf("\ndecode roofline (batch %.3g): %.2f MB per step", per(d->tokens, d->steps), per(d->bytes / 1e6, d->steps));
     if (ideal > 0)
         printf(" / %.1f GB/s (%s) = %.3f ms; achieved %.3f ms GPU: %.1f%% of the roofline\n", o->peak_gbps,
                o->peak_source, ideal, step, pct(ideal, step));
@@ -321,10 +325,28 @@ static void print_summary(const prof *p, const table tb[N_PHASES], const profile
         printf("; no peak bandwidth known (cinder profile --device, or --peak-gbps)\n");
     printf("decode host side per step: record %.3f ms, submit %.3f ms, wait %.3f ms, read-back %.3f ms (GPU %.3f ms)\n",
            h.record_ms, h.submit_ms, h.wait_ms, h.read_ms, step);
-    printf("timestamps: %llu dispatches and %llu copies timed%s; overhead vs the same steps untimed: prefill %+.1f%%, "
-           "decode %+.1f%% (wall)\n",
-           (unsigned long long)p->dispatches, (unsigned long long)p->copies, p->dropped ? " (some spans dropped)" : "",
-           overhead_pct(p, &tb[PREFILL], PREFILL), overhead_pct(p, d, DECODE));
+    printf("timestamps: %llu dispatches and %llu copies timed%s", (unsigned long long)p->dispatches,
+           (unsigned long long)p->copies, p->dropped ? " (some spans dropped)" : "");
+    if (p->replay) printf(" (a replay runs once: its overhead is not measured)\n");
+    else
+        printf("; overhead vs the same steps untimed: prefill %+.1f%%, decode %+.1f%% (wall)\n",
+               overhead_pct(p, &tb[PREFILL], PREFILL), overhead_pct(p, d, DECODE));
+}
+
+static void print_requests(json_t *reqs) {
+    printf("\nrequests (host side; the cache's work is part of the TTFT)\n"
+           "     #   prompt   cached  queued ms  acquire ms  restore ms  disk read ms  disk write ms    TTFT ms     e2e ms\n");
+    size_t i;
+    json_t *r;
+    json_array_foreach(reqs, i, r) {
+#define F(k) json_real_value(json_object_get(r, k))
+#define I(k) (long long)json_integer_value(json_object_get(r, k))
+        printf("  %4lld %8lld %8lld %10.3f %11.3f %11.3f %13.3f %14.3f %10.2f %10.2f\n", I("request"), I("prompt_tokens"),
+               I("cached_tokens"), F("queued_ms"), F("acquire_ms"), F("restore_ms"), F("disk_read_ms"), F("disk_write_ms"),
+               F("ttft_ms"), F("e2e_ms"));
+#undef F
+#undef I
+    }
 }
 
 static json_t *table_json(const table *tb, const profile_opts *o, uint32_t n_layer) {
@@ -339,12 +361,12 @@ static json_t *table_json(const table *tb, const profile_opts *o, uint32_t n_lay
                                               "gflop_s", gfs, "bw_frac", o->peak_gbps > 0 ? gbs / o->peak_gbps : 0,
                                               "flop_frac", o->peak_tflops > 0 ? gfs / (o->peak_tflops * 1e3) : 0));
     }
-    for (uint32_t l = 0; l < n_layer; l++) json_array_append_new(layers, json_real(tb->layer_ms[l] / tb->steps));
+    for (uint32_t l = 0; l < n_layer; l++) json_array_append_new(layers, json_real(per(tb->layer_ms[l], tb->steps)));
     for (int i = 0; i < 5; i++)
-        if (tb->part_ms[i] > 0) json_object_set_new(by_part, parts[i], json_real(tb->part_ms[i] / tb->steps));
+        if (tb->part_ms[i] > 0) json_object_set_new(by_part, parts[i], json_real(per(tb->part_ms[i], tb->steps)));
     return json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:o, s:o, s:o}", "steps", (json_int_t)tb->steps, "tokens",
-                     (json_int_t)tb->tokens, "gpu_ms_per_step", tb->gpu_ms / tb->steps, "wall_ms_per_step",
-                     tb->wall_ms / tb->steps, "busy_fraction", tb->gpu_ms > 0 ? tb->busy_ms / tb->gpu_ms : 0, "bytes", (json_int_t)tb->bytes, "flops", (json_int_t)tb->flops, "ops",
+                     (json_int_t)tb->tokens, "gpu_ms_per_step", per(tb->gpu_ms, tb->steps), "wall_ms_per_step",
+                     per(tb->wall_ms, tb->steps), "busy_fraction", tb->gpu_ms > 0 ? tb->busy_ms / tb->gpu_ms : 0, "bytes", (json_int_t)tb->bytes, "flops", (json_int_t)tb->flops, "ops",
                      rows, "part_ms_per_step", by_part, "layer_ms_per_step", layers);
 }
 
@@ -365,6 +387,8 @@ static int print_json(const prof *p, const table tb[N_PHASES], const profile_opt
         h.wait_ms, "read", h.read_ms, "timestamps", "dispatches", (json_int_t)p->dispatches, "copies",
         (json_int_t)p->copies, "dropped", (json_int_t)p->dropped, "overhead_prefill_pct",
         overhead_pct(p, &tb[PREFILL], PREFILL), "overhead_decode_pct", overhead_pct(p, d, DECODE));
+    if (j && p->requests) json_object_set(j, "requests", p->requests);
+    if (j && p->replay) json_object_set_new(j, "replay", json_string(p->replay));
     if (!j) return cd_fail("profile: building the JSON report failed");
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
     json_decref(j);
@@ -376,7 +400,7 @@ static int print_json(const prof *p, const table tb[N_PHASES], const profile_opt
 
 /* ---- the trace (Chrome trace-event JSON: ui.perfetto.dev, chrome://tracing) ---- */
 
-enum { TID_STEP = 1, TID_GPU = 2, TID_COPY = 3, TID_HOST = 4 };
+enum { TID_STEP = 1, TID_GPU = 2, TID_COPY = 3, TID_HOST = 4, TID_REQ = 5 };
 
 static json_t *slice(const char *name, int tid, double ts_us, double dur_us) {
     return json_pack("{s:s, s:s, s:i, s:i, s:f, s:f}", "name", name, "ph", "X", "pid", 1, "tid", tid, "ts", ts_us,
@@ -421,6 +445,30 @@ static int add_step_slices(json_t *ev, const prof *p) {
     return 0;
 }
 
+/* Replays: each request from submit to its last token, with its wait, its cache work (match,
+ * host restore, disk chunks) and its time to the first token inside. */
+static void add_request_slices(json_t *ev, const prof *p) {
+    json_array_append_new(ev, thread_name(TID_REQ, "requests (host: queued, cache acquire, TTFT)"));
+    size_t i;
+    json_t *r;
+    json_array_foreach(p->requests, i, r) {
+        double at = (json_real_value(json_object_get(r, "submit_ms")) - p->origin_ms) * 1e3;
+        double q = json_real_value(json_object_get(r, "queued_ms")) * 1e3;
+        double a = json_real_value(json_object_get(r, "acquire_ms")) * 1e3;
+        char name[96];
+        snprintf(name, sizeof name, "request %lld (%lld prompt, %lld cached)",
+                 (long long)json_integer_value(json_object_get(r, "request")),
+                 (long long)json_integer_value(json_object_get(r, "prompt_tokens")),
+                 (long long)json_integer_value(json_object_get(r, "cached_tokens")));
+        json_t *whole = slice(name, TID_REQ, at, json_real_value(json_object_get(r, "e2e_ms")) * 1e3);
+        json_object_set_new(whole, "args", json_deep_copy(r));
+        json_array_append_new(ev, whole);
+        json_array_append_new(ev, slice("ttft", TID_REQ, at, json_real_value(json_object_get(r, "ttft_ms")) * 1e3));
+        json_array_append_new(ev, slice("queued", TID_REQ, at, q));
+        json_array_append_new(ev, slice("cache acquire (match, restore, disk)", TID_REQ, at + q, a));
+    }
+}
+
 static int write_trace(const prof *p, const char *path) {
     json_t *ev = json_array();
     json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M", "pid", 1, "args",
@@ -430,6 +478,7 @@ static int write_trace(const prof *p, const char *path) {
     json_array_append_new(ev, thread_name(TID_COPY, "GPU copies"));
     json_array_append_new(ev, thread_name(TID_HOST, "CPU (record, submit, wait, read-back)"));
     add_step_slices(ev, p);
+    if (p->requests) add_request_slices(ev, p);
     for (size_t i = 0; i < p->n; i++) {
         const span *s = &p->s[i];
         char name[96];
@@ -480,8 +529,8 @@ static int write_plot(const table tb[N_PHASES], const profile_opts *o, const cha
 
 /* ---- the whole run ---- */
 
-static int report(const prof *p, const profile_opts *o, const gpu_model *g, const char *device) {
-    uint32_t L = g->m->cfg.n_layer;
+static int report(const prof *p, const profile_opts *o, const model_config *cf, const char *device) {
+    uint32_t L = cf->n_layer;
     table *tb = calloc(N_PHASES, sizeof *tb);
     double *lm = calloc(2 * (size_t)L + 2, sizeof *lm);
     if (!tb || !lm) { free(tb); free(lm); return cd_fail("out of memory (profile)"); }
@@ -492,13 +541,18 @@ static int report(const prof *p, const profile_opts *o, const gpu_model *g, cons
     }
     if (o->json) rc = print_json(p, tb, o, device, L);
     else {
-        printf("model   %s (%u layers, %u experts, %u used)\ndevice  %s\n", o->model, L, g->m->cfg.n_expert,
-               g->m->cfg.n_expert_used, device);
-        printf("run     prefill %u tokens after %u of context; %u decode steps of batch %u\n", o->prompt, o->context,
-               o->gen, o->batch);
-        print_table(&tb[PREFILL], "prefill", o, L);
-        print_table(&tb[DECODE], "decode", o, L);
+        printf("model   %s (%u layers, %u experts, %u used)\ndevice  %s\n", o->model, L, cf->n_expert,
+               cf->n_expert_used, device);
+        if (p->replay)
+            printf("run     the requests of %s through the engine (passes with prompt tokens: \"prefill\", "
+                   "decode-only passes: \"decode\")\n", p->replay);
+        else
+            printf("run     prefill %u tokens after %u of context; %u decode steps of batch %u\n", o->prompt,
+                   o->context, o->gen, o->batch);
+        if (tb[PREFILL].steps) print_table(&tb[PREFILL], "prefill", o, L);
+        if (tb[DECODE].steps) print_table(&tb[DECODE], "decode", o, L);
         print_summary(p, tb, o);
+        if (p->requests) print_requests(p->requests);
     }
     if (!rc && o->trace) rc = write_trace(p, o->trace);
     if (!rc && o->plot) rc = write_plot(tb, o, device);
@@ -525,7 +579,71 @@ static int fill_peaks(profile_opts *o, cvk_ctx *vk) {
     return 0;
 }
 
+/* ---- replaying a trace through the engine (--scenario / --trace-file) ---- */
+
+typedef struct replay_prof {
+    profile_opts *o;
+    prof p;
+    cvk_timer t;
+    bool timer_up;
+    double last_submit; /* the pass last collected (a step without a pass leaves it) */
+    char device[256];
+} replay_prof;
+
+static int rp_start(void *ctx, engine *e) {
+    replay_prof *r = ctx;
+    snprintf(r->device, sizeof r->device, "%s", e->vk->dev.info.props.deviceName);
+    TRY(fill_peaks(r->o, e->vk) || cvk_timer_init(&r->t, &e->vk->dev, TIMER_SPANS));
+    r->timer_up = true;
+    return cvk_timer_enable(&r->t, true) || gpu_model_set_timer(&e->g, &r->t);
+}
+
+static int rp_step(void *ctx, engine *e) {
+    replay_prof *r = ctx;
+    const gpu_host_times *h = &e->g.host;
+    if (h->submit_at_ms == r->last_submit) return 0;
+    r->last_submit = h->submit_at_ms;
+    uint8_t phase = h->tokens == h->n_out ? DECODE : PREFILL;
+    return collect(&r->p, &r->t, &e->g, phase, h->tokens, h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
+}
+
+static int rp_reply(void *ctx, size_t no, const engine_reply *q, double submit_ms) {
+    replay_prof *r = ctx;
+    json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "request", (json_int_t)no,
+                          "prompt_tokens", (json_int_t)q->prompt_tokens, "cached_tokens", (json_int_t)q->cached_tokens,
+                          "submit_ms", submit_ms, "queued_ms", q->queued_ms, "acquire_ms", q->acquire_ms, "restore_ms",
+                          q->restore_ms, "disk_read_ms", q->disk_read_ms, "disk_write_ms", q->disk_write_ms, "ttft_ms",
+                          q->ttft_ms, "e2e_ms", q->ttft_ms + q->decode_ms);
+    return j ? json_array_append_new(r->p.requests, j) : cd_fail("out of memory (profile)");
+}
+
+static void rp_finish(void *ctx, engine *e) {
+    replay_prof *r = ctx;
+    if (!r->timer_up) return;
+    gpu_model_set_timer(&e->g, NULL);
+    cvk_timer_free(&r->t);
+    r->timer_up = false;
+}
+
+static int profile_replay(profile_opts *o, const model *m) {
+    replay_prof r = {.o = o, .last_submit = -1};
+    r.p = (prof){.origin_ms = cd_now_ms(), .read = malloc(TIMER_SPANS * sizeof(cvk_timing)), .requests = json_array(),
+                 .replay = o->scenario ? o->scenario : o->trace_file};
+    bench_trace_hooks hooks = {.ctx = &r, .start = rp_start, .step = rp_step, .reply = rp_reply, .finish = rp_finish};
+    bench_trace_opts bo = {.model = o->model, .trace = o->trace_file, .scenario = o->scenario, .concurrency = o->batch,
+                           .quiet = true, .hooks = &hooks};
+    int rc = r.p.read && r.p.requests ? 0 : cli_error("profile", "out of memory");
+    if (!rc) rc = bench_trace(&bo, (model *)m) ? 1 : 0; /* reports its own errors */
+    if (!rc && report(&r.p, o, &m->cfg, r.device)) rc = cli_error("profile", "%s", cd_errmsg());
+    free(r.p.read);
+    free(r.p.s);
+    free(r.p.steps);
+    json_decref(r.p.requests);
+    return rc;
+}
+
 int profile_model(profile_opts *o, const model *m) {
+    if (o->scenario || o->trace_file) return profile_replay(o, m);
     const model_config *c = &m->cfg;
     uint32_t len = o->context + o->prompt + o->gen;
     if (!o->prompt || !o->gen || !o->batch) return cli_error("profile", "--prompt-tokens, --gen and --batch must be >= 1");
@@ -554,7 +672,7 @@ int profile_model(profile_opts *o, const model *m) {
     if (!rc) rc = gpu_model_init_opts(g, vk, m, &go);
     if (!rc) rc = cvk_timer_init(&t, &vk->dev, TIMER_SPANS) || gpu_model_set_timer(g, &t);
     if (!rc) rc = run_all(&r);
-    if (!rc) rc = report(&p, o, g, vk->dev.info.props.deviceName);
+    if (!rc) rc = report(&p, o, &m->cfg, vk->dev.info.props.deviceName);
     if (rc) cli_error("profile", "%s", cd_errmsg());
     for (uint32_t i = 0; r.seqs && g->m && i < o->batch; i++) kv_seq_free(&g->pages, &r.seqs[i]);
     if (g) gpu_model_free(g);

@@ -3,7 +3,10 @@
  * op, dispatch and copy, and each op's bytes and FLOPs from its shapes (step_cost.h). Prints
  * per-kernel and per-phase tables, the decode roofline against the device's peak bandwidth,
  * the host side of each step and the timestamps' own overhead; --trace writes the spans as a
- * Chrome/Perfetto trace. docs/PROFILE.md explains every column. */
+ * Chrome/Perfetto trace. With a scenario or trace file it replays those requests through the
+ * engine instead (batch = requests in flight), timing every pass, and adds each request's
+ * cache work (match, host restore, disk reads) and latencies. docs/PROFILE.md explains every
+ * column. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -19,6 +22,8 @@ typedef struct profile_opts {
     uint32_t seed;
     const char *trace;    /* Chrome trace JSON path, or NULL */
     const char *plot;     /* SVG bar chart of each op's share, or NULL */
+    const char *scenario; /* replay scripts/scenarios/NAME.jsonl through the engine instead */
+    const char *trace_file; /* or this trace file (scripts/scenarios/README.md's format) */
     bool json;
     int device;           /* -1: the default choice */
     double peak_gbps;     /* the device's read bandwidth; 0: the device card's */

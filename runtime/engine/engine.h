@@ -142,6 +142,9 @@ typedef struct engine_reply {
     uint64_t disk_bytes_read, disk_bytes_written;
     double disk_read_ms;       /* read + validate + upload (part of the TTFT) */
     double disk_write_ms;      /* write-through after the reply */
+    double queued_ms;          /* submit to the first admission (waiting for a row, pages or a prefill) */
+    double acquire_ms;         /* the first admission's kv_cache_acquire: match + host restore + disk
+                                * chunks + attach (profiles; restore_ms and disk_read_ms are inside) */
     double ttft_ms;            /* submit to the first token chosen */
     double decode_ms;          /* first token to the last */
     double itl_ms_max;         /* the longest gap between two tokens */

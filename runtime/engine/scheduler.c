@@ -265,6 +265,7 @@ static uint32_t free_row(const engine *e) {
 static int admit_one(engine *e, engine_req *q) {
     kv_cache_hit hit = {0};
     uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
+    double t0 = cd_now_ms();
     if (e->cache_on && kv_cache_acquire(&e->cache, q->ns, q->all, q->n_all, &q->seq, &q->m, &hit)) {
         kv_seq_free(&e->g.pages, &q->seq);
         kv_cache_release(&e->cache, &q->m);
@@ -282,6 +283,8 @@ static int admit_one(engine *e, engine_req *q) {
     if (!q->reply.preempted) { /* the first admission is the request's cache hit */
         engine_reply *r = &q->reply;
         r->cached_tokens = cached;
+        r->queued_ms = t0 - q->t_submit;
+        r->acquire_ms = cd_now_ms() - t0;
         r->restored_tokens = hit.restored_tokens;
         r->restored_pages = hit.restored_pages;
         r->restore_ms = hit.restore_ms;

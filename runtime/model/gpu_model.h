@@ -74,6 +74,7 @@ typedef struct gpu_weights {
 /* Where a batch forward's host time goes (cinder profile shows a host bottleneck with it):
  * recording the command buffer, submitting it, waiting for the GPU, reading the ids back. */
 typedef struct gpu_host_times {
+    uint32_t tokens, n_out;          /* the pass: tokens in it, logits rows wanted */
     double record_ms, submit_ms, wait_ms, read_ms;
     double submit_at_ms;             /* cd_now_ms() when the submit began */
 } gpu_host_times;

@@ -500,7 +500,7 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     double t3 = cd_now_ms();
     const int32_t *ids = cvk_buffer_host_ptr(&g->bout_id, 0);
     for (uint32_t j = 0; j < b->n_out; j++) next[j] = ids[j];
-    *h = (gpu_host_times){.record_ms = t1 - t0, .submit_ms = t2 - t1, .wait_ms = t3 - t2,
+    *h = (gpu_host_times){.tokens = b->n, .n_out = b->n_out, .record_ms = t1 - t0, .submit_ms = t2 - t1, .wait_ms = t3 - t2,
                           .read_ms = cd_now_ms() - t3, .submit_at_ms = t1};
     return 0;
 }
