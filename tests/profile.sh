@@ -96,7 +96,7 @@ check(all(0 <= q["queued_ms"] and 0 <= q["acquire_ms"] <= q["ttft_ms"] <= q["e2e
 passes = r["prefill"]["steps"] + r["decode"]["steps"]
 check(len([e for e in ev if e["tid"] == 1]) == passes and passes > 0, f"replay: a step slice per pass ({passes})")
 check(len([e for e in ev if e.get("cat") == "dispatch"]) == r["timestamps"]["dispatches"], "replay: one slice per dispatch")
-check(len([e for e in ev if e["tid"] == 5]) == 4 * 3, "replay: request, ttft, queued and acquire slices per request")
+check(len([e for e in ev if e["tid"] == 5]) == 4 * 3 and len([e for e in ev if e["name"] == "tokenize"]) == 3, "replay: request, ttft, queued, acquire and tokenize slices per request")
 sys.exit(1 if fail else 0)
 PY
 

@@ -21,6 +21,7 @@ typedef struct flight {
     size_t no;       /* trace line, from 1 */
     uint32_t handle;
     double submit_ms; /* cd_now_ms() at submit (hooks) */
+    double prepare_ms; /* rendering and tokenizing its prompt before that */
     conversation *c; /* chat traces: the session the reply joins */
 } flight;
 
@@ -50,6 +51,7 @@ static json_t *request_json(const engine_reply *r) {
 
 /* Renders / reads trace line `no`, submits it, and puts it in flight. */
 static int submit_line(replay *rp, trace_sessions *ss, size_t no) {
+    double t0 = cd_now_ms();
     const json_t *req = json_array_get(rp->t.lines, no - 1);
     const tokenizer *tok = rp->e.m->tok;
     uint32_t max_tokens;
@@ -66,12 +68,14 @@ static int submit_line(replay *rp, trace_sessions *ss, size_t no) {
     }
     engine_request rq = {.ids = ids, .n = n > UINT32_MAX ? UINT32_MAX : (uint32_t)n, .max_tokens = max_tokens};
     flight *f = &rp->fl[rp->n_fl];
+    double t1 = cd_now_ms();
     int rc = engine_submit(&rp->e, &rq, &f->handle);
     free(ids);
     if (rc) return cd_fail_ctx("request %zu: ", no);
     f->no = no;
     f->c = c;
-    f->submit_ms = cd_now_ms();
+    f->submit_ms = t1;
+    f->prepare_ms = t1 - t0;
     rp->n_fl++;
     return 0;
 }
@@ -97,7 +101,7 @@ static int finish_line(replay *rp, const flight *f, engine_reply *r) {
         putchar('\n');
     }
     const bench_trace_hooks *h = rp->o->hooks;
-    if (!rc && h && h->reply && h->reply(h->ctx, f->no, r, f->submit_ms)) rc = -1;
+    if (!rc && h && h->reply && h->reply(h->ctx, f->no, r, f->submit_ms, f->prepare_ms)) rc = -1;
     json_t *rj = request_json(r);
     if (rp->e.disk_on) reply_json_disk(rj, r);
     json_array_set_new(rp->requests, f->no - 1, rj);

@@ -14,7 +14,8 @@ typedef struct bench_trace_hooks {
     void *ctx;
     int (*start)(void *ctx, engine *e);                   /* engine ready, before the first request */
     int (*step)(void *ctx, engine *e);                    /* after every engine_step */
-    int (*reply)(void *ctx, size_t no, const engine_reply *r, double submit_ms); /* a finished request */
+    /* a finished request: submitted at submit_ms (cd_now_ms) after prepare_ms of rendering and tokenizing */
+    int (*reply)(void *ctx, size_t no, const engine_reply *r, double submit_ms, double prepare_ms);
     void (*finish)(void *ctx, engine *e);                 /* before the engine goes, whatever happened */
 } bench_trace_hooks;
 

@@ -335,14 +335,14 @@ static void print_summary(const prof *p, const table tb[N_PHASES], const profile
 
 static void print_requests(json_t *reqs) {
     printf("\nrequests (host side; the cache's work is part of the TTFT)\n"
-           "     #   prompt   cached  queued ms  acquire ms  restore ms  disk read ms  disk write ms    TTFT ms     e2e ms\n");
+           "     #   prompt   cached tokenize ms  queued ms  acquire ms  restore ms  disk read ms  disk write ms    TTFT ms     e2e ms\n");
     size_t i;
     json_t *r;
     json_array_foreach(reqs, i, r) {
 #define F(k) json_real_value(json_object_get(r, k))
 #define I(k) (long long)json_integer_value(json_object_get(r, k))
-        printf("  %4lld %8lld %8lld %10.3f %11.3f %11.3f %13.3f %14.3f %10.2f %10.2f\n", I("request"), I("prompt_tokens"),
-               I("cached_tokens"), F("queued_ms"), F("acquire_ms"), F("restore_ms"), F("disk_read_ms"), F("disk_write_ms"),
+        printf("  %4lld %8lld %8lld %11.3f %10.3f %11.3f %11.3f %13.3f %14.3f %10.2f %10.2f\n", I("request"),
+               I("prompt_tokens"), I("cached_tokens"), F("tokenize_ms"), F("queued_ms"), F("acquire_ms"), F("restore_ms"), F("disk_read_ms"), F("disk_write_ms"),
                F("ttft_ms"), F("e2e_ms"));
 #undef F
 #undef I
@@ -463,6 +463,8 @@ static void add_request_slices(json_t *ev, const prof *p) {
         json_t *whole = slice(name, TID_REQ, at, json_real_value(json_object_get(r, "e2e_ms")) * 1e3);
         json_object_set_new(whole, "args", json_deep_copy(r));
         json_array_append_new(ev, whole);
+        double tok = json_real_value(json_object_get(r, "tokenize_ms")) * 1e3;
+        json_array_append_new(ev, slice("tokenize", TID_HOST, at - tok, tok));
         json_array_append_new(ev, slice("ttft", TID_REQ, at, json_real_value(json_object_get(r, "ttft_ms")) * 1e3));
         json_array_append_new(ev, slice("queued", TID_REQ, at, q));
         json_array_append_new(ev, slice("cache acquire (match, restore, disk)", TID_REQ, at + q, a));
@@ -607,11 +609,11 @@ static int rp_step(void *ctx, engine *e) {
     return collect(&r->p, &r->t, &e->g, phase, h->tokens, h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
 }
 
-static int rp_reply(void *ctx, size_t no, const engine_reply *q, double submit_ms) {
+static int rp_reply(void *ctx, size_t no, const engine_reply *q, double submit_ms, double prepare_ms) {
     replay_prof *r = ctx;
-    json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "request", (json_int_t)no,
+    json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "request", (json_int_t)no,
                           "prompt_tokens", (json_int_t)q->prompt_tokens, "cached_tokens", (json_int_t)q->cached_tokens,
-                          "submit_ms", submit_ms, "queued_ms", q->queued_ms, "acquire_ms", q->acquire_ms, "restore_ms",
+                          "submit_ms", submit_ms, "tokenize_ms", prepare_ms, "queued_ms", q->queued_ms, "acquire_ms", q->acquire_ms, "restore_ms",
                           q->restore_ms, "disk_read_ms", q->disk_read_ms, "disk_write_ms", q->disk_write_ms, "ttft_ms",
                           q->ttft_ms, "e2e_ms", q->ttft_ms + q->decode_ms);
     return j ? json_array_append_new(r->p.requests, j) : cd_fail("out of memory (profile)");
