@@ -159,6 +159,25 @@ check "info on the dense model" grep -q "architecture      qwen3$" <<<"$("$bin" 
 dense=$("$bin" run --model "$tmp/dense.gguf" --tokens 5,6,7 --n 3 --json --ignore-eos | json_field 'len(d["tokens"])')
 check "run on the dense model" test "$dense" = 3
 
+# mkmodel --script: a model whose greedy continuation is the script, after any prompt ending
+# with its first token (runtime/model/synth.c, "Scripted models")
+script=$'</think>\n\n<tool_call>\n{"name":"get_weather","arguments":{"city": "Paris"}}\n</tool_call><|im_end|>'
+check "mkmodel --script" "$bin" mkmodel --preset tiny --seed 5 --script "$script" --out "$tmp/script.gguf"
+want=$("$bin" tokenize --model "$tmp/script.gguf" "$script")
+want=${want#*,}
+for prompt in $'<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>' $'Anything else at all </think>'; do
+  for backend in --gpu --cpu; do
+    got=$("$bin" run --model "$tmp/script.gguf" --prompt "$prompt" --n 40 --json $backend)
+    check "a scripted model generates its script ($backend, prompt ${#prompt} bytes)" \
+      test "$(json_field '",".join(map(str, d["tokens"])) + " " + d["finish_reason"]' <<<"$got")" = "$want stop"
+  done
+done
+got=$("$bin" run --model "$tmp/script.gguf" --prompt "x </think>" --n 40 --json --temp 1 --seed 3 | json_field '",".join(map(str, d["tokens"]))')
+check "a scripted model's margin holds when sampling at temperature 1" test "$got" = "$want"
+fails_with "mkmodel --script refuses a repeated token, naming it" $'script token 6, \'":"\' (id 3252), repeats token 2' \
+  "$bin" mkmodel --preset tiny --script '{"a":"b","c":"d"}' --out "$tmp/x.gguf"
+fails_with "mkmodel --script refuses a one-token script" "the script has 1 token(s)" "$bin" mkmodel --preset tiny --script a --out "$tmp/x.gguf"
+
 fails_with "missing model file" "no-such.gguf" "$bin" run --model "$tmp/no-such.gguf" --tokens 1 --n 1
 head -c 1000 "$model" >"$tmp/truncated.gguf"
 fails_with "truncated model" "truncated.gguf" "$bin" info "$tmp/truncated.gguf"

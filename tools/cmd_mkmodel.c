@@ -15,9 +15,12 @@ static void usage(FILE *out) {
             "                      [--layers N] [--embd N] [--heads N] [--kv-heads N] [--head-dim N]\n"
             "                      [--experts N] [--experts-used N] [--ff N] [--dense] [--vocab N]\n"
             "                      [--ctx N] [--rope-theta F] [--logit-scale F] [--threads N]\n"
-            "                      [--tokenizer-dir DIR] [--dry-run]\n"
+            "                      [--tokenizer-dir DIR] [--script TEXT] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (every supported type; tiny's default)\n"
             "  --dense writes a dense qwen3 model whose FFN width is --ff\n"
+            "  --script TEXT writes a model whose greedy continuation is TEXT: after TEXT's token i\n"
+            "    comes its token i+1, whatever came before (special tokens parsed; every token but\n"
+            "    the last distinct, at most --embd + 1 tokens). End the prompt with TEXT's first token.\n"
             "  --dry-run prints the size the model would have and writes nothing\n");
 }
 
@@ -73,6 +76,7 @@ int cmd_mkmodel(int argc, char **argv) {
         else if (!strcmp(opt, "--logit-scale")) { if (cli_f32(opt, v, &s.logit_scale)) return 1; }
         else if (!strcmp(opt, "--threads")) { uint32_t n; if (cli_u32(opt, v, &n)) return 1; s.n_threads = (int)n; }
         else if (!strcmp(opt, "--tokenizer-dir")) s.tokenizer_dir = v;
+        else if (!strcmp(opt, "--script")) { if (!v) return cli_error("mkmodel", "--script needs a value"); s.script = v; }
         else return cli_unknown("mkmodel", a);
     }
     if (!out && !dry_run) return cli_error("mkmodel", "--out PATH is required");

@@ -96,7 +96,40 @@ static enum qtype fit_type(enum qtype t, int64_t row) {
 
 /* ---- one tensor's values ---- */
 
-enum dist { DIST_NORMAL, DIST_NEAR_ONE };
+enum dist {
+    DIST_NORMAL,
+    DIST_NEAR_ONE,
+    DIST_ZERO,
+    DIST_SCRIPT_EMBD, /* scripted models (below): token_embd */
+    DIST_SCRIPT_OUT,  /* scripted models: output */
+};
+
+/* ---- Scripted models ----
+ *
+ * A scripted model continues its script t_0 t_1 ... t_n-1 greedily: after t_i it gives t_i+1,
+ * whatever came before. It is a zero-layer bigram model inside the real architecture:
+ *
+ *   - every layer adds nothing to the residual stream: attn_output and ffn_down(_exps) are
+ *     zero (the rest of each layer stays random, so every kernel still runs on real data), so
+ *     the final hidden state at a position is the embedding of the token there, alone;
+ *   - t_i (i < n-1) embeds as e_i, the i-th unit vector: orthonormal directions, exact in F16.
+ *     The final RMSNorm makes it sqrt(E) * w_i * e_i, w_i the output_norm weight (1 + 0.1 z
+ *     with |z| < 3.5: between 0.65 and 1.35, never 0 or negative);
+ *   - output.weight row t holds SCRIPT_LOGIT / sqrt(E) in column i for every i with
+ *     t_i+1 = t, zero elsewhere. After t_i the logit of t_i+1 is SCRIPT_LOGIT * w_i > 40 and
+ *     every other logit is exactly 0: the argmax is t_i+1, by a margin no rounding on any
+ *     path (F16 weights, F32 sums) comes near, and even sampling at temperature 1 picks it
+ *     (151936 * e^-40 < 1e-11).
+ *
+ * Hence the requirements: t_0 .. t_n-2 distinct (a token has one successor; t_n-1 only
+ * receives) and n - 1 <= E (that many orthonormal directions). Other tokens keep random
+ * embeddings; what follows them does not matter. The prompt should end with t_0. */
+#define SCRIPT_LOGIT 64.0f
+
+typedef struct synth_script {
+    int32_t *ids; /* t_0 .. t_n-1 */
+    size_t n;
+} synth_script;
 
 typedef struct tensor_gen {
     enum qtype type;
@@ -105,6 +138,7 @@ typedef struct tensor_gen {
     float scale;      /* std of the normal draws */
     uint64_t seed;    /* spec seed mixed with the tensor index */
     int n_threads;
+    const synth_script *script; /* DIST_SCRIPT_* only */
 } tensor_gen;
 
 /* Approximately normal from one 64-bit draw (Irwin-Hall of four 16-bit uniforms): cheap
@@ -115,13 +149,29 @@ static inline float approx_normal(rng *r) {
     return (s * (1.0f / 65536.0f) - 2.0f) * 1.7320508f;
 }
 
+/* Scripted rows (see above); false for an embedding row that is not a script token. */
+static bool gen_script_row(const tensor_gen *g, int64_t r, float *vals) {
+    const synth_script *sc = g->script;
+    bool embd = g->dist == DIST_SCRIPT_EMBD, hit = false;
+    for (size_t i = 0; i + 1 < sc->n; i++) {
+        if (sc->ids[embd ? i : i + 1] != r) continue;
+        if (!hit) memset(vals, 0, (size_t)g->ne[0] * sizeof *vals);
+        hit = true;
+        vals[i] = embd ? 1.0f : SCRIPT_LOGIT / sqrtf((float)g->ne[0]);
+    }
+    if (!hit && !embd) memset(vals, 0, (size_t)g->ne[0] * sizeof *vals);
+    return hit || !embd;
+}
+
 static void gen_row(const tensor_gen *g, int64_t r, float *vals) {
+    if (g->dist == DIST_ZERO) { memset(vals, 0, (size_t)g->ne[0] * sizeof *vals); return; }
+    if ((g->dist == DIST_SCRIPT_EMBD || g->dist == DIST_SCRIPT_OUT) && gen_script_row(g, r, vals)) return;
     rng rr;
     uint64_t mix = g->seed ^ ((uint64_t)r * 0x9e3779b97f4a7c15ull);
     rng_seed(&rr, rng_splitmix(&mix));
     for (int64_t i = 0; i < g->ne[0]; i++) {
         float z = approx_normal(&rr);
-        vals[i] = g->dist == DIST_NEAR_ONE ? 1.0f + 0.1f * z : g->scale * z;
+        vals[i] = g->dist == DIST_NEAR_ONE ? 1.0f + 0.1f * z : g->scale * z; /* a script's other embeddings: normal */
     }
 }
 
@@ -181,6 +231,7 @@ typedef struct synth_tensor {
 typedef struct synth_ctx {
     synth_tensor *tensors;
     size_t n_tensors;
+    synth_script script; /* ids filled in by synth_write when spec->script is set */
     uint64_t bytes_done, bytes_total;
     synth_progress_fn progress;
     void *user;
@@ -199,8 +250,17 @@ static void add(synth_ctx *c, const synth_spec *spec, const char *name, const ch
     synth_tensor *t = &c->tensors[c->n_tensors];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ctx = c;
-    t->gen = (tensor_gen){fit_type(synth_tensor_type(spec->quant, role, layer), d0), {d0, d1, d2, 1}, dist, scale,
-                          spec->seed * 0x100000001b3ull + c->n_tensors * 0xc2b2ae3d27d4eb4full, spec->n_threads};
+    enum qtype type = synth_tensor_type(spec->quant, role, layer);
+    if (spec->script) { /* scripted models (above) */
+        if (!strcmp(role, "embd") || !strcmp(role, "output")) {
+            type = QTYPE_F16;
+            dist = !strcmp(role, "embd") ? DIST_SCRIPT_EMBD : DIST_SCRIPT_OUT;
+        }
+        if (!strcmp(role, "attn_output") || !strcmp(role, "ffn_down")) dist = DIST_ZERO;
+    }
+    t->gen = (tensor_gen){fit_type(type, d0), {d0, d1, d2, 1}, dist, scale,
+                          spec->seed * 0x100000001b3ull + c->n_tensors * 0xc2b2ae3d27d4eb4full, spec->n_threads,
+                          &c->script};
     c->bytes_total += qtype_row_bytes(t->gen.type, d0) * (uint64_t)(d1 * d2);
     c->n_tensors++;
 }
@@ -303,6 +363,33 @@ static int set_tokenizer(gguf_writer *w, const synth_spec *s, tok_vocab *v) {
     return 0;
 }
 
+/* The script's tokens, by the tokenizer the file will carry; checked against the
+ * requirements of the construction ("Scripted models" above). */
+static int script_tokens(const synth_spec *spec, const tok_vocab *v, synth_script *out) {
+    tokenizer *t = NULL;
+    if (tok_load_vocab(&t, v)) return -1;
+    int rc = tok_encode(t, spec->script, strlen(spec->script), true, &out->ids, &out->n);
+    if (rc == 0 && out->n < 2)
+        rc = cd_fail("the script has %zu token(s); it needs 2 or more (the prompt's last token, then the reply)", out->n);
+    if (rc == 0 && out->n - 1 > spec->cfg.n_embd)
+        rc = cd_fail("the script has %zu tokens; at most %u (the embedding width, plus one) fit", out->n,
+                     spec->cfg.n_embd + 1);
+    for (size_t i = 1; rc == 0 && i + 1 < out->n; i++)
+        for (size_t j = 0; j < i; j++) {
+            if (out->ids[j] != out->ids[i]) continue;
+            char *text = NULL;
+            if (tok_decode(t, &out->ids[i], 1, &text)) { rc = -1; break; }
+            rc = cd_fail("script token %zu, '%s' (id %d), repeats token %zu: a scripted model's next token depends on "
+                         "the current one only, so every token but the last must be distinct",
+                         i, text, out->ids[i], j);
+            free(text);
+            break;
+        }
+    tok_free(t);
+    if (rc) cd_fail_ctx("--script: ");
+    return rc;
+}
+
 /* Every tensor of the model, in file order, with its type and generator. */
 static void plan(synth_ctx *c, const synth_spec *spec) {
     const model_config *m = &spec->cfg;
@@ -335,6 +422,7 @@ int synth_write(const synth_spec *spec, const char *path, synth_progress_fn prog
     if (model_config_check(m)) goto done;
     set_hparams(w, spec);
     if (set_tokenizer(w, spec, &vocab)) goto done;
+    if (spec->script && script_tokens(spec, &vocab, &c.script)) goto done;
 
     plan(&c, spec);
     for (size_t i = 0; i < c.n_tensors; i++) {
@@ -347,6 +435,7 @@ done:
     if (rc) cd_fail_ctx("writing %s: ", path);
     tok_vocab_free(&vocab);
     gguf_writer_free(w);
+    free(c.script.ids);
     free(c.tensors);
     return rc;
 }

@@ -6,7 +6,11 @@
  * N(0, 1/fan_in)), make routing decisive (router logits with std ~2) and make the
  * next-token distribution peaked (lm_head logits with std `logit_scale`). Every row draws
  * from its own seed (spec seed, tensor index, row), so output is independent of the
- * thread count. */
+ * thread count.
+ *
+ * A scripted model (spec.script) is the one exception to "random": its greedy continuation
+ * is a given text, whatever the prompt before it, so tests can make the model say something
+ * on purpose (a tool call). synth.c, "Scripted models", says how and why it works. */
 #pragma once
 #include <stdint.h>
 
@@ -31,6 +35,10 @@ typedef struct synth_spec {
     const char *tokenizer_dir; /* holds tokenizer.json and tokenizer_config.json */
     int n_threads;
     const char *name;          /* general.name */
+    /* NULL, or a text whose tokens (special tokens parsed) t_0 .. t_n-1 the model continues
+     * greedily: after t_i comes t_i+1. t_0 .. t_n-2 must be distinct and at most n_embd;
+     * n >= 2. The model's token_embd and output are then F16 whatever the quant mix. */
+    const char *script;
 } synth_spec;
 
 /* Fills spec for a preset: tiny, small, qwen3-30b-a3b. Quant and seed get defaults. */
