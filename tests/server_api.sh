@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# cinder serve through the official `openai` npm client (tests/server/api.test.mjs): a server on
-# the tiny preset, every endpoint, streaming, errors, concurrency and cancellation; then SIGTERM
-# must end it with status 0 (under ASan: with no leak).
+# cinder serve through the official `openai` npm client (tests/server/api.test.mjs): servers on
+# the tiny preset (every endpoint, streaming, errors, concurrency and cancellation) and on a
+# scripted tiny model that answers with a tool call; then SIGTERM must end each with status 0
+# (under ASan: with no leak).
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/server
@@ -10,6 +11,11 @@ rm -rf "$tmp"
 mkdir -p "$tmp"
 model=$tmp/tiny.gguf
 "$bin" mkmodel --preset tiny --seed 11 --out "$model" >/dev/null
+# a scripted model (mkmodel --script): after the generation prompt's last token ("\n\n", thinking
+# off) it makes a tool call, so the tool-call path runs end to end (the script's tokens distinct)
+script=$'\n\n<tool_call>\n{"name":"get_weather","arguments":{"city": "Paris"}}\n</tool_call><|im_end|>'
+script_model=$tmp/script.gguf
+"$bin" mkmodel --preset tiny --seed 12 --script "$script" --out "$script_model" >/dev/null
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
@@ -17,7 +23,11 @@ trap cleanup EXIT
 
 start() { # name, then serve flags (a child of this shell, so `wait` gets its status)
   local name=$1; shift
-  "$bin" serve --model "$model" --port 0 --port-file "$tmp/$name.port" "$@" >"$tmp/$name.log" 2>&1 &
+  start_on "$model" "$name" "$@"
+}
+start_on() { # model, name, then serve flags
+  local file=$1 name=$2; shift 2
+  "$bin" serve --model "$file" --port 0 --port-file "$tmp/$name.port" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!)
   echo $! >"$tmp/$name.pid"
 }
@@ -45,12 +55,16 @@ stop() { # name: SIGTERM, exit status 0 expected
 
 start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test
 start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 # a pool smaller than the context: the engine refuses long prompts
+start_on "$script_model" script --ctx 1024 --parallel 2
 main_port=$(healthy_port main)
 busy_port=$(healthy_port busy)
+script_port=$(healthy_port script)
 
 CINDER_URL="http://127.0.0.1:$main_port" CINDER_BUSY_URL="http://127.0.0.1:$busy_port" CINDER_KEY=test-key \
-  CINDER_MODEL="$model" NODE_PATH="$root/third_party/npm/node_modules" \
+  CINDER_MODEL="$model" CINDER_SCRIPT_URL="http://127.0.0.1:$script_port" CINDER_SCRIPT_MODEL="$script_model" \
+  CINDER_SCRIPT="$script" NODE_PATH="$root/third_party/npm/node_modules" \
   node --test --test-reporter=spec "$root/tests/server/api.test.mjs"
 
 stop main
 stop busy
+stop script

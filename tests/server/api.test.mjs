@@ -1,7 +1,8 @@
 // cinder serve driven by the official `openai` npm client (a client nobody here wrote), plus raw
 // fetch for what the client hides (status codes, headers, malformed bodies). Started by
 // tests/server_api.sh with two servers on the tiny preset: CINDER_URL (--api-key, 8 at once) and
-// CINDER_BUSY_URL (one at a time, a queue of one).
+// CINDER_BUSY_URL (one at a time, a queue of one); and CINDER_SCRIPT_URL on a scripted model
+// (`cinder mkmodel --script`: its greedy reply is the text CINDER_SCRIPT, a tool call).
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
@@ -18,6 +19,8 @@ const { Template } = await import(pathToFileURL(require.resolve("@huggingface/ji
 const url = process.env.CINDER_URL, busyUrl = process.env.CINDER_BUSY_URL, key = process.env.CINDER_KEY;
 const bin = process.env.CINDER_BIN, model = process.env.CINDER_MODEL;
 const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0 });
+const scriptUrl = process.env.CINDER_SCRIPT_URL, scriptModel = process.env.CINDER_SCRIPT_MODEL, script = process.env.CINDER_SCRIPT;
+const scripted = new OpenAI({ baseURL: `${scriptUrl}/v1`, apiKey: "none", maxRetries: 0 });
 
 const greedy = { model: "any-name", temperature: 0 };
 const hello = [{ role: "system", content: "You are a test." }, { role: "user", content: "Hello, who are you?" }];
@@ -53,8 +56,12 @@ function asGenerated(text) {
 function render(messages, tools) {
     return asGenerated(template.render({ messages, tools, add_generation_prompt: true, enable_thinking: false }));
 }
-function tokenize(text) {
-    return execFileSync(bin, ["tokenize", "--model", model, text], { encoding: "utf8" }).trim().split(",").map(Number);
+function tokenize(text, file = model) {
+    return execFileSync(bin, ["tokenize", "--model", file, text], { encoding: "utf8" }).trim().split(",").map(Number);
+}
+function cinderRun(file, ids, n) {
+    return JSON.parse(execFileSync(bin, ["run", "--model", file, "--tokens", ids.join(","), "--n", String(n), "--ctx", "1024", "--json"],
+        { encoding: "utf8" }));
 }
 
 async function streamChat(params) {
@@ -89,8 +96,7 @@ test("a chat completion has OpenAI's shape and equals `cinder run` on the same r
     assert.ok(["stop", "length"].includes(c.finish_reason));
     const ids = tokenize(render(hello));
     assert.equal(r.usage.prompt_tokens, ids.length, "the server's template + tokenizer give the same prompt");
-    const run = JSON.parse(execFileSync(bin, ["run", "--model", model, "--tokens", ids.join(","), "--n", "8", "--ctx", "1024", "--json"],
-        { encoding: "utf8" }));
+    const run = cinderRun(model, ids, 8);
     const eog = c.finish_reason === "stop" ? 1 : 0;
     assert.equal(r.usage.completion_tokens, run.generated_tokens - eog);
     const runText = run.text.replace(/(<\|im_end\|>|<\|endoftext\|>)$/, "");
@@ -203,6 +209,135 @@ test("tools, tool history and tool_choice are accepted and rendered as the templ
     assert.equal(none.usage.prompt_tokens, tokenize(render(forJinja)).length, "tool_choice none hides the tools");
     await assert.rejects(client.chat.completions.create({ ...greedy, messages, tools, max_tokens: 4,
         tool_choice: { type: "function", function: { name: "nope" } } }), (e) => e.status === 400 && e.param === "tool_choice");
+});
+
+// ---- the scripted model: a reply that is a tool call ----
+const weatherTools = [{ type: "function", function: { name: "get_weather", description: "Weather of a city",
+    parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] } } }];
+const weatherAsk = [{ role: "system", content: "You are a weather agent." }, { role: "user", content: "Weather in Paris?" }];
+// what the script says: the JSON object between <tool_call> and </tool_call>, and its tokens (the
+// first is the generation prompt's last, "\n\n"; the last is <|im_end|>)
+const scriptCall = JSON.parse(/<tool_call>\n(.*)\n<\/tool_call>/s.exec(script)[1]);
+const scriptIds = tokenize(script, scriptModel);
+
+function assertScriptCall(call) {
+    assert.match(call.id, /^call_\S+$/);
+    assert.equal(call.type, "function");
+    assert.equal(call.function.name, scriptCall.name);
+    assert.equal(typeof call.function.arguments, "string", "arguments are a JSON string");
+    assert.deepEqual(JSON.parse(call.function.arguments), scriptCall.arguments);
+}
+
+test("a reply that is a tool call becomes tool_calls with finish_reason tool_calls, as `cinder run` generates it", async () => {
+    assert.equal(scriptCall.name, weatherTools[0].function.name);
+    const r = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, tool_choice: "auto",
+        max_tokens: 64 });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, "tool_calls");
+    assert.equal(c.message.role, "assistant");
+    assert.ok(c.message.content === null || c.message.content === "", `content ${JSON.stringify(c.message.content)}`);
+    assert.equal(c.message.tool_calls.length, 1);
+    assertScriptCall(c.message.tool_calls[0]);
+    const ids = tokenize(render(weatherAsk, weatherTools), scriptModel);
+    assert.equal(ids.at(-1), scriptIds[0], "the generation prompt ends with the script's first token");
+    assert.equal(r.usage.prompt_tokens, ids.length);
+    assert.equal(r.usage.completion_tokens, scriptIds.length - 2, "the script after the prompt, <|im_end|> not counted");
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + r.usage.completion_tokens);
+    // the greedy output equals `cinder run` (the engine's one-sequence path) on the same rendered ids
+    const run = cinderRun(scriptModel, ids, 64);
+    assert.deepEqual(run.tokens, scriptIds.slice(1));
+    assert.equal(run.finish_reason, "stop");
+    assert.equal(r.usage.completion_tokens, run.generated_tokens - 1);
+    const runCall = JSON.parse(/<tool_call>\n(.*)\n<\/tool_call>/s.exec(run.text)[1]);
+    assert.deepEqual({ name: c.message.tool_calls[0].function.name, arguments: JSON.parse(c.message.tool_calls[0].function.arguments) },
+        runCall);
+    // ids are unique per call
+    const again = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 64 });
+    assertScriptCall(again.choices[0].message.tool_calls[0]);
+    assert.notEqual(again.choices[0].message.tool_calls[0].id, c.message.tool_calls[0].id);
+    // cut short by max_tokens: the unfinished call is reported, with finish_reason length
+    const cut = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 4 });
+    assert.equal(cut.choices[0].finish_reason, "length");
+    assert.equal(cut.usage.completion_tokens, 4);
+});
+
+test("a streamed tool call: tool_calls deltas add up to the same call, then finish_reason tool_calls, usage, [DONE]", async () => {
+    const whole = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 64 });
+    const stream = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 64,
+        stream: true, stream_options: { include_usage: true } });
+    const calls = [];
+    let role = null, content = "", finish = null, usage = null, afterFinish = 0;
+    for await (const ch of stream) {
+        if (finish) afterFinish++;
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) {
+            if (c.delta.role) role = c.delta.role;
+            if (c.delta.content) content += c.delta.content;
+            for (const d of c.delta.tool_calls ?? []) {
+                assert.equal(typeof d.index, "number");
+                const call = calls[d.index] ??= { id: "", type: "", function: { name: "", arguments: "" } };
+                if (d.id) { assert.equal(call.id, "", "an id is sent once"); call.id = d.id; }
+                if (d.type) call.type = d.type;
+                if (d.function?.name) call.function.name += d.function.name;
+                if (d.function?.arguments) call.function.arguments += d.function.arguments;
+            }
+            if (c.finish_reason) { assert.equal(finish, null, "one finish_reason"); finish = c.finish_reason; }
+        }
+    }
+    assert.equal(role, "assistant");
+    assert.equal(content, "");
+    assert.equal(calls.length, 1);
+    assertScriptCall(calls[0]);
+    assert.equal(calls[0].function.arguments, whole.choices[0].message.tool_calls[0].function.arguments, "the same text as unstreamed");
+    assert.equal(finish, "tool_calls");
+    assert.equal(afterFinish, 1, "only the usage chunk follows the finish chunk");
+    assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+    assert.equal(usage.prompt_tokens, whole.usage.prompt_tokens);
+    // on the wire: the finish chunk, the usage chunk, then data: [DONE] and nothing more
+    const r = await fetch(`${scriptUrl}/v1/chat/completions`, { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ messages: weatherAsk, tools: weatherTools, temperature: 0, max_tokens: 64, stream: true,
+            stream_options: { include_usage: true } }) });
+    assert.equal(r.status, 200);
+    assert.match(r.headers.get("content-type"), /^text\/event-stream/);
+    const events = (await r.text()).split("\n\n").filter((e) => e.length);
+    assert.equal(events.at(-1), "data: [DONE]");
+    const last = events.slice(-3, -1).map((e) => JSON.parse(e.replace(/^data: /, "")));
+    assert.equal(last[0].choices[0].finish_reason, "tool_calls");
+    assert.deepEqual(last[1].choices, []);
+    assert.equal(last[1].usage.completion_tokens, whole.usage.completion_tokens);
+});
+
+test("an agent round trip: the tool call and its result sent back are served from the cache", async (t) => {
+    const salt = `agent-${Date.now()}`; // a namespace of its own: the first request misses
+    const r1 = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 64,
+        cache_salt: salt });
+    assert.equal(r1.usage.prompt_tokens_details.cached_tokens, 0);
+    const call = r1.choices[0].message.tool_calls[0];
+    assertScriptCall(call);
+    // as agents do: the assistant message sent back as received, then the tool's result
+    const m2 = [...weatherAsk, r1.choices[0].message, { role: "tool", tool_call_id: call.id, content: "{\"temp_c\": 18}" }];
+    const r2 = await scripted.chat.completions.create({ ...greedy, messages: m2, tools: weatherTools, max_tokens: 64, cache_salt: salt });
+    assertScriptCall(r2.choices[0].message.tool_calls[0]);
+    const forJinja = m2.map((m) => (m.content === null ? { ...m, content: "" } : m));
+    const ids2 = tokenize(render(forJinja, weatherTools), scriptModel);
+    assert.equal(r2.usage.prompt_tokens, ids2.length, "the tool call is rendered as the template does");
+    // The reply the cache holds is what the model generated; the next prompt has the call re-rendered by
+    // the template ({"name": "f", "arguments": ...}, which a real Qwen3 model writes too). The cache must
+    // serve the previous prompt and every token of the reply up to where the two texts part.
+    const ids1 = tokenize(render(weatherAsk, weatherTools), scriptModel);
+    const reply = scriptIds.slice(1, -1);
+    const next = ids2.slice(ids1.length);
+    let common = 0;
+    while (common < reply.length && reply[common] === next[common]) common++;
+    const cached = r2.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(common >= 1, "the reply starts as the re-rendered call does");
+    assert.ok(cached >= ids1.length + common, `cached ${cached} of ${r2.usage.prompt_tokens}; the previous prompt ${ids1.length} + ` +
+        `${common} tokens of the reply that the re-rendered call shares`);
+    assert.ok(cached < r2.usage.prompt_tokens);
+    // issue 12's target (the previous prompt + 90% of the reply) needs the reply in the template's own
+    // layout, which a scripted model cannot write (its tokens repeat): reported, not asserted
+    t.diagnostic(`cached ${cached}; previous prompt ${ids1.length} + 90% of the reply ${reply.length} = ` +
+        `${(ids1.length + 0.9 * reply.length).toFixed(1)}; reply tokens shared with the re-rendered call ${common}`);
 });
 
 test("errors in OpenAI's shape, each followed by a healthy server", async () => {
