@@ -102,11 +102,38 @@ static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
     return stream_end(x, out, len, cap) ? -1 : 0;
 }
 
+/* A finished chat reply's tool calls, by the ids the reply gave them, with the bytes each was
+ * generated as (server/call_memory.h). Best effort: a failure only costs the next prompt reuse. */
+static void remember_calls(const reply_ctx *x) {
+    const job *j = x->j;
+    if (!x->chat || j->err_status || j->out.finish == JOB_CANCELLED) return;
+    size_t n, off[64], len[64];
+    char *full = full_text(j, j->text ? j->text : "", j->len, &n);
+    json_t *msg = NULL;
+    if (!full || toolcall_parse(full, n, &msg)) {
+        free(full);
+        return;
+    }
+    json_t *calls = json_object_get(msg, "tool_calls");
+    size_t spans = toolcall_spans(full, n, off, len, 64);
+    for (size_t i = 0; i < json_array_size(calls) && i < spans && i < 64; i++) {
+        const json_t *fn = json_object_get(json_array_get(calls, i), "function");
+        const char *name = json_string_value(json_object_get(fn, "name"));
+        const char *args = json_string_value(json_object_get(fn, "arguments"));
+        char id[100];
+        snprintf(id, sizeof id, "%s%zu", x->call_prefix, i);
+        if (name && args) call_memory_put(&x->s->calls, id, name, args, full + off[i], len[i]);
+    }
+    json_decref(msg);
+    free(full);
+}
+
 static void reply_done(void *ctx) {
     reply_ctx *x = ctx;
     pthread_mutex_lock(&x->s->b.mu);
     bool running = x->j->state != JOB_DONE;
     pthread_mutex_unlock(&x->s->b.mu);
+    if (!running) remember_calls(x);
     if (running) bridge_cancel(&x->s->b, x->j); /* the client left before the end */
     pthread_mutex_lock(&x->s->b.mu);
     job_unref(x->j);

@@ -264,7 +264,8 @@ static void chat_req_free(chat_req *q) {
 static int chat_prompt(const api_model *s, const chat_req *q, int32_t **ids, size_t *n, api_err *e) {
     char *text = NULL;
     chat_options opt = {.add_generation_prompt = true, .enable_thinking = q->thinking,
-                        .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning};
+                        .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning,
+                        .generated_call = s->calls ? call_memory_lookup : NULL, .generated_call_ctx = s->calls};
     if (chat_render(q->messages, q->tools, opt, &text)) return api_fail(e, 400, "messages", "%s", cd_errmsg());
     if (q->forced) {
         size_t a = strlen(text), b = strlen(q->forced);

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "runtime/text/tokenizer.h"
+#include "server/call_memory.h"
 #include "server/job.h"
 
 /* A request error: the HTTP status, the offending field (or NULL) and the message. */
@@ -25,6 +26,7 @@ typedef struct api_model {
     uint32_t n_ctx;          /* prompt + generated tokens of one request at most */
     bool as_generated;       /* chat history rendered as generated (chat.h) */
     bool preserve_reasoning;
+    call_memory *calls;      /* the tool calls generated here (as_generated renders them back exactly) */
 } api_model;
 
 typedef struct gen_params {  /* the sampling and streaming fields */

@@ -37,7 +37,7 @@ static int load(server *s, const char *path, const engine_opts *eo, model **m, e
     if (model_load(m, path, (model_load_opts){.skip_weight_hash = true})) return -1;
     if (engine_init(e, *m, eo) || engine_warm_up(e)) return -1;
     s->model = (api_model){.tok = (*m)->tok, .n_ctx = e->g.n_ctx, .as_generated = !s->o.strict_template,
-                           .preserve_reasoning = s->o.preserve_reasoning};
+                           .preserve_reasoning = s->o.preserve_reasoning, .calls = &s->calls};
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%02x%02x%02x%02x%02x%02x", (*m)->fingerprint[0],
              (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4], (*m)->fingerprint[5]);
     return 0;
@@ -47,6 +47,10 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
     server s = {.o = *so};
     name_model(&s, model_path);
     if (bridge_init(&s.b, so->queue)) return -1;
+    if (call_memory_init(&s.calls, 4096)) {
+        bridge_free(&s.b);
+        return -1;
+    }
     /* SIGINT/SIGTERM go to the waiter thread only (blocked here, inherited by every thread) */
     sigset_t set = stop_signals();
     pthread_sigmask(SIG_BLOCK, &set, NULL);
@@ -54,6 +58,7 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
     pthread_t waiter;
     if (pthread_create(&waiter, NULL, signal_waiter, &s.b)) {
         bridge_free(&s.b);
+        call_memory_free(&s.calls);
         return cd_fail("cannot start the signal thread");
     }
     model *m = NULL;
@@ -85,6 +90,7 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
     engine_free(&e);
     if (m) model_free(m);
     bridge_free(&s.b);
+    call_memory_free(&s.calls);
     if (rc) cd_fail("%s", err);
     return rc;
 }

@@ -144,6 +144,25 @@ static void test_round_trip(void **state) {
 
 /* Random soup of the tags, JSON pieces and text: parsing never crashes, and the message it
  * gives renders (run under ASan). */
+/* toolcall_spans: the inner bytes of each block toolcall_parse takes, in order; none when it
+ * takes none (a block that is not a call makes everything content). */
+static void test_spans(void **state) {
+    (void)state;
+    const char *t = "<think>\nr\n</think>\n\nhi\n<tool_call>\n{\"name\":\"a\",\"arguments\":{}}\n</tool_call>\n"
+                    "<tool_call>{\"name\": \"b\"}</tool_call>";
+    size_t off[4], n[4];
+    assert_int_equal(toolcall_spans(t, strlen(t), off, n, 4), 2);
+    assert_int_equal(n[0], strlen("\n{\"name\":\"a\",\"arguments\":{}}\n"));
+    assert_memory_equal(t + off[0], "\n{\"name\":\"a\",\"arguments\":{}}\n", n[0]);
+    assert_memory_equal(t + off[1], "{\"name\": \"b\"}", n[1]);
+    assert_int_equal(toolcall_spans(t, strlen(t), off, n, 1), 2); /* counted, one written */
+    const char *bad = "<tool_call>{\"name\":\"a\"}</tool_call><tool_call>not json</tool_call>";
+    assert_int_equal(toolcall_spans(bad, strlen(bad), off, n, 4), 0);
+    const char *open = "<tool_call>\n{\"name\":\"a\"}"; /* unterminated: to the end */
+    assert_int_equal(toolcall_spans(open, strlen(open), off, n, 4), 1);
+    assert_int_equal(off[0] + n[0], strlen(open));
+}
+
 static void test_fragment_soup(void **state) {
     (void)state;
     static const char *frag[] = {"<think>", "</think>", "<tool_call>", "</tool_call>", "\n", " ", "{", "}", "[", "]",
@@ -195,6 +214,7 @@ int main(void) {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_fragment_soup),
+        cmocka_unit_test(test_spans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

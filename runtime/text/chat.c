@@ -85,6 +85,7 @@ static const char *const role_names[] = {"system", "user", "assistant", "tool"};
 typedef struct {
     slice name;
     const json_t *arguments; /* string: printed verbatim; anything else: tojson */
+    const char *id;          /* "" when the message gives none */
 } tool_call;
 
 typedef struct {
@@ -124,6 +125,8 @@ static int parse_tool_call(const json_t *tc, tool_call *out, size_t i, size_t j)
         return cd_fail("messages[%zu].tool_calls[%zu]: expected an object, got %s", i, j, kind(tc));
     /* {% if tool_call.function %}{% set tool_call = tool_call.function %}: the OpenAI wrapper
      * is optional; a bare {"name", "arguments"} works too. */
+    const json_t *id = json_object_get(tc, "id");
+    out->id = json_is_string(id) ? json_string_value(id) : "";
     const json_t *fn = json_object_get(tc, "function");
     if (fn && !json_is_null(fn)) {
         if (!json_is_object(fn))
@@ -246,6 +249,17 @@ static int render_assistant(sbuf *b, const message *m, chat_options opt, bool af
     }
     for (size_t j = 0; j < m->n_calls; j++) {
         if (j > 0 || content.n > 0) puts_(b, "\n");
+        char *text = NULL;
+        size_t len = 0;
+        if (opt.as_generated && opt.generated_call && m->calls[j].name.n == strlen(m->calls[j].name.p) &&
+            opt.generated_call(opt.generated_call_ctx, m->calls[j].id, m->calls[j].name.p, m->calls[j].arguments,
+                               &text, &len)) {
+            puts_(b, "<tool_call>");
+            put(b, (slice){text, len});
+            puts_(b, "</tool_call>");
+            free(text);
+            continue;
+        }
         puts_(b, "<tool_call>\n{\"name\": \"");
         put(b, m->calls[j].name);
         puts_(b, "\", \"arguments\": ");

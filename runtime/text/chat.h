@@ -23,6 +23,15 @@ typedef struct chat_options {
      *     template drops it before the last user query), as llama.cpp's and SGLang's options do. */
     bool as_generated;
     bool preserve_reasoning;
+    /* With as_generated: the text a tool call was generated as, so a call sent back renders as
+     * those bytes ("<tool_call>" + *text + "</tool_call>") instead of the template's layout,
+     * which a model may not have kept (whitespace, key order). Called with the call's id (empty
+     * when the message gives none), name and arguments as the client sent them; returns true
+     * and a malloc'd *text only when the caller generated exactly that call (the server's
+     * memory of its replies, server/call_memory.h). NULL: the template's layout always. */
+    bool (*generated_call)(void *ctx, const char *id, const char *name, const json_t *arguments, char **text,
+                           size_t *len);
+    void *generated_call_ctx;
 } chat_options;
 
 /* Renders to a malloc'd string. -1 with a message for malformed messages. */

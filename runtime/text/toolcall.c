@@ -97,8 +97,9 @@ done:
 }
 
 /* Tool calls from the text after the reasoning; NULL when there are none or any block is
- * not a tool call. *content_end is where the content stops (the first block). */
-static json_t *parse_calls(slice rest, size_t *content_end) {
+ * not a tool call. *content_end is where the content stops (the first block). Each block's
+ * inner text goes to inner[] (up to max of them) when inner is not NULL. */
+static json_t *parse_calls(slice rest, size_t *content_end, slice *inner, size_t max) {
     ptrdiff_t first = find_first(rest, LIT("<tool_call>"));
     if (first < 0) return NULL;
     json_t *calls = json_array();
@@ -106,7 +107,10 @@ static json_t *parse_calls(slice rest, size_t *content_end) {
     for (size_t at = (size_t)first;;) {
         slice after = tail(rest, at + LIT("<tool_call>").n);
         ptrdiff_t close = find_first(after, LIT("</tool_call>"));
-        json_t *call = parse_call(close < 0 ? after : (slice){after.p, (size_t)close});
+        slice block = close < 0 ? after : (slice){after.p, (size_t)close};
+        size_t k = json_array_size(calls);
+        if (inner && k < max) inner[k] = block;
+        json_t *call = parse_call(block);
         if (!call || json_array_append_new(calls, call) != 0) {
             json_decref(calls);
             return NULL;
@@ -121,25 +125,50 @@ static json_t *parse_calls(slice rest, size_t *content_end) {
     return calls;
 }
 
-int toolcall_parse(const char *text, size_t len, json_t **message) {
-    *message = NULL;
-    slice all = {text, len}, rest = all, reasoning = {NULL, 0};
-    bool has_reasoning = false;
+/* The text after the reasoning (the whole text without any); the reasoning itself. */
+static slice split_reasoning(slice all, slice *reasoning, bool *has_reasoning) {
+    *reasoning = (slice){NULL, 0};
+    *has_reasoning = false;
     if (find_first(all, LIT("</think>")) >= 0) {
         slice before = rstrip_nl((slice){all.p, (size_t)find_first(all, LIT("</think>"))});
         ptrdiff_t open = find_last(before, LIT("<think>"));
-        reasoning = lstrip_nl(open < 0 ? before : tail(before, (size_t)open + LIT("<think>").n));
-        rest = lstrip_nl(tail(all, (size_t)find_last(all, LIT("</think>")) + LIT("</think>").n));
-        has_reasoning = true;
-    } else if (starts_with(strip_ws(all), LIT("<think>"))) {
-        slice s = strip_ws(all);
-        reasoning = lstrip_nl(tail(s, LIT("<think>").n));
-        rest = (slice){s.p + s.n, 0};
-        has_reasoning = true;
+        *reasoning = lstrip_nl(open < 0 ? before : tail(before, (size_t)open + LIT("<think>").n));
+        *has_reasoning = true;
+        return lstrip_nl(tail(all, (size_t)find_last(all, LIT("</think>")) + LIT("</think>").n));
     }
+    if (starts_with(strip_ws(all), LIT("<think>"))) {
+        slice s = strip_ws(all);
+        *reasoning = lstrip_nl(tail(s, LIT("<think>").n));
+        *has_reasoning = true;
+        return (slice){s.p + s.n, 0};
+    }
+    return all;
+}
+
+size_t toolcall_spans(const char *text, size_t len, size_t *off, size_t *n, size_t max) {
+    slice reasoning, inner[64];
+    bool has_reasoning;
+    slice rest = split_reasoning((slice){text, len}, &reasoning, &has_reasoning);
+    size_t content_end;
+    json_t *calls = parse_calls(rest, &content_end, inner, 64);
+    size_t count = json_array_size(calls), kept = count < max ? count : max;
+    if (kept > 64) kept = 64;
+    for (size_t k = 0; k < kept; k++) {
+        off[k] = (size_t)(inner[k].p - text);
+        n[k] = inner[k].n;
+    }
+    json_decref(calls);
+    return count;
+}
+
+int toolcall_parse(const char *text, size_t len, json_t **message) {
+    *message = NULL;
+    slice all = {text, len}, reasoning;
+    bool has_reasoning;
+    slice rest = split_reasoning(all, &reasoning, &has_reasoning);
 
     size_t content_end = rest.n;
-    json_t *calls = parse_calls(rest, &content_end);
+    json_t *calls = parse_calls(rest, &content_end, NULL, 0);
     slice content = {rest.p, content_end};
     if (calls) content = strip_ws(content);
 

@@ -31,3 +31,10 @@
 /* text need not be NUL-terminated; it must be valid UTF-8 (jansson strings require it).
  * *message is a new reference. -1 with a message on invalid UTF-8 or out of memory. */
 int toolcall_parse(const char *text, size_t len, json_t **message);
+
+/* Where each tool call toolcall_parse finds was written: the inner text of its block (after
+ * "<tool_call>" up to "</tool_call>", or to the end of an unterminated last block), as
+ * offsets into text. Returns the number of calls (0 when toolcall_parse takes none); at most
+ * max (and 64) spans are written. The server keeps these bytes per call id so a call sent
+ * back renders exactly as generated (chat_options.generated_call). */
+size_t toolcall_spans(const char *text, size_t len, size_t *off, size_t *n, size_t max);
