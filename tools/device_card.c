@@ -267,19 +267,6 @@ int device_card_load(const char *path, device_card *c) {
     return 0;
 }
 
-/* mkdir -p of path's directory. */
-static int make_parent_dirs(const char *path) {
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return cd_fail("path too long: %s", path);
-    for (char *s = tmp + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(tmp, 0755) && errno != EEXIST) return cd_fail("mkdir %s: %s", tmp, strerror(errno));
-        *s = '/';
-    }
-    return 0;
-}
-
 int device_card_save(const char *path, const device_card *c) {
     if (!c->measured) return cd_fail("device card: nothing measured to save");
     device_card plain = *c; /* the cache holds measurements, never the user's overrides */
@@ -289,7 +276,7 @@ int device_card_save(const char *path, const device_card *c) {
     if (!j) return cd_fail("out of memory (device card)");
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int rc = make_parent_dirs(path);
+    int rc = cvk_make_parent_dirs(path);
     if (!rc && json_dump_file(j, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(17)))
         rc = cd_fail("writing %s: %s", tmp, strerror(errno));
     json_decref(j);

@@ -86,8 +86,7 @@ int cvk_pcache_open(cvk_pcache *c, cvk_device *d, const char *path) {
     return 0;
 }
 
-/* mkdir -p of path's directory. */
-static int make_parent_dirs(const char *path) {
+int cvk_make_parent_dirs(const char *path) {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) return cd_fail("path too long: %s", path);
     for (char *s = tmp + 1; *s; s++) {
@@ -127,7 +126,7 @@ int cvk_pcache_save(cvk_pcache *c) {
     put32(head + 4, 1);
     put64(head + 8, n);
     put64(head + 16, XXH64(data, n, 0));
-    int rc = make_parent_dirs(c->path) ? -1 : write_file(c->path, head, data, n);
+    int rc = cvk_make_parent_dirs(c->path) ? -1 : write_file(c->path, head, data, n);
     free(data);
     return rc;
 }

@@ -34,5 +34,7 @@ void cvk_pcache_close(cvk_pcache *c); /* does not save */
 /* cinder's cache directory: $CINDER_CACHE_DIR, else $XDG_CACHE_HOME/cinder, else
  * $HOME/.cache/cinder (not created here). Also home to the device card (tools/device_card.h). */
 int cvk_cache_dir(char *buf, size_t n);
+/* mkdir -p of path's directory (0755): where cache files go (the pipeline cache, the device card). */
+int cvk_make_parent_dirs(const char *path);
 /* cvk_cache_dir() + /pipelines-<vendor>-<device>.bin. */
 int cvk_pcache_default_path(const cvk_device *d, char *buf, size_t n);
