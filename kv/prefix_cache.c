@@ -1,6 +1,7 @@
 #include "kv/prefix_cache.h"
 
 #include <openssl/evp.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -221,13 +222,17 @@ int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken) {
     if (kv_pages_free_count(c->pages) < left) return 1;
     uint32_t *pg = c->restore_pages;
     for (uint32_t i = skip; i < n; i++) kv_page_alloc(c->pages, &pg[i]); /* cannot fail: counted above */
-    int took = -1;
-    if (left == 0 || kv_host_copy(c->host, pg + skip, m->pages + m->n_gpu_pages + skip, left, KV_HOST_RESTORE) == 0)
-        took = radix_restore(&c->tree, m, pg, on_host_free, c);
+    bool copied = left == 0 || kv_host_copy(c->host, pg + skip, m->pages + m->n_gpu_pages + skip, left, KV_HOST_RESTORE) == 0;
+    if (!copied) { /* the slots may be fine, the copy path is not: recompute, and use the tier no more */
+        fprintf(stderr, "cinder: %s; the host tier is off from now on (its prefixes are recomputed)\n", cd_errmsg());
+        c->host_broken = true;
+    }
+    int took = copied ? radix_restore(&c->tree, m, pg, on_host_free, c) : -1;
     /* the tree keeps the reference kv_page_alloc gave each page it took (the last ones); the
      * rest go back */
     uint32_t keep = took < 0 ? 0 : (uint32_t)took;
     for (uint32_t i = skip; i < n - keep; i++) kv_page_release(c->pages, pg[i]);
+    if (!copied) return 1; /* not restored: the caller uses the GPU pages of the match alone */
     if (took < 0) return -1;
     *taken = keep;
     return 0;

@@ -156,6 +156,7 @@ int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h);
  * queue, kv/host_tier.h). Returns 0 (restored, or nothing
  * to restore; *taken = pages the tree took: only the slots still on the host are copied, so
  * when several matches of one demoted prefix are restored, the first copies it and the others
- * take its pages), 1 (not restored: no host tier usable or no room;
- * the caller uses m->pages[0 .. m->n_gpu_pages) only) or -1 (error). */
+ * take its pages), 1 (not restored: no host tier usable, no room, or the copy failed, which
+ * marks the tier broken as a failed demotion does, with a line on stderr; the caller uses
+ * m->pages[0 .. m->n_gpu_pages) only and the rest is recomputed) or -1 (error). */
 int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken);

@@ -276,6 +276,40 @@ static void restore_twice(engine *e, const int32_t *ids, bool short_first) {
     if (radix_check(&c->tree) || kv_pages_check(&e->g.pages)) fail_msg("%s", cd_errmsg());
 }
 
+/* A host-tier restore whose copy fails (injected: kv_host_tier.fail_copies) does not fail the
+ * request: acquire serves the GPU part of the match (here none), the rest is recomputed, the
+ * tier is marked broken (no restore or demotion again), and the reply equals the uncached one. */
+static void test_failed_restore_recomputes(void **st) {
+    (void)st;
+    engine e, ref;
+    engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
+    engine_opts off = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .no_prefix_cache = true};
+    if (engine_init(&e, tiny(), &o) || engine_init(&ref, tiny(), &off)) fail_msg("%s", cd_errmsg());
+    int32_t ids[40];
+    for (int i = 0; i < 40; i++) ids[i] = 700 + 3 * i;
+    engine_request rq = {.ids = ids, .n = 40, .max_tokens = 6};
+    engine_reply a, b, want;
+    if (engine_generate(&e, &rq, &a)) fail_msg("%s", cd_errmsg());
+    kv_cache_reclaim(&e.cache, 16); /* every page of the prompt demoted to host slots */
+    assert_true(e.cache.tree.stats.host_slots > 0);
+    if (kv_host_sync(&e.host)) fail_msg("%s", cd_errmsg());
+    e.host.fail_copies = 1;
+    if (engine_generate(&e, &rq, &b)) fail_msg("the failed restore failed the request: %s", cd_errmsg());
+    assert_int_equal(b.finish, ENGINE_LENGTH);
+    assert_int_equal(b.restored_tokens, 0);
+    assert_true(e.cache.host_broken);
+    assert_int_equal(e.host.fail_copies, 0); /* the copy was tried */
+    if (engine_generate(&ref, &rq, &want)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(b.n, want.n);
+    assert_memory_equal(b.ids, want.ids, want.n * sizeof *want.ids);
+    assert_memory_equal(a.ids, want.ids, want.n * sizeof *want.ids);
+    engine_reply_free(&a);
+    engine_reply_free(&b);
+    engine_reply_free(&want);
+    engine_free(&e);
+    engine_free(&ref);
+}
+
 static void test_restore_once(void **st) {
     (void)st;
     engine e;
@@ -478,6 +512,7 @@ int main(void) {
         cmocka_unit_test(test_random_traces_small_pool),
         cmocka_unit_test(test_restore_bit_identical),
         cmocka_unit_test(test_restore_once),
+        cmocka_unit_test(test_failed_restore_recomputes),
         cmocka_unit_test(test_salted_host_tier),
         cmocka_unit_test(test_random_traces_host_tier),
     };
