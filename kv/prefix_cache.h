@@ -61,6 +61,8 @@ typedef struct kv_prefix_cache {
     uint8_t (*chain)[KV_DISK_HASH_BYTES]; /* chain hashes of a request's chunks (scratch) */
     uint32_t cap_chain;
     uint32_t *disk_pages;     /* [disk->chunk_pages] fresh pages of a chunk being loaded (scratch) */
+
+    uint32_t fail_commits;    /* fault injection (tests): the next n kv_cache_commit calls fail */
 } kv_prefix_cache;
 
 /* What kv_cache_acquire served a request from, per tier. */

@@ -75,6 +75,8 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_evicted_pages_total", "GPU pages the cache gave up.", st->evicted_pages);
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_demoted_pages_total", "GPU pages saved to the host tier.", st->demoted_pages);
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_restored_pages_total", "GPU pages filled from the host tier.", st->restored_pages);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_prefix_cache_errors_total",
+                       "Commits to the prefix cache that failed (the replies stood).", st->cache_errors);
     rc = rc || hist(&o, &n, &cap, "cinder_ttft_seconds", "Time to first token.", &v.ttft);
     rc = rc || hist(&o, &n, &cap, "cinder_inter_token_seconds", "Time between two tokens of a request.", &v.itl);
     rc = rc || hist(&o, &n, &cap, "cinder_e2e_seconds", "Submit to the last token.", &v.e2e);

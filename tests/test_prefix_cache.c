@@ -310,6 +310,40 @@ static void test_failed_restore_recomputes(void **st) {
     engine_free(&ref);
 }
 
+/* A commit to the cache that fails (injected: kv_prefix_cache.fail_commits), the prompt's and
+ * the finished request's, does not fail the request: the reply is the uncached one, the
+ * failures are counted, nothing of it is cached, and no page leaks. */
+static void test_failed_commit_counted(void **st) {
+    (void)st;
+    engine e, ref;
+    engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4};
+    engine_opts off = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .no_prefix_cache = true};
+    if (engine_init(&e, tiny(), &o) || engine_init(&ref, tiny(), &off)) fail_msg("%s", cd_errmsg());
+    int32_t ids[30];
+    for (int i = 0; i < 30; i++) ids[i] = 900 + 5 * i;
+    engine_request rq = {.ids = ids, .n = 30, .max_tokens = 5};
+    engine_reply a, b, want;
+    e.cache.fail_commits = 2;
+    if (engine_generate(&e, &rq, &a)) fail_msg("a failed commit failed the request: %s", cd_errmsg());
+    assert_int_equal(a.finish, ENGINE_LENGTH);
+    assert_int_equal(e.stats.cache_errors, 2);
+    assert_int_equal(e.cache.fail_commits, 0);
+    engine_cache_info ci;
+    engine_cache_info_get(&e, &ci);
+    assert_int_equal(ci.gpu_free + ci.gpu_cached, ci.gpu_pages); /* nothing cached, nothing leaked */
+    assert_int_equal(ci.gpu_cached, 0);
+    if (engine_generate(&e, &rq, &b)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(b.cached_tokens, 0);
+    if (engine_generate(&ref, &rq, &want)) fail_msg("%s", cd_errmsg());
+    assert_memory_equal(a.ids, want.ids, want.n * sizeof *want.ids);
+    assert_memory_equal(b.ids, want.ids, want.n * sizeof *want.ids);
+    engine_reply_free(&a);
+    engine_reply_free(&b);
+    engine_reply_free(&want);
+    engine_free(&e);
+    engine_free(&ref);
+}
+
 static void test_restore_once(void **st) {
     (void)st;
     engine e;
@@ -513,6 +547,7 @@ int main(void) {
         cmocka_unit_test(test_restore_bit_identical),
         cmocka_unit_test(test_restore_once),
         cmocka_unit_test(test_failed_restore_recomputes),
+        cmocka_unit_test(test_failed_commit_counted),
         cmocka_unit_test(test_salted_host_tier),
         cmocka_unit_test(test_random_traces_host_tier),
     };

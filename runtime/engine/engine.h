@@ -70,6 +70,8 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     uint64_t steps, preempted, cancelled;
     uint64_t dedup_tokens;    /* cached tokens of requests that waited for another's prefill of them */
     uint64_t evicted_pages;   /* pages the cache gave back to the pool (demoted ones included) */
+    uint64_t cache_errors;    /* commits to the cache that failed (each on stderr): the replies stood,
+                               * that KV was not cached */
     /* the host tier */
     uint64_t restored_tokens; /* cached tokens that were served from host slots */
     uint64_t restored_pages;  /* GPU pages filled from host slots */

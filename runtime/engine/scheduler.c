@@ -1,5 +1,6 @@
 /* The continuous-batching scheduler (engine.h): requests in, one forward pass per step over
  * every running sequence, tokens out. Runs on the thread that owns the GPU. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -159,10 +160,16 @@ static int leave_gpu(engine *e, engine_req *q) {
     return rc;
 }
 
+/* A commit to the cache failed: the request goes on (its reply does not depend on the cache),
+ * the failure is said and counted, and that KV is simply not cached. */
+static void commit_failed(engine *e, const char *what) {
+    fprintf(stderr, "cinder: %s: %s; the reply stands, that KV is not cached\n", what, cd_errmsg());
+    e->stats.cache_errors++;
+}
+
 static void finish(engine *e, engine_req *q, enum engine_finish why) {
     if (q->state == REQ_DONE) return; /* e.g. cancelled from its own token callback */
-    if (q->state == REQ_RUNNING && leave_gpu(e, q))
-        why = ENGINE_ERROR; /* the reply stands; the cache insert failed (cd_errmsg) */
+    if (q->state == REQ_RUNNING && leave_gpu(e, q)) commit_failed(e, "caching a finished request");
     q->state = REQ_DONE;
     q->reply.finish = why;
     q->reply.decode_ms = q->reply.n ? q->t_last - (q->t_submit + q->reply.ttft_ms) : 0;
@@ -171,8 +178,7 @@ static void finish(engine *e, engine_req *q, enum engine_finish why) {
 }
 
 static void preempt(engine *e, engine_req *q) {
-    if (leave_gpu(e, q)) { /* could not keep its KV: it recomputes on resume, which is still right */
-    }
+    if (leave_gpu(e, q)) commit_failed(e, "caching a preempted request"); /* it recomputes on resume */
     q->state = REQ_WAITING;
     q->n_kv = 0;
     q->prompt_committed = false;
@@ -454,7 +460,9 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
         q->n_kv += fed_of[i];
         if (prefill) q->reply.prefilled_tokens += fed_of[i];
         if (prefill && q->n_kv == q->n_target && e->cache_on && !q->prompt_committed) {
-            TRY(kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, KV_COMMIT_PROMPT, NULL)); /* others can match it now */
+            /* others can match it now; a failure only means they will not */
+            if (kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, KV_COMMIT_PROMPT, NULL))
+                commit_failed(e, "caching a prompt");
             q->prompt_committed = true;
         }
     }
