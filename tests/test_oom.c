@@ -1,0 +1,290 @@
+/* Out of memory everywhere, as SQLite's tests do it: an operation runs again and again with its
+ * N-th allocation failing (N = 1, 2, ... or, for long operations, a spread of N), and each run
+ * must fail with a message, or succeed, and leave no allocation of ours behind.
+ *
+ * Our code's malloc, calloc, realloc, strdup and free are wrapped at link time (-Wl,--wrap,
+ * tests/CMakeLists.txt): allocations made inside shared libraries (jansson, the Vulkan driver)
+ * are not counted or failed, ours are. A set of live pointers tells ours from theirs at free
+ * and counts what an operation leaves behind.
+ *
+ * Covered: loading a model (GGUF, config, tokenizer), tokenizing and detokenizing, rendering the
+ * chat template, the radix index (insert, match, release, with radix_check after each
+ * failure), and the engine (device, pipelines, weights, pool, cache; one request): every
+ * allocation of the small operations, a spread of the engine's. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "radix/radix.h"
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/engine/engine.h"
+#include "runtime/model/model.h"
+#include "runtime/text/chat.h"
+#include "runtime/text/tokenizer.h"
+#include "tests/test_util.h"
+
+/* ---- the wrapped allocator ---- */
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t k, size_t n);
+void *__real_realloc(void *p, size_t n);
+void __real_free(void *p);
+
+enum { SET_BITS = 22, SET_CAP = 1u << SET_BITS };
+static void **live;          /* open addressing; NULL empty, TOMB removed */
+static char tomb;
+#define TOMB ((void *)&tomb)
+static size_t n_live;
+static long countdown = -1;  /* the allocation that fails when it reaches 0; < 0: none */
+static unsigned long n_allocs; /* allocations asked for since the last reset */
+static bool failed;          /* the injected failure happened */
+
+static size_t slot_of(const void *p) { return ((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> (64 - SET_BITS); }
+
+static void remember(void *p) {
+    if (!live || !p) return;
+    size_t i = slot_of(p);
+    while (live[i] && live[i] != TOMB) i = (i + 1) & (SET_CAP - 1);
+    live[i] = p;
+    n_live++;
+}
+
+static bool forget(void *p) {
+    if (!live || !p) return false;
+    for (size_t i = slot_of(p); live[i]; i = (i + 1) & (SET_CAP - 1))
+        if (live[i] == p) {
+            live[i] = TOMB;
+            n_live--;
+            return true;
+        }
+    return false;
+}
+
+static bool fail_now(void) {
+    n_allocs++;
+    if (countdown < 0) return false;
+    if (countdown-- == 0) {
+        failed = true;
+        return true;
+    }
+    return false;
+}
+
+void *__wrap_malloc(size_t n) {
+    if (fail_now()) return NULL;
+    void *p = __real_malloc(n);
+    remember(p);
+    return p;
+}
+
+void *__wrap_calloc(size_t k, size_t n) {
+    if (fail_now()) return NULL;
+    void *p = __real_calloc(k, n);
+    remember(p);
+    return p;
+}
+
+void *__wrap_realloc(void *p, size_t n) {
+    if (fail_now()) return NULL;
+    bool ours = forget(p);
+    void *q = __real_realloc(p, n);
+    if (q) remember(q);
+    else if (ours) remember(p); /* still alive */
+    return q;
+}
+
+char *__wrap_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = __wrap_malloc(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+void __wrap_free(void *p) {
+    forget(p);
+    __real_free(p);
+}
+
+/* Runs op with allocation `at` failing (< 0: none); returns op's status. *leaked: allocations
+ * of ours still live afterwards (op's own cleanup included). */
+static int run_failing(long at, int (*op)(void *), void *ctx, long *leaked) {
+    size_t before = n_live;
+    countdown = at;
+    failed = false;
+    n_allocs = 0;
+    int rc = op(ctx);
+    countdown = -1;
+    *leaked = (long)n_live - (long)before;
+    return rc;
+}
+
+/* The loop: counts the allocations of a clean run, then fails each of the first `all` of them
+ * and `spread` more spread over the rest. Every run must succeed or fail with a message, and
+ * leak nothing. */
+static void oom_loop(const char *what, int (*op)(void *), void *ctx, unsigned long all, unsigned long spread) {
+    long leaked;
+    assert_int_equal(run_failing(-1, op, ctx, &leaked), 0);
+    assert_int_equal(leaked, 0);
+    unsigned long total = n_allocs, tried = 0, failures = 0;
+    rng r;
+    rng_seed(&r, total);
+    for (unsigned long k = 0; k < all + spread; k++) {
+        long at = k < all ? (long)k : (long)(all + rng_below(&r, total > all ? total - all : 1));
+        if ((unsigned long)at >= total) continue;
+        cd_errclear();
+        int rc = run_failing(at, op, ctx, &leaked);
+        tried++;
+        if (rc) {
+            failures++;
+            if (!*cd_errmsg()) fail_msg("%s: allocation %ld failed without a message", what, at);
+        }
+        if (leaked) fail_msg("%s: allocation %ld failed, %ld allocations leaked", what, at, leaked);
+        if (rc && !failed) fail_msg("%s: failed though no allocation did (at %ld)", what, at);
+    }
+    print_message("%s: %lu allocations; %lu runs with one failing, %lu of them failed cleanly\n", what, total,
+                  tried, failures);
+    assert_true(failures > 0);
+}
+
+/* ---- the operations ---- */
+
+static const char *model_path;
+static model *loaded; /* for the operations that need a tokenizer */
+
+static int op_load(void *ctx) {
+    (void)ctx;
+    model *m;
+    if (model_load(&m, model_path, (model_load_opts){.skip_weight_hash = true})) return -1;
+    model_free(m);
+    return 0;
+}
+
+static int op_tokenize(void *ctx) {
+    const char *text = ctx;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    char *back = NULL;
+    int rc = tok_encode(loaded->tok, text, strlen(text), true, &ids, &n) || tok_decode(loaded->tok, ids, n, &back);
+    if (!rc && strcmp(back, text)) rc = cd_fail("round trip differs");
+    free(ids);
+    free(back);
+    return rc ? -1 : 0;
+}
+
+static int op_chat(void *ctx) {
+    (void)ctx;
+    json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather?\"},"
+                              "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                              "\"function\":{\"name\":\"w\",\"arguments\":{\"city\":\"Paris\",\"n\":[1,2.5]}}}]},"
+                              "{\"role\":\"tool\",\"content\":\"18 C\"},{\"role\":\"user\",\"content\":\"thanks\"}]",
+                              0, NULL);
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{\"type\":\"object\"}}}]",
+                               0, NULL);
+    char *out = NULL;
+    int rc = msgs && tools ? chat_render(msgs, tools, (chat_options){.add_generation_prompt = true, .as_generated = true}, &out)
+                           : cd_fail("test data");
+    free(out);
+    json_decref(msgs);
+    json_decref(tools);
+    return rc;
+}
+
+/* A tree with two sequences, a third inserted beside them (a split), a tail, a match and its
+ * release, then freed: on any failure the tree passes radix_check and frees cleanly. */
+static int op_radix(void *ctx) {
+    (void)ctx;
+    uint8_t ns[RADIX_NS_BYTES] = {7};
+    int32_t ids[3][96];
+    uint32_t pages[3][24], first_new;
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < 96; i++) ids[k][i] = i < 20 * (k + 1) ? i : 1000 * (k + 1) + i;
+        for (int i = 0; i < 24; i++) pages[k][i] = (uint32_t)(24 * k + i);
+    }
+    radix_tree t;
+    if (radix_init(&t, 4)) return -1;
+    radix_match m = {0};
+    int rc = radix_insert(&t, ns, ids[0], 96, pages[0], &first_new) || radix_insert(&t, ns, ids[1], 96, pages[1], &first_new) ||
+             radix_insert_tail(&t, ns, ids[2], 94, pages[2], &first_new, NULL, NULL) ||
+             radix_match_prefix(&t, ns, ids[2], 90, &m);
+    radix_release(&t, &m);
+    long armed = countdown;
+    countdown = -1; /* the checker's own allocations are not under test */
+    if (radix_check(&t)) fail_msg("the tree is broken after a failed allocation: %s", cd_errmsg());
+    countdown = armed;
+    radix_free(&t);
+    return rc ? -1 : 0;
+}
+
+/* The engine (device, pipelines, weights, KV pool, cache) set up and one request run. */
+static int op_engine(void *ctx) {
+    (void)ctx;
+    engine e;
+    engine_opts o = {.n_ctx = 64, .pool_tokens = 128, .page_tokens = 4, .max_seqs = 2};
+    int32_t ids[12] = {11, 22, 33, 44, 55, 66, 77, 88, 99, 111, 122, 133};
+    engine_request rq = {.ids = ids, .n = 12, .max_tokens = 3};
+    engine_reply r = {0};
+    int rc = engine_init(&e, loaded, &o) || engine_generate(&e, &rq, &r);
+    if (!rc && r.finish == ENGINE_ERROR) rc = cd_fail("the request failed");
+    engine_reply_free(&r);
+    engine_free(&e);
+    return rc ? -1 : 0;
+}
+
+/* ---- tests ---- */
+
+static void test_engine(void **state) {
+    (void)state;
+    oom_loop("engine_init + generate", op_engine, NULL, 8, 12);
+}
+
+
+static void test_model_load(void **state) {
+    (void)state;
+    oom_loop("model_load", op_load, NULL, 40, 60);
+}
+
+static void test_tokenizer(void **state) {
+    (void)state;
+    oom_loop("tok_encode + tok_decode", op_tokenize, "Hello, world! <|im_start|>user\nÜber 123 tokens\t😀 done", 400, 0);
+}
+
+static void test_chat_template(void **state) {
+    (void)state;
+    oom_loop("chat_render", op_chat, NULL, 400, 0);
+}
+
+static void test_radix(void **state) {
+    (void)state;
+    oom_loop("radix insert + tail + match", op_radix, NULL, 400, 0);
+}
+
+static int setup(void **state) {
+    (void)state;
+    live = __real_calloc(SET_CAP, sizeof *live);
+    model_path = tu_make_model("oom_tiny.gguf", "tiny", NULL, 3, NULL);
+    if (!live || !model_path) return -1;
+    return model_load(&loaded, model_path, (model_load_opts){.skip_weight_hash = true});
+}
+
+static int teardown(void **state) {
+    (void)state;
+    model_free(loaded);
+    return 0;
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_model_load),
+        cmocka_unit_test(test_tokenizer),
+        cmocka_unit_test(test_chat_template),
+        cmocka_unit_test(test_radix),
+        cmocka_unit_test(test_engine),
+    };
+    return tu_status(cmocka_run_group_tests(tests, setup, teardown));
+}
