@@ -27,6 +27,7 @@
 #include "runtime/model/model.h"
 #include "runtime/text/chat.h"
 #include "runtime/text/tokenizer.h"
+#include "runtime/vk/vk_fault.h"
 #include "tests/test_util.h"
 
 /* ---- the wrapped allocator ---- */
@@ -111,16 +112,26 @@ void __wrap_free(void *p) {
     __real_free(p);
 }
 
-/* Runs op with allocation `at` failing (< 0: none); returns op's status. *leaked: allocations
- * of ours still live afterwards (op's own cleanup included). */
-static int run_failing(long at, int (*op)(void *), void *ctx, long *leaked) {
+/* What fails: our heap allocations, the device's memory allocations, or queue submissions
+ * (runtime/vk/vk_fault.h). */
+enum fault { HEAP, DEVICE_MEMORY, SUBMIT };
+static enum fault fault = HEAP;
+
+/* Runs op with the `at`-th call of the fault's kind failing (< 0: none); returns op's status and
+ * how many such calls it made. *leaked: heap allocations of ours still live afterwards (op's
+ * own cleanup included). */
+static int run_failing(long at, int (*op)(void *), void *ctx, long *leaked, unsigned long *calls, bool *hit) {
     size_t before = n_live;
-    countdown = at;
+    countdown = fault == HEAP ? at : -1;
+    cvk_fault = (cvk_faults){.alloc_at = fault == DEVICE_MEMORY ? at : -1, .submit_at = fault == SUBMIT ? at : -1};
     failed = false;
     n_allocs = 0;
     int rc = op(ctx);
     countdown = -1;
+    cvk_fault.alloc_at = cvk_fault.submit_at = -1;
     *leaked = (long)n_live - (long)before;
+    *calls = fault == HEAP ? n_allocs : fault == DEVICE_MEMORY ? cvk_fault.allocs : cvk_fault.submits;
+    *hit = fault == HEAP ? failed : cvk_fault.hit;
     return rc;
 }
 
@@ -129,25 +140,27 @@ static int run_failing(long at, int (*op)(void *), void *ctx, long *leaked) {
  * leak nothing. */
 static void oom_loop(const char *what, int (*op)(void *), void *ctx, unsigned long all, unsigned long spread) {
     long leaked;
-    assert_int_equal(run_failing(-1, op, ctx, &leaked), 0);
+    unsigned long total, calls, tried = 0, failures = 0;
+    bool hit;
+    assert_int_equal(run_failing(-1, op, ctx, &leaked, &total, &hit), 0);
     assert_int_equal(leaked, 0);
-    unsigned long total = n_allocs, tried = 0, failures = 0;
     rng r;
     rng_seed(&r, total);
     for (unsigned long k = 0; k < all + spread; k++) {
         long at = k < all ? (long)k : (long)(all + rng_below(&r, total > all ? total - all : 1));
         if ((unsigned long)at >= total) continue;
         cd_errclear();
-        int rc = run_failing(at, op, ctx, &leaked);
+        int rc = run_failing(at, op, ctx, &leaked, &calls, &hit);
         tried++;
         if (rc) {
             failures++;
             if (!*cd_errmsg()) fail_msg("%s: allocation %ld failed without a message", what, at);
         }
         if (leaked) fail_msg("%s: allocation %ld failed, %ld allocations leaked", what, at, leaked);
-        if (rc && !failed) fail_msg("%s: failed though no allocation did (at %ld)", what, at);
+        if (rc && !hit) fail_msg("%s: failed though no allocation did (at %ld)", what, at);
     }
-    print_message("%s: %lu allocations; %lu runs with one failing, %lu of them failed cleanly\n", what, total,
+    print_message("%s: %lu %s; %lu runs with one failing, %lu of them failed cleanly\n", what, total,
+                  fault == HEAP ? "allocations" : fault == DEVICE_MEMORY ? "device-memory allocations" : "submissions",
                   tried, failures);
     assert_true(failures > 0);
 }
@@ -243,6 +256,18 @@ static void test_engine(void **state) {
     oom_loop("engine_init + generate", op_engine, NULL, 8, 12);
 }
 
+/* Vulkan faults in the runtime layer: every device-memory allocation of the engine's set-up
+ * and every queue submission of set-up and a request, failing in turn (as
+ * VK_ERROR_OUT_OF_DEVICE_MEMORY / VK_ERROR_DEVICE_LOST): a message, no crash, no leak. */
+static void test_vulkan_faults(void **state) {
+    (void)state;
+    fault = DEVICE_MEMORY;
+    oom_loop("engine with a device allocation failing", op_engine, NULL, 64, 0);
+    fault = SUBMIT;
+    oom_loop("engine with a submission failing", op_engine, NULL, 64, 0);
+    fault = HEAP;
+}
+
 
 static void test_model_load(void **state) {
     (void)state;
@@ -285,6 +310,7 @@ int main(void) {
         cmocka_unit_test(test_chat_template),
         cmocka_unit_test(test_radix),
         cmocka_unit_test(test_engine),
+        cmocka_unit_test(test_vulkan_faults),
     };
     return tu_status(cmocka_run_group_tests(tests, setup, teardown));
 }

@@ -4,6 +4,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_check.h"
+#include "runtime/vk/vk_fault.h"
 
 #define WAIT_NS (600ull * 1000000000ull) /* a GPU that takes 10 minutes is hung */
 
@@ -47,6 +48,8 @@ static int begin(cvk_cmd *c, VkCommandBufferUsageFlags flags) {
     return 0;
 }
 
+cvk_faults cvk_fault = {.alloc_at = -1, .submit_at = -1};
+
 int cvk_cmd_begin(cvk_cmd *c) { return begin(c, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT); }
 int cvk_cmd_begin_reusable(cvk_cmd *c) { return begin(c, 0); }
 
@@ -80,7 +83,9 @@ int cvk_cmd_submit(cvk_cmd *c) {
         si.signalSemaphoreCount = signals;
         si.pSignalSemaphores = &signal->sem;
     }
-    if (CVK_CHECK(vkQueueSubmit(c->queue, 1, &si, c->fence))) return -1;
+    if (CVK_CHECK(cvk_fault_take(&cvk_fault.submit_at, &cvk_fault.submits) ? VK_ERROR_DEVICE_LOST
+                                                                            : vkQueueSubmit(c->queue, 1, &si, c->fence)))
+        return -1;
     c->pending = true;
     if (waits) *saw = wait_v;
     if (signals) signal->value = signal_v;
