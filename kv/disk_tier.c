@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,7 +62,7 @@ static void say(kv_disk_tier *d, const char *fmt, ...) {
     fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
 }
 
-/* ---- sets of chain hashes (known to be on disk; stale names) ---- */
+/* ---- a set of chain hashes (the stale names: files skipped on read) ---- */
 
 static uint32_t slot_of(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t cap) {
     uint64_t v;
@@ -83,8 +84,6 @@ static bool set_has(const kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
     }
 }
 
-bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]) { return set_has(&d->known, h); }
-
 static void set_put(uint8_t (*tab)[KV_DISK_HASH_BYTES], uint32_t cap, const uint8_t *h) {
     uint32_t i = slot_of(h, cap);
     while (!is_zero(tab[i]) && memcmp(tab[i], h, KV_DISK_HASH_BYTES)) i = (i + 1) & (cap - 1);
@@ -92,8 +91,7 @@ static void set_put(uint8_t (*tab)[KV_DISK_HASH_BYTES], uint32_t cap, const uint
 }
 
 /* Adds h (an all-zero hash is never a SHA-256 output worth keeping). Out of memory: the set
- * stays as it is (for `known`, a chunk is then checked on disk again: slower, not wrong; for
- * `stale`, a skipped name is trusted by write-through: the next read skips it again). */
+ * stays as it is (a skipped name is trusted by write-through: the next read skips it again). */
 static void set_add(kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
     if (is_zero(h) || set_has(s, h)) return;
     if (2 * (s->n + 1) > s->cap) {
@@ -125,6 +123,242 @@ static void set_remove(kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
 static void set_free(kv_disk_set *s) {
     free(s->tab);
     *s = (kv_disk_set){0};
+}
+
+/* ---- the budget's index: every chunk file under DIR, least recently used first ---- */
+
+static int64_t now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static struct timespec ts_of(int64_t ns) {
+    return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
+}
+
+/* Our entry for chain hash h: its slot in the map (the entry, or the empty slot where it would go). */
+static uint32_t map_slot(const kv_disk_index *x, const uint8_t *h) {
+    for (uint32_t i = slot_of(h, x->map_cap);; i = (i + 1) & (x->map_cap - 1))
+        if (x->map[i] == KV_DISK_NONE || !memcmp(x->files[x->map[i]].h, h, KV_DISK_HASH_BYTES)) return i;
+}
+
+static uint32_t idx_find(const kv_disk_index *x, const uint8_t *h) {
+    return x->map_cap ? x->map[map_slot(x, h)] : KV_DISK_NONE;
+}
+
+bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]) {
+    return idx_find(&d->index, h) != KV_DISK_NONE;
+}
+
+static int map_grow(kv_disk_index *x) {
+    uint32_t cap = x->map_cap ? 2 * x->map_cap : 256;
+    uint32_t *m = malloc((size_t)cap * sizeof *m);
+    if (!m) return -1;
+    for (uint32_t i = 0; i < cap; i++) m[i] = KV_DISK_NONE;
+    uint32_t *old = x->map, old_cap = x->map_cap;
+    x->map = m;
+    x->map_cap = cap;
+    for (uint32_t i = 0; i < old_cap; i++)
+        if (old[i] != KV_DISK_NONE) x->map[map_slot(x, x->files[old[i]].h)] = old[i];
+    free(old);
+    return 0;
+}
+
+/* Removes the map slot i and moves later entries of its probe run back (no tombstones). */
+static void map_delete(kv_disk_index *x, uint32_t i) {
+    uint32_t mask = x->map_cap - 1;
+    x->map[i] = KV_DISK_NONE;
+    for (uint32_t j = (i + 1) & mask; x->map[j] != KV_DISK_NONE; j = (j + 1) & mask) {
+        uint32_t home = slot_of(x->files[x->map[j]].h, x->map_cap);
+        /* j's entry may fill the hole at i unless its home lies cyclically in (i, j] */
+        if (((j - home) & mask) >= ((j - i) & mask)) {
+            x->map[i] = x->map[j];
+            x->map[j] = KV_DISK_NONE;
+            i = j;
+        }
+    }
+}
+
+static bool ours(const kv_disk_file *f) { return f->ns == 0 && f->version == KV_DISK_VERSION; }
+
+static void list_unlink(kv_disk_index *x, uint32_t i) {
+    kv_disk_file *f = &x->files[i];
+    if (f->older != KV_DISK_NONE) x->files[f->older].newer = f->newer;
+    else x->oldest = f->newer;
+    if (f->newer != KV_DISK_NONE) x->files[f->newer].older = f->older;
+    else x->newest = f->older;
+}
+
+static void list_push_newest(kv_disk_index *x, uint32_t i) {
+    kv_disk_file *f = &x->files[i];
+    f->older = x->newest;
+    f->newer = KV_DISK_NONE;
+    if (x->newest != KV_DISK_NONE) x->files[x->newest].newer = i;
+    else x->oldest = i;
+    x->newest = i;
+}
+
+static void idx_remove(kv_disk_index *x, uint32_t i) {
+    kv_disk_file *f = &x->files[i];
+    if (ours(f)) map_delete(x, map_slot(x, f->h));
+    list_unlink(x, i);
+    x->bytes -= f->bytes;
+    x->n--;
+    f->older = x->free;
+    x->free = i;
+}
+
+/* Adds a file as the newest (one of ours already there is replaced). The entry, or KV_DISK_NONE
+ * when memory ran out: the file is then not counted (the budget is checked again at a rescan). */
+static uint32_t idx_add(kv_disk_index *x, uint32_t ns, uint32_t version, const uint8_t *h, uint64_t bytes,
+                        int64_t used_ns, uint64_t stamp) {
+    bool mine = ns == 0 && version == KV_DISK_VERSION;
+    if (mine) {
+        uint32_t old = idx_find(x, h);
+        if (old != KV_DISK_NONE) idx_remove(x, old);
+        if (2 * (x->n + 1) > x->map_cap && map_grow(x)) return KV_DISK_NONE;
+    }
+    if (x->free == KV_DISK_NONE) {
+        uint32_t cap = x->cap ? 2 * x->cap : 256;
+        kv_disk_file *f = realloc(x->files, (size_t)cap * sizeof *f);
+        if (!f) return KV_DISK_NONE;
+        x->files = f;
+        for (uint32_t i = cap; i-- > x->cap;) {
+            f[i].older = x->free;
+            x->free = i;
+        }
+        x->cap = cap;
+    }
+    uint32_t i = x->free;
+    kv_disk_file *f = &x->files[i];
+    x->free = f->older;
+    *f = (kv_disk_file){.bytes = bytes, .used_ns = used_ns, .stamp = stamp, .ns = ns, .version = version};
+    memcpy(f->h, h, KV_DISK_HASH_BYTES);
+    list_push_newest(x, i);
+    if (mine) x->map[map_slot(x, h)] = i;
+    x->bytes += bytes;
+    x->n++;
+    return i;
+}
+
+static void idx_touch(kv_disk_tier *d, uint32_t i, int64_t used_ns) {
+    kv_disk_index *x = &d->index;
+    list_unlink(x, i);
+    list_push_newest(x, i);
+    x->files[i].used_ns = used_ns;
+    x->files[i].stamp = d->stamp++;
+}
+
+/* Empties the index (keeps its memory and the namespace names). */
+static void idx_clear(kv_disk_index *x) {
+    x->n = 0;
+    x->bytes = 0;
+    x->oldest = x->newest = x->free = KV_DISK_NONE;
+    for (uint32_t i = x->cap; i-- > 0;) {
+        x->files[i].older = x->free;
+        x->free = i;
+    }
+    for (uint32_t i = 0; i < x->map_cap; i++) x->map[i] = KV_DISK_NONE;
+}
+
+static void idx_free(kv_disk_index *x) {
+    free(x->files);
+    free(x->map);
+    free(x->ns_names);
+    *x = (kv_disk_index){.oldest = KV_DISK_NONE, .newest = KV_DISK_NONE, .free = KV_DISK_NONE};
+}
+
+/* The id of namespace directory name (interned; 0 is ours), or KV_DISK_NONE. */
+static uint32_t idx_ns(kv_disk_index *x, const char *name) {
+    for (uint32_t i = 0; i < x->n_ns; i++)
+        if (!strcmp(x->ns_names[i], name)) return i;
+    if (!x->n_ns || (x->n_ns >= 4 && !(x->n_ns & (x->n_ns - 1)))) { /* room for 4, 8, 16, ... */
+        uint32_t cap = x->n_ns ? 2 * x->n_ns : 4;
+        void *p = realloc(x->ns_names, (size_t)cap * sizeof *x->ns_names);
+        if (!p) return KV_DISK_NONE;
+        x->ns_names = p;
+    }
+    snprintf(x->ns_names[x->n_ns], sizeof x->ns_names[0], "%s", name);
+    return x->n_ns++;
+}
+
+/* ---- fault injection (tests) ---- */
+
+int kv_disk_fault_set(kv_disk_tier *d, const char *spec) {
+    d->n_faults = 0;
+    memset(d->n_ops, 0, sizeof d->n_ops);
+    d->io_fault = 0;
+    for (const char *p = spec; p && *p;) {
+        static const char *ops[] = {"write", "fsync", "read"}, *kinds[] = {"eio", "enospc", "short"};
+        size_t len = strcspn(p, ",");
+        char item[64];
+        if (len >= sizeof item) return cd_fail("CINDER_FAULT_DISK: '%.*s' is too long", (int)len, p);
+        memcpy(item, p, len);
+        item[len] = 0;
+        p += len + (p[len] == ',');
+        char op[16] = "", kind[16] = "eio";
+        unsigned nth = 0;
+        int end = 0;
+        if (sscanf(item, "%15[a-z]:%u%n", op, &nth, &end) != 2 || (item[end] && sscanf(item + end, ":%15[a-z]", kind) != 1))
+            return cd_fail("CINDER_FAULT_DISK: cannot read '%s' (op:N[:kind], op write, fsync or read)", item);
+        kv_disk_fault f = {.nth = nth};
+        int o = -1, k = -1;
+        for (int i = 0; i < 3; i++) {
+            if (!strcmp(op, ops[i])) o = i;
+            if (!strcmp(kind, kinds[i])) k = i;
+        }
+        if (o < 0 || k < 0 || !nth || (o == KV_FAULT_FSYNC && k != KV_FAULT_EIO) || (o == KV_FAULT_READ && k == KV_FAULT_ENOSPC))
+            return cd_fail("CINDER_FAULT_DISK: '%s': write:N[:eio|enospc|short], fsync:N or read:N[:eio|short], N >= 1", item);
+        if (d->n_faults == KV_DISK_MAX_FAULTS) return cd_fail("CINDER_FAULT_DISK: at most %d faults", KV_DISK_MAX_FAULTS);
+        f.op = (uint8_t)o;
+        f.kind = (uint8_t)k;
+        d->faults[d->n_faults++] = f;
+    }
+    return 0;
+}
+
+/* Counts one operation of op: the kind of the fault it must suffer, or -1. */
+static int fault_next(kv_disk_tier *d, enum kv_disk_fault_op op) {
+    if (!d->n_faults) return -1;
+    uint32_t n = ++d->n_ops[op];
+    for (uint32_t i = 0; i < d->n_faults; i++) {
+        kv_disk_fault *f = &d->faults[i];
+        if (f->op == op && f->nth == n && !f->fired) {
+            f->fired = true;
+            return f->kind;
+        }
+    }
+    return -1;
+}
+
+/* Arms the chunk read or written next: its fault, if any, strikes at byte `at`. */
+static void fault_arm(kv_disk_tier *d, enum kv_disk_fault_op op, uint64_t at) {
+    d->io_fault = fault_next(d, op) + 1;
+    d->io_done = 0;
+    d->io_at = at;
+}
+
+/* write() and read() of chunk bytes, through the armed fault. */
+static ssize_t io_write(kv_disk_tier *d, int fd, const void *p, size_t n) {
+    if (d->io_fault && d->io_done + n > d->io_at) {
+        if (d->io_fault - 1 == KV_FAULT_SHORT && d->io_done < d->io_at) n = (size_t)(d->io_at - d->io_done);
+        else return errno = d->io_fault - 1 == KV_FAULT_EIO ? EIO : ENOSPC, -1;
+    }
+    ssize_t w = write(fd, p, n);
+    if (w > 0) d->io_done += (uint64_t)w;
+    return w;
+}
+
+static ssize_t io_read(kv_disk_tier *d, int fd, void *p, size_t n) {
+    if (d->io_fault && d->io_done + n > d->io_at) {
+        if (d->io_fault - 1 == KV_FAULT_EIO) return errno = EIO, -1;
+        if (d->io_done >= d->io_at) return 0; /* the file ends here: truncated under us */
+        n = (size_t)(d->io_at - d->io_done);
+    }
+    ssize_t r = read(fd, p, n);
+    if (r > 0) d->io_done += (uint64_t)r;
+    return r;
 }
 
 /* ---- the MAC: HMAC-SHA-256 under DIR/key ---- */
@@ -192,11 +426,37 @@ int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, 
     return rc;
 }
 
-/* The file name of chain hash h inside the namespace directory. */
-static void chunk_name(const uint8_t h[KV_DISK_HASH_BYTES], char name[NAME_CAP]) {
+/* The file name of chain hash h in format version v inside a namespace directory. */
+static void file_name(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t v, char name[NAME_CAP]) {
     char hx[2 * KV_DISK_HASH_BYTES + 1];
     hex(h, KV_DISK_HASH_BYTES, hx);
-    snprintf(name, NAME_CAP, "%s.v%u.kv", hx, KV_DISK_VERSION);
+    if (v == 1) snprintf(name, NAME_CAP, "%s.kv", hx);
+    else snprintf(name, NAME_CAP, "%s.v%u.kv", hx, v);
+}
+
+static void chunk_name(const uint8_t h[KV_DISK_HASH_BYTES], char name[NAME_CAP]) { file_name(h, KV_DISK_VERSION, name); }
+
+static int unhex(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+/* 64 lower-case hex digits into h (NULL: only checked); the characters consumed, or 0. */
+static int parse_hash(const char *s, uint8_t *h) {
+    for (int i = 0; i < 2 * KV_DISK_HASH_BYTES; i++) {
+        int v = unhex(s[i]);
+        if (v < 0) return 0;
+        if (h) h[i / 2] = (uint8_t)(i % 2 ? h[i / 2] | v : v << 4);
+    }
+    return 2 * KV_DISK_HASH_BYTES;
+}
+
+/* A chunk file's name: "<64 hex>.v<N>.kv" (format N >= 2) or "<64 hex>.kv" (format 1). */
+static bool parse_chunk_name(const char *s, uint8_t *h, uint32_t *v) {
+    if (!parse_hash(s, h)) return false;
+    s += 2 * KV_DISK_HASH_BYTES;
+    if (!strcmp(s, ".kv")) return *v = 1, true;
+    unsigned n;
+    int end = 0;
+    if (strncmp(s, ".v", 2) || s[2] < '1' || s[2] > '9') return false;
+    return sscanf(s, ".v%u.kv%n", &n, &end) == 1 && end && !s[end] && n >= 2 && (*v = n, true);
 }
 
 void kv_disk_path(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES], char *path, size_t cap) {
@@ -398,24 +658,167 @@ static int open_dirs(kv_disk_tier *d, const char *dir, const char *nsx) {
         return -1;
     }
     int fd = open_dir(top, nsx, d->dir, true);
-    close(top);
-    if (fd < 0) return -1;
+    if (fd < 0) {
+        close(top);
+        return -1;
+    }
     char probe[NAME_CAP];
     int p = open_tmp(d, fd, ".probe", probe, sizeof probe);
     if (p < 0) {
         int e = errno;
         close(fd);
+        close(top);
         return cd_fail("--cache-dir: %s is not writable: %s", d->dir, strerror(e));
     }
     close(p);
     unlinkat(fd, probe, 0);
     d->dir_fd = fd;
+    d->top_fd = top;
+    return 0;
+}
+
+/* ---- the budget: the scan, eviction ---- */
+
+typedef struct scanned {
+    uint8_t h[KV_DISK_HASH_BYTES];
+    uint64_t bytes;
+    int64_t mtime_ns;
+    uint32_t ns, version;
+} scanned;
+
+static int by_mtime(const void *pa, const void *pb) {
+    const scanned *a = pa, *b = pb;
+    if (a->mtime_ns != b->mtime_ns) return a->mtime_ns < b->mtime_ns ? -1 : 1;
+    if (a->ns != b->ns) return a->ns < b->ns ? -1 : 1;
+    if (a->version != b->version) return a->version < b->version ? -1 : 1;
+    return memcmp(a->h, b->h, KV_DISK_HASH_BYTES);
+}
+
+/* The chunk files of one namespace directory into *v (grown; *n of *cap); -1: out of memory. */
+static int scan_ns(int dfd, uint32_t ns, scanned **v, size_t *n, size_t *cap) {
+    int fd = dup(dfd);
+    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dp) {
+        if (fd >= 0) close(fd);
+        return 0; /* unreadable: nothing counted */
+    }
+    int rc = 0;
+    for (struct dirent *de; !rc && (de = readdir(dp));) {
+        scanned f = {.ns = ns};
+        struct stat st;
+        if (!parse_chunk_name(de->d_name, f.h, &f.version) || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+            !S_ISREG(st.st_mode))
+            continue; /* gone already, or not a chunk file */
+        f.bytes = (uint64_t)st.st_size;
+        f.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        if (*n == *cap) {
+            size_t c = *cap ? 2 * *cap : 256;
+            scanned *p = realloc(*v, c * sizeof *p);
+            if (!p) { rc = -1; break; }
+            *v = p;
+            *cap = c;
+        }
+        (*v)[(*n)++] = f;
+    }
+    closedir(dp);
+    return rc;
+}
+
+int kv_disk_rescan(kv_disk_tier *d) {
+    int fd = openat(d->top_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!dp) {
+        if (fd >= 0) close(fd);
+        return 0; /* DIR unreadable now: keep what we know */
+    }
+    scanned *v = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (struct dirent *de; !rc && (de = readdir(dp));) {
+        if (strlen(de->d_name) != 2 * KV_DISK_HASH_BYTES || !parse_hash(de->d_name, NULL)) continue;
+        int sub = openat(d->top_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) continue;
+        uint32_t ns = idx_ns(&d->index, de->d_name);
+        rc = ns == KV_DISK_NONE ? -1 : scan_ns(sub, ns, &v, &n, &cap);
+        close(sub);
+    }
+    closedir(dp);
+    if (rc) {
+        free(v);
+        return cd_fail("disk tier: out of memory (the index of %s)", d->dir);
+    }
+    if (n) qsort(v, n, sizeof *v, by_mtime); /* v is NULL for an empty directory */
+    /* our stamps survive (a write-through's own prefix stays kept) */
+    uint64_t *stamps = malloc((n ? n : 1) * sizeof *stamps);
+    if (!stamps) {
+        free(v);
+        return cd_fail("disk tier: out of memory (the index of %s)", d->dir);
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint32_t j = v[i].ns == 0 && v[i].version == KV_DISK_VERSION ? idx_find(&d->index, v[i].h) : KV_DISK_NONE;
+        stamps[i] = j != KV_DISK_NONE ? d->index.files[j].stamp : 0;
+    }
+    idx_clear(&d->index);
+    for (size_t i = 0; i < n; i++) idx_add(&d->index, v[i].ns, v[i].version, v[i].h, v[i].bytes, v[i].mtime_ns, stamps[i]);
+    free(stamps);
+    free(v);
+    d->scans++;
+    d->scan_ms = cd_now_ms();
+    return 0;
+}
+
+/* Unlinks least recently used files until `bytes` more fit the budget; false when only kept
+ * files (the write-through's own prefix) are left. A file gone already just leaves the index;
+ * one whose mtime is newer than its entry (another process used it since our scan) is moved to
+ * the newest end instead. */
+static bool make_room(kv_disk_tier *d, uint64_t bytes) {
+    kv_disk_index *x = &d->index;
+    while (x->bytes + bytes > d->max_bytes) {
+        uint32_t i = x->oldest;
+        if (i == KV_DISK_NONE || x->files[i].stamp >= d->keep_from) return false;
+        kv_disk_file f = x->files[i];
+        char name[NAME_CAP];
+        file_name(f.h, f.version, name);
+        int dfd = f.ns == 0 ? d->dir_fd : openat(d->top_fd, x->ns_names[f.ns], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        struct stat st;
+        int64_t mtime = 0;
+        bool there = dfd >= 0 && !fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
+        if (there) mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+        idx_remove(x, i);
+        if (there && mtime > f.used_ns) {
+            idx_add(x, f.ns, f.version, f.h, (uint64_t)st.st_size, mtime, f.stamp);
+        } else if (there && !unlinkat(dfd, name, 0)) {
+            d->evicted_chunks++;
+            d->evicted_bytes += f.bytes;
+        }
+        if (dfd >= 0 && dfd != d->dir_fd) close(dfd);
+    }
+    return true;
+}
+
+uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d) {
+    return KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * d->lay.page_bytes + TRAILER_BYTES;
+}
+
+/* The budget: max_bytes, or 10% of the free space of DIR's file system, at least the floor. */
+static int set_budget(kv_disk_tier *d, uint64_t max_bytes) {
+    if (max_bytes) {
+        d->max_bytes = max_bytes;
+        return 0;
+    }
+    struct statvfs sv;
+    if (fstatvfs(d->top_fd, &sv))
+        return cd_fail("--cache-dir: cannot measure the free space under %s (%s): give --cache-dir-max-mb", d->dir,
+                       strerror(errno));
+    uint64_t free_bytes = (uint64_t)sv.f_bavail * (sv.f_frsize ? sv.f_frsize : sv.f_bsize);
+    d->max_bytes = free_bytes / 10 > KV_DISK_MIN_DEFAULT_BYTES ? free_bytes / 10 : KV_DISK_MIN_DEFAULT_BYTES;
     return 0;
 }
 
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
-                 const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages) {
-    *d = (kv_disk_tier){.vk = vk, .pool = pool, .lay = *lay, .dir_fd = -1};
+                 const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages, uint64_t max_bytes) {
+    *d = (kv_disk_tier){.vk = vk, .pool = pool, .lay = *lay, .dir_fd = -1, .top_fd = -1, .stamp = 1, .keep_from = UINT64_MAX};
+    idx_free(&d->index); /* the empty index */
     memcpy(d->ns, ns, KV_DISK_HASH_BYTES);
     if (!dir || !*dir) return cd_fail("--cache-dir: empty path");
     if (!lay->page_bytes || pool->size % lay->page_bytes)
@@ -443,6 +846,12 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
         return -1;
     }
     remove_stale_tmp(d);
+    if (idx_ns(&d->index, nsx) != 0 || set_budget(d, max_bytes) || kv_disk_rescan(d) ||
+        kv_disk_fault_set(d, getenv("CINDER_FAULT_DISK"))) {
+        if (!d->index.n_ns) cd_fail("disk tier: out of memory");
+        kv_disk_free(d);
+        return -1;
+    }
     uint64_t bytes = (uint64_t)chunk_pages * lay->page_bytes;
     if (cvk_buffer_create(&vk->mem, &d->stage, bytes, lay->page_bytes, CVK_MEM_READBACK)) {
         cd_fail_ctx("disk tier: cannot allocate a %.1f MiB staging buffer: ", bytes / MIB);
@@ -464,10 +873,11 @@ void kv_disk_free(kv_disk_tier *d) {
     if (d->cmd.dev) cvk_cmd_free(&d->cmd);
     if (d->vk) cvk_buffer_destroy(&d->vk->mem, &d->stage);
     if (d->dir && d->dir_fd >= 0) close(d->dir_fd);
+    if (d->dir && d->top_fd >= 0) close(d->top_fd);
     free(d->dir);
     free(d->tokens);
     free(d->slot_ids);
-    set_free(&d->known);
+    idx_free(&d->index);
     set_free(&d->stale);
     OPENSSL_cleanse(d->key, sizeof d->key);
     memset(d, 0, sizeof *d);
@@ -476,10 +886,10 @@ void kv_disk_free(kv_disk_tier *d) {
 /* ---- reading ---- */
 
 /* 0: n bytes read; 1: the file ended first; -1: a read error (errno). */
-static int read_full(int fd, void *p, size_t n) {
+static int read_full(kv_disk_tier *d, int fd, void *p, size_t n) {
     uint8_t *b = p;
     while (n) {
-        ssize_t r = read(fd, b, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t r = io_read(d, fd, b, n > (1u << 30) ? (1u << 30) : n);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return -1;
         if (r == 0) return 1;
@@ -555,8 +965,9 @@ static void reject(kv_disk_tier *d, const char *path, const uint8_t h[KV_DISK_HA
         char name[NAME_CAP];
         chunk_name(h, name);
         unlinkat(d->dir_fd, name, 0);
+        uint32_t i = idx_find(&d->index, h);
+        if (i != KV_DISK_NONE) idx_remove(&d->index, i);
     }
-    set_remove(&d->known, h);
     d->rejected++;
 }
 
@@ -571,7 +982,7 @@ static const char *read_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, ui
     if (fstat(fd, &st)) return *skip = true, "cannot stat";
     if (!S_ISREG(st.st_mode)) return *skip = true, "not a regular file"; /* a FIFO is never read */
     if ((uint64_t)st.st_size < KV_DISK_HEADER_BYTES) return "truncated (no whole header)";
-    int r = read_full(fd, hd, sizeof hd);
+    int r = read_full(d, fd, hd, sizeof hd);
     if (r) return *skip = r < 0, r < 0 ? "read error" : "truncated (no whole header)";
     const char *bad = check_header(d, hd, k, why, cap, skip);
     if (bad) return bad;
@@ -582,18 +993,19 @@ static const char *read_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, ui
         return why;
     }
     /* sizes are ours from here on: the header matched our layout field by field */
+    fault_arm(d, KV_FAULT_READ, (uint64_t)d->chunk_tokens * 4 + pb / 2);
     mac m;
     if (mac_begin(d, &m)) return *skip = true, "HMAC-SHA-256 is not available";
     mac_update(&m, hd, sizeof hd);
     uint8_t *le = (uint8_t *)d->tokens; /* read as bytes, decoded in place below */
-    r = read_full(fd, le, (size_t)d->chunk_tokens * 4);
+    r = read_full(d, fd, le, (size_t)d->chunk_tokens * 4);
     if (!r) mac_update(&m, le, (size_t)d->chunk_tokens * 4);
     for (uint32_t i = 0; !r && i < d->chunk_pages; i++) {
         void *p = kv_slot_ptr(&d->stage, pb, i);
         if (!p) r = -1;
-        else if (!(r = read_full(fd, p, pb))) mac_update(&m, p, pb);
+        else if (!(r = read_full(d, fd, p, pb))) mac_update(&m, p, pb);
     }
-    if (!r) r = read_full(fd, sum, sizeof sum);
+    if (!r) r = read_full(d, fd, sum, sizeof sum);
     if (mac_end(&m, want_sum) && !r) return *skip = true, "HMAC-SHA-256 failed";
     if (r) return *skip = r < 0, r < 0 ? "read error" : "truncated (read failed)";
     if (CRYPTO_memcmp(sum, want_sum, sizeof sum)) return "corrupt or forged (MAC mismatch: not written with this directory's key)";
@@ -613,8 +1025,9 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
     double t0 = cd_now_ms();
     int fd = openat(d->dir_fd, name, OPEN_READ);
     if (fd < 0) {
-        if (errno == ENOENT) {
-            set_remove(&d->known, h);
+        if (errno == ENOENT) { /* never written, or removed (maybe by another process) */
+            uint32_t i = idx_find(&d->index, h);
+            if (i != KV_DISK_NONE) idx_remove(&d->index, i);
             return 0;
         }
         snprintf(why, sizeof why, "%s", errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
@@ -623,14 +1036,22 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
     }
     bool skip = false;
     const char *bad = read_chunk(d, fd, tokens, k, prev, h, why, sizeof why, &skip);
+    d->io_fault = 0;
+    if (!bad) { /* a use: the newest in our index, and in another process's scan (mtime) */
+        int64_t now = now_ns();
+        struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
+        (void)futimens(fd, ts);
+        uint32_t i = idx_find(&d->index, h);
+        if (i != KV_DISK_NONE) idx_touch(d, i, now);
+        else idx_add(&d->index, 0, KV_DISK_VERSION, h, kv_disk_chunk_bytes(d), now, d->stamp++);
+    }
     close(fd);
     if (bad) {
         reject(d, path, h, bad, skip);
         return 0;
     }
-    set_add(&d->known, h);
     d->ms_read += cd_now_ms() - t0;
-    d->bytes_read += KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * d->lay.page_bytes + TRAILER_BYTES;
+    d->bytes_read += kv_disk_chunk_bytes(d);
     return 1;
 }
 
@@ -646,10 +1067,10 @@ int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, u
 
 /* ---- writing ---- */
 
-static int write_full(int fd, const void *p, size_t n) {
+static int write_full(kv_disk_tier *d, int fd, const void *p, size_t n) {
     const uint8_t *b = p;
     while (n) {
-        ssize_t w = write(fd, b, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t w = io_write(d, fd, b, n > (1u << 30) ? (1u << 30) : n);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return -1;
         if (w == 0) return errno = ENOSPC, -1;
@@ -669,19 +1090,20 @@ static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t 
     for (uint32_t i = 0; i < d->chunk_tokens; i++) put32(le + 4 * i, (uint32_t)tokens[i]);
     mac m;
     if (mac_begin(d, &m)) return -2;
+    fault_arm(d, KV_FAULT_WRITE, KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + pb / 2);
     mac_update(&m, hd, sizeof hd);
     mac_update(&m, le, (size_t)d->chunk_tokens * 4);
-    bool ok = !write_full(fd, hd, sizeof hd) && !write_full(fd, le, (size_t)d->chunk_tokens * 4);
+    bool ok = !write_full(d, fd, hd, sizeof hd) && !write_full(d, fd, le, (size_t)d->chunk_tokens * 4);
     for (uint32_t i = 0; ok && i < d->chunk_pages; i++) {
         const void *p = kv_slot_ptr(&d->stage, pb, i);
         if (!p) errno = EFAULT;
-        ok = p && !write_full(fd, p, pb);
+        ok = p && !write_full(d, fd, p, pb);
         if (ok) mac_update(&m, p, pb);
     }
     int e = errno;
     if (mac_end(&m, sum)) return -2;
     if (!ok) return errno = e, -1;
-    return write_full(fd, sum, sizeof sum);
+    return write_full(d, fd, sum, sizeof sum);
 }
 
 static int store_failed(kv_disk_tier *d, const char *path, int e) {
@@ -690,19 +1112,52 @@ static int store_failed(kv_disk_tier *d, const char *path, int e) {
     return 0;
 }
 
+/* A chunk the budget cannot hold: counted, one line the first time. */
+static int over_budget(kv_disk_tier *d, const char *path, uint64_t size) {
+    d->over_budget++;
+    snprintf(d->last_msg, sizeof d->last_msg,
+             "%s: a chunk of %llu bytes does not fit the budget of %llu bytes (--cache-dir-max-mb)%s; it and the rest of "
+             "the prompt stay uncached on disk (said once, counted each time)",
+             path, (unsigned long long)size, (unsigned long long)d->max_bytes,
+             size > d->max_bytes ? "" : " beside the prompt's earlier chunks");
+    if (!d->said_over_budget) fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
+    d->said_over_budget = true;
+    return 0;
+}
+
+/* Whether chunk h is on disk already (written earlier by this process or another; checked when
+ * read), refreshing its last use: the write-through of a prefix is a use of its chunks. */
+static bool already_there(kv_disk_tier *d, const uint8_t *h, const char *name) {
+    if (set_has(&d->stale, h)) return false; /* a skipped file: replaced, not trusted */
+    int64_t now = now_ns();
+    struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
+    uint32_t i = idx_find(&d->index, h);
+    if (i != KV_DISK_NONE) {
+        if (utimensat(d->dir_fd, name, ts, AT_SYMLINK_NOFOLLOW) && errno == ENOENT) {
+            idx_remove(&d->index, i); /* removed under us (another process's budget) */
+            return false;
+        }
+        idx_touch(d, i, now);
+        return true;
+    }
+    struct stat st;
+    if (fstatat(d->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode)) return false;
+    (void)utimensat(d->dir_fd, name, ts, AT_SYMLINK_NOFOLLOW);
+    idx_add(&d->index, 0, KV_DISK_VERSION, h, (uint64_t)st.st_size, now, d->stamp++);
+    return true;
+}
+
 int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
                   const uint8_t h[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages) {
-    if (kv_disk_known(d, h)) return 0;
     char path[4096], name[NAME_CAP], tmp[NAME_CAP + 64];
     kv_disk_path(d, h, path, sizeof path);
     chunk_name(h, name);
-    struct stat st;
-    if (!set_has(&d->stale, h) && !fstatat(d->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode)) {
-        set_add(&d->known, h); /* written earlier (this process or another): checked when read */
-        return 0;
-    }
+    if (already_there(d, h, name)) return 0;
     double t0 = cd_now_ms();
-    uint64_t size = KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * d->lay.page_bytes + TRAILER_BYTES;
+    uint64_t size = kv_disk_chunk_bytes(d);
+    if (size > d->max_bytes) return over_budget(d, path, size);
+    if (cd_now_ms() - d->scan_ms >= KV_DISK_RESCAN_MS && kv_disk_rescan(d)) return -1;
+    if (!make_room(d, size)) return over_budget(d, path, size);
     /* the file and its space first: a full disk or a read-only directory costs no GPU copy */
     int fd = open_tmp(d, d->dir_fd, name, tmp, sizeof tmp);
     if (fd < 0) return store_failed(d, path, errno);
@@ -718,10 +1173,15 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
         unlinkat(d->dir_fd, tmp, 0);
         return cd_fail_ctx("disk tier: ");
     }
-    /* durable before it is named: fsync the file, rename, fsync the directory */
+    /* durable before it is named: fsync the file, rename, fsync the directory; its mtime is
+     * its last use (the budget's order) */
     int rc = write_chunk(d, fd, tokens, k, prev, h);
     e = errno;
-    if (!rc && fsync(fd)) rc = -1, e = errno;
+    d->io_fault = 0;
+    int64_t now = now_ns();
+    struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
+    if (!rc) (void)futimens(fd, ts);
+    if (!rc && (fault_next(d, KV_FAULT_FSYNC) >= 0 ? (errno = EIO, 1) : fsync(fd))) rc = -1, e = errno;
     if (close(fd) && !rc) rc = -1, e = errno;
     if (!rc && renameat(d->dir_fd, tmp, d->dir_fd, name)) rc = -1, e = errno;
     if (rc) {
@@ -730,7 +1190,7 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     }
     fsync(d->dir_fd);
     set_remove(&d->stale, h);
-    set_add(&d->known, h);
+    idx_add(&d->index, 0, KV_DISK_VERSION, h, size, now, d->stamp++);
     d->chunks_written++;
     d->bytes_written += size;
     d->ms_write += cd_now_ms() - t0;
@@ -740,10 +1200,13 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
 int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks,
                          uint8_t (*h)[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages) {
     static const uint8_t zero[KV_DISK_HASH_BYTES]; /* h_-1 */
-    uint64_t err0 = d->write_errors;
-    for (uint32_t c = 0; c < n_chunks && d->write_errors == err0; c++)
+    uint64_t err0 = d->write_errors, over0 = d->over_budget;
+    d->keep_from = d->stamp; /* the chunks this write-through uses or writes are never its victims */
+    int rc = 0;
+    for (uint32_t c = 0; !rc && c < n_chunks && d->write_errors == err0 && d->over_budget == over0; c++)
         if (kv_disk_store(d, ids + (size_t)c * d->chunk_tokens, c, c ? h[c - 1] : zero, h[c],
                           gpu_pages + (size_t)c * d->chunk_pages) < 0)
-            return -1;
-    return 0;
+            rc = -1;
+    d->keep_from = UINT64_MAX;
+    return rc;
 }

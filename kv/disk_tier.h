@@ -73,13 +73,48 @@
  * The temp file is opened and its space allocated before the GPU copy, so a full disk costs no
  * device copy. Writes are atomic (rename), so a reader sees a whole file or none; a crash leaves
  * at most a .tmp file, removed by a later init (ours by name, regular, and its process gone or
- * an hour old). The tier keeps an in-memory set of the chain hashes known to be on disk (written or
- * read by this process, or found by stat at first use), so write-through costs one hash lookup
- * per chunk already there. Everything is synchronous (the request waits). Not thread-safe; two
- * processes may share a directory (each write is one rename; identical content either way).
+ * an hour old). Everything is synchronous (the request waits). Not thread-safe; two processes
+ * may share a directory (each write is one rename; identical content either way).
+ *
+ * The budget (--cache-dir-max-mb; kv_disk_init's max_bytes, 0 = 10% of the file system's free
+ * space at init, at least KV_DISK_MIN_DEFAULT_BYTES). The tier keeps an index of every chunk
+ * file under DIR (all namespace directories, all format versions: one budget per DIR), each with
+ * its size and its last use, in least-recently-used order:
+ *
+ *   oldest ◄──────────────────────────────────────────────────────────► newest
+ *   [ns 2: b7..v2.kv][ns 0: 31..v1.kv][ns 0: 9a..v2.kv] ... [ns 0: 04..v2.kv]
+ *     evicted first                                          just read or written
+ *
+ * built by a scan of DIR at init and again (at most once a second, KV_DISK_RESCAN_MS) before a
+ * write, so chunks other processes wrote or used count too. Last use is the file's mtime, not its
+ * atime (noatime and relatime make atime useless): the scan seeds the order from mtime, and a
+ * read hit, a write, and a write-through that finds its chunk already there set the file's mtime
+ * to now (futimens, best effort) and move it to the newest end, so another process's scan sees
+ * the same order. A write that would take the index past the budget unlinks the oldest files
+ * first until the new chunk fits (evicted_chunks, evicted_bytes); a file that is already gone
+ * (another process removed it) just leaves the index. A write-through never evicts the chunks of
+ * its own prefix (they were all used by the request, so they are the newest): when only those
+ * are left, or when one chunk is larger than the whole budget, the chunk is not written
+ * (over_budget; one line on stderr the first time) and the write-through stops there, since a
+ * chunk is only ever read after all the chunks before it. With several processes the directory
+ * can exceed the budget by what the others wrote since this process's last scan.
+ *
+ * Fault injection (tests; always compiled, off unless asked): kv_disk_fault, or the environment
+ * variable CINDER_FAULT_DISK read by init, is a comma-separated list of op:N[:kind], each making
+ * the Nth such operation (counted from that moment) fail once:
+ *   write:N[:eio|enospc|short]  the Nth chunk write fails in the middle of its first page (after
+ *                               the header and tokens reached the temp file): write() returns EIO
+ *                               (default) or ENOSPC, or writes only part (a short write) and the
+ *                               next write() returns ENOSPC
+ *   fsync:N                     the Nth chunk's fsync returns EIO
+ *   read:N[:eio|short]          the Nth chunk read (of a regular file whose header is ours) fails
+ *                               in the middle of its first page: read() returns EIO (default: the
+ *                               file is skipped) or ends early, as a file truncated after its size
+ *                               was checked (rejected and removed)
+ * The request is never harmed: the chunk is recomputed or stays uncached on disk.
  *
  *   kv_disk_tier d;
- *   kv_disk_init(&d, vk, &g->pool, &g->lay, ns, "/var/cache/cinder", 16);
+ *   kv_disk_init(&d, vk, &g->pool, &g->lay, ns, "/var/cache/cinder", 16, 0);
  *   uint8_t h[n_chunks][32]; kv_disk_chain(&d, ids, n_chunks, h);
  *   if (kv_disk_read(&d, ids + k * ct, k, prev, h[k]) == 1)      staged and validated
  *       kv_disk_upload(&d, first, gpu_pages, n);                 staged pages first.. -> gpu_pages
@@ -103,11 +138,49 @@
 #define KV_DISK_MAC_BYTES 32
 #define KV_DISK_CHUNK_TOKENS_DEFAULT 256u
 
+#define KV_DISK_MIN_DEFAULT_BYTES (256ull << 20) /* the default budget's floor */
+#define KV_DISK_RESCAN_MS 1000.0         /* a write rescans DIR when the last scan is older */
+#define KV_DISK_NONE UINT32_MAX
+
 /* An open-addressed set of chain hashes; zero = empty slot. */
 typedef struct kv_disk_set {
     uint8_t (*tab)[KV_DISK_HASH_BYTES];
     uint32_t n, cap;                     /* cap a power of two, at most half full */
 } kv_disk_set;
+
+/* One chunk file under DIR, in the budget's index. */
+typedef struct kv_disk_file {
+    uint8_t h[KV_DISK_HASH_BYTES];       /* the chain hash its name holds */
+    uint64_t bytes;                      /* its size (st_size) */
+    int64_t used_ns;                     /* last use, CLOCK_REALTIME ns: its mtime at the scan, then
+                                            our reads and writes (which set its mtime to the same) */
+    uint64_t stamp;                      /* the tier's use counter at its last use by this process */
+    uint32_t ns;                         /* its namespace directory: ns_names[ns] (0: ours) */
+    uint32_t version;                    /* the format version in its name (1: "<hash>.kv") */
+    uint32_t older, newer;               /* the LRU list (KV_DISK_NONE at the ends); a free
+                                            entry's older is the next free one */
+} kv_disk_file;
+
+/* Every chunk file under DIR, least recently used first, and ours by chain hash. */
+typedef struct kv_disk_index {
+    kv_disk_file *files;                 /* [cap] entries, in use or free */
+    uint32_t cap, n;                     /* n in use */
+    uint32_t oldest, newest, free;       /* list ends; the free list's head */
+    uint32_t *map, map_cap;              /* linear probing: entry of our namespace and version by
+                                            chain hash (KV_DISK_NONE = empty); at most half full */
+    char (*ns_names)[2 * KV_DISK_HASH_BYTES + 1]; /* namespace directories seen; [0] is ours */
+    uint32_t n_ns;
+    uint64_t bytes;                      /* the files' sizes summed */
+} kv_disk_index;
+
+enum kv_disk_fault_op { KV_FAULT_WRITE, KV_FAULT_FSYNC, KV_FAULT_READ };
+enum kv_disk_fault_kind { KV_FAULT_EIO, KV_FAULT_ENOSPC, KV_FAULT_SHORT };
+#define KV_DISK_MAX_FAULTS 8
+typedef struct kv_disk_fault {
+    uint8_t op, kind;                    /* enum kv_disk_fault_op, _kind */
+    bool fired;
+    uint32_t nth;                        /* the Nth operation of op fails */
+} kv_disk_fault;
 
 typedef struct kv_disk_tier {
     char *dir;                           /* DIR/<namespace hex>, created by init (for messages) */
@@ -123,7 +196,14 @@ typedef struct kv_disk_tier {
     cvk_cmd cmd;                         /* the staging copies (compute queue, synchronous) */
     int32_t *tokens;                     /* [chunk_tokens] the staged chunk's tokens */
     uint32_t *slot_ids;                  /* [chunk_pages] 0, 1, 2, ...: the staging slots in order */
-    kv_disk_set known;                   /* chain hashes whose files are on disk */
+    int top_fd;                          /* DIR (for the scan and the eviction of other namespaces) */
+    kv_disk_index index;                 /* the chunk files under DIR, LRU first (the budget) */
+    uint64_t max_bytes;                  /* the budget: the index's bytes stay at most this */
+    uint64_t stamp;                      /* use counter (kv_disk_file.stamp) */
+    uint64_t keep_from;                  /* a write never evicts a file used at stamp >= this (the
+                                            write-through's own prefix); UINT64_MAX: none kept */
+    double scan_ms;                      /* cd_now_ms() of the last scan */
+    bool said_over_budget;               /* the over-budget line was printed */
     kv_disk_set stale;                   /* names holding a file skipped on read: replaced, not trusted */
     uint32_t tmp_seq;                    /* the next temp file's number (name.<pid>.<n>.tmp) */
     /* statistics since init */
@@ -132,17 +212,29 @@ typedef struct kv_disk_tier {
     uint64_t write_errors;               /* chunks that could not be written (disk full, ...) */
     uint64_t downloads;                  /* GPU -> staging copies made for writes */
     uint64_t tmp_removed;                /* stale temp files of dead processes removed by init */
+    uint64_t evicted_chunks, evicted_bytes; /* files this process unlinked for the budget */
+    uint64_t over_budget;                /* chunks not written: the budget could not hold them */
+    uint64_t scans;                      /* scans of DIR (init's included) */
     double ms_read, ms_write;            /* wall time: read + validate + upload, download + write */
     char last_msg[512];                  /* the last rejection or write failure */
+    /* fault injection (kv_disk_fault) */
+    kv_disk_fault faults[KV_DISK_MAX_FAULTS];
+    uint32_t n_faults;
+    uint32_t n_ops[3];                   /* operations of each kv_disk_fault_op since the faults were set */
+    int io_fault;                        /* the fault armed for the chunk being read or written:
+                                            its enum kv_disk_fault_kind + 1, or 0 */
+    uint64_t io_done, io_at;             /* bytes of that chunk moved so far; where it fails */
 } kv_disk_tier;
 
 /* Creates dir (and DIR/<namespace hex>) 0700 if missing, refuses either when it is owned by
  * another user or writable by group or others ("--cache-dir: DIR ...: refusing to use it"),
- * loads or creates DIR/key, checks the directory is writable, removes stale temp files; a staging buffer
- * of chunk_pages pages (0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth, at least one page; at
- * most 4096 pages and 65536 tokens). */
+ * loads or creates DIR/key, checks the directory is writable, removes stale temp files, scans
+ * DIR's chunk files for the budget of max_bytes (0: 10% of the free space, at least
+ * KV_DISK_MIN_DEFAULT_BYTES), arms CINDER_FAULT_DISK's faults; a staging buffer of chunk_pages
+ * pages (0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth, at least one page; at most 4096 pages
+ * and 65536 tokens). */
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
-                 const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages);
+                 const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages, uint64_t max_bytes);
 void kv_disk_free(kv_disk_tier *d); /* zeroed is fine */
 /* Creates dir 0700 if missing, checks it as init does, and loads or creates DIR/key into key
  * (what init does first; tests race it across processes). 0, or -1 with cd_errmsg(). */
@@ -169,5 +261,13 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
  * at the first failed write (its message said it; the rest would fail too). 0, or -1 on error. */
 int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks,
                          uint8_t (*h)[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages);
-/* Whether h is in the set of chunks known to be on disk (no file system access). */
+/* Whether h is in the set of chunks known to be on disk (the index; no file system access). */
 bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]);
+/* The bytes of one chunk file. */
+uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d);
+/* Rescans DIR now: the index becomes the chunk files there, ordered by mtime (init does this;
+ * a write does it when the last scan is KV_DISK_RESCAN_MS old). 0, or -1 (out of memory). */
+int kv_disk_rescan(kv_disk_tier *d);
+/* Replaces the armed faults with spec (the grammar above; NULL or "" clears them) and restarts
+ * the operation counts. 0, or -1 with cd_errmsg() for a spec it cannot read. */
+int kv_disk_fault_set(kv_disk_tier *d, const char *spec);

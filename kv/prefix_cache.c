@@ -358,9 +358,13 @@ static int store_disk(kv_prefix_cache *c, const int32_t *ids, uint32_t n, const 
     if (!n_chunks) return 0;
     double t0 = cd_now_ms();
     uint64_t bytes0 = d->bytes_written, n0 = d->chunks_written;
+    uint64_t ev0 = d->evicted_chunks, evb0 = d->evicted_bytes, over0 = d->over_budget;
     if (chain_hashes(c, ids, n_chunks) || kv_disk_store_chunks(d, ids, n_chunks, c->chain, s->pages)) return -1;
     w->disk_chunks_written = (uint32_t)(d->chunks_written - n0);
     w->disk_bytes_written = d->bytes_written - bytes0;
+    w->disk_evicted_chunks = (uint32_t)(d->evicted_chunks - ev0);
+    w->disk_evicted_bytes = d->evicted_bytes - evb0;
+    w->disk_over_budget = (uint32_t)(d->over_budget - over0);
     w->disk_write_ms = cd_now_ms() - t0;
     return 0;
 }

@@ -81,6 +81,9 @@ typedef struct kv_cache_hit {
 typedef struct kv_cache_written {
     uint32_t disk_chunks_written;
     uint64_t disk_bytes_written;
+    uint32_t disk_evicted_chunks;  /* files removed for the budget (least recently used first) */
+    uint64_t disk_evicted_bytes;
+    uint32_t disk_over_budget;     /* chunks not written: the budget could not hold them */
     double disk_write_ms;
 } kv_cache_written;
 

@@ -34,6 +34,7 @@ static int alloc_scheduler(engine *e, const engine_opts *o) {
 
 int engine_init(engine *e, model *m, const engine_opts *o) {
     *e = (engine){.m = m, .cache_on = !o->no_prefix_cache};
+    if (o->cache_dir_max_bytes && !o->cache_dir) return cd_fail("a disk budget (--cache-dir-max-mb) needs a disk tier (--cache-dir)");
     if (!e->cache_on && (o->host_cache_mb || o->cache_dir))
         return cd_fail("%s needs the prefix cache (it is off: no_prefix_cache)",
                        o->cache_dir ? "a disk tier (--cache-dir)" : "a host tier (--host-cache-mb)");
@@ -72,7 +73,8 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
         TRY(kv_cache_attach_host(&e->cache, &e->host));
     }
     if (o->cache_dir) {
-        TRY(kv_disk_init(&e->disk, e->vk, &e->g.pool, &e->g.lay, ns, o->cache_dir, o->disk_chunk_pages));
+        TRY(kv_disk_init(&e->disk, e->vk, &e->g.pool, &e->g.lay, ns, o->cache_dir, o->disk_chunk_pages,
+                         o->cache_dir_max_bytes));
         e->disk_on = true;
         TRY(kv_cache_attach_disk(&e->cache, &e->disk));
     }
@@ -96,6 +98,12 @@ void engine_cache_info_get(const engine *e, engine_cache_info *o) {
     if (e->cache.host) {
         o->host_slots = e->cache.host->n_slots;
         o->host_free = kv_host_free_count(e->cache.host);
+    }
+    if (e->disk_on) {
+        o->disk = true;
+        o->disk_files = e->disk.index.n;
+        o->disk_bytes = e->disk.index.bytes;
+        o->disk_budget_bytes = e->disk.max_bytes;
     }
 }
 

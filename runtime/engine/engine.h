@@ -63,6 +63,9 @@ typedef struct engine_opts {
     uint32_t host_cache_mb; /* host tier of the prefix cache in MiB of host-visible memory; 0 = none */
     const char *cache_dir;  /* disk tier of the prefix cache (created if missing); NULL = none */
     uint32_t disk_chunk_pages; /* pages per disk chunk; 0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth */
+    uint64_t cache_dir_max_bytes; /* the disk tier's budget (kv/disk_tier.h): least recently used chunk
+                                     files under cache_dir are removed to stay within it; 0 = 10% of
+                                     the file system's free space at init, at least 256 MiB */
 } engine_opts;
 
 typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) */
@@ -81,6 +84,8 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     uint64_t disk_tokens;     /* cached tokens that were served from disk files */
     uint64_t disk_chunks_read, disk_chunks_written, disk_bytes_read, disk_bytes_written;
     uint64_t disk_rejected;   /* files rejected (other model, corrupt, truncated, bad header) and removed */
+    uint64_t disk_evicted_chunks, disk_evicted_bytes; /* files the write-through removed for the budget */
+    uint64_t disk_over_budget; /* chunks not written: the budget could not hold them */
     double disk_read_ms, disk_write_ms;
 } engine_stats;
 
@@ -95,6 +100,8 @@ typedef struct engine_cache_info {
     uint64_t nodes;            /* the index's nodes, both tiers */
     uint64_t index_bytes;      /* heap bytes of the index */
     uint32_t page_tokens;
+    bool disk;                 /* a disk tier (--cache-dir): */
+    uint64_t disk_files, disk_bytes, disk_budget_bytes; /* chunk files under DIR as last seen, their bytes; the budget */
 } engine_cache_info;
 
 struct engine_req; /* a submitted request (engine.c) */
@@ -142,6 +149,9 @@ typedef struct engine_reply {
     uint32_t disk_tokens;      /* of cached_tokens, those read from disk files */
     uint32_t disk_chunks_read, disk_chunks_written, disk_rejected;
     uint64_t disk_bytes_read, disk_bytes_written;
+    uint32_t disk_evicted_chunks, disk_over_budget; /* the write-through's removals for the budget; chunks
+                                                       it could not hold */
+    uint64_t disk_evicted_bytes;
     double disk_read_ms;       /* read + validate + upload (part of the TTFT) */
     double disk_write_ms;      /* write-through after the reply */
     double queued_ms;          /* submit to the first admission (waiting for a row, pages or a prefill) */

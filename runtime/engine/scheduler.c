@@ -137,6 +137,9 @@ static void add_stats(engine *e, const engine_reply *r) {
     s->disk_bytes_read += r->disk_bytes_read;
     s->disk_bytes_written += r->disk_bytes_written;
     s->disk_rejected += r->disk_rejected;
+    s->disk_evicted_chunks += r->disk_evicted_chunks;
+    s->disk_evicted_bytes += r->disk_evicted_bytes;
+    s->disk_over_budget += r->disk_over_budget;
     s->disk_read_ms += r->disk_read_ms;
     s->disk_write_ms += r->disk_write_ms;
 }
@@ -153,6 +156,9 @@ static int leave_gpu(engine *e, engine_req *q) {
         rc = kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, KV_COMMIT_FINAL, &w);
         q->reply.disk_chunks_written += w.disk_chunks_written;
         q->reply.disk_bytes_written += w.disk_bytes_written;
+        q->reply.disk_evicted_chunks += w.disk_evicted_chunks;
+        q->reply.disk_evicted_bytes += w.disk_evicted_bytes;
+        q->reply.disk_over_budget += w.disk_over_budget;
         q->reply.disk_write_ms += w.disk_write_ms;
     }
     kv_seq_free(&e->g.pages, &q->seq);
