@@ -77,6 +77,25 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_restored_pages_total", "GPU pages filled from the host tier.", st->restored_pages);
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_prefix_cache_errors_total",
                        "Commits to the prefix cache that failed (the replies stood).", st->cache_errors);
+    if (c->disk) { /* the disk tier (--cache-dir) */
+        rc = rc || counter(&o, &n, &cap, "counter", "cinder_disk_chunks_read_total", "Chunk files served from the disk tier.",
+                           st->disk_chunks_read);
+        rc = rc || counter(&o, &n, &cap, "counter", "cinder_disk_chunks_written_total", "Chunk files written to the disk tier.",
+                           st->disk_chunks_written);
+        rc = rc || counter(&o, &n, &cap, "counter", "cinder_disk_rejected_total",
+                           "Chunk files rejected (corrupt, forged, truncated, another model) or skipped.", st->disk_rejected);
+        rc = rc || counter(&o, &n, &cap, "counter", "cinder_disk_evicted_chunks_total",
+                           "Chunk files deleted for the budget (--cache-dir-max-mb), least recently used first.",
+                           st->disk_evicted_chunks);
+        rc = rc || counter(&o, &n, &cap, "counter", "cinder_disk_evicted_bytes_total", "Bytes of those files.",
+                           st->disk_evicted_bytes);
+        rc = rc || counter(&o, &n, &cap, "counter", "cinder_disk_over_budget_chunks_total",
+                           "Chunks not written: the budget could not hold them.", st->disk_over_budget);
+        rc = rc || counter(&o, &n, &cap, "gauge", "cinder_disk_bytes", "Bytes of the chunk files under the cache directory.",
+                           c->disk_bytes);
+        rc = rc || counter(&o, &n, &cap, "gauge", "cinder_disk_budget_bytes", "The cache directory's budget.",
+                           c->disk_budget_bytes);
+    }
     rc = rc || hist(&o, &n, &cap, "cinder_ttft_seconds", "Time to first token.", &v.ttft);
     rc = rc || hist(&o, &n, &cap, "cinder_inter_token_seconds", "Time between two tokens of a request.", &v.itl);
     rc = rc || hist(&o, &n, &cap, "cinder_e2e_seconds", "Submit to the last token.", &v.e2e);
@@ -101,5 +120,13 @@ enum MHD_Result api_cache(server *s, const http_req *r) {
                           (json_int_t)st->prompt_tokens, "hit_tokens", (json_int_t)st->cached_tokens, "generated_tokens",
                           (json_int_t)st->generated_tokens, "evicted_pages", (json_int_t)st->evicted_pages, "dedup_tokens",
                           (json_int_t)st->dedup_tokens);
+    if (c->disk)
+        json_object_set_new(j, "disk", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "files", (json_int_t)c->disk_files,
+                                                 "bytes", (json_int_t)c->disk_bytes, "budget_bytes",
+                                                 (json_int_t)c->disk_budget_bytes, "chunks_read",
+                                                 (json_int_t)st->disk_chunks_read, "chunks_written",
+                                                 (json_int_t)st->disk_chunks_written, "evicted_chunks",
+                                                 (json_int_t)st->disk_evicted_chunks, "evicted_bytes",
+                                                 (json_int_t)st->disk_evicted_bytes));
     return http_json(r->c, 200, j);
 }

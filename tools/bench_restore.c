@@ -119,13 +119,13 @@ static int disk_store_all(engine *e, const int32_t *ids, uint32_t n_chunks, doub
     kv_disk_tier *d = &e->disk;
     uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc(((size_t)n_chunks + 1) * KV_DISK_HASH_BYTES);
     if (!h) return cd_fail("out of memory");
-    uint64_t err0 = d->write_errors;
+    uint64_t err0 = d->write_errors, over0 = d->over_budget;
     double t0 = cd_now_ms();
     int rc = kv_disk_chain(d, ids, n_chunks, h);
     if (!rc) rc = kv_disk_store_chunks(d, ids, n_chunks, h, e->g.seq.pages);
     *ms = cd_now_ms() - t0;
     free(h);
-    if (!rc && d->write_errors > err0) rc = cd_fail("restore bench: %s", d->last_msg);
+    if (!rc && (d->write_errors > err0 || d->over_budget > over0)) rc = cd_fail("restore bench: %s", d->last_msg);
     return rc;
 }
 
@@ -200,7 +200,8 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
 
 static double per_s(uint64_t bytes, double ms) { return ms > 0 ? bytes / (ms / 1e3) : 0.0; }
 
-int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json, const char *cache_dir) {
+int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json, const char *cache_dir,
+                  uint32_t cache_dir_max_mb) {
     static const uint32_t sizes[] = {512, 4800, 16000};
     uint32_t max_n = 0, n_sizes = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -222,6 +223,9 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         cache_dir = tmp_dir;
     }
     eo.cache_dir = cache_dir;
+    /* the disk budget: the user's, else room for the largest N's chunks (older Ns are evicted) */
+    uint64_t chunk = KV_DISK_HEADER_BYTES + KV_DISK_CHUNK_TOKENS_DEFAULT * 4ull + (KV_DISK_CHUNK_TOKENS_DEFAULT / 16) * lay.page_bytes + KV_DISK_MAC_BYTES;
+    eo.cache_dir_max_bytes = cache_dir_max_mb ? (uint64_t)cache_dir_max_mb << 20 : (max_n / KV_DISK_CHUNK_TOKENS_DEFAULT + 1) * chunk;
     if (engine_init(&e, m, &eo) || engine_warm_up(&e)) {
         cli_error("bench", "%s", cd_errmsg());
         if (*tmp_dir) remove_cache_dir(e.disk.dir ? e.disk.dir : tmp_dir, tmp_dir);

@@ -198,6 +198,11 @@ static json_t *totals_json(const replay *rp) {
         json_object_set_new(j, "disk_bytes_read", json_integer((json_int_t)s->disk_bytes_read));
         json_object_set_new(j, "disk_bytes_written", json_integer((json_int_t)s->disk_bytes_written));
         json_object_set_new(j, "disk_rejected", json_integer((json_int_t)s->disk_rejected));
+        json_object_set_new(j, "disk_evicted_chunks", json_integer((json_int_t)s->disk_evicted_chunks));
+        json_object_set_new(j, "disk_evicted_bytes", json_integer((json_int_t)s->disk_evicted_bytes));
+        json_object_set_new(j, "disk_over_budget", json_integer((json_int_t)s->disk_over_budget));
+        json_object_set_new(j, "disk_budget_bytes", json_integer((json_int_t)rp->e.disk.max_bytes));
+        json_object_set_new(j, "disk_used_bytes", json_integer((json_int_t)rp->e.disk.index.bytes));
         json_object_set_new(j, "disk_read_ms", json_real(s->disk_read_ms));
         json_object_set_new(j, "disk_write_ms", json_real(s->disk_write_ms));
     }
@@ -241,10 +246,13 @@ static void report(const replay *rp, const char *name) {
     }
     if (rp->e.disk_on)
         printf("disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, %.1f ms) "
-               "| %llu files rejected\n",
+               "| %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, %llu over budget\n",
                rp->e.disk.dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
                s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
-               s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected);
+               s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected,
+               rp->e.disk.max_bytes / 1048576.0, rp->e.disk.index.bytes / 1048576.0,
+               (unsigned long long)s->disk_evicted_chunks, s->disk_evicted_bytes / 1048576.0,
+               (unsigned long long)s->disk_over_budget);
     json_decref(tot);
 }
 
@@ -286,7 +294,8 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
         engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
                           .no_prefix_cache = o->no_prefix_cache, .host_cache_mb = o->host_cache_mb,
-                          .cache_dir = o->cache_dir, .max_seqs = concurrency};
+                          .cache_dir = o->cache_dir, .cache_dir_max_bytes = (uint64_t)o->cache_dir_max_mb << 20,
+                          .max_seqs = concurrency};
         if (!(rp.fl = calloc(concurrency, sizeof *rp.fl))) rc = cd_fail("out of memory");
         rc = rc || engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
@@ -321,6 +330,7 @@ int bench_trace(const bench_trace_opts *o, model *m) {
     other.no_prefix_cache = !o->no_prefix_cache;
     other.dump_prompts = NULL;
     other.cache_dir = NULL; /* the comparison reads no disk tier the first run wrote */
+    other.cache_dir_max_mb = 0;
     double *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     int rc = replay_trace(o, m, false, &a, &na);

@@ -28,6 +28,7 @@ typedef struct bench_trace_opts {
     uint32_t n_ctx;            /* 0 = what the trace needs (token traces) or 8192 (chat traces) */
     uint32_t host_cache_mb;    /* host tier in MiB; 0 = none */
     const char *cache_dir;     /* disk tier directory; NULL = none */
+    uint32_t cache_dir_max_mb; /* its budget in MiB; 0 = the default (10% of the free space, >= 256 MiB) */
     const char *dump_prompts;  /* write each request's max_tokens and prompt ids here (peer replays) */
     const char *plot;          /* SVG of TTFT per request, prefix cache on and off (a second replay) */
     uint32_t concurrency;      /* requests in flight at once (0 = 1: one after the other) */

@@ -44,6 +44,20 @@ int cli_u32(const char *opt, const char *s, uint32_t *out) {
     return 0;
 }
 
+int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb) {
+    if (cli_u32("--cache-dir-max-mb", s, mb)) return -1;
+    if (!*mb)
+        return cli_error(cmd, "--cache-dir-max-mb 0: the disk tier's budget is at least 1 MiB (there is no unlimited "
+                              "budget); leave the flag out for the default (10%% of the file system's free space at start, "
+                              "at least 256 MiB), or leave out --cache-dir for no disk tier"), -1;
+    return 0;
+}
+
+int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb) {
+    if (mb && !cache_dir) return cli_error(cmd, "--cache-dir-max-mb needs --cache-dir DIR"), -1;
+    return 0;
+}
+
 int cli_i32(const char *opt, const char *s, int32_t *out) {
     if (!s) return fprintf(stderr, "cinder: %s needs a value\n", opt), -1;
     char *end;

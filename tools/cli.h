@@ -15,6 +15,11 @@ int cli_u32(const char *opt, const char *s, uint32_t *out);
 int cli_u64(const char *opt, const char *s, uint64_t *out);
 int cli_i32(const char *opt, const char *s, int32_t *out);
 int cli_f32(const char *opt, const char *s, float *out);
+/* --cache-dir-max-mb N (cinder chat, serve, bench): N MiB, at least 1; 0 is refused with a message
+ * (there is no unlimited budget: leave the flag out for the default, or --cache-dir out for no
+ * disk tier). cli_cache_dir_check: the flag needs --cache-dir. -1 after the message. */
+int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb);
+int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb);
 /* "1,2,3" -> malloc'd ids. */
 int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
 

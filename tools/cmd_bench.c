@@ -46,7 +46,7 @@ static void usage(FILE *out) {
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
             "                    [--dump-prompts FILE] [--host-cache-mb N] [--cache-dir DIR] [--concurrency N]\n"
-            "                    [--plot OUT.svg]\n"
+            "                    [--cache-dir-max-mb N] [--plot OUT.svg]\n"
             "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
             "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
             "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
@@ -57,7 +57,10 @@ static void usage(FILE *out) {
             "  pages are demoted to host memory and restored on a hit (column \"restored\").\n"
             "  --cache-dir DIR gives it a disk tier in DIR (created if missing): whole 256-token\n"
             "  chunks are written through and served from there, also by a later process (column\n"
-            "  \"disk\"). Neither goes with --no-prefix-cache. --concurrency N keeps up to N requests\n"
+            "  \"disk\"); --cache-dir-max-mb N keeps its chunk files within N MiB (N >= 1; default 10%% of\n"
+            "  the free space at start, at least 256 MiB), least recently used deleted first (JSON:\n"
+            "  disk_evicted_chunks, disk_evicted_bytes, disk_over_budget, disk_budget_bytes,\n"
+            "  disk_used_bytes). Neither tier goes with --no-prefix-cache. --concurrency N keeps up to N requests\n"
             "  in flight in the continuous-batching scheduler (trace order; a chat session's next\n"
             "  request after its previous reply); rows print as requests finish, JSON in trace order.\n"
             "  --plot replays the trace a second time with the prefix cache the other way and writes\n"
@@ -75,10 +78,11 @@ static void usage(FILE *out) {
             "  ttft_ms_p99, itl_ms_p50, itl_ms_p99, cached_tokens, prompt_tokens, ...\n"
             "\n"
             "usage: cinder bench [--model M] --restore-bench [--repeat N] [--seed S] [--json] [--cache-dir DIR]\n"
+            "                    [--cache-dir-max-mb N]\n"
             "  time to restore an N-token prefix from the host tier and from disk files vs recomputing\n"
             "  it (prefill), for N = 512, 4800, 16000 (those below the model's context), with bytes/s;\n"
             "  medians. The files go to --cache-dir (default: a fresh directory under $TMPDIR or /tmp,\n"
-            "  removed after).\n");
+            "  removed after; its budget, unless given, holds the largest prefix).\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -102,6 +106,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->trace.plot = v;
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->trace.cache_dir = v;
+        else if (cli_value(argc, argv, &i, "--cache-dir-max-mb", &v)) { if (cli_cache_dir_max_mb("bench", v, &o->trace.cache_dir_max_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; o->gen_given = true; }
         else if (cli_value(argc, argv, &i, "--agents", &v)) { if (cli_u32("--agents", v, &ag->agents)) return -1; }
@@ -139,6 +144,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
     if (o->trace.no_prefix_cache && (o->trace.cache_dir || o->trace.host_cache_mb))
         return cli_error("bench", "%s needs the prefix cache: not with --no-prefix-cache",
                          o->trace.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
+    if (cli_cache_dir_check("bench", o->trace.cache_dir, o->trace.cache_dir_max_mb)) return -1;
+    if (o->trace.cache_dir_max_mb && !o->trace.trace && !o->trace.scenario && !o->restore)
+        return cli_error("bench", "--cache-dir-max-mb goes with --trace, --scenario or --restore-bench"), -1;
     return 0;
 }
 
@@ -240,7 +248,7 @@ int cmd_bench(int argc, char **argv) {
         model_free(m);
         return cli_error("bench", "--plot goes with --trace or --scenario (TTFT per request, cache on and off)");
     }
-    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, o.trace.cache_dir)
+    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, o.trace.cache_dir, o.trace.cache_dir_max_mb)
              : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
                                                  : bench(&o, m);
     model_free(m);

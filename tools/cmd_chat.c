@@ -31,6 +31,7 @@ static void usage(FILE *out) {
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
             "                   [--seed S] [--think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
+            "                   [--cache-dir-max-mb N]\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
@@ -48,11 +49,15 @@ static void usage(FILE *out) {
             "  --cache-dir DIR writes cached prefixes to DIR (created if missing) in chunks of 256\n"
             "  tokens, keyed by model and prefix, and serves them from there after a restart; files\n"
             "  from another model, corrupt or truncated ones are rejected (a line on stderr) and\n"
-            "  recomputed. Both need the prefix cache (not with --no-prefix-cache).\n");
+            "  recomputed. --cache-dir-max-mb N keeps the chunk files under DIR within N MiB (N >= 1; by\n"
+            "  default 10%% of the file system's free space at start, at least 256 MiB): the least\n"
+            "  recently used are deleted first. Both tiers need the prefix cache (not with\n"
+            "  --no-prefix-cache).\n");
 }
 
 static int parse(int argc, char **argv, chat_opts *o) {
     *o = (chat_opts){.max_tokens = 256, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
+    uint32_t mb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
@@ -67,6 +72,10 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;
+        else if (cli_value(argc, argv, &i, "--cache-dir-max-mb", &v)) {
+            if (cli_cache_dir_max_mb("chat", v, &mb)) return -1;
+            o->eo.cache_dir_max_bytes = (uint64_t)mb << 20;
+        }
         else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
@@ -79,7 +88,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
         return cli_error("chat", "%s needs the prefix cache: not with --no-prefix-cache",
                          o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
-    return 0;
+    return cli_cache_dir_check("chat", o->eo.cache_dir, mb);
 }
 
 /* Streams reply text to stdout as tokens arrive. */
@@ -135,9 +144,10 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
                  r->restored_tokens, r->restore_ms, (unsigned long long)r->demoted_pages,
                  (unsigned long long)e->cache.tree.stats.pages, kv_host_used(e->cache.host));
     char disk[200] = "";
-    if (r->disk_tokens || r->disk_chunks_written || r->disk_rejected)
-        snprintf(disk, sizeof disk, " | disk: %u tok from %u chunks in %.1f ms, %u chunks written in %.1f ms%s",
+    if (r->disk_tokens || r->disk_chunks_written || r->disk_rejected || r->disk_evicted_chunks)
+        snprintf(disk, sizeof disk, " | disk: %u tok from %u chunks in %.1f ms, %u chunks written in %.1f ms%s%s",
                  r->disk_tokens, r->disk_chunks_read, r->disk_read_ms, r->disk_chunks_written, r->disk_write_ms,
+                 r->disk_evicted_chunks ? ", older chunks evicted for the budget" : "",
                  r->disk_rejected ? ", files rejected (see above)" : "");
     const char *stopped = r->finish != ENGINE_LENGTH ? "" : ctx_end ? " | stopped: the context is full (length)"
                                                                    : " | stopped: --n tokens (length)";
@@ -166,10 +176,13 @@ static void print_stats(const engine *e) {
     if (e->disk_on) {
         const kv_disk_tier *d = &e->disk;
         fprintf(stderr, "[disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, "
-                        "%.1f ms) | %llu files rejected]\n",
+                        "%.1f ms) | %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, "
+                        "%llu over budget]\n",
                 d->dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
                 s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
-                s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected);
+                s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected,
+                d->max_bytes / 1048576.0, d->index.bytes / 1048576.0, (unsigned long long)s->disk_evicted_chunks,
+                s->disk_evicted_bytes / 1048576.0, (unsigned long long)s->disk_over_budget);
     }
 }
 

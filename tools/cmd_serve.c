@@ -13,6 +13,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder serve [--model M] [--host ADDR] [--port N] [--parallel N] [--queue N] [--ctx N]\n"
             "                    [--kv-pool-tokens N] [--page-size N] [--host-cache-mb N] [--cache-dir DIR]\n"
+            "                    [--cache-dir-max-mb N]\n"
             "                    [--no-prefix-cache] [--api-key KEY] [--alias NAME] [--chunk-tokens N]\n"
             "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
             "                    [--port-file F] [--preserve-reasoning] [--strict-template]\n"
@@ -28,7 +29,11 @@ static void usage(FILE *out) {
             "  History is rendered as the model generated it (with thinking off, an assistant turn keeps\n"
             "  the empty <think></think> block it was generated after), so each turn continues the cached\n"
             "  tokens; --strict-template renders it exactly as the Qwen3 template does instead.\n"
-            "  --preserve-reasoning keeps reasoning_content of every assistant turn in the history.\n");
+            "  --preserve-reasoning keeps reasoning_content of every assistant turn in the history.\n"
+            "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory; --cache-dir DIR writes\n"
+            "  cached prefixes to DIR in 256-token chunks and serves them after a restart, within\n"
+            "  --cache-dir-max-mb N MiB (N >= 1; default 10%% of the free space at start, at least 256 MiB;\n"
+            "  least recently used chunks deleted first; counters on /metrics).\n");
 }
 
 typedef struct serve_opts {
@@ -49,6 +54,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.so = {.host = "127.0.0.1", .port = 8080, .queue = 64, .max_body_kb = 8192, .max_header_kb = 64,
                              .max_conns = 256, .idle_s = 600},
                       .eo = {.max_seqs = 8}};
+    uint32_t mb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
@@ -67,6 +73,10 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;
+        else if (cli_value(argc, argv, &i, "--cache-dir-max-mb", &v)) {
+            if (cli_cache_dir_max_mb("serve", v, &mb)) return -1;
+            o->eo.cache_dir_max_bytes = (uint64_t)mb << 20;
+        }
         else if (cli_value(argc, argv, &i, "--api-key", &v)) o->so.api_key = v;
         else if (cli_value(argc, argv, &i, "--alias", &v)) o->so.alias = v;
         else if (cli_value(argc, argv, &i, "--max-body-kb", &v)) { if (cli_u32("--max-body-kb", v, &o->so.max_body_kb)) return -1; }
@@ -86,7 +96,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
     if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
         return cli_error("serve", "%s needs the prefix cache: not with --no-prefix-cache",
                          o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
-    return 0;
+    return cli_cache_dir_check("serve", o->eo.cache_dir, mb);
 }
 
 int cmd_serve(int argc, char **argv) {
