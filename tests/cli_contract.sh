@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The command-line contract scripts rely on: cinder info / tokenize / detokenize / mkmodel /
-# run / bench / chat (and its --cache-dir across processes), their JSON fields, and clear errors
-# with a non-zero status on bad input.
+# run / bench / chat (and its --cache-dir across processes, its budget --cache-dir-max-mb, an
+# injected failed write), their JSON fields, and clear errors with a non-zero status on bad input.
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/cli
@@ -135,6 +135,35 @@ chmod 0700 "$cdir"
 fails_with "chat --cache-dir with --no-prefix-cache" "--cache-dir needs the prefix cache" "$bin" chat --model "$model" --cache-dir "$cdir" --no-prefix-cache
 fails_with "chat --host-cache-mb with --no-prefix-cache" "--host-cache-mb N (N > 0) needs the prefix cache" "$bin" chat --model "$model" --host-cache-mb 4 --no-prefix-cache
 fails_with "bench --cache-dir with --no-prefix-cache" "--cache-dir needs the prefix cache" "$bin" bench --model "$model" --scenario shared_prefix_basic --cache-dir "$cdir" --no-prefix-cache
+fails_with "chat --cache-dir-max-mb 0 is refused, saying why" "--cache-dir-max-mb 0: the disk tier's budget is at least 1 MiB (there is no unlimited budget); leave the flag out for the default" "$bin" chat --model "$model" --cache-dir "$cdir" --cache-dir-max-mb 0
+fails_with "serve --cache-dir-max-mb 0 is refused" "--cache-dir-max-mb 0: the disk tier's budget is at least 1 MiB" "$bin" serve --model "$model" --cache-dir "$cdir" --cache-dir-max-mb 0
+fails_with "bench --cache-dir-max-mb needs --cache-dir" "--cache-dir-max-mb needs --cache-dir DIR" "$bin" bench --model "$model" --scenario shared_prefix_basic --cache-dir-max-mb 4
+fails_with "chat --cache-dir-max-mb: not a number" "--cache-dir-max-mb" "$bin" chat --model "$model" --cache-dir "$cdir" --cache-dir-max-mb lots
+
+# the disk budget and an injected failed write, through bench --trace: five 258-token prompts
+# (one 256-token chunk file each, 263,376 bytes for the tiny model) in a 1 MiB budget (three
+# files); the second chunk's write fails (CINDER_FAULT_DISK=write:2:enospc): one line on stderr,
+# no temp file left; the fifth write evicts the least recently used file; the directory stays
+# within the budget and every reply equals the replay without a disk tier
+python3 - "$tmp/budget.jsonl" <<'PY'
+import json, random, sys
+random.seed(7)
+with open(sys.argv[1], "w") as f:
+    f.write(json.dumps({"scenario": "budget", "kind": "tokens", "description": "5 prompts of one disk chunk"}) + "\n")
+    for _ in range(5):
+        f.write(json.dumps({"prompt_tokens": [random.randrange(100, 20000) for _ in range(258)], "max_tokens": 2}) + "\n")
+PY
+bdir=$tmp/budget-dir
+rm -rf "$bdir"
+b0=$("$bin" bench --model "$model" --trace "$tmp/budget.jsonl" --json)
+b1=$(CINDER_FAULT_DISK=write:2:enospc "$bin" bench --model "$model" --trace "$tmp/budget.jsonl" --cache-dir "$bdir" --cache-dir-max-mb 1 --json 2>"$tmp/budget.err")
+check "bench --cache-dir-max-mb: the same replies as without a disk tier" test "$(json_field '[r["generated"] for r in d["requests"]]' <<<"$b1")" = "$(json_field '[r["generated"] for r in d["requests"]]' <<<"$b0")"
+check "bench --cache-dir-max-mb: 4 chunks written, 1 evicted (JSON totals), budget 1 MiB" test "$(json_field '(lambda t: t["disk_chunks_written"] == 4 and t["disk_evicted_chunks"] == 1 and t["disk_evicted_bytes"] == 263376 and t["disk_over_budget"] == 0 and t["disk_budget_bytes"] == 1048576 and t["disk_used_bytes"] == 3 * 263376)(d["totals"])' <<<"$b1")" = True
+check "bench --cache-dir-max-mb: the directory's chunk files fit the budget" test "$(cat "$bdir"/*/*.kv | wc -c)" -le 1048576
+check "bench --cache-dir-max-mb: no temp file left" test -z "$(ls "$bdir"/*/ | grep '\.tmp$' || true)"
+check "CINDER_FAULT_DISK=write:2:enospc: one line on stderr, naming the chunk" test "$(grep -c '\.kv: cannot write: No space left on device; the chunk stays uncached on disk' "$tmp/budget.err")" = 1
+check "CINDER_FAULT_DISK=write:2:enospc: the second request wrote nothing, the others one chunk each" test "$(json_field '[r["disk_chunks_written"] for r in d["requests"]]' <<<"$b1")" = "[1, 0, 1, 1, 1]"
+
 trace=$("$bin" bench --model "$model" --scenario shared_prefix_basic --json)
 check "bench --scenario --json: requests and totals" test "$(json_field 'len(d["requests"]) == 8 and d["totals"]["prompt_tokens"] == 192 and all("ttft_ms" in r and "generated" in r for r in d["requests"])' <<<"$trace")" = True
 # batch invariance end to end: the same generated ids with requests in flight together

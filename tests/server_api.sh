@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cinder serve through the official `openai` npm client (tests/server/api.test.mjs): servers on
-# the tiny preset (every endpoint, streaming, errors, concurrency and cancellation) and on a
-# scripted tiny model that answers with a tool call; then SIGTERM must end each with status 0
-# (under ASan: with no leak).
+# the tiny preset (every endpoint, streaming, errors, concurrency and cancellation; the disk
+# tier's counters on /metrics) and on a scripted tiny model that answers with a tool call; then
+# SIGTERM must end each with status 0 (under ASan: with no leak).
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/server
@@ -54,7 +54,8 @@ stop() { # name: SIGTERM, exit status 0 expected
 }
 
 start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test
-start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 # a pool smaller than the context: the engine refuses long prompts
+# a pool smaller than the context: the engine refuses long prompts; a disk tier with a budget
+start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 --cache-dir "$tmp/cache-dir" --cache-dir-max-mb 1
 start_on "$script_model" script --ctx 1024 --parallel 2
 main_port=$(healthy_port main)
 busy_port=$(healthy_port busy)
@@ -64,6 +65,21 @@ CINDER_URL="http://127.0.0.1:$main_port" CINDER_BUSY_URL="http://127.0.0.1:$busy
   CINDER_MODEL="$model" CINDER_SCRIPT_URL="http://127.0.0.1:$script_port" CINDER_SCRIPT_MODEL="$script_model" \
   CINDER_SCRIPT="$script" NODE_PATH="$root/third_party/npm/node_modules" \
   node --test --test-reporter=spec "$root/tests/server/api.test.mjs"
+
+# the disk tier's counters and gauges on /metrics (only with --cache-dir), and in /v1/cache
+metrics=$(curl -sf "http://127.0.0.1:$busy_port/metrics")
+for name in cinder_disk_chunks_read_total cinder_disk_chunks_written_total cinder_disk_rejected_total \
+            cinder_disk_evicted_chunks_total cinder_disk_evicted_bytes_total cinder_disk_over_budget_chunks_total \
+            cinder_disk_bytes; do
+  grep -Eq "^# TYPE $name (counter|gauge)$" <<<"$metrics" && grep -Eq "^$name [0-9]+$" <<<"$metrics" ||
+    { echo "FAIL /metrics has no $name"; exit 1; }
+done
+grep -q "^cinder_disk_budget_bytes 1048576$" <<<"$metrics" || { echo "FAIL /metrics: the disk budget is not 1 MiB"; exit 1; }
+curl -sf "http://127.0.0.1:$busy_port/v1/cache" | python3 -c 'import json,sys; d=json.load(sys.stdin)["disk"]; assert d["budget_bytes"] == 1048576 and "evicted_chunks" in d, d' ||
+  { echo "FAIL /v1/cache has no disk object"; exit 1; }
+curl -sf "http://127.0.0.1:$main_port/metrics" -H "Authorization: Bearer test-key" | grep -q cinder_disk_ &&
+  { echo "FAIL /metrics of a server without --cache-dir shows disk counters"; exit 1; }
+echo "ok   /metrics and /v1/cache report the disk tier (counters, bytes, the budget) only with --cache-dir"
 
 stop main
 stop busy

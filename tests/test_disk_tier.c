@@ -813,7 +813,457 @@ static void test_full_disk(void **st) {
     engine_free(&plain);
 }
 
-int main(void) {
+/* ---- the budget (--cache-dir-max-mb) ---- */
+
+/* An engine without any cache, shared by the tests below (an engine's start is most of their
+ * time on lavapipe); freed by main. */
+static engine shared_plain;
+static engine *plain_engine(void) {
+    if (!shared_plain.m) init(&shared_plain, tiny(), 16, 0, NULL, 0);
+    return &shared_plain;
+}
+
+/* Bytes of the chunk files ("*.kv", every version) in every namespace directory under dir; *n
+ * counts them, *tmp the temp files. */
+static uint64_t dir_chunk_bytes(const char *dir, uint32_t *n, uint32_t *tmp) {
+    uint64_t sum = 0;
+    *n = 0;
+    if (tmp) *tmp = 0;
+    DIR *d = opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        if (strlen(de->d_name) != 64) continue;
+        char sub[4400];
+        snprintf(sub, sizeof sub, "%s/%s", dir, de->d_name);
+        DIR *s = opendir(sub);
+        for (struct dirent *f; s && (f = readdir(s));) {
+            size_t len = strlen(f->d_name);
+            char file[4700];
+            snprintf(file, sizeof file, "%s/%s", sub, f->d_name);
+            struct stat st;
+            if (tmp && len > 4 && !strcmp(f->d_name + len - 4, ".tmp")) ++*tmp;
+            if (len < 3 || strcmp(f->d_name + len - 3, ".kv") || lstat(file, &st)) continue;
+            sum += (uint64_t)st.st_size;
+            ++*n;
+        }
+        if (s) closedir(s);
+    }
+    if (d) closedir(d);
+    return sum;
+}
+
+static int64_t mtime_ns(const char *path) {
+    struct stat st;
+    if (stat(path, &st)) return -1;
+    return (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+/* A chunk file's bytes at page 16, 2 pages per chunk, for the tiny model. */
+static uint64_t chunk_bytes_p16c2(void) {
+    const model_config *c = &tiny()->cfg;
+    kv_layout lay = {0};
+    if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, 16)) fail_msg("%s", cd_errmsg());
+    return KV_DISK_HEADER_BYTES + 32 * 4 + 2 * lay.page_bytes + KV_DISK_MAC_BYTES;
+}
+
+static void init_budget(engine *e, const char *dir, uint64_t max_bytes) {
+    engine_opts o = {.n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2,
+                     .cache_dir_max_bytes = max_bytes};
+    if (engine_init(e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+}
+
+/* A prompt of n random tokens. */
+static void prompt_n(int32_t *ids, uint32_t n, uint64_t seed) {
+    rng r;
+    rng_seed(&r, seed);
+    for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)(100 + rng_below(&r, 20000));
+}
+
+/* Runs ids (n tokens) on e after dropping the GPU tier, checks the output against plain, and
+ * returns the reply's counters in *o (freed by the caller). */
+static void run_checked(engine *plain, engine *e, const int32_t *ids, uint32_t n, outcome *o) {
+    forget(e);
+    run(e, ids, n, o);
+    assert_int_equal(o->r.disk_rejected, 0);
+    same_as_plain(plain, e, ids, n, o);
+}
+
+/* The budget at page 16, chunks of 2 pages (32 tokens, one file of cb bytes): least recently
+ * used files go first (a read refreshes a file, in the index and in its mtime), the directory
+ * never holds more than the budget, files of other namespaces and versions count and go first
+ * when older, a file removed by someone else leaves the index without an error, a write-through
+ * never evicts its own prefix (it stops instead, counted), a chunk larger than the budget is not
+ * written (counted, one line), and every output equals the uncached engine's. */
+static void test_budget_lru(void **st) {
+    (void)st;
+    const char *dir = fresh_dir("disk_budget");
+    engine *plain = plain_engine(), e;
+    uint64_t cb = chunk_bytes_p16c2(), budget = 4 * cb + cb / 2; /* four chunk files */
+    init_budget(&e, dir, budget);
+    assert_int_equal(kv_disk_chunk_bytes(&e.disk), cb);
+    assert_int_equal(e.disk.max_bytes, budget);
+    int32_t p[8][N_CTX];
+    char path[8][4096];
+    for (int i = 0; i < 8; i++) prompt_n(p[i], N_CTX, 300 + (uint64_t)i);
+    outcome o;
+    /* P0..P3: 33 tokens + 4 generated -> one whole chunk each, all within the budget */
+    for (int i = 0; i < 4; i++) {
+        run_checked(plain, &e, p[i], 33, &o);
+        assert_int_equal(o.r.disk_chunks_written, 1);
+        assert_int_equal(o.r.disk_evicted_chunks, 0);
+        outcome_free(&o);
+        chunk_path(&e, p[i], 0, path[i], sizeof path[i]);
+        assert_true(exists(path[i]));
+    }
+    uint32_t n;
+    assert_int_equal(dir_chunk_bytes(dir, &n, NULL), 4 * cb);
+    assert_int_equal(e.disk.index.bytes, 4 * cb);
+    /* P0 read back from disk: the newest now, in the index and in its mtime */
+    int64_t before = mtime_ns(path[0]);
+    run_checked(plain, &e, p[0], 33, &o);
+    assert_int_equal(o.r.disk_tokens, 32);
+    outcome_free(&o);
+    assert_true(mtime_ns(path[0]) > before);
+    /* P4: one more file, one eviction: P1, the least recently used (not P0) */
+    run_checked(plain, &e, p[4], 33, &o);
+    assert_int_equal(o.r.disk_chunks_written, 1);
+    assert_int_equal(o.r.disk_evicted_chunks, 1);
+    assert_int_equal(o.r.disk_evicted_bytes, cb);
+    outcome_free(&o);
+    chunk_path(&e, p[4], 0, path[4], sizeof path[4]);
+    assert_false(exists(path[1]));
+    assert_true(exists(path[0]) && exists(path[2]) && exists(path[3]) && exists(path[4]));
+    assert_true(dir_chunk_bytes(dir, &n, NULL) <= budget);
+    /* P1 again: gone from disk, recomputed (same output), written back, evicting P2 */
+    run_checked(plain, &e, p[1], 33, &o);
+    assert_int_equal(o.r.disk_tokens, 0);
+    assert_int_equal(o.r.disk_chunks_written, 1);
+    assert_int_equal(o.r.disk_evicted_chunks, 1);
+    outcome_free(&o);
+    assert_false(exists(path[2]));
+    /* another process removed P3's file: it leaves the index, no error, nothing counted */
+    assert_int_equal(unlink(path[3]), 0);
+    uint64_t ev0 = e.disk.evicted_chunks, err0 = e.disk.write_errors;
+    run_checked(plain, &e, p[5], 33, &o);
+    assert_int_equal(o.r.disk_chunks_written, 1);
+    outcome_free(&o);
+    assert_int_equal(e.disk.evicted_chunks, ev0); /* P3's room was free already */
+    assert_int_equal(e.disk.write_errors, err0);
+    assert_int_equal(e.disk.index.bytes, dir_chunk_bytes(dir, &n, NULL));
+    assert_int_equal(n, 4);
+
+    /* a file of another namespace and one of format 1 in ours, an hour old: they count in the
+     * budget (after a scan) and go first */
+    char other_ns[4400], other[4600], v1[4600];
+    snprintf(other_ns, sizeof other_ns, "%s/%064d", dir, 7);
+    assert_int_equal(mkdir(other_ns, 0700), 0);
+    snprintf(other, sizeof other, "%s/%064d.v2.kv", other_ns, 1);
+    snprintf(v1, sizeof v1, "%s/%064d.kv", e.disk.dir, 2);
+    uint8_t *junk = calloc(1, cb);
+    spit(other, junk, cb / 2);
+    spit(v1, junk, cb / 2);
+    free(junk);
+    touch_age(other, 3600);
+    touch_age(v1, 3599);
+    assert_int_equal(kv_disk_rescan(&e.disk), 0);
+    assert_int_equal(e.disk.index.n, 6);
+    assert_int_equal(e.disk.index.bytes, 5 * cb); /* over the budget until the next write */
+    run_checked(plain, &e, p[6], 33, &o);
+    assert_int_equal(o.r.disk_evicted_chunks, 3); /* the two old files, then the oldest chunk (P0) */
+    assert_int_equal(o.r.disk_evicted_bytes, cb + cb);
+    outcome_free(&o);
+    assert_false(exists(other));
+    assert_false(exists(v1));
+    assert_false(exists(path[0]));
+    assert_true(dir_chunk_bytes(dir, &n, NULL) <= budget);
+    rmdir(other_ns);
+
+    /* a prompt of 6 chunks in a budget of 4: chunks 0..3 are written (every older file evicted),
+     * chunk 4 would evict the prompt's own chunk 0: not written, counted, the write-through
+     * stops; the 4 chunks on disk serve the prompt after a restart */
+    run_checked(plain, &e, p[7], 193, &o);
+    assert_int_equal(o.r.disk_chunks_written, 4);
+    assert_int_equal(o.r.disk_evicted_chunks, 4);
+    assert_int_equal(o.r.disk_over_budget, 1);
+    outcome_free(&o);
+    assert_non_null(strstr(e.disk.last_msg, "does not fit the budget"));
+    assert_non_null(strstr(e.disk.last_msg, "beside the prompt's earlier chunks"));
+    assert_int_equal(dir_chunk_bytes(dir, &n, NULL), 4 * cb);
+    uint64_t over = e.stats.disk_over_budget, evicted = e.stats.disk_evicted_chunks;
+    assert_int_equal(over, 1);
+    assert_int_equal(evicted, 9); /* 1 + 1 + 0 + 3 + 4 */
+    run_checked(plain, &e, p[7], 193, &o); /* the GPU tier dropped: the 4 chunks come from disk */
+    assert_int_equal(o.r.disk_tokens, 128);
+    outcome_free(&o);
+
+    /* a budget below one chunk (set in place of a second engine's: init only stores it):
+     * nothing is written, each chunk counted, one line */
+    e.disk.max_bytes = cb - 1;
+    e.disk.said_over_budget = false;
+    run_checked(plain, &e, p[0], 33, &o);
+    assert_int_equal(o.r.disk_chunks_written, 0);
+    assert_int_equal(o.r.disk_evicted_chunks, 0);
+    assert_int_equal(o.r.disk_over_budget, 1);
+    outcome_free(&o);
+    assert_non_null(strstr(e.disk.last_msg, "does not fit the budget"));
+    assert_null(strstr(e.disk.last_msg, "beside"));
+    assert_int_equal(e.disk.write_errors, 0);
+    engine_free(&e);
+
+    /* a budget without a disk tier is an error (before anything is set up) */
+    engine_opts bad = {.n_ctx = 64, .cache_dir_max_bytes = 1 << 20};
+    assert_int_equal(engine_init(&e, tiny(), &bad), -1);
+    assert_non_null(strstr(cd_errmsg(), "needs a disk tier"));
+    engine_free(&e);
+}
+
+/* ---- injected I/O faults (CINDER_FAULT_DISK, kv_disk_fault_set) ---- */
+
+/* No temp file and no chunk file of ids in e's directory. */
+static void nothing_left(engine *e, const int32_t *ids) {
+    char path[4096];
+    chunk_path(e, ids, 0, path, sizeof path);
+    assert_false(exists(path));
+    DIR *d = opendir(e->disk.dir);
+    for (struct dirent *de; d && (de = readdir(d));)
+        if (strstr(de->d_name, ".tmp")) fail_msg("%s left in %s", de->d_name, e->disk.dir);
+    closedir(d);
+}
+
+/* A failed write (EIO, ENOSPC, a short write then ENOSPC, EIO from fsync) in the middle of the
+ * first chunk's first page: one message naming the chunk and the error, one count, no partial
+ * file left, the reply unharmed; the next request writes the chunks. A read that fails (EIO) is
+ * skipped (the file kept, then replaced), one that ends early (the file truncated after its
+ * size was checked) is rejected and removed; both recompute with the uncached output. */
+static void test_injected_faults(void **st) {
+    (void)st;
+    static const struct { const char *spec, *msg; } writes[] = {
+        {NULL, "cannot write: No space left on device"}, /* CINDER_FAULT_DISK=write:1:enospc, armed by init */
+        {"write:1", "cannot write: Input/output error"},
+        {"write:1:short", "cannot write: No space left on device"},
+        {"fsync:1", "cannot write: Input/output error"},
+    };
+    engine *plain = plain_engine(), e;
+    setenv("CINDER_FAULT_DISK", "write:1:enospc,read:9:short", 1);
+    init(&e, tiny(), 16, 2, fresh_dir("disk_faults"), 0);
+    unsetenv("CINDER_FAULT_DISK");
+    assert_int_equal(e.disk.n_faults, 2);
+    int32_t ids[96];
+    outcome o;
+    for (size_t i = 0; i < sizeof writes / sizeof writes[0]; i++) {
+        prompt96(ids, 31 + i); /* a prompt of its own: nothing of it on disk yet */
+        uint64_t err0 = e.disk.write_errors, dl0 = e.disk.downloads;
+        if (writes[i].spec) assert_int_equal(kv_disk_fault_set(&e.disk, writes[i].spec), 0);
+        run(&e, ids, 96, &o);
+        if (!strstr(e.disk.last_msg, writes[i].msg)) fail_msg("%s: message \"%s\"", writes[i].msg, e.disk.last_msg);
+        assert_int_equal(e.disk.write_errors, err0 + 1);
+        assert_int_equal(o.r.disk_chunks_written, 0); /* the write-through stopped at the first */
+        assert_int_equal(e.disk.downloads, dl0 + 1);  /* the fault struck after the GPU copy */
+        same_as_plain(plain, &e, ids, 96, &o);
+        outcome_free(&o);
+        nothing_left(&e, ids);
+        if (i) continue;
+        forget(&e);
+        run(&e, ids, 96, &o); /* the fault fired once: everything is written now */
+        assert_int_equal(o.r.disk_chunks_written, 3);
+        assert_int_equal(e.disk.write_errors, err0 + 1);
+        outcome_free(&o);
+    }
+    /* reads */
+    prompt96(ids, 30);
+    write_through(&e, ids);
+    char path[4096];
+    chunk0(&e, ids, path, sizeof path);
+    assert_int_equal(kv_disk_fault_set(&e.disk, "read:1:eio"), 0);
+    run(&e, ids, 96, &o);
+    assert_int_equal(o.r.disk_rejected, 1);
+    assert_int_equal(o.r.disk_tokens, 0);
+    assert_non_null(strstr(e.disk.last_msg, "read error; skipped, recomputing"));
+    assert_non_null(strstr(e.disk.last_msg, path));
+    same_as_plain(plain, &e, ids, 96, &o);
+    outcome_free(&o);
+    assert_true(exists(path)); /* kept: it may be good (then replaced by the write-through) */
+    forget(&e);
+    run(&e, ids, 96, &o);
+    assert_int_equal(o.r.disk_rejected, 0);
+    assert_true(o.r.disk_tokens > 0);
+    same_as_plain(plain, &e, ids, 96, &o);
+    outcome_free(&o);
+    assert_int_equal(kv_disk_fault_set(&e.disk, "read:1:short"), 0);
+    expect_rejected(plain, &e, ids, 96, "truncated (read failed); removed, recomputing");
+    /* specs that cannot be read */
+    static const char *bad[] = {"write", "write:0", "write:1:sometimes", "fsync:1:short", "read:1:enospc", "copy:1",
+                                "write:1,write:2,write:3,write:4,write:5,write:6,write:7,write:8,write:9"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(kv_disk_fault_set(&e.disk, bad[i]), -1);
+        if (!strstr(cd_errmsg(), "CINDER_FAULT_DISK")) fail_msg("%s: error \"%s\"", bad[i], cd_errmsg());
+    }
+    engine_free(&e);
+}
+
+/* ---- two processes sharing one directory ---- */
+
+enum { SHARED_PROMPTS = 3, SHARED_ROUNDS = 1, SHARED_CHUNKS = 6 };
+
+static uint64_t fnv(const void *p, size_t n) {
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The child: its own engine on dir with the budget; every prompt, each twice in a row with the
+ * GPU tier dropped before each run (so every run goes to disk: the first may read what the
+ * other process wrote, the second reads the first's), in an order of its own (id 1: reversed).
+ * Writes "prompt hash n tokens..." per run and a closing line of counters to out. */
+static int shared_child(const char *dir, int id, uint64_t budget, const char *out) {
+    model *m;
+    if (model_load(&m, tu_tmp_path("dk_tiny.gguf"), (model_load_opts){0})) return fprintf(stderr, "%s\n", cd_errmsg()), 2;
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2, .cache_dir_max_bytes = budget};
+    if (engine_init(&e, m, &o)) return fprintf(stderr, "%s\n", cd_errmsg()), 2;
+    FILE *f = fopen(out, "w");
+    float *logits = malloc(m->cfg.n_vocab * sizeof *logits);
+    int rc = f && logits ? 0 : 2;
+    for (int r = 0; !rc && r < SHARED_ROUNDS; r++)
+        for (int j = 0; !rc && j < 2 * SHARED_PROMPTS; j++) {
+            int p = id ? SHARED_PROMPTS - 1 - j / 2 : j / 2;
+            int32_t ids[96];
+            prompt96(ids, 40 + (uint64_t)p);
+            kv_cache_clear(&e.cache);
+            engine_request rq = {.ids = ids, .n = 96, .max_tokens = 4, .ignore_eos = true, .logits_out = logits};
+            engine_reply rep;
+            if (engine_generate(&e, &rq, &rep)) {
+                fprintf(stderr, "child %d: %s\n", id, cd_errmsg());
+                rc = 2;
+                break;
+            }
+            fprintf(f, "%d %016llx %u", p, (unsigned long long)fnv(logits, m->cfg.n_vocab * sizeof *logits), rep.n);
+            for (uint32_t i = 0; i < rep.n; i++) fprintf(f, " %d", rep.ids[i]);
+            fputc('\n', f);
+            engine_reply_free(&rep);
+        }
+    const engine_stats *s = &e.stats;
+    if (f) {
+        fprintf(f, "end %llu %llu %llu %llu %llu\n", (unsigned long long)s->disk_chunks_read,
+                (unsigned long long)s->disk_chunks_written, (unsigned long long)s->disk_rejected,
+                (unsigned long long)s->disk_evicted_chunks, (unsigned long long)e.disk.write_errors);
+        if (fclose(f)) rc = 2;
+    }
+    free(logits);
+    engine_free(&e);
+    model_free(m);
+    return rc ? rc : tu_status(0);
+}
+
+/* Two processes (this binary again, exec'd: a clean Vulkan instance each) replay the same prompts
+ * at once on one directory with a budget that holds two thirds of their chunks: writers race to
+ * the same names, readers read files the other is replacing or evicting. Neither crashes, none
+ * reads a torn file (a half-written or mixed file would fail its MAC: rejected == 0), every
+ * output (tokens and logits) equals the uncached engine's, no temp file is left, the directory
+ * stays near the budget (each process may exceed it by the other's writes since its last scan),
+ * and afterwards every file left serves its prompt. */
+static void test_two_processes(void **st) {
+    (void)st;
+    const char *d = fresh_dir("disk_shared");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", d);
+    engine *plain = plain_engine(), e;
+    uint64_t cb = chunk_bytes_p16c2(), budget = SHARED_CHUNKS * cb;
+    uint64_t want_hash[SHARED_PROMPTS];
+    int32_t want_ids[SHARED_PROMPTS][4];
+    for (int p = 0; p < SHARED_PROMPTS; p++) {
+        int32_t ids[96];
+        prompt96(ids, 40 + (uint64_t)p);
+        outcome o;
+        run(plain, ids, 96, &o);
+        assert_int_equal(o.r.n, 4);
+        memcpy(want_ids[p], o.r.ids, sizeof want_ids[p]);
+        want_hash[p] = fnv(o.logits, tiny()->cfg.n_vocab * sizeof *o.logits);
+        outcome_free(&o);
+    }
+    char self[4096], budget_s[32], outs[2][4200];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    assert_true(len > 0);
+    self[len] = 0;
+    snprintf(budget_s, sizeof budget_s, "%llu", (unsigned long long)budget);
+    pid_t pids[2];
+    for (int c = 0; c < 2; c++) {
+        snprintf(outs[c], sizeof outs[c], "%s.child%d", dir, c);
+        unlink(outs[c]);
+        char id[4];
+        snprintf(id, sizeof id, "%d", c);
+        pids[c] = fork();
+        assert_true(pids[c] >= 0);
+        if (!pids[c]) {
+            execl(self, self, "--shared-child", dir, id, budget_s, outs[c], (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int c = 0; c < 2; c++) {
+        int status;
+        assert_int_equal(waitpid(pids[c], &status, 0), pids[c]);
+        if (!WIFEXITED(status) || WEXITSTATUS(status))
+            fail_msg("child %d ended with %s %d", c, WIFEXITED(status) ? "status" : "signal",
+                     WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    }
+    unsigned long long evicted = 0;
+    for (int c = 0; c < 2; c++) {
+        FILE *f = fopen(outs[c], "r");
+        assert_non_null(f);
+        int runs = 0, p;
+        unsigned long long hash, rd = 0, wr = 0, rej = 1, ev = 0, werr = 1;
+        unsigned n;
+        char word[16];
+        while (fscanf(f, "%15s", word) == 1) {
+            if (!strcmp(word, "end")) {
+                assert_int_equal(fscanf(f, "%llu %llu %llu %llu %llu", &rd, &wr, &rej, &ev, &werr), 5);
+                break;
+            }
+            p = atoi(word);
+            assert_true(p >= 0 && p < SHARED_PROMPTS);
+            assert_int_equal(fscanf(f, "%llx %u", &hash, &n), 2);
+            assert_int_equal(n, 4);
+            for (unsigned i = 0; i < n; i++) {
+                int t;
+                assert_int_equal(fscanf(f, "%d", &t), 1);
+                if (t != want_ids[p][i]) fail_msg("child %d, prompt %d: token %u is %d, %d uncached", c, p, i, t, want_ids[p][i]);
+            }
+            if (hash != want_hash[p]) fail_msg("child %d, prompt %d: logits differ from the uncached engine's", c, p);
+            runs++;
+        }
+        fclose(f);
+        print_message("child %d: %d runs, %llu chunks read, %llu written, %llu evicted, %llu rejected\n", c, runs, rd, wr,
+                      ev, rej);
+        assert_int_equal(runs, 2 * SHARED_PROMPTS * SHARED_ROUNDS);
+        assert_int_equal(rej, 0);  /* no torn or mixed file was ever read */
+        assert_int_equal(werr, 0);
+        assert_true(rd > 0);       /* the second run of each pair reads the first's chunks */
+        evicted += ev;
+        unlink(outs[c]);
+    }
+    assert_true(evicted > 0); /* 9 chunks, room for 6 */
+    uint32_t n, tmp;
+    uint64_t bytes = dir_chunk_bytes(dir, &n, &tmp);
+    print_message("after: %u files, %llu bytes, budget %llu\n", n, (unsigned long long)bytes, (unsigned long long)budget);
+    assert_int_equal(tmp, 0);
+    assert_true(bytes <= budget + 3 * cb);
+    /* every file left is whole and valid: each prompt is served what is there, nothing rejected */
+    init_budget(&e, dir, budget);
+    for (int p = 0; p < SHARED_PROMPTS; p++) {
+        int32_t ids[96];
+        prompt96(ids, 40 + (uint64_t)p);
+        outcome o;
+        run_checked(plain, &e, ids, 96, &o);
+        outcome_free(&o);
+    }
+    if (e.stats.disk_chunks_written) /* a write makes room within the budget, seeing every file */
+        assert_true(dir_chunk_bytes(dir, &n, NULL) <= budget);
+    engine_free(&e);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 6 && !strcmp(argv[1], "--shared-child"))
+        return shared_child(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10), argv[5]);
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chain_keys),
         cmocka_unit_test(test_key_race),
@@ -829,9 +1279,13 @@ int main(void) {
         cmocka_unit_test(test_restart_page16),
         cmocka_unit_test(test_restart_page4),
         cmocka_unit_test(test_restart_page4_host_tier),
+        cmocka_unit_test(test_budget_lru),
+        cmocka_unit_test(test_injected_faults),
+        cmocka_unit_test(test_two_processes),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
+    engine_free(&shared_plain);
     model_free(tiny());
     return tu_status(rc);
 }
