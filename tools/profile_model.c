@@ -29,6 +29,8 @@ typedef struct span {
     double at_us;    /* start: the step's submit time on the host clock + the GPU offset */
     bool op;         /* a group span with no group inside it: one op (a kernel call) */
     const char *part; /* attention, moe, ffn, head, embed: from the enclosing layer span */
+    char label[32];   /* t.label copied: a dispatch's label is its pipeline's name, which goes with
+                       * the model (a replay reports after the engine is freed) */
 } span;
 
 /* One gpu_forward_batch call. */
@@ -96,6 +98,8 @@ static int collect(prof *p, cvk_timer *t, const gpu_model *g, uint8_t phase, uin
         span *s = &p->s[p->n + i];
         *s = (span){.t = buf[i], .step = p->n_steps, .at_us = base_us + (buf[i].start_ns - t0) / 1e3,
                     .op = buf[i].kind == CVK_SPAN_GROUP, .part = part_of(buf, &buf[i], moe)};
+        snprintf(s->label, sizeof s->label, "%s", buf[i].label ? buf[i].label : "?");
+        s->t.label = NULL; /* not to be read past the model's life: s->label */
     }
     for (uint32_t i = 0; i < n; i++) /* a group inside a group: the outer one is not an op */
         if (buf[i].kind == CVK_SPAN_GROUP && buf[i].parent != UINT32_MAX) p->s[p->n + buf[i].parent].op = false;
@@ -240,12 +244,12 @@ static void tabulate(const prof *p, uint8_t phase, uint32_t n_layer, table *tb) 
         if (p->steps[s->step].phase != phase) continue;
         if (s->t.kind != CVK_SPAN_GROUP) tb->busy_ms += (s->t.end_ns - s->t.start_ns) / 1e6;
         if (!s->op) continue;
-        const char *name = s->t.work.role ? s->t.work.role : s->t.label;
+        const char *name = s->t.work.role ? s->t.work.role : s->label;
         uint32_t k = 0;
-        while (k < tb->n && (strcmp(tb->r[k].name, name) || strcmp(tb->r[k].kernel, s->t.label))) k++;
+        while (k < tb->n && (strcmp(tb->r[k].name, name) || strcmp(tb->r[k].kernel, s->label))) k++;
         if (k == tb->n) {
             if (tb->n == sizeof tb->r / sizeof tb->r[0]) continue;
-            tb->r[tb->n++] = (row){.name = name, .kernel = s->t.label, .part = s->part};
+            tb->r[tb->n++] = (row){.name = name, .kernel = s->label, .part = s->part};
         }
         double ms = (s->t.end_ns - s->t.start_ns) / 1e6;
         tb->r[k].calls++;
@@ -415,7 +419,7 @@ static json_t *thread_name(int tid, const char *name) {
 }
 
 static json_t *span_args(const span *s) {
-    json_t *a = json_pack("{s:s, s:s, s:I, s:I}", "kernel", s->t.label, "part", s->part, "layer", (json_int_t)s->t.layer,
+    json_t *a = json_pack("{s:s, s:s, s:I, s:I}", "kernel", s->label, "part", s->part, "layer", (json_int_t)s->t.layer,
                           "depth", (json_int_t)s->t.depth);
     if (s->t.work.role) {
         json_object_set_new(a, "bytes", json_integer((json_int_t)s->t.work.bytes));
@@ -486,7 +490,7 @@ static int write_trace(const prof *p, const char *path) {
     for (size_t i = 0; i < p->n; i++) {
         const span *s = &p->s[i];
         char name[96];
-        const char *base = s->t.work.role ? s->t.work.role : s->t.label;
+        const char *base = s->t.work.role ? s->t.work.role : s->label;
         if (s->t.layer >= 0) snprintf(name, sizeof name, "%s L%d", base, s->t.layer);
         else snprintf(name, sizeof name, "%s", base);
         int tid = s->t.kind == CVK_SPAN_COPY ? TID_COPY : TID_GPU;
@@ -495,8 +499,10 @@ static int write_trace(const prof *p, const char *path) {
                                                   : s->t.kind == CVK_SPAN_COPY   ? "copy"
                                                   : s->op                        ? "op"
                                                                                  : "group"));
-        json_object_set_new(e, "args", span_args(s));
-        json_array_append_new(ev, e);
+        if (!e || json_object_set_new(e, "args", span_args(s)) || json_array_append_new(ev, e)) {
+            json_decref(ev);
+            return cd_fail("profile: a trace event could not be encoded (span %zu, %s)", i, s->label);
+        }
     }
     json_t *root = json_pack("{s:o, s:s}", "traceEvents", ev, "displayTimeUnit", "ns");
     int rc = root && !json_dump_file(root, path, JSON_COMPACT) ? 0 : cd_fail("cannot write the trace to %s", path);
