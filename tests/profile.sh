@@ -97,7 +97,7 @@ passes = r["prefill"]["steps"] + r["decode"]["steps"]
 check(len([e for e in ev if e["tid"] == 1]) == passes and passes > 0, f"replay: a step slice per pass ({passes})")
 check(len([e for e in ev if e.get("cat") == "dispatch"]) == r["timestamps"]["dispatches"], "replay: one slice per dispatch")
 # a dispatch is named by its pipeline, read at collect time: the replay reports after the engine is gone
-check(all(e["name"] and e["args"]["kernel"] == e["name"] for e in ev if e.get("cat") == "dispatch"), "replay: every dispatch named by its pipeline")
+check(all(e["args"]["kernel"] and e["name"].startswith(e["args"]["kernel"]) for e in ev if e.get("cat") == "dispatch"), "replay: every dispatch named by its pipeline")
 check(len([e for e in ev if e["tid"] == 5]) == 4 * 3 and len([e for e in ev if e["name"] == "tokenize"]) == 3, "replay: request, ttft, queued, acquire and tokenize slices per request")
 sys.exit(1 if fail else 0)
 PY
