@@ -114,7 +114,7 @@
  * The request is never harmed: the chunk is recomputed or stays uncached on disk.
  *
  *   kv_disk_tier d;
- *   kv_disk_init(&d, vk, &g->pool, &g->lay, ns, "/var/cache/cinder", 16, 0);
+ *   kv_disk_init(&d, vk, &pool.buf, &pool.lay, ns, "/var/cache/cinder", 16, 0);   (kv_pool.h)
  *   uint8_t h[n_chunks][32]; kv_disk_chain(&d, ids, n_chunks, h);
  *   if (kv_disk_read(&d, ids + k * ct, k, prev, h[k]) == 1)      staged and validated
  *       kv_disk_upload(&d, first, gpu_pages, n);                 staged pages first.. -> gpu_pages

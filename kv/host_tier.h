@@ -41,7 +41,7 @@
  * memory, kv_host_init fails with a message naming the size (never a silent smaller tier).
  *
  *   kv_host_tier h;
- *   kv_host_init(&h, vk, &g->pool, g->lay.page_bytes, 256ull << 20);
+ *   kv_host_init(&h, vk, &pool.buf, pool.lay.page_bytes, 256ull << 20);   (kv_pool.h)
  *   uint32_t s; kv_host_slot_alloc(&h, &s);
  *   kv_host_copy(&h, pages, slots, n, KV_HOST_DEMOTE);       pages[i] -> slots[i]
  *   kv_host_copy(&h, pages, slots, n, KV_HOST_RESTORE);      slots[i] -> pages[i]

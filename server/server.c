@@ -36,7 +36,7 @@ static void name_model(server *s, const char *path) {
 static int load(server *s, const char *path, const engine_opts *eo, model **m, engine *e) {
     if (model_load(m, path, (model_load_opts){.skip_weight_hash = true})) return -1;
     if (engine_init(e, *m, eo) || engine_warm_up(e)) return -1;
-    s->model = (api_model){.tok = (*m)->tok, .n_ctx = e->g.n_ctx, .as_generated = !s->o.strict_template,
+    s->model = (api_model){.tok = (*m)->tok, .n_ctx = engine_n_ctx(e), .as_generated = !s->o.strict_template,
                            .preserve_reasoning = s->o.preserve_reasoning, .calls = &s->calls};
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%02x%02x%02x%02x%02x%02x", (*m)->fingerprint[0],
              (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4], (*m)->fingerprint[5]);

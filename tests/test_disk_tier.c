@@ -219,7 +219,7 @@ static void restart(uint32_t page, uint32_t chunk_pages, uint32_t host_mb, uint3
     assert_true(o.r.cached_tokens >= whole);
     same_as_plain(&plain, &b, cont, n2, &o);
     outcome_free(&o);
-    if (radix_check(&b.cache.tree) || kv_pages_check(&b.g.pages)) fail_msg("%s", cd_errmsg());
+    if (radix_check(&b.cache.tree) || kv_pages_check(&b.pool.pages)) fail_msg("%s", cd_errmsg());
 
     /* a match that ends inside a chunk (and inside a page): the disk fills the rest of it */
     forget(&b);
@@ -235,7 +235,7 @@ static void restart(uint32_t page, uint32_t chunk_pages, uint32_t host_mb, uint3
     assert_true(o.r.disk_tokens > 0 && o.r.disk_tokens <= whole - cut);
     same_as_plain(&plain, &b, ids, n, &o);
     outcome_free(&o);
-    if (radix_check(&b.cache.tree) || kv_pages_check(&b.g.pages)) fail_msg("%s", cd_errmsg());
+    if (radix_check(&b.cache.tree) || kv_pages_check(&b.pool.pages)) fail_msg("%s", cd_errmsg());
 
     char path[4096];
     chunk_path(&b, ids, 0, path, sizeof path);

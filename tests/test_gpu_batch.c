@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/kv_pool.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/model/cpu_ref.h"
@@ -51,12 +52,23 @@ static void static_tables(gpu_model *g) {
     free(pg);
 }
 
+static kv_pool kvp; /* the model's KV pool (kv/ owns pools; the model is given one) */
+
 static void init_model(gpu_model *g, uint32_t page_tokens) {
+    const model_config *c = &tiny()->cfg;
     uint32_t pages = (N_CTX + page_tokens - 1) / page_tokens;
-    gpu_model_opts o = {.n_ctx = N_CTX, .pool_tokens = SEQS * pages * page_tokens, .page_tokens = page_tokens,
-                        .n_batch = 128, .max_seqs = SEQS};
-    if (gpu_model_init_opts(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    kv_layout lay;
+    if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens) ||
+        kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens))
+        fail_msg("%s", cd_errmsg());
+    gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay};
+    if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     static_tables(g);
+}
+
+static void free_model(gpu_model *g) {
+    gpu_model_free(g);
+    kv_pool_free(&kvp);
 }
 
 /* One pass builder. */
@@ -115,7 +127,7 @@ static void alone(gpu_model *g, uint32_t row, const int32_t *prompt, uint32_t n,
 }
 
 static void download_pool(gpu_model *g, uint16_t *out) {
-    if (cvk_stager_download(&vk->stager, cvk_view_whole(&g->pool), out)) fail_msg("%s", cd_errmsg());
+    if (cvk_stager_download(&vk->stager, cvk_view_whole(g->kv), out)) fail_msg("%s", cd_errmsg());
 }
 
 /* K/V bytes of row r's first n positions, every layer (pages of row r, static tables). */
@@ -152,8 +164,8 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
     init_model(&g, page_tokens);
     trace solo = {.logits = malloc((size_t)GEN * V * 4)}, mixed = {.logits = malloc((size_t)GEN * V * 4)};
     alone(&g, 1, a, la, &solo);
-    size_t pool_halves = g.pool.size / 2, row_halves = (size_t)la * 2 * g.lay.n_layer * g.lay.n_head_kv * g.lay.head_dim;
-    uint16_t *pool = malloc(g.pool.size), *kv_solo = malloc(row_halves * 2), *kv_mixed = malloc(row_halves * 2);
+    size_t pool_halves = g.kv->size / 2, row_halves = (size_t)la * 2 * g.lay.n_layer * g.lay.n_head_kv * g.lay.head_dim;
+    uint16_t *pool = malloc(g.kv->size), *kv_solo = malloc(row_halves * 2), *kv_mixed = malloc(row_halves * 2);
     download_pool(&g, pool);
     row_kv(&g, pool, 1, la, kv_solo);
     (void)pool_halves;
@@ -254,7 +266,7 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
     free(kv_mixed);
     free(solo.logits);
     free(mixed.logits);
-    gpu_model_free(&g);
+    free_model(&g);
 }
 
 static void test_invariance_page16(void **state) { (void)state; invariance(16, 61); }
@@ -284,7 +296,7 @@ static void test_bad_batch(void **state) {
     assert_int_equal(gpu_forward_batch(&g, &b, next), 0);
     b.n = 0;
     assert_int_equal(gpu_forward_batch(&g, &b, next), -1);
-    gpu_model_free(&g);
+    free_model(&g);
 }
 
 int main(void) {

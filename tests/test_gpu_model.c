@@ -1,9 +1,9 @@
 /* The GPU forward pass (runtime/model/gpu_model.h) against the CPU reference on synthetic
- * models: last-position logits after batched prefills of 1, 5 and 40 tokens (relative L2 and
- * top-1), greedy generation of 32 tokens on 20 random prompts, batched prefill against
- * token-by-token steps, chunked and continued prefills and other page sizes, GPU sampling
- * against the CPU sampler, the replayed step after rewinding, a dense qwen3 model, and an
- * all-f32 model whose embedding table is split into binding parts. fp16 KV on the GPU against
+ * models, one sequence at a time through gpu_forward_batch over a KV pool (kv/kv_pool.h), as the
+ * engine drives it: last-position logits after prompts of 1, 5 and 40 tokens (relative L2 and
+ * top-1), greedy generation of 32 tokens on 20 random prompts, a whole prompt in one pass
+ * against token-by-token passes, chunked and continued prompts and other page sizes, rewinding,
+ * a dense qwen3 model, and an all-f32 model whose embedding table is split into binding parts. fp16 KV on the GPU against
  * f32 KV on the CPU is the main source of difference.
  * `test_gpu_model --full` (ctest: test_gpu_model_full) runs the same checks on the tiny f32/f16
  * and small f32/f16/mix/q4_k_m models when CINDER_GPU_MODEL_FULL=1 (or a list like
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kv/kv_pool.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/model/cpu_ref.h"
@@ -45,23 +46,72 @@ static void random_prompt(rng *r, int32_t *ids, uint32_t n) {
     for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)rng_below(r, 150000);
 }
 
+/* One sequence through the batch forward, as the scheduler runs a request: its pages reserved
+ * in the pool (block-table row 0), then passes of up to n_batch tokens. */
+typedef struct seq1 {
+    kv_pool pool;
+    gpu_model g;
+    kv_seq s;
+    int32_t next;  /* the greedy token after the last run's last token (when wanted) */
+} seq1;
+
+static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch, uint32_t page_tokens) {
+    const model_config *c = &m->cfg;
+    kv_layout lay;
+    memset(q, 0, sizeof *q);
+    if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens ? page_tokens : KV_PAGE_TOKENS_DEFAULT) ||
+        kv_pool_init(&q->pool, vk, &lay, n_ctx))
+        fail_msg("%s", cd_errmsg());
+    gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay};
+    if (gpu_model_init(&q->g, vk, m, &o)) fail_msg("%s", cd_errmsg());
+}
+
+static void seq1_free(seq1 *q) {
+    kv_seq_free(&q->pool.pages, &q->s);
+    gpu_model_free(&q->g);
+    kv_pool_free(&q->pool);
+}
+
+/* ids[0 .. n) at positions pos0.. (pos0 <= tokens so far; fewer forgets the rest); want: the
+ * last token's logits and next token. */
+static void seq1_run(seq1 *q, const int32_t *ids, uint32_t n, uint32_t pos0, bool want) {
+    assert_true(pos0 <= q->s.n_tokens);
+    if (kv_seq_truncate(&q->pool.pages, &q->s, pos0) || kv_pool_extend(&q->pool, &q->s, n) ||
+        gpu_model_set_table(&q->g, 0, q->s.pages, q->s.n_pages))
+        fail_msg("%s", cd_errmsg());
+    uint32_t row[512] = {0}, pos[512];
+    assert_true(q->g.n_batch <= 512);
+    for (uint32_t done = 0; done < n;) {
+        uint32_t k = n - done < q->g.n_batch ? n - done : q->g.n_batch, last = k - 1;
+        for (uint32_t i = 0; i < k; i++) pos[i] = pos0 + done + i;
+        bool end = done + k == n && want;
+        gpu_batch b = {.n = k, .ids = ids + done, .row = row, .pos = pos, .n_out = end, .out = &last};
+        if (gpu_forward_batch(&q->g, &b, &q->next)) fail_msg("%s", cd_errmsg());
+        done += k;
+    }
+}
+
+static void seq1_logits(seq1 *q, float *out) {
+    if (gpu_model_batch_logits(&q->g, 0, out)) fail_msg("%s", cd_errmsg());
+}
+
 /* Runs the prompt on both and compares the last position's logits. */
 static double compare_prompt(const model *m, const int32_t *ids, uint32_t n, bool *top1_equal) {
     uint32_t V = m->cfg.n_vocab;
     cpu_state s;
-    gpu_model g;
+    seq1 g;
     assert_int_equal(cpu_state_init(&s, m, n + 1), 0);
-    if (gpu_model_init(&g, vk, m, n + 1)) fail_msg("%s", cd_errmsg());
+    seq1_init(&g, m, n + 1, 0, 0);
     for (uint32_t i = 0; i < n; i++) assert_int_equal(cpu_forward(&s, ids[i], i, i + 1 == n), 0);
-    if (gpu_prefill(&g, ids, n, 0, true)) fail_msg("%s", cd_errmsg());
+    seq1_run(&g, ids, n, 0, true);
     float *lg = malloc(V * sizeof *lg);
-    assert_int_equal(gpu_model_logits(&g, lg), 0);
+    seq1_logits(&g, lg);
     double err = tu_rel_l2(lg, s.logits, V);
     int32_t want = sampler_argmax(s.logits, (int32_t)V);
-    assert_int_equal(gpu_model_next(&g), sampler_argmax(lg, (int32_t)V)); /* GPU argmax = its logits' */
-    *top1_equal = gpu_model_next(&g) == want;
+    assert_int_equal(g.next, sampler_argmax(lg, (int32_t)V)); /* GPU argmax = its logits' */
+    *top1_equal = g.next == want;
     free(lg);
-    gpu_model_free(&g);
+    seq1_free(&g);
     cpu_state_free(&s);
     return err;
 }
@@ -111,8 +161,8 @@ static void test_logits_dense(void **state) {
     model_free(m);
 }
 
-/* Greedy generation: prompts of 8 random tokens, 32 generated; the GPU's own choice (made on
- * the device) feeds its next step. At least 19 of 20 prompts must agree token for token with
+/* Greedy generation: prompts of 8 random tokens, 32 generated; the GPU's own choice (its
+ * argmax) feeds its next step. At least 19 of 20 prompts must agree token for token with
  * the CPU reference storing K/V in fp16 as the GPU's pool does (with f32 K/V the small mix
  * model agreed on 17 of 20: the storage format, not a kernel, decides the near-ties). */
 static bool greedy_ok(model *m, const char *what, uint32_t n_prompts) {
@@ -121,8 +171,8 @@ static bool greedy_ok(model *m, const char *what, uint32_t n_prompts) {
     rng r;
     rng_seed(&r, 2024);
     uint32_t same = 0;
-    gpu_model g;
-    if (gpu_model_init(&g, vk, m, n_prompt + n_gen)) fail_msg("%s", cd_errmsg());
+    seq1 g;
+    seq1_init(&g, m, n_prompt + n_gen, 0, 0);
     cpu_state s;
     assert_int_equal(cpu_state_init(&s, m, n_prompt + n_gen), 0);
     s.kv_fp16 = true; /* K/V stored as the GPU stores them: a 32-step greedy run compares kernels, not KV formats */
@@ -130,13 +180,13 @@ static bool greedy_ok(model *m, const char *what, uint32_t n_prompts) {
         int32_t ids[n_prompt], cpu_out[n_gen], gpu_out[n_gen];
         random_prompt(&r, ids, n_prompt);
         for (uint32_t i = 0; i < n_prompt; i++) assert_int_equal(cpu_forward(&s, ids[i], i, i + 1 == n_prompt), 0);
-        if (gpu_prefill(&g, ids, n_prompt, 0, true)) fail_msg("%s", cd_errmsg());
+        seq1_run(&g, ids, n_prompt, 0, true);
         for (uint32_t i = 0; i < n_gen; i++) {
             cpu_out[i] = sampler_argmax(s.logits, (int32_t)V);
-            gpu_out[i] = gpu_model_next(&g);
+            gpu_out[i] = g.next;
             if (i + 1 < n_gen) {
                 assert_int_equal(cpu_forward(&s, cpu_out[i], n_prompt + i, 1), 0);
-                assert_int_equal(gpu_forward(&g, gpu_out[i], n_prompt + i, 1), 0);
+                seq1_run(&g, &gpu_out[i], 1, n_prompt + i, true);
             }
         }
         int first_diff = -1;
@@ -146,7 +196,7 @@ static bool greedy_ok(model *m, const char *what, uint32_t n_prompts) {
         same += first_diff < 0;
     }
     print_message("%s: %u of %u prompts give the same %d greedy tokens\n", what, same, n_prompts, (int)n_gen);
-    gpu_model_free(&g);
+    seq1_free(&g);
     cpu_state_free(&s);
     return same * 20 >= n_prompts * 19;
 }
@@ -209,33 +259,31 @@ typedef struct outcome {
 } outcome;
 
 static void run_way(const model *m, const int32_t *ids, uint32_t n, int way, outcome *o) {
-    gpu_model_opts opts = {.n_ctx = 48};
-    if (way == 3) opts.n_batch = 8;      /* prefill in chunks of 8 */
-    if (way == 4) opts.page_tokens = 64; /* the whole sequence in one page */
-    if (way == 5) opts.page_tokens = 5;  /* many small pages */
-    gpu_model g;
-    if (gpu_model_init_opts(&g, vk, m, &opts)) fail_msg("%s", cd_errmsg());
-    if (way == 1) { /* token by token through the decode step */
-        for (uint32_t i = 0; i < n; i++) assert_int_equal(gpu_forward(&g, ids[i], i, i + 1 == n), 0);
+    uint32_t n_batch = way == 3 ? 8 : 0;                            /* prompt in passes of 8 */
+    uint32_t page = way == 4 ? 64 : way == 5 ? 5 : 0;               /* one page; many small ones */
+    seq1 g;
+    seq1_init(&g, m, 48, n_batch, page);
+    if (way == 1) { /* token by token: decode-shaped passes */
+        for (uint32_t i = 0; i < n; i++) seq1_run(&g, ids + i, 1, i, i + 1 == n);
     } else if (way == 2) { /* a prefix, then the rest continued from the middle of a page */
-        assert_int_equal(gpu_prefill(&g, ids, 21, 0, false), 0);
-        assert_int_equal(gpu_prefill(&g, ids + 21, n - 21, 21, true), 0);
+        seq1_run(&g, ids, 21, 0, false);
+        seq1_run(&g, ids + 21, n - 21, 21, true);
     } else {
-        assert_int_equal(gpu_prefill(&g, ids, n, 0, true), 0);
+        seq1_run(&g, ids, n, 0, true);
     }
     o->logits = malloc(m->cfg.n_vocab * sizeof *o->logits);
-    assert_int_equal(gpu_model_logits(&g, o->logits), 0);
+    seq1_logits(&g, o->logits);
     for (uint32_t i = 0; i < 8; i++) {
-        o->next[i] = gpu_model_next(&g);
-        assert_int_equal(gpu_forward(&g, o->next[i], n + i, true), 0);
+        o->next[i] = g.next;
+        seq1_run(&g, &o->next[i], 1, n + i, true);
     }
-    gpu_model_free(&g);
+    seq1_free(&g);
 }
 
 static void test_prefill_ways_agree(void **state) {
     (void)state;
     model *m = load("gpu_tiny_ways.gguf", NULL, 17, NULL);
-    const char *names[] = {"batched prefill", "token by token", "prefix + continuation", "chunks of 8",
+    const char *names[] = {"one pass", "token by token", "prefix + continuation", "passes of 8",
                            "one 64-token page", "5-token pages"};
     int32_t ids[37];
     rng r;
@@ -245,7 +293,7 @@ static void test_prefill_ways_agree(void **state) {
     for (int w = 0; w < 6; w++) run_way(m, ids, 37, w, &o[w]);
     for (int w = 1; w < 6; w++) {
         double err = tu_rel_l2(o[w].logits, o[0].logits, m->cfg.n_vocab);
-        print_message("%s vs batched prefill: logits rel L2 %.2e\n", names[w], err);
+        print_message("%s vs one pass: logits rel L2 %.2e\n", names[w], err);
         assert_true(err < 1e-3);
         assert_memory_equal(o[w].next, o[0].next, sizeof o[0].next);
     }
@@ -253,73 +301,28 @@ static void test_prefill_ways_agree(void **state) {
     model_free(m);
 }
 
-/* Top-k / temperature / top-p on the GPU picks what sampler_sample picks from the same logits
- * with the same seed, step after step. */
-static void test_device_sampling(void **state) {
-    (void)state;
-    model *m = load("gpu_tiny_gen.gguf", NULL, 42, NULL);
-    uint32_t V = m->cfg.n_vocab;
-    sampler_params sp = {.temperature = 1.5f, .top_k = 40, .top_p = 0.9f, .seed = 77};
-    gpu_model g;
-    if (gpu_model_init(&g, vk, m, 40)) fail_msg("%s", cd_errmsg());
-    assert_int_equal(gpu_model_set_sampler(&g, &sp), 0);
-    assert_true(gpu_model_samples_on_device(&g));
-    sampler smp;
-    assert_int_equal(sampler_init(&smp, sp, (int32_t)V), 0);
-    int32_t ids[6] = {9707, 11, 1879, 0, 576, 13};
-    assert_int_equal(gpu_prefill(&g, ids, 6, 0, true), 0);
-    float *lg = malloc(V * sizeof *lg);
-    uint32_t distinct = 0;
-    int32_t prev = -1;
-    for (uint32_t i = 0; i < 24; i++) {
-        assert_int_equal(gpu_model_logits(&g, lg), 0);
-        int32_t want = sampler_sample(&smp, lg), got = gpu_model_next(&g);
-        assert_int_equal(got, want);
-        distinct += got != prev;
-        prev = got;
-        assert_int_equal(gpu_forward(&g, got, 6 + i, true), 0);
-    }
-    assert_true(distinct > 1); /* it really sampled */
-    sp.top_k = 0; /* "all": the kernel cannot, so the host samples */
-    assert_int_equal(gpu_model_set_sampler(&g, &sp), 0);
-    assert_false(gpu_model_samples_on_device(&g));
-    free(lg);
-    sampler_free(&smp);
-    gpu_model_free(&g);
-    model_free(m);
-}
-
-/* The recorded step replays: rewinding to an earlier position and running the same tokens
- * gives bit-identical logits; errors are values. */
-static void test_rewind_and_errors(void **state) {
+/* Rewinding to an earlier position and running the same tokens again gives bit-identical
+ * logits (the pages past it are given back and taken again). */
+static void test_rewind(void **state) {
     (void)state;
     model *m = load("gpu_tiny_rw.gguf", NULL, 5, NULL);
     uint32_t V = m->cfg.n_vocab;
-    gpu_model g;
-    if (gpu_model_init(&g, vk, m, 24)) fail_msg("%s", cd_errmsg());
+    seq1 g;
+    seq1_init(&g, m, 24, 0, 0);
     int32_t ids[20];
     rng r;
     rng_seed(&r, 9);
     random_prompt(&r, ids, 20);
     float *a = malloc(V * 4), *b = malloc(V * 4);
-    for (uint32_t i = 0; i < 20; i++) assert_int_equal(gpu_forward(&g, ids[i], i, i == 19), 0);
-    assert_int_equal(gpu_model_logits(&g, a), 0);
-    for (uint32_t i = 13; i < 20; i++) assert_int_equal(gpu_forward(&g, ids[i], i, i == 19), 0);
-    assert_int_equal(gpu_model_logits(&g, b), 0);
+    for (uint32_t i = 0; i < 20; i++) seq1_run(&g, ids + i, 1, i, i == 19);
+    seq1_logits(&g, a);
+    for (uint32_t i = 13; i < 20; i++) seq1_run(&g, ids + i, 1, i, i == 19);
+    seq1_logits(&g, b);
     assert_memory_equal(a, b, V * 4);
-    assert_int_equal(gpu_forward(&g, 1, 24, 1), -1);
-    assert_non_null(strstr(cd_errmsg(), "context"));
-    assert_int_equal(gpu_forward(&g, (int32_t)V, 0, 1), -1);
-    assert_int_equal(gpu_forward(&g, 1, 22, 1), -1); /* skips position 20, 21 */
-    assert_int_equal(gpu_prefill(&g, ids, 20, 5, 1), -1); /* past the context */
-    assert_non_null(strstr(cd_errmsg(), "context"));
-    int32_t bad[3] = {1, -4, 2};
-    assert_int_equal(gpu_prefill(&g, bad, 3, 0, 1), -1);
-    assert_non_null(strstr(cd_errmsg(), "out of range"));
-    assert_int_equal(gpu_prefill(&g, ids, 0, 0, 1), -1);
+    assert_int_equal(g.s.n_tokens, 20);
     free(a);
     free(b);
-    gpu_model_free(&g);
+    seq1_free(&g);
     model_free(m);
 }
 
@@ -332,10 +335,9 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_moe_mix),
-        cmocka_unit_test(test_rewind_and_errors),
+        cmocka_unit_test(test_rewind),
         cmocka_unit_test(test_greedy_generation),
         cmocka_unit_test(test_prefill_ways_agree),
-        cmocka_unit_test(test_device_sampling),
         cmocka_unit_test(test_logits_dense),
         cmocka_unit_test(test_logits_f32),
     };

@@ -142,7 +142,7 @@ static void random_trace(uint32_t page, uint32_t pool, uint32_t host_mb, uint32_
                   (unsigned long long)s->prompt_tokens, (unsigned long long)s->evicted_pages);
     assert_true(s->cached_tokens > s->prompt_tokens / 4); /* the traces are built to share a lot */
     if (radix_check(&p.cached.cache.tree)) fail_msg("%s", cd_errmsg());
-    if (kv_pages_check(&p.cached.g.pages)) fail_msg("%s", cd_errmsg());
+    if (kv_pages_check(&p.cached.pool.pages)) fail_msg("%s", cd_errmsg());
     if (pool) assert_true(s->evicted_pages > 0);
     if (host_mb) {
         const radix_stats *t = &p.cached.cache.tree.stats;
@@ -177,14 +177,14 @@ static void test_restore_bit_identical(void **st) {
     engine e;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
     if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
-    kv_pages *kp = &e.g.pages;
-    uint64_t pb = e.g.lay.page_bytes, size = e.g.pool.size;
+    kv_pages *kp = &e.pool.pages;
+    uint64_t pb = e.pool.lay.page_bytes, size = e.pool.buf.size;
     assert_int_equal(kp->n_pages, 16);
     uint8_t *bytes = malloc(size), *back = malloc(size), *orig = malloc(8 * pb);
     rng r;
     rng_seed(&r, 11);
     for (uint64_t i = 0; i < size; i++) bytes[i] = (uint8_t)rng_below(&r, 256);
-    if (cvk_stager_upload(&e.vk->stager, cvk_view_whole(&e.g.pool), bytes) || cvk_stager_flush(&e.vk->stager))
+    if (cvk_stager_upload(&e.vk->stager, cvk_view_whole(&e.pool.buf), bytes) || cvk_stager_flush(&e.vk->stager))
         fail_msg("%s", cd_errmsg());
     int32_t ids[32];
     for (int i = 0; i < 32; i++) ids[i] = 500 + i;
@@ -207,7 +207,7 @@ static void test_restore_bit_identical(void **st) {
     for (uint32_t i = 0; i < 8; i++) /* the slots hold the pages, byte for byte, in host memory */
         assert_memory_equal(kv_host_slot_ptr(&e.host, i), orig + i * pb, pb); /* slots 0.. in path order */
     for (uint64_t i = 0; i < size; i++) bytes[i] = (uint8_t)rng_below(&r, 256);
-    if (cvk_stager_upload(&e.vk->stager, cvk_view_whole(&e.g.pool), bytes) || cvk_stager_flush(&e.vk->stager))
+    if (cvk_stager_upload(&e.vk->stager, cvk_view_whole(&e.pool.buf), bytes) || cvk_stager_flush(&e.vk->stager))
         fail_msg("%s", cd_errmsg());
     uint32_t held[16], n_held = 0; /* hold the original ids: allocate everything, free the others */
     for (uint32_t i = 0; i < 16; i++) assert_int_equal(kv_page_alloc(kp, &held[i]), 0);
@@ -228,7 +228,7 @@ static void test_restore_bit_identical(void **st) {
     assert_int_equal(taken, 8);
     assert_int_equal(m.n_gpu_pages, 8);
     assert_int_equal(kv_host_used(&e.host), 0);
-    if (cvk_stager_download(&e.vk->stager, cvk_view_whole(&e.g.pool), back)) fail_msg("%s", cd_errmsg());
+    if (cvk_stager_download(&e.vk->stager, cvk_view_whole(&e.pool.buf), back)) fail_msg("%s", cd_errmsg());
     for (int i = 0; i < 8; i++) {
         for (int k = 0; k < 8; k++) assert_int_not_equal(m.pages[i], first[k]);
         if (memcmp(back + m.pages[i] * pb, orig + i * pb, pb)) fail_msg("restored page %d differs", i);
@@ -249,7 +249,7 @@ static void test_restore_bit_identical(void **st) {
  * order copies 4 then the remaining 4. */
 static void restore_twice(engine *e, const int32_t *ids, bool short_first) {
     kv_prefix_cache *c = &e->cache;
-    kv_cache_reclaim(c, e->g.pages.n_pages); /* demote everything */
+    kv_cache_reclaim(c, e->pool.pages.n_pages); /* demote everything */
     assert_int_equal(c->tree.stats.pages, 0);
     radix_match ms, ml;
     assert_int_equal(kv_cache_match(c, NULL, ids, 16, &ms), 0);
@@ -273,7 +273,7 @@ static void restore_twice(engine *e, const int32_t *ids, bool short_first) {
     assert_int_equal(kv_host_used(&e->host), 0);
     radix_release(&c->tree, &ms);
     radix_release(&c->tree, &ml);
-    if (radix_check(&c->tree) || kv_pages_check(&e->g.pages)) fail_msg("%s", cd_errmsg());
+    if (radix_check(&c->tree) || kv_pages_check(&e->pool.pages)) fail_msg("%s", cd_errmsg());
 }
 
 /* A host-tier restore whose copy fails (injected: kv_host_tier.fail_copies) does not fail the
@@ -349,7 +349,7 @@ static void test_restore_once(void **st) {
     engine e;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
     if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
-    kv_pages *kp = &e.g.pages;
+    kv_pages *kp = &e.pool.pages;
     int32_t ids[32];
     for (int i = 0; i < 32; i++) ids[i] = 700 + i;
     for (uint32_t n = 16; n <= 32; n += 16) { /* two inserts: the tree holds two nodes */
@@ -372,7 +372,7 @@ static void test_salted_host_tier(void **st) {
     engine e;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
     if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
-    kv_pages *kp = &e.g.pages;
+    kv_pages *kp = &e.pool.pages;
     uint8_t sa[RADIX_NS_BYTES], sb[RADIX_NS_BYTES];
     assert_int_equal(kv_cache_namespace_salt(e.cache.ns, "a", 1, sa), 0);
     assert_int_equal(kv_cache_namespace_salt(e.cache.ns, "b", 1, sb), 0);
@@ -452,7 +452,7 @@ static void test_pool_exhausted(void **st) {
         assert_int_equal(a.cached_tokens, k ? 19 : 0); /* n - 1: one token is always prefilled */
         engine_reply_free(&a);
     }
-    if (radix_check(&e.cache.tree) || kv_pages_check(&e.g.pages)) fail_msg("%s", cd_errmsg());
+    if (radix_check(&e.cache.tree) || kv_pages_check(&e.pool.pages)) fail_msg("%s", cd_errmsg());
     engine_free(&e);
 }
 

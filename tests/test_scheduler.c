@@ -56,7 +56,7 @@ static uint32_t reference(engine *plain, const int32_t *ids, uint32_t n, uint32_
 
 /* No pin left, and every page either free or held once, by the cache. */
 static void assert_no_leak(engine *e) {
-    const kv_pages *p = &e->g.pages;
+    const kv_pages *p = &e->pool.pages;
     if (kv_pages_check(p)) fail_msg("%s", cd_errmsg());
     uint64_t held = 0;
     for (uint32_t i = 0; i < p->n_pages; i++) {

@@ -3,7 +3,8 @@
  * context allows).
  *
  * Per N, through the engine's own prefix cache, host tier and disk tier:
- *   recompute  gpu_prefill of N seeded random ids from an empty context (the KV a miss costs)
+ *   recompute  the forward passes over N seeded random ids from an empty context, in chunks
+ *              of the engine's pass size (the KV a miss costs)
  *   write      the whole 256-token chunks of the sequence to disk files (kv_disk_store: GPU ->
  *              staging -> file, atomic rename), first round only (later rounds find them known)
  *   cache      kv_cache_insert of that sequence, then kv_cache_reclaim of the whole pool: every
@@ -102,36 +103,57 @@ static int disk_load_all(engine *e, const int32_t *ids, uint32_t n_chunks, doubl
             break;
         }
         for (uint32_t i = 0; i < C; i++)
-            if (kv_page_alloc(&e->g.pages, &pg[got + i])) { rc = -1; break; }
+            if (kv_page_alloc(&e->pool.pages, &pg[got + i])) { rc = -1; break; }
         if (!rc) got += C;
         if (!rc) rc = kv_disk_upload(d, 0, pg + got - C, C);
     }
     *ms = cd_now_ms() - t0;
     *bytes = d->bytes_read - b0;
-    for (uint32_t i = 0; i < got; i++) kv_page_release(&e->g.pages, pg[i]);
+    for (uint32_t i = 0; i < got; i++) kv_page_release(&e->pool.pages, pg[i]);
     free(pg);
     free(h);
     return rc;
 }
 
 /* The write-through of every whole chunk of the sequence (timed). */
-static int disk_store_all(engine *e, const int32_t *ids, uint32_t n_chunks, double *ms) {
+static int disk_store_all(engine *e, const kv_seq *s, const int32_t *ids, uint32_t n_chunks, double *ms) {
     kv_disk_tier *d = &e->disk;
     uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc(((size_t)n_chunks + 1) * KV_DISK_HASH_BYTES);
     if (!h) return cd_fail("out of memory");
     uint64_t err0 = d->write_errors, over0 = d->over_budget;
     double t0 = cd_now_ms();
     int rc = kv_disk_chain(d, ids, n_chunks, h);
-    if (!rc) rc = kv_disk_store_chunks(d, ids, n_chunks, h, e->g.seq.pages);
+    if (!rc) rc = kv_disk_store_chunks(d, ids, n_chunks, h, s->pages);
     *ms = cd_now_ms() - t0;
     free(h);
     if (!rc && (d->write_errors > err0 || d->over_budget > over0)) rc = cd_fail("restore bench: %s", d->last_msg);
     return rc;
 }
 
+/* The K/V of ids[0 .. n) into fresh pages of s, as the scheduler prefills a prompt: pages
+ * reserved in the pool, then passes of up to n_batch tokens on block-table row 0, no head. */
+static int prefill_seq(engine *e, kv_seq *s, const int32_t *ids, uint32_t n) {
+    gpu_model *g = &e->g;
+    if (kv_pool_extend(&e->pool, s, n) || gpu_model_set_table(g, 0, s->pages, s->n_pages)) return -1;
+    uint32_t *row = calloc(g->n_batch, sizeof *row), *pos = malloc(g->n_batch * sizeof *pos);
+    int rc = row && pos ? 0 : cd_fail("out of memory");
+    for (uint32_t at = 0; !rc && at < n;) {
+        uint32_t t = n - at < g->n_batch ? n - at : g->n_batch;
+        for (uint32_t i = 0; i < t; i++) pos[i] = at + i;
+        gpu_batch b = {.n = t, .ids = ids + at, .row = row, .pos = pos};
+        rc = gpu_forward_batch(g, &b, NULL);
+        at += t;
+    }
+    free(row);
+    free(pos);
+    return rc;
+}
+
 /* One N: recompute (timed), cache, then repeat x (demote, restore timed). */
 static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restore_row *row) {
-    gpu_model *g = &e->g;
+    uint32_t pt = e->pool.lay.page_tokens;
+    kv_seq s;
+    kv_seq_init(&s);
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     double *rec = calloc(repeat, sizeof *rec), *dem = calloc(repeat, sizeof *dem), *res = calloc(repeat, sizeof *res);
     double *dsk = calloc(repeat, sizeof *dsk), *cold = calloc(repeat, sizeof *cold);
@@ -146,39 +168,39 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
     int rc = 0;
     *row = (restore_row){.n = n};
     for (uint32_t k = 0; !rc && k < repeat; k++) {
-        kv_seq_free(&g->pages, &g->seq);
+        kv_seq_free(&e->pool.pages, &s);
         kv_cache_clear(&e->cache); /* each round from empty tiers: the prefill never reclaims */
         double t0 = cd_now_ms();
-        if (gpu_prefill(g, ids, n, 0, false)) { rc = -1; break; }
+        if (prefill_seq(e, &s, ids, n)) { rc = -1; break; }
         rec[k] = cd_now_ms() - t0;
-        if (kv_cache_insert(&e->cache, NULL, ids, &g->seq, false)) { rc = -1; break; }
+        if (kv_cache_insert(&e->cache, NULL, ids, &s, false)) { rc = -1; break; }
         double wms = 0;
-        if (disk_store_all(e, ids, n_chunks, &wms)) { rc = -1; break; }
+        if (disk_store_all(e, &s, ids, n_chunks, &wms)) { rc = -1; break; }
         if (k == 0) row->write_ms = wms; /* later rounds find the chunks known: nothing to write */
-        kv_seq_free(&g->pages, &g->seq);
+        kv_seq_free(&e->pool.pages, &s);
         /* the copies are asynchronous: time them to completion (kv_host_sync) */
         t0 = cd_now_ms();
-        kv_cache_reclaim(&e->cache, g->pages.n_pages); /* everything cached goes to the host */
+        kv_cache_reclaim(&e->cache, e->pool.pages.n_pages); /* everything cached goes to the host */
         if (kv_host_sync(&e->host)) { rc = -1; break; }
         dem[k] = cd_now_ms() - t0;
         radix_match m;
         if (kv_cache_match(&e->cache, NULL, ids, n, &m)) { rc = -1; break; }
-        uint32_t want = n / g->page_tokens, taken = 0;
+        uint32_t want = n / pt, taken = 0;
         if (m.n_gpu_pages != 0 || m.n_restore != want) {
             rc = cd_fail("restore bench: %u tokens: the host tier holds %u of %u pages (%u still on the GPU); "
                          "the tier or the pool is too small", n, m.n_restore, want, m.n_gpu_pages);
-            radix_release(&e->cache.tree, &m);
+            kv_cache_release(&e->cache, &m);
             break;
         }
         t0 = cd_now_ms();
         int got = kv_cache_restore(&e->cache, &m, &taken);
         if (got == 0 && kv_host_sync(&e->host)) got = -1;
         res[k] = cd_now_ms() - t0;
-        radix_release(&e->cache.tree, &m);
+        kv_cache_release(&e->cache, &m);
         if (got < 0) { rc = -1; break; }
         if (got > 0 || taken != want) { rc = cd_fail("restore bench: %u tokens: not restored", n); break; }
         row->pages = want;
-        row->bytes = (uint64_t)want * g->lay.page_bytes;
+        row->bytes = (uint64_t)want * e->pool.lay.page_bytes;
         /* the disk: from empty tiers, warm (page cache) then cold (dropped) */
         kv_cache_clear(&e->cache);
         if (disk_load_all(e, ids, n_chunks, &dsk[k], &row->disk_bytes)) { rc = -1; break; }
@@ -193,6 +215,7 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
         row->disk_ms = cli_median(dsk, repeat);
         row->cold_ms = cli_median(cold, repeat);
     }
+    kv_seq_free(&e->pool.pages, &s);
     kv_cache_clear(&e->cache);
     free(ids); free(rec); free(dem); free(res); free(dsk); free(cold);
     return rc;
@@ -275,7 +298,7 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
     } else {
         printf("model   %s\ndevice  %s\npage 16 tokens, %.1f KiB per page; disk chunks of %u tokens in %s; medians of %u;"
                " host-tier copies timed to completion (%s)\n",
-               model_path, dev, e.g.lay.page_bytes / 1024.0, e.disk.chunk_tokens, *tmp_dir ? "a temporary dir" : cache_dir,
+               model_path, dev, e.pool.lay.page_bytes / 1024.0, e.disk.chunk_tokens, *tmp_dir ? "a temporary dir" : cache_dir,
                repeat, e.vk->dev.copies.sem ? "asynchronous, + kv_host_sync" : "synchronous");
         printf("%8s %7s %10s %13s %11s %11s %12s %9s\n", "tokens", "pages", "MiB", "recompute ms", "demote ms",
                "restore ms", "restore GB/s", "speedup");

@@ -164,15 +164,16 @@ static uint32_t context_needed(const replay *rp) {
 
 static json_t *totals_json(const replay *rp) {
     const engine_stats *s = &rp->e.stats;
-    const radix_stats *t = &rp->e.cache.tree.stats;
-    uint32_t pt = rp->e.g.page_tokens;
+    engine_cache_info ci;
+    engine_cache_info_get(&rp->e, &ci);
+    uint64_t pages = (uint64_t)ci.gpu_cached + ci.gpu_pinned, pt = ci.page_tokens;
     json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:I, s:f}", "requests", (json_int_t)s->requests,
                           "prompt_tokens", (json_int_t)s->prompt_tokens, "cached_tokens", (json_int_t)s->cached_tokens,
                           "hit_rate", s->prompt_tokens ? (double)s->cached_tokens / s->prompt_tokens : 0.0,
                           "prefilled_tokens", (json_int_t)s->prefilled_tokens, "evicted_pages",
-                          (json_int_t)s->evicted_pages, "wall_ms", rp->wall_ms, "tree_nodes", (json_int_t)t->nodes,
-                          "tree_pages", (json_int_t)t->pages, "tree_bytes", (json_int_t)t->bytes,
-                          "tree_bytes_per_cached_token", t->pages ? (double)t->bytes / ((double)t->pages * pt) : 0.0);
+                          (json_int_t)s->evicted_pages, "wall_ms", rp->wall_ms, "tree_nodes", (json_int_t)ci.nodes,
+                          "tree_pages", (json_int_t)pages, "tree_bytes", (json_int_t)ci.index_bytes,
+                          "tree_bytes_per_cached_token", pages ? (double)ci.index_bytes / ((double)pages * pt) : 0.0);
     uint32_t opt = trace_header_u32(&rp->t, "optimal_cached_tokens");
     if (json_object_get(rp->t.header, "optimal_cached_tokens"))
         json_object_set_new(j, "optimal_cached_tokens", json_integer(opt));
@@ -181,15 +182,14 @@ static json_t *totals_json(const replay *rp) {
     json_t *r;
     json_array_foreach(rp->requests, i, r) ttft += json_real_value(json_object_get(r, "ttft_ms"));
     json_object_set_new(j, "ttft_ms_sum", json_real(ttft));
-    const kv_host_tier *h = rp->e.cache.host;
     json_object_set_new(j, "restored_tokens", json_integer((json_int_t)s->restored_tokens));
     json_object_set_new(j, "restored_pages", json_integer((json_int_t)s->restored_pages));
     json_object_set_new(j, "demoted_pages", json_integer((json_int_t)s->demoted_pages));
-    json_object_set_new(j, "gpu_pages", json_integer((json_int_t)t->pages));
-    json_object_set_new(j, "host_slots", json_integer(h ? (json_int_t)kv_host_used(h) : 0));
-    json_object_set_new(j, "host_slots_total", json_integer(h ? (json_int_t)h->n_slots : 0));
-    json_object_set_new(j, "bytes_to_host", json_integer(h ? (json_int_t)h->bytes_to_host : 0));
-    json_object_set_new(j, "bytes_to_gpu", json_integer(h ? (json_int_t)h->bytes_to_gpu : 0));
+    json_object_set_new(j, "gpu_pages", json_integer((json_int_t)pages));
+    json_object_set_new(j, "host_slots", json_integer((json_int_t)(ci.host_slots - ci.host_free)));
+    json_object_set_new(j, "host_slots_total", json_integer((json_int_t)ci.host_slots));
+    json_object_set_new(j, "bytes_to_host", json_integer((json_int_t)ci.host_bytes_to_host));
+    json_object_set_new(j, "bytes_to_gpu", json_integer((json_int_t)ci.host_bytes_to_gpu));
     json_object_set_new(j, "restore_ms", json_real(s->restore_ms));
     if (rp->e.disk_on) {
         json_object_set_new(j, "disk_tokens", json_integer((json_int_t)s->disk_tokens));
@@ -201,8 +201,8 @@ static json_t *totals_json(const replay *rp) {
         json_object_set_new(j, "disk_evicted_chunks", json_integer((json_int_t)s->disk_evicted_chunks));
         json_object_set_new(j, "disk_evicted_bytes", json_integer((json_int_t)s->disk_evicted_bytes));
         json_object_set_new(j, "disk_over_budget", json_integer((json_int_t)s->disk_over_budget));
-        json_object_set_new(j, "disk_budget_bytes", json_integer((json_int_t)rp->e.disk.max_bytes));
-        json_object_set_new(j, "disk_used_bytes", json_integer((json_int_t)rp->e.disk.index.bytes));
+        json_object_set_new(j, "disk_budget_bytes", json_integer((json_int_t)ci.disk_budget_bytes));
+        json_object_set_new(j, "disk_used_bytes", json_integer((json_int_t)ci.disk_bytes));
         json_object_set_new(j, "disk_read_ms", json_real(s->disk_read_ms));
         json_object_set_new(j, "disk_write_ms", json_real(s->disk_write_ms));
     }
@@ -211,11 +211,13 @@ static json_t *totals_json(const replay *rp) {
 
 static void report(const replay *rp, const char *name) {
     json_t *tot = totals_json(rp);
+    engine_cache_info ci;
+    engine_cache_info_get(&rp->e, &ci);
     if (rp->o->json) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:b, s:O, s:o}", "scenario", name, "kind",
                               rp->t.chat ? "chat" : "tokens", "model", rp->o->model, "device",
-                              rp->e.vk->dev.info.props.deviceName, "page_size", rp->e.g.page_tokens, "kv_pool_tokens",
-                              rp->e.g.pages.n_pages * rp->e.g.page_tokens, "prefix_cache", rp->e.cache_on,
+                              rp->e.vk->dev.info.props.deviceName, "page_size", ci.page_tokens, "kv_pool_tokens",
+                              ci.gpu_pages * ci.page_tokens, "prefix_cache", rp->e.cache_on,
                               "requests", rp->requests, "totals", tot);
         char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
         puts(s);
@@ -235,22 +237,21 @@ static void report(const replay *rp, const char *name) {
            (long long)json_integer_value(json_object_get(tot, "tree_nodes")),
            (long long)json_integer_value(json_object_get(tot, "tree_pages")),
            json_real_value(json_object_get(tot, "tree_bytes_per_cached_token")));
-    if (rp->e.cache.host) {
-        const kv_host_tier *h = rp->e.cache.host;
+    if (ci.host_slots) {
         printf("host tier: %u of %u slots in use, %llu GPU pages | %llu pages demoted, %llu restored (%llu tokens) | "
                "%.2f MiB to host, %.2f MiB to GPU | restore %.1f ms\n",
-               kv_host_used(h), h->n_slots, (unsigned long long)rp->e.cache.tree.stats.pages,
+               ci.host_slots - ci.host_free, ci.host_slots, (unsigned long long)ci.gpu_cached + ci.gpu_pinned,
                (unsigned long long)s->demoted_pages, (unsigned long long)s->restored_pages,
-               (unsigned long long)s->restored_tokens, h->bytes_to_host / 1048576.0, h->bytes_to_gpu / 1048576.0,
+               (unsigned long long)s->restored_tokens, ci.host_bytes_to_host / 1048576.0, ci.host_bytes_to_gpu / 1048576.0,
                s->restore_ms);
     }
     if (rp->e.disk_on)
         printf("disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, %.1f ms) "
                "| %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, %llu over budget\n",
-               rp->e.disk.dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
+               ci.disk_dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
                s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
                s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected,
-               rp->e.disk.max_bytes / 1048576.0, rp->e.disk.index.bytes / 1048576.0,
+               ci.disk_budget_bytes / 1048576.0, ci.disk_bytes / 1048576.0,
                (unsigned long long)s->disk_evicted_chunks, s->disk_evicted_bytes / 1048576.0,
                (unsigned long long)s->disk_over_budget);
     json_decref(tot);
@@ -300,11 +301,13 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
         rc = rc || engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
     if (!rc && o->hooks && o->hooks->start && o->hooks->start(o->hooks->ctx, &rp.e)) rc = -1;
+    engine_cache_info ci = {0};
+    if (!rc) engine_cache_info_get(&rp.e, &ci);
     if (!rc && !o->json && !rp.quiet)
         printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
                "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s%s\n",
-               name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), rp.e.g.page_tokens,
-               rp.e.g.pages.n_pages * rp.e.g.page_tokens, rp.e.cache_on ? "on" : "off", o->host_cache_mb,
+               name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), ci.page_tokens,
+               ci.gpu_pages * ci.page_tokens, rp.e.cache_on ? "on" : "off", o->host_cache_mb,
                rp.e.disk_on ? " | disk tier " : "", rp.e.disk_on ? o->cache_dir : "",
                rp.e.disk_on ? "    disk chunks written  read ms write ms" : "");
     double t0 = cd_now_ms();

@@ -13,7 +13,7 @@
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
-#include "runtime/model/gpu_model.h"
+#include "runtime/engine/engine.h"
 #include "runtime/model/model.h"
 #include "tools/bench_agents.h"
 #include "tools/bench_restore.h"
@@ -150,16 +150,17 @@ static int parse(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
-/* One prefill of ids from position 0, then n_gen greedy decode steps. */
-static int bench_once(gpu_model *g, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen, bench_run *out) {
-    double t0 = cd_now_ms();
-    if (gpu_prefill(g, ids, n_prompt, 0, true)) return -1;
-    double t1 = cd_now_ms();
-    for (uint32_t i = 0; i < n_gen; i++)
-        if (gpu_forward(g, gpu_model_next(g), n_prompt + i, true)) return -1;
-    out->prefill_ms = t1 - t0;
-    out->decode_ms = cd_now_ms() - t1;
-    return 0;
+/* One request through the engine (the path chat and the server serve, the prefix cache off):
+ * the prompt's passes end with the first token (prefill), then n_gen greedy decode steps. */
+static int bench_once(engine *e, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen, bench_run *out) {
+    engine_request rq = {.ids = ids, .n = n_prompt, .max_tokens = n_gen + 1, .ignore_eos = true};
+    engine_reply r;
+    if (engine_generate(e, &rq, &r)) return -1;
+    out->prefill_ms = r.ttft_ms;
+    out->decode_ms = r.decode_ms;
+    int rc = r.n == n_gen + 1 ? 0 : cd_fail("bench: %u of %u tokens generated", r.n, n_gen + 1);
+    engine_reply_free(&r);
+    return rc;
 }
 
 static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double pp, double tg, double load_ms) {
@@ -183,32 +184,29 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
 }
 
 static int bench(const bench_opts *o, model *m) {
-    uint32_t n_ctx = o->n_prompt + o->n_gen;
+    uint32_t n_ctx = o->n_prompt + o->n_gen + 1; /* the last token chosen is not fed */
     if (n_ctx > m->cfg.n_ctx_train)
         return cli_error("bench", "%u prompt + %u generated tokens exceed the model's context (%u)", o->n_prompt,
                          o->n_gen, m->cfg.n_ctx_train);
     int32_t *ids = malloc(o->n_prompt * sizeof *ids);
     double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
-    cvk_ctx *vk = calloc(1, sizeof *vk);
-    gpu_model g = {0};
-    if (!ids || !pp || !tg || !vk) { free(ids); free(pp); free(tg); free(vk); return cli_error("bench", "out of memory"); }
+    engine e = {0};
+    if (!ids || !pp || !tg) { free(ids); free(pp); free(tg); return cli_error("bench", "out of memory"); }
     rng r;
     rng_seed(&r, o->seed);
     for (uint32_t i = 0; i < o->n_prompt; i++) ids[i] = (int32_t)rng_below(&r, m->cfg.n_vocab);
 
     int rc = 0;
-    cvk_ctx_opts co = {.device = -1, .pipeline_cache = ""};
     double t0 = cd_now_ms();
-    if (cvk_ctx_init(vk, &co)) { free(vk); vk = NULL; rc = -1; }
-    gpu_model_opts go = {.n_ctx = n_ctx};
-    if (!rc && gpu_model_init_opts(&g, vk, m, &go)) rc = -1;
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true};
+    if (engine_init(&e, m, &eo)) rc = -1;
     double load_ms = cd_now_ms() - t0;
     bench_run warm;
     uint32_t n_warm = o->n_prompt < 8 ? o->n_prompt : 8;
-    if (!rc && bench_once(&g, ids, n_warm, o->n_gen ? 2 : 0, &warm)) rc = -1;
+    if (!rc && bench_once(&e, ids, n_warm, o->n_gen < 2 ? o->n_gen : 2, &warm)) rc = -1;
     for (uint32_t k = 0; !rc && k < o->repeat; k++) {
         bench_run b;
-        if (bench_once(&g, ids, o->n_prompt, o->n_gen, &b)) { rc = -1; break; }
+        if (bench_once(&e, ids, o->n_prompt, o->n_gen, &b)) { rc = -1; break; }
         pp[k] = o->n_prompt / (b.prefill_ms / 1e3);
         tg[k] = o->n_gen ? o->n_gen / (b.decode_ms / 1e3) : 0;
         if (!o->json)
@@ -216,10 +214,8 @@ static int bench(const bench_opts *o, model *m) {
                     pp[k], b.decode_ms, tg[k]);
     }
     if (rc) cli_error("bench", "%s", cd_errmsg());
-    else report(o, m, vk, cli_median(pp, o->repeat), cli_median(tg, o->repeat), load_ms);
-    gpu_model_free(&g);
-    if (vk) cvk_ctx_free(vk);
-    free(vk);
+    else report(o, m, e.vk, cli_median(pp, o->repeat), cli_median(tg, o->repeat), load_ms);
+    engine_free(&e);
     free(ids);
     free(pp);
     free(tg);

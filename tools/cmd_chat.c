@@ -118,7 +118,7 @@ static char *reply_text(const tokenizer *t, const engine_reply *r) {
 static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const engine_reply *r, const char *text,
                        unsigned dropped) {
     double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
-    bool ctx_end = r->finish == ENGINE_LENGTH && r->prompt_tokens + r->n >= e->g.n_ctx;
+    bool ctx_end = r->finish == ENGINE_LENGTH && r->prompt_tokens + r->n >= engine_n_ctx(e);
     if (o->json) {
         json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "turn", turn,
                               "prompt_tokens", r->prompt_tokens, "cached_tokens", r->cached_tokens,
@@ -139,10 +139,12 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
     }
     double hit = r->prompt_tokens ? 100.0 * r->cached_tokens / r->prompt_tokens : 0;
     char host[160] = "";
-    if (e->cache.host)
-        snprintf(host, sizeof host, " | restored %u tok in %.1f ms, demoted %llu pages | GPU %llu pages, host %u slots",
-                 r->restored_tokens, r->restore_ms, (unsigned long long)r->demoted_pages,
-                 (unsigned long long)e->cache.tree.stats.pages, kv_host_used(e->cache.host));
+    engine_cache_info ci;
+    engine_cache_info_get(e, &ci);
+    if (ci.host_slots)
+        snprintf(host, sizeof host, " | restored %u tok in %.1f ms, demoted %llu pages | GPU %u pages, host %u slots",
+                 r->restored_tokens, r->restore_ms, (unsigned long long)r->demoted_pages, ci.gpu_cached + ci.gpu_pinned,
+                 ci.host_slots - ci.host_free);
     char disk[200] = "";
     if (r->disk_tokens || r->disk_chunks_written || r->disk_rejected || r->disk_evicted_chunks)
         snprintf(disk, sizeof disk, " | disk: %u tok from %u chunks in %.1f ms, %u chunks written in %.1f ms%s%s",
@@ -158,32 +160,30 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
 
 static void print_stats(const engine *e) {
     const engine_stats *s = &e->stats;
-    const radix_stats *t = &e->cache.tree.stats;
+    engine_cache_info ci;
+    engine_cache_info_get(e, &ci);
+    uint64_t pages = (uint64_t)ci.gpu_cached + ci.gpu_pinned;
     fprintf(stderr, "[%llu requests | prompt %llu tok, cached %llu (%.0f%%), prefilled %llu | cache: %llu pages in %llu nodes, "
                     "%llu evicted, %.1f bytes/token of index]\n",
             (unsigned long long)s->requests, (unsigned long long)s->prompt_tokens, (unsigned long long)s->cached_tokens,
             s->prompt_tokens ? 100.0 * s->cached_tokens / s->prompt_tokens : 0, (unsigned long long)s->prefilled_tokens,
-            (unsigned long long)t->pages, (unsigned long long)t->nodes, (unsigned long long)s->evicted_pages,
-            t->pages ? (double)t->bytes / (t->pages * e->g.page_tokens) : 0);
-    if (e->cache.host) {
-        const kv_host_tier *h = e->cache.host;
+            (unsigned long long)pages, (unsigned long long)ci.nodes, (unsigned long long)s->evicted_pages,
+            pages ? (double)ci.index_bytes / ((double)pages * ci.page_tokens) : 0);
+    if (ci.host_slots)
         fprintf(stderr, "[host tier: %u of %u slots in use | %llu pages demoted, %llu restored (%llu tokens) | "
                         "%.1f MiB to host, %.1f MiB to GPU | restore %.1f ms]\n",
-                kv_host_used(h), h->n_slots, (unsigned long long)s->demoted_pages, (unsigned long long)s->restored_pages,
-                (unsigned long long)s->restored_tokens, h->bytes_to_host / 1048576.0, h->bytes_to_gpu / 1048576.0,
-                s->restore_ms);
-    }
-    if (e->disk_on) {
-        const kv_disk_tier *d = &e->disk;
+                ci.host_slots - ci.host_free, ci.host_slots, (unsigned long long)s->demoted_pages,
+                (unsigned long long)s->restored_pages, (unsigned long long)s->restored_tokens,
+                ci.host_bytes_to_host / 1048576.0, ci.host_bytes_to_gpu / 1048576.0, s->restore_ms);
+    if (ci.disk)
         fprintf(stderr, "[disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, "
                         "%.1f ms) | %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, "
                         "%llu over budget]\n",
-                d->dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
+                ci.disk_dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
                 s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
                 s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected,
-                d->max_bytes / 1048576.0, d->index.bytes / 1048576.0, (unsigned long long)s->disk_evicted_chunks,
+                ci.disk_budget_bytes / 1048576.0, ci.disk_bytes / 1048576.0, (unsigned long long)s->disk_evicted_chunks,
                 s->disk_evicted_bytes / 1048576.0, (unsigned long long)s->disk_over_budget);
-    }
 }
 
 static bool is_user(const json_t *messages, size_t i) {
@@ -213,7 +213,7 @@ static bool oldest_turn(const json_t *messages, size_t *first, size_t *end) {
  * caller's to free, also on failure. */
 static int fit_prompt(const chat_opts *o, const engine *e, conversation *c, int32_t **ids, size_t *n,
                       unsigned *dropped) {
-    const uint32_t n_ctx = e->g.n_ctx, room = o->max_tokens < n_ctx / 2 ? o->max_tokens : n_ctx / 2;
+    const uint32_t n_ctx = engine_n_ctx(e), room = o->max_tokens < n_ctx / 2 ? o->max_tokens : n_ctx / 2;
     *dropped = 0;
     if (conv_prompt(c, e->m->tok, o->thinking, ids, n)) return -1;
     if (*n + room <= n_ctx) return 0;

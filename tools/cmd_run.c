@@ -1,7 +1,6 @@
-/* cinder run: generate from a prompt and report timings. The Vulkan engine
- * (runtime/model/gpu_model.h) is the default: batched prefill, then the recorded decode step
- * with the next token chosen on the GPU, so only its id crosses back per step. --cpu runs
- * the CPU reference (the oracle) through the same loop. */
+/* cinder run: generate from a prompt and report timings. The Vulkan engine (one request through
+ * runtime/engine/engine.h, the prefix cache off) is the default; --cpu runs the CPU reference
+ * (the oracle) token by token into the same sink. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,7 +10,7 @@
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
 #include "runtime/model/fingerprint.h"
-#include "runtime/model/gpu_model.h"
+#include "runtime/engine/engine.h"
 #include "runtime/model/model.h"
 #include "runtime/model/sampler.h"
 #include "tools/cli.h"
@@ -105,66 +104,96 @@ static int write_logits(const char *path, const float *logits, uint32_t n) {
     return 0;
 }
 
-/* The backend behind generate(): the CPU reference or the Vulkan forward pass, token by token
- * through one loop so the two compare exactly (the prefix-cached request loop for chat, bench
- * traces and serving is runtime/engine/engine.c). */
-typedef struct backend {
-    bool gpu;
-    cpu_state cpu;
-    sampler smp;   /* the CPU's sampler, and the GPU's when the kernel cannot sample */
-    cvk_ctx *vk;
-    gpu_model g;
-    float *logits; /* the GPU's last logits, downloaded only when someone reads them */
-} backend;
+/* Where generated tokens go: the result, the text (streamed to stdout unless --json), and the
+ * logits at the last prompt position when asked for. One sink for both backends. */
+typedef struct run_sink {
+    const run_opts *o;
+    const model *m;
+    run_result *r;
+    uint32_t n_gen;  /* tokens wanted */
+    size_t len, cap; /* of r->text */
+    tok_stream ts;
+    double t0;       /* the prompt's start */
+    float *logits;   /* GPU: the engine writes each chosen token's logits here (NULL: not wanted) */
+    int rc;
+} run_sink;
 
-/* The GPU path reads the weights once, for the upload, and completes the fingerprint from
- * the digest made on the way (model_load skipped its own hash pass). */
-static int backend_init(backend *e, model *m, uint32_t n_ctx, bool gpu, const sampler_params *sp) {
-    *e = (backend){.gpu = gpu};
-    if (sampler_init(&e->smp, *sp, (int32_t)m->cfg.n_vocab)) return -1;
-    if (!gpu) return cpu_state_init(&e->cpu, m, n_ctx);
-    e->vk = calloc(1, sizeof *e->vk);
-    e->logits = malloc(m->cfg.n_vocab * sizeof *e->logits);
-    if (!e->vk || !e->logits) return cd_fail("out of memory");
-    cvk_ctx_opts o = {.device = -1, .pipeline_cache = ""};
-    if (cvk_ctx_init(e->vk, &o)) { free(e->vk); e->vk = NULL; return -1; }
-    if (gpu_model_init(&e->g, e->vk, m, n_ctx) || gpu_model_set_sampler(&e->g, sp)) return -1;
-    return model_set_weights_digest(m, e->g.w.digest);
-}
-
-static void backend_free(backend *e) {
-    if (e->gpu) {
-        gpu_model_free(&e->g);
-        if (e->vk) cvk_ctx_free(e->vk);
-        free(e->vk);
-        free(e->logits);
-    } else cpu_state_free(&e->cpu);
-    sampler_free(&e->smp);
-}
-
-/* The prompt: one batched pass on the GPU, token by token on the CPU reference. */
-static int backend_prefill(backend *e, const int32_t *ids, size_t n) {
-    if (e->gpu) return gpu_prefill(&e->g, ids, (uint32_t)n, 0, true);
-    for (size_t i = 0; i < n; i++)
-        if (cpu_forward(&e->cpu, ids[i], (uint32_t)i, i + 1 == n)) return -1;
+static int sink_logits(run_sink *k, const float *lg) {
+    const run_opts *o = k->o;
+    run_result *r = k->r;
+    if (o->logits_file && write_logits(o->logits_file, lg, k->m->cfg.n_vocab)) return -1;
+    if (o->n_logits) r->n_top = sampler_top_k(lg, (int32_t)k->m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
     return 0;
 }
 
-static int backend_forward(backend *e, int32_t token, uint32_t pos) {
-    return e->gpu ? gpu_forward(&e->g, token, pos, true) : cpu_forward(&e->cpu, token, pos, true);
+/* One generated token; false once no more are wanted (or it ended the generation). */
+static bool sink_token(void *ctx, int32_t id) {
+    run_sink *k = ctx;
+    run_result *r = k->r;
+    if (r->n_gen == 0 && k->logits && k->o->gpu) k->rc = sink_logits(k, k->logits); /* the first token's logits */
+    if (k->rc || r->n_gen >= k->n_gen) return false;
+    if (r->n_gen == 0) r->ttft_ms = cd_now_ms() - k->t0;
+    r->gen[r->n_gen++] = id;
+    char piece[256];
+    int n = tok_stream_push(k->m->tok, &k->ts, id, piece, sizeof piece);
+    if (n > 0) {
+        if (k->len + (size_t)n + 1 > k->cap) {
+            char *t = realloc(r->text, k->cap = 2 * (k->len + (size_t)n + 1));
+            if (!t) return k->rc = cli_error("run", "out of memory"), false;
+            r->text = t;
+        }
+        memcpy(r->text + k->len, piece, (size_t)n);
+        k->len += (size_t)n;
+        if (!k->o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
+    }
+    if (!k->o->ignore_eos && tok_is_eog(k->m->tok, id)) { r->eog = true; return false; }
+    return r->n_gen < k->n_gen;
 }
 
-/* The last position's logits (downloaded from the GPU on demand). */
-static const float *backend_logits(backend *e) {
-    if (!e->gpu) return e->cpu.logits;
-    return gpu_model_logits(&e->g, e->logits) ? NULL : e->logits;
+/* The CPU reference, token by token: the oracle the engine is compared with. */
+static int generate_cpu(run_sink *k, uint32_t n_ctx) {
+    run_result *r = k->r;
+    cpu_state st;
+    sampler smp;
+    if (sampler_init(&smp, k->o->sp, (int32_t)k->m->cfg.n_vocab)) return cli_error("run", "%s", cd_errmsg());
+    int rc = cpu_state_init(&st, k->m, n_ctx) ? cli_error("run", "%s", cd_errmsg()) : 0;
+    for (size_t i = 0; !rc && i < r->n_prompt; i++)
+        if (cpu_forward(&st, r->prompt[i], (uint32_t)i, i + 1 == r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
+    r->prefill_ms = cd_now_ms() - k->t0;
+    if (!rc && (k->o->logits_file || k->o->n_logits)) rc = sink_logits(k, st.logits);
+    double t1 = cd_now_ms();
+    for (uint32_t i = 0; !rc && i < k->n_gen; i++) {
+        bool more = sink_token(k, sampler_sample(&smp, st.logits));
+        if ((rc = k->rc) || !more) break;
+        if (cpu_forward(&st, r->gen[i], (uint32_t)(r->n_prompt + i), true)) rc = cli_error("run", "%s", cd_errmsg());
+    }
+    r->decode_ms = cd_now_ms() - t1;
+    cpu_state_free(&st);
+    sampler_free(&smp);
+    return rc;
 }
 
-/* The next token: chosen on the GPU when it can, else sampled here from the logits. */
-static int32_t backend_next(backend *e) {
-    if (e->gpu && gpu_model_samples_on_device(&e->g)) return gpu_model_next(&e->g);
-    const float *l = backend_logits(e);
-    return l ? sampler_sample(&e->smp, l) : -1;
+/* The Vulkan engine (runtime/engine/engine.h), one request, the prefix cache off: the path the
+ * server and chat serve, seeded sampling on the host from the request's logits row. */
+static int generate_gpu(run_sink *k, model *m, uint32_t n_ctx) {
+    run_result *r = k->r;
+    engine e;
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true};
+    int rc = engine_init(&e, m, &eo) ? cli_error("run", "%s", cd_errmsg()) : 0;
+    if (!rc && (k->o->logits_file || k->o->n_logits) && !(k->logits = malloc(m->cfg.n_vocab * sizeof *k->logits)))
+        rc = cli_error("run", "out of memory");
+    engine_request rq = {.ids = r->prompt, .n = (uint32_t)r->n_prompt, .max_tokens = k->n_gen ? k->n_gen : 1,
+                         .ignore_eos = true, /* the sink stops at an end-of-generation token itself */
+                         .on_token = sink_token, .ctx = k, .sp = &k->o->sp, .logits_out = k->logits};
+    engine_reply rep = {0};
+    if (!rc && engine_generate(&e, &rq, &rep)) rc = cli_error("run", "%s", cd_errmsg());
+    if (!rc) rc = k->rc;
+    r->prefill_ms = rep.ttft_ms; /* the prompt's pass ends with the first token chosen */
+    r->decode_ms = rep.decode_ms;
+    engine_reply_free(&rep);
+    engine_free(&e);
+    free(k->logits);
+    return rc;
 }
 
 /* Prefill the prompt, then decode one token at a time, streaming text unless --json. The
@@ -181,50 +210,20 @@ static int generate(const run_opts *o, model *m, run_result *r) {
                          r->n_prompt, n_ctx, o->n_ctx ? "--ctx" : "what the model was trained for"), -1;
     r->n_ctx = n_ctx;
     uint32_t n_gen = want > n_ctx ? n_ctx - (uint32_t)r->n_prompt : o->n_gen;
-    backend st;
-    if (backend_init(&st, m, n_ctx, o->gpu, &o->sp)) { backend_free(&st); return cli_error("run", "%s", cd_errmsg()), -1; }
+    run_sink k = {.o = o, .m = m, .r = r, .n_gen = n_gen, .cap = 256, .t0 = cd_now_ms()};
     r->gen = malloc((n_gen ? n_gen : 1) * sizeof *r->gen);
-    size_t cap = 256, len = 0;
-    r->text = malloc(cap);
+    r->text = malloc(k.cap);
     int rc = r->gen && r->text ? 0 : cli_error("run", "out of memory");
-    tok_stream ts = {0};
-    double t0 = cd_now_ms();
-    if (!rc && backend_prefill(&st, r->prompt, r->n_prompt)) rc = cli_error("run", "%s", cd_errmsg());
-    r->prefill_ms = cd_now_ms() - t0;
-    if (!rc && (o->logits_file || o->n_logits)) {
-        const float *lg = backend_logits(&st);
-        if (!lg) rc = cli_error("run", "%s", cd_errmsg());
-        if (!rc && o->logits_file) rc = write_logits(o->logits_file, lg, m->cfg.n_vocab);
-        if (!rc && o->n_logits) r->n_top = sampler_top_k(lg, (int32_t)m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
-    }
-    double t1 = cd_now_ms();
-    for (uint32_t i = 0; !rc && i < n_gen; i++) {
-        int32_t id = backend_next(&st);
-        if (id < 0) { rc = cli_error("run", "%s", cd_errmsg()); break; }
-        if (i == 0) r->ttft_ms = cd_now_ms() - t0;
-        r->gen[r->n_gen++] = id;
-        char piece[256];
-        int n = tok_stream_push(m->tok, &ts, id, piece, sizeof piece);
-        if (n > 0) {
-            if (len + (size_t)n + 1 > cap) r->text = realloc(r->text, cap = 2 * (len + (size_t)n + 1));
-            memcpy(r->text + len, piece, (size_t)n);
-            len += (size_t)n;
-            if (!o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
-        }
-        if (!o->ignore_eos && tok_is_eog(m->tok, id)) { r->eog = true; break; }
-        if (i + 1 < n_gen && backend_forward(&st, id, (uint32_t)(r->n_prompt + i))) rc = cli_error("run", "%s", cd_errmsg());
-    }
-    r->decode_ms = cd_now_ms() - t1;
+    if (!rc) rc = o->gpu ? generate_gpu(&k, m, n_ctx) : generate_cpu(&k, n_ctx);
     char tail[16]; /* an incomplete UTF-8 sequence left at the end comes out as U+FFFD */
-    int n_tail = rc ? 0 : tok_stream_flush(&ts, tail, sizeof tail);
+    int n_tail = rc ? 0 : tok_stream_flush(&k.ts, tail, sizeof tail);
     if (n_tail > 0 && r->text) {
-        if (len + (size_t)n_tail + 1 > cap) r->text = realloc(r->text, cap = len + (size_t)n_tail + 1);
-        memcpy(r->text + len, tail, (size_t)n_tail);
-        len += (size_t)n_tail;
+        if (k.len + (size_t)n_tail + 1 > k.cap) r->text = realloc(r->text, k.cap = k.len + (size_t)n_tail + 1);
+        memcpy(r->text + k.len, tail, (size_t)n_tail);
+        k.len += (size_t)n_tail;
         if (!o->json) fwrite(tail, 1, (size_t)n_tail, stdout);
     }
-    if (r->text) r->text[len] = 0;
-    backend_free(&st);
+    if (r->text) r->text[k.len] = 0;
     if (!rc && !r->eog && n_gen < o->n_gen)
         fprintf(stderr, "%srun: stopped at the end of the context (%u tokens): %zu of --n %u tokens generated\n",
                 o->json ? "" : "\n", n_ctx, r->n_gen, o->n_gen);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kv/kv_pages.h"
+#include "kv/kv_pool.h"
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
@@ -79,7 +79,8 @@ static const char *part_of(const cvk_timing *all, const cvk_timing *t, bool moe)
     return "embed";
 }
 
-static int collect(prof *p, cvk_timer *t, const gpu_model *g, uint8_t phase, uint32_t tokens, double wall_ms) {
+static int collect(prof *p, cvk_timer *t, const model_config *cfg, const gpu_host_times *host, uint8_t phase,
+                   uint32_t tokens, double wall_ms) {
     cvk_timing *buf = p->read;
     uint32_t n;
     TRY(cvk_timer_read(t, buf, TIMER_SPANS, &n));
@@ -92,8 +93,8 @@ static int collect(prof *p, cvk_timer *t, const gpu_model *g, uint8_t phase, uin
         if (buf[i].start_ns < t0) t0 = buf[i].start_ns;
         if (buf[i].end_ns > t1) t1 = buf[i].end_ns;
     }
-    bool moe = g->m->cfg.arch == ARCH_QWEN3MOE;
-    double base_us = (g->host.submit_at_ms - p->origin_ms) * 1e3;
+    bool moe = cfg->arch == ARCH_QWEN3MOE;
+    double base_us = (host->submit_at_ms - p->origin_ms) * 1e3;
     for (uint32_t i = 0; i < n; i++) {
         span *s = &p->s[p->n + i];
         *s = (span){.t = buf[i], .step = p->n_steps, .at_us = base_us + (buf[i].start_ns - t0) / 1e3,
@@ -105,7 +106,7 @@ static int collect(prof *p, cvk_timer *t, const gpu_model *g, uint8_t phase, uin
         if (buf[i].kind == CVK_SPAN_GROUP && buf[i].parent != UINT32_MAX) p->s[p->n + buf[i].parent].op = false;
     p->n += n;
     p->steps[p->n_steps++] = (step){.phase = phase, .tokens = tokens, .gpu_ms = n ? (t1 - t0) / 1e6 : 0,
-                                    .wall_ms = wall_ms, .host = g->host};
+                                    .wall_ms = wall_ms, .host = *host};
     p->dispatches += t->dispatches;
     p->copies += t->copies;
     p->dropped += t->dropped;
@@ -117,6 +118,7 @@ static int collect(prof *p, cvk_timer *t, const gpu_model *g, uint8_t phase, uin
 typedef struct run {
     const profile_opts *o;
     gpu_model *g;
+    kv_pool *pool;    /* the rows' pages */
     cvk_timer *t;
     prof *p;
     kv_seq *seqs;     /* one per batch row */
@@ -133,7 +135,7 @@ static int pass(run *r, const gpu_batch *b, int32_t *next, uint8_t phase, enum m
     double w0 = cd_now_ms();
     TRY(gpu_forward_batch(r->g, b, next));
     double wall = cd_now_ms() - w0;
-    if (mode == TIMED) return collect(r->p, r->t, r->g, phase, b->n, wall);
+    if (mode == TIMED) return collect(r->p, r->t, &r->g->m->cfg, &r->g->host, phase, b->n, wall);
     if (mode == UNTIMED) {
         r->p->untimed_ms[phase] += wall;
         r->p->untimed_steps[phase]++;
@@ -184,11 +186,8 @@ static int decode(run *r, uint32_t at, uint32_t steps, int32_t first, bool warm)
 /* Every row gets its own pages for the whole length; rows past 0 decode over pages whose
  * contents were never computed (their K/V is read all the same, which is what is timed). */
 static int make_rows(run *r, uint32_t len) {
-    for (uint32_t i = 0; i < r->o->batch; i++) {
-        kv_cow cow;
-        TRY(kv_seq_append(&r->g->pages, &r->seqs[i], len, &cow));
-        TRY(gpu_model_set_table(r->g, i, r->seqs[i].pages, r->seqs[i].n_pages));
-    }
+    for (uint32_t i = 0; i < r->o->batch; i++)
+        TRY(kv_pool_extend(r->pool, &r->seqs[i], len) || gpu_model_set_table(r->g, i, r->seqs[i].pages, r->seqs[i].n_pages));
     return 0;
 }
 
@@ -605,16 +604,18 @@ static int rp_start(void *ctx, engine *e) {
     snprintf(r->device, sizeof r->device, "%s", e->vk->dev.info.props.deviceName);
     TRY(fill_peaks(r->o, e->vk) || cvk_timer_init(&r->t, &e->vk->dev, TIMER_SPANS));
     r->timer_up = true;
-    return cvk_timer_enable(&r->t, true) || gpu_model_set_timer(&e->g, &r->t);
+    if (cvk_timer_enable(&r->t, true)) return -1;
+    engine_set_timer(e, &r->t);
+    return 0;
 }
 
 static int rp_step(void *ctx, engine *e) {
     replay_prof *r = ctx;
-    const gpu_host_times *h = &e->g.host;
+    const gpu_host_times *h = engine_last_pass(e);
     if (h->submit_at_ms == r->last_submit) return 0;
     r->last_submit = h->submit_at_ms;
     uint8_t phase = h->tokens == h->n_out ? DECODE : PREFILL;
-    return collect(&r->p, &r->t, &e->g, phase, h->tokens, h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
+    return collect(&r->p, &r->t, &e->m->cfg, h, phase, h->tokens, h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
 }
 
 static int rp_reply(void *ctx, size_t no, const engine_reply *q, double submit_ms, double prepare_ms) {
@@ -630,7 +631,7 @@ static int rp_reply(void *ctx, size_t no, const engine_reply *q, double submit_m
 static void rp_finish(void *ctx, engine *e) {
     replay_prof *r = ctx;
     if (!r->timer_up) return;
-    gpu_model_set_timer(&e->g, NULL);
+    engine_set_timer(e, NULL);
     cvk_timer_free(&r->t);
     r->timer_up = false;
 }
@@ -665,7 +666,8 @@ int profile_model(profile_opts *o, const model *m) {
     gpu_model *g = calloc(1, sizeof *g);
     prof p = {.origin_ms = cd_now_ms(), .read = malloc(TIMER_SPANS * sizeof(cvk_timing))};
     cvk_timer t = {0};
-    run r = {.o = o, .g = g, .t = &t, .p = &p, .seqs = calloc(o->batch, sizeof(kv_seq)),
+    kv_pool pool = {0};
+    run r = {.o = o, .g = g, .pool = &pool, .t = &t, .p = &p, .seqs = calloc(o->batch, sizeof(kv_seq)),
              .ids = malloc(((size_t)o->context + o->prompt) * sizeof(int32_t)), .tok = calloc(o->batch, sizeof(int32_t))};
     int rc = vk && g && p.read && r.seqs && r.ids && r.tok ? 0 : cd_fail("out of memory (profile)");
     rng rn;
@@ -676,16 +678,21 @@ int profile_model(profile_opts *o, const model *m) {
     if (!rc) rc = cvk_ctx_init(vk, &co);
     vk_up = !rc;
     uint32_t pt = KV_PAGE_TOKENS_DEFAULT;
-    gpu_model_opts go = {.n_ctx = len, .pool_tokens = o->batch * ((len + pt - 1) / pt) * pt, .max_seqs = o->batch,
+    kv_layout lay;
+    if (!rc) rc = kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, pt) ||
+                  kv_pool_init(&pool, vk, &lay, o->batch * ((len + pt - 1) / pt) * pt);
+    gpu_model_opts go = {.n_ctx = len, .max_seqs = o->batch, .kv = &pool.buf, .lay = &pool.lay,
                          .n_batch = o->prompt > o->batch ? (o->prompt < 512 ? o->prompt : 512) : o->batch};
     if (!rc) rc = fill_peaks(o, vk);
-    if (!rc) rc = gpu_model_init_opts(g, vk, m, &go);
-    if (!rc) rc = cvk_timer_init(&t, &vk->dev, TIMER_SPANS) || gpu_model_set_timer(g, &t);
+    if (!rc) rc = gpu_model_init(g, vk, m, &go);
+    if (!rc) rc = cvk_timer_init(&t, &vk->dev, TIMER_SPANS);
+    if (!rc) gpu_model_set_timer(g, &t);
     if (!rc) rc = run_all(&r);
     if (!rc) rc = report(&p, o, &m->cfg, vk->dev.info.props.deviceName);
     if (rc) cli_error("profile", "%s", cd_errmsg());
-    for (uint32_t i = 0; r.seqs && g->m && i < o->batch; i++) kv_seq_free(&g->pages, &r.seqs[i]);
+    for (uint32_t i = 0; r.seqs && i < o->batch; i++) kv_seq_free(&pool.pages, &r.seqs[i]);
     if (g) gpu_model_free(g);
+    kv_pool_free(&pool);
     if (t.spans) cvk_timer_free(&t);
     if (vk_up) cvk_ctx_free(vk);
     free(vk);

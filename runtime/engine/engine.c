@@ -58,22 +58,27 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     uint32_t chunk = o->chunk_tokens ? o->chunk_tokens : 512;
     uint64_t n_batch = (uint64_t)chunk + max_seqs;
     if (n_batch > n_ctx + (uint64_t)max_seqs) n_batch = n_ctx + (uint64_t)max_seqs;
-    gpu_model_opts go = {.n_ctx = n_ctx, .pool_tokens = (uint32_t)pool, .page_tokens = o->page_tokens,
-                         .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs};
-    TRY(gpu_model_init_opts(&e->g, e->vk, m, &go));
+    kv_layout lay;
+    const model_config *c = &m->cfg;
+    TRY(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
+                       o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
+    TRY(kv_pool_init(&e->pool, e->vk, &lay, (uint32_t)pool));
+    gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .kv = &e->pool.buf,
+                         .lay = &e->pool.lay};
+    TRY(gpu_model_init(&e->g, e->vk, m, &go));
     TRY(model_set_weights_digest(m, e->g.w.digest));
     TRY(alloc_scheduler(e, o));
     if (!e->cache_on) return 0;
     uint8_t ns[RADIX_NS_BYTES];
     const char *t = o->tenant;
-    TRY(kv_cache_namespace(m->fingerprint, "f16", e->g.page_tokens, t, t ? strlen(t) : 0, ns));
-    TRY(kv_cache_init(&e->cache, &e->g.pages, ns));
+    TRY(kv_cache_namespace(m->fingerprint, "f16", lay.page_tokens, t, t ? strlen(t) : 0, ns));
+    TRY(kv_cache_init(&e->cache, &e->pool.pages, ns));
     if (o->host_cache_mb) {
-        TRY(kv_host_init(&e->host, e->vk, &e->g.pool, e->g.lay.page_bytes, (uint64_t)o->host_cache_mb << 20));
+        TRY(kv_host_init(&e->host, e->vk, &e->pool.buf, lay.page_bytes, (uint64_t)o->host_cache_mb << 20));
         TRY(kv_cache_attach_host(&e->cache, &e->host));
     }
     if (o->cache_dir) {
-        TRY(kv_disk_init(&e->disk, e->vk, &e->g.pool, &e->g.lay, ns, o->cache_dir, o->disk_chunk_pages,
+        TRY(kv_disk_init(&e->disk, e->vk, &e->pool.buf, &e->pool.lay, ns, o->cache_dir, o->disk_chunk_pages,
                          o->cache_dir_max_bytes));
         e->disk_on = true;
         TRY(kv_cache_attach_disk(&e->cache, &e->disk));
@@ -82,8 +87,9 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
 }
 
 void engine_cache_info_get(const engine *e, engine_cache_info *o) {
-    const kv_pages *p = &e->g.pages;
-    *o = (engine_cache_info){.gpu_pages = p->n_pages, .gpu_free = kv_pages_free_count(p), .page_tokens = e->g.page_tokens};
+    const kv_pages *p = &e->pool.pages;
+    *o = (engine_cache_info){.gpu_pages = p->n_pages, .gpu_free = kv_pages_free_count(p),
+                             .page_tokens = e->pool.lay.page_tokens, .n_ctx = e->g.n_ctx};
     if (e->cache_on) {
         const radix_stats *t = &e->cache.tree.stats;
         o->gpu_pinned = (uint32_t)t->pinned_pages;
@@ -98,9 +104,12 @@ void engine_cache_info_get(const engine *e, engine_cache_info *o) {
     if (e->cache.host) {
         o->host_slots = e->cache.host->n_slots;
         o->host_free = kv_host_free_count(e->cache.host);
+        o->host_bytes_to_host = e->cache.host->bytes_to_host;
+        o->host_bytes_to_gpu = e->cache.host->bytes_to_gpu;
     }
     if (e->disk_on) {
         o->disk = true;
+        o->disk_dir = e->disk.dir;
         o->disk_files = e->disk.index.n;
         o->disk_bytes = e->disk.index.bytes;
         o->disk_budget_bytes = e->disk.max_bytes;
@@ -120,6 +129,7 @@ void engine_free(engine *e) {
     kv_disk_free(&e->disk);
     if (e->vk) {
         gpu_model_free(&e->g);
+        kv_pool_free(&e->pool);
         cvk_ctx_free(e->vk);
         free(e->vk);
     }

@@ -45,6 +45,7 @@
 #include <stdint.h>
 
 #include "kv/disk_tier.h"
+#include "kv/kv_pool.h"
 #include "kv/prefix_cache.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
@@ -97,10 +98,13 @@ typedef struct engine_cache_info {
     uint32_t gpu_pinned;       /* held by the index and pinned by a running request */
     uint32_t gpu_private;      /* held only by running requests (not yet committed) */
     uint32_t host_slots, host_free, host_cached, host_pinned; /* the host tier (0 without one) */
+    uint64_t host_bytes_to_host, host_bytes_to_gpu;          /* its copies so far */
     uint64_t nodes;            /* the index's nodes, both tiers */
     uint64_t index_bytes;      /* heap bytes of the index */
     uint32_t page_tokens;
+    uint32_t n_ctx;            /* tokens of one request at most (prompt + generated) */
     bool disk;                 /* a disk tier (--cache-dir): */
+    const char *disk_dir;      /* its directory (the engine's memory) */
     uint64_t disk_files, disk_bytes, disk_budget_bytes; /* chunk files under DIR as last seen, their bytes; the budget */
 } engine_cache_info;
 
@@ -109,7 +113,8 @@ struct engine_req; /* a submitted request (engine.c) */
 typedef struct engine {
     model *m;
     cvk_ctx *vk;
-    gpu_model g;
+    kv_pool pool;        /* the KV pages on the GPU: running sequences and the cache */
+    gpu_model g;         /* reads and writes pool's pages through the block tables the scheduler writes */
     sampler_params sp;   /* requests without their own sampling parameters use these */
     float *logits;       /* host copy of one logits row (host sampling) */
     bool cache_on;
@@ -202,6 +207,11 @@ int engine_poll(engine *e, uint32_t handle, engine_reply *r);
  * the reply (finish: cancelled) is still polled. -1 for an unknown handle. */
 int engine_cancel(engine *e, uint32_t handle);
 uint32_t engine_running(const engine *e);
+/* Tokens one request may hold (prompt + generated). */
+static inline uint32_t engine_n_ctx(const engine *e) { return e->g.n_ctx; }
+/* Profiles: a timer on every forward pass (NULL: off), and the last pass's host side. */
+static inline void engine_set_timer(engine *e, cvk_timer *t) { gpu_model_set_timer(&e->g, t); }
+static inline const gpu_host_times *engine_last_pass(const engine *e) { return &e->g.host; }
 void engine_cache_info_get(const engine *e, engine_cache_info *out);
 uint32_t engine_waiting(const engine *e);
 

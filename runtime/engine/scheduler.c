@@ -48,11 +48,11 @@ static int check_request(const engine *e, const engine_request *rq) {
     if (rq->n >= e->g.n_ctx)
         return cd_fail("the prompt has %u tokens; the context holds %u (prompt + at least one generated)", rq->n,
                        e->g.n_ctx);
-    uint32_t need = kv_pages_for(&e->g.pages, rq->n + 1), have = e->g.pages.n_pages;
+    uint32_t need = kv_pages_for(&e->pool.pages, rq->n + 1), have = e->pool.pages.n_pages;
     if (need > have)
         return cd_fail("KV pool too small: the prompt has %u tokens and needs %u KV pages; the pool holds %u pages "
                        "(%u tokens)", rq->n,
-                       need, have, have * e->g.page_tokens);
+                       need, have, have * e->pool.lay.page_tokens);
     for (uint32_t i = 0; i < rq->n; i++)
         if (rq->ids[i] < 0 || (uint32_t)rq->ids[i] >= e->m->cfg.n_vocab)
             return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i, e->m->cfg.n_vocab);
@@ -161,7 +161,7 @@ static int leave_gpu(engine *e, engine_req *q) {
         q->reply.disk_over_budget += w.disk_over_budget;
         q->reply.disk_write_ms += w.disk_write_ms;
     }
-    kv_seq_free(&e->g.pages, &q->seq);
+    kv_seq_free(&e->pool.pages, &q->seq);
     e->row_free[q->row] = 1;
     return rc;
 }
@@ -242,7 +242,7 @@ static bool prefix_in_flight(const engine *e, const engine_req *q, uint32_t cach
         if (p == q || p->state != REQ_RUNNING || p->prompt_committed) continue;
         if (memcmp(p->ns, q->ns, RADIX_NS_BYTES)) continue;
         uint32_t n = q->n_all - 1 < p->n_target ? q->n_all - 1 : p->n_target;
-        if (common_prefix(q->all, p->all, n) >= cached + e->g.page_tokens) return true;
+        if (common_prefix(q->all, p->all, n) >= cached + e->pool.lay.page_tokens) return true;
     }
     return false;
 }
@@ -250,21 +250,13 @@ static bool prefix_in_flight(const engine *e, const engine_req *q, uint32_t cach
 /* Reserves free pages for n more tokens of q's sequence (copy on write of a shared partial last
  * page included), evicting unpinned cache entries if short. 1: not enough pages. */
 static int reserve(engine *e, engine_req *q, uint32_t n) {
-    kv_seq *s = &q->seq;
-    uint32_t pt = e->g.page_tokens, need = kv_pages_for(&e->g.pages, s->n_tokens + n) - s->n_pages;
-    if (s->n_tokens % pt && e->g.pages.ref[s->pages[s->n_pages - 1]] > 1) need++; /* the shared tail is copied */
+    uint32_t need = kv_pool_pages_needed(&e->pool, &q->seq, n);
     uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
-    if (need > kv_pages_free_count(&e->g.pages) && e->cache_on) kv_cache_reclaim(&e->cache, need);
+    if (need > kv_pages_free_count(&e->pool.pages) && e->cache_on) kv_cache_reclaim(&e->cache, need);
     q->reply.evicted_pages += e->cache.freed_pages - freed0;
     q->reply.demoted_pages += e->cache.tree.stats.demoted_pages - dem0;
-    if (need > kv_pages_free_count(&e->g.pages)) return 1;
-    kv_cow cow;
-    TRY(kv_seq_append(&e->g.pages, s, n, &cow));
-    if (cow.n_tokens && gpu_kv_copy_page(&e->g, cow.src, cow.dst)) {
-        kv_seq_truncate(&e->g.pages, s, s->n_tokens - n);
-        return -1;
-    }
-    return 0;
+    if (need > kv_pages_free_count(&e->pool.pages)) return 1;
+    return kv_pool_extend(&e->pool, &q->seq, n);
 }
 
 static uint32_t free_row(const engine *e) {
@@ -279,7 +271,7 @@ static int admit_one(engine *e, engine_req *q) {
     uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
     double t0 = cd_now_ms();
     if (e->cache_on && kv_cache_acquire(&e->cache, q->ns, q->all, q->n_all, &q->seq, &q->m, &hit)) {
-        kv_seq_free(&e->g.pages, &q->seq);
+        kv_seq_free(&e->pool.pages, &q->seq);
         kv_cache_release(&e->cache, &q->m);
         return -1;
     }
@@ -288,7 +280,7 @@ static int admit_one(engine *e, engine_req *q) {
     uint32_t cached = q->seq.n_tokens;
     int rc = reserve(e, q, q->n_all - cached);
     if (rc) {
-        kv_seq_free(&e->g.pages, &q->seq);
+        kv_seq_free(&e->pool.pages, &q->seq);
         if (e->cache_on) kv_cache_release(&e->cache, &q->m);
         return rc;
     }

@@ -1,12 +1,12 @@
-/* Batched prefill on the GPU: the decode step's equations over up to n_batch tokens at once
- * (gpu_model.h). Per chunk of tokens at positions pos0 + i:
+/* The forward pass on the GPU (gpu_model.h) over up to n_batch tokens of several sequences:
+ * prompt chunks and decode tokens alike, each at its own position over its own block-table row.
  *
  *   X = get_rows(tok_embd, ids)                                             (T, n_embd)
  *   per layer:
  *     XB = rmsnorm(X); Q, K, V = XB Wq, XB Wk, XB Wv                        matmul
  *     Q, K = rmsnorm per head, rope (positions per token)
- *     kv_write K, V -> pages at loc[i] = {0, pos0 + i}
- *     ATT = attn_prefill(Q, pages, causal: token i sees positions <= pos0 + i)
+ *     kv_write K, V -> pages at loc[i] = {row, pos}
+ *     ATT = attn_prefill(Q, pages, causal: token i sees its row's positions <= pos[i])
  *     X += ATT Wo
  *     XB = rmsnorm(X)
  *     MoE:   ids, w = moe_route(XB Wr)                                      (T, k)
@@ -15,11 +15,11 @@
  *            HG = swiglu(HG, HU); EO = down matmul, expert-grouped          (T*k, n_embd)
  *            X += sum_j w[t][j] EO[t*k + j]                                 (moe_combine)
  *     dense: X += swiglu(XB Wg, XB Wu) Wd
- *   head (last chunk, when asked): x = X[T-1]; the decode step's head
+ *   head over the wanted rows: rmsnorm, lm_head, argmax
  *
  * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and the
- * grouped matmul reads them, skipping the workgroups past an expert's count. A chunk is
- * recorded into a one-time command buffer (descriptor sets from a pool reset per chunk). */
+ * grouped matmul reads them, skipping the workgroups past an expert's count. A pass is
+ * recorded into a one-time command buffer (descriptor sets from a pool reset per pass). */
 #include <string.h>
 
 #include "runtime/base/clock.h"
@@ -105,14 +105,10 @@ static int make_buffers(gpu_model *g) {
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
-    /* partial softmax states of split-K attention and of a pool in several parts: enough for the
-     * default split count of any chunk (few new tokens after a long history split the most) and
-     * for the batch forward's fixed splits */
+    /* partial softmax states of the fixed attention splits, per part of the pool's buffer */
     uint32_t fixed = (g->n_ctx + g->split_len - 1) / g->split_len;
-    uint64_t part = cvk_attn_prefill_partials_max(&g->attn_prefill, &g->lay, c->n_head, g->pool.n_parts, g->n_batch,
-                                                  g->n_ctx),
-             part_fixed = cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->pool.n_parts, fixed, c->head_dim);
-    TRY(gpu_model_buffer(g, &g->bpartials, part > part_fixed ? part : part_fixed, D));
+    TRY(gpu_model_buffer(g, &g->bpartials,
+                         cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, fixed, c->head_dim), D));
     if (moe) {
         TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
             gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
@@ -132,7 +128,9 @@ static int make_batch_buffers(gpu_model *g) {
         const gguf_tensor *t = g->m->output;
         cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
                                               (uint32_t)S);
-        TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc));
+        cvk_matvec_cfg one = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], 1);
+        TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc) ||
+            cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &one));
     }
     TRY(gpu_model_buffer(g, &g->btable, S * g->max_pages * 4, CVK_MEM_UPLOAD) ||
         gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) ||
@@ -168,6 +166,7 @@ void gpu_prefill_free(gpu_model *g) {
     }
     cvk_pipeline_destroy(&vk->dev, &g->moe_group);
     cvk_pipeline_destroy(&vk->dev, &g->head_batch);
+    cvk_pipeline_destroy(&vk->dev, &g->head);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &g->attn_prefill);
 }
 
@@ -179,8 +178,6 @@ typedef struct chunk {
     cvk_descpool *dp;
     uint32_t T;      /* tokens in the chunk */
     uint32_t max_len; /* last position + 1 */
-    const cvk_buffer *table; /* block-table rows of max_pages entries */
-    uint32_t split_len;      /* attention splits: 0 = the kernel's default, else fixed (batch forward) */
     uint64_t attended;       /* for profiles: sum over tokens of the positions each attends to */
     uint64_t kv_positions;   /* for profiles: distinct (row, position) pairs attention reads */
 } chunk;
@@ -257,14 +254,14 @@ static int attention(const chunk *ch, uint32_t il) {
     TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rk));
     barrier(ch);
     if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T));
-    cvk_kv_write_args kw = {.pool = &g->pool, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(ch->table),
+    cvk_kv_write_args kw = {.pool = g->kv, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(&g->btable),
                             .loc = W(&g->bin_loc), .n_tokens = ch->T, .layer = il, .table_stride = g->max_pages};
     TRY(cvk_kv_write(ch->c, ch->dp, &g->kv_write, &kw));
     barrier(ch);
-    cvk_attn_prefill_args at = {.pool = &g->pool, .lay = &g->lay, .q = W(&g->bq), .table = W(ch->table),
+    cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->btable),
                                 .loc = W(&g->bin_loc), .partials = W(&g->bpartials), .out = W(&g->batt),
                                 .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
-                                .max_len = ch->max_len, .split_len = ch->split_len};
+                                .max_len = ch->max_len, .split_len = g->split_len};
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
     TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
@@ -320,16 +317,6 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) 
     return cvk_moe_combine(ch->c, ch->dp, &g->moe_combine, &mc);
 }
 
-/* The last token's row of X into x, for the decode step's head. */
-static int record_head(const chunk *ch) {
-    gpu_model *g = ch->g;
-    uint64_t row = (uint64_t)g->m->cfg.n_embd * 4;
-    cvk_barrier_compute_to_transfer(ch->c->cb);
-    TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bx, (ch->T - 1) * row, row}, (cvk_view){&g->x, 0, row}));
-    cvk_barrier_transfer_to_compute(ch->c->cb);
-    return gpu_record_head(g, ch->c, ch->dp);
-}
-
 /* The lm_head as a matvec (the lm_head configuration, up to 8 vectors per workgroup), one vector
  * per wanted row: the rows are copied together first. Each vector's sums are its own, computed
  * the same way whatever n_out. */
@@ -344,8 +331,8 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     work_matmul(ch, "output", t, n_out, 1, n_out);
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                           .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
-    /* one row: the decode step's own head pipeline (one vector per workgroup; cheaper on a CPU
-     * device than carrying 8 vectors' registers); the same sums per vector as head_batch */
+    /* one row: one vector per workgroup (cheaper on a CPU device than carrying 8 vectors'
+     * registers); the same sums per vector as head_batch */
     return cvk_matvec(ch->c, ch->dp, n_out == 1 ? &g->head : &g->head_batch, &mv);
 }
 
@@ -373,9 +360,8 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
     return rc;
 }
 
-/* head: 0 none, 1 the last token into the decode step's head (gpu_prefill), 2 the rows of
- * bin_out (gpu_forward_batch, n_out of them). */
-static int record_chunk(const chunk *ch, int head, const uint32_t *out, uint32_t n_out) {
+/* The pass, and the head over the n_out rows of bin_out (out[]) when n_out > 0. */
+static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     TRY(cvk_cmd_begin(ch->c));
@@ -404,46 +390,9 @@ static int record_chunk(const chunk *ch, int head, const uint32_t *out, uint32_t
         cvk_cmd_label_end(ch->c);
     }
     cvk_timer_layer(ch->c->timer, -1);
-    if (head == 1) TRY(record_head(ch));
-    if (head == 2 && n_out) TRY(record_rows_head(ch, out, n_out));
+    if (n_out) TRY(record_rows_head(ch, out, n_out));
     cvk_barrier_device_to_host(ch->c->cb);
     return cvk_cmd_end(ch->c);
-}
-
-static int run_chunk(gpu_model *g, const int32_t *ids, uint32_t T, uint32_t pos0, bool head) {
-    int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0);
-    uint32_t *pos = cvk_buffer_host_ptr(&g->bin_pos, 0), *loc = cvk_buffer_host_ptr(&g->bin_loc, 0);
-    for (uint32_t i = 0; i < T; i++) {
-        tok[i] = ids[i];
-        pos[i] = pos0 + i;
-        loc[2 * i] = 0;
-        loc[2 * i + 1] = pos0 + i;
-    }
-    if (head) gpu_model_draw(g);
-    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = T, .max_len = pos0 + T, .table = &g->in_table,
-                .attended = (uint64_t)T * pos0 + (uint64_t)T * (T + 1) / 2, .kv_positions = pos0 + T};
-    TRY(cvk_descpool_reset(&g->pdpool));
-    TRY(record_chunk(&ch, head ? 1 : 0, NULL, 0));
-    return cvk_cmd_run(&g->pcmd);
-}
-
-int gpu_prefill(gpu_model *g, const int32_t *ids, uint32_t n, uint32_t pos0, bool want_logits) {
-    const model_config *c = &g->m->cfg;
-    if (!n) return cd_fail("prefill of no tokens");
-    for (uint32_t i = 0; i < n; i++)
-        if (ids[i] < 0 || (uint32_t)ids[i] >= c->n_vocab)
-            return cd_fail("token id %d at prompt position %u out of range (vocab %u)", ids[i], pos0 + i, c->n_vocab);
-    TRY(gpu_seq_extend(g, pos0, n));
-    for (uint32_t done = 0; done < n;) {
-        uint32_t T = n - done < g->n_batch ? n - done : g->n_batch;
-        bool last = done + T == n;
-        if (run_chunk(g, ids + done, T, pos0 + done, last && want_logits)) {
-            kv_seq_truncate(&g->pages, &g->seq, pos0 + done); /* keep only what was computed */
-            return -1;
-        }
-        done += T;
-    }
-    return 0;
 }
 
 /* ---- the batch forward ---- */
@@ -487,12 +436,12 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
         if (i + 1 == b->n || b->row[i + 1] != b->row[i]) kv_positions += b->pos[i] + 1;
     }
     for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
-    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = max_len, .table = &g->btable,
-                .split_len = g->split_len, .attended = attended, .kv_positions = kv_positions};
+    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = max_len, .attended = attended,
+                .kv_positions = kv_positions};
     gpu_host_times *h = &g->host;
     double t0 = cd_now_ms();
     TRY(cvk_descpool_reset(&g->pdpool));
-    TRY(record_chunk(&ch, 2, b->out, b->n_out));
+    TRY(record_chunk(&ch, b->out, b->n_out));
     double t1 = cd_now_ms();
     TRY(cvk_cmd_submit(&g->pcmd));
     double t2 = cd_now_ms();
