@@ -72,30 +72,7 @@ static void release_pages(void *ctx, const uint32_t *pages, uint32_t n) {
     }
 }
 
-/* ---- the host tier's callbacks (radix_evict_tiered, radix_evict_host, radix_restore) ---- */
-
-/* A GPU victim's pages: a demoted victim's wait in the batch for their copy; others go now. */
-static void on_victim(void *ctx, const uint32_t *pages, uint32_t n) {
-    kv_prefix_cache *c = ctx;
-    if (c->last_saved) {
-        c->last_saved = false;
-        return;
-    }
-    release_pages(c, pages, n);
-}
-
-/* Rule 3: slots for a victim, or 0 (dropped) when the tier has none (room was made beforehand). */
-static int on_demote(void *ctx, const uint32_t *pages, uint32_t n, uint32_t *slots) {
-    kv_prefix_cache *c = ctx;
-    if (c->host_broken || kv_host_free_count(c->host) < n || c->n_dem + n > c->cap_dem) return 0;
-    for (uint32_t i = 0; i < n; i++) {
-        kv_host_slot_alloc(c->host, &slots[i]); /* cannot fail: counted above */
-        c->dem_pages[c->n_dem] = pages[i];
-        c->dem_slots[c->n_dem++] = slots[i];
-    }
-    c->last_saved = true;
-    return 1;
-}
+/* ---- eviction (radix.h Rule 3, pulled) and the host tier ---- */
 
 /* Slots leaving the tree. A slot still waiting for its copy in the batch (its node was demoted
  * and then dropped or host-evicted in the same reclaim) loses the copy, and the page it was to
@@ -150,11 +127,16 @@ int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h) {
     return 0;
 }
 
+/* The GPU victim v leaves the tree, its pages go back to the pool (host slots below it too). */
+static void drop_victim(kv_prefix_cache *c, const radix_victim *v) {
+    release_pages(c, v->pages, v->n_pages); /* the tree's references; its node still lists them */
+    radix_drop(&c->tree, v, c->host ? on_host_free : NULL, c);
+}
+
 void kv_cache_clear(kv_prefix_cache *c) {
-    /* host slots go back to the tier (c->host may be NULL) */
-    radix_evict_ops ops = {.victim = release_pages, .host_free = c->host ? on_host_free : NULL, .ctx = c};
-    radix_evict_tiered(&c->tree, UINT64_MAX, &ops);
-    if (c->host) radix_evict_host(&c->tree, UINT64_MAX, on_host_free, c);
+    radix_victim v;
+    while (radix_gpu_victim(&c->tree, &v)) drop_victim(c, &v);
+    if (c->host) radix_evict_host(&c->tree, UINT64_MAX, on_host_free, c); /* slots back to the tier */
 }
 
 void kv_cache_free(kv_prefix_cache *c) {
@@ -182,25 +164,36 @@ int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, c
     return 0;
 }
 
-/* Before a GPU victim is chosen with a host tier: room for exactly its pages in the tier (LRU
- * host leaves go), since the demote callback may not call into the tree. */
-static void host_room_for_next_victim(kv_prefix_cache *c) {
-    uint32_t n = radix_next_gpu_victim_pages(&c->tree), room = kv_host_free_count(c->host);
-    if (n && !c->host_broken && room < n) radix_evict_host(&c->tree, n - room, on_host_free, c);
+/* Demotes the GPU victim v when the host tier can take it (least recently used host leaves make
+ * room first): its pages join the batch flush_demotions copies and then releases. 0: not. */
+static int demote_victim(kv_prefix_cache *c, radix_victim *v) {
+    if (!c->host || c->host_broken || c->n_dem + v->n_pages > c->cap_dem) return 0;
+    uint32_t room = kv_host_free_count(c->host);
+    if (room < v->n_pages) {
+        radix_evict_host(&c->tree, v->n_pages - room, on_host_free, c);
+        radix_gpu_victim(&c->tree, v); /* a host eviction leaves the GPU victim as it was; re-read all the same */
+        if (kv_host_free_count(c->host) < v->n_pages) return 0;
+    }
+    uint32_t n = v->n_pages, *pages = c->dem_pages + c->n_dem, *slots = c->dem_slots + c->n_dem;
+    for (uint32_t i = 0; i < n; i++) kv_host_slot_alloc(c->host, &slots[i]); /* cannot fail: counted above */
+    memcpy(pages, v->pages, n * sizeof *pages);
+    if (radix_demote(&c->tree, v, slots)) { /* cannot happen: v is the victim */
+        for (uint32_t i = 0; i < n; i++) kv_host_slot_free(c->host, slots[i]);
+        return 0;
+    }
+    c->n_dem += n;
+    return 1;
 }
 
 uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want) {
     uint64_t before = c->freed_pages;
-    /* without a host tier no demote callback: every victim is dropped (radix.h Rule 3) */
-    radix_evict_ops ops = c->host ? (radix_evict_ops){.victim = on_victim, .demote = on_demote,
-                                                      .host_free = on_host_free, .ctx = c}
-                                  : (radix_evict_ops){.victim = release_pages, .ctx = c};
     for (;;) {
-        /* victims one node at a time, until the pages queued for release would cover want */
+        /* victims one node at a time, demoted or dropped, until the pages queued for release
+         * would cover want */
         bool any = false;
-        while (kv_pages_free_count(c->pages) + c->n_dem < want) {
-            if (c->host) host_room_for_next_victim(c);
-            if (radix_evict_tiered(&c->tree, 1, &ops) == 0) break; /* nothing evictable left */
+        radix_victim v;
+        while (kv_pages_free_count(c->pages) + c->n_dem < want && radix_gpu_victim(&c->tree, &v)) {
+            if (!demote_victim(c, &v)) drop_victim(c, &v);
             any = true;
         }
         flush_demotions(c); /* a failure is remembered in host_broken; the pages are free anyway */

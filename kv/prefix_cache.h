@@ -53,7 +53,6 @@ typedef struct kv_prefix_cache {
     bool host_broken;         /* a copy failed: no more demotions, host nodes are never restored */
     /* the demotions of the reclaim under way: pages[i] is copied to slots[i], then released */
     uint32_t *dem_pages, *dem_slots, n_dem, cap_dem;
-    bool last_saved;          /* the victim being reported was just demoted (its pages are in the batch) */
     uint32_t *restore_pages;  /* [pool pages] scratch of kv_cache_restore */
 
     /* the disk tier (kv_cache_attach_disk; NULL: none) */
@@ -112,9 +111,10 @@ int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, c
 /* Evicts LRU leaves until at least want pages are free or nothing evictable is left; returns
  * the pages that went back to the free list (the engine calls it while reserving pages).
  *
- * With a host tier, each GPU victim is demoted instead of dropped when the tier has slots for
- * it: before each victim the tier makes room for exactly its pages (radix_evict_host, LRU host
- * leaves), the demote callback takes slots and queues (page, slot) pairs, and once the victims
+ * Eviction is pulled (radix.h Rule 3): the cache asks the tree for its LRU GPU victim and
+ * decides. With a host tier the victim is demoted instead of dropped when the tier has slots for
+ * it (LRU host leaves make room for exactly its pages: radix_evict_host): its slots are taken
+ * and (page, slot) pairs queued, radix_demote, and once the victims
  * for `want` are chosen the batch is copied device->host in one command buffer; then the demoted
  * pages go back to the pool. With an asynchronous tier the copy is only submitted: it waits on
  * the GPU for the compute submitted before it, and every later submission waits for it, so the

@@ -953,14 +953,13 @@ static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_no
     return u;
 }
 
-static void drop_node(radix_tree *t, radix_node *v, const radix_evict_ops *ops);
+static void drop_node(radix_tree *t, radix_node *v, radix_victim_fn victim, radix_victim_fn host_free, void *ctx);
 
 /* Gives back a tail the insert made redundant, when nothing holds it: unpinned, on the GPU
  * (a host-resident one leaves by host LRU), and a leaf (tails always are). */
 static void drop_stale(radix_tree *t, radix_node *s, radix_victim_fn dropped, void *ctx) {
     if (!s || !dropped || s->lock || !s->on_gpu || s->n_children) return;
-    radix_evict_ops ops = {.victim = dropped, .ctx = ctx};
-    drop_node(t, s, &ops);
+    drop_node(t, s, dropped, NULL, ctx);
     t->stats.dropped_tails++;
 }
 
@@ -1024,8 +1023,8 @@ int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t 
 
 /* ---- eviction ----------------------------------------------------------------------------- */
 
-/* Rule 3, saved: v (the GPU heap's top) becomes host-resident with the slots demote wrote into
- * its host[] field. Its gpu[] field still holds the pages for the victim report. */
+/* Rule 3, saved: v (the GPU heap's top) becomes host-resident with the slots in its host[]
+ * field. Its gpu[] field keeps the old page ids (no longer the tree's). */
 static void demote_node(radix_tree *t, radix_node *v) {
     heap_leave(t, v);
     v->on_gpu = false;
@@ -1040,9 +1039,10 @@ static void demote_node(radix_tree *t, radix_node *v) {
     t->stats.demoted_pages += v->n_pages;
 }
 
-/* Rule 3, dropped: v (the GPU heap's top) and its host subtree leave the tree; reported post-
- * order (the subtree's slots, then v's pages) once the tree is consistent, then freed. */
-static void drop_node(radix_tree *t, radix_node *v, const radix_evict_ops *ops) {
+/* Rule 3, dropped: v (a GPU-evictable node) and its host subtree leave the tree; once the tree
+ * is consistent the subtree's slots go to host_free and v's pages to victim (either may be
+ * NULL), post-order, and everything is freed. */
+static void drop_node(radix_tree *t, radix_node *v, radix_victim_fn victim, radix_victim_fn host_free, void *ctx) {
     heap_leave(t, v);
     node_detach(t, v); /* may free v's root: v->parent is not used below */
     node_account_out(t, v);
@@ -1055,39 +1055,47 @@ static void drop_node(radix_tree *t, radix_node *v, const radix_evict_ops *ops) 
     }
     for (radix_node *x = post_first(v), *next; x; x = next) {
         next = post_next(v, x);
-        if (x == v) {
-            if (ops->victim) ops->victim(ops->ctx, node_gpu(t, x), x->n_pages);
-        } else if (ops->host_free) {
-            ops->host_free(ops->ctx, node_host(t, x), x->n_pages);
-        }
+        if (x == v && victim) victim(ctx, node_gpu(t, x), x->n_pages);
+        if (x != v && host_free) host_free(ctx, node_host(t, x), x->n_pages);
         node_free(x);
     }
 }
 
-uint64_t radix_evict_tiered(radix_tree *t, uint64_t want_pages, const radix_evict_ops *ops) {
-    static const radix_evict_ops none = {0};
-    if (!ops) ops = &none;
-    uint64_t got = 0;
-    while (got < want_pages && t->gpu_lru.n) {
-        radix_node *v = t->gpu_lru.v[0];
-        uint32_t n = v->n_pages;
-        bool saved = ops->demote && ops->demote(ops->ctx, node_gpu(t, v), n, node_host(t, v));
-        t->stats.evictions++;
-        t->stats.evicted_pages += n;
-        if (saved) {
-            demote_node(t, v);
-            if (ops->victim) ops->victim(ops->ctx, node_gpu(t, v), n);
-        } else {
-            drop_node(t, v, ops);
-        }
-        got += n;
+bool radix_gpu_victim(const radix_tree *t, radix_victim *v) {
+    if (!t->gpu_lru.n) {
+        *v = (radix_victim){0};
+        return false;
     }
-    return got;
+    const radix_node *x = t->gpu_lru.v[0];
+    *v = (radix_victim){.node = x, .pages = node_gpu(t, x), .n_pages = x->n_pages};
+    return true;
 }
 
-uint64_t radix_evict(radix_tree *t, uint64_t want_pages, radix_victim_fn fn, void *ctx) {
-    radix_evict_ops ops = {.victim = fn, .ctx = ctx};
-    return radix_evict_tiered(t, want_pages, &ops);
+/* The node v names, if it is still the GPU victim. */
+static radix_node *victim_node(radix_tree *t, const radix_victim *v, const char *what) {
+    if (!v->node || !t->gpu_lru.n || t->gpu_lru.v[0] != v->node) {
+        cd_fail("radix: %s of a node that is not the GPU victim now", what);
+        return NULL;
+    }
+    radix_node *x = t->gpu_lru.v[0];
+    t->stats.evictions++;
+    t->stats.evicted_pages += x->n_pages;
+    return x;
+}
+
+int radix_demote(radix_tree *t, const radix_victim *v, const uint32_t *host_slots) {
+    radix_node *x = victim_node(t, v, "demotion");
+    if (!x) return -1;
+    memcpy(node_host(t, x), host_slots, (size_t)x->n_pages * sizeof *host_slots);
+    demote_node(t, x);
+    return 0;
+}
+
+int radix_drop(radix_tree *t, const radix_victim *v, radix_victim_fn host_free, void *ctx) {
+    radix_node *x = victim_node(t, v, "drop");
+    if (!x) return -1;
+    drop_node(t, x, NULL, host_free, ctx);
+    return 0;
 }
 
 uint64_t radix_evict_host(radix_tree *t, uint64_t want_slots, radix_victim_fn host_free, void *ctx) {
@@ -1110,7 +1118,6 @@ uint64_t radix_evictable_pages(const radix_tree *t) { return t->stats.pages - t-
 
 uint64_t radix_evictable_host_slots(const radix_tree *t) { return t->stats.host_slots - t->stats.pinned_host_slots; }
 
-uint32_t radix_next_gpu_victim_pages(const radix_tree *t) { return t->gpu_lru.n ? t->gpu_lru.v[0]->n_pages : 0; }
 
 /* ---- invariant checker -------------------------------------------------------------------- */
 

@@ -79,31 +79,28 @@
  *     host-evictable: host-resident, unpinned, no children at all ([ijkl] and [mnop] above)
  *   Roots are in neither. A node is in at most one heap, the heap of its tier.
  *
- *   Rule 3, GPU eviction (radix_evict_tiered) takes the least recently used GPU-evictable node
- *   v and asks ops->demote for host slots for its pages (the tree is unchanged during the call;
- *   the callback writes v's n slot ids and must not call back into the tree):
+ *   Rule 3, GPU eviction is pulled: radix_gpu_victim names the least recently used GPU-
+ *   evictable node v and its pages, and the caller decides (the tree is unchanged until then):
  *
- *     saved (demote returns 1):            v becomes host-resident; its GPU pages go to
- *       (p) ─ [efgh|G P1] ─ [ijkl|H s7]    ops->victim. v enters the host heap if it has no
- *       (p) ─ [efgh|H s9] ─ [ijkl|H s7]    children; p loses a GPU child and may become
- *                                          GPU-evictable (even with host children).
- *     dropped (demote returns 0, or no demote callback, the single-tier behaviour): v and its
- *       whole subtree leave the tree. The subtree is all host-resident (Rule 1, v had no GPU
- *       child) and all unpinned (a lock is at least the sum of its children's): each of its
- *       nodes' slots goes to ops->host_free, one call per node, children before parents, then
- *       v's GPU pages go to ops->victim. A root left without children is dropped.
+ *     radix_demote(t, &v, slots): saved     v becomes host-resident in the caller's n slots;
+ *       (p) ─ [efgh|G P1] ─ [ijkl|H s7]     v enters the host heap if it has no children; p
+ *       (p) ─ [efgh|H s9] ─ [ijkl|H s7]     loses a GPU child and may become GPU-evictable
+ *                                           (even with host children).
+ *     radix_drop(t, &v, host_free, ctx): dropped   v and its whole subtree leave the tree. The
+ *       subtree is all host-resident (Rule 1, v had no GPU child) and all unpinned (a lock is at
+ *       least the sum of its children's): each of its nodes' slots goes to host_free, one call
+ *       per node, children before parents. A root left without children is dropped.
  *
- *   Either way v's GPU pages count toward want_pages, and they are no longer the tree's: the
- *   caller may reuse them once its copy to the host slots (saved case) has read them. Making
- *   sure of that is the caller's contract: copy synchronously inside demote, fence before the
+ *   Either way v's GPU pages (v.pages, valid until the call: read them first) are no longer
+ *   the tree's: the caller may reuse them once its copy to the host slots (saved case) has read
+ *   them. Making sure of that is the caller's contract: copy synchronously, fence before the
  *   pages are written again, or order every later writer after the copy on the GPU (the host
  *   tier, kv/host_tier.h: each later submission waits on the copies' timeline semaphore).
- *
+
  *   Rule 4, host eviction (radix_evict_host) removes least recently used host-evictable
  *   leaves, reporting their slots; a host parent left without children becomes host-evictable,
  *   a root left without children is dropped. The host tier's owner calls it when it needs
- *   slots, before a GPU eviction: the demote callback may not call into the tree, so a demote
- *   that finds no free slot returns 0 and the victim is dropped.
+ *   slots for a GPU victim it wants to demote (it never changes which node that victim is).
  *
  *   Rule 5, match walks GPU and host nodes alike and pins the whole path; a pinned host node is
  *   never host-evicted, so its slots stay valid while a host->GPU copy reads them (the pin
@@ -172,12 +169,12 @@
  *   uint32_t first_new; radix_insert(&t, ns, ids2, n2, pages2, &first_new);
  *                                      the tree now refers to pages2[first_new .. n2 / 16)
  *   radix_release(&t, &m);
- *   radix_evict(&t, want_pages, on_victim, ctx);               under memory pressure
- *
- *   with a host tier:
- *   radix_evict_host(&t, want_slots, free_slots, ctx);         make room in the host pool
- *   radix_evict_tiered(&t, want_pages, &(radix_evict_ops){.victim = release_pages,
- *                      .demote = copy_to_host, .host_free = free_slots, .ctx = ctx});
+ *   radix_victim v;                                             under memory pressure:
+ *   while (short of pages && radix_gpu_victim(&t, &v)) {
+ *       take v.pages[0 .. v.n_pages);
+ *       radix_drop(&t, &v, free_slots, ctx);                    or, with a host tier:
+ *       radix_evict_host(&t, v.n_pages - free, free_slots, ctx); make room in the host pool
+ *       radix_demote(&t, &v, slots);                            then copy v.pages -> slots }
  *   radix_match_prefix(...); if (m.n_restore) {                 pages[m.n_gpu_pages ..] are slots
  *       allocate m.n_restore GPU pages g, copy the slots into them, wait;
  *       radix_restore(&t, &m, g, free_slots, ctx); }            now an all-GPU match */
@@ -197,7 +194,7 @@ typedef struct radix_stats {
     uint64_t misses;          /* lookups that matched nothing */
     uint64_t hit_tokens;      /* sum of matched tokens (GPU and host nodes alike) */
     uint64_t inserted_tokens; /* tokens newly stored by radix_insert */
-    uint64_t evictions;       /* GPU evictions: nodes whose GPU pages radix_evict* gave up, demoted or dropped */
+    uint64_t evictions;       /* GPU evictions: nodes whose GPU pages radix_demote / radix_drop gave up */
     uint64_t evicted_pages;   /* GPU pages reported to victim callbacks */
     uint64_t nodes;           /* nodes now (roots excluded), both tiers */
     uint64_t pages;           /* GPU pages the tree refers to now */
@@ -251,26 +248,18 @@ typedef struct radix_match {
                            * (after a restore: 0, and pages past n_pages are not part of the match) */
 } radix_match;
 
-/* Called with pages or slots leaving the tree (valid during the call only): victims' GPU pages
- * (after the node left the GPU tier) or host slots (after they left the tree). The tree is
- * consistent during the call (stats updated, radix_check passes), but the callback must not
- * call back into the tree. */
+/* Told of ids leaving the tree (valid during the call only): host slots of dropped or restored
+ * nodes, or the page of a stale tail an insert gave back. It only reports, it decides nothing:
+ * the tree is consistent during the call (stats updated, radix_check passes), and the callback
+ * must not call back into the tree. */
 typedef void (*radix_victim_fn)(void *ctx, const uint32_t *ids, uint32_t n);
-/* Asked for n host slots for a GPU victim's pages (Rule 3): writes them to host_slots_out and
- * returns 1 (saved; the caller starts the copy gpu_pages[i] -> host_slots_out[i]), or returns 0
- * (not saved: the victim and its subtree are dropped). The tree is unchanged during the call and
- * the callback must not call back into the tree. */
-typedef int (*radix_demote_fn)(void *ctx, const uint32_t *gpu_pages, uint32_t n, uint32_t *host_slots_out);
-
-/* The callbacks of a GPU eviction. Any may be NULL: no victim: GPU pages are not reported; no
- * demote: every victim is dropped; no host_free: the slots of dropped host nodes are not
- * reported (fine only while no node is host-resident). */
-typedef struct radix_evict_ops {
-    radix_victim_fn victim;    /* GPU pages of each victim, demoted or dropped */
-    radix_demote_fn demote;    /* host slots for a victim, or 0 */
-    radix_victim_fn host_free; /* slots of host nodes dropped with a victim */
-    void *ctx;                 /* passed to all three */
-} radix_evict_ops;
+/* The GPU victim (Rule 3): the least recently used GPU-evictable node and its page ids (valid
+ * until the tree changes). */
+typedef struct radix_victim {
+    const radix_node *node;
+    const uint32_t *pages;
+    uint32_t n_pages;
+} radix_victim;
 
 int radix_init(radix_tree *t, uint32_t page_tokens); /* page_tokens >= 1 */
 void radix_free(radix_tree *t);                       /* zeroed is fine; reports no victims, no slots */
@@ -317,25 +306,23 @@ int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t 
 int radix_insert_tail(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
                       const uint32_t *pages, uint32_t *first_new, radix_victim_fn dropped, void *ctx);
 
-/* Rule 3: evicts least recently used GPU-evictable nodes, demoting or dropping each, until at
- * least want_pages GPU pages have been given up or nothing GPU-evictable is left. Returns the
- * GPU pages given up. Never allocates. A namespace whose last node goes is dropped. */
-uint64_t radix_evict_tiered(radix_tree *t, uint64_t want_pages, const radix_evict_ops *ops);
-/* The single-tier call: radix_evict_tiered with only a victim callback (every victim dropped,
- * each reported to fn, may be NULL). On a tree without host nodes it evicts unpinned leaves. */
-uint64_t radix_evict(radix_tree *t, uint64_t want_pages, radix_victim_fn fn, void *ctx);
+/* Rule 3: names the GPU victim in *v; false (v zeroed) when nothing is GPU-evictable. */
+bool radix_gpu_victim(const radix_tree *t, radix_victim *v);
+/* Rule 3, saved: v (still the GPU victim) becomes host-resident in host_slots[0 .. v->n_pages).
+ * Never allocates; -1 (nothing changed) when v is not the GPU victim now. */
+int radix_demote(radix_tree *t, const radix_victim *v, const uint32_t *host_slots);
+/* Rule 3, dropped: v (still the GPU victim) and its host subtree leave the tree, the subtree's
+ * slots reported to host_free (may be NULL). A namespace whose last node goes is dropped.
+ * Never allocates; -1 (nothing changed) when v is not the GPU victim now. */
+int radix_drop(radix_tree *t, const radix_victim *v, radix_victim_fn host_free, void *ctx);
 /* Rule 4: removes least recently used host-evictable nodes, reporting each one's slots to
  * host_free (may be NULL), until at least want_slots slots have been reported or nothing
  * host-evictable is left. Returns the slots reported. Never allocates. */
 uint64_t radix_evict_host(radix_tree *t, uint64_t want_slots, radix_victim_fn host_free, void *ctx);
-/* GPU pages radix_evict_tiered could give up now if asked for everything (unpinned ones). */
+/* GPU pages that eviction could give up now (unpinned ones). */
 uint64_t radix_evictable_pages(const radix_tree *t);
 /* Host slots radix_evict_host could report now if asked for everything (unpinned ones). */
 uint64_t radix_evictable_host_slots(const radix_tree *t);
-/* Pages of the node radix_evict_tiered would evict next (0: nothing GPU-evictable), so the
- * host tier's owner can make room for exactly that node before evicting it (Rule 4). */
-uint32_t radix_next_gpu_victim_pages(const radix_tree *t);
-
 /* Every invariant: structure (parents, child counts and child lists, edge lengths, sibling
  * chains and the child table), residency (each node on exactly one tier, GPU residency
  * prefix-closed, GPU-child counts), ids (each GPU page and each host slot at most once), lock

@@ -92,6 +92,41 @@ static radix_match pin_str(radix_tree *t, const uint8_t *ns, const char *s, uint
     return m;
 }
 
+/* Push-style eviction built on the pulled one (radix.h Rule 3), so the tests read as sequences of
+ * reported victims: each victim is offered to demote (slots, or 0: dropped), then demoted or
+ * dropped, and its pages reported to victim once the tree is consistent again. */
+typedef struct evict_ops {
+    radix_victim_fn victim;
+    int (*demote)(void *ctx, const uint32_t *pages, uint32_t n, uint32_t *slots);
+    radix_victim_fn host_free;
+    void *ctx;
+} evict_ops;
+
+static uint64_t evict_tiered(radix_tree *t, uint64_t want, const evict_ops *ops) {
+    static const evict_ops none = {0};
+    static uint32_t pages[1 << 14], slots[1 << 14];
+    if (!ops) ops = &none;
+    uint64_t got = 0;
+    radix_victim v;
+    while (got < want && radix_gpu_victim(t, &v)) {
+        uint32_t n = v.n_pages;
+        assert_true(n <= sizeof pages / sizeof *pages);
+        memcpy(pages, v.pages, n * sizeof *pages);
+        bool saved = ops->demote && ops->demote(ops->ctx, pages, n, slots);
+        if (saved) assert_int_equal(radix_demote(t, &v, slots), 0);
+        else assert_int_equal(radix_drop(t, &v, ops->host_free, ops->ctx), 0);
+        if (ops->victim) ops->victim(ops->ctx, pages, n);
+        got += n;
+    }
+    return got;
+}
+
+/* One tier: every victim dropped. */
+static uint64_t evict(radix_tree *t, uint64_t want, radix_victim_fn fn, void *ctx) {
+    evict_ops ops = {.victim = fn, .ctx = ctx};
+    return evict_tiered(t, want, &ops);
+}
+
 /* Victims in the order reported. */
 typedef struct victim_log {
     const radix_tree *t;
@@ -115,12 +150,57 @@ static void log_victim(void *ctx, const uint32_t *pages, uint32_t n) {
 static void expect_evict(radix_tree *t, uint64_t want, const uint32_t *pages, uint32_t n) {
     victim_log v = {.t = t};
     uint64_t before = t->stats.pages;
-    uint64_t got = radix_evict(t, want, log_victim, &v);
+    uint64_t got = evict(t, want, log_victim, &v);
     CHECK_TREE(t);
     assert_int_equal(got, n);
     assert_int_equal(v.n_pages, n);
     assert_int_equal(t->stats.pages, before - n);
     for (uint32_t i = 0; i < n; i++) assert_int_equal(v.pages[i], pages[i]);
+}
+
+/* The pulled eviction itself: the victim is named, the tree is unchanged until the caller
+ * decides, and a decision about a node that is no longer the victim changes nothing. */
+static void test_pull_eviction(void **state) {
+    (void)state;
+    radix_tree t;
+    assert_int_equal(radix_init(&t, 4), 0);
+    radix_victim v;
+    assert_false(radix_gpu_victim(&t, &v));
+    assert_null(v.node);
+    assert_int_equal(radix_drop(&t, &v, NULL, NULL), -1); /* nothing named */
+    assert_int_equal(insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){10, 11}), 0);
+    assert_int_equal(insert_str(&t, NS_A, "wxyz", (uint32_t[]){20}), 0); /* newer */
+    assert_true(radix_gpu_victim(&t, &v)); /* the older leaf */
+    assert_int_equal(v.n_pages, 2);
+    assert_int_equal(v.pages[0], 10);
+    assert_int_equal(v.pages[1], 11);
+    radix_stats before = t.stats;
+    assert_int_equal(t.stats.pages, 3); /* naming it changed nothing */
+    /* a match pins it: it is no longer the victim, and both decisions refuse */
+    radix_match m = pin_str(&t, NS_A, "abcdefgh", 8);
+    assert_int_equal(radix_demote(&t, &v, (uint32_t[]){5, 6}), -1);
+    assert_non_null(strstr(cd_errmsg(), "not the GPU victim"));
+    assert_int_equal(radix_drop(&t, &v, NULL, NULL), -1);
+    assert_int_equal(t.stats.evictions, before.evictions);
+    CHECK_TREE(&t);
+    radix_release(&t, &m);
+    /* the match touched it: now [wxyz] is the least recently used */
+    assert_true(radix_gpu_victim(&t, &v));
+    assert_int_equal(v.pages[0], 20);
+    assert_int_equal(radix_demote(&t, &v, (uint32_t[]){7}), 0);
+    CHECK_TREE(&t);
+    assert_int_equal(t.stats.pages, 2);
+    assert_int_equal(t.stats.host_slots, 1);
+    assert_int_equal(t.stats.evictions, before.evictions + 1);
+    assert_true(radix_gpu_victim(&t, &v));
+    assert_int_equal(v.pages[0], 10);
+    assert_int_equal(radix_drop(&t, &v, NULL, NULL), 0);
+    CHECK_TREE(&t);
+    assert_int_equal(t.stats.pages, 0);
+    assert_false(radix_gpu_victim(&t, &v)); /* [wxyz] is on the host now */
+    assert_int_equal(radix_evict_host(&t, UINT64_MAX, NULL, NULL), 1);
+    assert_int_equal(t.stats.nodes, 0);
+    radix_free(&t);
 }
 
 /* ---- the worked examples of radix.h (page_tokens 4) --------------------------------------- */
@@ -171,7 +251,7 @@ static void test_header_examples(void **state) {
     assert_true(ftell(f) > 0);
     fclose(f);
     victim_log v = {.t = &t};
-    assert_int_equal(radix_evict(&t, UINT64_MAX, log_victim, &v), 5);
+    assert_int_equal(evict(&t, UINT64_MAX, log_victim, &v), 5);
     assert_int_equal(t.stats.nodes, 0);
     assert_int_equal(t.n_roots, 0);
     CHECK_TREE(&t);
@@ -296,7 +376,7 @@ static void test_pins(void **state) {
     radix_match m4 = pin_str(&t, NS_A, "aaaabbbbdd", 10); /* twice: lock 2 */
     assert_int_equal(radix_evictable_pages(&t), 4);
     victim_log v = {.t = &t};
-    assert_int_equal(radix_evict(&t, UINT64_MAX, log_victim, &v), 4);
+    assert_int_equal(evict(&t, UINT64_MAX, log_victim, &v), 4);
     assert_int_equal(t.stats.pages, 3);
     expect_str(&t, NS_A, "aaaabbbbdddd", 12, (uint32_t[]){10, 11, 13});
     radix_release(&t, &m3);
@@ -419,10 +499,10 @@ static void test_stats(void **state) {
     assert_int_equal(s.evictions, 0);
     assert_int_equal(t.clock, 8); /* 3 inserts, 5 matches */
     victim_log v = {.t = &t};
-    assert_int_equal(radix_evict(&t, 2, log_victim, &v), 2);
+    assert_int_equal(evict(&t, 2, log_victim, &v), 2);
     assert_int_equal(t.stats.evictions, 2);
     assert_int_equal(t.stats.evicted_pages, 2);
-    assert_int_equal(radix_evict(&t, 100, NULL, NULL), 1);
+    assert_int_equal(evict(&t, 100, NULL, NULL), 1);
     assert_int_equal(t.stats.evictions, 3);
     assert_int_equal(t.stats.evicted_pages, 3);
     assert_int_equal(t.stats.nodes, 0);
@@ -528,8 +608,8 @@ static int tl_demote(void *ctx, const uint32_t *pages, uint32_t n, uint32_t *slo
     return 1;
 }
 
-static radix_evict_ops tl_ops(tier_log *l) {
-    return (radix_evict_ops){.victim = tl_victim, .demote = tl_demote, .host_free = tl_host_free, .ctx = l};
+static evict_ops tl_ops(tier_log *l) {
+    return (evict_ops){.victim = tl_victim, .demote = tl_demote, .host_free = tl_host_free, .ctx = l};
 }
 
 static void tl_reset(tier_log *l, const radix_tree *t, uint32_t next_slot, uint32_t budget) {
@@ -547,9 +627,9 @@ static void expect_ids_eq(const uint32_t *got, uint32_t n_got, const uint32_t *w
 static void expect_tiered(radix_tree *t, tier_log *l, uint64_t want, const uint32_t *victims, uint32_t n_victims,
                           const uint32_t *freed, uint32_t n_freed) {
     l->n_victims = l->n_asked = l->n_freed = 0;
-    radix_evict_ops ops = tl_ops(l);
+    evict_ops ops = tl_ops(l);
     uint64_t pages = t->stats.pages;
-    assert_int_equal(radix_evict_tiered(t, want, &ops), n_victims);
+    assert_int_equal(evict_tiered(t, want, &ops), n_victims);
     CHECK_TREE(t);
     assert_int_equal(t->stats.pages, pages - n_victims);
     expect_ids_eq(l->victims, l->n_victims, victims, n_victims);
@@ -687,12 +767,12 @@ static void test_demote_dropped(void **state) {
     assert_int_equal(t.stats.nodes, 0);
     /* no demote callback: today's behaviour (radix_evict is the same call) */
     insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){20, 21});
-    radix_evict_ops only_victim = {.victim = tl_victim, .ctx = &l};
+    evict_ops only_victim = {.victim = tl_victim, .ctx = &l};
     l.n_victims = 0;
-    assert_int_equal(radix_evict_tiered(&t, 1, &only_victim), 2);
+    assert_int_equal(evict_tiered(&t, 1, &only_victim), 2);
     expect_ids_eq(l.victims, l.n_victims, (uint32_t[]){20, 21}, 2);
     assert_int_equal(t.stats.demotions, 5);
-    assert_int_equal(radix_evict_tiered(&t, 1, NULL), 0);
+    assert_int_equal(evict_tiered(&t, 1, NULL), 0);
     CHECK_TREE(&t);
     radix_free(&t);
 }
@@ -957,10 +1037,10 @@ static void test_tiers_check(void **state) {
     CHECK_TREE(&t);
     radix_release(&t, &m);
     /* a demote callback handing out one slot twice */
-    radix_evict_ops dup = {.demote = dup_demote};
-    assert_int_equal(radix_evict_tiered(&t, 1, &dup), 1); /* [dddd] -> 77 */
+    evict_ops dup = {.demote = dup_demote};
+    assert_int_equal(evict_tiered(&t, 1, &dup), 1); /* [dddd] -> 77 */
     CHECK_TREE(&t);
-    assert_int_equal(radix_evict_tiered(&t, 1, &dup), 1); /* [aaaa] -> 77 again */
+    assert_int_equal(evict_tiered(&t, 1, &dup), 1); /* [aaaa] -> 77 again */
     assert_int_equal(radix_check(&t), -1);
     assert_non_null(strstr(cd_errmsg(), "host slot 77"));
     radix_free(&t);
@@ -1355,8 +1435,8 @@ static void model_evict(model *m, uint64_t want) {
     radix_stats b = m->t.stats;
     m->victim_pages = m->last_victim = 0;
     m->n_saved = 0;
-    radix_evict_ops ops = {.victim = model_victim, .demote = model_demote, .host_free = model_host_free, .ctx = m};
-    uint64_t got = m->host_budget ? radix_evict_tiered(&m->t, want, &ops) : radix_evict(&m->t, want, model_victim, m);
+    evict_ops ops = {.victim = model_victim, .demote = model_demote, .host_free = model_host_free, .ctx = m};
+    uint64_t got = m->host_budget ? evict_tiered(&m->t, want, &ops) : evict(&m->t, want, model_victim, m);
     if (m->n_saved) fail_msg("a demoted node was never reported as a victim");
     assert_int_equal(got, m->victim_pages);
     assert_int_equal(m->t.stats.pages, b.pages - got);
@@ -1566,7 +1646,7 @@ static void test_tails(void **state) {
     expect_ids(&t, NS_A, q, 3, 0, NULL);
     /* every page comes back exactly once: 10 41 61 51 70 71 72 80 */
     victim_log v = {.t = &t};
-    assert_int_equal(radix_evict(&t, UINT64_MAX, log_victim, &v), 8);
+    assert_int_equal(evict(&t, UINT64_MAX, log_victim, &v), 8);
     assert_int_equal(t.stats.nodes, 0);
     radix_free(&t);
 }
@@ -1580,8 +1660,8 @@ static void test_tails_host(void **state) {
     assert_int_equal(insert_tail_str(&t, "abcdefghij", (uint32_t[]){10, 11, 12}, &d), 0);
     tier_log l;
     tl_reset(&l, &t, 500, 100);
-    radix_evict_ops ops = tl_ops(&l);
-    assert_int_equal(radix_evict_tiered(&t, 1, &ops), 3);
+    evict_ops ops = tl_ops(&l);
+    assert_int_equal(evict_tiered(&t, 1, &ops), 3);
     CHECK_TREE(&t);
     assert_int_equal(t.stats.host_slots, 3);
     radix_match m = pin_str(&t, NS_A, "abcdefghiQ", 9);
@@ -1594,7 +1674,7 @@ static void test_tails_host(void **state) {
     /* a longer tail cannot hang below a host node (Rule 7), and a host tail is not dropped */
     tl_reset(&l, &t, 600, 100);
     ops = tl_ops(&l);
-    assert_int_equal(radix_evict_tiered(&t, 1, &ops), 3);
+    assert_int_equal(evict_tiered(&t, 1, &ops), 3);
     assert_int_equal(insert_tail_str(&t, "abcdefghijk", (uint32_t[]){30, 31, 32}, &d), 3);
     assert_int_equal(t.stats.blocked_inserts, 1);
     assert_int_equal(d.n_pages, 0);
@@ -1763,14 +1843,14 @@ static void test_tails_random(void **state) {
             else if (op < 8) tr_insert(&m, q, n, true);
             else if (op < 9) tr_insert(&m, q, n, false);
             else if (rng_below(&m.r, 4) == 0) {
-                radix_evict(&m.t, 1 + rng_below(&m.r, 8), tr_evicted, &m);
+                evict(&m.t, 1 + rng_below(&m.r, 8), tr_evicted, &m);
                 CHECK_TREE(&m.t);
             }
         }
         for (int k = 0; k < 4; k++) radix_release(&m.t, &m.pins[k]);
         dropped += m.t.stats.dropped_tails;
         splits += m.t.stats.match_splits;
-        radix_evict(&m.t, UINT64_MAX, tr_evicted, &m);
+        evict(&m.t, UINT64_MAX, tr_evicted, &m);
         assert_int_equal(m.t.stats.nodes, 0);
         for (uint32_t i = 0; i < m.n_pg; i++) assert_false(m.pg[i].held);
         radix_free(&m.t);
@@ -1860,6 +1940,7 @@ static void test_stress(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_header_examples),
+        cmocka_unit_test(test_pull_eviction),
         cmocka_unit_test(test_page_boundaries),
         cmocka_unit_test(test_pins),
         cmocka_unit_test(test_lru_order),
