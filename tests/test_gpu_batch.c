@@ -9,6 +9,9 @@
  *   identical logits at every step and identical K/V bytes in its pages. Also when its
  *   generated tokens are fed back as prompt tokens of a later pass (what a prefix-cache hit on a
  *   previous reply amounts to): the cache is invisible to the math.
+ * Passes of a shape seen lately are submitted as recorded (gpu_recording): the mixed passes of
+ * many shapes and the repeated decode passes go through that cache, so the bit equalities
+ * above also hold for replayed recordings.
  * Sizes are awkward on purpose (prompts of 37, 61, 90 and 700 tokens, page size 16 and 4); 700
  * positions cross the fixed attention split boundary. */
 #include <setjmp.h>
@@ -164,6 +167,7 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
     init_model(&g, page_tokens);
     trace solo = {.logits = malloc((size_t)GEN * V * 4)}, mixed = {.logits = malloc((size_t)GEN * V * 4)};
     alone(&g, 1, a, la, &solo);
+    assert_true(g.rec_hits >= GEN - 2); /* its decode passes, one shape, were submitted as recorded */
     size_t pool_halves = g.kv->size / 2, row_halves = (size_t)la * 2 * g.lay.n_layer * g.lay.n_head_kv * g.lay.head_dim;
     uint16_t *pool = malloc(g.kv->size), *kv_solo = malloc(row_halves * 2), *kv_mixed = malloc(row_halves * 2);
     download_pool(&g, pool);

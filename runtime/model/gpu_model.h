@@ -64,6 +64,17 @@ typedef struct gpu_host_times {
     double submit_at_ms;             /* cd_now_ms() when the submit began */
 } gpu_host_times;
 
+/* A pass's command buffer kept for passes of the same shape (gpu_prefill.c, "recordings"). */
+#define GPU_RECORDINGS 4
+typedef struct gpu_recording {
+    bool valid;
+    uint32_t n, n_out, limit; /* the shape: tokens, wanted rows, attention positions (whole splits) */
+    uint32_t *out;            /* [max_seqs] the wanted rows (the CPU head copies each) */
+    uint64_t last_use;
+    cvk_cmd cmd;              /* recorded reusable */
+    cvk_descpool dp;          /* its descriptor sets */
+} gpu_recording;
+
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
@@ -97,8 +108,10 @@ typedef struct gpu_model {
     cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */
     cvk_buffer bpartials;            /* attention split scratch */
     cvk_buffer bin_tok, bin_pos, bin_loc; /* host-written: ids, positions, {row, position} */
-    cvk_descpool pdpool;             /* reset per pass */
-    cvk_cmd pcmd;                    /* recorded per pass */
+    cvk_descpool pdpool;             /* a profiled pass's sets (reset per pass) */
+    cvk_cmd pcmd;                    /* a profiled pass (recorded per pass, with the timer's spans) */
+    gpu_recording rec[GPU_RECORDINGS]; /* unprofiled passes, by shape, least recently used replaced */
+    uint64_t rec_clock, rec_hits;    /* passes submitted as already recorded */
 
     /* several sequences, one block-table row each */
     uint32_t max_seqs;               /* block-table rows = tokens whose logits one pass may want */
@@ -151,8 +164,8 @@ typedef struct gpu_batch {
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o);
 void gpu_model_free(gpu_model *g); /* zeroed or partly initialized is fine */
 
-/* Attaches a timer (NULL detaches) to the passes: its spans describe the latest pass (every
- * pass is recorded afresh). For profiling (cinder profile), not for serving. */
+/* Attaches a timer (NULL detaches) to the passes: its spans describe the latest pass (while it
+ * is attached every pass is recorded afresh, not reused). For profiling, not for serving. */
 void gpu_model_set_timer(gpu_model *g, cvk_timer *t);
 
 /* Writes block-table row `row`: n page ids (at most n_ctx tokens' worth). */

@@ -18,8 +18,10 @@
  *   head over the wanted rows: rmsnorm, lm_head, argmax
  *
  * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and the
- * grouped matmul reads them, skipping the workgroups past an expert's count. A pass is
- * recorded into a one-time command buffer (descriptor sets from a pool reset per pass). */
+ * grouped matmul reads them, skipping the workgroups past an expert's count. A pass of a shape
+ * seen lately is submitted as already recorded (see "recordings" below): only its inputs are
+ * written on the host. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/base/clock.h"
@@ -89,8 +91,9 @@ static int make_pipelines(gpu_model *g) {
 /* Fixed attention split boundaries for the batch forward: at most 8 splits of a full context,
  * at least the positions per split the kernel's default would use. */
 static uint32_t batch_split_len(const gpu_model *g) {
-    uint32_t least = g->attn_prefill.cpu ? 512 : 256, per = (g->n_ctx + 7) / 8;
-    return per > least ? per : least;
+    uint32_t least = g->attn_prefill.cpu ? 512 : 256, per = (g->n_ctx + 7) / 8, step = g->attn_prefill.step;
+    uint32_t len = per > least ? per : least;
+    return step ? (len + step - 1) / step * step : len; /* as the kernel rounds it */
 }
 
 static int make_buffers(gpu_model *g) {
@@ -146,12 +149,23 @@ static int make_batch_buffers(gpu_model *g) {
 int gpu_prefill_init(gpu_model *g) {
     if (!g->n_batch) g->n_batch = GPU_PREFILL_BATCH;
     if (g->n_batch > g->n_ctx) g->n_batch = g->n_ctx;
-    return make_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
-           cvk_cmd_init(&g->pcmd, &g->vk->dev, false);
+    TRY(make_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
+        cvk_cmd_init(&g->pcmd, &g->vk->dev, false));
+    for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
+        gpu_recording *r = &g->rec[i];
+        if (!(r->out = malloc(g->max_seqs * sizeof *r->out))) return cd_fail("out of memory");
+        TRY(cvk_descpool_init(&r->dp, &g->vk->dev, 256) || cvk_cmd_init(&r->cmd, &g->vk->dev, false));
+    }
+    return 0;
 }
 
 void gpu_prefill_free(gpu_model *g) {
     cvk_ctx *vk = g->vk;
+    for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
+        cvk_cmd_free(&g->rec[i].cmd);
+        cvk_descpool_free(&g->rec[i].dp);
+        free(g->rec[i].out);
+    }
     cvk_cmd_free(&g->pcmd);
     cvk_descpool_free(&g->pdpool);
     cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bxb2, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
@@ -177,7 +191,8 @@ typedef struct chunk {
     cvk_cmd *c;
     cvk_descpool *dp;
     uint32_t T;      /* tokens in the chunk */
-    uint32_t max_len; /* last position + 1 */
+    uint32_t max_len; /* positions attention may read: the last + 1, or more (batch invariance) */
+    bool reusable;    /* recorded to be submitted again (gpu_recording) */
     uint64_t attended;       /* for profiles: sum over tokens of the positions each attends to */
     uint64_t kv_positions;   /* for profiles: distinct (row, position) pairs attention reads */
 } chunk;
@@ -364,7 +379,7 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
 static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
-    TRY(cvk_cmd_begin(ch->c));
+    TRY(ch->reusable ? cvk_cmd_begin_reusable(ch->c) : cvk_cmd_begin(ch->c));
     cvk_get_rows_args e = {.table = &g->w.tok_embd, .type = g->m->tok_embd->type, .n = cf->n_embd,
                            .n_rows = cf->n_vocab, .ids = W(&g->bin_tok), .n_ids = ch->T, .dst = W(&g->bx)};
     if (profiling(ch))
@@ -420,6 +435,60 @@ static int check_batch(const gpu_model *g, const gpu_batch *b) {
     return 0;
 }
 
+/* ---- recordings kept for reuse ----
+ *
+ * A pass's command buffer depends only on its shape: the tokens, the wanted rows (the CPU
+ * head copies each one) and the attention splits, the positions that cover the longest row
+ * rounded up to whole splits; ids, positions, rows and tables are read on the device from
+ * host-written buffers. So a pass of a shape seen lately is submitted again as recorded
+ * (decode steps in steady state are all one shape), and host recording drops out of the step.
+ * With a timer attached every pass is recorded afresh (spans describe the latest). */
+
+static uint32_t split_limit(const gpu_model *g, uint32_t max_len) {
+    uint64_t sl = g->split_len, lim = (max_len + sl - 1) / sl * sl, cap = (uint64_t)g->max_pages * g->lay.page_tokens;
+    return (uint32_t)(lim < cap ? lim : cap);
+}
+
+static gpu_recording *find_recording(gpu_model *g, const gpu_batch *b, uint32_t limit) {
+    for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
+        gpu_recording *r = &g->rec[i];
+        if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit &&
+            (!g->head_matvec || !memcmp(r->out, b->out, b->n_out * sizeof *b->out)))
+            return r;
+    }
+    return NULL;
+}
+
+/* The least recently used recording, emptied and recorded for b's shape. */
+static gpu_recording *new_recording(gpu_model *g, chunk *ch, const gpu_batch *b, uint32_t limit) {
+    gpu_recording *r = &g->rec[0];
+    for (uint32_t i = 1; i < GPU_RECORDINGS; i++)
+        if (g->rec[i].last_use < r->last_use) r = &g->rec[i];
+    r->valid = false;
+    ch->c = &r->cmd;
+    ch->dp = &r->dp;
+    ch->reusable = true;
+    if (cvk_descpool_reset(&r->dp) || record_chunk(ch, b->out, b->n_out)) return NULL;
+    *r = (gpu_recording){.valid = true, .n = b->n, .n_out = b->n_out, .limit = limit, .out = r->out, .cmd = r->cmd,
+                         .dp = r->dp};
+    memcpy(r->out, b->out, b->n_out * sizeof *b->out);
+    return r;
+}
+
+/* The pass's command buffer: a recording of its shape, or recorded now. */
+static cvk_cmd *pass_cmd(gpu_model *g, chunk *ch, const gpu_batch *b) {
+    const cvk_timer *t = g->pcmd.timer;
+    if (t && t->enabled) { /* profiled: every pass recorded with its spans */
+        if (cvk_descpool_reset(&g->pdpool) || record_chunk(ch, b->out, b->n_out)) return NULL;
+        return &g->pcmd;
+    }
+    gpu_recording *r = find_recording(g, b, ch->max_len);
+    if (r) g->rec_hits++;
+    else if (!(r = new_recording(g, ch, b, ch->max_len))) return NULL;
+    r->last_use = ++g->rec_clock;
+    return &r->cmd;
+}
+
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     TRY(check_batch(g, b));
     int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0), *out = cvk_buffer_host_ptr(&g->bin_out, 0);
@@ -436,16 +505,16 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
         if (i + 1 == b->n || b->row[i + 1] != b->row[i]) kv_positions += b->pos[i] + 1;
     }
     for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
-    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = max_len, .attended = attended,
-                .kv_positions = kv_positions};
+    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = split_limit(g, max_len),
+                .attended = attended, .kv_positions = kv_positions};
     gpu_host_times *h = &g->host;
     double t0 = cd_now_ms();
-    TRY(cvk_descpool_reset(&g->pdpool));
-    TRY(record_chunk(&ch, b->out, b->n_out));
+    cvk_cmd *c = pass_cmd(g, &ch, b);
+    if (!c) return -1;
     double t1 = cd_now_ms();
-    TRY(cvk_cmd_submit(&g->pcmd));
+    TRY(cvk_cmd_submit(c));
     double t2 = cd_now_ms();
-    TRY(cvk_cmd_wait(&g->pcmd));
+    TRY(cvk_cmd_wait(c));
     double t3 = cd_now_ms();
     const int32_t *ids = cvk_buffer_host_ptr(&g->bout_id, 0);
     for (uint32_t j = 0; j < b->n_out; j++) next[j] = ids[j];
