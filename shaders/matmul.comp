@@ -9,6 +9,10 @@
 //     j = ids_off + o + t, in(t) = gather[j] (flag 1) or j, out(t) = scatter[j] (flag 2) or j;
 //     n_tokens (the grid's token extent) bounds every count; tiles past c exit at once, and
 //     entries j >= n_ids (the lists' length) are skipped.
+//   work items (flags 4 | 16): workgroup y takes item {e, n0} = items[item0 + y] (written by
+//     moe_group: only experts with tokens, BN tokens per item) instead of e = expert0 + z and
+//     n0 = y * BN; items of experts outside [expert0, expert1) exit (their rows are in
+//     another part). The host dispatches indirectly with the item count moe_group wrote.
 // A token whose in(t) or out(t) falls outside [0, x_rows) / [0, y_rows) is skipped.
 //
 // Workgroup (x, y, z) owns the BM x BN tile of slice rows m0 = x*BM.. and tokens n0 = y*BN..
@@ -44,6 +48,7 @@ layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer Gather { int gather[]; };
 layout(binding = 4) readonly buffer Scatter { int scatter[]; };
 layout(binding = 5) readonly buffer Groups { uvec2 groups[]; }; // [n_experts] {offset, count}
+layout(binding = 6) readonly buffer Items { uvec2 items[]; };   // work items {expert, first token}
 
 // mirrors cvk_matmul_push in runtime/vk/op_matmul.h
 layout(push_constant) uniform Push {
@@ -60,7 +65,9 @@ layout(push_constant) uniform Push {
     uint y_rows;    // rows of Y
     uint ids_off;   // first entry of gather / scatter used
     uint n_ids;     // grouped: entries in the bound lists
-    uint flags;     // 1: gather, 2: scatter, 4: grouped
+    uint flags;     // 1: gather, 2: scatter, 4: grouped, 16: work items (with 4)
+    uint item0;     // work items: the list's first entry in items
+    uint expert1;   // work items: experts [expert0, expert1) have rows in the bound part
 } pc;
 
 const uint NONE = 0xffffffffu;
@@ -77,7 +84,14 @@ void main() {
     uint tm = tid % TPM, tn = tid / TPM;
 
     // the slice's rows in this part (uniform across the workgroup)
-    uint e = pc.expert0 + gl_WorkGroupID.z, g0 = e * pc.n_rows;
+    uint e = pc.expert0 + gl_WorkGroupID.z;
+    if ((pc.flags & 16u) != 0) { // work item y: BN tokens of one expert from its first token
+        uvec2 it = items[pc.item0 + gl_WorkGroupID.y];
+        e = it.x;
+        n0 = it.y;
+        if (e < pc.expert0 || e >= pc.expert1) return; // its rows lie in another part
+    }
+    uint g0 = e * pc.n_rows;
     uint lo = max(g0, pc.part_row0), hi = min(g0 + pc.n_rows, pc.part_row0 + pc.part_rows);
     uint nr = hi > lo ? hi - lo : 0u, w_row0 = lo - pc.part_row0, r0 = lo - g0;
     // the tokens: plain 0..n_tokens at list entry ids_off; grouped from the expert's group

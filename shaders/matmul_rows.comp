@@ -13,7 +13,7 @@
 // registers and accumulates NT sums; no shared memory, no barrier.
 //
 // Workgroup (x, y, z): rows m0 = x*WG.. of the slice, tokens n0 = y*NT.., expert e = expert0 + z
-// (grouped mode); token lists, parts and skipping exactly as matmul.comp.
+// (grouped mode), or work item y (flag 16); token lists, parts and skipping exactly as matmul.comp.
 #extension GL_EXT_shader_8bit_storage : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
@@ -33,11 +33,12 @@ layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer Gather { int gather[]; };
 layout(binding = 4) readonly buffer Scatter { int scatter[]; };
 layout(binding = 5) readonly buffer Groups { uvec2 groups[]; };
+layout(binding = 6) readonly buffer Items { uvec2 items[]; };
 
 // mirrors cvk_matmul_push in runtime/vk/op_matmul.h (as matmul.comp)
 layout(push_constant) uniform Push {
     uint n_in, row_bytes, n_rows, part_row0, part_rows, expert0, n_tokens;
-    uint x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags;
+    uint x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags, item0, expert1;
 } pc;
 // flags 8 (set by the host when x_stride and n_in are multiples of 4 and x starts 16-byte
 // aligned): x read as vec4s, a quarter of the load instructions (CPU devices pay per lane).
@@ -50,6 +51,14 @@ const uint GROUP = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF
 // Byte l of the 32 at byte offset o (even), from 16 loads of 16 bits.
 #define LOAD32(o, dst) [[unroll]] for (uint h_ = 0; h_ < 16u; h_++) { \
         uint v_ = uint(qb_u16[((o) >> 1) + h_]); dst[2u * h_] = v_ & 255u; dst[2u * h_ + 1u] = v_ >> 8; }
+
+// The same 32 bytes from two 16-byte loads; o a multiple of 16 (Q4_K / Q5_K: 144- and
+// 176-byte blocks, their qs and qh runs at 16-byte offsets, parts bound at offset 0).
+layout(binding = 0) readonly buffer QbU4 { uvec4 qb_u4[]; };
+#define LOAD32_16(o, dst) [[unroll]] for (uint h_ = 0; h_ < 2u; h_++) { \
+        uvec4 v_ = qb_u4[((o) >> 4) + h_]; \
+        [[unroll]] for (uint c_ = 0; c_ < 4u; c_++) { \
+            [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[16u * h_ + 4u * c_ + b_] = (v_[c_] >> (8u * b_)) & 255u; } }
 
 // Weights k0 .. k0 + GROUP - 1 of the row at byte offset `row`, each the float qb_dequant
 // returns for it (the same expression, evaluated in the same order), with the group's scales
@@ -69,8 +78,8 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
         float d = qb_half(b + (five ? Q5_K_D : Q4_K_D)) * float(sm.x);
         float mn = qb_half(b + (five ? Q5_K_DMIN : Q4_K_DMIN)) * float(sm.y);
         uint qs[32], qh[32];
-        LOAD32(b + (five ? Q5_K_QS : Q4_K_QS) + 32 * j, qs);
-        if (five) { LOAD32(b + Q5_K_QH, qh); }
+        LOAD32_16(b + (five ? Q5_K_QS : Q4_K_QS) + 32 * j, qs);
+        if (five) { LOAD32_16(b + Q5_K_QH, qh); }
         [[unroll]] for (uint l = 0; l < 32u; l++) {
             uint q = (qs[l] >> (4 * hi)) & 15u;
             if (five) q |= ((qh[l] >> (2 * j + hi)) & 1u) << 4;
@@ -94,7 +103,14 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
 }
 
 void main() {
-    uint e = pc.expert0 + gl_WorkGroupID.z, g0 = e * pc.n_rows;
+    uint e = pc.expert0 + gl_WorkGroupID.z, n0 = gl_WorkGroupID.y * NT;
+    if ((pc.flags & 16u) != 0) { // work item y (matmul.comp): NT tokens of one expert
+        uvec2 it = items[pc.item0 + gl_WorkGroupID.y];
+        e = it.x;
+        n0 = it.y;
+        if (e < pc.expert0 || e >= pc.expert1) return;
+    }
+    uint g0 = e * pc.n_rows;
     uint lo = max(g0, pc.part_row0), hi = min(g0 + pc.n_rows, pc.part_row0 + pc.part_rows);
     uint nr = hi > lo ? hi - lo : 0u, w_row0 = lo - pc.part_row0, r0 = lo - g0;
     bool grouped = (pc.flags & 4u) != 0;
@@ -104,7 +120,7 @@ void main() {
         count = min(grp.y, pc.n_tokens);
         j0 += grp.x;
     }
-    uint m = gl_WorkGroupID.x * BM + gl_LocalInvocationID.x, n0 = gl_WorkGroupID.y * NT;
+    uint m = gl_WorkGroupID.x * BM + gl_LocalInvocationID.x;
     if (m >= nr || n0 >= count) return;
 
     uint xrow[NT], yrow[NT];

@@ -8,6 +8,13 @@
 //   scatter[j] = p      (t*k + slot)
 //   entries j >= sum of counts are -1 (skipped by the matmul)
 // Ids outside [0, n_expert) are dropped.
+// With tile0 > 0 it also writes the grouped matmul's work lists, so that its indirect
+// dispatches launch no workgroup for an empty expert and size token tiles to the count:
+//   list 0: experts with 0 < count <= split, one item per tile0 tokens, at items[0..)
+//   list 1: experts with count > split, one item per tile1 tokens, at items[cap..)
+//   items[i] = {expert, first token of the tile}, experts in increasing order
+//   dispatch[3d..3d+2] = {wx[d], items in list d / 2, 1}, d < 4 (VkDispatchIndirectCommand:
+//   x = the consumer's row tiles, y = its work items; two consumer shapes per list)
 //
 // 1. Counts: every invocation adds its strided pairs into cnt[e] with shared atomics
 //    (a sum: the same result in any order).
@@ -33,17 +40,25 @@ layout(binding = 0) readonly buffer I { int ids[]; };       // [n_tokens][k]
 layout(binding = 1) writeonly buffer G { uvec2 groups[]; }; // [n_expert] {offset, count}
 layout(binding = 2) writeonly buffer A { int gather[]; };   // [n_tokens * k]
 layout(binding = 3) writeonly buffer S { int scatter[]; };  // [n_tokens * k]
+layout(binding = 4) writeonly buffer W { uvec2 items[]; };  // [2 * cap] (tile0 > 0)
+layout(binding = 5) writeonly buffer D { uint dispatch[]; }; // [4][3] (tile0 > 0)
 
 // mirrors cvk_moe_group_push in runtime/vk/op_moe_group.h
 layout(push_constant) uniform Push {
     uint n_expert;
     uint n_tokens;
     uint k;
+    uint tile0, tile1; // tokens per work item of list 0 / 1 (tile0 0: no lists written)
+    uint split;        // largest count that goes to list 0
+    uint cap;          // items list 1 starts at
+    uint wx0, wx1, wx2, wx3; // x extents of the four dispatch commands
 } pc;
 
 shared uint cnt[MAX_EXPERT];          // counts, then the next free slot per expert
 shared uint mask[MAX_EXPERT * WORDS]; // tile members per expert, one bit per invocation
 shared uint total;                    // pairs kept
+shared uint ecount[MAX_EXPERT];       // count per expert (work lists)
+shared uint item0[MAX_EXPERT];        // its first item (list 1's include cap)
 
 void main() {
     uint lid = gl_LocalInvocationID.x, n = pc.n_tokens * pc.k;
@@ -57,17 +72,41 @@ void main() {
     }
     barrier();
 
+    bool lists = pc.tile0 != 0u;
     if (lid == 0) {
-        uint s = 0;
+        uint s = 0, n0 = 0, n1 = 0;
         for (uint e = 0; e < pc.n_expert; e++) {
             uint c = cnt[e];
             groups[e] = uvec2(s, c);
             cnt[e] = s;
             s += c;
+            ecount[e] = c;
+            if (c <= pc.split) {
+                item0[e] = n0;
+                n0 += (c + pc.tile0 - 1u) / max(pc.tile0, 1u);
+            } else {
+                item0[e] = pc.cap + n1;
+                n1 += (c + pc.tile1 - 1u) / max(pc.tile1, 1u);
+            }
         }
         total = s;
+        if (lists) {
+            uint wx[4] = {pc.wx0, pc.wx1, pc.wx2, pc.wx3}, ny[4] = {n0, n0, n1, n1};
+            for (uint d = 0; d < 4u; d++) {
+                dispatch[3u * d] = wx[d];
+                dispatch[3u * d + 1u] = ny[d];
+                dispatch[3u * d + 2u] = 1u;
+            }
+        }
     }
     barrier();
+
+    if (lists) {
+        for (uint e = lid; e < pc.n_expert; e += WG) {
+            uint c = ecount[e], tile = c <= pc.split ? pc.tile0 : pc.tile1;
+            for (uint t = 0, i = item0[e]; t < c; t += tile, i++) items[i] = uvec2(e, t);
+        }
+    }
 
     uint w = lid / 32u, bit = 1u << (lid % 32u), below = bit - 1u;
     for (uint base = 0; base < n; base += WG) {

@@ -44,12 +44,18 @@ static void test_push_layout_matches_glsl(void **state) {
         offsetof(cvk_matmul_push, part_row0), offsetof(cvk_matmul_push, part_rows), offsetof(cvk_matmul_push, expert0),
         offsetof(cvk_matmul_push, n_tokens),  offsetof(cvk_matmul_push, x_stride),  offsetof(cvk_matmul_push, x_rows),
         offsetof(cvk_matmul_push, y_stride),  offsetof(cvk_matmul_push, y_rows),    offsetof(cvk_matmul_push, ids_off),
-        offsetof(cvk_matmul_push, n_ids),     offsetof(cvk_matmul_push, flags),
+        offsetof(cvk_matmul_push, n_ids),     offsetof(cvk_matmul_push, flags),     offsetof(cvk_matmul_push, item0),
+        offsetof(cvk_matmul_push, expert1),
     };
-    assert_int_equal(si.n_push, 14);
-    for (int i = 0; i < 14; i++) assert_int_equal(si.push_offset[i], want[i]);
-    assert_int_equal(si.push_size, sizeof(cvk_matmul_push));
-    assert_int_equal(si.n_bindings, 6);
+    const uint32_t *spv[2] = {cinder_spv_matmul, cinder_spv_matmul_rows};
+    const size_t spv_size[2] = {cinder_spv_matmul_size, cinder_spv_matmul_rows_size};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(cvk_spirv_reflect(spv[k], spv_size[k], &si), 0);
+        assert_int_equal(si.n_push, 16);
+        for (int i = 0; i < 16; i++) assert_int_equal(si.push_offset[i], want[i]);
+        assert_int_equal(si.push_size, sizeof(cvk_matmul_push));
+        assert_int_equal(si.n_bindings, 7);
+    }
 }
 
 /* --- products --- */
@@ -251,17 +257,24 @@ static void test_tiles(void **state) {
 typedef struct gcase {
     enum qtype type;
     uint32_t T, k, n_expert, n_rows, n_in;
-    uint32_t dist;               /* 0 uniform, 1 odd experts only, 2 every token's slot 0 on the last expert */
+    uint32_t dist;               /* 0 uniform, 1 odd experts only, 2 every token's slot 0 on the last expert,
+                                    3 expert e gets counts[e % 8] tokens (the rest of the slots dropped) */
     bool down;                   /* x rows are the pairs (gather = scatter list), else the tokens */
     uint32_t ids_off;
     uint64_t max_part;           /* 0: the device's */
     const cvk_matmul_tile *tile; /* NULL: default */
+    /* work items (the forward pass's way): list 0 = experts with <= split tokens in items of
+     * tile's bn, list 1 = the rest in items of tile1's bn, two indirect dispatches */
+    bool items;
+    const cvk_matmul_tile *tile1; /* NULL: default */
+    uint32_t split;
+    const uint32_t *counts;       /* dist 3: 8 counts */
 } gcase;
 
 /* Routes T tokens to k distinct experts each (some pairs dropped as -1), groups the pairs on
  * the host (counting sort by expert, then pair index), runs one grouped call and checks
  * every written row against the double product and every other row for the NaN fill. */
-static void run_grouped(const gcase *g, uint64_t seed) {
+static float *run_grouped(const gcase *g, uint64_t seed) {
     rng r;
     rng_seed(&r, seed);
     uint32_t T = g->T, k = g->k, E = g->n_expert, P = T * k;
@@ -278,7 +291,18 @@ static void run_grouped(const gcase *g, uint64_t seed) {
     }
     /* routing: k distinct experts per token */
     int32_t *ids = malloc(P * 4);
-    for (uint32_t t = 0; t < T; t++)
+    if (g->dist == 3) { /* expert e on counts[e % 8] consecutive tokens (mod T): distinct per token */
+        uint32_t *used = calloc(T, 4), cursor = 0;
+        for (uint32_t q = 0; q < P; q++) ids[q] = -1;
+        for (uint32_t e = 0; e < E; e++)
+            for (uint32_t i = 0; i < g->counts[e % 8]; i++, cursor++) {
+                uint32_t t = cursor % T;
+                assert_true(g->counts[e % 8] <= T && used[t] < k);
+                ids[t * k + used[t]++] = (int32_t)e;
+            }
+        free(used);
+    }
+    for (uint32_t t = 0; t < (g->dist == 3 ? 0 : T); t++)
         for (uint32_t j = 0; j < k; j++) {
             int32_t e;
             bool dup;
@@ -291,7 +315,7 @@ static void run_grouped(const gcase *g, uint64_t seed) {
             } while (dup);
             ids[t * k + j] = e;
         }
-    if (P > 5) ids[P / 2] = -1, ids[P - 1] = (int32_t)E; /* dropped */
+    if (P > 5 && g->dist != 3) ids[P / 2] = -1, ids[P - 1] = (int32_t)E; /* dropped */
     /* host grouping: groups, gather (token), scatter (pair); lists start at ids_off */
     uint32_t *groups = calloc(E, 8), n_ids = g->ids_off + P;
     int32_t *gl = malloc(n_ids * 4), *sl = malloc(n_ids * 4);
@@ -303,13 +327,32 @@ static void run_grouped(const gcase *g, uint64_t seed) {
             if (ids[q] == (int32_t)e) gl[g->ids_off + off] = (int32_t)(q / k), sl[g->ids_off + off] = (int32_t)q, off++;
         groups[2 * e + 1] = off - groups[2 * e];
     }
+    /* work lists as moe_group writes them: {expert, first token}, list 1 at cap */
+    cvk_pipeline p, p1;
+    if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, g->type, g->tile)) fail_msg("%s", cd_errmsg());
+    if (cvk_matmul_pipeline(&p1, &vk->dev, vk->pcache.cache, g->type, g->tile1)) fail_msg("%s", cd_errmsg());
+    uint32_t tile0 = cvk_matmul_token_tile(&p), tile1 = cvk_matmul_token_tile(&p1);
+    uint32_t cap = P / (tile0 < tile1 ? tile0 : tile1) + 1 + E, nl[2] = {0, 0};
+    uint32_t *items = calloc(2ull * cap, 8);
+    for (uint32_t e = 0; e < E; e++) {
+        uint32_t c = groups[2 * e + 1], l = c > g->split, tile = l ? tile1 : tile0;
+        for (uint32_t t0 = 0; t0 < c; t0 += tile, nl[l]++) {
+            items[2 * (l * cap + nl[l])] = e;
+            items[2 * (l * cap + nl[l]) + 1] = t0;
+        }
+    }
+    uint32_t disp[6] = {cvk_matmul_row_tiles(&p, g->n_rows), nl[0], 1, cvk_matmul_row_tiles(&p1, g->n_rows), nl[1], 1};
     uint32_t x_rows = g->down ? P : T, y_rows = P;
     uint32_t xs = g->n_in + 1, ys = g->n_rows + 3;
     size_t nx = (size_t)(x_rows - 1) * xs + g->n_in, ny = (size_t)(y_rows - 1) * ys + g->n_rows;
     float *x = malloc(nx * 4), *got = malloc(ny * 4);
     for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r);
 
-    cvk_buffer bw, bx, by, bl, bg;
+    cvk_buffer bw, bx, by, bl, bg, bit, bd;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bit, 16ull * cap, 8, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bd, 64, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bit), items), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bd, 4, 24), disp), 0); /* at 4: not 16-aligned */
     uint64_t saved = vk->mem.max_part;
     if (g->max_part) vk->mem.max_part = g->max_part;
     assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * total_rows, rb, CVK_MEM_DEVICE), 0);
@@ -327,8 +370,6 @@ static void run_grouped(const gcase *g, uint64_t seed) {
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bg), groups), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
 
-    cvk_pipeline p;
-    if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, g->type, g->tile)) fail_msg("%s", cd_errmsg());
     cvk_view sv = cvk_view_range(&bl, lb, n_ids * 4);
     cvk_matmul_args a = {.w = &bw, .type = g->type, .n_in = g->n_in, .n_rows = g->n_rows,
                          .x = cvk_view_whole(&bx), .x_rows = x_rows, .x_stride = xs,
@@ -338,7 +379,15 @@ static void run_grouped(const gcase *g, uint64_t seed) {
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&by), 0x7fc00000u), 0);
     cvk_barrier_transfer_to_compute(vk->cmd.cb);
-    if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    if (!g->items) {
+        if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+    } else {
+        for (uint32_t l = 0; l < 2; l++) {
+            a.items = cvk_view_whole(&bit), a.item0 = l * cap, a.item_tile = l ? tile1 : tile0;
+            a.dispatch = cvk_view_range(&bd, 4 + 12 * l, 12);
+            if (cvk_matmul(&vk->cmd, &vk->dpool, l ? &p1 : &p, &a)) fail_msg("%s", cd_errmsg());
+        }
+    }
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
@@ -365,16 +414,20 @@ static void run_grouped(const gcase *g, uint64_t seed) {
     for (uint32_t q = 0; q < y_rows; q++)
         for (uint32_t m = 0; m < (written[q] ? 0 : g->n_rows); m++)
             if (!is_nan_fill(got[(size_t)q * ys + m])) fail_msg("grouped: row %u of Y written, no pair maps there", q);
-    print_message("grouped %-5s T=%-3u k=%u E=%-3u rows=%-3u dist=%u down=%d parts=%-2u worst %.2g\n",
-                  qtype_name(g->type), T, k, E, g->n_rows, g->dist, g->down, bw.n_parts, worst);
+    print_message("grouped %-5s T=%-3u k=%u E=%-3u rows=%-3u dist=%u down=%d parts=%-2u items=%d (%u + %u) worst %.2g\n",
+                  qtype_name(g->type), T, k, E, g->n_rows, g->dist, g->down, bw.n_parts, g->items, nl[0], nl[1], worst);
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_pipeline_destroy(&vk->dev, &p1);
+    cvk_buffer_destroy(&vk->mem, &bit);
+    cvk_buffer_destroy(&vk->mem, &bd);
     cvk_buffer_destroy(&vk->mem, &bw);
     cvk_buffer_destroy(&vk->mem, &bx);
     cvk_buffer_destroy(&vk->mem, &by);
     cvk_buffer_destroy(&vk->mem, &bl);
     cvk_buffer_destroy(&vk->mem, &bg);
-    free(row), free(wq), free(wd), free(ids), free(groups), free(gl), free(sl), free(x), free(got), free(written);
+    free(row), free(wq), free(wd), free(ids), free(groups), free(gl), free(sl), free(x), free(written), free(items);
+    return got;
 }
 
 /* Every type; uniform, half the experts empty, one expert in every token; token- and
@@ -388,18 +441,18 @@ static void test_grouped(void **state) {
         enum qtype ty = all_types[ti];
         uint32_t n_in = n_in_for(ty);
         gcase a = {.type = ty, .T = 33, .k = 2, .n_expert = 8, .n_rows = 17, .n_in = n_in};
-        run_grouped(&a, seed++);
+        free(run_grouped(&a, seed++));
         gcase b = {.type = ty, .T = 130, .k = 4, .n_expert = 10, .n_rows = 70, .n_in = n_in, .dist = 1, .down = true,
                    .ids_off = 3};
-        run_grouped(&b, seed++);
+        free(run_grouped(&b, seed++));
     }
     const uint32_t Ts[] = {1, 7, 100};
     for (size_t i = 0; i < 3; i++) {
         gcase c = {.type = QTYPE_Q4_K, .T = Ts[i], .k = 8, .n_expert = 128, .n_rows = 9, .n_in = 256, .dist = i == 2 ? 2 : 0};
-        run_grouped(&c, seed++);
+        free(run_grouped(&c, seed++));
         gcase d = {.type = QTYPE_F32, .T = Ts[i], .k = 1, .n_expert = 3, .n_rows = 40, .n_in = 64, .dist = 2,
                    .down = true, .tile = &small};
-        run_grouped(&d, seed++);
+        free(run_grouped(&d, seed++));
     }
 }
 
@@ -414,11 +467,68 @@ static void test_grouped_split_parts(void **state) {
         uint32_t n_in = n_in_for(ty);
         uint64_t rb = qtype_row_bytes(ty, n_in);
         gcase a = {.type = ty, .T = 45, .k = 3, .n_expert = 8, .n_rows = 5, .n_in = n_in, .max_part = rb * 13 + 7};
-        run_grouped(&a, seed++); /* parts of 13 rows: 2-3 experts each, straddling */
+        free(run_grouped(&a, seed++)); /* parts of 13 rows: 2-3 experts each, straddling */
         gcase b = {.type = ty, .T = 70, .k = 2, .n_expert = 4, .n_rows = 30, .n_in = n_in, .down = true, .dist = 1,
                    .max_part = rb * (ty == QTYPE_Q8_0 ? 16 : 7)}; /* Q8_0: parts are whole 8-row units */
-        run_grouped(&b, seed++); /* parts of 7 (16) rows: slices over 2-5 parts */
+        free(run_grouped(&b, seed++)); /* parts of 7 (16) rows: slices over 2-5 parts */
     }
+}
+
+/* Work items (moe_group's lists, indirect dispatches): 128 experts with 0, 1, 3, 17, 33, 0, 2
+ * and 5 tokens (T = 130, k = 8: some slots dropped), a decode-like step (8 tokens, 8 of 128
+ * experts each: 0-2 per expert) and a 512-token chunk; every type; gate/up (token rows) and
+ * down (pair rows); weights split into parts. Each case is checked against the double
+ * product, and its output compared bit for bit across tilings: the grid over every expert
+ * with the default tile, the rows kernel (bn 8 and 1) and an 8-token tile for list 0, the
+ * default and a 32-token tile for list 1, splits 0 (everything in list 1), 4, 16 and all. */
+static void test_grouped_items(void **state) {
+    (void)state;
+    static const uint32_t counts[8] = {0, 1, 3, 17, 33, 0, 2, 5};
+    const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4}, t32 = {.bm = 32, .bn = 32, .bk = 16, .tm = 4, .tn = 4};
+    const cvk_matmul_tile one = {.bm = 64, .bn = 1, .rows = true};
+    struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
+        {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX}, {&cvk_matmul_tile_rows, &t32, 0},
+        {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX}};
+    const size_t n_tilings = sizeof tilings / sizeof *tilings;
+    uint64_t seed = 600;
+    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
+        enum qtype ty = all_types[ti];
+        uint32_t n_in = n_in_for(ty);
+        uint64_t rb = qtype_row_bytes(ty, n_in);
+        gcase cases[] = {
+            {.type = ty, .T = 130, .k = 8, .n_expert = 128, .n_rows = 24, .n_in = n_in, .dist = 3, .counts = counts},
+            {.type = ty, .T = 130, .k = 8, .n_expert = 128, .n_rows = 70, .n_in = n_in, .dist = 3, .counts = counts,
+             .down = true, .ids_off = 5},
+            {.type = ty, .T = 8, .k = 8, .n_expert = 128, .n_rows = 17, .n_in = n_in},
+            {.type = ty, .T = 33, .k = 8, .n_expert = 32, .n_rows = 9, .n_in = n_in, .dist = 3, .counts = counts,
+             .max_part = rb * (ty == QTYPE_Q8_0 ? 16 : 13) + 7},
+        };
+        for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+            if (ty != QTYPE_Q4_K && ty != QTYPE_Q6_K && ci == 1) continue; /* the big down case: two types */
+            uint64_t cs = seed++;
+            gcase base = cases[ci];
+            float *want = run_grouped(&base, cs);
+            uint32_t P = base.T * base.k, ys = base.n_rows + 3;
+            size_t ny = (size_t)(P - 1) * ys + base.n_rows;
+            for (size_t k = 0; k < n_tilings; k++) {
+                gcase c = base;
+                c.items = true, c.tile = tilings[k].t0, c.tile1 = tilings[k].t1, c.split = tilings[k].split;
+                float *got = run_grouped(&c, cs);
+                if (memcmp(got, want, ny * 4))
+                    fail_msg("items %s case %zu tiling %zu: not the same bits as the grid over every expert",
+                             qtype_name(ty), ci, k);
+                free(got);
+            }
+            free(want);
+        }
+    }
+    /* a 512-token chunk at the real expert count (~32 tokens per expert), Q4_K */
+    gcase big = {.type = QTYPE_Q4_K, .T = 512, .k = 8, .n_expert = 128, .n_rows = 8, .n_in = 256};
+    float *want = run_grouped(&big, seed);
+    big.items = true, big.tile = &cvk_matmul_tile_rows, big.split = 32;
+    float *got = run_grouped(&big, seed);
+    assert_memory_equal(got, want, ((size_t)(512 * 8 - 1) * 11 + 8) * 4);
+    free(got), free(want);
 }
 
 static void test_rejects_mismatches(void **state) {
@@ -555,6 +665,65 @@ static void bench_q4k(void **state) {
     free(row), free(wd), free(x), free(ycpu), free(ygpu), free(wq);
 }
 
+/* CINDER_MATMUL_BENCH=kernels: one 768 x 2048 Q4_K expert (CINDER_MATMUL_BENCH_TYPE to vary)
+ * times 1, 8 and 32 tokens through each few-token kernel and tile, best wall time of 5
+ * (lavapipe: the per-weight decode cost against the per-token fma cost). */
+static void bench_kernels(void **state) {
+    (void)state;
+    const uint32_t n_rows = 768, n_in = 2048, Tmax = 32;
+    enum qtype ty = QTYPE_Q4_K;
+    const char *tn = getenv("CINDER_MATMUL_BENCH_TYPE");
+    if (tn && qtype_from_name(tn, &ty)) fail_msg("CINDER_MATMUL_BENCH_TYPE=%s: unknown type", tn);
+    rng r;
+    rng_seed(&r, 42);
+    size_t rb = qtype_row_bytes(ty, n_in);
+    float *row = malloc(n_in * 4), *x = malloc((size_t)Tmax * n_in * 4);
+    uint8_t *wq = malloc(rb * n_rows);
+    for (uint32_t i = 0; i < n_rows; i++) {
+        for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
+        quant_quantize_row(ty, row, wq + rb * i, n_in);
+    }
+    for (size_t i = 0; i < (size_t)Tmax * n_in; i++) x[i] = rng_normal(&r);
+    cvk_buffer bw, bx, by;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, (size_t)Tmax * n_in * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, (size_t)Tmax * n_rows * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    const cvk_matmul_tile tiles[] = {
+        {.bm = 64, .bn = 1, .rows = true}, {.bm = 64, .bn = 4, .rows = true}, {.bm = 64, .bn = 8, .rows = true},
+        {.bm = 64, .bn = 16, .rows = true}, {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
+        {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default};
+    const uint32_t Ts[] = {1, 8, 32};
+    for (size_t ti = 0; ti < sizeof tiles / sizeof *tiles; ti++) {
+        cvk_pipeline p;
+        if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tiles[ti])) fail_msg("%s", cd_errmsg());
+        printf("%s %-5s bm %u bn %-2u:", qtype_name(ty), tiles[ti].rows ? "rows" : "tiled", tiles[ti].bm, tiles[ti].bn);
+        for (size_t k = 0; k < 3; k++) {
+            cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
+                                 .x_rows = Ts[k], .y = cvk_view_whole(&by), .y_rows = Ts[k], .n_tokens = Ts[k]};
+            double best = 1e9;
+            for (int rep = 0; rep < 5; rep++) {
+                assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+                if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+                double t0 = now_s();
+                assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+                best = fmin(best, now_s() - t0);
+                assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+            }
+            printf("  T=%-2u %8.2f ms", Ts[k], best * 1e3);
+        }
+        printf("\n");
+        fflush(stdout);
+        cvk_pipeline_destroy(&vk->dev, &p);
+    }
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &by);
+    free(row), free(x), free(wq);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_layout_matches_glsl),
@@ -564,8 +733,13 @@ int main(void) {
         cmocka_unit_test(test_tiles),
         cmocka_unit_test(test_grouped),
         cmocka_unit_test(test_grouped_split_parts),
+        cmocka_unit_test(test_grouped_items),
         cmocka_unit_test(test_rejects_mismatches),
     };
+    if (getenv("CINDER_MATMUL_BENCH") && !strcmp(getenv("CINDER_MATMUL_BENCH"), "kernels")) {
+        const struct CMUnitTest timing[] = {cmocka_unit_test(bench_kernels)};
+        return tu_status(cmocka_run_group_tests(timing, vk_setup, vk_teardown));
+    }
     if (getenv("CINDER_MATMUL_BENCH")) {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench_q4k)};
         return tu_status(cmocka_run_group_tests(timing, vk_setup, vk_teardown));

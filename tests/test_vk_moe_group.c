@@ -60,12 +60,15 @@ static void test_push_layout(void **state) {
     (void)state;
     cvk_spirv_info si;
     assert_int_equal(cvk_spirv_reflect(cinder_spv_moe_group, cinder_spv_moe_group_size, &si), 0);
+    const uint32_t wx = offsetof(cvk_moe_group_push, wx);
     const uint32_t want[] = {offsetof(cvk_moe_group_push, n_expert), offsetof(cvk_moe_group_push, n_tokens),
-                             offsetof(cvk_moe_group_push, k)};
-    assert_int_equal(si.n_push, 3);
-    for (int i = 0; i < 3; i++) assert_int_equal(si.push_offset[i], want[i]);
+                             offsetof(cvk_moe_group_push, k),        offsetof(cvk_moe_group_push, tile0),
+                             offsetof(cvk_moe_group_push, tile1),    offsetof(cvk_moe_group_push, split),
+                             offsetof(cvk_moe_group_push, cap),      wx, wx + 4, wx + 8, wx + 12};
+    assert_int_equal(si.n_push, 11);
+    for (int i = 0; i < 11; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_moe_group_push));
-    assert_int_equal(si.n_bindings, 4);
+    assert_int_equal(si.n_bindings, 6);
 }
 
 static cvk_buffer make_buf(uint64_t bytes, uint64_t granule) {
@@ -109,6 +112,20 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
         }
     }
     host_group(ids, n_tokens, k, n_expert, groups, gl, sl);
+    /* work lists: tiles and split vary per case */
+    const uint32_t tiles0[] = {1, 8, 8, 16}, tiles1[] = {64, 16, 64, 32}, splits[] = {0, 3, 32, UINT32_MAX};
+    uint32_t v = rng_below(r, 4), tile0 = tiles0[v], tile1 = tiles1[v], split = splits[rng_below(r, 4)];
+    uint32_t cap = cvk_moe_group_cap(n_tokens, k, n_expert, tile0, tile1) + rng_below(r, 3);
+    uint32_t *items = calloc(2ull * cap, 8), *gitems = malloc(16ull * cap), nl[2] = {0, 0}, gdisp[12];
+    for (uint32_t e = 0; e < n_expert; e++) {
+        uint32_t c = groups[2 * e + 1], l = c > split, tile = l ? tile1 : tile0;
+        for (uint32_t t0 = 0; t0 < c; t0 += tile, nl[l]++) {
+            items[2 * (l * cap + nl[l])] = e;
+            items[2 * (l * cap + nl[l]) + 1] = t0;
+        }
+    }
+    assert_true(nl[0] <= cap && nl[1] <= cap);
+    cvk_buffer bit = make_buf(16ull * cap, 8), bd = make_buf(48, 4);
     cvk_buffer bi = upload(ids, n * 4), bg = make_buf(n_expert * 8, 8), ba = make_buf(n * 4, 4), bs = make_buf(n * 4, 4);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
@@ -116,12 +133,28 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&bg), 0xdeadbeefu), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&ba), 0x12345678u), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&bs), 0x12345678u), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&bd), 0x12345678u), 0);
     cvk_barrier_transfer_to_compute(vk->cmd.cb);
     cvk_moe_group_args a = {.ids = cvk_view_whole(&bi), .groups = cvk_view_whole(&bg), .gather = cvk_view_whole(&ba),
-                            .scatter = cvk_view_whole(&bs), .n_expert = n_expert, .n_tokens = n_tokens, .k = k};
+                            .scatter = cvk_view_whole(&bs), .n_expert = n_expert, .n_tokens = n_tokens, .k = k,
+                            .items = cvk_view_whole(&bit), .dispatch = cvk_view_whole(&bd), .tile0 = tile0,
+                            .tile1 = tile1, .split = split, .cap = cap, .wx = {3, 5, 7, 65535}};
     if (cvk_moe_group(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bit), gitems), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bd), gdisp), 0);
+    const uint32_t want_disp[12] = {3, nl[0], 1, 5, nl[0], 1, 7, nl[1], 1, 65535, nl[1], 1};
+    for (int d = 0; d < 12; d++)
+        if (gdisp[d] != want_disp[d])
+            fail_msg("T=%u k=%u E=%u dist=%d: dispatch word %d = %u, want %u", n_tokens, k, n_expert, dist, d, gdisp[d],
+                     want_disp[d]);
+    for (uint32_t l = 0; l < 2; l++)
+        for (uint32_t i = l * cap; i < l * cap + nl[l]; i++)
+            if (gitems[2 * i] != items[2 * i] || gitems[2 * i + 1] != items[2 * i + 1])
+                fail_msg("T=%u k=%u E=%u dist=%d tiles %u/%u split %u: item %u = {%u, %u}, want {%u, %u}", n_tokens, k,
+                         n_expert, dist, tile0, tile1, split, i, gitems[2 * i], gitems[2 * i + 1], items[2 * i],
+                         items[2 * i + 1]);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bg), ggroups), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&ba), ggl), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bs), gsl), 0);
@@ -138,7 +171,9 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     cvk_buffer_destroy(&vk->mem, &bg);
     cvk_buffer_destroy(&vk->mem, &ba);
     cvk_buffer_destroy(&vk->mem, &bs);
-    free(ids), free(gl), free(sl), free(ggl), free(gsl), free(groups), free(ggroups);
+    cvk_buffer_destroy(&vk->mem, &bit);
+    cvk_buffer_destroy(&vk->mem, &bd);
+    free(ids), free(gl), free(sl), free(ggl), free(gsl), free(groups), free(ggroups), free(items), free(gitems);
 }
 
 static void test_group_exact(void **state) {
@@ -185,6 +220,12 @@ static void test_group_bad_args(void **state) {
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
     a.n_expert = 8, a.k = 0;
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
+    a.n_expert = 8, a.k = 4, a.tile0 = 8, a.tile1 = 64, a.cap = 9, a.items = v, a.dispatch = v;
+    a.wx[0] = a.wx[1] = a.wx[2] = a.wx[3] = 1;
+    assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1); /* 16 pairs / 8 + 8 experts: 10 */
+    a.cap = 10; /* 160 bytes of items */
+    assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
+    a.tile0 = 0, a.k = 0;
     a.n_tokens = 0; /* nothing to do */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), 0);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);

@@ -103,6 +103,9 @@ typedef struct gpu_model {
     cvk_buffer brouter;              /* (n_batch, n_expert) */
     cvk_buffer bids, bwts;           /* (n_batch, n_expert_used) */
     cvk_buffer bgroups;              /* (n_expert, 2) {offset, count} */
+    cvk_buffer bitems;               /* moe_group's work lists: (2 * moe_cap, 2) {expert, first token} */
+    cvk_buffer bdispatch;            /* their indirect grids: (4, 3) VkDispatchIndirectCommand */
+    uint32_t moe_cap;                /* items per list */
     cvk_buffer bgather, bscatter;    /* (n_batch * n_expert_used) */
     cvk_buffer bhg, bhu;             /* (n_batch * n_expert_used | n_batch, n_ff) */
     cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */

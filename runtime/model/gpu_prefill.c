@@ -17,10 +17,11 @@
  *     dense: X += swiglu(XB Wg, XB Wu) Wd
  *   head over the wanted rows: rmsnorm, lm_head, argmax
  *
- * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and the
- * grouped matmul reads them, skipping the workgroups past an expert's count. A pass of a shape
- * seen lately is submitted as already recorded (see "recordings" below): only its inputs are
- * written on the host. */
+ * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and two
+ * work lists of (expert, token tile) with their indirect grids; the grouped matmuls dispatch
+ * over those (matmul_experts below), so no workgroup exists for an empty expert and a recorded
+ * pass stays valid whatever the routing. A pass of a shape seen lately is submitted as already
+ * recorded (see "recordings" below): only its inputs are written on the host. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -74,6 +75,24 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
     return n_tokens <= FEW_TOKENS ? &g->matmul_few[type] : &g->matmul[type];
 }
 
+/* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
+ * (row tile, item): list 0 holds the experts with at most MOE_SPLIT tokens, cut into items of
+ * the few-token kernel's tile; list 1 the busier experts, in items of the big tile (matmul).
+ * The few-token kernel: on a GPU the 8-token tile (weights loaded coalesced through shared
+ * memory, once per 8 tokens); on a CPU device the rows kernel with ONE token per item
+ * (matmul_one): llvmpipe runs it ~3 ms per token for a 768 x 2048 Q4_K expert and the 8-token
+ * rows kernel ~7-13 ms per token even when full (its token loop is not kept in registers), so
+ * there re-reading the row per token is the cheaper way. An empty list is an empty grid. Every
+ * output is the same ordered sum over k in every kernel, so which list an expert lands in (it
+ * depends on the other tokens of the batch) never changes a bit. Shape s of a list: 0 for
+ * gate/up (n_ff_exp rows), 1 for down (n_embd rows). */
+#define MOE_SPLIT 32u
+
+static const cvk_pipeline *moe_pipe(const gpu_model *g, enum qtype type, uint32_t list) {
+    if (list) return &g->matmul[type];
+    return g->matmul_one[type].pipe ? &g->matmul_one[type] : &g->matmul_few[type];
+}
+
 static int make_pipelines(gpu_model *g) {
     const model *m = g->m;
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
@@ -117,6 +136,10 @@ static int make_buffers(gpu_model *g) {
             gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
             gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
             gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
+        /* work lists sized for the smallest tile a list uses (list 0's) */
+        uint32_t tile = cvk_matmul_token_tile(moe_pipe(g, g->m->layers[0].gate_exps->type, 0));
+        g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, tile, tile);
+        TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
     TRY(gpu_model_buffer(g, &g->bin_tok, T * 4, U) || gpu_model_buffer(g, &g->bin_pos, T * 4, U) ||
         gpu_model_buffer(g, &g->bin_loc, T * 8, U));
@@ -169,7 +192,7 @@ void gpu_prefill_free(gpu_model *g) {
     cvk_cmd_free(&g->pcmd);
     cvk_descpool_free(&g->pdpool);
     cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bxb2, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
-                          &g->bwts, &g->bgroups, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
+                          &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
                           &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc, &g->btable, &g->bin_out,
                           &g->blogits, &g->bam_scratch, &g->bout_id, &g->bhead_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
@@ -225,15 +248,22 @@ static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const
 
 /* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
 static int matmul_experts(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
-                          const cvk_buffer *x, uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y) {
+                          const cvk_buffer *x, uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y,
+                          uint32_t shape) {
     const gpu_model *g = ch->g;
     uint32_t rows = ch->T * g->m->cfg.n_expert_used;
     work_matmul(ch, role, t, rows, step_cost_experts_read(g->m->cfg.n_expert, g->m->cfg.n_expert_used, ch->T), x_rows);
-    cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
-                         .x = W(x), .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T,
-                         .gather = W(gather), .scatter = W(&g->bscatter), .groups = W(&g->bgroups),
-                         .n_experts = (uint32_t)t->ne[2]};
-    return cvk_matmul(ch->c, ch->dp, matmul_pipe(g, t->type, ch->T), &a);
+    for (uint32_t list = 0; list < 2; list++) {
+        const cvk_pipeline *p = moe_pipe(g, t->type, list);
+        cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                             .x = W(x), .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T,
+                             .gather = W(gather), .scatter = W(&g->bscatter), .groups = W(&g->bgroups),
+                             .n_experts = (uint32_t)t->ne[2], .items = W(&g->bitems), .item0 = list * g->moe_cap,
+                             .item_tile = cvk_matmul_token_tile(p),
+                             .dispatch = cvk_view_range(&g->bdispatch, 12ull * (2 * list + shape), 12)};
+        TRY(cvk_matmul(ch->c, ch->dp, p, &a));
+    }
+    return 0;
 }
 
 static int rmsnorm(const chunk *ch, const char *role, const cvk_buffer *x, const cvk_buffer *w, const cvk_buffer *y,
@@ -311,20 +341,28 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) 
                             .n_expert = cf->n_expert, .k = k, .tokens = ch->T};
     TRY(cvk_moe_route(ch->c, ch->dp, &g->moe_route, &r));
     barrier(ch);
+    /* the lists' tiles and row tiles are the same for every layer's types (bm 64; bn 1 or 8, and 64) */
+    const cvk_pipeline *p0 = moe_pipe(g, l->gate_exps->type, 0), *p1 = moe_pipe(g, l->gate_exps->type, 1);
     cvk_moe_group_args mg = {.ids = W(&g->bids), .groups = W(&g->bgroups), .gather = W(&g->bgather),
-                             .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert};
+                             .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert,
+                             .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
+                             .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
+                             .split = MOE_SPLIT, .cap = g->moe_cap,
+                             .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(p0, cf->n_embd),
+                                    cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(p1, cf->n_embd)}};
     work_rows(ch, "moe_group", k, ch->T, 1, 3, 0, false);
     TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);
-    TRY(matmul_experts(ch, "ffn_gate_exps", l->gate_exps, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg) ||
-        matmul_experts(ch, "ffn_up_exps", l->up_exps, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu));
+    cvk_barrier_compute_to_indirect(ch->c->cb);
+    TRY(matmul_experts(ch, "ffn_gate_exps", l->gate_exps, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0) ||
+        matmul_experts(ch, "ffn_up_exps", l->up_exps, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0));
     barrier(ch);
     cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = cf->n_ff_exp, .rows = pairs};
     work_rows(ch, "swiglu", cf->n_ff_exp, pairs, 2, 1, 4, false);
     TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
     barrier(ch);
     /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
-    TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo));
+    TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1));
     barrier(ch);
     work_rows(ch, "moe_combine", cf->n_embd, ch->T, 1 + k, 1, 2 * k, false);
     cvk_moe_combine_args mc = {.x = W(&g->bx), .e = W(&g->beo), .w = W(&g->bwts), .n = cf->n_embd, .k = k,

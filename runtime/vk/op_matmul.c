@@ -15,10 +15,13 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
         return cd_fail("matmul: bad rows kernel %u rows x %u tokens", t->bm, t->bn);
     uint32_t spec[7] = {t->bm, (uint32_t)type, t->bm, t->bn, 0, 0, 0};
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
-                              .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 6,
+                              .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
                               .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
+
+uint32_t cvk_matmul_row_tiles(const cvk_pipeline *p, uint32_t n_rows) { return (n_rows + p->spec[2] - 1) / p->spec[2]; }
+uint32_t cvk_matmul_token_tile(const cvk_pipeline *p) { return p->spec[3]; }
 
 int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matmul_tile *tile) {
@@ -39,7 +42,7 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
                        c->max_shared);
     uint32_t spec[7] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn};
     cvk_pipeline_desc desc = {.name = "matmul", .spv = cinder_spv_matmul, .spv_size = cinder_spv_matmul_size,
-                              .n_bindings = 6, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
+                              .n_bindings = 7, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -67,9 +70,16 @@ static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_b
         if (a->n_experts == 0 || a->n_experts > 65535) return cd_fail("matmul: grouped with %u experts", a->n_experts);
         if (a->expert) return cd_fail("matmul: grouped mode takes expert = 0");
         if (a->groups.size < 8ull * a->n_experts) return cd_fail("matmul: groups shorter than n_experts entries");
+        if (a->items.buf) {
+            if (a->item_tile != p->spec[3])
+                return cd_fail("matmul: work items of %u tokens for a pipeline of %u", a->item_tile, p->spec[3]);
+            if (a->items.size < 8ull * ((uint64_t)a->item0 + 1) || a->dispatch.size < 12)
+                return cd_fail("matmul: work items or dispatch arguments missing");
+        }
         return 0; /* list lengths are checked per entry on the GPU (n_ids) */
     }
     if (a->n_experts) return cd_fail("matmul: n_experts without groups");
+    if (a->items.buf) return cd_fail("matmul: work items without groups");
     uint64_t need = ((uint64_t)a->ids_off + a->n_tokens) * 4;
     if ((a->gather.buf && a->gather.size < need) || (a->scatter.buf && a->scatter.size < need))
         return cd_fail("matmul: gather or scatter list shorter than ids_off + n_tokens");
@@ -88,7 +98,7 @@ int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     uint32_t gy = (a->n_tokens + bn - 1) / bn;
     if (gy > 65535) return cd_fail("matmul: %u tokens exceed 65535 token tiles", a->n_tokens);
     uint32_t flags = (a->gather.buf ? CVK_MATMUL_GATHER : 0) | (a->scatter.buf ? CVK_MATMUL_SCATTER : 0) |
-                     (grouped ? CVK_MATMUL_GROUPED : 0);
+                     (grouped ? CVK_MATMUL_GROUPED : 0) | (a->items.buf ? CVK_MATMUL_ITEMS : 0);
     if (xs % 4 == 0 && a->n_in % 4 == 0 && a->x.off % 16 == 0) flags |= CVK_MATMUL_X4;
     /* entries the bound lists hold (grouped mode skips list entries j >= n_ids) */
     uint64_t n_ids = UINT32_MAX;
@@ -96,7 +106,7 @@ int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     if (a->scatter.buf && a->scatter.size / 4 < n_ids) n_ids = a->scatter.size / 4;
     /* unused bindings get the x view: bound but never read */
     cvk_view gather = a->gather.buf ? a->gather : a->x, scatter = a->scatter.buf ? a->scatter : a->x;
-    cvk_view groups = grouped ? a->groups : a->x;
+    cvk_view groups = grouped ? a->groups : a->x, items = a->items.buf ? a->items : a->x;
     const cvk_buffer *w = a->w;
     uint64_t rpp = w->n_parts > 1 ? w->part_bytes / row_bytes : UINT64_MAX;
     /* experts [e0, e1): rows [e0 * n_rows, e1 * n_rows) */
@@ -120,11 +130,18 @@ int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
         uint32_t gx = (uint32_t)((nr + bm - 1) / bm), gz = (uint32_t)(hi - lo);
         if (gx > 65535) { cvk_cmd_label_end(c); return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr); }
         cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,
-                              a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags};
-        cvk_view views[6] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups};
+                              a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags,
+                              a->item0, (uint32_t)hi};
+        cvk_view views[7] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups, items};
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) { cvk_cmd_label_end(c); return -1; }
-        cvk_cmd_dispatch(c, p, set, &pc, gx, gy, gz);
+        /* work items: the grid moe_group wrote (x = the slice's row tiles, y = items); items of
+         * experts outside [lo, hi) exit in this part's dispatch */
+        if (a->items.buf) {
+            if (cvk_cmd_dispatch_indirect(c, p, set, &pc, a->dispatch)) { cvk_cmd_label_end(c); return -1; }
+        } else {
+            cvk_cmd_dispatch(c, p, set, &pc, gx, gy, gz);
+        }
     }
     cvk_cmd_label_end(c);
     return 0;

@@ -25,6 +25,14 @@
  *   down:     W = down_exps, x = [T*k][n_ff], gather = scatter, scatter = scatter
  *             -> [T*k][n_embd], row t*k + slot, for cvk_moe_combine with rows = T.
  *
+ * Work items (`items` bound as well; the few-tokens-per-expert case): instead of a grid over
+ * every expert and the largest count, workgroup row y takes item {e, t0} = items[item0 + y]
+ * (uint32 pairs from cvk_moe_group's work lists, op_moe_group.h) and computes expert e's
+ * tokens t0 .. t0 + bn - 1 (those below c_e); the grid is read from `dispatch` (a
+ * VkDispatchIndirectCommand moe_group wrote: x = cvk_matmul_row_tiles(), y = the list's
+ * items), so no workgroup exists for an empty expert and the count stays on the device.
+ * item_tile must be the pipeline's bn (the list's tile). n_tokens still bounds every count.
+ *
  * Plain MoE use (host knows the routing): per expert e with c_e pairs starting at o_e, call
  * with .expert = e, .n_tokens = c_e, .ids_off = o_e, gather and scatter as above.
  *
@@ -42,12 +50,13 @@
 /* mirrors the push block in shaders/matmul.comp (pinned by tests/test_vk_matmul.c) */
 typedef struct cvk_matmul_push {
     uint32_t n_in, row_bytes, n_rows, part_row0, part_rows, expert0, n_tokens;
-    uint32_t x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags;
+    uint32_t x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags, item0, expert1;
 } cvk_matmul_push;
 
 #define CVK_MATMUL_GATHER 1u
 #define CVK_MATMUL_SCATTER 2u
 #define CVK_MATMUL_GROUPED 4u
+#define CVK_MATMUL_ITEMS 16u /* grouped over moe_group's work items, dispatched indirectly */
 #define CVK_MATMUL_X4 8u /* x rows may be read as vec4s (the rows kernel uses it; the tiled one ignores it) */
 
 typedef struct cvk_matmul_tile {
@@ -78,11 +87,19 @@ typedef struct cvk_matmul_args {
     uint32_t ids_off;         /* first entry of gather / scatter used */
     cvk_view groups;          /* .buf non-NULL: expert-grouped mode, uint32 [n_experts][2] */
     uint32_t n_experts;       /* grouped: experts (slices of W) */
+    cvk_view items;           /* .buf non-NULL (with groups): work items, uint32 [][2] {expert, t0} */
+    uint32_t item0;           /* the list's first item */
+    uint32_t item_tile;       /* tokens per item: the pipeline's bn */
+    cvk_view dispatch;        /* with items: the VkDispatchIndirectCommand (12 bytes) */
 } cvk_matmul_args;
 
 /* One pipeline per weight type and tile shape (tile NULL = cvk_matmul_tile_default). */
 int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matmul_tile *tile);
+/* Row tiles of a grid over n_rows rows with pipeline p (the x extent for work items). */
+uint32_t cvk_matmul_row_tiles(const cvk_pipeline *p, uint32_t n_rows);
+/* Tokens per workgroup of pipeline p (its bn). */
+uint32_t cvk_matmul_token_tile(const cvk_pipeline *p);
 /* Records one dispatch per weight part holding rows of the slice (grouped: of any slice, with
  * grid z over the experts whose slices meet the part); no barrier before or after. */
 int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matmul_args *a);

@@ -8,14 +8,21 @@ int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
     if (wg % 32 || wg > 512) return cd_fail("moe_group: workgroup size %u (a multiple of 32 up to 512)", wg);
     if (wg > d->info.caps.max_wg_size[0] || wg > d->info.caps.max_wg_invocations)
         return cd_fail("moe_group: workgroup size %u too large for the device", wg);
-    uint64_t shared = 4ull * CVK_MOE_MAX_EXPERT * (1 + wg / 32) + 4;
+    uint64_t shared = 4ull * CVK_MOE_MAX_EXPERT * (3 + wg / 32) + 4;
     if (shared > d->info.caps.max_shared)
         return cd_fail("moe_group: needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
                        d->info.caps.max_shared);
     uint32_t spec[1] = {wg};
     cvk_pipeline_desc desc = {.name = "moe_group", .spv = cinder_spv_moe_group, .spv_size = cinder_spv_moe_group_size,
-                              .n_bindings = 4, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 1};
+                              .n_bindings = 6, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 1};
     return cvk_pipeline_create(p, d, cache, &desc);
+}
+
+uint32_t cvk_moe_group_cap(uint32_t n_tokens, uint32_t k, uint32_t n_expert, uint32_t tile0, uint32_t tile1) {
+    uint64_t pairs = (uint64_t)n_tokens * k, tile = tile1 && tile1 < tile0 ? tile1 : tile0;
+    if (!tile) return 0;
+    uint64_t cap = (pairs + tile - 1) / tile + (n_expert < pairs ? n_expert : pairs);
+    return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
 }
 
 int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_moe_group_args *a) {
@@ -29,8 +36,21 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         return cd_fail("moe_group: ids, gather and scatter need %llu bytes each", (unsigned long long)pairs * 4);
     if (a->groups.size < 8ull * a->n_expert)
         return cd_fail("moe_group: groups needs %llu bytes", 8ull * a->n_expert);
-    cvk_moe_group_push pc = {a->n_expert, a->n_tokens, a->k};
-    cvk_view views[4] = {a->ids, a->groups, a->gather, a->scatter};
+    cvk_moe_group_push pc = {.n_expert = a->n_expert, .n_tokens = a->n_tokens, .k = a->k};
+    cvk_view items = a->groups, dispatch = a->groups; /* bound, never written without lists */
+    if (a->tile0) {
+        if (!a->tile1) return cd_fail("moe_group: list 1 needs a tile");
+        uint32_t need = cvk_moe_group_cap(a->n_tokens, a->k, a->n_expert, a->tile0, a->tile1);
+        if (a->cap < need) return cd_fail("moe_group: work lists of %u items, %u needed", a->cap, need);
+        if (a->items.size < 16ull * a->cap || a->dispatch.size < 48)
+            return cd_fail("moe_group: items needs %llu bytes, dispatch 48", 16ull * a->cap);
+        for (int d = 0; d < 4; d++)
+            if (!a->wx[d] || a->wx[d] > 65535) return cd_fail("moe_group: dispatch x extent %u", a->wx[d]);
+        pc.tile0 = a->tile0, pc.tile1 = a->tile1, pc.split = a->split, pc.cap = a->cap;
+        for (int d = 0; d < 4; d++) pc.wx[d] = a->wx[d];
+        items = a->items, dispatch = a->dispatch;
+    }
+    cvk_view views[6] = {a->ids, a->groups, a->gather, a->scatter, items, dispatch};
     VkDescriptorSet set;
     if (cvk_descset(dp, p, views, &set)) return -1;
     cvk_cmd_label_begin(c, "moe_group");

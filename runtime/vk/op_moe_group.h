@@ -10,7 +10,18 @@
  * for j in [groups[e].offset, groups[e].offset + groups[e].count) the pairs of expert e in
  * increasing p. Ids outside [0, n_expert) are dropped (not counted); the list entries past
  * the kept pairs are -1. ids is the ids output of cvk_moe_route ([n_tokens][k], read as
- * int32). One workgroup for the batch (a counting sort in shared memory; see the shader). */
+ * int32). One workgroup for the batch (a counting sort in shared memory; see the shader).
+ *
+ * Work lists (tile0 > 0), for the grouped matmul's indirect mode (op_matmul.h): the experts
+ * with 0 < count <= split in list 0, cut into items of tile0 tokens; those with count > split
+ * in list 1, items of tile1 tokens:
+ *
+ *   items[i]            = {expert, first token}  uint32 [2 * cap][2]; list 0 at 0, list 1 at cap
+ *   dispatch[3d .. 3d+2] = {wx[d], n_items(list d / 2), 1}   VkDispatchIndirectCommand, d < 4
+ *
+ * so a matmul over list l with x extent wx[2l + s] (its row tiles) dispatches indirectly from
+ * dispatch + 12 * (2l + s) bytes: no workgroup for an empty expert, and the count never
+ * crosses to the host. cap must hold every list: cvk_moe_group_cap(). */
 #pragma once
 #include <stdint.h>
 
@@ -22,6 +33,8 @@
 /* mirrors the push block in shaders/moe_group.comp (pinned by tests/test_vk_moe_group.c) */
 typedef struct cvk_moe_group_push {
     uint32_t n_expert, n_tokens, k;
+    uint32_t tile0, tile1, split, cap;
+    uint32_t wx[4];
 } cvk_moe_group_push;
 
 typedef struct cvk_moe_group_args {
@@ -31,7 +44,16 @@ typedef struct cvk_moe_group_args {
     cvk_view scatter; /* int32 [n_tokens * k] */
     uint32_t n_expert; /* 1..CVK_MOE_MAX_EXPERT */
     uint32_t n_tokens, k;
+    /* work lists (tile0 0: none written, items and dispatch unused) */
+    cvk_view items;    /* uint32 [2 * cap][2] */
+    cvk_view dispatch; /* uint32 [4][3] */
+    uint32_t tile0, tile1, split, cap;
+    uint32_t wx[4];
 } cvk_moe_group_args;
+
+/* Items one list can need: sum over experts of ceil(count / tile) <= pairs / tile + the
+ * non-empty experts, for tile the smaller of the two. */
+uint32_t cvk_moe_group_cap(uint32_t n_tokens, uint32_t k, uint32_t n_expert, uint32_t tile0, uint32_t tile1);
 
 /* wg: invocations of the one workgroup (0 = 256; a multiple of 32 up to 512). */
 int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg);

@@ -4,6 +4,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_check.h"
+#include "runtime/vk/vk_descriptor.h"
 #include "runtime/vk/vk_fault.h"
 
 #define WAIT_NS (600ull * 1000000000ull) /* a GPU that takes 10 minutes is hung */
@@ -116,6 +117,23 @@ void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, co
     cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
     vkCmdDispatch(c->cb, gx, gy, gz);
     cvk_timer_end(c->timer, c->cb);
+}
+
+int cvk_cmd_dispatch_indirect(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push, cvk_view args) {
+    uint32_t part;
+    uint64_t off;
+    if (args.size < 12 || cvk_view_locate(&(cvk_view){args.buf, args.off, 12}, &part, &off) || off % 4)
+        return cd_fail("indirect dispatch: arguments not 12 aligned bytes in one part");
+    if (c->bound != p->pipe) {
+        vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
+        c->bound = p->pipe;
+    }
+    vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
+    if (p->push_size) vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
+    cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
+    vkCmdDispatchIndirect(c->cb, args.buf->parts[part].buf, off);
+    cvk_timer_end(c->timer, c->cb);
+    return 0;
 }
 
 /* The largest piece of a view starting at byte `at` that stays inside one part. */

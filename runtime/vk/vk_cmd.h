@@ -53,6 +53,10 @@ int cvk_cmd_run(cvk_cmd *c);            /* submit + wait */
 /* Binds p (when not already bound), the set, pushes p->push_size bytes of push, dispatches. */
 void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
                       uint32_t gx, uint32_t gy, uint32_t gz);
+/* The same with the grid read from a VkDispatchIndirectCommand at args (12 bytes in one part,
+ * 4-byte aligned) when the device runs it: written by an earlier kernel (order it with
+ * cvk_barrier_compute_to_indirect). */
+int cvk_cmd_dispatch_indirect(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push, cvk_view args);
 /* Copies src to dst (same size), crossing parts on either side as needed. */
 int cvk_cmd_copy(cvk_cmd *c, cvk_view src, cvk_view dst);
 /* Fills dst with a 32-bit pattern; offset and size must be multiples of 4. */
