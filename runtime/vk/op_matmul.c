@@ -87,7 +87,8 @@ static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_b
     return 0;
 }
 
-int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matmul_args *a) {
+/* The dispatches of one call, inside the caller's label. */
+static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matmul_args *a) {
     if (a->n_tokens == 0 || a->n_rows == 0) return 0;
     if (a->n_in == 0) return cd_fail("matmul: n_in is 0");
     uint32_t xs = a->x_stride ? a->x_stride : a->n_in, ys = a->y_stride ? a->y_stride : a->n_rows;
@@ -111,7 +112,6 @@ int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     uint64_t rpp = w->n_parts > 1 ? w->part_bytes / row_bytes : UINT64_MAX;
     /* experts [e0, e1): rows [e0 * n_rows, e1 * n_rows) */
     uint64_t e0 = grouped ? 0 : a->expert, e1 = grouped ? a->n_experts : (uint64_t)a->expert + 1;
-    cvk_cmd_label_begin(c, "matmul");
     for (uint32_t k = 0; k < w->n_parts; k++) {
         uint64_t p0 = w->n_parts > 1 ? k * rpp : 0, p1 = p0 + w->parts[k].size / row_bytes;
         /* the experts whose slices meet rows [p0, p1) */
@@ -128,21 +128,35 @@ int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
             nr = p1 - p0;
         }
         uint32_t gx = (uint32_t)((nr + bm - 1) / bm), gz = (uint32_t)(hi - lo);
-        if (gx > 65535) { cvk_cmd_label_end(c); return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr); }
+        if (gx > 65535) return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr);
         cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,
                               a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags,
                               a->item0, (uint32_t)hi};
         cvk_view views[7] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups, items};
         VkDescriptorSet set;
-        if (cvk_descset(dp, p, views, &set)) { cvk_cmd_label_end(c); return -1; }
+        if (cvk_descset(dp, p, views, &set)) return -1;
         /* work items: the grid moe_group wrote (x = the slice's row tiles, y = items); items of
          * experts outside [lo, hi) exit in this part's dispatch */
         if (a->items.buf) {
-            if (cvk_cmd_dispatch_indirect(c, p, set, &pc, a->dispatch)) { cvk_cmd_label_end(c); return -1; }
+            if (cvk_cmd_dispatch_indirect(c, p, set, &pc, a->dispatch)) return -1;
         } else {
             cvk_cmd_dispatch(c, p, set, &pc, gx, gy, gz);
         }
     }
-    cvk_cmd_label_end(c);
     return 0;
+}
+
+int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matmul_args *a) {
+    cvk_cmd_label_begin(c, "matmul");
+    int rc = record(c, dp, p, a);
+    cvk_cmd_label_end(c);
+    return rc;
+}
+
+int cvk_matmul_lists(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *const p[2], const cvk_matmul_args a[2]) {
+    cvk_cmd_label_begin(c, "matmul");
+    int rc = record(c, dp, p[0], &a[0]);
+    if (!rc) rc = record(c, dp, p[1], &a[1]);
+    cvk_cmd_label_end(c);
+    return rc;
 }
