@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: set-up, a release build and an AddressSanitizer+UBSan build, the whole
-# ctest suite in both (the llama.cpp conformance test once, in release), and a short fuzz
-# run of the GGUF reader. Exits non-zero on any failure. The release run has the Vulkan
-# validation layer on and required (tests/CMakeLists.txt): a missing layer or any validation
-# message fails the Vulkan tests. Skipped tests are counted apart in the closing line.
+# ctest suite in both (the llama.cpp conformance test, the whole-model GPU test, the server load
+# and the prefix scenarios once, in release), and a short fuzz run of the GGUF reader. Exits
+# non-zero on any failure. The release run has the Vulkan validation layer on and required
+# (tests/CMakeLists.txt): a missing layer or any validation message fails the Vulkan tests.
+# Skipped tests are counted apart in the closing line.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -34,7 +35,12 @@ fi
 # The llama.cpp conformance, the whole-model GPU test and the server load run once, in release:
 # lavapipe's JIT inside an ASan process takes too long for them. The GPU host code still runs
 # under ASan through cli_contract's `run` and `bench` (the Vulkan engine by default).
-LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" -E 'conformance_llama|test_gpu_model|server_load' | tee -a "$log"
+# prefix_scenarios too: it checks token accounting (deterministic logic, the same in both builds)
+# over 15 `bench --scenario` processes (~270 s under ASan); the code it drives runs under ASan in
+# cli_contract (bench --scenario, --cache-dir), test_prefix_cache (host tier, small pools),
+# test_scheduler and test_engine_random.
+LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
+  -E 'conformance_llama|test_gpu_model|server_load|prefix_scenarios' | tee -a "$log"
 
 echo "== fuzz (GGUF reader, ${CINDER_FUZZ_SECONDS:-60} s)"
 bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"

@@ -72,9 +72,15 @@ void device_card_describe(const cvk_device *d, device_card *c) {
     describe_heaps(d, c);
 }
 
+static cvk_probe_opts probe_opts; /* zero: the probe's defaults */
+
+void device_card_set_probe(const cvk_probe_opts *o) {
+    probe_opts = o ? *o : (cvk_probe_opts){0};
+}
+
 int device_card_measure(cvk_ctx *x, device_card *c) {
     device_card_describe(&x->dev, c);
-    if (cvk_probe_run(x, NULL, &c->m)) return -1;
+    if (cvk_probe_run(x, &probe_opts, &c->m)) return -1;
     c->measured = true;
     return 0;
 }

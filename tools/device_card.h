@@ -82,6 +82,9 @@ typedef struct device_card {
 void device_card_describe(const cvk_device *d, device_card *c);
 /* device_card_describe + every probe on x's device (a second or two on lavapipe). */
 int device_card_measure(cvk_ctx *x, device_card *c);
+/* The probe options every later measurement uses (NULL: the defaults, as at start). For tests:
+ * a card measured with a 32 MiB buffer takes a fraction of the default 256 MiB's time. */
+void device_card_set_probe(const cvk_probe_opts *o);
 /* The cache if it is valid for this device and refresh is false, else measures and writes
  * it (a failed write is noted in cache_note, not an error). -1 only when measuring fails. */
 int device_card_get(cvk_ctx *x, bool refresh, device_card *c);
