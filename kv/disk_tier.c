@@ -59,7 +59,7 @@ static void say(kv_disk_tier *d, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(d->last_msg, sizeof d->last_msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
+    if (!d->quiet) fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
 }
 
 /* ---- a set of chain hashes (the stale names: files skipped on read) ---- */
@@ -821,7 +821,7 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
     idx_free(&d->index); /* the empty index */
     memcpy(d->ns, ns, KV_DISK_HASH_BYTES);
     if (!dir || !*dir) return cd_fail("--cache-dir: empty path");
-    if (!lay->page_bytes || pool->size % lay->page_bytes)
+    if (!lay->page_bytes || (vk && pool->size % lay->page_bytes))
         return cd_fail("disk tier: the pool is not whole pages of %llu bytes", (unsigned long long)lay->page_bytes);
     if (!chunk_pages) chunk_pages = KV_DISK_CHUNK_TOKENS_DEFAULT / lay->page_tokens;
     if (!chunk_pages) chunk_pages = 1;
@@ -853,6 +853,13 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
         return -1;
     }
     uint64_t bytes = (uint64_t)chunk_pages * lay->page_bytes;
+    if (!vk) { /* no device: the staging slots in host memory */
+        if (!(d->host_stage = calloc(1, bytes))) {
+            kv_disk_free(d);
+            return cd_fail("disk tier: out of memory");
+        }
+        return 0;
+    }
     if (cvk_buffer_create(&vk->mem, &d->stage, bytes, lay->page_bytes, CVK_MEM_READBACK)) {
         cd_fail_ctx("disk tier: cannot allocate a %.1f MiB staging buffer: ", bytes / MIB);
         kv_disk_free(d);
@@ -877,6 +884,7 @@ void kv_disk_free(kv_disk_tier *d) {
     free(d->dir);
     free(d->tokens);
     free(d->slot_ids);
+    free(d->host_stage);
     idx_free(&d->index);
     set_free(&d->stale);
     OPENSSL_cleanse(d->key, sizeof d->key);
@@ -884,6 +892,12 @@ void kv_disk_free(kv_disk_tier *d) {
 }
 
 /* ---- reading ---- */
+
+void *kv_disk_stage_ptr(const kv_disk_tier *d, uint32_t i) {
+    if (i >= d->chunk_pages) return NULL;
+    if (!d->vk) return d->host_stage ? d->host_stage + (size_t)i * d->lay.page_bytes : NULL;
+    return kv_slot_ptr(&d->stage, d->lay.page_bytes, i);
+}
 
 /* 0: n bytes read; 1: the file ended first; -1: a read error (errno). */
 static int read_full(kv_disk_tier *d, int fd, void *p, size_t n) {
@@ -1001,7 +1015,7 @@ static const char *read_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, ui
     r = read_full(d, fd, le, (size_t)d->chunk_tokens * 4);
     if (!r) mac_update(&m, le, (size_t)d->chunk_tokens * 4);
     for (uint32_t i = 0; !r && i < d->chunk_pages; i++) {
-        void *p = kv_slot_ptr(&d->stage, pb, i);
+        void *p = kv_disk_stage_ptr(d, i);
         if (!p) r = -1;
         else if (!(r = read_full(d, fd, p, pb))) mac_update(&m, p, pb);
     }
@@ -1057,6 +1071,7 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
 
 int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, uint32_t n) {
     if ((uint64_t)first + n > d->chunk_pages) return cd_fail("disk tier: pages %u + %u of a %u-page chunk", first, n, d->chunk_pages);
+    if (!d->vk) return cd_fail("disk tier: no device to upload to");
     double t0 = cd_now_ms();
     if (kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids + first, n, KV_HOST_RESTORE))
         return cd_fail_ctx("disk tier: ");
@@ -1095,7 +1110,7 @@ static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t 
     mac_update(&m, le, (size_t)d->chunk_tokens * 4);
     bool ok = !write_full(d, fd, hd, sizeof hd) && !write_full(d, fd, le, (size_t)d->chunk_tokens * 4);
     for (uint32_t i = 0; ok && i < d->chunk_pages; i++) {
-        const void *p = kv_slot_ptr(&d->stage, pb, i);
+        const void *p = kv_disk_stage_ptr(d, i);
         if (!p) errno = EFAULT;
         ok = p && !write_full(d, fd, p, pb);
         if (ok) mac_update(&m, p, pb);
@@ -1167,8 +1182,8 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
         unlinkat(d->dir_fd, tmp, 0);
         return store_failed(d, path, e);
     }
-    d->downloads++;
-    if (kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids, d->chunk_pages, KV_HOST_DEMOTE)) {
+    d->downloads += d->vk != NULL;
+    if (d->vk && kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids, d->chunk_pages, KV_HOST_DEMOTE)) {
         close(fd);
         unlinkat(d->dir_fd, tmp, 0);
         return cd_fail_ctx("disk tier: ");

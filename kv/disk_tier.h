@@ -193,6 +193,7 @@ typedef struct kv_disk_tier {
     cvk_ctx *vk;
     const cvk_buffer *pool;              /* the GPU page pool (not owned) */
     cvk_buffer stage;                    /* chunk_pages slots of page_bytes, host-visible */
+    uint8_t *host_stage;                 /* without a device (vk NULL): the slots in host memory */
     cvk_cmd cmd;                         /* the staging copies (compute queue, synchronous) */
     int32_t *tokens;                     /* [chunk_tokens] the staged chunk's tokens */
     uint32_t *slot_ids;                  /* [chunk_pages] 0, 1, 2, ...: the staging slots in order */
@@ -217,6 +218,7 @@ typedef struct kv_disk_tier {
     uint64_t scans;                      /* scans of DIR (init's included) */
     double ms_read, ms_write;            /* wall time: read + validate + upload, download + write */
     char last_msg[512];                  /* the last rejection or write failure */
+    bool quiet;                          /* last_msg only, no line on stderr (the fuzz harness) */
     /* fault injection (kv_disk_fault) */
     kv_disk_fault faults[KV_DISK_MAX_FAULTS];
     uint32_t n_faults;
@@ -232,7 +234,10 @@ typedef struct kv_disk_tier {
  * DIR's chunk files for the budget of max_bytes (0: 10% of the free space, at least
  * KV_DISK_MIN_DEFAULT_BYTES), arms CINDER_FAULT_DISK's faults; a staging buffer of chunk_pages
  * pages (0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth, at least one page; at most 4096 pages
- * and 65536 tokens). */
+ * and 65536 tokens).
+ * vk NULL (pool NULL): a tier without a device, for the fuzz harness and tools that only judge
+ * files: the staging slots are host memory (kv_disk_stage_ptr); kv_disk_read reads and validates
+ * as always, kv_disk_store writes the staging slots as they are, kv_disk_upload fails. */
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
                  const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages, uint64_t max_bytes);
 void kv_disk_free(kv_disk_tier *d); /* zeroed is fine */
@@ -250,6 +255,8 @@ void kv_disk_path(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES], ch
  * file removed, rejected++); -1: error. */
 int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8_t prev[KV_DISK_HASH_BYTES],
                  const uint8_t h[KV_DISK_HASH_BYTES]);
+/* Staging slot i (< chunk_pages, page_bytes bytes): what kv_disk_read staged; NULL past the end. */
+void *kv_disk_stage_ptr(const kv_disk_tier *d, uint32_t i);
 /* Copies staged pages first .. first + n into gpu_pages[0 .. n) (first + n <= chunk_pages); waits. */
 int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, uint32_t n);
 /* Writes chunk k from its chunk_pages GPU pages unless it is known to be on disk. 1: written;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Fuzzes the GGUF reader (and writer round trips), then the server's request bodies
-# (fuzz_request) and request traces (fuzz_trace), each half the time, with libFuzzer:
+# Fuzzes the GGUF reader (and writer round trips) for the given time, then for a quarter of it
+# each: the server's request bodies (fuzz_request), request traces (fuzz_trace), the disk tier's
+# chunk files (fuzz_kv_chunk) and model + tokenizer loading from whole GGUF files (fuzz_model),
+# with libFuzzer:
 #
 #   scripts/fuzz.sh [seconds [libFuzzer flags...]]      (default 60 s)
 #   e.g. scripts/fuzz.sh 600 -use_value_profile=1
@@ -20,7 +22,7 @@ build=$root/build-fuzz
 run=$root/tests/fuzz/corpus-run
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCINDER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_request fuzz_trace -j"$(nproc)"
+cmake --build "$build" --target fuzz_gguf fuzz_request fuzz_trace fuzz_kv_chunk fuzz_model -j"$(nproc)"
 
 rm -rf "$run"
 mkdir -p "$run" "$build/findings"
@@ -74,22 +76,27 @@ set -e
 grep -E '^(stat::number_of_executed_units|stat::average_exec_per_sec|stat::new_units_added|stat::peak_rss_mb)' "$log" || true
 report fuzz_gguf "$rc" "$log" "$run"
 
-# A text target over a scratch copy of its seeds, for half the time: run_text TARGET SEEDS WHAT
-run_text() {
-    local run=$root/tests/fuzz/$2-run log=$build/$1.log secs_half=$(( secs / 2 > 10 ? secs / 2 : 10 )) rc
+# A target over a scratch copy of its seeds, for a quarter of the time (at least 10 s):
+# run_one TARGET SEEDS WHAT MAX_LEN
+run_one() {
+    local run=$root/tests/fuzz/$2-run log=$build/$1.log part=$(( secs / 4 > 10 ? secs / 4 : 10 )) rc
     rm -rf "$run"
     mkdir -p "$run"
     cp "$root/tests/fuzz/$2/"* "$run/"
-    echo "fuzzing $3 for ${secs_half}s (log: $log)"
+    echo "fuzzing $3 for ${part}s (log: $log)"
     set +e
-    "$build/tests/fuzz/$1" -max_total_time="$secs_half" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
+    "$build/tests/fuzz/$1" -max_total_time="$part" -max_len="$4" -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$build/findings/" -print_final_stats=1 "$run" >"$log" 2>&1
     rc=$?
     set -e
     report "$1" "$rc" "$log" "$run"
 }
 
-# The server's request bodies (JSON, fields, chat template, tokenizer), then request traces
-# (`cinder bench --trace`: lines, header, token ids, chat sessions through the template).
-run_text fuzz_request corpus_request "request bodies"
-run_text fuzz_trace corpus_trace "request traces"
+# The server's request bodies (JSON, fields, chat template, tokenizer), request traces
+# (`cinder bench --trace`: lines, header, token ids, chat sessions through the template), the
+# disk tier's chunk files (header, sizes, MAC, tokens, chain hashes: never served wrong) and
+# model files (config, tensor shapes, tokenizer metadata; the seeds are ~40-64 KB models).
+run_one fuzz_request corpus_request "request bodies" 4096
+run_one fuzz_trace corpus_trace "request traces" 4096
+run_one fuzz_kv_chunk corpus_kv "disk-tier chunk files" 1024
+run_one fuzz_model corpus_model "model + tokenizer loading" 70000

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test: set-up, a release build and an AddressSanitizer+UBSan build, the whole
 # ctest suite in both (the llama.cpp conformance test, the whole-model GPU test, the server load
-# and the prefix scenarios once, in release), and a short fuzz run of the GGUF reader. Exits
-# non-zero on any failure. The release run has the Vulkan validation layer on and required
-# (tests/CMakeLists.txt): a missing layer or any validation message fails the Vulkan tests.
-# Skipped tests are counted apart in the closing line.
+# and the prefix scenarios once, in release), and a short run of every fuzz target
+# (scripts/fuzz.sh). Exits non-zero on any failure. The release run has the Vulkan validation
+# layer on and required (tests/CMakeLists.txt): a missing layer or any validation message fails
+# the Vulkan tests. Skipped tests are counted apart in the closing line.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
@@ -42,7 +42,7 @@ fi
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   -E 'conformance_llama|test_gpu_model|server_load|prefix_scenarios' | tee -a "$log"
 
-echo "== fuzz (GGUF reader, ${CINDER_FUZZ_SECONDS:-60} s)"
+echo "== fuzz (GGUF reader ${CINDER_FUZZ_SECONDS:-60} s; requests, traces, KV chunks, model loading a quarter of it each)"
 bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"
 
 # One closing line over both ctest runs (set -o pipefail above already failed on any failure).
