@@ -290,7 +290,8 @@ int kv_disk_fault_set(kv_disk_tier *d, const char *spec) {
     memset(d->n_ops, 0, sizeof d->n_ops);
     d->io_fault = 0;
     for (const char *p = spec; p && *p;) {
-        static const char *ops[] = {"write", "fsync", "read"}, *kinds[] = {"eio", "enospc", "short"};
+        static const char *ops[] = {"write", "fsync", "read", "rename", "dirsync", "unlink"},
+                          *kinds[] = {"eio", "enospc", "short"};
         size_t len = strcspn(p, ",");
         char item[64];
         if (len >= sizeof item) return cd_fail("CINDER_FAULT_DISK: '%.*s' is too long", (int)len, p);
@@ -301,15 +302,18 @@ int kv_disk_fault_set(kv_disk_tier *d, const char *spec) {
         unsigned nth = 0;
         int end = 0;
         if (sscanf(item, "%15[a-z]:%u%n", op, &nth, &end) != 2 || (item[end] && sscanf(item + end, ":%15[a-z]", kind) != 1))
-            return cd_fail("CINDER_FAULT_DISK: cannot read '%s' (op:N[:kind], op write, fsync or read)", item);
+            return cd_fail("CINDER_FAULT_DISK: cannot read '%s' (op:N[:kind], op write, fsync, read, rename, dirsync "
+                           "or unlink)", item);
         kv_disk_fault f = {.nth = nth};
         int o = -1, k = -1;
-        for (int i = 0; i < 3; i++) {
+        for (int i = 0; i < 6; i++)
             if (!strcmp(op, ops[i])) o = i;
+        for (int i = 0; i < 3; i++)
             if (!strcmp(kind, kinds[i])) k = i;
-        }
-        if (o < 0 || k < 0 || !nth || (o == KV_FAULT_FSYNC && k != KV_FAULT_EIO) || (o == KV_FAULT_READ && k == KV_FAULT_ENOSPC))
-            return cd_fail("CINDER_FAULT_DISK: '%s': write:N[:eio|enospc|short], fsync:N or read:N[:eio|short], N >= 1", item);
+        if (o < 0 || k < 0 || !nth || (o != KV_FAULT_WRITE && o != KV_FAULT_READ && k != KV_FAULT_EIO) ||
+            (o == KV_FAULT_READ && k == KV_FAULT_ENOSPC))
+            return cd_fail("CINDER_FAULT_DISK: '%s': write:N[:eio|enospc|short], fsync:N, read:N[:eio|short], rename:N, "
+                           "dirsync:N or unlink:N, N >= 1", item);
         if (d->n_faults == KV_DISK_MAX_FAULTS) return cd_fail("CINDER_FAULT_DISK: at most %d faults", KV_DISK_MAX_FAULTS);
         f.op = (uint8_t)o;
         f.kind = (uint8_t)k;
@@ -767,15 +771,17 @@ int kv_disk_rescan(kv_disk_tier *d) {
     return 0;
 }
 
-/* Unlinks least recently used files until `bytes` more fit the budget; false when only kept
- * files (the write-through's own prefix) are left. A file gone already just leaves the index;
- * one whose mtime is newer than its entry (another process used it since our scan) is moved to
- * the newest end instead. */
-static bool make_room(kv_disk_tier *d, uint64_t bytes) {
+/* Unlinks least recently used files until `bytes` more fit the budget: 1; 0 when only kept
+ * files (the write-through's own prefix) are left; -1 when a file cannot be removed (said; it
+ * stays in the index, so the budget still counts it, at the newest end: later writes try the
+ * others first). A file gone already just
+ * leaves the index; one whose mtime is newer than its entry (another process used it since our
+ * scan) is moved to the newest end instead. */
+static int make_room(kv_disk_tier *d, uint64_t bytes) {
     kv_disk_index *x = &d->index;
     while (x->bytes + bytes > d->max_bytes) {
         uint32_t i = x->oldest;
-        if (i == KV_DISK_NONE || x->files[i].stamp >= d->keep_from) return false;
+        if (i == KV_DISK_NONE || x->files[i].stamp >= d->keep_from) return 0;
         kv_disk_file f = x->files[i];
         char name[NAME_CAP];
         file_name(f.h, f.version, name);
@@ -787,13 +793,21 @@ static bool make_room(kv_disk_tier *d, uint64_t bytes) {
         idx_remove(x, i);
         if (there && mtime > f.used_ns) {
             idx_add(x, f.ns, f.version, f.h, (uint64_t)st.st_size, mtime, f.stamp);
-        } else if (there && !unlinkat(dfd, name, 0)) {
+        } else if (there && (fault_next(d, KV_FAULT_UNLINK) >= 0 ? (errno = EIO, -1) : unlinkat(dfd, name, 0)) &&
+                   errno != ENOENT) {
+            int e = errno;
+            idx_add(x, f.ns, f.version, f.h, f.bytes, f.used_ns, f.stamp); /* still there: still counted */
+            if (dfd >= 0 && dfd != d->dir_fd) close(dfd);
+            say(d, "%s/%s: cannot remove it to keep within the budget: %s; the chunk being written stays uncached on "
+                "disk", f.ns == 0 ? d->dir : x->ns_names[f.ns], name, strerror(e));
+            return -1;
+        } else if (there) {
             d->evicted_chunks++;
             d->evicted_bytes += f.bytes;
         }
         if (dfd >= 0 && dfd != d->dir_fd) close(dfd);
     }
-    return true;
+    return 1;
 }
 
 uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d) {
@@ -1172,7 +1186,9 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     uint64_t size = kv_disk_chunk_bytes(d);
     if (size > d->max_bytes) return over_budget(d, path, size);
     if (cd_now_ms() - d->scan_ms >= KV_DISK_RESCAN_MS && kv_disk_rescan(d)) return -1;
-    if (!make_room(d, size)) return over_budget(d, path, size);
+    int room = make_room(d, size);
+    if (room < 0) return d->write_errors++, 0;
+    if (!room) return over_budget(d, path, size);
     /* the file and its space first: a full disk or a read-only directory costs no GPU copy */
     int fd = open_tmp(d, d->dir_fd, name, tmp, sizeof tmp);
     if (fd < 0) return store_failed(d, path, errno);
@@ -1198,12 +1214,21 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     if (!rc) (void)futimens(fd, ts);
     if (!rc && (fault_next(d, KV_FAULT_FSYNC) >= 0 ? (errno = EIO, 1) : fsync(fd))) rc = -1, e = errno;
     if (close(fd) && !rc) rc = -1, e = errno;
-    if (!rc && renameat(d->dir_fd, tmp, d->dir_fd, name)) rc = -1, e = errno;
+    if (!rc && (fault_next(d, KV_FAULT_RENAME) >= 0 ? (errno = EIO, 1) : renameat(d->dir_fd, tmp, d->dir_fd, name)))
+        rc = -1, e = errno;
     if (rc) {
         unlinkat(d->dir_fd, tmp, 0);
         return rc == -2 ? -1 : store_failed(d, path, e);
     }
-    fsync(d->dir_fd);
+    /* the rename is trusted once the directory is synced; a name that may not survive a crash is
+     * taken back (EINVAL: this file system cannot sync a directory, nothing to wait for) */
+    if ((fault_next(d, KV_FAULT_DIRSYNC) >= 0 ? (errno = EIO, -1) : fsync(d->dir_fd)) && errno != EINVAL) {
+        e = errno;
+        unlinkat(d->dir_fd, name, 0);
+        say(d, "%s: cannot sync its directory: %s; removed, the chunk stays uncached on disk", path, strerror(e));
+        d->write_errors++;
+        return 0;
+    }
     set_remove(&d->stale, h);
     idx_add(&d->index, 0, KV_DISK_VERSION, h, size, now, d->stamp++);
     d->chunks_written++;

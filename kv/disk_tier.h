@@ -111,6 +111,15 @@
  *                               in the middle of its first page: read() returns EIO (default: the
  *                               file is skipped) or ends early, as a file truncated after its size
  *                               was checked (rejected and removed)
+ *   rename:N                    the Nth rename of a written temp file into place returns EIO (the
+ *                               temp file is removed; the chunk stays uncached on disk)
+ *   dirsync:N                   the Nth fsync of the directory after such a rename returns EIO: the
+ *                               name may not survive a crash, so the chunk is not trusted: the name
+ *                               is removed (EINVAL, a file system that cannot sync directories, is
+ *                               not a failure)
+ *   unlink:N                    the Nth removal of a file for the budget returns EIO: the file
+ *                               stays, counted in the index (moved to its newest end), and the
+ *                               write that needed the room is not made (a line; write_errors)
  * The request is never harmed: the chunk is recomputed or stays uncached on disk.
  *
  *   kv_disk_tier d;
@@ -173,7 +182,7 @@ typedef struct kv_disk_index {
     uint64_t bytes;                      /* the files' sizes summed */
 } kv_disk_index;
 
-enum kv_disk_fault_op { KV_FAULT_WRITE, KV_FAULT_FSYNC, KV_FAULT_READ };
+enum kv_disk_fault_op { KV_FAULT_WRITE, KV_FAULT_FSYNC, KV_FAULT_READ, KV_FAULT_RENAME, KV_FAULT_DIRSYNC, KV_FAULT_UNLINK };
 enum kv_disk_fault_kind { KV_FAULT_EIO, KV_FAULT_ENOSPC, KV_FAULT_SHORT };
 #define KV_DISK_MAX_FAULTS 8
 typedef struct kv_disk_fault {
@@ -222,7 +231,7 @@ typedef struct kv_disk_tier {
     /* fault injection (kv_disk_fault) */
     kv_disk_fault faults[KV_DISK_MAX_FAULTS];
     uint32_t n_faults;
-    uint32_t n_ops[3];                   /* operations of each kv_disk_fault_op since the faults were set */
+    uint32_t n_ops[6];                   /* operations of each kv_disk_fault_op since the faults were set */
     int io_fault;                        /* the fault armed for the chunk being read or written:
                                             its enum kv_disk_fault_kind + 1, or 0 */
     uint64_t io_done, io_at;             /* bytes of that chunk moved so far; where it fails */

@@ -1041,6 +1041,8 @@ static void test_injected_faults(void **st) {
         {"write:1", "cannot write: Input/output error"},
         {"write:1:short", "cannot write: No space left on device"},
         {"fsync:1", "cannot write: Input/output error"},
+        {"rename:1", "cannot write: Input/output error"},
+        {"dirsync:1", "cannot sync its directory: Input/output error; removed"},
     };
     engine *plain = plain_engine(), e;
     setenv("CINDER_FAULT_DISK", "write:1:enospc,read:9:short", 1);
@@ -1092,11 +1094,53 @@ static void test_injected_faults(void **st) {
     expect_rejected(plain, &e, ids, 96, "truncated (read failed); removed, recomputing");
     /* specs that cannot be read */
     static const char *bad[] = {"write", "write:0", "write:1:sometimes", "fsync:1:short", "read:1:enospc", "copy:1",
+                                "rename:1:short", "dirsync:1:enospc", "unlink:0", "unlink:1:short",
                                 "write:1,write:2,write:3,write:4,write:5,write:6,write:7,write:8,write:9"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(kv_disk_fault_set(&e.disk, bad[i]), -1);
         if (!strstr(cd_errmsg(), "CINDER_FAULT_DISK")) fail_msg("%s: error \"%s\"", bad[i], cd_errmsg());
     }
+    engine_free(&e);
+}
+
+/* A file the budget wants gone cannot be removed (unlink:N, EIO): the write that needed the room
+ * is not made (a line naming the file, write_errors), the file stays and is still counted, the
+ * directory stays within the budget, the output equals the uncached engine's; the next write
+ * (the fault fired once) makes its room and is written. */
+static void test_unlink_fault(void **st) {
+    (void)st;
+    const char *dir = fresh_dir("disk_unlink");
+    engine *plain = plain_engine(), e;
+    uint64_t cb = chunk_bytes_p16c2(), budget = 4 * cb + cb / 2; /* four chunk files */
+    init_budget(&e, dir, budget);
+    int32_t a[96], b[96];
+    prompt_n(a, 96, 61);
+    prompt_n(b, 96, 62);
+    outcome o;
+    run_checked(plain, &e, a, 96, &o); /* a's 3 chunks */
+    assert_int_equal(o.r.disk_chunks_written, 3);
+    outcome_free(&o);
+    char a0[4096];
+    chunk0(&e, a, a0, sizeof a0);
+    assert_int_equal(kv_disk_fault_set(&e.disk, "unlink:1"), 0);
+    uint64_t err0 = e.disk.write_errors;
+    run_checked(plain, &e, b, 96, &o); /* b's chunk 0 fits, chunk 1 needs a's oldest file gone */
+    assert_int_equal(o.r.disk_chunks_written, 1);
+    assert_int_equal(o.r.disk_evicted_chunks, 0);
+    assert_int_equal(e.disk.write_errors, err0 + 1);
+    if (!strstr(e.disk.last_msg, "cannot remove it to keep within the budget: Input/output error"))
+        fail_msg("message \"%s\"", e.disk.last_msg);
+    assert_true(exists(a0));
+    outcome_free(&o);
+    uint32_t n;
+    assert_true(dir_chunk_bytes(dir, &n, NULL) <= budget);
+    assert_int_equal(n, 4);
+    assert_true(e.disk.index.bytes <= budget && e.disk.index.n == 4);
+    run_checked(plain, &e, b, 96, &o); /* now b's other chunks are written, a's files go */
+    assert_int_equal(o.r.disk_chunks_written, 2);
+    assert_int_equal(o.r.disk_evicted_chunks, 2);
+    outcome_free(&o);
+    assert_true(dir_chunk_bytes(dir, &n, NULL) <= budget);
     engine_free(&e);
 }
 
@@ -1281,6 +1325,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_restart_page4_host_tier),
         cmocka_unit_test(test_budget_lru),
         cmocka_unit_test(test_injected_faults),
+        cmocka_unit_test(test_unlink_fault),
         cmocka_unit_test(test_two_processes),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER"));
