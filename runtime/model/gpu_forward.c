@@ -1,93 +1,569 @@
-/* The model on the GPU, set up: weights, the pipelines every pass uses, the RoPE table; the
- * pass itself and its buffers are in gpu_prefill.c. See gpu_model.h. */
-#include <stdio.h>
+/* The forward pass on the GPU (gpu_model.h) over up to n_batch tokens of several sequences:
+ * prompt chunks and decode tokens alike, each at its own position over its own block-table row.
+ *
+ *   X = get_rows(tok_embd, ids)                                             (T, n_embd)
+ *   per layer:
+ *     XB = rmsnorm(X); Q, K, V = XB Wq, XB Wk, XB Wv                        matmul
+ *     Q, K = rmsnorm per head, rope (positions per token)
+ *     kv_write K, V -> pages at loc[i] = {row, pos}
+ *     ATT = attn_prefill(Q, pages, causal: token i sees its row's positions <= pos[i])
+ *     X += ATT Wo
+ *     XB = rmsnorm(X)
+ *     MoE:   ids, w = moe_route(XB Wr)                                      (T, k)
+ *            groups, gather, scatter = moe_group(ids): pairs sorted by expert
+ *            HG, HU = gate/up matmuls, expert-grouped (row t*k + slot)      (T*k, n_ff)
+ *            HG = swiglu(HG, HU); EO = down matmul, expert-grouped          (T*k, n_embd)
+ *            X += sum_j w[t][j] EO[t*k + j]                                 (moe_combine)
+ *     dense: X += swiglu(XB Wg, XB Wu) Wd
+ *   head over the wanted rows: rmsnorm, lm_head, argmax
+ *
+ * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and two
+ * work lists of (expert, token tile) with their indirect grids; the grouped matmuls dispatch
+ * over those (matmul_experts below), so no workgroup exists for an empty expert and a recorded
+ * pass stays valid whatever the routing. A pass of a shape seen lately is submitted as already
+ * recorded (see "recordings" below): only its inputs are written on the host. */
+#include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/model/gpu_model.h"
+#include "runtime/model/step_cost.h"
 #include "runtime/vk/op_eltwise.h"
 #include "runtime/vk/op_get_rows.h"
 #include "runtime/vk/op_kv_write.h"
+#include "runtime/vk/op_matmul.h"
+#include "runtime/vk/op_matvec.h"
 #include "runtime/vk/op_moe_combine.h"
+#include "runtime/vk/op_moe_group.h"
 #include "runtime/vk/op_moe_route.h"
 #include "runtime/vk/op_rmsnorm.h"
+#include "runtime/vk/op_rope.h"
+#include "runtime/vk/vk_barrier.h"
 
 #define TRY(x) do { if (x) return -1; } while (0)
 
-int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind) {
-    TRY(cvk_buffer_create(&g->vk->mem, b, bytes ? bytes : 4, 4, kind));
-    if (kind != CVK_MEM_DEVICE && !cvk_buffer_host_ptr(b, 0)) return cd_fail("gpu model: input buffer is not host-visible");
-    return 0;
+/* Tokens per chunk: enough for a prompt's worth of weight reuse, bounded by the context. */
+#define GPU_PREFILL_BATCH 512u
+
+static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
+
+/* ---- set-up ---- */
+
+/* The kernel for few tokens (decode steps, experts with a handful of tokens): on a CPU device
+ * matmul_rows.comp (a weight row per invocation in registers: no shared-memory round trip per
+ * weight), on a GPU the tiled kernel with 8-token tiles (weights still loaded coalesced). Every
+ * output is the same ordered sum over k in all of them, so the choice never changes a bit. */
+static const cvk_matmul_tile few_tile_gpu = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4};
+static const cvk_matmul_tile one_tile_cpu = {.bm = 64, .bn = 1, .rows = true};
+#define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
+
+static int want_matmul(gpu_model *g, const gguf_tensor *t) {
+    if (!t || g->matmul[t->type].pipe) return 0;
+    VkPipelineCache pc = g->vk->pcache.cache;
+    cvk_device *d = &g->vk->dev;
+    if (cvk_matmul_pipeline(&g->matmul[t->type], d, pc, t->type, NULL)) return -1;
+    if (d->info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return cvk_matmul_pipeline(&g->matmul_few[t->type], d, pc, t->type, &few_tile_gpu);
+    /* a CPU device: the rows kernel, for one token and for a few (its token loop is unrolled) */
+    return cvk_matmul_pipeline(&g->matmul_few[t->type], d, pc, t->type, &cvk_matmul_tile_rows) ||
+           cvk_matmul_pipeline(&g->matmul_one[t->type], d, pc, t->type, &one_tile_cpu);
+}
+
+static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint32_t n_tokens) {
+    if (n_tokens == 1 && g->matmul_one[type].pipe) return &g->matmul_one[type];
+    return n_tokens <= FEW_TOKENS ? &g->matmul_few[type] : &g->matmul[type];
+}
+
+/* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
+ * (row tile, item): list 0 holds the experts with at most MOE_SPLIT tokens, cut into items of
+ * the few-token kernel's tile; list 1 the busier experts, in items of the big tile (matmul).
+ * The few-token kernel: on a GPU the 8-token tile (weights loaded coalesced through shared
+ * memory, once per 8 tokens); on a CPU device the rows kernel with ONE token per item
+ * (matmul_one): llvmpipe runs it ~3 ms per token for a 768 x 2048 Q4_K expert and the 8-token
+ * rows kernel ~7-13 ms per token even when full (its token loop is not kept in registers), so
+ * there re-reading the row per token is the cheaper way. An empty list is an empty grid. Every
+ * output is the same ordered sum over k in every kernel, so which list an expert lands in (it
+ * depends on the other tokens of the batch) never changes a bit. Shape s of a list: 0 for
+ * gate/up (n_ff_exp rows), 1 for down (n_embd rows). */
+#define MOE_SPLIT 32u
+
+static const cvk_pipeline *moe_pipe(const gpu_model *g, enum qtype type, uint32_t list) {
+    if (list) return &g->matmul[type];
+    return g->matmul_one[type].pipe ? &g->matmul_one[type] : &g->matmul_few[type];
 }
 
 static int make_pipelines(gpu_model *g) {
     const model *m = g->m;
-    cvk_device *d = &g->vk->dev;
+    for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
+        const gguf_tensor *ts[GPU_LAYER_MATS];
+        gpu_layer_mats(&m->layers[il], ts);
+        for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matmul(g, ts[i]));
+    }
+    TRY(want_matmul(g, m->output)); /* the batch forward's head */
     VkPipelineCache pc = g->vk->pcache.cache;
-    TRY(cvk_get_rows_pipeline(&g->get_rows, d, pc, m->tok_embd->type, 0));
-    TRY(cvk_rmsnorm_pipeline(&g->rmsnorm, d, pc, 0));
-    TRY(cvk_rope_pipeline(&g->rope, d, pc, 0));
-    TRY(cvk_add_pipeline(&g->add, d, pc, 0));
-    TRY(cvk_swiglu_pipeline(&g->swiglu, d, pc, 0));
-    TRY(cvk_moe_route_pipeline(&g->moe_route, d, pc, 0));
-    TRY(cvk_moe_combine_pipeline(&g->moe_combine, d, pc, 0));
-    TRY(cvk_kv_write_pipeline(&g->kv_write, d, pc, m->cfg.head_dim, 0));
-    return cvk_argmax_pipelines(&g->argmax, d, pc, 0);
-}
-
-static int check_opts(const model *m, const gpu_model_opts *o) {
-    const model_config *c = &m->cfg;
-    if (!o->n_ctx) return cd_fail("n_ctx is 0");
-    if (!o->kv || !o->lay) return cd_fail("no KV pool given");
-    const kv_layout *l = o->lay;
-    if (l->n_layer != c->n_layer || l->n_head_kv != c->n_head_kv || l->head_dim != c->head_dim)
-        return cd_fail("the KV pool's layout (%u layers, %u kv heads x %u) is not the model's (%u, %u x %u)",
-                       l->n_layer, l->n_head_kv, l->head_dim, c->n_layer, c->n_head_kv, c->head_dim);
-    if (c->arch == ARCH_QWEN3MOE && (c->n_expert > CVK_MOE_MAX_EXPERT || c->n_expert_used > CVK_MOE_MAX_K))
-        return cd_fail("%u experts, %u used: the router kernel takes at most %u and %u", c->n_expert,
-                       c->n_expert_used, CVK_MOE_MAX_EXPERT, CVK_MOE_MAX_K);
+    TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
+    if (m->cfg.arch == ARCH_QWEN3MOE) TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
     return 0;
 }
 
-int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
-    memset(g, 0, sizeof *g);
-    g->m = m;
-    g->vk = vk;
-    int rc = check_opts(m, o);
-    if (!rc) {
-        g->n_ctx = o->n_ctx;
-        g->n_batch = o->n_batch;
-        g->max_seqs = o->max_seqs ? o->max_seqs : 1;
-        g->kv = o->kv;
-        g->lay = *o->lay;
-        g->max_pages = (g->n_ctx + g->lay.page_tokens - 1) / g->lay.page_tokens;
-        rc = gpu_weights_upload(&g->w, vk, m) || make_pipelines(g) ||
-             cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||
-             gpu_prefill_init(g);
+/* Fixed attention split boundaries for the batch forward: at most 8 splits of a full context,
+ * at least the positions per split the kernel's default would use. */
+static uint32_t batch_split_len(const gpu_model *g) {
+    uint32_t least = g->attn_prefill.cpu ? 512 : 256, per = (g->n_ctx + 7) / 8, step = g->attn_prefill.step;
+    uint32_t len = per > least ? per : least;
+    return step ? (len + step - 1) / step * step : len; /* as the kernel rounds it */
+}
+
+static int make_buffers(gpu_model *g) {
+    const model_config *c = &g->m->cfg;
+    bool moe = c->arch == ARCH_QWEN3MOE;
+    uint64_t T = g->n_batch, q_dim = (uint64_t)c->n_head * c->head_dim, kv_dim = (uint64_t)c->n_head_kv * c->head_dim;
+    uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
+    enum cvk_mem_kind D = CVK_MEM_DEVICE, U = CVK_MEM_UPLOAD;
+    g->split_len = batch_split_len(g); /* after make_pipelines: the attention kernel says cpu or not */
+    TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D) ||
+        gpu_model_buffer(g, &g->bxb2, T * c->n_embd * 4, D));
+    TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
+        gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
+    TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
+    /* partial softmax states of the fixed attention splits, per part of the pool's buffer */
+    uint32_t fixed = (g->n_ctx + g->split_len - 1) / g->split_len;
+    TRY(gpu_model_buffer(g, &g->bpartials,
+                         cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, fixed, c->head_dim), D));
+    if (moe) {
+        TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
+            gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
+            gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
+            gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
+        /* work lists sized for the smallest tile a list uses (list 0's) */
+        uint32_t tile = cvk_matmul_token_tile(moe_pipe(g, g->m->layers[0].gate_exps->type, 0));
+        g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, tile, tile);
+        TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
-    if (rc) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cd_errmsg());
-        cvk_stager_flush(&vk->stager); /* no copy may still target a buffer about to be freed */
-        gpu_model_free(g);
-        return cd_fail("gpu model: %s", msg);
-    }
-    cvk_pcache_save(&vk->pcache); /* failure is not fatal */
+    TRY(gpu_model_buffer(g, &g->bin_tok, T * 4, U) || gpu_model_buffer(g, &g->bin_pos, T * 4, U) ||
+        gpu_model_buffer(g, &g->bin_loc, T * 8, U));
     return 0;
 }
 
-void gpu_model_free(gpu_model *g) {
-    if (!g->vk) return;
+static int make_batch_buffers(gpu_model *g) {
+    const model_config *c = &g->m->cfg;
+    uint64_t S = g->max_seqs;
+    g->head_matvec = g->vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    if (g->head_matvec) {
+        const gguf_tensor *t = g->m->output;
+        cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
+                                              (uint32_t)S);
+        cvk_matvec_cfg one = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], 1);
+        TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc) ||
+            cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &one));
+    }
+    TRY(gpu_model_buffer(g, &g->btable, S * g->max_pages * 4, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bin_out, S * 4, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->blogits, S * c->n_vocab * 4, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)S),
+                         CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bout_id, S * 4, CVK_MEM_READBACK));
+    memset(cvk_buffer_host_ptr(&g->btable, 0), 0, S * g->max_pages * 4);
+    return 0;
+}
+
+int gpu_forward_init(gpu_model *g) {
+    if (!g->n_batch) g->n_batch = GPU_PREFILL_BATCH;
+    if (g->n_batch > g->n_ctx) g->n_batch = g->n_ctx;
+    TRY(make_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
+        cvk_cmd_init(&g->pcmd, &g->vk->dev, false));
+    for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
+        gpu_recording *r = &g->rec[i];
+        if (!(r->out = malloc(g->max_seqs * sizeof *r->out))) return cd_fail("out of memory");
+        TRY(cvk_descpool_init(&r->dp, &g->vk->dev, 256) || cvk_cmd_init(&r->cmd, &g->vk->dev, false));
+    }
+    return 0;
+}
+
+void gpu_forward_free(gpu_model *g) {
     cvk_ctx *vk = g->vk;
-    cvk_device *d = &vk->dev;
-    gpu_prefill_free(g);
-    cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
-    cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->rope, &g->add, &g->swiglu, &g->moe_route, &g->moe_combine,
-                          &g->kv_write};
-    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cvk_pipeline_destroy(d, ps[i]);
-    cvk_argmax_pipelines_destroy(d, &g->argmax);
-    if (g->m) gpu_weights_free(&g->w, vk, g->m);
-    memset(g, 0, sizeof *g);
+    for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
+        cvk_cmd_free(&g->rec[i].cmd);
+        cvk_descpool_free(&g->rec[i].dp);
+        free(g->rec[i].out);
+    }
+    cvk_cmd_free(&g->pcmd);
+    cvk_descpool_free(&g->pdpool);
+    cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bxb2, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
+                          &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
+                          &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc, &g->btable, &g->bin_out,
+                          &g->blogits, &g->bam_scratch, &g->bout_id, &g->bhead_x};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
+    for (int t = 0; t < QTYPE_COUNT; t++) {
+        cvk_pipeline_destroy(&vk->dev, &g->matmul[t]);
+        cvk_pipeline_destroy(&vk->dev, &g->matmul_few[t]);
+        cvk_pipeline_destroy(&vk->dev, &g->matmul_one[t]);
+    }
+    cvk_pipeline_destroy(&vk->dev, &g->moe_group);
+    cvk_pipeline_destroy(&vk->dev, &g->head_batch);
+    cvk_pipeline_destroy(&vk->dev, &g->head);
+    cvk_attn_prefill_pipeline_destroy(&vk->dev, &g->attn_prefill);
 }
 
-void gpu_model_set_timer(gpu_model *g, cvk_timer *t) { g->pcmd.timer = t; }
+/* ---- one chunk ---- */
+
+typedef struct chunk {
+    gpu_model *g;
+    cvk_cmd *c;
+    cvk_descpool *dp;
+    uint32_t T;      /* tokens in the chunk */
+    uint32_t max_len; /* positions attention may read: the last + 1, or more (batch invariance) */
+    bool reusable;    /* recorded to be submitted again (gpu_recording) */
+    uint64_t attended;       /* for profiles: sum over tokens of the positions each attends to */
+    uint64_t kv_positions;   /* for profiles: distinct (row, position) pairs attention reads */
+} chunk;
+
+static void barrier(const chunk *ch) { cvk_barrier_compute_to_compute(ch->c->cb); }
+
+/* Profiles: whether a timer records this chunk, and the next op's work (step_cost.h). */
+static bool profiling(const chunk *ch) { return cvk_timer_on(ch->c->timer); }
+static void work(const chunk *ch, cvk_work w) { cvk_timer_work(ch->c->timer, &w); }
+
+static void work_rows(const chunk *ch, const char *role, uint32_t n, uint32_t rows, uint32_t reads, uint32_t writes,
+                      uint32_t flops_per, bool weight) {
+    if (profiling(ch)) work(ch, step_cost_rows(role, n, rows, reads, writes, flops_per, weight));
+}
+
+static void work_matmul(const chunk *ch, const char *role, const gguf_tensor *t, uint32_t T, double slices,
+                        uint32_t x_rows) {
+    if (profiling(ch))
+        work(ch, step_cost_matmul(role, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], T, slices, x_rows));
+}
+
+/* Y (T rows) = X W^T for a dense projection. */
+static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
+                  const cvk_buffer *y) {
+    work_matmul(ch, role, t, ch->T, 1, ch->T);
+    cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                         .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T};
+    return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T), &a);
+}
+
+/* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
+static int matmul_experts(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
+                          const cvk_buffer *x, uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y,
+                          uint32_t shape) {
+    const gpu_model *g = ch->g;
+    uint32_t rows = ch->T * g->m->cfg.n_expert_used;
+    work_matmul(ch, role, t, rows, step_cost_experts_read(g->m->cfg.n_expert, g->m->cfg.n_expert_used, ch->T), x_rows);
+    const cvk_pipeline *p[2];
+    cvk_matmul_args a[2];
+    for (uint32_t list = 0; list < 2; list++) {
+        p[list] = moe_pipe(g, t->type, list);
+        a[list] = (cvk_matmul_args){
+            .w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1], .x = W(x),
+            .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T, .gather = W(gather),
+            .scatter = W(&g->bscatter), .groups = W(&g->bgroups), .n_experts = (uint32_t)t->ne[2],
+            .items = W(&g->bitems), .item0 = list * g->moe_cap, .item_tile = cvk_matmul_token_tile(p[list]),
+            .dispatch = cvk_view_range(&g->bdispatch, 12ull * (2 * list + shape), 12)};
+    }
+    return cvk_matmul_lists(ch->c, ch->dp, p, a); /* one op: the profile's work covers both lists */
+}
+
+static int rmsnorm(const chunk *ch, const char *role, const cvk_buffer *x, const cvk_buffer *w, const cvk_buffer *y,
+                   uint32_t n, uint32_t rows) {
+    work_rows(ch, role, n, rows, 1, 1, 4, true);
+    cvk_rmsnorm_args a = {.x = W(x), .w = W(w), .y = W(y), .n = n, .rows = rows, .eps = ch->g->m->cfg.rms_eps};
+    return cvk_rmsnorm(ch->c, ch->dp, &ch->g->rmsnorm, &a);
+}
+
+static int add(const chunk *ch, const char *role, const cvk_buffer *y, const cvk_buffer *x) {
+    work_rows(ch, role, ch->g->m->cfg.n_embd, ch->T, 2, 1, 1, false);
+    cvk_add_args a = {.a = W(y), .b = W(x), .y = W(y), .n = ch->T * ch->g->m->cfg.n_embd};
+    return cvk_add(ch->c, ch->dp, &ch->g->add, &a);
+}
+
+static int attention(const chunk *ch, uint32_t il) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    const layer_weights *l = &g->m->layers[il];
+    const gpu_layer *d = &g->w.layers[il];
+    TRY(matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk) ||
+        matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv));
+    barrier(ch);
+    TRY(rmsnorm(ch, "q_norm", &g->bq, &d->q_norm, &g->bq, cf->head_dim, ch->T * cf->n_head) ||
+        rmsnorm(ch, "k_norm", &g->bk, &d->k_norm, &g->bk, cf->head_dim, ch->T * cf->n_head_kv));
+    barrier(ch);
+    cvk_rope_args rq = {.x = W(&g->bq), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T, .heads = cf->n_head};
+    cvk_rope_args rk = {.x = W(&g->bk), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T,
+                        .heads = cf->n_head_kv};
+    work_rows(ch, "rope_q", cf->head_dim, ch->T * cf->n_head, 1, 1, 6, false);
+    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rq));
+    work_rows(ch, "rope_k", cf->head_dim, ch->T * cf->n_head_kv, 1, 1, 6, false);
+    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rk));
+    barrier(ch);
+    if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T));
+    cvk_kv_write_args kw = {.pool = g->kv, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(&g->btable),
+                            .loc = W(&g->bin_loc), .n_tokens = ch->T, .layer = il, .table_stride = g->max_pages};
+    TRY(cvk_kv_write(ch->c, ch->dp, &g->kv_write, &kw));
+    barrier(ch);
+    cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->btable),
+                                .loc = W(&g->bin_loc), .partials = W(&g->bpartials), .out = W(&g->batt),
+                                .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
+                                .max_len = ch->max_len, .split_len = g->split_len};
+    if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
+    TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
+    barrier(ch);
+    TRY(matmul(ch, "attn_output", l->wo, &d->wo, &g->batt, &g->bxb2));
+    barrier(ch);
+    return add(ch, "residual_add", &g->bx, &g->bxb2);
+}
+
+static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+    gpu_model *g = ch->g;
+    uint32_t ff = g->m->cfg.n_ff;
+    TRY(matmul(ch, "ffn_gate", l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) ||
+        matmul(ch, "ffn_up", l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
+    barrier(ch);
+    cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = ff, .rows = ch->T};
+    work_rows(ch, "swiglu", ff, ch->T, 2, 1, 4, false);
+    TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
+    barrier(ch);
+    TRY(matmul(ch, "ffn_down", l->ffn_down, &d->ffn_down, &g->bhg, &g->bxb2));
+    barrier(ch);
+    return add(ch, "residual_add", &g->bx, &g->bxb2);
+}
+
+static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    uint32_t k = cf->n_expert_used, pairs = ch->T * k;
+    TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
+    barrier(ch);
+    work_rows(ch, "moe_route", cf->n_expert, ch->T, 1, 0, 0, false);
+    cvk_moe_route_args r = {.logits = W(&g->brouter), .ids = W(&g->bids), .weights = W(&g->bwts),
+                            .n_expert = cf->n_expert, .k = k, .tokens = ch->T};
+    TRY(cvk_moe_route(ch->c, ch->dp, &g->moe_route, &r));
+    barrier(ch);
+    /* the lists' tiles and row tiles are the same for every layer's types (bm 64; bn 1 or 8, and 64) */
+    const cvk_pipeline *p0 = moe_pipe(g, l->gate_exps->type, 0), *p1 = moe_pipe(g, l->gate_exps->type, 1);
+    cvk_moe_group_args mg = {.ids = W(&g->bids), .groups = W(&g->bgroups), .gather = W(&g->bgather),
+                             .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert,
+                             .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
+                             .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
+                             .split = MOE_SPLIT, .cap = g->moe_cap,
+                             .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(p0, cf->n_embd),
+                                    cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(p1, cf->n_embd)}};
+    work_rows(ch, "moe_group", k, ch->T, 1, 3, 0, false);
+    TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
+    barrier(ch);
+    cvk_barrier_compute_to_indirect(ch->c->cb);
+    TRY(matmul_experts(ch, "ffn_gate_exps", l->gate_exps, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0) ||
+        matmul_experts(ch, "ffn_up_exps", l->up_exps, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0));
+    barrier(ch);
+    cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = cf->n_ff_exp, .rows = pairs};
+    work_rows(ch, "swiglu", cf->n_ff_exp, pairs, 2, 1, 4, false);
+    TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
+    barrier(ch);
+    /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
+    TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1));
+    barrier(ch);
+    work_rows(ch, "moe_combine", cf->n_embd, ch->T, 1 + k, 1, 2 * k, false);
+    cvk_moe_combine_args mc = {.x = W(&g->bx), .e = W(&g->beo), .w = W(&g->bwts), .n = cf->n_embd, .k = k,
+                               .rows = ch->T};
+    return cvk_moe_combine(ch->c, ch->dp, &g->moe_combine, &mc);
+}
+
+/* The lm_head as a matvec (the lm_head configuration, up to 8 vectors per workgroup), one vector
+ * per wanted row: the rows are copied together first. Each vector's sums are its own, computed
+ * the same way whatever n_out. */
+static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
+    gpu_model *g = ch->g;
+    const gguf_tensor *t = g->m->output;
+    uint64_t row = (uint64_t)g->m->cfg.n_embd * 4;
+    cvk_barrier_compute_to_transfer(ch->c->cb);
+    for (uint32_t j = 0; j < n_out; j++)
+        TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bxb, out[j] * row, row}, (cvk_view){&g->bhead_x, j * row, row}));
+    cvk_barrier_transfer_to_compute(ch->c->cb);
+    work_matmul(ch, "output", t, n_out, 1, n_out);
+    cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                          .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
+    /* one row: one vector per workgroup (cheaper on a CPU device than carrying 8 vectors'
+     * registers); the same sums per vector as head_batch */
+    return cvk_matvec(ch->c, ch->dp, n_out == 1 ? &g->head : &g->head_batch, &mv);
+}
+
+/* The batch forward's head over the n_out wanted tokens (rows out[] of X): final norm of every
+ * row, the lm_head (per device one kernel, whatever n_out, so a row's logits do not depend on
+ * the others), argmax per row. */
+static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    const gguf_tensor *t = g->m->output;
+    cvk_cmd_label_begin(ch->c, "head");
+    int rc = rmsnorm(ch, "output_norm", &g->bx, &g->w.output_norm, &g->bxb, cf->n_embd, ch->T);
+    barrier(ch);
+    cvk_matmul_args a = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                         .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
+                         .n_tokens = n_out, .gather = W(&g->bin_out)};
+    if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out);
+    if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, &g->matmul[t->type], &a);
+    barrier(ch);
+    cvk_argmax_args am = {.logits = W(&g->blogits), .scratch = W(&g->bam_scratch), .out = W(&g->bout_id),
+                          .n = cf->n_vocab, .rows = n_out};
+    work_rows(ch, "argmax", cf->n_vocab, n_out, 1, 0, 1, false);
+    if (!rc) rc = cvk_argmax(ch->c, ch->dp, &g->argmax, &am);
+    cvk_cmd_label_end(ch->c);
+    return rc;
+}
+
+/* The pass, and the head over the n_out rows of bin_out (out[]) when n_out > 0. */
+static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out) {
+    gpu_model *g = ch->g;
+    const model_config *cf = &g->m->cfg;
+    TRY(ch->reusable ? cvk_cmd_begin_reusable(ch->c) : cvk_cmd_begin(ch->c));
+    cvk_get_rows_args e = {.table = &g->w.tok_embd, .type = g->m->tok_embd->type, .n = cf->n_embd,
+                           .n_rows = cf->n_vocab, .ids = W(&g->bin_tok), .n_ids = ch->T, .dst = W(&g->bx)};
+    if (profiling(ch))
+        work(ch, (cvk_work){.role = "token_embd", .bytes = ch->T * (qtype_row_bytes(e.type, cf->n_embd) + 4ull * cf->n_embd),
+                            .m = cf->n_embd, .n = ch->T});
+    TRY(cvk_get_rows(ch->c, ch->dp, &g->get_rows, &e));
+    barrier(ch);
+    for (uint32_t il = 0; il < cf->n_layer; il++) {
+        const gpu_layer *d = &g->w.layers[il];
+        cvk_cmd_label_begin(ch->c, "layer.attention");
+        cvk_timer_layer(ch->c->timer, (int32_t)il);
+        TRY(rmsnorm(ch, "attn_norm", &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
+        barrier(ch);
+        TRY(attention(ch, il));
+        barrier(ch);
+        cvk_cmd_label_end(ch->c);
+        cvk_cmd_label_begin(ch->c, "layer.ffn");
+        TRY(rmsnorm(ch, "ffn_norm", &g->bx, &d->ffn_norm, &g->bxb, cf->n_embd, ch->T));
+        barrier(ch);
+        if (cf->arch == ARCH_QWEN3MOE) TRY(ffn_moe(ch, &g->m->layers[il], d));
+        else TRY(ffn_dense(ch, &g->m->layers[il], d));
+        barrier(ch);
+        cvk_cmd_label_end(ch->c);
+    }
+    cvk_timer_layer(ch->c->timer, -1);
+    if (n_out) TRY(record_rows_head(ch, out, n_out));
+    cvk_barrier_device_to_host(ch->c->cb);
+    return cvk_cmd_end(ch->c);
+}
+
+/* ---- the batch forward ---- */
+
+int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint32_t n) {
+    if (row >= g->max_seqs) return cd_fail("block-table row %u: the model holds %u", row, g->max_seqs);
+    if (n > g->max_pages) return cd_fail("a block table of %u pages: the context holds %u", n, g->max_pages);
+    uint32_t *t = (uint32_t *)cvk_buffer_host_ptr(&g->btable, 0) + (size_t)row * g->max_pages;
+    if (n) memcpy(t, pages, n * sizeof *t);
+    return 0;
+}
+
+static int check_batch(const gpu_model *g, const gpu_batch *b) {
+    const model_config *c = &g->m->cfg;
+    if (!b->n || b->n > g->n_batch) return cd_fail("a batch of %u tokens (1..%u)", b->n, g->n_batch);
+    if (b->n_out > g->max_seqs) return cd_fail("%u logits rows wanted, the model holds %u", b->n_out, g->max_seqs);
+    for (uint32_t i = 0; i < b->n; i++) {
+        if (b->ids[i] < 0 || (uint32_t)b->ids[i] >= c->n_vocab)
+            return cd_fail("token id %d out of range (vocab %u)", b->ids[i], c->n_vocab);
+        if (b->row[i] >= g->max_seqs) return cd_fail("block-table row %u: the model holds %u", b->row[i], g->max_seqs);
+        if (b->pos[i] >= g->n_ctx) return cd_fail("position %u is past the context size %u", b->pos[i], g->n_ctx);
+    }
+    for (uint32_t j = 0; j < b->n_out; j++)
+        if (b->out[j] >= b->n) return cd_fail("logits wanted for token %u of a batch of %u", b->out[j], b->n);
+    return 0;
+}
+
+/* ---- recordings kept for reuse ----
+ *
+ * A pass's command buffer depends only on its shape: the tokens, the wanted rows (the CPU
+ * head copies each one) and the attention splits, the positions that cover the longest row
+ * rounded up to whole splits; ids, positions, rows and tables are read on the device from
+ * host-written buffers. So a pass of a shape seen lately is submitted again as recorded
+ * (decode steps in steady state are all one shape), and host recording drops out of the step.
+ * With a timer attached every pass is recorded afresh (spans describe the latest). */
+
+static uint32_t split_limit(const gpu_model *g, uint32_t max_len) {
+    uint64_t sl = g->split_len, lim = (max_len + sl - 1) / sl * sl, cap = (uint64_t)g->max_pages * g->lay.page_tokens;
+    return (uint32_t)(lim < cap ? lim : cap);
+}
+
+static gpu_recording *find_recording(gpu_model *g, const gpu_batch *b, uint32_t limit) {
+    for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
+        gpu_recording *r = &g->rec[i];
+        if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit &&
+            (!g->head_matvec || !memcmp(r->out, b->out, b->n_out * sizeof *b->out)))
+            return r;
+    }
+    return NULL;
+}
+
+/* The least recently used recording, emptied and recorded for b's shape. */
+static gpu_recording *new_recording(gpu_model *g, chunk *ch, const gpu_batch *b, uint32_t limit) {
+    gpu_recording *r = &g->rec[0];
+    for (uint32_t i = 1; i < GPU_RECORDINGS; i++)
+        if (g->rec[i].last_use < r->last_use) r = &g->rec[i];
+    r->valid = false;
+    ch->c = &r->cmd;
+    ch->dp = &r->dp;
+    ch->reusable = true;
+    if (cvk_descpool_reset(&r->dp) || record_chunk(ch, b->out, b->n_out)) return NULL;
+    *r = (gpu_recording){.valid = true, .n = b->n, .n_out = b->n_out, .limit = limit, .out = r->out, .cmd = r->cmd,
+                         .dp = r->dp};
+    memcpy(r->out, b->out, b->n_out * sizeof *b->out);
+    return r;
+}
+
+/* The pass's command buffer: a recording of its shape, or recorded now. */
+static cvk_cmd *pass_cmd(gpu_model *g, chunk *ch, const gpu_batch *b) {
+    const cvk_timer *t = g->pcmd.timer;
+    if (t && t->enabled) { /* profiled: every pass recorded with its spans */
+        if (cvk_descpool_reset(&g->pdpool) || record_chunk(ch, b->out, b->n_out)) return NULL;
+        return &g->pcmd;
+    }
+    gpu_recording *r = find_recording(g, b, ch->max_len);
+    if (r) g->rec_hits++;
+    else if (!(r = new_recording(g, ch, b, ch->max_len))) return NULL;
+    r->last_use = ++g->rec_clock;
+    return &r->cmd;
+}
+
+int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
+    TRY(check_batch(g, b));
+    int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0), *out = cvk_buffer_host_ptr(&g->bin_out, 0);
+    uint32_t *pos = cvk_buffer_host_ptr(&g->bin_pos, 0), *loc = cvk_buffer_host_ptr(&g->bin_loc, 0), max_len = 0;
+    uint64_t attended = 0, kv_positions = 0;
+    for (uint32_t i = 0; i < b->n; i++) {
+        tok[i] = b->ids[i];
+        pos[i] = b->pos[i];
+        loc[2 * i] = b->row[i];
+        loc[2 * i + 1] = b->pos[i];
+        if (b->pos[i] + 1 > max_len) max_len = b->pos[i] + 1;
+        attended += b->pos[i] + 1;
+        /* a row's tokens are consecutive: its last one attends to every position the row reads */
+        if (i + 1 == b->n || b->row[i + 1] != b->row[i]) kv_positions += b->pos[i] + 1;
+    }
+    for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
+    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = split_limit(g, max_len),
+                .attended = attended, .kv_positions = kv_positions};
+    gpu_host_times *h = &g->host;
+    double t0 = cd_now_ms();
+    cvk_cmd *c = pass_cmd(g, &ch, b);
+    if (!c) return -1;
+    double t1 = cd_now_ms();
+    TRY(cvk_cmd_submit(c));
+    double t2 = cd_now_ms();
+    TRY(cvk_cmd_wait(c));
+    double t3 = cd_now_ms();
+    const int32_t *ids = cvk_buffer_host_ptr(&g->bout_id, 0);
+    for (uint32_t j = 0; j < b->n_out; j++) next[j] = ids[j];
+    *h = (gpu_host_times){.tokens = b->n, .n_out = b->n_out, .record_ms = t1 - t0, .submit_ms = t2 - t1, .wait_ms = t3 - t2,
+                          .read_ms = cd_now_ms() - t3, .submit_at_ms = t1};
+    return 0;
+}
+
+int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out) {
+    uint64_t row = (uint64_t)g->m->cfg.n_vocab * 4;
+    if (j >= g->max_seqs) return cd_fail("logits row %u: the model holds %u", j, g->max_seqs);
+    return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, row), out);
+}

@@ -1,5 +1,5 @@
 /* The model on the GPU: weights in device buffers, pipelines, activations for a batch of tokens,
- * and ONE forward pass (gpu_prefill.c: gpu_forward_batch) over tokens of several sequences. It
+ * and ONE forward pass (gpu_forward.c: gpu_forward_batch) over tokens of several sequences. It
  * owns no pages and no sequences: the KV pool (kv/kv_pool.h) is the engine's, given at init,
  * and each pass reads and writes it through the block tables the engine writes before it (the
  * pages were reserved there, so a pass never allocates or evicts). The equations follow
@@ -64,7 +64,7 @@ typedef struct gpu_host_times {
     double submit_at_ms;             /* cd_now_ms() when the submit began */
 } gpu_host_times;
 
-/* A pass's command buffer kept for passes of the same shape (gpu_prefill.c, "recordings"). */
+/* A pass's command buffer kept for passes of the same shape (gpu_forward.c, "recordings"). */
 #define GPU_RECORDINGS 4
 typedef struct gpu_recording {
     bool valid;
@@ -179,7 +179,7 @@ int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint3
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next);
 int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out); /* n_vocab floats */
 
-/* Shared by set-up (gpu_forward.c) and the pass (gpu_prefill.c). */
+/* Shared by set-up (gpu_model.c) and the pass (gpu_forward.c). */
 #define GPU_LAYER_MATS 11
 /* A layer's projection matrices (NULL where the architecture has none): one matvec / matmul
  * pipeline per weight type among them. */
@@ -190,8 +190,8 @@ static inline void gpu_layer_mats(const layer_weights *l, const gguf_tensor *out
     for (int i = 0; i < GPU_LAYER_MATS; i++) out[i] = ts[i];
 }
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind);
-int gpu_prefill_init(gpu_model *g); /* buffers and pipelines of gpu_prefill.c */
-void gpu_prefill_free(gpu_model *g);
+int gpu_forward_init(gpu_model *g); /* buffers, pipelines and recordings of gpu_forward.c */
+void gpu_forward_free(gpu_model *g);
 
 /* gpu_weights.c: every tensor of m to device buffers (granule = row bytes), norms as f32. */
 int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m);

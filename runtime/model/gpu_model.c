@@ -1,0 +1,93 @@
+/* The model on the GPU, set up: weights, the pipelines every pass uses, the RoPE table; the
+ * pass itself and its buffers are in gpu_forward.c. See gpu_model.h. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/model/gpu_model.h"
+#include "runtime/vk/op_eltwise.h"
+#include "runtime/vk/op_get_rows.h"
+#include "runtime/vk/op_kv_write.h"
+#include "runtime/vk/op_moe_combine.h"
+#include "runtime/vk/op_moe_route.h"
+#include "runtime/vk/op_rmsnorm.h"
+
+#define TRY(x) do { if (x) return -1; } while (0)
+
+int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind) {
+    TRY(cvk_buffer_create(&g->vk->mem, b, bytes ? bytes : 4, 4, kind));
+    if (kind != CVK_MEM_DEVICE && !cvk_buffer_host_ptr(b, 0)) return cd_fail("gpu model: input buffer is not host-visible");
+    return 0;
+}
+
+static int make_pipelines(gpu_model *g) {
+    const model *m = g->m;
+    cvk_device *d = &g->vk->dev;
+    VkPipelineCache pc = g->vk->pcache.cache;
+    TRY(cvk_get_rows_pipeline(&g->get_rows, d, pc, m->tok_embd->type, 0));
+    TRY(cvk_rmsnorm_pipeline(&g->rmsnorm, d, pc, 0));
+    TRY(cvk_rope_pipeline(&g->rope, d, pc, 0));
+    TRY(cvk_add_pipeline(&g->add, d, pc, 0));
+    TRY(cvk_swiglu_pipeline(&g->swiglu, d, pc, 0));
+    TRY(cvk_moe_route_pipeline(&g->moe_route, d, pc, 0));
+    TRY(cvk_moe_combine_pipeline(&g->moe_combine, d, pc, 0));
+    TRY(cvk_kv_write_pipeline(&g->kv_write, d, pc, m->cfg.head_dim, 0));
+    return cvk_argmax_pipelines(&g->argmax, d, pc, 0);
+}
+
+static int check_opts(const model *m, const gpu_model_opts *o) {
+    const model_config *c = &m->cfg;
+    if (!o->n_ctx) return cd_fail("n_ctx is 0");
+    if (!o->kv || !o->lay) return cd_fail("no KV pool given");
+    const kv_layout *l = o->lay;
+    if (l->n_layer != c->n_layer || l->n_head_kv != c->n_head_kv || l->head_dim != c->head_dim)
+        return cd_fail("the KV pool's layout (%u layers, %u kv heads x %u) is not the model's (%u, %u x %u)",
+                       l->n_layer, l->n_head_kv, l->head_dim, c->n_layer, c->n_head_kv, c->head_dim);
+    if (c->arch == ARCH_QWEN3MOE && (c->n_expert > CVK_MOE_MAX_EXPERT || c->n_expert_used > CVK_MOE_MAX_K))
+        return cd_fail("%u experts, %u used: the router kernel takes at most %u and %u", c->n_expert,
+                       c->n_expert_used, CVK_MOE_MAX_EXPERT, CVK_MOE_MAX_K);
+    return 0;
+}
+
+int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+    memset(g, 0, sizeof *g);
+    g->m = m;
+    g->vk = vk;
+    int rc = check_opts(m, o);
+    if (!rc) {
+        g->n_ctx = o->n_ctx;
+        g->n_batch = o->n_batch;
+        g->max_seqs = o->max_seqs ? o->max_seqs : 1;
+        g->kv = o->kv;
+        g->lay = *o->lay;
+        g->max_pages = (g->n_ctx + g->lay.page_tokens - 1) / g->lay.page_tokens;
+        rc = gpu_weights_upload(&g->w, vk, m) || make_pipelines(g) ||
+             cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||
+             gpu_forward_init(g);
+    }
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", cd_errmsg());
+        cvk_stager_flush(&vk->stager); /* no copy may still target a buffer about to be freed */
+        gpu_model_free(g);
+        return cd_fail("gpu model: %s", msg);
+    }
+    cvk_pcache_save(&vk->pcache); /* failure is not fatal */
+    return 0;
+}
+
+void gpu_model_free(gpu_model *g) {
+    if (!g->vk) return;
+    cvk_ctx *vk = g->vk;
+    cvk_device *d = &vk->dev;
+    gpu_forward_free(g);
+    cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
+    cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->rope, &g->add, &g->swiglu, &g->moe_route, &g->moe_combine,
+                          &g->kv_write};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cvk_pipeline_destroy(d, ps[i]);
+    cvk_argmax_pipelines_destroy(d, &g->argmax);
+    if (g->m) gpu_weights_free(&g->w, vk, g->m);
+    memset(g, 0, sizeof *g);
+}
+
+void gpu_model_set_timer(gpu_model *g, cvk_timer *t) { g->pcmd.timer = t; }
