@@ -36,7 +36,6 @@
 #include "tests/test_util.h"
 
 #define MAX_LEN 320u /* the context of both engines; prompts stay 16 below it */
-#define MAX_HIST 64u
 #define MAX_BURST 4u
 #define MAX_GEN 6u
 
@@ -55,67 +54,16 @@ typedef struct config {
     uint64_t max_bytes;
 } config;
 
-typedef struct history {
-    int32_t ids[MAX_HIST][MAX_LEN]; /* prompt + generated of each request, the KV it wrote */
-    uint32_t len[MAX_HIST];
-    uint32_t n;
-} history;
 
 typedef struct state {
     config c;
     char dir[4096];
     engine plain, cached;
     uint32_t reserved; /* host slots the test holds so the tier runs full */
-    history h;
-    int32_t sys[2][128];
+    tu_trace h;
     uint64_t requests, bursts, cached_tokens, prompt_tokens, restored_tokens, disk_tokens;
     uint64_t chunks_written, disk_evicted, evicted_pages, demoted_pages;
 } state;
-
-static uint32_t rand_ids(rng *r, int32_t *out, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) out[i] = (int32_t)(100 + rng_below(r, 20000));
-    return n;
-}
-
-/* The next prompt of the branching trace, built from what came before. */
-static uint32_t next_prompt(rng *r, state *s, int32_t *p) {
-    const history *h = &s->h;
-    uint32_t kind = h->n ? (uint32_t)rng_below(r, 4) : 0, n = 0;
-    const int32_t *base = NULL;
-    uint32_t base_len = 0;
-    if (kind) {
-        uint32_t k = (uint32_t)rng_below(r, h->n);
-        base = h->ids[k];
-        base_len = h->len[k];
-    }
-    switch (kind) {
-    case 0: /* a shared system prompt, then a new question */
-        memcpy(p, s->sys[rng_below(r, 2)], 128 * sizeof *p);
-        n = 32 + (uint32_t)rng_below(r, 97); /* cut anywhere, mid-page included */
-        break;
-    case 1: /* the next turn: an earlier prompt + its reply + a new message */
-    case 3: /* an agent loop: the same, with a longer "tool result" */
-        n = base_len;
-        memcpy(p, base, n * sizeof *p);
-        break;
-    case 2: /* a branch off an earlier prompt, cut at any token (mid-page included) */
-        n = 1 + (uint32_t)rng_below(r, base_len);
-        memcpy(p, base, n * sizeof *p);
-        break;
-    }
-    uint32_t extra = kind == 3 ? 30 + (uint32_t)rng_below(r, 50) : 1 + (uint32_t)rng_below(r, 24);
-    if (n + extra > MAX_LEN - 16) n = MAX_LEN - 16 - extra;
-    return n + rand_ids(r, p + n, extra);
-}
-
-static void remember(history *h, const int32_t *ids, uint32_t n, const engine_reply *r) {
-    if (h->n >= MAX_HIST || r->n == 0) return;
-    uint32_t kv = n + r->n - 1; /* the last token chosen was never run */
-    if (kv > MAX_LEN) kv = MAX_LEN;
-    memcpy(h->ids[h->n], ids, n * sizeof *ids);
-    memcpy(h->ids[h->n] + n, r->ids, (kv - n) * sizeof *ids);
-    h->len[h->n++] = kv;
-}
 
 static void start_cached(state *s) {
     engine_opts o = {.n_ctx = MAX_LEN, .pool_tokens = s->c.pool, .page_tokens = s->c.page,
@@ -187,7 +135,7 @@ static void burst(state *s, rng *r, job *jobs, uint32_t k) {
     uint32_t n_vocab = s->cached.m->cfg.n_vocab;
     for (uint32_t i = 0; i < k; i++) {
         job *j = &jobs[i];
-        j->n = next_prompt(r, s, j->ids);
+        j->n = tu_trace_next(&s->h, r, j->ids);
         j->max_tokens = 1 + (uint32_t)rng_below(r, MAX_GEN);
         engine_request rq = {.ids = j->ids, .n = j->n, .max_tokens = j->max_tokens, .ignore_eos = true,
                              .logits_out = j->want_logits};
@@ -226,7 +174,7 @@ static void burst(state *s, rng *r, job *jobs, uint32_t k) {
         s->requests++;
         s->cached_tokens += a->cached_tokens;
         s->prompt_tokens += j->n;
-        remember(&s->h, j->ids, j->n, a);
+        tu_trace_remember(&s->h, j->ids, j->n, a->ids, a->n);
         engine_reply_free(&j->got);
         engine_reply_free(&j->want);
     }
@@ -259,8 +207,8 @@ static void test_random_engine(void **st) {
     engine_opts po = {.n_ctx = MAX_LEN, .page_tokens = c->page, .no_prefix_cache = true};
     if (engine_init(&s->plain, tiny(), &po)) fail_msg("%s", cd_errmsg());
     start_cached(s);
-    rand_ids(&r, s->sys[0], 128);
-    rand_ids(&r, s->sys[1], 128);
+    tu_trace_init(&s->h, &r, &(tu_trace_shape){.sys_len = 128, .question = 32, .question_span = 97, .message_span = 24,
+                                               .tool = 30, .tool_span = 50, .max_len = MAX_LEN});
     uint32_t n_vocab = tiny()->cfg.n_vocab;
     job *jobs = calloc(MAX_BURST, sizeof *jobs);
     for (uint32_t i = 0; i < MAX_BURST; i++) {

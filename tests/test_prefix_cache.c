@@ -19,55 +19,14 @@
 #include "runtime/engine/engine.h"
 #include "tests/test_util.h"
 
-#define MAX_REQ 64
 #define MAX_LEN 512
 
-typedef struct history {
-    int32_t ids[MAX_REQ][MAX_LEN]; /* prompt + generated of each request */
-    uint32_t len[MAX_REQ];
-    uint32_t n;
-} history;
 
 static model *tiny(void) {
     static model *m;
     if (!m && model_load(&m, tu_make_model("pc_tiny.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0}))
         fail_msg("%s", cd_errmsg());
     return m;
-}
-
-static uint32_t rand_ids(rng *r, int32_t *out, uint32_t n) {
-    for (uint32_t i = 0; i < n; i++) out[i] = (int32_t)(100 + rng_below(r, 20000));
-    return n;
-}
-
-/* The next prompt of a random branching trace, built from what came before. */
-static uint32_t next_prompt(rng *r, const history *h, const int32_t sys[2][64], int32_t *p) {
-    uint32_t kind = h->n ? (uint32_t)rng_below(r, 4) : 0, n = 0;
-    const int32_t *base = NULL;
-    uint32_t base_len = 0;
-    if (kind) {
-        uint32_t k = (uint32_t)rng_below(r, h->n);
-        base = h->ids[k];
-        base_len = h->len[k];
-    }
-    switch (kind) {
-    case 0: /* a shared system prompt, then a new question */
-        memcpy(p, sys[rng_below(r, 2)], 64 * sizeof *p);
-        n = 24 + (uint32_t)rng_below(r, 40);
-        break;
-    case 1: /* multi-turn: an earlier request's prompt + its reply + a new message */
-    case 3: /* agent loop: the same, with a longer "tool result" */
-        n = base_len;
-        memcpy(p, base, n * sizeof *p);
-        break;
-    case 2: /* a branch off an earlier prompt, cut at any token (mid-page included) */
-        n = 1 + (uint32_t)rng_below(r, base_len);
-        memcpy(p, base, n * sizeof *p);
-        break;
-    }
-    uint32_t extra = kind == 3 ? 20 + (uint32_t)rng_below(r, 30) : 1 + (uint32_t)rng_below(r, 12);
-    if (n + extra > MAX_LEN - 16) n = MAX_LEN - 16 - extra;
-    return n + rand_ids(r, p + n, extra);
 }
 
 typedef struct pair {
@@ -91,7 +50,7 @@ static void pair_free(pair *p) {
 }
 
 /* One request on both engines: same tokens, close logits, exact accounting. */
-static void run_both(pair *p, history *h, const int32_t *ids, uint32_t n, uint32_t max_tokens) {
+static void run_both(pair *p, tu_trace *h, const int32_t *ids, uint32_t n, uint32_t max_tokens) {
     engine_request ra = {.ids = ids, .n = n, .max_tokens = max_tokens, .ignore_eos = true, .logits_out = p->la};
     engine_request rb = {.ids = ids, .n = n, .max_tokens = max_tokens, .ignore_eos = true, .logits_out = p->lb};
     engine_reply a, b;
@@ -108,12 +67,7 @@ static void run_both(pair *p, history *h, const int32_t *ids, uint32_t n, uint32
     if (memcmp(p->la, p->lb, p->cached.m->cfg.n_vocab * sizeof *p->la))
         fail_msg("request %u: logits with and without the cache differ (rel L2 %.3g)", h->n,
                  tu_rel_l2(p->la, p->lb, p->cached.m->cfg.n_vocab));
-    if (h->n < MAX_REQ) {
-        memcpy(h->ids[h->n], ids, n * sizeof *ids);
-        uint32_t kv = n + a.n - 1; /* the KV the request wrote: the last token was never run */
-        memcpy(h->ids[h->n] + n, a.ids, (a.n - 1) * sizeof *ids);
-        h->len[h->n++] = kv;
-    }
+    tu_trace_remember(h, ids, n, a.ids, a.n);
     engine_reply_free(&a);
     engine_reply_free(&b);
 }
@@ -128,12 +82,12 @@ static void random_trace(uint32_t page, uint32_t pool, uint32_t host_mb, uint32_
         while (kv_host_free_count(&p.cached.host) > 48 && kv_host_slot_alloc(&p.cached.host, &slot) == 0) reserved++;
     rng r;
     rng_seed(&r, seed);
-    int32_t sys[2][64], *ids = malloc(MAX_LEN * sizeof *ids);
-    rand_ids(&r, sys[0], 64);
-    rand_ids(&r, sys[1], 64);
-    history *h = calloc(1, sizeof *h);
+    int32_t *ids = malloc(MAX_LEN * sizeof *ids);
+    tu_trace *h = calloc(1, sizeof *h);
+    tu_trace_init(h, &r, &(tu_trace_shape){.sys_len = 64, .question = 24, .question_span = 40, .message_span = 12,
+                                            .tool = 20, .tool_span = 30, .max_len = MAX_LEN});
     for (uint32_t i = 0; i < n_req; i++) {
-        uint32_t n = next_prompt(&r, h, (const int32_t(*)[64])sys, ids);
+        uint32_t n = tu_trace_next(h, &r, ids);
         run_both(&p, h, ids, n, 2 + (uint32_t)rng_below(&r, 5));
     }
     const engine_stats *s = &p.cached.stats;
@@ -408,11 +362,11 @@ static void test_page_boundaries(void **st) {
     (void)st;
     pair p;
     pair_init(&p, tiny(), 4, 0, 0);
-    history *h = calloc(1, sizeof *h);
+    tu_trace *h = calloc(1, sizeof *h);
     int32_t base[32], q[32];
     rng r;
     rng_seed(&r, 9);
-    rand_ids(&r, base, 32);
+    tu_rand_ids(&r, base, 32);
     run_both(&p, h, base, 12, 4);
     /* shared tokens -> expected cached tokens: on a boundary (8), one into a page (9), one
      * before a page's end (11), all whole pages (12), nothing (0) */
@@ -440,7 +394,7 @@ static void test_pool_exhausted(void **st) {
     int32_t ids[64];
     rng r;
     rng_seed(&r, 4);
-    rand_ids(&r, ids, 64);
+    tu_rand_ids(&r, ids, 64);
     engine_request big = {.ids = ids, .n = 40, .max_tokens = 2, .ignore_eos = true};
     engine_reply a;
     assert_int_equal(engine_generate(&e, &big, &a), -1);

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/base/fp16.h"
 #include "runtime/gguf/gguf.h"
@@ -154,4 +155,56 @@ void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q,
         }
     }
     free(att), free(k), free(v);
+}
+
+uint32_t tu_rand_ids(rng *r, int32_t *out, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) out[i] = (int32_t)(100 + rng_below(r, 20000));
+    return n;
+}
+
+void tu_trace_init(tu_trace *t, rng *r, const tu_trace_shape *s) {
+    t->s = *s;
+    t->n = 0;
+    tu_rand_ids(r, t->sys[0], s->sys_len);
+    tu_rand_ids(r, t->sys[1], s->sys_len);
+}
+
+uint32_t tu_trace_next(tu_trace *t, rng *r, int32_t *p) {
+    const tu_trace_shape *s = &t->s;
+    uint32_t kind = t->n ? (uint32_t)rng_below(r, 4) : 0, n = 0;
+    const int32_t *base = NULL;
+    uint32_t base_len = 0;
+    if (kind) {
+        uint32_t k = (uint32_t)rng_below(r, t->n);
+        base = t->ids[k];
+        base_len = t->len[k];
+    }
+    switch (kind) {
+    case 0: /* a shared system prompt, then a new question */
+        memcpy(p, t->sys[rng_below(r, 2)], s->sys_len * sizeof *p);
+        n = s->question + (uint32_t)rng_below(r, s->question_span); /* cut anywhere, mid-page included */
+        break;
+    case 1: /* the next turn: an earlier prompt + its reply + a new message */
+    case 3: /* an agent loop: the same, with a longer "tool result" */
+        n = base_len;
+        memcpy(p, base, n * sizeof *p);
+        break;
+    case 2: /* a branch off an earlier prompt, cut at any token (mid-page included) */
+        n = 1 + (uint32_t)rng_below(r, base_len);
+        memcpy(p, base, n * sizeof *p);
+        break;
+    }
+    uint32_t extra = kind == 3 ? s->tool + (uint32_t)rng_below(r, s->tool_span) : 1 + (uint32_t)rng_below(r, s->message_span);
+    if (n + extra > s->max_len - 16) n = s->max_len - 16 - extra;
+    return n + tu_rand_ids(r, p + n, extra);
+}
+
+void tu_trace_remember(tu_trace *t, const int32_t *prompt, uint32_t n, const int32_t *reply, uint32_t n_reply) {
+    if (t->n >= TU_TRACE_HIST || n_reply == 0) return;
+    uint32_t kv = n + n_reply - 1, cap = t->s.max_len < TU_TRACE_LEN ? t->s.max_len : TU_TRACE_LEN;
+    if (kv > cap) kv = cap;
+    if (n > kv) n = kv;
+    memcpy(t->ids[t->n], prompt, n * sizeof *prompt);
+    memcpy(t->ids[t->n] + n, reply, (kv - n) * sizeof *reply);
+    t->len[t->n++] = kv;
 }

@@ -35,3 +35,35 @@ const char *tu_make_model(const char *file, const char *preset, const char *quan
 void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
                        uint32_t len, uint32_t n_head, uint32_t layer, float *out);
 
+
+#include "runtime/base/rng.h"
+/* n random token ids in [100, 20100) into out; returns n. */
+uint32_t tu_rand_ids(rng *r, int32_t *out, uint32_t n);
+
+/* A random branching trace, the shape of chat and agent traffic (test_prefix_cache,
+ * test_engine_random). Each prompt is one of: a system prompt (one of two) + a new question; an
+ * earlier request's KV (prompt + reply) + a new message, or + a longer "tool result"; a branch
+ * cut off an earlier request's KV at any token (mid-page included). Prompts end 16 tokens
+ * below max_len. */
+#define TU_TRACE_HIST 64
+#define TU_TRACE_LEN 512
+typedef struct tu_trace_shape {
+    uint32_t sys_len;                 /* the system prompts (<= 128 tokens) */
+    uint32_t question, question_span; /* a new question: question + [0, question_span) tokens */
+    uint32_t message_span;            /* a new message: 1 + [0, message_span) */
+    uint32_t tool, tool_span;         /* a tool result: tool + [0, tool_span) */
+    uint32_t max_len;                 /* the engines' context (<= TU_TRACE_LEN) */
+} tu_trace_shape;
+typedef struct tu_trace {
+    tu_trace_shape s;
+    int32_t sys[2][128];
+    int32_t ids[TU_TRACE_HIST][TU_TRACE_LEN]; /* each remembered request's KV: prompt + reply but its last */
+    uint32_t len[TU_TRACE_HIST], n;
+} tu_trace;
+/* Draws the two system prompts from r. */
+void tu_trace_init(tu_trace *t, rng *r, const tu_trace_shape *s);
+/* The next prompt into p (max_len ids); returns its length. */
+uint32_t tu_trace_next(tu_trace *t, rng *r, int32_t *p);
+/* A finished request: its prompt and reply (the reply's last token was never run, so its KV is
+ * prompt + reply[0 .. n_reply - 1)). Past TU_TRACE_HIST requests, or with no reply: ignored. */
+void tu_trace_remember(tu_trace *t, const int32_t *prompt, uint32_t n, const int32_t *reply, uint32_t n_reply);

@@ -508,9 +508,11 @@ static gpu_recording *new_recording(gpu_model *g, chunk *ch, const gpu_batch *b,
     ch->dp = &r->dp;
     ch->reusable = true;
     if (cvk_descpool_reset(&r->dp) || record_chunk(ch, b->out, b->n_out)) return NULL;
-    *r = (gpu_recording){.valid = true, .n = b->n, .n_out = b->n_out, .limit = limit, .out = r->out, .cmd = r->cmd,
-                         .dp = r->dp};
+    r->n = b->n;
+    r->n_out = b->n_out;
+    r->limit = limit;
     memcpy(r->out, b->out, b->n_out * sizeof *b->out);
+    r->valid = true;
     return r;
 }
 

@@ -106,14 +106,19 @@ int cvk_cmd_wait(cvk_cmd *c) {
 
 int cvk_cmd_run(cvk_cmd *c) { return cvk_cmd_submit(c) ? -1 : cvk_cmd_wait(c); }
 
-void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
-                      uint32_t gx, uint32_t gy, uint32_t gz) {
+/* Binds p (when not already bound), the set and the push constants of a dispatch. */
+static void bind(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push) {
     if (c->bound != p->pipe) {
         vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
         c->bound = p->pipe;
     }
     vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     if (p->push_size) vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
+}
+
+void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
+                      uint32_t gx, uint32_t gy, uint32_t gz) {
+    bind(c, p, set, push);
     cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
     vkCmdDispatch(c->cb, gx, gy, gz);
     cvk_timer_end(c->timer, c->cb);
@@ -124,12 +129,7 @@ int cvk_cmd_dispatch_indirect(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet
     uint64_t off;
     if (args.size < 12 || cvk_view_locate(&(cvk_view){args.buf, args.off, 12}, &part, &off) || off % 4)
         return cd_fail("indirect dispatch: arguments not 12 aligned bytes in one part");
-    if (c->bound != p->pipe) {
-        vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
-        c->bound = p->pipe;
-    }
-    vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
-    if (p->push_size) vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
+    bind(c, p, set, push);
     cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
     vkCmdDispatchIndirect(c->cb, args.buf->parts[part].buf, off);
     cvk_timer_end(c->timer, c->cb);
