@@ -9,7 +9,8 @@
  * - Chunked prefill: while a long prompt is prefilled, a decoding sequence gets a token every step.
  * - Next turn: a chat's next prompt is cached up to its new message (the last page too).
  * - Cancel: pins and pages are released at once; the request's computed KV stays cached.
- * - Per-request sampling: a seeded sampled request gives the same tokens alone and batched.
+ * - Per-request sampling: seeded sampled requests (drawn on the device, or on the host for
+ *   top_k "all") give the same tokens alone and batched; a device draw is the host sampler's.
  * - Cache salts: the same salt hits, another salt or none misses, the tokens are the same; dedup
  *   pairs only requests of one namespace.
  * - Errors: empty prompt, prompt past the context, prompt larger than the pool. */
@@ -368,38 +369,108 @@ static void test_cancel(void **state) {
     engine_free(&e);
 }
 
-/* A seeded sampled request: the same tokens alone and among greedy ones. */
-static void test_sampling_batched(void **state) {
-    (void)state;
+/* Seeded sampled requests: the same tokens alone and batched with each other and a greedy
+ * one: a request with top_k 40 (drawn where `draw` says) and one drawn on the host (top_k "all"). */
+static void sampling_batched(int draw) {
     rng r;
     rng_seed(&r, 7);
-    int32_t a[30], b[45];
+    int32_t a[30], b[45], c[12];
     random_ids(&r, a, 30);
     random_ids(&r, b, 45);
-    sampler_params sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1234};
+    random_ids(&r, c, 12);
+    sampler_params sa = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 1234};
+    sampler_params sb = {.temperature = 1.0f, .top_k = 0, .top_p = 0.9f, .seed = 5};
     engine e;
-    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 3};
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 3, .draw = draw};
     init(&e, &o);
-    int32_t alone[20], other[20];
-    uint32_t n_alone = reference(&e, a, 30, 20, alone, &sp);
-    engine_request ra = {.ids = a, .n = 30, .max_tokens = 20, .ignore_eos = true, .sp = &sp};
-    engine_request rb = {.ids = b, .n = 45, .max_tokens = 20, .ignore_eos = true};
-    uint32_t ha, hb;
-    if (engine_submit(&e, &rb, &hb) || engine_step(&e, NULL) || engine_submit(&e, &ra, &ha)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(e.draw_on_device, draw == ENGINE_DRAW_DEVICE);
+    int32_t alone_a[20], alone_b[20], other[20];
+    uint32_t n_a = reference(&e, a, 30, 20, alone_a, &sa), n_b = reference(&e, b, 45, 20, alone_b, &sb);
+    engine_request ra = {.ids = a, .n = 30, .max_tokens = 20, .ignore_eos = true, .sp = &sa};
+    engine_request rb = {.ids = b, .n = 45, .max_tokens = 20, .ignore_eos = true, .sp = &sb};
+    engine_request rc = {.ids = c, .n = 12, .max_tokens = 20, .ignore_eos = true};
+    uint32_t ha, hb, hc;
+    if (engine_submit(&e, &rc, &hc) || engine_step(&e, NULL) || engine_submit(&e, &ra, &ha) ||
+        engine_step(&e, NULL) || engine_submit(&e, &rb, &hb))
+        fail_msg("%s", cd_errmsg());
     uint32_t busy = 1;
     while (busy)
         if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
     engine_reply rp;
     assert_int_equal(engine_poll(&e, ha, &rp), 1);
-    assert_int_equal(rp.n, n_alone);
-    assert_memory_equal(rp.ids, alone, n_alone * sizeof *alone);
+    assert_int_equal(rp.n, n_a);
+    assert_memory_equal(rp.ids, alone_a, n_a * sizeof *alone_a);
     engine_reply_free(&rp);
     assert_int_equal(engine_poll(&e, hb, &rp), 1);
+    assert_int_equal(rp.n, n_b);
+    assert_memory_equal(rp.ids, alone_b, n_b * sizeof *alone_b);
+    engine_reply_free(&rp);
+    assert_int_equal(engine_poll(&e, hc, &rp), 1);
     engine_reply_free(&rp);
     /* another seed gives other tokens (the seed is really used) */
-    sp.seed = 99;
-    assert_int_equal(reference(&e, a, 30, 20, other, &sp), 20);
-    assert_true(memcmp(other, alone, sizeof other) != 0);
+    sa.seed = 99;
+    assert_int_equal(reference(&e, a, 30, 20, other, &sa), 20);
+    assert_true(memcmp(other, alone_a, sizeof other) != 0);
+    engine_free(&e);
+}
+
+static void test_sampling_batched(void **state) {
+    (void)state;
+    sampling_batched(ENGINE_DRAW_DEVICE);
+    sampling_batched(ENGINE_DRAW_HOST);
+}
+
+/* The host's sampler over the same logits, drawing from the same seed, step by step. */
+typedef struct draw_check {
+    sampler host;
+    const float *logits;
+    uint32_t draws, differ, not_argmax;
+} draw_check;
+
+static bool check_draw(void *ctx, int32_t id) {
+    draw_check *d = ctx;
+    int32_t want = sampler_sample(&d->host, d->logits);
+    d->draws++;
+    d->differ += want != id;
+    d->not_argmax += id != sampler_argmax(d->logits, d->host.n_vocab);
+    return true;
+}
+
+/* A token drawn on the device is the one sampler_sample draws from the same logits and seed
+ * (but within float rounding of a boundary between two tokens: the GPU sums in float). */
+static void test_sampling_on_device(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 11);
+    const model *m = tiny();
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4, .draw = ENGINE_DRAW_DEVICE};
+    init(&e, &o);
+    assert_true(e.draw_on_device);
+    const sampler_params sps[] = {{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 3},
+                                  {.temperature = 1.5f, .top_k = CVK_SAMPLE_MAX_K, .top_p = 1.0f, .seed = 4},
+                                  {.temperature = 0.3f, .top_k = 1, .top_p = 0.5f, .seed = 5}};
+    float *logits = malloc((size_t)m->cfg.n_vocab * sizeof *logits);
+    uint32_t draws = 0, differ = 0, not_argmax = 0;
+    for (size_t k = 0; k < sizeof sps / sizeof *sps; k++) {
+        int32_t ids[25];
+        random_ids(&r, ids, 25);
+        draw_check d = {.logits = logits};
+        if (sampler_init(&d.host, sps[k], (int32_t)m->cfg.n_vocab)) fail_msg("%s", cd_errmsg());
+        engine_request rq = {.ids = ids, .n = 25, .max_tokens = 40, .ignore_eos = true, .sp = &sps[k],
+                             .on_token = check_draw, .ctx = &d, .logits_out = logits};
+        engine_reply rp;
+        if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+        assert_int_equal(d.draws, rp.n);
+        engine_reply_free(&rp);
+        sampler_free(&d.host);
+        draws += d.draws, differ += d.differ, not_argmax += d.not_argmax;
+    }
+    printf("  %u device draws, %u not the argmax, %u differ from the host's\n", draws, not_argmax, differ);
+    assert_int_equal(draws, 120);
+    assert_true(differ * 50 <= draws);
+    assert_true(not_argmax >= 10); /* the draws do sample (tiny's logits are peaked: few leave the argmax) */
+    free(logits);
     engine_free(&e);
 }
 
@@ -518,6 +589,7 @@ int main(void) {
         cmocka_unit_test(test_cancel),
         cmocka_unit_test(test_next_turn),
         cmocka_unit_test(test_sampling_batched),
+        cmocka_unit_test(test_sampling_on_device),
         cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_dedup),

@@ -196,67 +196,104 @@ typedef struct scase {
     int32_t top_k;
     float temperature, top_p, scale;
     enum pattern pat;
+    bool mixed; /* rows of different requests: own parameters, some left to argmax or the CPU */
 } scase;
 
-static int boundary_draws, draws, not_argmax;
+#define UNTOUCHED 0xdeadbeefu
+
+/* Row r's parameters: the case's, or with mixed one of five kinds in turn, two of them not
+ * sampled on the device (greedy; top_k "all"), one with a top_k above k_max. */
+static cvk_sample_row row_params(const scase *t, uint32_t r) {
+    cvk_sample_row p = {t->temperature, t->top_k, t->top_p, 0};
+    if (!t->mixed) return p;
+    switch (r % 5) {
+    case 0: p.temperature = 0; break;                                /* greedy: argmax's */
+    case 1: break;                                                   /* the case's */
+    case 2: p.top_k = t->top_k / 3 + 1, p.temperature *= 0.5f, p.top_p = 1.0f; break;
+    case 3: p.top_k = 0; break;                                      /* "all": the CPU's */
+    default: p.top_k = t->top_k + 1, p.temperature = 1.3f; break;    /* above k_max */
+    }
+    return p;
+}
+
+static int boundary_draws, draws, not_argmax, skipped_rows;
 
 static void run_sample_case(const scase *t, uint64_t seed) {
     rng r;
     rng_seed(&r, seed);
-    uint32_t stride = t->stride ? t->stride : t->n;
+    uint32_t stride = t->stride ? t->stride : t->n, k_max = (uint32_t)t->top_k;
     size_t nl = (size_t)(t->rows - 1) * stride + t->n;
-    float *l = malloc(nl * 4), *u = malloc(t->rows * 4);
+    float *l = malloc(nl * 4);
+    cvk_sample_row *prm = malloc(t->rows * sizeof *prm);
     uint32_t *got = malloc(t->rows * 4);
     int32_t *want = malloc(t->rows * 4);
 
     cvk_sample_pipes p;
     if (cvk_sample_pipelines(&p, &vk->dev, vk->pcache.cache, t->wg)) fail_msg("%s", cd_errmsg());
-    cvk_buffer bl, bs, bu, bo;
+    cvk_buffer bl, bs, bp, bo;
     assert_int_equal(cvk_buffer_create(&vk->mem, &bl, nl * 4, 4, CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bs, cvk_sample_scratch_bytes(&p, t->n, t->rows, t->top_k), 8,
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bs, cvk_sample_scratch_bytes(&p, t->n, t->rows, k_max), 8,
                                        CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bu, t->rows * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bp, t->rows * sizeof *prm, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bo, t->rows * 4, 4, CVK_MEM_DEVICE), 0);
-    cvk_sample_args a = {.logits = cvk_view_whole(&bl), .scratch = cvk_view_whole(&bs), .u = cvk_view_whole(&bu),
-                         .out = cvk_view_whole(&bo), .n = t->n, .rows = t->rows, .stride = t->stride,
-                         .top_k = t->top_k, .temperature = t->temperature, .top_p = t->top_p};
+    cvk_sample_args a = {.logits = cvk_view_whole(&bl), .scratch = cvk_view_whole(&bs), .params = cvk_view_whole(&bp),
+                         .out = cvk_view_whole(&bo), .n = t->n, .rows = t->rows, .stride = t->stride, .k_max = k_max};
     assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
     if (cvk_sample(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
 
-    sampler s;
+    sampler s; /* the uniform case: sampler_sample itself is the reference */
     sampler_params sp = {.temperature = t->temperature, .top_k = t->top_k, .top_p = t->top_p, .seed = seed};
     assert_int_equal(sampler_init(&s, sp, (int32_t)t->n), 0);
-    for (int round = 0; round < 3; round++) { /* replays: new logits and u, same recording */
+    for (int round = 0; round < 3; round++) { /* replays: new logits, parameters and u, same recording */
         for (uint32_t row = 0; row < t->rows; row++) {
             float *lr = l + (size_t)row * stride;
             fill(&r, lr, row + 1 < t->rows ? stride : t->n, t->pat);
             for (uint32_t i = 0; i < t->n; i++) lr[i] *= t->scale;
-            rng next = s.rng; /* the u sampler_sample is about to draw */
-            u[row] = rng_f32(&next);
-            want[row] = sampler_sample(&s, lr);
+            prm[row] = row_params(t, (uint32_t)round + row);
+            got[row] = UNTOUCHED;
+            if (!t->mixed) {
+                rng next = s.rng; /* the u sampler_sample is about to draw */
+                prm[row].u = rng_f32(&next);
+                want[row] = sampler_sample(&s, lr);
+                assert_int_equal(ref_sample(lr, (int32_t)t->n, t->top_k, t->temperature, t->top_p, prm[row].u),
+                                 want[row]);
+            } else if (cvk_sample_row_on_device(prm[row].temperature, prm[row].top_k, k_max)) {
+                prm[row].u = rng_f32(&r);
+                want[row] = ref_sample(lr, (int32_t)t->n, prm[row].top_k, prm[row].temperature, prm[row].top_p,
+                                       prm[row].u);
+            } else {
+                want[row] = (int32_t)UNTOUCHED;
+            }
         }
         assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bl), l), 0);
-        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bu), u), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bp), prm), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bo), got), 0);
         assert_int_equal(cvk_stager_flush(&vk->stager), 0);
         assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
         assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bo), got), 0);
         for (uint32_t row = 0; row < t->rows; row++) {
             const float *lr = l + (size_t)row * stride;
-            assert_int_equal(ref_sample(lr, (int32_t)t->n, t->top_k, t->temperature, t->top_p, u[row]), want[row]);
+            const cvk_sample_row *q = &prm[row];
+            if (want[row] == (int32_t)UNTOUCHED) {
+                if (got[row] != UNTOUCHED) fail_msg("row %u (T=%g top_k=%d) not for the device was written", row,
+                                                    q->temperature, q->top_k);
+                skipped_rows++;
+                continue;
+            }
             draws++;
             not_argmax += want[row] != sampler_argmax(lr, (int32_t)t->n);
             if (got[row] == (uint32_t)want[row]) continue;
             const double d = 1e-5;
-            int32_t near[4] = {ref_sample(lr, (int32_t)t->n, t->top_k, t->temperature, t->top_p, u[row] - d),
-                               ref_sample(lr, (int32_t)t->n, t->top_k, t->temperature, t->top_p, u[row] + d),
-                               ref_sample(lr, (int32_t)t->n, t->top_k, t->temperature, t->top_p - d, u[row]),
-                               ref_sample(lr, (int32_t)t->n, t->top_k, t->temperature, t->top_p + d, u[row])};
+            int32_t near[4] = {ref_sample(lr, (int32_t)t->n, q->top_k, q->temperature, q->top_p, q->u - d),
+                               ref_sample(lr, (int32_t)t->n, q->top_k, q->temperature, q->top_p, q->u + d),
+                               ref_sample(lr, (int32_t)t->n, q->top_k, q->temperature, q->top_p - d, q->u),
+                               ref_sample(lr, (int32_t)t->n, q->top_k, q->temperature, q->top_p + d, q->u)};
             bool ok = false;
             for (int j = 0; j < 4; j++) ok |= got[row] == (uint32_t)near[j];
             if (!ok)
                 fail_msg("n=%u top_k=%d T=%g top_p=%g wg=%u round %d row %u (u=%.9g): sampled %u, want %d", t->n,
-                         t->top_k, t->temperature, t->top_p, t->wg, round, row, u[row], got[row], want[row]);
+                         q->top_k, q->temperature, q->top_p, t->wg, round, row, q->u, got[row], want[row]);
             boundary_draws++;
         }
     }
@@ -265,21 +302,24 @@ static void run_sample_case(const scase *t, uint64_t seed) {
     cvk_sample_pipelines_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &bl);
     cvk_buffer_destroy(&vk->mem, &bs);
-    cvk_buffer_destroy(&vk->mem, &bu);
+    cvk_buffer_destroy(&vk->mem, &bp);
     cvk_buffer_destroy(&vk->mem, &bo);
-    free(l), free(u), free(got), free(want);
+    free(l), free(prm), free(got), free(want);
 }
 
 static void test_sample_push_layout_matches_glsl(void **state) {
     (void)state;
+    /* struct Row in the shader: four 4-byte scalars, std430 */
+    _Static_assert(sizeof(cvk_sample_row) == 16 && offsetof(cvk_sample_row, top_k) == 4 &&
+                       offsetof(cvk_sample_row, top_p) == 8 && offsetof(cvk_sample_row, u) == 12,
+                   "cvk_sample_row mirrors the shader's Row");
     cvk_spirv_info si;
     assert_int_equal(cvk_spirv_reflect(cinder_spv_sample_topk, cinder_spv_sample_topk_size, &si), 0);
     const uint32_t want[] = {offsetof(cvk_sample_push, n), offsetof(cvk_sample_push, rows),
                              offsetof(cvk_sample_push, stride), offsetof(cvk_sample_push, n_chunks),
-                             offsetof(cvk_sample_push, top_k), offsetof(cvk_sample_push, temperature),
-                             offsetof(cvk_sample_push, top_p)};
-    assert_int_equal(si.n_push, 7);
-    for (int i = 0; i < 7; i++) assert_int_equal(si.push_offset[i], want[i]);
+                             offsetof(cvk_sample_push, k_max)};
+    assert_int_equal(si.n_push, 5);
+    for (int i = 0; i < 5; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_sample_push));
     assert_int_equal(si.n_bindings, 4);
 }
@@ -300,10 +340,17 @@ static void test_sample(void **state) {
         {.n = 2049, .rows = 9, .wg = 256, .top_k = 64, .temperature = 0.8f, .top_p = 0.9f, .scale = 0.1f,
          .pat = FEW_VALUES},
         {.n = 5000, .rows = 7, .wg = 32, .top_k = 256, .temperature = 1.5f, .top_p = 0.99f, .scale = 0.05f},
+        /* a batch of requests with their own settings (the engine's decode step) */
+        {.n = 151936, .rows = 11, .wg = 256, .top_k = 40, .temperature = 0.8f, .top_p = 0.95f, .scale = 0.5f,
+         .mixed = true},
+        {.n = 3001, .rows = 13, .wg = 64, .top_k = 256, .temperature = 0.6f, .top_p = 0.9f, .scale = 0.1f,
+         .pat = TIES, .mixed = true},
     };
-    boundary_draws = draws = not_argmax = 0;
+    boundary_draws = draws = not_argmax = skipped_rows = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_sample_case(&cases[i], 1100 + i);
-    printf("  %d draws (%d not the argmax), %d at a float-rounding boundary\n", draws, not_argmax, boundary_draws);
+    printf("  %d draws (%d not the argmax), %d at a float-rounding boundary, %d rows left alone\n", draws, not_argmax,
+           boundary_draws, skipped_rows);
+    assert_true(skipped_rows >= 3 * 2 * (11 + 13) / 5); /* the mixed cases' greedy, "all" and over-k_max rows */
     assert_true(boundary_draws * 50 <= draws);
     assert_true(not_argmax * 3 >= draws); /* the draws do exercise sampling */
 }
@@ -316,14 +363,11 @@ static void test_sample_bad_args(void **state) {
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 1 << 20, 4, CVK_MEM_DEVICE), 0);
     cvk_view v = cvk_view_whole(&b);
-    cvk_sample_args a = {.logits = v, .scratch = v, .u = v, .out = v, .n = 1000, .rows = 1, .top_k = 20,
-                         .temperature = 0.0f, .top_p = 1.0f};
-    assert_int_equal(cvk_sample(&vk->cmd, &vk->dpool, &p, &a), -1); /* greedy belongs to argmax */
-    a.temperature = 1.0f, a.top_k = 0;
+    cvk_sample_args a = {.logits = v, .scratch = v, .params = v, .out = v, .n = 1000, .rows = 1, .k_max = 0};
     assert_int_equal(cvk_sample(&vk->cmd, &vk->dpool, &p, &a), -1);
-    a.top_k = CVK_SAMPLE_MAX_K + 1;
+    a.k_max = CVK_SAMPLE_MAX_K + 1;
     assert_int_equal(cvk_sample(&vk->cmd, &vk->dpool, &p, &a), -1);
-    a.top_k = 20, a.n = 32 * 8 * 1024 + 1; /* 1025 chunks of 256 */
+    a.k_max = 20, a.n = 32 * 8 * 1024 + 1; /* 1025 chunks of 256 */
     assert_int_equal(cvk_sample(&vk->cmd, &vk->dpool, &p, &a), -1);
     a.n = 300000; /* fits the chunks, not the buffer */
     assert_int_equal(cvk_sample(&vk->cmd, &vk->dpool, &p, &a), -1);

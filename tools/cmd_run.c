@@ -21,6 +21,7 @@ typedef struct run_opts {
     uint32_t n_gen, n_ctx;
     sampler_params sp;
     bool json, ignore_eos, gpu;
+    int draw; /* engine_opts.draw */
     uint32_t n_logits;
 } run_opts;
 
@@ -43,6 +44,7 @@ static void usage(FILE *out) {
             "usage: cinder run [--model M] (--prompt TEXT | --tokens 1,2,3) [--n N] [--ctx N]\n"
             "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
             "                  [--json] [--logits K] [--logits-file PATH] [--cpu | --gpu]\n"
+            "                  [--draw auto|device|host]\n"
             "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
             "  unless --temp > 0. --ctx holds the prompt and the generated tokens (default prompt + --n,\n"
             "  at most what the model was trained for): generation stops at its end (finish_reason\n"
@@ -51,7 +53,8 @@ static void usage(FILE *out) {
             "  pairs at the last prompt position. --logits-file writes all last-prompt-position\n"
             "  logits to PATH as raw float32 (n_vocab values, host byte order).\n"
             "  --gpu (the default) runs the Vulkan engine (CINDER_DEVICE picks the device), --cpu the\n"
-            "  CPU reference.\n");
+            "  CPU reference. --draw: where a sampled token is drawn (auto: on the device when it is a\n"
+            "  GPU, on the host for a CPU device; top_k 0, \"all\", always on the host).\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o) {
@@ -72,6 +75,12 @@ static int parse(int argc, char **argv, run_opts *o) {
         else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->sp.seed)) return -1; }
+        else if (cli_value(argc, argv, &i, "--draw", &v)) {
+            if (!strcmp(v, "auto")) o->draw = ENGINE_DRAW_AUTO;
+            else if (!strcmp(v, "device")) o->draw = ENGINE_DRAW_DEVICE;
+            else if (!strcmp(v, "host")) o->draw = ENGINE_DRAW_HOST;
+            else return cli_error("run", "--draw %s: auto, device or host", v);
+        }
         else if (cli_value(argc, argv, &i, "--logits-file", &v)) o->logits_file = v;
         else if (cli_value(argc, argv, &i, "--logits", &v)) { if (cli_u32("--logits", v, &o->n_logits)) return -1; }
         else return cli_unknown("run", a), -1;
@@ -174,11 +183,11 @@ static int generate_cpu(run_sink *k, uint32_t n_ctx) {
 }
 
 /* The Vulkan engine (runtime/engine/engine.h), one request, the prefix cache off: the path the
- * server and chat serve, seeded sampling on the host from the request's logits row. */
+ * server and chat serve, seeded sampling where --draw says. */
 static int generate_gpu(run_sink *k, model *m, uint32_t n_ctx) {
     run_result *r = k->r;
     engine e;
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true};
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true, .draw = k->o->draw};
     int rc = engine_init(&e, m, &eo) ? cli_error("run", "%s", cd_errmsg()) : 0;
     if (!rc && (k->o->logits_file || k->o->n_logits) && !(k->logits = malloc(m->cfg.n_vocab * sizeof *k->logits)))
         rc = cli_error("run", "out of memory");

@@ -26,7 +26,8 @@ static int alloc_scheduler(engine *e, const engine_opts *o) {
     e->b_out = malloc(S * sizeof *e->b_out);
     e->b_next = malloc(S * sizeof *e->b_next);
     e->b_owner = malloc(S * sizeof *e->b_owner);
-    if (!e->row_free || !e->b_ids || !e->b_row || !e->b_pos || !e->b_out || !e->b_next || !e->b_owner)
+    e->b_sample = malloc(S * sizeof *e->b_sample);
+    if (!e->row_free || !e->b_ids || !e->b_row || !e->b_pos || !e->b_out || !e->b_next || !e->b_owner || !e->b_sample)
         return cd_fail("out of memory");
     for (uint32_t r = 0; r < S; r++) e->row_free[r] = 1;
     return 0;
@@ -68,6 +69,8 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     TRY(gpu_model_init(&e->g, e->vk, m, &go));
     TRY(model_set_weights_digest(m, e->g.w.digest));
     TRY(alloc_scheduler(e, o));
+    e->draw_on_device = o->draw == ENGINE_DRAW_DEVICE ||
+                        (o->draw == ENGINE_DRAW_AUTO && e->vk->dev.info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
     if (!e->cache_on) return 0;
     uint8_t ns[RADIX_NS_BYTES];
     const char *t = o->tenant;
@@ -141,6 +144,7 @@ void engine_free(engine *e) {
     free(e->b_out);
     free(e->b_next);
     free(e->b_owner);
+    free(e->b_sample);
     free(e->fed);
     free(e->fed_req);
     memset(e, 0, sizeof *e);

@@ -52,6 +52,8 @@
 #include "runtime/model/sampler.h"
 #include "runtime/vk/vk_ctx.h"
 
+enum { ENGINE_DRAW_AUTO = 0, ENGINE_DRAW_DEVICE = 1, ENGINE_DRAW_HOST = 2 };
+
 typedef struct engine_opts {
     uint32_t max_seqs;     /* requests running at once (block-table rows); 0 = 1 */
     uint32_t chunk_tokens; /* prompt tokens per step at most; 0 = 512 */
@@ -60,6 +62,13 @@ typedef struct engine_opts {
     uint32_t pool_tokens;  /* KV pool in tokens (the running request included); 0 = 4 * n_ctx */
     uint32_t page_tokens;  /* 0 = KV_PAGE_TOKENS_DEFAULT */
     bool no_prefix_cache;
+    /* where a sampled token (temperature > 0, 1 <= top_k <= CVK_SAMPLE_MAX_K) is drawn:
+     * ENGINE_DRAW_AUTO (0) on the device when it is a GPU (only the id comes back), on the host
+     * when the device is a CPU (lavapipe: the download is a memcpy, while the device's top-k is
+     * barrier-bound there: 11.4 vs 26.5 tok/s sampled decode on tiny, docs/PERF.md);
+     * ENGINE_DRAW_DEVICE / ENGINE_DRAW_HOST force one. top_k "all" is always drawn on the host.
+     * Either way the same tokens but within float rounding of a boundary between two tokens. */
+    int draw;
     const char *tenant;    /* optional salt: tenants never share cache entries */
     uint32_t host_cache_mb; /* host tier of the prefix cache in MiB of host-visible memory; 0 = none */
     const char *cache_dir;  /* disk tier of the prefix cache (created if missing); NULL = none */
@@ -117,6 +126,7 @@ typedef struct engine {
     gpu_model g;         /* reads and writes pool's pages through the block tables the scheduler writes */
     sampler_params sp;   /* requests without their own sampling parameters use these */
     float *logits;       /* host copy of one logits row (host sampling) */
+    bool draw_on_device; /* engine_opts.draw resolved */
     bool cache_on;
     kv_prefix_cache cache;
     kv_host_tier host;   /* used when cache.host != NULL */
@@ -136,6 +146,7 @@ typedef struct engine {
     int32_t *b_ids, *b_next;
     uint32_t *b_row, *b_pos, *b_out;
     struct engine_req **b_owner; /* the request of each output row */
+    cvk_sample_row *b_sample;    /* [max_seqs] how each output row's token is drawn */
     uint32_t *fed;               /* [cap_reqs] tokens each request has in the pass */
     struct engine_req **fed_req; /* [cap_reqs] those requests */
 } engine;

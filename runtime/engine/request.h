@@ -19,7 +19,8 @@ typedef struct engine_req {
     int32_t *all;           /* prompt + generated so far: [0, n_all) */
     int32_t *stop;          /* [rq.n_stop] */
     uint32_t n_prompt, n_all;
-    bool sample;            /* host sampling with smp (temperature > 0), else greedy */
+    bool sample;            /* sampled (temperature > 0), else greedy */
+    bool sample_gpu;        /* sampled on the device (smp holds only the parameters and rng) */
     sampler smp;
 
     /* running: its block-table row, pages and pin */

@@ -94,8 +94,12 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->reply.ids = malloc(((size_t)rq->max_tokens + 1) * sizeof *q->reply.ids);
     q->stop = malloc(((size_t)rq->n_stop + 1) * sizeof *q->stop);
     q->sample = sp->temperature > 0;
+    /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", or a
+     * CPU device: engine_opts.draw) the logits row comes down and the host draws */
+    q->sample_gpu = e->draw_on_device && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
+    if (q->sample_gpu) sampler_init_draws(&q->smp, *sp);
     if (!q->all || !q->reply.ids || !q->stop ||
-        (q->sample && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
+        (q->sample && !q->sample_gpu && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
         req_free(q);
         return cd_fail("out of memory for a request of %u + %u tokens", rq->n, rq->max_tokens);
     }
@@ -467,12 +471,29 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     for (uint32_t j = 0; j < no; j++) {
         engine_req *q = e->b_owner[j];
         int32_t id = e->b_next[j];
+        bool host_draw = q->sample && !q->sample_gpu;
         float *lg = q->rq.logits_out ? q->rq.logits_out : e->logits;
-        if (q->rq.logits_out || q->sample) TRY(gpu_model_batch_logits(&e->g, j, lg)); /* one download */
-        if (q->sample) id = sampler_sample(&q->smp, lg);
+        if (q->rq.logits_out || host_draw) TRY(gpu_model_batch_logits(&e->g, j, lg)); /* one download */
+        if (host_draw) id = sampler_sample(&q->smp, lg);
         emit(e, q, id);
     }
     return 0;
+}
+
+/* The draws of the pass's output rows made on the device (this step's u from each request's
+ * generator, one per token as sampler_sample takes): NULL when every row is greedy or drawn on
+ * the host. */
+static const cvk_sample_row *device_draws(engine *e, uint32_t no) {
+    bool any = false;
+    for (uint32_t j = 0; j < no; j++) {
+        engine_req *q = e->b_owner[j];
+        e->b_sample[j] = (cvk_sample_row){0};
+        if (!q->sample_gpu) continue;
+        const sampler_params *p = &q->smp.p;
+        e->b_sample[j] = (cvk_sample_row){p->temperature, p->top_k, p->top_p, rng_f32(&q->smp.rng)};
+        any = true;
+    }
+    return any ? e->b_sample : NULL;
 }
 
 static void fail_running(engine *e) {
@@ -498,7 +519,8 @@ int engine_step(engine *e, uint32_t *busy) {
             rc = gpu_model_set_table(&e->g, fed_req[i]->row, fed_req[i]->seq.pages, fed_req[i]->seq.n_pages);
     }
     if (!rc && nb) {
-        gpu_batch b = {.n = nb, .ids = e->b_ids, .row = e->b_row, .pos = e->b_pos, .n_out = no, .out = e->b_out};
+        gpu_batch b = {.n = nb, .ids = e->b_ids, .row = e->b_row, .pos = e->b_pos, .n_out = no, .out = e->b_out,
+                       .sample = device_draws(e, no)};
         rc = gpu_forward_batch(&e->g, &b, e->b_next) || after_pass(e, no, fed, fed_req, n_fed);
     }
     if (rc) fail_running(e);

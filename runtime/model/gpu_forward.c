@@ -4,8 +4,8 @@
  *   X = get_rows(tok_embd, ids)                                             (T, n_embd)
  *   per layer:
  *     XB = rmsnorm(X); Q, K, V = XB Wq, XB Wk, XB Wv                        matmul
- *     Q, K = rmsnorm per head, rope (positions per token)
- *     kv_write K, V -> pages at loc[i] = {row, pos}
+ *     Q = rope(rmsnorm per head(Q)) in place; rope(rmsnorm per head(K)), V -> pages at
+ *       loc[i] = {row, pos}                                                 one stage (head_norm_rope)
  *     ATT = attn_prefill(Q, pages, causal: token i sees its row's positions <= pos[i])
  *     X += ATT Wo
  *     XB = rmsnorm(X)
@@ -15,7 +15,7 @@
  *            HG = swiglu(HG, HU); EO = down matmul, expert-grouped          (T*k, n_embd)
  *            X += sum_j w[t][j] EO[t*k + j]                                 (moe_combine)
  *     dense: X += swiglu(XB Wg, XB Wu) Wd
- *   head over the wanted rows: rmsnorm, lm_head, argmax
+ *   head over the wanted rows: rmsnorm, lm_head, argmax; rows drawn on the device: sample_topk
  *
  * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and two
  * work lists of (expert, token tile) with their indirect grids; the grouped matmuls dispatch
@@ -31,14 +31,14 @@
 #include "runtime/model/step_cost.h"
 #include "runtime/vk/op_eltwise.h"
 #include "runtime/vk/op_get_rows.h"
-#include "runtime/vk/op_kv_write.h"
+#include "runtime/vk/op_head_norm_rope.h"
 #include "runtime/vk/op_matmul.h"
 #include "runtime/vk/op_matvec.h"
 #include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_moe_group.h"
 #include "runtime/vk/op_moe_route.h"
 #include "runtime/vk/op_rmsnorm.h"
-#include "runtime/vk/op_rope.h"
+#include "runtime/vk/rope_table.h"
 #include "runtime/vk/vk_barrier.h"
 
 #define TRY(x) do { if (x) return -1; } while (0)
@@ -164,6 +164,9 @@ static int make_batch_buffers(gpu_model *g) {
         gpu_model_buffer(g, &g->blogits, S * c->n_vocab * 4, CVK_MEM_DEVICE) ||
         gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)S),
                          CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bsample, S * sizeof(cvk_sample_row), CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &g->bsample_scratch,
+                         cvk_sample_scratch_bytes(&g->sample, c->n_vocab, (uint32_t)S, CVK_SAMPLE_MAX_K), CVK_MEM_DEVICE) ||
         gpu_model_buffer(g, &g->bout_id, S * 4, CVK_MEM_READBACK));
     memset(cvk_buffer_host_ptr(&g->btable, 0), 0, S * g->max_pages * 4);
     return 0;
@@ -194,7 +197,7 @@ void gpu_forward_free(gpu_model *g) {
     cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bxb2, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
                           &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
                           &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc, &g->btable, &g->bin_out,
-                          &g->blogits, &g->bam_scratch, &g->bout_id, &g->bhead_x};
+                          &g->blogits, &g->bam_scratch, &g->bsample, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
     for (int t = 0; t < QTYPE_COUNT; t++) {
         cvk_pipeline_destroy(&vk->dev, &g->matmul[t]);
@@ -288,21 +291,17 @@ static int attention(const chunk *ch, uint32_t il) {
     TRY(matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk) ||
         matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv));
     barrier(ch);
-    TRY(rmsnorm(ch, "q_norm", &g->bq, &d->q_norm, &g->bq, cf->head_dim, ch->T * cf->n_head) ||
-        rmsnorm(ch, "k_norm", &g->bk, &d->k_norm, &g->bk, cf->head_dim, ch->T * cf->n_head_kv));
-    barrier(ch);
-    cvk_rope_args rq = {.x = W(&g->bq), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T, .heads = cf->n_head};
-    cvk_rope_args rk = {.x = W(&g->bk), .pos = W(&g->bin_pos), .table = &g->rope_tab, .tokens = ch->T,
-                        .heads = cf->n_head_kv};
-    work_rows(ch, "rope_q", cf->head_dim, ch->T * cf->n_head, 1, 1, 6, false);
-    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rq));
-    work_rows(ch, "rope_k", cf->head_dim, ch->T * cf->n_head_kv, 1, 1, 6, false);
-    TRY(cvk_rope(ch->c, ch->dp, &g->rope, &rk));
-    barrier(ch);
-    if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T));
-    cvk_kv_write_args kw = {.pool = g->kv, .lay = &g->lay, .k = W(&g->bk), .v = W(&g->bv), .table = W(&g->btable),
-                            .loc = W(&g->bin_loc), .n_tokens = ch->T, .layer = il, .table_stride = g->max_pages};
-    TRY(cvk_kv_write(ch->c, ch->dp, &g->kv_write, &kw));
+    /* QK-norm and RoPE in one stage: Q in place, K straight into its pages with V */
+    cvk_head_norm_rope_args hq = {.x = W(&g->bq), .w = W(&d->q_norm), .loc = W(&g->bin_loc), .table = &g->rope_tab,
+                                  .tokens = ch->T, .heads = cf->n_head, .eps = cf->rms_eps};
+    cvk_head_norm_rope_args hk = {.x = W(&g->bk), .w = W(&d->k_norm), .loc = W(&g->bin_loc), .table = &g->rope_tab,
+                                  .tokens = ch->T, .heads = cf->n_head_kv, .eps = cf->rms_eps, .pool = g->kv,
+                                  .lay = &g->lay, .v = W(&g->bv), .pages = W(&g->btable), .layer = il,
+                                  .table_stride = g->max_pages};
+    work_rows(ch, "q_norm_rope", cf->head_dim, ch->T * cf->n_head, 1, 1, 10, false);
+    TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hq));
+    if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T)); /* K's norm and rotation ride along */
+    TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hk));
     barrier(ch);
     cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->btable),
                                 .loc = W(&g->bin_loc), .partials = W(&g->bpartials), .out = W(&g->batt),
@@ -392,8 +391,8 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
 
 /* The batch forward's head over the n_out wanted tokens (rows out[] of X): final norm of every
  * row, the lm_head (per device one kernel, whatever n_out, so a row's logits do not depend on
- * the others), argmax per row. */
-static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out) {
+ * the others), argmax per row, then (sampled) the rows bsample says to draw overwrite theirs. */
+static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out, bool sampled) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     const gguf_tensor *t = g->m->output;
@@ -410,12 +409,19 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
                           .n = cf->n_vocab, .rows = n_out};
     work_rows(ch, "argmax", cf->n_vocab, n_out, 1, 0, 1, false);
     if (!rc) rc = cvk_argmax(ch->c, ch->dp, &g->argmax, &am);
+    if (!rc && sampled) {
+        barrier(ch); /* both write bout_id */
+        cvk_sample_args sa = {.logits = W(&g->blogits), .scratch = W(&g->bsample_scratch), .params = W(&g->bsample),
+                              .out = W(&g->bout_id), .n = cf->n_vocab, .rows = n_out, .k_max = CVK_SAMPLE_MAX_K};
+        work_rows(ch, "sample", cf->n_vocab, n_out, 1, 0, 1, false);
+        rc = cvk_sample(ch->c, ch->dp, &g->sample, &sa);
+    }
     cvk_cmd_label_end(ch->c);
     return rc;
 }
 
 /* The pass, and the head over the n_out rows of bin_out (out[]) when n_out > 0. */
-static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out) {
+static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out, bool sampled) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     TRY(ch->reusable ? cvk_cmd_begin_reusable(ch->c) : cvk_cmd_begin(ch->c));
@@ -444,7 +450,7 @@ static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out) {
         cvk_cmd_label_end(ch->c);
     }
     cvk_timer_layer(ch->c->timer, -1);
-    if (n_out) TRY(record_rows_head(ch, out, n_out));
+    if (n_out) TRY(record_rows_head(ch, out, n_out, sampled));
     cvk_barrier_device_to_host(ch->c->cb);
     return cvk_cmd_end(ch->c);
 }
@@ -491,7 +497,7 @@ static uint32_t split_limit(const gpu_model *g, uint32_t max_len) {
 static gpu_recording *find_recording(gpu_model *g, const gpu_batch *b, uint32_t limit) {
     for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
         gpu_recording *r = &g->rec[i];
-        if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit &&
+        if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit && r->sampled == (b->sample != NULL) &&
             (!g->head_matvec || !memcmp(r->out, b->out, b->n_out * sizeof *b->out)))
             return r;
     }
@@ -507,8 +513,9 @@ static gpu_recording *new_recording(gpu_model *g, chunk *ch, const gpu_batch *b,
     ch->c = &r->cmd;
     ch->dp = &r->dp;
     ch->reusable = true;
-    if (cvk_descpool_reset(&r->dp) || record_chunk(ch, b->out, b->n_out)) return NULL;
+    if (cvk_descpool_reset(&r->dp) || record_chunk(ch, b->out, b->n_out, b->sample != NULL)) return NULL;
     r->n = b->n;
+    r->sampled = b->sample != NULL;
     r->n_out = b->n_out;
     r->limit = limit;
     memcpy(r->out, b->out, b->n_out * sizeof *b->out);
@@ -520,7 +527,7 @@ static gpu_recording *new_recording(gpu_model *g, chunk *ch, const gpu_batch *b,
 static cvk_cmd *pass_cmd(gpu_model *g, chunk *ch, const gpu_batch *b) {
     const cvk_timer *t = g->pcmd.timer;
     if (t && t->enabled) { /* profiled: every pass recorded with its spans */
-        if (cvk_descpool_reset(&g->pdpool) || record_chunk(ch, b->out, b->n_out)) return NULL;
+        if (cvk_descpool_reset(&g->pdpool) || record_chunk(ch, b->out, b->n_out, b->sample != NULL)) return NULL;
         return &g->pcmd;
     }
     gpu_recording *r = find_recording(g, b, ch->max_len);
@@ -546,6 +553,7 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
         if (i + 1 == b->n || b->row[i + 1] != b->row[i]) kv_positions += b->pos[i] + 1;
     }
     for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
+    if (b->sample) memcpy(cvk_buffer_host_ptr(&g->bsample, 0), b->sample, b->n_out * sizeof *b->sample);
     chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = split_limit(g, max_len),
                 .attended = attended, .kv_positions = kv_positions};
     gpu_host_times *h = &g->host;

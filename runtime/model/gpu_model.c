@@ -7,7 +7,7 @@
 #include "runtime/model/gpu_model.h"
 #include "runtime/vk/op_eltwise.h"
 #include "runtime/vk/op_get_rows.h"
-#include "runtime/vk/op_kv_write.h"
+#include "runtime/vk/op_head_norm_rope.h"
 #include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_moe_route.h"
 #include "runtime/vk/op_rmsnorm.h"
@@ -26,13 +26,12 @@ static int make_pipelines(gpu_model *g) {
     VkPipelineCache pc = g->vk->pcache.cache;
     TRY(cvk_get_rows_pipeline(&g->get_rows, d, pc, m->tok_embd->type, 0));
     TRY(cvk_rmsnorm_pipeline(&g->rmsnorm, d, pc, 0));
-    TRY(cvk_rope_pipeline(&g->rope, d, pc, 0));
     TRY(cvk_add_pipeline(&g->add, d, pc, 0));
     TRY(cvk_swiglu_pipeline(&g->swiglu, d, pc, 0));
     TRY(cvk_moe_route_pipeline(&g->moe_route, d, pc, 0));
     TRY(cvk_moe_combine_pipeline(&g->moe_combine, d, pc, 0));
-    TRY(cvk_kv_write_pipeline(&g->kv_write, d, pc, m->cfg.head_dim, 0));
-    return cvk_argmax_pipelines(&g->argmax, d, pc, 0);
+    TRY(cvk_head_norm_rope_pipelines(&g->head_norm_rope, d, pc, m->cfg.head_dim));
+    return cvk_argmax_pipelines(&g->argmax, d, pc, 0) || cvk_sample_pipelines(&g->sample, d, pc, 0);
 }
 
 static int check_opts(const model *m, const gpu_model_opts *o) {
@@ -82,10 +81,11 @@ void gpu_model_free(gpu_model *g) {
     cvk_device *d = &vk->dev;
     gpu_forward_free(g);
     cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
-    cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->rope, &g->add, &g->swiglu, &g->moe_route, &g->moe_combine,
-                          &g->kv_write};
+    cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->add, &g->swiglu, &g->moe_route, &g->moe_combine};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cvk_pipeline_destroy(d, ps[i]);
+    cvk_head_norm_rope_pipelines_destroy(d, &g->head_norm_rope);
     cvk_argmax_pipelines_destroy(d, &g->argmax);
+    cvk_sample_pipelines_destroy(d, &g->sample);
     if (g->m) gpu_weights_free(&g->w, vk, g->m);
     memset(g, 0, sizeof *g);
 }

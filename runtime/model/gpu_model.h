@@ -8,8 +8,8 @@
  *   X = get_rows(tok_embd, ids)                                           (T tokens)
  *   per layer:
  *     XB = rmsnorm(X, attn_norm); Q, K, V = XB Wq, XB Wk, XB Wv           matmul
- *     Q, K = rmsnorm per head (q_norm, k_norm); rope(Q, K, positions)
- *     kv_write(K, V -> block table[row][pos / page_tokens], slot pos % page_tokens)   fp16
+ *     Q, K = rope(rmsnorm per head (q_norm, k_norm), positions); K, V -> block table[row]
+ *       [pos / page_tokens], slot pos % page_tokens, fp16: one stage (head_norm_rope)
  *     ATT = attention(Q, each token over its row's positions 0..pos)
  *     X += ATT Wo
  *     XB = rmsnorm(X, ffn_norm)
@@ -33,8 +33,9 @@
 #include "runtime/base/kv_layout.h"
 #include "runtime/model/model.h"
 #include "runtime/vk/op_attn_prefill.h"
-#include "runtime/vk/op_rope.h"
-#include "runtime/vk/op_sample.h" /* cvk_argmax */
+#include "runtime/vk/op_head_norm_rope.h"
+#include "runtime/vk/rope_table.h"
+#include "runtime/vk/op_sample.h" /* cvk_argmax, cvk_sample */
 #include "runtime/vk/vk_ctx.h"
 
 /* Device copies of one layer's tensors (unused ones stay zeroed). Norm vectors are f32. */
@@ -69,6 +70,7 @@ typedef struct gpu_host_times {
 typedef struct gpu_recording {
     bool valid;
     uint32_t n, n_out, limit; /* the shape: tokens, wanted rows, attention positions (whole splits) */
+    bool sampled;             /* and whether rows are sampled after the argmax */
     uint32_t *out;            /* [max_seqs] the wanted rows (the CPU head copies each) */
     uint64_t last_use;
     cvk_cmd cmd;              /* recorded reusable */
@@ -87,13 +89,15 @@ typedef struct gpu_model {
     uint32_t max_pages;     /* block-table entries per row: pages of n_ctx tokens */
 
     /* pipelines */
-    cvk_pipeline get_rows, rmsnorm, rope, add, swiglu, moe_route, moe_combine, kv_write;
+    cvk_pipeline get_rows, rmsnorm, add, swiglu, moe_route, moe_combine;
+    cvk_head_norm_rope_pipes head_norm_rope; /* QK-norm + RoPE (+ the KV write for K) */
     cvk_pipeline matmul[QTYPE_COUNT];      /* per weight type in use */
     cvk_pipeline matmul_few[QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
     cvk_pipeline matmul_one[QTYPE_COUNT];  /* one token (CPU devices) */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
+    cvk_sample_pipes sample;
     cvk_rope_table rope_tab;
 
     /* activations for up to n_batch tokens (MoE rows are token * n_expert_used + slot) */
@@ -129,6 +133,8 @@ typedef struct gpu_model {
     cvk_pipeline head_batch;         /* and for several */
     cvk_buffer blogits;              /* (max_seqs, n_vocab) */
     cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
+    cvk_buffer bsample;              /* host-written cvk_sample_row [max_seqs] (gpu_batch.sample) */
+    cvk_buffer bsample_scratch;      /* top-k lists of max_seqs rows, k up to CVK_SAMPLE_MAX_K */
     cvk_buffer bout_id;              /* readback uint32 [max_seqs] */
     gpu_host_times host;             /* the last gpu_forward_batch's host side (profiles) */
 } gpu_model;
@@ -161,6 +167,10 @@ typedef struct gpu_batch {
     const uint32_t *pos;  /* [n] position in that row's sequence */
     uint32_t n_out;       /* tokens whose logits and next token are wanted, 0..max_seqs */
     const uint32_t *out;  /* [n_out] indices into the batch */
+    /* [n_out] or NULL: how out[j]'s next token is drawn when cvk_sample_row_on_device(...,
+     * CVK_SAMPLE_MAX_K) (its own temperature, top-k, top-p and this step's u); any other row
+     * takes the argmax. Per row, so a row's draw does not depend on the others. */
+    const cvk_sample_row *sample;
 } gpu_batch;
 
 /* Uploads the weights, creates the pipelines and the activations of a pass. */
@@ -173,9 +183,10 @@ void gpu_model_set_timer(gpu_model *g, cvk_timer *t);
 
 /* Writes block-table row `row`: n page ids (at most n_ctx tokens' worth). */
 int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint32_t n);
-/* Runs the batch (pages for every position already in the rows' tables); next[j] = the greedy
- * token (argmax, ties to the lower id) after batch token out[j]. gpu_model_batch_logits reads
- * out[j]'s logits (for sampling on the host). */
+/* Runs the batch (pages for every position already in the rows' tables); next[j] = the token
+ * after batch token out[j]: sampled on the device where sample[j] says so, else the greedy one
+ * (argmax, ties to the lower id). Only these ids come back to the host; gpu_model_batch_logits
+ * reads out[j]'s logits when a caller wants them (logprobs, sampling with top_k "all"). */
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next);
 int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out); /* n_vocab floats */
 

@@ -18,6 +18,11 @@ int sampler_init(sampler *s, sampler_params p, int32_t n_vocab) {
     return 0;
 }
 
+void sampler_init_draws(sampler *s, sampler_params p) {
+    *s = (sampler){.p = p};
+    rng_seed(&s->rng, p.seed);
+}
+
 void sampler_free(sampler *s) {
     free(s->ids);
     free(s->probs);

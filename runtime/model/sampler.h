@@ -27,6 +27,10 @@ typedef struct sampler {
 } sampler;
 
 int sampler_init(sampler *s, sampler_params p, int32_t n_vocab);
+/* The parameters and the generator only, no CPU scratch: for a sampler whose draws are made
+ * elsewhere (the GPU's sample_topk takes rng_f32(&s->rng) once per token, as sampler_sample
+ * would). sampler_sample must not be called on it; sampler_free is fine. */
+void sampler_init_draws(sampler *s, sampler_params p);
 void sampler_free(sampler *s);
 int32_t sampler_argmax(const float *logits, int32_t n);
 int32_t sampler_sample(sampler *s, const float *logits);

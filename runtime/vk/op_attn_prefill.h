@@ -1,7 +1,7 @@
 /* Prefill paged attention (shaders/attn_prefill.comp, + attn_decode_combine.comp when the pool
- * has several parts), host side. A batch of new tokens whose K/V kv_write has already put in the
+ * has several parts), host side. A batch of new tokens whose K/V head_norm_rope has already put in the
  * pool (layout: runtime/base/kv_layout.h); token i sits at loc[i] = {row, pos} (uint32 pairs, the loc
- * format of kv_write) and attends causally to positions 0..pos of block-table row `row`:
+ * format head_norm_rope writes) and attends causally to positions 0..pos of block-table row `row`:
  *
  *   out[i][h][:] = sum_{t <= pos} softmax_t(scale * dot(Q[i][h], K[row][t])) V[row][t]
  *
@@ -114,5 +114,5 @@ uint32_t cvk_attn_prefill_splits(const cvk_attn_prefill_pipes *p, const kv_layou
 uint64_t cvk_attn_prefill_partials_max(const cvk_attn_prefill_pipes *p, const kv_layout *lay, uint32_t n_head,
                                        uint32_t n_parts, uint32_t max_tokens, uint32_t max_len);
 /* Records one dispatch per pool part and, for several parts or splits, a compute-to-compute
- * barrier and the combine pass. No barrier before (the caller orders kv_write and q) or after. */
+ * barrier and the combine pass. No barrier before (the caller orders the K/V write and q) or after. */
 int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a);

@@ -87,8 +87,8 @@ void cvk_sample_pipelines_destroy(cvk_device *d, cvk_sample_pipes *p) {
     cvk_pipeline_destroy(d, &p->pass[1]);
 }
 
-uint64_t cvk_sample_scratch_bytes(const cvk_sample_pipes *p, uint32_t n, uint32_t rows, int32_t top_k) {
-    uint64_t chunk = (uint64_t)p->pass[0].spec[0] * ARGMAX_ITEMS, k = top_k > 0 ? (uint64_t)top_k : 1;
+uint64_t cvk_sample_scratch_bytes(const cvk_sample_pipes *p, uint32_t n, uint32_t rows, uint32_t k_max) {
+    uint64_t chunk = (uint64_t)p->pass[0].spec[0] * ARGMAX_ITEMS, k = k_max ? k_max : 1;
     if (k > chunk) k = chunk;
     return ((uint64_t)n + chunk - 1) / chunk * rows * k * 8;
 }
@@ -96,9 +96,8 @@ uint64_t cvk_sample_scratch_bytes(const cvk_sample_pipes *p, uint32_t n, uint32_
 int cvk_sample(cvk_cmd *c, cvk_descpool *dp, const cvk_sample_pipes *p, const cvk_sample_args *a) {
     if (a->rows == 0) return 0;
     if (a->n == 0) return cd_fail("sample: empty rows");
-    if (!(a->temperature > 0)) return cd_fail("sample: temperature %g (greedy is cvk_argmax)", a->temperature);
-    if (a->top_k < 1 || a->top_k > CVK_SAMPLE_MAX_K)
-        return cd_fail("sample: top_k %d (1..%d on the GPU)", a->top_k, CVK_SAMPLE_MAX_K);
+    if (a->k_max < 1 || a->k_max > CVK_SAMPLE_MAX_K)
+        return cd_fail("sample: k_max %u (1..%d on the GPU)", a->k_max, CVK_SAMPLE_MAX_K);
     uint32_t stride = a->stride ? a->stride : a->n, chunk = p->pass[0].spec[0] * ARGMAX_ITEMS;
     uint32_t n_chunks = (uint32_t)(((uint64_t)a->n + chunk - 1) / chunk);
     if (stride < a->n) return cd_fail("sample: stride below n");
@@ -106,11 +105,11 @@ int cvk_sample(cvk_cmd *c, cvk_descpool *dp, const cvk_sample_pipes *p, const cv
     if (a->rows > 65535) return cd_fail("sample: %u rows (65535 at most)", a->rows);
     uint64_t need = ((uint64_t)(a->rows - 1) * stride + a->n) * 4;
     if (need > (uint64_t)UINT32_MAX * 4) return cd_fail("sample: too many logits");
-    if (a->logits.size < need || a->out.size < 4ull * a->rows || a->u.size < 4ull * a->rows ||
-        a->scratch.size < cvk_sample_scratch_bytes(p, a->n, a->rows, a->top_k))
-        return cd_fail("sample: logits, scratch, u or out too small");
-    cvk_sample_push pc = {a->n, a->rows, stride, n_chunks, (uint32_t)a->top_k, a->temperature, a->top_p};
-    cvk_view views[4] = {a->logits, a->scratch, a->u, a->out};
+    if (a->logits.size < need || a->out.size < 4ull * a->rows || a->params.size < sizeof(cvk_sample_row) * a->rows ||
+        a->scratch.size < cvk_sample_scratch_bytes(p, a->n, a->rows, a->k_max))
+        return cd_fail("sample: logits, scratch, params or out too small");
+    cvk_sample_push pc = {a->n, a->rows, stride, n_chunks, a->k_max};
+    cvk_view views[4] = {a->logits, a->scratch, a->params, a->out};
     VkDescriptorSet set[2];
     if (cvk_descset(dp, &p->pass[0], views, &set[0]) || cvk_descset(dp, &p->pass[1], views, &set[1])) return -1;
     cvk_cmd_label_begin(c, "sample_topk");

@@ -1,10 +1,9 @@
-#include "runtime/vk/op_rope.h"
+#include "runtime/vk/rope_table.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #include "runtime/base/error.h"
-#include "shaders/shaders.h"
 
 void cvk_rope_table_dims(uint32_t n_pos, uint32_t *shift, uint32_t *n_hi) {
     uint32_t bits = 0;
@@ -51,37 +50,4 @@ int cvk_rope_table_create(cvk_rope_table *t, cvk_mem *m, cvk_stager *s, uint32_t
 void cvk_rope_table_destroy(cvk_mem *m, cvk_rope_table *t) {
     cvk_buffer_destroy(m, &t->buf);
     *t = (cvk_rope_table){0};
-}
-
-int cvk_rope_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
-    if (!wg) wg = 64;
-    if (wg > d->info.caps.max_wg_size[0]) return cd_fail("rope: workgroup size %u too large", wg);
-    uint32_t spec[1] = {wg};
-    cvk_pipeline_desc desc = {.name = "rope_neox", .spv = cinder_spv_rope_neox, .spv_size = cinder_spv_rope_neox_size,
-                              .n_bindings = 3, .push_size = sizeof(cvk_rope_push), .spec = spec, .n_spec = 1};
-    return cvk_pipeline_create(p, d, cache, &desc);
-}
-
-int cvk_rope(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_rope_args *a) {
-    const cvk_rope_table *t = a->table;
-    if (a->tokens == 0 || a->heads == 0) return 0;
-    if (!t || !t->buf.n_parts) return cd_fail("rope: no table");
-    uint32_t d = t->head_dim, stride = a->tok_stride ? a->tok_stride : a->heads * d;
-    if ((uint64_t)a->heads * d > stride) return cd_fail("rope: token stride %u below heads * head_dim", stride);
-    uint64_t pairs = (uint64_t)a->tokens * a->heads * (d / 2);
-    if ((uint64_t)a->tokens * stride > UINT32_MAX || pairs > UINT32_MAX) return cd_fail("rope: too many elements");
-    uint64_t need = ((uint64_t)(a->tokens - 1) * stride + (uint64_t)a->heads * d) * sizeof(float);
-    if (a->x.size < need)
-        return cd_fail("rope: x holds %llu bytes, needs %llu", (unsigned long long)a->x.size, (unsigned long long)need);
-    if (a->pos.size < 4ull * a->tokens) return cd_fail("rope: pos holds fewer than %u positions", a->tokens);
-    cvk_rope_push pc = {a->tokens, a->heads, d, stride, t->shift, t->n_hi};
-    cvk_view views[3] = {a->x, a->pos, cvk_view_whole(&t->buf)};
-    VkDescriptorSet set;
-    if (cvk_descset(dp, p, views, &set)) return -1;
-    uint64_t groups = (pairs + p->spec[0] - 1) / p->spec[0];
-    uint32_t gx = groups < 65535 ? (uint32_t)groups : 65535, gy = (uint32_t)((groups + 65534) / 65535);
-    cvk_cmd_label_begin(c, "rope_neox");
-    cvk_cmd_dispatch(c, p, set, &pc, gx, gy, 1);
-    cvk_cmd_label_end(c);
-    return 0;
 }
