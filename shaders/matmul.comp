@@ -44,7 +44,7 @@ layout(constant_id = 6) const uint TN = 4;  // tokens per invocation
 #include "quant_blocks.glsl"
 
 layout(binding = 1) readonly buffer X { float x[]; };
-layout(binding = 2) writeonly buffer Y { float y[]; };
+layout(binding = 2) buffer Y { float y[]; }; // read only with flag 32 (accumulate)
 layout(binding = 3) readonly buffer Gather { int gather[]; };
 layout(binding = 4) readonly buffer Scatter { int scatter[]; };
 layout(binding = 5) readonly buffer Groups { uvec2 groups[]; }; // [n_experts] {offset, count}
@@ -65,7 +65,7 @@ layout(push_constant) uniform Push {
     uint y_rows;    // rows of Y
     uint ids_off;   // first entry of gather / scatter used
     uint n_ids;     // grouped: entries in the bound lists
-    uint flags;     // 1: gather, 2: scatter, 4: grouped, 16: work items (with 4)
+    uint flags;     // 1: gather, 2: scatter, 4: grouped, 16: work items (with 4), 32: y += W x
     uint item0;     // work items: the list's first entry in items
     uint expert1;   // work items: experts [expert0, expert1) have rows in the bound part
 } pc;
@@ -148,7 +148,9 @@ void main() {
         if (o == NONE) continue;
         for (uint i = 0; i < TM; i++) {
             uint m = m0 + tm * TM + i;
-            if (m < nr) y[o * pc.y_stride + r0 + m] = acc[i * TN + j];
+            if (m >= nr) continue;
+            uint yo = o * pc.y_stride + r0 + m;
+            y[yo] = (pc.flags & 32u) != 0 ? y[yo] + acc[i * TN + j] : acc[i * TN + j]; // 32: y += W x
         }
     }
 }

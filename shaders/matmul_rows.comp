@@ -29,7 +29,7 @@ layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
 
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 1) readonly buffer X4 { vec4 x4[]; }; // the same floats, 4 per load (X4 flag)
-layout(binding = 2) writeonly buffer Y { float y[]; };
+layout(binding = 2) buffer Y { float y[]; }; // read only with flag 32 (accumulate)
 layout(binding = 3) readonly buffer Gather { int gather[]; };
 layout(binding = 4) readonly buffer Scatter { int scatter[]; };
 layout(binding = 5) readonly buffer Groups { uvec2 groups[]; };
@@ -165,5 +165,8 @@ void main() {
         }
     }
     [[unroll]] for (uint n = 0; n < NT; n++)
-        if (yrow[n] != NONE) y[yrow[n] * pc.y_stride + r0 + m] = acc[n];
+        if (yrow[n] != NONE) {
+            uint o = yrow[n] * pc.y_stride + r0 + m;
+            y[o] = (pc.flags & 32u) != 0 ? y[o] + acc[n] : acc[n]; // 32: y += W x (a residual)
+        }
 }

@@ -1,7 +1,7 @@
-/* shaders/add.comp and shaders/swiglu.comp against the CPU (a + b in float; cpu_silu(g) * u)
- * on random data at awkward sizes: n not a multiple of the workgroup, strided rows, the
- * residual in place (y += x), swiglu in place over g, more workgroups than one grid
- * dimension holds; extreme inputs for silu; bad arguments. */
+/* shaders/swiglu.comp against the CPU (cpu_silu(g) * u) on random data at awkward sizes: n not
+ * a multiple of the workgroup, strided rows, in place over g, more workgroups than one grid
+ * dimension holds; extreme inputs for silu; bad arguments. (The residual add is the matmul's
+ * accumulate mode: test_vk_matmul test_accumulate.) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -45,11 +45,6 @@ static void run(void) {
 static void test_push_layouts_match_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
-    assert_int_equal(cvk_spirv_reflect(cinder_spv_add, cinder_spv_add_size, &si), 0);
-    assert_int_equal(si.n_push, 1);
-    assert_int_equal(si.push_offset[0], offsetof(cvk_add_push, n));
-    assert_int_equal(si.push_size, sizeof(cvk_add_push));
-    assert_int_equal(si.n_bindings, 3);
     assert_int_equal(cvk_spirv_reflect(cinder_spv_swiglu, cinder_spv_swiglu_size, &si), 0);
     const uint32_t want[] = {offsetof(cvk_swiglu_push, n), offsetof(cvk_swiglu_push, rows),
                              offsetof(cvk_swiglu_push, g_stride), offsetof(cvk_swiglu_push, u_stride),
@@ -58,47 +53,6 @@ static void test_push_layouts_match_glsl(void **state) {
     for (int i = 0; i < 5; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_swiglu_push));
     assert_int_equal(si.n_bindings, 3);
-}
-
-/* y = a + b (out of place) and a += b (in place): float addition is exact to compare. */
-static void add_case(uint32_t n, uint32_t wg, uint64_t seed) {
-    rng r;
-    rng_seed(&r, seed);
-    float *a = random_floats(&r, n, 2.0f), *b = random_floats(&r, n, 0.5f), *y = malloc((size_t)n * 4);
-    cvk_buffer ba = upload(a, n), bb = upload(b, n), by;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &by, (size_t)n * 4, 4, CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    cvk_pipeline p;
-    assert_int_equal(cvk_add_pipeline(&p, &vk->dev, vk->pcache.cache, wg), 0);
-    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
-    cvk_add_args args = {.a = cvk_view_whole(&ba), .b = cvk_view_whole(&bb), .y = cvk_view_whole(&by), .n = n};
-    if (cvk_add(&vk->cmd, &vk->dpool, &p, &args)) fail_msg("%s", cd_errmsg());
-    cvk_barrier_compute_to_compute(vk->cmd.cb);
-    args.y = args.a; /* residual: a += b, twice over */
-    if (cvk_add(&vk->cmd, &vk->dpool, &p, &args)) fail_msg("%s", cd_errmsg());
-    cvk_barrier_compute_to_compute(vk->cmd.cb);
-    if (cvk_add(&vk->cmd, &vk->dpool, &p, &args)) fail_msg("%s", cd_errmsg());
-    run();
-    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), y), 0);
-    for (uint32_t i = 0; i < n; i++)
-        if (y[i] != a[i] + b[i]) fail_msg("add n=%u: [%u] = %.9g, want %.9g", n, i, y[i], a[i] + b[i]);
-    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&ba), y), 0);
-    for (uint32_t i = 0; i < n; i++) {
-        float want = (a[i] + b[i]) + b[i];
-        if (y[i] != want) fail_msg("add in place n=%u: [%u] = %.9g, want %.9g", n, i, y[i], want);
-    }
-    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
-    cvk_pipeline_destroy(&vk->dev, &p);
-    cvk_buffer_destroy(&vk->mem, &ba);
-    cvk_buffer_destroy(&vk->mem, &bb);
-    cvk_buffer_destroy(&vk->mem, &by);
-    free(a), free(b), free(y);
-}
-
-static void test_add(void **state) {
-    (void)state;
-    const uint32_t sizes[][2] = {{1, 256}, {7, 64}, {255, 256}, {2049, 128}, {5000, 32}, {65535u * 32 + 77, 32}};
-    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) add_case(sizes[i][0], sizes[i][1], 10 + i);
 }
 
 typedef struct swiglu_case {
@@ -170,20 +124,16 @@ static void test_bad_args(void **state) {
     (void)state;
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 400, 4, CVK_MEM_DEVICE), 0);
-    cvk_pipeline pa, ps;
-    assert_int_equal(cvk_add_pipeline(&pa, &vk->dev, VK_NULL_HANDLE, 64), 0);
+    cvk_pipeline ps;
     assert_int_equal(cvk_swiglu_pipeline(&ps, &vk->dev, VK_NULL_HANDLE, 64), 0);
     cvk_view v = cvk_view_whole(&b);
-    cvk_add_args aa = {.a = v, .b = v, .y = v, .n = 101};
-    assert_int_equal(cvk_add(&vk->cmd, &vk->dpool, &pa, &aa), -1);
-    assert_non_null(strstr(cd_errmsg(), "needs"));
     cvk_swiglu_args sa = {.g = v, .u = v, .h = v, .n = 10, .rows = 11};
     assert_int_equal(cvk_swiglu(&vk->cmd, &vk->dpool, &ps, &sa), -1);
     sa.rows = 2, sa.h_stride = 9;
     assert_int_equal(cvk_swiglu(&vk->cmd, &vk->dpool, &ps, &sa), -1);
     assert_non_null(strstr(cd_errmsg(), "stride"));
-    assert_int_equal(cvk_add_pipeline(&pa, &vk->dev, VK_NULL_HANDLE, 1u << 20), -1);
-    cvk_pipeline_destroy(&vk->dev, &pa);
+    cvk_pipeline big;
+    assert_int_equal(cvk_swiglu_pipeline(&big, &vk->dev, VK_NULL_HANDLE, 1u << 20), -1);
     cvk_pipeline_destroy(&vk->dev, &ps);
     cvk_buffer_destroy(&vk->mem, &b);
 }
@@ -191,7 +141,6 @@ static void test_bad_args(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_layouts_match_glsl),
-        cmocka_unit_test(test_add),
         cmocka_unit_test(test_swiglu),
         cmocka_unit_test(test_bad_args),
     };

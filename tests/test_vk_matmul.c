@@ -433,6 +433,76 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
 /* Every type; uniform, half the experts empty, one expert in every token; token- and
  * pair-indexed X (gate/up vs down); list offsets; awkward T; a tile whose token extent
  * leaves most token tiles empty. */
+/* Accumulate (y += W x, the residual add folded into wo / the dense down projection): the
+ * bits of the plain product added to y's old value in one float add, for the tiled and the rows
+ * kernels, every token count class, with a scatter (rows no token maps to keep their value). */
+static void test_accumulate(void **state) {
+    (void)state;
+    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows};
+    const enum qtype types[] = {QTYPE_Q4_K, QTYPE_F32, QTYPE_Q6_K};
+    const uint32_t Ts[] = {1, 7, 70};
+    rng r;
+    rng_seed(&r, 4242);
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t k = 0; k < 3; k++)
+            for (size_t n = 0; n < 3; n++) {
+                enum qtype ty = types[k];
+                uint32_t T = Ts[n], n_rows = 37, n_in = n_in_for(ty), y_rows = T + 3;
+                size_t rb = qtype_row_bytes(ty, n_in), nx = (size_t)T * n_in, ny = (size_t)y_rows * n_rows;
+                float *row = malloc(n_in * 4), *x = malloc(nx * 4), *y0 = malloc(ny * 4), *plain = malloc(ny * 4),
+                      *got = malloc(ny * 4);
+                uint8_t *wq = malloc(rb * n_rows);
+                int32_t *sl = malloc(T * 4);
+                for (uint32_t i = 0; i < n_rows; i++) {
+                    for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
+                    quant_quantize_row(ty, row, wq + rb * i, n_in);
+                }
+                for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r);
+                for (size_t i = 0; i < ny; i++) y0[i] = rng_normal(&r) * 4;
+                for (uint32_t i = 0; i < T; i++) sl[i] = (int32_t)(y_rows - 1 - i); /* reversed; rows 0-2 left alone */
+                cvk_buffer bw, bx, by, bp, bl;
+                assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
+                assert_int_equal(cvk_buffer_create(&vk->mem, &bx, nx * 4, 4, CVK_MEM_DEVICE), 0);
+                assert_int_equal(cvk_buffer_create(&vk->mem, &by, ny * 4, 4, CVK_MEM_DEVICE), 0);
+                assert_int_equal(cvk_buffer_create(&vk->mem, &bp, ny * 4, 4, CVK_MEM_DEVICE), 0);
+                assert_int_equal(cvk_buffer_create(&vk->mem, &bl, T * 4, 4, CVK_MEM_DEVICE), 0);
+                assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
+                assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+                assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&by), y0), 0);
+                assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bp), y0), 0);
+                assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bl), sl), 0);
+                assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+                cvk_pipeline p;
+                if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, tiles[ti])) fail_msg("%s", cd_errmsg());
+                cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
+                                     .x_rows = T, .y = cvk_view_whole(&bp), .y_rows = y_rows, .n_tokens = T,
+                                     .scatter = cvk_view_whole(&bl)};
+                assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+                if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+                a.y = cvk_view_whole(&by), a.accumulate = true;
+                if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+                cvk_barrier_device_to_host(vk->cmd.cb);
+                assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+                assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bp), plain), 0);
+                assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
+                bool *hit = calloc(y_rows, 1);
+                for (uint32_t i = 0; i < T; i++) hit[sl[i]] = true;
+                for (uint32_t s = 0; s < y_rows; s++)
+                    for (uint32_t m = 0; m < n_rows; m++) {
+                        size_t o = (size_t)s * n_rows + m;
+                        float want = hit[s] ? y0[o] + plain[o] : y0[o];
+                        if (memcmp(&got[o], &want, 4))
+                            fail_msg("%s %s T=%u: y[%u][%u] = %.9g, want %.9g (y0 %.9g + %.9g)", qtype_name(ty),
+                                     tiles[ti] ? "rows" : "tiled", T, s, m, got[o], want, y0[o], plain[o]);
+                    }
+                assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+                cvk_pipeline_destroy(&vk->dev, &p);
+                cvk_buffer *bufs[] = {&bw, &bx, &by, &bp, &bl};
+                for (size_t i = 0; i < 5; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
+                free(row), free(x), free(y0), free(plain), free(got), free(wq), free(sl), free(hit);
+            }
+}
+
 static void test_grouped(void **state) {
     (void)state;
     const cvk_matmul_tile small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4};
@@ -731,6 +801,7 @@ int main(void) {
         cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_split_parts),
         cmocka_unit_test(test_tiles),
+        cmocka_unit_test(test_accumulate),
         cmocka_unit_test(test_grouped),
         cmocka_unit_test(test_grouped_split_parts),
         cmocka_unit_test(test_grouped_items),

@@ -7,14 +7,14 @@
  *     Q = rope(rmsnorm per head(Q)) in place; rope(rmsnorm per head(K)), V -> pages at
  *       loc[i] = {row, pos}                                                 one stage (head_norm_rope)
  *     ATT = attn_prefill(Q, pages, causal: token i sees its row's positions <= pos[i])
- *     X += ATT Wo
+ *     X += ATT Wo                                                           (the matmul adds)
  *     XB = rmsnorm(X)
  *     MoE:   ids, w = moe_route(XB Wr)                                      (T, k)
  *            groups, gather, scatter = moe_group(ids): pairs sorted by expert
  *            HG, HU = gate/up matmuls, expert-grouped (row t*k + slot)      (T*k, n_ff)
  *            HG = swiglu(HG, HU); EO = down matmul, expert-grouped          (T*k, n_embd)
  *            X += sum_j w[t][j] EO[t*k + j]                                 (moe_combine)
- *     dense: X += swiglu(XB Wg, XB Wu) Wd
+ *     dense: X += swiglu(XB Wg, XB Wu) Wd                                  (the matmul adds)
  *   head over the wanted rows: rmsnorm, lm_head, argmax; rows drawn on the device: sample_topk
  *
  * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and two
@@ -122,8 +122,7 @@ static int make_buffers(gpu_model *g) {
     uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
     enum cvk_mem_kind D = CVK_MEM_DEVICE, U = CVK_MEM_UPLOAD;
     g->split_len = batch_split_len(g); /* after make_pipelines: the attention kernel says cpu or not */
-    TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D) ||
-        gpu_model_buffer(g, &g->bxb2, T * c->n_embd * 4, D));
+    TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
@@ -194,7 +193,7 @@ void gpu_forward_free(gpu_model *g) {
     }
     cvk_cmd_free(&g->pcmd);
     cvk_descpool_free(&g->pdpool);
-    cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bxb2, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
+    cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
                           &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
                           &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc, &g->btable, &g->bin_out,
                           &g->blogits, &g->bam_scratch, &g->bsample, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
@@ -241,12 +240,25 @@ static void work_matmul(const chunk *ch, const char *role, const gguf_tensor *t,
 }
 
 /* Y (T rows) = X W^T for a dense projection. */
-static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
-                  const cvk_buffer *y) {
+static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
+                     const cvk_buffer *x, const cvk_buffer *y, bool accumulate) {
     work_matmul(ch, role, t, ch->T, 1, ch->T);
     cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
-                         .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T};
+                         .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T,
+                         .accumulate = accumulate};
     return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T), &a);
+}
+
+static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
+                  const cvk_buffer *y) {
+    return matmul_to(ch, role, t, w, x, y, false);
+}
+
+/* X += x W: the residual added by the projection itself (the same bits as a separate add, one
+ * stage fewer). */
+static int matmul_residual(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
+                           const cvk_buffer *x) {
+    return matmul_to(ch, role, t, w, x, &ch->g->bx, true);
 }
 
 /* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
@@ -277,12 +289,6 @@ static int rmsnorm(const chunk *ch, const char *role, const cvk_buffer *x, const
     return cvk_rmsnorm(ch->c, ch->dp, &ch->g->rmsnorm, &a);
 }
 
-static int add(const chunk *ch, const char *role, const cvk_buffer *y, const cvk_buffer *x) {
-    work_rows(ch, role, ch->g->m->cfg.n_embd, ch->T, 2, 1, 1, false);
-    cvk_add_args a = {.a = W(y), .b = W(x), .y = W(y), .n = ch->T * ch->g->m->cfg.n_embd};
-    return cvk_add(ch->c, ch->dp, &ch->g->add, &a);
-}
-
 static int attention(const chunk *ch, uint32_t il) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
@@ -310,9 +316,7 @@ static int attention(const chunk *ch, uint32_t il) {
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
     TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
-    TRY(matmul(ch, "attn_output", l->wo, &d->wo, &g->batt, &g->bxb2));
-    barrier(ch);
-    return add(ch, "residual_add", &g->bx, &g->bxb2);
+    return matmul_residual(ch, "attn_output", l->wo, &d->wo, &g->batt);
 }
 
 static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
@@ -325,9 +329,7 @@ static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d
     work_rows(ch, "swiglu", ff, ch->T, 2, 1, 4, false);
     TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
     barrier(ch);
-    TRY(matmul(ch, "ffn_down", l->ffn_down, &d->ffn_down, &g->bhg, &g->bxb2));
-    barrier(ch);
-    return add(ch, "residual_add", &g->bx, &g->bxb2);
+    return matmul_residual(ch, "ffn_down", l->ffn_down, &d->ffn_down, &g->bhg);
 }
 
 static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) {

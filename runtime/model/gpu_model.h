@@ -89,7 +89,7 @@ typedef struct gpu_model {
     uint32_t max_pages;     /* block-table entries per row: pages of n_ctx tokens */
 
     /* pipelines */
-    cvk_pipeline get_rows, rmsnorm, add, swiglu, moe_route, moe_combine;
+    cvk_pipeline get_rows, rmsnorm, swiglu, moe_route, moe_combine;
     cvk_head_norm_rope_pipes head_norm_rope; /* QK-norm + RoPE (+ the KV write for K) */
     cvk_pipeline matmul[QTYPE_COUNT];      /* per weight type in use */
     cvk_pipeline matmul_few[QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
@@ -102,7 +102,7 @@ typedef struct gpu_model {
 
     /* activations for up to n_batch tokens (MoE rows are token * n_expert_used + slot) */
     uint32_t n_batch;
-    cvk_buffer bx, bxb, bxb2;        /* (n_batch, n_embd) */
+    cvk_buffer bx, bxb;              /* (n_batch, n_embd) */
     cvk_buffer bq, batt, bk, bv;     /* (n_batch, n_head | n_head_kv, head_dim) */
     cvk_buffer brouter;              /* (n_batch, n_expert) */
     cvk_buffer bids, bwts;           /* (n_batch, n_expert_used) */

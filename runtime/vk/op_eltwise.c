@@ -13,10 +13,6 @@ static int make(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t 
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
-int cvk_add_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
-    return make(p, d, cache, wg, "add", cinder_spv_add, cinder_spv_add_size, sizeof(cvk_add_push));
-}
-
 int cvk_swiglu_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
     return make(p, d, cache, wg, "swiglu", cinder_spv_swiglu, cinder_spv_swiglu_size, sizeof(cvk_swiglu_push));
 }
@@ -36,19 +32,6 @@ static void dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, con
     cvk_cmd_label_begin(c, label);
     cvk_cmd_dispatch(c, p, set, pc, gx, gy, 1);
     cvk_cmd_label_end(c);
-}
-
-int cvk_add(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_add_args *a) {
-    if (a->n == 0) return 0;
-    if (fits("add", &a->a, 1, 0, a->n, "a") || fits("add", &a->b, 1, 0, a->n, "b") ||
-        fits("add", &a->y, 1, 0, a->n, "y"))
-        return -1;
-    cvk_add_push pc = {a->n};
-    cvk_view views[3] = {a->a, a->b, a->y};
-    VkDescriptorSet set;
-    if (cvk_descset(dp, p, views, &set)) return -1;
-    dispatch(c, p, set, &pc, a->n, "add");
-    return 0;
 }
 
 int cvk_swiglu(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_swiglu_args *a) {

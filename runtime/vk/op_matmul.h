@@ -58,6 +58,8 @@ typedef struct cvk_matmul_push {
 #define CVK_MATMUL_GROUPED 4u
 #define CVK_MATMUL_ITEMS 16u /* grouped over moe_group's work items, dispatched indirectly */
 #define CVK_MATMUL_X4 8u /* x rows may be read as vec4s (the rows kernel uses it; the tiled one ignores it) */
+#define CVK_MATMUL_ACCUMULATE 32u /* y += W x: one float add of the finished sum into y, the bits of
+                                     a separate add (a residual without its own stage) */
 
 typedef struct cvk_matmul_tile {
     uint32_t bm, bn, bk; /* weight rows, tokens, k per shared-memory tile */
@@ -83,6 +85,7 @@ typedef struct cvk_matmul_args {
     cvk_view y;
     uint32_t y_rows, y_stride;
     uint32_t n_tokens;        /* grouped: the most tokens any expert gets */
+    bool accumulate;          /* y += W x instead of y = W x (CVK_MATMUL_ACCUMULATE) */
     cvk_view gather, scatter; /* .buf NULL: plain in(t) = t / out(t) = t */
     uint32_t ids_off;         /* first entry of gather / scatter used */
     cvk_view groups;          /* .buf non-NULL: expert-grouped mode, uint32 [n_experts][2] */
