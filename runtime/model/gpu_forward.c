@@ -140,8 +140,7 @@ static int make_buffers(gpu_model *g) {
         g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, tile, tile);
         TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
-    TRY(gpu_model_buffer(g, &g->bin_tok, T * 4, U) || gpu_model_buffer(g, &g->bin_pos, T * 4, U) ||
-        gpu_model_buffer(g, &g->bin_loc, T * 8, U));
+    TRY(gpu_model_buffer(g, &g->bin_tok, T * 4, U) || gpu_model_buffer(g, &g->bin_loc, T * 8, U));
     return 0;
 }
 
@@ -195,7 +194,7 @@ void gpu_forward_free(gpu_model *g) {
     cvk_descpool_free(&g->pdpool);
     cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
                           &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
-                          &g->bpartials, &g->bin_tok, &g->bin_pos, &g->bin_loc, &g->btable, &g->bin_out,
+                          &g->bpartials, &g->bin_tok, &g->bin_loc, &g->btable, &g->bin_out,
                           &g->blogits, &g->bam_scratch, &g->bsample, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
     for (int t = 0; t < QTYPE_COUNT; t++) {
@@ -542,11 +541,10 @@ static cvk_cmd *pass_cmd(gpu_model *g, chunk *ch, const gpu_batch *b) {
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     TRY(check_batch(g, b));
     int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0), *out = cvk_buffer_host_ptr(&g->bin_out, 0);
-    uint32_t *pos = cvk_buffer_host_ptr(&g->bin_pos, 0), *loc = cvk_buffer_host_ptr(&g->bin_loc, 0), max_len = 0;
+    uint32_t *loc = cvk_buffer_host_ptr(&g->bin_loc, 0), max_len = 0;
     uint64_t attended = 0, kv_positions = 0;
     for (uint32_t i = 0; i < b->n; i++) {
         tok[i] = b->ids[i];
-        pos[i] = b->pos[i];
         loc[2 * i] = b->row[i];
         loc[2 * i + 1] = b->pos[i];
         if (b->pos[i] + 1 > max_len) max_len = b->pos[i] + 1;

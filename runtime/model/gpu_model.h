@@ -114,7 +114,7 @@ typedef struct gpu_model {
     cvk_buffer bhg, bhu;             /* (n_batch * n_expert_used | n_batch, n_ff) */
     cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */
     cvk_buffer bpartials;            /* attention split scratch */
-    cvk_buffer bin_tok, bin_pos, bin_loc; /* host-written: ids, positions, {row, position} */
+    cvk_buffer bin_tok, bin_loc;     /* host-written: ids, {row, position} (RoPE and attention read it) */
     cvk_descpool pdpool;             /* a profiled pass's sets (reset per pass) */
     cvk_cmd pcmd;                    /* a profiled pass (recorded per pass, with the timer's spans) */
     gpu_recording rec[GPU_RECORDINGS]; /* unprofiled passes, by shape, least recently used replaced */
