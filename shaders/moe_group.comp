@@ -1,7 +1,20 @@
 #version 450
-// MoE expert grouping, one workgroup for the whole batch: a stable counting sort of the
-// routed (token, slot) pairs p = t*k + slot by expert id[p], so that the prefill matmul's
-// grouped mode can run every expert's tokens without the host seeing the ids.
+// MoE routing and expert grouping, one workgroup for the whole batch: with route = 1 first
+// the router (below), then a stable counting sort of the routed (token, slot) pairs
+// p = t*k + slot by expert id[p], so that the grouped matmuls can run every expert's tokens
+// without the host seeing the ids. Routing here rather than in a kernel of its own saves a
+// dependent stage per MoE layer.
+//
+// Routing (route = 1), one subgroup per token (tokens t = subgroup, subgroup + subgroups, ...):
+//   p = softmax(logits[t][0..n_expert)); ids[t][0..k) = the k experts of largest p,
+//   descending, ties to the lower index (cpu_moe_route); weights[t][j] = p[ids] / sum of the
+//   chosen (renorm = 1) or the plain probability. Lanes take experts lane, lane + S, ... with
+//   e = exp(logit - max) (max and the sum of e by subgroupMax / subgroupAdd); each of the k
+//   rounds is a subgroup argmax (subgroupMax of e, then subgroupMin of the index among the
+//   lanes holding it) over the experts not yet chosen, e recomputed from the logits (the same
+//   expression, the same bits). No barrier: a token's routing is its subgroup's alone, so it
+//   is the same whatever else is in the batch. The ids go to the ids buffer (workgroupcoherent)
+//   and a workgroup barrier over buffer memory makes them visible to the sort.
 //
 //   groups[e]  = {offset, count}: count = #{p : ids[p] == e}, offset = exclusive scan
 //   gather[j]  = p / k  (the token)   for the j-th pair in (expert, p) order
@@ -25,23 +38,28 @@
 //    expert e is the number of bits set below lid, so slot = cnt[e] + rank is the same on
 //    every run and preserves p order. The invocation of rank 0 then advances cnt[e] by the
 //    tile's count of e and clears e's mask. Three barriers per tile, WG/32 popcounts per pair.
-// Uses only shared atomics at workgroup scope (the device runs with the Vulkan memory model
+// Uses only shared atomics and barriers at workgroup scope (the device runs with the Vulkan memory model
 // but without vulkanMemoryModelDeviceScope, so the default device-scope atomics are invalid),
 // and no subgroup size assumptions.
 
 #extension GL_KHR_memory_scope_semantics : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 256; // a multiple of 32, <= 512 (op_moe_group.c checks)
 const uint MAX_EXPERT = 256;                 // the host checks n_expert <= MAX_EXPERT
 const uint WORDS = WG / 32;                  // mask words per expert
+const uint MAX_K = 8;                        // the host checks k <= MAX_K (route)
 
-layout(binding = 0) readonly buffer I { int ids[]; };       // [n_tokens][k]
+layout(binding = 0) workgroupcoherent buffer I { int ids[]; }; // [n_tokens][k]: input, or routed here
 layout(binding = 1) writeonly buffer G { uvec2 groups[]; }; // [n_expert] {offset, count}
 layout(binding = 2) writeonly buffer A { int gather[]; };   // [n_tokens * k]
 layout(binding = 3) writeonly buffer S { int scatter[]; };  // [n_tokens * k]
 layout(binding = 4) writeonly buffer W { uvec2 items[]; };  // [2 * cap] (tile0 > 0)
 layout(binding = 5) writeonly buffer D { uint dispatch[]; }; // [4][3] (tile0 > 0)
+layout(binding = 6) readonly buffer L { float logits[]; };  // [n_tokens][stride] (route)
+layout(binding = 7) writeonly buffer R { float weights[]; }; // [n_tokens][k] (route)
 
 // mirrors cvk_moe_group_push in runtime/vk/op_moe_group.h
 layout(push_constant) uniform Push {
@@ -52,7 +70,47 @@ layout(push_constant) uniform Push {
     uint split;        // largest count that goes to list 0
     uint cap;          // items list 1 starts at
     uint wx0, wx1, wx2, wx3; // x extents of the four dispatch commands
+    uint route;              // 1: route the logits first (writes ids and weights)
+    uint renorm;             // route: weights renormalized over the chosen
+    uint stride;             // route: floats between tokens' logits
 } pc;
+
+const uint NONE = 0xffffffffu;
+
+// Routes token t; called by a whole subgroup (t uniform in it).
+void route_token(uint t) {
+    uint lane = gl_SubgroupInvocationID, S = gl_SubgroupSize, base = t * pc.stride;
+    float m = -1.0 / 0.0;
+    for (uint x = lane; x < pc.n_expert; x += S) m = max(m, logits[base + x]);
+    m = subgroupMax(m);
+    float sum = 0.0;
+    for (uint x = lane; x < pc.n_expert; x += S) sum += exp(logits[base + x] - m);
+    sum = subgroupAdd(sum);
+    float wv[MAX_K];
+    uint wi[MAX_K];
+    float chosen = 0.0;
+    for (uint j = 0; j < pc.k; j++) {
+        float bv = -1.0; // below any e
+        uint bi = NONE;
+        for (uint x = lane; x < pc.n_expert; x += S) {
+            bool taken = false;
+            for (uint q = 0; q < j; q++) taken = taken || wi[q] == x;
+            float v = exp(logits[base + x] - m);
+            if (!taken && v > bv) { bv = v; bi = x; } // strict >: the lowest index among equals
+        }
+        float sv = subgroupMax(bv);
+        wv[j] = sv;
+        wi[j] = subgroupMin(bv == sv ? bi : NONE);
+        chosen += sv;
+    }
+    if (subgroupElect()) {
+        float div = pc.renorm != 0u ? chosen : sum;
+        for (uint j = 0; j < pc.k; j++) {
+            ids[t * pc.k + j] = int(wi[j]);
+            weights[t * pc.k + j] = wv[j] / div;
+        }
+    }
+}
 
 shared uint cnt[MAX_EXPERT];          // counts, then the next free slot per expert
 shared uint mask[MAX_EXPERT * WORDS]; // tile members per expert, one bit per invocation
@@ -62,9 +120,13 @@ shared uint item0[MAX_EXPERT];        // its first item (list 1's include cap)
 
 void main() {
     uint lid = gl_LocalInvocationID.x, n = pc.n_tokens * pc.k;
+    if (pc.route != 0u)
+        for (uint t = gl_SubgroupID; t < pc.n_tokens; t += gl_NumSubgroups) route_token(t);
     for (uint e = lid; e < pc.n_expert; e += WG) cnt[e] = 0;
     for (uint i = lid; i < pc.n_expert * WORDS; i += WG) mask[i] = 0;
-    barrier();
+    // shared memory as barrier() does, and the routed ids written to the buffer above
+    controlBarrier(gl_ScopeWorkgroup, gl_ScopeWorkgroup, gl_StorageSemanticsShared | gl_StorageSemanticsBuffer,
+                   gl_SemanticsAcquireRelease);
 
     for (uint p = lid; p < n; p += WG) {
         uint e = uint(ids[p]);

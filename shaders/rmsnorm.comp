@@ -1,8 +1,7 @@
 #version 450
 // RMS norm over rows: y[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * w[i].
 // One workgroup per row (row = x + y * 65535 workgroups); each invocation accumulates a
-// strided share of x^2, subgroups reduce with subgroupAdd, and every invocation sums the
-// per-subgroup partials from shared memory in a fixed order (deterministic results).
+// strided share of x^2, reduced by row_rms_scale (row_rms.glsl: a fixed order, deterministic).
 // y may be the same buffer as x (in place): each element is read and written by one invocation.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
@@ -23,7 +22,7 @@ layout(push_constant) uniform Push {
     float eps;
 } pc;
 
-shared float partial[WG]; // one per subgroup; WG bounds the subgroup count
+#include "row_rms.glsl"
 
 void main() {
     uint row = gl_WorkGroupID.x + gl_WorkGroupID.y * 65535u;
@@ -34,11 +33,6 @@ void main() {
         float v = x[xb + i];
         acc += v * v;
     }
-    acc = subgroupAdd(acc);
-    if (subgroupElect()) partial[gl_SubgroupID] = acc;
-    barrier();
-    float sum = 0.0;
-    for (uint s = 0; s < gl_NumSubgroups; s++) sum += partial[s];
-    float scale = inversesqrt(sum / float(pc.n) + pc.eps);
+    float scale = row_rms_scale(acc, pc.n, pc.eps);
     for (uint i = gl_LocalInvocationID.x; i < pc.n; i += WG) y[yb + i] = x[xb + i] * scale * w[i];
 }

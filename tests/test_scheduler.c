@@ -450,6 +450,8 @@ static void test_sampling_on_device(void **state) {
     const sampler_params sps[] = {{.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = 3},
                                   {.temperature = 1.5f, .top_k = CVK_SAMPLE_MAX_K, .top_p = 1.0f, .seed = 4},
                                   {.temperature = 0.3f, .top_k = 1, .top_p = 0.5f, .seed = 5}};
+    /* the largest k takes k barrier-separated rounds per draw (~0.35 s a draw on lavapipe): few */
+    const uint32_t n_draws[] = {56, 8, 56};
     float *logits = malloc((size_t)m->cfg.n_vocab * sizeof *logits);
     uint32_t draws = 0, differ = 0, not_argmax = 0;
     for (size_t k = 0; k < sizeof sps / sizeof *sps; k++) {
@@ -457,7 +459,7 @@ static void test_sampling_on_device(void **state) {
         random_ids(&r, ids, 25);
         draw_check d = {.logits = logits};
         if (sampler_init(&d.host, sps[k], (int32_t)m->cfg.n_vocab)) fail_msg("%s", cd_errmsg());
-        engine_request rq = {.ids = ids, .n = 25, .max_tokens = 40, .ignore_eos = true, .sp = &sps[k],
+        engine_request rq = {.ids = ids, .n = 25, .max_tokens = n_draws[k], .ignore_eos = true, .sp = &sps[k],
                              .on_token = check_draw, .ctx = &d, .logits_out = logits};
         engine_reply rp;
         if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
@@ -469,7 +471,7 @@ static void test_sampling_on_device(void **state) {
     printf("  %u device draws, %u not the argmax, %u differ from the host's\n", draws, not_argmax, differ);
     assert_int_equal(draws, 120);
     assert_true(differ * 50 <= draws);
-    assert_true(not_argmax >= 10); /* the draws do sample (tiny's logits are peaked: few leave the argmax) */
+    assert_true(not_argmax >= 6); /* the draws do sample (tiny's logits are peaked: few leave the argmax; 12 here) */
     free(logits);
     engine_free(&e);
 }

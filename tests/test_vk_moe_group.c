@@ -7,7 +7,7 @@
  * experts, several workgroup sizes.
  *
  * The chain, as the forward pass runs a MoE FFN over T tokens (no host round trip):
- *   moe_route(logits) -> ids, w;  moe_group(ids) -> groups, gather, scatter
+ *   moe_group(logits) -> ids, w, groups, gather, scatter (routing, then grouping)
  *   hg = matmul(gate_exps, xb, gather, scatter, groups); hu likewise with up_exps
  *   swiglu(hg, hu) over T*k rows; eo = matmul(down_exps, hg, gather = scatter = scatter list)
  *   moe_combine(x, eo, w, rows = T)
@@ -37,7 +37,6 @@
 #include "runtime/vk/op_matmul.h"
 #include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_moe_group.h"
-#include "runtime/vk/op_moe_route.h"
 #include "runtime/vk/vk_barrier.h"
 #include "runtime/vk/vk_ctx.h"
 #include "runtime/vk/vk_spirv.h"
@@ -64,11 +63,13 @@ static void test_push_layout(void **state) {
     const uint32_t want[] = {offsetof(cvk_moe_group_push, n_expert), offsetof(cvk_moe_group_push, n_tokens),
                              offsetof(cvk_moe_group_push, k),        offsetof(cvk_moe_group_push, tile0),
                              offsetof(cvk_moe_group_push, tile1),    offsetof(cvk_moe_group_push, split),
-                             offsetof(cvk_moe_group_push, cap),      wx, wx + 4, wx + 8, wx + 12};
-    assert_int_equal(si.n_push, 11);
-    for (int i = 0; i < 11; i++) assert_int_equal(si.push_offset[i], want[i]);
+                             offsetof(cvk_moe_group_push, cap),      wx, wx + 4, wx + 8, wx + 12,
+                             offsetof(cvk_moe_group_push, route),    offsetof(cvk_moe_group_push, renorm),
+                             offsetof(cvk_moe_group_push, stride)};
+    assert_int_equal(si.n_push, 14);
+    for (int i = 0; i < 14; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_moe_group_push));
-    assert_int_equal(si.n_bindings, 6);
+    assert_int_equal(si.n_bindings, 8);
 }
 
 static cvk_buffer make_buf(uint64_t bytes, uint64_t granule) {
@@ -242,7 +243,7 @@ typedef struct chain {
 } chain;
 
 typedef struct chain_pipes {
-    cvk_pipeline route, mm_gate, mm_down, swiglu, combine;
+    cvk_pipeline mm_gate, mm_down, swiglu, combine;
 } chain_pipes;
 
 static double now_s(void) {
@@ -288,7 +289,6 @@ static void run_chain(const chain *c, uint64_t seed, int bench, bool check) {
     for (size_t i = 0; i < (size_t)T * D; i++) xb[i] = rng_normal(&r), x[i] = rng_normal(&r);
 
     chain_pipes pp;
-    assert_int_equal(cvk_moe_route_pipeline(&pp.route, &vk->dev, vk->pcache.cache, 0), 0);
     if (cvk_matmul_pipeline(&pp.mm_gate, &vk->dev, vk->pcache.cache, c->gate_type, NULL) ||
         cvk_matmul_pipeline(&pp.mm_down, &vk->dev, vk->pcache.cache, c->down_type, NULL))
         fail_msg("%s", cd_errmsg());
@@ -306,9 +306,8 @@ static void run_chain(const chain *c, uint64_t seed, int bench, bool check) {
     cvk_buffer beo = make_buf((uint64_t)P * D * 4, 4);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
 
-    cvk_moe_route_args ra = {.logits = cvk_view_whole(&blog), .ids = cvk_view_whole(&bids),
-                             .weights = cvk_view_whole(&bw), .n_expert = E, .k = k, .tokens = T};
-    cvk_moe_group_args ga = {.ids = cvk_view_whole(&bids), .groups = cvk_view_whole(&bgrp),
+    cvk_moe_group_args ga = {.logits = cvk_view_whole(&blog), .weights = cvk_view_whole(&bw),
+                             .ids = cvk_view_whole(&bids), .groups = cvk_view_whole(&bgrp),
                              .gather = cvk_view_whole(&bga), .scatter = cvk_view_whole(&bsc), .n_expert = E,
                              .n_tokens = T, .k = k};
     cvk_matmul_args gate = {.w = &bwg, .type = c->gate_type, .n_in = D, .n_rows = F, .x = cvk_view_whole(&bxb),
@@ -337,8 +336,6 @@ static void run_chain(const chain *c, uint64_t seed, int bench, bool check) {
             assert_int_equal(cvk_stager_flush(&vk->stager), 0);
         }
         assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
-        if (cvk_moe_route(&vk->cmd, &vk->dpool, &pp.route, &ra)) fail_msg("%s", cd_errmsg());
-        cvk_barrier_compute_to_compute(vk->cmd.cb);
         if (cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &ga)) fail_msg("%s", cd_errmsg());
         cvk_barrier_compute_to_compute(vk->cmd.cb);
         if (cvk_matmul(&vk->cmd, &vk->dpool, &pp.mm_gate, &gate) || cvk_matmul(&vk->cmd, &vk->dpool, &pp.mm_gate, &up))
@@ -439,7 +436,6 @@ static void run_chain(const chain *c, uint64_t seed, int bench, bool check) {
 
     cvk_buffer *bufs[] = {&bwg, &bwu, &bwd, &blog, &bxb, &bx, &bids, &bw, &bgrp, &bga, &bsc, &bhg, &bhu, &beo};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
-    cvk_pipeline_destroy(&vk->dev, &pp.route);
     cvk_pipeline_destroy(&vk->dev, &pp.mm_gate);
     cvk_pipeline_destroy(&vk->dev, &pp.mm_down);
     cvk_pipeline_destroy(&vk->dev, &pp.swiglu);

@@ -3,17 +3,18 @@
  *
  *   X = get_rows(tok_embd, ids)                                             (T, n_embd)
  *   per layer:
- *     XB = rmsnorm(X); Q, K, V = XB Wq, XB Wk, XB Wv                        matmul
+ *     XB = rmsnorm(X) (after a MoE layer: written by its combine); Q, K, V = XB Wq, XB Wk, XB Wv
  *     Q = rope(rmsnorm per head(Q)) in place; rope(rmsnorm per head(K)), V -> pages at
  *       loc[i] = {row, pos}                                                 one stage (head_norm_rope)
  *     ATT = attn_prefill(Q, pages, causal: token i sees its row's positions <= pos[i])
  *     X += ATT Wo                                                           (the matmul adds)
  *     XB = rmsnorm(X)
- *     MoE:   ids, w = moe_route(XB Wr)                                      (T, k)
- *            groups, gather, scatter = moe_group(ids): pairs sorted by expert
+ *     MoE:   ids, w, groups, gather, scatter = moe_group(XB Wr): softmax top-k per token,
+ *              then the (token, slot) pairs sorted by expert                one stage
  *            HG, HU = gate/up matmuls, expert-grouped (row t*k + slot)      (T*k, n_ff)
  *            HG = swiglu(HG, HU); EO = down matmul, expert-grouped          (T*k, n_embd)
- *            X += sum_j w[t][j] EO[t*k + j]                                 (moe_combine)
+ *            X += sum_j w[t][j] EO[t*k + j]; XB = rmsnorm(X) with the next layer's
+ *              attn_norm (the last layer's: output_norm)                   (moe_combine, one stage)
  *     dense: X += swiglu(XB Wg, XB Wu) Wd                                  (the matmul adds)
  *   head over the wanted rows: rmsnorm, lm_head, argmax; rows drawn on the device: sample_topk
  *
@@ -36,7 +37,6 @@
 #include "runtime/vk/op_matvec.h"
 #include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_moe_group.h"
-#include "runtime/vk/op_moe_route.h"
 #include "runtime/vk/op_rmsnorm.h"
 #include "runtime/vk/rope_table.h"
 #include "runtime/vk/vk_barrier.h"
@@ -331,27 +331,25 @@ static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d
     return matmul_residual(ch, "ffn_down", l->ffn_down, &d->ffn_down, &g->bhg);
 }
 
-static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+/* The MoE FFN; its combine also writes XB = rmsnorm(X, next_norm), the next stage's input. */
+static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, const cvk_buffer *next_norm) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     uint32_t k = cf->n_expert_used, pairs = ch->T * k;
     TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
     barrier(ch);
-    work_rows(ch, "moe_route", cf->n_expert, ch->T, 1, 0, 0, false);
-    cvk_moe_route_args r = {.logits = W(&g->brouter), .ids = W(&g->bids), .weights = W(&g->bwts),
-                            .n_expert = cf->n_expert, .k = k, .tokens = ch->T};
-    TRY(cvk_moe_route(ch->c, ch->dp, &g->moe_route, &r));
-    barrier(ch);
     /* the lists' tiles and row tiles are the same for every layer's types (bm 64; bn 1 or 8, and 64) */
     const cvk_pipeline *p0 = moe_pipe(g, l->gate_exps->type, 0), *p1 = moe_pipe(g, l->gate_exps->type, 1);
-    cvk_moe_group_args mg = {.ids = W(&g->bids), .groups = W(&g->bgroups), .gather = W(&g->bgather),
+    /* routing and grouping in one kernel: softmax top-k per token, then the pairs sorted by expert */
+    cvk_moe_group_args mg = {.logits = W(&g->brouter), .weights = W(&g->bwts), .ids = W(&g->bids),
+                             .groups = W(&g->bgroups), .gather = W(&g->bgather),
                              .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert,
                              .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
                              .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
                              .split = MOE_SPLIT, .cap = g->moe_cap,
                              .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(p0, cf->n_embd),
                                     cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(p1, cf->n_embd)}};
-    work_rows(ch, "moe_group", k, ch->T, 1, 3, 0, false);
+    work_rows(ch, "moe_route_group", cf->n_expert, ch->T, 1, 0, 3 * k, false);
     TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);
     cvk_barrier_compute_to_indirect(ch->c->cb);
@@ -365,9 +363,9 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d) 
     /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
     TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1));
     barrier(ch);
-    work_rows(ch, "moe_combine", cf->n_embd, ch->T, 1 + k, 1, 2 * k, false);
+    work_rows(ch, "moe_combine_norm", cf->n_embd, ch->T, 2 + k, 2, 2 * k + 4, true);
     cvk_moe_combine_args mc = {.x = W(&g->bx), .e = W(&g->beo), .w = W(&g->bwts), .n = cf->n_embd, .k = k,
-                               .rows = ch->T};
+                               .rows = ch->T, .norm_w = W(next_norm), .y = W(&g->bxb), .eps = cf->rms_eps};
     return cvk_moe_combine(ch->c, ch->dp, &g->moe_combine, &mc);
 }
 
@@ -392,14 +390,18 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
 
 /* The batch forward's head over the n_out wanted tokens (rows out[] of X): final norm of every
  * row, the lm_head (per device one kernel, whatever n_out, so a row's logits do not depend on
- * the others), argmax per row, then (sampled) the rows bsample says to draw overwrite theirs. */
-static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out, bool sampled) {
+ * the others), argmax per row, then (sampled) the rows bsample says to draw overwrite theirs.
+ * normed: XB already holds the final norm of every row (the last layer's MoE combine). */
+static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out, bool sampled, bool normed) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     const gguf_tensor *t = g->m->output;
     cvk_cmd_label_begin(ch->c, "head");
-    int rc = rmsnorm(ch, "output_norm", &g->bx, &g->w.output_norm, &g->bxb, cf->n_embd, ch->T);
-    barrier(ch);
+    int rc = 0;
+    if (!normed) { /* else the last MoE combine wrote XB = rmsnorm(X, output_norm) */
+        rc = rmsnorm(ch, "output_norm", &g->bx, &g->w.output_norm, &g->bxb, cf->n_embd, ch->T);
+        barrier(ch);
+    }
     cvk_matmul_args a = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
                          .n_tokens = n_out, .gather = W(&g->bin_out)};
@@ -433,25 +435,30 @@ static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out, bo
                             .m = cf->n_embd, .n = ch->T});
     TRY(cvk_get_rows(ch->c, ch->dp, &g->get_rows, &e));
     barrier(ch);
+    bool normed = false; /* XB = rmsnorm(X) for the next norm already (a MoE combine wrote it) */
     for (uint32_t il = 0; il < cf->n_layer; il++) {
         const gpu_layer *d = &g->w.layers[il];
         cvk_cmd_label_begin(ch->c, "layer.attention");
         cvk_timer_layer(ch->c->timer, (int32_t)il);
-        TRY(rmsnorm(ch, "attn_norm", &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
-        barrier(ch);
+        if (!normed) {
+            TRY(rmsnorm(ch, "attn_norm", &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
+            barrier(ch);
+        }
         TRY(attention(ch, il));
         barrier(ch);
         cvk_cmd_label_end(ch->c);
         cvk_cmd_label_begin(ch->c, "layer.ffn");
         TRY(rmsnorm(ch, "ffn_norm", &g->bx, &d->ffn_norm, &g->bxb, cf->n_embd, ch->T));
         barrier(ch);
-        if (cf->arch == ARCH_QWEN3MOE) TRY(ffn_moe(ch, &g->m->layers[il], d));
+        normed = cf->arch == ARCH_QWEN3MOE;
+        const cvk_buffer *next_norm = il + 1 < cf->n_layer ? &g->w.layers[il + 1].attn_norm : &g->w.output_norm;
+        if (normed) TRY(ffn_moe(ch, &g->m->layers[il], d, next_norm));
         else TRY(ffn_dense(ch, &g->m->layers[il], d));
         barrier(ch);
         cvk_cmd_label_end(ch->c);
     }
     cvk_timer_layer(ch->c->timer, -1);
-    if (n_out) TRY(record_rows_head(ch, out, n_out, sampled));
+    if (n_out) TRY(record_rows_head(ch, out, n_out, sampled, normed));
     cvk_barrier_device_to_host(ch->c->cb);
     return cvk_cmd_end(ch->c);
 }

@@ -9,7 +9,7 @@
 #include "runtime/vk/op_get_rows.h"
 #include "runtime/vk/op_head_norm_rope.h"
 #include "runtime/vk/op_moe_combine.h"
-#include "runtime/vk/op_moe_route.h"
+#include "runtime/vk/op_moe_group.h"
 #include "runtime/vk/op_rmsnorm.h"
 
 #define TRY(x) do { if (x) return -1; } while (0)
@@ -27,7 +27,6 @@ static int make_pipelines(gpu_model *g) {
     TRY(cvk_get_rows_pipeline(&g->get_rows, d, pc, m->tok_embd->type, 0));
     TRY(cvk_rmsnorm_pipeline(&g->rmsnorm, d, pc, 0));
     TRY(cvk_swiglu_pipeline(&g->swiglu, d, pc, 0));
-    TRY(cvk_moe_route_pipeline(&g->moe_route, d, pc, 0));
     TRY(cvk_moe_combine_pipeline(&g->moe_combine, d, pc, 0));
     TRY(cvk_head_norm_rope_pipelines(&g->head_norm_rope, d, pc, m->cfg.head_dim));
     return cvk_argmax_pipelines(&g->argmax, d, pc, 0) || cvk_sample_pipelines(&g->sample, d, pc, 0);
@@ -80,7 +79,7 @@ void gpu_model_free(gpu_model *g) {
     cvk_device *d = &vk->dev;
     gpu_forward_free(g);
     cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
-    cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->swiglu, &g->moe_route, &g->moe_combine};
+    cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->swiglu, &g->moe_combine};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) cvk_pipeline_destroy(d, ps[i]);
     cvk_head_norm_rope_pipelines_destroy(d, &g->head_norm_rope);
     cvk_argmax_pipelines_destroy(d, &g->argmax);

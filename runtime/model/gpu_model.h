@@ -7,14 +7,16 @@
  *
  *   X = get_rows(tok_embd, ids)                                           (T tokens)
  *   per layer:
- *     XB = rmsnorm(X, attn_norm); Q, K, V = XB Wq, XB Wk, XB Wv           matmul
+ *     XB = rmsnorm(X, attn_norm) (after a MoE layer, its combine wrote it); Q, K, V = XB Wq, Wk, Wv
  *     Q, K = rope(rmsnorm per head (q_norm, k_norm), positions); K, V -> block table[row]
  *       [pos / page_tokens], slot pos % page_tokens, fp16: one stage (head_norm_rope)
  *     ATT = attention(Q, each token over its row's positions 0..pos)
  *     X += ATT Wo
  *     XB = rmsnorm(X, ffn_norm)
- *     MoE:   ids, w = moe_route(XB Wr); tokens grouped by expert; H = silu(XB Wg[e]) * (XB Wu[e])
- *            X += sum_j w[j] Wd[ids[j]] H[j]                               (moe_combine)
+ *     MoE:   ids, w = top-k softmax (XB Wr), the pairs grouped by expert: one kernel (moe_group)
+ *            H = silu(XB Wg[e]) * (XB Wu[e])
+ *            X += sum_j w[j] Wd[ids[j]] H[j]; XB = rmsnorm(X, the next layer's attn_norm or
+ *              output_norm): one kernel (moe_combine)
  *     dense: X += ffn_down (silu(ffn_gate XB) * (ffn_up XB))
  *   for the wanted rows: logits = output(rmsnorm(X, output_norm)); next = argmax(logits)
  *
@@ -89,7 +91,7 @@ typedef struct gpu_model {
     uint32_t max_pages;     /* block-table entries per row: pages of n_ctx tokens */
 
     /* pipelines */
-    cvk_pipeline get_rows, rmsnorm, swiglu, moe_route, moe_combine;
+    cvk_pipeline get_rows, rmsnorm, swiglu, moe_combine;
     cvk_head_norm_rope_pipes head_norm_rope; /* QK-norm + RoPE (+ the KV write for K) */
     cvk_pipeline matmul[QTYPE_COUNT];      /* per weight type in use */
     cvk_pipeline matmul_few[QTYPE_COUNT];  /* few tokens (same sums, same order per output) */

@@ -1,14 +1,17 @@
 #include "runtime/vk/op_moe_combine.h"
 
+#include <stdbool.h>
+
 #include "runtime/base/error.h"
 #include "shaders/shaders.h"
 
 int cvk_moe_combine_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
     if (!wg) wg = 256;
-    if (wg > d->info.caps.max_wg_size[0]) return cd_fail("moe_combine: workgroup size %u too large", wg);
+    if (wg > d->info.caps.max_wg_size[0] || (wg & (wg - 1)))
+        return cd_fail("moe_combine: workgroup size %u is not a power of two within the device limit", wg);
     uint32_t spec[1] = {wg};
     cvk_pipeline_desc desc = {.name = "moe_combine", .spv = cinder_spv_moe_combine,
-                              .spv_size = cinder_spv_moe_combine_size, .n_bindings = 3,
+                              .spv_size = cinder_spv_moe_combine_size, .n_bindings = 5,
                               .push_size = sizeof(cvk_moe_combine_push), .spec = spec, .n_spec = 1};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
@@ -24,12 +27,15 @@ int cvk_moe_combine(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const c
                                               (unsigned long long)a->x.size, (unsigned long long)(total * 4));
     if (a->e.size < ((pairs - 1) * es + a->n) * 4) return cd_fail("moe_combine: e too small");
     if (a->w.size < pairs * 4) return cd_fail("moe_combine: w too small");
-    cvk_moe_combine_push pc = {a->n, a->k, a->rows, es};
-    cvk_view views[3] = {a->x, a->e, a->w};
+    bool norm = a->norm_w.buf != NULL;
+    if (norm && (a->norm_w.size < (uint64_t)a->n * 4 || a->y.size < total * 4))
+        return cd_fail("moe_combine: norm weights or y smaller than their rows");
+    cvk_moe_combine_push pc = {a->n, a->k, a->rows, es, norm, a->eps};
+    /* without the norm its bindings get x: bound, never read or written */
+    cvk_view views[5] = {a->x, a->e, a->w, norm ? a->norm_w : a->x, norm ? a->y : a->x};
     VkDescriptorSet set;
     if (cvk_descset(dp, p, views, &set)) return -1;
-    uint64_t groups = (total + p->spec[0] - 1) / p->spec[0];
-    uint32_t gx = groups < 65535 ? (uint32_t)groups : 65535, gy = (uint32_t)((groups + 65534) / 65535);
+    uint32_t gx = a->rows < 65535 ? a->rows : 65535, gy = (a->rows + 65534) / 65535;
     cvk_cmd_label_begin(c, "moe_combine");
     cvk_cmd_dispatch(c, p, set, &pc, gx, gy, 1);
     cvk_cmd_label_end(c);

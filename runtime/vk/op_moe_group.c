@@ -14,7 +14,7 @@ int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
                        d->info.caps.max_shared);
     uint32_t spec[1] = {wg};
     cvk_pipeline_desc desc = {.name = "moe_group", .spv = cinder_spv_moe_group, .spv_size = cinder_spv_moe_group_size,
-                              .n_bindings = 6, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 1};
+                              .n_bindings = 8, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 1};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -37,6 +37,21 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     if (a->groups.size < 8ull * a->n_expert)
         return cd_fail("moe_group: groups needs %llu bytes", 8ull * a->n_expert);
     cvk_moe_group_push pc = {.n_expert = a->n_expert, .n_tokens = a->n_tokens, .k = a->k};
+    cvk_view logits = a->groups, weights = a->groups; /* bound, never read or written without routing */
+    if (a->logits.buf) {
+        uint32_t stride = a->stride ? a->stride : a->n_expert;
+        if (a->k > CVK_MOE_MAX_K || a->k > a->n_expert)
+            return cd_fail("moe_group: routing k = %u with %u experts (1..%d supported)", a->k, a->n_expert,
+                           CVK_MOE_MAX_K);
+        if (stride < a->n_expert) return cd_fail("moe_group: logits stride below n_expert");
+        if ((uint64_t)a->n_tokens * stride > UINT32_MAX) return cd_fail("moe_group: too many tokens' logits");
+        uint64_t need = ((uint64_t)(a->n_tokens - 1) * stride + a->n_expert) * 4;
+        if (a->logits.size < need || a->weights.size < pairs * 4)
+            return cd_fail("moe_group: routing needs %llu bytes of logits and %llu of weights",
+                           (unsigned long long)need, (unsigned long long)pairs * 4);
+        pc.route = 1, pc.renorm = !a->no_renorm, pc.stride = stride;
+        logits = a->logits, weights = a->weights;
+    }
     cvk_view items = a->groups, dispatch = a->groups; /* bound, never written without lists */
     if (a->tile0) {
         if (!a->tile1) return cd_fail("moe_group: list 1 needs a tile");
@@ -50,7 +65,7 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         for (int d = 0; d < 4; d++) pc.wx[d] = a->wx[d];
         items = a->items, dispatch = a->dispatch;
     }
-    cvk_view views[6] = {a->ids, a->groups, a->gather, a->scatter, items, dispatch};
+    cvk_view views[8] = {a->ids, a->groups, a->gather, a->scatter, items, dispatch, logits, weights};
     VkDescriptorSet set;
     if (cvk_descset(dp, p, views, &set)) return -1;
     cvk_cmd_label_begin(c, "moe_group");

@@ -1,6 +1,15 @@
-/* MoE expert grouping (shaders/moe_group.comp), host side: the routed (token, slot) pairs of
- * a batch, p = t*k + slot, sorted by expert and then by p (stable, deterministic), as the
- * lists the prefill matmul's grouped mode reads (op_matmul.h, docs/kernels/matmul.md):
+/* MoE routing and expert grouping (shaders/moe_group.comp), host side. With `logits` bound it
+ * first routes each token t < n_tokens (one subgroup per token: what a token gets does not
+ * depend on the batch):
+ *
+ *   p = softmax(logits[t][0..n_expert))
+ *   ids[t][0..k)     = the k experts of largest p, descending, ties to the lower index
+ *   weights[t][0..k) = p[ids] / sum(p[ids])   (renorm; else p[ids])
+ *
+ * the choice of cpu_moe_route (weights within float rounding of it), writing ids and
+ * weights; without logits, ids is the input. Then the routed (token, slot) pairs of the
+ * batch, p = t*k + slot, sorted by expert and then by p (stable, deterministic), as the lists
+ * the grouped matmuls read (op_matmul.h, docs/kernels/matmul.md):
  *
  *   groups[e]  = {offset, count}     uint32 [n_expert][2]; count = #{p : ids[p] == e},
  *                                    offset = count of experts < e (exclusive scan)
@@ -9,8 +18,8 @@
  *
  * for j in [groups[e].offset, groups[e].offset + groups[e].count) the pairs of expert e in
  * increasing p. Ids outside [0, n_expert) are dropped (not counted); the list entries past
- * the kept pairs are -1. ids is the ids output of cvk_moe_route ([n_tokens][k], read as
- * int32). One workgroup for the batch (a counting sort in shared memory; see the shader).
+ * the kept pairs are -1 (only input ids can fall outside). One workgroup for the batch (a
+ * counting sort in shared memory; see the shader).
  *
  * Work lists (tile0 > 0), for the grouped matmul's indirect mode (op_matmul.h): the experts
  * with 0 < count <= split in list 0, cut into items of tile0 tokens; those with count > split
@@ -23,26 +32,35 @@
  * dispatch + 12 * (2l + s) bytes: no workgroup for an empty expert, and the count never
  * crosses to the host. cap must hold every list: cvk_moe_group_cap(). */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/vk/op_moe_route.h"
 #include "runtime/vk/vk_cmd.h"
 #include "runtime/vk/vk_descriptor.h"
 #include "runtime/vk/vk_pipeline.h"
+
+#define CVK_MOE_MAX_EXPERT 256
+#define CVK_MOE_MAX_K 8
 
 /* mirrors the push block in shaders/moe_group.comp (pinned by tests/test_vk_moe_group.c) */
 typedef struct cvk_moe_group_push {
     uint32_t n_expert, n_tokens, k;
     uint32_t tile0, tile1, split, cap;
     uint32_t wx[4];
+    uint32_t route, renorm, stride;
 } cvk_moe_group_push;
 
 typedef struct cvk_moe_group_args {
-    cvk_view ids;     /* int32 [n_tokens][k] */
+    cvk_view logits;  /* f32 [n_tokens][stride]: .buf NULL = ids given, no routing */
+    cvk_view weights; /* f32 [n_tokens][k] (routing) */
+    uint32_t stride;  /* floats between tokens' logits; 0 means n_expert */
+    bool no_renorm;   /* routing: the weights are the softmax probabilities themselves */
+    cvk_view ids;     /* int32 [n_tokens][k]: written when routing, else read */
     cvk_view groups;  /* uint32 [n_expert][2] {offset, count} */
     cvk_view gather;  /* int32 [n_tokens * k] */
     cvk_view scatter; /* int32 [n_tokens * k] */
     uint32_t n_expert; /* 1..CVK_MOE_MAX_EXPERT */
+                       /* k: 1..CVK_MOE_MAX_K and <= n_expert when routing */
     uint32_t n_tokens, k;
     /* work lists (tile0 0: none written, items and dispatch unused) */
     cvk_view items;    /* uint32 [2 * cap][2] */
