@@ -115,12 +115,16 @@ static uint32_t batch_split_len(const gpu_model *g) {
     return step ? (len + step - 1) / step * step : len; /* as the kernel rounds it */
 }
 
+static int input_buffers(gpu_model *g, gpu_input *in, uint64_t bytes) {
+    return gpu_model_buffer(g, &in->host, bytes, CVK_MEM_UPLOAD) || gpu_model_buffer(g, &in->dev, bytes, CVK_MEM_DEVICE);
+}
+
 static int make_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     bool moe = c->arch == ARCH_QWEN3MOE;
     uint64_t T = g->n_batch, q_dim = (uint64_t)c->n_head * c->head_dim, kv_dim = (uint64_t)c->n_head_kv * c->head_dim;
     uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
-    enum cvk_mem_kind D = CVK_MEM_DEVICE, U = CVK_MEM_UPLOAD;
+    enum cvk_mem_kind D = CVK_MEM_DEVICE;
     g->split_len = batch_split_len(g); /* after make_pipelines: the attention kernel says cpu or not */
     TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
@@ -140,8 +144,7 @@ static int make_buffers(gpu_model *g) {
         g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, tile, tile);
         TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
-    TRY(gpu_model_buffer(g, &g->bin_tok, T * 4, U) || gpu_model_buffer(g, &g->bin_loc, T * 8, U));
-    return 0;
+    return input_buffers(g, &g->in_tok, T * 4) || input_buffers(g, &g->in_loc, T * 8);
 }
 
 static int make_batch_buffers(gpu_model *g) {
@@ -156,17 +159,16 @@ static int make_batch_buffers(gpu_model *g) {
         TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc) ||
             cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &one));
     }
-    TRY(gpu_model_buffer(g, &g->btable, S * g->max_pages * 4, CVK_MEM_UPLOAD) ||
-        gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) ||
-        gpu_model_buffer(g, &g->bin_out, S * 4, CVK_MEM_UPLOAD) ||
+    TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
+        gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, S * 4) ||
         gpu_model_buffer(g, &g->blogits, S * c->n_vocab * 4, CVK_MEM_DEVICE) ||
         gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)S),
                          CVK_MEM_DEVICE) ||
-        gpu_model_buffer(g, &g->bsample, S * sizeof(cvk_sample_row), CVK_MEM_UPLOAD) ||
+        input_buffers(g, &g->in_sample, S * sizeof(cvk_sample_row)) ||
         gpu_model_buffer(g, &g->bsample_scratch,
                          cvk_sample_scratch_bytes(&g->sample, c->n_vocab, (uint32_t)S, CVK_SAMPLE_MAX_K), CVK_MEM_DEVICE) ||
         gpu_model_buffer(g, &g->bout_id, S * 4, CVK_MEM_READBACK));
-    memset(cvk_buffer_host_ptr(&g->btable, 0), 0, S * g->max_pages * 4);
+    memset(cvk_buffer_host_ptr(&g->in_table.host, 0), 0, S * g->max_pages * 4);
     return 0;
 }
 
@@ -194,9 +196,13 @@ void gpu_forward_free(gpu_model *g) {
     cvk_descpool_free(&g->pdpool);
     cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
                           &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
-                          &g->bpartials, &g->bin_tok, &g->bin_loc, &g->btable, &g->bin_out,
-                          &g->blogits, &g->bam_scratch, &g->bsample, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
+                          &g->bpartials, &g->blogits, &g->bam_scratch, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
+    gpu_input *ins[] = {&g->in_tok, &g->in_loc, &g->in_table, &g->in_out, &g->in_sample};
+    for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
+        cvk_buffer_destroy(&vk->mem, &ins[i]->host);
+        cvk_buffer_destroy(&vk->mem, &ins[i]->dev);
+    }
     for (int t = 0; t < QTYPE_COUNT; t++) {
         cvk_pipeline_destroy(&vk->dev, &g->matmul[t]);
         cvk_pipeline_destroy(&vk->dev, &g->matmul_few[t]);
@@ -297,19 +303,19 @@ static int attention(const chunk *ch, uint32_t il) {
         matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv));
     barrier(ch);
     /* QK-norm and RoPE in one stage: Q in place, K straight into its pages with V */
-    cvk_head_norm_rope_args hq = {.x = W(&g->bq), .w = W(&d->q_norm), .loc = W(&g->bin_loc), .table = &g->rope_tab,
+    cvk_head_norm_rope_args hq = {.x = W(&g->bq), .w = W(&d->q_norm), .loc = W(&g->in_loc.dev), .table = &g->rope_tab,
                                   .tokens = ch->T, .heads = cf->n_head, .eps = cf->rms_eps};
-    cvk_head_norm_rope_args hk = {.x = W(&g->bk), .w = W(&d->k_norm), .loc = W(&g->bin_loc), .table = &g->rope_tab,
+    cvk_head_norm_rope_args hk = {.x = W(&g->bk), .w = W(&d->k_norm), .loc = W(&g->in_loc.dev), .table = &g->rope_tab,
                                   .tokens = ch->T, .heads = cf->n_head_kv, .eps = cf->rms_eps, .pool = g->kv,
-                                  .lay = &g->lay, .v = W(&g->bv), .pages = W(&g->btable), .layer = il,
+                                  .lay = &g->lay, .v = W(&g->bv), .pages = W(&g->in_table.dev), .layer = il,
                                   .table_stride = g->max_pages};
     work_rows(ch, "q_norm_rope", cf->head_dim, ch->T * cf->n_head, 1, 1, 10, false);
     TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hq));
     if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T)); /* K's norm and rotation ride along */
     TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hk));
     barrier(ch);
-    cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->btable),
-                                .loc = W(&g->bin_loc), .partials = W(&g->bpartials), .out = W(&g->batt),
+    cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->in_table.dev),
+                                .loc = W(&g->in_loc.dev), .partials = W(&g->bpartials), .out = W(&g->batt),
                                 .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
                                 .max_len = ch->max_len, .split_len = g->split_len};
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
@@ -390,7 +396,7 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
 
 /* The batch forward's head over the n_out wanted tokens (rows out[] of X): final norm of every
  * row, the lm_head (per device one kernel, whatever n_out, so a row's logits do not depend on
- * the others), argmax per row, then (sampled) the rows bsample says to draw overwrite theirs.
+ * the others), argmax per row, then (sampled) the rows in_sample says to draw overwrite theirs.
  * normed: XB already holds the final norm of every row (the last layer's MoE combine). */
 static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out, bool sampled, bool normed) {
     gpu_model *g = ch->g;
@@ -404,7 +410,7 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
     }
     cvk_matmul_args a = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
-                         .n_tokens = n_out, .gather = W(&g->bin_out)};
+                         .n_tokens = n_out, .gather = W(&g->in_out.dev)};
     if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out);
     if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, &g->matmul[t->type], &a);
     barrier(ch);
@@ -414,7 +420,7 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
     if (!rc) rc = cvk_argmax(ch->c, ch->dp, &g->argmax, &am);
     if (!rc && sampled) {
         barrier(ch); /* both write bout_id */
-        cvk_sample_args sa = {.logits = W(&g->blogits), .scratch = W(&g->bsample_scratch), .params = W(&g->bsample),
+        cvk_sample_args sa = {.logits = W(&g->blogits), .scratch = W(&g->bsample_scratch), .params = W(&g->in_sample.dev),
                               .out = W(&g->bout_id), .n = cf->n_vocab, .rows = n_out, .k_max = CVK_SAMPLE_MAX_K};
         work_rows(ch, "sample", cf->n_vocab, n_out, 1, 0, 1, false);
         rc = cvk_sample(ch->c, ch->dp, &g->sample, &sa);
@@ -423,13 +429,31 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
     return rc;
 }
 
-/* The pass, and the head over the n_out rows of bin_out (out[]) when n_out > 0. */
+/* The pass's inputs into device-local memory: the bytes this shape reads (gpu_input). The
+ * previous pass's reads of them finished before this submission (its fence), but the copy
+ * still waits on compute: the ordering the device sees, not only the host. */
+static int record_inputs(const chunk *ch, uint32_t n_out, bool sampled) {
+    gpu_model *g = ch->g;
+    struct { gpu_input *in; uint64_t bytes; } use[] = {
+        {&g->in_tok, 4ull * ch->T}, {&g->in_loc, 8ull * ch->T}, {&g->in_table, g->in_table.dev.size},
+        {&g->in_out, 4ull * n_out}, {&g->in_sample, sampled ? n_out * sizeof(cvk_sample_row) : 0}};
+    cvk_barrier_compute_to_transfer(ch->c->cb);
+    for (size_t i = 0; i < sizeof use / sizeof use[0]; i++)
+        if (use[i].bytes)
+            TRY(cvk_cmd_copy(ch->c, cvk_view_range(&use[i].in->host, 0, use[i].bytes),
+                             cvk_view_range(&use[i].in->dev, 0, use[i].bytes)));
+    cvk_barrier_transfer_to_compute(ch->c->cb);
+    return 0;
+}
+
+/* The pass, and the head over the n_out rows of in_out (out[]) when n_out > 0. */
 static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out, bool sampled) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     TRY(ch->reusable ? cvk_cmd_begin_reusable(ch->c) : cvk_cmd_begin(ch->c));
+    TRY(record_inputs(ch, n_out, sampled));
     cvk_get_rows_args e = {.table = &g->w.tok_embd, .type = g->m->tok_embd->type, .n = cf->n_embd,
-                           .n_rows = cf->n_vocab, .ids = W(&g->bin_tok), .n_ids = ch->T, .dst = W(&g->bx)};
+                           .n_rows = cf->n_vocab, .ids = W(&g->in_tok.dev), .n_ids = ch->T, .dst = W(&g->bx)};
     if (profiling(ch))
         work(ch, (cvk_work){.role = "token_embd", .bytes = ch->T * (qtype_row_bytes(e.type, cf->n_embd) + 4ull * cf->n_embd),
                             .m = cf->n_embd, .n = ch->T});
@@ -468,7 +492,7 @@ static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out, bo
 int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint32_t n) {
     if (row >= g->max_seqs) return cd_fail("block-table row %u: the model holds %u", row, g->max_seqs);
     if (n > g->max_pages) return cd_fail("a block table of %u pages: the context holds %u", n, g->max_pages);
-    uint32_t *t = (uint32_t *)cvk_buffer_host_ptr(&g->btable, 0) + (size_t)row * g->max_pages;
+    uint32_t *t = (uint32_t *)cvk_buffer_host_ptr(&g->in_table.host, 0) + (size_t)row * g->max_pages;
     if (n) memcpy(t, pages, n * sizeof *t);
     return 0;
 }
@@ -492,8 +516,8 @@ static int check_batch(const gpu_model *g, const gpu_batch *b) {
  *
  * A pass's command buffer depends only on its shape: the tokens, the wanted rows (the CPU
  * head copies each one) and the attention splits, the positions that cover the longest row
- * rounded up to whole splits; ids, positions, rows and tables are read on the device from
- * host-written buffers. So a pass of a shape seen lately is submitted again as recorded
+ * rounded up to whole splits; ids, positions, rows and tables are host-written and copied to
+ * device-local memory by the pass itself (record_inputs). So a pass of a shape seen lately is submitted again as recorded
  * (decode steps in steady state are all one shape), and host recording drops out of the step.
  * With a timer attached every pass is recorded afresh (spans describe the latest). */
 
@@ -547,8 +571,8 @@ static cvk_cmd *pass_cmd(gpu_model *g, chunk *ch, const gpu_batch *b) {
 
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     TRY(check_batch(g, b));
-    int32_t *tok = cvk_buffer_host_ptr(&g->bin_tok, 0), *out = cvk_buffer_host_ptr(&g->bin_out, 0);
-    uint32_t *loc = cvk_buffer_host_ptr(&g->bin_loc, 0), max_len = 0;
+    int32_t *tok = cvk_buffer_host_ptr(&g->in_tok.host, 0), *out = cvk_buffer_host_ptr(&g->in_out.host, 0);
+    uint32_t *loc = cvk_buffer_host_ptr(&g->in_loc.host, 0), max_len = 0;
     uint64_t attended = 0, kv_positions = 0;
     for (uint32_t i = 0; i < b->n; i++) {
         tok[i] = b->ids[i];
@@ -560,7 +584,7 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
         if (i + 1 == b->n || b->row[i + 1] != b->row[i]) kv_positions += b->pos[i] + 1;
     }
     for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
-    if (b->sample) memcpy(cvk_buffer_host_ptr(&g->bsample, 0), b->sample, b->n_out * sizeof *b->sample);
+    if (b->sample) memcpy(cvk_buffer_host_ptr(&g->in_sample.host, 0), b->sample, b->n_out * sizeof *b->sample);
     chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = split_limit(g, max_len),
                 .attended = attended, .kv_positions = kv_positions};
     gpu_host_times *h = &g->host;

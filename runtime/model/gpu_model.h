@@ -67,6 +67,14 @@ typedef struct gpu_host_times {
     double submit_at_ms;             /* cd_now_ms() when the submit began */
 } gpu_host_times;
 
+/* An input of each pass: the host writes `host` (upload memory), the pass's command buffer
+ * first copies what it uses into `dev` (device-local), and the kernels read `dev`: on a
+ * discrete GPU no dependent read crosses the bus, and the copy is recorded, so recordings
+ * stay reusable (gpu_forward.c). */
+typedef struct gpu_input {
+    cvk_buffer host, dev;
+} gpu_input;
+
 /* A pass's command buffer kept for passes of the same shape (gpu_forward.c, "recordings"). */
 #define GPU_RECORDINGS 4
 typedef struct gpu_recording {
@@ -116,7 +124,7 @@ typedef struct gpu_model {
     cvk_buffer bhg, bhu;             /* (n_batch * n_expert_used | n_batch, n_ff) */
     cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */
     cvk_buffer bpartials;            /* attention split scratch */
-    cvk_buffer bin_tok, bin_loc;     /* host-written: ids, {row, position} (RoPE and attention read it) */
+    gpu_input in_tok, in_loc;        /* ids, {row, position} (RoPE and attention read it) */
     cvk_descpool pdpool;             /* a profiled pass's sets (reset per pass) */
     cvk_cmd pcmd;                    /* a profiled pass (recorded per pass, with the timer's spans) */
     gpu_recording rec[GPU_RECORDINGS]; /* unprofiled passes, by shape, least recently used replaced */
@@ -125,8 +133,8 @@ typedef struct gpu_model {
     /* several sequences, one block-table row each */
     uint32_t max_seqs;               /* block-table rows = tokens whose logits one pass may want */
     uint32_t split_len;              /* attention split boundaries, fixed: batch invariance */
-    cvk_buffer btable;               /* host-written uint32 [max_seqs][max_pages] */
-    cvk_buffer bin_out;              /* host-written int32 [max_seqs]: batch rows whose logits are wanted */
+    gpu_input in_table;              /* uint32 [max_seqs][max_pages] */
+    gpu_input in_out;                /* int32 [max_seqs]: batch rows whose logits are wanted */
     cvk_buffer bhead_x;              /* (max_seqs, n_embd): those rows, normed (the matvec head) */
     bool head_matvec;                /* the head is a matvec over the wanted rows (CPU devices: the lm_head
                                         configuration, up to 8 rows per weight read), else the matmul
@@ -135,7 +143,7 @@ typedef struct gpu_model {
     cvk_pipeline head_batch;         /* and for several */
     cvk_buffer blogits;              /* (max_seqs, n_vocab) */
     cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
-    cvk_buffer bsample;              /* host-written cvk_sample_row [max_seqs] (gpu_batch.sample) */
+    gpu_input in_sample;             /* cvk_sample_row [max_seqs] (gpu_batch.sample) */
     cvk_buffer bsample_scratch;      /* top-k lists of max_seqs rows, k up to CVK_SAMPLE_MAX_K */
     cvk_buffer bout_id;              /* readback uint32 [max_seqs] */
     gpu_host_times host;             /* the last gpu_forward_batch's host side (profiles) */
