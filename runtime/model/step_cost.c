@@ -26,8 +26,8 @@ cvk_work step_cost_attention(const char *role, const model_config *c, uint32_t n
 
 cvk_work step_cost_kv_write(const model_config *c, uint32_t n_tokens) {
     uint64_t elems = 2ull * n_tokens * c->n_head_kv * c->head_dim; /* K and V */
-    return (cvk_work){.role = "kv_write", .bytes = elems * (4 + 2), .m = c->n_head_kv, .n = n_tokens,
-                      .k = c->head_dim};
+    return (cvk_work){.role = "k_norm_rope_kv", .bytes = elems * (4 + 2), .flops = elems / 2 * 10,
+                      .m = c->n_head_kv, .n = n_tokens, .k = c->head_dim};
 }
 
 cvk_work step_cost_rows(const char *role, uint32_t n, uint32_t rows, uint32_t reads, uint32_t writes,

@@ -33,7 +33,8 @@ cvk_work step_cost_matmul(const char *role, enum qtype type, uint32_t n_in, uint
 cvk_work step_cost_attention(const char *role, const model_config *c, uint32_t n_tokens, uint64_t attended,
                              uint64_t kv_positions);
 
-/* Writing n_tokens tokens' K and V (f32 in, fp16 into the pool). */
+/* K's norm and rotation with the write of n_tokens tokens' K and V (f32 in, fp16 into the pool;
+ * role "k_norm_rope_kv", the head_norm_rope dispatch for K; ~10 flops per K element). */
 cvk_work step_cost_kv_write(const model_config *c, uint32_t n_tokens);
 
 /* Element-wise ops over rows x n floats: `reads` arrays read, `writes` written (plus a weight
