@@ -9,8 +9,12 @@
  *
  * Covered: loading a model (GGUF, config, tokenizer), tokenizing and detokenizing, rendering the
  * chat template, the radix index (insert, match, release, with radix_check after each
- * failure), and the engine (device, pipelines, weights, pool, cache; one request): every
- * allocation of the small operations, a spread of the engine's. */
+ * failure), the engine (device, pipelines, weights, pool, cache; one request), and the engine
+ * over all three cache tiers (eviction to the host tier, restore from it, write-through to
+ * disk, a second engine served from disk; after each failure the cache passes radix_check,
+ * its pages add up, and the prompt asked again gives the uncached tokens): every allocation of
+ * the small operations, a spread of the engine's. CINDER_OOM_BACKTRACE=1 prints the stack of
+ * every allocation made to fail (to find the one a leak or a crash follows). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,6 +23,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <execinfo.h>
+#include <unistd.h>
 
 #include "radix/radix.h"
 #include "runtime/base/error.h"
@@ -72,6 +78,10 @@ static bool fail_now(void) {
     if (countdown < 0) return false;
     if (countdown-- == 0) {
         failed = true;
+        if (getenv("CINDER_OOM_BACKTRACE")) { /* where: addr2line -f -e tests/test_oom +OFFSET */
+            void *bt[32];
+            backtrace_symbols_fd(bt, backtrace(bt, 32), 2);
+        }
         return true;
     }
     return false;
@@ -249,11 +259,93 @@ static int op_engine(void *ctx) {
     return rc ? -1 : 0;
 }
 
+/* ---- the engine over all three tiers ---- */
+
+static int32_t tier_ref[8]; /* the prompt's tokens, uncached (the clean run's first request) */
+static uint32_t tier_ref_n;
+static unsigned tier_run;
+static uint32_t tier_restored, tier_from_disk; /* tokens the host tier / the disk gave back */
+
+/* One request for ids; with `want`, its tokens must be tier_ref's. Allocation failures are
+ * off while it runs when `unfailing` (the checks after a failure are not under test). */
+static int tier_request(engine *e, const int32_t *ids, uint32_t n, bool want) {
+    engine_request rq = {.ids = ids, .n = n, .max_tokens = 4, .ignore_eos = true};
+    engine_reply r = {0};
+    int rc = engine_generate(e, &rq, &r);
+    if (!rc && r.finish == ENGINE_ERROR) rc = cd_fail("the request failed");
+    tier_restored += r.restored_tokens, tier_from_disk += r.disk_tokens;
+    if (!rc && want) {
+        if (!tier_ref_n) memcpy(tier_ref, r.ids, (tier_ref_n = r.n) * sizeof *r.ids);
+        else if (r.n != tier_ref_n || memcmp(r.ids, tier_ref, r.n * sizeof *r.ids))
+            fail_msg("a request served over the tiers gave other tokens than uncached");
+    }
+    engine_reply_free(&r);
+    return rc;
+}
+
+/* After a failure: the index and the pages consistent, and the prompt gives its tokens. */
+static void tier_check(engine *e, const int32_t *a, uint32_t n) {
+    long armed = countdown;
+    countdown = -1;
+    if (radix_check(&e->cache.tree)) fail_msg("the cache's index is broken after a failed allocation: %s", cd_errmsg());
+    engine_cache_info ci;
+    engine_cache_info_get(e, &ci);
+    if (ci.gpu_free + ci.gpu_cached + ci.gpu_pinned + ci.gpu_private != ci.gpu_pages || ci.gpu_pinned || ci.gpu_private)
+        fail_msg("pages: %u free + %u cached + %u pinned + %u private of %u", ci.gpu_free, ci.gpu_cached, ci.gpu_pinned,
+                 ci.gpu_private, ci.gpu_pages);
+    if (tier_request(e, a, n, true)) fail_msg("the prompt failed after a failed allocation: %s", cd_errmsg());
+    countdown = armed;
+}
+
+/* A small pool (8 pages of 4 tokens), a host tier and a disk tier in a fresh directory: prompt
+ * A, then B (its pages evict A's: demoted to the host tier, written through to disk), then A
+ * (restored from the host tier); then a second engine on the same directory without a host
+ * tier: A (read from disk). */
+static int op_engine_tiers(void *ctx) {
+    (void)ctx;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/oom_tiers_%d_%u", tu_tmp_dir(), (int)getpid(), tier_run++);
+    int32_t a[18], b[18];
+    for (int i = 0; i < 18; i++) a[i] = 100 + 7 * i, b[i] = 5000 + 11 * i;
+    engine_opts o = {.n_ctx = 32, .pool_tokens = 32, .page_tokens = 4, .max_seqs = 1, .host_cache_mb = 1,
+                     .cache_dir = dir, .disk_chunk_pages = 2, .cache_dir_max_bytes = 64u << 20};
+    engine e; /* engine_free after a failed engine_init too: it frees what init made */
+    int rc = engine_init(&e, loaded, &o);
+    if (!rc) {
+        int r1 = tier_request(&e, a, 18, true), r2 = tier_request(&e, b, 18, false), r3 = tier_request(&e, a, 18, true);
+        rc = r1 || r2 || r3;
+        if (rc) tier_check(&e, a, 18);
+    }
+    engine_free(&e);
+    o.host_cache_mb = 0;
+    if (!rc) {
+        if (!(rc = engine_init(&e, loaded, &o)) && (rc = tier_request(&e, a, 18, true))) tier_check(&e, a, 18);
+        engine_free(&e);
+    }
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    long armed = countdown;
+    countdown = -1;
+    if (system(cmd)) fail_msg("cannot remove %s", dir);
+    countdown = armed;
+    return rc ? -1 : 0;
+}
+
 /* ---- tests ---- */
 
 static void test_engine(void **state) {
     (void)state;
     oom_loop("engine_init + generate", op_engine, NULL, 8, 12);
+}
+
+static void test_engine_tiers(void **state) {
+    (void)state;
+    tier_ref_n = tier_restored = tier_from_disk = 0;
+    assert_int_equal(op_engine_tiers(NULL), 0); /* the reference tokens, and the tiers really used */
+    if (!tier_restored || !tier_from_disk)
+        fail_msg("the run did not reach the tiers: %u tokens restored from the host, %u read from disk", tier_restored,
+                 tier_from_disk);
+    oom_loop("engine over GPU, host and disk tiers", op_engine_tiers, NULL, 0, 8); /* ~4 s a run */
 }
 
 /* Vulkan faults in the runtime layer: every device-memory allocation of the engine's set-up
@@ -310,6 +402,7 @@ int main(void) {
         cmocka_unit_test(test_chat_template),
         cmocka_unit_test(test_radix),
         cmocka_unit_test(test_engine),
+        cmocka_unit_test(test_engine_tiers),
         cmocka_unit_test(test_vulkan_faults),
     };
     return tu_status(cmocka_run_group_tests(tests, setup, teardown));
