@@ -15,6 +15,8 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
+#include "runtime/vk/op_eltwise.h"
+#include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_rmsnorm.h"
 #include "runtime/vk/vk_barrier.h"
 #include "runtime/vk/vk_ctx.h"
@@ -336,6 +338,18 @@ static void test_pipeline_interface_checks(void **state) {
     assert_int_equal(cvk_pipeline_create(&p, &vk->dev, VK_NULL_HANDLE, &d), 0);
     assert_int_equal(p.subgroup_size, vk->dev.info.caps.subgroup_size_control ? d.subgroup_size : 0);
     cvk_pipeline_destroy(&vk->dev, &p);
+    /* a workgroup within maxComputeWorkGroupSize[0] but over maxComputeWorkGroupInvocations
+     * (smaller on some devices) is refused before the driver sees it */
+    cvk_caps *caps = &vk->dev.info.caps;
+    uint32_t saved = caps->max_wg_invocations;
+    caps->max_wg_invocations = 128;
+    assert_true(caps->max_wg_size[0] >= 256);
+    assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 256), -1);
+    assert_int_equal(cvk_moe_combine_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 256), -1);
+    assert_int_equal(cvk_swiglu_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 256), -1);
+    assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 128), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    caps->max_wg_invocations = saved;
 }
 
 /* --- pipeline cache on disk --- */

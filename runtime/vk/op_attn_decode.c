@@ -10,7 +10,7 @@ int cvk_attn_decode_pipeline(cvk_attn_decode_pipes *p, cvk_device *d, VkPipeline
                              uint32_t wg) {
     *p = (cvk_attn_decode_pipes){0};
     if (!wg) wg = 64;
-    if (wg < 32 || wg > 1024 || (wg & (wg - 1)) || wg > d->info.caps.max_wg_size[0])
+    if (wg < 32 || wg > 1024 || (wg & (wg - 1)) || !cvk_wg_fits(&d->info.caps, wg))
         return cd_fail("attn_decode: workgroup size %u is not a power of two in 32..1024 within the device limit", wg);
     if (!head_dim || head_dim % 2 || head_dim > 512) return cd_fail("attn_decode: head_dim %u unsupported", head_dim);
     uint32_t spec[2] = {wg, head_dim};

@@ -6,7 +6,7 @@
 static int make(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg, const char *name,
                 const uint32_t *spv, size_t spv_size, uint32_t push_size) {
     if (!wg) wg = 256;
-    if (wg > d->info.caps.max_wg_size[0]) return cd_fail("%s: workgroup size %u too large", name, wg);
+    if (!cvk_wg_fits(&d->info.caps, wg)) return cd_fail("%s: workgroup size %u too large", name, wg);
     uint32_t spec[1] = {wg};
     cvk_pipeline_desc desc = {.name = name, .spv = spv, .spv_size = spv_size, .n_bindings = 3,
                               .push_size = push_size, .spec = spec, .n_spec = 1};

@@ -8,7 +8,7 @@ int cvk_get_rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache,
     if (!qtype_supported(type)) return cd_fail("get_rows: type %s is not supported", qtype_name(type));
     if (!d->info.caps.storage8 || !d->info.caps.storage16)
         return cd_fail("get_rows: the device lacks 8- or 16-bit storage buffer access");
-    if (wg > d->info.caps.max_wg_size[0]) return cd_fail("get_rows: workgroup size %u too large", wg);
+    if (!cvk_wg_fits(&d->info.caps, wg)) return cd_fail("get_rows: workgroup size %u too large", wg);
     uint32_t spec[2] = {wg, (uint32_t)type};
     cvk_pipeline_desc desc = {.name = "get_rows", .spv = cinder_spv_get_rows, .spv_size = cinder_spv_get_rows_size,
                               .n_bindings = 3, .push_size = sizeof(cvk_get_rows_push), .spec = spec, .n_spec = 2};

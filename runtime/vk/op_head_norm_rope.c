@@ -6,7 +6,7 @@
 int cvk_head_norm_rope_pipelines(cvk_head_norm_rope_pipes *p, cvk_device *d, VkPipelineCache cache,
                                  uint32_t head_dim) {
     *p = (cvk_head_norm_rope_pipes){0};
-    if (head_dim < 2 || head_dim % 2 || head_dim / 2 > d->info.caps.max_wg_size[0])
+    if (head_dim < 2 || head_dim % 2 || !cvk_wg_fits(&d->info.caps, head_dim / 2))
         return cd_fail("head_norm_rope: head_dim %u is not even or too large for a workgroup", head_dim);
     for (uint32_t kv = 0; kv < 2; kv++) {
         uint32_t spec[3] = {head_dim / 2, head_dim, kv};

@@ -7,7 +7,7 @@
 
 int cvk_moe_combine_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
     if (!wg) wg = 256;
-    if (wg > d->info.caps.max_wg_size[0] || (wg & (wg - 1)))
+    if (!cvk_wg_fits(&d->info.caps, wg) || (wg & (wg - 1)))
         return cd_fail("moe_combine: workgroup size %u is not a power of two within the device limit", wg);
     uint32_t spec[1] = {wg};
     cvk_pipeline_desc desc = {.name = "moe_combine", .spv = cinder_spv_moe_combine,

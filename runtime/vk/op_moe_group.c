@@ -6,7 +6,7 @@
 int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
     if (!wg) wg = 256;
     if (wg % 32 || wg > 512) return cd_fail("moe_group: workgroup size %u (a multiple of 32 up to 512)", wg);
-    if (wg > d->info.caps.max_wg_size[0] || wg > d->info.caps.max_wg_invocations)
+    if (!cvk_wg_fits(&d->info.caps, wg))
         return cd_fail("moe_group: workgroup size %u too large for the device", wg);
     uint64_t shared = 4ull * CVK_MOE_MAX_EXPERT * (3 + wg / 32) + 4;
     if (shared > d->info.caps.max_shared)

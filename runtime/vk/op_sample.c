@@ -9,7 +9,7 @@
 int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
     *p = (cvk_argmax_pipes){0};
     if (!wg) wg = 256;
-    if (wg < 32 || wg > 1024 || wg > d->info.caps.max_wg_size[0] || (wg & (wg - 1)))
+    if (wg < 32 || wg > 1024 || !cvk_wg_fits(&d->info.caps, wg) || (wg & (wg - 1)))
         return cd_fail("argmax: workgroup size %u is not a power of two within 32..1024 and the device limit", wg);
     for (uint32_t pass = 0; pass < 2; pass++) {
         uint32_t spec[2] = {wg, pass};
@@ -67,7 +67,7 @@ int cvk_argmax(cvk_cmd *c, cvk_descpool *dp, const cvk_argmax_pipes *p, const cv
 int cvk_sample_pipelines(cvk_sample_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
     *p = (cvk_sample_pipes){0};
     if (!wg) wg = 256;
-    if (wg < 32 || wg > 1024 || wg > d->info.caps.max_wg_size[0] || (wg & (wg - 1)))
+    if (wg < 32 || wg > 1024 || !cvk_wg_fits(&d->info.caps, wg) || (wg & (wg - 1)))
         return cd_fail("sample: workgroup size %u is not a power of two within 32..1024 and the device limit", wg);
     for (uint32_t pass = 0; pass < 2; pass++) {
         uint32_t spec[2] = {wg, pass};

@@ -65,6 +65,13 @@ typedef struct cvk_caps {
     uint32_t timestamp_bits;     /* timestampValidBits of the compute family */
 } cvk_caps;
 
+/* Whether a one-dimensional workgroup of wg invocations fits the device: both its x extent
+ * (maxComputeWorkGroupSize[0]) and its invocations (maxComputeWorkGroupInvocations, which may
+ * be smaller) bound it. */
+static inline bool cvk_wg_fits(const cvk_caps *c, uint32_t wg) {
+    return wg >= 1 && wg <= c->max_wg_size[0] && wg <= c->max_wg_invocations;
+}
+
 /* What cinder knows about one physical device, before any VkDevice exists. */
 typedef struct cvk_phys_info {
     VkPhysicalDevice phys;
