@@ -38,8 +38,8 @@
 //    expert e is the number of bits set below lid, so slot = cnt[e] + rank is the same on
 //    every run and preserves p order. The invocation of rank 0 then advances cnt[e] by the
 //    tile's count of e and clears e's mask. Three barriers per tile, WG/32 popcounts per pair.
-// Uses only shared atomics and barriers at workgroup scope (the device runs with the Vulkan memory model
-// but without vulkanMemoryModelDeviceScope, so the default device-scope atomics are invalid),
+// Uses only shared atomics and barriers at workgroup scope (the device runs with the Vulkan
+// memory model but without vulkanMemoryModelDeviceScope, so device-scope atomics are invalid),
 // and no subgroup size assumptions.
 
 #extension GL_KHR_memory_scope_semantics : require

@@ -517,8 +517,9 @@ static int check_batch(const gpu_model *g, const gpu_batch *b) {
  * A pass's command buffer depends only on its shape: the tokens, the wanted rows (the CPU
  * head copies each one) and the attention splits, the positions that cover the longest row
  * rounded up to whole splits; ids, positions, rows and tables are host-written and copied to
- * device-local memory by the pass itself (record_inputs). So a pass of a shape seen lately is submitted again as recorded
- * (decode steps in steady state are all one shape), and host recording drops out of the step.
+ * device-local memory by the pass itself (record_inputs). So a pass of a shape seen lately is
+ * submitted again as recorded (decode steps in steady state are all one shape), and host
+ * recording drops out of the step.
  * With a timer attached every pass is recorded afresh (spans describe the latest). */
 
 static uint32_t split_limit(const gpu_model *g, uint32_t max_len) {

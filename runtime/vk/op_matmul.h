@@ -16,11 +16,11 @@
  * cvk_moe_group writes it; expert e computes its slice for t < c_e with list entries
  * j = ids_off + o_e + t: in(t) = gather[j] (or j), out(t) = scatter[j] (or j). n_tokens
  * must bound every c_e (the batch's token count when a token routes to an expert at most
- * once, as cvk_moe_route guarantees); the grid has ceil(n_tokens / bn) token tiles per
+ * once, as cvk_moe_group's routing guarantees); the grid has ceil(n_tokens / bn) token tiles per
  * expert and those past c_e exit at once. Entries j past the bound lists are skipped.
  * `expert` must be 0. Each expert's weights are read once per token tile, each weight tile
- * dequantized once. For a MoE FFN over T tokens, k experts each (ids from cvk_moe_route,
- * groups / gather / scatter from cvk_moe_group):
+ * dequantized once. For a MoE FFN over T tokens, k experts each (ids, groups, gather and
+ * scatter from cvk_moe_group, routing the router logits):
  *   gate, up: W = *_exps, x = [T][n_embd], gather = gather, scatter = scatter -> [T*k][n_ff]
  *   down:     W = down_exps, x = [T*k][n_ff], gather = scatter, scatter = scatter
  *             -> [T*k][n_embd], row t*k + slot, for cvk_moe_combine with rows = T.

@@ -5,7 +5,7 @@
  *
  * in float, j from 0 up, then one add into x: the order of cpu_ref.c moe(). e holds the
  * down-projection outputs of the (token, slot) pairs, e_stride floats apart; w is the
- * weights output of cvk_moe_route ([rows][k]). With norm_w bound, also
+ * weights output of cvk_moe_group's routing ([rows][k]). With norm_w bound, also
  *
  *   y[r][i] = x[r][i] / sqrt(mean_i(x[r][i]^2) + eps) * norm_w[i]
  *
