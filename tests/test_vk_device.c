@@ -197,6 +197,26 @@ static void test_device_and_print(void **state) {
     unsetenv("CINDER_DEVICE");
 }
 
+/* Memory types as a discrete AMD card lists them with VK_AMD_device_coherent_memory, the
+ * device-coherent (uncached) twins first: each kind gets the ordinary type, the coherent one only
+ * when nothing else is allowed; protected and lazily allocated types never. */
+static void test_mem_pick_type(void **state) {
+    (void)state;
+    const VkMemoryPropertyFlags DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                                HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
+                                AMD = VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD | VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD;
+    const VkMemoryPropertyFlags flags[] = {DL | AMD, DL, HV | HC | AMD, HV | HC, HV | HC | CA | AMD, HV | HC | CA,
+                                           DL | HV | HC | AMD, DL | HV | HC, DL | VK_MEMORY_PROPERTY_PROTECTED_BIT};
+    VkPhysicalDeviceMemoryProperties mp = {.memoryTypeCount = 9};
+    for (uint32_t i = 0; i < 9; i++) mp.memoryTypes[i].propertyFlags = flags[i];
+    assert_int_equal(cvk_mem_pick_type(&mp, 0x1ff, CVK_MEM_DEVICE), 1);
+    assert_int_equal(cvk_mem_pick_type(&mp, 0x1ff, CVK_MEM_UPLOAD), 3);
+    assert_int_equal(cvk_mem_pick_type(&mp, 0x1ff, CVK_MEM_READBACK), 5);
+    assert_int_equal(cvk_mem_pick_type(&mp, 1u << 0 | 1u << 8, CVK_MEM_DEVICE), 0); /* the last resort */
+    assert_int_equal(cvk_mem_pick_type(&mp, 1u << 8, CVK_MEM_DEVICE), -1);          /* protected: never */
+    assert_int_equal(cvk_mem_pick_type(&mp, 1u << 0 | 1u << 1, CVK_MEM_UPLOAD), -1); /* not host-visible */
+}
+
 static void test_split_plan(void **state) {
     (void)state;
     uint64_t pb;
@@ -312,6 +332,27 @@ static void test_suballocation(void **state) {
     for (int i = 1; i < N; i += 2) cvk_buffer_destroy(m, &b[i]);
     assert_int_equal(m->n_blocks, blocks0); /* empty blocks go back to the driver */
     free(b);
+}
+
+/* A recording an error left unfinished (begin, commands, then a failure: no end, no submit) is
+ * discarded by the next begin: its commands never run, the new recording does (a failed forward
+ * pass once left its reusable command buffer recording, and every later pass failed). */
+static void test_abandoned_recording(void **state) {
+    (void)state;
+    cvk_buffer b;
+    uint32_t zero[16] = {0}, got[16];
+    assert_int_equal(cvk_buffer_create(&vk->mem, &b, sizeof zero, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&b), zero), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_range(&b, 0, 32), 0x11111111u), 0); /* then "fails" */
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_range(&b, 32, 32), 0x22222222u), 0);
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&b), got), 0);
+    for (int i = 0; i < 16; i++) assert_int_equal(got[i], i < 8 ? 0u : 0x22222222u);
+    cvk_buffer_destroy(&vk->mem, &b);
 }
 
 static void test_pipeline_interface_checks(void **state) {
@@ -503,11 +544,13 @@ int main(void) {
         cmocka_unit_test(test_validation_message_fails),
         cmocka_unit_test(test_choice_rules),
         cmocka_unit_test(test_split_plan),
+        cmocka_unit_test(test_mem_pick_type),
     };
     const struct CMUnitTest device_tests[] = {
         cmocka_unit_test(test_device_and_print),
         cmocka_unit_test(test_big_buffer_split),
         cmocka_unit_test(test_suballocation),
+        cmocka_unit_test(test_abandoned_recording),
         cmocka_unit_test(test_pipeline_interface_checks),
         cmocka_unit_test(test_pipeline_cache_round_trip),
         cmocka_unit_test(test_timestamps_increase),

@@ -39,7 +39,8 @@ void cvk_cmd_free(cvk_cmd *c) {
 
 static int begin(cvk_cmd *c, VkCommandBufferUsageFlags flags) {
     if (cvk_cmd_wait(c)) return -1;
-    if (c->recording) return cd_fail("command buffer is already recording");
+    /* a recording a failure left unfinished: the reset discards it (valid in the recording state) */
+    c->recording = false;
     if (CVK_CHECK(vkResetCommandBuffer(c->cb, 0))) return -1;
     VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO, .flags = flags};
     if (CVK_CHECK(vkBeginCommandBuffer(c->cb, &bi))) return -1;

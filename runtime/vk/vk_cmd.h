@@ -9,7 +9,9 @@
  * A command buffer recorded with cvk_cmd_begin_reusable can be submitted again and again
  * (record a decode step once, replay it per token). The fence lets the host wait without
  * vkQueueWaitIdle. Attach a cvk_timer (c.timer) to time labelled spans; cvk_cmd_begin resets
- * it. One thread per cvk_cmd; queues are shared, so submit from one thread.
+ * it. A recording that a failure left unfinished (an error returned between begin and submit)
+ * is discarded by the next begin, so no error path has to end it. One thread per cvk_cmd;
+ * queues are shared, so submit from one thread.
  *
  * With timeline semaphores, cvk_cmd_submit orders asynchronous copies on the GPU (the rules are
  * in vk_device.h): a command buffer with `async` set (after init) waits for earlier compute and

@@ -38,7 +38,10 @@ void cvk_mem_free(cvk_mem *m) {
 int cvk_mem_pick_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t type_bits, enum cvk_mem_kind kind) {
     const VkMemoryPropertyFlags DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
                                 HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
-                                BAD = VK_MEMORY_PROPERTY_PROTECTED_BIT | VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT;
+                                BAD = VK_MEMORY_PROPERTY_PROTECTED_BIT | VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT,
+                                /* AMD's device-coherent / uncached types (VK_AMD_device_coherent_memory):
+                                   every access bypasses the GPU caches; a last resort, never a match */
+                                SLOW = VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD | VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD;
     int best = -1, best_score = -1000;
     for (uint32_t t = 0; t < mp->memoryTypeCount; t++) {
         VkMemoryPropertyFlags f = mp->memoryTypes[t].propertyFlags;
@@ -51,6 +54,7 @@ int cvk_mem_pick_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t type_
             if (kind == CVK_MEM_UPLOAD) score = (f & DL) ? -1 : 0;
             else score = ((f & CA) ? 2 : 0) - ((f & DL) ? 1 : 0);
         }
+        if (f & SLOW) score -= 100;
         if (score > best_score) { best = (int)t; best_score = score; }
     }
     return best;

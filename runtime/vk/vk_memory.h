@@ -98,7 +98,8 @@ static inline cvk_view cvk_view_range(const cvk_buffer *b, uint64_t off, uint64_
 
 /* The split rule above, on its own: part capacity and count for size bytes. */
 int cvk_split_plan(uint64_t size, uint64_t granule, uint64_t max_part, uint64_t *part_bytes, uint32_t *n_parts);
-/* Memory type for a kind among the allowed type bits; -1 when none fits. */
+/* Memory type for a kind among the allowed type bits; -1 when none fits. Protected and lazily
+ * allocated types never; AMD's device-coherent/uncached types only when nothing else fits. */
 int cvk_mem_pick_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t type_bits, enum cvk_mem_kind kind);
 
 /* The suballocator under cvk_buffer_create: a range of `size` bytes aligned to `align` in a
