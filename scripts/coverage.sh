@@ -11,7 +11,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$root/build-cov
-exclude=${1:-'conformance_llama|test_gpu_model|server_load|prefix_scenarios|profile'}
+exclude=${1:-'conformance_llama|test_gpu_model|server_load|prefix_scenarios'}
 jobs=$(nproc 2>/dev/null || echo 2)
 command -v gcovr >/dev/null || { echo "coverage.sh: gcovr is missing (scripts/setup.sh installs it)" >&2; exit 1; }
 

@@ -3,7 +3,8 @@
 # and with what was recorded (one GPU slice per dispatch and copy, every slice inside its step,
 # the dispatches' time no more than the step's span and equal to the reported busy fraction,
 # every op described with bytes), the roofline is bytes over the peak given, and bad options fail
-# with a clear message. The accounting itself is tests/test_step_cost.c.
+# with a clear message; bench --plot and --restore-bench (tools that share the profile's plotting
+# and timing) on small runs. The accounting itself is tests/test_step_cost.c.
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/profile
@@ -77,6 +78,26 @@ check(len(ops_svg.findall(svg + "rect")) == 1 + n_ops, f"--plot: one bar per op 
 check(any((t.text or "").startswith("decode output") for t in ops_svg.findall(svg + "text")), "--plot labels the ops")
 ttft = ET.parse(sys.argv[4]).getroot()
 check(len(ttft.findall(svg + "rect")) == 1 + 2 + 2 * 3, "bench --plot: two bars per request and a legend")
+sys.exit(1 if fail else 0)
+PY
+
+# bench --restore-bench on a 1,024-token context (the 512-token size only): a prefix restored
+# from the host tier and from disk, both faster than recomputing it, whole chunks on disk
+"$bin" mkmodel --preset tiny --seed 5 --ctx 1024 --out "$tmp/tiny1k.gguf" >/dev/null 2>&1
+"$bin" bench --model "$tmp/tiny1k.gguf" --restore-bench --repeat 1 --json >"$tmp/restore.json"
+python3 - "$tmp/restore.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+fail = []
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok: fail.append(what)
+s = r["sizes"]
+check(len(s) == 1 and s[0]["tokens"] == 512 and s[0]["pages"] == 32, "restore bench: one size, 512 tokens in 32 pages")
+w = s[0]
+check(w["recompute_ms"] > 0 and 0 < w["restore_ms"] < w["recompute_ms"], "restoring from the host tier beats recomputing")
+check(w["disk_tokens"] == 512 and w["disk_bytes"] > w["bytes"], "two whole chunks on disk (headers and MACs besides the pages)")
+check(0 < w["disk_ms"] < w["recompute_ms"] and w["disk_cold_ms"] > 0, "reading from disk beats recomputing")
 sys.exit(1 if fail else 0)
 PY
 

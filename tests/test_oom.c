@@ -12,9 +12,14 @@
  * failure), the engine (device, pipelines, weights, pool, cache; one request), and the engine
  * over all three cache tiers (eviction to the host tier, restore from it, write-through to
  * disk, a second engine served from disk; after each failure the cache passes radix_check,
- * its pages add up, and the prompt asked again gives the uncached tokens): every allocation of
- * the small operations, a spread of the engine's. CINDER_OOM_BACKTRACE=1 prints the stack of
- * every allocation made to fail (to find the one a leak or a crash follows). */
+ * its pages add up, and the prompt asked again gives the uncached tokens), and the disk tier on
+ * its own (init with its key and scan, writes past the budget that evict, reads, a rescan, a
+ * second tier on the same directory; after each failure no temp file is left and every chunk
+ * file there is served whole to a fresh tier): every allocation of the small operations, a
+ * spread of the engine's (CINDER_OOM_ALL=1: every allocation of those too; long;
+ * CINDER_OOM_AT=N: the N-th alone).
+ * CINDER_OOM_BACKTRACE=1 prints the stack of every allocation made to fail (to find the one a
+ * leak or a crash follows). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,8 +28,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <execinfo.h>
 #include <unistd.h>
+
+#include "kv/disk_tier.h"
 
 #include "radix/radix.h"
 #include "runtime/base/error.h"
@@ -51,6 +59,7 @@ static size_t n_live;
 static long countdown = -1;  /* the allocation that fails when it reaches 0; < 0: none */
 static unsigned long n_allocs; /* allocations asked for since the last reset */
 static bool failed;          /* the injected failure happened */
+static bool paused;          /* the test's own checks run: their allocations neither fail nor count */
 
 static size_t slot_of(const void *p) { return ((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> (64 - SET_BITS); }
 
@@ -74,6 +83,7 @@ static bool forget(void *p) {
 }
 
 static bool fail_now(void) {
+    if (paused) return false;
     n_allocs++;
     if (countdown < 0) return false;
     if (countdown-- == 0) {
@@ -135,6 +145,7 @@ static int run_failing(long at, int (*op)(void *), void *ctx, long *leaked, unsi
     countdown = fault == HEAP ? at : -1;
     cvk_fault = (cvk_faults){.alloc_at = fault == DEVICE_MEMORY ? at : -1, .submit_at = fault == SUBMIT ? at : -1};
     failed = false;
+    paused = false; /* a check that failed left it on */
     n_allocs = 0;
     int rc = op(ctx);
     countdown = -1;
@@ -154,10 +165,12 @@ static void oom_loop(const char *what, int (*op)(void *), void *ctx, unsigned lo
     bool hit;
     assert_int_equal(run_failing(-1, op, ctx, &leaked, &total, &hit), 0);
     assert_int_equal(leaked, 0);
+    if (getenv("CINDER_OOM_ALL")) all = total, spread = 0;
+    const char *only = getenv("CINDER_OOM_AT"); /* one failure to study (with CINDER_OOM_BACKTRACE) */
     rng r;
     rng_seed(&r, total);
-    for (unsigned long k = 0; k < all + spread; k++) {
-        long at = k < all ? (long)k : (long)(all + rng_below(&r, total > all ? total - all : 1));
+    for (unsigned long k = 0; k < (only ? 1 : all + spread); k++) {
+        long at = only ? atol(only) : k < all ? (long)k : (long)(all + rng_below(&r, total > all ? total - all : 1));
         if ((unsigned long)at >= total) continue;
         cd_errclear();
         int rc = run_failing(at, op, ctx, &leaked, &calls, &hit);
@@ -172,7 +185,7 @@ static void oom_loop(const char *what, int (*op)(void *), void *ctx, unsigned lo
     print_message("%s: %lu %s; %lu runs with one failing, %lu of them failed cleanly\n", what, total,
                   fault == HEAP ? "allocations" : fault == DEVICE_MEMORY ? "device-memory allocations" : "submissions",
                   tried, failures);
-    assert_true(failures > 0);
+    if (!only) assert_true(failures > 0);
 }
 
 /* ---- the operations ---- */
@@ -236,10 +249,9 @@ static int op_radix(void *ctx) {
              radix_insert_tail(&t, ns, ids[2], 94, pages[2], &first_new, NULL, NULL) ||
              radix_match_prefix(&t, ns, ids[2], 90, &m);
     radix_release(&t, &m);
-    long armed = countdown;
-    countdown = -1; /* the checker's own allocations are not under test */
+    paused = true; /* the checker's own allocations are not under test */
     if (radix_check(&t)) fail_msg("the tree is broken after a failed allocation: %s", cd_errmsg());
-    countdown = armed;
+    paused = false;
     radix_free(&t);
     return rc ? -1 : 0;
 }
@@ -285,8 +297,7 @@ static int tier_request(engine *e, const int32_t *ids, uint32_t n, bool want) {
 
 /* After a failure: the index and the pages consistent, and the prompt gives its tokens. */
 static void tier_check(engine *e, const int32_t *a, uint32_t n) {
-    long armed = countdown;
-    countdown = -1;
+    paused = true;
     if (radix_check(&e->cache.tree)) fail_msg("the cache's index is broken after a failed allocation: %s", cd_errmsg());
     engine_cache_info ci;
     engine_cache_info_get(e, &ci);
@@ -294,7 +305,7 @@ static void tier_check(engine *e, const int32_t *a, uint32_t n) {
         fail_msg("pages: %u free + %u cached + %u pinned + %u private of %u", ci.gpu_free, ci.gpu_cached, ci.gpu_pinned,
                  ci.gpu_private, ci.gpu_pages);
     if (tier_request(e, a, n, true)) fail_msg("the prompt failed after a failed allocation: %s", cd_errmsg());
-    countdown = armed;
+    paused = false;
 }
 
 /* A small pool (8 pages of 4 tokens), a host tier and a disk tier in a fresh directory: prompt
@@ -324,10 +335,118 @@ static int op_engine_tiers(void *ctx) {
     }
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    long armed = countdown;
-    countdown = -1;
+    paused = true;
     if (system(cmd)) fail_msg("cannot remove %s", dir);
-    countdown = armed;
+    paused = false;
+    return rc ? -1 : 0;
+}
+
+/* ---- the disk tier alone ---- */
+
+#define DISK_PROMPTS 3
+#define DISK_CHUNKS 2     /* whole chunks per prompt */
+#define DISK_CT 8         /* tokens a chunk: 2 pages of 4 tokens */
+static unsigned disk_run;
+static uint8_t disk_ns[KV_DISK_HASH_BYTES] = {0x5a, 0x17};
+
+static void disk_prompt(uint32_t p, int32_t *ids) {
+    for (uint32_t i = 0; i < DISK_CHUNKS * DISK_CT; i++) ids[i] = (int32_t)(300 * (p + 1) + 7 * i);
+}
+static uint8_t disk_byte(uint32_t p, uint32_t k, uint32_t slot, uint64_t b) { return (uint8_t)(b * 7 + slot * 31 + k * 57 + p * 101); }
+
+/* A tier without a device on dir (chunk 2 pages of a 64-byte-page layout, a budget of
+ * `budget` chunks). */
+static int disk_open(kv_disk_tier *d, const char *dir, uint32_t budget) {
+    kv_layout lay;
+    if (kv_layout_init(&lay, 1, 1, 4, 4)) return -1;
+    uint64_t chunk = KV_DISK_HEADER_BYTES + 4 * DISK_CT + 2 * lay.page_bytes + KV_DISK_MAC_BYTES;
+    if (kv_disk_init(d, NULL, NULL, &lay, disk_ns, dir, 2, budget * chunk)) return -1;
+    d->quiet = true; /* a failed write's line would repeat in every run; last_msg keeps it */
+    return 0;
+}
+
+/* Writes prompt p's chunks from staging slots filled with its pattern; reads them back when
+ * `read`: 1 each served with the pattern, 0 each missing; -1 on error. */
+static int disk_prompt_io(kv_disk_tier *d, uint32_t p, bool write, bool read, uint32_t *served) {
+    int32_t ids[DISK_CHUNKS * DISK_CT];
+    uint8_t h[DISK_CHUNKS][KV_DISK_HASH_BYTES], zero[KV_DISK_HASH_BYTES] = {0};
+    disk_prompt(p, ids);
+    if (kv_disk_chain(d, ids, DISK_CHUNKS, h)) return -1;
+    for (uint32_t k = 0; k < DISK_CHUNKS; k++) {
+        const uint8_t *prev = k ? h[k - 1] : zero;
+        if (write) {
+            for (uint32_t s = 0; s < d->chunk_pages; s++)
+                for (uint64_t b = 0; b < d->lay.page_bytes; b++) ((uint8_t *)kv_disk_stage_ptr(d, s))[b] = disk_byte(p, k, s, b);
+            if (kv_disk_store(d, ids + k * DISK_CT, k, prev, h[k], NULL) < 0) return -1;
+        }
+        if (read) {
+            int got = kv_disk_read(d, ids + k * DISK_CT, k, prev, h[k]);
+            if (got < 0) return -1;
+            if (got == 0) continue;
+            ++*served;
+            for (uint32_t s = 0; s < d->chunk_pages; s++)
+                for (uint64_t b = 0; b < d->lay.page_bytes; b++)
+                    if (((uint8_t *)kv_disk_stage_ptr(d, s))[b] != disk_byte(p, k, s, b))
+                        fail_msg("disk tier: chunk %u of prompt %u served with other bytes", k, p);
+        }
+    }
+    return 0;
+}
+
+/* After a run, allocations unfailing: no temp file under dir, and a fresh tier serves every
+ * chunk file there whole (none rejected). */
+static void disk_check(const char *dir) {
+    paused = true;
+    DIR *top = opendir(dir);
+    struct dirent *e;
+    uint32_t files = 0;
+    while (top && (e = readdir(top))) {
+        if (e->d_name[0] == '.' || !strcmp(e->d_name, "key")) continue;
+        char nsdir[900];
+        snprintf(nsdir, sizeof nsdir, "%s/%s", dir, e->d_name);
+        DIR *in = opendir(nsdir);
+        struct dirent *f;
+        while (in && (f = readdir(in))) {
+            if (strstr(f->d_name, ".tmp")) fail_msg("disk tier: a temp file left after a failed allocation: %s", f->d_name);
+            if (strstr(f->d_name, ".kv")) files++;
+        }
+        if (in) closedir(in);
+    }
+    if (top) closedir(top);
+    kv_disk_tier d = {0};
+    uint32_t served = 0;
+    if (disk_open(&d, dir, 16)) fail_msg("disk tier: cannot open the directory again: %s", cd_errmsg());
+    for (uint32_t p = 0; p < DISK_PROMPTS; p++)
+        if (disk_prompt_io(&d, p, false, true, &served)) fail_msg("disk tier: a read failed: %s", cd_errmsg());
+    if (d.rejected || served != files)
+        fail_msg("disk tier: %llu files rejected, %u served of %u chunk files", (unsigned long long)d.rejected, served, files);
+    kv_disk_free(&d);
+    paused = false;
+}
+
+/* Init (the directory, its key, the scan), three prompts written with room for three chunks
+ * (the third evicts the first's), the last two read, a rescan, then a second tier on the same
+ * directory reading everything. */
+static int op_disk(void *ctx) {
+    (void)ctx;
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/oom_disk_%d_%u", tu_tmp_dir(), (int)getpid(), disk_run++);
+    kv_disk_tier d = {0}, d2 = {0};
+    uint32_t served = 0, served2 = 0;
+    int rc = disk_open(&d, dir, 3);
+    for (uint32_t p = 0; !rc && p < DISK_PROMPTS; p++) rc = disk_prompt_io(&d, p, true, p > 0, &served);
+    if (!rc) rc = kv_disk_rescan(&d);
+    kv_disk_free(&d);
+    if (!rc) rc = disk_open(&d2, dir, 3);
+    for (uint32_t p = 0; !rc && p < DISK_PROMPTS; p++) rc = disk_prompt_io(&d2, p, false, true, &served2);
+    kv_disk_free(&d2);
+    if (!rc && (served < 2 || !served2)) rc = cd_fail("disk tier: %u and %u chunks served", served, served2);
+    disk_check(dir);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    paused = true;
+    if (system(cmd)) fail_msg("cannot remove %s", dir);
+    paused = false;
     return rc ? -1 : 0;
 }
 
@@ -360,6 +479,11 @@ static void test_vulkan_faults(void **state) {
     fault = HEAP;
 }
 
+
+static void test_disk_tier(void **state) {
+    (void)state;
+    oom_loop("disk tier: init, writes, eviction, reads, rescan, reopen", op_disk, NULL, 1000, 0);
+}
 
 static void test_model_load(void **state) {
     (void)state;
@@ -401,6 +525,7 @@ int main(void) {
         cmocka_unit_test(test_tokenizer),
         cmocka_unit_test(test_chat_template),
         cmocka_unit_test(test_radix),
+        cmocka_unit_test(test_disk_tier),
         cmocka_unit_test(test_engine),
         cmocka_unit_test(test_engine_tiers),
         cmocka_unit_test(test_vulkan_faults),
