@@ -12,9 +12,12 @@
 // of the accumulator in registers; a score is LPR partial dots summed by subgroupShuffleXor
 // (LPR 1 on lavapipe: no cross-lane work at all, the K/V reads are workgroup-uniform).
 //
-// The workgroup walks K/V in tiles of KT positions over its split, [lo, end) with
-// lo = split * split_len (a multiple of KT) and end = min(lo + split_len, 1 + the largest position
-// among its tokens of the row being walked), with two barriers per tile:
+// Split s of a token at pos covers [s * len, (s + 1) * len), len = split_len (a multiple of KT),
+// or with split_max > 0 split_len doubled until ceil((pos + 1) / len) <= split_max (split_len_of:
+// a token's splits depend on its own position only, so its result does not depend on the batch,
+// and a long context gets wider splits rather than more). The workgroup walks K/V in tiles of KT
+// positions over [lo, end), lo = split * len (a multiple of KT) and end = min(lo + len, 1 + the
+// largest position among its tokens of the (row, len) being walked), with two barriers per tile:
 //   load:    K and V of the tile (fp16 -> f32) into ks/vs, zeros where the page is missing or
 //            belongs to another part; invocations < KT look up the NEXT tile's pages into the
 //            other half of pg (double buffered, so the lookup costs no barrier)
@@ -23,8 +26,9 @@
 //            missing), tile max, online softmax: m' = max(m, max s), alpha = e^(m - m'),
 //            l = l alpha + sum p_j, acc = acc alpha + sum p_j V_j
 //   barrier
-// Tokens of different table rows in one tile: the workgroup walks once per distinct row (in
-// order of first appearance), only that row's tokens taking part; sorted batches walk once.
+// Tokens of different table rows (or split lengths) in one tile: the workgroup walks once per
+// distinct (row, len) (in order of first appearance), only those tokens taking part; sorted
+// batches walk once (twice where a tile straddles a doubling of len).
 // The pool may be split into parts (runtime/base/kv_layout.h): the host dispatches once per part, each
 // counting only pages its part holds. With one part and one split the kernel writes
 // out = acc / l directly; otherwise it writes the partial state {m, l, acc[HEAD_DIM]} of
@@ -76,7 +80,8 @@ layout(push_constant) uniform Push {
     uint tpw;          // query tokens per workgroup (ROWS / hpw)
     float scale;
     uint n_split;      // splits of the K/V walk (workgroup z)
-    uint split_len;    // positions per split, a multiple of KT
+    uint split_len;    // positions per split, a multiple of KT (the least, with split_max)
+    uint split_max;    // > 0: a token's split length doubles until it needs at most this many splits
 } pc;
 
 shared float ks[KT * HEAD_DIM];
@@ -84,6 +89,7 @@ shared float vs[KT * HEAD_DIM];
 shared uint pg[2 * KT];   // per tile position: uint offset of its row in the page (slot * HALF), NONE = skip
 shared uint trow[ROWS];   // per token of the tile: table row (NONE = none/invalid)
 shared uint tpos[ROWS];   // per token of the tile: position
+shared uint tlen[ROWS];   // per token of the tile: its split length
 
 // Offset of position t of table row `row` within the bound part, NONE when not in it.
 uint page_offset(uint row, uint t, uint end) {
@@ -93,15 +99,25 @@ uint page_offset(uint row, uint t, uint end) {
     return (page - pc.page0) * pc.page_words + (t % pc.page_tokens) * HALF;
 }
 
+// The split length of a token at pos (see the top).
+uint split_len_of(uint pos) {
+    if (pc.split_max == 0u) return pc.split_len;
+    uint need = pos / pc.split_max + 1u; // ceil((pos + 1) / split_max)
+    return need <= pc.split_len ? pc.split_len : pc.split_len << uint(findMSB((need - 1u) / pc.split_len) + 1);
+}
+
 void main() {
     uint tid = gl_LocalInvocationID.x;
-    uint r = tid / LPR, sub = tid % LPR;
+    // a row's LPR lanes must be neighbouring lanes of one subgroup for subgroupShuffleXor to sum
+    // them: rows come from the subgroup ids, whatever order the driver lays invocations out in
+    // (LPR divides the subgroup size; WG is whole subgroups or one partial one)
+    uint vt = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID;
+    uint r = vt / LPR, sub = vt % LPR;
     uint group = pc.n_head / pc.n_head_kv;
     uint chunks = (group + pc.hpw - 1u) / pc.hpw;
     uint kvh = gl_WorkGroupID.y / chunks;
     uint lt = r / pc.hpw, gi = (gl_WorkGroupID.y % chunks) * pc.hpw + r % pc.hpw;
     uint tok0 = gl_WorkGroupID.x * pc.tpw, tok = tok0 + lt, h = kvh * group + gi, split = gl_WorkGroupID.z;
-    uint lo = split * pc.split_len, hi = lo + min(pc.split_len, pc.limit - min(lo, pc.limit));
     bool live = lt < pc.tpw && tok < pc.n_tokens && gi < group;
 
     for (uint i = tid; i < pc.tpw; i += WG) {
@@ -113,9 +129,10 @@ void main() {
         }
         trow[i] = row;
         tpos[i] = pos;
+        tlen[i] = split_len_of(pos);
     }
     barrier();
-    uint myrow = live ? trow[lt] : NONE, mypos = live ? tpos[lt] : 0u;
+    uint myrow = live ? trow[lt] : NONE, mypos = live ? tpos[lt] : 0u, mylen = live ? tlen[lt] : 0u;
 
     float qr[DPL], acc[DPL], s[KT];
     [[unroll]] for (uint i = 0; i < DPL; i++) {
@@ -126,18 +143,19 @@ void main() {
     uint k_off = ((pc.layer * 2u) * pc.n_head_kv + kvh) * pc.page_tokens * HALF;
     uint v_off = ((pc.layer * 2u + 1u) * pc.n_head_kv + kvh) * pc.page_tokens * HALF;
 
-    for (uint k = 0; k < pc.tpw; k++) { // one walk per distinct table row of the tile (uniform)
-        uint cur = trow[k];
+    for (uint k = 0; k < pc.tpw; k++) { // one walk per distinct (table row, split length) of the tile (uniform)
+        uint cur = trow[k], len = tlen[k];
         if (cur == NONE) continue;
         bool seen = false;
-        if (k > 0u && trow[k - 1u] == cur) seen = true;
+        if (k > 0u && trow[k - 1u] == cur && tlen[k - 1u] == len) seen = true;
         else
-            for (uint j = 0; j < k; j++) if (trow[j] == cur) { seen = true; break; }
+            for (uint j = 0; j < k; j++) if (trow[j] == cur && tlen[j] == len) { seen = true; break; }
         if (seen) continue;
+        uint lo = split * len, hi = lo + min(len, pc.limit - min(lo, pc.limit));
         uint end = 0u;
-        for (uint j = k; j < pc.tpw; j++) if (trow[j] == cur) end = max(end, tpos[j] + 1u);
+        for (uint j = k; j < pc.tpw; j++) if (trow[j] == cur && tlen[j] == len) end = max(end, tpos[j] + 1u);
         end = min(end, hi);
-        bool mine = myrow == cur;
+        bool mine = myrow == cur && mylen == len;
 
         if (tid < KT) pg[tid] = page_offset(cur, lo + tid, end);
         barrier();

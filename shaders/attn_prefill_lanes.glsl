@@ -14,7 +14,9 @@
 // Workgroup (x = tile of TPW tokens, y = kv head * head chunks, z = split of the K/V walk) holds
 // R query rows = TPW tokens x HPW heads of one kv head's group (GQA: the rows share every K/V
 // row read). Invocation `lane` walks positions lo + s * WG * P + lane * P + p (p < P) of the
-// split [lo, lo + split_len), s = 0, 1, ...: per step it reads the P K rows, computes R x P scores
+// split [lo, lo + len), s = 0, 1, ... (lo = split * len; len as in attn_prefill.comp: split_len,
+// or doubled per token until it needs at most split_max splits; a multiple of WG * P, so a
+// position's lane is the same whatever the batch): per step it reads the P K rows, computes R x P scores
 // against q (held, pre-scaled, in registers), and updates its own {m, l, acc[HEAD_DIM]} per row
 // with one rescale per step (P positions). No shared memory, no barrier and no cross-lane work
 // in the walk. At the end the WG states of a row are merged through shared memory (the one
@@ -23,10 +25,11 @@
 // attn_decode_combine.comp.
 //
 // Loop limit (llvmpipe caps one invocation's loop iterations at 65535 in all): every loop in the
-// step is [[unroll]] with spec-constant trip counts; the walk loop runs split_len / (WG * P) times
-// per distinct table row of the workgroup (64 positions per iteration by default).
+// step is [[unroll]] with spec-constant trip counts; the walk loop runs len / (WG * P) times
+// per distinct (table row, len) of the workgroup (64 positions per iteration by default).
 // Positions must be below 2^24 (the page index is computed in float, then corrected).
-// Tokens of different table rows: one walk per distinct row, only that row's tokens taking part.
+// Tokens of different table rows (or lens): one walk per distinct (row, len), only those tokens
+// taking part.
 // Tokens whose row is >= table_rows or whose position is >= limit get zeros.
 // Fixed evaluation order: results are deterministic.
 #extension GL_EXT_control_flow_attributes : require
@@ -79,7 +82,8 @@ layout(push_constant) uniform Push {
     uint tpw;          // query tokens per workgroup (R / hpw)
     float scale;
     uint n_split;      // splits of the K/V walk (workgroup z)
-    uint split_len;    // positions per split
+    uint split_len;    // positions per split (the least, with split_max)
+    uint split_max;    // > 0: a token's split length doubles until it needs at most this many splits
 } pc;
 
 shared float red[WG * HEAD_DIM]; // the merge: one row's scaled acc per invocation
@@ -101,16 +105,22 @@ unit load_unit(uint o, uint c) {
 }
 uint unit_word(unit u, uint e) { return e < 4u ? u.a[e] : u.b[e - 4u]; }
 
+// The split length of a token at pos (as attn_prefill.comp's).
+uint split_len_of(uint pos) {
+    if (pc.split_max == 0u) return pc.split_len;
+    uint need = pos / pc.split_max + 1u; // ceil((pos + 1) / split_max)
+    return need <= pc.split_len ? pc.split_len : pc.split_len << uint(findMSB((need - 1u) / pc.split_len) + 1);
+}
+
 void main() {
     uint lane = gl_LocalInvocationID.x;
     uint group = pc.n_head / pc.n_head_kv;
     uint chunks = (group + pc.hpw - 1u) / pc.hpw;
     uint kvh = gl_WorkGroupID.y / chunks, hc = gl_WorkGroupID.y % chunks;
     uint tok0 = gl_WorkGroupID.x * pc.tpw, split = gl_WorkGroupID.z;
-    uint lo = split * pc.split_len, hi = lo + min(pc.split_len, pc.limit - min(lo, pc.limit));
 
     // rows: token, head, table row (NONE = none/invalid), position; q (pre-scaled) and the state
-    uint rrow[R], rpos[R], rtok[R], rh[R];
+    uint rrow[R], rpos[R], rlen[R], rtok[R], rh[R];
     float q[R * HEAD_DIM], acc[R * HEAD_DIM], m[R], l[R];
     [[unroll]] for (uint r = 0; r < R; r++) {
         uint lt = r / pc.hpw, gi = hc * pc.hpw + r % pc.hpw;
@@ -124,6 +134,7 @@ void main() {
         }
         rrow[r] = row;
         rpos[r] = pos;
+        rlen[r] = split_len_of(pos);
         rtok[r] = live ? tok : NONE;
         rh[r] = kvh * group + gi;
         uint qo = row != NONE ? tok * pc.q_stride + rh[r] * HEAD_DIM : 0u;
@@ -139,14 +150,15 @@ void main() {
     float inv_pt = 1.0 / float(pc.page_tokens);
     int ipt = int(pc.page_tokens);
 
-    for (uint k = 0; k < R; k++) { // one walk per distinct table row of the rows (uniform)
-        uint cur = rrow[k];
+    for (uint k = 0; k < R; k++) { // one walk per distinct (table row, split length) of the rows (uniform)
+        uint cur = rrow[k], len = rlen[k];
         if (cur == NONE) continue;
         bool seen = false;
-        for (uint j = 0; j < k; j++) if (rrow[j] == cur) seen = true;
+        for (uint j = 0; j < k; j++) if (rrow[j] == cur && rlen[j] == len) seen = true;
         if (seen) continue;
+        uint lo = split * len, hi = lo + min(len, pc.limit - min(lo, pc.limit));
         uint end = 0u;
-        for (uint j = k; j < R; j++) if (rrow[j] == cur) end = max(end, rpos[j] + 1u);
+        for (uint j = k; j < R; j++) if (rrow[j] == cur && rlen[j] == len) end = max(end, rpos[j] + 1u);
         end = min(end, hi);
         uint trow = cur * pc.table_stride;
         for (uint base = lo; base < end; base += WG * P) {
@@ -184,7 +196,7 @@ void main() {
             [[unroll]] for (uint r = 0; r < R; r++) {
                 float mx = m[r];
                 [[unroll]] for (uint p = 0; p < P; p++) {
-                    bool v = ok[p] && rrow[r] == cur && base + lane * P + p <= rpos[r];
+                    bool v = ok[p] && rrow[r] == cur && rlen[r] == len && base + lane * P + p <= rpos[r];
                     s[r * P + p] = v ? s[r * P + p] : NEG_INF;
                     mx = max(mx, s[r * P + p]);
                 }

@@ -11,7 +11,9 @@
  * 1..8 positions per step; hd 66, 68, 72 exercise its 32-, 64- and 128-bit loads, 64/128 the
  * 64-bit-integer ones); split-K at
  * 1..7 and 64 splits (not dividing the walk, empty splits), with parts, page-boundary and mid-page
- * starts, three table rows; the default split count and its partials; invalid locs give zeros;
+ * starts, three table rows; batch-invariant splits that widen with the position (tiles that
+ * straddle a doubling, every token alone = in the batch, bit for bit); the distinct-rows hint of
+ * a decode step (same bits); the default split count and its partials; invalid locs give zeros;
  * argument errors; the push layout.
  * CINDER_ATTN_BENCH=1 times a 512-token prefill and 96 tokens after a 5000-token history instead
  * (see bench() and docs/kernels/attention.md). */
@@ -150,6 +152,8 @@ static int teardown(void **state) {
  * cvk_attn_prefill_partials_max), the kernel configuration (NULL = defaults). */
 typedef struct runopt {
     uint32_t part_pages, n_split;
+    uint32_t split_len;  /* > 0: batch-invariant splits of at least this many positions, at most n_split */
+    bool distinct_rows;  /* the hint: every token of another row */
     uint64_t partials;
     const cvk_attn_prefill_cfg *cfg;
 } runopt;
@@ -187,7 +191,8 @@ static uint32_t run_gpu(const scene *s, const tcase *t, const runopt *o, float *
                                .table = cvk_view_whole(&btab), .loc = cvk_view_whole(&bloc),
                                .partials = cvk_view_whole(&bpart), .out = cvk_view_whole(&bout),
                                .n_tokens = s->n_tokens, .n_head = t->n_head, .layer = t->layer,
-                               .table_stride = s->stride, .max_len = s->max_len, .n_split = o->n_split};
+                               .table_stride = s->stride, .max_len = s->max_len, .n_split = o->n_split,
+                               .split_len = o->split_len, .distinct_rows = o->distinct_rows};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     if (cvk_attn_prefill(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -269,13 +274,14 @@ static void test_push_layout_matches_glsl(void **state) {
                            cinder_spv_attn_prefill_lanes_i64_size};
     for (int k = 0; k < 3; k++) {
         assert_int_equal(cvk_spirv_reflect(spv[k], size[k], &si), 0);
-        assert_int_equal(si.n_push, 20);
+        assert_int_equal(si.n_push, 21);
         assert_int_equal(si.push_size, sizeof(cvk_attn_prefill_push));
-        for (uint32_t i = 0; i < 20; i++) assert_int_equal(si.push_offset[i], 4 * i); /* all 32-bit, in order */
+        for (uint32_t i = 0; i < 21; i++) assert_int_equal(si.push_offset[i], 4 * i); /* all 32-bit, in order */
         assert_int_equal(si.n_bindings, 6);
     }
     assert_int_equal(offsetof(cvk_attn_prefill_push, scale), 68);
     assert_int_equal(offsetof(cvk_attn_prefill_push, split_len), 76);
+    assert_int_equal(offsetof(cvk_attn_prefill_push, split_max), 80);
 }
 
 /* One sequence, batches at awkward starts and lengths, page sizes 16 and 5 */
@@ -395,6 +401,76 @@ static void test_splits(void **state) {
         run_case_opt(&c, seed++, &o);
         c.interleave = 0, o.n_split = 4;
         run_case_opt(&c, seed++, &o);
+    }
+}
+
+/* Batch-invariant splits that widen with the position (the engine's): split_len positions at
+ * least, doubled per token until it needs at most n_split splits. Against the reference with
+ * batches whose token tiles straddle a doubling (two split lengths in one workgroup), three rows
+ * interleaved, the pool in parts; and every token of a batch alone (its own max_len, so another
+ * split count in the dispatch, down to one) gives the same bits as in the batch. */
+static void test_growing_splits(void **state) {
+    (void)state;
+    const cvk_attn_prefill_kernel T = CVK_ATTN_PREFILL_TILED, L = CVK_ATTN_PREFILL_LANES;
+    const cvk_attn_prefill_cfg cfgs[] = {{0}, {.kernel = T}, {.kernel = L, .rows = 3, .kv_tile = 4}};
+    const seg cross[] = {{0, 500, 30}, {0, 1010, 21}};            /* len doubles at pos + 1 = 513 and 1025 */
+    const seg rows3[] = {{2, 0, 9}, {0, 300, 17}, {1, 1020, 6}};  /* three rows, three lengths */
+    uint64_t seed = 900;
+    for (uint32_t k = 0; k < 3; k++) {
+        const cvk_attn_prefill_cfg *cfg = &cfgs[k];
+        tcase c = {.head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 2, .layer = 1,
+                   .segs = cross, .n_segs = 2};
+        runopt o = {.n_split = 4, .split_len = 32, .cfg = cfg};
+        run_case_opt(&c, seed++, &o);
+        o.part_pages = 9;
+        c.segs = rows3, c.n_segs = 3, c.interleave = 1, c.page_tokens = 5, c.head_dim = 72;
+        run_case_opt(&c, seed++, &o);
+    }
+    /* alone = in the batch, bit for bit (both kernels) */
+    for (uint32_t k = 0; k < 2; k++) {
+        tcase c = {.head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = cross, .n_segs = 2};
+        runopt o = {.n_split = 4, .split_len = 32, .cfg = &cfgs[k]};
+        scene s;
+        scene_make(&s, &c, 950 + k, 0);
+        size_t row = (size_t)c.n_head * c.head_dim;
+        float *all = calloc(s.n_tokens * row, 4), *one = calloc(row, 4);
+        run_gpu(&s, &c, &o, all);
+        for (uint32_t i = 0; i < s.n_tokens; i += 3) {
+            scene a = s;
+            a.n_tokens = 1, a.q = s.q + i * row, a.loc = s.loc + 2 * i, a.max_len = s.loc[2 * i + 1] + 1;
+            run_gpu(&a, &c, &o, one);
+            if (memcmp(one, all + i * row, row * 4))
+                fail_msg("%s: token %u (pos %u) alone differs from the batch", k ? "tiled" : "default kernel", i,
+                         s.loc[2 * i + 1]);
+        }
+        free(all), free(one);
+        scene_free(&s);
+    }
+}
+
+/* A decode step: one token of each of 6 rows at different lengths. With the distinct-rows hint
+ * (the tiled kernel then gives each token its own workgroup) the result is the reference's and
+ * the same bits as without it, for both kernels, with growing splits and the pool in parts. */
+static void test_distinct_rows_hint(void **state) {
+    (void)state;
+    const seg step[] = {{0, 700, 1}, {1, 40, 1}, {2, 1500, 1}, {3, 0, 1}, {4, 333, 1}, {5, 1023, 1}};
+    const cvk_attn_prefill_cfg cfgs[] = {{.kernel = CVK_ATTN_PREFILL_TILED}, {.kernel = CVK_ATTN_PREFILL_LANES}};
+    for (uint32_t k = 0; k < 2; k++) {
+        tcase c = {.head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = step, .n_segs = 6};
+        scene s;
+        scene_make(&s, &c, 960 + k, 1);
+        size_t n = (size_t)s.n_tokens * c.n_head * c.head_dim;
+        float *with = calloc(n, 4), *without = calloc(n, 4);
+        for (uint32_t parts = 0; parts < 2; parts++) {
+            runopt o = {.n_split = 4, .split_len = 32, .cfg = &cfgs[k], .part_pages = parts ? 11 : 0};
+            run_gpu(&s, &c, &o, without);
+            o.distinct_rows = true;
+            run_gpu(&s, &c, &o, with);
+            compare(&s, &c, with, s.ref, "distinct rows hint");
+            if (memcmp(with, without, n * 4)) fail_msg("%s: the hint changed the bits", k ? "lanes" : "tiled");
+        }
+        free(with), free(without);
+        scene_free(&s);
     }
 }
 
@@ -717,6 +793,8 @@ int main(void) {
         cmocka_unit_test(test_parts),
         cmocka_unit_test(test_configs),
         cmocka_unit_test(test_splits),
+        cmocka_unit_test(test_growing_splits),
+        cmocka_unit_test(test_distinct_rows_hint),
         cmocka_unit_test(test_default_splits),
         cmocka_unit_test(test_large_scores),
         cmocka_unit_test(test_single_token_matches_decode),

@@ -37,10 +37,11 @@ typedef struct bench_run {
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--json]\n"
+            "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N] [--json]\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
-            "  device (CINDER_DEVICE picks it). --json prints one object with prefill_tok_s and\n"
+            "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
+            "  + 1; speed should not depend on it). --json prints one object with prefill_tok_s and\n"
             "  decode_tok_s. Where the time goes: cinder profile.\n"
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
@@ -184,10 +185,18 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
 }
 
 static int bench(const bench_opts *o, model *m) {
-    uint32_t n_ctx = o->n_prompt + o->n_gen + 1; /* the last token chosen is not fed */
-    if (n_ctx > m->cfg.n_ctx_train)
+    uint32_t need = o->n_prompt + o->n_gen + 1, n_ctx = need; /* the last token chosen is not fed */
+    if (need > m->cfg.n_ctx_train)
         return cli_error("bench", "%u prompt + %u generated tokens exceed the model's context (%u)", o->n_prompt,
                          o->n_gen, m->cfg.n_ctx_train);
+    if (o->trace.n_ctx) { /* a larger context than the run needs (the speed must not depend on it) */
+        if (o->trace.n_ctx < need)
+            return cli_error("bench", "--ctx %u is below the %u prompt + %u generated tokens", o->trace.n_ctx,
+                             o->n_prompt, o->n_gen);
+        if (o->trace.n_ctx > m->cfg.n_ctx_train)
+            return cli_error("bench", "--ctx %u exceeds the model's context (%u)", o->trace.n_ctx, m->cfg.n_ctx_train);
+        n_ctx = o->trace.n_ctx;
+    }
     int32_t *ids = malloc(o->n_prompt * sizeof *ids);
     double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
     engine e = {0};
@@ -198,7 +207,7 @@ static int bench(const bench_opts *o, model *m) {
 
     int rc = 0;
     double t0 = cd_now_ms();
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true};
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true};
     if (engine_init(&e, m, &eo)) rc = -1;
     double load_ms = cd_now_ms() - t0;
     bench_run warm;

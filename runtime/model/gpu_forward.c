@@ -107,12 +107,15 @@ static int make_pipelines(gpu_model *g) {
     return 0;
 }
 
-/* Fixed attention split boundaries for the batch forward: at most 8 splits of a full context,
- * at least the positions per split the kernel's default would use. */
-static uint32_t batch_split_len(const gpu_model *g) {
-    uint32_t least = g->attn_prefill.cpu ? 512 : 256, per = (g->n_ctx + 7) / 8, step = g->attn_prefill.step;
-    uint32_t len = per > least ? per : least;
-    return step ? (len + step - 1) / step * step : len; /* as the kernel rounds it */
+/* Attention splits for the batch forward, fixed per token by its own position (batch invariance):
+ * at least 512 positions a split on a CPU device (256 on a GPU), doubled until a token needs at
+ * most 8 (GPU: 16) splits. Decode work then depends on the context's length, not on n_ctx: a
+ * token at 4,096 walks 8 (GPU: 16) splits of 512 (256) positions; one at 40,000, 8 of 8,192
+ * (16 of 4,096) — enough workgroups for a GPU at any length without a partials buffer sized for
+ * n_ctx / split_len splits. */
+static void batch_splits(gpu_model *g) {
+    g->split_len = g->attn_prefill.cpu ? 512 : 256;
+    g->split_max = g->attn_prefill.cpu ? 8 : 16;
 }
 
 static int input_buffers(gpu_model *g, gpu_input *in, uint64_t bytes) {
@@ -125,15 +128,15 @@ static int make_buffers(gpu_model *g) {
     uint64_t T = g->n_batch, q_dim = (uint64_t)c->n_head * c->head_dim, kv_dim = (uint64_t)c->n_head_kv * c->head_dim;
     uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
     enum cvk_mem_kind D = CVK_MEM_DEVICE;
-    g->split_len = batch_split_len(g); /* after make_pipelines: the attention kernel says cpu or not */
+    batch_splits(g); /* after make_pipelines: the attention kernel says cpu or not */
     TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
-    /* partial softmax states of the fixed attention splits, per part of the pool's buffer */
-    uint32_t fixed = (g->n_ctx + g->split_len - 1) / g->split_len;
+    /* partial softmax states of the attention splits, per part of the pool's buffer */
     TRY(gpu_model_buffer(g, &g->bpartials,
-                         cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, fixed, c->head_dim), D));
+                         cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, g->split_max, c->head_dim),
+                         D));
     if (moe) {
         TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
             gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
@@ -222,6 +225,7 @@ typedef struct chunk {
     cvk_descpool *dp;
     uint32_t T;      /* tokens in the chunk */
     uint32_t max_len; /* positions attention may read: the last + 1, or more (batch invariance) */
+    bool distinct_rows; /* every token of another table row (a decode step): attention's hint */
     bool reusable;    /* recorded to be submitted again (gpu_recording) */
     uint64_t attended;       /* for profiles: sum over tokens of the positions each attends to */
     uint64_t kv_positions;   /* for profiles: distinct (row, position) pairs attention reads */
@@ -317,7 +321,8 @@ static int attention(const chunk *ch, uint32_t il) {
     cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->in_table.dev),
                                 .loc = W(&g->in_loc.dev), .partials = W(&g->bpartials), .out = W(&g->batt),
                                 .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
-                                .max_len = ch->max_len, .split_len = g->split_len};
+                                .max_len = ch->max_len, .split_len = g->split_len,
+                                .n_split = g->split_max, .distinct_rows = ch->distinct_rows};
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
     TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
@@ -527,10 +532,11 @@ static uint32_t split_limit(const gpu_model *g, uint32_t max_len) {
     return (uint32_t)(lim < cap ? lim : cap);
 }
 
-static gpu_recording *find_recording(gpu_model *g, const gpu_batch *b, uint32_t limit) {
+static gpu_recording *find_recording(gpu_model *g, const gpu_batch *b, uint32_t limit, bool distinct_rows) {
     for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
         gpu_recording *r = &g->rec[i];
         if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit && r->sampled == (b->sample != NULL) &&
+            r->distinct_rows == distinct_rows &&
             (!g->head_matvec || !memcmp(r->out, b->out, b->n_out * sizeof *b->out)))
             return r;
     }
@@ -551,6 +557,7 @@ static gpu_recording *new_recording(gpu_model *g, chunk *ch, const gpu_batch *b,
     r->sampled = b->sample != NULL;
     r->n_out = b->n_out;
     r->limit = limit;
+    r->distinct_rows = ch->distinct_rows;
     memcpy(r->out, b->out, b->n_out * sizeof *b->out);
     r->valid = true;
     return r;
@@ -563,7 +570,7 @@ static cvk_cmd *pass_cmd(gpu_model *g, chunk *ch, const gpu_batch *b) {
         if (cvk_descpool_reset(&g->pdpool) || record_chunk(ch, b->out, b->n_out, b->sample != NULL)) return NULL;
         return &g->pcmd;
     }
-    gpu_recording *r = find_recording(g, b, ch->max_len);
+    gpu_recording *r = find_recording(g, b, ch->max_len, ch->distinct_rows);
     if (r) g->rec_hits++;
     else if (!(r = new_recording(g, ch, b, ch->max_len))) return NULL;
     r->last_use = ++g->rec_clock;
@@ -575,7 +582,9 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     int32_t *tok = cvk_buffer_host_ptr(&g->in_tok.host, 0), *out = cvk_buffer_host_ptr(&g->in_out.host, 0);
     uint32_t *loc = cvk_buffer_host_ptr(&g->in_loc.host, 0), max_len = 0;
     uint64_t attended = 0, kv_positions = 0;
+    bool distinct_rows = true;
     for (uint32_t i = 0; i < b->n; i++) {
+        if (i && b->row[i] == b->row[i - 1]) distinct_rows = false; /* a row's tokens are consecutive */
         tok[i] = b->ids[i];
         loc[2 * i] = b->row[i];
         loc[2 * i + 1] = b->pos[i];
@@ -587,7 +596,7 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
     if (b->sample) memcpy(cvk_buffer_host_ptr(&g->in_sample.host, 0), b->sample, b->n_out * sizeof *b->sample);
     chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = split_limit(g, max_len),
-                .attended = attended, .kv_positions = kv_positions};
+                .attended = attended, .kv_positions = kv_positions, .distinct_rows = distinct_rows};
     gpu_host_times *h = &g->host;
     double t0 = cd_now_ms();
     cvk_cmd *c = pass_cmd(g, &ch, b);

@@ -81,6 +81,7 @@ typedef struct gpu_recording {
     bool valid;
     uint32_t n, n_out, limit; /* the shape: tokens, wanted rows, attention positions (whole splits) */
     bool sampled;             /* and whether rows are sampled after the argmax */
+    bool distinct_rows;       /* and whether every token is of another row (attention's hint) */
     uint32_t *out;            /* [max_seqs] the wanted rows (the CPU head copies each) */
     uint64_t last_use;
     cvk_cmd cmd;              /* recorded reusable */
@@ -132,7 +133,8 @@ typedef struct gpu_model {
 
     /* several sequences, one block-table row each */
     uint32_t max_seqs;               /* block-table rows = tokens whose logits one pass may want */
-    uint32_t split_len;              /* attention split boundaries, fixed: batch invariance */
+    uint32_t split_len, split_max;   /* attention splits: a token's fixed by its own position (at least
+                                        split_len positions, at most split_max splits): batch invariance */
     gpu_input in_table;              /* uint32 [max_seqs][max_pages] */
     gpu_input in_out;                /* int32 [max_seqs]: batch rows whose logits are wanted */
     cvk_buffer bhead_x;              /* (max_seqs, n_embd): those rows, normed (the matvec head) */
@@ -165,11 +167,11 @@ typedef struct gpu_model_opts {
  * position order (attention walks a row once per workgroup).
  *
  * Batch invariance: every token's arithmetic is the same whatever else is in the batch: the
- * matmuls sum each output over k in one fixed order (any tile shape), attention splits the K/V
- * walk at fixed positions (split_len), and norms, RoPE, routing and the MoE combine are per
- * token. So a sequence's tokens and logits are bit-identical alone or among others, and a
- * prompt token's K/V is the same whether it was computed in a prefill chunk or as a decode
- * token (the cache is invisible to the math). */
+ * matmuls sum each output over k in one fixed order (any tile shape), attention splits each
+ * token's K/V walk at boundaries fixed by its own position (split_len, split_max), and norms,
+ * RoPE, routing and the MoE combine are per token. So a sequence's tokens and logits are
+ * bit-identical alone or among others, and a prompt token's K/V is the same whether it was
+ * computed in a prefill chunk or as a decode token (the cache is invisible to the math). */
 typedef struct gpu_batch {
     uint32_t n;           /* tokens, 1..n_batch */
     const int32_t *ids;   /* [n] */

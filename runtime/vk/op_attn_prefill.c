@@ -135,11 +135,16 @@ typedef struct geometry {
     uint32_t hpw, tpw, chunks, n_x;
 } geometry;
 
-static geometry geometry_of(const cvk_attn_prefill_pipes *p, uint32_t n_tokens, uint32_t n_head, uint32_t n_head_kv) {
+static geometry geometry_of(const cvk_attn_prefill_pipes *p, uint32_t n_tokens, uint32_t n_head, uint32_t n_head_kv,
+                            bool distinct_rows) {
     uint32_t rows = p->rows ? p->rows : 1, group = n_head_kv && n_head >= n_head_kv ? n_head / n_head_kv : 1;
     geometry g;
     g.hpw = group < rows ? group : rows;
     g.tpw = rows / g.hpw;
+    /* tokens of distinct table rows (a decode step) would walk one after another in a workgroup:
+     * the tiled kernel takes one each instead (its idle rows cost nothing); the lanes kernel
+     * computes every one of its rows whether live or not, so it keeps them filled */
+    if (distinct_rows && p->kernel == CVK_ATTN_PREFILL_TILED) g.tpw = 1;
     g.chunks = (group + g.hpw - 1) / g.hpw;
     g.n_x = (uint32_t)(((uint64_t)n_tokens + g.tpw - 1) / g.tpw);
     return g;
@@ -158,13 +163,16 @@ static uint32_t cpu_threads(void) {
  * around it get a share of the budget. The least split count that keeps every invocation under
  * it (one split covers ~4M positions of one sequence for the lanes kernel, ~0.5M for the tiled one
  * at 8-position tiles). */
-static uint32_t loop_limit_splits(const cvk_attn_prefill_pipes *p, geometry g, uint64_t lim, uint64_t table_rows) {
+static uint64_t loop_limit_positions(const cvk_attn_prefill_pipes *p, geometry g, uint64_t table_rows) {
     uint64_t walks = table_rows && table_rows < g.tpw ? table_rows : g.tpw, step = p->step ? p->step : 1;
     uint64_t other = p->kernel == CVK_ATTN_PREFILL_TILED
                          ? (uint64_t)g.tpw * g.tpw
                          : (uint64_t)p->rows * (p->rows + (p->head_dim + p->wg - 1) / p->wg);
     uint64_t budget = 65535 - 256 > other + 1024 ? 65535 - 256 - other : 1024; /* iterations for the walks */
-    uint64_t per_split = budget / (walks ? walks : 1) * step;                  /* positions one split may walk */
+    return budget / (walks ? walks : 1) * step;                                /* positions one split may walk */
+}
+static uint32_t loop_limit_splits(const cvk_attn_prefill_pipes *p, geometry g, uint64_t lim, uint64_t table_rows) {
+    uint64_t per_split = loop_limit_positions(p, g, table_rows);
     uint64_t n = (lim + per_split - 1) / per_split;
     return n < 1 ? 1 : n > 65535 ? 65535 : (uint32_t)n;
 }
@@ -172,7 +180,7 @@ static uint32_t loop_limit_splits(const cvk_attn_prefill_pipes *p, geometry g, u
 uint32_t cvk_attn_prefill_splits(const cvk_attn_prefill_pipes *p, const kv_layout *lay, uint32_t n_tokens,
                                  uint32_t n_head, uint32_t max_len) {
     if (!n_tokens || !max_len) return 1;
-    geometry g = geometry_of(p, n_tokens, n_head, lay->n_head_kv);
+    geometry g = geometry_of(p, n_tokens, n_head, lay->n_head_kv, false);
     uint64_t wgs = (uint64_t)g.n_x * lay->n_head_kv * g.chunks;
     /* workgroups that fill the device. CPU: one per thread; more only add the combine pass (lavapipe,
      * 2 threads, 5000 positions: 1 workgroup 0.82 ms, in 2 splits 0.58 ms, in 4 splits 0.76 ms;
@@ -241,19 +249,27 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
     const cvk_buffer *pool = a->pool;
     uint32_t row = a->n_head * l->head_dim;
     uint32_t qs = a->q_stride ? a->q_stride : row, os = a->out_stride ? a->out_stride : row;
-    geometry g = geometry_of(p, a->n_tokens, a->n_head, l->n_head_kv);
+    geometry g = geometry_of(p, a->n_tokens, a->n_head, l->n_head_kv, a->distinct_rows);
     uint64_t lim = (uint64_t)a->table_stride * l->page_tokens;
     if (a->max_len && a->max_len < lim) lim = a->max_len;
     if (lim > UINT32_MAX) lim = UINT32_MAX;
     uint64_t table_rows = a->table_stride ? a->table.size / 4 / a->table_stride : 0;
-    uint32_t least = loop_limit_splits(p, g, lim, table_rows), n_split = a->n_split;
+    uint32_t least = loop_limit_splits(p, g, lim, table_rows), n_split = a->n_split, split_max = 0;
     uint64_t step = p->step ? p->step : 1;
-    if (a->split_len) { /* fixed split boundaries: a token's result does not depend on the batch */
-        uint64_t sl = ((uint64_t)a->split_len + step - 1) / step * step;
-        n_split = (uint32_t)((lim + sl - 1) / sl);
-        if (n_split < least)
-            return cd_fail("attn_prefill: splits of %llu positions exceed llvmpipe's loop limit (%u splits needed)",
-                           (unsigned long long)sl, least);
+    if (a->split_len) { /* boundaries fixed per token: its result does not depend on the batch */
+        uint64_t sl = ((uint64_t)a->split_len + step - 1) / step * step, longest = sl, n = (lim + sl - 1) / sl;
+        if (a->n_split) {
+            split_max = a->n_split;
+            if (n > split_max) n = split_max;
+            uint64_t need = lim ? (lim - 1) / split_max + 1 : 1; /* the token at lim - 1, as split_len_of() */
+            while (longest < need) longest *= 2;
+        }
+        if (longest * n > UINT32_MAX) /* split * len in the kernel, for every split of every token */
+            return cd_fail("attn_prefill: splits of %llu positions overflow", (unsigned long long)longest);
+        if (longest > loop_limit_positions(p, g, table_rows))
+            return cd_fail("attn_prefill: splits of %llu positions exceed llvmpipe's loop limit (%llu at most)",
+                           (unsigned long long)longest, (unsigned long long)loop_limit_positions(p, g, table_rows));
+        n_split = (uint32_t)n;
     } else if (!n_split) { /* the default, lowered to what partials holds */
         n_split = cvk_attn_prefill_splits(p, l, a->n_tokens, a->n_head, (uint32_t)lim);
         uint64_t one = cvk_attn_prefill_partials_bytes(a->n_tokens, a->n_head, pool->n_parts, 2, l->head_dim) / 2;
@@ -288,7 +304,7 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
                                     (uint32_t)(table_rows > UINT32_MAX ? UINT32_MAX : table_rows), (uint32_t)lim, qs,
                                     os, (uint32_t)(k * ppp), (uint32_t)(pool->parts[k].size / l->page_bytes),
                                     (uint32_t)(l->page_bytes / 4), k, pool->n_parts, g.hpw, g.tpw, scale, n_split,
-                                    (uint32_t)split_len};
+                                    (uint32_t)split_len, split_max};
         cvk_view views[6] = {cvk_view_part(pool, k), a->q, a->table, a->loc, partials, a->out};
         VkDescriptorSet set;
         if (cvk_descset(dp, &p->tile, views, &set)) { cvk_cmd_label_end(c); return -1; }

@@ -32,7 +32,7 @@ typedef struct cvk_attn_prefill_push {
     uint32_t n_tokens, n_head, n_head_kv, page_tokens, layer, table_stride, table_rows, limit;
     uint32_t q_stride, out_stride, page0, pages, page_words, part, n_parts, hpw, tpw;
     float scale;
-    uint32_t n_split, split_len;
+    uint32_t n_split, split_len, split_max;
 } cvk_attn_prefill_push;
 
 typedef enum cvk_attn_prefill_kernel {
@@ -84,11 +84,20 @@ typedef struct cvk_attn_prefill_args {
     uint32_t n_split;        /* splits of the K/V walk: 0 = cvk_attn_prefill_splits, lowered to what
                                 `partials` holds (never below the loop-limit minimum, which only walks of
                                 millions of positions have); n > 0 = exactly that many (partials must hold
-                                them; an error below the loop-limit minimum) */
-    uint32_t split_len;      /* > 0: splits of exactly this many positions (rounded up to the kernel's step)
-                                from position 0, whatever the batch, so every token reduces over the same
-                                split boundaries alone or among others (batch invariance; n_split is then
-                                ignored). partials must hold ceil(max_len / split_len) splits */
+                                them; an error below the loop-limit minimum). With split_len: the most
+                                splits a token uses (0 = no limit) */
+    uint32_t split_len;      /* > 0: batch-invariant splits. Split s of a token at pos covers
+                                [s * len, (s + 1) * len) from position 0, len = split_len rounded up to the
+                                kernel's step and, with n_split > 0, doubled until ceil((pos + 1) / len)
+                                <= n_split: a token's boundaries depend on its own position only, so it
+                                reduces over the same splits alone or among others, and a long context
+                                takes wider splits, not more. The dispatch has min(n_split,
+                                ceil(max_len / split_len)) splits: partials must hold that many (at most
+                                n_split whatever max_len). An error when the longest len would run into
+                                llvmpipe's loop limit */
+    bool distinct_rows;      /* a hint: every token is of another table row (a decode step). The tiled
+                                kernel then gives each token a workgroup of its own, so the rows' walks
+                                run in parallel instead of one after another; results are the same bits */
 } cvk_attn_prefill_args;
 
 /* head_dim: the layout's (even, <= 512); wg_or_0: invocations per workgroup (0 = default).
