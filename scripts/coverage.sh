@@ -2,7 +2,8 @@
 # Line coverage per directory: a gcc --coverage build in build-cov/, the release ctest suite in it
 # minus the slow whole-model GPU tests (their code runs in the engine tests too), then gcovr
 # (Debian's gcovr package, scripts/setup.sh) summed per top-level directory of our sources.
-# Not part of scripts/test.sh: it takes as long as a second release run. Usage:
+# scripts/test.sh runs it last when CINDER_COVERAGE=1 (not by default: it takes as long as a
+# second release run). Usage:
 #
 #   scripts/coverage.sh [ctest -E regex]     (default: the list below)
 #

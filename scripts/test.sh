@@ -2,7 +2,8 @@
 # Runs every test: set-up, a release build and an AddressSanitizer+UBSan build, the whole
 # ctest suite in both (the llama.cpp conformance test, the whole-model GPU test, the server load
 # and the prefix scenarios once, in release), and a short run of every fuzz target
-# (scripts/fuzz.sh). Exits non-zero on any failure. The release run has the Vulkan validation
+# (scripts/fuzz.sh); with CINDER_COVERAGE=1, line coverage per directory after them
+# (scripts/coverage.sh). Exits non-zero on any failure. The release run has the Vulkan validation
 # layer on and required (tests/CMakeLists.txt): a missing layer or any validation message fails
 # the Vulkan tests. Skipped tests are counted apart in the closing line.
 set -euo pipefail
@@ -44,6 +45,14 @@ LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j
 
 echo "== fuzz (GGUF reader ${CINDER_FUZZ_SECONDS:-60} s, beside requests, traces, KV chunks and model loading a quarter of it each)"
 bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"
+
+# Line coverage per directory, when asked (CINDER_COVERAGE=1): a third, instrumented build and
+# run of the suite (scripts/coverage.sh; about as long as the release run, so not in CI's default
+# run). Its table goes to the log; record it in docs/RELIABILITY.md.
+if [ "${CINDER_COVERAGE:-0}" = 1 ]; then
+  echo "== line coverage (scripts/coverage.sh)"
+  bash "$root/scripts/coverage.sh"
+fi
 
 # One closing line over both ctest runs (set -o pipefail above already failed on any failure).
 # ctest counts a skipped test (exit 77: tests/CMakeLists.txt) as not failed and lists it under
