@@ -537,7 +537,7 @@ static gpu_recording *find_recording(gpu_model *g, const gpu_batch *b, uint32_t 
         gpu_recording *r = &g->rec[i];
         if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit && r->sampled == (b->sample != NULL) &&
             r->distinct_rows == distinct_rows &&
-            (!g->head_matvec || !memcmp(r->out, b->out, b->n_out * sizeof *b->out)))
+            (!g->head_matvec || !b->n_out || !memcmp(r->out, b->out, b->n_out * sizeof *b->out)))
             return r;
     }
     return NULL;
@@ -558,7 +558,7 @@ static gpu_recording *new_recording(gpu_model *g, chunk *ch, const gpu_batch *b,
     r->n_out = b->n_out;
     r->limit = limit;
     r->distinct_rows = ch->distinct_rows;
-    memcpy(r->out, b->out, b->n_out * sizeof *b->out);
+    if (b->n_out) memcpy(r->out, b->out, b->n_out * sizeof *b->out); /* out may be NULL without rows */
     r->valid = true;
     return r;
 }
