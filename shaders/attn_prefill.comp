@@ -13,7 +13,7 @@
 // (LPR 1 on lavapipe: no cross-lane work at all, the K/V reads are workgroup-uniform).
 //
 // Split s of a token at pos covers [s * len, (s + 1) * len), len = split_len (a multiple of KT),
-// or with split_max > 0 split_len doubled until ceil((pos + 1) / len) <= split_max (split_len_of:
+// or with split_max > 0 split_len doubled until ceil((pos + 1) / len) <= split_max (attn_split.glsl:
 // a token's splits depend on its own position only, so its result does not depend on the batch,
 // and a long context gets wider splits rather than more). The workgroup walks K/V in tiles of KT
 // positions over [lo, end), lo = split * len (a multiple of KT) and end = min(lo + len, 1 + the
@@ -99,12 +99,7 @@ uint page_offset(uint row, uint t, uint end) {
     return (page - pc.page0) * pc.page_words + (t % pc.page_tokens) * HALF;
 }
 
-// The split length of a token at pos (see the top).
-uint split_len_of(uint pos) {
-    if (pc.split_max == 0u) return pc.split_len;
-    uint need = pos / pc.split_max + 1u; // ceil((pos + 1) / split_max)
-    return need <= pc.split_len ? pc.split_len : pc.split_len << uint(findMSB((need - 1u) / pc.split_len) + 1);
-}
+#include "attn_split.glsl"
 
 void main() {
     uint tid = gl_LocalInvocationID.x;
@@ -129,7 +124,7 @@ void main() {
         }
         trow[i] = row;
         tpos[i] = pos;
-        tlen[i] = split_len_of(pos);
+        tlen[i] = attn_split_len(pos, pc.split_len, pc.split_max);
     }
     barrier();
     uint myrow = live ? trow[lt] : NONE, mypos = live ? tpos[lt] : 0u, mylen = live ? tlen[lt] : 0u;

@@ -105,12 +105,7 @@ unit load_unit(uint o, uint c) {
 }
 uint unit_word(unit u, uint e) { return e < 4u ? u.a[e] : u.b[e - 4u]; }
 
-// The split length of a token at pos (as attn_prefill.comp's).
-uint split_len_of(uint pos) {
-    if (pc.split_max == 0u) return pc.split_len;
-    uint need = pos / pc.split_max + 1u; // ceil((pos + 1) / split_max)
-    return need <= pc.split_len ? pc.split_len : pc.split_len << uint(findMSB((need - 1u) / pc.split_len) + 1);
-}
+#include "attn_split.glsl"
 
 void main() {
     uint lane = gl_LocalInvocationID.x;
@@ -134,7 +129,7 @@ void main() {
         }
         rrow[r] = row;
         rpos[r] = pos;
-        rlen[r] = split_len_of(pos);
+        rlen[r] = attn_split_len(pos, pc.split_len, pc.split_max);
         rtok[r] = live ? tok : NONE;
         rh[r] = kvh * group + gi;
         uint qo = row != NONE ? tok * pc.q_stride + rh[r] * HEAD_DIM : 0u;

@@ -261,7 +261,7 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
         if (a->n_split) {
             split_max = a->n_split;
             if (n > split_max) n = split_max;
-            uint64_t need = lim ? (lim - 1) / split_max + 1 : 1; /* the token at lim - 1, as split_len_of() */
+            uint64_t need = lim ? (lim - 1) / split_max + 1 : 1; /* the token at lim - 1 (attn_split.glsl) */
             while (longest < need) longest *= 2;
         }
         if (longest * n > UINT32_MAX) /* split * len in the kernel, for every split of every token */
