@@ -14,6 +14,12 @@
 //     n0 = y * BN; items of experts outside [expert0, expert1) exit (their rows are in
 //     another part). The host dispatches indirectly with the item count moe_group wrote.
 // A token whose in(t) or out(t) falls outside [0, x_rows) / [0, y_rows) is skipped.
+//   gate-up pairs (GLU = 1, a pipeline of its own): each slice of W is 2 * n_rows rows, the n_rows gate rows G then
+//     the n_rows up rows U, and Y[out(t)][r] = silu(G[r] x) * (U[r] x), the expression of
+//     shaders/swiglu.comp on the same two sums (so the same bits as two products and a swiglu
+//     pass, one stage fewer). The tile's rows interleave the pairs (tile row 2i: G row i,
+//     2i + 1: U row i) so both sums of an output sit in one invocation's register block. A
+//     slice lies whole in one part (the host checks).
 //
 // Workgroup (x, y, z) owns the BM x BN tile of slice rows m0 = x*BM.. and tokens n0 = y*BN..
 // Per step of BK along k, the workgroup dequantizes BM x BK weights into ws (once per tile,
@@ -39,6 +45,7 @@ layout(constant_id = 3) const uint BN = 64; // tokens per tile
 layout(constant_id = 4) const uint BK = 32; // k per step
 layout(constant_id = 5) const uint TM = 4;  // weight rows per invocation
 layout(constant_id = 6) const uint TN = 4;  // tokens per invocation
+layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (above)
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"
@@ -91,9 +98,11 @@ void main() {
         n0 = it.y;
         if (e < pc.expert0 || e >= pc.expert1) return; // its rows lie in another part
     }
-    uint g0 = e * pc.n_rows;
-    uint lo = max(g0, pc.part_row0), hi = min(g0 + pc.n_rows, pc.part_row0 + pc.part_rows);
+    const bool glu = GLU != 0u;
+    uint slice = glu ? 2u * pc.n_rows : pc.n_rows, g0 = e * slice;
+    uint lo = max(g0, pc.part_row0), hi = min(g0 + slice, pc.part_row0 + pc.part_rows);
     uint nr = hi > lo ? hi - lo : 0u, w_row0 = lo - pc.part_row0, r0 = lo - g0;
+    if (glu && nr != slice) return; // uniform; the host never splits a pair slice
     // the tokens: plain 0..n_tokens at list entry ids_off; grouped from the expert's group
     bool grouped = (pc.flags & 4u) != 0;
     uint count = pc.n_tokens, j0 = pc.ids_off;
@@ -124,7 +133,8 @@ void main() {
         for (uint i = tid; i < BM * BK; i += WG) {
             uint kk = i % BK, mm = i / BK, m = m0 + mm, k = k0 + kk;
             float v = 0.0;
-            if (m < nr && k < pc.n_in) v = qb_dequant(QTYPE, (w_row0 + m) * pc.row_bytes, k);
+            uint src = glu ? (m >> 1) + (m & 1u) * pc.n_rows : m; // glu: interleaved G and U rows
+            if (m < nr && k < pc.n_in) v = qb_dequant(QTYPE, (w_row0 + src) * pc.row_bytes, k);
             ws[(kk * BM + mm) >> 2][mm & 3u] = v;
         }
         for (uint i = tid; i < BN * BK; i += WG) {
@@ -146,6 +156,15 @@ void main() {
     for (uint j = 0; j < TN; j++) {
         uint o = yrow[tn * TN + j];
         if (o == NONE) continue;
+        if (glu) { // tile rows 2i, 2i + 1 (TM even): output m / 2 = silu(G x) * (U x), swiglu.comp's expression
+            for (uint i = 0; i < TM; i += 2) {
+                uint m = m0 + tm * TM + i;
+                if (m >= nr) continue;
+                float gv = acc[i * TN + j], uv = acc[(i + 1) * TN + j];
+                y[o * pc.y_stride + (m >> 1)] = gv / (1.0 + exp(-gv)) * uv;
+            }
+            continue;
+        }
         for (uint i = 0; i < TM; i++) {
             uint m = m0 + tm * TM + i;
             if (m >= nr) continue;

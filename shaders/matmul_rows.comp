@@ -14,6 +14,8 @@
 //
 // Workgroup (x, y, z): rows m0 = x*WG.. of the slice, tokens n0 = y*NT.., expert e = expert0 + z
 // (grouped mode), or work item y (flag 16); token lists, parts and skipping exactly as matmul.comp.
+// Gate-up pairs (GLU = 1, matmul.comp): invocation m owns output m, gate row m and up row
+// n_rows + m of the slice, two sums per token, and writes silu(G x) * (U x).
 #extension GL_EXT_shader_8bit_storage : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
@@ -23,6 +25,7 @@ layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint QTYPE = 0;
 layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG)
 layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
+layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4-6 unused here
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"
@@ -102,6 +105,30 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
     }
 }
 
+// acc[n] += w . x[xrow[n]][k0 .. k0 + GROUP), one fma at a time in k order (rows NONE: skipped).
+// A macro, not a function: llvmpipe spills an inout array parameter (the kernel ran 2x slower).
+#define ADD_GROUP(w, acc) \
+    if (wide) { \
+        [[unroll]] for (uint n = 0; n < NT; n++) { \
+            if (xrow[n] == NONE) continue; /* acc stays 0, never stored */ \
+            uint o = (xrow[n] * pc.x_stride + k0) / 4u; \
+            [[unroll]] for (uint i = 0; i < GROUP; i += 4u) { \
+                vec4 xv = x4[o + i / 4u]; \
+                acc[n] = fma(w[i], xv.x, acc[n]); \
+                acc[n] = fma(w[i + 1u], xv.y, acc[n]); \
+                acc[n] = fma(w[i + 2u], xv.z, acc[n]); \
+                acc[n] = fma(w[i + 3u], xv.w, acc[n]); \
+            } \
+        } \
+    } else { \
+        [[unroll]] for (uint i = 0; i < GROUP; i++) { \
+            [[unroll]] for (uint n = 0; n < NT; n++) { \
+                float xv = xrow[n] != NONE ? x[xrow[n] * pc.x_stride + k0 + i] : 0.0; \
+                acc[n] = fma(w[i], xv, acc[n]); \
+            } \
+        } \
+    }
+
 void main() {
     uint e = pc.expert0 + gl_WorkGroupID.z, n0 = gl_WorkGroupID.y * NT;
     if ((pc.flags & 16u) != 0) { // work item y (matmul.comp): NT tokens of one expert
@@ -110,9 +137,14 @@ void main() {
         n0 = it.y;
         if (e < pc.expert0 || e >= pc.expert1) return;
     }
-    uint g0 = e * pc.n_rows;
-    uint lo = max(g0, pc.part_row0), hi = min(g0 + pc.n_rows, pc.part_row0 + pc.part_rows);
+    const bool glu = GLU != 0u;
+    uint slice = glu ? 2u * pc.n_rows : pc.n_rows, g0 = e * slice;
+    uint lo = max(g0, pc.part_row0), hi = min(g0 + slice, pc.part_row0 + pc.part_rows);
     uint nr = hi > lo ? hi - lo : 0u, w_row0 = lo - pc.part_row0, r0 = lo - g0;
+    if (glu) {
+        if (nr != slice) return; // the host never splits a pair slice
+        nr = pc.n_rows;          // outputs
+    }
     bool grouped = (pc.flags & 4u) != 0;
     uint count = pc.n_tokens, j0 = pc.ids_off;
     if (grouped) {
@@ -136,34 +168,21 @@ void main() {
         yrow[n] = yi;
     }
 
-    float acc[NT];
-    [[unroll]] for (uint n = 0; n < NT; n++) acc[n] = 0.0;
-    uint row = (w_row0 + m) * pc.row_bytes;
+    float acc[NT], acc_u[NT];
+    [[unroll]] for (uint n = 0; n < NT; n++) acc[n] = 0.0, acc_u[n] = 0.0;
+    uint row = (w_row0 + m) * pc.row_bytes, row_u = (w_row0 + pc.n_rows + m) * pc.row_bytes;
     bool wide = (pc.flags & X4_FLAG) != 0u && GROUP % 4u == 0u;
     for (uint k0 = 0; k0 < pc.n_in; k0 += GROUP) {
         float w[GROUP];
         decode_group(row, k0, w);
-        if (wide) {
-            [[unroll]] for (uint n = 0; n < NT; n++) {
-                if (xrow[n] == NONE) continue; // acc stays 0, never stored
-                uint o = (xrow[n] * pc.x_stride + k0) / 4u;
-                [[unroll]] for (uint i = 0; i < GROUP; i += 4u) {
-                    vec4 xv = x4[o + i / 4u];
-                    acc[n] = fma(w[i], xv.x, acc[n]);
-                    acc[n] = fma(w[i + 1u], xv.y, acc[n]);
-                    acc[n] = fma(w[i + 2u], xv.z, acc[n]);
-                    acc[n] = fma(w[i + 3u], xv.w, acc[n]);
-                }
-            }
-        } else {
-            [[unroll]] for (uint i = 0; i < GROUP; i++) {
-                [[unroll]] for (uint n = 0; n < NT; n++) {
-                    float xv = xrow[n] != NONE ? x[xrow[n] * pc.x_stride + k0 + i] : 0.0;
-                    acc[n] = fma(w[i], xv, acc[n]);
-                }
-            }
+        ADD_GROUP(w, acc)
+        if (glu) {
+            decode_group(row_u, k0, w);
+            ADD_GROUP(w, acc_u)
         }
     }
+    if (glu) // shaders/swiglu.comp's expression
+        [[unroll]] for (uint n = 0; n < NT; n++) acc[n] = acc[n] / (1.0 + exp(-acc[n])) * acc_u[n];
     [[unroll]] for (uint n = 0; n < NT; n++)
         if (yrow[n] != NONE) {
             uint o = yrow[n] * pc.y_stride + r0 + m;

@@ -35,13 +35,18 @@
 #define SEQS 4u
 #define GEN 6u
 
+/* The tiny preset in its default mix (gate Q4_K, up Q5_K: two matmuls and a swiglu stage) or,
+ * with `pairs` set, in q4_k_m with gate and up as gate-up pairs (one matmul). */
+static bool pairs;
+
 static model *tiny(void) {
-    static model *m;
-    if (!m) {
-        const char *path = tu_make_model("batch_tiny.gguf", "tiny", NULL, 11, NULL);
-        if (model_load(&m, path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    static model *m[2];
+    if (!m[pairs]) {
+        const char *path = tu_make_model(pairs ? "batch_tiny_q4km.gguf" : "batch_tiny.gguf", "tiny",
+                                         pairs ? "q4_k_m" : NULL, 11, NULL);
+        if (model_load(&m[pairs], path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
     }
-    return m;
+    return m[pairs];
 }
 
 /* Row r owns pages [r * per, (r + 1) * per): no allocator needed for the test. */
@@ -64,8 +69,10 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens) ||
         kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens))
         fail_msg("%s", cd_errmsg());
-    gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay};
+    gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
+                        .gate_up_pairs = pairs ? 1 : -1};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), pairs);
     static_tables(g);
 }
 
@@ -277,6 +284,13 @@ static void test_invariance_page16(void **state) { (void)state; invariance(16, 6
 static void test_invariance_page4(void **state) { (void)state; invariance(4, 61); }
 /* past one attention split (512 positions on a CPU device): the fixed split boundaries matter */
 static void test_invariance_long(void **state) { (void)state; invariance(16, 700); }
+/* gate and up as gate-up pairs: the SwiGLU in the matmul's epilogue (rows and tiled kernels) */
+static void test_invariance_pairs(void **state) {
+    (void)state;
+    pairs = true;
+    invariance(16, 61);
+    pairs = false;
+}
 
 /* Bad batches are errors, not crashes. */
 static void test_bad_batch(void **state) {
@@ -309,6 +323,7 @@ int main(void) {
         cmocka_unit_test(test_invariance_page4),
         cmocka_unit_test(test_invariance_long),
         cmocka_unit_test(test_bad_batch),
+        cmocka_unit_test(test_invariance_pairs), /* last: it switches the model */
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -55,6 +55,9 @@ typedef struct seq1 {
     int32_t next;  /* the greedy token after the last run's last token (when wanted) */
 } seq1;
 
+/* gpu_model_opts.gate_up_pairs for the next model made: 0 auto (lavapipe: apart), 1 pairs */
+static int pairs_mode;
+
 static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch, uint32_t page_tokens) {
     const model_config *c = &m->cfg;
     kv_layout lay;
@@ -62,8 +65,11 @@ static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch,
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens ? page_tokens : KV_PAGE_TOKENS_DEFAULT) ||
         kv_pool_init(&q->pool, vk, &lay, n_ctx))
         fail_msg("%s", cd_errmsg());
-    gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay};
+    gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay,
+                        .gate_up_pairs = pairs_mode};
     if (gpu_model_init(&q->g, vk, m, &o)) fail_msg("%s", cd_errmsg());
+    for (uint32_t il = 0; il < c->n_layer; il++) /* the path the test asked for */
+        assert_int_equal(gpu_layer_has_pairs(&q->g.w.layers[il]), pairs_mode > 0);
 }
 
 static void seq1_free(seq1 *q) {
@@ -140,11 +146,13 @@ static void test_logits_moe_mix(void **state) {
 
 /* Every weight f32: the 151936 x 256 embedding (and an untied lm_head of the same shape) is
  * 155 MB, more than one 128 MiB binding on lavapipe, so get_rows (and the head matvec) run
- * once per part. */
+ * once per part. Gate and up as gate-up pairs (the GPU's default). */
 static void test_logits_f32(void **state) {
     (void)state;
     model *m = load("gpu_tiny_f32.gguf", "f32", 3, NULL);
-    logits_vs_cpu(m, "tiny moe f32", 1e-2);
+    pairs_mode = 1;
+    logits_vs_cpu(m, "tiny moe f32 (gate-up pairs)", 1e-2);
+    pairs_mode = 0;
     model_free(m);
 }
 
@@ -158,6 +166,16 @@ static void test_logits_dense(void **state) {
     (void)state;
     model *m = load("gpu_tiny_dense.gguf", NULL, 11, make_dense);
     logits_vs_cpu(m, "tiny dense mix", 1e-2);
+    model_free(m);
+}
+
+/* Dense with gate and up of one type (Q8_0): gate-up pairs, one matmul with the SwiGLU. */
+static void test_logits_dense_pairs(void **state) {
+    (void)state;
+    model *m = load("gpu_tiny_dense_q8.gguf", "q8_0", 11, make_dense);
+    pairs_mode = 1;
+    logits_vs_cpu(m, "tiny dense q8_0 (gate-up pairs)", 1e-2);
+    pairs_mode = 0;
     model_free(m);
 }
 
@@ -339,6 +357,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_greedy_generation),
         cmocka_unit_test(test_prefill_ways_agree),
         cmocka_unit_test(test_logits_dense),
+        cmocka_unit_test(test_logits_dense_pairs),
         cmocka_unit_test(test_logits_f32),
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));

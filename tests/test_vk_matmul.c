@@ -24,6 +24,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/gguf/quant.h"
+#include "runtime/vk/op_eltwise.h"
 #include "runtime/vk/op_matmul.h"
 #include "runtime/vk/vk_barrier.h"
 #include "runtime/vk/vk_ctx.h"
@@ -601,6 +602,165 @@ static void test_grouped_items(void **state) {
     free(got), free(want);
 }
 
+/* --- gate-up pairs (glu) --- */
+
+typedef struct glu_case {
+    enum qtype type;
+    uint32_t T, E, n_rows, n_in;
+    uint32_t mode;               /* 0 plain on slice E - 1; 1 grouped (grid over every expert); 2 work items */
+    uint64_t max_part_slices;    /* the pair buffer in parts of this many pair slices, rounded up to
+                                    16-byte multiples (0: one part) */
+    const cvk_matmul_tile *tile; /* NULL: default */
+} glu_case;
+
+/* The pair product against two separate products and cvk_swiglu, bit for bit: G and U random
+ * (E slices of n_rows rows each), the pair buffer built from them (slice e: G's rows, then U's);
+ * plain mode on the last slice, grouped mode (k = 2 experts per token, grouped on the host) as
+ * a grid over every expert and as work items of the pipeline's tile dispatched indirectly with
+ * cvk_matmul_row_tiles(glu) row tiles. Rows no token maps to keep the NaN fill. */
+static void run_glu(const glu_case *c, uint64_t seed) {
+    rng r;
+    rng_seed(&r, seed);
+    const uint32_t k = c->mode ? 2 : 1, P = c->T * k, E = c->E, nr = c->n_rows;
+    size_t rb = qtype_row_bytes(c->type, c->n_in), slice = rb * nr;
+    uint8_t *gq = malloc(slice * E), *uq = malloc(slice * E), *pq = malloc(2 * slice * E);
+    float *row = malloc(c->n_in * 4);
+    for (uint32_t i = 0; i < 2 * E * nr; i++) {
+        for (uint32_t j = 0; j < c->n_in; j++) row[j] = rng_normal(&r) * (i % 3 ? 1.0f : 0.1f);
+        quant_quantize_row(c->type, row, (i < E * nr ? gq : uq) + rb * (i % (E * nr)), c->n_in);
+    }
+    for (uint32_t e = 0; e < E; e++) {
+        memcpy(pq + 2 * e * slice, gq + e * slice, slice);
+        memcpy(pq + (2 * e + 1) * slice, uq + e * slice, slice);
+    }
+    float *x = malloc((size_t)c->T * c->n_in * 4);
+    for (size_t i = 0; i < (size_t)c->T * c->n_in; i++) x[i] = rng_normal(&r);
+    /* routing (grouped modes): pair q = t*k + j to expert (3t + 5j) % E, counting sort by expert */
+    uint32_t *groups = calloc(E, 8), n_items = 0;
+    int32_t *gl = malloc(P * 4), *sl = malloc(P * 4);
+    uint32_t *items = calloc(P + E, 8);
+    cvk_pipeline p, pg; /* plain, and its gate-up pair variant */
+    cvk_matmul_tile t = c->tile ? *c->tile : cvk_matmul_tile_default;
+    if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, c->type, &t)) fail_msg("%s", cd_errmsg());
+    t.glu = true;
+    if (cvk_matmul_pipeline(&pg, &vk->dev, vk->pcache.cache, c->type, &t)) fail_msg("%s", cd_errmsg());
+    uint32_t tile = cvk_matmul_token_tile(&p), off = 0;
+    for (uint32_t e = 0; e < E; e++) {
+        groups[2 * e] = off;
+        for (uint32_t q = 0; q < P; q++)
+            if (c->mode && (3 * (q / k) + 5 * (q % k)) % E == e) gl[off] = (int32_t)(q / k), sl[off] = (int32_t)q, off++;
+        groups[2 * e + 1] = off - groups[2 * e];
+        for (uint32_t t0 = 0; t0 < groups[2 * e + 1]; t0 += tile, n_items++)
+            items[2 * n_items] = e, items[2 * n_items + 1] = t0;
+    }
+    uint32_t disp[3] = {cvk_matmul_row_tiles(&pg, nr), n_items, 1};
+    uint32_t y_rows = c->mode ? P + 1 : c->T + 1; /* one row nothing writes */
+
+    cvk_buffer bg, bu, bp, bx, bhg, bhu, bh, bl, bgr, bit, bd;
+    uint64_t saved = vk->mem.max_part;
+    uint64_t unit = 2 * slice; /* parts hold whole multiples of lcm(pair slice, 16) bytes */
+    while (unit % 16) unit += 2 * slice;
+    if (c->max_part_slices) vk->mem.max_part = c->max_part_slices * unit + 15;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bp, 2 * slice * E, 2 * slice, CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved;
+    if (c->max_part_slices) assert_true(bp.n_parts >= 2);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bg, slice * E, rb, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bu, slice * E, rb, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, (size_t)c->T * c->n_in * 4, 4, CVK_MEM_DEVICE), 0);
+    cvk_buffer *outs[3] = {&bhg, &bhu, &bh};
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(cvk_buffer_create(&vk->mem, outs[i], (size_t)y_rows * nr * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bl, 512ull + P * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bgr, E * 8ull, 8, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bit, 8ull * (P + E), 8, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bd, 12, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bg), gq), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bu), uq), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bp), pq), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    if (c->mode) {
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bl, 0, P * 4), gl), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bl, 256, P * 4), sl), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bgr), groups), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bit, 0, 8ull * n_items + 8), items), 0);
+        assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bd), disp), 0);
+    }
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+
+    cvk_pipeline ps;
+    assert_int_equal(cvk_swiglu_pipeline(&ps, &vk->dev, vk->pcache.cache, 0), 0);
+    cvk_matmul_args a = {.type = c->type, .n_in = c->n_in, .n_rows = nr, .x = cvk_view_whole(&bx), .x_rows = c->T,
+                         .y_rows = y_rows, .n_tokens = c->T, .expert = c->mode ? 0 : E - 1};
+    if (c->mode) {
+        a.gather = cvk_view_range(&bl, 0, P * 4), a.scatter = cvk_view_range(&bl, 256, P * 4);
+        a.groups = cvk_view_whole(&bgr), a.n_experts = E;
+    }
+    if (c->mode == 2)
+        a.items = cvk_view_whole(&bit), a.item_tile = tile, a.dispatch = cvk_view_whole(&bd);
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    for (int i = 0; i < 3; i++) assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(outs[i]), 0x7fc00000u), 0);
+    cvk_barrier_transfer_to_compute(vk->cmd.cb);
+    cvk_barrier_compute_to_indirect(vk->cmd.cb);
+    cvk_matmul_args ag = a, au = a, ap = a;
+    ag.w = &bg, ag.y = cvk_view_whole(&bhg);
+    au.w = &bu, au.y = cvk_view_whole(&bhu);
+    ap.w = &bp, ap.y = cvk_view_whole(&bh), ap.glu = true;
+    if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &ag) || cvk_matmul(&vk->cmd, &vk->dpool, &p, &au) ||
+        cvk_matmul(&vk->cmd, &vk->dpool, &pg, &ap))
+        fail_msg("%s", cd_errmsg());
+    cvk_barrier_compute_to_compute(vk->cmd.cb);
+    cvk_swiglu_args sa = {.g = cvk_view_whole(&bhg), .u = cvk_view_whole(&bhu), .h = cvk_view_whole(&bhg), .n = nr,
+                          .rows = y_rows};
+    assert_int_equal(cvk_swiglu(&vk->cmd, &vk->dpool, &ps, &sa), 0);
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    size_t ny = (size_t)y_rows * nr;
+    float *want = malloc(ny * 4), *got = malloc(ny * 4);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bhg), want), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bh), got), 0);
+    size_t written = 0;
+    for (size_t i = 0; i < ny; i++) {
+        if (is_nan_fill(want[i]) != is_nan_fill(got[i]) || (!is_nan_fill(want[i]) && memcmp(&want[i], &got[i], 4)))
+            fail_msg("glu %s T=%u E=%u rows=%u mode=%u tile bn %u: y[%zu][%zu] = %.9g, two products + swiglu %.9g",
+                     qtype_name(c->type), c->T, E, nr, c->mode, tile, i / nr, i % nr, got[i], want[i]);
+        written += !is_nan_fill(got[i]);
+    }
+    assert_int_equal(written, (size_t)(y_rows - 1) * nr); /* every token's row, not the spare one */
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    cvk_pipeline_destroy(&vk->dev, &pg);
+    cvk_pipeline_destroy(&vk->dev, &ps);
+    cvk_buffer *bufs[] = {&bg, &bu, &bp, &bx, &bhg, &bhu, &bh, &bl, &bgr, &bit, &bd};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
+    free(gq), free(uq), free(pq), free(row), free(x), free(groups), free(gl), free(sl), free(items), free(want),
+        free(got);
+}
+
+/* Gate-up pairs: four types x the kernels the forward pass uses (the default tile, the GPU's
+ * 8-token tile, a 16-row tile whose row tiles end mid-pair-block, the rows kernel with 8 tokens
+ * and with one) x plain (1, 5, 70 tokens), grouped and work items, and pair slices over parts. */
+static void test_glu(void **state) {
+    (void)state;
+    const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
+                          small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
+    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one};
+    const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
+    uint64_t seed = 900;
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
+        for (size_t k = 0; k < sizeof tiles / sizeof *tiles; k++) {
+            uint32_t n_in = n_in_for(types[ti]);
+            const uint32_t Ts[] = {1, 5, 70};
+            for (size_t i = 0; i < 3; i++) {
+                glu_case c = {.type = types[ti], .T = Ts[i], .E = 3, .n_rows = 37, .n_in = n_in, .tile = tiles[k]};
+                run_glu(&c, seed++);
+            }
+            glu_case g = {.type = types[ti], .T = 33, .E = 7, .n_rows = 21, .n_in = n_in, .mode = 1, .tile = tiles[k]};
+            run_glu(&g, seed++);
+            g.mode = 2, g.max_part_slices = 1;
+            run_glu(&g, seed++);
+        }
+}
+
 static void test_rejects_mismatches(void **state) {
     (void)state;
     cvk_pipeline p;
@@ -642,6 +802,30 @@ static void test_rejects_mismatches(void **state) {
     a.expert = 0;
     a.n_experts = 20; /* 80 rows of 4-row slices */
     assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.n_experts = 4, a.glu = true; /* 4 pair slices of 8 rows: 32 rows, 60 fit */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1); /* a plain pipeline */
+    assert_non_null(strstr(cd_errmsg(), "plain pipeline"));
+    cvk_pipeline pg;
+    cvk_matmul_tile gt = cvk_matmul_tile_default;
+    gt.glu = true;
+    assert_int_equal(cvk_matmul_pipeline(&pg, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, &gt), 0);
+    a.glu = false;
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &pg, &a), -1); /* a pair pipeline, plain args */
+    a.glu = true, a.accumulate = true;
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &pg, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "accumulate"));
+    a.accumulate = false, a.n_experts = 8; /* 64 rows */
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &pg, &a), -1);
+    cvk_buffer parts;
+    uint64_t saved = vk->mem.max_part;
+    vk->mem.max_part = 68 * 12; /* parts of 12 rows: the second pair slice straddles */
+    assert_int_equal(cvk_buffer_create(&vk->mem, &parts, 68 * 32, 68, CVK_MEM_DEVICE), 0);
+    vk->mem.max_part = saved;
+    a.w = &parts, a.n_experts = 4;
+    assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &pg, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "pair slices"));
+    cvk_buffer_destroy(&vk->mem, &parts);
+    cvk_pipeline_destroy(&vk->dev, &pg);
     cvk_pipeline_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &b);
 }
@@ -748,14 +932,14 @@ static void bench_kernels(void **state) {
     rng_seed(&r, 42);
     size_t rb = qtype_row_bytes(ty, n_in);
     float *row = malloc(n_in * 4), *x = malloc((size_t)Tmax * n_in * 4);
-    uint8_t *wq = malloc(rb * n_rows);
-    for (uint32_t i = 0; i < n_rows; i++) {
+    uint8_t *wq = malloc(rb * 2 * n_rows); /* a gate-up pair slice; plain products use its first half */
+    for (uint32_t i = 0; i < 2 * n_rows; i++) {
         for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
         quant_quantize_row(ty, row, wq + rb * i, n_in);
     }
     for (size_t i = 0; i < (size_t)Tmax * n_in; i++) x[i] = rng_normal(&r);
     cvk_buffer bw, bx, by;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * 2 * n_rows, rb, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bx, (size_t)Tmax * n_in * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &by, (size_t)Tmax * n_rows * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
@@ -766,13 +950,17 @@ static void bench_kernels(void **state) {
         {.bm = 64, .bn = 16, .rows = true}, {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
         {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default};
     const uint32_t Ts[] = {1, 8, 32};
-    for (size_t ti = 0; ti < sizeof tiles / sizeof *tiles; ti++) {
+    for (size_t ti = 0; ti < 2 * sizeof tiles / sizeof *tiles; ti++) { /* plain, then gate-up pairs */
         cvk_pipeline p;
-        if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tiles[ti])) fail_msg("%s", cd_errmsg());
-        printf("%s %-5s bm %u bn %-2u:", qtype_name(ty), tiles[ti].rows ? "rows" : "tiled", tiles[ti].bm, tiles[ti].bn);
+        cvk_matmul_tile tile = tiles[ti / 2];
+        tile.glu = ti % 2;
+        if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tile)) fail_msg("%s", cd_errmsg());
+        printf("%s %-5s bm %u bn %-2u %s:", qtype_name(ty), tile.rows ? "rows" : "tiled", tile.bm, tile.bn,
+               tile.glu ? "pairs" : "plain");
         for (size_t k = 0; k < 3; k++) {
             cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
-                                 .x_rows = Ts[k], .y = cvk_view_whole(&by), .y_rows = Ts[k], .n_tokens = Ts[k]};
+                                 .x_rows = Ts[k], .y = cvk_view_whole(&by), .y_rows = Ts[k], .n_tokens = Ts[k],
+                                 .glu = tile.glu};
             double best = 1e9;
             for (int rep = 0; rep < 5; rep++) {
                 assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
@@ -805,6 +993,7 @@ int main(void) {
         cmocka_unit_test(test_grouped),
         cmocka_unit_test(test_grouped_split_parts),
         cmocka_unit_test(test_grouped_items),
+        cmocka_unit_test(test_glu),
         cmocka_unit_test(test_rejects_mismatches),
     };
     if (getenv("CINDER_MATMUL_BENCH") && !strcmp(getenv("CINDER_MATMUL_BENCH"), "kernels")) {

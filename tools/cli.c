@@ -53,6 +53,14 @@ int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb) {
     return 0;
 }
 
+int cli_gate_up_pairs(const char *cmd, const char *s, int *out) {
+    if (!strcmp(s, "auto")) *out = 0;
+    else if (!strcmp(s, "on")) *out = 1;
+    else if (!strcmp(s, "off")) *out = -1;
+    else return cli_error(cmd, "--gate-up-pairs %s: auto, on or off", s), -1;
+    return 0;
+}
+
 int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb) {
     if (mb && !cache_dir) return cli_error(cmd, "--cache-dir-max-mb needs --cache-dir DIR"), -1;
     return 0;

@@ -29,6 +29,7 @@ typedef struct profile_opts {
     double peak_gbps;     /* the device's read bandwidth; 0: the device card's */
     double peak_tflops;   /* fp32 FMA rate; 0: the device card's */
     const char *peak_source; /* set by profile_model: where the bandwidth peak came from */
+    int gate_up_pairs;    /* gpu_model_opts.gate_up_pairs */
 } profile_opts;
 
 /* Fills the peaks the user did not give from the device card (tools/device_card.h). */

@@ -11,11 +11,12 @@
  *     XB = rmsnorm(X)
  *     MoE:   ids, w, groups, gather, scatter = moe_group(XB Wr): softmax top-k per token,
  *              then the (token, slot) pairs sorted by expert                one stage
- *            HG, HU = gate/up matmuls, expert-grouped (row t*k + slot)      (T*k, n_ff)
- *            HG = swiglu(HG, HU); EO = down matmul, expert-grouped          (T*k, n_embd)
+ *            HG = silu(XB Wg) * (XB Wu), expert-grouped (row t*k + slot): one matmul over
+ *              gate-up pairs (gate and up of one type), else two and swiglu (T*k, n_ff)
+ *            EO = down matmul, expert-grouped                               (T*k, n_embd)
  *            X += sum_j w[t][j] EO[t*k + j]; XB = rmsnorm(X) with the next layer's
  *              attn_norm (the last layer's: output_norm)                   (moe_combine, one stage)
- *     dense: X += swiglu(XB Wg, XB Wu) Wd                                  (the matmul adds)
+ *     dense: X += swiglu(XB Wg, XB Wu) Wd   (as MoE: swiglu in the pair matmul; the matmul adds)
  *   head over the wanted rows: rmsnorm, lm_head, argmax; rows drawn on the device: sample_topk
  *
  * The expert ids never leave the GPU: moe_group writes each expert's {offset, count} and two
@@ -58,21 +59,24 @@ static const cvk_matmul_tile few_tile_gpu = {.bm = 64, .bn = 8, .bk = 32, .tm = 
 static const cvk_matmul_tile one_tile_cpu = {.bm = 64, .bn = 1, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
 
-static int want_matmul(gpu_model *g, const gguf_tensor *t) {
-    if (!t || g->matmul[t->type].pipe) return 0;
+/* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
+static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
+    if (!t || g->matmul[glu][t->type].pipe) return 0;
     VkPipelineCache pc = g->vk->pcache.cache;
     cvk_device *d = &g->vk->dev;
-    if (cvk_matmul_pipeline(&g->matmul[t->type], d, pc, t->type, NULL)) return -1;
+    cvk_matmul_tile big = cvk_matmul_tile_default, few = few_tile_gpu, rows = cvk_matmul_tile_rows, one = one_tile_cpu;
+    big.glu = few.glu = rows.glu = one.glu = glu;
+    if (cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big)) return -1;
     if (d->info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU)
-        return cvk_matmul_pipeline(&g->matmul_few[t->type], d, pc, t->type, &few_tile_gpu);
+        return cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few);
     /* a CPU device: the rows kernel, for one token and for a few (its token loop is unrolled) */
-    return cvk_matmul_pipeline(&g->matmul_few[t->type], d, pc, t->type, &cvk_matmul_tile_rows) ||
-           cvk_matmul_pipeline(&g->matmul_one[t->type], d, pc, t->type, &one_tile_cpu);
+    return cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &rows) ||
+           cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
 }
 
-static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint32_t n_tokens) {
-    if (n_tokens == 1 && g->matmul_one[type].pipe) return &g->matmul_one[type];
-    return n_tokens <= FEW_TOKENS ? &g->matmul_few[type] : &g->matmul[type];
+static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint32_t n_tokens, bool glu) {
+    if (n_tokens == 1 && g->matmul_one[glu][type].pipe) return &g->matmul_one[glu][type];
+    return n_tokens <= FEW_TOKENS ? &g->matmul_few[glu][type] : &g->matmul[glu][type];
 }
 
 /* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
@@ -88,9 +92,9 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
  * gate/up (n_ff_exp rows), 1 for down (n_embd rows). */
 #define MOE_SPLIT 32u
 
-static const cvk_pipeline *moe_pipe(const gpu_model *g, enum qtype type, uint32_t list) {
-    if (list) return &g->matmul[type];
-    return g->matmul_one[type].pipe ? &g->matmul_one[type] : &g->matmul_few[type];
+static const cvk_pipeline *moe_pipe(const gpu_model *g, enum qtype type, uint32_t list, bool glu) {
+    if (list) return &g->matmul[glu][type];
+    return g->matmul_one[glu][type].pipe ? &g->matmul_one[glu][type] : &g->matmul_few[glu][type];
 }
 
 static int make_pipelines(gpu_model *g) {
@@ -98,9 +102,11 @@ static int make_pipelines(gpu_model *g) {
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
         const gguf_tensor *ts[GPU_LAYER_MATS];
         gpu_layer_mats(&m->layers[il], ts);
-        for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matmul(g, ts[i]));
+        for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matmul(g, ts[i], false));
+        const layer_weights *l = &m->layers[il];
+        if (gpu_layer_has_pairs(&g->w.layers[il])) TRY(want_matmul(g, l->gate_exps ? l->gate_exps : l->ffn_gate, true));
     }
-    TRY(want_matmul(g, m->output)); /* the batch forward's head */
+    TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
     VkPipelineCache pc = g->vk->pcache.cache;
     TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
     if (m->cfg.arch == ARCH_QWEN3MOE) TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
@@ -132,7 +138,10 @@ static int make_buffers(gpu_model *g) {
     TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
-    TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D) || gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
+    TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D));
+    bool apart = false; /* a layer whose gate and up are not gate-up pairs: HU and a swiglu stage */
+    for (uint32_t il = 0; il < c->n_layer; il++) apart |= !gpu_layer_has_pairs(&g->w.layers[il]);
+    if (apart) TRY(gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
     /* partial softmax states of the attention splits, per part of the pool's buffer */
     TRY(gpu_model_buffer(g, &g->bpartials,
                          cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, g->split_max, c->head_dim),
@@ -143,7 +152,7 @@ static int make_buffers(gpu_model *g) {
             gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
             gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
         /* work lists sized for the smallest tile a list uses (list 0's) */
-        uint32_t tile = cvk_matmul_token_tile(moe_pipe(g, g->m->layers[0].gate_exps->type, 0));
+        uint32_t tile = cvk_matmul_token_tile(moe_pipe(g, g->m->layers[0].gate_exps->type, 0, false));
         g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, tile, tile);
         TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
@@ -206,11 +215,12 @@ void gpu_forward_free(gpu_model *g) {
         cvk_buffer_destroy(&vk->mem, &ins[i]->host);
         cvk_buffer_destroy(&vk->mem, &ins[i]->dev);
     }
-    for (int t = 0; t < QTYPE_COUNT; t++) {
-        cvk_pipeline_destroy(&vk->dev, &g->matmul[t]);
-        cvk_pipeline_destroy(&vk->dev, &g->matmul_few[t]);
-        cvk_pipeline_destroy(&vk->dev, &g->matmul_one[t]);
-    }
+    for (int glu = 0; glu < 2; glu++)
+        for (int t = 0; t < QTYPE_COUNT; t++) {
+            cvk_pipeline_destroy(&vk->dev, &g->matmul[glu][t]);
+            cvk_pipeline_destroy(&vk->dev, &g->matmul_few[glu][t]);
+            cvk_pipeline_destroy(&vk->dev, &g->matmul_one[glu][t]);
+        }
     cvk_pipeline_destroy(&vk->dev, &g->moe_group);
     cvk_pipeline_destroy(&vk->dev, &g->head_batch);
     cvk_pipeline_destroy(&vk->dev, &g->head);
@@ -248,6 +258,13 @@ static void work_matmul(const chunk *ch, const char *role, const gguf_tensor *t,
         work(ch, step_cost_matmul(role, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], T, slices, x_rows));
 }
 
+/* A gate-up pair product's work (gate t and its up twin). */
+static void work_matmul_glu(const chunk *ch, const char *role, const gguf_tensor *t, uint32_t T, double slices,
+                            uint32_t x_rows) {
+    if (profiling(ch))
+        work(ch, step_cost_matmul_glu(role, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], T, slices, x_rows));
+}
+
 /* Y (T rows) = X W^T for a dense projection. */
 static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
                      const cvk_buffer *x, const cvk_buffer *y, bool accumulate) {
@@ -255,7 +272,7 @@ static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, co
     cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T,
                          .accumulate = accumulate};
-    return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T), &a);
+    return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T, false), &a);
 }
 
 static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
@@ -273,22 +290,31 @@ static int matmul_residual(const chunk *ch, const char *role, const gguf_tensor 
 /* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
 static int matmul_experts(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
                           const cvk_buffer *x, uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y,
-                          uint32_t shape) {
+                          uint32_t shape, bool glu) {
     const gpu_model *g = ch->g;
     uint32_t rows = ch->T * g->m->cfg.n_expert_used;
-    work_matmul(ch, role, t, rows, step_cost_experts_read(g->m->cfg.n_expert, g->m->cfg.n_expert_used, ch->T), x_rows);
+    double slices = step_cost_experts_read(g->m->cfg.n_expert, g->m->cfg.n_expert_used, ch->T);
+    if (glu) work_matmul_glu(ch, role, t, rows, slices, x_rows);
+    else work_matmul(ch, role, t, rows, slices, x_rows);
     const cvk_pipeline *p[2];
     cvk_matmul_args a[2];
     for (uint32_t list = 0; list < 2; list++) {
-        p[list] = moe_pipe(g, t->type, list);
+        p[list] = moe_pipe(g, t->type, list, glu);
         a[list] = (cvk_matmul_args){
             .w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1], .x = W(x),
             .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T, .gather = W(gather),
             .scatter = W(&g->bscatter), .groups = W(&g->bgroups), .n_experts = (uint32_t)t->ne[2],
             .items = W(&g->bitems), .item0 = list * g->moe_cap, .item_tile = cvk_matmul_token_tile(p[list]),
-            .dispatch = cvk_view_range(&g->bdispatch, 12ull * (2 * list + shape), 12)};
+            .dispatch = cvk_view_range(&g->bdispatch, 12ull * (2 * list + shape), 12), .glu = glu};
     }
     return cvk_matmul_lists(ch->c, ch->dp, p, a); /* one op: the profile's work covers both lists */
+}
+
+/* HG = silu(HG) * HU over rows of n (the stage gate-up pairs fold into the matmul). */
+static int swiglu(const chunk *ch, uint32_t n, uint32_t rows) {
+    cvk_swiglu_args s = {.g = W(&ch->g->bhg), .u = W(&ch->g->bhu), .h = W(&ch->g->bhg), .n = n, .rows = rows};
+    work_rows(ch, "swiglu", n, rows, 2, 1, 4, false);
+    return cvk_swiglu(ch->c, ch->dp, &ch->g->swiglu, &s);
 }
 
 static int rmsnorm(const chunk *ch, const char *role, const cvk_buffer *x, const cvk_buffer *w, const cvk_buffer *y,
@@ -329,17 +355,42 @@ static int attention(const chunk *ch, uint32_t il) {
     return matmul_residual(ch, "attn_output", l->wo, &d->wo, &g->batt);
 }
 
-static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+/* H = silu(XB Wg) * (XB Wu) for the dense FFN: one matmul over gate-up pairs, else two and a
+ * swiglu stage (the same bits). */
+static int dense_gate_up(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
     gpu_model *g = ch->g;
-    uint32_t ff = g->m->cfg.n_ff;
+    const gguf_tensor *gate = l->ffn_gate;
+    if (gpu_layer_has_pairs(d)) {
+        work_matmul_glu(ch, "ffn_gate_up", gate, ch->T, 1, ch->T);
+        cvk_matmul_args a = {.w = &d->gate_up, .type = gate->type, .n_in = (uint32_t)gate->ne[0],
+                             .n_rows = (uint32_t)gate->ne[1], .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->bhg),
+                             .y_rows = ch->T, .n_tokens = ch->T, .glu = true};
+        return cvk_matmul(ch->c, ch->dp, matmul_pipe(g, gate->type, ch->T, true), &a);
+    }
     TRY(matmul(ch, "ffn_gate", l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) ||
         matmul(ch, "ffn_up", l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
     barrier(ch);
-    cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = ff, .rows = ch->T};
-    work_rows(ch, "swiglu", ff, ch->T, 2, 1, 4, false);
-    TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
+    return swiglu(ch, g->m->cfg.n_ff, ch->T);
+}
+
+static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+    gpu_model *g = ch->g;
+    TRY(dense_gate_up(ch, l, d));
     barrier(ch);
     return matmul_residual(ch, "ffn_down", l->ffn_down, &d->ffn_down, &g->bhg);
+}
+
+/* HG = the experts' silu(XB Wg[e]) * (XB Wu[e]) for every (token, slot) pair: one grouped
+ * matmul over gate-up pairs, else two and a swiglu stage (the same bits). */
+static int moe_gate_up(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+    gpu_model *g = ch->g;
+    const gguf_tensor *gate = l->gate_exps, *up = l->up_exps;
+    if (gpu_layer_has_pairs(d))
+        return matmul_experts(ch, "ffn_gate_up_exps", gate, &d->gate_up, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, true);
+    TRY(matmul_experts(ch, "ffn_gate_exps", gate, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, false) ||
+        matmul_experts(ch, "ffn_up_exps", up, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0, false));
+    barrier(ch);
+    return swiglu(ch, g->m->cfg.n_ff_exp, ch->T * g->m->cfg.n_expert_used);
 }
 
 /* The MoE FFN; its combine also writes XB = rmsnorm(X, next_norm), the next stage's input. */
@@ -349,8 +400,11 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
     uint32_t k = cf->n_expert_used, pairs = ch->T * k;
     TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
     barrier(ch);
-    /* the lists' tiles and row tiles are the same for every layer's types (bm 64; bn 1 or 8, and 64) */
-    const cvk_pipeline *p0 = moe_pipe(g, l->gate_exps->type, 0), *p1 = moe_pipe(g, l->gate_exps->type, 1);
+    /* the lists' token tiles are the same for every type and variant (bn 1 or 8, and 64); row
+     * tiles per projection: gate/up (p, over gate-up pairs twice the tiled kernel's) and down (q) */
+    bool glu = gpu_layer_has_pairs(d);
+    const cvk_pipeline *p0 = moe_pipe(g, l->gate_exps->type, 0, glu), *p1 = moe_pipe(g, l->gate_exps->type, 1, glu);
+    const cvk_pipeline *q0 = moe_pipe(g, l->down_exps->type, 0, false), *q1 = moe_pipe(g, l->down_exps->type, 1, false);
     /* routing and grouping in one kernel: softmax top-k per token, then the pairs sorted by expert */
     cvk_moe_group_args mg = {.logits = W(&g->brouter), .weights = W(&g->bwts), .ids = W(&g->bids),
                              .groups = W(&g->bgroups), .gather = W(&g->bgather),
@@ -358,21 +412,17 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
                              .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
                              .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
                              .split = MOE_SPLIT, .cap = g->moe_cap,
-                             .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(p0, cf->n_embd),
-                                    cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(p1, cf->n_embd)}};
+                             .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(q0, cf->n_embd),
+                                    cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(q1, cf->n_embd)}};
     work_rows(ch, "moe_route_group", cf->n_expert, ch->T, 1, 0, 3 * k, false);
     TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);
     cvk_barrier_compute_to_indirect(ch->c->cb);
-    TRY(matmul_experts(ch, "ffn_gate_exps", l->gate_exps, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0) ||
-        matmul_experts(ch, "ffn_up_exps", l->up_exps, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0));
-    barrier(ch);
-    cvk_swiglu_args s = {.g = W(&g->bhg), .u = W(&g->bhu), .h = W(&g->bhg), .n = cf->n_ff_exp, .rows = pairs};
-    work_rows(ch, "swiglu", cf->n_ff_exp, pairs, 2, 1, 4, false);
-    TRY(cvk_swiglu(ch->c, ch->dp, &g->swiglu, &s));
+    TRY(moe_gate_up(ch, l, d));
     barrier(ch);
     /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
-    TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1));
+    TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1,
+                       false));
     barrier(ch);
     work_rows(ch, "moe_combine_norm", cf->n_embd, ch->T, 2 + k, 2, 2 * k + 4, true);
     cvk_moe_combine_args mc = {.x = W(&g->bx), .e = W(&g->beo), .w = W(&g->bwts), .n = cf->n_embd, .k = k,
@@ -417,7 +467,7 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
                          .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
                          .n_tokens = n_out, .gather = W(&g->in_out.dev)};
     if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out);
-    if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, &g->matmul[t->type], &a);
+    if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, &g->matmul[0][t->type], &a);
     barrier(ch);
     cvk_argmax_args am = {.logits = W(&g->blogits), .scratch = W(&g->bam_scratch), .out = W(&g->bout_id),
                           .n = cf->n_vocab, .rows = n_out};

@@ -14,7 +14,7 @@
  *     X += ATT Wo
  *     XB = rmsnorm(X, ffn_norm)
  *     MoE:   ids, w = top-k softmax (XB Wr), the pairs grouped by expert: one kernel (moe_group)
- *            H = silu(XB Wg[e]) * (XB Wu[e])
+ *            H = silu(XB Wg[e]) * (XB Wu[e]) (one matmul where gate and up share a type)
  *            X += sum_j w[j] Wd[ids[j]] H[j]; XB = rmsnorm(X, the next layer's attn_norm or
  *              output_norm): one kernel (moe_combine)
  *     dense: X += ffn_down (silu(ffn_gate XB) * (ffn_up XB))
@@ -40,12 +40,27 @@
 #include "runtime/vk/op_sample.h" /* cvk_argmax, cvk_sample */
 #include "runtime/vk/vk_ctx.h"
 
-/* Device copies of one layer's tensors (unused ones stay zeroed). Norm vectors are f32. */
+/* Device copies of one layer's tensors (unused ones stay zeroed). Norm vectors are f32. The
+ * FFN's gate and up projections of one type and shape (real Q4_K_M files) may be stored as
+ * gate-up pairs in gate_up instead (per expert slice its gate rows, then its up rows:
+ * op_matmul.h's glu), so one matmul computes silu(gate) * up (gpu_model_opts.gate_up_pairs). */
 typedef struct gpu_layer {
     cvk_buffer attn_norm, wq, wk, wv, wo, q_norm, k_norm, ffn_norm;
     cvk_buffer gate_inp, gate_exps, up_exps, down_exps; /* MoE */
     cvk_buffer ffn_gate, ffn_up, ffn_down;              /* dense */
+    cvk_buffer gate_up;                                 /* gate-up pairs (MoE or dense) */
 } gpu_layer;
+
+/* The layer's FFN gate and up tensors, and whether they can be stored as gate-up pairs. */
+static inline bool gpu_layer_ffn_pairable(const layer_weights *l, const gguf_tensor **gate, const gguf_tensor **up) {
+    *gate = l->gate_exps ? l->gate_exps : l->ffn_gate;
+    *up = l->gate_exps ? l->up_exps : l->ffn_up;
+    return *gate && *up && (*gate)->type == (*up)->type && (*gate)->ne[0] == (*up)->ne[0] &&
+           (*gate)->ne[1] == (*up)->ne[1] && (*gate)->ne[2] == (*up)->ne[2] && (*gate)->ne[3] == 1 && (*up)->ne[3] == 1;
+}
+
+/* Whether the layer's gate and up went to the device as gate-up pairs (gpu_weights_upload). */
+static inline bool gpu_layer_has_pairs(const gpu_layer *d) { return d->gate_up.n_parts != 0; }
 
 typedef struct gpu_weights {
     cvk_buffer tok_embd, output_norm, output; /* output empty when tied */
@@ -102,9 +117,10 @@ typedef struct gpu_model {
     /* pipelines */
     cvk_pipeline get_rows, rmsnorm, swiglu, moe_combine;
     cvk_head_norm_rope_pipes head_norm_rope; /* QK-norm + RoPE (+ the KV write for K) */
-    cvk_pipeline matmul[QTYPE_COUNT];      /* per weight type in use */
-    cvk_pipeline matmul_few[QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
-    cvk_pipeline matmul_one[QTYPE_COUNT];  /* one token (CPU devices) */
+    /* per [plain, gate-up pairs] and weight type in use */
+    cvk_pipeline matmul[2][QTYPE_COUNT];
+    cvk_pipeline matmul_few[2][QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
+    cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (CPU devices) */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
@@ -157,6 +173,12 @@ typedef struct gpu_model_opts {
     uint32_t max_seqs;       /* sequences (block-table rows) one pass may hold; 0 = 1 */
     const cvk_buffer *kv;    /* the KV pool's buffer (kv_pool.buf), kept by the caller while g lives */
     const kv_layout *lay;    /* its layout (page size, heads) */
+    /* FFN gate and up of one type as gate-up pairs (one matmul with the SwiGLU, one stage
+     * fewer per layer): 0 auto = on a GPU, not on a CPU device (on llvmpipe a pair product over
+     * several tokens reads twice the weights per pass over the tokens and falls out of cache:
+     * 1.3-1.5x slower than two products, docs/PERF.md); 1 wherever gate and up share a type
+     * (tests), -1 never. */
+    int gate_up_pairs;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
@@ -216,6 +238,7 @@ int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_k
 int gpu_forward_init(gpu_model *g); /* buffers, pipelines and recordings of gpu_forward.c */
 void gpu_forward_free(gpu_model *g);
 
-/* gpu_weights.c: every tensor of m to device buffers (granule = row bytes), norms as f32. */
-int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m);
+/* gpu_weights.c: every tensor of m to device buffers (granule = row bytes; with `pairs`, gate
+ * and up of one type as gate-up pairs, granule = a pair slice), norms as f32. */
+int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs);
 void gpu_weights_free(gpu_weights *w, cvk_ctx *vk, const model *m);

@@ -1,5 +1,6 @@
 /* Weights to the device: one buffer per tensor, granule = row bytes so a row never straddles
- * two parts (vk_memory.h), uploaded straight from the mapped file through the stager. Norm
+ * two parts (vk_memory.h) — except an FFN's gate and up of one type, stored together as gate-up
+ * pairs (gpu_model.h) — uploaded straight from the mapped file through the stager. Norm
  * vectors are converted to f32 on the host when stored otherwise. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,38 @@ static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights 
     return rc;
 }
 
+/* Gate and up (one type, n_slice slices of `rows` rows each) as gate-up pairs: slice e's gate
+ * rows then its up rows, granule = a pair slice so no part splits one (op_matmul.h's glu). */
+static int upload_pairs(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *gate, const gguf_tensor *up, gpu_weights *w) {
+    uint64_t row = qtype_row_bytes(gate->type, gate->ne[0]), rows = (uint64_t)gate->ne[1], n_slice = (uint64_t)gate->ne[2];
+    uint64_t slice = rows * row;
+    const gguf_tensor *ts[2] = {gate, up};
+    for (int i = 0; i < 2; i++)
+        if (!row || slice * n_slice != ts[i]->nbytes)
+            return cd_fail("%.*s: %llu bytes is not %llu rows of %llu", (int)ts[i]->name.len, ts[i]->name.ptr,
+                           (unsigned long long)ts[i]->nbytes, (unsigned long long)(rows * n_slice),
+                           (unsigned long long)row);
+    if (cvk_buffer_create(&vk->mem, b, 2 * slice * n_slice, 2 * slice, CVK_MEM_DEVICE)) return -1;
+    for (int i = 0; i < 2; i++) {
+        fp_weights_add(w->hashing, ts[i]);
+        for (uint64_t e = 0; e < n_slice; e++)
+            if (cvk_stager_upload(&vk->stager, cvk_view_range(b, (2 * e + i) * slice, slice),
+                                  (const uint8_t *)ts[i]->data + e * slice))
+                return -1;
+        w->bytes += ts[i]->nbytes;
+        progress(w);
+    }
+    return 0;
+}
+
+/* The FFN's gate and up: as gate-up pairs when wanted and they share a type and shape, else apart. */
+static int upload_gate_up(cvk_ctx *vk, gpu_layer *d, const layer_weights *l, gpu_weights *w, bool pairs) {
+    const gguf_tensor *gate, *up;
+    if (pairs && gpu_layer_ffn_pairable(l, &gate, &up)) return upload_pairs(vk, &d->gate_up, gate, up, w);
+    if (l->gate_exps) return upload(vk, &d->gate_exps, l->gate_exps, w) || upload(vk, &d->up_exps, l->up_exps, w);
+    return upload(vk, &d->ffn_gate, l->ffn_gate, w) || upload(vk, &d->ffn_up, l->ffn_up, w);
+}
+
 /* A norm vector as f32 (converted on the host when stored as another type). */
 static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights *w) {
     if (t->type == QTYPE_F32) return upload(vk, b, t, w);
@@ -51,7 +84,7 @@ static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_wei
     return rc ? -1 : 0;
 }
 
-int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m) {
+int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs) {
     *w = (gpu_weights){0};
     const model_config *c = &m->cfg;
     w->layers = calloc(c->n_layer, sizeof *w->layers);
@@ -74,11 +107,10 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m) {
             upload_norm(vk, &d->k_norm, l->k_norm, w) || upload_norm(vk, &d->ffn_norm, l->ffn_norm, w))
             return -1;
         if (c->arch == ARCH_QWEN3MOE) {
-            if (upload(vk, &d->gate_inp, l->gate_inp, w) || upload(vk, &d->gate_exps, l->gate_exps, w) ||
-                upload(vk, &d->up_exps, l->up_exps, w) || upload(vk, &d->down_exps, l->down_exps, w))
+            if (upload(vk, &d->gate_inp, l->gate_inp, w) || upload_gate_up(vk, d, l, w, pairs) ||
+                upload(vk, &d->down_exps, l->down_exps, w))
                 return -1;
-        } else if (upload(vk, &d->ffn_gate, l->ffn_gate, w) || upload(vk, &d->ffn_up, l->ffn_up, w) ||
-                   upload(vk, &d->ffn_down, l->ffn_down, w))
+        } else if (upload_gate_up(vk, d, l, w, pairs) || upload(vk, &d->ffn_down, l->ffn_down, w))
             return -1;
     }
     fp_weights *fp = w->hashing;

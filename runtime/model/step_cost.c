@@ -16,6 +16,14 @@ cvk_work step_cost_matmul(const char *role, enum qtype type, uint32_t n_in, uint
                       .m = n_rows, .n = T, .k = n_in};
 }
 
+cvk_work step_cost_matmul_glu(const char *role, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t T,
+                              double slices, uint32_t x_rows) {
+    cvk_work w = step_cost_matmul(role, type, n_in, 2 * n_rows, T, slices, x_rows);
+    w.bytes -= 4ull * T * n_rows; /* one output per pair */
+    w.m = n_rows;
+    return w;
+}
+
 cvk_work step_cost_attention(const char *role, const model_config *c, uint32_t n_tokens, uint64_t attended,
                              uint64_t kv_positions) {
     uint64_t q = 4ull * n_tokens * c->n_head * c->head_dim; /* q in, out written: f32 */

@@ -13,14 +13,23 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
     const cvk_caps *c = &d->info.caps;
     if (!t->bm || !t->bn || t->bn > 16 || t->bm > c->max_wg_size[0] || t->bm > c->max_wg_invocations)
         return cd_fail("matmul: bad rows kernel %u rows x %u tokens", t->bm, t->bn);
-    uint32_t spec[7] = {t->bm, (uint32_t)type, t->bm, t->bn, 0, 0, 0};
+    uint32_t spec[8] = {t->bm, (uint32_t)type, t->bm, t->bn, 0, 0, 0, t->glu};
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
-                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
+                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
-uint32_t cvk_matmul_row_tiles(const cvk_pipeline *p, uint32_t n_rows) { return (n_rows + p->spec[2] - 1) / p->spec[2]; }
+/* bk 0: shaders/matmul_rows.comp (one invocation per output row, both rows of a gate-up pair) */
+static bool rows_kernel(const cvk_pipeline *p) { return p->spec[4] == 0; }
+
+/* spec 7: a gate-up pair pipeline */
+static bool glu_kernel(const cvk_pipeline *p) { return p->spec[7] != 0; }
+
+uint32_t cvk_matmul_row_tiles(const cvk_pipeline *p, uint32_t n_rows) {
+    uint64_t rows = glu_kernel(p) && !rows_kernel(p) ? 2ull * n_rows : n_rows;
+    return (uint32_t)((rows + p->spec[2] - 1) / p->spec[2]);
+}
 uint32_t cvk_matmul_token_tile(const cvk_pipeline *p) { return p->spec[3]; }
 
 int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
@@ -40,22 +49,28 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (shared > c->max_shared)
         return cd_fail("matmul: tile needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
                        c->max_shared);
-    uint32_t spec[7] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn};
+    uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn, t->glu};
     cvk_pipeline_desc desc = {.name = "matmul", .spv = cinder_spv_matmul, .spv_size = cinder_spv_matmul_size,
-                              .n_bindings = 7, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 7};
+                              .n_bindings = 7, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
 static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_bytes, uint32_t xs, uint32_t ys) {
     const cvk_buffer *w = a->w;
     bool grouped = a->groups.buf != NULL;
-    uint64_t slices = grouped ? a->n_experts : (uint64_t)a->expert + 1;
-    if (p->n_spec < 7 || p->spec[1] != (uint32_t)a->type)
+    uint64_t slices = grouped ? a->n_experts : (uint64_t)a->expert + 1, slice_rows = (a->glu ? 2ull : 1ull) * a->n_rows;
+    if (p->n_spec < 8 || p->spec[1] != (uint32_t)a->type)
         return cd_fail("matmul: pipeline built for another type than %s", qtype_name(a->type));
+    if (glu_kernel(p) != a->glu)
+        return cd_fail("matmul: a %s pipeline for a %s product", glu_kernel(p) ? "gate-up pair" : "plain",
+                       a->glu ? "gate-up pair" : "plain");
     if (a->n_in % qtype_block_elems(a->type))
         return cd_fail("matmul: row of %u is not a whole number of %s blocks", a->n_in, qtype_name(a->type));
-    if (row_bytes > UINT32_MAX || w->size / row_bytes < slices * a->n_rows)
-        return cd_fail("matmul: weights hold fewer than %llu rows", (unsigned long long)(slices * a->n_rows));
+    if (row_bytes > UINT32_MAX || w->size / row_bytes < slices * slice_rows)
+        return cd_fail("matmul: weights hold fewer than %llu rows", (unsigned long long)(slices * slice_rows));
+    if (a->glu && a->accumulate) return cd_fail("matmul: gate-up pairs do not accumulate");
+    if (a->glu && w->n_parts > 1 && w->part_bytes % (slice_rows * row_bytes))
+        return cd_fail("matmul: weight parts split gate-up pair slices (create the buffer with granule = 2 * n_rows rows)");
     if (w->size / row_bytes > UINT32_MAX) return cd_fail("matmul: weights hold more than 2^32 rows");
     if (w->n_parts > 1 && w->part_bytes % row_bytes)
         return cd_fail("matmul: weight parts split rows (create the buffer with granule = row bytes)");
@@ -111,23 +126,26 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     cvk_view groups = grouped ? a->groups : a->x, items = a->items.buf ? a->items : a->x;
     const cvk_buffer *w = a->w;
     uint64_t rpp = w->n_parts > 1 ? w->part_bytes / row_bytes : UINT64_MAX;
-    /* experts [e0, e1): rows [e0 * n_rows, e1 * n_rows) */
+    /* rows of W per slice (gate-up pairs: both halves), and of the grid per output row */
+    uint64_t sr = (a->glu ? 2ull : 1ull) * a->n_rows, grid_per = a->glu && !rows_kernel(p) ? 2 : 1;
+    /* experts [e0, e1): rows [e0 * sr, e1 * sr) */
     uint64_t e0 = grouped ? 0 : a->expert, e1 = grouped ? a->n_experts : (uint64_t)a->expert + 1;
     for (uint32_t k = 0; k < w->n_parts; k++) {
         uint64_t p0 = w->n_parts > 1 ? k * rpp : 0, p1 = p0 + w->parts[k].size / row_bytes;
         /* the experts whose slices meet rows [p0, p1) */
-        uint64_t lo = p0 / a->n_rows, hi = (p1 + a->n_rows - 1) / a->n_rows;
+        uint64_t lo = p0 / sr, hi = (p1 + sr - 1) / sr;
         if (lo < e0) lo = e0;
         if (hi > e1) hi = e1;
         if (lo >= hi) continue;
         /* most rows of one slice in this part: a whole slice, or all the part holds of one */
-        uint64_t nr = a->n_rows;
+        uint64_t nr = sr;
         if (hi - lo == 1) {
-            uint64_t g0 = lo * a->n_rows, g1 = g0 + a->n_rows;
+            uint64_t g0 = lo * sr, g1 = g0 + sr;
             nr = (g1 < p1 ? g1 : p1) - (g0 > p0 ? g0 : p0);
         } else if (p1 - p0 < nr) {
             nr = p1 - p0;
         }
+        if (a->glu) nr = nr / 2 * grid_per; /* whole pair slices: n_rows outputs, 2 tiled rows each */
         uint32_t gx = (uint32_t)((nr + bm - 1) / bm), gz = (uint32_t)(hi - lo);
         if (gx > 65535) return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr);
         cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,

@@ -40,6 +40,7 @@
  * weight tile dequantized into shared memory; each invocation holds a tm x tn register
  * block, so the workgroup has (bm/tm)*(bn/tn) invocations. */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "runtime/gguf/quant.h"
@@ -68,6 +69,8 @@ typedef struct cvk_matmul_tile {
     bool rows;           /* shaders/matmul_rows.comp instead: one invocation per weight row with bn
                             tokens in registers, bm rows (= invocations) per workgroup, no shared
                             memory (bk, tm, tn unused); the same bits as the tiled kernel */
+    bool glu;            /* the variant for gate-up pairs (cvk_matmul_args.glu): a pipeline of its
+                            own, so the plain kernel carries none of it */
 } cvk_matmul_tile;
 
 /* bm 64, bn 8, rows: the few-token kernel */
@@ -86,6 +89,11 @@ typedef struct cvk_matmul_args {
     uint32_t y_rows, y_stride;
     uint32_t n_tokens;        /* grouped: the most tokens any expert gets */
     bool accumulate;          /* y += W x instead of y = W x (CVK_MATMUL_ACCUMULATE) */
+    bool glu;                 /* gate-up pairs (a pipeline made with tile->glu): each slice of W is 2 * n_rows rows, n_rows gate
+                                 rows G then n_rows up rows U, and y = silu(G x) * (U x), the bits
+                                 of two products and cvk_swiglu (a SwiGLU without its own stage);
+                                 a slice must lie whole in one part (granule = the slice's bytes);
+                                 not with accumulate */
     cvk_view gather, scatter; /* .buf NULL: plain in(t) = t / out(t) = t */
     uint32_t ids_off;         /* first entry of gather / scatter used */
     cvk_view groups;          /* .buf non-NULL: expert-grouped mode, uint32 [n_experts][2] */
@@ -96,10 +104,12 @@ typedef struct cvk_matmul_args {
     cvk_view dispatch;        /* with items: the VkDispatchIndirectCommand (12 bytes) */
 } cvk_matmul_args;
 
-/* One pipeline per weight type and tile shape (tile NULL = cvk_matmul_tile_default). */
+/* One pipeline per weight type and tile shape (tile NULL = cvk_matmul_tile_default), plain or
+ * for gate-up pairs (tile->glu). */
 int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matmul_tile *tile);
-/* Row tiles of a grid over n_rows rows with pipeline p (the x extent for work items). */
+/* Row tiles of a grid over n_rows output rows with pipeline p (the x extent for work items; a
+ * gate-up pair pipeline's tiled kernel has both rows of each pair in its tiles: twice as many). */
 uint32_t cvk_matmul_row_tiles(const cvk_pipeline *p, uint32_t n_rows);
 /* Tokens per workgroup of pipeline p (its bn). */
 uint32_t cvk_matmul_token_tile(const cvk_pipeline *p);
