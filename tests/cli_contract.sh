@@ -63,6 +63,7 @@ check "seeded sampling on the CPU is reproducible" test "$s3" = "$("$bin" run --
 bench=$("$bin" bench --model "$model" --prompt-tokens 20 --gen 4 --repeat 2 --json)
 check "bench --json reports prefill and decode tok/s" test "$(json_field 'd["prefill_tok_s"] > 0 and d["decode_tok_s"] > 0 and d["prompt_tokens"] == 20' <<<"$bench")" = True
 fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
+fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
 
 chat=$(printf 'Hello there\nAnd a second question\n/stats\nA third\n' | "$bin" chat --model "$model" --n 4 --page-size 4 --json)
 check "chat: one JSON line per turn" test "$(wc -l <<<"$chat")" = 3
