@@ -35,18 +35,19 @@
 #define SEQS 4u
 #define GEN 6u
 
-/* The tiny preset in its default mix (gate Q4_K, up Q5_K: two matmuls and a swiglu stage) or,
- * with `pairs` set, in q4_k_m with gate and up as gate-up pairs (one matmul). */
-static bool pairs;
+/* The tiny preset in its default mix (gate Q4_K, up Q5_K: two matmuls and a swiglu stage) with
+ * lavapipe's kernels or, with `gpu_defaults` set, in q4_k_m with a GPU's: gate and up as
+ * gate-up pairs (one matmul), the lm_head as the matmul gathering the wanted rows. */
+static bool gpu_defaults;
 
 static model *tiny(void) {
     static model *m[2];
-    if (!m[pairs]) {
-        const char *path = tu_make_model(pairs ? "batch_tiny_q4km.gguf" : "batch_tiny.gguf", "tiny",
-                                         pairs ? "q4_k_m" : NULL, 11, NULL);
-        if (model_load(&m[pairs], path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    if (!m[gpu_defaults]) {
+        const char *path = tu_make_model(gpu_defaults ? "batch_tiny_q4km.gguf" : "batch_tiny.gguf", "tiny",
+                                         gpu_defaults ? "q4_k_m" : NULL, 11, NULL);
+        if (model_load(&m[gpu_defaults], path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
     }
-    return m[pairs];
+    return m[gpu_defaults];
 }
 
 /* Row r owns pages [r * per, (r + 1) * per): no allocator needed for the test. */
@@ -70,9 +71,10 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
         kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens))
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
-                        .gate_up_pairs = pairs ? 1 : -1};
+                        .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
-    assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), pairs);
+    assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), gpu_defaults);
+    assert_int_equal(g->head_matvec, !gpu_defaults);
     static_tables(g);
 }
 
@@ -284,12 +286,13 @@ static void test_invariance_page16(void **state) { (void)state; invariance(16, 6
 static void test_invariance_page4(void **state) { (void)state; invariance(4, 61); }
 /* past one attention split (512 positions on a CPU device): the fixed split boundaries matter */
 static void test_invariance_long(void **state) { (void)state; invariance(16, 700); }
-/* gate and up as gate-up pairs: the SwiGLU in the matmul's epilogue (rows and tiled kernels) */
-static void test_invariance_pairs(void **state) {
+/* A GPU's kernels on lavapipe: gate-up pairs (the SwiGLU in the matmul's epilogue), the lm_head
+ * as the matmul gathering 1-4 wanted rows (the one- and few-token kernels: the same bits) */
+static void test_invariance_gpu_defaults(void **state) {
     (void)state;
-    pairs = true;
+    gpu_defaults = true;
     invariance(16, 61);
-    pairs = false;
+    gpu_defaults = false;
 }
 
 /* Bad batches are errors, not crashes. */
@@ -323,7 +326,7 @@ int main(void) {
         cmocka_unit_test(test_invariance_page4),
         cmocka_unit_test(test_invariance_long),
         cmocka_unit_test(test_bad_batch),
-        cmocka_unit_test(test_invariance_pairs), /* last: it switches the model */
+        cmocka_unit_test(test_invariance_gpu_defaults), /* last: it switches the model */
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

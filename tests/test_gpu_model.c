@@ -55,8 +55,9 @@ typedef struct seq1 {
     int32_t next;  /* the greedy token after the last run's last token (when wanted) */
 } seq1;
 
-/* gpu_model_opts.gate_up_pairs for the next model made: 0 auto (lavapipe: apart), 1 pairs */
-static int pairs_mode;
+/* The next model made runs a GPU's default kernels (gate-up pairs, the lm_head as the matmul
+ * gathering the wanted rows) rather than lavapipe's (gate and up apart, the matvec head). */
+static bool gpu_defaults;
 
 static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch, uint32_t page_tokens) {
     const model_config *c = &m->cfg;
@@ -66,10 +67,11 @@ static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch,
         kv_pool_init(&q->pool, vk, &lay, n_ctx))
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay,
-                        .gate_up_pairs = pairs_mode};
+                        .gate_up_pairs = gpu_defaults ? 1 : 0, .head_matvec = gpu_defaults ? -1 : 0};
     if (gpu_model_init(&q->g, vk, m, &o)) fail_msg("%s", cd_errmsg());
     for (uint32_t il = 0; il < c->n_layer; il++) /* the path the test asked for */
-        assert_int_equal(gpu_layer_has_pairs(&q->g.w.layers[il]), pairs_mode > 0);
+        assert_int_equal(gpu_layer_has_pairs(&q->g.w.layers[il]), gpu_defaults);
+    assert_int_equal(q->g.head_matvec, !gpu_defaults);
 }
 
 static void seq1_free(seq1 *q) {
@@ -146,13 +148,13 @@ static void test_logits_moe_mix(void **state) {
 
 /* Every weight f32: the 151936 x 256 embedding (and an untied lm_head of the same shape) is
  * 155 MB, more than one 128 MiB binding on lavapipe, so get_rows (and the head matvec) run
- * once per part. Gate and up as gate-up pairs (the GPU's default). */
+ * once per part. With a GPU's kernels: gate-up pairs, the lm_head as the gathering matmul. */
 static void test_logits_f32(void **state) {
     (void)state;
     model *m = load("gpu_tiny_f32.gguf", "f32", 3, NULL);
-    pairs_mode = 1;
-    logits_vs_cpu(m, "tiny moe f32 (gate-up pairs)", 1e-2);
-    pairs_mode = 0;
+    gpu_defaults = true;
+    logits_vs_cpu(m, "tiny moe f32 (a GPU's kernels: gate-up pairs, matmul head in parts)", 1e-2);
+    gpu_defaults = false;
     model_free(m);
 }
 
@@ -169,13 +171,14 @@ static void test_logits_dense(void **state) {
     model_free(m);
 }
 
-/* Dense with gate and up of one type (Q8_0): gate-up pairs, one matmul with the SwiGLU. */
+/* Dense with gate and up of one type (Q8_0), a GPU's kernels: gate-up pairs (one matmul with
+ * the SwiGLU), the lm_head as the gathering matmul. */
 static void test_logits_dense_pairs(void **state) {
     (void)state;
     model *m = load("gpu_tiny_dense_q8.gguf", "q8_0", 11, make_dense);
-    pairs_mode = 1;
-    logits_vs_cpu(m, "tiny dense q8_0 (gate-up pairs)", 1e-2);
-    pairs_mode = 0;
+    gpu_defaults = true;
+    logits_vs_cpu(m, "tiny dense q8_0 (a GPU's kernels: gate-up pairs, matmul head)", 1e-2);
+    gpu_defaults = false;
     model_free(m);
 }
 

@@ -162,8 +162,7 @@ static int make_buffers(gpu_model *g) {
 static int make_batch_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     uint64_t S = g->max_seqs;
-    g->head_matvec = g->vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    if (g->head_matvec) {
+    if (g->head_matvec) { /* gpu_model_init decided */
         const gguf_tensor *t = g->m->output;
         cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
                                               (uint32_t)S);
@@ -467,7 +466,9 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
                          .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
                          .n_tokens = n_out, .gather = W(&g->in_out.dev)};
     if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out);
-    if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, &g->matmul[0][t->type], &a);
+    /* the matmul head: for a decode step's rows the few-token kernel (the same bits as any other) */
+    const cvk_pipeline *hp = matmul_pipe(g, t->type, n_out, false);
+    if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, hp, &a);
     barrier(ch);
     cvk_argmax_args am = {.logits = W(&g->blogits), .scratch = W(&g->bam_scratch), .out = W(&g->bout_id),
                           .n = cf->n_vocab, .rows = n_out};

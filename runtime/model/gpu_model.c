@@ -60,6 +60,7 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
         g->max_pages = (g->n_ctx + g->lay.page_tokens - 1) / g->lay.page_tokens;
         bool cpu = vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
         bool pairs = o->gate_up_pairs > 0 || (o->gate_up_pairs == 0 && !cpu);
+        g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu);
         rc = gpu_weights_upload(&g->w, vk, m, pairs) || make_pipelines(g) ||
              cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||
              gpu_forward_init(g);

@@ -179,6 +179,10 @@ typedef struct gpu_model_opts {
      * 1.3-1.5x slower than two products, docs/PERF.md); 1 wherever gate and up share a type
      * (tests), -1 never. */
     int gate_up_pairs;
+    /* The lm_head's kernel: 0 auto = the matvec over the wanted rows on a CPU device, the matmul
+     * gathering them on a GPU (the few-token tile for up to 16 rows); 1 the matvec, -1 the
+     * matmul (tests run a GPU's head on lavapipe this way). */
+    int head_matvec;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
