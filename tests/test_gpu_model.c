@@ -139,6 +139,14 @@ static void logits_vs_cpu(const model *m, const char *what, double bound) {
     }
 }
 
+/* logits_vs_cpu with a GPU's default kernels (gpu_defaults), then frees m. */
+static void logits_vs_cpu_gpu_kernels(model *m, const char *what) {
+    gpu_defaults = true;
+    logits_vs_cpu(m, what, 1e-2);
+    gpu_defaults = false;
+    model_free(m);
+}
+
 static void test_logits_moe_mix(void **state) {
     (void)state;
     model *m = load("gpu_tiny_mix.gguf", NULL, 99, NULL);
@@ -151,11 +159,8 @@ static void test_logits_moe_mix(void **state) {
  * once per part. With a GPU's kernels: gate-up pairs, the lm_head as the gathering matmul. */
 static void test_logits_f32(void **state) {
     (void)state;
-    model *m = load("gpu_tiny_f32.gguf", "f32", 3, NULL);
-    gpu_defaults = true;
-    logits_vs_cpu(m, "tiny moe f32 (a GPU's kernels: gate-up pairs, matmul head in parts)", 1e-2);
-    gpu_defaults = false;
-    model_free(m);
+    logits_vs_cpu_gpu_kernels(load("gpu_tiny_f32.gguf", "f32", 3, NULL),
+                              "tiny moe f32 (a GPU's kernels: gate-up pairs, matmul head in parts)");
 }
 
 static void make_dense(synth_spec *s) {
@@ -175,11 +180,8 @@ static void test_logits_dense(void **state) {
  * the SwiGLU), the lm_head as the gathering matmul. */
 static void test_logits_dense_pairs(void **state) {
     (void)state;
-    model *m = load("gpu_tiny_dense_q8.gguf", "q8_0", 11, make_dense);
-    gpu_defaults = true;
-    logits_vs_cpu(m, "tiny dense q8_0 (a GPU's kernels: gate-up pairs, matmul head)", 1e-2);
-    gpu_defaults = false;
-    model_free(m);
+    logits_vs_cpu_gpu_kernels(load("gpu_tiny_dense_q8.gguf", "q8_0", 11, make_dense),
+                              "tiny dense q8_0 (a GPU's kernels: gate-up pairs, matmul head)");
 }
 
 /* Greedy generation: prompts of 8 random tokens, 32 generated; the GPU's own choice (its

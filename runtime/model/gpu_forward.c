@@ -251,39 +251,40 @@ static void work_rows(const chunk *ch, const char *role, uint32_t n, uint32_t ro
     if (profiling(ch)) work(ch, step_cost_rows(role, n, rows, reads, writes, flops_per, weight));
 }
 
+/* glu: a gate-up pair product (gate t and its up twin). */
 static void work_matmul(const chunk *ch, const char *role, const gguf_tensor *t, uint32_t T, double slices,
-                        uint32_t x_rows) {
-    if (profiling(ch))
-        work(ch, step_cost_matmul(role, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], T, slices, x_rows));
+                        uint32_t x_rows, bool glu) {
+    if (!profiling(ch)) return;
+    uint32_t n_in = (uint32_t)t->ne[0], n_rows = (uint32_t)t->ne[1];
+    work(ch, glu ? step_cost_matmul_glu(role, t->type, n_in, n_rows, T, slices, x_rows)
+                 : step_cost_matmul(role, t->type, n_in, n_rows, T, slices, x_rows));
 }
 
-/* A gate-up pair product's work (gate t and its up twin). */
-static void work_matmul_glu(const chunk *ch, const char *role, const gguf_tensor *t, uint32_t T, double slices,
-                            uint32_t x_rows) {
-    if (profiling(ch))
-        work(ch, step_cost_matmul_glu(role, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], T, slices, x_rows));
-}
+/* What a dense projection's matmul writes: Y = X W^T, Y += X W^T (a residual), or over gate-up
+ * pairs Y = silu(X G^T) * (X U^T). */
+enum matmul_out { OUT_SET, OUT_ADD, OUT_SWIGLU };
 
-/* Y (T rows) = X W^T for a dense projection. */
+/* Y (T rows) from X for a dense projection; t: its tensor (the gate for gate-up pairs). */
 static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
-                     const cvk_buffer *x, const cvk_buffer *y, bool accumulate) {
-    work_matmul(ch, role, t, ch->T, 1, ch->T);
+                     const cvk_buffer *x, const cvk_buffer *y, enum matmul_out out) {
+    bool glu = out == OUT_SWIGLU;
+    work_matmul(ch, role, t, ch->T, 1, ch->T, glu);
     cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T,
-                         .accumulate = accumulate};
-    return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T, false), &a);
+                         .accumulate = out == OUT_ADD, .glu = glu};
+    return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T, glu), &a);
 }
 
 static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
                   const cvk_buffer *y) {
-    return matmul_to(ch, role, t, w, x, y, false);
+    return matmul_to(ch, role, t, w, x, y, OUT_SET);
 }
 
 /* X += x W: the residual added by the projection itself (the same bits as a separate add, one
  * stage fewer). */
 static int matmul_residual(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
                            const cvk_buffer *x) {
-    return matmul_to(ch, role, t, w, x, &ch->g->bx, true);
+    return matmul_to(ch, role, t, w, x, &ch->g->bx, OUT_ADD);
 }
 
 /* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
@@ -293,8 +294,7 @@ static int matmul_experts(const chunk *ch, const char *role, const gguf_tensor *
     const gpu_model *g = ch->g;
     uint32_t rows = ch->T * g->m->cfg.n_expert_used;
     double slices = step_cost_experts_read(g->m->cfg.n_expert, g->m->cfg.n_expert_used, ch->T);
-    if (glu) work_matmul_glu(ch, role, t, rows, slices, x_rows);
-    else work_matmul(ch, role, t, rows, slices, x_rows);
+    work_matmul(ch, role, t, rows, slices, x_rows, glu);
     const cvk_pipeline *p[2];
     cvk_matmul_args a[2];
     for (uint32_t list = 0; list < 2; list++) {
@@ -358,14 +358,8 @@ static int attention(const chunk *ch, uint32_t il) {
  * swiglu stage (the same bits). */
 static int dense_gate_up(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
     gpu_model *g = ch->g;
-    const gguf_tensor *gate = l->ffn_gate;
-    if (gpu_layer_has_pairs(d)) {
-        work_matmul_glu(ch, "ffn_gate_up", gate, ch->T, 1, ch->T);
-        cvk_matmul_args a = {.w = &d->gate_up, .type = gate->type, .n_in = (uint32_t)gate->ne[0],
-                             .n_rows = (uint32_t)gate->ne[1], .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->bhg),
-                             .y_rows = ch->T, .n_tokens = ch->T, .glu = true};
-        return cvk_matmul(ch->c, ch->dp, matmul_pipe(g, gate->type, ch->T, true), &a);
-    }
+    if (gpu_layer_has_pairs(d))
+        return matmul_to(ch, "ffn_gate_up", l->ffn_gate, &d->gate_up, &g->bxb, &g->bhg, OUT_SWIGLU);
     TRY(matmul(ch, "ffn_gate", l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) ||
         matmul(ch, "ffn_up", l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
     barrier(ch);
@@ -440,7 +434,7 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     for (uint32_t j = 0; j < n_out; j++)
         TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bxb, out[j] * row, row}, (cvk_view){&g->bhead_x, j * row, row}));
     cvk_barrier_transfer_to_compute(ch->c->cb);
-    work_matmul(ch, "output", t, n_out, 1, n_out);
+    work_matmul(ch, "output", t, n_out, 1, n_out, false);
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                           .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
     /* one row: one vector per workgroup (cheaper on a CPU device than carrying 8 vectors'
@@ -465,7 +459,7 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
     cvk_matmul_args a = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
                          .n_tokens = n_out, .gather = W(&g->in_out.dev)};
-    if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out);
+    if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out, false);
     /* the matmul head: for a decode step's rows the few-token kernel (the same bits as any other) */
     const cvk_pipeline *hp = matmul_pipe(g, t->type, n_out, false);
     if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, hp, &a);

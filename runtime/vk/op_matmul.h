@@ -89,11 +89,11 @@ typedef struct cvk_matmul_args {
     uint32_t y_rows, y_stride;
     uint32_t n_tokens;        /* grouped: the most tokens any expert gets */
     bool accumulate;          /* y += W x instead of y = W x (CVK_MATMUL_ACCUMULATE) */
-    bool glu;                 /* gate-up pairs (a pipeline made with tile->glu): each slice of W is 2 * n_rows rows, n_rows gate
-                                 rows G then n_rows up rows U, and y = silu(G x) * (U x), the bits
-                                 of two products and cvk_swiglu (a SwiGLU without its own stage);
-                                 a slice must lie whole in one part (granule = the slice's bytes);
-                                 not with accumulate */
+    bool glu;                 /* gate-up pairs (a pipeline made with tile->glu): each slice of W
+                                 is 2 * n_rows rows, n_rows gate rows G then n_rows up rows U, and
+                                 y = silu(G x) * (U x), the bits of two products and cvk_swiglu
+                                 (a SwiGLU without its own stage); a slice must lie whole in one
+                                 part (granule = the slice's bytes); not with accumulate */
     cvk_view gather, scatter; /* .buf NULL: plain in(t) = t / out(t) = t */
     uint32_t ids_off;         /* first entry of gather / scatter used */
     cvk_view groups;          /* .buf non-NULL: expert-grouped mode, uint32 [n_experts][2] */
