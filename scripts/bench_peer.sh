@@ -52,6 +52,8 @@ run() {
   echo "$out"
   case "$out" in
     *"\"backend\": \"$want\""*) ;;
+    *'"backend": "mixed"'*)
+      echo "bench_peer: llama.cpp $name run was hybrid: it kept some matmul weights on the CPU and ran those matmuls there (see \"matmuls_by_device\" above; on lavapipe the tensors over its 128 MiB maxStorageBufferRange): not a $want-only figure" >&2 ;;
     *) echo "bench_peer: llama.cpp $name run did not run on $want (see \"backend\" above): it fell back" >&2; status=1 ;;
   esac
 }

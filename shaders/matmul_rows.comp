@@ -12,7 +12,7 @@
 // weight row and NT tokens: it decodes its row a scale group (32 weights) at a time in
 // registers and accumulates NT sums; no shared memory, no barrier.
 //
-// Workgroup (x, y, z): rows m0 = x*WG.. of the slice, tokens n0 = y*NT.., expert e = expert0 + z
+// Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: rows m0 + i + q*WG, q < RPI), tokens n0 = y*NT.., expert e = expert0 + z
 // (grouped mode), or work item y (flag 16); token lists, parts and skipping exactly as matmul.comp.
 // Gate-up pairs (GLU = 1, matmul.comp): invocation m owns output m, gate row m and up row
 // n_rows + m of the slice, two sums per token, and writes silu(G x) * (U x).
@@ -23,9 +23,10 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint QTYPE = 0;
-layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG)
+layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG * RPI)
 layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
-layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4-6 unused here
+layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows
+layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4 and 6 unused here
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"
@@ -55,6 +56,14 @@ const uint GROUP = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF
 #define LOAD32(o, dst) [[unroll]] for (uint h_ = 0; h_ < 16u; h_++) { \
         uint v_ = uint(qb_u16[((o) >> 1) + h_]); dst[2u * h_] = v_ & 255u; dst[2u * h_ + 1u] = v_ >> 8; }
 
+// The same 32 bytes from 9 aligned 32-bit loads and a funnel shift (o even: Q6_K's 210-byte
+// blocks are 2-aligned): on lavapipe each load is a loop over the lanes, whatever its width.
+#define LOAD32_W(o, dst) { uint w_ = (o) >> 2, s_ = ((o) & 2u) * 8u, v_[9]; \
+        [[unroll]] for (uint h_ = 0; h_ < 9u; h_++) v_[h_] = qb_u32[w_ + h_]; \
+        [[unroll]] for (uint h_ = 0; h_ < 8u; h_++) { \
+            uint u_ = s_ == 0u ? v_[h_] : (v_[h_] >> 16) | (v_[h_ + 1u] << 16); \
+            [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[4u * h_ + b_] = (u_ >> (8u * b_)) & 255u; } }
+
 // The same 32 bytes from two 16-byte loads; o a multiple of 16 (Q4_K / Q5_K: 144- and
 // 176-byte blocks, their qs and qh runs at 16-byte offsets, parts bound at offset 0).
 layout(binding = 0) readonly buffer QbU4 { uvec4 qb_u4[]; };
@@ -62,6 +71,15 @@ layout(binding = 0) readonly buffer QbU4 { uvec4 qb_u4[]; };
         uvec4 v_ = qb_u4[((o) >> 4) + h_]; \
         [[unroll]] for (uint c_ = 0; c_ < 4u; c_++) { \
             [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[16u * h_ + 4u * c_ + b_] = (v_[c_] >> (8u * b_)) & 255u; } }
+
+
+// byte i (0..11) of the scale bytes s (as 3 words), and get_scale_min_k4 over them
+uint sbyte(uvec3 s, uint i) { return (s[i >> 2] >> (8u * (i & 3u))) & 255u; }
+uvec2 scale_min_k4(uvec3 s, uint j) {
+    if (j < 4) return uvec2(sbyte(s, j) & 63u, sbyte(s, j + 4) & 63u);
+    uint hi_s = sbyte(s, j - 4) >> 6, hi_m = sbyte(s, j) >> 6, lo = sbyte(s, j + 4);
+    return uvec2((lo & 15u) | (hi_s << 4), (lo >> 4) | (hi_m << 4));
+}
 
 // Weights k0 .. k0 + GROUP - 1 of the row at byte offset `row`, each the float qb_dequant
 // returns for it (the same expression, evaluated in the same order), with the group's scales
@@ -77,9 +95,13 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
         bool five = QTYPE == QTYPE_Q5_K;
         uint nb = five ? Q5_K_BYTES : Q4_K_BYTES;
         uint b = row + (k0 / QK_K) * nb, g = (k0 % QK_K) / 32, j = g / 2, hi = g & 1u;
-        uvec2 sm = qb_scale_min_k4(b + (five ? Q5_K_SCALES : Q4_K_SCALES), g);
-        float d = qb_half(b + (five ? Q5_K_D : Q4_K_D)) * float(sm.x);
-        float mn = qb_half(b + (five ? Q5_K_DMIN : Q4_K_DMIN)) * float(sm.y);
+        // d, dmin and the 12 scale bytes: the block's first 16 bytes, one load (blocks of 144
+        // and 176 bytes start 16-aligned); the same values as qb_scale_min_k4 and qb_half
+        uvec4 hd = qb_u4[b >> 4];
+        uvec2 sm = scale_min_k4(hd.yzw, g);
+        vec2 dm = unpackHalf2x16(hd.x);
+        float d = dm.x * float(sm.x);
+        float mn = dm.y * float(sm.y);
         uint qs[32], qh[32];
         LOAD32_16(b + (five ? Q5_K_QS : Q4_K_QS) + 32 * j, qs);
         if (five) { LOAD32_16(b + Q5_K_QH, qh); }
@@ -91,22 +113,24 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
     } else if (QTYPE == QTYPE_Q6_K) {
         uint b = row + (k0 / QK_K) * Q6_K_BYTES, g = (k0 % QK_K) / 32, h = g / 4, k = g % 4;
         uint ql[32], qh[32];
-        LOAD32(b + Q6_K_QL + 64 * h + 32 * (k & 1u), ql);
-        LOAD32(b + Q6_K_QH + 32 * h, qh);
+        LOAD32_W(b + Q6_K_QL + 64 * h + 32 * (k & 1u), ql);
+        LOAD32_W(b + Q6_K_QH + 32 * h, qh);
         float dh = qb_half(b + Q6_K_D);
+        uint s2 = uint(qb_u16[(b + Q6_K_SCALES + 8 * h + 2 * k) >> 1]); // the two scales of the group
+        float sc0 = float(bitfieldExtract(int(s2), 0, 8)), sc1 = float(bitfieldExtract(int(s2), 8, 8));
         [[unroll]] for (uint l = 0; l < 32u; l++) {
             uint lo = (ql[l] >> (4 * (k >> 1))) & 15u, hb = (qh[l] >> (2 * k)) & 3u;
             int q = int(lo | (hb << 4)) - 32;
-            float sc = float(qb_sbyte(b + Q6_K_SCALES + 8 * h + l / 16 + 2 * k));
-            w[l] = dh * sc * float(q);
+            w[l] = dh * (l < 16u ? sc0 : sc1) * float(q);
         }
     } else {
         [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = qb_dequant(QTYPE, row, k0 + i);
     }
 }
 
-// acc[n] += w . x[xrow[n]][k0 .. k0 + GROUP), one fma at a time in k order (rows NONE: skipped).
-// A macro, not a function: llvmpipe spills an inout array parameter (the kernel ran 2x slower).
+// acc[q * NT + n] += w[q] . x[xrow[n]][k0 .. k0 + GROUP) for the RPI rows q, one fma at a time
+// in k order (rows NONE: skipped); each x load feeds the RPI rows. A macro, not a function:
+// llvmpipe spills an inout array parameter (the kernel ran 2x slower).
 #define ADD_GROUP(w, acc) \
     if (wide) { \
         [[unroll]] for (uint n = 0; n < NT; n++) { \
@@ -114,17 +138,19 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
             uint o = (xrow[n] * pc.x_stride + k0) / 4u; \
             [[unroll]] for (uint i = 0; i < GROUP; i += 4u) { \
                 vec4 xv = x4[o + i / 4u]; \
-                acc[n] = fma(w[i], xv.x, acc[n]); \
-                acc[n] = fma(w[i + 1u], xv.y, acc[n]); \
-                acc[n] = fma(w[i + 2u], xv.z, acc[n]); \
-                acc[n] = fma(w[i + 3u], xv.w, acc[n]); \
+                [[unroll]] for (uint q = 0; q < RPI; q++) { \
+                    acc[q * NT + n] = fma(w[q][i], xv.x, acc[q * NT + n]); \
+                    acc[q * NT + n] = fma(w[q][i + 1u], xv.y, acc[q * NT + n]); \
+                    acc[q * NT + n] = fma(w[q][i + 2u], xv.z, acc[q * NT + n]); \
+                    acc[q * NT + n] = fma(w[q][i + 3u], xv.w, acc[q * NT + n]); \
+                } \
             } \
         } \
     } else { \
         [[unroll]] for (uint i = 0; i < GROUP; i++) { \
             [[unroll]] for (uint n = 0; n < NT; n++) { \
                 float xv = xrow[n] != NONE ? x[xrow[n] * pc.x_stride + k0 + i] : 0.0; \
-                acc[n] = fma(w[i], xv, acc[n]); \
+                [[unroll]] for (uint q = 0; q < RPI; q++) acc[q * NT + n] = fma(w[q][i], xv, acc[q * NT + n]); \
             } \
         } \
     }
@@ -152,8 +178,8 @@ void main() {
         count = min(grp.y, pc.n_tokens);
         j0 += grp.x;
     }
-    uint m = gl_WorkGroupID.x * BM + gl_LocalInvocationID.x;
-    if (m >= nr || n0 >= count) return;
+    uint m0 = gl_WorkGroupID.x * BM + gl_LocalInvocationID.x; // rows m0 + q * WG, q < RPI
+    if (m0 >= nr || n0 >= count) return;
 
     uint xrow[NT], yrow[NT];
     [[unroll]] for (uint n = 0; n < NT; n++) {
@@ -168,24 +194,33 @@ void main() {
         yrow[n] = yi;
     }
 
-    float acc[NT], acc_u[NT];
-    [[unroll]] for (uint n = 0; n < NT; n++) acc[n] = 0.0, acc_u[n] = 0.0;
-    uint row = (w_row0 + m) * pc.row_bytes, row_u = (w_row0 + pc.n_rows + m) * pc.row_bytes;
+    float acc[RPI * NT], acc_u[RPI * NT];
+    [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = 0.0, acc_u[i] = 0.0;
+    uint row[RPI], row_u[RPI];
+    [[unroll]] for (uint q = 0; q < RPI; q++) { // a row past nr: the last one decoded, never stored
+        uint m = min(m0 + q * WG, nr - 1u);
+        row[q] = (w_row0 + m) * pc.row_bytes, row_u[q] = (w_row0 + pc.n_rows + m) * pc.row_bytes;
+    }
     bool wide = (pc.flags & X4_FLAG) != 0u && GROUP % 4u == 0u;
     for (uint k0 = 0; k0 < pc.n_in; k0 += GROUP) {
-        float w[GROUP];
-        decode_group(row, k0, w);
+        float w[RPI][GROUP];
+        [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row[q], k0, w[q]);
         ADD_GROUP(w, acc)
         if (glu) {
-            decode_group(row_u, k0, w);
+            [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row_u[q], k0, w[q]);
             ADD_GROUP(w, acc_u)
         }
     }
-    if (glu) // shaders/swiglu.comp's expression
-        [[unroll]] for (uint n = 0; n < NT; n++) acc[n] = acc[n] / (1.0 + exp(-acc[n])) * acc_u[n];
-    [[unroll]] for (uint n = 0; n < NT; n++)
-        if (yrow[n] != NONE) {
-            uint o = yrow[n] * pc.y_stride + r0 + m;
-            y[o] = (pc.flags & 32u) != 0 ? y[o] + acc[n] : acc[n]; // 32: y += W x (a residual)
+    [[unroll]] for (uint q = 0; q < RPI; q++) {
+        uint m = m0 + q * WG;
+        if (m >= nr) break;
+        [[unroll]] for (uint n = 0; n < NT; n++) {
+            float a = acc[q * NT + n];
+            if (glu) a = a / (1.0 + exp(-a)) * acc_u[q * NT + n]; // shaders/swiglu.comp's expression
+            if (yrow[n] != NONE) {
+                uint o = yrow[n] * pc.y_stride + r0 + m;
+                y[o] = (pc.flags & 32u) != 0 ? y[o] + a : a; // 32: y += W x (a residual)
+            }
         }
+    }
 }

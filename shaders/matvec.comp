@@ -33,10 +33,17 @@ layout(constant_id = 5) const uint LPR = 0;    // lanes per row (0: pc.lpr, chos
 layout(constant_id = 6) const uint LPR_MAX = 0; // host only: bound on the per-call choice
 layout(constant_id = 7) const uint XQ = 0;     // > 0: x staged in shared memory, n_in <= XQ (Q6_K, NVEC 1)
 layout(constant_id = 8) const uint XQ_BITS = 0; // with XQ: x as int8 (8) or int16 (16) blocks of 32; 0: floats
+layout(constant_id = 9) const uint A16 = 0;    // Q6_K, LPR 1: rows in the aligned layout (below)
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"
 
+// A16 (runtime/vk/op_matvec.c, cvk_matvec_pack_rows): a row of nb Q6_K super-blocks holds their
+// 208-byte ql/qh/scales bodies (13 16-byte words each: ql 0-7, qh 8-11, scales 12), then their
+// nb f16 d's, padded to 16 bytes. Each weight load is then one aligned 16-byte load: on lavapipe,
+// where every load whose address differs across lanes is a loop over the lanes, 5 loads per
+// unit and row where the file's 2-aligned 210-byte blocks take 20.
+layout(binding = 0) readonly buffer QbV4 { uvec4 qb_v4[]; };
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer Ids { int ids[]; };
@@ -304,12 +311,26 @@ void unit_q6_K_rows(uint u, uint roff[ROWS], bool ok[ROWS]) {
         if (ints) dx = vec4(xqd[bo + (xe >> 5)], xqd[bo + (xe >> 5) + 1], xqd[bo + (xe >> 5) + 2], xqd[bo + (xe >> 5) + 3]);
         for (uint r = 0; r < ROWS; r++) {
             if (!ok[r]) continue;
-            uint b = roff[r] + (u >> 2) * Q6_K_BYTES;
-            float d = qb_half(b + Q6_K_D);
-            uvec4 A = load16(b + Q6_K_QL + 64 * h + l0), C = load16(b + Q6_K_QL + 64 * h + l0 + 32);
-            uvec4 E = load16(b + Q6_K_QH + 32 * h + l0);
-            vec4 sc = vec4(qb_sbyte(b + Q6_K_SCALES + 8 * h + qq), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 2),
-                           qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 4), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 6));
+            float d;
+            uvec4 A, C, E;
+            vec4 sc;
+            if (A16 != 0) { // the same values from the aligned layout
+                uint sb = u >> 2, w = (roff[r] >> 4) + sb * 13u;
+                d = qb_half(roff[r] + (pc.n_in / QK_K) * 208u + 2u * sb);
+                A = qb_v4[w + 4 * h + qq], C = qb_v4[w + 4 * h + qq + 2], E = qb_v4[w + 8 + 2 * h + qq];
+                uvec4 S = qb_v4[w + 12]; // scales 8h + qq + 2k: byte qq or qq + 2 of word 2h or 2h + 1
+                uvec2 s2 = h == 0 ? S.xy : S.zw;
+                int o = int(8 * qq);
+                sc = vec4(bitfieldExtract(int(s2.x), o, 8), bitfieldExtract(int(s2.x), o + 16, 8),
+                          bitfieldExtract(int(s2.y), o, 8), bitfieldExtract(int(s2.y), o + 16, 8));
+            } else {
+                uint b = roff[r] + (u >> 2) * Q6_K_BYTES;
+                d = qb_half(b + Q6_K_D);
+                A = load16(b + Q6_K_QL + 64 * h + l0), C = load16(b + Q6_K_QL + 64 * h + l0 + 32);
+                E = load16(b + Q6_K_QH + 32 * h + l0);
+                sc = vec4(qb_sbyte(b + Q6_K_SCALES + 8 * h + qq), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 2),
+                          qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 4), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 6));
+            }
             ivec4 si = ivec4(0);
             vec4 sf = vec4(0.0);
             for (uint i = 0; i < 4; i++) {

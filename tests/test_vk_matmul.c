@@ -240,6 +240,8 @@ static void test_tiles(void **state) {
         {.bm = 8, .bn = 64, .bk = 64, .tm = 4, .tn = 8},
         {.bm = 128, .bn = 32, .bk = 16, .tm = 8, .tn = 4},
         {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4},
+        {.bm = 256, .bn = 1, .tm = 4, .rows = true}, /* rows per invocation: rows past n_rows, several tokens */
+        {.bm = 96, .bn = 3, .tm = 3, .rows = true},
     };
     uint64_t seed = 300;
     for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
@@ -439,12 +441,12 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
  * kernels, every token count class, with a scatter (rows no token maps to keep their value). */
 static void test_accumulate(void **state) {
     (void)state;
-    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows};
+    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows, &cvk_matmul_tile_one};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_F32, QTYPE_Q6_K};
     const uint32_t Ts[] = {1, 7, 70};
     rng r;
     rng_seed(&r, 4242);
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < sizeof tiles / sizeof *tiles; ti++)
         for (size_t k = 0; k < 3; k++)
             for (size_t n = 0; n < 3; n++) {
                 enum qtype ty = types[k];
@@ -556,10 +558,12 @@ static void test_grouped_items(void **state) {
     (void)state;
     static const uint32_t counts[8] = {0, 1, 3, 17, 33, 0, 2, 5};
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4}, t32 = {.bm = 32, .bn = 32, .bk = 16, .tm = 4, .tn = 4};
-    const cvk_matmul_tile one = {.bm = 64, .bn = 1, .rows = true};
+    const cvk_matmul_tile one = {.bm = 64, .bn = 1, .rows = true}, three = {.bm = 96, .bn = 1, .tm = 3, .rows = true};
+    const cvk_matmul_tile rows2 = {.bm = 128, .bn = 8, .tm = 2, .rows = true};
     struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
         {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX}, {&cvk_matmul_tile_rows, &t32, 0},
-        {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX}};
+        {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX}, {&cvk_matmul_tile_one, NULL, 16},
+        {&three, &rows2, 4}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
@@ -743,7 +747,7 @@ static void test_glu(void **state) {
     (void)state;
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
                           small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
-    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one};
+    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
@@ -946,7 +950,9 @@ static void bench_kernels(void **state) {
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
     const cvk_matmul_tile tiles[] = {
-        {.bm = 64, .bn = 1, .rows = true}, {.bm = 64, .bn = 4, .rows = true}, {.bm = 64, .bn = 8, .rows = true},
+        {.bm = 64, .bn = 1, .rows = true}, {.bm = 128, .bn = 1, .tm = 2, .rows = true},
+        {.bm = 256, .bn = 1, .tm = 4, .rows = true}, {.bm = 512, .bn = 1, .tm = 8, .rows = true},
+        {.bm = 64, .bn = 4, .rows = true}, {.bm = 64, .bn = 8, .rows = true},
         {.bm = 64, .bn = 16, .rows = true}, {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
         {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default};
     const uint32_t Ts[] = {1, 8, 32};
@@ -955,8 +961,8 @@ static void bench_kernels(void **state) {
         cvk_matmul_tile tile = tiles[ti / 2];
         tile.glu = ti % 2;
         if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tile)) fail_msg("%s", cd_errmsg());
-        printf("%s %-5s bm %u bn %-2u %s:", qtype_name(ty), tile.rows ? "rows" : "tiled", tile.bm, tile.bn,
-               tile.glu ? "pairs" : "plain");
+        printf("%s %-5s bm %-3u bn %-2u tm %u %s:", qtype_name(ty), tile.rows ? "rows" : "tiled", tile.bm, tile.bn,
+               tile.tm, tile.glu ? "pairs" : "plain");
         for (size_t k = 0; k < 3; k++) {
             cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
                                  .x_rows = Ts[k], .y = cvk_view_whole(&by), .y_rows = Ts[k], .n_tokens = Ts[k],

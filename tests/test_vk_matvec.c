@@ -75,14 +75,16 @@ static uint8_t *make_weights(rng *r, enum qtype type, uint32_t n_in, uint64_t n_
     return w;
 }
 
-/* Runs one case; weights split into parts of at most max_part bytes (0: the device's). */
-static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
+/* Runs one case, checked against the CPU; weights split into parts of at most max_part bytes
+ * (0: the device's), in the layout of t->cfg. Returns the outputs y (n_vec x n_rows, free()). */
+static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
     rng r;
     rng_seed(&r, seed);
     uint32_t ns = t->n_slices ? t->n_slices : 1;
-    size_t rb = qtype_row_bytes(t->type, t->n_in);
+    size_t rb = qtype_row_bytes(t->type, t->n_in), prb = cvk_matvec_row_bytes(&t->cfg, t->type, t->n_in);
     uint64_t total = (uint64_t)t->n_rows * ns;
-    uint8_t *w = make_weights(&r, t->type, t->n_in, total);
+    uint8_t *w = make_weights(&r, t->type, t->n_in, total), *packed = malloc(prb * total);
+    cvk_matvec_pack_rows(&t->cfg, t->type, t->n_in, w, packed, total);
     uint32_t xs = t->n_in + (seed % 2 ? 3 : 0), ys = t->n_rows + (seed % 3 ? 0 : 5);
     size_t n_x = (size_t)(t->n_vec - 1) * xs + t->n_in, n_y = (size_t)(t->n_vec - 1) * ys + t->n_rows;
     float *x = malloc(n_x * sizeof *x);
@@ -95,14 +97,14 @@ static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
     cvk_buffer bw, bx, by, bi;
     uint64_t saved = vk->mem.max_part;
     if (max_part) vk->mem.max_part = max_part;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * total, rb, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, prb * total, prb, CVK_MEM_DEVICE), 0);
     vk->mem.max_part = saved;
     if (max_part) assert_true(bw.n_parts >= 3);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bx, 64 + n_x * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &by, 32 + n_y * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bi, (ids_off + t->n_vec) * 4, 4, CVK_MEM_DEVICE), 0);
     vk->stager.force_staging = seed & 1;
-    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), packed), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bx, 64, n_x * 4), x), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bi), ids), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
@@ -163,8 +165,14 @@ static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
     cvk_buffer_destroy(&vk->mem, &bx);
     cvk_buffer_destroy(&vk->mem, &by);
     cvk_buffer_destroy(&vk->mem, &bi);
-    free(w), free(x), free(ids), free(got), free(row);
+    free(w), free(packed), free(x), free(ids), free(row);
+    float *y = malloc((size_t)t->n_vec * t->n_rows * sizeof *y);
+    for (uint32_t v = 0; v < t->n_vec; v++) memcpy(y + (size_t)v * t->n_rows, got + (size_t)v * ys, t->n_rows * 4);
+    free(got);
+    return y;
 }
+
+static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) { free(run_case_y(t, seed, max_part)); }
 
 static const enum qtype all_types[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0,
                                        QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
@@ -293,6 +301,42 @@ static void test_choose(void **state) {
     }
 }
 
+/* The aligned Q6_K layout (cfg.a16) reads the same values, so every sum keeps its bits: rows
+ * padded (n_in 256, 768) and not (2048), one and several vectors, float and int x, parts. */
+static void test_aligned_q6_same_bits(void **state) {
+    (void)state;
+    const struct { uint32_t n_in, n_rows, n_vec, xq_bits; uint64_t max_part; } cases[] = {
+        {256, 1001, 1, 16, 0}, {768, 77, 1, 0, 0}, {2048, 40, 1, 16, 0}, {768, 300, 3, 16, 0},
+        {256, 999, 5, 8, 0},   {512, 501, 1, 16, 24000}, {2048, 33, 2, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cvk_matvec_cfg c = {.wg = cases[i].n_vec > 4 ? 128 : 64, .rows = 16, .nvec = cases[i].n_vec, .lanes_per_row = 1,
+                            .xq = cases[i].n_in, .xq_bits = cases[i].xq_bits};
+        if (cases[i].n_vec == 1 && !cases[i].xq_bits) c.xq = 0; /* x read from its buffer */
+        tcase t = {.type = QTYPE_Q6_K, .n_in = cases[i].n_in, .n_rows = cases[i].n_rows, .n_vec = cases[i].n_vec,
+                   .cfg = c};
+        float *file = run_case_y(&t, 300 + i, cases[i].max_part);
+        t.cfg.a16 = true;
+        assert_int_equal(cvk_matvec_row_bytes(&t.cfg, QTYPE_Q6_K, t.n_in) % 16, 0);
+        float *aligned = run_case_y(&t, 300 + i, cases[i].max_part);
+        if (memcmp(file, aligned, (size_t)t.n_vec * t.n_rows * sizeof *file))
+            fail_msg("Q6_K n_in=%u rows=%u vec=%u: the aligned layout changed some sums", t.n_in, t.n_rows, t.n_vec);
+        free(file), free(aligned);
+    }
+    /* the layout: bodies, then d's, then zero padding */
+    uint8_t src[2 * 210], dst[2 * 224];
+    for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 7 + 1);
+    cvk_matvec_cfg a = {.a16 = true};
+    assert_int_equal(cvk_matvec_row_bytes(&a, QTYPE_Q6_K, 256), 224);
+    assert_int_equal(cvk_matvec_row_bytes(&a, QTYPE_Q6_K, 2048), 1680);
+    cvk_matvec_pack_rows(&a, QTYPE_Q6_K, 256, src, dst, 2);
+    for (int r = 0; r < 2; r++) {
+        assert_memory_equal(dst + 224 * r, src + 210 * r, 208);
+        assert_memory_equal(dst + 224 * r + 208, src + 210 * r + 208, 2);
+        for (int k = 210; k < 224; k++) assert_int_equal(dst[224 * r + k], 0);
+    }
+}
+
 static void test_split_weights(void **state) {
     (void)state;
     const tcase cases[] = {
@@ -317,6 +361,10 @@ static void test_rejects_mismatches(void **state) {
                                          &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 3}), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
                                          &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 128}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, /* a16: Q6_K only */
+                                         &(cvk_matvec_cfg){.wg = 64, .rows = 16, .lanes_per_row = 1, .a16 = true}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, /* and one lane per row */
+                                         &(cvk_matvec_cfg){.wg = 64, .rows = 16, .a16 = true}), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
@@ -372,7 +420,7 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
         cpu = fmin(cpu, now_s() - t0);
     }
 
-    cvk_buffer bw, bx, by;
+    cvk_buffer bw, bx, by, ba = {0}; /* ba: the weights in the aligned layout (cfg.a16) */
     assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bx, n_in * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &by, n_rows * 4, 4, CVK_MEM_DEVICE), 0);
@@ -388,12 +436,22 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
         used[c] = cfgs[c].wg ? cfgs[c] : cvk_matvec_choose(&vk->dev, type, n_in, n_rows, 1);
         if (cvk_matvec_pipeline(&p[c], &vk->dev, vk->pcache.cache, type, &used[c])) fail_msg("%s", cd_errmsg());
         best[c] = 1e30, worst[c] = 0;
+        if (used[c].a16 && !ba.n_parts) {
+            uint64_t arb = cvk_matvec_row_bytes(&used[c], type, n_in);
+            uint8_t *packed = malloc(arb * n_rows);
+            cvk_matvec_pack_rows(&used[c], type, n_in, w, packed, n_rows);
+            assert_int_equal(cvk_buffer_create(&vk->mem, &ba, arb * n_rows, arb, CVK_MEM_DEVICE), 0);
+            assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&ba), packed), 0);
+            assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+            free(packed);
+        }
     }
     cvk_matvec_args a = {.w = &bw, .type = type, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
                          .y = cvk_view_whole(&by), .n_vec = 1};
     for (int k = 0; k < rounds; k++)
         for (size_t c = 0; c < n_cfg; c++) {
             assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+            a.w = used[c].a16 ? &ba : &bw;
             if (cvk_matvec(&vk->cmd, &vk->dpool, &p[c], &a)) fail_msg("%s", cd_errmsg());
             cvk_barrier_device_to_host(vk->cmd.cb);
             double t0 = now_s();
@@ -408,12 +466,14 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
         }
     for (size_t c = 0; c < n_cfg; c++) {
         printf("  bench %-4s %5u x %6u (n_in x rows) %s wg=%-3u rows=%-2u lpr=%-2u parts=%u: lavapipe %9.3f ms, "
-               "cpu_matvec %8.3f ms, cpu/gpu %5.2f  xq=%u,%u (max rel diff %.2g)\n",
+               "cpu_matvec %8.3f ms, cpu/gpu %5.2f  xq=%u,%u%s (max rel diff %.2g)\n",
                qtype_name(type), n_in, n_rows, cfgs[c].wg ? "fixed " : "choose", used[c].wg, used[c].rows,
-               used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c], used[c].xq, used[c].xq_bits, worst[c]);
+               used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c], used[c].xq, used[c].xq_bits,
+               used[c].a16 ? " a16" : "", worst[c]);
         cvk_pipeline_destroy(&vk->dev, &p[c]);
     }
     cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &ba);
     cvk_buffer_destroy(&vk->mem, &bx);
     cvk_buffer_destroy(&vk->mem, &by);
     free(few), free(w), free(x), free(ref), free(got), free(scratch);
@@ -436,8 +496,10 @@ static void bench(void **state) {
             s += n;
             if (sscanf(s, ",%u%n", &xq, &n2) == 1) s += n2; /* optional fifth and sixth fields: xq, xq_bits */
             if (sscanf(s, ",%u%n", &xq8, &n2) == 1) s += n2;
+            unsigned a16 = 0; /* optional seventh field: 1 = the aligned Q6_K layout */
+            if (sscanf(s, ",%u%n", &a16, &n2) == 1) s += n2;
             cfgs[n_cfg++] = (cvk_matvec_cfg){.wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr, .xq = xq,
-                                             .xq_bits = xq8};
+                                             .xq_bits = xq8, .a16 = a16 != 0};
             if (*s == ';') s++;
         }
     }
@@ -469,6 +531,7 @@ int main(void) {
         cmocka_unit_test(test_configs),
         cmocka_unit_test(test_staged_x),
         cmocka_unit_test(test_choose),
+        cmocka_unit_test(test_aligned_q6_same_bits),
         cmocka_unit_test(test_split_weights),
         cmocka_unit_test(test_rejects_mismatches),
     };

@@ -56,7 +56,6 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
  * weight), on a GPU the tiled kernel with 8-token tiles (weights still loaded coalesced). Every
  * output is the same ordered sum over k in all of them, so the choice never changes a bit. */
 static const cvk_matmul_tile few_tile_gpu = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4};
-static const cvk_matmul_tile one_tile_cpu = {.bm = 64, .bn = 1, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
@@ -64,7 +63,7 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
     if (!t || g->matmul[glu][t->type].pipe) return 0;
     VkPipelineCache pc = g->vk->pcache.cache;
     cvk_device *d = &g->vk->dev;
-    cvk_matmul_tile big = cvk_matmul_tile_default, few = few_tile_gpu, rows = cvk_matmul_tile_rows, one = one_tile_cpu;
+    cvk_matmul_tile big = cvk_matmul_tile_default, few = few_tile_gpu, rows = cvk_matmul_tile_rows, one = cvk_matmul_tile_one;
     big.glu = few.glu = rows.glu = one.glu = glu;
     if (cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big)) return -1;
     if (d->info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU)
@@ -166,9 +165,9 @@ static int make_batch_buffers(gpu_model *g) {
         const gguf_tensor *t = g->m->output;
         cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
                                               (uint32_t)S);
-        cvk_matvec_cfg one = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], 1);
+        hc.a16 = g->head_cfg.a16; /* the layout the weights are in */
         TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc) ||
-            cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &one));
+            cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
     }
     TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
         gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, S * 4) ||

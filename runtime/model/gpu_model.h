@@ -36,6 +36,7 @@
 #include "runtime/model/model.h"
 #include "runtime/vk/op_attn_prefill.h"
 #include "runtime/vk/op_head_norm_rope.h"
+#include "runtime/vk/op_matvec.h"
 #include "runtime/vk/rope_table.h"
 #include "runtime/vk/op_sample.h" /* cvk_argmax, cvk_sample */
 #include "runtime/vk/vk_ctx.h"
@@ -157,8 +158,10 @@ typedef struct gpu_model {
     bool head_matvec;                /* the head is a matvec over the wanted rows (CPU devices: the lm_head
                                         configuration, up to 8 rows per weight read), else the matmul
                                         gathering them (weights read once per step) */
+    cvk_matvec_cfg head_cfg;         /* that matvec's configuration for one row (its layout: the
+                                        head's weights went to the device in it) */
     cvk_pipeline head;               /* that matvec for one row (one vector per workgroup) */
-    cvk_pipeline head_batch;         /* and for several */
+    cvk_pipeline head_batch;         /* and for several (the same layout, the same sums per row) */
     cvk_buffer blogits;              /* (max_seqs, n_vocab) */
     cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
     gpu_input in_sample;             /* cvk_sample_row [max_seqs] (gpu_batch.sample) */
@@ -243,6 +246,7 @@ int gpu_forward_init(gpu_model *g); /* buffers, pipelines and recordings of gpu_
 void gpu_forward_free(gpu_model *g);
 
 /* gpu_weights.c: every tensor of m to device buffers (granule = row bytes; with `pairs`, gate
- * and up of one type as gate-up pairs, granule = a pair slice), norms as f32. */
-int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs);
+ * and up of one type as gate-up pairs, granule = a pair slice), norms as f32; an untied lm_head
+ * in the layout of the matvec configuration `head` (NULL: the file's). */
+int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head);
 void gpu_weights_free(gpu_weights *w, cvk_ctx *vk, const model *m);

@@ -1,6 +1,7 @@
 /* Weights to the device: one buffer per tensor, granule = row bytes so a row never straddles
  * two parts (vk_memory.h) — except an FFN's gate and up of one type, stored together as gate-up
- * pairs (gpu_model.h) — uploaded straight from the mapped file through the stager. Norm
+ * pairs (gpu_model.h), and an lm_head its matvec reads in an aligned layout (op_matvec.h) —
+ * uploaded straight from the mapped file through the stager. Norm
  * vectors are converted to f32 on the host when stored otherwise. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +37,32 @@ static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights 
     int rc = cvk_stager_upload(&vk->stager, cvk_view_whole(b), t->data);
     progress(w);
     return rc;
+}
+
+/* The lm_head in the layout its matvec reads (op_matvec.h: cfg->a16, 16-byte-aligned Q6_K
+ * rows), packed on the host a chunk of rows at a time; the file's layout without one. */
+static int upload_head(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights *w, const cvk_matvec_cfg *cfg) {
+    if (!cfg || !cfg->a16) return upload(vk, b, t, w);
+    uint32_t n_in = (uint32_t)t->ne[0];
+    uint64_t from = qtype_row_bytes(t->type, n_in), to = cvk_matvec_row_bytes(cfg, t->type, n_in);
+    uint64_t rows = (uint64_t)t->ne[1] * t->ne[2] * t->ne[3];
+    if (t->type != QTYPE_Q6_K || !from || from * rows != t->nbytes)
+        return cd_fail("%.*s: not %llu Q6_K rows of %llu bytes", (int)t->name.len, t->name.ptr,
+                       (unsigned long long)rows, (unsigned long long)from);
+    enum { CHUNK_ROWS = 4096 };
+    uint8_t *tmp = malloc(CHUNK_ROWS * to);
+    if (!tmp) return cd_fail("out of memory packing %.*s", (int)t->name.len, t->name.ptr);
+    int rc = cvk_buffer_create(&vk->mem, b, rows * to, to, CVK_MEM_DEVICE);
+    fp_weights_add(w->hashing, t);
+    for (uint64_t r0 = 0; !rc && r0 < rows; r0 += CHUNK_ROWS) {
+        uint64_t n = rows - r0 < CHUNK_ROWS ? rows - r0 : CHUNK_ROWS;
+        cvk_matvec_pack_rows(cfg, t->type, n_in, (const uint8_t *)t->data + r0 * from, tmp, n);
+        rc = cvk_stager_upload(&vk->stager, cvk_view_range(b, r0 * to, n * to), tmp);
+    }
+    free(tmp);
+    w->bytes += t->nbytes;
+    progress(w);
+    return rc ? -1 : 0;
 }
 
 /* Gate and up (one type, n_slice slices of `rows` rows each) as gate-up pairs: slice e's gate
@@ -84,7 +111,7 @@ static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_wei
     return rc ? -1 : 0;
 }
 
-int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs) {
+int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head) {
     *w = (gpu_weights){0};
     const model_config *c = &m->cfg;
     w->layers = calloc(c->n_layer, sizeof *w->layers);
@@ -96,7 +123,7 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs) 
     if (upload(vk, &w->tok_embd, m->tok_embd, w) || upload_norm(vk, &w->output_norm, m->output_norm, w))
         return -1;
     if (m->output == m->tok_embd) w->head = &w->tok_embd;
-    else if (upload(vk, &w->output, m->output, w)) return -1;
+    else if (upload_head(vk, &w->output, m->output, w, head)) return -1;
     else w->head = &w->output;
     for (uint32_t il = 0; il < c->n_layer; il++) {
         const layer_weights *l = &m->layers[il];

@@ -7,13 +7,16 @@
 
 const cvk_matmul_tile cvk_matmul_tile_default = {.bm = 64, .bn = 64, .bk = 32, .tm = 4, .tn = 4};
 const cvk_matmul_tile cvk_matmul_tile_rows = {.bm = 64, .bn = 8, .rows = true};
+const cvk_matmul_tile cvk_matmul_tile_one = {.bm = 256, .bn = 1, .tm = 4, .rows = true};
 
 static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                          const cvk_matmul_tile *t) {
     const cvk_caps *c = &d->info.caps;
-    if (!t->bm || !t->bn || t->bn > 16 || t->bm > c->max_wg_size[0] || t->bm > c->max_wg_invocations)
-        return cd_fail("matmul: bad rows kernel %u rows x %u tokens", t->bm, t->bn);
-    uint32_t spec[8] = {t->bm, (uint32_t)type, t->bm, t->bn, 0, 0, 0, t->glu};
+    uint32_t rpi = t->tm ? t->tm : 1, wg = t->bm / rpi;
+    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || wg > c->max_wg_size[0] ||
+        wg > c->max_wg_invocations)
+        return cd_fail("matmul: bad rows kernel %u rows x %u tokens, %u rows per invocation", t->bm, t->bn, rpi);
+    uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, 0, t->glu};
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
                               .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};

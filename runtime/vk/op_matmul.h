@@ -66,15 +66,20 @@ typedef struct cvk_matmul_tile {
     uint32_t bm, bn, bk; /* weight rows, tokens, k per shared-memory tile */
     uint32_t tm, tn;     /* register block per invocation: multiples of 4 (vec4 shared loads),
                             bm % tm == 0, bn % tn == 0, tm * tn <= 64 */
-    bool rows;           /* shaders/matmul_rows.comp instead: one invocation per weight row with bn
-                            tokens in registers, bm rows (= invocations) per workgroup, no shared
-                            memory (bk, tm, tn unused); the same bits as the tiled kernel */
+    bool rows;           /* shaders/matmul_rows.comp instead: an invocation per tm weight rows (0:
+                            one; each x load feeds them all) with bn tokens in registers, bm rows
+                            (bm / tm invocations) per workgroup, no shared memory (bk, tn unused);
+                            the same bits as the tiled kernel */
     bool glu;            /* the variant for gate-up pairs (cvk_matmul_args.glu): a pipeline of its
                             own, so the plain kernel carries none of it */
 } cvk_matmul_tile;
 
 /* bm 64, bn 8, rows: the few-token kernel */
 extern const cvk_matmul_tile cvk_matmul_tile_rows;
+
+/* bm 256, bn 1, tm 4, rows: one token, 4 rows per invocation (a CPU device's decode kernel: each
+ * x load feeds 4 rows; lavapipe pays every load per lane) */
+extern const cvk_matmul_tile cvk_matmul_tile_one;
 
 /* bm 64, bn 64, bk 32, tm 4, tn 4: 256 invocations, 16 KiB of shared memory */
 extern const cvk_matmul_tile cvk_matmul_tile_default;

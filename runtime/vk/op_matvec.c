@@ -1,12 +1,46 @@
 #include "runtime/vk/op_matvec.h"
 
+#include <assert.h>
+#include <stddef.h>
+#include <string.h>
+
 #include "runtime/base/error.h"
 #include "shaders/shaders.h"
 
 /* spec constants: 0 WG, 1 QTYPE, 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup),
  * 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only),
- * 7 XQ (> 0: x staged in shared memory for n_in <= XQ), 8 XQ_BITS (staged as int8/int16 blocks, 0: floats) */
-enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, SPEC_XQ, SPEC_XQ_BITS, N_SPEC };
+ * 7 XQ (> 0: x staged in shared memory for n_in <= XQ), 8 XQ_BITS (staged as int8/int16 blocks, 0: floats),
+ * 9 A16 (Q6_K weights in the aligned layout of cvk_matvec_pack_rows) */
+enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, SPEC_XQ, SPEC_XQ_BITS, SPEC_A16, N_SPEC };
+
+/* a16: a Q6_K super-block's ql, qh and scales (208 bytes = 13 x 16) come first in the file's
+ * block, its f16 d last (block_q6_K) */
+enum { A16_BODY = 208 };
+static_assert(offsetof(block_q6_K, d) == A16_BODY, "block_q6_K: d after ql, qh and scales");
+
+uint64_t cvk_matvec_row_bytes(const cvk_matvec_cfg *cfg, enum qtype type, uint32_t n_in) {
+    uint64_t file = qtype_row_bytes(type, n_in);
+    return cfg && cfg->a16 ? (file + 15) / 16 * 16 : file;
+}
+
+void cvk_matvec_pack_rows(const cvk_matvec_cfg *cfg, enum qtype type, uint32_t n_in, const void *src, void *dst,
+                          uint64_t n_rows) {
+    uint64_t from = qtype_row_bytes(type, n_in), to = cvk_matvec_row_bytes(cfg, type, n_in);
+    if (!(cfg && cfg->a16)) {
+        memcpy(dst, src, from * n_rows);
+        return;
+    }
+    uint32_t nb = n_in / QK_K;
+    for (uint64_t r = 0; r < n_rows; r++) {
+        const uint8_t *s = (const uint8_t *)src + r * from;
+        uint8_t *d = (uint8_t *)dst + r * to;
+        for (uint32_t b = 0; b < nb; b++) {
+            memcpy(d + (uint64_t)b * A16_BODY, s + (uint64_t)b * sizeof(block_q6_K), A16_BODY);
+            memcpy(d + (uint64_t)nb * A16_BODY + 2ull * b, s + (uint64_t)b * sizeof(block_q6_K) + A16_BODY, 2);
+        }
+        memset(d + from, 0, to - from);
+    }
+}
 
 static bool cpu_device(const cvk_device *d) { return d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 
@@ -37,6 +71,8 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
         if (c.subgroup_size ? c.subgroup_size < 8 : (k->min_subgroup_size ? k->min_subgroup_size : 1) < 8)
             return cd_fail("matvec: staged x needs subgroups of at least 8");
     }
+    if (c.a16 && (type != QTYPE_Q6_K || c.lanes_per_row != 1 || (c.nvec != 1 && !c.xq)))
+        return cd_fail("matvec: the aligned Q6_K layout needs Q6_K, one lane per row, and nvec 1 or staged x");
     uint32_t min_sg = k->min_subgroup_size ? k->min_subgroup_size : 1;
     if (c.subgroup_size && c.subgroup_size < min_sg) min_sg = c.subgroup_size;
     uint32_t nsg = (c.wg + min_sg - 1) / min_sg;
@@ -45,7 +81,7 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
         return cd_fail("matvec: reduction needs more shared memory than the device has");
     /* lavapipe: groups within one subgroup (no barrier, no shared memory) run fastest */
     uint32_t lpr_max = cpu_device(d) ? (c.subgroup_size ? c.subgroup_size : k->subgroup_size) : 0;
-    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max, c.xq, c.xq ? c.xq_bits : 0};
+    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max, c.xq, c.xq ? c.xq_bits : 0, c.a16};
     cvk_pipeline_desc desc = {.name = "matvec", .spv = cinder_spv_matvec, .spv_size = cinder_spv_matvec_size,
                               .n_bindings = 4, .push_size = sizeof(cvk_matvec_push), .spec = spec, .n_spec = N_SPEC,
                               .subgroup_size = c.subgroup_size,
@@ -84,7 +120,7 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     uint32_t ys = a->y_stride ? a->y_stride : a->n_rows;
     if (!a->x_shared && xs < a->n_in) return cd_fail("matvec: x stride below n_in");
     if (ys < a->n_rows && a->n_vec > 1) return cd_fail("matvec: y stride below n_rows");
-    uint64_t row_bytes = qtype_row_bytes(a->type, a->n_in);
+    uint64_t row_bytes = cvk_matvec_row_bytes(&(cvk_matvec_cfg){.a16 = p->spec[SPEC_A16] != 0}, a->type, a->n_in);
     if (check(p, a, row_bytes, n_slices, xs, ys)) return -1;
     uint32_t wg = p->spec[SPEC_WG], lpr = p->spec[SPEC_LPR], nvec = p->spec[SPEC_NVEC];
     if (!lpr) { /* the smallest power of 2 covering the row's units, within the workgroup (and cap) */
@@ -140,7 +176,12 @@ cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t 
         uint32_t xq = n_in <= 4096 ? (n_in + QK_K - 1) / QK_K * QK_K : 0, wg = nvec > 4 ? 128 : 64;
         uint64_t per_vec = xq * 2ull + xq / 8 + 16ull * 16 * 4; /* int16 x, block scales, reduction */
         while (nvec > 1 && per_vec * nvec > d->info.caps.max_shared) nvec--;
-        return (cvk_matvec_cfg){.wg = wg, .rows = 16, .nvec = nvec, .lanes_per_row = 1, .xq = xq, .xq_bits = 16};
+        if (!xq) nvec = 1; /* the one-lane-per-row path takes several vectors only with staged x */
+        /* the weights in the aligned layout (a16): 4 16-byte loads and one 2-byte load per row and
+         * 64 weights where the file's 2-aligned blocks take 20 loads; each load whose address
+         * differs across lanes is a loop over the lanes on lavapipe (2x on the 30B lm_head) */
+        return (cvk_matvec_cfg){.wg = wg, .rows = 16, .nvec = nvec, .lanes_per_row = 1, .xq = xq, .xq_bits = 16,
+                                .a16 = true};
     }
     if (cpu_device(d)) /* lavapipe: masked-off vectors still cost their loads, so NVEC = n_vec */
         return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec};

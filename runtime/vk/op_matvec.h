@@ -52,6 +52,9 @@ typedef struct cvk_matvec_cfg {
     uint32_t xq_bits;       /* with xq: x staged as int8 (8) or int16 (16) blocks of 32 with a float
                                scale, integer dot products (error: half a step amax / 127 or
                                amax / 32767 per x); 0: as floats */
+    bool a16;               /* weights in the 16-byte-aligned Q6_K row layout of cvk_matvec_pack_rows
+                               (Q6_K, lanes_per_row 1): every ql/qh/scales load one 16-byte load,
+                               the same sums as the file's layout */
 } cvk_matvec_cfg;
 
 typedef struct cvk_matvec_args {
@@ -76,5 +79,13 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
 /* The configuration for a shape (n_vec: vectors per dense call; pass 1 for ids mode). Lanes
  * per row are left to each call, so today this equals the defaults at n_vec = 1. */
 cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t n_vec);
+/* Bytes of one row of n_in weights in the layout cfg reads (NULL: the file's): a16's row holds
+ * the 208-byte ql/qh/scales bodies of its super-blocks, then their 2-byte d's, padded to 16 bytes
+ * (1,680 bytes at n_in 2,048, as in the file; 224 where the file has 210). */
+uint64_t cvk_matvec_row_bytes(const cvk_matvec_cfg *cfg, enum qtype type, uint32_t n_in);
+/* n_rows rows of the file's layout at src into cfg's layout at dst (cvk_matvec_row_bytes
+ * each); a plain copy unless cfg->a16. */
+void cvk_matvec_pack_rows(const cvk_matvec_cfg *cfg, enum qtype type, uint32_t n_in, const void *src, void *dst,
+                          uint64_t n_rows);
 /* Records one dispatch per weight part (no barrier before or after). */
 int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matvec_args *a);

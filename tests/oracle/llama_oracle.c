@@ -443,8 +443,11 @@ static bool tally_cb(struct ggml_tensor *t, bool ask, void *user) {
     if (t->op != GGML_OP_MUL_MAT && t->op != GGML_OP_MUL_MAT_ID) return !ask;
     if (ask) return true;
     dev_tally *d = user;
-    if (!t->buffer) { d->unknown++; return true; }
-    ggml_backend_dev_t dev = L.ggml_backend_buft_get_device(L.ggml_backend_buffer_get_type(t->buffer));
+    /* where the weight (src 0) lives: the scheduler runs a matmul on its weight's backend (the
+     * result's buffer can name another: a CPU-placed weight's result on the device's side) */
+    const struct ggml_tensor *w = t->src[0] && t->src[0]->buffer ? t->src[0] : t;
+    if (!w->buffer) { d->unknown++; return true; }
+    ggml_backend_dev_t dev = L.ggml_backend_buft_get_device(L.ggml_backend_buffer_get_type(w->buffer));
     /* ggml's plain CPU buffer type names no device (a FIXME in ggml-backend.cpp): host memory */
     if (!dev && !(dev = L.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU))) { d->unknown++; return true; }
     int i = 0;
@@ -620,7 +623,10 @@ static struct llama_context *probe_and_init(const opts *o, struct llama_model *m
         snprintf(pr->backend, sizeof pr->backend, "%s", all_on_main ? dev_backend(tally->dev[pr->main_dev]) : "mixed");
         for (char *c = pr->backend; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
     }
-    if (o->vulkan && strcmp(pr->backend, "vulkan"))
+    if (o->vulkan && !strcmp(pr->backend, "mixed"))
+        fprintf(stderr, "llama_oracle: --vulkan asked for, but some matmuls ran on the CPU: llama.cpp kept their weights "
+                "there (e.g. tensors over the device's maxStorageBufferRange); see matmuls_by_device\n");
+    else if (o->vulkan && strcmp(pr->backend, "vulkan"))
         fprintf(stderr, "llama_oracle: --vulkan asked for, but the matmuls ran on %s: llama.cpp fell back "
                 "(lavapipe is only used with GGML_VK_VISIBLE_DEVICES=0)\n", pr->backend);
 
