@@ -78,6 +78,9 @@ layout(push_constant) uniform Push {
 } pc;
 
 const uint NONE = 0xffffffffu;
+// Quantized weights are decoded 8 at a time (qb_decode8: n_in is a multiple of 32 for them, so
+// a run never straddles n_in); float types one at a time.
+const bool RUNS = QTYPE != QTYPE_F32 && QTYPE != QTYPE_F16 && QTYPE != QTYPE_BF16 && BK % 8u == 0u;
 
 shared vec4 ws[BK * BM / 4]; // element k * BM + m
 shared vec4 xs[BK * BN / 4]; // element k * BN + n
@@ -130,12 +133,23 @@ void main() {
     for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0;
 
     for (uint k0 = 0; k0 < pc.n_in; k0 += BK) {
-        for (uint i = tid; i < BM * BK; i += WG) {
-            uint kk = i % BK, mm = i / BK, m = m0 + mm, k = k0 + kk;
-            float v = 0.0;
-            uint src = glu ? (m >> 1) + (m & 1u) * pc.n_rows : m; // glu: interleaved G and U rows
-            if (m < nr && k < pc.n_in) v = qb_dequant(QTYPE, (w_row0 + src) * pc.row_bytes, k);
-            ws[(kk * BM + mm) >> 2][mm & 3u] = v;
+        if (RUNS) { // quantized: runs of 8 weights of a row, scales decoded once per run
+            for (uint i = tid; i < BM * BK / 8u; i += WG) {
+                uint kk = (i % (BK / 8u)) * 8u, mm = i / (BK / 8u), m = m0 + mm, k = k0 + kk;
+                float v[8];
+                uint src = glu ? (m >> 1) + (m & 1u) * pc.n_rows : m; // glu: interleaved G and U rows
+                if (m < nr && k < pc.n_in) qb_decode8(QTYPE, (w_row0 + src) * pc.row_bytes, k, v);
+                else for (uint r = 0; r < 8u; r++) v[r] = 0.0;
+                for (uint r = 0; r < 8u; r++) ws[((kk + r) * BM + mm) >> 2][mm & 3u] = v[r];
+            }
+        } else {
+            for (uint i = tid; i < BM * BK; i += WG) {
+                uint kk = i % BK, mm = i / BK, m = m0 + mm, k = k0 + kk;
+                float v = 0.0;
+                uint src = glu ? (m >> 1) + (m & 1u) * pc.n_rows : m;
+                if (m < nr && k < pc.n_in) v = qb_dequant(QTYPE, (w_row0 + src) * pc.row_bytes, k);
+                ws[(kk * BM + mm) >> 2][mm & 3u] = v;
+            }
         }
         for (uint i = tid; i < BN * BK; i += WG) {
             uint kk = i % BK, nn = i / BK, k = k0 + kk, r = xrow[nn];

@@ -73,14 +73,6 @@ layout(binding = 0) readonly buffer QbU4 { uvec4 qb_u4[]; };
             [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[16u * h_ + 4u * c_ + b_] = (v_[c_] >> (8u * b_)) & 255u; } }
 
 
-// byte i (0..11) of the scale bytes s (as 3 words), and get_scale_min_k4 over them
-uint sbyte(uvec3 s, uint i) { return (s[i >> 2] >> (8u * (i & 3u))) & 255u; }
-uvec2 scale_min_k4(uvec3 s, uint j) {
-    if (j < 4) return uvec2(sbyte(s, j) & 63u, sbyte(s, j + 4) & 63u);
-    uint hi_s = sbyte(s, j - 4) >> 6, hi_m = sbyte(s, j) >> 6, lo = sbyte(s, j + 4);
-    return uvec2((lo & 15u) | (hi_s << 4), (lo >> 4) | (hi_m << 4));
-}
-
 // Weights k0 .. k0 + GROUP - 1 of the row at byte offset `row`, each the float qb_dequant
 // returns for it (the same expression, evaluated in the same order), with the group's scales
 // decoded once and its bytes read 16 bits at a time.
@@ -98,7 +90,7 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
         // d, dmin and the 12 scale bytes: the block's first 16 bytes, one load (blocks of 144
         // and 176 bytes start 16-aligned); the same values as qb_scale_min_k4 and qb_half
         uvec4 hd = qb_u4[b >> 4];
-        uvec2 sm = scale_min_k4(hd.yzw, g);
+        uvec2 sm = qb_scale_min_k4_w(hd.yzw, g);
         vec2 dm = unpackHalf2x16(hd.x);
         float d = dm.x * float(sm.x);
         float mn = dm.y * float(sm.y);

@@ -113,5 +113,60 @@ float qb_dequant(uint type, uint row, uint e) {
     }
     return 0.0;
 }
+// Byte i (0..11) of 12 scale bytes held as 3 words, and get_scale_min_k4 over them: the
+// values qb_scale_min_k4 reads byte by byte.
+uint qb_wbyte(uvec3 s, uint i) { return (s[i >> 2] >> (8u * (i & 3u))) & 255u; }
+uvec2 qb_scale_min_k4_w(uvec3 s, uint j) {
+    if (j < 4) return uvec2(qb_wbyte(s, j) & 63u, qb_wbyte(s, j + 4) & 63u);
+    uint hi_s = qb_wbyte(s, j - 4) >> 6, hi_m = qb_wbyte(s, j) >> 6, lo = qb_wbyte(s, j + 4);
+    return uvec2((lo & 15u) | (hi_s << 4), (lo >> 4) | (hi_m << 4));
+}
+
+// Byte r (0..7) of 8 bytes held as 2 words.
+uint qb_byte8(uvec2 v, uint r) { return (v[r >> 2] >> (8u * (r & 3u))) & 255u; }
+// 8 bytes at an even offset as 2 words, from four 16-bit loads (Q8_0, Q6_K: 2-aligned blocks).
+uvec2 qb_load8_u16(uint off) {
+    uint h = off >> 1;
+    return uvec2(uint(qb_u16[h]) | (uint(qb_u16[h + 1]) << 16), uint(qb_u16[h + 2]) | (uint(qb_u16[h + 3]) << 16));
+}
+
+// Weights k0 .. k0 + 7 (k0 % 8 == 0) of the row at byte offset `row` of a quantized type, each
+// the float qb_dequant returns for it (the same expression, in the same order), with the
+// block's scales decoded once and the 8 bytes read as words: 5-7 loads where qb_dequant takes
+// 5-6 loads per weight (tests/test_vk_matmul.c checks every kernel against the others bit for bit).
+void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
+    if (type == QTYPE_Q4_K || type == QTYPE_Q5_K) { // 144- and 176-byte blocks: 16-aligned
+        bool five = type == QTYPE_Q5_K;
+        uint b = row + (k0 / QK_K) * (five ? Q5_K_BYTES : Q4_K_BYTES), i = k0 % QK_K;
+        uint g = i / 32, j = i / 64, hi = g & 1u, l0 = i % 32, w0 = b >> 2;
+        uvec2 sm = qb_scale_min_k4_w(uvec3(qb_u32[w0 + 1], qb_u32[w0 + 2], qb_u32[w0 + 3]), g);
+        vec2 dm = unpackHalf2x16(qb_u32[w0]); // d, dmin
+        float d = dm.x * float(sm.x), mn = dm.y * float(sm.y);
+        uint qo = (b + (five ? Q5_K_QS : Q4_K_QS) + 32 * j + l0) >> 2, ho = (b + Q5_K_QH + l0) >> 2;
+        uvec2 qs = uvec2(qb_u32[qo], qb_u32[qo + 1]), qh = five ? uvec2(qb_u32[ho], qb_u32[ho + 1]) : uvec2(0);
+        for (uint r = 0; r < 8u; r++) {
+            uint q = (qb_byte8(qs, r) >> (4 * hi)) & 15u;
+            if (five) q |= ((qb_byte8(qh, r) >> (2 * j + hi)) & 1u) << 4;
+            w[r] = d * float(q) - mn;
+        }
+    } else if (type == QTYPE_Q6_K) {
+        uint b = row + (k0 / QK_K) * Q6_K_BYTES, i = k0 % QK_K, h = i / 128, k = (i % 128) / 32, l0 = i % 32;
+        uvec2 ql = qb_load8_u16(b + Q6_K_QL + 64 * h + l0 + 32 * (k & 1u)), qh = qb_load8_u16(b + Q6_K_QH + 32 * h + l0);
+        float sc = float(qb_sbyte(b + Q6_K_SCALES + 8 * h + l0 / 16 + 2 * k)), dh = qb_half(b + Q6_K_D);
+        for (uint r = 0; r < 8u; r++) {
+            uint lo = (qb_byte8(ql, r) >> (4 * (k >> 1))) & 15u, hb = (qb_byte8(qh, r) >> (2 * k)) & 3u;
+            int q = int(lo | (hb << 4)) - 32;
+            w[r] = dh * sc * float(q);
+        }
+    } else if (type == QTYPE_Q8_0) {
+        uint b = row + (k0 / QK8_0) * Q8_0_BYTES;
+        uvec2 qs = qb_load8_u16(b + Q8_0_QS + k0 % QK8_0);
+        float d = qb_half(b + Q8_0_D);
+        for (uint r = 0; r < 8u; r++) w[r] = d * float(bitfieldExtract(int(qb_byte8(qs, r)), 0, 8));
+    } else {
+        for (uint r = 0; r < 8u; r++) w[r] = qb_dequant(type, row, k0 + r);
+    }
+}
+
 #endif // QB_BINDING
 #endif // QUANT_BLOCKS_GLSL

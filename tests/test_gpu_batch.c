@@ -71,10 +71,12 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
         kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens))
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
-                        .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1};
+                        .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
+                        .few_kernels = gpu_defaults ? 1 : -1};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), gpu_defaults);
     assert_int_equal(g->head_matvec, !gpu_defaults);
+    assert_int_equal(g->few_gpu, gpu_defaults);
     static_tables(g);
 }
 

@@ -67,11 +67,13 @@ static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch,
         kv_pool_init(&q->pool, vk, &lay, n_ctx))
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay,
-                        .gate_up_pairs = gpu_defaults ? 1 : 0, .head_matvec = gpu_defaults ? -1 : 0};
+                        .gate_up_pairs = gpu_defaults ? 1 : 0, .head_matvec = gpu_defaults ? -1 : 0,
+                        .few_kernels = gpu_defaults ? 1 : 0};
     if (gpu_model_init(&q->g, vk, m, &o)) fail_msg("%s", cd_errmsg());
     for (uint32_t il = 0; il < c->n_layer; il++) /* the path the test asked for */
         assert_int_equal(gpu_layer_has_pairs(&q->g.w.layers[il]), gpu_defaults);
     assert_int_equal(q->g.head_matvec, !gpu_defaults);
+    assert_int_equal(q->g.few_gpu, gpu_defaults);
 }
 
 static void seq1_free(seq1 *q) {

@@ -51,11 +51,16 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
 
 /* ---- set-up ---- */
 
-/* The kernel for few tokens (decode steps, experts with a handful of tokens): on a CPU device
- * matmul_rows.comp (a weight row per invocation in registers: no shared-memory round trip per
- * weight), on a GPU the tiled kernel with 8-token tiles (weights still loaded coalesced). Every
- * output is the same ordered sum over k in all of them, so the choice never changes a bit. */
-static const cvk_matmul_tile few_tile_gpu = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4};
+/* The kernels for few tokens (decode steps, experts with a handful of tokens): matmul_rows.comp,
+ * a weight row per invocation decoded a scale group at a time in registers, no shared memory
+ * and no barrier. On a GPU 32-row workgroups (one subgroup on NVIDIA/RDNA wave32: a 4,096-row
+ * projection is 128 workgroups, where the 8-token tiled kernel it replaces ran 64 one-warp
+ * workgroups that decoded every weight byte by byte through shared memory: 1.1-2.3 ms per
+ * projection on an H100, docs/PERF.md); 8 tokens per item, and a one-token kernel for a dense
+ * decode step. On a CPU device 64 rows, and one token of 4 rows per invocation (matmul_one).
+ * Every output is the same ordered sum over k in all of them, so the choice never changes a bit. */
+static const cvk_matmul_tile few_tile_gpu = {.bm = 32, .bn = 8, .rows = true};
+static const cvk_matmul_tile one_tile_gpu = {.bm = 32, .bn = 1, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
@@ -63,26 +68,24 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
     if (!t || g->matmul[glu][t->type].pipe) return 0;
     VkPipelineCache pc = g->vk->pcache.cache;
     cvk_device *d = &g->vk->dev;
-    cvk_matmul_tile big = cvk_matmul_tile_default, few = few_tile_gpu, rows = cvk_matmul_tile_rows, one = cvk_matmul_tile_one;
-    big.glu = few.glu = rows.glu = one.glu = glu;
-    if (cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big)) return -1;
-    if (d->info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU)
-        return cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few);
-    /* a CPU device: the rows kernel, for one token and for a few (its token loop is unrolled) */
-    return cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &rows) ||
+    cvk_matmul_tile big = cvk_matmul_tile_default, few = g->few_gpu ? few_tile_gpu : cvk_matmul_tile_rows,
+                    one = g->few_gpu ? one_tile_gpu : cvk_matmul_tile_one;
+    big.glu = few.glu = one.glu = glu;
+    return cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big) ||
+           cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few) ||
            cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
 }
 
 static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint32_t n_tokens, bool glu) {
-    if (n_tokens == 1 && g->matmul_one[glu][type].pipe) return &g->matmul_one[glu][type];
+    if (n_tokens == 1) return &g->matmul_one[glu][type];
     return n_tokens <= FEW_TOKENS ? &g->matmul_few[glu][type] : &g->matmul[glu][type];
 }
 
 /* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
  * (row tile, item): list 0 holds the experts with at most MOE_SPLIT tokens, cut into items of
  * the few-token kernel's tile; list 1 the busier experts, in items of the big tile (matmul).
- * The few-token kernel: on a GPU the 8-token tile (weights loaded coalesced through shared
- * memory, once per 8 tokens); on a CPU device the rows kernel with ONE token per item
+ * The few-token kernel: on a GPU the rows kernel with 8-token items (a row decoded once per 8
+ * tokens); on a CPU device the rows kernel with ONE token per item
  * (matmul_one): llvmpipe runs it ~3 ms per token for a 768 x 2048 Q4_K expert and the 8-token
  * rows kernel ~7-13 ms per token even when full (its token loop is not kept in registers), so
  * there re-reading the row per token is the cheaper way. An empty list is an empty grid. Every
@@ -93,7 +96,7 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
 
 static const cvk_pipeline *moe_pipe(const gpu_model *g, enum qtype type, uint32_t list, bool glu) {
     if (list) return &g->matmul[glu][type];
-    return g->matmul_one[glu][type].pipe ? &g->matmul_one[glu][type] : &g->matmul_few[glu][type];
+    return g->few_gpu ? &g->matmul_few[glu][type] : &g->matmul_one[glu][type];
 }
 
 static int make_pipelines(gpu_model *g) {

@@ -61,6 +61,7 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
         bool cpu = vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
         bool pairs = o->gate_up_pairs > 0 || (o->gate_up_pairs == 0 && !cpu);
         g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu);
+        g->few_gpu = o->few_kernels > 0 || (o->few_kernels == 0 && !cpu);
         const gguf_tensor *h = m->output;
         if (g->head_matvec) {
             g->head_cfg = cvk_matvec_choose(&vk->dev, h->type, (uint32_t)h->ne[0], (uint32_t)h->ne[1], 1);

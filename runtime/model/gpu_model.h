@@ -121,7 +121,8 @@ typedef struct gpu_model {
     /* per [plain, gate-up pairs] and weight type in use */
     cvk_pipeline matmul[2][QTYPE_COUNT];
     cvk_pipeline matmul_few[2][QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
-    cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (CPU devices) */
+    cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (a dense decode step) */
+    bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
@@ -186,6 +187,9 @@ typedef struct gpu_model_opts {
      * gathering them on a GPU (the few-token tile for up to 16 rows); 1 the matvec, -1 the
      * matmul (tests run a GPU's head on lavapipe this way). */
     int head_matvec;
+    /* The few-token matmul kernels (gpu_forward.c): 0 auto = the device's kind, 1 a GPU's
+     * (32-row workgroups, 8-token MoE items), -1 a CPU device's (tests run a GPU's on lavapipe). */
+    int few_kernels;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
