@@ -76,11 +76,13 @@ static void check_figure(const char *what, double x, bool supported) {
         fail_msg("%s = %g (%s on this device)", what, x, supported ? "supported" : "not supported");
 }
 
-/* within 10x of the host's memcpy; and on a CPU device, where device memory is host memory,
- * not more than 10x above it either */
+/* within 100x of the host's memcpy; and on a CPU device, where device memory is host memory,
+ * not more than 10x above it either. The figures catch a wrong unit or size (1,000x), not a slow
+ * device: on a 2-core machine busy with a build, lavapipe's streaming read measured 13x below
+ * the memcpy (0.70 vs 9.02 GB/s, 2026-11-26), where a quiet run gives ~4x. */
 static void check_bandwidth(const char *what, double gbps, double host) {
     bool cpu = vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-    if (gbps * 10 < host || (cpu && gbps > 10 * host))
+    if (gbps * 100 < host || (cpu && gbps > 10 * host))
         fail_msg("%s: %.2f GB/s, host memcpy %.2f GB/s", what, gbps, host);
 }
 
