@@ -26,7 +26,8 @@
 // reused by all BN tokens) and loads BN x BK inputs into xs; each invocation then
 // accumulates a TM x TN register block: rows tm*TM.., tokens tn*TN.., read from shared
 // memory as vec4s (TM/4 + TN/4 loads per k for TM*TN fmas; neighbouring invocations read
-// neighbouring vec4s). Rows past nr and tokens past the count load zeros and store nothing;
+// neighbouring vec4s), into the current chunk's sums (CHUNK below). Rows past nr and tokens
+// past the count load zeros and store nothing;
 // k past n_in loads zeros.
 // WG must equal (BM/TM) * (BN/TN), TM and TN multiples of 4; runtime/vk/op_matmul.c checks.
 //
@@ -78,6 +79,10 @@ layout(push_constant) uniform Push {
 } pc;
 
 const uint NONE = 0xffffffffu;
+// The canonical order of every output's sum (all matmul kernels): k in chunks of CHUNK, each
+// chunk summed by fma from 0 in k order, the chunk sums added to the output in k order. The
+// host keeps CHUNK % BK == 0, so a chunk ends with a tile step.
+const uint CHUNK = 256u;
 // Quantized weights are decoded 8 at a time (qb_decode8: n_in is a multiple of 32 for them, so
 // a run never straddles n_in); float types one at a time.
 const bool RUNS = QTYPE != QTYPE_F32 && QTYPE != QTYPE_F16 && QTYPE != QTYPE_BF16 && BK % 8u == 0u;
@@ -129,8 +134,8 @@ void main() {
     }
     barrier();
 
-    float acc[TM * TN];
-    for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0;
+    float acc[TM * TN], part[TM * TN]; // part: the current 256-k chunk's sums (the canonical order)
+    for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0, part[i] = 0.0;
 
     for (uint k0 = 0; k0 < pc.n_in; k0 += BK) {
         if (RUNS) { // quantized: runs of 8 weights of a row, scales decoded once per run
@@ -162,9 +167,11 @@ void main() {
             for (uint j = 0; j < TN / 4; j++) b[j] = xs[(kk * BN + tn * TN) / 4 + j];
             for (uint i = 0; i < TM; i++)
                 for (uint j = 0; j < TN; j++)
-                    acc[i * TN + j] = fma(a[i >> 2][i & 3u], b[j >> 2][j & 3u], acc[i * TN + j]);
+                    part[i * TN + j] = fma(a[i >> 2][i & 3u], b[j >> 2][j & 3u], part[i * TN + j]);
         }
         barrier();
+        if ((k0 + BK) % CHUNK == 0u || k0 + BK >= pc.n_in) // a chunk ends: acc += its sums, in k order
+            for (uint i = 0; i < TM * TN; i++) acc[i] = acc[i] + part[i], part[i] = 0.0;
     }
 
     for (uint j = 0; j < TN; j++) {

@@ -1,18 +1,25 @@
 #version 450
 // Matrix product for few tokens (decode steps, experts with a handful of tokens), the same
-// task, bindings and push block as matmul.comp, and the SAME BITS: every output is one sum
-//   acc = fma(W[r][k], X[t][k], acc)     k = 0, 1, ..., n_in - 1, acc starting at 0
-// of the weights as qb_dequant decodes them, as matmul.comp computes it with any tile. So a
+// task, bindings and push block as matmul.comp, and the SAME BITS: every output is summed in
+// the canonical order of matmul.comp (k in chunks of 256, each chunk's sum by fma from 0 in k
+// order, the chunk sums added in k order) of the weights as qb_dequant decodes them. So a
 // token's result does not depend on which kernel ran it, i.e. on how many tokens were batched
 // with it (runtime/model/gpu_model.h: batch invariance).
 //
 // Why a second kernel: matmul.comp decodes a BM x BK weight tile into shared memory once per
 // tile and reuses it for BN tokens; with one token that costs a shared-memory round trip and
 // barriers per weight, which CPU devices (llvmpipe) pay per lane. Here each invocation owns one
-// weight row and NT tokens: it decodes its row a scale group (32 weights) at a time in
+// weight row (RPI rows) and NT tokens: it decodes its row a scale group (32 weights) at a time in
 // registers and accumulates NT sums; no shared memory, no barrier.
 //
-// Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: rows m0 + i + q*WG, q < RPI), tokens n0 = y*NT.., expert e = expert0 + z
+// Split k (KL > 1, a GPU's decode): KL invocations share a row, lane j summing chunks j, j + KL,
+// ...; per round of KL chunks the lanes leave their chunk sums in shared memory and lane 0 adds
+// them in k order. A projection then runs KL times as many invocations, each walking 1/KL of
+// the row: a decode step's projection is bound by one invocation's walk when it has a few
+// hundred rows (one invocation per row: attn_k 512, the router 128).
+//
+// Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: row m0 + i / KL, or rows
+// m0 + i + q*WG, q < RPI, when KL is 1), tokens n0 = y*NT.., expert e = expert0 + z
 // (grouped mode), or work item y (flag 16); token lists, parts and skipping exactly as matmul.comp.
 // Gate-up pairs (GLU = 1, matmul.comp): invocation m owns output m, gate row m and up row
 // n_rows + m of the slice, two sums per token, and writes silu(G x) * (U x).
@@ -23,10 +30,11 @@
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint QTYPE = 0;
-layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG * RPI)
+layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG * RPI / KL)
 layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
-layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows
-layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4 and 6 unused here
+layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows (KL 1)
+layout(constant_id = 6) const uint KL = 1;  // invocations per row splitting k (RPI 1)
+layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4 unused here
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"
@@ -49,6 +57,9 @@ layout(push_constant) uniform Push {
 const uint X4_FLAG = 8u;
 
 const uint NONE = 0xffffffffu;
+const uint CHUNK = 256u; // the canonical order's chunk of k (matmul.comp)
+// split k: each lane's chunk sums for the round, [invocation][token] (gate, then up for GLU)
+shared float chunk_sum[KL > 1u ? WG * NT * (GLU + 1u) : 1u];
 // weights decoded per unrolled step: a scale group of the block types (their rows are whole blocks)
 const uint GROUP = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16 ? 1u : 32u;
 
@@ -170,8 +181,11 @@ void main() {
         count = min(grp.y, pc.n_tokens);
         j0 += grp.x;
     }
-    uint m0 = gl_WorkGroupID.x * BM + gl_LocalInvocationID.x; // rows m0 + q * WG, q < RPI
-    if (m0 >= nr || n0 >= count) return;
+    const uint STEP = WG / KL; // rows between an invocation's RPI rows (KL 1) / rows per workgroup
+    uint li = gl_LocalInvocationID.x, lane = li % KL;
+    uint m0 = gl_WorkGroupID.x * BM + li / KL; // rows m0 + q * STEP, q < RPI
+    if (gl_WorkGroupID.x * BM >= nr || n0 >= count) return; // uniform: nothing of this tile exists
+    if (KL == 1u && m0 >= nr) return; // split k: every invocation meets the barriers below
 
     uint xrow[NT], yrow[NT];
     [[unroll]] for (uint n = 0; n < NT; n++) {
@@ -186,25 +200,47 @@ void main() {
         yrow[n] = yi;
     }
 
-    float acc[RPI * NT], acc_u[RPI * NT];
+    float acc[RPI * NT], acc_u[RPI * NT], part[RPI * NT], part_u[RPI * NT];
     [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = 0.0, acc_u[i] = 0.0;
     uint row[RPI], row_u[RPI];
     [[unroll]] for (uint q = 0; q < RPI; q++) { // a row past nr: the last one decoded, never stored
-        uint m = min(m0 + q * WG, nr - 1u);
+        uint m = min(m0 + q * STEP, nr - 1u);
         row[q] = (w_row0 + m) * pc.row_bytes, row_u[q] = (w_row0 + pc.n_rows + m) * pc.row_bytes;
     }
     bool wide = (pc.flags & X4_FLAG) != 0u && GROUP % 4u == 0u;
-    for (uint k0 = 0; k0 < pc.n_in; k0 += GROUP) {
-        float w[RPI][GROUP];
-        [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row[q], k0, w[q]);
-        ADD_GROUP(w, acc)
-        if (glu) {
-            [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row_u[q], k0, w[q]);
-            ADD_GROUP(w, acc_u)
+    uint n_chunks = (pc.n_in + CHUNK - 1u) / CHUNK;
+    for (uint c0 = 0; c0 < n_chunks; c0 += KL) { // uniform: KL chunks per round, chunk c0 + lane here
+        [[unroll]] for (uint i = 0; i < RPI * NT; i++) part[i] = 0.0, part_u[i] = 0.0;
+        uint c = c0 + lane, k_end = min((c + 1u) * CHUNK, pc.n_in);
+        for (uint k0 = c * CHUNK; k0 < k_end; k0 += GROUP) {
+            float w[RPI][GROUP];
+            [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row[q], k0, w[q]);
+            ADD_GROUP(w, part)
+            if (glu) {
+                [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row_u[q], k0, w[q]);
+                ADD_GROUP(w, part_u)
+            }
         }
+        if (KL == 1u) {
+            [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = acc[i] + part[i], acc_u[i] = acc_u[i] + part_u[i];
+            continue;
+        }
+        [[unroll]] for (uint n = 0; n < NT; n++) {
+            chunk_sum[li * NT + n] = part[n];
+            if (glu) chunk_sum[(WG + li) * NT + n] = part_u[n];
+        }
+        barrier();
+        if (lane == 0u) // the round's chunk sums in k order (only chunks that exist)
+            for (uint j = 0; j < KL && c0 + j < n_chunks; j++)
+                [[unroll]] for (uint n = 0; n < NT; n++) {
+                    acc[n] = acc[n] + chunk_sum[(li + j) * NT + n];
+                    if (glu) acc_u[n] = acc_u[n] + chunk_sum[(WG + li + j) * NT + n];
+                }
+        barrier();
     }
+    if (lane != 0u) return;
     [[unroll]] for (uint q = 0; q < RPI; q++) {
-        uint m = m0 + q * WG;
+        uint m = m0 + q * STEP;
         if (m >= nr) break;
         [[unroll]] for (uint n = 0; n < NT; n++) {
             float a = acc[q * NT + n];

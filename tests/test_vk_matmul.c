@@ -236,12 +236,14 @@ static void test_tiles(void **state) {
     (void)state;
     const cvk_matmul_tile tiles[] = {
         {.bm = 16, .bn = 16, .bk = 8, .tm = 4, .tn = 4},
-        {.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4},
+        {.bm = 32, .bn = 8, .bk = 128, .tm = 4, .tn = 4}, /* Q8_0 / float n_in 160: a partial last step */
         {.bm = 8, .bn = 64, .bk = 64, .tm = 4, .tn = 8},
         {.bm = 128, .bn = 32, .bk = 16, .tm = 8, .tn = 4},
         {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4},
         {.bm = 256, .bn = 1, .tm = 4, .rows = true}, /* rows per invocation: rows past n_rows, several tokens */
         {.bm = 96, .bn = 3, .tm = 3, .rows = true},
+        {.bm = 4, .bn = 8, .kl = 8, .rows = true}, /* split k: 2 chunks (n_in 512) over 8 lanes */
+        {.bm = 16, .bn = 1, .kl = 2, .rows = true},
     };
     uint64_t seed = 300;
     for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
@@ -441,7 +443,8 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
  * kernels, every token count class, with a scatter (rows no token maps to keep their value). */
 static void test_accumulate(void **state) {
     (void)state;
-    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows, &cvk_matmul_tile_one};
+    const cvk_matmul_tile split = {.bm = 16, .bn = 8, .kl = 2, .rows = true};
+    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_F32, QTYPE_Q6_K};
     const uint32_t Ts[] = {1, 7, 70};
     rng r;
@@ -560,10 +563,12 @@ static void test_grouped_items(void **state) {
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4}, t32 = {.bm = 32, .bn = 32, .bk = 16, .tm = 4, .tn = 4};
     const cvk_matmul_tile one = {.bm = 64, .bn = 1, .rows = true}, three = {.bm = 96, .bn = 1, .tm = 3, .rows = true};
     const cvk_matmul_tile rows2 = {.bm = 128, .bn = 8, .tm = 2, .rows = true};
+    /* split k: lanes per row over the 256-weight chunks (a GPU's decode kernels) */
+    const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split3 = {.bm = 8, .bn = 1, .kl = 3, .rows = true};
     struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
         {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX}, {&cvk_matmul_tile_rows, &t32, 0},
         {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX}, {&cvk_matmul_tile_one, NULL, 16},
-        {&three, &rows2, 4}};
+        {&three, &rows2, 4}, {&split8, NULL, 16}, {&split3, &split8, 4}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
@@ -577,6 +582,8 @@ static void test_grouped_items(void **state) {
             {.type = ty, .T = 8, .k = 8, .n_expert = 128, .n_rows = 17, .n_in = n_in},
             {.type = ty, .T = 33, .k = 8, .n_expert = 32, .n_rows = 9, .n_in = n_in, .dist = 3, .counts = counts,
              .max_part = rb * (ty == QTYPE_Q8_0 ? 16 : 13) + 7},
+            /* many chunks of k: 11 (block types), 8 with a partial last one (the others) */
+            {.type = ty, .T = 6, .k = 4, .n_expert = 8, .n_rows = 13, .n_in = qtype_block_elems(ty) == QK_K ? 11 * QK_K : 2016},
         };
         for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
             if (ty != QTYPE_Q4_K && ty != QTYPE_Q6_K && ci == 1) continue; /* the big down case: two types */
@@ -586,6 +593,8 @@ static void test_grouped_items(void **state) {
             uint32_t P = base.T * base.k, ys = base.n_rows + 3;
             size_t ny = (size_t)(P - 1) * ys + base.n_rows;
             for (size_t k = 0; k < n_tilings; k++) {
+                bool split = tilings[k].t0 == &split8 || tilings[k].t0 == &split3;
+                if (ci == 4 && k != 0 && !split) continue; /* many chunks: the rows kernel and the split forms */
                 gcase c = base;
                 c.items = true, c.tile = tilings[k].t0, c.tile1 = tilings[k].t1, c.split = tilings[k].split;
                 float *got = run_grouped(&c, cs);
@@ -747,7 +756,8 @@ static void test_glu(void **state) {
     (void)state;
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
                           small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
-    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one};
+    const cvk_matmul_tile split = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
+    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
@@ -775,6 +785,11 @@ static void test_rejects_mismatches(void **state) {
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     cvk_matmul_tile huge = {.bm = 256, .bn = 256, .bk = 32, .tm = 4, .tn = 4}; /* 4096 invocations */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &huge), -1);
+    bad = (cvk_matmul_tile){.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4}; /* bk not dividing the 256-k chunk */
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
+    assert_non_null(strstr(cd_errmsg(), "divide 256"));
+    bad = (cvk_matmul_tile){.bm = 64, .bn = 1, .tm = 2, .kl = 4, .rows = true}; /* split k takes one row per invocation */
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);

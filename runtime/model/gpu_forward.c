@@ -52,15 +52,18 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
 /* ---- set-up ---- */
 
 /* The kernels for few tokens (decode steps, experts with a handful of tokens): matmul_rows.comp,
- * a weight row per invocation decoded a scale group at a time in registers, no shared memory
- * and no barrier. On a GPU 32-row workgroups (one subgroup on NVIDIA/RDNA wave32: a 4,096-row
- * projection is 128 workgroups, where the 8-token tiled kernel it replaces ran 64 one-warp
- * workgroups that decoded every weight byte by byte through shared memory: 1.1-2.3 ms per
- * projection on an H100, docs/PERF.md); 8 tokens per item, and a one-token kernel for a dense
- * decode step. On a CPU device 64 rows, and one token of 4 rows per invocation (matmul_one).
- * Every output is the same ordered sum over k in all of them, so the choice never changes a bit. */
-static const cvk_matmul_tile few_tile_gpu = {.bm = 32, .bn = 8, .rows = true};
-static const cvk_matmul_tile one_tile_gpu = {.bm = 32, .bn = 1, .rows = true};
+ * a weight row decoded a scale group at a time in registers. On a GPU with k split over lanes
+ * (tile.kl: each lane sums some of the row's 256-weight chunks, one lane adds the chunk sums in
+ * order): one token 4 rows x 8 lanes per 32-invocation workgroup, 8-token items 8 rows x 4
+ * lanes (the down projection's k is 3 chunks at the real shape). Without the split a decode
+ * step's projection has one invocation per row walking all of k, and on an H100 was bound by
+ * that walk (attn_k's 512 rows: 49 us, the router's 128 rows: 177 us; docs/PERF.md,
+ * 2026-11-26); before that the tiled kernel with an 8-token tile took 1.1-2.3 ms per
+ * projection. On a CPU device 64 rows, and one token of 4 rows per invocation (matmul_one).
+ * Every output is summed in the same canonical order in all of them (op_matmul.h), so the
+ * choice never changes a bit. */
+static const cvk_matmul_tile few_tile_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
+static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */

@@ -12,11 +12,16 @@ const cvk_matmul_tile cvk_matmul_tile_one = {.bm = 256, .bn = 1, .tm = 4, .rows 
 static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                          const cvk_matmul_tile *t) {
     const cvk_caps *c = &d->info.caps;
-    uint32_t rpi = t->tm ? t->tm : 1, wg = t->bm / rpi;
-    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || wg > c->max_wg_size[0] ||
-        wg > c->max_wg_invocations)
-        return cd_fail("matmul: bad rows kernel %u rows x %u tokens, %u rows per invocation", t->bm, t->bn, rpi);
-    uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, 0, t->glu};
+    uint32_t rpi = t->tm ? t->tm : 1, kl = t->kl ? t->kl : 1, wg = t->bm / rpi * kl;
+    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || kl > 64 || (kl > 1 && rpi > 1) ||
+        wg > c->max_wg_size[0] || wg > c->max_wg_invocations)
+        return cd_fail("matmul: bad rows kernel %u rows x %u tokens, %u rows per invocation, %u invocations per row",
+                       t->bm, t->bn, rpi, kl);
+    uint64_t shared = kl > 1 ? 4ull * wg * t->bn * (t->glu ? 2 : 1) : 0;
+    if (shared > c->max_shared)
+        return cd_fail("matmul: rows kernel needs %llu bytes of shared memory, the device has %u",
+                       (unsigned long long)shared, c->max_shared);
+    uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu};
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
                               .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
@@ -43,8 +48,8 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (!c->storage8 || !c->storage16) return cd_fail("matmul: the device lacks 8- or 16-bit storage buffer access");
     if (t->rows) return rows_pipeline(p, d, cache, type, t);
     if (!t->bm || !t->bn || !t->bk || !t->tm || !t->tn || t->tm % 4 || t->tn % 4 || t->bm % t->tm ||
-        t->bn % t->tn || t->tm * t->tn > 64)
-        return cd_fail("matmul: bad tile %ux%ux%u / %ux%u", t->bm, t->bn, t->bk, t->tm, t->tn);
+        t->bn % t->tn || t->tm * t->tn > 64 || 256 % t->bk)
+        return cd_fail("matmul: bad tile %ux%ux%u / %ux%u (bk must divide 256)", t->bm, t->bn, t->bk, t->tm, t->tn);
     uint32_t wg = (t->bm / t->tm) * (t->bn / t->tn);
     uint64_t shared = 4ull * ((uint64_t)(t->bm + t->bn) * t->bk + 2ull * t->bn);
     if (wg > c->max_wg_size[0] || wg > c->max_wg_invocations)

@@ -62,6 +62,9 @@ typedef struct cvk_matmul_push {
 #define CVK_MATMUL_ACCUMULATE 32u /* y += W x: one float add of the finished sum into y, the bits of
                                      a separate add (a residual without its own stage) */
 
+/* Every kernel sums each output in one canonical order (shaders/matmul.comp: k in chunks of 256,
+ * each chunk by fma from 0 in k order, the chunk sums added in k order), so any tile gives the
+ * same bits: bk must divide 256. */
 typedef struct cvk_matmul_tile {
     uint32_t bm, bn, bk; /* weight rows, tokens, k per shared-memory tile */
     uint32_t tm, tn;     /* register block per invocation: multiples of 4 (vec4 shared loads),
@@ -70,6 +73,8 @@ typedef struct cvk_matmul_tile {
                             one; each x load feeds them all) with bn tokens in registers, bm rows
                             (bm / tm invocations) per workgroup, no shared memory (bk, tn unused);
                             the same bits as the tiled kernel */
+    uint32_t kl;         /* rows kernel: invocations sharing a row, splitting k into its 256-weight
+                            chunks (0/1: none; tm must then be 0 or 1): bm * kl invocations */
     bool glu;            /* the variant for gate-up pairs (cvk_matmul_args.glu): a pipeline of its
                             own, so the plain kernel carries none of it */
 } cvk_matmul_tile;
