@@ -83,7 +83,6 @@ layout(binding = 0) readonly buffer QbU4 { uvec4 qb_u4[]; };
         [[unroll]] for (uint c_ = 0; c_ < 4u; c_++) { \
             [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[16u * h_ + 4u * c_ + b_] = (v_[c_] >> (8u * b_)) & 255u; } }
 
-
 // Weights k0 .. k0 + GROUP - 1 of the row at byte offset `row`, each the float qb_dequant
 // returns for it (the same expression, evaluated in the same order), with the group's scales
 // decoded once and its bytes read 16 bits at a time.
