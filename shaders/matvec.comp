@@ -31,19 +31,10 @@ layout(constant_id = 3) const uint NVEC = 1;   // vectors per workgroup (dense m
 layout(constant_id = 4) const uint NSG = 64;   // bound on subgroups per workgroup
 layout(constant_id = 5) const uint LPR = 0;    // lanes per row (0: pc.lpr, chosen per call)
 layout(constant_id = 6) const uint LPR_MAX = 0; // host only: bound on the per-call choice
-layout(constant_id = 7) const uint XQ = 0;     // > 0: x staged in shared memory, n_in <= XQ (Q6_K, NVEC 1)
-layout(constant_id = 8) const uint XQ_BITS = 0; // with XQ: x as int8 (8) or int16 (16) blocks of 32; 0: floats
-layout(constant_id = 9) const uint A16 = 0;    // Q6_K, LPR 1: rows in the aligned layout (below)
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"
 
-// A16 (runtime/vk/op_matvec.c, cvk_matvec_pack_rows): a row of nb Q6_K super-blocks holds their
-// 208-byte ql/qh/scales bodies (13 16-byte words each: ql 0-7, qh 8-11, scales 12), then their
-// nb f16 d's, padded to 16 bytes. Each weight load is then one aligned 16-byte load: on lavapipe,
-// where every load whose address differs across lanes is a loop over the lanes, 5 loads per
-// unit and row where the file's 2-aligned 210-byte blocks take 20.
-layout(binding = 0) readonly buffer QbV4 { uvec4 qb_v4[]; };
 layout(binding = 1) readonly buffer X { float x[]; };
 layout(binding = 2) writeonly buffer Y { float y[]; };
 layout(binding = 3) readonly buffer Ids { int ids[]; };
@@ -63,18 +54,10 @@ layout(push_constant) uniform Push {
     uint slice;      // dense mode: the slice
     int ids_offset;  // < 0: dense mode; else vector v uses slice ids[ids_offset + v]
     uint lpr;        // lanes per row: a power of 2 dividing WG
+    uint x0;         // matvec_texel.comp only
 } pc;
 
 shared float red[NSG * ROWS * NVEC];
-// XQ: x of each of the workgroup's vectors quantized to int8/int16 in blocks of 32 (q8_0-like):
-// vector j's copy starts at word j * XQW of xq (word w packs elements 4w..4w+3 at 8 bits, 2w..2w+1
-// at 16) and at j * XQB of xqd (block scales). Sized 1 when unused.
-const uint XQW = XQ > 0 && XQ_BITS != 0 ? XQ * XQ_BITS / 32 : 1, XQB = XQ > 0 && XQ_BITS != 0 ? XQ / 32 : 1;
-const uint XQF = XQ > 0 && XQ_BITS == 0 ? XQ : 1;
-shared uint xq[XQW * NVEC];
-shared float xqd[XQB * NVEC];
-shared float xf[XQF * NVEC]; // XQ, float: x itself
-
 float acc[ROWS * NVEC]; // per invocation: acc[i * NVEC + j] for row i, vector j
 uint xb[NVEC];          // first x element of vector j
 uint nv;                // vectors this workgroup handles (<= NVEC)
@@ -205,190 +188,6 @@ void unit_q6_K(uint row, uint u, uint ai) {
     }
 }
 
-// 16 bytes at the 2-aligned byte offset a of the weights as 4 words: 5 aligned 32-bit loads
-// (the fifth stays inside the Q6_K block for every chunk read below) and a funnel shift.
-uvec4 load16(uint a) {
-    uint w = a >> 2;
-    uint w0 = qb_u32[w], w1 = qb_u32[w + 1], w2 = qb_u32[w + 2], w3 = qb_u32[w + 3], w4 = qb_u32[w + 4];
-    if ((a & 2u) == 0) return uvec4(w0, w1, w2, w3);
-    return uvec4(w0 >> 16 | w1 << 16, w1 >> 16 | w2 << 16, w2 >> 16 | w3 << 16, w3 >> 16 | w4 << 16);
-}
-
-// sum over the 4 bytes of q (6-bit, stored as q + 32 after the xor) times the int8 x bytes
-int dot6x8(uint q, uint xw) {
-    ivec4 a = ivec4(int(q ^ 0x20202020u)) << ivec4(26, 18, 10, 2) >> 26; // q - 32, sign-extended
-    ivec4 b = ivec4(int(xw)) << ivec4(24, 16, 8, 0) >> 24;
-    ivec4 p = a * b;
-    return p.x + p.y + p.z + p.w;
-}
-
-int dot6x16(uint q, uint x01, uint x23) {
-    ivec4 a = ivec4(int(q ^ 0x20202020u)) << ivec4(26, 18, 10, 2) >> 26;
-    ivec4 b = ivec4(int(x01), int(x01), int(x23), int(x23)) << ivec4(16, 0, 16, 0) >> 16;
-    ivec4 p = a * b;
-    return p.x + p.y + p.z + p.w;
-}
-
-// the 4 bytes of q (6-bit, stored as q + 32 after the xor) as floats q - 32
-vec4 q6f(uint q) { return vec4(ivec4(int(q ^ 0x20202020u)) << ivec4(26, 18, 10, 2) >> 26); }
-
-// Q6_K against the int8 x in shared memory (XQ): same unit and lanes as unit_q6_K; the lane's
-// 16 elements of quarter k lie in one x block, so the integer sums s_k are scaled once.
-void unit_q6_K_xq(uint row, uint u, uint ai) {
-    uint b = row + (u >> 2) * Q6_K_BYTES, h = (u >> 1) & 1u, qq = u & 1u;
-    float d = qb_half(b + Q6_K_D);
-    uint l0 = 16 * qq;
-    uvec4 A = load16(b + Q6_K_QL + 64 * h + l0), C = load16(b + Q6_K_QL + 64 * h + l0 + 32);
-    uvec4 E = load16(b + Q6_K_QH + 32 * h + l0);
-    uint xe = (u >> 2) * QK_K + 128 * h + l0, xw = xe >> 2;
-    if (XQ_BITS == 0) {
-        vec4 s = vec4(0.0);
-        for (uint i = 0; i < 4; i++) {
-            uint q0 = (A[i] & 0x0F0F0F0Fu) | ((E[i] << 4) & 0x30303030u);
-            uint q1 = (C[i] & 0x0F0F0F0Fu) | ((E[i] << 2) & 0x30303030u);
-            uint q2 = ((A[i] >> 4) & 0x0F0F0F0Fu) | (E[i] & 0x30303030u);
-            uint q3 = ((C[i] >> 4) & 0x0F0F0F0Fu) | ((E[i] >> 2) & 0x30303030u);
-            uint o = xe + 4 * i;
-            s += vec4(dot(q6f(q0), vec4(xf[o], xf[o + 1], xf[o + 2], xf[o + 3])),
-                      dot(q6f(q1), vec4(xf[o + 32], xf[o + 33], xf[o + 34], xf[o + 35])),
-                      dot(q6f(q2), vec4(xf[o + 64], xf[o + 65], xf[o + 66], xf[o + 67])),
-                      dot(q6f(q3), vec4(xf[o + 96], xf[o + 97], xf[o + 98], xf[o + 99])));
-        }
-        vec4 scf = vec4(qb_sbyte(b + Q6_K_SCALES + 8 * h + qq), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 2),
-                        qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 4), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 6));
-        acc[ai] += d * dot(scf, s);
-        return;
-    }
-    ivec4 s = ivec4(0);
-    for (uint i = 0; i < 4; i++) {
-        uint q0 = (A[i] & 0x0F0F0F0Fu) | ((E[i] << 4) & 0x30303030u);
-        uint q1 = (C[i] & 0x0F0F0F0Fu) | ((E[i] << 2) & 0x30303030u);
-        uint q2 = ((A[i] >> 4) & 0x0F0F0F0Fu) | (E[i] & 0x30303030u);
-        uint q3 = ((C[i] >> 4) & 0x0F0F0F0Fu) | ((E[i] >> 2) & 0x30303030u);
-        if (XQ_BITS == 8)
-            s += ivec4(dot6x8(q0, xq[xw + i]), dot6x8(q1, xq[xw + 8 + i]), dot6x8(q2, xq[xw + 16 + i]),
-                       dot6x8(q3, xq[xw + 24 + i]));
-        else {
-            uint o = 2 * (xw + i); // 16-bit: elements 2w, 2w + 1 in word w
-            s += ivec4(dot6x16(q0, xq[o], xq[o + 1]), dot6x16(q1, xq[o + 16], xq[o + 17]),
-                       dot6x16(q2, xq[o + 32], xq[o + 33]), dot6x16(q3, xq[o + 48], xq[o + 49]));
-        }
-    }
-    uint xbk = xe >> 5;
-    vec4 sc = vec4(qb_sbyte(b + Q6_K_SCALES + 8 * h + qq), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 2),
-                   qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 4), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 6));
-    vec4 dx = vec4(xqd[xbk], xqd[xbk + 1], xqd[xbk + 2], xqd[xbk + 3]);
-    acc[ai] += d * dot(sc * dx, vec4(s));
-}
-
-// Q6_K with one lane per row (LPR == 1): unit u of the lane's ROWS rows at byte offsets
-// roff[i] (ok[i]: the row is in range), for each of the workgroup's nv vectors, its x read once
-// for all the rows: from the staged copy (XQ) or from the buffer (floats). The x addresses are
-// the same across the subgroup. Each vector's sums are computed exactly as with one vector.
-void unit_q6_K_rows(uint u, uint roff[ROWS], bool ok[ROWS]) {
-    uint h = (u >> 1) & 1u, qq = u & 1u, l0 = 16 * qq;
-    uint xe = (u >> 2) * QK_K + 128 * h + l0, xw = xe >> 2; // elements xe + 32 k + 4 i + 0..3
-    bool ints = XQ > 0 && XQ_BITS != 0;
-    for (uint j = 0; j < NVEC; j++) {
-        if (j >= nv) break;
-        vec4 xf4[16];
-        ivec4 xi4[16];
-        vec4 dx = vec4(1.0);
-        uint fo = j * XQF, qo = j * XQW, bo = j * XQB;
-        for (uint k = 0; k < 4; k++)
-            for (uint i = 0; i < 4; i++) {
-                uint o = xe + 32 * k + 4 * i;
-                if (!ints && XQ > 0) xf4[4 * k + i] = vec4(xf[fo + o], xf[fo + o + 1], xf[fo + o + 2], xf[fo + o + 3]);
-                else if (!ints) {
-                    uint g = xb[j] + o;
-                    xf4[4 * k + i] = vec4(x[g], x[g + 1], x[g + 2], x[g + 3]);
-                } else if (XQ_BITS == 8) xi4[4 * k + i] = ivec4(int(xq[qo + (o >> 2)])) << ivec4(24, 16, 8, 0) >> 24;
-                else {
-                    uint x01 = xq[qo + (o >> 1)], x23 = xq[qo + (o >> 1) + 1];
-                    xi4[4 * k + i] = ivec4(int(x01), int(x01), int(x23), int(x23)) << ivec4(16, 0, 16, 0) >> 16;
-                }
-            }
-        if (ints) dx = vec4(xqd[bo + (xe >> 5)], xqd[bo + (xe >> 5) + 1], xqd[bo + (xe >> 5) + 2], xqd[bo + (xe >> 5) + 3]);
-        for (uint r = 0; r < ROWS; r++) {
-            if (!ok[r]) continue;
-            float d;
-            uvec4 A, C, E;
-            vec4 sc;
-            if (A16 != 0) { // the same values from the aligned layout
-                uint sb = u >> 2, w = (roff[r] >> 4) + sb * 13u;
-                d = qb_half(roff[r] + (pc.n_in / QK_K) * 208u + 2u * sb);
-                A = qb_v4[w + 4 * h + qq], C = qb_v4[w + 4 * h + qq + 2], E = qb_v4[w + 8 + 2 * h + qq];
-                uvec4 S = qb_v4[w + 12]; // scales 8h + qq + 2k: byte qq or qq + 2 of word 2h or 2h + 1
-                uvec2 s2 = h == 0 ? S.xy : S.zw;
-                int o = int(8 * qq);
-                sc = vec4(bitfieldExtract(int(s2.x), o, 8), bitfieldExtract(int(s2.x), o + 16, 8),
-                          bitfieldExtract(int(s2.y), o, 8), bitfieldExtract(int(s2.y), o + 16, 8));
-            } else {
-                uint b = roff[r] + (u >> 2) * Q6_K_BYTES;
-                d = qb_half(b + Q6_K_D);
-                A = load16(b + Q6_K_QL + 64 * h + l0), C = load16(b + Q6_K_QL + 64 * h + l0 + 32);
-                E = load16(b + Q6_K_QH + 32 * h + l0);
-                sc = vec4(qb_sbyte(b + Q6_K_SCALES + 8 * h + qq), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 2),
-                          qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 4), qb_sbyte(b + Q6_K_SCALES + 8 * h + qq + 6));
-            }
-            ivec4 si = ivec4(0);
-            vec4 sf = vec4(0.0);
-            for (uint i = 0; i < 4; i++) {
-                uint q[4];
-                q[0] = (A[i] & 0x0F0F0F0Fu) | ((E[i] << 4) & 0x30303030u);
-                q[1] = (C[i] & 0x0F0F0F0Fu) | ((E[i] << 2) & 0x30303030u);
-                q[2] = ((A[i] >> 4) & 0x0F0F0F0Fu) | (E[i] & 0x30303030u);
-                q[3] = ((C[i] >> 4) & 0x0F0F0F0Fu) | ((E[i] >> 2) & 0x30303030u);
-                for (uint k = 0; k < 4; k++) {
-                    ivec4 qv = ivec4(int(q[k] ^ 0x20202020u)) << ivec4(26, 18, 10, 2) >> 26; // q - 32
-                    if (ints) {
-                        ivec4 p = qv * xi4[4 * k + i];
-                        si[k] += p.x + p.y + p.z + p.w;
-                    } else sf[k] += dot(vec4(qv), xf4[4 * k + i]);
-                }
-            }
-            acc[r * NVEC + j] += d * (ints ? dot(sc * dx, vec4(si)) : dot(sc, sf));
-        }
-    }
-}
-
-// XQ: quantize x[xb[0] ..] to xq/xqd. Word t (elements 4t..4t+3) goes to invocation t mod WG
-// counted in subgroup order, so a block's 8 words are 8 consecutive lanes of one subgroup
-// (WG % 8 == 0, subgroup size >= 8): its absolute maximum is a subgroupMax per cluster of 8.
-void quantize_x(uint vt) {
-    uint nw = pc.n_in / 4, SG = gl_SubgroupSize, cl = gl_SubgroupInvocationID / 8;
-    for (uint j = 0; j < NVEC; j++) {
-    if (j >= nv) break;
-    uint fo = j * XQF, qo = j * XQW, bo = j * XQB;
-    for (uint t = vt; t < nw; t += WG) { // whole clusters of 8 run each iteration (n_in % 32 == 0)
-        uint o = xb[j] + 4 * t;
-        vec4 v = vec4(x[o], x[o + 1], x[o + 2], x[o + 3]);
-        if (XQ_BITS == 0) {
-            xf[fo + 4 * t] = v.x, xf[fo + 4 * t + 1] = v.y, xf[fo + 4 * t + 2] = v.z, xf[fo + 4 * t + 3] = v.w;
-            continue;
-        }
-        vec4 av = abs(v);
-        float m = max(max(av.x, av.y), max(av.z, av.w)), amax = 0.0;
-        for (uint c = 0; c < SG / 8; c++) {
-            float r = subgroupMax(cl == c ? m : 0.0);
-            if (cl == c) amax = r;
-        }
-        float qmax = XQ_BITS == 8 ? 127.0 : 32767.0;
-        float dd = amax / qmax, id = amax > 0.0 ? qmax / amax : 0.0;
-        ivec4 q = clamp(ivec4(round(v * id)), -int(qmax), int(qmax));
-        if (XQ_BITS == 8) {
-            q &= 255;
-            xq[qo + t] = uint(q.x | q.y << 8 | q.z << 16 | q.w << 24);
-        } else {
-            q &= 65535;
-            xq[qo + 2 * t] = uint(q.x | q.y << 16), xq[qo + 2 * t + 1] = uint(q.z | q.w << 16);
-        }
-        if ((t & 7u) == 0) xqd[bo + (t >> 3)] = dd;
-    }
-    }
-    barrier();
-}
-
 void main() {
     // Lanes per row L (a power of 2 dividing WG, from the host): the workgroup is G = WG / L
     // groups of L invocations, group g owning ROWS consecutive rows. Positions come from the
@@ -408,21 +207,10 @@ void main() {
     uint fr0 = bad ? 0u : uint(sl_id) * pc.n_rows + rb; // flattened row of output row rb
     for (uint j = 0; j < NVEC; j++) xb[j] = (v0 + j) * pc.x_stride;
     for (uint i = 0; i < ROWS * NVEC; i++) acc[i] = 0.0;
-    if (XQ > 0) quantize_x(vt); // every invocation of the workgroup reaches the barrier
 
     bool floaty = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16;
     uint unit = floaty ? 4 : (QTYPE == QTYPE_Q8_0 ? QK8_0 : 64);
     uint n_units = pc.n_in / unit;
-    if (QTYPE == QTYPE_Q6_K && LPR == 1 && (NVEC == 1 || XQ > 0)) { // one lane per row: x read once per unit
-        uint roff[ROWS];
-        bool ok[ROWS];
-        for (uint i = 0; i < ROWS; i++) {
-            uint r = rb + g * ROWS + i, fr = fr0 + g * ROWS + i;
-            ok[i] = !bad && r < pc.n_rows && fr >= pc.row0 && fr - pc.row0 < pc.rows;
-            roff[i] = ok[i] ? (fr - pc.row0) * pc.row_bytes : 0u;
-        }
-        for (uint u = 0; u < n_units; u++) unit_q6_K_rows(u, roff, ok);
-    } else
     for (uint i = 0; i < ROWS; i++) {
         uint r = rb + g * ROWS + i, fr = fr0 + g * ROWS + i;
         if (bad || r >= pc.n_rows || fr < pc.row0 || fr - pc.row0 >= pc.rows) continue;
@@ -430,7 +218,6 @@ void main() {
         for (uint u = l; u < n_units; u += L) {
             if (floaty) unit_float(row, u, i * NVEC);
             else if (QTYPE == QTYPE_Q8_0) unit_q8_0(row, u, i * NVEC);
-            else if (QTYPE == QTYPE_Q6_K && XQ > 0) unit_q6_K_xq(row, u, i * NVEC);
             else if (QTYPE == QTYPE_Q6_K) unit_q6_K(row, u, i * NVEC);
             else unit_q45_K(row, u, i * NVEC);
         }

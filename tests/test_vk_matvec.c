@@ -37,7 +37,6 @@
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
-    assert_int_equal(cvk_spirv_reflect(cinder_spv_matvec, cinder_spv_matvec_size, &si), 0);
     const uint32_t want[] = {
         offsetof(cvk_matvec_push, n_in),     offsetof(cvk_matvec_push, row_bytes),
         offsetof(cvk_matvec_push, n_rows),   offsetof(cvk_matvec_push, n_slices),
@@ -45,12 +44,17 @@ static void test_push_layout_matches_glsl(void **state) {
         offsetof(cvk_matvec_push, r_begin),  offsetof(cvk_matvec_push, n_vec),
         offsetof(cvk_matvec_push, x_stride), offsetof(cvk_matvec_push, y_stride),
         offsetof(cvk_matvec_push, slice),    offsetof(cvk_matvec_push, ids_offset),
-        offsetof(cvk_matvec_push, lpr),
+        offsetof(cvk_matvec_push, lpr),      offsetof(cvk_matvec_push, x0),
     };
-    assert_int_equal(si.n_push, 13);
-    for (int i = 0; i < 13; i++) assert_int_equal(si.push_offset[i], want[i]);
-    assert_int_equal(si.push_size, sizeof(cvk_matvec_push));
-    assert_int_equal(si.n_bindings, 4);
+    const struct { const uint32_t *spv; size_t size; } shaders[] = {
+        {cinder_spv_matvec, cinder_spv_matvec_size}, {cinder_spv_matvec_texel, cinder_spv_matvec_texel_size}};
+    for (int s = 0; s < 2; s++) {
+        assert_int_equal(cvk_spirv_reflect(shaders[s].spv, shaders[s].size, &si), 0);
+        assert_int_equal(si.n_push, 14);
+        for (int i = 0; i < 14; i++) assert_int_equal(si.push_offset[i], want[i]);
+        assert_int_equal(si.push_size, sizeof(cvk_matvec_push));
+        assert_int_equal(si.n_bindings, 4);
+    }
 }
 
 typedef struct tcase {
@@ -85,7 +89,8 @@ static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
     uint64_t total = (uint64_t)t->n_rows * ns;
     uint8_t *w = make_weights(&r, t->type, t->n_in, total), *packed = malloc(prb * total);
     cvk_matvec_pack_rows(&t->cfg, t->type, t->n_in, w, packed, total);
-    uint32_t xs = t->n_in + (seed % 2 ? 3 : 0), ys = t->n_rows + (seed % 3 ? 0 : 5);
+    /* padded x strides: 3 floats, or for Q6_K (the texel kernel reads x in 16-byte texels) 4 */
+    uint32_t xs = t->n_in + (seed % 2 ? (t->type == QTYPE_Q6_K ? 4 : 3) : 0), ys = t->n_rows + (seed % 3 ? 0 : 5);
     size_t n_x = (size_t)(t->n_vec - 1) * xs + t->n_in, n_y = (size_t)(t->n_vec - 1) * ys + t->n_rows;
     float *x = malloc(n_x * sizeof *x);
     for (size_t i = 0; i < n_x; i++) x[i] = rng_normal(&r);
@@ -138,19 +143,13 @@ static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
                 continue;
             }
             quant_dequantize_row(t->type, w + rb * ((uint64_t)s * t->n_rows + rr), row, t->n_in);
-            double want = 0, mag = 0, xq_err = 0;
+            double want = 0, mag = 0;
             for (uint32_t i = 0; i < t->n_in; i++) {
                 want += (double)row[i] * xv[i];
                 mag += fabs((double)row[i] * xv[i]);
             }
-            if (t->cfg.xq && t->cfg.xq_bits) /* int x: each x off by at most half its block's step */
-                for (uint32_t b0 = 0; b0 < t->n_in; b0 += 32) {
-                    double amax = 0, wsum = 0;
-                    for (uint32_t i = b0; i < b0 + 32; i++) amax = fmax(amax, fabs(xv[i])), wsum += fabs(row[i]);
-                    xq_err += wsum * amax / (t->cfg.xq_bits == 8 ? 127 : 32767) * 0.5 * 1.001;
-                }
             double err = fabs((double)g - want);
-            if (isnan(g) || err > 1e-4 * mag + xq_err + 1e-30)
+            if (isnan(g) || err > 1e-4 * mag + 1e-30)
                 fail_msg("%s n_in=%u n_rows=%u: vector %u slice %d row %u = %.9g, want %.9g (|wx| %.3g)",
                          qtype_name(t->type), t->n_in, t->n_rows, v, s, rr, g, want, mag);
             if (mag > 0) worst = fmax(worst, err / mag);
@@ -228,58 +227,6 @@ static void test_configs(void **state) {
         }
 }
 
-/* Q6_K with x staged in shared memory (cfg.xq: int8, int16, float) and with one lane per row
- * (x read once for ROWS rows, from the buffer or the staged copy): dense and MoE, n_in below
- * and at xq, row blocks over several workgroup sizes, split weights. */
-static void test_staged_x(void **state) {
-    (void)state;
-    const cvk_matvec_cfg cfgs[] = {
-        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 1, .xq = 768, .xq_bits = 8},
-        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 1, .xq = 768, .xq_bits = 16},
-        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 1, .xq = 768},
-        {.wg = 64, .rows = 1, .nvec = 1, .xq = 768, .xq_bits = 16},
-        {.wg = 8, .rows = 3, .nvec = 1, .lanes_per_row = 1, .xq = 768, .xq_bits = 8},
-        {.wg = 128, .rows = 4, .nvec = 1, .lanes_per_row = 2, .xq = 1024, .xq_bits = 16},
-        {.wg = 32, .rows = 2, .nvec = 1, .lanes_per_row = 16, .xq = 768, .subgroup_size = 8, .xq_bits = 8},
-        {.wg = 64, .rows = 16, .nvec = 1, .lanes_per_row = 1},
-        {.wg = 16, .rows = 5, .nvec = 1, .lanes_per_row = 1},
-        /* several vectors share each staged-x workgroup (the batch forward's lm_head) */
-        {.wg = 64, .rows = 16, .nvec = 3, .lanes_per_row = 1, .xq = 768, .xq_bits = 16},
-        {.wg = 64, .rows = 2, .nvec = 2, .lanes_per_row = 1, .xq = 768, .xq_bits = 8},
-        {.wg = 16, .rows = 3, .nvec = 4, .lanes_per_row = 1, .xq = 768},
-    };
-    const uint32_t rows[] = {1, 7, 129, 1000, 300};
-    uint64_t seed = 50;
-    for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++) {
-        for (uint32_t k = 0; k < 5; k++) {
-            tcase t = {.type = QTYPE_Q6_K, .n_in = 256 * (k % 2 ? 3 : 1), .n_rows = rows[k],
-                       .n_slices = k == 2 ? 3 : 1, .n_vec = 1 + k % 3, .slice = k == 2 ? 2 : 0, .cfg = cfgs[c]};
-            run_case(&t, seed++, 0);
-        }
-        tcase m = {.type = QTYPE_Q6_K, .n_in = 512, .n_rows = 129, .n_slices = 5, .n_vec = 6, .use_ids = true,
-                   .x_shared = c % 2, .cfg = cfgs[c]};
-        run_case(&m, seed++, 0);
-        tcase sp = {.type = QTYPE_Q6_K, .n_in = 256, .n_rows = 77, .n_slices = 2, .n_vec = 2, .slice = 1, .cfg = cfgs[c]};
-        run_case(&sp, seed++, 2000);
-    }
-    cvk_pipeline p;
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q4_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 256}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 2, .xq = 256}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 300}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 256, .xq_bits = 4}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K,
-                                    &(cvk_matvec_cfg){.wg = 36, .nvec = 1, .xq = 256}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q6_K, &(cvk_matvec_cfg){.nvec = 1, .xq = 256}), 0);
-    cvk_buffer b;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &b, 8192, 1, CVK_MEM_DEVICE), 0);
-    cvk_matvec_args a = {.w = &b, .type = QTYPE_Q6_K, .n_in = 512, .n_rows = 1, .x = cvk_view_whole(&b),
-                         .y = cvk_view_whole(&b), .n_vec = 1};
-    assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1); /* n_in above xq */
-    assert_non_null(strstr(cd_errmsg(), "staged x"));
-    cvk_buffer_destroy(&vk->mem, &b);
-    cvk_pipeline_destroy(&vk->dev, &p);
-}
-
 /* cvk_matvec_choose's configuration at the decode shapes (row counts cut down), and the
  * per-call lanes per row of a default pipeline at every unit count from 1 to 33. */
 static void test_choose(void **state) {
@@ -287,7 +234,7 @@ static void test_choose(void **state) {
     const struct { enum qtype t; uint32_t n_in, n_rows, n_vec; } shapes[] = {
         {QTYPE_Q6_K, 512, 1001, 1}, {QTYPE_Q6_K, 256, 999, 1}, {QTYPE_Q8_0, 512, 300, 1}, {QTYPE_F16, 512, 300, 1},
         {QTYPE_Q4_K, 2048, 130, 1}, {QTYPE_Q5_K, 768, 77, 1},  {QTYPE_BF16, 4, 65, 1},  {QTYPE_F32, 2048, 17, 5},
-        {QTYPE_Q6_K, 256, 40000, 1}, /* lm_head-sized: one lane per row, 16 rows, on CPU devices */
+        {QTYPE_Q6_K, 256, 40000, 1}, /* lm_head-sized: the texel kernel on CPU devices */
     };
     uint64_t seed = 120;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
@@ -301,29 +248,9 @@ static void test_choose(void **state) {
     }
 }
 
-/* The aligned Q6_K layout (cfg.a16) reads the same values, so every sum keeps its bits: rows
- * padded (n_in 256, 768) and not (2048), one and several vectors, float and int x, parts. */
-static void test_aligned_q6_same_bits(void **state) {
+/* The aligned Q6_K layout (cfg.a16, the texel kernel's): bodies, then d's, then zero padding. */
+static void test_aligned_layout(void **state) {
     (void)state;
-    const struct { uint32_t n_in, n_rows, n_vec, xq_bits; uint64_t max_part; } cases[] = {
-        {256, 1001, 1, 16, 0}, {768, 77, 1, 0, 0}, {2048, 40, 1, 16, 0}, {768, 300, 3, 16, 0},
-        {256, 999, 5, 8, 0},   {512, 501, 1, 16, 24000}, {2048, 33, 2, 0, 0},
-    };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        cvk_matvec_cfg c = {.wg = cases[i].n_vec > 4 ? 128 : 64, .rows = 16, .nvec = cases[i].n_vec, .lanes_per_row = 1,
-                            .xq = cases[i].n_in, .xq_bits = cases[i].xq_bits};
-        if (cases[i].n_vec == 1 && !cases[i].xq_bits) c.xq = 0; /* x read from its buffer */
-        tcase t = {.type = QTYPE_Q6_K, .n_in = cases[i].n_in, .n_rows = cases[i].n_rows, .n_vec = cases[i].n_vec,
-                   .cfg = c};
-        float *file = run_case_y(&t, 300 + i, cases[i].max_part);
-        t.cfg.a16 = true;
-        assert_int_equal(cvk_matvec_row_bytes(&t.cfg, QTYPE_Q6_K, t.n_in) % 16, 0);
-        float *aligned = run_case_y(&t, 300 + i, cases[i].max_part);
-        if (memcmp(file, aligned, (size_t)t.n_vec * t.n_rows * sizeof *file))
-            fail_msg("Q6_K n_in=%u rows=%u vec=%u: the aligned layout changed some sums", t.n_in, t.n_rows, t.n_vec);
-        free(file), free(aligned);
-    }
-    /* the layout: bodies, then d's, then zero padding */
     uint8_t src[2 * 210], dst[2 * 224];
     for (size_t i = 0; i < sizeof src; i++) src[i] = (uint8_t)(i * 7 + 1);
     cvk_matvec_cfg a = {.a16 = true};
@@ -334,6 +261,33 @@ static void test_aligned_q6_same_bits(void **state) {
         assert_memory_equal(dst + 224 * r, src + 210 * r, 208);
         assert_memory_equal(dst + 224 * r + 208, src + 210 * r + 208, 2);
         for (int k = 210; k < 224; k++) assert_int_equal(dst[224 * r + k], 0);
+    }
+}
+
+/* The texel kernel (cfg.texel, matvec_texel.comp): against the CPU at awkward row counts, one
+ * to 8 vectors, several vectors per workgroup or one, ids (out-of-range ids give zeros), split
+ * weights; each vector's sums the same whatever the vectors per workgroup (the batch head's
+ * and the one-row head's bits agree). */
+static void test_texel(void **state) {
+    (void)state;
+    const struct { uint32_t n_in, n_rows, n_vec, wg, rows, nvec; bool ids; uint64_t max_part; } cases[] = {
+        {256, 1, 1, 64, 8, 1, false, 0},     {768, 1001, 1, 64, 8, 1, false, 0},  {2048, 77, 3, 64, 16, 3, false, 0},
+        {256, 4097, 7, 128, 8, 8, false, 0}, {512, 131, 5, 8, 3, 2, false, 0},    {768, 40, 6, 64, 1, 1, true, 0},
+        {512, 501, 2, 64, 8, 2, false, 24000}, {256, 999, 4, 16, 4, 4, true, 30000},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        cvk_matvec_cfg c = {.wg = cases[i].wg, .rows = cases[i].rows, .nvec = cases[i].nvec, .lanes_per_row = 1,
+                            .a16 = true, .texel = true};
+        tcase t = {.type = QTYPE_Q6_K, .n_in = cases[i].n_in, .n_rows = cases[i].n_rows, .n_vec = cases[i].n_vec,
+                   .n_slices = cases[i].ids ? 5 : 1, .use_ids = cases[i].ids, .x_shared = cases[i].ids && i % 2,
+                   .cfg = c};
+        float *many = run_case_y(&t, 400 + i, cases[i].max_part);
+        t.cfg.nvec = 1, t.cfg.wg = 64;
+        float *one = run_case_y(&t, 400 + i, cases[i].max_part);
+        size_t n = (size_t)t.n_vec * t.n_rows * sizeof *one;
+        if (memcmp(many, one, n))
+            fail_msg("texel n_in=%u rows=%u vec=%u: sums depend on the vectors per workgroup", t.n_in, t.n_rows, t.n_vec);
+        free(many), free(one);
     }
 }
 
@@ -361,10 +315,33 @@ static void test_rejects_mismatches(void **state) {
                                          &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 3}), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
                                          &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 128}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, /* a16: Q6_K only */
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, /* a16: the texel kernel's */
                                          &(cvk_matvec_cfg){.wg = 64, .rows = 16, .lanes_per_row = 1, .a16 = true}), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, /* and one lane per row */
                                          &(cvk_matvec_cfg){.wg = 64, .rows = 16, .a16 = true}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, /* texel: a16 rows */
+                                         &(cvk_matvec_cfg){.wg = 64, .rows = 8, .lanes_per_row = 1, .texel = true}), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, /* and Q6_K */
+                                         &(cvk_matvec_cfg){.wg = 64, .rows = 8, .lanes_per_row = 1, .a16 = true,
+                                                           .texel = true}), -1);
+    { /* texel: x must start on a texel, its stride whole texels */
+        cvk_matvec_cfg tc = {.wg = 64, .rows = 8, .nvec = 2, .lanes_per_row = 1, .a16 = true, .texel = true};
+        assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, &tc), 0);
+        cvk_buffer w, x;
+        assert_int_equal(cvk_buffer_create(&vk->mem, &w, cvk_matvec_row_bytes(&tc, QTYPE_Q6_K, 256) * 4, 1,
+                                           CVK_MEM_DEVICE), 0);
+        assert_int_equal(cvk_buffer_create(&vk->mem, &x, 8192, 4, CVK_MEM_DEVICE), 0);
+        cvk_matvec_args ta = {.w = &w, .type = QTYPE_Q6_K, .n_in = 256, .n_rows = 4, .x = cvk_view_range(&x, 4, 2048),
+                              .y = cvk_view_range(&x, 4096, 1024), .n_vec = 1};
+        assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &ta), -1);
+        assert_non_null(strstr(cd_errmsg(), "texel"));
+        ta.x = cvk_view_range(&x, 16, 4000), ta.n_vec = 2, ta.x_stride = 258;
+        assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &ta), -1);
+        assert_non_null(strstr(cd_errmsg(), "texel"));
+        cvk_pipeline_destroy(&vk->dev, &p);
+        cvk_buffer_destroy(&vk->mem, &w);
+        cvk_buffer_destroy(&vk->mem, &x);
+    }
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
@@ -466,10 +443,10 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
         }
     for (size_t c = 0; c < n_cfg; c++) {
         printf("  bench %-4s %5u x %6u (n_in x rows) %s wg=%-3u rows=%-2u lpr=%-2u parts=%u: lavapipe %9.3f ms, "
-               "cpu_matvec %8.3f ms, cpu/gpu %5.2f  xq=%u,%u%s (max rel diff %.2g)\n",
+               "cpu_matvec %8.3f ms, cpu/gpu %5.2f%s (max rel diff %.2g)\n",
                qtype_name(type), n_in, n_rows, cfgs[c].wg ? "fixed " : "choose", used[c].wg, used[c].rows,
-               used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c], used[c].xq, used[c].xq_bits,
-               used[c].a16 ? " a16" : "", worst[c]);
+               used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c],
+               used[c].texel ? " texel" : "", worst[c]);
         cvk_pipeline_destroy(&vk->dev, &p[c]);
     }
     cvk_buffer_destroy(&vk->mem, &bw);
@@ -480,8 +457,8 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
 }
 
 /* A timing run, not a test: only with CINDER_MATVEC_BENCH=1 (see docs/kernels/matvec.md).
- * CINDER_MATVEC_BENCH_CFGS="wg,rows,lpr,nvec;..." replaces the configurations (0,0,0,0:
- * cvk_matvec_choose), CINDER_MATVEC_BENCH_SHAPES="type:n_in:n_rows;..." the shapes. */
+ * CINDER_MATVEC_BENCH_CFGS="wg,rows,lpr,nvec[,texel];..." replaces the configurations (0,0,0,0:
+ * cvk_matvec_choose; texel 1: the texel kernel, Q6_K shapes only), CINDER_MATVEC_BENCH_SHAPES="type:n_in:n_rows;..." the shapes. */
 static void bench(void **state) {
     (void)state;
     cvk_matvec_cfg cfgs[16] = {{.wg = 64, .rows = 2, .nvec = 4}, {0}};
@@ -490,16 +467,13 @@ static void bench(void **state) {
     if (e) {
         n_cfg = 0;
         for (const char *s = e; *s && n_cfg < 16;) {
-            unsigned wg = 0, rows = 0, lpr = 0, nvec = 0, xq = 0, xq8 = 0;
+            unsigned wg = 0, rows = 0, lpr = 0, nvec = 0, texel = 0;
             int n = 0, n2 = 0;
             if (sscanf(s, "%u,%u,%u,%u%n", &wg, &rows, &lpr, &nvec, &n) < 4) break;
             s += n;
-            if (sscanf(s, ",%u%n", &xq, &n2) == 1) s += n2; /* optional fifth and sixth fields: xq, xq_bits */
-            if (sscanf(s, ",%u%n", &xq8, &n2) == 1) s += n2;
-            unsigned a16 = 0; /* optional seventh field: 1 = the aligned Q6_K layout */
-            if (sscanf(s, ",%u%n", &a16, &n2) == 1) s += n2;
-            cfgs[n_cfg++] = (cvk_matvec_cfg){.wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr, .xq = xq,
-                                             .xq_bits = xq8, .a16 = a16 != 0};
+            if (sscanf(s, ",%u%n", &texel, &n2) == 1) s += n2; /* optional fifth field: 1 = the texel kernel */
+            cfgs[n_cfg++] = (cvk_matvec_cfg){.wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr,
+                                             .texel = texel != 0, .a16 = texel != 0};
             if (*s == ';') s++;
         }
     }
@@ -529,9 +503,9 @@ int main(void) {
         cmocka_unit_test(test_dense_every_type),
         cmocka_unit_test(test_moe_ids_every_type),
         cmocka_unit_test(test_configs),
-        cmocka_unit_test(test_staged_x),
         cmocka_unit_test(test_choose),
-        cmocka_unit_test(test_aligned_q6_same_bits),
+        cmocka_unit_test(test_aligned_layout),
+        cmocka_unit_test(test_texel),
         cmocka_unit_test(test_split_weights),
         cmocka_unit_test(test_rejects_mismatches),
     };

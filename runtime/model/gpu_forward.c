@@ -171,7 +171,7 @@ static int make_batch_buffers(gpu_model *g) {
         const gguf_tensor *t = g->m->output;
         cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
                                               (uint32_t)S);
-        hc.a16 = g->head_cfg.a16; /* the layout the weights are in */
+        hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
         TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc) ||
             cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
     }

@@ -60,12 +60,14 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
         g->max_pages = (g->n_ctx + g->lay.page_tokens - 1) / g->lay.page_tokens;
         bool cpu = vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
         bool pairs = o->gate_up_pairs > 0 || (o->gate_up_pairs == 0 && !cpu);
-        g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu);
+        /* a CPU device's head is a matvec over rows in the aligned layout (cvk_matvec_choose),
+         * unless the head is tied to the embedding, which get_rows reads in the file's layout */
+        g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu && m->output != m->tok_embd);
         g->few_gpu = o->few_kernels > 0 || (o->few_kernels == 0 && !cpu);
         const gguf_tensor *h = m->output;
         if (g->head_matvec) {
             g->head_cfg = cvk_matvec_choose(&vk->dev, h->type, (uint32_t)h->ne[0], (uint32_t)h->ne[1], 1);
-            if (m->output == m->tok_embd) g->head_cfg.a16 = false; /* tied: get_rows reads the file's layout */
+            if (m->output == m->tok_embd) g->head_cfg.a16 = g->head_cfg.texel = false; /* asked for anyway */
         }
         rc = gpu_weights_upload(&g->w, vk, m, pairs, g->head_matvec ? &g->head_cfg : NULL) || make_pipelines(g) ||
              cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||

@@ -9,9 +9,8 @@
 
 /* spec constants: 0 WG, 1 QTYPE, 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup),
  * 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only),
- * 7 XQ (> 0: x staged in shared memory for n_in <= XQ), 8 XQ_BITS (staged as int8/int16 blocks, 0: floats),
- * 9 A16 (Q6_K weights in the aligned layout of cvk_matvec_pack_rows) */
-enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, SPEC_XQ, SPEC_XQ_BITS, SPEC_A16, N_SPEC };
+ * 7 A16 (host only: Q6_K rows in the aligned layout of cvk_matvec_pack_rows, the texel kernel's) */
+enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, SPEC_A16, N_SPEC };
 
 /* a16: a Q6_K super-block's ql, qh and scales (208 bytes = 13 x 16) come first in the file's
  * block, its f16 d last (block_q6_K) */
@@ -63,29 +62,24 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (c.rows * c.nvec > c.wg) return cd_fail("matvec: rows * nvec exceeds the workgroup size");
     if (c.lanes_per_row & (c.lanes_per_row - 1) || c.wg % (c.lanes_per_row ? c.lanes_per_row : 1))
         return cd_fail("matvec: lanes per row %u is not a power of 2 dividing the workgroup size", c.lanes_per_row);
-    if (c.xq) {
-        if (type != QTYPE_Q6_K || (c.nvec != 1 && c.lanes_per_row != 1) || c.wg % 8 || c.xq % QK_K ||
-            (c.xq_bits && c.xq_bits != 8 && c.xq_bits != 16))
-            return cd_fail("matvec: staged x needs Q6_K, nvec 1 (or one lane per row), wg %% 8 == 0, xq %% 256 == 0, "
-                           "8 or 16 bits");
-        if (c.subgroup_size ? c.subgroup_size < 8 : (k->min_subgroup_size ? k->min_subgroup_size : 1) < 8)
-            return cd_fail("matvec: staged x needs subgroups of at least 8");
-    }
-    if (c.a16 && (type != QTYPE_Q6_K || c.lanes_per_row != 1 || (c.nvec != 1 && !c.xq)))
-        return cd_fail("matvec: the aligned Q6_K layout needs Q6_K, one lane per row, and nvec 1 or staged x");
+    if (c.a16 != c.texel || (c.texel && (type != QTYPE_Q6_K || c.lanes_per_row != 1 || c.subgroup_size)))
+        return cd_fail("matvec: the texel kernel (and only it) takes the aligned layout: Q6_K, one lane per row, "
+                       "the driver's subgroup size");
     uint32_t min_sg = k->min_subgroup_size ? k->min_subgroup_size : 1;
     if (c.subgroup_size && c.subgroup_size < min_sg) min_sg = c.subgroup_size;
     uint32_t nsg = (c.wg + min_sg - 1) / min_sg;
-    if ((uint64_t)nsg * c.rows * c.nvec * 4 + c.nvec * (c.xq_bits ? c.xq * c.xq_bits / 8 + c.xq / 8 : c.xq * 4ull) >
-        k->max_shared)
+    if ((uint64_t)nsg * c.rows * c.nvec * 4 > k->max_shared)
         return cd_fail("matvec: reduction needs more shared memory than the device has");
     /* lavapipe: groups within one subgroup (no barrier, no shared memory) run fastest */
     uint32_t lpr_max = cpu_device(d) ? (c.subgroup_size ? c.subgroup_size : k->subgroup_size) : 0;
-    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max, c.xq, c.xq ? c.xq_bits : 0, c.a16};
+    uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max, c.a16};
     cvk_pipeline_desc desc = {.name = "matvec", .spv = cinder_spv_matvec, .spv_size = cinder_spv_matvec_size,
                               .n_bindings = 4, .push_size = sizeof(cvk_matvec_push), .spec = spec, .n_spec = N_SPEC,
                               .subgroup_size = c.subgroup_size,
                               .full_subgroups = c.subgroup_size && c.wg % c.subgroup_size == 0};
+    if (c.texel) /* weights (binding 0) and x (1) through uniform texel buffers */
+        desc.name = "matvec_texel", desc.spv = cinder_spv_matvec_texel, desc.spv_size = cinder_spv_matvec_texel_size,
+        desc.texel_bindings = 3;
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -94,8 +88,6 @@ static int check(const cvk_pipeline *p, const cvk_matvec_args *a, uint64_t row_b
     const cvk_buffer *w = a->w;
     if (p->n_spec < N_SPEC || p->spec[SPEC_TYPE] != (uint32_t)a->type)
         return cd_fail("matvec: pipeline built for another type than %s", qtype_name(a->type));
-    if (p->spec[SPEC_XQ] && a->n_in > p->spec[SPEC_XQ])
-        return cd_fail("matvec: n_in %u exceeds the pipeline's staged x size %u", a->n_in, p->spec[SPEC_XQ]);
     if (a->n_in % qtype_block_elems(a->type))
         return cd_fail("matvec: row of %u is not a whole number of %s blocks", a->n_in, qtype_name(a->type));
     uint64_t total = (uint64_t)a->n_rows * n_slices;
@@ -105,6 +97,7 @@ static int check(const cvk_pipeline *p, const cvk_matvec_args *a, uint64_t row_b
         return cd_fail("matvec: weight parts split rows (create the buffer with granule = row bytes)");
     if (w->part_bytes > UINT32_MAX) return cd_fail("matvec: a weight part exceeds 4 GiB");
     if (a->x.size < ((uint64_t)(a->n_vec - 1) * xs + a->n_in) * 4) return cd_fail("matvec: x too small");
+    if (p->texel_bindings && xs % 4) return cd_fail("matvec: x stride %u is not whole 16-byte texels", xs);
     if (a->y.size < ((uint64_t)(a->n_vec - 1) * ys + a->n_rows) * 4) return cd_fail("matvec: y too small");
     if (a->use_ids && a->ids.size < ((uint64_t)a->ids_offset + a->n_vec) * 4) return cd_fail("matvec: ids too small");
     if (a->use_ids && a->ids_offset > INT32_MAX) return cd_fail("matvec: ids_offset too large");
@@ -122,6 +115,8 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     if (ys < a->n_rows && a->n_vec > 1) return cd_fail("matvec: y stride below n_rows");
     uint64_t row_bytes = cvk_matvec_row_bytes(&(cvk_matvec_cfg){.a16 = p->spec[SPEC_A16] != 0}, a->type, a->n_in);
     if (check(p, a, row_bytes, n_slices, xs, ys)) return -1;
+    uint32_t x0 = 0; /* texel kernel: x's first texel in its part */
+    if (p->texel_bindings && cvk_texel_offset(&a->x, &x0)) return cd_fail_ctx("matvec: x: ");
     uint32_t wg = p->spec[SPEC_WG], lpr = p->spec[SPEC_LPR], nvec = p->spec[SPEC_NVEC];
     if (!lpr) { /* the smallest power of 2 covering the row's units, within the workgroup (and cap) */
         uint32_t n_units = a->n_in / unit_elems(a->type), cap = wg & -wg; /* largest power of 2 dividing wg */
@@ -151,7 +146,7 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
         uint32_t gx = blocks < 65535 ? (uint32_t)blocks : 65535, gz = (uint32_t)((blocks + 65534) / 65535);
         cvk_matvec_push pc = {a->n_in,        (uint32_t)row_bytes, a->n_rows, n_slices, (uint32_t)row0,
                               (uint32_t)rows, (uint32_t)r_begin,   a->n_vec,  xs,       ys,
-                              a->slice,       a->use_ids ? (int32_t)a->ids_offset : -1, lpr};
+                              a->slice,       a->use_ids ? (int32_t)a->ids_offset : -1, lpr, x0};
         views[0] = cvk_view_part(a->w, k);
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) {
@@ -167,21 +162,13 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
 cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t n_vec) {
     uint32_t nvec = n_vec < 1 ? 1 : n_vec > 8 ? 8 : n_vec;
     if (cpu_device(d) && type == QTYPE_Q6_K && n_rows >= 32768) {
-        /* lavapipe, lm_head-sized Q6_K: one lane per row, 16 rows per lane, so each x load (the
-         * same address across a subgroup) feeds 16 rows: 2.4-3x (docs/kernels/matvec.md); x
-         * staged as int16 in shared memory (2 x per load; error <= amax / 65534 per x) adds
-         * 5-25 %. int8 x is no faster here and changes greedy tokens of the test models. */
-        /* several vectors (the batch forward's head) share each weight read: as many as the
-         * staged copies fit in shared memory, rows * nvec <= wg */
-        uint32_t xq = n_in <= 4096 ? (n_in + QK_K - 1) / QK_K * QK_K : 0, wg = nvec > 4 ? 128 : 64;
-        uint64_t per_vec = xq * 2ull + xq / 8 + 16ull * 16 * 4; /* int16 x, block scales, reduction */
-        while (nvec > 1 && per_vec * nvec > d->info.caps.max_shared) nvec--;
-        if (!xq) nvec = 1; /* the one-lane-per-row path takes several vectors only with staged x */
-        /* the weights in the aligned layout (a16): 4 16-byte loads and one 2-byte load per row and
-         * 64 weights where the file's 2-aligned blocks take 20 loads; each load whose address
-         * differs across lanes is a loop over the lanes on lavapipe (2x on the 30B lm_head) */
-        return (cvk_matvec_cfg){.wg = wg, .rows = 16, .nvec = nvec, .lanes_per_row = 1, .xq = xq, .xq_bits = 16,
-                                .a16 = true};
+        /* lavapipe, lm_head-sized Q6_K: matvec_texel.comp, the weights in the aligned layout and
+         * read with x through texel buffers (gathers, not per-lane load loops: the head 4.1x
+         * faster on the 30B one, docs/kernels/matvec.md), one lane per row, 8 rows per lane (x
+         * read once for them; 16 was slower, 4 no faster). Several vectors (the batch forward's
+         * head) share each weight read; each vector's sums are the same whatever their number. */
+        return (cvk_matvec_cfg){.wg = nvec > 4 ? 128 : 64, .rows = 8, .nvec = nvec, .lanes_per_row = 1,
+                                .a16 = true, .texel = true};
     }
     if (cpu_device(d)) /* lavapipe: masked-off vectors still cost their loads, so NVEC = n_vec */
         return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec};

@@ -37,6 +37,7 @@ typedef struct cvk_matvec_push {
     uint32_t x_stride, y_stride, slice;
     int32_t ids_offset; /* < 0: dense */
     uint32_t lpr;       /* lanes per row */
+    uint32_t x0;        /* matvec_texel.comp: x's first 16-byte texel in its buffer part */
 } cvk_matvec_push;
 
 /* Specialization: 0 fields take the defaults. */
@@ -46,15 +47,12 @@ typedef struct cvk_matvec_cfg {
     uint32_t nvec;          /* vectors per workgroup in dense mode, 1..8 (0 = 4) */
     uint32_t subgroup_size; /* requiredSubgroupSize when supported (0 = the driver's) */
     uint32_t lanes_per_row; /* invocations sharing one row, a power of 2 <= wg (0 = per shape) */
-    uint32_t xq;            /* > 0: each workgroup stages x in shared memory (calls need n_in <= xq;
-                               Q6_K only, nvec 1 unless lanes_per_row is 1, wg % 8 == 0); 0 = x read from
-                               its buffer */
-    uint32_t xq_bits;       /* with xq: x staged as int8 (8) or int16 (16) blocks of 32 with a float
-                               scale, integer dot products (error: half a step amax / 127 or
-                               amax / 32767 per x); 0: as floats */
-    bool a16;               /* weights in the 16-byte-aligned Q6_K row layout of cvk_matvec_pack_rows
-                               (Q6_K, lanes_per_row 1): every ql/qh/scales load one 16-byte load,
-                               the same sums as the file's layout */
+    bool texel;             /* shaders/matvec_texel.comp (Q6_K, lanes_per_row 1, a16): the weights and x
+                               read through uniform texel buffers (CPU devices: a texel fetch is a
+                               gather where a storage-buffer load loops over the lanes); x must
+                               start on a 16-byte texel, its stride whole texels */
+    bool a16;               /* with texel, and only with it: the weights in the 16-byte-aligned Q6_K
+                               row layout of cvk_matvec_pack_rows (one texel per ql/qh/scales load) */
 } cvk_matvec_cfg;
 
 typedef struct cvk_matvec_args {

@@ -31,7 +31,8 @@ static int create_part(cvk_mem *m, cvk_part *p, uint64_t size, enum cvk_mem_kind
     uint32_t families[2] = {d->compute_family, d->transfer_family};
     VkBufferCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = (size + 15) & ~15ull,
-        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
                  VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
         .sharingMode = d->dedicated_transfer ? VK_SHARING_MODE_CONCURRENT : VK_SHARING_MODE_EXCLUSIVE,
         .queueFamilyIndexCount = d->dedicated_transfer ? 2 : 0, .pQueueFamilyIndices = families};
@@ -41,7 +42,12 @@ static int create_part(cvk_mem *m, cvk_part *p, uint64_t size, enum cvk_mem_kind
     vkGetBufferMemoryRequirements(d->dev, p->buf, &req);
     p->mem_size = req.size;
     if (cvk_mem_suballoc(m, kind, req.memoryTypeBits, req.size, req.alignment, &p->block, &p->mem_off)) return -1;
-    return CVK_CHECK(vkBindBufferMemory(d->dev, p->buf, p->block->mem, p->mem_off));
+    if (CVK_CHECK(vkBindBufferMemory(d->dev, p->buf, p->block->mem, p->mem_off))) return -1;
+    if (ci.size / 16 > d->info.caps.max_texels) return 0; /* no view: kernels that need one say so */
+    /* R32G32B32A32_UINT must support uniform texel buffers on every Vulkan device */
+    VkBufferViewCreateInfo vi = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, .buffer = p->buf,
+                                 .format = VK_FORMAT_R32G32B32A32_UINT, .range = ci.size};
+    return CVK_CHECK(vkCreateBufferView(d->dev, &vi, NULL, &p->texels));
 }
 
 int cvk_buffer_create(cvk_mem *m, cvk_buffer *b, uint64_t size, uint64_t granule, enum cvk_mem_kind kind) {
@@ -68,6 +74,7 @@ int cvk_buffer_create(cvk_mem *m, cvk_buffer *b, uint64_t size, uint64_t granule
 void cvk_buffer_destroy(cvk_mem *m, cvk_buffer *b) {
     for (uint32_t k = 0; b->parts && k < b->n_parts; k++) {
         cvk_part *p = &b->parts[k];
+        if (p->texels) vkDestroyBufferView(m->dev->dev, p->texels, NULL);
         if (p->buf) vkDestroyBuffer(m->dev->dev, p->buf, NULL);
         if (p->block) cvk_mem_subfree(m, p->block, p->mem_off, p->mem_size);
     }

@@ -9,6 +9,7 @@
 #include "runtime/vk/vk_spirv.h"
 
 #define DESCRIPTORS_PER_SET 8 /* pool sizing: average storage buffers per set */
+#define TEXELS_PER_SET 2      /* and uniform texel buffers (few kernels read any) */
 
 int cvk_descpool_init(cvk_descpool *p, cvk_device *d, uint32_t sets_per_pool) {
     memset(p, 0, sizeof *p);
@@ -38,9 +39,10 @@ static int add_pool(cvk_descpool *p) {
         p->pools = np;
         p->cap = cap;
     }
-    VkDescriptorPoolSize size = {VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, p->sets_per_pool * DESCRIPTORS_PER_SET};
+    VkDescriptorPoolSize sizes[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, p->sets_per_pool * DESCRIPTORS_PER_SET},
+                                     {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, p->sets_per_pool * TEXELS_PER_SET}};
     VkDescriptorPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                     .maxSets = p->sets_per_pool, .poolSizeCount = 1, .pPoolSizes = &size};
+                                     .maxSets = p->sets_per_pool, .poolSizeCount = 2, .pPoolSizes = sizes};
     if (CVK_CHECK(vkCreateDescriptorPool(p->dev->dev, &ci, NULL, &p->pools[p->n]))) return -1;
     p->n++;
     return 0;
@@ -89,10 +91,42 @@ static int buffer_info(const cvk_device *d, const cvk_view *v, VkDescriptorBuffe
     return 0;
 }
 
+/* A texel binding sees the view's whole part (cvk_part.texels); the kernel is told where the
+ * view starts (cvk_texel_offset), so that must be a whole texel. */
+static int texel_info(const cvk_view *v, VkBufferView *tv) {
+    uint32_t k;
+    uint64_t off;
+    if (cvk_view_locate(v, &k, &off)) return -1;
+    if (off % 16) return cd_fail("view offset %llu is not a whole 16-byte texel", (unsigned long long)off);
+    if (!v->buf->parts[k].texels)
+        return cd_fail("a part of %llu bytes has more texels than one texel-buffer view may",
+                       (unsigned long long)v->buf->parts[k].size);
+    *tv = v->buf->parts[k].texels;
+    return 0;
+}
+
+int cvk_texel_offset(const cvk_view *v, uint32_t *texel) {
+    uint32_t k;
+    uint64_t off;
+    if (cvk_view_locate(v, &k, &off)) return -1;
+    if (off % 16) return cd_fail("view offset %llu is not a whole 16-byte texel", (unsigned long long)off);
+    *texel = (uint32_t)(off / 16);
+    return 0;
+}
+
 int cvk_descset(cvk_descpool *dp, const cvk_pipeline *p, const cvk_view *views, VkDescriptorSet *out) {
     VkDescriptorBufferInfo bi[CVK_SPIRV_MAX];
+    VkBufferView tv[CVK_SPIRV_MAX];
     VkWriteDescriptorSet w[CVK_SPIRV_MAX];
     for (uint32_t i = 0; i < p->n_bindings; i++) {
+        if (p->texel_bindings >> i & 1) {
+            if (texel_info(&views[i], &tv[i])) return cd_fail_ctx("pipeline %s, binding %u: ", p->name, i);
+            w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i,
+                                          .descriptorCount = 1,
+                                          .descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER,
+                                          .pTexelBufferView = &tv[i]};
+            continue;
+        }
         if (buffer_info(dp->dev, &views[i], &bi[i]))
             return cd_fail_ctx("pipeline %s, binding %u: ", p->name, i);
         w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i,

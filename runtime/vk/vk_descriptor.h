@@ -27,6 +27,9 @@ void cvk_descpool_free(cvk_descpool *p);
 int cvk_descpool_reset(cvk_descpool *p);
 /* A set for pipeline p with views[i] bound at binding i, i < p->n_bindings. */
 int cvk_descset(cvk_descpool *dp, const cvk_pipeline *p, const cvk_view *views, VkDescriptorSet *out);
+/* For a view bound to a texel binding (cvk_pipeline_desc.texel_bindings): the 16-byte texel of
+ * its part where it starts, for the kernel's push constants; fails unless that is a whole texel. */
+int cvk_texel_offset(const cvk_view *v, uint32_t *texel);
 
 /* The part a view lies in and its offset there; -1 when it straddles parts or overruns. */
 int cvk_view_locate(const cvk_view *v, uint32_t *part, uint64_t *off);

@@ -61,6 +61,7 @@ typedef struct cvk_caps {
     uint32_t max_wg_size[3], max_wg_invocations, max_wg_count[3];
     uint32_t max_push;           /* maxPushConstantsSize */
     uint64_t storage_align;      /* minStorageBufferOffsetAlignment */
+    uint64_t max_texels;         /* maxTexelBufferElements: the most texels one texel-buffer view sees */
     float timestamp_period;      /* ns per timestamp tick */
     uint32_t timestamp_bits;     /* timestampValidBits of the compute family */
 } cvk_caps;

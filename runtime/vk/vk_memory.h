@@ -61,6 +61,9 @@ typedef struct cvk_part {
     uint64_t size;           /* bytes of data (the VkBuffer is rounded up to 16) */
     cvk_block *block;
     uint64_t mem_off, mem_size;
+    VkBufferView texels;     /* the whole part as 16-byte R32G32B32A32_UINT texels, for kernels that
+                                read it as a uniform texel buffer; null when the part has more
+                                texels than one view may (maxTexelBufferElements) */
 } cvk_part;
 
 typedef struct cvk_buffer {

@@ -75,6 +75,7 @@ static void query_limits(cvk_phys_info *o) {
     c->max_wg_invocations = l->maxComputeWorkGroupInvocations;
     c->max_push = l->maxPushConstantsSize;
     c->storage_align = l->minStorageBufferOffsetAlignment;
+    c->max_texels = l->maxTexelBufferElements;
     c->timestamp_period = l->timestampPeriod;
 }
 

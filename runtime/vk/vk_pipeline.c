@@ -22,7 +22,10 @@ static int check_interface(const cvk_pipeline_desc *desc) {
 static int create_layouts(cvk_pipeline *p, cvk_device *d, const cvk_pipeline_desc *desc) {
     VkDescriptorSetLayoutBinding b[CVK_SPIRV_MAX];
     for (uint32_t i = 0; i < desc->n_bindings; i++)
-        b[i] = (VkDescriptorSetLayoutBinding){.binding = i, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+        b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
+                                              .descriptorType = desc->texel_bindings >> i & 1
+                                                                    ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                                                    : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                               .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
     VkDescriptorSetLayoutCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
                                            .bindingCount = desc->n_bindings, .pBindings = b};
@@ -77,6 +80,7 @@ int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, c
         return cd_fail("pipeline %s: %u bytes of push constants exceed the device's %u", name, desc->push_size,
                        d->info.caps.max_push);
     p->n_bindings = desc->n_bindings;
+    p->texel_bindings = desc->texel_bindings;
     p->push_size = desc->push_size;
     p->n_spec = desc->n_spec;
     if (desc->n_spec) memcpy(p->spec, desc->spec, desc->n_spec * sizeof *desc->spec);
