@@ -76,6 +76,7 @@ layout(push_constant) uniform Push {
     uint flags;     // 1: gather, 2: scatter, 4: grouped, 16: work items (with 4), 32: y += W x
     uint item0;     // work items: the list's first entry in items
     uint expert1;   // work items: experts [expert0, expert1) have rows in the bound part
+    uint x0;        // matmul_rows_texel.comp only
 } pc;
 
 const uint NONE = 0xffffffffu;

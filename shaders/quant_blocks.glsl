@@ -49,6 +49,15 @@ const uint Q6_K_QH = 128;
 const uint Q6_K_SCALES = 192;
 const uint Q6_K_D = 208;
 
+// Byte i (0..11) of 12 scale bytes held as 3 words, and get_scale_min_k4 over them: the
+// values qb_scale_min_k4 reads byte by byte (no memory access: for any includer).
+uint qb_wbyte(uvec3 s, uint i) { return (s[i >> 2] >> (8u * (i & 3u))) & 255u; }
+uvec2 qb_scale_min_k4_w(uvec3 s, uint j) {
+    if (j < 4) return uvec2(qb_wbyte(s, j) & 63u, qb_wbyte(s, j + 4) & 63u);
+    uint hi_s = qb_wbyte(s, j - 4) >> 6, hi_m = qb_wbyte(s, j) >> 6, lo = qb_wbyte(s, j + 4);
+    return uvec2((lo & 15u) | (hi_s << 4), (lo >> 4) | (hi_m << 4));
+}
+
 #ifdef QB_BINDING
 layout(binding = QB_BINDING) readonly buffer QbU8 { uint8_t qb_u8[]; };
 layout(binding = QB_BINDING) readonly buffer QbU16 { uint16_t qb_u16[]; };
@@ -113,15 +122,6 @@ float qb_dequant(uint type, uint row, uint e) {
     }
     return 0.0;
 }
-// Byte i (0..11) of 12 scale bytes held as 3 words, and get_scale_min_k4 over them: the
-// values qb_scale_min_k4 reads byte by byte.
-uint qb_wbyte(uvec3 s, uint i) { return (s[i >> 2] >> (8u * (i & 3u))) & 255u; }
-uvec2 qb_scale_min_k4_w(uvec3 s, uint j) {
-    if (j < 4) return uvec2(qb_wbyte(s, j) & 63u, qb_wbyte(s, j + 4) & 63u);
-    uint hi_s = qb_wbyte(s, j - 4) >> 6, hi_m = qb_wbyte(s, j) >> 6, lo = qb_wbyte(s, j + 4);
-    return uvec2((lo & 15u) | (hi_s << 4), (lo >> 4) | (hi_m << 4));
-}
-
 // Byte r (0..7) of 8 bytes held as 2 words.
 uint qb_byte8(uvec2 v, uint r) { return (v[r >> 2] >> (8u * (r & 3u))) & 255u; }
 // 8 bytes at an even offset as 2 words, from four 16-bit loads (Q8_0, Q6_K: 2-aligned blocks).

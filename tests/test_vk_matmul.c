@@ -36,6 +36,14 @@
 static const enum qtype all_types[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0,
                                        QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
 
+/* The rows kernel through texel buffers (a CPU device's): one token of 4 rows per invocation,
+ * and 8 tokens; block types only. */
+static const cvk_matmul_tile texel_one = {.bm = 256, .bn = 1, .tm = 4, .rows = true, .texel = true};
+static const cvk_matmul_tile texel_rows = {.bm = 64, .bn = 8, .rows = true, .texel = true};
+static bool block_type(enum qtype t) {
+    return t == QTYPE_Q8_0 || t == QTYPE_Q4_K || t == QTYPE_Q5_K || t == QTYPE_Q6_K;
+}
+
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
@@ -46,14 +54,14 @@ static void test_push_layout_matches_glsl(void **state) {
         offsetof(cvk_matmul_push, n_tokens),  offsetof(cvk_matmul_push, x_stride),  offsetof(cvk_matmul_push, x_rows),
         offsetof(cvk_matmul_push, y_stride),  offsetof(cvk_matmul_push, y_rows),    offsetof(cvk_matmul_push, ids_off),
         offsetof(cvk_matmul_push, n_ids),     offsetof(cvk_matmul_push, flags),     offsetof(cvk_matmul_push, item0),
-        offsetof(cvk_matmul_push, expert1),
+        offsetof(cvk_matmul_push, expert1),   offsetof(cvk_matmul_push, x0),
     };
-    const uint32_t *spv[2] = {cinder_spv_matmul, cinder_spv_matmul_rows};
-    const size_t spv_size[2] = {cinder_spv_matmul_size, cinder_spv_matmul_rows_size};
-    for (int k = 0; k < 2; k++) {
+    const uint32_t *spv[3] = {cinder_spv_matmul, cinder_spv_matmul_rows, cinder_spv_matmul_rows_texel};
+    const size_t spv_size[3] = {cinder_spv_matmul_size, cinder_spv_matmul_rows_size, cinder_spv_matmul_rows_texel_size};
+    for (int k = 0; k < 3; k++) {
         assert_int_equal(cvk_spirv_reflect(spv[k], spv_size[k], &si), 0);
-        assert_int_equal(si.n_push, 16);
-        for (int i = 0; i < 16; i++) assert_int_equal(si.push_offset[i], want[i]);
+        assert_int_equal(si.n_push, 17);
+        for (int i = 0; i < 17; i++) assert_int_equal(si.push_offset[i], want[i]);
         assert_int_equal(si.push_size, sizeof(cvk_matmul_push));
         assert_int_equal(si.n_bindings, 7);
     }
@@ -444,7 +452,7 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
 static void test_accumulate(void **state) {
     (void)state;
     const cvk_matmul_tile split = {.bm = 16, .bn = 8, .kl = 2, .rows = true};
-    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split};
+    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split, &texel_one};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_F32, QTYPE_Q6_K};
     const uint32_t Ts[] = {1, 7, 70};
     rng r;
@@ -453,6 +461,7 @@ static void test_accumulate(void **state) {
         for (size_t k = 0; k < 3; k++)
             for (size_t n = 0; n < 3; n++) {
                 enum qtype ty = types[k];
+                if (tiles[ti] && tiles[ti]->texel && !block_type(ty)) continue;
                 uint32_t T = Ts[n], n_rows = 37, n_in = n_in_for(ty), y_rows = T + 3;
                 size_t rb = qtype_row_bytes(ty, n_in), nx = (size_t)T * n_in, ny = (size_t)y_rows * n_rows;
                 float *row = malloc(n_in * 4), *x = malloc(nx * 4), *y0 = malloc(ny * 4), *plain = malloc(ny * 4),
@@ -568,7 +577,7 @@ static void test_grouped_items(void **state) {
     struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
         {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX}, {&cvk_matmul_tile_rows, &t32, 0},
         {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX}, {&cvk_matmul_tile_one, NULL, 16},
-        {&three, &rows2, 4}, {&split8, NULL, 16}, {&split3, &split8, 4}};
+        {&three, &rows2, 4}, {&split8, NULL, 16}, {&split3, &split8, 4}, {&texel_one, &t32, 16}, {&texel_rows, NULL, 4}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
@@ -594,7 +603,9 @@ static void test_grouped_items(void **state) {
             size_t ny = (size_t)(P - 1) * ys + base.n_rows;
             for (size_t k = 0; k < n_tilings; k++) {
                 bool split = tilings[k].t0 == &split8 || tilings[k].t0 == &split3;
-                if (ci == 4 && k != 0 && !split) continue; /* many chunks: the rows kernel and the split forms */
+                if (ci == 4 && k != 0 && !split && !tilings[k].t0->texel)
+                    continue; /* many chunks: the rows kernel, the split and texel forms */
+                if (tilings[k].t0->texel && !block_type(ty)) continue;
                 gcase c = base;
                 c.items = true, c.tile = tilings[k].t0, c.tile1 = tilings[k].t1, c.split = tilings[k].split;
                 float *got = run_grouped(&c, cs);
@@ -757,11 +768,13 @@ static void test_glu(void **state) {
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
                           small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
     const cvk_matmul_tile split = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
-    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split};
+    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split,
+                                      &texel_one, &texel_rows};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (size_t k = 0; k < sizeof tiles / sizeof *tiles; k++) {
+            if (tiles[k] && tiles[k]->texel && !block_type(types[ti])) continue;
             uint32_t n_in = n_in_for(types[ti]);
             const uint32_t Ts[] = {1, 5, 70};
             for (size_t i = 0; i < 3; i++) {
@@ -788,6 +801,8 @@ static void test_rejects_mismatches(void **state) {
     bad = (cvk_matmul_tile){.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4}; /* bk not dividing the 256-k chunk */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     assert_non_null(strstr(cd_errmsg(), "divide 256"));
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F16, &texel_one), -1); /* block types */
+    assert_non_null(strstr(cd_errmsg(), "block types"));
     bad = (cvk_matmul_tile){.bm = 64, .bn = 1, .tm = 2, .kl = 4, .rows = true}; /* split k takes one row per invocation */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);

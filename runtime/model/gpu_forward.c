@@ -74,6 +74,10 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
     cvk_matmul_tile big = cvk_matmul_tile_default, few = g->few_gpu ? few_tile_gpu : cvk_matmul_tile_rows,
                     one = g->few_gpu ? one_tile_gpu : cvk_matmul_tile_one;
     big.glu = few.glu = one.glu = glu;
+    /* a CPU device reads the block types' weights and x through texel buffers (a gather, not a
+     * loop over the lanes per load: docs/kernels/matvec.md); the same bits */
+    bool block = t->type == QTYPE_Q8_0 || t->type == QTYPE_Q4_K || t->type == QTYPE_Q5_K || t->type == QTYPE_Q6_K;
+    few.texel = one.texel = !g->few_gpu && block;
     return cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big) ||
            cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few) ||
            cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);

@@ -21,10 +21,15 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
     if (shared > c->max_shared)
         return cd_fail("matmul: rows kernel needs %llu bytes of shared memory, the device has %u",
                        (unsigned long long)shared, c->max_shared);
+    bool block = type == QTYPE_Q8_0 || type == QTYPE_Q4_K || type == QTYPE_Q5_K || type == QTYPE_Q6_K;
+    if (t->texel && !block) return cd_fail("matmul: the texel rows kernel takes block types, not %s", qtype_name(type));
     uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu};
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
                               .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
+    if (t->texel) /* weights (binding 0) and x (1) through uniform texel buffers */
+        desc.name = "matmul_rows_texel", desc.spv = cinder_spv_matmul_rows_texel,
+        desc.spv_size = cinder_spv_matmul_rows_texel_size, desc.texel_bindings = 3;
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -125,6 +130,9 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
                      (grouped ? CVK_MATMUL_GROUPED : 0) | (a->items.buf ? CVK_MATMUL_ITEMS : 0) |
                      (a->accumulate ? CVK_MATMUL_ACCUMULATE : 0);
     if (xs % 4 == 0 && a->n_in % 4 == 0 && a->x.off % 16 == 0) flags |= CVK_MATMUL_X4;
+    uint32_t xk; /* the texel kernel reads x from the start of its part: where x starts there */
+    uint64_t xoff = 0;
+    if (p->texel_bindings && cvk_view_locate(&a->x, &xk, &xoff)) return cd_fail_ctx("matmul: x: ");
     /* entries the bound lists hold (grouped mode skips list entries j >= n_ids) */
     uint64_t n_ids = UINT32_MAX;
     if (a->gather.buf && a->gather.size / 4 < n_ids) n_ids = a->gather.size / 4;
@@ -158,7 +166,7 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         if (gx > 65535) return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr);
         cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,
                               a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags,
-                              a->item0, (uint32_t)hi};
+                              a->item0, (uint32_t)hi, (uint32_t)(xoff / 4)};
         cvk_view views[7] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups, items};
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) return -1;

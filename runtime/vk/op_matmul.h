@@ -52,6 +52,7 @@
 typedef struct cvk_matmul_push {
     uint32_t n_in, row_bytes, n_rows, part_row0, part_rows, expert0, n_tokens;
     uint32_t x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags, item0, expert1;
+    uint32_t x0; /* the texel rows kernel: x's first float in its buffer part */
 } cvk_matmul_push;
 
 #define CVK_MATMUL_GATHER 1u
@@ -77,6 +78,10 @@ typedef struct cvk_matmul_tile {
                             chunks (0/1: none; tm must then be 0 or 1): bm * kl invocations */
     bool glu;            /* the variant for gate-up pairs (cvk_matmul_args.glu): a pipeline of its
                             own, so the plain kernel carries none of it */
+    bool texel;          /* rows kernel, block types (Q8_0, Q4_K, Q5_K, Q6_K): weights and x read
+                            through uniform texel buffers (shaders/matmul_rows_texel.comp; CPU
+                            devices: a gather instead of a loop over the lanes per load); the
+                            same bits */
 } cvk_matmul_tile;
 
 /* bm 64, bn 8, rows: the few-token kernel */

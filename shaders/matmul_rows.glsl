@@ -1,0 +1,300 @@
+// Matrix product for few tokens (decode steps, experts with a handful of tokens), the same
+// task, bindings and push block as matmul.comp, and the SAME BITS: every output is summed in
+// the canonical order of matmul.comp (k in chunks of 256, each chunk's sum by fma from 0 in k
+// order, the chunk sums added in k order) of the weights as qb_dequant decodes them. So a
+// token's result does not depend on which kernel ran it, i.e. on how many tokens were batched
+// with it (runtime/model/gpu_model.h: batch invariance).
+//
+// Why a second kernel: matmul.comp decodes a BM x BK weight tile into shared memory once per
+// tile and reuses it for BN tokens; with one token that costs a shared-memory round trip and
+// barriers per weight, which CPU devices (llvmpipe) pay per lane. Here each invocation owns one
+// weight row (RPI rows) and NT tokens: it decodes its row a scale group (32 weights) at a time in
+// registers and accumulates NT sums; no shared memory, no barrier.
+//
+// Split k (KL > 1, a GPU's decode): KL invocations share a row, lane j summing chunks j, j + KL,
+// ...; per round of KL chunks the lanes leave their chunk sums in shared memory and lane 0 adds
+// them in k order. A projection then runs KL times as many invocations, each walking 1/KL of
+// the row: a decode step's projection is bound by one invocation's walk when it has a few
+// hundred rows (one invocation per row: attn_k 512, the router 128).
+//
+// Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: row m0 + i / KL, or rows
+// m0 + i + q*WG, q < RPI, when KL is 1), tokens n0 = y*NT.., expert e = expert0 + z
+// (grouped mode), or work item y (flag 16); token lists, parts and skipping exactly as matmul.comp.
+// Gate-up pairs (GLU = 1, matmul.comp): invocation m owns output m, gate row m and up row
+// n_rows + m of the slice, two sums per token, and writes silu(G x) * (U x).
+//
+// Two SPIR-V variants include this file: matmul_rows.comp reads the weights and x through
+// storage buffers; matmul_rows_texel.comp (TEXEL) through uniform texel buffers of 16-byte
+// texels (bindings 0 and 1; CPU devices, where a texel fetch is a gather and a storage-buffer
+// load a loop over the lanes: docs/kernels/matvec.md). The bytes, and so the bits, are the same.
+#extension GL_EXT_shader_8bit_storage : require
+#extension GL_EXT_shader_16bit_storage : require
+#extension GL_EXT_control_flow_attributes : require
+#ifdef TEXEL
+#extension GL_EXT_samplerless_texture_functions : require
+#endif
+
+layout(local_size_x_id = 0) in;
+layout(constant_id = 0) const uint WG = 64;
+layout(constant_id = 1) const uint QTYPE = 0;
+layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG * RPI / KL)
+layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
+layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows (KL 1)
+layout(constant_id = 6) const uint KL = 1;  // invocations per row splitting k (RPI 1)
+layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4 unused here
+
+#ifdef TEXEL
+#include "quant_blocks.glsl"
+layout(binding = 0) uniform utextureBuffer wt; // the weight part
+layout(binding = 1) uniform utextureBuffer xt; // x's part: floats as bits, from texel pc.x0
+#else
+#define QB_BINDING 0
+#include "quant_blocks.glsl"
+layout(binding = 1) readonly buffer X { float x[]; };
+layout(binding = 1) readonly buffer X4 { vec4 x4[]; }; // the same floats, 4 per load (X4 flag)
+#endif
+layout(binding = 2) buffer Y { float y[]; }; // read only with flag 32 (accumulate)
+layout(binding = 3) readonly buffer Gather { int gather[]; };
+layout(binding = 4) readonly buffer Scatter { int scatter[]; };
+layout(binding = 5) readonly buffer Groups { uvec2 groups[]; };
+layout(binding = 6) readonly buffer Items { uvec2 items[]; };
+
+// mirrors cvk_matmul_push in runtime/vk/op_matmul.h (as matmul.comp)
+layout(push_constant) uniform Push {
+    uint n_in, row_bytes, n_rows, part_row0, part_rows, expert0, n_tokens;
+    uint x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags, item0, expert1;
+    uint x0; // TEXEL: x's first texel in its part
+} pc;
+// flags 8 (set by the host when x_stride and n_in are multiples of 4 and x starts 16-byte
+// aligned): x read as vec4s, a quarter of the load instructions (CPU devices pay per lane).
+const uint X4_FLAG = 8u;
+
+const uint NONE = 0xffffffffu;
+const uint CHUNK = 256u; // the canonical order's chunk of k (matmul.comp)
+// split k: each lane's chunk sums for the round, [invocation][token] (gate, then up for GLU)
+shared float chunk_sum[KL > 1u ? WG * NT * (GLU + 1u) : 1u];
+// weights decoded per unrolled step: a scale group of the block types (their rows are whole blocks)
+const uint GROUP = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16 ? 1u : 32u;
+
+#ifdef TEXEL
+uvec4 wtex(uint t) { return texelFetch(wt, int(t)); }
+vec4 xtex(uint i) { return uintBitsToFloat(texelFetch(xt, int(pc.x0 + i))); } // x4[i]
+float xone(uint i) { return xtex(i >> 2)[i & 3u]; }                           // x[i]
+float w_half(uint o) { return unpackHalf2x16(wtex(o >> 4)[(o >> 2) & 3u] >> (8u * (o & 2u))).x; } // o even
+uint w_u16(uint o) { return (wtex(o >> 4)[(o >> 2) & 3u] >> (8u * (o & 2u))) & 0xffffu; }          // o even
+
+// The 32 bytes at byte offset o (even) from the 3 texels that hold them: words shifted by
+// whole words (a select per word, no indexing by o) and then by 16 bits when o is 2 mod 4.
+#define LOAD32(o, dst) { uint o_ = (o), t_ = o_ >> 4, sw_ = (o_ >> 2) & 3u, sh_ = (o_ & 2u) * 8u; \
+        uvec4 a_ = wtex(t_), b_ = wtex(t_ + 1u), c_ = wtex(t_ + 2u); \
+        uint v_[12] = uint[12](a_.x, a_.y, a_.z, a_.w, b_.x, b_.y, b_.z, b_.w, c_.x, c_.y, c_.z, c_.w), u_[9]; \
+        [[unroll]] for (uint h_ = 0; h_ < 9u; h_++) \
+            u_[h_] = sw_ == 0u ? v_[h_] : sw_ == 1u ? v_[h_ + 1u] : sw_ == 2u ? v_[h_ + 2u] : v_[h_ + 3u]; \
+        [[unroll]] for (uint h_ = 0; h_ < 8u; h_++) { \
+            uint m_ = sh_ == 0u ? u_[h_] : (u_[h_] >> 16) | (u_[h_ + 1u] << 16); \
+            [[unroll]] for (uint b2_ = 0; b2_ < 4u; b2_++) dst[4u * h_ + b2_] = (m_ >> (8u * b2_)) & 255u; } }
+#define LOAD32_W(o, dst) LOAD32(o, dst)
+// o a multiple of 16: its two texels
+#define LOAD32_16(o, dst) [[unroll]] for (uint h_ = 0; h_ < 2u; h_++) { \
+        uvec4 v_ = wtex(((o) >> 4) + h_); \
+        [[unroll]] for (uint c_ = 0; c_ < 4u; c_++) { \
+            [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[16u * h_ + 4u * c_ + b_] = (v_[c_] >> (8u * b_)) & 255u; } }
+#define W_U4(t) wtex(t)
+#else
+vec4 xtex(uint i) { return x4[i]; }
+float xone(uint i) { return x[i]; }
+float w_half(uint o) { return qb_half(o); }
+uint w_u16(uint o) { return uint(qb_u16[o >> 1]); }
+// Byte l of the 32 at byte offset o (even), from 16 loads of 16 bits.
+#define LOAD32(o, dst) [[unroll]] for (uint h_ = 0; h_ < 16u; h_++) { \
+        uint v_ = uint(qb_u16[((o) >> 1) + h_]); dst[2u * h_] = v_ & 255u; dst[2u * h_ + 1u] = v_ >> 8; }
+
+// The same 32 bytes from 9 aligned 32-bit loads and a funnel shift (o even: Q6_K's 210-byte
+// blocks are 2-aligned): on lavapipe each load is a loop over the lanes, whatever its width.
+#define LOAD32_W(o, dst) { uint w_ = (o) >> 2, s_ = ((o) & 2u) * 8u, v_[9]; \
+        [[unroll]] for (uint h_ = 0; h_ < 9u; h_++) v_[h_] = qb_u32[w_ + h_]; \
+        [[unroll]] for (uint h_ = 0; h_ < 8u; h_++) { \
+            uint u_ = s_ == 0u ? v_[h_] : (v_[h_] >> 16) | (v_[h_ + 1u] << 16); \
+            [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[4u * h_ + b_] = (u_ >> (8u * b_)) & 255u; } }
+
+// The same 32 bytes from two 16-byte loads; o a multiple of 16 (Q4_K / Q5_K: 144- and
+// 176-byte blocks, their qs and qh runs at 16-byte offsets, parts bound at offset 0).
+layout(binding = 0) readonly buffer QbU4 { uvec4 qb_u4[]; };
+#define W_U4(t) qb_u4[t]
+#define LOAD32_16(o, dst) [[unroll]] for (uint h_ = 0; h_ < 2u; h_++) { \
+        uvec4 v_ = qb_u4[((o) >> 4) + h_]; \
+        [[unroll]] for (uint c_ = 0; c_ < 4u; c_++) { \
+            [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[16u * h_ + 4u * c_ + b_] = (v_[c_] >> (8u * b_)) & 255u; } }
+
+#endif
+
+// Weights k0 .. k0 + GROUP - 1 of the row at byte offset `row`, each the float qb_dequant
+// returns for it (the same expression, evaluated in the same order), with the group's scales
+// decoded once and its bytes read 16 bits at a time.
+void decode_group(uint row, uint k0, out float w[GROUP]) {
+    if (QTYPE == QTYPE_Q8_0) {
+        uint b = row + (k0 / QK8_0) * Q8_0_BYTES;
+        uint q[32];
+        LOAD32(b + Q8_0_QS, q);
+        float d = w_half(b + Q8_0_D);
+        [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = d * float(bitfieldExtract(int(q[i]), 0, 8));
+    } else if (QTYPE == QTYPE_Q4_K || QTYPE == QTYPE_Q5_K) {
+        bool five = QTYPE == QTYPE_Q5_K;
+        uint nb = five ? Q5_K_BYTES : Q4_K_BYTES;
+        uint b = row + (k0 / QK_K) * nb, g = (k0 % QK_K) / 32, j = g / 2, hi = g & 1u;
+        // d, dmin and the 12 scale bytes: the block's first 16 bytes, one load (blocks of 144
+        // and 176 bytes start 16-aligned); the same values as qb_scale_min_k4 and qb_half
+        uvec4 hd = W_U4(b >> 4);
+        uvec2 sm = qb_scale_min_k4_w(hd.yzw, g);
+        vec2 dm = unpackHalf2x16(hd.x);
+        float d = dm.x * float(sm.x);
+        float mn = dm.y * float(sm.y);
+        uint qs[32], qh[32];
+        LOAD32_16(b + (five ? Q5_K_QS : Q4_K_QS) + 32 * j, qs);
+        if (five) { LOAD32_16(b + Q5_K_QH, qh); }
+        [[unroll]] for (uint l = 0; l < 32u; l++) {
+            uint q = (qs[l] >> (4 * hi)) & 15u;
+            if (five) q |= ((qh[l] >> (2 * j + hi)) & 1u) << 4;
+            w[l] = d * float(q) - mn;
+        }
+    } else if (QTYPE == QTYPE_Q6_K) {
+        uint b = row + (k0 / QK_K) * Q6_K_BYTES, g = (k0 % QK_K) / 32, h = g / 4, k = g % 4;
+        uint ql[32], qh[32];
+        LOAD32_W(b + Q6_K_QL + 64 * h + 32 * (k & 1u), ql);
+        LOAD32_W(b + Q6_K_QH + 32 * h, qh);
+        float dh = w_half(b + Q6_K_D);
+        uint s2 = w_u16(b + Q6_K_SCALES + 8 * h + 2 * k); // the two scales of the group
+        float sc0 = float(bitfieldExtract(int(s2), 0, 8)), sc1 = float(bitfieldExtract(int(s2), 8, 8));
+        [[unroll]] for (uint l = 0; l < 32u; l++) {
+            uint lo = (ql[l] >> (4 * (k >> 1))) & 15u, hb = (qh[l] >> (2 * k)) & 3u;
+            int q = int(lo | (hb << 4)) - 32;
+            w[l] = dh * (l < 16u ? sc0 : sc1) * float(q);
+        }
+    } else {
+#ifndef TEXEL // the texel variant is built for the block types only (op_matmul.c)
+        [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = qb_dequant(QTYPE, row, k0 + i);
+#endif
+    }
+}
+
+// acc[q * NT + n] += w[q] . x[xrow[n]][k0 .. k0 + GROUP) for the RPI rows q, one fma at a time
+// in k order (rows NONE: skipped); each x load feeds the RPI rows. A macro, not a function:
+// llvmpipe spills an inout array parameter (the kernel ran 2x slower).
+#define ADD_GROUP(w, acc) \
+    if (wide) { \
+        [[unroll]] for (uint n = 0; n < NT; n++) { \
+            if (xrow[n] == NONE) continue; /* acc stays 0, never stored */ \
+            uint o = (xrow[n] * pc.x_stride + k0) / 4u; \
+            [[unroll]] for (uint i = 0; i < GROUP; i += 4u) { \
+                vec4 xv = xtex(o + i / 4u); \
+                [[unroll]] for (uint q = 0; q < RPI; q++) { \
+                    acc[q * NT + n] = fma(w[q][i], xv.x, acc[q * NT + n]); \
+                    acc[q * NT + n] = fma(w[q][i + 1u], xv.y, acc[q * NT + n]); \
+                    acc[q * NT + n] = fma(w[q][i + 2u], xv.z, acc[q * NT + n]); \
+                    acc[q * NT + n] = fma(w[q][i + 3u], xv.w, acc[q * NT + n]); \
+                } \
+            } \
+        } \
+    } else { \
+        [[unroll]] for (uint i = 0; i < GROUP; i++) { \
+            [[unroll]] for (uint n = 0; n < NT; n++) { \
+                float xv = xrow[n] != NONE ? xone(xrow[n] * pc.x_stride + k0 + i) : 0.0; \
+                [[unroll]] for (uint q = 0; q < RPI; q++) acc[q * NT + n] = fma(w[q][i], xv, acc[q * NT + n]); \
+            } \
+        } \
+    }
+
+void main() {
+    uint e = pc.expert0 + gl_WorkGroupID.z, n0 = gl_WorkGroupID.y * NT;
+    if ((pc.flags & 16u) != 0) { // work item y (matmul.comp): NT tokens of one expert
+        uvec2 it = items[pc.item0 + gl_WorkGroupID.y];
+        e = it.x;
+        n0 = it.y;
+        if (e < pc.expert0 || e >= pc.expert1) return;
+    }
+    const bool glu = GLU != 0u;
+    uint slice = glu ? 2u * pc.n_rows : pc.n_rows, g0 = e * slice;
+    uint lo = max(g0, pc.part_row0), hi = min(g0 + slice, pc.part_row0 + pc.part_rows);
+    uint nr = hi > lo ? hi - lo : 0u, w_row0 = lo - pc.part_row0, r0 = lo - g0;
+    if (glu) {
+        if (nr != slice) return; // the host never splits a pair slice
+        nr = pc.n_rows;          // outputs
+    }
+    bool grouped = (pc.flags & 4u) != 0;
+    uint count = pc.n_tokens, j0 = pc.ids_off;
+    if (grouped) {
+        uvec2 grp = groups[e];
+        count = min(grp.y, pc.n_tokens);
+        j0 += grp.x;
+    }
+    const uint STEP = WG / KL; // rows between an invocation's RPI rows (KL 1) / rows per workgroup
+    uint li = gl_LocalInvocationID.x, lane = li % KL;
+    uint m0 = gl_WorkGroupID.x * BM + li / KL; // rows m0 + q * STEP, q < RPI
+    if (gl_WorkGroupID.x * BM >= nr || n0 >= count) return; // uniform: nothing of this tile exists
+    if (KL == 1u && m0 >= nr) return; // split k: every invocation meets the barriers below
+
+    uint xrow[NT], yrow[NT];
+    [[unroll]] for (uint n = 0; n < NT; n++) {
+        uint t = n0 + n, xi = NONE, yi = NONE, j = j0 + t;
+        if (t < count && (!grouped || j < pc.n_ids)) {
+            int own = grouped ? int(j) : int(t);
+            int g = (pc.flags & 1u) != 0 ? gather[j] : own;
+            int s = (pc.flags & 2u) != 0 ? scatter[j] : own;
+            if (g >= 0 && uint(g) < pc.x_rows && s >= 0 && uint(s) < pc.y_rows) xi = uint(g), yi = uint(s);
+        }
+        xrow[n] = xi;
+        yrow[n] = yi;
+    }
+
+    float acc[RPI * NT], acc_u[RPI * NT], part[RPI * NT], part_u[RPI * NT];
+    [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = 0.0, acc_u[i] = 0.0;
+    uint row[RPI], row_u[RPI];
+    [[unroll]] for (uint q = 0; q < RPI; q++) { // a row past nr: the last one decoded, never stored
+        uint m = min(m0 + q * STEP, nr - 1u);
+        row[q] = (w_row0 + m) * pc.row_bytes, row_u[q] = (w_row0 + pc.n_rows + m) * pc.row_bytes;
+    }
+    bool wide = (pc.flags & X4_FLAG) != 0u && GROUP % 4u == 0u;
+    uint n_chunks = (pc.n_in + CHUNK - 1u) / CHUNK;
+    for (uint c0 = 0; c0 < n_chunks; c0 += KL) { // uniform: KL chunks per round, chunk c0 + lane here
+        [[unroll]] for (uint i = 0; i < RPI * NT; i++) part[i] = 0.0, part_u[i] = 0.0;
+        uint c = c0 + lane, k_end = min((c + 1u) * CHUNK, pc.n_in);
+        for (uint k0 = c * CHUNK; k0 < k_end; k0 += GROUP) {
+            float w[RPI][GROUP];
+            [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row[q], k0, w[q]);
+            ADD_GROUP(w, part)
+            if (glu) {
+                [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row_u[q], k0, w[q]);
+                ADD_GROUP(w, part_u)
+            }
+        }
+        if (KL == 1u) {
+            [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = acc[i] + part[i], acc_u[i] = acc_u[i] + part_u[i];
+            continue;
+        }
+        [[unroll]] for (uint n = 0; n < NT; n++) {
+            chunk_sum[li * NT + n] = part[n];
+            if (glu) chunk_sum[(WG + li) * NT + n] = part_u[n];
+        }
+        barrier();
+        if (lane == 0u) // the round's chunk sums in k order (only chunks that exist)
+            for (uint j = 0; j < KL && c0 + j < n_chunks; j++)
+                [[unroll]] for (uint n = 0; n < NT; n++) {
+                    acc[n] = acc[n] + chunk_sum[(li + j) * NT + n];
+                    if (glu) acc_u[n] = acc_u[n] + chunk_sum[(WG + li + j) * NT + n];
+                }
+        barrier();
+    }
+    if (lane != 0u) return;
+    [[unroll]] for (uint q = 0; q < RPI; q++) {
+        uint m = m0 + q * STEP;
+        if (m >= nr) break;
+        [[unroll]] for (uint n = 0; n < NT; n++) {
+            float a = acc[q * NT + n];
+            if (glu) a = a / (1.0 + exp(-a)) * acc_u[q * NT + n]; // shaders/swiglu.comp's expression
+            if (yrow[n] != NONE) {
+                uint o = yrow[n] * pc.y_stride + r0 + m;
+                y[o] = (pc.flags & 32u) != 0 ? y[o] + a : a; // 32: y += W x (a residual)
+            }
+        }
+    }
+}
