@@ -1206,8 +1206,8 @@ static int shared_child(const char *dir, int id, uint64_t budget, const char *ou
  * ninths of their chunks: writers race to the same names, readers read files the others are
  * replacing or evicting. None crashes, none reads a torn file (a half-written or mixed file
  * would fail its MAC: rejected == 0), every output (tokens and logits) equals the uncached
- * engine's, they evict, no temp file is left, and afterwards every
- * file left serves its prompt and a write keeps the directory within the budget. */
+ * engine's, no temp file is left, and afterwards every file left serves its prompt, a write
+ * keeps the directory within the budget and a new prompt evicts what they left. */
 static void test_shared_processes(void **st) {
     (void)st;
     const char *d = fresh_dir("disk_shared");
@@ -1287,7 +1287,9 @@ static void test_shared_processes(void **st) {
         evicted += ev;
         unlink(outs[c]);
     }
-    assert_true(evicted > 0); /* 9 chunks, room for at most 6 */
+    /* whether the children evicted depends on how their writes interleave (two writing one
+     * name at once make one file): reported, not asserted; the eviction is forced below */
+    print_message("children evicted %llu chunks\n", evicted);
     uint32_t n, tmp;
     uint64_t bytes = dir_chunk_bytes(dir, &n, &tmp);
     print_message("after: %u files, %llu bytes, budget %llu\n", n, (unsigned long long)bytes, (unsigned long long)budget);
@@ -1304,6 +1306,20 @@ static void test_shared_processes(void **st) {
     }
     if (e.stats.disk_chunks_written) /* a write makes room within the budget, seeing every file */
         assert_true(dir_chunk_bytes(dir, &n, NULL) <= budget);
+    engine_free(&e);
+    /* a new prompt under a budget of exactly what the directory holds (at least the last
+     * prompt's 3 chunks) must evict the files the processes left to write its own */
+    uint64_t full = dir_chunk_bytes(dir, &n, NULL);
+    assert_true(full >= 3 * cb);
+    init_budget(&e, dir, full);
+    int32_t ids[96];
+    prompt96(ids, 40 + (uint64_t)SHARED_PROMPTS);
+    outcome o;
+    run_checked(plain, &e, ids, 96, &o);
+    outcome_free(&o);
+    assert_true(e.stats.disk_chunks_written > 0);
+    assert_true(e.stats.disk_evicted_chunks > 0);
+    assert_true(dir_chunk_bytes(dir, &n, NULL) <= full);
     engine_free(&e);
 }
 
