@@ -10,7 +10,9 @@
  *
  * CINDER_MATMUL_BENCH=1 runs, instead of the tests, a timing of a 512-token x (768 x 2048) Q4_K product against a
  * naive CPU loop (docs/kernels/matmul.md); CINDER_MATMUL_BENCH_TYPE=F32 (etc.) and
- * CINDER_MATMUL_TILE=bm,bn,bk,tm,tn vary it. */
+ * CINDER_MATMUL_TILE=bm,bn,bk,tm,tn vary it. CINDER_MATMUL_BENCH=kernels times every kernel
+ * shape on 1, 8, 32 and 128 tokens of a 768 x 2048 expert (CINDER_MATMUL_BENCH_TEXEL=1: the
+ * texel kernels only, a CPU device's). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -38,12 +40,9 @@ static const enum qtype all_types[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q
 
 /* The rows kernel through texel buffers (a CPU device's): one token of 4 rows per invocation,
  * and 8 tokens; block types only. */
-static const cvk_matmul_tile texel_one = {.bm = 256, .bn = 1, .tm = 4, .rows = true, .texel = true};
+static const cvk_matmul_tile texel_one = {.bm = 256, .bn = 1, .tm = 8, .rows = true, .texel = true}; /* _one_texel */
+static const cvk_matmul_tile texel_one4 = {.bm = 256, .bn = 1, .tm = 4, .rows = true, .texel = true};
 static const cvk_matmul_tile texel_rows = {.bm = 64, .bn = 8, .rows = true, .texel = true};
-static bool block_type(enum qtype t) {
-    return t == QTYPE_Q8_0 || t == QTYPE_Q4_K || t == QTYPE_Q5_K || t == QTYPE_Q6_K;
-}
-
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
@@ -452,7 +451,8 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
 static void test_accumulate(void **state) {
     (void)state;
     const cvk_matmul_tile split = {.bm = 16, .bn = 8, .kl = 2, .rows = true};
-    const cvk_matmul_tile *tiles[] = {NULL, &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split, &texel_one};
+    const cvk_matmul_tile *tiles[] = {NULL,   &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split, &texel_one,
+                                      &texel_one4};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_F32, QTYPE_Q6_K};
     const uint32_t Ts[] = {1, 7, 70};
     rng r;
@@ -461,7 +461,7 @@ static void test_accumulate(void **state) {
         for (size_t k = 0; k < 3; k++)
             for (size_t n = 0; n < 3; n++) {
                 enum qtype ty = types[k];
-                if (tiles[ti] && tiles[ti]->texel && !block_type(ty)) continue;
+                if (tiles[ti] && tiles[ti]->texel && !cvk_matmul_texel_type(ty)) continue;
                 uint32_t T = Ts[n], n_rows = 37, n_in = n_in_for(ty), y_rows = T + 3;
                 size_t rb = qtype_row_bytes(ty, n_in), nx = (size_t)T * n_in, ny = (size_t)y_rows * n_rows;
                 float *row = malloc(n_in * 4), *x = malloc(nx * 4), *y0 = malloc(ny * 4), *plain = malloc(ny * 4),
@@ -605,7 +605,7 @@ static void test_grouped_items(void **state) {
                 bool split = tilings[k].t0 == &split8 || tilings[k].t0 == &split3;
                 if (ci == 4 && k != 0 && !split && !tilings[k].t0->texel)
                     continue; /* many chunks: the rows kernel, the split and texel forms */
-                if (tilings[k].t0->texel && !block_type(ty)) continue;
+                if (tilings[k].t0->texel && !cvk_matmul_texel_type(ty)) continue;
                 gcase c = base;
                 c.items = true, c.tile = tilings[k].t0, c.tile1 = tilings[k].t1, c.split = tilings[k].split;
                 float *got = run_grouped(&c, cs);
@@ -774,7 +774,7 @@ static void test_glu(void **state) {
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (size_t k = 0; k < sizeof tiles / sizeof *tiles; k++) {
-            if (tiles[k] && tiles[k]->texel && !block_type(types[ti])) continue;
+            if (tiles[k] && tiles[k]->texel && !cvk_matmul_texel_type(types[ti])) continue;
             uint32_t n_in = n_in_for(types[ti]);
             const uint32_t Ts[] = {1, 5, 70};
             for (size_t i = 0; i < 3; i++) {
@@ -958,7 +958,7 @@ static void bench_q4k(void **state) {
  * (lavapipe: the per-weight decode cost against the per-token fma cost). */
 static void bench_kernels(void **state) {
     (void)state;
-    const uint32_t n_rows = 768, n_in = 2048, Tmax = 32;
+    const uint32_t n_rows = 768, n_in = 2048, Tmax = 128;
     enum qtype ty = QTYPE_Q4_K;
     const char *tn = getenv("CINDER_MATMUL_BENCH_TYPE");
     if (tn && qtype_from_name(tn, &ty)) fail_msg("CINDER_MATMUL_BENCH_TYPE=%s: unknown type", tn);
@@ -984,16 +984,18 @@ static void bench_kernels(void **state) {
         {.bm = 256, .bn = 1, .tm = 4, .rows = true}, {.bm = 512, .bn = 1, .tm = 8, .rows = true},
         {.bm = 64, .bn = 4, .rows = true}, {.bm = 64, .bn = 8, .rows = true},
         {.bm = 64, .bn = 16, .rows = true}, {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
-        {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default};
-    const uint32_t Ts[] = {1, 8, 32};
+        {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default,
+        texel_one4, cvk_matmul_tile_one_texel, texel_rows};
+    const uint32_t Ts[] = {1, 8, 32, 128};
     for (size_t ti = 0; ti < 2 * sizeof tiles / sizeof *tiles; ti++) { /* plain, then gate-up pairs */
         cvk_pipeline p;
         cvk_matmul_tile tile = tiles[ti / 2];
         tile.glu = ti % 2;
+        if (getenv("CINDER_MATMUL_BENCH_TEXEL") && !tile.texel) continue; /* the CPU device's kernels only */
         if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tile)) fail_msg("%s", cd_errmsg());
-        printf("%s %-5s bm %-3u bn %-2u tm %u %s:", qtype_name(ty), tile.rows ? "rows" : "tiled", tile.bm, tile.bn,
-               tile.tm, tile.glu ? "pairs" : "plain");
-        for (size_t k = 0; k < 3; k++) {
+        printf("%s %-5s%s bm %-3u bn %-2u tm %u %s:", qtype_name(ty), tile.rows ? "rows" : "tiled", tile.texel ? "/texel" : "",
+               tile.bm, tile.bn, tile.tm, tile.glu ? "pairs" : "plain");
+        for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++) {
             cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
                                  .x_rows = Ts[k], .y = cvk_view_whole(&by), .y_rows = Ts[k], .n_tokens = Ts[k],
                                  .glu = tile.glu};

@@ -59,32 +59,42 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
  * step's projection has one invocation per row walking all of k, and on an H100 was bound by
  * that walk (attn_k's 512 rows: 49 us, the router's 128 rows: 177 us; docs/PERF.md,
  * 2026-11-26); before that the tiled kernel with an 8-token tile took 1.1-2.3 ms per
- * projection. On a CPU device 64 rows, and one token of 4 rows per invocation (matmul_one).
- * Every output is summed in the same canonical order in all of them (op_matmul.h), so the
+ * projection. On a CPU device, for F32/F16/BF16 weights, 64 rows, and one token of 4 rows per
+ * invocation (matmul_one); the block types: cpu_texel below. Every output is summed in the same canonical order in all of them (op_matmul.h), so the
  * choice never changes a bit. */
 static const cvk_matmul_tile few_tile_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
 static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
 
+/* On a CPU device the block types (Q8_0, Q4_K, Q5_K, Q6_K) run one kernel for every token
+ * count: the one-token rows kernel reading weights and x through texel buffers, 8 rows per
+ * invocation (cvk_matmul_tile_one_texel). llvmpipe pays each storage-buffer or shared-memory
+ * load per lane and a texel fetch as one gather; a kernel with several tokens per invocation
+ * does not keep its token loop in registers. At the 30B shapes (768 x 2048 Q4_K, lavapipe,
+ * 2026-11-27) it took 11 ms for 8 tokens where the 8-token rows kernel took 30-44 ms, and 159
+ * ms for 128 where the 64-token tile took 209-228 (docs/PERF.md). */
+static bool cpu_texel(const gpu_model *g, enum qtype type) { return !g->few_gpu && cvk_matmul_texel_type(type); }
+
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
 static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
-    if (!t || g->matmul[glu][t->type].pipe) return 0;
+    if (!t || g->matmul_one[glu][t->type].pipe) return 0;
     VkPipelineCache pc = g->vk->pcache.cache;
     cvk_device *d = &g->vk->dev;
+    if (cpu_texel(g, t->type)) {
+        cvk_matmul_tile one = cvk_matmul_tile_one_texel;
+        one.glu = glu;
+        return cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
+    }
     cvk_matmul_tile big = cvk_matmul_tile_default, few = g->few_gpu ? few_tile_gpu : cvk_matmul_tile_rows,
                     one = g->few_gpu ? one_tile_gpu : cvk_matmul_tile_one;
     big.glu = few.glu = one.glu = glu;
-    /* a CPU device reads the block types' weights and x through texel buffers (a gather, not a
-     * loop over the lanes per load: docs/kernels/matvec.md); the same bits */
-    bool block = t->type == QTYPE_Q8_0 || t->type == QTYPE_Q4_K || t->type == QTYPE_Q5_K || t->type == QTYPE_Q6_K;
-    few.texel = one.texel = !g->few_gpu && block;
     return cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big) ||
            cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few) ||
            cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
 }
 
 static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint32_t n_tokens, bool glu) {
-    if (n_tokens == 1) return &g->matmul_one[glu][type];
+    if (n_tokens == 1 || cpu_texel(g, type)) return &g->matmul_one[glu][type];
     return n_tokens <= FEW_TOKENS ? &g->matmul_few[glu][type] : &g->matmul[glu][type];
 }
 
@@ -92,16 +102,15 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
  * (row tile, item): list 0 holds the experts with at most MOE_SPLIT tokens, cut into items of
  * the few-token kernel's tile; list 1 the busier experts, in items of the big tile (matmul).
  * The few-token kernel: on a GPU the rows kernel with 8-token items (a row decoded once per 8
- * tokens); on a CPU device the rows kernel with ONE token per item
- * (matmul_one): llvmpipe runs it ~3 ms per token for a 768 x 2048 Q4_K expert and the 8-token
- * rows kernel ~7-13 ms per token even when full (its token loop is not kept in registers), so
- * there re-reading the row per token is the cheaper way. An empty list is an empty grid. Every
- * output is the same ordered sum over k in every kernel, so which list an expert lands in (it
- * depends on the other tokens of the batch) never changes a bit. Shape s of a list: 0 for
- * gate/up (n_ff_exp rows), 1 for down (n_embd rows). */
+ * tokens); on a CPU device the one-token kernel (matmul_one), and for the block types both
+ * lists run it (cpu_texel). An empty list is an empty grid. Every output is the same ordered
+ * sum over k in every kernel, so which list an expert lands in (it depends on the other tokens
+ * of the batch) never changes a bit. Shape s of a list: 0 for gate/up (n_ff_exp rows), 1 for
+ * down (n_embd rows). */
 #define MOE_SPLIT 32u
 
 static const cvk_pipeline *moe_pipe(const gpu_model *g, enum qtype type, uint32_t list, bool glu) {
+    if (cpu_texel(g, type)) return &g->matmul_one[glu][type];
     if (list) return &g->matmul[glu][type];
     return g->few_gpu ? &g->matmul_few[glu][type] : &g->matmul_one[glu][type];
 }

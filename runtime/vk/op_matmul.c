@@ -8,6 +8,11 @@
 const cvk_matmul_tile cvk_matmul_tile_default = {.bm = 64, .bn = 64, .bk = 32, .tm = 4, .tn = 4};
 const cvk_matmul_tile cvk_matmul_tile_rows = {.bm = 64, .bn = 8, .rows = true};
 const cvk_matmul_tile cvk_matmul_tile_one = {.bm = 256, .bn = 1, .tm = 4, .rows = true};
+const cvk_matmul_tile cvk_matmul_tile_one_texel = {.bm = 256, .bn = 1, .tm = 8, .rows = true, .texel = true};
+
+bool cvk_matmul_texel_type(enum qtype type) {
+    return type == QTYPE_Q8_0 || type == QTYPE_Q4_K || type == QTYPE_Q5_K || type == QTYPE_Q6_K;
+}
 
 static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                          const cvk_matmul_tile *t) {
@@ -21,8 +26,8 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
     if (shared > c->max_shared)
         return cd_fail("matmul: rows kernel needs %llu bytes of shared memory, the device has %u",
                        (unsigned long long)shared, c->max_shared);
-    bool block = type == QTYPE_Q8_0 || type == QTYPE_Q4_K || type == QTYPE_Q5_K || type == QTYPE_Q6_K;
-    if (t->texel && !block) return cd_fail("matmul: the texel rows kernel takes block types, not %s", qtype_name(type));
+    if (t->texel && !cvk_matmul_texel_type(type))
+        return cd_fail("matmul: the texel rows kernel takes block types, not %s", qtype_name(type));
     uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu};
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,

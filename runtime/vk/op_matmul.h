@@ -91,6 +91,13 @@ extern const cvk_matmul_tile cvk_matmul_tile_rows;
  * x load feeds 4 rows; lavapipe pays every load per lane) */
 extern const cvk_matmul_tile cvk_matmul_tile_one;
 
+/* bm 256, bn 1, tm 8, rows, texel: one token, 8 rows per invocation, weights and x through
+ * texel buffers (a CPU device's kernel for the block types at every token count) */
+extern const cvk_matmul_tile cvk_matmul_tile_one_texel;
+
+/* The types the texel rows kernel takes: the block types Q8_0, Q4_K, Q5_K, Q6_K. */
+bool cvk_matmul_texel_type(enum qtype type);
+
 /* bm 64, bn 64, bk 32, tm 4, tn 4: 256 invocations, 16 KiB of shared memory */
 extern const cvk_matmul_tile cvk_matmul_tile_default;
 
