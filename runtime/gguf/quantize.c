@@ -1,0 +1,373 @@
+/* Row quantization for the seven types cinder computes with (quant_quantize_row, declared in
+ * quant.h): what `cinder mkmodel` and the tests' random weights are made with, never run on
+ * data read from a file.
+ *
+ * The quantizers are cinder's own. They need not match ggml's bytes, only its accuracy: each
+ * fits a scale (and for Q4_K/Q5_K a min) per sub-block by least squares over a few candidate
+ * level assignments, then quantizes those sub-block parameters to the super-block's integer
+ * grid and re-picks each sub-block's integer scale from its neighbours by measured error.
+ * docs/QUANTS.md lists the layouts in words and the round-trip errors we measure. */
+#include "runtime/gguf/quant.h"
+
+#include <assert.h>
+#include <math.h>
+#include <string.h>
+
+#include "runtime/base/fp16.h"
+
+/* ---- shared helpers ---- */
+
+/* The nearest integer level in [lo, hi] to v (ties to even), branch-free so the quantizers'
+ * inner loops vectorize. Adding 1.5 * 2^23 leaves no fraction bits in the sum's mantissa, so
+ * the addition's own rounding does the work and, for |v| < 2^22, the integer is read back
+ * from the low mantissa bits. The sum's exponent tells when v was outside that range (or
+ * infinite, or NaN): then the level is lo (v negative) or hi (v positive, +inf, NaN). */
+static inline int level(float v, int lo, int hi) {
+    int32_t b = (int32_t)fp32_to_bits(v + 12582912.0f);
+    int l = (b & 0x7fffff) - 0x400000;
+    l = b < (150 << 23) ? lo : l;  /* sum below 2^23, or negative: v < -2^22 */
+    l = b >= (151 << 23) ? hi : l; /* sum at or above 2^24: v >= 2^22, inf, NaN */
+    l = l < lo ? lo : l;
+    l = l > hi ? hi : l;
+    return l;
+}
+
+/* A non-negative scale stored as fp16: rounded to nearest, kept finite. */
+static inline uint16_t fp16_scale(float v) {
+    uint16_t h = f32_to_fp16(v);
+    if ((h & 0x7fff) >= 0x7c00) h = (uint16_t)((h & 0x8000) | 0x7bff); /* 65504 */
+    return h;
+}
+
+/* The 12 bytes of eight 6-bit scales and mins (quant.c, k_scale_min_get, reads them back). */
+static void k_scale_min_pack(uint8_t s[K_SCALE_SIZE], const uint8_t sc[8], const uint8_t m[8]) {
+    memset(s, 0, K_SCALE_SIZE);
+    for (int j = 0; j < 4; j++) {
+        s[j] = (uint8_t)(sc[j] | ((sc[j + 4] >> 4) << 6));
+        s[j + 4] = (uint8_t)(m[j] | ((m[j + 4] >> 4) << 6));
+        s[j + 8] = (uint8_t)((sc[j + 4] & 0xF) | ((m[j + 4] & 0xF) << 4));
+    }
+}
+
+/* ---- quantization: Q8_0 ---- */
+
+/* d = amax / 127 rounded to fp16; each weight rounds to the nearest multiple of the stored d
+ * (using the rounded d, not the exact one, is what the dequantizer will multiply by). */
+static void quant_q8_0(const float *x, block_q8_0 *b) {
+    float amax = 0;
+    for (int i = 0; i < QK8_0; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    b->d = fp16_scale(amax / 127.0f);
+    float d = fp16_to_f32(b->d), id = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < QK8_0; i++) b->qs[i] = (int8_t)level(x[i] * id, -127, 127);
+}
+
+/* ---- quantization: Q4_K and Q5_K ----
+ *
+ * Each sub-block of 32 is modelled as x ≈ s*q - m with levels q in [0, nmax], s >= 0, m >= 0.
+ * 1. fit_scale_min: for a sweep of candidate steps (the sub-block's range spread over
+ *    nmax - 2 .. nmax + 2 levels), round x to levels and solve the 2x2 least squares for
+ *    (s, m) given those levels; keep the best, then alternate re-rounding and refitting until
+ *    the error stops falling.
+ * 2. d = max s / 63 and dmin = max m / 63 (fp16) set the super-block grids; each sub-block's
+ *    6-bit sc and m are the nearest grid points, then the 3x3 neighbourhood of (sc, m) is
+ *    searched for the pair whose re-rounded levels give the least squared error, computed with
+ *    the dequantizer's exact float expression. */
+
+typedef struct k_fit {
+    float s, m;  /* x ≈ s*q - m */
+    float err;   /* sum of squared errors */
+} k_fit;
+
+/* One sub-block of 32 and the sums of x and x^2, which every candidate needs. */
+typedef struct k_sub {
+    const float *x;
+    float sx, sxx;
+} k_sub;
+
+/* Rounds x to the nearest levels for (s, m), then returns the least-squares (s, m) for those
+ * levels and its squared error (from the sums, without a second pass). Level sums are exact
+ * integers; the one float sum is split four ways. (Written as simple loops over 32 so that
+ * the compiler vectorizes them: this is the quantizer's inner loop.) */
+static k_fit k_round_and_refit(const k_sub *b, int nmax, float s, float m) {
+    float is = s > 0 ? 1.0f / s : 0.0f;
+    int q[32], sq = 0, sqq = 0;
+    for (int i = 0; i < 32; i++) q[i] = level((b->x[i] + m) * is, 0, nmax);
+    for (int i = 0; i < 32; i++) {
+        sq += q[i];
+        sqq += q[i] * q[i];
+    }
+    float sqx4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 32; i += 4)
+        for (int k = 0; k < 4; k++) sqx4[k] += (float)q[i + k] * b->x[i + k];
+    float fq = (float)sq, fqq = (float)sqq, sqx = (sqx4[0] + sqx4[1]) + (sqx4[2] + sqx4[3]);
+    /* minimise sum (s*q - m - x)^2 over s, m: normal equations
+     *   [sqq  -sq] [s]   [sqx]
+     *   [-sq   32] [m] = [-sx]                                  */
+    k_fit f = {0, 0, 0};
+    float det = 32.0f * fqq - fq * fq;
+    if (det > 0) {
+        f.s = (32.0f * sqx - fq * b->sx) / det;
+        f.m = (fq * sqx - fqq * b->sx) / det;
+    }
+    if (det <= 0 || f.m < 0 || f.s < 0) { /* m must be >= 0: fit s alone with m = 0 */
+        f.m = 0;
+        f.s = fqq > 0 ? fmaxf(sqx / fqq, 0.0f) : 0.0f;
+    }
+    f.err = f.s * f.s * fqq + 32.0f * f.m * f.m + b->sxx - 2 * f.s * f.m * fq - 2 * f.s * sqx + 2 * f.m * b->sx;
+    return f;
+}
+
+static k_fit fit_scale_min(const float *x, int nmax) {
+    k_sub b = {x, 0, 0};
+    float lo = x[0], hi = x[0];
+    for (int i = 0; i < 32; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+        b.sx += x[i];
+        b.sxx += x[i] * x[i];
+    }
+    if (lo > 0) lo = 0; /* the min can only be subtracted */
+    k_fit best = {0, -lo, 0};
+    if (!(hi > lo)) return best; /* constant sub-block: exactly -m */
+    best = k_round_and_refit(&b, nmax, (hi - lo) / (float)nmax, -lo);
+    /* candidate steps: the range spread over nmax + delta levels, delta in [-2, 2] */
+    for (int k = -10; k <= 10; k++) {
+        if (k == 0) continue;
+        k_fit f = k_round_and_refit(&b, nmax, (hi - lo) / ((float)nmax + 0.2f * (float)k), -lo);
+        if (f.err < best.err) best = f;
+    }
+    /* alternate: levels for the best (s, m), then (s, m) for those levels */
+    for (int it = 0; it < 4; it++) {
+        k_fit f = k_round_and_refit(&b, nmax, best.s, best.m);
+        if (!(f.err < best.err)) break;
+        best = f;
+    }
+    return best;
+}
+
+/* Levels and squared error of sub-block x for stored d, dmin and 6-bit sc, m, using the
+ * dequantizer's expression. */
+static float k_levels(const float *x, float d, float dmin, int sc, int m, int nmax, uint8_t *q) {
+    float dl = d * (float)sc, ml = dmin * (float)m;
+    float idl = dl > 0 ? 1.0f / dl : 0.0f;
+    int l[32];
+    for (int i = 0; i < 32; i++) l[i] = level((x[i] + ml) * idl, 0, nmax);
+    float e4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 32; i += 4)
+        for (int k = 0; k < 4; k++) {
+            float r = dl * (float)l[i + k] - ml - x[i + k];
+            e4[k] += r * r;
+        }
+    for (int i = 0; i < 32; i++) q[i] = (uint8_t)l[i];
+    return (e4[0] + e4[1]) + (e4[2] + e4[3]);
+}
+
+/* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, packed scales and the 256
+ * levels L of one super-block. */
+static void quant_k_affine(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
+                           uint8_t scales[K_SCALE_SIZE], uint8_t L[QK_K]) {
+    k_fit fit[8];
+    float max_s = 0, max_m = 0;
+    for (int j = 0; j < 8; j++) {
+        fit[j] = fit_scale_min(x + 32 * j, nmax);
+        max_s = fmaxf(max_s, fit[j].s);
+        max_m = fmaxf(max_m, fit[j].m);
+    }
+    *d_out = fp16_scale(max_s / 63.0f);
+    *dmin_out = fp16_scale(max_m / 63.0f);
+    float d = fp16_to_f32(*d_out), dmin = fp16_to_f32(*dmin_out);
+    float id = d > 0 ? 1.0f / d : 0.0f, idmin = dmin > 0 ? 1.0f / dmin : 0.0f;
+    uint8_t sc[8], mq[8], q[32];
+    for (int j = 0; j < 8; j++) {
+        const float *xj = x + 32 * j;
+        int sc0 = level(fit[j].s * id, 0, 63), m0 = level(fit[j].m * idmin, 0, 63);
+        float best = INFINITY;
+        for (int a = sc0 - 1; a <= sc0 + 1; a++) {
+            if (a < 0 || a > 63) continue;
+            for (int b = m0 - 1; b <= m0 + 1; b++) {
+                if (b < 0 || b > 63) continue;
+                float e = k_levels(xj, d, dmin, a, b, nmax, q);
+                if (e < best) {
+                    best = e;
+                    sc[j] = (uint8_t)a;
+                    mq[j] = (uint8_t)b;
+                    memcpy(L + 32 * j, q, 32);
+                }
+            }
+        }
+        if (!(best < INFINITY)) { /* non-finite input: keep the format valid */
+            sc[j] = mq[j] = 0;
+            memset(L + 32 * j, 0, 32);
+        }
+    }
+    k_scale_min_pack(scales, sc, mq);
+}
+
+/* Q4_K: level of weight 32*j + l goes to the low (j even) or high (j odd) nibble of
+ * qs[32*(j/2) + l]. */
+static void quant_q4_K(const float *x, block_q4_K *b) {
+    uint8_t L[QK_K];
+    quant_k_affine(x, 15, &b->d, &b->dmin, b->scales, L);
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++)
+            b->qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
+}
+
+/* Q5_K: as Q4_K for the low 4 bits; bit 4 of weight 32*j + l is bit j of qh[l]. */
+static void quant_q5_K(const float *x, block_q5_K *b) {
+    uint8_t L[QK_K];
+    quant_k_affine(x, 31, &b->d, &b->dmin, b->scales, L);
+    memset(b->qh, 0, sizeof b->qh);
+    for (int g = 0; g < 4; g++)
+        for (int l = 0; l < 32; l++)
+            b->qs[32 * g + l] = (uint8_t)((L[64 * g + l] & 0xF) | ((L[64 * g + 32 + l] & 0xF) << 4));
+    for (int j = 0; j < 8; j++)
+        for (int l = 0; l < 32; l++) b->qh[l] |= (uint8_t)((L[32 * j + l] >> 4) << j);
+}
+
+/* ---- quantization: Q6_K ----
+ *
+ * Each sub-block of 16 is x ≈ s*l with l in [-32, 31] and a signed s (the sign picks which
+ * side of zero gets the 32nd level). fit_scale_sym sweeps candidate steps that put the
+ * largest-magnitude weight at levels -27 .. -37, refits s by least squares for each rounding, and
+ * alternates re-rounding and refitting. The super-block d is chosen so that the sub-block with
+ * the largest |s| gets scale -128; the others take the nearest int8 scale or a neighbour,
+ * whichever re-rounds with the least error. */
+
+/* Levels for step s and the least-squares s for them; *err = the residual at that s. */
+static float sym_round_and_refit(const float *x, float sxx, float s, float *err) {
+    float is = s != 0 ? 1.0f / s : 0.0f;
+    int l[16], sll = 0;
+    for (int i = 0; i < 16; i++) l[i] = level(x[i] * is, -32, 31);
+    for (int i = 0; i < 16; i++) sll += l[i] * l[i];
+    float sxl4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 16; i += 4)
+        for (int k = 0; k < 4; k++) sxl4[k] += x[i + k] * (float)l[i + k];
+    float sxl = (sxl4[0] + sxl4[1]) + (sxl4[2] + sxl4[3]);
+    float fs = sll > 0 ? sxl / (float)sll : 0.0f;
+    *err = sxx - fs * sxl; /* sum (x - fs*l)^2 at the optimum */
+    return fs;
+}
+
+static float fit_scale_sym(const float *x) {
+    float amax = 0, vmax = 0, sxx = 0;
+    for (int i = 0; i < 16; i++) {
+        sxx += x[i] * x[i];
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            vmax = x[i];
+        }
+    }
+    if (!(amax > 0)) return 0;
+    float best_err, err;
+    float best_s = sym_round_and_refit(x, sxx, -vmax / 32.0f, &best_err);
+    /* candidate steps: the largest weight at level -(32 + delta), delta in [-5, 5] (levels
+     * beyond -32 clip; the refit then widens the step) */
+    for (int k = -10; k <= 10; k++) {
+        if (k == 0) continue;
+        float s = sym_round_and_refit(x, sxx, -vmax / (32.0f + 0.5f * (float)k), &err);
+        if (err < best_err) { best_err = err; best_s = s; }
+    }
+    for (int it = 0; it < 4; it++) {
+        float s = sym_round_and_refit(x, sxx, best_s, &err);
+        if (!(err < best_err)) break;
+        best_err = err;
+        best_s = s;
+    }
+    return best_s;
+}
+
+/* Levels and squared error of sub-block x (16 weights) for stored d and int8 scale sc. */
+static float q6_levels(const float *x, float d, int sc, int8_t *q) {
+    float dl = d * (float)sc;
+    float idl = dl != 0 ? 1.0f / dl : 0.0f;
+    int l[16];
+    for (int i = 0; i < 16; i++) l[i] = level(x[i] * idl, -32, 31);
+    float e4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 16; i += 4)
+        for (int k = 0; k < 4; k++) {
+            float r = dl * (float)l[i + k] - x[i + k];
+            e4[k] += r * r;
+        }
+    for (int i = 0; i < 16; i++) q[i] = (int8_t)l[i];
+    return (e4[0] + e4[1]) + (e4[2] + e4[3]);
+}
+
+static void quant_q6_K(const float *x, block_q6_K *b) {
+    float s[16], smax = 0;
+    for (int k = 0; k < 16; k++) {
+        s[k] = fit_scale_sym(x + 16 * k);
+        if (fabsf(s[k]) > fabsf(smax)) smax = s[k];
+    }
+    /* d may be negative: it carries smax's sign so that smax / d = -128 */
+    uint16_t dh = fp16_scale(fabsf(smax) / 128.0f);
+    if (smax > 0) dh |= 0x8000;
+    b->d = dh;
+    float d = fp16_to_f32(dh), id = d != 0 ? 1.0f / d : 0.0f;
+    int8_t L[QK_K], q[16];
+    for (int k = 0; k < 16; k++) {
+        const float *xk = x + 16 * k;
+        int sc0 = level(s[k] * id, -128, 127);
+        float best = INFINITY;
+        b->scales[k] = 0;
+        memset(L + 16 * k, 0, 16);
+        for (int c = sc0 - 1; c <= sc0 + 1; c++) {
+            if (c < -128 || c > 127) continue;
+            float e = q6_levels(xk, d, c, q);
+            if (e < best) {
+                best = e;
+                b->scales[k] = (int8_t)c;
+                memcpy(L + 16 * k, q, 16);
+            }
+        }
+    }
+    /* pack: see dequant_q6_K for where each weight's bits go */
+    memset(b->qh, 0, sizeof b->qh);
+    for (int w = 0; w < QK_K; w++) {
+        int u = L[w] + 32; /* 0..63 */
+        int h = w / 128, t = (w % 128) / 32, l = w % 32;
+        uint8_t *ql = &b->ql[64 * h + 32 * (t & 1) + l];
+        if (t < 2) *ql = (uint8_t)(u & 0xF);
+        else *ql = (uint8_t)(*ql | ((u & 0xF) << 4));
+        b->qh[32 * h + l] |= (uint8_t)((u >> 4) << (2 * t));
+    }
+}
+
+void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
+    assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
+    switch (t) {
+    case QTYPE_F32:
+        memcpy(dst, src, (size_t)n * sizeof(float));
+        return;
+    case QTYPE_F16: {
+        uint8_t *p = dst;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = f32_to_fp16(src[i]);
+            memcpy(p + 2 * i, &h, 2);
+        }
+        return;
+    }
+    case QTYPE_BF16: {
+        uint8_t *p = dst;
+        for (int64_t i = 0; i < n; i++) {
+            uint16_t h = f32_to_bf16(src[i]);
+            memcpy(p + 2 * i, &h, 2);
+        }
+        return;
+    }
+    case QTYPE_Q8_0:
+        for (int64_t i = 0; i < n / QK8_0; i++) quant_q8_0(src + i * QK8_0, (block_q8_0 *)dst + i);
+        return;
+    case QTYPE_Q4_K:
+        for (int64_t i = 0; i < n / QK_K; i++) quant_q4_K(src + i * QK_K, (block_q4_K *)dst + i);
+        return;
+    case QTYPE_Q5_K:
+        for (int64_t i = 0; i < n / QK_K; i++) quant_q5_K(src + i * QK_K, (block_q5_K *)dst + i);
+        return;
+    case QTYPE_Q6_K:
+        for (int64_t i = 0; i < n / QK_K; i++) quant_q6_K(src + i * QK_K, (block_q6_K *)dst + i);
+        return;
+    default:
+        return;
+    }
+}
