@@ -38,9 +38,10 @@
 static const enum qtype all_types[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0,
                                        QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
 
-/* The rows kernel through texel buffers (a CPU device's): one token of 4 rows per invocation,
- * and 8 tokens; block types only. */
-static const cvk_matmul_tile texel_one = {.bm = 256, .bn = 1, .tm = 8, .rows = true, .texel = true}; /* _one_texel */
+/* The rows kernel through texel buffers, block types only: the CPU device's tile
+ * (cvk_matmul_tile_one_texel: one token, 8 rows per invocation) beside one token of 4 rows and
+ * 8 tokens of one row. */
+static const cvk_matmul_tile *const texel_one = &cvk_matmul_tile_one_texel;
 static const cvk_matmul_tile texel_one4 = {.bm = 256, .bn = 1, .tm = 4, .rows = true, .texel = true};
 static const cvk_matmul_tile texel_rows = {.bm = 64, .bn = 8, .rows = true, .texel = true};
 static void test_push_layout_matches_glsl(void **state) {
@@ -451,7 +452,7 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
 static void test_accumulate(void **state) {
     (void)state;
     const cvk_matmul_tile split = {.bm = 16, .bn = 8, .kl = 2, .rows = true};
-    const cvk_matmul_tile *tiles[] = {NULL,   &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split, &texel_one,
+    const cvk_matmul_tile *tiles[] = {NULL,   &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split, texel_one,
                                       &texel_one4};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_F32, QTYPE_Q6_K};
     const uint32_t Ts[] = {1, 7, 70};
@@ -577,7 +578,7 @@ static void test_grouped_items(void **state) {
     struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
         {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX}, {&cvk_matmul_tile_rows, &t32, 0},
         {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX}, {&cvk_matmul_tile_one, NULL, 16},
-        {&three, &rows2, 4}, {&split8, NULL, 16}, {&split3, &split8, 4}, {&texel_one, &t32, 16}, {&texel_rows, NULL, 4}};
+        {&three, &rows2, 4}, {&split8, NULL, 16}, {&split3, &split8, 4}, {texel_one, &t32, 16}, {&texel_rows, NULL, 4}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
@@ -769,7 +770,7 @@ static void test_glu(void **state) {
                           small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
     const cvk_matmul_tile split = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
     const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split,
-                                      &texel_one, &texel_rows};
+                                      texel_one, &texel_rows};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
@@ -801,7 +802,7 @@ static void test_rejects_mismatches(void **state) {
     bad = (cvk_matmul_tile){.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4}; /* bk not dividing the 256-k chunk */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     assert_non_null(strstr(cd_errmsg(), "divide 256"));
-    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F16, &texel_one), -1); /* block types */
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F16, texel_one), -1); /* block types */
     assert_non_null(strstr(cd_errmsg(), "block types"));
     bad = (cvk_matmul_tile){.bm = 64, .bn = 1, .tm = 2, .kl = 4, .rows = true}; /* split k takes one row per invocation */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);

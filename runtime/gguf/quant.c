@@ -18,7 +18,6 @@
  * docs/QUANTS.md lists the layouts in words and the round-trip errors we measure. */
 #include "runtime/gguf/quant.h"
 
-#include <math.h>
 #include <string.h>
 #include <strings.h>
 

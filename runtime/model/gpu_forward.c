@@ -60,8 +60,8 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
  * that walk (attn_k's 512 rows: 49 us, the router's 128 rows: 177 us; docs/PERF.md,
  * 2026-11-26); before that the tiled kernel with an 8-token tile took 1.1-2.3 ms per
  * projection. On a CPU device, for F32/F16/BF16 weights, 64 rows, and one token of 4 rows per
- * invocation (matmul_one); the block types: cpu_texel below. Every output is summed in the same canonical order in all of them (op_matmul.h), so the
- * choice never changes a bit. */
+ * invocation (matmul_one); the block types: cpu_texel below. Every output is summed in the
+ * same canonical order in all of them (op_matmul.h), so the choice never changes a bit. */
 static const cvk_matmul_tile few_tile_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
 static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
