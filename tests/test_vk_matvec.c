@@ -378,7 +378,7 @@ static double now_s(void) {
 /* Times every configuration of cfgs[] on one shape, interleaved (round k runs each once), best
  * of `rounds`; cpu_matvec (best of 3) for reference. */
 static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const cvk_matvec_cfg *cfgs, size_t n_cfg,
-                        int rounds) {
+                        int rounds, uint32_t n_vec) {
     rng r;
     rng_seed(&r, 7);
     size_t rb = qtype_row_bytes(type, n_in);
@@ -386,9 +386,11 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
     uint8_t *few = make_weights(&r, type, n_in, DISTINCT);
     uint8_t *w = malloc(rb * n_rows);
     for (uint32_t i = 0; i < n_rows; i++) memcpy(w + rb * i, few + rb * (i % DISTINCT), rb);
-    float *x = malloc(n_in * sizeof *x), *ref = malloc(n_rows * sizeof *ref), *got = malloc(n_rows * sizeof *got);
-    float *scratch = malloc(n_in * sizeof *scratch);
+    /* n_vec copies of one x: every vector's y is checked against the one reference */
+    float *x = malloc((size_t)n_vec * n_in * sizeof *x), *ref = malloc(n_rows * sizeof *ref);
+    float *got = malloc((size_t)n_vec * n_rows * sizeof *got), *scratch = malloc(n_in * sizeof *scratch);
     for (uint32_t i = 0; i < n_in; i++) x[i] = rng_normal(&r);
+    for (uint32_t v = 1; v < n_vec; v++) memcpy(x + (size_t)v * n_in, x, n_in * sizeof *x);
     gguf_tensor t = {.n_dims = 2, .ne = {n_in, n_rows, 1, 1}, .type = type, .nbytes = rb * n_rows, .data = w};
     double cpu = 1e30;
     for (int k = 0; k < 3; k++) {
@@ -399,8 +401,8 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
 
     cvk_buffer bw, bx, by, ba = {0}; /* ba: the weights in the aligned layout (cfg.a16) */
     assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, n_in * 4, 4, CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_buffer_create(&vk->mem, &by, n_rows * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, (uint64_t)n_vec * n_in * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, (uint64_t)n_vec * n_rows * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
@@ -410,7 +412,7 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
     double best[MAXC], worst[MAXC];
     cvk_matvec_cfg used[MAXC];
     for (size_t c = 0; c < n_cfg; c++) {
-        used[c] = cfgs[c].wg ? cfgs[c] : cvk_matvec_choose(&vk->dev, type, n_in, n_rows, 1);
+        used[c] = cfgs[c].wg ? cfgs[c] : cvk_matvec_choose(&vk->dev, type, n_in, n_rows, n_vec);
         if (cvk_matvec_pipeline(&p[c], &vk->dev, vk->pcache.cache, type, &used[c])) fail_msg("%s", cd_errmsg());
         best[c] = 1e30, worst[c] = 0;
         if (used[c].a16 && !ba.n_parts) {
@@ -424,7 +426,7 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
         }
     }
     cvk_matvec_args a = {.w = &bw, .type = type, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
-                         .y = cvk_view_whole(&by), .n_vec = 1};
+                         .y = cvk_view_whole(&by), .n_vec = n_vec, .x_stride = n_in, .y_stride = n_rows};
     for (int k = 0; k < rounds; k++)
         for (size_t c = 0; c < n_cfg; c++) {
             assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
@@ -437,14 +439,14 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
             assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
             if (k == 0) {
                 assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), got), 0);
-                for (uint32_t i = 0; i < n_rows; i++)
-                    worst[c] = fmax(worst[c], fabs((double)got[i] - ref[i]) / (fabs(ref[i]) + 1e-3));
+                for (size_t i = 0; i < (size_t)n_vec * n_rows; i++)
+                    worst[c] = fmax(worst[c], fabs((double)got[i] - ref[i % n_rows]) / (fabs(ref[i % n_rows]) + 1e-3));
             }
         }
     for (size_t c = 0; c < n_cfg; c++) {
-        printf("  bench %-4s %5u x %6u (n_in x rows) %s wg=%-3u rows=%-2u lpr=%-2u parts=%u: lavapipe %9.3f ms, "
-               "cpu_matvec %8.3f ms, cpu/gpu %5.2f%s (max rel diff %.2g)\n",
-               qtype_name(type), n_in, n_rows, cfgs[c].wg ? "fixed " : "choose", used[c].wg, used[c].rows,
+        printf("  bench %-4s %5u x %6u (n_in x rows) x %u vectors %s wg=%-3u rows=%-2u lpr=%-2u parts=%u: lavapipe "
+               "%9.3f ms, cpu_matvec (one vector) %8.3f ms, cpu/gpu %5.2f%s (max rel diff %.2g)\n",
+               qtype_name(type), n_in, n_rows, n_vec, cfgs[c].wg ? "fixed " : "choose", used[c].wg, used[c].rows,
                used[c].lanes_per_row, bw.n_parts, best[c] * 1e3, cpu * 1e3, cpu / best[c],
                used[c].texel ? " texel" : "", worst[c]);
         cvk_pipeline_destroy(&vk->dev, &p[c]);
@@ -458,7 +460,8 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
 
 /* A timing run, not a test: only with CINDER_MATVEC_BENCH=1 (see docs/kernels/matvec.md).
  * CINDER_MATVEC_BENCH_CFGS="wg,rows,lpr,nvec[,texel];..." replaces the configurations (0,0,0,0:
- * cvk_matvec_choose; texel 1: the texel kernel, Q6_K shapes only), CINDER_MATVEC_BENCH_SHAPES="type:n_in:n_rows;..." the shapes. */
+ * cvk_matvec_choose; texel 1: the texel kernel, Q6_K shapes only), CINDER_MATVEC_BENCH_SHAPES="type:n_in:n_rows;..." the shapes,
+ * CINDER_MATVEC_BENCH_NVEC the vectors per call (1; a batched decode's head has one per sequence). */
 static void bench(void **state) {
     (void)state;
     cvk_matvec_cfg cfgs[16] = {{.wg = 64, .rows = 2, .nvec = 4}, {0}};
@@ -482,6 +485,8 @@ static void bench(void **state) {
         shapes = "Q6_K:512:151936;Q6_K:256:151936;Q8_0:512:151936;F16:512:151936;Q6_K:2048:151936;"
                  "Q4_K:512:256;Q4_K:256:512;Q6_K:512:1024;Q4_K:2048:768;Q4_K:768:2048";
     int rounds = getenv("CINDER_MATVEC_BENCH_ROUNDS") ? atoi(getenv("CINDER_MATVEC_BENCH_ROUNDS")) : 5;
+    int n_vec = getenv("CINDER_MATVEC_BENCH_NVEC") ? atoi(getenv("CINDER_MATVEC_BENCH_NVEC")) : 1;
+    assert_true(n_vec >= 1 && n_vec <= 64);
     for (const char *s = shapes; *s;) {
         char name[8] = {0};
         unsigned n_in = 0, n_rows = 0;
@@ -491,7 +496,7 @@ static void bench(void **state) {
         for (int k = 0; k < QTYPE_COUNT; k++)
             if (qtype_supported((enum qtype)k) && !strcmp(qtype_name((enum qtype)k), name)) t = (enum qtype)k;
         assert_true(t != QTYPE_COUNT);
-        bench_shape(t, n_in, n_rows, cfgs, n_cfg, rounds);
+        bench_shape(t, n_in, n_rows, cfgs, n_cfg, rounds, (uint32_t)n_vec);
         s += n;
         if (*s == ';') s++;
     }

@@ -166,7 +166,8 @@ cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t 
          * read with x through texel buffers (gathers, not per-lane load loops: the head 4.1x
          * faster on the 30B one, docs/kernels/matvec.md), one lane per row, 8 rows per lane (x
          * read once for them; 16 was slower, 4 no faster). Several vectors (the batch forward's
-         * head) share each weight read; each vector's sums are the same whatever their number. */
+         * head) share each row's fetch and decode; each vector's sums are the same whatever their
+         * number. */
         return (cvk_matvec_cfg){.wg = nvec > 4 ? 128 : 64, .rows = 8, .nvec = nvec, .lanes_per_row = 1,
                                 .a16 = true, .texel = true};
     }
