@@ -12,7 +12,8 @@
  * naive CPU loop (docs/kernels/matmul.md); CINDER_MATMUL_BENCH_TYPE=F32 (etc.) and
  * CINDER_MATMUL_TILE=bm,bn,bk,tm,tn vary it. CINDER_MATMUL_BENCH=kernels times every kernel
  * shape on 1, 8, 32 and 128 tokens of a 768 x 2048 expert (CINDER_MATMUL_BENCH_TEXEL=1: the
- * texel kernels only, a CPU device's). */
+ * texel kernels only, a CPU device's; CINDER_MATMUL_BENCH_ROWS="bm,bn,tm;...": these texel rows
+ * kernels instead). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -988,9 +989,22 @@ static void bench_kernels(void **state) {
         {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default,
         texel_one4, cvk_matmul_tile_one_texel, texel_rows};
     const uint32_t Ts[] = {1, 8, 32, 128};
-    for (size_t ti = 0; ti < 2 * sizeof tiles / sizeof *tiles; ti++) { /* plain, then gate-up pairs */
+    /* CINDER_MATMUL_BENCH_ROWS="bm,bn,tm;...": these texel rows kernels instead */
+    cvk_matmul_tile own[16];
+    size_t n_tiles = sizeof tiles / sizeof *tiles, n_own = 0;
+    for (const char *s = getenv("CINDER_MATMUL_BENCH_ROWS"); s && *s && n_own < 16;) {
+        unsigned bm, bn, tm;
+        int n = 0;
+        if (sscanf(s, "%u,%u,%u%n", &bm, &bn, &tm, &n) < 3) break;
+        own[n_own++] = (cvk_matmul_tile){.bm = bm, .bn = bn, .tm = tm, .rows = true, .texel = true};
+        s += n;
+        if (*s == ';') s++;
+    }
+    const cvk_matmul_tile *list = n_own ? own : tiles;
+    if (n_own) n_tiles = n_own;
+    for (size_t ti = 0; ti < 2 * n_tiles; ti++) { /* plain, then gate-up pairs */
         cvk_pipeline p;
-        cvk_matmul_tile tile = tiles[ti / 2];
+        cvk_matmul_tile tile = list[ti / 2];
         tile.glu = ti % 2;
         if (getenv("CINDER_MATMUL_BENCH_TEXEL") && !tile.texel) continue; /* the CPU device's kernels only */
         if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tile)) fail_msg("%s", cd_errmsg());
