@@ -83,17 +83,24 @@ float xone(uint i) { return xtex(i >> 2)[i & 3u]; }                           //
 float w_half(uint o) { return unpackHalf2x16(wtex(o >> 4)[(o >> 2) & 3u] >> (8u * (o & 2u))).x; } // o even
 uint w_u16(uint o) { return (wtex(o >> 4)[(o >> 2) & 3u] >> (8u * (o & 2u))) & 0xffffu; }          // o even
 
-// The 32 bytes at byte offset o (even) from the 3 texels that hold them: words shifted by
-// whole words (a select per word, no indexing by o) and then by 16 bits when o is 2 mod 4.
-#define LOAD32(o, dst) { uint o_ = (o), t_ = o_ >> 4, sw_ = (o_ >> 2) & 3u, sh_ = (o_ & 2u) * 8u; \
-        uvec4 a_ = wtex(t_), b_ = wtex(t_ + 1u), c_ = wtex(t_ + 2u); \
-        uint v_[12] = uint[12](a_.x, a_.y, a_.z, a_.w, b_.x, b_.y, b_.z, b_.w, c_.x, c_.y, c_.z, c_.w), u_[9]; \
-        [[unroll]] for (uint h_ = 0; h_ < 9u; h_++) \
+// NW little-endian words of the bytes from byte offset o (even), out of the NT texels from o's
+// (NW <= 4 NT; the caller's bytes lie in them): words shifted by whole words (a select per
+// word, no indexing by o) and then by 16 bits when o is 2 mod 4; bytes past the texels read 0.
+#define WORDSN(o, NW, NT, dst) { uint o_ = (o), t_ = o_ >> 4, sw_ = (o_ >> 2) & 3u, sh_ = (o_ & 2u) * 8u; \
+        uint v_[4u * NT + 4u], u_[NW + 1u]; \
+        [[unroll]] for (uint i_ = 0; i_ < NT; i_++) { uvec4 a_ = wtex(t_ + i_); \
+            v_[4u * i_] = a_.x, v_[4u * i_ + 1u] = a_.y, v_[4u * i_ + 2u] = a_.z, v_[4u * i_ + 3u] = a_.w; } \
+        [[unroll]] for (uint i_ = 4u * NT; i_ < 4u * NT + 4u; i_++) v_[i_] = 0u; \
+        [[unroll]] for (uint h_ = 0; h_ <= NW; h_++) \
             u_[h_] = sw_ == 0u ? v_[h_] : sw_ == 1u ? v_[h_ + 1u] : sw_ == 2u ? v_[h_ + 2u] : v_[h_ + 3u]; \
+        [[unroll]] for (uint h_ = 0; h_ < NW; h_++) dst[h_] = sh_ == 0u ? u_[h_] : (u_[h_] >> 16) | (u_[h_ + 1u] << 16); }
+// The 32 bytes at byte offset o (even) from the 3 texels that hold them.
+#define WORDS32(o, dst) WORDSN(o, 8u, 3u, dst)
+#define WORDS32_W(o, dst) WORDS32(o, dst)
+// The same 32 bytes one per element.
+#define LOAD32(o, dst) { uint w8_[8]; WORDS32(o, w8_); \
         [[unroll]] for (uint h_ = 0; h_ < 8u; h_++) { \
-            uint m_ = sh_ == 0u ? u_[h_] : (u_[h_] >> 16) | (u_[h_ + 1u] << 16); \
-            [[unroll]] for (uint b2_ = 0; b2_ < 4u; b2_++) dst[4u * h_ + b2_] = (m_ >> (8u * b2_)) & 255u; } }
-#define LOAD32_W(o, dst) LOAD32(o, dst)
+            [[unroll]] for (uint b2_ = 0; b2_ < 4u; b2_++) dst[4u * h_ + b2_] = (w8_[h_] >> (8u * b2_)) & 255u; } }
 // o a multiple of 16: its two texels
 #define LOAD32_16(o, dst) [[unroll]] for (uint h_ = 0; h_ < 2u; h_++) { \
         uvec4 v_ = wtex(((o) >> 4) + h_); \
@@ -109,13 +116,12 @@ uint w_u16(uint o) { return uint(qb_u16[o >> 1]); }
 #define LOAD32(o, dst) [[unroll]] for (uint h_ = 0; h_ < 16u; h_++) { \
         uint v_ = uint(qb_u16[((o) >> 1) + h_]); dst[2u * h_] = v_ & 255u; dst[2u * h_ + 1u] = v_ >> 8; }
 
-// The same 32 bytes from 9 aligned 32-bit loads and a funnel shift (o even: Q6_K's 210-byte
-// blocks are 2-aligned): on lavapipe each load is a loop over the lanes, whatever its width.
-#define LOAD32_W(o, dst) { uint w_ = (o) >> 2, s_ = ((o) & 2u) * 8u, v_[9]; \
+// The same 32 bytes as 8 little-endian words, from 9 aligned 32-bit loads and a funnel shift
+// (o even: Q6_K's 210-byte blocks are 2-aligned): on lavapipe each load is a loop over the
+// lanes, whatever its width.
+#define WORDS32_W(o, dst) { uint w_ = (o) >> 2, s_ = ((o) & 2u) * 8u, v_[9]; \
         [[unroll]] for (uint h_ = 0; h_ < 9u; h_++) v_[h_] = qb_u32[w_ + h_]; \
-        [[unroll]] for (uint h_ = 0; h_ < 8u; h_++) { \
-            uint u_ = s_ == 0u ? v_[h_] : (v_[h_] >> 16) | (v_[h_ + 1u] << 16); \
-            [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[4u * h_ + b_] = (u_ >> (8u * b_)) & 255u; } }
+        [[unroll]] for (uint h_ = 0; h_ < 8u; h_++) dst[h_] = s_ == 0u ? v_[h_] : (v_[h_] >> 16) | (v_[h_ + 1u] << 16); }
 
 // The same 32 bytes from two 16-byte loads; o a multiple of 16 (Q4_K / Q5_K: 144- and
 // 176-byte blocks, their qs and qh runs at 16-byte offsets, parts bound at offset 0).
@@ -126,6 +132,37 @@ layout(binding = 0) readonly buffer QbU4 { uvec4 qb_u4[]; };
         [[unroll]] for (uint c_ = 0; c_ < 4u; c_++) { \
             [[unroll]] for (uint b_ = 0; b_ < 4u; b_++) dst[16u * h_ + 4u * c_ + b_] = (v_[c_] >> (8u * b_)) & 255u; } }
 
+#endif
+
+// The 32 weights of group k (0..3) of a Q6_K half block (128 weights), as qb_dequant decodes
+// them, from the half's words: ql[l0 + i] (i < 8: the group's 32 low-nibble bytes), qh[i] (the
+// half's 32 high-bit bytes), s2 (the group's two scales, 16 bits) and dh. Four weights per word,
+// decoded packed: the low nibbles (of the high half for k >= 2) or the 2 high bits << 4 is q in
+// 0..63 per byte; with bit 5 flipped a byte read as a 6-bit signed number is q - 32 (a shift left
+// and an arithmetic shift right). qb_dequant's dh * sc * q is (dh * sc) * q: the product is
+// formed once per 16 weights, the same bits.
+#define Q6K_GROUP(ql, l0, qh, k, s2, dh, w) { \
+        uint s2_ = (s2), k_ = (k); \
+        float ds0_ = (dh) * float(bitfieldExtract(int(s2_), 0, 8)), ds1_ = (dh) * float(bitfieldExtract(int(s2_), 8, 8)); \
+        [[unroll]] for (uint i_ = 0; i_ < 8u; i_++) { \
+            uint q4_ = ((ql[(l0) + i_] >> (4u * (k_ >> 1))) & 0x0F0F0F0Fu) | (((qh[i_] >> (2u * k_)) & 0x03030303u) << 4); \
+            int qs_ = int(q4_ ^ 0x20202020u); \
+            [[unroll]] for (uint c_ = 0; c_ < 4u; c_++) \
+                w[4u * i_ + c_] = (i_ < 4u ? ds0_ : ds1_) * float((qs_ << (26u - 8u * c_)) >> 26); } }
+
+#ifdef TEXEL
+// A Q6_K half block's words for Q6K_GROUP, fetched once for its 4 groups (10 texel fetches per
+// 128 weights instead of 32: on llvmpipe a fetch is a called function, about half the kernel's
+// time): ql (16 words: the half's 64 bytes), qh (8: its 32), sd (5: the block's 16 scales and d).
+#define Q6K_HALF(row, kh, ql, qh, sd) { \
+        uint b_ = (row) + ((kh) / QK_K) * Q6_K_BYTES, h_ = ((kh) % QK_K) / 128u; \
+        WORDSN(b_ + Q6_K_QL + 64u * h_, 16u, 5u, ql) \
+        WORDSN(b_ + Q6_K_QH + 32u * h_, 8u, 3u, qh) \
+        WORDSN(b_ + Q6_K_SCALES, 5u, 2u, sd) }
+// Group k of the half h (0, 1) whose words Q6K_HALF fetched.
+#define Q6K_HALF_GROUP(ql, qh, sd, h, k, w) { \
+        uint sw_ = (h) == 0u ? sd[(k) >> 1] : sd[2u + ((k) >> 1)]; /* scale bytes 8h + 2k, 8h + 2k + 1 */ \
+        Q6K_GROUP(ql, 8u * ((k) & 1u), qh, k, sw_ >> (16u * ((k) & 1u)), unpackHalf2x16(sd[4]).x, w) }
 #endif
 
 // Weights k0 .. k0 + GROUP - 1 of the row at byte offset `row`, each the float qb_dequant
@@ -159,17 +196,10 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
         }
     } else if (QTYPE == QTYPE_Q6_K) {
         uint b = row + (k0 / QK_K) * Q6_K_BYTES, g = (k0 % QK_K) / 32, h = g / 4, k = g % 4;
-        uint ql[32], qh[32];
-        LOAD32_W(b + Q6_K_QL + 64 * h + 32 * (k & 1u), ql);
-        LOAD32_W(b + Q6_K_QH + 32 * h, qh);
-        float dh = w_half(b + Q6_K_D);
-        uint s2 = w_u16(b + Q6_K_SCALES + 8 * h + 2 * k); // the two scales of the group
-        float sc0 = float(bitfieldExtract(int(s2), 0, 8)), sc1 = float(bitfieldExtract(int(s2), 8, 8));
-        [[unroll]] for (uint l = 0; l < 32u; l++) {
-            uint lo = (ql[l] >> (4 * (k >> 1))) & 15u, hb = (qh[l] >> (2 * k)) & 3u;
-            int q = int(lo | (hb << 4)) - 32;
-            w[l] = dh * (l < 16u ? sc0 : sc1) * float(q);
-        }
+        uint ql[8], qh[8]; // 32 bytes each, as words
+        WORDS32_W(b + Q6_K_QL + 64 * h + 32 * (k & 1u), ql);
+        WORDS32_W(b + Q6_K_QH + 32 * h, qh);
+        Q6K_GROUP(ql, 0u, qh, k, w_u16(b + Q6_K_SCALES + 8 * h + 2 * k), w_half(b + Q6_K_D), w)
     } else {
 #ifndef TEXEL // the texel variant is built for the block types only (op_matmul.c)
         [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = qb_dequant(QTYPE, row, k0 + i);
@@ -258,6 +288,28 @@ void main() {
     for (uint c0 = 0; c0 < n_chunks; c0 += KL) { // uniform: KL chunks per round, chunk c0 + lane here
         [[unroll]] for (uint i = 0; i < RPI * NT; i++) part[i] = 0.0, part_u[i] = 0.0;
         uint c = c0 + lane, k_end = min((c + 1u) * CHUNK, pc.n_in);
+#ifdef TEXEL
+        if (QTYPE == QTYPE_Q6_K) { // a half block's words fetched once for its 4 groups (Q6K_HALF)
+            for (uint kh = c * CHUNK; kh < k_end; kh += 128u) {
+                uint ql[RPI][16], qh[RPI][8], sd[RPI][5], ql_u[RPI][16], qh_u[RPI][8], sd_u[RPI][5];
+                uint h = (kh % QK_K) / 128u;
+                [[unroll]] for (uint q = 0; q < RPI; q++) Q6K_HALF(row[q], kh, ql[q], qh[q], sd[q])
+                if (glu) {
+                    [[unroll]] for (uint q = 0; q < RPI; q++) Q6K_HALF(row_u[q], kh, ql_u[q], qh_u[q], sd_u[q])
+                }
+                [[unroll]] for (uint g = 0; g < 4u; g++) {
+                    uint k0 = kh + 32u * g;
+                    float w[RPI][GROUP];
+                    [[unroll]] for (uint q = 0; q < RPI; q++) Q6K_HALF_GROUP(ql[q], qh[q], sd[q], h, g, w[q])
+                    ADD_GROUP(w, part)
+                    if (glu) {
+                        [[unroll]] for (uint q = 0; q < RPI; q++) Q6K_HALF_GROUP(ql_u[q], qh_u[q], sd_u[q], h, g, w[q])
+                        ADD_GROUP(w, part_u)
+                    }
+                }
+            }
+        } else
+#endif
         for (uint k0 = c * CHUNK; k0 < k_end; k0 += GROUP) {
             float w[RPI][GROUP];
             [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row[q], k0, w[q]);

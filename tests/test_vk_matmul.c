@@ -955,15 +955,19 @@ static void bench_q4k(void **state) {
     free(row), free(wd), free(x), free(ycpu), free(ygpu), free(wq);
 }
 
-/* CINDER_MATMUL_BENCH=kernels: one 768 x 2048 Q4_K expert (CINDER_MATMUL_BENCH_TYPE to vary)
+/* CINDER_MATMUL_BENCH=kernels: one 768 x 2048 Q4_K expert (CINDER_MATMUL_BENCH_TYPE and _SHAPE to vary)
  * times 1, 8 and 32 tokens through each few-token kernel and tile, best wall time of 5
  * (lavapipe: the per-weight decode cost against the per-token fma cost). */
 static void bench_kernels(void **state) {
     (void)state;
-    const uint32_t n_rows = 768, n_in = 2048, Tmax = 128;
+    uint32_t n_rows = 768, n_in = 2048;
+    const uint32_t Tmax = 128;
     enum qtype ty = QTYPE_Q4_K;
-    const char *tn = getenv("CINDER_MATMUL_BENCH_TYPE");
+    const char *tn = getenv("CINDER_MATMUL_BENCH_TYPE"), *sh = getenv("CINDER_MATMUL_BENCH_SHAPE");
     if (tn && qtype_from_name(tn, &ty)) fail_msg("CINDER_MATMUL_BENCH_TYPE=%s: unknown type", tn);
+    /* CINDER_MATMUL_BENCH_SHAPE="rows,in": e.g. "2048,768", an expert's down projection */
+    if (sh && (sscanf(sh, "%u,%u", &n_rows, &n_in) != 2 || !n_rows || n_in % 256))
+        fail_msg("CINDER_MATMUL_BENCH_SHAPE=%s: rows,in (in a multiple of 256)", sh);
     rng r;
     rng_seed(&r, 42);
     size_t rb = qtype_row_bytes(ty, n_in);
