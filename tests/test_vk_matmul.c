@@ -282,6 +282,7 @@ typedef struct gcase {
     bool items;
     const cvk_matmul_tile *tile1; /* NULL: default */
     uint32_t split;
+    bool rest;                    /* list 1 whole tile1 items only, the rest of them in list 0 */
     const uint32_t *counts;       /* dist 3: 8 counts */
 } gcase;
 
@@ -350,9 +351,12 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
     uint32_t *items = calloc(2ull * cap, 8);
     for (uint32_t e = 0; e < E; e++) {
         uint32_t c = groups[2 * e + 1], l = c > g->split, tile = l ? tile1 : tile0;
-        for (uint32_t t0 = 0; t0 < c; t0 += tile, nl[l]++) {
-            items[2 * (l * cap + nl[l])] = e;
-            items[2 * (l * cap + nl[l]) + 1] = t0;
+        uint32_t end = l && g->rest ? c / tile1 * tile1 : c;
+        for (uint32_t t0 = 0; t0 < c; t0 += t0 < end ? tile : tile0) {
+            uint32_t li = t0 < end ? l : 0;
+            items[2 * (li * cap + nl[li])] = e;
+            items[2 * (li * cap + nl[li]) + 1] = t0;
+            nl[li]++;
         }
     }
     uint32_t disp[6] = {cvk_matmul_row_tiles(&p, g->n_rows), nl[0], 1, cvk_matmul_row_tiles(&p1, g->n_rows), nl[1], 1};
@@ -520,6 +524,70 @@ static void test_accumulate(void **state) {
             }
 }
 
+/* x bound at an offset into its buffer (the forward pass's last T % 4 tokens of a dense
+ * projection on a CPU device): the texel kernels, one and four tokens per column, for x at
+ * whole texels (4, 8, 12 and 20 floats in), bit for bit against x at offset 0; an offset that
+ * is not a whole texel is refused. */
+static void test_x_offset(void **state) {
+    (void)state;
+    const cvk_matmul_tile *tiles[] = {texel_one, &cvk_matmul_tile_four_texel};
+    const enum qtype types[] = {QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+    const uint32_t offs[] = {4, 8, 12, 20}, T = 6, n_rows = 37;
+    rng r;
+    rng_seed(&r, 777);
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t k = 0; k < 4; k++) {
+            enum qtype ty = types[k];
+            uint32_t n_in = n_in_for(ty), off = offs[(ti * 4 + k) % 4];
+            size_t rb = qtype_row_bytes(ty, n_in), nx = (size_t)T * n_in, ny = (size_t)T * n_rows;
+            float *row = malloc(n_in * 4), *x = calloc(nx + 20, 4), *want = malloc(ny * 4), *got = malloc(ny * 4);
+            uint8_t *wq = malloc(rb * n_rows);
+            for (uint32_t i = 0; i < n_rows; i++) {
+                for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
+                quant_quantize_row(ty, row, wq + rb * i, n_in);
+            }
+            for (size_t i = 0; i < nx; i++) x[off + i] = rng_normal(&r);
+            cvk_buffer bw, bx0, bx, by;
+            assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * n_rows, rb, CVK_MEM_DEVICE), 0);
+            assert_int_equal(cvk_buffer_create(&vk->mem, &bx0, nx * 4, 4, CVK_MEM_DEVICE), 0);
+            assert_int_equal(cvk_buffer_create(&vk->mem, &bx, (nx + 20) * 4, 4, CVK_MEM_DEVICE), 0);
+            assert_int_equal(cvk_buffer_create(&vk->mem, &by, ny * 4, 4, CVK_MEM_DEVICE), 0);
+            assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
+            assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx0), x + off), 0);
+            assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+            assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+            cvk_pipeline p;
+            if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, tiles[ti])) fail_msg("%s", cd_errmsg());
+            for (int pass = 0; pass < 2; pass++) {
+                cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows,
+                                     .x = pass ? cvk_view_range(&bx, off * 4ull, nx * 4) : cvk_view_whole(&bx0),
+                                     .x_rows = T, .y = cvk_view_whole(&by), .y_rows = T, .n_tokens = T};
+                assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+                if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
+                cvk_barrier_device_to_host(vk->cmd.cb);
+                assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+                assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), pass ? got : want), 0);
+                assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+            }
+            for (size_t i = 0; i < ny; i++)
+                if (memcmp(&got[i], &want[i], 4))
+                    fail_msg("%s bn %u x at float %u: y[%zu] = %.9g, want %.9g", qtype_name(ty), tiles[ti]->bn, off, i,
+                             got[i], want[i]);
+            cvk_matmul_args bad = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows,
+                                   .x = cvk_view_range(&bx, 8, nx * 4), .x_rows = T, .y = cvk_view_whole(&by),
+                                   .y_rows = T, .n_tokens = T};
+            assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+            assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &bad), -1); /* 2 floats in: not a texel */
+            assert_non_null(strstr(cd_errmsg(), "texel"));
+            assert_int_equal(cvk_cmd_run(&vk->cmd), 0); /* nothing was recorded */
+            assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+            cvk_pipeline_destroy(&vk->dev, &p);
+            cvk_buffer *bufs[] = {&bw, &bx0, &bx, &by};
+            for (size_t i = 0; i < 4; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
+            free(row), free(x), free(want), free(got), free(wq);
+        }
+}
+
 static void test_grouped(void **state) {
     (void)state;
     const cvk_matmul_tile small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4};
@@ -576,10 +644,13 @@ static void test_grouped_items(void **state) {
     const cvk_matmul_tile rows2 = {.bm = 128, .bn = 8, .tm = 2, .rows = true};
     /* split k: lanes per row over the 256-weight chunks (a GPU's decode kernels) */
     const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split3 = {.bm = 8, .bn = 1, .kl = 3, .rows = true};
-    struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
-        {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX}, {&cvk_matmul_tile_rows, &t32, 0},
-        {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX}, {&cvk_matmul_tile_one, NULL, 16},
-        {&three, &rows2, 4}, {&split8, NULL, 16}, {&split3, &split8, 4}, {texel_one, &t32, 16}, {&texel_rows, NULL, 4}};
+    struct { const cvk_matmul_tile *t0, *t1; uint32_t split; bool rest; } tilings[] = {
+        {&cvk_matmul_tile_rows, NULL, 16, false}, {&few, NULL, 4, false}, {&one, &t32, UINT32_MAX, false},
+        {&cvk_matmul_tile_rows, &t32, 0, false}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX, false},
+        {&cvk_matmul_tile_one, NULL, 16, false}, {&three, &rows2, 4, false}, {&split8, NULL, 16, false},
+        {&split3, &split8, 4, false}, {texel_one, &t32, 16, false}, {&texel_rows, NULL, 4, false},
+        /* a CPU device's: one token in list 0, whole 4-token texel items in list 1 (rest) */
+        {texel_one, &cvk_matmul_tile_four_texel, 0, true}, {&one, &t32, 2, true}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
@@ -610,6 +681,7 @@ static void test_grouped_items(void **state) {
                 if (tilings[k].t0->texel && !cvk_matmul_texel_type(ty)) continue;
                 gcase c = base;
                 c.items = true, c.tile = tilings[k].t0, c.tile1 = tilings[k].t1, c.split = tilings[k].split;
+                c.rest = tilings[k].rest;
                 float *got = run_grouped(&c, cs);
                 if (memcmp(got, want, ny * 4))
                     fail_msg("items %s case %zu tiling %zu: not the same bits as the grid over every expert",
@@ -1050,6 +1122,7 @@ int main(void) {
         cmocka_unit_test(test_grouped),
         cmocka_unit_test(test_grouped_split_parts),
         cmocka_unit_test(test_grouped_items),
+        cmocka_unit_test(test_x_offset),
         cmocka_unit_test(test_glu),
         cmocka_unit_test(test_rejects_mismatches),
     };
@@ -1061,5 +1134,6 @@ int main(void) {
         const struct CMUnitTest timing[] = {cmocka_unit_test(bench_q4k)};
         return tu_status(cmocka_run_group_tests(timing, vk_setup, vk_teardown));
     }
+    if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*offset*" */
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

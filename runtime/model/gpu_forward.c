@@ -66,13 +66,15 @@ static const cvk_matmul_tile few_tile_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = 
 static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
 
-/* On a CPU device the block types (Q8_0, Q4_K, Q5_K, Q6_K) run one kernel for every token
- * count: the one-token rows kernel reading weights and x through texel buffers, 8 rows per
- * invocation (cvk_matmul_tile_one_texel). llvmpipe pays each storage-buffer or shared-memory
- * load per lane and a texel fetch as one gather; a kernel with several tokens per invocation
- * does not keep its token loop in registers. At the 30B shapes (768 x 2048 Q4_K, lavapipe,
- * 2026-11-27) it took 11 ms for 8 tokens where the 8-token rows kernel took 30-44 ms, and 159
- * ms for 128 where the 64-token tile took 209-228 (docs/PERF.md). */
+/* On a CPU device the block types (Q8_0, Q4_K, Q5_K, Q6_K) run the rows kernel reading weights
+ * and x through texel buffers, 8 rows per invocation, with one token per workgroup column
+ * (cvk_matmul_tile_one_texel) or, for whole groups of 4 tokens, 4 (cvk_matmul_tile_four_texel:
+ * each row decoded once for the 4). llvmpipe pays each storage-buffer or shared-memory load per
+ * lane and a texel fetch as one gather, and a partly empty 4-token column as a full one; wider
+ * columns do not keep their token loop in registers. At the 30B shapes (768 x 2048 Q4_K,
+ * lavapipe, 2026-11-27) one token per column took 11 ms for 8 tokens where the 8-token rows
+ * kernel took 30-44 ms, and 159 ms for 128 where the 64-token tile took 209-228; 4 tokens per
+ * column are 1.1-1.3x faster than 1 (docs/kernels/matmul.md). */
 static bool cpu_texel(const gpu_model *g, enum qtype type) { return !g->few_gpu && cvk_matmul_texel_type(type); }
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
@@ -80,10 +82,11 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
     if (!t || g->matmul_one[glu][t->type].pipe) return 0;
     VkPipelineCache pc = g->vk->pcache.cache;
     cvk_device *d = &g->vk->dev;
-    if (cpu_texel(g, t->type)) {
-        cvk_matmul_tile one = cvk_matmul_tile_one_texel;
-        one.glu = glu;
-        return cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
+    if (cpu_texel(g, t->type)) { /* one token; whole 4-token items (matmul_few) */
+        cvk_matmul_tile one = cvk_matmul_tile_one_texel, four = cvk_matmul_tile_four_texel;
+        one.glu = four.glu = glu;
+        return cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one) ||
+               cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &four);
     }
     cvk_matmul_tile big = cvk_matmul_tile_default, few = g->few_gpu ? few_tile_gpu : cvk_matmul_tile_rows,
                     one = g->few_gpu ? one_tile_gpu : cvk_matmul_tile_one;
@@ -99,20 +102,36 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
 }
 
 /* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
- * (row tile, item): list 0 holds the experts with at most MOE_SPLIT tokens, cut into items of
- * the few-token kernel's tile; list 1 the busier experts, in items of the big tile (matmul).
- * The few-token kernel: on a GPU the rows kernel with 8-token items (a row decoded once per 8
- * tokens); on a CPU device the one-token kernel (matmul_one), and for the block types both
- * lists run it (cpu_texel). An empty list is an empty grid. Every output is the same ordered
- * sum over k in every kernel, so which list an expert lands in (it depends on the other tokens
- * of the batch) never changes a bit. Shape s of a list: 0 for gate/up (n_ff_exp rows), 1 for
- * down (n_embd rows). */
+ * (row tile, item). On a GPU list 0 holds the experts with at most MOE_SPLIT tokens, cut into
+ * the rows kernel's 8-token items (a row decoded once per 8 tokens); list 1 the busier experts,
+ * in items of the big tile (matmul). On a CPU device, where the block types run the texel rows
+ * kernel (cpu_texel), list 1 holds every expert's whole 4-token items (matmul_few: each row
+ * decoded once per 4 tokens; lavapipe pays a partly empty item as a full one) and list 0 the
+ * rest of its tokens, one per item (moe_group's rest mode): the down projection of an expert
+ * with 8 tokens ~1.3x, gate and up ~1.1x faster than one token per item (docs/kernels/matmul.md).
+ * A CPU layer whose expert types are not all block types keeps one token per item in both
+ * lists, or for float types alone the big tile in list 1: the lists' tiles must be every
+ * consumer's. An empty list is an empty grid. Every output is the same ordered sum over k in
+ * every kernel, so which list a token lands in (it depends on the other tokens of the batch)
+ * never changes a bit. Shape s of a list: 0 for gate/up (n_ff_exp rows), 1 for down (n_embd). */
 #define MOE_SPLIT 32u
 
-static const cvk_pipeline *moe_pipe(const gpu_model *g, enum qtype type, uint32_t list, bool glu) {
-    if (cpu_texel(g, type)) return &g->matmul_one[glu][type];
-    if (list) return &g->matmul[glu][type];
-    return g->few_gpu ? &g->matmul_few[glu][type] : &g->matmul_one[glu][type];
+typedef enum { MOE_GPU, MOE_CPU_FOUR, MOE_CPU_ONE, MOE_CPU_FLOAT } moe_lists;
+
+static moe_lists moe_lists_of(const gpu_model *g, const layer_weights *l) {
+    if (g->few_gpu) return MOE_GPU;
+    int texel = cvk_matmul_texel_type(l->gate_exps->type) + cvk_matmul_texel_type(l->up_exps->type) +
+                cvk_matmul_texel_type(l->down_exps->type);
+    return texel == 3 ? MOE_CPU_FOUR : texel ? MOE_CPU_ONE : MOE_CPU_FLOAT;
+}
+
+static const cvk_pipeline *moe_pipe(const gpu_model *g, moe_lists ls, enum qtype type, uint32_t list, bool glu) {
+    switch (ls) {
+    case MOE_GPU: return list ? &g->matmul[glu][type] : &g->matmul_few[glu][type];
+    case MOE_CPU_FOUR: return list ? &g->matmul_few[glu][type] : &g->matmul_one[glu][type];
+    case MOE_CPU_FLOAT: return list ? &g->matmul[glu][type] : &g->matmul_one[glu][type];
+    default: return &g->matmul_one[glu][type];
+    }
 }
 
 static int make_pipelines(gpu_model *g) {
@@ -170,7 +189,8 @@ static int make_buffers(gpu_model *g) {
             gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
             gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
         /* work lists sized for the smallest tile a list uses (list 0's) */
-        uint32_t tile = cvk_matmul_token_tile(moe_pipe(g, g->m->layers[0].gate_exps->type, 0, false));
+        const layer_weights *l0 = &g->m->layers[0]; /* list 0's tile is the same in every layer */
+        uint32_t tile = cvk_matmul_token_tile(moe_pipe(g, moe_lists_of(g, l0), l0->gate_exps->type, 0, false));
         g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, tile, tile);
         TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
@@ -290,7 +310,18 @@ static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, co
     cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                          .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T,
                          .accumulate = out == OUT_ADD, .glu = glu};
-    return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T, glu), &a);
+    uint32_t four = ch->T / 4 * 4;
+    if (!cpu_texel(ch->g, t->type) || !four)
+        return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T, glu), &a);
+    /* CPU device: tokens [0, four) in 4-token columns (each row decoded once for 4 tokens),
+     * the last T % 4 one per column (a partly empty column costs as much as a full one) */
+    const cvk_pipeline *p[2] = {&ch->g->matmul_few[glu][t->type], &ch->g->matmul_one[glu][t->type]};
+    cvk_matmul_args b[2] = {a, a};
+    b[0].x_rows = b[0].y_rows = b[0].n_tokens = four;
+    uint64_t xo = (uint64_t)four * a.n_in * 4, yo = (uint64_t)four * a.n_rows * 4;
+    b[1].x = cvk_view_range(x, xo, x->size - xo), b[1].y = cvk_view_range(y, yo, y->size - yo);
+    b[1].x_rows = b[1].y_rows = b[1].n_tokens = ch->T - four;
+    return ch->T == four ? cvk_matmul(ch->c, ch->dp, p[0], &b[0]) : cvk_matmul_lists(ch->c, ch->dp, p, b);
 }
 
 static int matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
@@ -306,7 +337,7 @@ static int matmul_residual(const chunk *ch, const char *role, const gguf_tensor 
 }
 
 /* Expert-grouped: pair p of expert e reads X row gather[p] and writes Y row scatter[p]. */
-static int matmul_experts(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
+static int matmul_experts(const chunk *ch, moe_lists ls, const char *role, const gguf_tensor *t, const cvk_buffer *w,
                           const cvk_buffer *x, uint32_t x_rows, const cvk_buffer *gather, const cvk_buffer *y,
                           uint32_t shape, bool glu) {
     const gpu_model *g = ch->g;
@@ -316,7 +347,7 @@ static int matmul_experts(const chunk *ch, const char *role, const gguf_tensor *
     const cvk_pipeline *p[2];
     cvk_matmul_args a[2];
     for (uint32_t list = 0; list < 2; list++) {
-        p[list] = moe_pipe(g, t->type, list, glu);
+        p[list] = moe_pipe(g, ls, t->type, list, glu);
         a[list] = (cvk_matmul_args){
             .w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1], .x = W(x),
             .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T, .gather = W(gather),
@@ -393,13 +424,14 @@ static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d
 
 /* HG = the experts' silu(XB Wg[e]) * (XB Wu[e]) for every (token, slot) pair: one grouped
  * matmul over gate-up pairs, else two and a swiglu stage (the same bits). */
-static int moe_gate_up(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
+static int moe_gate_up(const chunk *ch, moe_lists ls, const layer_weights *l, const gpu_layer *d) {
     gpu_model *g = ch->g;
     const gguf_tensor *gate = l->gate_exps, *up = l->up_exps;
     if (gpu_layer_has_pairs(d))
-        return matmul_experts(ch, "ffn_gate_up_exps", gate, &d->gate_up, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, true);
-    TRY(matmul_experts(ch, "ffn_gate_exps", gate, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, false) ||
-        matmul_experts(ch, "ffn_up_exps", up, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0, false));
+        return matmul_experts(ch, ls, "ffn_gate_up_exps", gate, &d->gate_up, &g->bxb, ch->T, &g->bgather, &g->bhg, 0,
+                              true);
+    TRY(matmul_experts(ch, ls, "ffn_gate_exps", gate, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, false) ||
+        matmul_experts(ch, ls, "ffn_up_exps", up, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0, false));
     barrier(ch);
     return swiglu(ch, g->m->cfg.n_ff_exp, ch->T * g->m->cfg.n_expert_used);
 }
@@ -414,25 +446,27 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
     /* the lists' token tiles are the same for every type and variant (bn 1 or 8, and 64); row
      * tiles per projection: gate/up (p, over gate-up pairs twice the tiled kernel's) and down (q) */
     bool glu = gpu_layer_has_pairs(d);
-    const cvk_pipeline *p0 = moe_pipe(g, l->gate_exps->type, 0, glu), *p1 = moe_pipe(g, l->gate_exps->type, 1, glu);
-    const cvk_pipeline *q0 = moe_pipe(g, l->down_exps->type, 0, false), *q1 = moe_pipe(g, l->down_exps->type, 1, false);
+    moe_lists ls = moe_lists_of(g, l);
+    const cvk_pipeline *p0 = moe_pipe(g, ls, l->gate_exps->type, 0, glu), *p1 = moe_pipe(g, ls, l->gate_exps->type, 1, glu);
+    const cvk_pipeline *q0 = moe_pipe(g, ls, l->down_exps->type, 0, false);
+    const cvk_pipeline *q1 = moe_pipe(g, ls, l->down_exps->type, 1, false);
     /* routing and grouping in one kernel: softmax top-k per token, then the pairs sorted by expert */
     cvk_moe_group_args mg = {.logits = W(&g->brouter), .weights = W(&g->bwts), .ids = W(&g->bids),
                              .groups = W(&g->bgroups), .gather = W(&g->bgather),
                              .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert,
                              .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
                              .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
-                             .split = MOE_SPLIT, .cap = g->moe_cap,
+                             .split = ls == MOE_CPU_FOUR ? 0 : MOE_SPLIT, .rest = ls == MOE_CPU_FOUR, .cap = g->moe_cap,
                              .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(q0, cf->n_embd),
                                     cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(q1, cf->n_embd)}};
     work_rows(ch, "moe_route_group", cf->n_expert, ch->T, 1, 0, 3 * k, false);
     TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);
     cvk_barrier_compute_to_indirect(ch->c->cb);
-    TRY(moe_gate_up(ch, l, d));
+    TRY(moe_gate_up(ch, ls, l, d));
     barrier(ch);
     /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
-    TRY(matmul_experts(ch, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1,
+    TRY(matmul_experts(ch, ls, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1,
                        false));
     barrier(ch);
     work_rows(ch, "moe_combine_norm", cf->n_embd, ch->T, 2 + k, 2, 2 * k + 4, true);

@@ -9,6 +9,7 @@ const cvk_matmul_tile cvk_matmul_tile_default = {.bm = 64, .bn = 64, .bk = 32, .
 const cvk_matmul_tile cvk_matmul_tile_rows = {.bm = 64, .bn = 8, .rows = true};
 const cvk_matmul_tile cvk_matmul_tile_one = {.bm = 256, .bn = 1, .tm = 4, .rows = true};
 const cvk_matmul_tile cvk_matmul_tile_one_texel = {.bm = 256, .bn = 1, .tm = 8, .rows = true, .texel = true};
+const cvk_matmul_tile cvk_matmul_tile_four_texel = {.bm = 256, .bn = 4, .tm = 8, .rows = true, .texel = true};
 
 bool cvk_matmul_texel_type(enum qtype type) {
     return type == QTYPE_Q8_0 || type == QTYPE_Q4_K || type == QTYPE_Q5_K || type == QTYPE_Q6_K;
@@ -135,9 +136,8 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
                      (grouped ? CVK_MATMUL_GROUPED : 0) | (a->items.buf ? CVK_MATMUL_ITEMS : 0) |
                      (a->accumulate ? CVK_MATMUL_ACCUMULATE : 0);
     if (xs % 4 == 0 && a->n_in % 4 == 0 && a->x.off % 16 == 0) flags |= CVK_MATMUL_X4;
-    uint32_t xk; /* the texel kernel reads x from the start of its part: where x starts there */
-    uint64_t xoff = 0;
-    if (p->texel_bindings && cvk_view_locate(&a->x, &xk, &xoff)) return cd_fail_ctx("matmul: x: ");
+    uint32_t x0 = 0; /* the texel kernel sees x's whole part: x's first texel there */
+    if (p->texel_bindings && cvk_texel_offset(&a->x, &x0)) return cd_fail_ctx("matmul: x: ");
     /* entries the bound lists hold (grouped mode skips list entries j >= n_ids) */
     uint64_t n_ids = UINT32_MAX;
     if (a->gather.buf && a->gather.size / 4 < n_ids) n_ids = a->gather.size / 4;
@@ -171,7 +171,7 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         if (gx > 65535) return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr);
         cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,
                               a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags,
-                              a->item0, (uint32_t)hi, (uint32_t)(xoff / 4)};
+                              a->item0, (uint32_t)hi, x0};
         cvk_view views[7] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups, items};
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) return -1;

@@ -52,7 +52,7 @@
 typedef struct cvk_matmul_push {
     uint32_t n_in, row_bytes, n_rows, part_row0, part_rows, expert0, n_tokens;
     uint32_t x_stride, x_rows, y_stride, y_rows, ids_off, n_ids, flags, item0, expert1;
-    uint32_t x0; /* the texel rows kernel: x's first float in its buffer part */
+    uint32_t x0; /* the texel rows kernel: x's first 16-byte texel in its buffer part */
 } cvk_matmul_push;
 
 #define CVK_MATMUL_GATHER 1u
@@ -94,6 +94,11 @@ extern const cvk_matmul_tile cvk_matmul_tile_one;
 /* bm 256, bn 1, tm 8, rows, texel: one token, 8 rows per invocation, weights and x through
  * texel buffers (a CPU device's kernel for the block types at every token count) */
 extern const cvk_matmul_tile cvk_matmul_tile_one_texel;
+
+/* bm 256, bn 4, tm 8, rows, texel: the same with 4 tokens per workgroup column, each row's
+ * weights decoded once for them (a CPU device's kernel for whole 4-token items of busier
+ * experts and 4-token groups of dense projections: docs/kernels/matmul.md) */
+extern const cvk_matmul_tile cvk_matmul_tile_four_texel;
 
 /* The types the texel rows kernel takes: the block types Q8_0, Q4_K, Q5_K, Q6_K. */
 bool cvk_matmul_texel_type(enum qtype type);
