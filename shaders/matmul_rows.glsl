@@ -81,7 +81,6 @@ uvec4 wtex(uint t) { return texelFetch(wt, int(t)); }
 vec4 xtex(uint i) { return uintBitsToFloat(texelFetch(xt, int(pc.x0 + i))); } // x4[i]
 float xone(uint i) { return xtex(i >> 2)[i & 3u]; }                           // x[i]
 float w_half(uint o) { return unpackHalf2x16(wtex(o >> 4)[(o >> 2) & 3u] >> (8u * (o & 2u))).x; } // o even
-uint w_u16(uint o) { return (wtex(o >> 4)[(o >> 2) & 3u] >> (8u * (o & 2u))) & 0xffffu; }          // o even
 
 // NW little-endian words of the bytes from byte offset o (even), out of the NT texels from o's
 // (NW <= 4 NT; the caller's bytes lie in them): words shifted by whole words (a select per
@@ -94,11 +93,8 @@ uint w_u16(uint o) { return (wtex(o >> 4)[(o >> 2) & 3u] >> (8u * (o & 2u))) & 0
         [[unroll]] for (uint h_ = 0; h_ <= NW; h_++) \
             u_[h_] = sw_ == 0u ? v_[h_] : sw_ == 1u ? v_[h_ + 1u] : sw_ == 2u ? v_[h_ + 2u] : v_[h_ + 3u]; \
         [[unroll]] for (uint h_ = 0; h_ < NW; h_++) dst[h_] = sh_ == 0u ? u_[h_] : (u_[h_] >> 16) | (u_[h_ + 1u] << 16); }
-// The 32 bytes at byte offset o (even) from the 3 texels that hold them.
-#define WORDS32(o, dst) WORDSN(o, 8u, 3u, dst)
-#define WORDS32_W(o, dst) WORDS32(o, dst)
-// The same 32 bytes one per element.
-#define LOAD32(o, dst) { uint w8_[8]; WORDS32(o, w8_); \
+// The 32 bytes at byte offset o (even), one per element, from the 3 texels that hold them.
+#define LOAD32(o, dst) { uint w8_[8]; WORDSN(o, 8u, 3u, w8_); \
         [[unroll]] for (uint h_ = 0; h_ < 8u; h_++) { \
             [[unroll]] for (uint b2_ = 0; b2_ < 4u; b2_++) dst[4u * h_ + b2_] = (w8_[h_] >> (8u * b2_)) & 255u; } }
 // o a multiple of 16: its two texels
@@ -195,11 +191,13 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
             w[l] = d * float(q) - mn;
         }
     } else if (QTYPE == QTYPE_Q6_K) {
+#ifndef TEXEL // the texel variant reads Q6_K by half blocks (Q6K_HALF, main)
         uint b = row + (k0 / QK_K) * Q6_K_BYTES, g = (k0 % QK_K) / 32, h = g / 4, k = g % 4;
         uint ql[8], qh[8]; // 32 bytes each, as words
         WORDS32_W(b + Q6_K_QL + 64 * h + 32 * (k & 1u), ql);
         WORDS32_W(b + Q6_K_QH + 32 * h, qh);
         Q6K_GROUP(ql, 0u, qh, k, w_u16(b + Q6_K_SCALES + 8 * h + 2 * k), w_half(b + Q6_K_D), w)
+#endif
     } else {
 #ifndef TEXEL // the texel variant is built for the block types only (op_matmul.c)
         [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = qb_dequant(QTYPE, row, k0 + i);

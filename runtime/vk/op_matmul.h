@@ -143,5 +143,6 @@ uint32_t cvk_matmul_token_tile(const cvk_pipeline *p);
 /* Records one dispatch per weight part holding rows of the slice (grouped: of any slice, with
  * grid z over the experts whose slices meet the part); no barrier before or after. */
 int cvk_matmul(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_matmul_args *a);
-/* Two calls as one labelled op (one span in profiles): the two work lists of one projection. */
+/* Two calls as one labelled op (one span in profiles): the two work lists of one projection,
+ * or its tokens split between two kernels. */
 int cvk_matmul_lists(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *const p[2], const cvk_matmul_args a[2]);
