@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <cmocka.h>
 #include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/model/sampler.h"
@@ -106,6 +108,90 @@ static void test_distribution(void **state) {
     sampler_free(&s);
 }
 
+/* The documented order of operations written the plain way: sort everything (value desc, id
+ * asc), numerators exp((l - max) / T), their sum in id order for top_k "all" (else over the
+ * top_k in sorted order), the top-p prefix, one draw walked in sorted order. */
+static const float *ref_logits;
+static int ref_cmp(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    float vx = ref_logits[x], vy = ref_logits[y];
+    if (vx != vy) return vx > vy ? -1 : 1;
+    return (x > y) - (x < y);
+}
+static void ref_sort(const float *l, int32_t n_vocab, int32_t *ids) {
+    for (int32_t i = 0; i < n_vocab; i++) ids[i] = i;
+    ref_logits = l;
+    qsort(ids, (size_t)n_vocab, sizeof *ids, ref_cmp);
+}
+/* ids: l's ids sorted (ref_sort) */
+static int32_t ref_sample(const float *l, int32_t n_vocab, sampler_params p, rng *r, const int32_t *ids, float *num) {
+    bool all = p.top_k <= 0 || p.top_k >= n_vocab;
+    int32_t n = all ? n_vocab : p.top_k;
+    float max = l[ids[0]];
+    double sum = 0;
+    for (int32_t i = 0; i < n; i++) num[i] = expf((l[ids[i]] - max) / p.temperature);
+    if (all)
+        for (int32_t i = 0; i < n_vocab; i++) sum += expf((l[i] - max) / p.temperature);
+    else
+        for (int32_t i = 0; i < n; i++) sum += num[i];
+    int32_t keep = n;
+    double mass = 0;
+    for (int32_t i = 0; p.top_p < 1.0f && i < n; i++)
+        if ((mass += num[i] / sum) >= p.top_p) {
+            keep = i + 1;
+            break;
+        }
+    double kept = 0;
+    if (keep == n) kept = sum;
+    else
+        for (int32_t i = 0; i < keep; i++) kept += num[i];
+    double u = (double)rng_f32(r) * kept, acc = 0;
+    for (int32_t i = 0; i < keep; i++)
+        if (u < (acc += num[i])) return ids[i];
+    return ids[keep - 1];
+}
+
+/* top_k "all" (and a top_k past the insertion window) on a real vocabulary's size: every draw
+ * is the reference's, whether the walk stays in the best few tokens (peaked logits, a cold
+ * temperature, a small top-p) or goes deep (flat logits, hot, top-p 1 or 0.99), and for "all"
+ * the binned prefix is enough (no draw sorts the whole vocabulary). */
+static void test_all_matches_reference(void **state) {
+    (void)state;
+    enum { V = 151936, DRAWS = 40 };
+    float *l = malloc(V * sizeof *l), *num = malloc(V * sizeof *num);
+    int32_t *ids = malloc(V * sizeof *ids);
+    assert_non_null(l), assert_non_null(num), assert_non_null(ids);
+    const struct { float scale, T, top_p; int32_t top_k; } cases[] = {
+        {8, 0.7f, 0.95f, 0}, {8, 1.0f, 1.0f, 0}, {0.5f, 1.5f, 1.0f, 0}, {0.5f, 1.0f, 0.99f, 0},
+        {0.5f, 1.0f, 0.3f, 0}, {2, 1.0f, 0.9f, V}, {1, 1.2f, 0.97f, 5000}, {1, 1.0f, 1.0f, 5000}};
+    int past = 0; /* draws outside the best 64 (the full-sort path ran) */
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        rng r;
+        rng_seed(&r, 100 + c);
+        for (int32_t i = 0; i < V; i++) l[i] = rng_normal(&r) * cases[c].scale;
+        sampler_params p = {.temperature = cases[c].T, .top_k = cases[c].top_k, .top_p = cases[c].top_p, .seed = 9 + c};
+        sampler s;
+        assert_int_equal(sampler_init(&s, p, V), 0);
+        rng ref;
+        rng_seed(&ref, p.seed);
+        int32_t top[64];
+        float tv[64];
+        sampler_top_k(l, V, 64, top, tv);
+        ref_sort(l, V, ids);
+        for (int d = 0; d < DRAWS; d++) {
+            int32_t want = ref_sample(l, V, p, &ref, ids, num), got = sampler_sample(&s, l);
+            assert_int_equal(got, want);
+            bool in = false;
+            for (int i = 0; i < 64; i++) in |= top[i] == got;
+            past += !in;
+        }
+        if (p.top_k <= 0 || p.top_k >= V) assert_int_equal(s.full_sorts, 0); /* the binned prefix sufficed */
+        sampler_free(&s);
+    }
+    assert_true(past > 0); /* the fallback was exercised, not only the window */
+    free(l), free(num), free(ids);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
@@ -113,6 +199,7 @@ int main(void) {
         cmocka_unit_test(test_seeded_reproducible),
         cmocka_unit_test(test_cutoffs),
         cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_all_matches_reference),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

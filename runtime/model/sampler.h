@@ -3,7 +3,9 @@
  * The order of operations is fixed so the GPU sampler can reproduce it exactly:
  *   1. temperature <= 0: argmax (ties to the lower id). Done.
  *   2. keep the top_k largest logits (top_k <= 0: all), sorted descending, ties by lower id;
- *   3. softmax of logit / temperature over those;
+ *   3. softmax of logit / temperature over those (the sum of the numerators in that order; for
+ *      top_k "all", i.e. <= 0 or >= 4096 and the vocabulary, in id order: the vocabulary is then
+ *      sorted only as far as the walk below can go);
  *   4. keep the shortest prefix whose probability mass reaches top_p (at least one token);
  *   5. draw u = rng_f32 once per step and walk the renormalized prefix. */
 #pragma once
@@ -24,6 +26,7 @@ typedef struct sampler {
     int32_t *ids;  /* (n_vocab) scratch */
     float *probs;  /* (n_vocab) scratch */
     int32_t n_vocab;
+    uint32_t full_sorts; /* top_k "all" draws whose walk outran the binned prefix (sorted everything) */
 } sampler;
 
 int sampler_init(sampler *s, sampler_params p, int32_t n_vocab);
