@@ -266,14 +266,15 @@ static void test_aligned_layout(void **state) {
 
 /* The texel kernel (cfg.texel, matvec_texel.comp): against the CPU at awkward row counts, one
  * to 8 vectors, several vectors per workgroup or one, ids (out-of-range ids give zeros), split
- * weights; each vector's sums the same whatever the vectors per workgroup (the batch head's
- * and the one-row head's bits agree). */
+ * weights; each vector's sums the same whatever the vectors per workgroup and rows per lane
+ * (every width of the batch head and the one-row head agree). */
 static void test_texel(void **state) {
     (void)state;
     const struct { uint32_t n_in, n_rows, n_vec, wg, rows, nvec; bool ids; uint64_t max_part; } cases[] = {
         {256, 1, 1, 64, 8, 1, false, 0},     {768, 1001, 1, 64, 8, 1, false, 0},  {2048, 77, 3, 64, 16, 3, false, 0},
         {256, 4097, 7, 128, 8, 8, false, 0}, {512, 131, 5, 8, 3, 2, false, 0},    {768, 40, 6, 64, 1, 1, true, 0},
         {512, 501, 2, 64, 8, 2, false, 24000}, {256, 999, 4, 16, 4, 4, true, 30000},
+        {768, 333, 8, 128, 16, 8, false, 0}, /* cvk_matvec_choose's 8-vector head */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         cvk_matvec_cfg c = {.wg = cases[i].wg, .rows = cases[i].rows, .nvec = cases[i].nvec, .lanes_per_row = 1,
@@ -282,7 +283,7 @@ static void test_texel(void **state) {
                    .n_slices = cases[i].ids ? 5 : 1, .use_ids = cases[i].ids, .x_shared = cases[i].ids && i % 2,
                    .cfg = c};
         float *many = run_case_y(&t, 400 + i, cases[i].max_part);
-        t.cfg.nvec = 1, t.cfg.wg = 64;
+        t.cfg.nvec = 1, t.cfg.wg = 64, t.cfg.rows = 8; /* the one-row head's shape */
         float *one = run_case_y(&t, 400 + i, cases[i].max_part);
         size_t n = (size_t)t.n_vec * t.n_rows * sizeof *one;
         if (memcmp(many, one, n))

@@ -202,11 +202,13 @@ static int make_batch_buffers(gpu_model *g) {
     uint64_t S = g->max_seqs;
     if (g->head_matvec) { /* gpu_model_init decided */
         const gguf_tensor *t = g->m->output;
-        cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
-                                              (uint32_t)S);
-        hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
-        TRY(cvk_matvec_pipeline(&g->head_batch, &g->vk->dev, g->vk->pcache.cache, t->type, &hc) ||
-            cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
+        TRY(cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
+        for (uint32_t b = 0; b < 3 && S > (1u << b); b++) { /* widths 2, 4, 8 as max_seqs needs them */
+            cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
+                                                  2u << b);
+            hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
+            TRY(cvk_matvec_pipeline(&g->head_many[b], &g->vk->dev, g->vk->pcache.cache, t->type, &hc));
+        }
     }
     TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
         gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, S * 4) ||
@@ -259,7 +261,7 @@ void gpu_forward_free(gpu_model *g) {
             cvk_pipeline_destroy(&vk->dev, &g->matmul_one[glu][t]);
         }
     cvk_pipeline_destroy(&vk->dev, &g->moe_group);
-    cvk_pipeline_destroy(&vk->dev, &g->head_batch);
+    for (int b = 0; b < 3; b++) cvk_pipeline_destroy(&vk->dev, &g->head_many[b]);
     cvk_pipeline_destroy(&vk->dev, &g->head);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &g->attn_prefill);
 }
@@ -477,7 +479,8 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
 
 /* The lm_head as a matvec (the lm_head configuration, up to 8 vectors per workgroup), one vector
  * per wanted row: the rows are copied together first. Each vector's sums are its own, computed
- * the same way whatever n_out. */
+ * the same way whatever n_out. The pipeline is the narrowest of widths 1, 2, 4, 8 that holds
+ * n_out (a CPU device pays for a workgroup's unused vectors as for used ones). */
 static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     gpu_model *g = ch->g;
     const gguf_tensor *t = g->m->output;
@@ -489,9 +492,8 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     work_matmul(ch, "output", t, n_out, 1, n_out, false);
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                           .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
-    /* one row: one vector per workgroup (cheaper on a CPU device than carrying 8 vectors'
-     * registers); the same sums per vector as head_batch */
-    return cvk_matvec(ch->c, ch->dp, n_out == 1 ? &g->head : &g->head_batch, &mv);
+    const cvk_pipeline *p = n_out == 1 ? &g->head : &g->head_many[n_out <= 2 ? 0 : n_out <= 4 ? 1 : 2];
+    return cvk_matvec(ch->c, ch->dp, p, &mv);
 }
 
 /* The batch forward's head over the n_out wanted tokens (rows out[] of X): final norm of every

@@ -162,7 +162,8 @@ typedef struct gpu_model {
     cvk_matvec_cfg head_cfg;         /* that matvec's configuration for one row (its layout: the
                                         head's weights went to the device in it) */
     cvk_pipeline head;               /* that matvec for one row (one vector per workgroup) */
-    cvk_pipeline head_batch;         /* and for several (the same layout, the same sums per row) */
+    cvk_pipeline head_many[3];       /* and for up to 2, 4 and 8 rows per workgroup (more: 8 per
+                                        workgroup); the same layout, the same sums per row */
     cvk_buffer blogits;              /* (max_seqs, n_vocab) */
     cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
     gpu_input in_sample;             /* cvk_sample_row [max_seqs] (gpu_batch.sample) */
