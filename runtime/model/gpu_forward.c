@@ -197,13 +197,16 @@ static int make_buffers(gpu_model *g) {
     return input_buffers(g, &g->in_tok, T * 4) || input_buffers(g, &g->in_loc, T * 8);
 }
 
+/* The head_many pipeline for n > 1 wanted rows: widths 2, 4, 8 (8 per workgroup above 8). */
+static uint32_t head_width(uint32_t n) { return n <= 2 ? 0 : n <= 4 ? 1 : 2; }
+
 static int make_batch_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     uint64_t S = g->max_seqs;
     if (g->head_matvec) { /* gpu_model_init decided */
         const gguf_tensor *t = g->m->output;
         TRY(cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
-        for (uint32_t b = 0; b < 3 && S > (1u << b); b++) { /* widths 2, 4, 8 as max_seqs needs them */
+        for (uint32_t b = 0; S > 1 && b <= head_width((uint32_t)S); b++) { /* the widths max_seqs can need */
             cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
                                                   2u << b);
             hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
@@ -445,8 +448,9 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
     uint32_t k = cf->n_expert_used, pairs = ch->T * k;
     TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
     barrier(ch);
-    /* the lists' token tiles are the same for every type and variant (bn 1 or 8, and 64); row
-     * tiles per projection: gate/up (p, over gate-up pairs twice the tiled kernel's) and down (q) */
+    /* the lists' token tiles are the same for gate/up and down (moe_lists_of decides them per
+     * layer: GPU 8 and 64, CPU 1 and 4, or 1 and 64 for float experts); row tiles per
+     * projection: gate/up (p, over gate-up pairs twice the tiled kernel's) and down (q) */
     bool glu = gpu_layer_has_pairs(d);
     moe_lists ls = moe_lists_of(g, l);
     const cvk_pipeline *p0 = moe_pipe(g, ls, l->gate_exps->type, 0, glu), *p1 = moe_pipe(g, ls, l->gate_exps->type, 1, glu);
@@ -492,7 +496,7 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     work_matmul(ch, "output", t, n_out, 1, n_out, false);
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                           .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
-    const cvk_pipeline *p = n_out == 1 ? &g->head : &g->head_many[n_out <= 2 ? 0 : n_out <= 4 ? 1 : 2];
+    const cvk_pipeline *p = n_out == 1 ? &g->head : &g->head_many[head_width(n_out)];
     return cvk_matvec(ch->c, ch->dp, p, &mv);
 }
 
