@@ -281,7 +281,14 @@ void main() {
         uint m = min(m0 + q * STEP, nr - 1u);
         row[q] = (w_row0 + m) * pc.row_bytes, row_u[q] = (w_row0 + pc.n_rows + m) * pc.row_bytes;
     }
+#ifdef TEXEL
+    // x rows at whole texels (the host refuses others): a constant, not the X4 flag. llvmpipe
+    // runs both sides of every branch with lanes masked off, so a runtime choice between the two
+    // x paths of ADD_GROUP paid for both (the texel kernels ran 2-3.5x slower).
+    const bool wide = true;
+#else
     bool wide = (pc.flags & X4_FLAG) != 0u && GROUP % 4u == 0u;
+#endif
     uint n_chunks = (pc.n_in + CHUNK - 1u) / CHUNK;
     for (uint c0 = 0; c0 < n_chunks; c0 += KL) { // uniform: KL chunks per round, chunk c0 + lane here
         [[unroll]] for (uint i = 0; i < RPI * NT; i++) part[i] = 0.0, part_u[i] = 0.0;

@@ -91,7 +91,9 @@ static void run_case(const tcase *t, uint64_t seed) {
     bool gat = t->mode & CVK_MATMUL_GATHER, sca = t->mode & CVK_MATMUL_SCATTER;
     uint32_t n_exp = t->n_expert ? t->n_expert : 1, total_rows = n_exp * t->n_rows;
     uint32_t x_rows = gat ? t->T + 7 : t->T, y_rows = sca ? t->T + 5 : t->T;
-    uint32_t xs = t->n_in + (t->mode ? 3 : 0), ys = t->n_rows + (t->mode ? 2 : 0), ids_off = t->mode ? 3 : 0;
+    /* padded x rows: 3 floats, or 4 for the texel kernel (x rows at whole texels) */
+    uint32_t xs = t->n_in + (t->mode ? (t->tile && t->tile->texel ? 4 : 3) : 0), ys = t->n_rows + (t->mode ? 2 : 0);
+    uint32_t ids_off = t->mode ? 3 : 0;
     size_t rb = qtype_row_bytes(t->type, t->n_in);
 
     /* weights: every slice random, rows of different magnitudes, some offset */
@@ -361,7 +363,7 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
     }
     uint32_t disp[6] = {cvk_matmul_row_tiles(&p, g->n_rows), nl[0], 1, cvk_matmul_row_tiles(&p1, g->n_rows), nl[1], 1};
     uint32_t x_rows = g->down ? P : T, y_rows = P;
-    uint32_t xs = g->n_in + 1, ys = g->n_rows + 3;
+    uint32_t xs = g->n_in + 4, ys = g->n_rows + 3; /* padded x rows at whole texels (the texel kernels') */
     size_t nx = (size_t)(x_rows - 1) * xs + g->n_in, ny = (size_t)(y_rows - 1) * ys + g->n_rows;
     float *x = malloc(nx * 4), *got = malloc(ny * 4);
     for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r);
@@ -526,8 +528,8 @@ static void test_accumulate(void **state) {
 
 /* x bound at an offset into its buffer (the forward pass's last T % 4 tokens of a dense
  * projection on a CPU device): the texel kernels, one and four tokens per column, for x at
- * whole texels (4, 8, 12 and 20 floats in), bit for bit against x at offset 0; an offset that
- * is not a whole texel is refused. */
+ * whole texels (4, 8, 12 and 20 floats in), bit for bit against x at offset 0; an offset or
+ * a row stride that is not whole texels is refused. */
 static void test_x_offset(void **state) {
     (void)state;
     const cvk_matmul_tile *tiles[] = {texel_one, &cvk_matmul_tile_four_texel};
@@ -579,6 +581,9 @@ static void test_x_offset(void **state) {
             assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
             assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &bad), -1); /* 2 floats in: not a texel */
             assert_non_null(strstr(cd_errmsg(), "texel"));
+            bad.x = cvk_view_whole(&bx), bad.x_stride = n_in + 2, bad.x_rows = T - 1; /* rows off whole texels */
+            assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &bad), -1);
+            assert_non_null(strstr(cd_errmsg(), "whole texels"));
             assert_int_equal(cvk_cmd_run(&vk->cmd), 0); /* nothing was recorded */
             assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
             cvk_pipeline_destroy(&vk->dev, &p);

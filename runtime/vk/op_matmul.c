@@ -138,6 +138,9 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     if (xs % 4 == 0 && a->n_in % 4 == 0 && a->x.off % 16 == 0) flags |= CVK_MATMUL_X4;
     uint32_t x0 = 0; /* the texel kernel sees x's whole part: x's first texel there */
     if (p->texel_bindings && cvk_texel_offset(&a->x, &x0)) return cd_fail_ctx("matmul: x: ");
+    if (p->texel_bindings && !(flags & CVK_MATMUL_X4))
+        return cd_fail("matmul: the texel rows kernel reads x rows as whole texels: x_stride %u and n_in %u must be "
+                       "multiples of 4", xs, a->n_in);
     /* entries the bound lists hold (grouped mode skips list entries j >= n_ids) */
     uint64_t n_ids = UINT32_MAX;
     if (a->gather.buf && a->gather.size / 4 < n_ids) n_ids = a->gather.size / 4;

@@ -80,8 +80,9 @@ typedef struct cvk_matmul_tile {
                             own, so the plain kernel carries none of it */
     bool texel;          /* rows kernel, block types (Q8_0, Q4_K, Q5_K, Q6_K): weights and x read
                             through uniform texel buffers (shaders/matmul_rows_texel.comp; CPU
-                            devices: a gather instead of a loop over the lanes per load); the
-                            same bits */
+                            devices: a gather instead of a loop over the lanes per load); x rows
+                            must lie at whole texels (x 16-byte aligned, x_stride a multiple of
+                            4); the same bits */
 } cvk_matmul_tile;
 
 /* bm 64, bn 8, rows: the few-token kernel */
