@@ -70,11 +70,10 @@ static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = 
  * and x through texel buffers, 8 rows per invocation, with one token per workgroup column
  * (cvk_matmul_tile_one_texel) or, for whole groups of 4 tokens, 4 (cvk_matmul_tile_four_texel:
  * each row decoded once for the 4). llvmpipe pays each storage-buffer or shared-memory load per
- * lane and a texel fetch as one gather, and a partly empty 4-token column as a full one; wider
- * columns do not keep their token loop in registers. At the 30B shapes (768 x 2048 Q4_K,
- * lavapipe, 2026-11-27) one token per column took 11 ms for 8 tokens where the 8-token rows
- * kernel took 30-44 ms, and 159 ms for 128 where the 64-token tile took 209-228; 4 tokens per
- * column are 1.1-1.3x faster than 1 (docs/kernels/matmul.md). */
+ * lane and a texel fetch as one gather, and a partly empty 4-token column as a full one. At the
+ * 30B shapes (768 x 2048 Q4_K, lavapipe, 2026-11-27) 4 tokens per column cost 0.94 ms for 8
+ * tokens and 3.4 for 32, one per column 3.0 and 11.9 (docs/kernels/matmul.md, "Branches on
+ * llvmpipe"; 8 per column would be ~15% faster at 32+ tokens, not used yet). */
 static bool cpu_texel(const gpu_model *g, enum qtype type) { return !g->few_gpu && cvk_matmul_texel_type(type); }
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
