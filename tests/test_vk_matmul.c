@@ -532,7 +532,7 @@ static void test_accumulate(void **state) {
  * a row stride that is not whole texels is refused. */
 static void test_x_offset(void **state) {
     (void)state;
-    const cvk_matmul_tile *tiles[] = {texel_one, &cvk_matmul_tile_four_texel};
+    const cvk_matmul_tile *tiles[] = {texel_one, &cvk_matmul_tile_eight_texel};
     const enum qtype types[] = {QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
     const uint32_t offs[] = {4, 8, 12, 20}, T = 6, n_rows = 37;
     rng r;
@@ -654,8 +654,10 @@ static void test_grouped_items(void **state) {
         {&cvk_matmul_tile_rows, &t32, 0, false}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX, false},
         {&cvk_matmul_tile_one, NULL, 16, false}, {&three, &rows2, 4, false}, {&split8, NULL, 16, false},
         {&split3, &split8, 4, false}, {texel_one, &t32, 16, false}, {&texel_rows, NULL, 4, false},
-        /* a CPU device's: one token in list 0, whole 4-token texel items in list 1 (rest) */
-        {texel_one, &cvk_matmul_tile_four_texel, 0, true}, {&one, &t32, 2, true}};
+        /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel items */
+        {texel_one, &cvk_matmul_tile_eight_texel, 3, false},
+        /* rest mode: whole items in list 1, the rest one per item in list 0 */
+        {texel_one, &cvk_matmul_tile_eight_texel, 0, true}, {&one, &t32, 2, true}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {

@@ -68,12 +68,12 @@ static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = 
 
 /* On a CPU device the block types (Q8_0, Q4_K, Q5_K, Q6_K) run the rows kernel reading weights
  * and x through texel buffers, 8 rows per invocation, with one token per workgroup column
- * (cvk_matmul_tile_one_texel) or, for whole groups of 4 tokens, 4 (cvk_matmul_tile_four_texel:
- * each row decoded once for the 4). llvmpipe pays each storage-buffer or shared-memory load per
- * lane and a texel fetch as one gather, and a partly empty 4-token column as a full one. At the
- * 30B shapes (768 x 2048 Q4_K, lavapipe, 2026-11-27) 4 tokens per column cost 0.94 ms for 8
- * tokens and 3.4 for 32, one per column 3.0 and 11.9 (docs/kernels/matmul.md, "Branches on
- * llvmpipe"; 8 per column would be ~15% faster at 32+ tokens, not used yet). */
+ * (cvk_matmul_tile_one_texel) or 8 (cvk_matmul_tile_eight_texel: each row decoded once for
+ * the 8). llvmpipe pays each storage-buffer or shared-memory load per lane and a texel fetch as
+ * one gather, and a partly empty column as a full one. At the 30B shapes (768 x 2048 Q4_K,
+ * lavapipe, 2026-11-27) 8 tokens per column cost 1.0 ms for 1-8 tokens and 2.9 for 32, 4 per
+ * column 0.9 and 3.4, one per column 0.5 for one token and 11.9 for 32 (docs/kernels/matmul.md,
+ * "Branches on llvmpipe" and "Eight tokens per column"). */
 static bool cpu_texel(const gpu_model *g, enum qtype type) { return !g->few_gpu && cvk_matmul_texel_type(type); }
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
@@ -81,11 +81,11 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
     if (!t || g->matmul_one[glu][t->type].pipe) return 0;
     VkPipelineCache pc = g->vk->pcache.cache;
     cvk_device *d = &g->vk->dev;
-    if (cpu_texel(g, t->type)) { /* one token; whole 4-token items (matmul_few) */
-        cvk_matmul_tile one = cvk_matmul_tile_one_texel, four = cvk_matmul_tile_four_texel;
-        one.glu = four.glu = glu;
+    if (cpu_texel(g, t->type)) { /* one token; 8-token columns (matmul_few) */
+        cvk_matmul_tile one = cvk_matmul_tile_one_texel, eight = cvk_matmul_tile_eight_texel;
+        one.glu = eight.glu = glu;
         return cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one) ||
-               cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &four);
+               cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &eight);
     }
     cvk_matmul_tile big = cvk_matmul_tile_default, few = g->few_gpu ? few_tile_gpu : cvk_matmul_tile_rows,
                     one = g->few_gpu ? one_tile_gpu : cvk_matmul_tile_one;
@@ -104,30 +104,31 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
  * (row tile, item). On a GPU list 0 holds the experts with at most MOE_SPLIT tokens, cut into
  * the rows kernel's 8-token items (a row decoded once per 8 tokens); list 1 the busier experts,
  * in items of the big tile (matmul). On a CPU device, where the block types run the texel rows
- * kernel (cpu_texel), list 1 holds every expert's whole 4-token items (matmul_few: each row
- * decoded once per 4 tokens; lavapipe pays a partly empty item as a full one) and list 0 the
- * rest of its tokens, one per item (moe_group's rest mode): the down projection of an expert
- * with 8 tokens ~1.3x, gate and up ~1.1x faster than one token per item (docs/kernels/matmul.md).
- * A CPU layer whose expert types are not all block types keeps one token per item in both
+ * kernel (cpu_texel), list 0 holds the experts with at most MOE_SPLIT_CPU tokens, one per item
+ * (matmul_one), and list 1 the others in 8-token items (matmul_few: each row decoded once per 8
+ * tokens; lavapipe pays a partly empty item as a full one, about what 2-3 one-token items cost):
+ * a 512-token prefill of the 1-layer 30B 13% faster than whole 4-token items with the rest one
+ * per item, 8-agent decode as fast (docs/kernels/matmul.md, "Eight tokens per column"). A CPU layer whose expert types are not all block types keeps one token per item in both
  * lists, or for float types alone the big tile in list 1: the lists' tiles must be every
  * consumer's. An empty list is an empty grid. Every output is the same ordered sum over k in
  * every kernel, so which list a token lands in (it depends on the other tokens of the batch)
  * never changes a bit. Shape s of a list: 0 for gate/up (n_ff_exp rows), 1 for down (n_embd). */
 #define MOE_SPLIT 32u
+#define MOE_SPLIT_CPU 3u
 
-typedef enum { MOE_GPU, MOE_CPU_FOUR, MOE_CPU_ONE, MOE_CPU_FLOAT } moe_lists;
+typedef enum { MOE_GPU, MOE_CPU_EIGHT, MOE_CPU_ONE, MOE_CPU_FLOAT } moe_lists;
 
 static moe_lists moe_lists_of(const gpu_model *g, const layer_weights *l) {
     if (g->few_gpu) return MOE_GPU;
     int texel = cvk_matmul_texel_type(l->gate_exps->type) + cvk_matmul_texel_type(l->up_exps->type) +
                 cvk_matmul_texel_type(l->down_exps->type);
-    return texel == 3 ? MOE_CPU_FOUR : texel ? MOE_CPU_ONE : MOE_CPU_FLOAT;
+    return texel == 3 ? MOE_CPU_EIGHT : texel ? MOE_CPU_ONE : MOE_CPU_FLOAT;
 }
 
 static const cvk_pipeline *moe_pipe(const gpu_model *g, moe_lists ls, enum qtype type, uint32_t list, bool glu) {
     switch (ls) {
     case MOE_GPU: return list ? &g->matmul[glu][type] : &g->matmul_few[glu][type];
-    case MOE_CPU_FOUR: return list ? &g->matmul_few[glu][type] : &g->matmul_one[glu][type];
+    case MOE_CPU_EIGHT: return list ? &g->matmul_few[glu][type] : &g->matmul_one[glu][type];
     case MOE_CPU_FLOAT: return list ? &g->matmul[glu][type] : &g->matmul_one[glu][type];
     default: return &g->matmul_one[glu][type];
     }
@@ -317,8 +318,9 @@ static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, co
     uint32_t four = ch->T / 4 * 4;
     if (!cpu_texel(ch->g, t->type) || !four)
         return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T, glu), &a);
-    /* CPU device: tokens [0, four) in 4-token columns (each row decoded once for 4 tokens),
-     * the last T % 4 one per column (a partly empty column costs as much as a full one) */
+    /* CPU device: tokens [0, four) in 8-token columns, the last one half full when four is not
+     * a multiple of 8 (each row decoded once per column; a partly empty column costs as much as
+     * a full one), the last T % 4 one per column */
     const cvk_pipeline *p[2] = {&ch->g->matmul_few[glu][t->type], &ch->g->matmul_one[glu][t->type]};
     cvk_matmul_args b[2] = {a, a};
     b[0].x_rows = b[0].y_rows = b[0].n_tokens = four;
@@ -448,7 +450,7 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
     TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
     barrier(ch);
     /* the lists' token tiles are the same for gate/up and down (moe_lists_of decides them per
-     * layer: GPU 8 and 64, CPU 1 and 4, or 1 and 64 for float experts); row tiles per
+     * layer: GPU 8 and 64, CPU 1 and 8, or 1 and 64 for float experts); row tiles per
      * projection: gate/up (p, over gate-up pairs twice the tiled kernel's) and down (q) */
     bool glu = gpu_layer_has_pairs(d);
     moe_lists ls = moe_lists_of(g, l);
@@ -461,7 +463,7 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
                              .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert,
                              .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
                              .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
-                             .split = ls == MOE_CPU_FOUR ? 0 : MOE_SPLIT, .rest = ls == MOE_CPU_FOUR, .cap = g->moe_cap,
+                             .split = ls == MOE_CPU_EIGHT ? MOE_SPLIT_CPU : MOE_SPLIT, .cap = g->moe_cap,
                              .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(q0, cf->n_embd),
                                     cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(q1, cf->n_embd)}};
     work_rows(ch, "moe_route_group", cf->n_expert, ch->T, 1, 0, 3 * k, false);

@@ -9,7 +9,7 @@ const cvk_matmul_tile cvk_matmul_tile_default = {.bm = 64, .bn = 64, .bk = 32, .
 const cvk_matmul_tile cvk_matmul_tile_rows = {.bm = 64, .bn = 8, .rows = true};
 const cvk_matmul_tile cvk_matmul_tile_one = {.bm = 256, .bn = 1, .tm = 4, .rows = true};
 const cvk_matmul_tile cvk_matmul_tile_one_texel = {.bm = 256, .bn = 1, .tm = 8, .rows = true, .texel = true};
-const cvk_matmul_tile cvk_matmul_tile_four_texel = {.bm = 256, .bn = 4, .tm = 8, .rows = true, .texel = true};
+const cvk_matmul_tile cvk_matmul_tile_eight_texel = {.bm = 256, .bn = 8, .tm = 8, .rows = true, .texel = true};
 
 bool cvk_matmul_texel_type(enum qtype type) {
     return type == QTYPE_Q8_0 || type == QTYPE_Q4_K || type == QTYPE_Q5_K || type == QTYPE_Q6_K;

@@ -96,10 +96,10 @@ extern const cvk_matmul_tile cvk_matmul_tile_one;
  * texel buffers (a CPU device's kernel for the block types at every token count) */
 extern const cvk_matmul_tile cvk_matmul_tile_one_texel;
 
-/* bm 256, bn 4, tm 8, rows, texel: the same with 4 tokens per workgroup column, each row's
- * weights decoded once for them (a CPU device's kernel for whole 4-token items of busier
- * experts and 4-token groups of dense projections: docs/kernels/matmul.md) */
-extern const cvk_matmul_tile cvk_matmul_tile_four_texel;
+/* bm 256, bn 8, tm 8, rows, texel: the same with 8 tokens per workgroup column, each row's
+ * weights decoded once for them (a CPU device's kernel for the items of experts with 2+ tokens
+ * and the 4-token groups of dense projections, two per column: docs/kernels/matmul.md) */
+extern const cvk_matmul_tile cvk_matmul_tile_eight_texel;
 
 /* The types the texel rows kernel takes: the block types Q8_0, Q4_K, Q5_K, Q6_K. */
 bool cvk_matmul_texel_type(enum qtype type);
