@@ -25,9 +25,6 @@
 // dispatches launch no workgroup for an empty expert and size token tiles to the count:
 //   list 0: experts with 0 < count <= split, one item per tile0 tokens, at items[0..)
 //   list 1: experts with count > split, one item per tile1 tokens, at items[cap..)
-//   rest = 1: list 1 takes only the WHOLE tile1 items of an expert with count > split, and
-//   its last count % tile1 tokens go to list 0 in items of tile0 (so no list 1 item is
-//   partly empty: a CPU device pays for a tile's empty tokens as for full ones)
 //   items[i] = {expert, first token of the tile}, experts in increasing order
 //   dispatch[3d..3d+2] = {wx[d], items in list d / 2, 1}, d < 4 (VkDispatchIndirectCommand:
 //   x = the consumer's row tiles, y = its work items; two consumer shapes per list)
@@ -76,7 +73,6 @@ layout(push_constant) uniform Push {
     uint route;              // 1: route the logits first (writes ids and weights)
     uint renorm;             // route: weights renormalized over the chosen
     uint stride;             // route: floats between tokens' logits
-    uint rest;               // 1: list 1 takes whole tile1 items only, the rest goes to list 0
 } pc;
 
 const uint NONE = 0xffffffffu;
@@ -121,7 +117,6 @@ shared uint mask[MAX_EXPERT * WORDS]; // tile members per expert, one bit per in
 shared uint total;                    // pairs kept
 shared uint ecount[MAX_EXPERT];       // count per expert (work lists)
 shared uint item0[MAX_EXPERT];        // its first item (list 1's include cap)
-shared uint item_rest[MAX_EXPERT];    // rest = 1, count > split: its first list 0 item
 
 void main() {
     uint lid = gl_LocalInvocationID.x, n = pc.n_tokens * pc.k;
@@ -151,12 +146,6 @@ void main() {
             if (c <= pc.split) {
                 item0[e] = n0;
                 n0 += (c + pc.tile0 - 1u) / max(pc.tile0, 1u);
-            } else if (pc.rest != 0u) { // whole tile1 items in list 1, the rest in list 0
-                uint whole = c / max(pc.tile1, 1u);
-                item0[e] = pc.cap + n1;
-                n1 += whole;
-                item_rest[e] = n0;
-                n0 += (c - whole * pc.tile1 + pc.tile0 - 1u) / max(pc.tile0, 1u);
             } else {
                 item0[e] = pc.cap + n1;
                 n1 += (c + pc.tile1 - 1u) / max(pc.tile1, 1u);
@@ -177,9 +166,7 @@ void main() {
     if (lists) {
         for (uint e = lid; e < pc.n_expert; e += WG) {
             uint c = ecount[e], tile = c <= pc.split ? pc.tile0 : pc.tile1;
-            uint end = c > pc.split && pc.rest != 0u ? c / tile * tile : c; // list 1's whole items
-            for (uint t = 0, i = item0[e]; t < end; t += tile, i++) items[i] = uvec2(e, t);
-            for (uint t = end, i = item_rest[e]; t < c; t += pc.tile0, i++) items[i] = uvec2(e, t);
+            for (uint t = 0, i = item0[e]; t < c; t += tile, i++) items[i] = uvec2(e, t);
         }
     }
 

@@ -284,7 +284,6 @@ typedef struct gcase {
     bool items;
     const cvk_matmul_tile *tile1; /* NULL: default */
     uint32_t split;
-    bool rest;                    /* list 1 whole tile1 items only, the rest of them in list 0 */
     const uint32_t *counts;       /* dist 3: 8 counts */
 } gcase;
 
@@ -353,12 +352,10 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
     uint32_t *items = calloc(2ull * cap, 8);
     for (uint32_t e = 0; e < E; e++) {
         uint32_t c = groups[2 * e + 1], l = c > g->split, tile = l ? tile1 : tile0;
-        uint32_t end = l && g->rest ? c / tile1 * tile1 : c;
-        for (uint32_t t0 = 0; t0 < c; t0 += t0 < end ? tile : tile0) {
-            uint32_t li = t0 < end ? l : 0;
-            items[2 * (li * cap + nl[li])] = e;
-            items[2 * (li * cap + nl[li]) + 1] = t0;
-            nl[li]++;
+        for (uint32_t t0 = 0; t0 < c; t0 += tile) {
+            items[2 * (l * cap + nl[l])] = e;
+            items[2 * (l * cap + nl[l]) + 1] = t0;
+            nl[l]++;
         }
     }
     uint32_t disp[6] = {cvk_matmul_row_tiles(&p, g->n_rows), nl[0], 1, cvk_matmul_row_tiles(&p1, g->n_rows), nl[1], 1};
@@ -649,15 +646,14 @@ static void test_grouped_items(void **state) {
     const cvk_matmul_tile rows2 = {.bm = 128, .bn = 8, .tm = 2, .rows = true};
     /* split k: lanes per row over the 256-weight chunks (a GPU's decode kernels) */
     const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split3 = {.bm = 8, .bn = 1, .kl = 3, .rows = true};
-    struct { const cvk_matmul_tile *t0, *t1; uint32_t split; bool rest; } tilings[] = {
-        {&cvk_matmul_tile_rows, NULL, 16, false}, {&few, NULL, 4, false}, {&one, &t32, UINT32_MAX, false},
-        {&cvk_matmul_tile_rows, &t32, 0, false}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX, false},
-        {&cvk_matmul_tile_one, NULL, 16, false}, {&three, &rows2, 4, false}, {&split8, NULL, 16, false},
-        {&split3, &split8, 4, false}, {texel_one, &t32, 16, false}, {&texel_rows, NULL, 4, false},
-        /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel items */
-        {texel_one, &cvk_matmul_tile_eight_texel, 3, false},
-        /* rest mode: whole items in list 1, the rest one per item in list 0 */
-        {texel_one, &cvk_matmul_tile_eight_texel, 0, true}, {&one, &t32, 2, true}};
+    struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
+        {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX},
+        {&cvk_matmul_tile_rows, &t32, 0}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX},
+        {&cvk_matmul_tile_one, NULL, 16}, {&three, &rows2, 4}, {&split8, NULL, 16},
+        {&split3, &split8, 4}, {texel_one, &t32, 16}, {&texel_rows, NULL, 4},
+        /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel
+         * items (partly empty ones too); and every expert in 8-token texel items */
+        {texel_one, &cvk_matmul_tile_eight_texel, 3}, {texel_one, &cvk_matmul_tile_eight_texel, 0}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
@@ -688,7 +684,6 @@ static void test_grouped_items(void **state) {
                 if (tilings[k].t0->texel && !cvk_matmul_texel_type(ty)) continue;
                 gcase c = base;
                 c.items = true, c.tile = tilings[k].t0, c.tile1 = tilings[k].t1, c.split = tilings[k].split;
-                c.rest = tilings[k].rest;
                 float *got = run_grouped(&c, cs);
                 if (memcmp(got, want, ny * 4))
                     fail_msg("items %s case %zu tiling %zu: not the same bits as the grid over every expert",

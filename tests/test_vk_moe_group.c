@@ -65,9 +65,9 @@ static void test_push_layout(void **state) {
                              offsetof(cvk_moe_group_push, tile1),    offsetof(cvk_moe_group_push, split),
                              offsetof(cvk_moe_group_push, cap),      wx, wx + 4, wx + 8, wx + 12,
                              offsetof(cvk_moe_group_push, route),    offsetof(cvk_moe_group_push, renorm),
-                             offsetof(cvk_moe_group_push, stride),   offsetof(cvk_moe_group_push, rest)};
-    assert_int_equal(si.n_push, 15);
-    for (int i = 0; i < 15; i++) assert_int_equal(si.push_offset[i], want[i]);
+                             offsetof(cvk_moe_group_push, stride)};
+    assert_int_equal(si.n_push, 14);
+    for (int i = 0; i < 14; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_moe_group_push));
     assert_int_equal(si.n_bindings, 8);
 }
@@ -113,19 +113,17 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
         }
     }
     host_group(ids, n_tokens, k, n_expert, groups, gl, sl);
-    /* work lists: tiles, split and rest vary per case (1/4 with rest: a CPU device's) */
-    const uint32_t tiles0[] = {1, 8, 8, 16, 1}, tiles1[] = {64, 16, 64, 32, 4}, splits[] = {0, 3, 32, UINT32_MAX};
+    /* work lists: tiles and split vary per case (1/8 with split 3: a CPU device's) */
+    const uint32_t tiles0[] = {1, 8, 8, 16, 1}, tiles1[] = {64, 16, 64, 32, 8}, splits[] = {0, 3, 32, UINT32_MAX};
     uint32_t v = rng_below(r, 5), tile0 = tiles0[v], tile1 = tiles1[v], split = splits[rng_below(r, 4)];
-    bool rest = rng_below(r, 2);
     uint32_t cap = cvk_moe_group_cap(n_tokens, k, n_expert, tile0, tile1) + rng_below(r, 3);
     uint32_t *items = calloc(2ull * cap, 8), *gitems = malloc(16ull * cap), nl[2] = {0, 0}, gdisp[12];
-    for (uint32_t e = 0; e < n_expert; e++) { /* rest: list 1 the whole tile1 items, list 0 the rest */
-        uint32_t c = groups[2 * e + 1], l = c > split, tile = l ? tile1 : tile0, end = l && rest ? c / tile1 * tile1 : c;
-        for (uint32_t t0 = 0; t0 < c; t0 += t0 < end ? tile : tile0) {
-            uint32_t li = t0 < end ? l : 0;
-            items[2 * (li * cap + nl[li])] = e;
-            items[2 * (li * cap + nl[li]) + 1] = t0;
-            nl[li]++;
+    for (uint32_t e = 0; e < n_expert; e++) {
+        uint32_t c = groups[2 * e + 1], l = c > split, tile = l ? tile1 : tile0;
+        for (uint32_t t0 = 0; t0 < c; t0 += tile) {
+            items[2 * (l * cap + nl[l])] = e;
+            items[2 * (l * cap + nl[l]) + 1] = t0;
+            nl[l]++;
         }
     }
     assert_true(nl[0] <= cap && nl[1] <= cap);
@@ -142,7 +140,7 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     cvk_moe_group_args a = {.ids = cvk_view_whole(&bi), .groups = cvk_view_whole(&bg), .gather = cvk_view_whole(&ba),
                             .scatter = cvk_view_whole(&bs), .n_expert = n_expert, .n_tokens = n_tokens, .k = k,
                             .items = cvk_view_whole(&bit), .dispatch = cvk_view_whole(&bd), .tile0 = tile0,
-                            .tile1 = tile1, .split = split, .cap = cap, .wx = {3, 5, 7, 65535}, .rest = rest};
+                            .tile1 = tile1, .split = split, .cap = cap, .wx = {3, 5, 7, 65535}};
     if (cvk_moe_group(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -156,8 +154,8 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     for (uint32_t l = 0; l < 2; l++)
         for (uint32_t i = l * cap; i < l * cap + nl[l]; i++)
             if (gitems[2 * i] != items[2 * i] || gitems[2 * i + 1] != items[2 * i + 1])
-                fail_msg("T=%u k=%u E=%u dist=%d tiles %u/%u split %u rest %d: item %u = {%u, %u}, want {%u, %u}",
-                         n_tokens, k, n_expert, dist, tile0, tile1, split, rest, i, gitems[2 * i], gitems[2 * i + 1],
+                fail_msg("T=%u k=%u E=%u dist=%d tiles %u/%u split %u: item %u = {%u, %u}, want {%u, %u}",
+                         n_tokens, k, n_expert, dist, tile0, tile1, split, i, gitems[2 * i], gitems[2 * i + 1],
                          items[2 * i], items[2 * i + 1]);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bg), ggroups), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&ba), ggl), 0);

@@ -61,7 +61,7 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
             return cd_fail("moe_group: items needs %llu bytes, dispatch 48", 16ull * a->cap);
         for (int d = 0; d < 4; d++)
             if (!a->wx[d] || a->wx[d] > 65535) return cd_fail("moe_group: dispatch x extent %u", a->wx[d]);
-        pc.tile0 = a->tile0, pc.tile1 = a->tile1, pc.split = a->split, pc.cap = a->cap, pc.rest = a->rest;
+        pc.tile0 = a->tile0, pc.tile1 = a->tile1, pc.split = a->split, pc.cap = a->cap;
         for (int d = 0; d < 4; d++) pc.wx[d] = a->wx[d];
         items = a->items, dispatch = a->dispatch;
     }

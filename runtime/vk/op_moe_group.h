@@ -25,9 +25,6 @@
  * with 0 < count <= split in list 0, cut into items of tile0 tokens; those with count > split
  * in list 1, items of tile1 tokens:
  *
- * With rest, list 1 takes only the whole tile1 items of an expert with count > split, and its
- * last count % tile1 tokens go to list 0 in items of tile0: no list 1 item is partly empty.
- *
  *   items[i]            = {expert, first token}  uint32 [2 * cap][2]; list 0 at 0, list 1 at cap
  *   dispatch[3d .. 3d+2] = {wx[d], n_items(list d / 2), 1}   VkDispatchIndirectCommand, d < 4
  *
@@ -51,7 +48,6 @@ typedef struct cvk_moe_group_push {
     uint32_t tile0, tile1, split, cap;
     uint32_t wx[4];
     uint32_t route, renorm, stride;
-    uint32_t rest;
 } cvk_moe_group_push;
 
 typedef struct cvk_moe_group_args {
@@ -71,7 +67,6 @@ typedef struct cvk_moe_group_args {
     cvk_view dispatch; /* uint32 [4][3] */
     uint32_t tile0, tile1, split, cap;
     uint32_t wx[4];
-    bool rest; /* list 1 whole tile1 items only, each expert's rest in list 0 */
 } cvk_moe_group_args;
 
 /* Items one list can need: sum over experts of ceil(count / tile) <= pairs / tile + the
