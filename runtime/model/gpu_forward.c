@@ -108,11 +108,12 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
  * (matmul_one), and list 1 the others in 8-token items (matmul_few: each row decoded once per 8
  * tokens; lavapipe pays a partly empty item as a full one, about what 2-3 one-token items cost):
  * a 512-token prefill of the 1-layer 30B 13% faster than whole 4-token items with the rest one
- * per item, 8-agent decode as fast (docs/kernels/matmul.md, "Eight tokens per column"). A CPU layer whose expert types are not all block types keeps one token per item in both
- * lists, or for float types alone the big tile in list 1: the lists' tiles must be every
- * consumer's. An empty list is an empty grid. Every output is the same ordered sum over k in
- * every kernel, so which list a token lands in (it depends on the other tokens of the batch)
- * never changes a bit. Shape s of a list: 0 for gate/up (n_ff_exp rows), 1 for down (n_embd). */
+ * per item, 8-agent decode as fast (docs/kernels/matmul.md, "Eight tokens per column"). A CPU
+ * layer whose expert types are not all block types keeps one token per item in both lists,
+ * or for float types alone the big tile in list 1: the lists' tiles must be every consumer's.
+ * An empty list is an empty grid. Every output is the same ordered sum over k in every kernel,
+ * so which list a token lands in (it depends on the other tokens of the batch) never changes
+ * a bit. Shape s of a list: 0 for gate/up (n_ff_exp rows), 1 for down (n_embd). */
 #define MOE_SPLIT 32u
 #define MOE_SPLIT_CPU 3u
 

@@ -97,7 +97,7 @@ extern const cvk_matmul_tile cvk_matmul_tile_one;
 extern const cvk_matmul_tile cvk_matmul_tile_one_texel;
 
 /* bm 256, bn 8, tm 8, rows, texel: the same with 8 tokens per workgroup column, each row's
- * weights decoded once for them (a CPU device's kernel for the items of experts with 2+ tokens
+ * weights decoded once for them (a CPU device's kernel for the items of experts with 4+ tokens
  * and the 4-token groups of dense projections, two per column: docs/kernels/matmul.md) */
 extern const cvk_matmul_tile cvk_matmul_tile_eight_texel;
 
