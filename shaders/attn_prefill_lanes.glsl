@@ -145,18 +145,38 @@ void main() {
     float inv_pt = 1.0 / float(pc.page_tokens);
     int ipt = int(pc.page_tokens);
 
-    for (uint k = 0; k < R; k++) { // one walk per distinct (table row, split length) of the rows (uniform)
+    // The walks: one per distinct (table row, split length) of the rows, in row order, over
+    // positions [lo, end) of this split in steps of WG * P; steps[k] of them for the row k that
+    // starts a walk, 0 for the others. Then ONE loop over all the steps, in walk order: llvmpipe
+    // runs a loop body once even when every lane skips it (a `continue` or an empty range only
+    // masks lanes), so a loop per row with `continue` for repeated rows paid a whole masked
+    // step per repeated row and per walk with nothing in this split. The same steps in the same
+    // order as one loop per walk: the same bits.
+    uint steps[R], wlo[R], wend[R], total = 0u;
+    [[unroll]] for (uint k = 0; k < R; k++) {
         uint cur = rrow[k], len = rlen[k];
-        if (cur == NONE) continue;
-        bool seen = false;
-        for (uint j = 0; j < k; j++) if (rrow[j] == cur && rlen[j] == len) seen = true;
-        if (seen) continue;
-        uint lo = split * len, hi = lo + min(len, pc.limit - min(lo, pc.limit));
-        uint end = 0u;
-        for (uint j = k; j < R; j++) if (rrow[j] == cur && rlen[j] == len) end = max(end, rpos[j] + 1u);
+        bool first = cur != NONE;
+        [[unroll]] for (uint j = 0; j < k; j++) first = first && !(rrow[j] == cur && rlen[j] == len);
+        uint lo = split * len, hi = lo + min(len, pc.limit - min(lo, pc.limit)), end = 0u;
+        [[unroll]] for (uint j = k; j < R; j++) end = rrow[j] == cur && rlen[j] == len ? max(end, rpos[j] + 1u) : end;
         end = min(end, hi);
+        steps[k] = first && end > lo ? (end - lo + WG * P - 1u) / (WG * P) : 0u;
+        wlo[k] = lo, wend[k] = end;
+        total += steps[k];
+    }
+    for (uint st = 0; st < total; st++) { // uniform
+        // this step's walk: the row k with steps before it <= st < steps up to it (selects only)
+        uint cur = NONE, len = 0u, base = 0u, end = 0u, before = 0u;
+        [[unroll]] for (uint k = 0; k < R; k++) {
+            bool here = st >= before && st < before + steps[k];
+            cur = here ? rrow[k] : cur;
+            len = here ? rlen[k] : len;
+            base = here ? wlo[k] + (st - before) * (WG * P) : base;
+            end = here ? wend[k] : end;
+            before += steps[k];
+        }
         uint trow = cur * pc.table_stride;
-        for (uint base = lo; base < end; base += WG * P) {
+        {
             // where this invocation's P positions are: uint offset of the row in the part, or not here
             uint o[P];
             bool ok[P];
