@@ -176,70 +176,68 @@ void main() {
             before += steps[k];
         }
         uint trow = cur * pc.table_stride;
-        {
-            // where this invocation's P positions are: uint offset of the row in the part, or not here
-            uint o[P];
-            bool ok[P];
+        // where this invocation's P positions are: uint offset of the row in the part, or not here
+        uint o[P];
+        bool ok[P];
+        [[unroll]] for (uint p = 0; p < P; p++) {
+            uint t = base + lane * P + p;
+            uint pi = uint(float(t) * inv_pt); // t / page_tokens, off by at most one below 2^24
+            int slot = int(t) - int(pi * pc.page_tokens);
+            if (slot < 0) { pi -= 1u; slot += ipt; }
+            else if (slot >= ipt) { pi += 1u; slot -= ipt; }
+            uint page = table[t < end ? trow + pi : 0u] - pc.page0;
+            ok[p] = t < end && page < pc.pages; // pages outside the part wrap to >= pages
+            o[p] = ok[p] ? page * pc.page_words + uint(slot) * HALF : 0u;
+        }
+        // scores
+        float s[R * P];
+        [[unroll]] for (uint i = 0; i < R * P; i++) s[i] = 0.0;
+        [[unroll]] for (uint c = 0; c < NU; c++) {
+            unit kw[P];
+            [[unroll]] for (uint p = 0; p < P; p++) kw[p] = load_unit(o[p] + k_off, c);
+            [[unroll]] for (uint e = 0; e < U; e++) {
+                vec2 kf[P];
+                [[unroll]] for (uint p = 0; p < P; p++) kf[p] = unpackHalf2x16(unit_word(kw[p], e));
+                uint d = (c * U + e) * 2u;
+                [[unroll]] for (uint r = 0; r < R; r++)
+                    [[unroll]] for (uint p = 0; p < P; p++)
+                        s[r * P + p] = fma(q[r * HEAD_DIM + d + 1u], kf[p].y,
+                                           fma(q[r * HEAD_DIM + d], kf[p].x, s[r * P + p]));
+            }
+        }
+        // online softmax, one rescale per step: m' = max(m, s_p), alpha = e^(m - m'), p_j = e^(s_j - m')
+        float alpha[R], pr[R * P];
+        [[unroll]] for (uint r = 0; r < R; r++) {
+            float mx = m[r];
             [[unroll]] for (uint p = 0; p < P; p++) {
-                uint t = base + lane * P + p;
-                uint pi = uint(float(t) * inv_pt); // t / page_tokens, off by at most one below 2^24
-                int slot = int(t) - int(pi * pc.page_tokens);
-                if (slot < 0) { pi -= 1u; slot += ipt; }
-                else if (slot >= ipt) { pi += 1u; slot -= ipt; }
-                uint page = table[t < end ? trow + pi : 0u] - pc.page0;
-                ok[p] = t < end && page < pc.pages; // pages outside the part wrap to >= pages
-                o[p] = ok[p] ? page * pc.page_words + uint(slot) * HALF : 0u;
+                bool v = ok[p] && rrow[r] == cur && rlen[r] == len && base + lane * P + p <= rpos[r];
+                s[r * P + p] = v ? s[r * P + p] : NEG_INF;
+                mx = max(mx, s[r * P + p]);
             }
-            // scores
-            float s[R * P];
-            [[unroll]] for (uint i = 0; i < R * P; i++) s[i] = 0.0;
-            [[unroll]] for (uint c = 0; c < NU; c++) {
-                unit kw[P];
-                [[unroll]] for (uint p = 0; p < P; p++) kw[p] = load_unit(o[p] + k_off, c);
-                [[unroll]] for (uint e = 0; e < U; e++) {
-                    vec2 kf[P];
-                    [[unroll]] for (uint p = 0; p < P; p++) kf[p] = unpackHalf2x16(unit_word(kw[p], e));
-                    uint d = (c * U + e) * 2u;
-                    [[unroll]] for (uint r = 0; r < R; r++)
-                        [[unroll]] for (uint p = 0; p < P; p++)
-                            s[r * P + p] = fma(q[r * HEAD_DIM + d + 1u], kf[p].y,
-                                               fma(q[r * HEAD_DIM + d], kf[p].x, s[r * P + p]));
-                }
+            float ms = mx == NEG_INF ? 0.0 : mx;
+            alpha[r] = m[r] == NEG_INF ? 0.0 : exp(m[r] - ms);
+            float sum = 0.0;
+            [[unroll]] for (uint p = 0; p < P; p++) {
+                float e = s[r * P + p] == NEG_INF ? 0.0 : exp(s[r * P + p] - ms);
+                pr[r * P + p] = e;
+                sum += e;
             }
-            // online softmax, one rescale per step: m' = max(m, s_p), alpha = e^(m - m'), p_j = e^(s_j - m')
-            float alpha[R], pr[R * P];
-            [[unroll]] for (uint r = 0; r < R; r++) {
-                float mx = m[r];
-                [[unroll]] for (uint p = 0; p < P; p++) {
-                    bool v = ok[p] && rrow[r] == cur && rlen[r] == len && base + lane * P + p <= rpos[r];
-                    s[r * P + p] = v ? s[r * P + p] : NEG_INF;
-                    mx = max(mx, s[r * P + p]);
-                }
-                float ms = mx == NEG_INF ? 0.0 : mx;
-                alpha[r] = m[r] == NEG_INF ? 0.0 : exp(m[r] - ms);
-                float sum = 0.0;
-                [[unroll]] for (uint p = 0; p < P; p++) {
-                    float e = s[r * P + p] == NEG_INF ? 0.0 : exp(s[r * P + p] - ms);
-                    pr[r * P + p] = e;
-                    sum += e;
-                }
-                l[r] = l[r] * alpha[r] + sum;
-                m[r] = mx;
-            }
-            // acc = acc * alpha + sum_p p_j V_j
-            [[unroll]] for (uint c = 0; c < NU; c++) {
-                unit vw[P];
-                [[unroll]] for (uint p = 0; p < P; p++) vw[p] = load_unit(o[p] + v_off, c);
-                [[unroll]] for (uint e = 0; e < U; e++) {
-                    vec2 vf[P];
-                    [[unroll]] for (uint p = 0; p < P; p++) vf[p] = unpackHalf2x16(unit_word(vw[p], e));
-                    uint d = (c * U + e) * 2u;
-                    [[unroll]] for (uint r = 0; r < R; r++) {
-                        vec2 a = vec2(acc[r * HEAD_DIM + d], acc[r * HEAD_DIM + d + 1u]) * alpha[r];
-                        [[unroll]] for (uint p = 0; p < P; p++) a = fma(vec2(pr[r * P + p]), vf[p], a);
-                        acc[r * HEAD_DIM + d] = a.x;
-                        acc[r * HEAD_DIM + d + 1u] = a.y;
-                    }
+            l[r] = l[r] * alpha[r] + sum;
+            m[r] = mx;
+        }
+        // acc = acc * alpha + sum_p p_j V_j
+        [[unroll]] for (uint c = 0; c < NU; c++) {
+            unit vw[P];
+            [[unroll]] for (uint p = 0; p < P; p++) vw[p] = load_unit(o[p] + v_off, c);
+            [[unroll]] for (uint e = 0; e < U; e++) {
+                vec2 vf[P];
+                [[unroll]] for (uint p = 0; p < P; p++) vf[p] = unpackHalf2x16(unit_word(vw[p], e));
+                uint d = (c * U + e) * 2u;
+                [[unroll]] for (uint r = 0; r < R; r++) {
+                    vec2 a = vec2(acc[r * HEAD_DIM + d], acc[r * HEAD_DIM + d + 1u]) * alpha[r];
+                    [[unroll]] for (uint p = 0; p < P; p++) a = fma(vec2(pr[r * P + p]), vf[p], a);
+                    acc[r * HEAD_DIM + d] = a.x;
+                    acc[r * HEAD_DIM + d + 1u] = a.y;
                 }
             }
         }
