@@ -9,10 +9,12 @@
 //     j = ids_off + o + t, in(t) = gather[j] (flag 1) or j, out(t) = scatter[j] (flag 2) or j;
 //     n_tokens (the grid's token extent) bounds every count; tiles past c exit at once, and
 //     entries j >= n_ids (the lists' length) are skipped.
-//   work items (flags 4 | 16): workgroup y takes item {e, n0} = items[item0 + y] (written by
-//     moe_group: only experts with tokens, BN tokens per item) instead of e = expert0 + z and
-//     n0 = y * BN; items of experts outside [expert0, expert1) exit (their rows are in
-//     another part). The host dispatches indirectly with the item count moe_group wrote.
+//   work items (flags 4 | 16): workgroup (x, y) takes row tile y and item {e, n0} =
+//     items[item0 + x] (written by moe_group: only experts with tokens, BN tokens per item)
+//     instead of e = expert0 + z and n0 = y * BN; items of experts outside [expert0, expert1)
+//     exit (their rows are in another part). The host dispatches indirectly with the item
+//     count moe_group wrote as the x extent: an expert's items run one after another on a
+//     row tile, which stays in cache between them.
 // A token whose in(t) or out(t) falls outside [0, x_rows) / [0, y_rows) is skipped.
 //   gate-up pairs (GLU = 1, a pipeline of its own): each slice of W is 2 * n_rows rows, the n_rows gate rows G then
 //     the n_rows up rows U, and Y[out(t)][r] = silu(G[r] x) * (U[r] x), the expression of
@@ -96,13 +98,14 @@ shared uint yrow[BN];      // Y row of token n0 + n, NONE when skipped
 void main() {
     const uint TPM = BM / TM;
     uint tid = gl_LocalInvocationID.x;
-    uint m0 = gl_WorkGroupID.x * BM, n0 = gl_WorkGroupID.y * BN;
+    uvec2 wg = (pc.flags & 16u) != 0 ? gl_WorkGroupID.yx : gl_WorkGroupID.xy; // {row tile, token tile or item}
+    uint m0 = wg.x * BM, n0 = wg.y * BN;
     uint tm = tid % TPM, tn = tid / TPM;
 
     // the slice's rows in this part (uniform across the workgroup)
     uint e = pc.expert0 + gl_WorkGroupID.z;
-    if ((pc.flags & 16u) != 0) { // work item y: BN tokens of one expert from its first token
-        uvec2 it = items[pc.item0 + gl_WorkGroupID.y];
+    if ((pc.flags & 16u) != 0) { // work item x: BN tokens of one expert from its first token
+        uvec2 it = items[pc.item0 + wg.y];
         e = it.x;
         n0 = it.y;
         if (e < pc.expert0 || e >= pc.expert1) return; // its rows lie in another part

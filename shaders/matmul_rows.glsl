@@ -19,7 +19,8 @@
 //
 // Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: row m0 + i / KL, or rows
 // m0 + i + q*WG, q < RPI, when KL is 1), tokens n0 = y*NT.., expert e = expert0 + z
-// (grouped mode), or work item y (flag 16); token lists, parts and skipping exactly as matmul.comp.
+// (grouped mode); with work items (flag 16) rows m0 = y*BM.. and item x, as in matmul.comp;
+// token lists, parts and skipping exactly as matmul.comp.
 // Gate-up pairs (GLU = 1, matmul.comp): invocation m owns output m, gate row m and up row
 // n_rows + m of the slice, two sums per token, and writes silu(G x) * (U x).
 //
@@ -233,9 +234,10 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
     }
 
 void main() {
-    uint e = pc.expert0 + gl_WorkGroupID.z, n0 = gl_WorkGroupID.y * NT;
-    if ((pc.flags & 16u) != 0) { // work item y (matmul.comp): NT tokens of one expert
-        uvec2 it = items[pc.item0 + gl_WorkGroupID.y];
+    uvec2 wg = (pc.flags & 16u) != 0 ? gl_WorkGroupID.yx : gl_WorkGroupID.xy; // {row tile, token tile or item}
+    uint e = pc.expert0 + gl_WorkGroupID.z, n0 = wg.y * NT;
+    if ((pc.flags & 16u) != 0) { // work item x (matmul.comp): NT tokens of one expert
+        uvec2 it = items[pc.item0 + wg.y];
         e = it.x;
         n0 = it.y;
         if (e < pc.expert0 || e >= pc.expert1) return;
@@ -257,8 +259,8 @@ void main() {
     }
     const uint STEP = WG / KL; // rows between an invocation's RPI rows (KL 1) / rows per workgroup
     uint li = gl_LocalInvocationID.x, lane = li % KL;
-    uint m0 = gl_WorkGroupID.x * BM + li / KL; // rows m0 + q * STEP, q < RPI
-    if (gl_WorkGroupID.x * BM >= nr || n0 >= count) return; // uniform: nothing of this tile exists
+    uint m0 = wg.x * BM + li / KL; // rows m0 + q * STEP, q < RPI
+    if (wg.x * BM >= nr || n0 >= count) return; // uniform: nothing of this tile exists
     if (KL == 1u && m0 >= nr) return; // split k: every invocation meets the barriers below
 
     uint xrow[NT], yrow[NT];

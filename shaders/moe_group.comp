@@ -26,8 +26,10 @@
 //   list 0: experts with 0 < count <= split, one item per tile0 tokens, at items[0..)
 //   list 1: experts with count > split, one item per tile1 tokens, at items[cap..)
 //   items[i] = {expert, first token of the tile}, experts in increasing order
-//   dispatch[3d..3d+2] = {wx[d], items in list d / 2, 1}, d < 4 (VkDispatchIndirectCommand:
-//   x = the consumer's row tiles, y = its work items; two consumer shapes per list)
+//   dispatch[3d..3d+2] = {items in list d / 2, row_tiles[d], 1}, d < 4 (VkDispatchIndirectCommand:
+//   x = the consumer's work items, y = its row tiles; two consumer shapes per list). Items on
+//   x: workgroups in launch order take one row tile for an expert's consecutive items, so
+//   its slice is read once per row tile while it is still in cache, not once per item.
 //
 // 1. Counts: every invocation adds its strided pairs into cnt[e] with shared atomics
 //    (a sum: the same result in any order).
@@ -69,7 +71,7 @@ layout(push_constant) uniform Push {
     uint tile0, tile1; // tokens per work item of list 0 / 1 (tile0 0: no lists written)
     uint split;        // largest count that goes to list 0
     uint cap;          // items list 1 starts at
-    uint wx0, wx1, wx2, wx3; // x extents of the four dispatch commands
+    uint row_tiles0, row_tiles1, row_tiles2, row_tiles3; // y extents of the four dispatch commands
     uint route;              // 1: route the logits first (writes ids and weights)
     uint renorm;             // route: weights renormalized over the chosen
     uint stride;             // route: floats between tokens' logits
@@ -153,10 +155,10 @@ void main() {
         }
         total = s;
         if (lists) {
-            uint wx[4] = {pc.wx0, pc.wx1, pc.wx2, pc.wx3}, ny[4] = {n0, n0, n1, n1};
+            uint rt[4] = {pc.row_tiles0, pc.row_tiles1, pc.row_tiles2, pc.row_tiles3}, ni[4] = {n0, n0, n1, n1};
             for (uint d = 0; d < 4u; d++) {
-                dispatch[3u * d] = wx[d];
-                dispatch[3u * d + 1u] = ny[d];
+                dispatch[3u * d] = ni[d];
+                dispatch[3u * d + 1u] = rt[d];
                 dispatch[3u * d + 2u] = 1u;
             }
         }

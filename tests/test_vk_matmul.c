@@ -358,7 +358,7 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
             nl[l]++;
         }
     }
-    uint32_t disp[6] = {cvk_matmul_row_tiles(&p, g->n_rows), nl[0], 1, cvk_matmul_row_tiles(&p1, g->n_rows), nl[1], 1};
+    uint32_t disp[6] = {nl[0], cvk_matmul_row_tiles(&p, g->n_rows), 1, nl[1], cvk_matmul_row_tiles(&p1, g->n_rows), 1};
     uint32_t x_rows = g->down ? P : T, y_rows = P;
     uint32_t xs = g->n_in + 4, ys = g->n_rows + 3; /* padded x rows at whole texels (the texel kernels') */
     size_t nx = (size_t)(x_rows - 1) * xs + g->n_in, ny = (size_t)(y_rows - 1) * ys + g->n_rows;
@@ -753,7 +753,7 @@ static void run_glu(const glu_case *c, uint64_t seed) {
         for (uint32_t t0 = 0; t0 < groups[2 * e + 1]; t0 += tile, n_items++)
             items[2 * n_items] = e, items[2 * n_items + 1] = t0;
     }
-    uint32_t disp[3] = {cvk_matmul_row_tiles(&pg, nr), n_items, 1};
+    uint32_t disp[3] = {n_items, cvk_matmul_row_tiles(&pg, nr), 1};
     uint32_t y_rows = c->mode ? P + 1 : c->T + 1; /* one row nothing writes */
 
     cvk_buffer bg, bu, bp, bx, bhg, bhu, bh, bl, bgr, bit, bd;

@@ -59,11 +59,11 @@ static void test_push_layout(void **state) {
     (void)state;
     cvk_spirv_info si;
     assert_int_equal(cvk_spirv_reflect(cinder_spv_moe_group, cinder_spv_moe_group_size, &si), 0);
-    const uint32_t wx = offsetof(cvk_moe_group_push, wx);
+    const uint32_t rt = offsetof(cvk_moe_group_push, row_tiles);
     const uint32_t want[] = {offsetof(cvk_moe_group_push, n_expert), offsetof(cvk_moe_group_push, n_tokens),
                              offsetof(cvk_moe_group_push, k),        offsetof(cvk_moe_group_push, tile0),
                              offsetof(cvk_moe_group_push, tile1),    offsetof(cvk_moe_group_push, split),
-                             offsetof(cvk_moe_group_push, cap),      wx, wx + 4, wx + 8, wx + 12,
+                             offsetof(cvk_moe_group_push, cap),      rt, rt + 4, rt + 8, rt + 12,
                              offsetof(cvk_moe_group_push, route),    offsetof(cvk_moe_group_push, renorm),
                              offsetof(cvk_moe_group_push, stride)};
     assert_int_equal(si.n_push, 14);
@@ -140,13 +140,13 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     cvk_moe_group_args a = {.ids = cvk_view_whole(&bi), .groups = cvk_view_whole(&bg), .gather = cvk_view_whole(&ba),
                             .scatter = cvk_view_whole(&bs), .n_expert = n_expert, .n_tokens = n_tokens, .k = k,
                             .items = cvk_view_whole(&bit), .dispatch = cvk_view_whole(&bd), .tile0 = tile0,
-                            .tile1 = tile1, .split = split, .cap = cap, .wx = {3, 5, 7, 65535}};
+                            .tile1 = tile1, .split = split, .cap = cap, .row_tiles = {3, 5, 7, 65535}};
     if (cvk_moe_group(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bit), gitems), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bd), gdisp), 0);
-    const uint32_t want_disp[12] = {3, nl[0], 1, 5, nl[0], 1, 7, nl[1], 1, 65535, nl[1], 1};
+    const uint32_t want_disp[12] = {nl[0], 3, 1, nl[0], 5, 1, nl[1], 7, 1, nl[1], 65535, 1};
     for (int d = 0; d < 12; d++)
         if (gdisp[d] != want_disp[d])
             fail_msg("T=%u k=%u E=%u dist=%d: dispatch word %d = %u, want %u", n_tokens, k, n_expert, dist, d, gdisp[d],
@@ -223,10 +223,13 @@ static void test_group_bad_args(void **state) {
     a.n_expert = 8, a.k = 0;
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
     a.n_expert = 8, a.k = 4, a.tile0 = 8, a.tile1 = 64, a.cap = 9, a.items = v, a.dispatch = v;
-    a.wx[0] = a.wx[1] = a.wx[2] = a.wx[3] = 1;
+    a.row_tiles[0] = a.row_tiles[1] = a.row_tiles[2] = a.row_tiles[3] = 1;
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1); /* 16 pairs / 8 + 8 experts: 10 */
     a.cap = 10; /* 160 bytes of items */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
+    a.cap = 65536; /* a list could hold more items than a dispatch's x extent */
+    assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "65535 workgroups"));
     a.tile0 = 0, a.k = 0;
     a.n_tokens = 0; /* nothing to do */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), 0);

@@ -465,8 +465,8 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
                              .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
                              .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
                              .split = ls == MOE_CPU_EIGHT ? MOE_SPLIT_CPU : MOE_SPLIT, .cap = g->moe_cap,
-                             .wx = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(q0, cf->n_embd),
-                                    cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(q1, cf->n_embd)}};
+                             .row_tiles = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(q0, cf->n_embd),
+                                           cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(q1, cf->n_embd)}};
     work_rows(ch, "moe_route_group", cf->n_expert, ch->T, 1, 0, 3 * k, false);
     TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);

@@ -178,7 +178,7 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         cvk_view views[7] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups, items};
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) return -1;
-        /* work items: the grid moe_group wrote (x = the slice's row tiles, y = items); items of
+        /* work items: the grid moe_group wrote (x = items, y = the slice's row tiles); items of
          * experts outside [lo, hi) exit in this part's dispatch */
         if (a->items.buf) {
             if (cvk_cmd_dispatch_indirect(c, p, set, &pc, a->dispatch)) return -1;

@@ -136,7 +136,7 @@ typedef struct cvk_matmul_args {
  * for gate-up pairs (tile->glu). */
 int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,
                         const cvk_matmul_tile *tile);
-/* Row tiles of a grid over n_rows output rows with pipeline p (the x extent for work items; a
+/* Row tiles of a grid over n_rows output rows with pipeline p (the y extent for work items; a
  * gate-up pair pipeline's tiled kernel has both rows of each pair in its tiles: twice as many). */
 uint32_t cvk_matmul_row_tiles(const cvk_pipeline *p, uint32_t n_rows);
 /* Tokens per workgroup of pipeline p (its bn). */

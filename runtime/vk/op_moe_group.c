@@ -57,12 +57,13 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         if (!a->tile1) return cd_fail("moe_group: list 1 needs a tile");
         uint32_t need = cvk_moe_group_cap(a->n_tokens, a->k, a->n_expert, a->tile0, a->tile1);
         if (a->cap < need) return cd_fail("moe_group: work lists of %u items, %u needed", a->cap, need);
+        if (a->cap > 65535) return cd_fail("moe_group: work lists of %u items exceed a dispatch's 65535 workgroups", a->cap);
         if (a->items.size < 16ull * a->cap || a->dispatch.size < 48)
             return cd_fail("moe_group: items needs %llu bytes, dispatch 48", 16ull * a->cap);
         for (int d = 0; d < 4; d++)
-            if (!a->wx[d] || a->wx[d] > 65535) return cd_fail("moe_group: dispatch x extent %u", a->wx[d]);
+            if (!a->row_tiles[d] || a->row_tiles[d] > 65535) return cd_fail("moe_group: %u row tiles", a->row_tiles[d]);
         pc.tile0 = a->tile0, pc.tile1 = a->tile1, pc.split = a->split, pc.cap = a->cap;
-        for (int d = 0; d < 4; d++) pc.wx[d] = a->wx[d];
+        for (int d = 0; d < 4; d++) pc.row_tiles[d] = a->row_tiles[d];
         items = a->items, dispatch = a->dispatch;
     }
     cvk_view views[8] = {a->ids, a->groups, a->gather, a->scatter, items, dispatch, logits, weights};

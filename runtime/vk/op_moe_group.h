@@ -26,11 +26,13 @@
  * in list 1, items of tile1 tokens:
  *
  *   items[i]            = {expert, first token}  uint32 [2 * cap][2]; list 0 at 0, list 1 at cap
- *   dispatch[3d .. 3d+2] = {wx[d], n_items(list d / 2), 1}   VkDispatchIndirectCommand, d < 4
+ *   dispatch[3d .. 3d+2] = {n_items(list d / 2), row_tiles[d], 1}   VkDispatchIndirectCommand, d < 4
  *
- * so a matmul over list l with x extent wx[2l + s] (its row tiles) dispatches indirectly from
+ * so a matmul over list l with row_tiles[2l + s] row tiles dispatches indirectly from
  * dispatch + 12 * (2l + s) bytes: no workgroup for an empty expert, and the count never
- * crosses to the host. cap must hold every list: cvk_moe_group_cap(). */
+ * crosses to the host. Items are the x extent so that launch order walks an expert's items
+ * on one row tile before the next tile (the slice is read once per tile, not once per item).
+ * cap must hold every list (cvk_moe_group_cap()) and fit a dispatch's x extent (65,535). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -46,7 +48,7 @@
 typedef struct cvk_moe_group_push {
     uint32_t n_expert, n_tokens, k;
     uint32_t tile0, tile1, split, cap;
-    uint32_t wx[4];
+    uint32_t row_tiles[4];
     uint32_t route, renorm, stride;
 } cvk_moe_group_push;
 
@@ -66,7 +68,7 @@ typedef struct cvk_moe_group_args {
     cvk_view items;    /* uint32 [2 * cap][2] */
     cvk_view dispatch; /* uint32 [4][3] */
     uint32_t tile0, tile1, split, cap;
-    uint32_t wx[4];
+    uint32_t row_tiles[4]; /* the y extent of each dispatch command: its consumer's row tiles */
 } cvk_moe_group_args;
 
 /* Items one list can need: sum over experts of ceil(count / tile) <= pairs / tile + the
