@@ -3,4 +3,5 @@
 // The kernel is attn_prefill_lanes.glsl; attn_prefill_lanes_i64.comp is the same with 64-bit
 // loads where the device has shaderInt64.
 #define WIDE 0
+#define TEXEL 0
 #include "attn_prefill_lanes.glsl"

@@ -1,6 +1,8 @@
-// Prefill paged attention for CPU (SIMD-lane) devices, the body of attn_prefill_lanes.comp and
-// attn_prefill_lanes_i64.comp (WIDE 1: 64-bit loads, 16 halves per load). Same task, bindings,
-// push block and outputs as attn_prefill.comp:
+// Prefill paged attention for CPU (SIMD-lane) devices, the body of attn_prefill_lanes.comp,
+// attn_prefill_lanes_i64.comp (WIDE 1: 64-bit loads, 16 halves per load) and
+// attn_prefill_lanes_texel.comp (TEXEL 1: the pool part read as 16-byte texels, two per 16
+// halves). Same task, bindings (the texel variant: binding 0 a uniform texel buffer of the
+// part), push block and outputs as attn_prefill.comp:
 //   out[i][h] = sum_{t <= pos_i} softmax_t(scale * dot(Q[i][h], K[row_i][t])) V[row_i][t]
 //
 // Why a second kernel: llvmpipe runs an invocation per SIMD lane and turns every storage-buffer
@@ -42,16 +44,24 @@ layout(constant_id = 3) const uint P = 8;              // consecutive positions 
 #define NEG_INF uintBitsToFloat(0xff800000u) // -infinity
 #define NONE 0xffffffffu
 const uint HALF = HEAD_DIM / 2;
-#if WIDE
+#if WIDE || TEXEL
 const uint U = HALF % 8u == 0u ? 8u : HALF % 4u == 0u ? 4u : HALF % 2u == 0u ? 2u : 1u; // uints per load
 #else
 const uint U = HALF % 4u == 0u ? 4u : HALF % 2u == 0u ? 2u : 1u;
 #endif
 const uint NU = HALF / U; // loads per K or V row
 
+#if TEXEL
+// A texel fetch is one gather on llvmpipe, a storage-buffer load a loop over the lanes with a
+// branch per lane (docs/VULKAN.md): K/V rows are each invocation's own, so every load differs
+// across the lanes. The host uses this variant when head_dim is a multiple of 8 (U >= 4: a
+// unit is whole texels) and every part of the pool fits one texel view.
+layout(binding = 0) uniform utextureBuffer pool_t; // one part, fp16 pairs as 16-byte texels
+#else
 layout(binding = 0) readonly buffer Pool { uint pool[]; };    // one part, fp16 pairs; aliased views:
 layout(binding = 0) readonly buffer Pool2 { uvec2 pool2[]; };
 layout(binding = 0) readonly buffer Pool4 { uvec4 pool4[]; };
+#endif
 #if WIDE
 layout(binding = 0) readonly buffer Pool8 { u64vec4 pool8[]; };
 #endif
@@ -93,6 +103,10 @@ shared float redl[WG];
 // Unit c (U uints) of the row at uint offset o (a multiple of U), as up to 8 uints.
 struct unit { uvec4 a, b; };
 unit load_unit(uint o, uint c) {
+#if TEXEL
+    if (U == 8u) return unit(texelFetch(pool_t, int(o / 4u + 2u * c)), texelFetch(pool_t, int(o / 4u + 2u * c + 1u)));
+    return unit(texelFetch(pool_t, int(o / 4u + c)), uvec4(0u)); // U 4 (the host refuses less)
+#else
 #if WIDE
     if (U == 8u) {
         u64vec4 x = pool8[o / 8u + c];
@@ -102,6 +116,7 @@ unit load_unit(uint o, uint c) {
     if (U == 4u) return unit(pool4[o / 4u + c], uvec4(0u));
     if (U == 2u) return unit(uvec4(pool2[o / 2u + c], 0u, 0u), uvec4(0u));
     return unit(uvec4(pool[o + c], 0u, 0u, 0u), uvec4(0u));
+#endif
 }
 uint unit_word(unit u, uint e) { return e < 4u ? u.a[e] : u.b[e - 4u]; }
 

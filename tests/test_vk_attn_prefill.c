@@ -354,6 +354,8 @@ static void test_configs(void **state) {
     uint32_t sg = vk->dev.info.caps.min_subgroup_size;
     const cvk_attn_prefill_cfg cfgs[] = {
         TILED(64, 4, 5), TILED(32, 8, 16), TILED(256, 1, 16), LANES(8, 1, 1), LANES(16, 3, 3), LANES(1, 5, 8),
+        /* the lanes kernel's storage-buffer loads (a device without texel views for its parts) */
+        {.kernel = CVK_ATTN_PREFILL_LANES, .storage_loads = true},
     };
     uint64_t seed = 70;
     for (uint32_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
@@ -738,7 +740,7 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
     printf("  bench %-20s heads %u/%u hd %u, %u tokens at %u, %s wg=%u lpr=%u kt=%u rows=%u splits=%u: %8.2f ms "
            "(%.2f GFLOP/s useful; pipeline build %.1f s)\n",
            b->name, b->n_head, b->n_head_kv, b->head_dim, b->count, b->pos0,
-           p.kernel == CVK_ATTN_PREFILL_LANES ? "lanes" : "tiled", p.wg, p.lanes_per_row, p.kv_tile, p.rows, splits,
+           p.kernel != CVK_ATTN_PREFILL_LANES ? "tiled" : p.texel ? "lanes/texel" : "lanes", p.wg, p.lanes_per_row, p.kv_tile, p.rows, splits,
            best * 1e3, flop / best * 1e-9, tc);
     fflush(stdout);
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
@@ -754,7 +756,8 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
 
 /* A timing run, not a test: only with CINDER_ATTN_BENCH=1 (see docs/kernels/attention.md).
  * CINDER_ATTN_BENCH=<name> runs only the shapes whose name contains it; CINDER_ATTN_BENCH_CFG=
- * wg,lpr,kt[,kernel,rows] (cvk_attn_prefill_cfg, kernel 1 tiled, 2 lanes)
+ * wg,lpr,kt[,kernel,rows,storage] (cvk_attn_prefill_cfg, kernel 1 tiled, 2 lanes; storage 1: the
+ * lanes kernel's storage-buffer loads instead of texels)
  * times that one configuration instead of the list below; CINDER_ATTN_BENCH_REPS=n takes the best of n
  * runs (default 5); CINDER_ATTN_BENCH_SPLIT=n forces n splits of the K/V walk. */
 static void bench(void **state) {
@@ -770,9 +773,9 @@ static void bench(void **state) {
     const char *e = getenv("CINDER_ATTN_BENCH"), *ec = getenv("CINDER_ATTN_BENCH_CFG");
     int all = !strcmp(e, "1");
     cvk_attn_prefill_cfg one = {0};
-    uint32_t kernel = 0;
-    if (ec) sscanf(ec, "%u,%u,%u,%u,%u", &one.wg, &one.lanes_per_row, &one.kv_tile, &kernel, &one.rows);
-    one.kernel = (cvk_attn_prefill_kernel)kernel;
+    uint32_t kernel = 0, storage = 0;
+    if (ec) sscanf(ec, "%u,%u,%u,%u,%u,%u", &one.wg, &one.lanes_per_row, &one.kv_tile, &kernel, &one.rows, &storage);
+    one.kernel = (cvk_attn_prefill_kernel)kernel, one.storage_loads = storage != 0;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         if (!all && !strstr(shapes[i].name, e)) continue;
         size_t n = ec ? 1 : sizeof cfgs / sizeof *cfgs;

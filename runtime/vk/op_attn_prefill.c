@@ -73,15 +73,22 @@ static int make_lanes(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache 
     if (shared > caps->max_shared)
         return cd_fail("attn_prefill: %llu bytes of shared memory for the merge of %u invocations (limit %u)",
                        (unsigned long long)shared, wg, caps->max_shared);
-    /* 64-bit loads (16 halves a load) where the device has them and a row is a multiple of 16 halves */
-    bool wide = caps->int64 && head_dim % 16 == 0;
+    /* Texel loads where a unit of the row is whole texels (head_dim a multiple of 8) and every
+     * buffer part gets a texel view (no part exceeds the storage range); else 64-bit loads (16
+     * halves a load) where the device has them and a row is a multiple of 16 halves. */
+    bool texel = !cfg->storage_loads && head_dim % 8 == 0 && caps->max_texels >= caps->max_storage_range / 16;
+    bool wide = !texel && caps->int64 && head_dim % 16 == 0;
     uint32_t spec[4] = {wg, head_dim, rows, pp};
     cvk_pipeline_desc td = {.name = "attn_prefill_lanes", .spv = cinder_spv_attn_prefill_lanes,
                             .spv_size = cinder_spv_attn_prefill_lanes_size, .n_bindings = 6,
                             .push_size = sizeof(cvk_attn_prefill_push), .spec = spec, .n_spec = 4};
     if (wide) td.spv = cinder_spv_attn_prefill_lanes_i64, td.spv_size = cinder_spv_attn_prefill_lanes_i64_size;
+    if (texel)
+        td.spv = cinder_spv_attn_prefill_lanes_texel, td.spv_size = cinder_spv_attn_prefill_lanes_texel_size,
+        td.texel_bindings = 1;
     if (cvk_pipeline_create(&p->tile, d, cache, &td)) return -1;
     p->kernel = CVK_ATTN_PREFILL_LANES, p->wg = wg, p->lanes_per_row = 1, p->kv_tile = pp, p->rows = rows;
+    p->texel = texel;
     p->step = wg * pp;
     return 0;
 }

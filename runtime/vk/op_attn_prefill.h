@@ -51,6 +51,7 @@ typedef struct cvk_attn_prefill_pipes {
     uint32_t step;                       /* positions a workgroup walks per loop iteration: split lengths are
                                             multiples of it (tiled: kv_tile; lanes: wg * kv_tile) */
     bool cpu;                            /* built for a CPU device (split defaults) */
+    bool texel;                          /* lanes: the pool read through texel views */
 } cvk_attn_prefill_pipes;
 
 /* Kernel configuration; 0 fields take the defaults below. */
@@ -66,6 +67,10 @@ typedef struct cvk_attn_prefill_cfg {
     uint32_t rows;           /* lanes: query rows per workgroup, 1..64 (default: the largest power of two
                                 <= 8 with rows * head_dim <= 512, so 8 at head_dim 64, 4 at 72..128: every
                                 invocation holds q and the accumulator of all rows, which must stay in L1) */
+    bool storage_loads;      /* lanes: read the pool as a storage buffer even where the texel variant could
+                                (by default it reads 16-byte texels when head_dim is a multiple of 8 and
+                                every buffer part fits one texel view: gathers, where a storage-buffer load
+                                is a loop over the lanes on llvmpipe) */
 } cvk_attn_prefill_cfg;
 
 typedef struct cvk_attn_prefill_args {
