@@ -101,7 +101,7 @@ static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint
 }
 
 /* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
- * (row tile, item). On a GPU list 0 holds the experts with at most MOE_SPLIT tokens, cut into
+ * (item, row tile). On a GPU list 0 holds the experts with at most MOE_SPLIT tokens, cut into
  * the rows kernel's 8-token items (a row decoded once per 8 tokens); list 1 the busier experts,
  * in items of the big tile (matmul). On a CPU device, where the block types run the texel rows
  * kernel (cpu_texel), list 0 holds the experts with at most MOE_SPLIT_CPU tokens, one per item
