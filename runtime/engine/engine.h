@@ -80,7 +80,7 @@ typedef struct engine_opts {
 } engine_opts;
 
 typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) */
-    uint64_t requests, prompt_tokens, cached_tokens, prefilled_tokens, generated_tokens;
+    uint64_t requests, prompt_tokens, cached_tokens, prefilled_tokens, recomputed_tokens, generated_tokens;
     uint64_t steps, preempted, cancelled;
     uint64_t dedup_tokens;    /* cached tokens of requests that waited for another's prefill of them */
     uint64_t evicted_pages;   /* pages the cache gave back to the pool (demoted ones included) */
@@ -156,7 +156,8 @@ typedef struct engine {
 typedef struct engine_reply {
     int32_t *ids;              /* generated tokens, the end-of-generation token included */
     uint32_t n;
-    uint32_t prompt_tokens, cached_tokens, prefilled_tokens;
+    uint32_t prompt_tokens, cached_tokens, prefilled_tokens; /* cached + prefilled = prompt */
+    uint32_t recomputed_tokens; /* K/V computed again after preemptions (what the cache no longer held) */
     uint64_t evicted_pages;    /* by this request */
     uint32_t restored_tokens;  /* of cached_tokens, those that came back from the host tier */
     uint32_t restored_pages;   /* GPU pages filled from host slots for this request */

@@ -28,6 +28,8 @@ typedef struct engine_req {
     kv_seq seq;             /* pages reserved for [0, n_target) at admission, grown by decode */
     radix_match m;          /* the acquired prefix, pinned */
     uint32_t n_kv;          /* tokens whose K/V is written */
+    uint32_t n_kv_max;      /* the most it has had since its first admission (cached or written): a
+                             * position below it fed after a preemption is recomputed work */
     uint32_t n_target;      /* prefill until n_kv reaches it (= n_all at admission) */
     bool prompt_committed;  /* its prefill is in the cache (later requests can match it) */
     uint64_t admit_no;      /* larger = admitted later (preemption takes the youngest) */

@@ -129,6 +129,7 @@ static void add_stats(engine *e, const engine_reply *r) {
     s->prompt_tokens += r->prompt_tokens;
     s->cached_tokens += r->cached_tokens;
     s->prefilled_tokens += r->prefilled_tokens;
+    s->recomputed_tokens += r->recomputed_tokens;
     s->generated_tokens += r->n;
     s->evicted_pages += r->evicted_pages;
     s->restored_tokens += r->restored_tokens;
@@ -291,6 +292,7 @@ static int admit_one(engine *e, engine_req *q) {
     if (!q->reply.preempted) { /* the first admission is the request's cache hit */
         engine_reply *r = &q->reply;
         r->cached_tokens = cached;
+        q->n_kv_max = cached;
         r->queued_ms = t0 - q->t_submit;
         r->acquire_ms = cd_now_ms() - t0;
         r->restored_tokens = hit.restored_tokens;
@@ -459,8 +461,15 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     for (uint32_t i = 0; i < n_fed; i++) {
         engine_req *q = fed_req[i];
         bool prefill = q->n_kv < q->n_target;
-        q->n_kv += fed_of[i];
-        if (prefill) q->reply.prefilled_tokens += fed_of[i];
+        uint32_t lo = q->n_kv, hi = lo + fed_of[i];
+        q->n_kv = hi;
+        if (prefill) { /* prompt positions new to it; positions it had before a preemption */
+            uint32_t new_lo = lo > q->n_kv_max ? lo : q->n_kv_max, new_hi = hi < q->n_prompt ? hi : q->n_prompt;
+            uint32_t again_hi = hi < q->n_kv_max ? hi : q->n_kv_max;
+            q->reply.prefilled_tokens += new_hi > new_lo ? new_hi - new_lo : 0;
+            q->reply.recomputed_tokens += again_hi > lo ? again_hi - lo : 0;
+        }
+        if (hi > q->n_kv_max) q->n_kv_max = hi;
         if (prefill && q->n_kv == q->n_target && e->cache_on && !q->prompt_committed) {
             /* others can match it now; a failure only means they will not */
             if (kv_cache_commit(&e->cache, q->ns, q->all, q->n_kv, &q->seq, KV_COMMIT_PROMPT, NULL))
