@@ -196,9 +196,7 @@ static void test_random_engine(void **st) {
     if (c->chunk_pages == 0) c->chunk_pages = 1;
     c->max_bytes = rng_below(&r, 2) ? (64u << 10) + rng_below(&r, 512u << 10) : 64u << 20;
     snprintf(s->dir, sizeof s->dir, "%s", tu_tmp_path("engine_random"));
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", s->dir);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tu_remove_tree(s->dir), 0);
     print_message("seed %llu: page %u, pool %u tokens, host tier %u free slots, disk chunks of %u pages, "
                   "budget %llu KiB, %u requests\n",
                   (unsigned long long)seed, c->page, c->pool, c->host_keep, c->chunk_pages,
@@ -252,7 +250,7 @@ static void test_random_engine(void **st) {
     free(jobs);
     engine_free(&s->cached);
     engine_free(&s->plain);
-    assert_int_equal(system(cmd), 0);
+    assert_int_equal(tu_remove_tree(s->dir), 0);
     free(s);
 }
 

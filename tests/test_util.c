@@ -1,5 +1,8 @@
+#define _XOPEN_SOURCE 700 /* nftw */
 #include "tests/test_util.h"
 
+#include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -52,6 +55,16 @@ static const char *rotate(const char *a, const char *b) {
     char *p = bufs[i++ & 7];
     snprintf(p, 4096, "%s/%s", a, b);
     return p;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+int tu_remove_tree(const char *path) {
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) == 0) return 0;
+    return errno == ENOENT ? 0 : -1;
 }
 
 const char *tu_src_path(const char *rel) { return rotate(tu_source_dir(), rel); }

@@ -8,6 +8,9 @@
 /* Source tree root and a scratch directory (from ctest's environment; defaults for manual runs). */
 const char *tu_source_dir(void);
 const char *tu_tmp_dir(void);
+/* Removes a file or a directory tree (absent is fine): 0, or -1 with errno. In process, not
+ * `system("rm -rf '...'")`: no shell, no fork of a process holding a GPU driver, no quoting. */
+int tu_remove_tree(const char *path);
 /* Path under the source tree / scratch dir, in a static rotating buffer. */
 const char *tu_src_path(const char *rel);
 const char *tu_tmp_path(const char *rel);

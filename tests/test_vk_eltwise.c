@@ -94,7 +94,9 @@ static void swiglu_case_run(const swiglu_case *t, uint64_t seed) {
         for (uint32_t i = 0; i < t->n; i++) {
             float gv = g[(size_t)row * gs + i], uv = u[(size_t)row * us + i + (t->fused ? t->n : 0)];
             float want = cpu_silu(gv) * uv, got = h[(size_t)row * hs + i];
-            if (!(fabsf(got - want) <= 4e-6f * fabsf(want) + 1e-37f))
+            /* the floor: a device may flush denormal intermediates, and Vulkan bounds a division's
+             * error only for divisors below 2^126 (NVIDIA: silu(-88) * 1.16 = -0, want -6.2e-37) */
+            if (!(fabsf(got - want) <= 4e-6f * fabsf(want) + 1e-35f))
                 fail_msg("swiglu n=%u rows=%u: [%u][%u] silu(%.9g) * %.9g = %.9g, want %.9g", t->n, t->rows, row, i,
                          gv, uv, got, want);
         }

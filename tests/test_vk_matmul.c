@@ -809,8 +809,9 @@ static void run_glu(const glu_case *c, uint64_t seed) {
         cvk_matmul(&vk->cmd, &vk->dpool, &pg, &ap))
         fail_msg("%s", cd_errmsg());
     cvk_barrier_compute_to_compute(vk->cmd.cb);
+    /* not over the spare last row: silu(NaN) * NaN need not keep the fill's bits (NVIDIA's does not) */
     cvk_swiglu_args sa = {.g = cvk_view_whole(&bhg), .u = cvk_view_whole(&bhu), .h = cvk_view_whole(&bhg), .n = nr,
-                          .rows = y_rows};
+                          .rows = y_rows - 1};
     assert_int_equal(cvk_swiglu(&vk->cmd, &vk->dpool, &ps, &sa), 0);
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
