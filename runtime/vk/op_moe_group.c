@@ -12,9 +12,12 @@ int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
     if (shared > d->info.caps.max_shared)
         return cd_fail("moe_group: needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
                        d->info.caps.max_shared);
-    uint32_t spec[1] = {wg};
+    /* routing keeps a token's logits in registers: MAX_EXPERT over the smallest subgroup */
+    uint32_t sg = d->info.caps.min_subgroup_size ? d->info.caps.min_subgroup_size : d->info.caps.subgroup_size;
+    if (sg < 4) return cd_fail("moe_group: subgroups of %u invocations (4 or more needed)", sg);
+    uint32_t spec[2] = {wg, (CVK_MOE_MAX_EXPERT + sg - 1) / sg};
     cvk_pipeline_desc desc = {.name = "moe_group", .spv = cinder_spv_moe_group, .spv_size = cinder_spv_moe_group_size,
-                              .n_bindings = 8, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 1};
+                              .n_bindings = 8, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 2};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
