@@ -178,7 +178,14 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
     init_model(&g, page_tokens);
     trace solo = {.logits = malloc((size_t)GEN * V * 4)}, mixed = {.logits = malloc((size_t)GEN * V * 4)};
     alone(&g, 1, a, la, &solo);
-    assert_true(g.rec_hits >= GEN - 2); /* its decode passes, one shape, were submitted as recorded */
+    /* its decode passes were submitted as recorded: one recording per attention limit (the
+     * longest row rounded up to whole splits), which a GPU's 64-position splits may change */
+    uint32_t limits = 0;
+    for (uint32_t s = 1, last = 0; s < GEN; s++) {
+        uint32_t lim = (la + s + g.split_len - 1) / g.split_len;
+        limits += lim != last, last = lim;
+    }
+    assert_true(g.rec_hits >= GEN - 1 - limits);
     size_t pool_halves = g.kv->size / 2, row_halves = (size_t)la * 2 * g.lay.n_layer * g.lay.n_head_kv * g.lay.head_dim;
     uint16_t *pool = malloc(g.kv->size), *kv_solo = malloc(row_halves * 2), *kv_mixed = malloc(row_halves * 2);
     download_pool(&g, pool);

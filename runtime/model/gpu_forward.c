@@ -152,14 +152,16 @@ static int make_pipelines(gpu_model *g) {
 }
 
 /* Attention splits for the batch forward, fixed per token by its own position (batch invariance):
- * at least 512 positions a split on a CPU device (256 on a GPU), doubled until a token needs at
- * most 8 (GPU: 16) splits. Decode work then depends on the context's length, not on n_ctx: a
- * token at 4,096 walks 8 (GPU: 16) splits of 512 (256) positions; one at 40,000, 8 of 8,192
- * (16 of 4,096) — enough workgroups for a GPU at any length without a partials buffer sized for
- * n_ctx / split_len splits. */
+ * at least 512 positions a split on a CPU device (64 on a GPU), doubled until a token needs at
+ * most 8 (GPU: 32) splits. Decode work then depends on the context's length, not on n_ctx: a
+ * token at 4,000 walks 8 splits of 512 on a CPU device and 32 of 128 on a GPU; one at 40,000
+ * 5 of 8,192 (20 of 2,048). A decode token's workgroups are its kv heads times its splits, so a
+ * GPU's splits are short: with 256 positions and 16 splits a token at 512 ran 8 workgroups on
+ * an H200's 132 SMs, and attention took 114 us a layer, 28% of the step (docs/PERF.md). The
+ * partials buffer holds n_batch tokens x 32 splits (272 MB at 512 tokens of Qwen3-30B-A3B). */
 static void batch_splits(gpu_model *g) {
-    g->split_len = g->attn_prefill.cpu ? 512 : 256;
-    g->split_max = g->attn_prefill.cpu ? 8 : 16;
+    g->split_len = g->attn_prefill.cpu ? 512 : 64;
+    g->split_max = g->attn_prefill.cpu ? 8 : 32;
 }
 
 static int input_buffers(gpu_model *g, gpu_input *in, uint64_t bytes) {
