@@ -5,6 +5,9 @@
 #   cinder profile               per-op time, bytes, FLOPs, roofline (+ a Perfetto trace)
 #   cinder bench                 pp/tg tok/s
 #   llama.cpp (node-llama-cpp)   its Vulkan build on the same file (scripts/bench_peer.sh)
+#   cinder bench --agents N      batched decode: N agents one at a time, then all N together
+#   --tests                      the test programs on this device (kernels against the CPU
+#                                reference, the model, batch and cache invariance)
 # and writes every table into one directory ($OUT if set, else gpu-bench-<date>/), ending with
 # summary.md (the ratios). On lavapipe try it with --preset small (the default is the real
 # model, qwen3-30b-a3b at q4_k_m: 18.6 GB, written in 213 s on 16 cores).
@@ -12,11 +15,11 @@
 # libraries scripts/gpu-bundle.sh packed into DIR instead of set-up and a build (as root: it
 # unpacks the Vulkan loader's packages into /).
 #   scripts/gpu-bench.sh [--preset P[:QUANT]] [--layers N] [--pp N] [--tg N] [--repeat N]
-#                        [--profile-gen D] [--batch B] [--bundle DIR]
+#                        [--profile-gen D] [--batch B] [--agents N] [--tests] [--bundle DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 bundle=""
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 bundle=""
+usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) spec=${2:?}; preset=${spec%%:*}; [ "${spec#*:}" = "$spec" ] || quant=${spec#*:}; shift 2 ;;
@@ -26,6 +29,8 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=${2:?}; shift 2 ;;
     --profile-gen) pgen=${2:?}; shift 2 ;;
     --batch) batch=${2:?}; shift 2 ;;
+    --agents) agents=${2:?}; shift 2 ;;
+    --tests) tests=1; shift ;;
     --bundle) bundle=$(cd "${2:?}" && pwd); shift 2 ;;
     *) usage ;;
   esac
@@ -41,12 +46,12 @@ if [ -n "$bundle" ]; then
   for j in /usr/share/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
     [ -n "${VK_DRIVER_FILES:-}" ] || { [ -f "$j" ] && export VK_DRIVER_FILES=$j; }
   done
-  bin=$b/bin/cinder
+  bin=$b/bin/cinder tests_dir=$b/bin/tests
   peer() { "$b/bin/llama_oracle" "$model" --bench --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan --libdir "$b/llama"; }
 else
   bash "$root/scripts/setup.sh"
   bash "$root/scripts/build.sh" release >/dev/null
-  bin=$root/build/cinder
+  bin=$root/build/cinder tests_dir=$root/build/tests
   peer() { bash "$root/scripts/bench_peer.sh" "$model" --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan-only; }
 fi
 mkdir -p "$root/models"
@@ -71,6 +76,24 @@ run profile.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pg
 run profile.json "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --json >/dev/null || status=1
 run bench.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat "$repeat" --json || status=1
 run peer.json peer || status=1
+agents_run() { # concurrency
+  "$bin" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 \
+    --gen "$tg" --concurrency "$1" --json
+}
+if [ "$agents" -gt 0 ]; then
+  run agents-c1.json agents_run 1 || status=1
+  run agents-cN.json agents_run "$agents" || status=1
+fi
+if [ "$tests" = 1 ]; then # each test in its own directory, all at once, 10 minutes at most each
+  mkdir -p "$out/tests"
+  export CINDER_SOURCE_DIR=$root tests_dir out
+  ls "$tests_dir" | grep -E '^test_[a-z0-9_]+$' | xargs -P "$(nproc)" -I{} bash -c '
+    d=$(mktemp -d); s=$(date +%s)
+    (cd "$d" && CINDER_TEST_TMP=$d timeout 600 "$tests_dir/{}" >"$out/tests/{}.log" 2>&1)
+    echo "{} rc=$? $(( $(date +%s) - s ))s"; rm -rf "$d"' | sort >"$out/tests.txt"
+  cat "$out/tests.txt"
+  ! grep -v -E 'rc=(0|77) ' "$out/tests.txt" >/dev/null || status=1
+fi
 
 python3 - "$out" "$model" "$pp" "$tg" >"$out/summary.md" <<'PY'
 import json, os, sys
@@ -85,6 +108,7 @@ def load(name):  # one JSON document per file (pretty or not), or JSON lines
     except ValueError:
         return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
 card, prof, bench, peer = load("device.json"), load("profile.json"), load("bench.json"), load("peer.json")
+a1, an = load("agents-c1.json"), load("agents-cN.json")
 print(f"# gpu-bench: {os.path.basename(model)}\n")
 if card:
     c = card[0]
@@ -111,6 +135,18 @@ if bench:
         rt = c["decode_tok_s"] / r["decode_tok_s"] if r.get("decode_tok_s") else float("nan")
         print(f"| llama.cpp {r.get('backend', '?')} ({r.get('device', '?')}) | {r.get('prefill_tok_s', 0):.2f} | "
               f"{r.get('decode_tok_s', 0):.2f} | {rp:.2f}x, {rt:.2f}x |")
+if a1 and an:
+    x, y = a1[0], an[0]
+    print(f"\nbatched decode ({y['agents']} agents, {y['system_tokens']}-token system prompt, {y['gen']} tokens each): "
+          f"steady {x['decode_tok_s_steady']:.1f} tok/s one at a time, {y['decode_tok_s_steady']:.1f} all together "
+          f"(**{y['decode_tok_s_steady'] / x['decode_tok_s_steady']:.2f}x**); ITL p50 {y['itl_ms_p50']:.2f} ms")
+tests = os.path.join(out, "tests.txt")
+if os.path.exists(tests):
+    rows = open(tests).read().split("\n")
+    rows = [r for r in rows if r]
+    bad = [r for r in rows if " rc=0 " not in r and " rc=77 " not in r]
+    print(f"\ntests on this device: {len(rows) - len(bad)} of {len(rows)} passed or skipped" +
+          "".join(f"\n- failed: {r}" for r in bad))
 PY
 cat "$out/summary.md"
 exit $status

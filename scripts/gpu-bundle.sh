@@ -3,10 +3,11 @@
 # no network and no packages (e.g. a lent NVIDIA machine with another distribution): the release
 # cinder and the llama.cpp oracle (built here), the shared libraries they link (from this Debian 12
 # machine: the other needs glibc 2.36 or newer), llama.cpp's Vulkan libraries, the Qwen3 tokenizer
-# (cinder mkmodel embeds it), and Debian's Vulkan loader and GL dispatch packages (libvulkan1;
+# (cinder mkmodel embeds it), the release test programs (gpu-bench.sh --tests runs them on the GPU),
+# and Debian's Vulkan loader and GL dispatch packages (libvulkan1;
 # libglvnd0 and friends: NVIDIA's Vulkan ICD, libGLX_nvidia.so.0, fails to load without
 # libGLdispatch, and vkCreateInstance then says VK_ERROR_INCOMPATIBLE_DRIVER).
-#   scripts/gpu-bundle.sh DIR      -> DIR/bundle.tar.xz (~16 MB), DIR/debs/*.deb
+#   scripts/gpu-bundle.sh DIR      -> DIR/bundle.tar.xz (~30 MB), DIR/debs/*.deb
 # On the GPU machine, as root, from a copy of the repository: scripts/gpu-bench.sh --bundle DIR ...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -15,9 +16,10 @@ bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh" release >/dev/null
 "$root/tests/oracle/build.sh" "$root/build/oracle"
 stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
-mkdir -p "$stage"/{bin,lib,llama,tok} "$dir/debs"
+mkdir -p "$stage"/{bin,bin/tests,lib,llama,tok} "$dir/debs"
 cp "$root/build/cinder" "$root/build/oracle/llama_oracle" "$stage/bin/"
-for l in $(ldd "$root/build/cinder" | awk '/=> \//{print $3}'); do
+cp "$root"/build/tests/test_* "$stage/bin/tests/"
+for l in $(ldd "$root/build/cinder" "$root"/build/tests/test_* | awk '/=> \//{print $3}' | sort -u); do
   case $l in */libc.so*|*/libm.so*) ;; *) cp -L "$l" "$stage/lib/" ;; esac
 done
 vk=$root/third_party/npm/node_modules/@node-llama-cpp/linux-x64-vulkan/bins/linux-x64-vulkan
