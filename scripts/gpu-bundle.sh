@@ -6,7 +6,8 @@
 # (cinder mkmodel embeds it), the release test programs (gpu-bench.sh --tests runs them on the GPU),
 # and Debian's Vulkan loader and GL dispatch packages (libvulkan1;
 # libglvnd0 and friends: NVIDIA's Vulkan ICD, libGLX_nvidia.so.0, fails to load without
-# libGLdispatch, and vkCreateInstance then says VK_ERROR_INCOMPATIBLE_DRIVER).
+# libGLdispatch, and vkCreateInstance then says VK_ERROR_INCOMPATIBLE_DRIVER; and the validation
+# layer, which gpu-bench.sh --tests runs the tests under, as ctest does).
 #   scripts/gpu-bundle.sh DIR      -> DIR/bundle.tar.xz (~30 MB), DIR/debs/*.deb
 # On the GPU machine, as root, from a copy of the repository: scripts/gpu-bench.sh --bundle DIR ...
 set -euo pipefail
@@ -31,6 +32,7 @@ lists=$(mktemp -d)
 o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists="$lists")
 mkdir -p "$lists/partial"
 apt-get "${o[@]}" update -qq
-(cd "$dir/debs" && apt-get "${o[@]}" download -qq libvulkan1 libglvnd0 libglx0 libgl1 libegl1 libgles2 libopengl0 2>/dev/null)
+(cd "$dir/debs" && apt-get "${o[@]}" download -qq libvulkan1 libglvnd0 libglx0 libgl1 libegl1 libgles2 libopengl0 \
+  vulkan-validationlayers 2>/dev/null)
 rm -rf "$lists"
 ls -la "$dir" "$dir/debs"
