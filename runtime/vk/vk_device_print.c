@@ -1,4 +1,4 @@
-/* `cinder devices`: every Vulkan device, and the details of the one cinder would use. */
+/* `cinder info --device`: every Vulkan device, and the details of the one cinder would use. */
 #include <stdlib.h>
 
 #include "runtime/base/error.h"

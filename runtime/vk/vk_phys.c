@@ -197,7 +197,7 @@ static int env_index(int *out) {
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *end || v < 0 || v > 1000000)
-        return cd_fail("CINDER_DEVICE=%s: expected a device index (see `cinder devices`)", s);
+        return cd_fail("CINDER_DEVICE=%s: expected a device index (see `cinder info --device`)", s);
     *out = (int)v;
     return 0;
 }
