@@ -121,24 +121,57 @@ static int create_instance(void) {
         .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pNext = info.validation ? &v.features : NULL,
         .flags = flags, .pApplicationInfo = &app, .enabledLayerCount = info.validation ? 1 : 0,
         .ppEnabledLayerNames = &v.layer, .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
-    VkResult r = vkCreateInstance(&ci, NULL, &shared_instance);
+    VkInstance inst = VK_NULL_HANDLE;
+    VkResult r = vkCreateInstance(&ci, NULL, &inst);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
         return cd_fail("no Vulkan driver found (vkCreateInstance: VK_ERROR_INCOMPATIBLE_DRIVER)");
     if (CVK_CHECK(r)) return -1;
-    volkLoadInstance(shared_instance);
-    if (info.validation &&
-        CVK_CHECK(vkCreateDebugUtilsMessengerEXT(shared_instance, &v.messenger, NULL, &messenger))) {
-        vkDestroyInstance(shared_instance, NULL);
+    volkLoadInstance(inst);
+    if (info.validation && CVK_CHECK(vkCreateDebugUtilsMessengerEXT(inst, &v.messenger, NULL, &messenger))) {
+        vkDestroyInstance(inst, NULL);
         return -1;
     }
+    shared_instance = inst;
     shared_info = info;
     return 0;
+}
+
+/* A forked child does not use its parent's instance (Vulkan objects do not survive a fork): it
+ * makes its own on its first acquire. The lock is held across the fork, so the child's is free. */
+static void lock_for_fork(void) { pthread_mutex_lock(&lock); }
+static void unlock_in_parent(void) { pthread_mutex_unlock(&lock); }
+static void forget_in_child(void) {
+    shared_instance = VK_NULL_HANDLE;
+    messenger = VK_NULL_HANDLE;
+    refs = 0;
+    pthread_mutex_unlock(&lock);
+}
+
+/* At exit (atexit, registered with the first instance: it runs before the destructors of the
+ * driver libraries loaded for it), when no device holds the instance. */
+static void destroy_at_exit(void) {
+    pthread_mutex_lock(&lock);
+    if (shared_instance && refs == 0) {
+        if (messenger) vkDestroyDebugUtilsMessengerEXT(shared_instance, messenger, NULL);
+        messenger = VK_NULL_HANDLE;
+        vkDestroyInstance(shared_instance, NULL);
+        shared_instance = VK_NULL_HANDLE;
+    }
+    pthread_mutex_unlock(&lock);
 }
 
 int cvk_instance_acquire(VkInstance *out, cvk_instance_info *info) {
     pthread_mutex_lock(&lock);
     int rc = 0;
-    if (refs == 0) rc = load_volk() ? -1 : create_instance();
+    if (!shared_instance) {
+        rc = load_volk() ? -1 : create_instance();
+        static bool registered; /* once: a failure to register only loses the cleanup */
+        if (rc == 0 && !registered) {
+            registered = true;
+            atexit(destroy_at_exit);
+            pthread_atfork(lock_for_fork, unlock_in_parent, forget_in_child);
+        }
+    }
     if (rc == 0) {
         refs++;
         *out = shared_instance;
@@ -150,11 +183,6 @@ int cvk_instance_acquire(VkInstance *out, cvk_instance_info *info) {
 
 void cvk_instance_release(void) {
     pthread_mutex_lock(&lock);
-    if (refs > 0 && --refs == 0) {
-        if (messenger) vkDestroyDebugUtilsMessengerEXT(shared_instance, messenger, NULL);
-        messenger = VK_NULL_HANDLE;
-        vkDestroyInstance(shared_instance, NULL);
-        shared_instance = VK_NULL_HANDLE;
-    }
+    if (refs > 0) refs--;
     pthread_mutex_unlock(&lock);
 }

@@ -1,7 +1,11 @@
 /* The process-wide VkInstance, shared and reference-counted.
  *
- * volk loads the Vulkan loader once; the instance is created on the first acquire and
- * destroyed on the last release. All Vulkan entry points (device-level ones included) are
+ * volk loads the Vulkan loader once; the instance is created on the first acquire and lives
+ * until the process exits (destroyed then if no device holds it), not destroyed and made again
+ * whenever the count reaches 0: NVIDIA's driver (580, on an H200) refused the 22nd
+ * vkCreateInstance of a process with VK_ERROR_INCOMPATIBLE_DRIVER (test_oom makes ~50 engines
+ * one after another), and others report it misbehaving after repeated instance cycles (e.g.
+ * Genesis-Embodied-AI/quadrants#465). All Vulkan entry points (device-level ones included) are
  * loaded through the instance with volkLoadInstance, so they dispatch through the loader and
  * work for any number of VkDevices at once (we never call volkLoadDevice, which would bind the
  * global pointers to one device).
@@ -26,7 +30,8 @@ typedef struct cvk_instance_info {
 } cvk_instance_info;
 
 /* Returns the shared instance (creating it on first use) and bumps its reference count.
- * Fails cleanly when no Vulkan loader or no driver is installed. */
+ * Fails cleanly when no Vulkan loader or no driver is installed. The count is what the exit
+ * checks: the instance is destroyed at exit only when no device still holds it. */
 int cvk_instance_acquire(VkInstance *out, cvk_instance_info *info);
 void cvk_instance_release(void);
 /* Validation errors and warnings reported since the process started (0 without the layer). */
