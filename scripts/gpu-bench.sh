@@ -6,6 +6,8 @@
 #   cinder bench                 pp/tg tok/s
 #   llama.cpp (node-llama-cpp)   its Vulkan build on the same file (scripts/bench_peer.sh)
 #   cinder bench --agents N      batched decode: N agents one at a time, then all N together
+#   cinder.base (--bundle)       a bundle made with --baseline REV: that cinder and this one timed
+#                                alternately (bench, batched decode, profile), before/after
 #   --tests                      the test programs on this device (kernels against the CPU
 #                                reference, the model, batch and cache invariance)
 # and writes every table into one directory ($OUT if set, else gpu-bench-<date>/), ending with
@@ -19,7 +21,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 bundle=""
-usage() { sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) spec=${2:?}; preset=${spec%%:*}; [ "${spec#*:}" = "$spec" ] || quant=${spec#*:}; shift 2 ;;
@@ -46,12 +48,13 @@ if [ -n "$bundle" ]; then
   for j in /usr/share/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
     [ -n "${VK_DRIVER_FILES:-}" ] || { [ -f "$j" ] && export VK_DRIVER_FILES=$j; }
   done
-  bin=$b/bin/cinder tests_dir=$b/bin/tests
+  bin=$b/bin/cinder tests_dir=$b/bin/tests base_bin=""
+  [ -x "$b/bin/cinder.base" ] && base_bin=$b/bin/cinder.base
   peer() { "$b/bin/llama_oracle" "$model" --bench --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan --libdir "$b/llama"; }
 else
   bash "$root/scripts/setup.sh"
   bash "$root/scripts/build.sh" release >/dev/null
-  bin=$root/build/cinder tests_dir=$root/build/tests
+  bin=$root/build/cinder tests_dir=$root/build/tests base_bin=""
   peer() { bash "$root/scripts/bench_peer.sh" "$model" --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan-only; }
 fi
 mkdir -p "$root/models"
@@ -83,6 +86,21 @@ agents_run() { # concurrency
 if [ "$agents" -gt 0 ]; then
   run agents-c1.json agents_run 1 || status=1
   run agents-cN.json agents_run "$agents" || status=1
+fi
+if [ -n "$base_bin" ]; then # before/after on this machine: base, this, base, this
+  echo "baseline: $(cat "$b/bin/cinder.base.rev" 2>/dev/null)" >"$out/baseline.txt"
+  for i in 1 2; do
+    for v in base this; do
+      c=$bin; [ $v = base ] && c=$base_bin
+      "$c" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat 1 --json >>"$out/ab-bench-$v.jsonl" 2>>"$out/ab.err" || status=1
+      [ "$agents" -gt 0 ] && for cc in 1 "$agents"; do
+        "$c" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 --gen "$tg" \
+          --concurrency "$cc" --json >>"$out/ab-agents-$v-c$cc.jsonl" 2>>"$out/ab.err" || status=1
+      done
+    done
+  done
+  "$base_bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" >"$out/ab-profile-base.txt" 2>&1 || status=1
+  tail -n 2 "$out"/ab-bench-*.jsonl
 fi
 if [ "$tests" = 1 ]; then # each test in its own directory, all at once, 10 minutes at most each
   # as ctest runs them (tests/CMakeLists.txt): under the validation layer where it is installed
@@ -150,6 +168,14 @@ if a1 and an:
     print(f"\nbatched decode ({y['agents']} agents, {y['system_tokens']}-token system prompt, {y['gen']} tokens each): "
           f"steady {x['decode_tok_s_steady']:.1f} tok/s one at a time, {y['decode_tok_s_steady']:.1f} all together "
           f"(**{y['decode_tok_s_steady'] / x['decode_tok_s_steady']:.2f}x**); ITL p50 {y['itl_ms_p50']:.2f} ms")
+ab = {v: load(f"ab-bench-{v}.jsonl") for v in ("base", "this")}
+if ab["base"] and ab["this"]:
+    rev = open(os.path.join(out, "baseline.txt")).read().strip()
+    print(f"\nbefore/after, alternated ({rev}; this tree):\n\n| build | pp{pp} tok/s | tg{tg} tok/s |\n|---|---|---|")
+    for v in ("base", "this"):
+        pps = " / ".join("%.1f" % r["prefill_tok_s"] for r in ab[v])
+        tgs = " / ".join("%.1f" % r["decode_tok_s"] for r in ab[v])
+        print(f"| {v} | {pps} | {tgs} |")
 tests = os.path.join(out, "tests.txt")
 if os.path.exists(tests):
     rows = open(tests).read().split("\n")

@@ -8,11 +8,15 @@
 # libglvnd0 and friends: NVIDIA's Vulkan ICD, libGLX_nvidia.so.0, fails to load without
 # libGLdispatch, and vkCreateInstance then says VK_ERROR_INCOMPATIBLE_DRIVER; and the validation
 # layer, which gpu-bench.sh --tests runs the tests under, as ctest does).
-#   scripts/gpu-bundle.sh DIR      -> DIR/bundle.tar.xz (~30 MB), DIR/debs/*.deb
+#   scripts/gpu-bundle.sh DIR [--baseline REV]   -> DIR/bundle.tar.xz (~30 MB), DIR/debs/*.deb
+# --baseline REV also builds cinder at git revision REV (in a scratch worktree) as
+# bin/cinder.base: gpu-bench.sh then times it and this tree's cinder alternately, on one machine.
 # On the GPU machine, as root, from a copy of the repository: scripts/gpu-bench.sh --bundle DIR ...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=${1:?usage: scripts/gpu-bundle.sh DIR}
+dir=${1:?usage: scripts/gpu-bundle.sh DIR [--baseline REV]}
+base=""
+[ "${2:-}" = --baseline ] && base=${3:?--baseline needs a git revision}
 bash "$root/scripts/setup.sh"
 bash "$root/scripts/build.sh" release >/dev/null
 "$root/tests/oracle/build.sh" "$root/build/oracle"
@@ -20,6 +24,16 @@ stage=$(mktemp -d); trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage"/{bin,bin/tests,lib,llama,tok} "$dir/debs"
 cp "$root/build/cinder" "$root/build/oracle/llama_oracle" "$stage/bin/"
 cp "$root"/build/tests/test_* "$stage/bin/tests/"
+if [ -n "$base" ]; then
+  wt=$(mktemp -d)/base
+  git -C "$root" worktree add --detach -q "$wt" "$base"
+  ln -s "$root/third_party/npm/node_modules" "$wt/third_party/npm/node_modules"
+  cmake -S "$wt" -B "$wt/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$wt/build" -j "$(nproc)" --target cinder >/dev/null
+  cp "$wt/build/cinder" "$stage/bin/cinder.base"
+  git -C "$root" rev-parse "$base" >"$stage/bin/cinder.base.rev"
+  git -C "$root" worktree remove --force "$wt" && rmdir "$(dirname "$wt")"
+fi
 for l in $(ldd "$root/build/cinder" "$root"/build/tests/test_* | awk '/=> \//{print $3}' | sort -u); do
   case $l in */libc.so*|*/libm.so*) ;; *) cp -L "$l" "$stage/lib/" ;; esac
 done
