@@ -11,8 +11,8 @@
 //   chosen (renorm = 1) or the plain probability. Lanes take experts lane, lane + S, ... with
 //   e = exp(logit - max) (max and the sum of e by subgroupMax / subgroupAdd); each of the k
 //   rounds is a subgroup argmax (subgroupMax of e, then subgroupMin of the index among the
-//   lanes holding it) over the experts not yet chosen, e held in registers. No barrier: a token's routing is its subgroup's alone, so it
-//   is the same whatever else is in the batch. The ids go to the ids buffer (workgroupcoherent)
+//   lanes holding it) over the experts not yet chosen, e held in registers. No barrier: a
+//   token's routing is its subgroup's alone, so it is the same whatever else is in the batch. The ids go to the ids buffer (workgroupcoherent)
 //   and a workgroup barrier over buffer memory makes them visible to the sort.
 //
 //   groups[e]  = {offset, count}: count = #{p : ids[p] == e}, offset = exclusive scan
@@ -91,9 +91,10 @@ void route_token(uint t) {
     float m = -1.0 / 0.0;
     [[unroll]] for (uint i = 0; i < PER_LANE; i++) {
         uint x = lane + i * S;
-        ev[i] = x < pc.n_expert ? logits[base + x] : -1.0 / 0.0;
+        taken[i] = x >= pc.n_expert; // past the experts: never read, never chosen
+        ev[i] = -1.0 / 0.0;
+        if (!taken[i]) ev[i] = logits[base + x];
         m = max(m, ev[i]);
-        taken[i] = x >= pc.n_expert;
     }
     m = subgroupMax(m);
     float sum = 0.0;
