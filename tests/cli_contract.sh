@@ -62,6 +62,7 @@ check "seeded sampling on the CPU is reproducible" test "$s3" = "$("$bin" run --
 
 bench=$("$bin" bench --model "$model" --prompt-tokens 20 --gen 4 --repeat 2 --json)
 check "bench --json reports prefill and decode tok/s" test "$(json_field 'd["prefill_tok_s"] > 0 and d["decode_tok_s"] > 0 and d["prompt_tokens"] == 20' <<<"$bench")" = True
+check "bench --json lists each repeat, the medians theirs" test "$(json_field 'len(d["prefill_runs"]) == 2 and len(d["decode_runs"]) == 2 and abs(sum(d["prefill_runs"]) / 2 - d["prefill_tok_s"]) < 1e-3 * d["prefill_tok_s"] and abs(sum(d["decode_runs"]) / 2 - d["decode_tok_s"]) < 1e-3 * d["decode_tok_s"]' <<<"$bench")" = True
 fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
 

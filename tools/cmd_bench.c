@@ -46,7 +46,8 @@ static void usage(FILE *out) {
             "  + 1; speed should not depend on it). --gate-up-pairs: the FFN's gate and up of one type\n"
             "  as one matmul with the SwiGLU (auto: on a GPU, not on a CPU device). --json prints one\n"
             "  object with prefill_tok_s and\n"
-            "  decode_tok_s. Where the time goes: cinder profile.\n"
+            "  decode_tok_s (medians) and prefill_runs / decode_runs (each repeat, in run order). Where\n"
+            "  the time goes: cinder profile.\n"
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
@@ -169,7 +170,13 @@ static int bench_once(engine *e, const int32_t *ids, uint32_t n_prompt, uint32_t
     return rc;
 }
 
-static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double pp, double tg, double load_ms) {
+/* Medians of the repeats; with --json also every repeat's figures in run order (prefill_runs,
+ * decode_runs, as llama_oracle --bench writes them): a GPU's first runs can differ from the rest. */
+static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double *pps, double *tgs, double load_ms) {
+    /* each array holds the repeats twice: in run order, then a copy the medians sort */
+    memcpy(pps + o->repeat, pps, o->repeat * sizeof *pps);
+    memcpy(tgs + o->repeat, tgs, o->repeat * sizeof *tgs);
+    double pp = cli_median(pps + o->repeat, o->repeat), tg = cli_median(tgs + o->repeat, o->repeat);
     if (!o->json) {
         printf("model   %s (%s, %u layers, %u experts)\n", o->model, model_arch_name(m->cfg.arch), m->cfg.n_layer,
                m->cfg.n_expert);
@@ -183,6 +190,10 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
                           vk->dev.info.props.deviceName, "prompt_tokens", (json_int_t)o->n_prompt, "gen_tokens",
                           (json_int_t)o->n_gen, "repeat", (json_int_t)o->repeat, "prefill_tok_s", pp, "decode_tok_s",
                           tg, "load_ms", load_ms);
+    json_t *pr = json_array(), *tr = json_array();
+    for (uint32_t k = 0; k < o->repeat; k++) json_array_append_new(pr, json_real(pps[k])), json_array_append_new(tr, json_real(tgs[k]));
+    json_object_set_new(j, "prefill_runs", pr);
+    json_object_set_new(j, "decode_runs", tr);
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
     puts(s);
     free(s);
@@ -203,7 +214,7 @@ static int bench(const bench_opts *o, model *m) {
         n_ctx = o->trace.n_ctx;
     }
     int32_t *ids = malloc(o->n_prompt * sizeof *ids);
-    double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
+    double *pp = calloc(2ull * o->repeat, sizeof *pp), *tg = calloc(2ull * o->repeat, sizeof *tg); /* report()'s copies */
     engine e = {0};
     if (!ids || !pp || !tg) { free(ids); free(pp); free(tg); return cli_error("bench", "out of memory"); }
     rng r;
@@ -228,7 +239,7 @@ static int bench(const bench_opts *o, model *m) {
                     pp[k], b.decode_ms, tg[k]);
     }
     if (rc) cli_error("bench", "%s", cd_errmsg());
-    else report(o, m, e.vk, cli_median(pp, o->repeat), cli_median(tg, o->repeat), load_ms);
+    else report(o, m, e.vk, pp, tg, load_ms);
     engine_free(&e);
     free(ids);
     free(pp);
