@@ -79,13 +79,13 @@ run profile.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pg
 run profile.json "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --json >/dev/null || status=1
 run bench.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat "$repeat" --json || status=1
 run peer.json peer || status=1
-agents_run() { # concurrency
-  "$bin" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 \
-    --gen "$tg" --concurrency "$1" --json
+agents_run() { # cinder binary, concurrency
+  "$1" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 \
+    --gen "$tg" --concurrency "$2" --json
 }
 if [ "$agents" -gt 0 ]; then
-  run agents-c1.json agents_run 1 || status=1
-  run agents-cN.json agents_run "$agents" || status=1
+  run agents-c1.json agents_run "$bin" 1 || status=1
+  run agents-cN.json agents_run "$bin" "$agents" || status=1
 fi
 if [ -n "$base_bin" ]; then # before/after on this machine: base, this, base, this
   echo "baseline: $(cat "$b/bin/cinder.base.rev" 2>/dev/null)" >"$out/baseline.txt"
@@ -94,8 +94,7 @@ if [ -n "$base_bin" ]; then # before/after on this machine: base, this, base, th
       c=$bin; [ $v = base ] && c=$base_bin
       "$c" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat 1 --json >>"$out/ab-bench-$v.jsonl" 2>>"$out/ab.err" || status=1
       [ "$agents" -gt 0 ] && for cc in 1 "$agents"; do
-        "$c" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 --gen "$tg" \
-          --concurrency "$cc" --json >>"$out/ab-agents-$v-c$cc.jsonl" 2>>"$out/ab.err" || status=1
+        agents_run "$c" "$cc" >>"$out/ab-agents-$v-c$cc.jsonl" 2>>"$out/ab.err" || status=1
       done
     done
   done

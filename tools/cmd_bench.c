@@ -170,13 +170,18 @@ static int bench_once(engine *e, const int32_t *ids, uint32_t n_prompt, uint32_t
     return rc;
 }
 
+static json_t *json_runs(const double *v, uint32_t n) {
+    json_t *a = json_array();
+    for (uint32_t k = 0; k < n; k++) json_array_append_new(a, json_real(v[k]));
+    return a;
+}
+
 /* Medians of the repeats; with --json also every repeat's figures in run order (prefill_runs,
- * decode_runs, as llama_oracle --bench writes them): a GPU's first runs can differ from the rest. */
+ * decode_runs, as llama_oracle --bench writes them): a GPU's first runs can differ from the rest.
+ * The medians sort pps and tgs. */
 static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double *pps, double *tgs, double load_ms) {
-    /* each array holds the repeats twice: in run order, then a copy the medians sort */
-    memcpy(pps + o->repeat, pps, o->repeat * sizeof *pps);
-    memcpy(tgs + o->repeat, tgs, o->repeat * sizeof *tgs);
-    double pp = cli_median(pps + o->repeat, o->repeat), tg = cli_median(tgs + o->repeat, o->repeat);
+    json_t *pr = o->json ? json_runs(pps, o->repeat) : NULL, *tr = o->json ? json_runs(tgs, o->repeat) : NULL;
+    double pp = cli_median(pps, o->repeat), tg = cli_median(tgs, o->repeat);
     if (!o->json) {
         printf("model   %s (%s, %u layers, %u experts)\n", o->model, model_arch_name(m->cfg.arch), m->cfg.n_layer,
                m->cfg.n_expert);
@@ -190,8 +195,6 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
                           vk->dev.info.props.deviceName, "prompt_tokens", (json_int_t)o->n_prompt, "gen_tokens",
                           (json_int_t)o->n_gen, "repeat", (json_int_t)o->repeat, "prefill_tok_s", pp, "decode_tok_s",
                           tg, "load_ms", load_ms);
-    json_t *pr = json_array(), *tr = json_array();
-    for (uint32_t k = 0; k < o->repeat; k++) json_array_append_new(pr, json_real(pps[k])), json_array_append_new(tr, json_real(tgs[k]));
     json_object_set_new(j, "prefill_runs", pr);
     json_object_set_new(j, "decode_runs", tr);
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
@@ -214,7 +217,7 @@ static int bench(const bench_opts *o, model *m) {
         n_ctx = o->trace.n_ctx;
     }
     int32_t *ids = malloc(o->n_prompt * sizeof *ids);
-    double *pp = calloc(2ull * o->repeat, sizeof *pp), *tg = calloc(2ull * o->repeat, sizeof *tg); /* report()'s copies */
+    double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
     engine e = {0};
     if (!ids || !pp || !tg) { free(ids); free(pp); free(tg); return cli_error("bench", "out of memory"); }
     rng r;
