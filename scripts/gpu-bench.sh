@@ -3,7 +3,7 @@
 # installs): set-up, release build, the model, then side by side on the same file
 #   cinder profile --device      the device card (bandwidth, transfers, FMA/int8 rates, limits)
 #   cinder profile               per-op time, bytes, FLOPs, roofline (+ a Perfetto trace)
-#   cinder bench                 pp/tg tok/s
+#   cinder bench                 pp/tg tok/s (and with --unroll-chunks on, alternated)
 #   llama.cpp (node-llama-cpp)   its Vulkan build on the same file (scripts/bench_peer.sh)
 #   cinder bench --agents N      batched decode: N agents one at a time, then all N together
 #   cinder.base (--bundle)       a bundle made with --baseline REV: that cinder and this one timed
@@ -78,6 +78,16 @@ run profile.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pg
   --trace "$out/profile.trace.json" || status=1
 run profile.json "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --json >/dev/null || status=1
 run bench.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat "$repeat" --json || status=1
+# whole chunks unrolled in the one-token kernels (--unroll-chunks, off by default until measured
+# on a GPU: docs/kernels/matmul.md): the profile with it, and the bench off / on alternated
+run profile-unrolled.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" \
+  --unroll-chunks on || status=1
+for i in 1 2; do
+  for u in off on; do
+    "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat 1 --unroll-chunks $u --json \
+      >>"$out/unroll-bench-$u.jsonl" 2>>"$out/unroll.err" || status=1
+  done
+done
 run peer.json peer || status=1
 agents_run() { # cinder binary, concurrency
   "$1" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 \

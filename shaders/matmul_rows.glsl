@@ -43,6 +43,11 @@ layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
 layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows (KL 1)
 layout(constant_id = 6) const uint KL = 1;  // invocations per row splitting k (RPI 1)
 layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4 unused here
+// 1: a whole 256-weight chunk's 8 groups in straight-line code (storage-buffer variant, one
+// token, block types), so a GPU can issue the chunk's loads together rather than waiting out
+// one group's at a time. Not for more tokens: their sums already give each weight several
+// independent fma chains, and llvmpipe takes minutes to compile the unrolled 8-token kernel.
+layout(constant_id = 8) const uint UNROLL = 0;
 
 #ifdef TEXEL
 #include "quant_blocks.glsl"
@@ -75,7 +80,8 @@ const uint CHUNK = 256u; // the canonical order's chunk of k (matmul.comp)
 // split k: each lane's chunk sums for the round, [invocation][token] (gate, then up for GLU)
 shared float chunk_sum[KL > 1u ? WG * NT * (GLU + 1u) : 1u];
 // weights decoded per unrolled step: a scale group of the block types (their rows are whole blocks)
-const uint GROUP = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16 ? 1u : 32u;
+const uint GROUP = 32u;
+const bool FLOATW = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16;
 
 #ifdef TEXEL
 uvec4 wtex(uint t) { return texelFetch(wt, int(t)); }
@@ -201,20 +207,35 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
 #endif
     } else {
 #ifndef TEXEL // the texel variant is built for the block types only (op_matmul.c)
-        [[unroll]] for (uint i = 0; i < GROUP; i++) w[i] = qb_dequant(QTYPE, row, k0 + i);
+        // float rows, 16 bytes per load (row and k0 at whole groups: 16-byte aligned); each
+        // value converted as qb_dequant converts it (a half's or a bf16's bits are exact in f32)
+        uint t = row / 16u + k0 * (QTYPE == QTYPE_F32 ? 4u : 2u) / 16u;
+        [[unroll]] for (uint i = 0; i < GROUP / (QTYPE == QTYPE_F32 ? 4u : 8u); i++) {
+            uvec4 v = qb_u4[t + i];
+            if (QTYPE == QTYPE_F32) {
+                [[unroll]] for (uint c = 0; c < 4u; c++) w[4u * i + c] = uintBitsToFloat(v[c]);
+            } else {
+                [[unroll]] for (uint c = 0; c < 4u; c++) {
+                    vec2 h = QTYPE == QTYPE_F16 ? unpackHalf2x16(v[c])
+                                                : vec2(uintBitsToFloat(v[c] << 16), uintBitsToFloat(v[c] & 0xffff0000u));
+                    w[8u * i + 2u * c] = h.x, w[8u * i + 2u * c + 1u] = h.y;
+                }
+            }
+        }
 #endif
     }
 }
 
-// acc[q * NT + n] += w[q] . x[xrow[n]][k0 .. k0 + GROUP) for the RPI rows q, one fma at a time
-// in k order (rows NONE: skipped); each x load feeds the RPI rows. A macro, not a function:
+// acc[q * NT + n] += w[q] . x[xrow[n]][k0 .. k0 + N) for the RPI rows q, one fma at a time in
+// k order (rows NONE: skipped); each x load feeds the RPI rows. A macro, not a function:
 // llvmpipe spills an inout array parameter (the kernel ran 2x slower).
-#define ADD_GROUP(w, acc) \
-    if (wide) { \
+#define ADD_GROUP(w, acc) ADD_N(w, acc, GROUP)
+#define ADD_N(w, acc, N) \
+    if (wide && N % 4u == 0u) { \
         [[unroll]] for (uint n = 0; n < NT; n++) { \
             if (xrow[n] == NONE) continue; /* acc stays 0, never stored */ \
             uint o = (xrow[n] * pc.x_stride + k0) / 4u; \
-            [[unroll]] for (uint i = 0; i < GROUP; i += 4u) { \
+            [[unroll]] for (uint i = 0; i < N; i += 4u) { \
                 vec4 xv = xtex(o + i / 4u); \
                 [[unroll]] for (uint q = 0; q < RPI; q++) { \
                     acc[q * NT + n] = fma(w[q][i], xv.x, acc[q * NT + n]); \
@@ -225,13 +246,24 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
             } \
         } \
     } else { \
-        [[unroll]] for (uint i = 0; i < GROUP; i++) { \
+        [[unroll]] for (uint i = 0; i < N; i++) { \
             [[unroll]] for (uint n = 0; n < NT; n++) { \
                 float xv = xrow[n] != NONE ? xone(xrow[n] * pc.x_stride + k0 + i) : 0.0; \
                 [[unroll]] for (uint q = 0; q < RPI; q++) acc[q * NT + n] = fma(w[q][i], xv, acc[q * NT + n]); \
             } \
         } \
     }
+
+// Group k0 of the RPI rows (and of their up rows for GLU) decoded and added to part (part_u).
+#define ADD_DECODED(kg) { \
+        uint k0 = (kg); \
+        float w[RPI][GROUP]; \
+        [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row[q], k0, w[q]); \
+        ADD_GROUP(w, part) \
+        if (glu) { \
+            [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row_u[q], k0, w[q]); \
+            ADD_GROUP(w, part_u) \
+        } }
 
 void main() {
     uvec2 wg = (pc.flags & 16u) != 0 ? gl_WorkGroupID.yx : gl_WorkGroupID.xy; // {row tile, token tile or item}
@@ -289,8 +321,14 @@ void main() {
     // x paths of ADD_GROUP paid for both (the texel kernels ran 2-3.5x slower).
     const bool wide = true;
 #else
-    bool wide = (pc.flags & X4_FLAG) != 0u && GROUP % 4u == 0u;
+    bool wide = (pc.flags & X4_FLAG) != 0u;
 #endif
+    // Float rows are read 16 bytes per load in groups of 32 (n_in a multiple of 32) for one token
+    // or split k (a GPU's router: 32 independent loads instead of one per fma); otherwise a
+    // weight at a time: on llvmpipe 8 tokens x 32 weights spill (the 30B router at batch 8:
+    // 2.7 -> 4.4 ms), where one token gains (1.34 -> 0.96 ms). (Not a const: glslc's optimizer
+    // fails on that spec-constant expression.)
+    bool float_one = FLOATW && ((NT > 1u && KL == 1u) || pc.n_in % GROUP != 0u);
     uint n_chunks = (pc.n_in + CHUNK - 1u) / CHUNK;
     for (uint c0 = 0; c0 < n_chunks; c0 += KL) { // uniform: KL chunks per round, chunk c0 + lane here
         [[unroll]] for (uint i = 0; i < RPI * NT; i++) part[i] = 0.0, part_u[i] = 0.0;
@@ -317,15 +355,23 @@ void main() {
             }
         } else
 #endif
-        for (uint k0 = c * CHUNK; k0 < k_end; k0 += GROUP) {
-            float w[RPI][GROUP];
-            [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row[q], k0, w[q]);
-            ADD_GROUP(w, part)
-            if (glu) {
-                [[unroll]] for (uint q = 0; q < RPI; q++) decode_group(row_u[q], k0, w[q]);
-                ADD_GROUP(w, part_u)
+#ifndef TEXEL
+        if (float_one) { // float rows a weight at a time
+            for (uint k = c * CHUNK; k < k_end; k++) {
+                float w[RPI][1];
+                uint k0 = k;
+                [[unroll]] for (uint q = 0; q < RPI; q++) w[q][0] = qb_dequant(QTYPE, row[q], k);
+                ADD_N(w, part, 1u)
+                if (glu) {
+                    [[unroll]] for (uint q = 0; q < RPI; q++) w[q][0] = qb_dequant(QTYPE, row_u[q], k);
+                    ADD_N(w, part_u, 1u)
+                }
             }
-        }
+        } else if (UNROLL != 0u && NT == 1u && !FLOATW && k_end - c * CHUNK == CHUNK) { // a whole chunk in straight-line code
+            [[unroll]] for (uint g = 0; g < CHUNK / GROUP; g++) ADD_DECODED(c * CHUNK + g * GROUP)
+        } else
+#endif
+        for (uint kg = c * CHUNK; kg < k_end; kg += GROUP) ADD_DECODED(kg)
         if (KL == 1u) {
             [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = acc[i] + part[i], acc_u[i] = acc_u[i] + part_u[i];
             continue;

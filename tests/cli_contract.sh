@@ -65,6 +65,9 @@ check "bench --json reports prefill and decode tok/s" test "$(json_field 'd["pre
 check "bench --json lists each repeat, the medians theirs" test "$(json_field 'len(d["prefill_runs"]) == 2 and len(d["decode_runs"]) == 2 and abs(sum(d["prefill_runs"]) / 2 - d["prefill_tok_s"]) < 1e-3 * d["prefill_tok_s"] and abs(sum(d["decode_runs"]) / 2 - d["decode_tok_s"]) < 1e-3 * d["decode_tok_s"]' <<<"$bench")" = True
 fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
+fails_with "profile --unroll-chunks names the choices" "--unroll-chunks yes: auto, on or off" "$bin" profile --model "$model" --unroll-chunks yes
+unrolled=$("$bin" bench --model "$model" --prompt-tokens 8 --gen 2 --repeat 1 --unroll-chunks on --json)
+check "bench --unroll-chunks on runs" test "$(json_field 'd["decode_tok_s"] > 0' <<<"$unrolled")" = True
 
 chat=$(printf 'Hello there\nAnd a second question\n/stats\nA third\n' | "$bin" chat --model "$model" --n 4 --page-size 4 --json)
 check "chat: one JSON line per turn" test "$(wc -l <<<"$chat")" = 3

@@ -39,6 +39,7 @@
  * lavapipe's kernels or, with `gpu_defaults` set, in q4_k_m with a GPU's: gate and up as
  * gate-up pairs (one matmul), the lm_head as the matmul gathering the wanted rows. */
 static bool gpu_defaults;
+static bool unroll_chunks; /* with gpu_defaults: gpu_model_opts.unroll_chunks */
 
 static model *tiny(void) {
     static model *m[2];
@@ -72,11 +73,12 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
-                        .few_kernels = gpu_defaults ? 1 : -1};
+                        .few_kernels = gpu_defaults ? 1 : -1, .unroll_chunks = unroll_chunks ? 1 : -1};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), gpu_defaults);
     assert_int_equal(g->head_matvec, !gpu_defaults);
     assert_int_equal(g->few_gpu, gpu_defaults);
+    assert_int_equal(g->matmul_one[0][QTYPE_Q4_K].spec[8], gpu_defaults && unroll_chunks); /* rows kernel's UNROLL */
     static_tables(g);
 }
 
@@ -303,6 +305,13 @@ static void test_invariance_gpu_defaults(void **state) {
     invariance(16, 61);
     gpu_defaults = false;
 }
+/* ... with whole chunks unrolled (the same bits as the loop: test_vk_matmul) */
+static void test_invariance_gpu_unrolled(void **state) {
+    (void)state;
+    gpu_defaults = unroll_chunks = true;
+    invariance(16, 61);
+    gpu_defaults = unroll_chunks = false;
+}
 
 /* Bad batches are errors, not crashes. */
 static void test_bad_batch(void **state) {
@@ -335,7 +344,8 @@ int main(void) {
         cmocka_unit_test(test_invariance_page4),
         cmocka_unit_test(test_invariance_long),
         cmocka_unit_test(test_bad_batch),
-        cmocka_unit_test(test_invariance_gpu_defaults), /* last: it switches the model */
+        cmocka_unit_test(test_invariance_gpu_defaults), /* last: they switch the model */
+        cmocka_unit_test(test_invariance_gpu_unrolled),
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -53,11 +53,11 @@ int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb) {
     return 0;
 }
 
-int cli_gate_up_pairs(const char *cmd, const char *s, int *out) {
+int cli_auto_on_off(const char *cmd, const char *flag, const char *s, int *out) {
     if (!strcmp(s, "auto")) *out = 0;
     else if (!strcmp(s, "on")) *out = 1;
     else if (!strcmp(s, "off")) *out = -1;
-    else return cli_error(cmd, "--gate-up-pairs %s: auto, on or off", s), -1;
+    else return cli_error(cmd, "%s %s: auto, on or off", flag, s), -1;
     return 0;
 }
 

@@ -20,8 +20,9 @@ int cli_f32(const char *opt, const char *s, float *out);
  * disk tier). cli_cache_dir_check: the flag needs --cache-dir. -1 after the message. */
 int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb);
 int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb);
-/* --gate-up-pairs auto|on|off (cinder bench, profile) -> gpu_model_opts.gate_up_pairs 0, 1, -1. */
-int cli_gate_up_pairs(const char *cmd, const char *s, int *out);
+/* FLAG auto|on|off -> 0, 1, -1 (cinder bench and profile: --gate-up-pairs and --unroll-chunks,
+ * gpu_model_opts's fields of those names). */
+int cli_auto_on_off(const char *cmd, const char *flag, const char *s, int *out);
 /* "1,2,3" -> malloc'd ids. */
 int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
 

@@ -15,7 +15,7 @@ static void usage(FILE *out) {
             "usage: cinder profile [--model M] [--prompt-tokens P] [--gen D] [--context C] [--batch B]\n"
             "                      [--trace OUT.json] [--plot OUT.svg] [--json] [--seed S] [--device-index N]\n"
             "                      [--peak-gbps X] [--peak-tflops Y] [--scenario NAME | --trace-file F]\n"
-            "                      [--gate-up-pairs auto|on|off]\n"
+            "                      [--gate-up-pairs auto|on|off] [--unroll-chunks auto|on|off]\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
             "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
             "  forward pass, with a GPU timestamp around every op, dispatch and copy. Prints per op:\n"
@@ -31,7 +31,8 @@ static void usage(FILE *out) {
             "  instead, B of them in flight (--batch), timing every pass, and adds per request its\n"
             "  wait, its prefix-cache work (match, host restore, disk reads) and its TTFT.\n"
             "  --gate-up-pairs: the FFN's gate and up of one type as one matmul with the SwiGLU\n"
-            "  (auto: on a GPU, not on a CPU device).\n"
+            "  (auto: on a GPU, not on a CPU device). --unroll-chunks: a GPU's few-token kernels decode\n"
+            "  a whole 256-weight chunk in straight-line code (auto: off until measured on a GPU).\n"
             "\n"
             "usage: cinder profile --device [--json] [--refresh] [--peak-gbps X] [--peak-tflops Y]\n"
             "                      [--device-index N]\n"
@@ -55,7 +56,8 @@ static int parse(int argc, char **argv, profile_opts *o) {
         else if (cli_value(argc, argv, &i, "--context", &v)) { if (cli_u32("--context", v, &o->context)) return -1; }
         else if (cli_value(argc, argv, &i, "--batch", &v)) { if (cli_u32("--batch", v, &o->batch)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u32("--seed", v, &o->seed)) return -1; }
-        else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_gate_up_pairs("profile", v, &o->gate_up_pairs)) return -1; }
+        else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("profile", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
+        else if (cli_value(argc, argv, &i, "--unroll-chunks", &v)) { if (cli_auto_on_off("profile", "--unroll-chunks", v, &o->unroll_chunks)) return -1; }
         else if (cli_value(argc, argv, &i, "--device-index", &v)) { if (cli_i32("--device-index", v, &o->device)) return -1; }
         else if (cli_value(argc, argv, &i, "--peak-gbps", &v)) {
             float f;

@@ -90,6 +90,7 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
     cvk_matmul_tile big = cvk_matmul_tile_default, few = g->few_gpu ? few_tile_gpu : cvk_matmul_tile_rows,
                     one = g->few_gpu ? one_tile_gpu : cvk_matmul_tile_one;
     big.glu = few.glu = one.glu = glu;
+    one.unroll = g->few_gpu && g->unroll_chunks;
     return cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big) ||
            cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few) ||
            cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);

@@ -123,6 +123,7 @@ typedef struct gpu_model {
     cvk_pipeline matmul_few[2][QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
     cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (a dense decode step) */
     bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
+    bool unroll_chunks;                       /* a GPU's one-token kernel unrolled (gpu_model_opts) */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
@@ -191,6 +192,11 @@ typedef struct gpu_model_opts {
     /* The few-token matmul kernels (gpu_forward.c): 0 auto = the device's kind, 1 a GPU's
      * (32-row workgroups, 8-token MoE items), -1 a CPU device's (tests run a GPU's on lavapipe). */
     int few_kernels;
+    /* A GPU's one-token kernel (few_kernels) decodes a whole 256-weight chunk of a block type
+     * in straight-line code (cvk_matmul_tile.unroll), so the chunk's loads can be in flight
+     * together: 1 on; 0 auto = -1 off, until a GPU's numbers say which (docs/kernels/matmul.md).
+     * The same bits either way. */
+    int unroll_chunks;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
