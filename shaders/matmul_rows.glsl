@@ -79,7 +79,8 @@ const uint NONE = 0xffffffffu;
 const uint CHUNK = 256u; // the canonical order's chunk of k (matmul.comp)
 // split k: each lane's chunk sums for the round, [invocation][token] (gate, then up for GLU)
 shared float chunk_sum[KL > 1u ? WG * NT * (GLU + 1u) : 1u];
-// weights decoded per unrolled step: a scale group of the block types (their rows are whole blocks)
+// weights decoded per step: a scale group of the block types (their rows are whole blocks), or
+// 32 float weights (float_one in main says when floats go a weight at a time instead)
 const uint GROUP = 32u;
 const bool FLOATW = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16;
 
