@@ -2,14 +2,18 @@
 # One command for a machine with a real GPU (and nothing installed but what the repo's set-up
 # installs): set-up, release build, the model, then side by side on the same file
 #   cinder profile --device      the device card (bandwidth, transfers, FMA/int8 rates, limits)
-#   cinder profile               per-op time, bytes, FLOPs, roofline (+ a Perfetto trace)
-#   cinder bench                 pp/tg tok/s (and with --unroll-chunks on, alternated)
+#   cinder profile               per-op time, bytes, FLOPs, roofline (+ a Perfetto trace), and
+#                                at --batch N for the batched decode step
+#   cinder bench                 pp/tg tok/s
 #   llama.cpp (node-llama-cpp)   its Vulkan build on the same file (scripts/bench_peer.sh)
 #   cinder bench --agents N      batched decode: N agents one at a time, then all N together
 #   cinder.base (--bundle)       a bundle made with --baseline REV: that cinder and this one timed
 #                                alternately (bench, batched decode, profile), before/after
 #   --tests                      the test programs on this device (kernels against the CPU
 #                                reference, the model, batch and cache invariance)
+#   --shapes                     the decode step's profile over shapes of the few-token matmul
+#                                kernels (--few-shape at --batch N agents, --one-shape at batch 1):
+#                                shapes.md tabulates step and per-op times to choose the defaults
 # and writes every table into one directory ($OUT if set, else gpu-bench-<date>/), ending with
 # summary.md (the ratios). On lavapipe try it with --preset small (the default is the real
 # model, qwen3-30b-a3b at q4_k_m: 18.6 GB, written in 213 s on 16 cores).
@@ -17,10 +21,10 @@
 # libraries scripts/gpu-bundle.sh packed into DIR instead of set-up and a build (as root: it
 # unpacks the Vulkan loader's packages into /).
 #   scripts/gpu-bench.sh [--preset P[:QUANT]] [--layers N] [--pp N] [--tg N] [--repeat N]
-#                        [--profile-gen D] [--batch B] [--agents N] [--tests] [--bundle DIR]
+#                        [--profile-gen D] [--batch B] [--agents N] [--tests] [--shapes] [--bundle DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 bundle=""
+preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 shapes=0 bundle=""
 usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,6 +37,7 @@ while [ $# -gt 0 ]; do
     --batch) batch=${2:?}; shift 2 ;;
     --agents) agents=${2:?}; shift 2 ;;
     --tests) tests=1; shift ;;
+    --shapes) shapes=1; shift ;;
     --bundle) bundle=$(cd "${2:?}" && pwd); shift 2 ;;
     *) usage ;;
   esac
@@ -78,17 +83,36 @@ run profile.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pg
   --trace "$out/profile.trace.json" || status=1
 run profile.json "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --json >/dev/null || status=1
 run bench.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat "$repeat" --json || status=1
-# whole chunks unrolled in the one-token kernels (--unroll-chunks, off by default until measured
-# on a GPU: docs/kernels/matmul.md): the profile with it, and the bench off / on alternated
-run profile-unrolled.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" \
-  --unroll-chunks on || status=1
-for i in 1 2; do
-  for u in off on; do
-    "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat 1 --unroll-chunks $u --json \
-      >>"$out/unroll-bench-$u.jsonl" 2>>"$out/unroll.err" || status=1
-  done
-done
+# the batched decode step's ops (the agents' case): few-token matmuls, attention over 8 tables
+if [ "$agents" -gt 1 ] && [ "$batch" != "$agents" ]; then
+  run profile-b$agents.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" \
+    --batch "$agents" || status=1
+fi
 run peer.json peer || status=1
+if [ "$shapes" = 1 ]; then # BN,BM,KL of the 2-16-token kernel at batch N, then BM,KL of the one-token kernel
+  for s in 8,8,4 8,4,8 8,8,8 8,16,4 8,32,4 8,2,16 4,8,4 4,4,8 4,8,8 2,4,8 2,8,8 1,4,8; do
+    "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$agents" --few-shape $s \
+      >"$out/shape-b$agents-${s//,/x}.txt" 2>>"$out/shapes.err" || status=1
+  done
+  for s in 4,8 8,8 2,16 8,4 4,16 16,8 1,32; do
+    "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch 1 --one-shape $s \
+      >"$out/shape-b1-${s//,/x}.txt" 2>>"$out/shapes.err" || status=1
+  done
+  python3 - "$out" >"$out/shapes.md" <<'PY'
+import glob, os, re, sys
+ops = ("attn_q", "attn_k", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "output")
+print("| batch | shape | decode step ms | " + " | ".join(o + " us" for o in ops) + " |")
+print("|---" * (3 + len(ops)) + "|")
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "shape-b*.txt"))):
+    b, s = re.match(r"shape-b(\d+)-(.*)\.txt", os.path.basename(f)).groups()
+    text = open(f).read().split("\ndecode:", 1)
+    if len(text) < 2: print(f"| {b} | {s} | failed |"); continue
+    step = re.search(r"([\d.]+) ms of GPU time per step", text[1])
+    us = {l.split()[0]: l.split()[5] for l in text[1].splitlines() if l.strip() and l.split()[0] in ops}
+    print(f"| {b} | {s.replace('x', ',')} | {step.group(1) if step else '?'} | " + " | ".join(us.get(o, "-") for o in ops) + " |")
+PY
+  cat "$out/shapes.md"
+fi
 agents_run() { # cinder binary, concurrency
   "$1" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 \
     --gen "$tg" --concurrency "$2" --json
@@ -109,6 +133,8 @@ if [ -n "$base_bin" ]; then # before/after on this machine: base, this, base, th
     done
   done
   "$base_bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" >"$out/ab-profile-base.txt" 2>&1 || status=1
+  [ "$agents" -gt 1 ] && { "$base_bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$agents" \
+    >"$out/ab-profile-base-b$agents.txt" 2>&1 || status=1; }
   tail -n 2 "$out"/ab-bench-*.jsonl
 fi
 if [ "$tests" = 1 ]; then # each test in its own directory, all at once, 10 minutes at most each

@@ -40,6 +40,7 @@
  * gate-up pairs (one matmul), the lm_head as the matmul gathering the wanted rows. */
 static bool gpu_defaults;
 static bool unroll_chunks; /* with gpu_defaults: gpu_model_opts.unroll_chunks */
+static gpu_rows_shape few_shape, one_shape; /* with gpu_defaults: gpu_model_opts's (0: default) */
 
 static model *tiny(void) {
     static model *m[2];
@@ -73,8 +74,13 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
-                        .few_kernels = gpu_defaults ? 1 : -1, .unroll_chunks = unroll_chunks ? 1 : -1};
+                        .few_kernels = gpu_defaults ? 1 : -1, .unroll_chunks = unroll_chunks ? 1 : -1,
+                        .few_shape = few_shape, .one_shape = one_shape};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    const uint32_t *few = g->matmul_few[0][QTYPE_Q4_K].spec, *one = g->matmul_one[0][QTYPE_Q4_K].spec;
+    if (few_shape.bn) /* rows kernel's NT, BM, KL */
+        assert_true(few[3] == few_shape.bn && few[2] == few_shape.bm && few[6] == few_shape.kl);
+    if (one_shape.bm) assert_true(one[3] == 1 && one[2] == one_shape.bm && one[6] == one_shape.kl);
     assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), gpu_defaults);
     assert_int_equal(g->head_matvec, !gpu_defaults);
     assert_int_equal(g->few_gpu, gpu_defaults);
@@ -313,6 +319,38 @@ static void test_invariance_gpu_unrolled(void **state) {
     gpu_defaults = unroll_chunks = false;
 }
 
+/* ... with other shapes of the few- and one-token kernels (gpu_model_opts.few_shape, one_shape:
+ * what cinder profile --few-shape / --one-shape measure on a GPU): 2-token columns of 4 rows x 8
+ * lanes, one token 8 rows x 2 lanes */
+static void test_invariance_gpu_shapes(void **state) {
+    (void)state;
+    gpu_defaults = true;
+    few_shape = (gpu_rows_shape){.bn = 2, .bm = 4, .kl = 8};
+    one_shape = (gpu_rows_shape){.bm = 8, .kl = 2};
+    invariance(16, 61);
+    gpu_defaults = false;
+    few_shape = one_shape = (gpu_rows_shape){0};
+}
+
+/* Shapes the kernels cannot take are errors naming them. */
+static void test_bad_shapes(void **state) {
+    (void)state;
+    const model_config *c = &tiny()->cfg;
+    kv_layout lay;
+    if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, 16) || kv_pool_init(&kvp, vk, &lay, 256))
+        fail_msg("%s", cd_errmsg());
+    gpu_rows_shape bad[][2] = {{{.bn = 17}, {0}}, {{0}, {.bn = 2}}, {{.kl = 65}, {0}}, {{0}, {.bm = 64, .kl = 64}}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gpu_model g;
+        gpu_model_opts o = {.n_ctx = 256, .n_batch = 8, .kv = &kvp.buf, .lay = &kvp.lay, .few_kernels = 1,
+                            .few_shape = bad[i][0], .one_shape = bad[i][1]};
+        assert_int_equal(gpu_model_init(&g, vk, tiny(), &o), -1);
+        print_message("refused: %s\n", cd_errmsg());
+        assert_non_null(strstr(cd_errmsg(), "kernel"));
+    }
+    kv_pool_free(&kvp);
+}
+
 /* Bad batches are errors, not crashes. */
 static void test_bad_batch(void **state) {
     (void)state;
@@ -346,6 +384,8 @@ int main(void) {
         cmocka_unit_test(test_bad_batch),
         cmocka_unit_test(test_invariance_gpu_defaults), /* last: they switch the model */
         cmocka_unit_test(test_invariance_gpu_unrolled),
+        cmocka_unit_test(test_invariance_gpu_shapes),
+        cmocka_unit_test(test_bad_shapes),
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -87,6 +87,21 @@ int cli_f32(const char *opt, const char *s, float *out) {
     return 0;
 }
 
+int cli_u32s(const char *cmd, const char *opt, const char *s, uint32_t *out, size_t n) {
+    if (!s) return cli_error(cmd, "%s needs a value", opt), -1;
+    const char *p = s;
+    for (size_t k = 0; k < n; k++) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(p, &end, 10);
+        if (errno || end == p || *p == '-' || *p == '+' || v > UINT32_MAX || (k + 1 < n ? *end != ',' : *end))
+            return cli_error(cmd, "%s %s: %zu comma-separated numbers", opt, s, n), -1;
+        out[k] = (uint32_t)v;
+        p = end + 1;
+    }
+    return 0;
+}
+
 int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n) {
     if (!s) return fprintf(stderr, "cinder: %s needs a value\n", opt), -1;
     size_t cap = 1;

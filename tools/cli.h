@@ -23,6 +23,8 @@ int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb);
 /* FLAG auto|on|off -> 0, 1, -1 (cinder bench and profile: --gate-up-pairs and --unroll-chunks,
  * gpu_model_opts's fields of those names). */
 int cli_auto_on_off(const char *cmd, const char *flag, const char *s, int *out);
+/* "A,B,C" -> exactly n numbers (cinder profile --few-shape / --one-shape). */
+int cli_u32s(const char *cmd, const char *opt, const char *s, uint32_t *out, size_t n);
 /* "1,2,3" -> malloc'd ids. */
 int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
 

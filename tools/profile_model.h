@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/model/gpu_model.h"
 #include "runtime/model/model.h"
 
 typedef struct profile_opts {
@@ -31,6 +32,7 @@ typedef struct profile_opts {
     const char *peak_source; /* set by profile_model: where the bandwidth peak came from */
     int gate_up_pairs;    /* gpu_model_opts.gate_up_pairs */
     int unroll_chunks;    /* gpu_model_opts.unroll_chunks */
+    gpu_rows_shape few_shape, one_shape; /* gpu_model_opts's: other kernel shapes to measure */
 } profile_opts;
 
 /* Fills the peaks the user did not give from the device card (tools/device_card.h). */

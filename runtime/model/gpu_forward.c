@@ -54,17 +54,31 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
 /* The kernels for few tokens (decode steps, experts with a handful of tokens): matmul_rows.comp,
  * a weight row decoded a scale group at a time in registers. On a GPU with k split over lanes
  * (tile.kl: each lane sums some of the row's 256-weight chunks, one lane adds the chunk sums in
- * order): one token 4 rows x 8 lanes per 32-invocation workgroup, 8-token items 8 rows x 4
- * lanes (the down projection's k is 3 chunks at the real shape). Without the split a decode
+ * order): one token 4 rows x 8 lanes per 32-invocation workgroup, 2-16 tokens (and the MoE's
+ * list-0 items) in 4-token columns of 8 rows x 4 lanes (the down projection's k is 3 chunks at
+ * the real shape). On an H100 (4 layers of the 30B, batch-8 decode step, docs/PERF.md
+ * 2026-11-28) 4-token columns took the step from 5.49 to 4.51 ms against 8-token ones: the
+ * expert gate-up 226 -> 160 us, attn_q 102 -> 68; 12 shapes were timed. Without the split a decode
  * step's projection has one invocation per row walking all of k, and on an H100 was bound by
  * that walk (attn_k's 512 rows: 49 us, the router's 128 rows: 177 us; docs/PERF.md,
  * 2026-11-26); before that the tiled kernel with an 8-token tile took 1.1-2.3 ms per
  * projection. On a CPU device, for F32/F16/BF16 weights, 64 rows, and one token of 4 rows per
  * invocation (matmul_one); the block types: cpu_texel below. Every output is summed in the
  * same canonical order in all of them (op_matmul.h), so the choice never changes a bit. */
-static const cvk_matmul_tile few_tile_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
+static const cvk_matmul_tile few_tile_gpu = {.bm = 8, .bn = 4, .kl = 4, .rows = true};
 static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = true};
 #define FEW_TOKENS 16u /* token columns up to which the few-token kernel runs */
+/* A GPU's dense projection of fewer rows than this over 2-16 tokens runs the one-token kernel in
+ * every token column instead: the few-token kernel's rows x 4 invocations per 4 tokens are too
+ * few to hide the GPU's latencies, and decoding each weight once per token costs less than
+ * that. H100, 8 tokens: attn_output (2,048 rows) 120 -> 86 us, attn_k (512) 36 -> 18, the
+ * router (128) 48 -> 14; attn_q (4,096) 68 -> 87, so it keeps the few-token kernel. */
+#define FEW_ROWS_GPU 4096u
+/* A GPU's lm_head (151,936 rows at the real shape): rows enough for any split, so fewer lanes
+ * per row and more rows per workgroup. H100, one token: 492 -> 368 us with 8 rows x 4 lanes;
+ * 8 tokens: 8-token columns 1,604 us, 4-token 1,675. */
+static const cvk_matmul_tile head_one_gpu = {.bm = 8, .bn = 1, .kl = 4, .rows = true};
+static const cvk_matmul_tile head_few_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
 
 /* On a CPU device the block types (Q8_0, Q4_K, Q5_K, Q6_K) run the rows kernel reading weights
  * and x through texel buffers, 8 rows per invocation, with one token per workgroup column
@@ -75,6 +89,14 @@ static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = 
  * column 0.9 and 3.4, one per column 0.5 for one token and 11.9 for 32 (docs/kernels/matmul.md,
  * "Branches on llvmpipe" and "Eight tokens per column"). */
 static bool cpu_texel(const gpu_model *g, enum qtype type) { return !g->few_gpu && cvk_matmul_texel_type(type); }
+
+/* t with the fields s sets (gpu_model_opts.few_shape / one_shape: measuring other shapes) */
+static cvk_matmul_tile shaped(cvk_matmul_tile t, gpu_rows_shape s) {
+    if (s.bn) t.bn = s.bn;
+    if (s.bm) t.bm = s.bm;
+    if (s.kl) t.kl = s.kl;
+    return t;
+}
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
 static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
@@ -87,8 +109,9 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
         return cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one) ||
                cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &eight);
     }
-    cvk_matmul_tile big = cvk_matmul_tile_default, few = g->few_gpu ? few_tile_gpu : cvk_matmul_tile_rows,
-                    one = g->few_gpu ? one_tile_gpu : cvk_matmul_tile_one;
+    cvk_matmul_tile big = cvk_matmul_tile_default,
+                    few = g->few_gpu ? shaped(few_tile_gpu, g->few_shape) : cvk_matmul_tile_rows,
+                    one = g->few_gpu ? shaped(one_tile_gpu, g->one_shape) : cvk_matmul_tile_one;
     big.glu = few.glu = one.glu = glu;
     one.unroll = g->few_gpu && g->unroll_chunks;
     return cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big) ||
@@ -96,9 +119,18 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
            cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
 }
 
-static const cvk_pipeline *matmul_pipe(const gpu_model *g, enum qtype type, uint32_t n_tokens, bool glu) {
-    if (n_tokens == 1 || cpu_texel(g, type)) return &g->matmul_one[glu][type];
+/* The kernel for a dense projection of t over n_tokens. */
+static const cvk_pipeline *matmul_pipe(const gpu_model *g, const gguf_tensor *t, uint32_t n_tokens, bool glu) {
+    enum qtype type = t->type;
+    bool few_rows = g->few_gpu && t->ne[1] < FEW_ROWS_GPU; /* outputs (a gate-up pair: one per pair) */
+    if (n_tokens == 1 || cpu_texel(g, type) || (few_rows && n_tokens <= FEW_TOKENS)) return &g->matmul_one[glu][type];
     return n_tokens <= FEW_TOKENS ? &g->matmul_few[glu][type] : &g->matmul[glu][type];
+}
+
+/* The lm_head's kernel for n_out rows (a GPU's own shapes; else as a dense projection's). */
+static const cvk_pipeline *head_pipe(const gpu_model *g, uint32_t n_out) {
+    if (g->few_gpu && n_out <= FEW_TOKENS) return n_out == 1 ? &g->matmul_head_one : &g->matmul_head_few;
+    return matmul_pipe(g, g->m->output, n_out, false);
 }
 
 /* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
@@ -146,6 +178,12 @@ static int make_pipelines(gpu_model *g) {
         if (gpu_layer_has_pairs(&g->w.layers[il])) TRY(want_matmul(g, l->gate_exps ? l->gate_exps : l->ffn_gate, true));
     }
     TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
+    if (g->few_gpu) {
+        cvk_matmul_tile one = head_one_gpu, few = head_few_gpu;
+        enum qtype t = m->output->type;
+        TRY(cvk_matmul_pipeline(&g->matmul_head_one, &g->vk->dev, g->vk->pcache.cache, t, &one) ||
+            cvk_matmul_pipeline(&g->matmul_head_few, &g->vk->dev, g->vk->pcache.cache, t, &few));
+    }
     VkPipelineCache pc = g->vk->pcache.cache;
     TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
     if (m->cfg.arch == ARCH_QWEN3MOE) TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
@@ -268,6 +306,8 @@ void gpu_forward_free(gpu_model *g) {
             cvk_pipeline_destroy(&vk->dev, &g->matmul_one[glu][t]);
         }
     cvk_pipeline_destroy(&vk->dev, &g->moe_group);
+    cvk_pipeline_destroy(&vk->dev, &g->matmul_head_one);
+    cvk_pipeline_destroy(&vk->dev, &g->matmul_head_few);
     for (int b = 0; b < 3; b++) cvk_pipeline_destroy(&vk->dev, &g->head_many[b]);
     cvk_pipeline_destroy(&vk->dev, &g->head);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &g->attn_prefill);
@@ -321,7 +361,7 @@ static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, co
                          .accumulate = out == OUT_ADD, .glu = glu};
     uint32_t four = ch->T / 4 * 4;
     if (!cpu_texel(ch->g, t->type) || !four)
-        return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t->type, ch->T, glu), &a);
+        return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t, ch->T, glu), &a);
     /* CPU device: tokens [0, four) in 8-token columns, the last one half full when four is not
      * a multiple of 8 (each row decoded once per column; a partly empty column costs as much as
      * a full one), the last T % 4 one per column */
@@ -523,8 +563,8 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
                          .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
                          .n_tokens = n_out, .gather = W(&g->in_out.dev)};
     if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out, false);
-    /* the matmul head: for a decode step's rows the few-token kernel (the same bits as any other) */
-    const cvk_pipeline *hp = matmul_pipe(g, t->type, n_out, false);
+    /* the matmul head: for a decode step's rows the few-token kernels (the same bits as any other) */
+    const cvk_pipeline *hp = head_pipe(g, n_out);
     if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, hp, &a);
     barrier(ch);
     cvk_argmax_args am = {.logits = W(&g->blogits), .scratch = W(&g->bam_scratch), .out = W(&g->bout_id),

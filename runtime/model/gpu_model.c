@@ -43,6 +43,7 @@ static int check_opts(const model *m, const gpu_model_opts *o) {
     if (c->arch == ARCH_QWEN3MOE && (c->n_expert > CVK_MOE_MAX_EXPERT || c->n_expert_used > CVK_MOE_MAX_K))
         return cd_fail("%u experts, %u used: the router kernel takes at most %u and %u", c->n_expert,
                        c->n_expert_used, CVK_MOE_MAX_EXPERT, CVK_MOE_MAX_K);
+    if (o->one_shape.bn > 1) return cd_fail("the one-token kernel's shape has %u tokens per column", o->one_shape.bn);
     return 0;
 }
 
@@ -65,6 +66,7 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
         g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu && m->output != m->tok_embd);
         g->few_gpu = o->few_kernels > 0 || (o->few_kernels == 0 && !cpu);
         g->unroll_chunks = o->unroll_chunks > 0;
+        g->few_shape = o->few_shape, g->one_shape = o->one_shape;
         const gguf_tensor *h = m->output;
         if (g->head_matvec) {
             g->head_cfg = cvk_matvec_choose(&vk->dev, h->type, (uint32_t)h->ne[0], (uint32_t)h->ne[1], 1);

@@ -104,6 +104,12 @@ typedef struct gpu_recording {
     cvk_descpool dp;          /* its descriptor sets */
 } gpu_recording;
 
+/* A shape of the rows kernel (shaders/matmul_rows.comp) on a GPU: tokens per workgroup column,
+ * weight rows per workgroup, invocations per row splitting k (cvk_matmul_tile's bn, bm, kl). */
+typedef struct gpu_rows_shape {
+    uint32_t bn, bm, kl;
+} gpu_rows_shape;
+
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
@@ -122,8 +128,10 @@ typedef struct gpu_model {
     cvk_pipeline matmul[2][QTYPE_COUNT];
     cvk_pipeline matmul_few[2][QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
     cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (a dense decode step) */
+    cvk_pipeline matmul_head_one, matmul_head_few; /* a GPU's lm_head: 1 and 2-16 tokens (few_gpu) */
     bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
     bool unroll_chunks;                       /* a GPU's one-token kernel unrolled (gpu_model_opts) */
+    gpu_rows_shape few_shape, one_shape;      /* their shapes asked for (gpu_model_opts) */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
@@ -197,6 +205,10 @@ typedef struct gpu_model_opts {
      * together: 1 on; 0 auto = -1 off, until a GPU's numbers say which (docs/kernels/matmul.md).
      * The same bits either way. */
     int unroll_chunks;
+    /* A GPU's few-token kernel shapes (few_kernels), to measure others on a device: the 2-16
+     * token kernel's (also the MoE's list-0 items) and the one-token kernel's (bn 1). A zero
+     * field keeps gpu_forward.c's default. Any shape gives the same bits (op_matmul.h). */
+    gpu_rows_shape few_shape, one_shape;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
