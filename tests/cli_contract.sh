@@ -68,6 +68,8 @@ fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: aut
 fails_with "profile --unroll-chunks names the choices" "--unroll-chunks yes: auto, on or off" "$bin" profile --model "$model" --unroll-chunks yes
 unrolled=$("$bin" bench --model "$model" --prompt-tokens 8 --gen 2 --repeat 1 --unroll-chunks on --json)
 check "bench --unroll-chunks on runs" test "$(json_field 'd["decode_tok_s"] > 0' <<<"$unrolled")" = True
+fails_with "profile --few-shape needs three numbers" "--few-shape 4,8: 3 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8
+fails_with "profile --one-shape refuses a sign" "--one-shape -4,8: 2 comma-separated numbers" "$bin" profile --model "$model" --one-shape -4,8
 
 chat=$(printf 'Hello there\nAnd a second question\n/stats\nA third\n' | "$bin" chat --model "$model" --n 4 --page-size 4 --json)
 check "chat: one JSON line per turn" test "$(wc -l <<<"$chat")" = 3
