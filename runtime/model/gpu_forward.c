@@ -135,7 +135,7 @@ static const cvk_pipeline *head_pipe(const gpu_model *g, uint32_t n_out) {
 
 /* The grouped matmuls run over moe_group's two work lists, each an indirect dispatch over
  * (item, row tile). On a GPU list 0 holds the experts with at most MOE_SPLIT tokens, cut into
- * the rows kernel's 8-token items (a row decoded once per 8 tokens); list 1 the busier experts,
+ * the rows kernel's 4-token items (a row decoded once per 4 tokens); list 1 the busier experts,
  * in items of the big tile (matmul). On a CPU device, where the block types run the texel rows
  * kernel (cpu_texel), list 0 holds the experts with at most MOE_SPLIT_CPU tokens, one per item
  * (matmul_one), and list 1 the others in 8-token items (matmul_few: each row decoded once per 8

@@ -202,7 +202,7 @@ typedef struct gpu_model_opts {
     int few_kernels;
     /* A GPU's one-token kernel (few_kernels) decodes a whole 256-weight chunk of a block type
      * in straight-line code (cvk_matmul_tile.unroll), so the chunk's loads can be in flight
-     * together: 1 on; 0 auto = -1 off, until a GPU's numbers say which (docs/kernels/matmul.md).
+     * together: 1 on; 0 auto = -1 off (an H100 ran it 3% slower: docs/kernels/matmul.md).
      * The same bits either way. */
     int unroll_chunks;
     /* A GPU's few-token kernel shapes (few_kernels), to measure others on a device: the 2-16
