@@ -25,7 +25,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 shapes=0 bundle=""
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) spec=${2:?}; preset=${spec%%:*}; [ "${spec#*:}" = "$spec" ] || quant=${spec#*:}; shift 2 ;;
