@@ -43,11 +43,6 @@ layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
 layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows (KL 1)
 layout(constant_id = 6) const uint KL = 1;  // invocations per row splitting k (RPI 1)
 layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4 unused here
-// 1: a whole 256-weight chunk's 8 groups in straight-line code (storage-buffer variant, one
-// token, block types), so a GPU can issue the chunk's loads together rather than waiting out
-// one group's at a time. Not for more tokens: their sums already give each weight several
-// independent fma chains, and llvmpipe takes minutes to compile the unrolled 8-token kernel.
-layout(constant_id = 8) const uint UNROLL = 0;
 
 #ifdef TEXEL
 #include "quant_blocks.glsl"
@@ -368,8 +363,6 @@ void main() {
                     ADD_N(w, part_u, 1u)
                 }
             }
-        } else if (UNROLL != 0u && NT == 1u && !FLOATW && k_end - c * CHUNK == CHUNK) { // a whole chunk in straight-line code
-            [[unroll]] for (uint g = 0; g < CHUNK / GROUP; g++) ADD_DECODED(c * CHUNK + g * GROUP)
         } else
 #endif
         for (uint kg = c * CHUNK; kg < k_end; kg += GROUP) ADD_DECODED(kg)

@@ -65,9 +65,7 @@ check "bench --json reports prefill and decode tok/s" test "$(json_field 'd["pre
 check "bench --json lists each repeat, the medians theirs" test "$(json_field 'len(d["prefill_runs"]) == 2 and len(d["decode_runs"]) == 2 and abs(sum(d["prefill_runs"]) / 2 - d["prefill_tok_s"]) < 1e-3 * d["prefill_tok_s"] and abs(sum(d["decode_runs"]) / 2 - d["decode_tok_s"]) < 1e-3 * d["decode_tok_s"]' <<<"$bench")" = True
 fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
-fails_with "profile --unroll-chunks names the choices" "--unroll-chunks yes: auto, on or off" "$bin" profile --model "$model" --unroll-chunks yes
-unrolled=$("$bin" bench --model "$model" --prompt-tokens 8 --gen 2 --repeat 1 --unroll-chunks on --json)
-check "bench --unroll-chunks on runs" test "$(json_field 'd["decode_tok_s"] > 0' <<<"$unrolled")" = True
+fails_with "profile --gate-up-pairs names the choices" "--gate-up-pairs yes: auto, on or off" "$bin" profile --model "$model" --gate-up-pairs yes
 fails_with "profile --few-shape needs three numbers" "--few-shape 4,8: 3 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8
 fails_with "profile --one-shape refuses a sign" "--one-shape -4,8: 2 comma-separated numbers" "$bin" profile --model "$model" --one-shape -4,8
 

@@ -39,7 +39,6 @@
  * lavapipe's kernels or, with `gpu_defaults` set, in q4_k_m with a GPU's: gate and up as
  * gate-up pairs (one matmul), the lm_head as the matmul gathering the wanted rows. */
 static bool gpu_defaults;
-static bool unroll_chunks; /* with gpu_defaults: gpu_model_opts.unroll_chunks */
 static gpu_rows_shape few_shape, one_shape; /* with gpu_defaults: gpu_model_opts's (0: default) */
 
 static model *tiny(void) {
@@ -74,8 +73,7 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
-                        .few_kernels = gpu_defaults ? 1 : -1, .unroll_chunks = unroll_chunks ? 1 : -1,
-                        .few_shape = few_shape, .one_shape = one_shape};
+                        .few_kernels = gpu_defaults ? 1 : -1, .few_shape = few_shape, .one_shape = one_shape};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     const uint32_t *few = g->matmul_few[0][QTYPE_Q4_K].spec, *one = g->matmul_one[0][QTYPE_Q4_K].spec;
     if (few_shape.bn) /* rows kernel's NT, BM, KL */
@@ -84,7 +82,6 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
     assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), gpu_defaults);
     assert_int_equal(g->head_matvec, !gpu_defaults);
     assert_int_equal(g->few_gpu, gpu_defaults);
-    assert_int_equal(g->matmul_one[0][QTYPE_Q4_K].spec[8], gpu_defaults && unroll_chunks); /* rows kernel's UNROLL */
     static_tables(g);
 }
 
@@ -311,14 +308,6 @@ static void test_invariance_gpu_defaults(void **state) {
     invariance(16, 61);
     gpu_defaults = false;
 }
-/* ... with whole chunks unrolled (the same bits as the loop: test_vk_matmul) */
-static void test_invariance_gpu_unrolled(void **state) {
-    (void)state;
-    gpu_defaults = unroll_chunks = true;
-    invariance(16, 61);
-    gpu_defaults = unroll_chunks = false;
-}
-
 /* ... with other shapes of the few- and one-token kernels (gpu_model_opts.few_shape, one_shape:
  * what cinder profile --few-shape / --one-shape measure on a GPU): 2-token columns of 4 rows x 8
  * lanes, one token 8 rows x 2 lanes */
@@ -383,7 +372,6 @@ int main(void) {
         cmocka_unit_test(test_invariance_long),
         cmocka_unit_test(test_bad_batch),
         cmocka_unit_test(test_invariance_gpu_defaults), /* last: they switch the model */
-        cmocka_unit_test(test_invariance_gpu_unrolled),
         cmocka_unit_test(test_invariance_gpu_shapes),
         cmocka_unit_test(test_bad_shapes),
     };

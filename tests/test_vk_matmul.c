@@ -636,7 +636,7 @@ static void test_grouped_split_parts(void **state) {
  * experts each: 0-2 per expert) and a 512-token chunk; every type; gate/up (token rows) and
  * down (pair rows); weights split into parts. Each case is checked against the double
  * product, and its output compared bit for bit across tilings: the grid over every expert
- * with the default tile, the rows kernel (bn 8 and 1, split k, whole chunks unrolled) and an
+ * with the default tile, the rows kernel (bn 8 and 1, split k) and an
  * 8-token tile for list 0, the default and a 32-token tile for list 1, splits 0 (everything in
  * list 1), 4, 16 and all. Float rows also at n_in 1001 (not whole 32-weight groups). */
 static void test_grouped_items(void **state) {
@@ -647,13 +647,12 @@ static void test_grouped_items(void **state) {
     const cvk_matmul_tile rows2 = {.bm = 128, .bn = 8, .tm = 2, .rows = true};
     /* split k: lanes per row over the 256-weight chunks (a GPU's decode kernels) */
     const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split3 = {.bm = 8, .bn = 1, .kl = 3, .rows = true};
-    /* whole chunks unrolled (a GPU's straight-line chunk), with and without the split */
-    const cvk_matmul_tile split4u = {.bm = 4, .bn = 1, .kl = 8, .rows = true, .unroll = true};
+    const cvk_matmul_tile split4 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}; /* a GPU's one token */
     struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
         {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX},
         {&cvk_matmul_tile_rows, &t32, 0}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX},
         {&cvk_matmul_tile_one, NULL, 16}, {&three, &rows2, 4}, {&split8, NULL, 16},
-        {&split3, &split8, 4}, {&split4u, &split8, 4}, {texel_one, &t32, 16}, {&texel_rows, NULL, 4},
+        {&split3, &split8, 4}, {&split4, &split8, 4}, {texel_one, &t32, 16}, {&texel_rows, NULL, 4},
         /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel
          * items (partly empty ones too); and every expert in 8-token texel items */
         {texel_one, &cvk_matmul_tile_eight_texel, 3}, {texel_one, &cvk_matmul_tile_eight_texel, 0}};
@@ -684,7 +683,7 @@ static void test_grouped_items(void **state) {
             uint32_t P = base.T * base.k, ys = base.n_rows + 3;
             size_t ny = (size_t)(P - 1) * ys + base.n_rows;
             for (size_t k = 0; k < n_tilings; k++) {
-                bool split = tilings[k].t0->kl > 1 || tilings[k].t0->unroll;
+                bool split = tilings[k].t0->kl > 1;
                 if (ci >= 4 && k != 0 && !split && !tilings[k].t0->texel)
                     continue; /* many chunks: the rows kernel, the split and texel forms */
                 if (tilings[k].t0->texel && !cvk_matmul_texel_type(ty)) continue;
@@ -851,15 +850,14 @@ static void test_glu(void **state) {
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
                           small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
     const cvk_matmul_tile split = {.bm = 8, .bn = 8, .kl = 4, .rows = true},
-                          split_u = {.bm = 4, .bn = 1, .kl = 8, .rows = true, .unroll = true};
+                          split1 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}; /* a GPU's one token */
     const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split,
-                                      &split_u, texel_one, &texel_rows};
+                                      &split1, texel_one, &texel_rows};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (size_t k = 0; k < sizeof tiles / sizeof *tiles; k++) {
             if (tiles[k] && tiles[k]->texel && !cvk_matmul_texel_type(types[ti])) continue;
-            if (tiles[k] == &split_u && types[ti] != QTYPE_Q4_K) continue; /* llvmpipe compiles it slowly */
             uint32_t n_in = n_in_for(types[ti]);
             const uint32_t Ts[] = {1, 5, 70};
             for (size_t i = 0; i < 3; i++) {
@@ -888,11 +886,6 @@ static void test_rejects_mismatches(void **state) {
     assert_non_null(strstr(cd_errmsg(), "divide 256"));
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F16, texel_one), -1); /* block types */
     assert_non_null(strstr(cd_errmsg(), "block types"));
-    bad = (cvk_matmul_tile){.bm = 256, .bn = 1, .tm = 8, .rows = true, .texel = true, .unroll = true};
-    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, &bad), -1); /* texel: no unroll */
-    assert_non_null(strstr(cd_errmsg(), "unrolled"));
-    bad = (cvk_matmul_tile){.bm = 8, .bn = 8, .kl = 4, .rows = true, .unroll = true}; /* 8 tokens: no unroll */
-    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, &bad), -1);
     bad = (cvk_matmul_tile){.bm = 64, .bn = 1, .tm = 2, .kl = 4, .rows = true}; /* split k takes one row per invocation */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);

@@ -30,7 +30,6 @@ typedef struct bench_opts {
     bench_agents_opts agents; /* --agents N: agent loops through the scheduler instead */
     bool gen_given;
     int gate_up_pairs; /* engine_opts.gate_up_pairs (prefill/decode mode) */
-    int unroll_chunks; /* engine_opts.unroll_chunks (prefill/decode mode) */
 } bench_opts;
 
 typedef struct bench_run {
@@ -40,17 +39,14 @@ typedef struct bench_run {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N]\n"
-            "                    [--gate-up-pairs auto|on|off] [--unroll-chunks auto|on|off] [--json]\n"
+            "                    [--gate-up-pairs auto|on|off] [--json]\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
             "  + 1; speed should not depend on it). --gate-up-pairs: the FFN's gate and up of one type\n"
-            "  as one matmul with the SwiGLU (auto: on a GPU, not on a CPU device). --unroll-chunks: a\n"
-            "  GPU's few-token kernels decode a whole 256-weight chunk in straight-line code (auto: off;\n"
-            "  an H100 ran it slower: docs/kernels/matmul.md). --json prints one object with\n"
-            "  prefill_tok_s and\n"
-            "  decode_tok_s (medians) and prefill_runs / decode_runs (each repeat, in run order). Where\n"
-            "  the time goes: cinder profile.\n"
+            "  as one matmul with the SwiGLU (auto: on a GPU, not on a CPU device). --json prints one\n"
+            "  object with prefill_tok_s and decode_tok_s (medians) and prefill_runs / decode_runs (each\n"
+            "  repeat, in run order). Where the time goes: cinder profile.\n"
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
@@ -112,7 +108,6 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("bench", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
-        else if (cli_value(argc, argv, &i, "--unroll-chunks", &v)) { if (cli_auto_on_off("bench", "--unroll-chunks", v, &o->unroll_chunks)) return -1; }
         else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->trace.plot = v;
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
@@ -230,8 +225,7 @@ static int bench(const bench_opts *o, model *m) {
 
     int rc = 0;
     double t0 = cd_now_ms();
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs,
-                      .unroll_chunks = o->unroll_chunks};
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs};
     if (engine_init(&e, m, &eo)) rc = -1;
     double load_ms = cd_now_ms() - t0;
     bench_run warm;

@@ -15,8 +15,7 @@ static void usage(FILE *out) {
             "usage: cinder profile [--model M] [--prompt-tokens P] [--gen D] [--context C] [--batch B]\n"
             "                      [--trace OUT.json] [--plot OUT.svg] [--json] [--seed S] [--device-index N]\n"
             "                      [--peak-gbps X] [--peak-tflops Y] [--scenario NAME | --trace-file F]\n"
-            "                      [--gate-up-pairs auto|on|off] [--unroll-chunks auto|on|off]\n"
-            "                      [--few-shape BN,BM,KL] [--one-shape BM,KL]\n"
+            "                      [--gate-up-pairs auto|on|off] [--few-shape BN,BM,KL] [--one-shape BM,KL]\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
             "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
             "  forward pass, with a GPU timestamp around every op, dispatch and copy. Prints per op:\n"
@@ -32,8 +31,7 @@ static void usage(FILE *out) {
             "  instead, B of them in flight (--batch), timing every pass, and adds per request its\n"
             "  wait, its prefix-cache work (match, host restore, disk reads) and its TTFT.\n"
             "  --gate-up-pairs: the FFN's gate and up of one type as one matmul with the SwiGLU\n"
-            "  (auto: on a GPU, not on a CPU device). --unroll-chunks: a GPU's few-token kernels decode\n"
-            "  a whole 256-weight chunk in straight-line code (auto: off; an H100 ran it slower).\n"
+            "  (auto: on a GPU, not on a CPU device).\n"
             "  --few-shape / --one-shape: a GPU's 2-16-token / one-token matmul kernel with BN tokens\n"
             "  per workgroup column, BM rows per workgroup and KL lanes splitting k (0: the default;\n"
             "  the same results, other speeds: docs/kernels/matmul.md). Not the lm_head's; a CPU\n"
@@ -62,7 +60,6 @@ static int parse(int argc, char **argv, profile_opts *o) {
         else if (cli_value(argc, argv, &i, "--batch", &v)) { if (cli_u32("--batch", v, &o->batch)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u32("--seed", v, &o->seed)) return -1; }
         else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("profile", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
-        else if (cli_value(argc, argv, &i, "--unroll-chunks", &v)) { if (cli_auto_on_off("profile", "--unroll-chunks", v, &o->unroll_chunks)) return -1; }
         else if (cli_value(argc, argv, &i, "--few-shape", &v)) {
             uint32_t s[3];
             if (cli_u32s("profile", "--few-shape", v, s, 3)) return -1;

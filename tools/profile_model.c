@@ -687,7 +687,7 @@ int profile_model(profile_opts *o, const model *m) {
                   kv_pool_init(&pool, vk, &lay, o->batch * ((len + pt - 1) / pt) * pt);
     gpu_model_opts go = {.n_ctx = len, .max_seqs = o->batch, .kv = &pool.buf, .lay = &pool.lay,
                          .n_batch = o->prompt > o->batch ? (o->prompt < 512 ? o->prompt : 512) : o->batch,
-                         .gate_up_pairs = o->gate_up_pairs, .unroll_chunks = o->unroll_chunks,
+                         .gate_up_pairs = o->gate_up_pairs,
                          .few_shape = o->few_shape, .one_shape = o->one_shape};
     if (!rc) rc = fill_peaks(o, vk);
     if (!rc) rc = gpu_model_init(g, vk, m, &go);

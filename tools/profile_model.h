@@ -31,7 +31,6 @@ typedef struct profile_opts {
     double peak_tflops;   /* fp32 FMA rate; 0: the device card's */
     const char *peak_source; /* set by profile_model: where the bandwidth peak came from */
     int gate_up_pairs;    /* gpu_model_opts.gate_up_pairs */
-    int unroll_chunks;    /* gpu_model_opts.unroll_chunks */
     gpu_rows_shape few_shape, one_shape; /* gpu_model_opts's: other kernel shapes to measure */
 } profile_opts;
 

@@ -65,7 +65,7 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
                        o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
     TRY(kv_pool_init(&e->pool, e->vk, &lay, (uint32_t)pool));
     gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .kv = &e->pool.buf,
-                         .lay = &e->pool.lay, .gate_up_pairs = o->gate_up_pairs, .unroll_chunks = o->unroll_chunks};
+                         .lay = &e->pool.lay, .gate_up_pairs = o->gate_up_pairs};
     TRY(gpu_model_init(&e->g, e->vk, m, &go));
     TRY(model_set_weights_digest(m, e->g.w.digest));
     TRY(alloc_scheduler(e, o));

@@ -70,7 +70,6 @@ typedef struct engine_opts {
      * Either way the same tokens but within float rounding of a boundary between two tokens. */
     int draw;
     int gate_up_pairs;     /* gpu_model_opts.gate_up_pairs: 0 auto (a GPU), 1 on, -1 off */
-    int unroll_chunks;     /* gpu_model_opts.unroll_chunks: 0 auto (off), 1 on, -1 off */
     const char *tenant;    /* optional salt: tenants never share cache entries */
     uint32_t host_cache_mb; /* host tier of the prefix cache in MiB of host-visible memory; 0 = none */
     const char *cache_dir;  /* disk tier of the prefix cache (created if missing); NULL = none */

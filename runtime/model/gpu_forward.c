@@ -113,7 +113,6 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
                     few = g->few_gpu ? shaped(few_tile_gpu, g->few_shape) : cvk_matmul_tile_rows,
                     one = g->few_gpu ? shaped(one_tile_gpu, g->one_shape) : cvk_matmul_tile_one;
     big.glu = few.glu = one.glu = glu;
-    one.unroll = g->few_gpu && g->unroll_chunks;
     return cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big) ||
            cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few) ||
            cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);

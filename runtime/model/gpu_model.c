@@ -65,7 +65,6 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
          * unless the head is tied to the embedding, which get_rows reads in the file's layout */
         g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu && m->output != m->tok_embd);
         g->few_gpu = o->few_kernels > 0 || (o->few_kernels == 0 && !cpu);
-        g->unroll_chunks = o->unroll_chunks > 0;
         g->few_shape = o->few_shape, g->one_shape = o->one_shape;
         const gguf_tensor *h = m->output;
         if (g->head_matvec) {

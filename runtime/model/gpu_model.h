@@ -130,7 +130,6 @@ typedef struct gpu_model {
     cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (a dense decode step) */
     cvk_pipeline matmul_head_one, matmul_head_few; /* a GPU's lm_head: 1 and 2-16 tokens (few_gpu) */
     bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
-    bool unroll_chunks;                       /* a GPU's one-token kernel unrolled (gpu_model_opts) */
     gpu_rows_shape few_shape, one_shape;      /* their shapes asked for (gpu_model_opts) */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
@@ -200,11 +199,6 @@ typedef struct gpu_model_opts {
     /* The few-token matmul kernels (gpu_forward.c): 0 auto = the device's kind, 1 a GPU's
      * (32-row workgroups, 8-token MoE items), -1 a CPU device's (tests run a GPU's on lavapipe). */
     int few_kernels;
-    /* A GPU's one-token kernel (few_kernels) decodes a whole 256-weight chunk of a block type
-     * in straight-line code (cvk_matmul_tile.unroll), so the chunk's loads can be in flight
-     * together: 1 on; 0 auto = -1 off (an H100 ran it 3% slower: docs/kernels/matmul.md).
-     * The same bits either way. */
-    int unroll_chunks;
     /* A GPU's few-token kernel shapes (few_kernels), to measure others on a device: the 2-16
      * token kernel's (also the MoE's list-0 items) and the one-token kernel's (bn 1). A zero
      * field keeps gpu_forward.c's default. Any shape gives the same bits (op_matmul.h). */

@@ -29,12 +29,10 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
                        (unsigned long long)shared, c->max_shared);
     if (t->texel && !cvk_matmul_texel_type(type))
         return cd_fail("matmul: the texel rows kernel takes block types, not %s", qtype_name(type));
-    if (t->unroll && (t->texel || t->bn != 1))
-        return cd_fail("matmul: unrolled chunks are for the one-token storage-buffer rows kernel");
-    uint32_t spec[9] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu, t->unroll};
+    uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu};
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
-                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 9};
+                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
     if (t->texel) /* weights (binding 0) and x (1) through uniform texel buffers */
         desc.name = "matmul_rows_texel", desc.spv = cinder_spv_matmul_rows_texel,
         desc.spv_size = cinder_spv_matmul_rows_texel_size, desc.texel_bindings = 3;

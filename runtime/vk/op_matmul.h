@@ -83,10 +83,6 @@ typedef struct cvk_matmul_tile {
                             devices: a gather instead of a loop over the lanes per load); x rows
                             must lie at whole texels (x 16-byte aligned, x_stride a multiple of
                             4); the same bits */
-    bool unroll;         /* rows kernel, storage buffers, bn 1: a whole 256-weight chunk of a
-                            block type decoded in straight-line code, so a GPU can issue the
-                            chunk's loads together instead of one group's per memory latency;
-                            the same bits */
 } cvk_matmul_tile;
 
 /* bm 64, bn 8, rows: the few-token kernel */
