@@ -21,7 +21,7 @@
  *   0       8                              magic "CINDERKV"
  *   8       4                              format version (2)
  *   12      4                              header bytes (KV_DISK_HEADER_BYTES = 176)
- *   16      32                             namespace (kv_cache_namespace: model, dtype, page size, tenant)
+ *   16      32                             namespace (kv_cache_namespace: model, code id, dtype, page size, tenant)
  *   48      4 x 4                          n_layer, n_head_kv, head_dim, page_tokens
  *   64      4                              dtype (1 = f16)
  *   68      4                              chunk_pages

@@ -38,11 +38,12 @@ static int key_end(EVP_MD_CTX *h, uint8_t out[RADIX_NS_BYTES]) {
     return ok && len == RADIX_NS_BYTES ? 0 : cd_fail("prefix cache: SHA-256 failed");
 }
 
-int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
-                       size_t salt_len, uint8_t out[RADIX_NS_BYTES]) {
+int kv_cache_namespace(const uint8_t model_fp[32], const uint8_t code_id[CVK_CODE_ID_BYTES], const char *kv_dtype,
+                       uint32_t page_tokens, const void *salt, size_t salt_len, uint8_t out[RADIX_NS_BYTES]) {
     EVP_MD_CTX *h;
-    if (key_begin(&h, "cinder.prefix-cache.namespace.v1")) return -1;
+    if (key_begin(&h, "cinder.prefix-cache.namespace.v2")) return -1;
     put_field(h, "model", model_fp, 32);
+    put_field(h, "code", code_id, CVK_CODE_ID_BYTES);
     put_field(h, "kv_dtype", kv_dtype, strlen(kv_dtype));
     put_field(h, "page_tokens", &page_tokens, sizeof page_tokens);
     put_field(h, "tenant", salt, salt ? salt_len : 0);

@@ -22,9 +22,10 @@
  * Nothing else reaches into the tiers: the engine and the tools go through these functions (the
  * restore bench and the tests also call the lower ones below to time and probe each step).
  * The namespace key (kv_cache_namespace) is a SHA-256 over a length-prefixed, domain-separated
- * encoding of the model fingerprint (weights, RoPE config, tokenizer), the KV dtype, the page
- * size and an optional tenant salt: a change in any of them misses instead of serving wrong
- * KV. One tree may hold several namespaces (tenants) over the same pool.
+ * encoding of the model fingerprint (weights, RoPE config, tokenizer), the code id (device,
+ * driver and kernels: runtime/vk/vk_code_id.h), the KV dtype, the page size and an optional
+ * tenant salt: a change in any of them misses instead of serving KV whose bits differ from
+ * what this process would compute. One tree may hold several namespaces (tenants) over the same pool.
  *
  * Namespaces per request. match, insert, acquire and commit take the namespace to work in
  * (RADIX_NS_BYTES bytes), or NULL for the cache's own (c->ns, set at init). A request with a
@@ -41,6 +42,7 @@
 #include "kv/host_tier.h"
 #include "kv/kv_pages.h"
 #include "radix/radix.h"
+#include "runtime/vk/vk_code_id.h"
 
 typedef struct kv_prefix_cache {
     radix_tree tree;
@@ -86,8 +88,8 @@ typedef struct kv_cache_written {
     double disk_write_ms;
 } kv_cache_written;
 
-int kv_cache_namespace(const uint8_t model_fp[32], const char *kv_dtype, uint32_t page_tokens, const void *salt,
-                       size_t salt_len, uint8_t out[RADIX_NS_BYTES]);
+int kv_cache_namespace(const uint8_t model_fp[32], const uint8_t code_id[CVK_CODE_ID_BYTES], const char *kv_dtype,
+                       uint32_t page_tokens, const void *salt, size_t salt_len, uint8_t out[RADIX_NS_BYTES]);
 
 /* The namespace of requests salted with salt[0 .. salt_len): SHA-256 over a length-prefixed,
  * domain-separated encoding of base (a kv_cache_namespace: model, KV dtype, page size, tenant) and

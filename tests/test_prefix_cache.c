@@ -411,9 +411,10 @@ static void test_pool_exhausted(void **st) {
 }
 
 
-/* Namespaces: the key changes with one weight, the RoPE base, the page size, the tenant and a
- * cache salt (a salt's key also depends on the tenant); a tree holding one namespace serves
- * nothing to another, through acquire and commit too. */
+/* Namespaces: the key changes with one weight, the RoPE base, the code id (another driver or
+ * compiler), the page size, the tenant and a cache salt (a salt's key also depends on the
+ * tenant); a tree holding one namespace serves nothing to another, through acquire and commit
+ * too. */
 static void bump_rope(synth_spec *s) { s->cfg.rope_theta = 5e5f; }
 static void test_namespaces(void **st) {
     (void)st;
@@ -424,16 +425,30 @@ static void test_namespaces(void **st) {
     if (model_load(&b, b_path, (model_load_opts){0}) ||
         model_load(&c, tu_make_model("ns_c.gguf", "tiny", NULL, 7, bump_rope), (model_load_opts){0}))
         fail_msg("%s", cd_errmsg());
-    uint8_t k[6][RADIX_NS_BYTES];
-    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 16, NULL, 0, k[0]), 0);
-    assert_int_equal(kv_cache_namespace(b->fingerprint, "f16", 16, NULL, 0, k[1]), 0); /* other weights */
-    assert_int_equal(kv_cache_namespace(c->fingerprint, "f16", 16, NULL, 0, k[2]), 0); /* other RoPE base */
-    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 4, NULL, 0, k[3]), 0);  /* other page size */
-    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 16, "alice", 5, k[4]), 0);
-    assert_int_equal(kv_cache_namespace(a->fingerprint, "f16", 16, NULL, 0, k[5]), 0);  /* the same again */
-    for (int i = 0; i < 5; i++)
-        for (int j = i + 1; j < 5; j++) assert_memory_not_equal(k[i], k[j], RADIX_NS_BYTES);
-    assert_memory_equal(k[0], k[5], RADIX_NS_BYTES);
+    /* code ids: a device, the same with a newer driver, with another compiler (pipelineCacheUUID) */
+    cvk_phys_info dev = {.props = {.vendorID = 0x1002, .deviceID = 0x744c, .driverVersion = 100}};
+    uint8_t code[4][CVK_CODE_ID_BYTES];
+    cvk_code_id(&dev, code[0]);
+    dev.props.driverVersion++;
+    cvk_code_id(&dev, code[1]);
+    dev.props.driverVersion--, dev.props.pipelineCacheUUID[7] ^= 1;
+    cvk_code_id(&dev, code[2]);
+    dev.props.pipelineCacheUUID[7] ^= 1;
+    cvk_code_id(&dev, code[3]); /* the same again */
+    assert_memory_not_equal(code[0], code[1], CVK_CODE_ID_BYTES);
+    assert_memory_not_equal(code[0], code[2], CVK_CODE_ID_BYTES);
+    assert_memory_equal(code[0], code[3], CVK_CODE_ID_BYTES);
+    uint8_t k[7][RADIX_NS_BYTES];
+    assert_int_equal(kv_cache_namespace(a->fingerprint, code[0], "f16", 16, NULL, 0, k[0]), 0);
+    assert_int_equal(kv_cache_namespace(b->fingerprint, code[0], "f16", 16, NULL, 0, k[1]), 0); /* other weights */
+    assert_int_equal(kv_cache_namespace(c->fingerprint, code[0], "f16", 16, NULL, 0, k[2]), 0); /* other RoPE base */
+    assert_int_equal(kv_cache_namespace(a->fingerprint, code[0], "f16", 4, NULL, 0, k[3]), 0);  /* other page size */
+    assert_int_equal(kv_cache_namespace(a->fingerprint, code[0], "f16", 16, "alice", 5, k[4]), 0);
+    assert_int_equal(kv_cache_namespace(a->fingerprint, code[1], "f16", 16, NULL, 0, k[5]), 0); /* other driver */
+    assert_int_equal(kv_cache_namespace(a->fingerprint, code[3], "f16", 16, NULL, 0, k[6]), 0); /* the same again */
+    for (int i = 0; i < 6; i++)
+        for (int j = i + 1; j < 6; j++) assert_memory_not_equal(k[i], k[j], RADIX_NS_BYTES);
+    assert_memory_equal(k[0], k[6], RADIX_NS_BYTES);
     uint8_t sk[4][RADIX_NS_BYTES];
     assert_int_equal(kv_cache_namespace_salt(k[0], "a", 1, sk[0]), 0);
     assert_int_equal(kv_cache_namespace_salt(k[0], "b", 1, sk[1]), 0);
@@ -441,7 +456,7 @@ static void test_namespaces(void **st) {
     assert_int_equal(kv_cache_namespace_salt(k[0], "a", 1, sk[3]), 0); /* the same again */
     for (int i = 0; i < 3; i++) {
         for (int j = i + 1; j < 3; j++) assert_memory_not_equal(sk[i], sk[j], RADIX_NS_BYTES);
-        for (int j = 0; j < 5; j++) assert_memory_not_equal(sk[i], k[j], RADIX_NS_BYTES);
+        for (int j = 0; j < 6; j++) assert_memory_not_equal(sk[i], k[j], RADIX_NS_BYTES);
     }
     assert_memory_equal(sk[0], sk[3], RADIX_NS_BYTES);
 
@@ -455,10 +470,10 @@ static void test_namespaces(void **st) {
     for (int i = 0; i < 64; i++) ids[i] = i;
     assert_int_equal(kv_seq_append(&pool, &s, 64, NULL), 0);
     assert_int_equal(kv_cache_insert(&pc, NULL, ids, &s, false), 0);
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
         radix_match m;
         assert_int_equal(radix_match_prefix(&pc.tree, k[i], ids, 64, &m), 0);
-        assert_int_equal(m.n_tokens, i == 0 || i == 5 ? 64 : 0);
+        assert_int_equal(m.n_tokens, i == 0 || i == 6 ? 64 : 0);
         radix_release(&pc.tree, &m);
     }
     /* the door: a prompt committed under salt a is acquired under a only */

@@ -74,7 +74,9 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     if (!e->cache_on) return 0;
     uint8_t ns[RADIX_NS_BYTES];
     const char *t = o->tenant;
-    TRY(kv_cache_namespace(m->fingerprint, "f16", lay.page_tokens, t, t ? strlen(t) : 0, ns));
+    uint8_t code[CVK_CODE_ID_BYTES];
+    cvk_code_id(&e->vk->dev.info, code);
+    TRY(kv_cache_namespace(m->fingerprint, code, "f16", lay.page_tokens, t, t ? strlen(t) : 0, ns));
     TRY(kv_cache_init(&e->cache, &e->pool.pages, ns));
     if (o->host_cache_mb) {
         TRY(kv_host_init(&e->host, e->vk, &e->pool.buf, lay.page_bytes, (uint64_t)o->host_cache_mb << 20));
