@@ -176,8 +176,8 @@ static int make_pipelines(gpu_model *g) {
         const layer_weights *l = &m->layers[il];
         if (gpu_layer_has_pairs(&g->w.layers[il])) TRY(want_matmul(g, l->gate_exps ? l->gate_exps : l->ffn_gate, true));
     }
-    TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
-    if (g->few_gpu) {
+    if (!g->head_matvec) TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
+    if (g->few_gpu && !g->head_matvec) {
         cvk_matmul_tile one = head_one_gpu, few = head_few_gpu;
         enum qtype t = m->output->type;
         TRY(cvk_matmul_pipeline(&g->matmul_head_one, &g->vk->dev, g->vk->pcache.cache, t, &one) ||
