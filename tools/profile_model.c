@@ -203,11 +203,9 @@ static int run_all(run *r) {
     /* Row 0 goes on from the prompt; the others start from tokens of their own, as real
      * sequences do: rows fed one token route alike step after step, and an MoE step of B rows
      * then reads a few experts, hot in cache, instead of the ~52 of 128 that 8 real sequences
-     * touch (such a step took 2x less expert time than the same rows replayed from a trace). */
-    rng rn;
-    rng_seed(&rn, o->seed ^ 0x5eed0d0cu);
+     * touch (such a step took 2x less expert time than the same rows replayed from a trace).
+     * The others' first tokens are drawn with the prompt (main). */
     r->first[0] = r->tok[0];
-    for (uint32_t i = 1; i < o->batch; i++) r->first[i] = (int32_t)rng_below(&rn, r->g->m->cfg.n_vocab);
     return decode(r, C + P, D < 2 ? D : 2, true) || decode(r, C + P, D, false);
 }
 
@@ -686,6 +684,7 @@ int profile_model(profile_opts *o, const model *m) {
     rng rn;
     rng_seed(&rn, o->seed);
     for (uint32_t i = 0; !rc && i < o->context + o->prompt; i++) r.ids[i] = (int32_t)rng_below(&rn, c->n_vocab);
+    for (uint32_t i = 1; !rc && i < o->batch; i++) r.first[i] = (int32_t)rng_below(&rn, c->n_vocab);
     cvk_ctx_opts co = {.device = o->device, .pipeline_cache = ""};
     bool vk_up = false;
     if (!rc) rc = cvk_ctx_init(vk, &co);

@@ -17,7 +17,8 @@ void cvk_code_id(const cvk_phys_info *d, uint8_t out[CVK_CODE_ID_BYTES]) {
     XXH3_state_t s; /* on the stack: nothing to allocate, nothing to fail */
     XXH3_128bits_reset(&s);
     const VkPhysicalDeviceProperties *p = &d->props;
-    put(&s, "cinder.code-id.v1", 17);
+    static const char domain[] = "cinder.code-id.v1";
+    put(&s, domain, sizeof domain - 1);
     put(&s, &p->vendorID, sizeof p->vendorID);
     put(&s, &p->deviceID, sizeof p->deviceID);
     put(&s, &p->driverVersion, sizeof p->driverVersion);
