@@ -1,5 +1,6 @@
-/* shaders/argmax.comp against sampler_argmax: n_vocab = 151 936 and awkward sizes around
- * the chunk (8 * workgroup) boundaries, several rows with a stride, workgroups 32..1024;
+/* shaders/argmax.comp and argmax_texel.comp against sampler_argmax: n_vocab = 151 936 and
+ * awkward sizes around the chunk (8 or 64 * workgroup) boundaries, several rows with a stride,
+ * workgroups 32..1024;
  * ties to the lower id inside a chunk, across chunks and across subgroups; the maximum at
  * the first and last id; every logit -inf; replayed with new logits without re-recording;
  * bad arguments.
@@ -55,33 +56,36 @@ static void fill(rng *r, float *l, uint32_t n, enum pattern pat) {
     }
 }
 
-static void run_case(const tcase *t, uint64_t seed) {
+/* texel: argmax_texel.comp, its rows at whole texels (the stride rounded up to 4 floats) and the
+ * logits 3 texels into their buffer, so the kernel's first-texel offset is not 0 */
+static void run_variant(const tcase *t, uint64_t seed, bool texel) {
     rng r;
     rng_seed(&r, seed);
-    uint32_t stride = t->stride ? t->stride : t->n;
-    size_t nl = (size_t)(t->rows - 1) * stride + t->n;
-    float *l = malloc(nl * 4);
+    uint32_t stride = t->stride ? t->stride : t->n, lead = texel ? 12 : 0;
+    if (texel) stride = (stride + 3) / 4 * 4;
+    size_t nl = (size_t)(t->rows - 1) * stride + (t->n + 3) / 4 * 4;
+    float *l = calloc(nl, 4);
     uint32_t *got = malloc(t->rows * 4);
-    for (uint32_t row = 0; row < t->rows; row++) fill(&r, l + (size_t)row * stride, row + 1 < t->rows ? stride : t->n, t->pat);
+    for (uint32_t row = 0; row < t->rows; row++) fill(&r, l + (size_t)row * stride, t->n, t->pat);
 
     cvk_argmax_pipes p;
-    if (cvk_argmax_pipelines(&p, &vk->dev, vk->pcache.cache, t->wg)) fail_msg("%s", cd_errmsg());
+    if (cvk_argmax_pipelines(&p, &vk->dev, vk->pcache.cache, t->wg, texel)) fail_msg("%s", cd_errmsg());
     cvk_buffer bl, bs, bo;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bl, nl * 4, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bl, (lead + nl) * 4, 16, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bs, cvk_argmax_scratch_bytes(&p, t->n, t->rows), 8, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bo, t->rows * 4, 4, CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bl), l), 0);
+    cvk_view lv = {&bl, lead * 4, nl * 4};
+    assert_int_equal(cvk_stager_upload(&vk->stager, lv, l), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    cvk_argmax_args a = {.logits = cvk_view_whole(&bl), .scratch = cvk_view_whole(&bs), .out = cvk_view_whole(&bo),
-                         .n = t->n, .rows = t->rows, .stride = t->stride};
+    cvk_argmax_args a = {.logits = lv, .scratch = cvk_view_whole(&bs), .out = cvk_view_whole(&bo),
+                         .n = t->n, .rows = t->rows, .stride = stride};
     assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
     if (cvk_argmax(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     for (int round = 0; round < 2; round++) {
         if (round) { /* replay on new logits */
-            for (uint32_t row = 0; row < t->rows; row++)
-                fill(&r, l + (size_t)row * stride, row + 1 < t->rows ? stride : t->n, t->pat);
-            assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bl), l), 0);
+            for (uint32_t row = 0; row < t->rows; row++) fill(&r, l + (size_t)row * stride, t->n, t->pat);
+            assert_int_equal(cvk_stager_upload(&vk->stager, lv, l), 0);
             assert_int_equal(cvk_stager_flush(&vk->stager), 0);
         }
         assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -89,8 +93,8 @@ static void run_case(const tcase *t, uint64_t seed) {
         for (uint32_t row = 0; row < t->rows; row++) {
             int32_t want = sampler_argmax(l + (size_t)row * stride, (int32_t)t->n);
             if (got[row] != (uint32_t)want)
-                fail_msg("n=%u rows=%u wg=%u pattern %d round %d: row %u argmax %u, want %d", t->n, t->rows, t->wg,
-                         t->pat, round, row, got[row], want);
+                fail_msg("%s n=%u rows=%u wg=%u pattern %d round %d: row %u argmax %u, want %d", texel ? "texel" : "storage",
+                         t->n, t->rows, t->wg, t->pat, round, row, got[row], want);
         }
     }
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
@@ -101,6 +105,11 @@ static void run_case(const tcase *t, uint64_t seed) {
     free(l), free(got);
 }
 
+static void run_case(const tcase *t, uint64_t seed) {
+    run_variant(t, seed, false);
+    run_variant(t, seed, true);
+}
+
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
@@ -108,10 +117,16 @@ static void test_push_layout_matches_glsl(void **state) {
     const uint32_t want[] = {offsetof(cvk_argmax_push, n), offsetof(cvk_argmax_push, rows),
                              offsetof(cvk_argmax_push, stride), offsetof(cvk_argmax_push, chunk),
                              offsetof(cvk_argmax_push, n_chunks)};
-    assert_int_equal(si.n_push, 5);
+    assert_int_equal(si.n_push, 6);
     for (int i = 0; i < 5; i++) assert_int_equal(si.push_offset[i], want[i]);
     assert_int_equal(si.push_size, sizeof(cvk_argmax_push));
     assert_int_equal(si.n_bindings, 3);
+    cvk_spirv_info st;
+    assert_int_equal(cvk_spirv_reflect(cinder_spv_argmax_texel, cinder_spv_argmax_texel_size, &st), 0);
+    assert_int_equal(st.n_push, 6);
+    for (int i = 0; i < 6; i++) assert_int_equal(st.push_offset[i], si.push_offset[i]);
+    assert_int_equal(st.push_offset[5], offsetof(cvk_argmax_push, l0));
+    assert_int_equal(st.push_size, sizeof(cvk_argmax_push));
 }
 
 static void test_vocab(void **state) {
@@ -139,6 +154,10 @@ static void test_awkward_sizes(void **state) {
         {.n = 100003, .rows = 1, .wg = 1024, .pat = TIES},
         {.n = 151937, .rows = 1, .wg = 64, .pat = FEW_VALUES},
         {.n = 99991, .rows = 2, .wg = 128, .pat = ALL_NEG_INF},
+        /* the texel variant's chunks: 64 logits an invocation */
+        {.n = 16385, .rows = 3, .stride = 16390, .wg = 256, .pat = TIES},
+        {.n = 4097, .rows = 2, .wg = 64, .pat = LAST},
+        {.n = 4095, .rows = 2, .wg = 64, .pat = FEW_VALUES},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 900 + i);
 }
@@ -146,8 +165,8 @@ static void test_awkward_sizes(void **state) {
 static void test_bad_args(void **state) {
     (void)state;
     cvk_argmax_pipes p;
-    assert_int_equal(cvk_argmax_pipelines(&p, &vk->dev, VK_NULL_HANDLE, 100), -1);
-    assert_int_equal(cvk_argmax_pipelines(&p, &vk->dev, VK_NULL_HANDLE, 0), 0);
+    assert_int_equal(cvk_argmax_pipelines(&p, &vk->dev, VK_NULL_HANDLE, 100, false), -1);
+    assert_int_equal(cvk_argmax_pipelines(&p, &vk->dev, VK_NULL_HANDLE, 0, false), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 4, CVK_MEM_DEVICE), 0);
     cvk_view v = cvk_view_whole(&b);
@@ -156,6 +175,16 @@ static void test_bad_args(void **state) {
     a.n = 1000, a.stride = 999;
     assert_int_equal(cvk_argmax(&vk->cmd, &vk->dpool, &p, &a), -1);
     a.n = 0, a.stride = 0;
+    assert_int_equal(cvk_argmax(&vk->cmd, &vk->dpool, &p, &a), -1);
+    cvk_argmax_pipelines_destroy(&vk->dev, &p);
+    /* the texel variant: rows at whole texels, the view at a whole texel, the last texel inside */
+    assert_int_equal(cvk_argmax_pipelines(&p, &vk->dev, VK_NULL_HANDLE, 0, true), 0);
+    a = (cvk_argmax_args){.logits = v, .scratch = v, .out = v, .n = 10, .rows = 2, .stride = 10};
+    assert_int_equal(cvk_argmax(&vk->cmd, &vk->dpool, &p, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "texels"));
+    a.stride = 12, a.logits = (cvk_view){&b, 8, 4000};
+    assert_int_equal(cvk_argmax(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.logits = (cvk_view){&b, 0, 4 * 23}; /* 22 floats hold both rows; row 1's last texel needs 24 */
     assert_int_equal(cvk_argmax(&vk->cmd, &vk->dpool, &p, &a), -1);
     cvk_argmax_pipelines_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &b);

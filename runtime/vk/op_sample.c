@@ -5,9 +5,12 @@
 #include "shaders/shaders.h"
 
 #define ARGMAX_ITEMS 8 /* logits per invocation in pass 0 */
+/* the texel variant's: fewer, longer workgroups (lavapipe: 8 rows of 151,936 in 0.85 ms at 64,
+ * 1.9 ms at 8; docs/kernels/eltwise.md) */
+#define ARGMAX_ITEMS_TEXEL 64
 
-int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
-    *p = (cvk_argmax_pipes){0};
+int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg, bool texel) {
+    *p = (cvk_argmax_pipes){.texel = texel};
     if (!wg) wg = 256;
     if (wg < 32 || wg > 1024 || !cvk_wg_fits(&d->info.caps, wg) || (wg & (wg - 1)))
         return cd_fail("argmax: workgroup size %u is not a power of two within 32..1024 and the device limit", wg);
@@ -16,6 +19,8 @@ int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cac
         cvk_pipeline_desc desc = {.name = pass ? "argmax_final" : "argmax", .spv = cinder_spv_argmax,
                                   .spv_size = cinder_spv_argmax_size, .n_bindings = 3,
                                   .push_size = sizeof(cvk_argmax_push), .spec = spec, .n_spec = 2};
+        if (texel) /* the logits (binding 0) through a uniform texel buffer */
+            desc.spv = cinder_spv_argmax_texel, desc.spv_size = cinder_spv_argmax_texel_size, desc.texel_bindings = 1;
         if (cvk_pipeline_create(&p->pass[pass], d, cache, &desc)) {
             cvk_argmax_pipelines_destroy(d, p);
             return -1;
@@ -29,7 +34,9 @@ void cvk_argmax_pipelines_destroy(cvk_device *d, cvk_argmax_pipes *p) {
     cvk_pipeline_destroy(d, &p->pass[1]);
 }
 
-static uint32_t chunk_of(const cvk_argmax_pipes *p) { return p->pass[0].spec[0] * ARGMAX_ITEMS; }
+static uint32_t chunk_of(const cvk_argmax_pipes *p) {
+    return p->pass[0].spec[0] * (p->texel ? ARGMAX_ITEMS_TEXEL : ARGMAX_ITEMS);
+}
 
 uint64_t cvk_argmax_scratch_bytes(const cvk_argmax_pipes *p, uint32_t n, uint32_t rows) {
     uint64_t chunk = chunk_of(p);
@@ -43,12 +50,16 @@ int cvk_argmax(cvk_cmd *c, cvk_descpool *dp, const cvk_argmax_pipes *p, const cv
     uint32_t n_chunks = (uint32_t)(((uint64_t)a->n + chunk - 1) / chunk);
     if (stride < a->n) return cd_fail("argmax: stride below n");
     if (a->rows > 65535) return cd_fail("argmax: %u rows (65535 at most)", a->rows);
-    uint64_t need = ((uint64_t)(a->rows - 1) * stride + a->n) * 4;
+    uint32_t l0 = 0;
+    if (p->texel && stride % 4) return cd_fail("argmax: a stride of %u floats is not whole 16-byte texels", stride);
+    if (p->texel && cvk_texel_offset(&a->logits, &l0)) return cd_fail_ctx("argmax: logits: ");
+    /* the texel variant reads each row's last texel whole */
+    uint64_t need = ((uint64_t)(a->rows - 1) * stride + (p->texel ? (a->n + 3ull) / 4 * 4 : a->n)) * 4;
     if (need > (uint64_t)UINT32_MAX * 4) return cd_fail("argmax: too many logits");
     if (a->logits.size < need || a->out.size < 4ull * a->rows ||
         a->scratch.size < cvk_argmax_scratch_bytes(p, a->n, a->rows))
         return cd_fail("argmax: logits, scratch or out too small");
-    cvk_argmax_push pc = {a->n, a->rows, stride, chunk, n_chunks};
+    cvk_argmax_push pc = {a->n, a->rows, stride, chunk, n_chunks, l0};
     cvk_view views[3] = {a->logits, a->scratch, a->out};
     VkDescriptorSet set[2];
     if (cvk_descset(dp, &p->pass[0], views, &set[0]) || cvk_descset(dp, &p->pass[1], views, &set[1])) return -1;

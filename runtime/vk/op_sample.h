@@ -5,7 +5,9 @@
  *   pass 0: ceil(n / chunk) workgroups per row reduce chunk = 8 * wg logits each into a
  *           (value, id) pair in the scratch buffer;
  *   pass 1: one workgroup per row reduces the pairs and writes the id.
- * For n_vocab = 151936 and wg = 256 that is 75 workgroups per row, then one. */
+ * For n_vocab = 151936 and wg = 256 that is 75 workgroups per row, then one. A CPU device's
+ * pipelines read the logits through a texel buffer (argmax_texel.comp, 4 logits a fetch):
+ * rows then start at whole 16-byte texels and the view holds each row's last whole texel. */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
@@ -17,10 +19,12 @@
 /* mirrors the push block in shaders/argmax.comp (pinned by tests/test_vk_sample.c) */
 typedef struct cvk_argmax_push {
     uint32_t n, rows, stride, chunk, n_chunks;
+    uint32_t l0; /* texel variant: the logits' first 16-byte texel in their buffer part */
 } cvk_argmax_push;
 
 typedef struct cvk_argmax_pipes {
     cvk_pipeline pass[2];
+    bool texel; /* argmax_texel.comp */
 } cvk_argmax_pipes;
 
 typedef struct cvk_argmax_args {
@@ -31,8 +35,8 @@ typedef struct cvk_argmax_args {
     uint32_t stride;  /* floats between rows; 0 means n */
 } cvk_argmax_args;
 
-/* wg: invocations per workgroup (power of two, 32..1024; 0 = 256). */
-int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg);
+/* wg: invocations per workgroup (power of two, 32..1024; 0 = 256); texel: the texel variant. */
+int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg, bool texel);
 void cvk_argmax_pipelines_destroy(cvk_device *d, cvk_argmax_pipes *p);
 /* Bytes of scratch cvk_argmax needs for these pipelines and sizes. */
 uint64_t cvk_argmax_scratch_bytes(const cvk_argmax_pipes *p, uint32_t n, uint32_t rows);
