@@ -12,7 +12,8 @@
 #   --tests                      the test programs on this device (kernels against the CPU
 #                                reference, the model, batch and cache invariance)
 #   --shapes                     the decode step's profile over shapes of the few-token matmul
-#                                kernels (--few-shape at --batch N agents, --one-shape at batch 1):
+#                                kernels (--few-shape at --batch N agents, --one-shape at batch 1)
+#                                and the prefill's over tiles of the tiled kernel (--big-tile):
 #                                shapes.md tabulates step and per-op times to choose the defaults
 # and writes every table into one directory ($OUT if set, else gpu-bench-<date>/), ending with
 # summary.md (the ratios). On lavapipe try it with --preset small (the default is the real
@@ -98,6 +99,11 @@ if [ "$shapes" = 1 ]; then # BN,BM,KL of the 2-16-token kernel at batch N, then 
     "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch 1 --one-shape $s \
       >"$out/shape-b1-${s//,/x}.txt" 2>>"$out/shapes.err" || status=1
   done
+  # BM,BN,BK,TM,TN of the tiled kernel: the pp-token prefill (dense projections, busy experts)
+  for t in 64,64,32,4,4 64,64,16,8,8 128,64,16,8,4 64,128,16,4,8 128,64,32,8,8 128,128,16,8,8 128,128,32,8,8; do
+    "$bin" profile --model "$model" --prompt-tokens "$pp" --gen 1 --big-tile $t \
+      >"$out/tile-${t//,/x}.txt" 2>>"$out/shapes.err" || status=1
+  done
   python3 - "$out" >"$out/shapes.md" <<'PY'
 import glob, os, re, sys
 ops = ("attn_q", "attn_k", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "output")
@@ -110,6 +116,17 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "shape-b*.txt"))):
     step = re.search(r"([\d.]+) ms of GPU time per step", text[1])
     us = {l.split()[0]: l.split()[5] for l in text[1].splitlines() if l.strip() and l.split()[0] in ops}
     print(f"| {b} | {s.replace('x', ',')} | {step.group(1) if step else '?'} | " + " | ".join(us.get(o, "-") for o in ops) + " |")
+pops = ("attn_q", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "moe_route_group")
+print("\n| prefill tile BM,BN,BK,TM,TN | prefill step ms | " + " | ".join(o + " us" for o in pops) + " |")
+print("|---" * (2 + len(pops)) + "|")
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "tile-*.txt"))):
+    t = re.match(r"tile-(.*)\.txt", os.path.basename(f)).group(1).replace("x", ",")
+    text = open(f).read().split("\nprefill:", 1)
+    if len(text) < 2: print(f"| {t} | failed |"); continue
+    part = text[1].split("\ndecode:", 1)[0]
+    step = re.search(r"([\d.]+) ms of GPU time per step", part)
+    us = {l.split()[0]: l.split()[5] for l in part.splitlines() if l.strip() and l.split()[0] in pops}
+    print(f"| {t} | {step.group(1) if step else '?'} | " + " | ".join(us.get(o, "-") for o in pops) + " |")
 PY
   cat "$out/shapes.md"
 fi

@@ -40,6 +40,7 @@
  * gate-up pairs (one matmul), the lm_head as the matmul gathering the wanted rows. */
 static bool gpu_defaults;
 static gpu_rows_shape few_shape, one_shape; /* with gpu_defaults: gpu_model_opts's (0: default) */
+static gpu_tile_shape big_tile;             /* the tiled kernel's (bm 0: default) */
 
 static model *tiny(void) {
     static model *m[2];
@@ -73,12 +74,17 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
-                        .few_kernels = gpu_defaults ? 1 : -1, .few_shape = few_shape, .one_shape = one_shape};
+                        .few_kernels = gpu_defaults ? 1 : -1, .few_shape = few_shape, .one_shape = one_shape,
+                        .big_tile = big_tile};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     const uint32_t *few = g->matmul_few[0][QTYPE_Q4_K].spec, *one = g->matmul_one[0][QTYPE_Q4_K].spec;
     if (few_shape.bn) /* rows kernel's NT, BM, KL */
         assert_true(few[3] == few_shape.bn && few[2] == few_shape.bm && few[6] == few_shape.kl);
     if (one_shape.bm) assert_true(one[3] == 1 && one[2] == one_shape.bm && one[6] == one_shape.kl);
+    const uint32_t *big = g->matmul[0][QTYPE_Q4_K].spec; /* WG, type, BM, BN, BK, TM, TN */
+    if (big_tile.bm)
+        assert_true(big[2] == big_tile.bm && big[3] == big_tile.bn && big[4] == big_tile.bk && big[5] == big_tile.tm &&
+                    big[6] == big_tile.tn);
     assert_int_equal(gpu_layer_has_pairs(&g->w.layers[0]), gpu_defaults);
     assert_int_equal(g->head_matvec, !gpu_defaults);
     assert_int_equal(g->few_gpu, gpu_defaults);
@@ -308,17 +314,21 @@ static void test_invariance_gpu_defaults(void **state) {
     invariance(16, 61);
     gpu_defaults = false;
 }
-/* ... with other shapes of the few- and one-token kernels (gpu_model_opts.few_shape, one_shape:
- * what cinder profile --few-shape / --one-shape measure on a GPU): 2-token columns of 4 rows x 8
- * lanes, one token 8 rows x 2 lanes */
+/* ... with other shapes of the few- and one-token kernels and of the tiled one
+ * (gpu_model_opts.few_shape, one_shape, big_tile: what cinder profile --few-shape / --one-shape /
+ * --big-tile measure on a GPU): 2-token columns of 4 rows x 8 lanes, one token 8 rows x 2 lanes,
+ * tiles of 32 rows x 16 tokens x 16 k with 8 x 8 register blocks (narrower than the MoE's list-0
+ * items: the work lists' capacity follows the smaller tile) */
 static void test_invariance_gpu_shapes(void **state) {
     (void)state;
     gpu_defaults = true;
     few_shape = (gpu_rows_shape){.bn = 2, .bm = 4, .kl = 8};
     one_shape = (gpu_rows_shape){.bm = 8, .kl = 2};
+    big_tile = (gpu_tile_shape){.bm = 32, .bn = 16, .bk = 16, .tm = 8, .tn = 8};
     invariance(16, 61);
     gpu_defaults = false;
     few_shape = one_shape = (gpu_rows_shape){0};
+    big_tile = (gpu_tile_shape){0};
 }
 
 /* Shapes the kernels cannot take are errors naming them. */
@@ -336,6 +346,18 @@ static void test_bad_shapes(void **state) {
         assert_int_equal(gpu_model_init(&g, vk, tiny(), &o), -1);
         print_message("refused: %s\n", cd_errmsg());
         assert_non_null(strstr(cd_errmsg(), "kernel"));
+    }
+    gpu_tile_shape bad_tiles[] = {{.bm = 64, .bn = 64, .bk = 48, .tm = 4, .tn = 4}, /* bk not dividing 256 */
+                                  {.bm = 64, .bn = 64, .bk = 32, .tm = 6, .tn = 4},  /* tm not a multiple of 4 */
+                                  {.bm = 256, .bn = 128, .bk = 16, .tm = 4, .tn = 4},  /* 2,048 invocations */
+                                  {.bm = 256, .bn = 256, .bk = 64, .tm = 8, .tn = 8}}; /* 133 KB of shared memory */
+    for (size_t i = 0; i < sizeof bad_tiles / sizeof bad_tiles[0]; i++) {
+        gpu_model g;
+        gpu_model_opts o = {.n_ctx = 256, .n_batch = 8, .kv = &kvp.buf, .lay = &kvp.lay, .few_kernels = 1,
+                            .big_tile = bad_tiles[i]};
+        assert_int_equal(gpu_model_init(&g, vk, tiny(), &o), -1);
+        print_message("refused: %s\n", cd_errmsg());
+        assert_non_null(strstr(cd_errmsg(), "tile"));
     }
     kv_pool_free(&kvp);
 }

@@ -251,6 +251,8 @@ static void test_tiles(void **state) {
         {.bm = 8, .bn = 64, .bk = 64, .tm = 4, .tn = 8},
         {.bm = 128, .bn = 32, .bk = 16, .tm = 8, .tn = 4},
         {.bm = 128, .bn = 64, .bk = 32, .tm = 8, .tn = 4},
+        {.bm = 64, .bn = 64, .bk = 16, .tm = 8, .tn = 8}, /* 8 x 8 register blocks (cinder profile --big-tile) */
+        {.bm = 32, .bn = 16, .bk = 32, .tm = 8, .tn = 8},
         {.bm = 256, .bn = 1, .tm = 4, .rows = true}, /* rows per invocation: rows past n_rows, several tokens */
         {.bm = 96, .bn = 3, .tm = 3, .rows = true},
         {.bm = 4, .bn = 8, .kl = 8, .rows = true}, /* split k: 2 chunks (n_in 512) over 8 lanes */

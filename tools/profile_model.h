@@ -32,6 +32,7 @@ typedef struct profile_opts {
     const char *peak_source; /* set by profile_model: where the bandwidth peak came from */
     int gate_up_pairs;    /* gpu_model_opts.gate_up_pairs */
     gpu_rows_shape few_shape, one_shape; /* gpu_model_opts's: other kernel shapes to measure */
+    gpu_tile_shape big_tile;             /* and the tiled kernel's */
 } profile_opts;
 
 /* Fills the peaks the user did not give from the device card (tools/device_card.h). */

@@ -109,7 +109,9 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
         return cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one) ||
                cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &eight);
     }
-    cvk_matmul_tile big = cvk_matmul_tile_default,
+    gpu_tile_shape b = g->big_tile;
+    cvk_matmul_tile big = b.bm ? (cvk_matmul_tile){.bm = b.bm, .bn = b.bn, .bk = b.bk, .tm = b.tm, .tn = b.tn}
+                               : cvk_matmul_tile_default,
                     few = g->few_gpu ? shaped(few_tile_gpu, g->few_shape) : cvk_matmul_tile_rows,
                     one = g->few_gpu ? shaped(one_tile_gpu, g->one_shape) : cvk_matmul_tile_one;
     big.glu = few.glu = one.glu = glu;
@@ -229,10 +231,13 @@ static int make_buffers(gpu_model *g) {
             gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
             gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
             gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
-        /* work lists sized for the smallest tile a list uses (list 0's) */
-        const layer_weights *l0 = &g->m->layers[0]; /* list 0's tile is the same in every layer */
-        uint32_t tile = cvk_matmul_token_tile(moe_pipe(g, moe_lists_of(g, l0), l0->gate_exps->type, 0, false));
-        g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, tile, tile);
+        /* work lists sized for the smaller of the lists' token tiles (a big tile asked for may
+         * be narrower than list 0's) */
+        const layer_weights *l0 = &g->m->layers[0]; /* the lists' tiles are the same in every layer */
+        moe_lists ls = moe_lists_of(g, l0);
+        uint32_t t0 = cvk_matmul_token_tile(moe_pipe(g, ls, l0->gate_exps->type, 0, false)),
+                 t1 = cvk_matmul_token_tile(moe_pipe(g, ls, l0->gate_exps->type, 1, false));
+        g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, t0, t1);
         TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
     return input_buffers(g, &g->in_tok, T * 4) || input_buffers(g, &g->in_loc, T * 8);

@@ -110,6 +110,13 @@ typedef struct gpu_rows_shape {
     uint32_t bn, bm, kl;
 } gpu_rows_shape;
 
+/* A shape of the tiled kernel (shaders/matmul.comp, prefill and the busy experts): weight rows,
+ * tokens and k per shared-memory tile, and the register block per invocation (cvk_matmul_tile's
+ * bm, bn, bk, tm, tn). */
+typedef struct gpu_tile_shape {
+    uint32_t bm, bn, bk, tm, tn;
+} gpu_tile_shape;
+
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
@@ -131,6 +138,7 @@ typedef struct gpu_model {
     cvk_pipeline matmul_head_one, matmul_head_few; /* a GPU's lm_head: 1 and 2-16 tokens (few_gpu) */
     bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
     gpu_rows_shape few_shape, one_shape;      /* their shapes asked for (gpu_model_opts) */
+    gpu_tile_shape big_tile;                  /* the tiled kernel's, asked for (bm 0: the default) */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
@@ -203,6 +211,10 @@ typedef struct gpu_model_opts {
      * token kernel's (also the MoE's list-0 items) and the one-token kernel's (bn 1). A zero
      * field keeps gpu_forward.c's default. Any shape gives the same bits (op_matmul.h). */
     gpu_rows_shape few_shape, one_shape;
+    /* The tiled kernel's shape (matmul[]: more tokens than the few-token kernels take, on any
+     * device), to measure others: bm 0 keeps the default (cvk_matmul_tile_default, 64 x 64 x 32 /
+     * 4 x 4). Any tile gives the same bits. */
+    gpu_tile_shape big_tile;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are

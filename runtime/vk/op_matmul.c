@@ -60,7 +60,9 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (t->rows) return rows_pipeline(p, d, cache, type, t);
     if (!t->bm || !t->bn || !t->bk || !t->tm || !t->tn || t->tm % 4 || t->tn % 4 || t->bm % t->tm ||
         t->bn % t->tn || t->tm * t->tn > 64 || 256 % t->bk)
-        return cd_fail("matmul: bad tile %ux%ux%u / %ux%u (bk must divide 256)", t->bm, t->bn, t->bk, t->tm, t->tn);
+        return cd_fail("matmul: bad tile %ux%ux%u / %ux%u (tm, tn: multiples of 4 dividing bm, bn, tm * tn <= 64; "
+                       "bk must divide 256)",
+                       t->bm, t->bn, t->bk, t->tm, t->tn);
     uint32_t wg = (t->bm / t->tm) * (t->bn / t->tn);
     uint64_t shared = 4ull * ((uint64_t)(t->bm + t->bn) * t->bk + 2ull * t->bn);
     if (wg > c->max_wg_size[0] || wg > c->max_wg_invocations)
