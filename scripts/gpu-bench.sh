@@ -13,7 +13,8 @@
 #                                reference, the model, batch and cache invariance)
 #   --shapes                     the decode step's profile over shapes of the few-token matmul
 #                                kernels (--few-shape at --batch N agents, --one-shape at batch 1)
-#                                and the prefill's over tiles of the tiled kernel (--big-tile):
+#                                and of the batched lm_head (--head-shape), and the prefill's over
+#                                tiles of the tiled kernel (--big-tile):
 #                                shapes.md tabulates step and per-op times to choose the defaults
 # and writes every table into one directory ($OUT if set, else gpu-bench-<date>/), ending with
 # summary.md (the ratios). On lavapipe try it with --preset small (the default is the real
@@ -99,6 +100,11 @@ if [ "$shapes" = 1 ]; then # BN,BM,KL of the 2-16-token kernel at batch N, then 
     "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch 1 --one-shape $s \
       >"$out/shape-b1-${s//,/x}.txt" 2>>"$out/shapes.err" || status=1
   done
+  # BN,BM,KL of a GPU's lm_head over 2-16 tokens (the batched decode step's)
+  for h in 8,8,4 8,16,2 8,16,4 8,32,2 16,8,4 8,4,8 4,16,4; do
+    "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$agents" --head-shape $h \
+      >"$out/head-b$agents-${h//,/x}.txt" 2>>"$out/shapes.err" || status=1
+  done
   # BM,BN,BK,TM,TN of the tiled kernel: the pp-token prefill (dense projections, busy experts)
   for t in 64,64,32,4,4 64,64,16,8,8 128,64,16,8,4 64,128,16,4,8 128,64,32,8,8 128,128,16,8,8 128,128,32,8,8; do
     "$bin" profile --model "$model" --prompt-tokens "$pp" --gen 1 --big-tile $t \
@@ -116,6 +122,14 @@ for f in sorted(glob.glob(os.path.join(sys.argv[1], "shape-b*.txt"))):
     step = re.search(r"([\d.]+) ms of GPU time per step", text[1])
     us = {l.split()[0]: l.split()[5] for l in text[1].splitlines() if l.strip() and l.split()[0] in ops}
     print(f"| {b} | {s.replace('x', ',')} | {step.group(1) if step else '?'} | " + " | ".join(us.get(o, "-") for o in ops) + " |")
+print("\n| batch | lm_head shape BN,BM,KL | decode step ms | output (the lm_head) us |\n|---|---|---|---|")
+for f in sorted(glob.glob(os.path.join(sys.argv[1], "head-b*.txt"))):
+    b, h = re.match(r"head-b(\d+)-(.*)\.txt", os.path.basename(f)).groups()
+    text = open(f).read().split("\ndecode:", 1)
+    if len(text) < 2: print(f"| {b} | {h} | failed |"); continue
+    step = re.search(r"([\d.]+) ms of GPU time per step", text[1])
+    us = {l.split()[0]: l.split()[5] for l in text[1].splitlines() if l.strip() and l.split()[0] == "output"}
+    print(f"| {b} | {h.replace('x', ',')} | {step.group(1) if step else '?'} | {us.get('output', '-')} |")
 pops = ("attn_q", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "moe_route_group")
 print("\n| prefill tile BM,BN,BK,TM,TN | prefill step ms | " + " | ".join(o + " us" for o in pops) + " |")
 print("|---" * (2 + len(pops)) + "|")

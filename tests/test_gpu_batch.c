@@ -41,6 +41,7 @@
 static bool gpu_defaults;
 static gpu_rows_shape few_shape, one_shape; /* with gpu_defaults: gpu_model_opts's (0: default) */
 static gpu_tile_shape big_tile;             /* the tiled kernel's (bm 0: default) */
+static gpu_rows_shape head_shape;           /* the few-token lm_head's */
 
 static model *tiny(void) {
     static model *m[2];
@@ -75,13 +76,15 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
                         .few_kernels = gpu_defaults ? 1 : -1, .few_shape = few_shape, .one_shape = one_shape,
-                        .big_tile = big_tile};
+                        .big_tile = big_tile, .head_shape = head_shape};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     const uint32_t *few = g->matmul_few[0][QTYPE_Q4_K].spec, *one = g->matmul_one[0][QTYPE_Q4_K].spec;
     if (few_shape.bn) /* rows kernel's NT, BM, KL */
         assert_true(few[3] == few_shape.bn && few[2] == few_shape.bm && few[6] == few_shape.kl);
     if (one_shape.bm) assert_true(one[3] == 1 && one[2] == one_shape.bm && one[6] == one_shape.kl);
     const uint32_t *big = g->matmul[0][QTYPE_Q4_K].spec; /* WG, type, BM, BN, BK, TM, TN */
+    const uint32_t *head = g->matmul_head_few.spec;
+    if (head_shape.bn) assert_true(head[3] == head_shape.bn && head[2] == head_shape.bm && head[6] == head_shape.kl);
     if (big_tile.bm)
         assert_true(big[2] == big_tile.bm && big[3] == big_tile.bn && big[4] == big_tile.bk && big[5] == big_tile.tm &&
                     big[6] == big_tile.tn);
@@ -318,16 +321,18 @@ static void test_invariance_gpu_defaults(void **state) {
  * (gpu_model_opts.few_shape, one_shape, big_tile: what cinder profile --few-shape / --one-shape /
  * --big-tile measure on a GPU): 2-token columns of 4 rows x 8 lanes, one token 8 rows x 2 lanes,
  * tiles of 32 rows x 16 tokens x 16 k with 8 x 8 register blocks (narrower than the MoE's list-0
- * items: the work lists' capacity follows the smaller tile) */
+ * items: the work lists' capacity follows the smaller tile), the lm_head in 3-token columns of
+ * 16 rows x 2 lanes */
 static void test_invariance_gpu_shapes(void **state) {
     (void)state;
     gpu_defaults = true;
     few_shape = (gpu_rows_shape){.bn = 2, .bm = 4, .kl = 8};
     one_shape = (gpu_rows_shape){.bm = 8, .kl = 2};
     big_tile = (gpu_tile_shape){.bm = 32, .bn = 16, .bk = 16, .tm = 8, .tn = 8};
+    head_shape = (gpu_rows_shape){.bn = 3, .bm = 16, .kl = 2};
     invariance(16, 61);
     gpu_defaults = false;
-    few_shape = one_shape = (gpu_rows_shape){0};
+    few_shape = one_shape = head_shape = (gpu_rows_shape){0};
     big_tile = (gpu_tile_shape){0};
 }
 
@@ -338,11 +343,14 @@ static void test_bad_shapes(void **state) {
     kv_layout lay;
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, 16) || kv_pool_init(&kvp, vk, &lay, 256))
         fail_msg("%s", cd_errmsg());
-    gpu_rows_shape bad[][2] = {{{.bn = 17}, {0}}, {{0}, {.bn = 2}}, {{.kl = 65}, {0}}, {{0}, {.bm = 64, .kl = 64}}};
+    /* few_shape, one_shape, head_shape */
+    gpu_rows_shape bad[][3] = {{{.bn = 17}, {0}, {0}}, {{0}, {.bn = 2}, {0}}, {{.kl = 65}, {0}, {0}},
+                               {{0}, {.bm = 64, .kl = 64}, {0}}, {{0}, {0}, {.bn = 17}}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gpu_model g;
         gpu_model_opts o = {.n_ctx = 256, .n_batch = 8, .kv = &kvp.buf, .lay = &kvp.lay, .few_kernels = 1,
-                            .few_shape = bad[i][0], .one_shape = bad[i][1]};
+                            .head_matvec = -1, .few_shape = bad[i][0], .one_shape = bad[i][1],
+                            .head_shape = bad[i][2]};
         assert_int_equal(gpu_model_init(&g, vk, tiny(), &o), -1);
         print_message("refused: %s\n", cd_errmsg());
         assert_non_null(strstr(cd_errmsg(), "kernel"));

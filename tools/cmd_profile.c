@@ -16,7 +16,7 @@ static void usage(FILE *out) {
             "                      [--trace OUT.json] [--plot OUT.svg] [--json] [--seed S] [--device-index N]\n"
             "                      [--peak-gbps X] [--peak-tflops Y] [--scenario NAME | --trace-file F]\n"
             "                      [--gate-up-pairs auto|on|off] [--few-shape BN,BM,KL] [--one-shape BM,KL]\n"
-            "                      [--big-tile BM,BN,BK,TM,TN]\n"
+            "                      [--big-tile BM,BN,BK,TM,TN] [--head-shape BN,BM,KL]\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
             "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
             "  forward pass, with a GPU timestamp around every op, dispatch and copy. Prints per op:\n"
@@ -39,7 +39,7 @@ static void usage(FILE *out) {
             "  device's kernels ignore them. --big-tile: the tiled kernel (prefill, busy experts) with\n"
             "  BM weight rows x BN tokens x BK k per shared-memory tile and a TM x TN register block\n"
             "  per invocation (TM, TN multiples of 4, TM * TN <= 64, BK dividing 256; default\n"
-            "  64,64,32,4,4).\n"
+            "  64,64,32,4,4). --head-shape: a GPU's lm_head over 2-16 tokens, as --few-shape.\n"
             "\n"
             "usage: cinder profile --device [--json] [--refresh] [--peak-gbps X] [--peak-tflops Y]\n"
             "                      [--device-index N]\n"
@@ -72,6 +72,10 @@ static int parse(int argc, char **argv, profile_opts *o) {
             uint32_t s[2];
             if (cli_u32s("profile", "--one-shape", v, s, 2)) return -1;
             o->one_shape = (gpu_rows_shape){.bm = s[0], .kl = s[1]};
+        } else if (cli_value(argc, argv, &i, "--head-shape", &v)) {
+            uint32_t s[3];
+            if (cli_u32s("profile", "--head-shape", v, s, 3)) return -1;
+            o->head_shape = (gpu_rows_shape){.bn = s[0], .bm = s[1], .kl = s[2]};
         } else if (cli_value(argc, argv, &i, "--big-tile", &v)) {
             uint32_t s[5];
             if (cli_u32s("profile", "--big-tile", v, s, 5)) return -1;

@@ -696,7 +696,8 @@ int profile_model(profile_opts *o, const model *m) {
     gpu_model_opts go = {.n_ctx = len, .max_seqs = o->batch, .kv = &pool.buf, .lay = &pool.lay,
                          .n_batch = o->prompt > o->batch ? (o->prompt < 512 ? o->prompt : 512) : o->batch,
                          .gate_up_pairs = o->gate_up_pairs,
-                         .few_shape = o->few_shape, .one_shape = o->one_shape, .big_tile = o->big_tile};
+                         .few_shape = o->few_shape, .one_shape = o->one_shape, .big_tile = o->big_tile,
+                         .head_shape = o->head_shape};
     if (!rc) rc = fill_peaks(o, vk);
     if (!rc) rc = gpu_model_init(g, vk, m, &go);
     if (!rc) rc = cvk_timer_init(&t, &vk->dev, TIMER_SPANS);

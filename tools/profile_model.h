@@ -33,6 +33,7 @@ typedef struct profile_opts {
     int gate_up_pairs;    /* gpu_model_opts.gate_up_pairs */
     gpu_rows_shape few_shape, one_shape; /* gpu_model_opts's: other kernel shapes to measure */
     gpu_tile_shape big_tile;             /* and the tiled kernel's */
+    gpu_rows_shape head_shape;           /* and a GPU's few-token lm_head's */
 } profile_opts;
 
 /* Fills the peaks the user did not give from the device card (tools/device_card.h). */

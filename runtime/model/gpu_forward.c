@@ -90,7 +90,7 @@ static const cvk_matmul_tile head_few_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = 
  * "Branches on llvmpipe" and "Eight tokens per column"). */
 static bool cpu_texel(const gpu_model *g, enum qtype type) { return !g->few_gpu && cvk_matmul_texel_type(type); }
 
-/* t with the fields s sets (gpu_model_opts.few_shape / one_shape: measuring other shapes) */
+/* t with the fields s sets (gpu_model_opts.few_shape / one_shape / head_shape: measuring other shapes) */
 static cvk_matmul_tile shaped(cvk_matmul_tile t, gpu_rows_shape s) {
     if (s.bn) t.bn = s.bn;
     if (s.bm) t.bm = s.bm;
@@ -180,7 +180,7 @@ static int make_pipelines(gpu_model *g) {
     }
     if (!g->head_matvec) TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
     if (g->few_gpu && !g->head_matvec) {
-        cvk_matmul_tile one = head_one_gpu, few = head_few_gpu;
+        cvk_matmul_tile one = head_one_gpu, few = shaped(head_few_gpu, g->head_shape);
         enum qtype t = m->output->type;
         TRY(cvk_matmul_pipeline(&g->matmul_head_one, &g->vk->dev, g->vk->pcache.cache, t, &one) ||
             cvk_matmul_pipeline(&g->matmul_head_few, &g->vk->dev, g->vk->pcache.cache, t, &few));

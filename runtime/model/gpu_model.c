@@ -68,6 +68,7 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
         g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu && m->output != m->tok_embd);
         g->few_gpu = o->few_kernels > 0 || (o->few_kernels == 0 && !cpu);
         g->few_shape = o->few_shape, g->one_shape = o->one_shape, g->big_tile = o->big_tile;
+        g->head_shape = o->head_shape;
         const gguf_tensor *h = m->output;
         if (g->head_matvec) {
             g->head_cfg = cvk_matvec_choose(&vk->dev, h->type, (uint32_t)h->ne[0], (uint32_t)h->ne[1], 1);

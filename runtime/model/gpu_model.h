@@ -139,6 +139,7 @@ typedef struct gpu_model {
     bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
     gpu_rows_shape few_shape, one_shape;      /* their shapes asked for (gpu_model_opts) */
     gpu_tile_shape big_tile;                  /* the tiled kernel's, asked for (bm 0: the default) */
+    gpu_rows_shape head_shape;                /* a GPU's 2-16-token lm_head's, asked for */
     cvk_pipeline moe_group;
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
@@ -211,6 +212,8 @@ typedef struct gpu_model_opts {
      * token kernel's (also the MoE's list-0 items) and the one-token kernel's (bn 1). A zero
      * field keeps gpu_forward.c's default. Any shape gives the same bits (op_matmul.h). */
     gpu_rows_shape few_shape, one_shape;
+    /* The same for a GPU's lm_head over 2-16 tokens (its own pipeline, the matmul head). */
+    gpu_rows_shape head_shape;
     /* The tiled kernel's shape (matmul[]: more tokens than the few-token kernels take, on any
      * device), to measure others: bm 0 keeps the default (cvk_matmul_tile_default, 64 x 64 x 32 /
      * 4 x 4). Any tile gives the same bits. */
