@@ -92,16 +92,16 @@ if [ "$agents" -gt 1 ] && [ "$batch" != "$agents" ]; then
 fi
 run peer.json peer || status=1
 if [ "$shapes" = 1 ]; then # BN,BM,KL of the 2-16-token kernel at batch N, then BM,KL of the one-token kernel
-  for s in 8,8,4 8,4,8 8,8,8 8,16,4 8,32,4 8,2,16 4,8,4 4,4,8 4,8,8 2,4,8 2,8,8 1,4,8; do
+  for s in 8,8,4 8,4,8 8,8,8 8,16,4 8,32,4 8,2,16 4,8,4 4,4,8 4,8,8 2,4,8 2,8,8 1,4,8 4,16,4,2 8,16,4,2; do
     "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$agents" --few-shape $s \
       >"$out/shape-b$agents-${s//,/x}.txt" 2>>"$out/shapes.err" || status=1
   done
-  for s in 4,8 8,8 2,16 8,4 4,16 16,8 1,32; do
+  for s in 4,8 8,8 2,16 8,4 4,16 16,8 1,32 8,4,2 8,8,2; do
     "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch 1 --one-shape $s \
       >"$out/shape-b1-${s//,/x}.txt" 2>>"$out/shapes.err" || status=1
   done
   # BN,BM,KL of a GPU's lm_head over 2-16 tokens (the batched decode step's)
-  for h in 8,8,4 8,16,2 8,16,4 8,32,2 16,8,4 8,4,8 4,16,4; do
+  for h in 8,8,4 8,16,2 8,16,4 8,32,2 16,8,4 8,4,8 4,16,4 8,16,4,2 8,32,4,4 16,16,4,2; do
     "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$agents" --head-shape $h \
       >"$out/head-b$agents-${h//,/x}.txt" 2>>"$out/shapes.err" || status=1
   done

@@ -15,10 +15,12 @@
 // ...; per round of KL chunks the lanes leave their chunk sums in shared memory and lane 0 adds
 // them in k order. A projection then runs KL times as many invocations, each walking 1/KL of
 // the row: a decode step's projection is bound by one invocation's walk when it has a few
-// hundred rows (one invocation per row: attn_k 512, the router 128).
+// hundred rows (one invocation per row: attn_k 512, the router 128). With RPI > 1 as well,
+// each lane does so for RPI rows, so every x load feeds RPI rows (x is read once per row and
+// token otherwise: at 8 tokens far more bytes than the weights).
 //
-// Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: row m0 + i / KL, or rows
-// m0 + i + q*WG, q < RPI, when KL is 1), tokens n0 = y*NT.., expert e = expert0 + z
+// Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: rows m0 + i / KL + q*WG/KL,
+// q < RPI), tokens n0 = y*NT.., expert e = expert0 + z
 // (grouped mode); with work items (flag 16) rows m0 = y*BM.. and item x, as in matmul.comp;
 // token lists, parts and skipping exactly as matmul.comp.
 // Gate-up pairs (GLU = 1, matmul.comp): invocation m owns output m, gate row m and up row
@@ -40,8 +42,8 @@ layout(constant_id = 0) const uint WG = 64;
 layout(constant_id = 1) const uint QTYPE = 0;
 layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG * RPI / KL)
 layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
-layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows (KL 1)
-layout(constant_id = 6) const uint KL = 1;  // invocations per row splitting k (RPI 1)
+layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows
+layout(constant_id = 6) const uint KL = 1;  // invocations per row splitting k
 layout(constant_id = 7) const uint GLU = 0; // 1: gate-up pairs (matmul.comp); 4 unused here
 
 #ifdef TEXEL
@@ -72,8 +74,8 @@ const uint X4_FLAG = 8u;
 
 const uint NONE = 0xffffffffu;
 const uint CHUNK = 256u; // the canonical order's chunk of k (matmul.comp)
-// split k: each lane's chunk sums for the round, [invocation][token] (gate, then up for GLU)
-shared float chunk_sum[KL > 1u ? WG * NT * (GLU + 1u) : 1u];
+// split k: each lane's chunk sums for the round, [gate, up (GLU)][row q][invocation][token]
+shared float chunk_sum[KL > 1u ? WG * NT * RPI * (GLU + 1u) : 1u];
 // weights decoded per step: a scale group of the block types (their rows are whole blocks), or
 // 32 float weights (float_one in main says when floats go a weight at a time instead)
 const uint GROUP = 32u;
@@ -285,7 +287,7 @@ void main() {
         count = min(grp.y, pc.n_tokens);
         j0 += grp.x;
     }
-    const uint STEP = WG / KL; // rows between an invocation's RPI rows (KL 1) / rows per workgroup
+    const uint STEP = WG / KL; // rows between an invocation's RPI rows
     uint li = gl_LocalInvocationID.x, lane = li % KL;
     uint m0 = wg.x * BM + li / KL; // rows m0 + q * STEP, q < RPI
     if (wg.x * BM >= nr || n0 >= count) return; // uniform: nothing of this tile exists
@@ -370,16 +372,20 @@ void main() {
             [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = acc[i] + part[i], acc_u[i] = acc_u[i] + part_u[i];
             continue;
         }
-        [[unroll]] for (uint n = 0; n < NT; n++) {
-            chunk_sum[li * NT + n] = part[n];
-            if (glu) chunk_sum[(WG + li) * NT + n] = part_u[n];
+        [[unroll]] for (uint q = 0; q < RPI; q++) {
+            [[unroll]] for (uint n = 0; n < NT; n++) {
+                chunk_sum[(q * WG + li) * NT + n] = part[q * NT + n];
+                if (glu) chunk_sum[((RPI + q) * WG + li) * NT + n] = part_u[q * NT + n];
+            }
         }
         barrier();
         if (lane == 0u) // the round's chunk sums in k order (only chunks that exist)
             for (uint j = 0; j < KL && c0 + j < n_chunks; j++)
-                [[unroll]] for (uint n = 0; n < NT; n++) {
-                    acc[n] = acc[n] + chunk_sum[(li + j) * NT + n];
-                    if (glu) acc_u[n] = acc_u[n] + chunk_sum[(WG + li + j) * NT + n];
+                [[unroll]] for (uint q = 0; q < RPI; q++) {
+                    [[unroll]] for (uint n = 0; n < NT; n++) {
+                        acc[q * NT + n] = acc[q * NT + n] + chunk_sum[(q * WG + li + j) * NT + n];
+                        if (glu) acc_u[q * NT + n] = acc_u[q * NT + n] + chunk_sum[((RPI + q) * WG + li + j) * NT + n];
+                    }
                 }
         barrier();
     }

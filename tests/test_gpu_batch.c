@@ -79,12 +79,17 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
                         .big_tile = big_tile, .head_shape = head_shape};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     const uint32_t *few = g->matmul_few[0][QTYPE_Q4_K].spec, *one = g->matmul_one[0][QTYPE_Q4_K].spec;
-    if (few_shape.bn) /* rows kernel's NT, BM, KL */
-        assert_true(few[3] == few_shape.bn && few[2] == few_shape.bm && few[6] == few_shape.kl);
-    if (one_shape.bm) assert_true(one[3] == 1 && one[2] == one_shape.bm && one[6] == one_shape.kl);
+    if (few_shape.bn) /* rows kernel's NT, BM, KL, RPI */
+        assert_true(few[3] == few_shape.bn && few[2] == few_shape.bm && few[6] == few_shape.kl &&
+                    few[5] == (few_shape.tm ? few_shape.tm : 1));
+    if (one_shape.bm)
+        assert_true(one[3] == 1 && one[2] == one_shape.bm && one[6] == one_shape.kl &&
+                    one[5] == (one_shape.tm ? one_shape.tm : 1));
     const uint32_t *big = g->matmul[0][QTYPE_Q4_K].spec; /* WG, type, BM, BN, BK, TM, TN */
     const uint32_t *head = g->matmul_head_few.spec;
-    if (head_shape.bn) assert_true(head[3] == head_shape.bn && head[2] == head_shape.bm && head[6] == head_shape.kl);
+    if (head_shape.bn)
+        assert_true(head[3] == head_shape.bn && head[2] == head_shape.bm && head[6] == head_shape.kl &&
+                    head[5] == (head_shape.tm ? head_shape.tm : 1));
     if (big_tile.bm)
         assert_true(big[2] == big_tile.bm && big[3] == big_tile.bn && big[4] == big_tile.bk && big[5] == big_tile.tm &&
                     big[6] == big_tile.tn);
@@ -322,14 +327,14 @@ static void test_invariance_gpu_defaults(void **state) {
  * --big-tile measure on a GPU): 2-token columns of 4 rows x 8 lanes, one token 8 rows x 2 lanes,
  * tiles of 32 rows x 16 tokens x 16 k with 8 x 8 register blocks (narrower than the MoE's list-0
  * items: the work lists' capacity follows the smaller tile), the lm_head in 3-token columns of
- * 16 rows x 2 lanes */
+ * 16 rows x 2 lanes with 2 rows a lane (each x load feeds both) */
 static void test_invariance_gpu_shapes(void **state) {
     (void)state;
     gpu_defaults = true;
     few_shape = (gpu_rows_shape){.bn = 2, .bm = 4, .kl = 8};
-    one_shape = (gpu_rows_shape){.bm = 8, .kl = 2};
+    one_shape = (gpu_rows_shape){.bm = 8, .kl = 2, .tm = 2};
     big_tile = (gpu_tile_shape){.bm = 32, .bn = 16, .bk = 16, .tm = 8, .tn = 8};
-    head_shape = (gpu_rows_shape){.bn = 3, .bm = 16, .kl = 2};
+    head_shape = (gpu_rows_shape){.bn = 3, .bm = 16, .kl = 2, .tm = 2};
     invariance(16, 61);
     gpu_defaults = false;
     few_shape = one_shape = head_shape = (gpu_rows_shape){0};

@@ -257,6 +257,8 @@ static void test_tiles(void **state) {
         {.bm = 96, .bn = 3, .tm = 3, .rows = true},
         {.bm = 4, .bn = 8, .kl = 8, .rows = true}, /* split k: 2 chunks (n_in 512) over 8 lanes */
         {.bm = 16, .bn = 1, .kl = 2, .rows = true},
+        {.bm = 8, .bn = 8, .kl = 4, .tm = 2, .rows = true}, /* split k, 2 rows per lane: each x load feeds both */
+        {.bm = 12, .bn = 3, .kl = 3, .tm = 3, .rows = true},
     };
     uint64_t seed = 300;
     for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
@@ -650,11 +652,13 @@ static void test_grouped_items(void **state) {
     /* split k: lanes per row over the 256-weight chunks (a GPU's decode kernels) */
     const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split3 = {.bm = 8, .bn = 1, .kl = 3, .rows = true};
     const cvk_matmul_tile split4 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}; /* a GPU's one token */
+    const cvk_matmul_tile split_rows = {.bm = 8, .bn = 4, .kl = 4, .tm = 2, .rows = true}; /* 2 rows a lane */
     struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
         {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX},
         {&cvk_matmul_tile_rows, &t32, 0}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX},
         {&cvk_matmul_tile_one, NULL, 16}, {&three, &rows2, 4}, {&split8, NULL, 16},
-        {&split3, &split8, 4}, {&split4, &split8, 4}, {texel_one, &t32, 16}, {&texel_rows, NULL, 4},
+        {&split3, &split8, 4}, {&split4, &split8, 4}, {&split_rows, &split8, 4}, {texel_one, &t32, 16},
+        {&texel_rows, NULL, 4},
         /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel
          * items (partly empty ones too); and every expert in 8-token texel items */
         {texel_one, &cvk_matmul_tile_eight_texel, 3}, {texel_one, &cvk_matmul_tile_eight_texel, 0}};
@@ -852,9 +856,10 @@ static void test_glu(void **state) {
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
                           small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
     const cvk_matmul_tile split = {.bm = 8, .bn = 8, .kl = 4, .rows = true},
-                          split1 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}; /* a GPU's one token */
+                          split1 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}, /* a GPU's one token */
+                          split_rows = {.bm = 12, .bn = 3, .kl = 4, .tm = 3, .rows = true}; /* 3 rows a lane */
     const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split,
-                                      &split1, texel_one, &texel_rows};
+                                      &split1, &split_rows, texel_one, &texel_rows};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
@@ -888,8 +893,10 @@ static void test_rejects_mismatches(void **state) {
     assert_non_null(strstr(cd_errmsg(), "divide 256"));
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F16, texel_one), -1); /* block types */
     assert_non_null(strstr(cd_errmsg(), "block types"));
-    bad = (cvk_matmul_tile){.bm = 64, .bn = 1, .tm = 2, .kl = 4, .rows = true}; /* split k takes one row per invocation */
+    /* split k with 8 rows a lane: 8 x 16 sums for each of 512 invocations in shared memory */
+    bad = (cvk_matmul_tile){.bm = 64, .bn = 16, .tm = 8, .kl = 64, .rows = true};
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
+    assert_non_null(strstr(cd_errmsg(), "shared memory"));
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);

@@ -15,8 +15,8 @@ static void usage(FILE *out) {
             "usage: cinder profile [--model M] [--prompt-tokens P] [--gen D] [--context C] [--batch B]\n"
             "                      [--trace OUT.json] [--plot OUT.svg] [--json] [--seed S] [--device-index N]\n"
             "                      [--peak-gbps X] [--peak-tflops Y] [--scenario NAME | --trace-file F]\n"
-            "                      [--gate-up-pairs auto|on|off] [--few-shape BN,BM,KL] [--one-shape BM,KL]\n"
-            "                      [--big-tile BM,BN,BK,TM,TN] [--head-shape BN,BM,KL]\n"
+            "                      [--gate-up-pairs auto|on|off] [--few-shape BN,BM,KL[,TM]]\n"
+            "                      [--one-shape BM,KL[,TM]] [--head-shape BN,BM,KL[,TM]] [--big-tile BM,BN,BK,TM,TN]\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
             "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
             "  forward pass, with a GPU timestamp around every op, dispatch and copy. Prints per op:\n"
@@ -34,9 +34,9 @@ static void usage(FILE *out) {
             "  --gate-up-pairs: the FFN's gate and up of one type as one matmul with the SwiGLU\n"
             "  (auto: on a GPU, not on a CPU device).\n"
             "  --few-shape / --one-shape: a GPU's 2-16-token / one-token matmul kernel with BN tokens\n"
-            "  per workgroup column, BM rows per workgroup and KL lanes splitting k (0: the default;\n"
-            "  the same results, other speeds: docs/kernels/matmul.md). Not the lm_head's; a CPU\n"
-            "  device's kernels ignore them. --big-tile: the tiled kernel (prefill, busy experts) with\n"
+            "  per workgroup column, BM rows per workgroup, KL lanes splitting k and TM rows per lane\n"
+            "  (each x load feeds them; 1 if not given) (0: the default; the same results, other\n"
+            "  speeds: docs/kernels/matmul.md). Not the lm_head's; a CPU device's kernels ignore them. --big-tile: the tiled kernel (prefill, busy experts) with\n"
             "  BM weight rows x BN tokens x BK k per shared-memory tile and a TM x TN register block\n"
             "  per invocation (TM, TN multiples of 4, TM * TN <= 64, BK dividing 256; default\n"
             "  64,64,32,4,4). --head-shape: a GPU's lm_head over 2-16 tokens, as --few-shape.\n"
@@ -45,6 +45,19 @@ static void usage(FILE *out) {
             "                      [--device-index N]\n"
             "  the device card: identity, limits, queues, heaps and measured bandwidth, transfer and\n"
             "  arithmetic rates (docs/PROFILE.md); --refresh measures again instead of the cache.\n");
+}
+
+/* BN,BM,KL[,TM] (one token: BM,KL[,TM]) of the rows kernel */
+static int rows_shape(const char *opt, const char *v, bool one, gpu_rows_shape *out) {
+    size_t n = one ? 2 : 3, commas = 0;
+    for (const char *p = v; *p; p++) commas += *p == ',';
+    if (commas == n) n++; /* TM given too */
+    else if (commas + 1 != n) return cli_error("profile", "%s %s: %zu or %zu comma-separated numbers", opt, v, n, n + 1), -1;
+    uint32_t s[4] = {0};
+    if (cli_u32s("profile", opt, v, s, n)) return -1;
+    *out = one ? (gpu_rows_shape){.bm = s[0], .kl = s[1], .tm = s[2]}
+               : (gpu_rows_shape){.bn = s[0], .bm = s[1], .kl = s[2], .tm = s[3]};
+    return 0;
 }
 
 static int parse(int argc, char **argv, profile_opts *o) {
@@ -65,17 +78,11 @@ static int parse(int argc, char **argv, profile_opts *o) {
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u32("--seed", v, &o->seed)) return -1; }
         else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("profile", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
         else if (cli_value(argc, argv, &i, "--few-shape", &v)) {
-            uint32_t s[3];
-            if (cli_u32s("profile", "--few-shape", v, s, 3)) return -1;
-            o->few_shape = (gpu_rows_shape){.bn = s[0], .bm = s[1], .kl = s[2]};
+            if (rows_shape("--few-shape", v, false, &o->few_shape)) return -1;
         } else if (cli_value(argc, argv, &i, "--one-shape", &v)) {
-            uint32_t s[2];
-            if (cli_u32s("profile", "--one-shape", v, s, 2)) return -1;
-            o->one_shape = (gpu_rows_shape){.bm = s[0], .kl = s[1]};
+            if (rows_shape("--one-shape", v, true, &o->one_shape)) return -1;
         } else if (cli_value(argc, argv, &i, "--head-shape", &v)) {
-            uint32_t s[3];
-            if (cli_u32s("profile", "--head-shape", v, s, 3)) return -1;
-            o->head_shape = (gpu_rows_shape){.bn = s[0], .bm = s[1], .kl = s[2]};
+            if (rows_shape("--head-shape", v, false, &o->head_shape)) return -1;
         } else if (cli_value(argc, argv, &i, "--big-tile", &v)) {
             uint32_t s[5];
             if (cli_u32s("profile", "--big-tile", v, s, 5)) return -1;

@@ -95,6 +95,7 @@ static cvk_matmul_tile shaped(cvk_matmul_tile t, gpu_rows_shape s) {
     if (s.bn) t.bn = s.bn;
     if (s.bm) t.bm = s.bm;
     if (s.kl) t.kl = s.kl;
+    if (s.tm) t.tm = s.tm;
     return t;
 }
 

@@ -105,9 +105,10 @@ typedef struct gpu_recording {
 } gpu_recording;
 
 /* A shape of the rows kernel (shaders/matmul_rows.comp) on a GPU: tokens per workgroup column,
- * weight rows per workgroup, invocations per row splitting k (cvk_matmul_tile's bn, bm, kl). */
+ * weight rows per workgroup, invocations per row splitting k, rows per invocation (cvk_matmul_tile's
+ * bn, bm, kl, tm). */
 typedef struct gpu_rows_shape {
-    uint32_t bn, bm, kl;
+    uint32_t bn, bm, kl, tm;
 } gpu_rows_shape;
 
 /* A shape of the tiled kernel (shaders/matmul.comp, prefill and the busy experts): weight rows,

@@ -19,11 +19,11 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
                          const cvk_matmul_tile *t) {
     const cvk_caps *c = &d->info.caps;
     uint32_t rpi = t->tm ? t->tm : 1, kl = t->kl ? t->kl : 1, wg = t->bm / rpi * kl;
-    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || kl > 64 || (kl > 1 && rpi > 1) ||
+    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || kl > 64 ||
         wg > c->max_wg_size[0] || wg > c->max_wg_invocations)
         return cd_fail("matmul: bad rows kernel %u rows x %u tokens, %u rows per invocation, %u invocations per row",
                        t->bm, t->bn, rpi, kl);
-    uint64_t shared = kl > 1 ? 4ull * wg * t->bn * (t->glu ? 2 : 1) : 0;
+    uint64_t shared = kl > 1 ? 4ull * wg * t->bn * rpi * (t->glu ? 2 : 1) : 0;
     if (shared > c->max_shared)
         return cd_fail("matmul: rows kernel needs %llu bytes of shared memory, the device has %u",
                        (unsigned long long)shared, c->max_shared);

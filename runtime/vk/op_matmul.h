@@ -72,10 +72,11 @@ typedef struct cvk_matmul_tile {
                             bm % tm == 0, bn % tn == 0, tm * tn <= 64 */
     bool rows;           /* shaders/matmul_rows.comp instead: an invocation per tm weight rows (0:
                             one; each x load feeds them all) with bn tokens in registers, bm rows
-                            (bm / tm invocations) per workgroup, no shared memory (bk, tn unused);
+                            (bm / tm invocations) per workgroup, no shared memory but split k's
+                            (bk, tn unused);
                             the same bits as the tiled kernel */
     uint32_t kl;         /* rows kernel: invocations sharing a row, splitting k into its 256-weight
-                            chunks (0/1: none; tm must then be 0 or 1): bm * kl invocations */
+                            chunks (0/1: none), each for its tm rows: bm / tm * kl invocations */
     bool glu;            /* the variant for gate-up pairs (cvk_matmul_args.glu): a pipeline of its
                             own, so the plain kernel carries none of it */
     bool texel;          /* rows kernel, block types (Q8_0, Q4_K, Q5_K, Q6_K): weights and x read
