@@ -16,6 +16,8 @@
 #                                and of the batched lm_head (--head-shape), and the prefill's over
 #                                tiles of the tiled kernel (--big-tile):
 #                                shapes.md tabulates step and per-op times to choose the defaults
+#                                (~40 profile runs: --shapes-only does them and the device card
+#                                alone, to fit one call of a lent machine)
 # and writes every table into one directory ($OUT if set, else gpu-bench-<date>/), ending with
 # summary.md (the ratios). On lavapipe try it with --preset small (the default is the real
 # model, qwen3-30b-a3b at q4_k_m: 18.6 GB, written in 213 s on 16 cores).
@@ -23,10 +25,12 @@
 # libraries scripts/gpu-bundle.sh packed into DIR instead of set-up and a build (as root: it
 # unpacks the Vulkan loader's packages into /).
 #   scripts/gpu-bench.sh [--preset P[:QUANT]] [--layers N] [--pp N] [--tg N] [--repeat N]
-#                        [--profile-gen D] [--batch B] [--agents N] [--tests] [--shapes] [--bundle DIR]
+#                        [--profile-gen D] [--batch B] [--agents N] [--tests] [--shapes | --shapes-only]
+#                        [--bundle DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 shapes=0 bundle=""
+only=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +44,7 @@ while [ $# -gt 0 ]; do
     --agents) agents=${2:?}; shift 2 ;;
     --tests) tests=1; shift ;;
     --shapes) shapes=1; shift ;;
+    --shapes-only) shapes=1 only=1; shift ;;
     --bundle) bundle=$(cd "${2:?}" && pwd); shift 2 ;;
     *) usage ;;
   esac
@@ -81,6 +86,7 @@ run() { # name, command...: stdout to $out/name, stderr to $out/name.err, shown 
 status=0
 run device.txt "$bin" profile --device || status=1
 run device.json "$bin" profile --device --json >/dev/null || status=1
+if [ "$only" = 0 ]; then
 run profile.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" \
   --trace "$out/profile.trace.json" || status=1
 run profile.json "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --json >/dev/null || status=1
@@ -91,6 +97,7 @@ if [ "$agents" -gt 1 ] && [ "$batch" != "$agents" ]; then
     --batch "$agents" || status=1
 fi
 run peer.json peer || status=1
+fi
 if [ "$shapes" = 1 ]; then # BN,BM,KL of the 2-16-token kernel at batch N, then BM,KL of the one-token kernel
   for s in 8,8,4 8,4,8 8,8,8 8,16,4 8,32,4 8,2,16 4,8,4 4,4,8 4,8,8 2,4,8 2,8,8 1,4,8 4,16,4,2 8,16,4,2; do
     "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$agents" --few-shape $s \
@@ -148,11 +155,11 @@ agents_run() { # cinder binary, concurrency
   "$1" bench --model "$model" --agents "$agents" --rounds 1 --system-tokens "$pp" --tool-tokens 64 \
     --gen "$tg" --concurrency "$2" --json
 }
-if [ "$agents" -gt 0 ]; then
+if [ "$agents" -gt 0 ] && [ "$only" = 0 ]; then
   run agents-c1.json agents_run "$bin" 1 || status=1
   run agents-cN.json agents_run "$bin" "$agents" || status=1
 fi
-if [ -n "$base_bin" ]; then # before/after on this machine: base, this, base, this
+if [ -n "$base_bin" ] && [ "$only" = 0 ]; then # before/after on this machine: base, this, base, this
   echo "baseline: $(cat "$b/bin/cinder.base.rev" 2>/dev/null)" >"$out/baseline.txt"
   for i in 1 2; do
     for v in base this; do
