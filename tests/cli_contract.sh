@@ -66,7 +66,8 @@ check "bench --json lists each repeat, the medians theirs" test "$(json_field 'l
 fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
 fails_with "profile --gate-up-pairs names the choices" "--gate-up-pairs yes: auto, on or off" "$bin" profile --model "$model" --gate-up-pairs yes
-fails_with "profile --few-shape needs three numbers" "--few-shape 4,8: 3 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8
+fails_with "profile --few-shape needs three or four numbers" "--few-shape 4,8: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8
+fails_with "profile --head-shape takes at most four numbers" "--head-shape 8,8,4,2,1: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --head-shape 8,8,4,2,1
 fails_with "profile --one-shape refuses a sign" "--one-shape -4,8: 2 comma-separated numbers" "$bin" profile --model "$model" --one-shape -4,8
 
 chat=$(printf 'Hello there\nAnd a second question\n/stats\nA third\n' | "$bin" chat --model "$model" --n 4 --page-size 4 --json)
