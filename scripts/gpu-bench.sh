@@ -119,35 +119,22 @@ if [ "$shapes" = 1 ]; then # BN,BM,KL of the 2-16-token kernel at batch N, then 
   done
   python3 - "$out" >"$out/shapes.md" <<'PY'
 import glob, os, re, sys
-ops = ("attn_q", "attn_k", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "output")
-print("| batch | shape | decode step ms | " + " | ".join(o + " us" for o in ops) + " |")
-print("|---" * (3 + len(ops)) + "|")
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "shape-b*.txt"))):
-    b, s = re.match(r"shape-b(\d+)-(.*)\.txt", os.path.basename(f)).groups()
-    text = open(f).read().split("\ndecode:", 1)
-    if len(text) < 2: print(f"| {b} | {s} | failed |"); continue
-    step = re.search(r"([\d.]+) ms of GPU time per step", text[1])
-    us = {l.split()[0]: l.split()[5] for l in text[1].splitlines() if l.strip() and l.split()[0] in ops}
-    print(f"| {b} | {s.replace('x', ',')} | {step.group(1) if step else '?'} | " + " | ".join(us.get(o, "-") for o in ops) + " |")
-print("\n| batch | lm_head shape BN,BM,KL | decode step ms | output (the lm_head) us |\n|---|---|---|---|")
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "head-b*.txt"))):
-    b, h = re.match(r"head-b(\d+)-(.*)\.txt", os.path.basename(f)).groups()
-    text = open(f).read().split("\ndecode:", 1)
-    if len(text) < 2: print(f"| {b} | {h} | failed |"); continue
-    step = re.search(r"([\d.]+) ms of GPU time per step", text[1])
-    us = {l.split()[0]: l.split()[5] for l in text[1].splitlines() if l.strip() and l.split()[0] == "output"}
-    print(f"| {b} | {h.replace('x', ',')} | {step.group(1) if step else '?'} | {us.get('output', '-')} |")
-pops = ("attn_q", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "moe_route_group")
-print("\n| prefill tile BM,BN,BK,TM,TN | prefill step ms | " + " | ".join(o + " us" for o in pops) + " |")
-print("|---" * (2 + len(pops)) + "|")
-for f in sorted(glob.glob(os.path.join(sys.argv[1], "tile-*.txt"))):
-    t = re.match(r"tile-(.*)\.txt", os.path.basename(f)).group(1).replace("x", ",")
-    text = open(f).read().split("\nprefill:", 1)
-    if len(text) < 2: print(f"| {t} | failed |"); continue
-    part = text[1].split("\ndecode:", 1)[0]
-    step = re.search(r"([\d.]+) ms of GPU time per step", part)
-    us = {l.split()[0]: l.split()[5] for l in part.splitlines() if l.strip() and l.split()[0] in pops}
-    print(f"| {t} | {step.group(1) if step else '?'} | " + " | ".join(us.get(o, "-") for o in pops) + " |")
+def table(title, pattern, phase, ops):  # one row per profile file: its phase's step and ops' us
+    print(f"\n| {title} | {phase} step ms | " + " | ".join(o + " us" for o in ops) + " |")
+    print("|---" * (2 + len(ops)) + "|")
+    for f in sorted(glob.glob(os.path.join(sys.argv[1], pattern))):
+        name = re.match(pattern.replace("*", "(.*)"), os.path.basename(f)).group(1)
+        text = open(f).read().split(f"\n{phase}:", 1)
+        if len(text) < 2: print(f"| {name} | failed |"); continue
+        part = text[1].split("\ndecode:", 1)[0] if phase == "prefill" else text[1]
+        step = re.search(r"([\d.]+) ms of GPU time per step", part)
+        us = {l.split()[0]: l.split()[5] for l in part.splitlines() if l.strip() and l.split()[0] in ops}
+        print(f"| {name.replace('x', ',')} | {step.group(1) if step else '?'} | " + " | ".join(us.get(o, "-") for o in ops) + " |")
+dec = ("attn_q", "attn_k", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "output")
+table("batch-shape (BN,BM,KL[,TM])", "shape-b*.txt", "decode", dec)
+table("batch-lm_head shape (BN,BM,KL[,TM])", "head-b*.txt", "decode", ("output",))
+table("prefill tile BM,BN,BK,TM,TN", "tile-*.txt", "prefill",
+      ("attn_q", "attn_output", "ffn_gate_inp", "ffn_gate_up_exps", "ffn_down_exps", "moe_route_group"))
 PY
   cat "$out/shapes.md"
 fi
