@@ -32,8 +32,12 @@
 //
 // 1. Counts: every invocation adds its strided pairs into cnt[e] with shared atomics
 //    (a sum: the same result in any order).
-// 2. Scan: invocation 0 walks the <= 256 experts, writes groups and turns cnt[e] into the
-//    first free slot of e.
+// 2. Scan: invocation i owns experts [i * per, (i + 1) * per), per = ceil(n_expert / WG), and
+//    sums their pairs and items; subgroup 0 turns the WG sums into an exclusive prefix sum in
+//    chunks of its lanes (subgroupExclusiveAdd, integers: the same result in any order); then
+//    each invocation writes its experts' groups and turns cnt[e] into the first free slot of e.
+//    On a GPU two barriers and WG / subgroup size subgroup scans, where one invocation walking
+//    the experts was a chain of 128 dependent shared-memory round trips per layer.
 // 3. Placement, in tiles of WG consecutive pairs (p = base + lid): each invocation sets its
 //    bit in mask[e][lid / 32] (atomicOr: order-free). The rank of p among the tile's pairs of
 //    expert e is the number of bits set below lid, so slot = cnt[e] + rank is the same on
@@ -133,6 +137,41 @@ shared uint mask[MAX_EXPERT * WORDS]; // tile members per expert, one bit per in
 shared uint total;                    // pairs kept
 shared uint ecount[MAX_EXPERT];       // count per expert (work lists)
 shared uint item0[MAX_EXPERT];        // its first item (list 1's include cap)
+shared uvec3 part[WG];                // per invocation: its block's sums, then their exclusive scan
+
+// An expert of c pairs: {pairs, items in list 0, items in list 1} (tile0 0: no lists, counted anyway).
+uvec3 expert_sums(uint c) {
+    bool l0 = c <= pc.split;
+    uint tile = l0 ? pc.tile0 : pc.tile1, items = (c + tile - 1u) / max(tile, 1u);
+    return uvec3(c, l0 ? items : 0u, l0 ? 0u : items);
+}
+
+// Called by subgroup 0 alone: part[0..WG) becomes its exclusive prefix sum, in chunks of the
+// subgroup's active invocations (ranked densely by subgroupExclusiveAdd(1): no assumption on
+// the subgroup's size or on how local invocations map to its lanes). Writes total and the
+// dispatch commands.
+void scan_parts(bool lists) {
+    uint rank = subgroupExclusiveAdd(1u), lanes = subgroupAdd(1u);
+    uvec3 carry = uvec3(0);
+    for (uint b = 0; b < WG; b += lanes) {
+        uint i = b + rank;
+        uvec3 v = i < WG ? part[i] : uvec3(0);
+        uvec3 before = subgroupExclusiveAdd(v) + carry;
+        if (i < WG) part[i] = before;
+        carry += subgroupAdd(v);
+    }
+    if (rank == 0u) {
+        total = carry.x;
+        if (lists) {
+            uint rt[4] = {pc.row_tiles0, pc.row_tiles1, pc.row_tiles2, pc.row_tiles3};
+            for (uint d = 0; d < 4u; d++) {
+                dispatch[3u * d] = d < 2u ? carry.y : carry.z;
+                dispatch[3u * d + 1u] = rt[d];
+                dispatch[3u * d + 2u] = 1u;
+            }
+        }
+    }
+}
 
 void main() {
     uint lid = gl_LocalInvocationID.x, n = pc.n_tokens * pc.k;
@@ -150,32 +189,24 @@ void main() {
     }
     barrier();
 
+    // 2. Scan: each invocation owns a block of consecutive experts, sums its counts and items,
+    // subgroup 0 scans the blocks' sums, and each invocation then writes its block's offsets.
     bool lists = pc.tile0 != 0u;
-    if (lid == 0) {
-        uint s = 0, n0 = 0, n1 = 0;
-        for (uint e = 0; e < pc.n_expert; e++) {
-            uint c = cnt[e];
-            groups[e] = uvec2(s, c);
-            cnt[e] = s;
-            s += c;
-            ecount[e] = c;
-            if (c <= pc.split) {
-                item0[e] = n0;
-                n0 += (c + pc.tile0 - 1u) / max(pc.tile0, 1u);
-            } else {
-                item0[e] = pc.cap + n1;
-                n1 += (c + pc.tile1 - 1u) / max(pc.tile1, 1u);
-            }
-        }
-        total = s;
-        if (lists) {
-            uint rt[4] = {pc.row_tiles0, pc.row_tiles1, pc.row_tiles2, pc.row_tiles3}, ni[4] = {n0, n0, n1, n1};
-            for (uint d = 0; d < 4u; d++) {
-                dispatch[3u * d] = ni[d];
-                dispatch[3u * d + 1u] = rt[d];
-                dispatch[3u * d + 2u] = 1u;
-            }
-        }
+    uint per = (pc.n_expert + WG - 1u) / WG, e0 = min(lid * per, pc.n_expert), e1 = min(e0 + per, pc.n_expert);
+    uvec3 own = uvec3(0); // pairs, list 0 items, list 1 items of the block
+    for (uint e = e0; e < e1; e++) own += expert_sums(cnt[e]);
+    part[lid] = own;
+    barrier();
+    if (gl_SubgroupID == 0u) scan_parts(lists);
+    barrier();
+    uvec3 run = part[lid];
+    for (uint e = e0; e < e1; e++) {
+        uint c = cnt[e];
+        groups[e] = uvec2(run.x, c);
+        cnt[e] = run.x;
+        ecount[e] = c;
+        item0[e] = c <= pc.split ? run.y : pc.cap + run.z;
+        run += expert_sums(c);
     }
     barrier();
 

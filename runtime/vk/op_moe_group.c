@@ -8,7 +8,7 @@ int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
     if (wg % 32 || wg > 512) return cd_fail("moe_group: workgroup size %u (a multiple of 32 up to 512)", wg);
     if (!cvk_wg_fits(&d->info.caps, wg))
         return cd_fail("moe_group: workgroup size %u too large for the device", wg);
-    uint64_t shared = 4ull * CVK_MOE_MAX_EXPERT * (3 + wg / 32) + 4;
+    uint64_t shared = 4ull * CVK_MOE_MAX_EXPERT * (3 + wg / 32) + 4 + 16ull * wg; /* part[] as uvec3, 16-byte padded */
     if (shared > d->info.caps.max_shared)
         return cd_fail("moe_group: needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
                        d->info.caps.max_shared);
