@@ -3,9 +3,11 @@
 // the router (below), then a stable counting sort of the routed (token, slot) pairs
 // p = t*k + slot by expert id[p], so that the grouped matmuls can run every expert's tokens
 // without the host seeing the ids. Routing here rather than in a kernel of its own saves a
-// dependent stage per MoE layer.
+// dependent stage per MoE layer; many tokens route in a grid of this kernel first (route = 2).
 //
-// Routing (route = 1), one subgroup per token (tokens t = subgroup, subgroup + subgroups, ...):
+// Routing (route = 1 or 2), one subgroup per token (route = 1: tokens t = subgroup, subgroup +
+// subgroups, ... of the one workgroup; route = 2: a grid of workgroups that only route, a token
+// a subgroup, and return; the sort is then a second dispatch with route = 0):
 //   p = softmax(logits[t][0..n_expert)); ids[t][0..k) = the k experts of largest p,
 //   descending, ties to the lower index (cpu_moe_route); weights[t][j] = p[ids] / sum of the
 //   chosen (renorm = 1) or the plain probability. Lanes take experts lane, lane + S, ... with
@@ -77,7 +79,7 @@ layout(push_constant) uniform Push {
     uint split;        // largest count that goes to list 0
     uint cap;          // items list 1 starts at
     uint row_tiles0, row_tiles1, row_tiles2, row_tiles3; // y extents of the four dispatch commands
-    uint route;              // 1: route the logits first (writes ids and weights)
+    uint route;              // 1: route the logits first (writes ids and weights); 2: route only
     uint renorm;             // route: weights renormalized over the chosen
     uint stride;             // route: floats between tokens' logits
 } pc;
@@ -175,8 +177,14 @@ void scan_parts(bool lists) {
 
 void main() {
     uint lid = gl_LocalInvocationID.x, n = pc.n_tokens * pc.k;
-    if (pc.route != 0u)
-        for (uint t = gl_SubgroupID; t < pc.n_tokens; t += gl_NumSubgroups) route_token(t);
+    if (pc.route != 0u) {
+        // one call site for both modes, so a token's routing is the same code in either
+        bool grid = pc.route == 2u;
+        uint first = grid ? gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID : gl_SubgroupID;
+        uint step = grid ? gl_NumWorkGroups.x * gl_NumSubgroups : gl_NumSubgroups;
+        for (uint t = first; t < pc.n_tokens; t += step) route_token(t);
+        if (grid) return; // uniform: the whole workgroup leaves, no barrier was reached
+    }
     for (uint e = lid; e < pc.n_expert; e += WG) cnt[e] = 0;
     for (uint i = lid; i < pc.n_expert * WORDS; i += WG) mask[i] = 0;
     // shared memory as barrier() does, and the routed ids written to the buffer above

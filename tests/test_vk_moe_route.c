@@ -1,5 +1,6 @@
 /* The router in shaders/moe_group.comp (routing mode: logits bound) against cpu_moe_route on
- * random router logits (distinct values): ids equal exactly, weights within 1e-6; n_expert
+ * random router logits (distinct values), routed in the sorting workgroup and in a grid of its
+ * own (the same bits): ids equal exactly, weights within 1e-6; n_expert
  * 1..256 (awkward and Qwen3's 128), k 1..8, workgroups of 32..512 (more and fewer subgroups
  * than tokens), strided logits, many tokens; ties (equal logits) go to the lower index; the
  * plain softmax weights without renormalization; a token's routing the same bits alone and in
@@ -43,7 +44,7 @@ static void plain_weights(const float *logits, uint32_t n, uint32_t k, const int
 }
 
 /* Routes t->tokens rows of logits with moe_group (routing, then grouping into scratch lists). */
-static void route_on_device(const tcase *t, const float *logits, uint32_t *ids, float *w) {
+static void route_on_device(const tcase *t, cvk_moe_route_mode mode, const float *logits, uint32_t *ids, float *w) {
     uint32_t stride = t->stride ? t->stride : t->n_expert;
     size_t nl = (size_t)(t->tokens - 1) * stride + t->n_expert, no = (size_t)t->tokens * t->k;
     cvk_buffer bl, bi, bw, bg, ba, bs;
@@ -56,7 +57,7 @@ static void route_on_device(const tcase *t, const float *logits, uint32_t *ids, 
     cvk_pipeline p;
     if (cvk_moe_group_pipeline(&p, &vk->dev, vk->pcache.cache, t->wg)) fail_msg("%s", cd_errmsg());
     cvk_moe_group_args a = {.logits = cvk_view_whole(&bl), .weights = cvk_view_whole(&bw), .stride = t->stride,
-                            .no_renorm = t->no_renorm, .ids = cvk_view_whole(&bi), .groups = cvk_view_whole(&bg),
+                            .no_renorm = t->no_renorm, .route_mode = mode, .ids = cvk_view_whole(&bi), .groups = cvk_view_whole(&bg),
                             .gather = cvk_view_whole(&ba), .scatter = cvk_view_whole(&bs), .n_expert = t->n_expert,
                             .n_tokens = t->tokens, .k = t->k};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
@@ -88,7 +89,14 @@ static void run_case(const tcase *t, uint64_t seed) {
                     if (l[a] == l[b]) l[a] = nextafterf(l[a], INFINITY), b = (uint32_t)-1;
         }
 
-    route_on_device(t, logits, ids, w);
+    /* the batch routed in the sorting workgroup, then in a grid of its own: the same bits */
+    uint32_t *grid_ids = malloc(no * 4);
+    float *grid_w = malloc(no * 4);
+    route_on_device(t, CVK_MOE_ROUTE_FUSED, logits, ids, w);
+    route_on_device(t, CVK_MOE_ROUTE_GRID, logits, grid_ids, grid_w);
+    assert_memory_equal(grid_ids, ids, no * 4);
+    assert_memory_equal(grid_w, w, no * 4);
+    free(grid_ids), free(grid_w);
 
     int32_t want_ids[CVK_MOE_MAX_K];
     float want_w[CVK_MOE_MAX_K];
@@ -116,7 +124,7 @@ static void run_case(const tcase *t, uint64_t seed) {
     float one_w[CVK_MOE_MAX_K];
     tcase alone = *t;
     alone.tokens = 1;
-    route_on_device(&alone, logits + (size_t)last * stride, one_id, one_w);
+    route_on_device(&alone, CVK_MOE_ROUTE_AUTO, logits + (size_t)last * stride, one_id, one_w);
     assert_memory_equal(one_id, ids + (size_t)last * t->k, t->k * 4);
     assert_memory_equal(one_w, w + (size_t)last * t->k, t->k * 4);
     free(logits), free(w), free(ids);
@@ -171,6 +179,9 @@ static void test_bad_args(void **state) {
     assert_non_null(strstr(cd_errmsg(), "needs"));
     a.n_tokens = 1, a.stride = 100; /* below n_expert */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &p, &a), -1);
+    a.stride = 0, a.route_mode = (cvk_moe_route_mode)7;
+    assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &p, &a), -1);
+    assert_non_null(strstr(cd_errmsg(), "route mode"));
     cvk_pipeline_destroy(&vk->dev, &p);
     cvk_buffer_destroy(&vk->mem, &b);
 }

@@ -506,7 +506,8 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
     const cvk_pipeline *p0 = moe_pipe(g, ls, l->gate_exps->type, 0, glu), *p1 = moe_pipe(g, ls, l->gate_exps->type, 1, glu);
     const cvk_pipeline *q0 = moe_pipe(g, ls, l->down_exps->type, 0, false);
     const cvk_pipeline *q1 = moe_pipe(g, ls, l->down_exps->type, 1, false);
-    /* routing and grouping in one kernel: softmax top-k per token, then the pairs sorted by expert */
+    /* routing and grouping: softmax top-k per token (in the sorting workgroup for a decode step,
+     * in a grid first for a prefill chunk), then the pairs sorted by expert */
     cvk_moe_group_args mg = {.logits = W(&g->brouter), .weights = W(&g->bwts), .ids = W(&g->bids),
                              .groups = W(&g->bgroups), .gather = W(&g->bgather),
                              .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert,

@@ -1,6 +1,7 @@
 #include "runtime/vk/op_moe_group.h"
 
 #include "runtime/base/error.h"
+#include "runtime/vk/vk_barrier.h"
 #include "shaders/shaders.h"
 
 int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
@@ -28,6 +29,11 @@ uint32_t cvk_moe_group_cap(uint32_t n_tokens, uint32_t k, uint32_t n_expert, uin
     return cap > UINT32_MAX ? UINT32_MAX : (uint32_t)cap;
 }
 
+static bool route_in_grid(const cvk_moe_group_args *a) {
+    if (a->route_mode == CVK_MOE_ROUTE_AUTO) return a->n_tokens > CVK_MOE_ROUTE_GRID_TOKENS;
+    return a->route_mode == CVK_MOE_ROUTE_GRID;
+}
+
 int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_moe_group_args *a) {
     if (a->n_tokens == 0) return 0;
     if (a->n_expert == 0 || a->n_expert > CVK_MOE_MAX_EXPERT)
@@ -47,6 +53,7 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
             return cd_fail("moe_group: routing k = %u with %u experts (1..%d supported)", a->k, a->n_expert,
                            CVK_MOE_MAX_K);
         if (stride < a->n_expert) return cd_fail("moe_group: logits stride below n_expert");
+        if ((unsigned)a->route_mode > CVK_MOE_ROUTE_GRID) return cd_fail("moe_group: route mode %d", (int)a->route_mode);
         if ((uint64_t)a->n_tokens * stride > UINT32_MAX) return cd_fail("moe_group: too many tokens' logits");
         uint64_t need = ((uint64_t)(a->n_tokens - 1) * stride + a->n_expert) * 4;
         if (a->logits.size < need || a->weights.size < pairs * 4)
@@ -73,6 +80,17 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     VkDescriptorSet set;
     if (cvk_descset(dp, p, views, &set)) return -1;
     cvk_cmd_label_begin(c, "moe_group");
+    if (pc.route && route_in_grid(a)) {
+        /* a token a subgroup; the device's subgroup size sizes the grid (a pipeline that runs
+         * another one still routes every token: the shader strides over the grid) */
+        uint32_t sg = p->subgroup_size ? p->subgroup_size : c->dev->info.caps.subgroup_size;
+        uint32_t per = sg && p->spec[0] > sg ? p->spec[0] / sg : 1, groups = (a->n_tokens + per - 1) / per;
+        cvk_moe_group_push route = pc;
+        route.route = 2;
+        cvk_cmd_dispatch(c, p, set, &route, groups < 65535 ? groups : 65535, 1, 1); /* the shader strides past it */
+        cvk_barrier_compute_to_compute(c->cb);
+        pc.route = 0;
+    }
     cvk_cmd_dispatch(c, p, set, &pc, 1, 1, 1);
     cvk_cmd_label_end(c);
     return 0;

@@ -21,6 +21,12 @@
  * the kept pairs are -1 (only input ids can fall outside). One workgroup for the batch (a
  * counting sort in shared memory; see the shader).
  *
+ * Routing runs inside that workgroup (fused: no extra stage) or, for more than
+ * CVK_MOE_ROUTE_GRID_TOKENS tokens, first in a grid of workgroups of its own, with a barrier
+ * before the sort: the one workgroup's subgroups would otherwise route a prefill chunk's tokens
+ * in turn (512 tokens: 64 each at 8 subgroups). Both run the same routing code in the same
+ * pipeline, so a token gets the same bits either way (test_vk_moe_route checks).
+ *
  * Work lists (tile0 > 0), for the grouped matmul's indirect mode (op_matmul.h): the experts
  * with 0 < count <= split in list 0, cut into items of tile0 tokens; those with count > split
  * in list 1, items of tile1 tokens:
@@ -43,6 +49,15 @@
 
 #define CVK_MOE_MAX_EXPERT 256
 #define CVK_MOE_MAX_K 8
+/* routing in a grid above this many tokens (CVK_MOE_ROUTE_AUTO): a fused round costs a subgroup
+ * a few microseconds per token on a GPU, the grid one more stage; not yet timed on a GPU */
+#define CVK_MOE_ROUTE_GRID_TOKENS 16
+
+typedef enum cvk_moe_route_mode {
+    CVK_MOE_ROUTE_AUTO,  /* the grid above CVK_MOE_ROUTE_GRID_TOKENS tokens, else fused */
+    CVK_MOE_ROUTE_FUSED, /* in the sorting workgroup */
+    CVK_MOE_ROUTE_GRID,  /* a grid of workgroups first, then the sort */
+} cvk_moe_route_mode;
 
 /* mirrors the push block in shaders/moe_group.comp (pinned by tests/test_vk_moe_group.c) */
 typedef struct cvk_moe_group_push {
@@ -57,6 +72,7 @@ typedef struct cvk_moe_group_args {
     cvk_view weights; /* f32 [n_tokens][k] (routing) */
     uint32_t stride;  /* floats between tokens' logits; 0 means n_expert */
     bool no_renorm;   /* routing: the weights are the softmax probabilities themselves */
+    cvk_moe_route_mode route_mode;
     cvk_view ids;     /* int32 [n_tokens][k]: written when routing, else read */
     cvk_view groups;  /* uint32 [n_expert][2] {offset, count} */
     cvk_view gather;  /* int32 [n_tokens * k] */
@@ -77,5 +93,6 @@ uint32_t cvk_moe_group_cap(uint32_t n_tokens, uint32_t k, uint32_t n_expert, uin
 
 /* wg: invocations of the one workgroup (0 = 256; a multiple of 32 up to 512). */
 int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg);
-/* Records the dispatch (no barrier before or after); nothing when n_tokens is 0. */
+/* Records the dispatch, or the routing grid, a barrier and the sort (no barrier before or after);
+ * nothing when n_tokens is 0. */
 int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_moe_group_args *a);
