@@ -81,8 +81,8 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     if (cvk_descset(dp, p, views, &set)) return -1;
     cvk_cmd_label_begin(c, "moe_group");
     if (pc.route && route_in_grid(a)) {
-        /* a token a subgroup; the device's subgroup size sizes the grid (a pipeline that runs
-         * another one still routes every token: the shader strides over the grid) */
+        /* a token a subgroup, so the device's subgroup size sizes the grid; should the pipeline
+         * run with another, every token is still routed (the shader strides over the grid) */
         uint32_t sg = p->subgroup_size ? p->subgroup_size : c->dev->info.caps.subgroup_size;
         uint32_t per = sg && p->spec[0] > sg ? p->spec[0] / sg : 1, groups = (a->n_tokens + per - 1) / per;
         cvk_moe_group_push route = pc;
