@@ -416,6 +416,78 @@ static void test_pool_exhausted(void **st) {
  * tenant); a tree holding one namespace serves nothing to another, through acquire and commit
  * too. */
 static void bump_rope(synth_spec *s) { s->cfg.rope_theta = 5e5f; }
+
+/* the code id of dev (as a CPU device when cpu) on a host of this cpuinfo */
+static void code_on_host(cvk_phys_info dev, bool cpu, const char *cpuinfo, uint8_t out[CVK_CODE_ID_BYTES]) {
+    if (cpu) dev.props.deviceType = VK_PHYSICAL_DEVICE_TYPE_CPU;
+    FILE *f = fmemopen((void *)cpuinfo, strlen(cpuinfo), "r");
+    assert_non_null(f);
+    cvk_code_id_from(&dev, f, out);
+    fclose(f);
+}
+
+/* A CPU device's code follows the host CPU: another instruction set gives another code id, while
+ * its stepping, clock and the other processors' lines do not; a GPU's id ignores the host. */
+static void test_host_cpu_in_code_id(const cvk_phys_info *dev) {
+    static const char a[] = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+                            "model name\t: AMD EPYC\nstepping\t: 0\ncpu MHz\t\t: 2400.000\n"
+                            "flags\t\t: fpu sse2 avx2 fma avx512f\n\nprocessor\t: 1\nflags\t\t: fpu\n";
+    static const char a2[] = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+                             "model name\t: AMD EPYC\nstepping\t: 1\ncpu MHz\t\t: 3100.000\n"
+                             "flags\t\t: fpu sse2 avx2 fma avx512f\n\nprocessor\t: 1\nflags\t\t: sse2\n";
+    static const char b[] = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+                            "model name\t: AMD EPYC\nstepping\t: 0\ncpu MHz\t\t: 2400.000\n"
+                            "flags\t\t: fpu sse2 avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu\n";
+    static const char c[] = "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 2\n"
+                            "model name\t: AMD EPYC\nstepping\t: 0\ncpu MHz\t\t: 2400.000\n"
+                            "flags\t\t: fpu sse2 avx2 fma avx512f\n\nprocessor\t: 1\nflags\t\t: fpu\n";
+    static const char arm[] = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd sve\nCPU part\t: 0xd40\n\n";
+    static const char arm2[] = "processor\t: 0\nBogoMIPS\t: 50.00\nFeatures\t: fp asimd\nCPU part\t: 0xd40\n\n";
+    uint8_t id[8][CVK_CODE_ID_BYTES];
+    code_on_host(*dev, true, a, id[0]);
+    code_on_host(*dev, true, a2, id[1]); /* another stepping, clock and second processor */
+    code_on_host(*dev, true, b, id[2]);  /* no AVX-512 */
+    code_on_host(*dev, true, c, id[3]);  /* another family */
+    code_on_host(*dev, true, arm, id[4]);
+    code_on_host(*dev, true, arm2, id[5]); /* no SVE */
+    code_on_host(*dev, false, a, id[6]);   /* a device not of CPU type on host a, then on host b */
+    code_on_host(*dev, false, b, id[7]);
+    assert_memory_equal(id[0], id[1], CVK_CODE_ID_BYTES);
+    assert_memory_not_equal(id[0], id[2], CVK_CODE_ID_BYTES);
+    assert_memory_not_equal(id[0], id[3], CVK_CODE_ID_BYTES);
+    assert_memory_not_equal(id[2], id[3], CVK_CODE_ID_BYTES);
+    assert_memory_not_equal(id[4], id[5], CVK_CODE_ID_BYTES);
+    assert_memory_equal(id[6], id[7], CVK_CODE_ID_BYTES);
+    uint8_t gpu[CVK_CODE_ID_BYTES];
+    cvk_code_id(dev, gpu); /* such a device's id reads no host file: the same as with any cpuinfo */
+    assert_memory_equal(gpu, id[6], CVK_CODE_ID_BYTES);
+    /* lines longer than the reader's buffer: a kept one counts whole, an ignored one not at all */
+    static char longer[2][12000];
+    uint8_t lid[4][CVK_CODE_ID_BYTES];
+    for (int v = 0; v < 2; v++) {
+        int n = snprintf(longer[v], sizeof longer[v], "vendor_id\t: X\nflags\t\t:");
+        for (int i = 0; i < 1500; i++) n += snprintf(longer[v] + n, sizeof longer[v] - (size_t)n, " f%03d", i);
+        snprintf(longer[v] + n, sizeof longer[v] - (size_t)n, " last%d\n\n", v); /* differ past 4 KiB */
+    }
+    code_on_host(*dev, true, longer[0], lid[0]);
+    code_on_host(*dev, true, longer[1], lid[1]);
+    assert_memory_not_equal(lid[0], lid[1], CVK_CODE_ID_BYTES);
+    for (int v = 0; v < 2; v++) { /* an ignored line whose 4 KiB piece boundary starts "flags" */
+        int n = snprintf(longer[v], sizeof longer[v], "vendor_id\t: X\nbugs\t\t: ");
+        n += snprintf(longer[v] + n, sizeof longer[v] - (size_t)n, "%*s", 4095 - n + 14, "");
+        snprintf(longer[v] + n, sizeof longer[v] - (size_t)n, "flags : v%d\n\n", v);
+    }
+    code_on_host(*dev, true, longer[0], lid[2]);
+    code_on_host(*dev, true, longer[1], lid[3]);
+    assert_memory_equal(lid[2], lid[3], CVK_CODE_ID_BYTES);
+    /* this machine's own: readable on Linux, and not the id without a host */
+    cvk_phys_info here = *dev;
+    here.props.deviceType = VK_PHYSICAL_DEVICE_TYPE_CPU;
+    uint8_t own[CVK_CODE_ID_BYTES], none[CVK_CODE_ID_BYTES];
+    cvk_code_id(&here, own);
+    cvk_code_id_from(&here, NULL, none);
+    assert_memory_not_equal(own, none, CVK_CODE_ID_BYTES);
+}
 static void test_namespaces(void **st) {
     (void)st;
     model *a, *b, *c;
@@ -438,6 +510,7 @@ static void test_namespaces(void **st) {
     assert_memory_not_equal(code[0], code[1], CVK_CODE_ID_BYTES);
     assert_memory_not_equal(code[0], code[2], CVK_CODE_ID_BYTES);
     assert_memory_equal(code[0], code[3], CVK_CODE_ID_BYTES);
+    test_host_cpu_in_code_id(&dev);
     uint8_t k[7][RADIX_NS_BYTES];
     assert_int_equal(kv_cache_namespace(a->fingerprint, code[0], "f16", 16, NULL, 0, k[0]), 0);
     assert_int_equal(kv_cache_namespace(b->fingerprint, code[0], "f16", 16, NULL, 0, k[1]), 0); /* other weights */

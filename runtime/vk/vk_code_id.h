@@ -7,14 +7,26 @@
  *   code id = XXH3-128( vendorID, deviceID, driverVersion, pipelineCacheUUID (the driver's
  *                       compiler), and every embedded SPIR-V module by name and words )
  *
+ *                     and, for a device of CPU type (lavapipe), the host CPU as the first
+ *                     processor of /proc/cpuinfo names it: its vendor, family, model, model
+ *                     name and instruction-set flags (not its stepping, clock or count)
+ *
+ * A CPU driver compiles for the CPU it runs on (llvmpipe asks LLVM for the host's features), so
+ * one Mesa build on two CPUs may pick other instructions (an approximate reciprocal square root
+ * of another precision, say) and round differently; a GPU's code does not depend on the host.
+ *
  * The prefix cache's namespace includes it (kv_cache_namespace), so KV that another device,
- * driver or build wrote into a shared --cache-dir misses instead of being served: a request
- * served from cached pages gives the tokens it would give computed from scratch here. */
+ * driver, host CPU or build wrote into a shared --cache-dir misses instead of being served: a
+ * request served from cached pages gives the tokens it would give computed from scratch here. */
 #pragma once
 #include <stdint.h>
+#include <stdio.h>
 
 #include "runtime/vk/vk_device.h"
 
 #define CVK_CODE_ID_BYTES 16
 
+/* Reads /proc/cpuinfo for a CPU device (where it cannot be read, the host adds nothing). */
 void cvk_code_id(const cvk_phys_info *d, uint8_t out[CVK_CODE_ID_BYTES]);
+/* The same with the host's cpuinfo text from a stream (NULL: none), for tests. */
+void cvk_code_id_from(const cvk_phys_info *d, FILE *cpuinfo, uint8_t out[CVK_CODE_ID_BYTES]);
