@@ -461,6 +461,25 @@ static void test_host_cpu_in_code_id(const cvk_phys_info *dev) {
     uint8_t gpu[CVK_CODE_ID_BYTES];
     cvk_code_id(dev, gpu); /* such a device's id reads no host file: the same as with any cpuinfo */
     assert_memory_equal(gpu, id[6], CVK_CODE_ID_BYTES);
+    /* llvmpipe built on another LLVM, or run at another vector width (name, driverInfo, subgroup) */
+    uint8_t drv[4][CVK_CODE_ID_BYTES];
+    cvk_phys_info lp = *dev;
+    snprintf(lp.props.deviceName, sizeof lp.props.deviceName, "llvmpipe (LLVM 15.0.6, 256 bits)");
+    snprintf(lp.driver_info, sizeof lp.driver_info, "Mesa 22.3.6 (LLVM 15.0.6)");
+    lp.caps.subgroup_size = 8;
+    code_on_host(lp, true, a, drv[0]);
+    snprintf(lp.props.deviceName, sizeof lp.props.deviceName, "llvmpipe (LLVM 15.0.6, 512 bits)");
+    code_on_host(lp, true, a, drv[1]);
+    lp.caps.subgroup_size = 16;
+    code_on_host(lp, true, a, drv[2]);
+    snprintf(lp.props.deviceName, sizeof lp.props.deviceName, "llvmpipe (LLVM 15.0.6, 256 bits)");
+    lp.caps.subgroup_size = 8;
+    snprintf(lp.driver_info, sizeof lp.driver_info, "Mesa 22.3.6 (LLVM 16.0.0)");
+    code_on_host(lp, true, a, drv[3]);
+    for (int i = 0; i < 4; i++) {
+        assert_memory_not_equal(drv[i], id[0], CVK_CODE_ID_BYTES); /* id[0]: no name, no driverInfo */
+        for (int j = i + 1; j < 4; j++) assert_memory_not_equal(drv[i], drv[j], CVK_CODE_ID_BYTES);
+    }
     /* lines longer than the reader's buffer: a kept one counts whole, an ignored one not at all */
     static char longer[2][12000];
     uint8_t lid[4][CVK_CODE_ID_BYTES];

@@ -55,10 +55,17 @@ void cvk_code_id_from(const cvk_phys_info *d, FILE *cpuinfo, uint8_t out[CVK_COD
     put(&s, &p->deviceID, sizeof p->deviceID);
     put(&s, &p->driverVersion, sizeof p->driverVersion);
     put(&s, p->pipelineCacheUUID, VK_UUID_SIZE);
-    if (p->deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && cpuinfo) {
-        static const char host[] = "host-cpu";
-        put(&s, host, sizeof host - 1);
-        put_host(&s, cpuinfo);
+    if (p->deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU) {
+        /* llvmpipe's name says its LLVM and vector width ("llvmpipe (LLVM 15.0.6, 256 bits)",
+         * LP_NATIVE_VECTOR_WIDTH changes it), which its driverVersion (Mesa's) does not */
+        put(&s, p->deviceName, strnlen(p->deviceName, sizeof p->deviceName));
+        put(&s, d->driver_info, strnlen(d->driver_info, sizeof d->driver_info));
+        put(&s, &d->caps.subgroup_size, sizeof d->caps.subgroup_size);
+        if (cpuinfo) {
+            static const char host[] = "host-cpu";
+            put(&s, host, sizeof host - 1);
+            put_host(&s, cpuinfo);
+        }
     }
     for (size_t i = 0; i < cinder_spv_all_count; i++) {
         const cinder_spv_module *m = &cinder_spv_all[i];
