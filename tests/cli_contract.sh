@@ -28,6 +28,9 @@ info=$("$bin" info "$model")
 check "info names the architecture" grep -q "architecture      qwen3moe" <<<"$info"
 check "info prints a 64-hex fingerprint" grep -Eq "^fingerprint +[0-9a-f]{64}$" <<<"$info"
 check "info lists tensors with types" grep -Eq "^blk.1.ffn_down_exps.weight +Q6_K" <<<"$info"
+dev=$("$bin" info --device)
+check "info --device prints the 32-hex code id" grep -Eq "^  code id +[0-9a-f]{32} \(" <<<"$dev"
+check "the code id is the same on a second run" test "$(grep "code id" <<<"$dev")" = "$("$bin" info --device | grep "code id")"
 
 ids=$("$bin" tokenize --model "$model" "<|im_start|>user
 Hello, world!<|im_end|>")

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 
 #include "runtime/base/error.h"
+#include "runtime/vk/vk_code_id.h"
 #include "runtime/vk/vk_device.h"
 #include "runtime/vk/vk_instance.h"
 
@@ -54,6 +55,13 @@ static void print_details(FILE *out, const cvk_phys_info *d) {
     fprintf(out, "  queues                compute family %u", d->compute_family);
     if (d->transfer_family != UINT32_MAX) fprintf(out, ", transfer-only family %u\n", d->transfer_family);
     else fprintf(out, ", no transfer-only family\n");
+    /* two machines whose shared --cache-dir never hits: do their code ids differ? */
+    uint8_t id[CVK_CODE_ID_BYTES];
+    cvk_code_id(d, id);
+    fprintf(out, "  code id               ");
+    for (int i = 0; i < CVK_CODE_ID_BYTES; i++) fprintf(out, "%02x", id[i]);
+    fprintf(out, " (device, driver, kernels%s: part of the prefix cache's namespace)\n",
+            d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU ? ", host CPU" : "");
 }
 
 int cvk_print_devices(FILE *out, int index) {
