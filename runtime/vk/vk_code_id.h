@@ -5,13 +5,12 @@
  * always compute the same bits (the cache and batch invariants rest on that).
  *
  *   code id = XXH3-128( vendorID, deviceID, driverVersion, pipelineCacheUUID (the driver's
- *                       compiler), and every embedded SPIR-V module by name and words )
+ *                       compiler), [CPU device: deviceName, driverInfo, subgroup size, host
+ *                       CPU], and every embedded SPIR-V module by name and words )
  *
- *                     and, for a device of CPU type (lavapipe), its name, driverInfo and
- *                     subgroup size (llvmpipe's LLVM version and vector width) and the host
- *                     CPU as the first processor of /proc/cpuinfo names it: its vendor,
- *                     family, model, model name and instruction-set flags (not its stepping,
- *                     clock or count)
+ * For a device of CPU type (lavapipe) the name, driverInfo and subgroup size carry llvmpipe's
+ * LLVM version and vector width, and the host CPU is the first processor of /proc/cpuinfo: its
+ * vendor, family, model, model name and instruction-set flags (not its stepping, clock or count).
  *
  * A CPU driver compiles for the CPU it runs on (llvmpipe asks LLVM for the host's features), so
  * one Mesa build on two CPUs may pick other instructions (an approximate reciprocal square root
