@@ -86,16 +86,72 @@ static int salt_field(const json_t *o, gen_params *g, api_err *e) {
     return 0;
 }
 
-static int gen_params_parse(const json_t *b, uint64_t seed_default, gen_params *g, api_err *e) {
+/* logit_bias: {"token id": bias}, ids as decimal strings (OpenAI's), biases -100 to 100; the
+ * list sorted by id, one entry per token. */
+static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *e) {
+    const json_t *v = json_object_get(o, "logit_bias");
+    if (!v || json_is_null(v)) return 0;
+    if (!json_is_object(v)) return api_fail(e, 400, "logit_bias", "logit_bias must be an object of token ids to numbers");
+    size_t n = json_object_size(v);
+    if (n > LOGIT_BIAS_MAX) return api_fail(e, 400, "logit_bias", "logit_bias has %zu entries; at most %d", n, LOGIT_BIAS_MAX);
+    if (!n) return 0;
+    logit_bias *list = malloc(n * sizeof *list);
+    if (!list) return api_fail(e, 500, NULL, "out of memory");
+    g->adjust.bias = list;
+    const char *key;
+    const json_t *x;
+    json_object_foreach((json_t *)v, key, x) {
+        size_t digits = strspn(key, "0123456789");
+        long id = digits && !key[digits] && digits <= 9 ? strtol(key, NULL, 10) : -1;
+        if (id < 0 || id >= n_vocab)
+            return api_fail(e, 400, "logit_bias", "logit_bias key \"%.64s\" is not a token id (0 to %d)", key, n_vocab - 1);
+        if (!json_is_number(x) || !(json_number_value(x) >= -100 && json_number_value(x) <= 100))
+            return api_fail(e, 400, "logit_bias", "logit_bias of token %ld must be a number from -100 to 100", id);
+        list[g->adjust.n_bias++] = (logit_bias){(int32_t)id, (float)json_number_value(x)};
+    }
+    for (uint32_t i = 1; i < g->adjust.n_bias; i++) /* insertion sort: at most LOGIT_BIAS_MAX */
+        for (uint32_t k = i; k > 0 && list[k].id < list[k - 1].id; k--) {
+            logit_bias t = list[k];
+            list[k] = list[k - 1], list[k - 1] = t;
+        }
+    for (uint32_t i = 1; i < g->adjust.n_bias; i++)
+        if (list[i].id == list[i - 1].id) return api_fail(e, 400, "logit_bias", "logit_bias names token %d twice", list[i].id);
+    return 0;
+}
+
+/* OpenAI's fields that cinder does not implement: refused by name when they ask for something
+ * (api_request.h), accepted when absent, null, false, 0, "" or their default. */
+static int unsupported_fields(const json_t *b, api_err *e) {
+    static const char *const keys[] = {"logprobs", "top_logprobs", "echo", "suffix", "best_of",
+                                       "response_format", "functions", "function_call"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const char *k = keys[i];
+        const json_t *v = json_object_get(b, k);
+        if (!v || json_is_null(v) || json_is_false(v)) continue;
+        if (json_is_integer(v) && json_integer_value(v) == (strcmp(k, "best_of") ? 0 : 1)) continue;
+        if (json_is_string(v) && !json_string_length(v) && !strcmp(k, "suffix")) continue;
+        const char *type = json_string_value(json_object_get(v, "type"));
+        if (!strcmp(k, "response_format") && json_is_object(v) && type && !strcmp(type, "text")) continue;
+        if (!strcmp(k, "functions") || !strcmp(k, "function_call"))
+            return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice", k);
+        return api_fail(e, 400, k, "%s is not supported by this server%s", k,
+                        !strcmp(k, "response_format") ? " (only {\"type\": \"text\"})" : "");
+    }
+    return 0;
+}
+
+static int gen_params_parse(const json_t *b, uint64_t seed_default, int32_t n_vocab, gen_params *g, api_err *e) {
     *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}};
     double temp = g->sp.temperature, top_p = g->sp.top_p;
+    double presence = 0, frequency = 0;
     int64_t top_k = g->sp.top_k, seed = -1, n = 1, max_tokens = 0;
     bool has_mct = json_object_get(b, "max_completion_tokens") && !json_is_null(json_object_get(b, "max_completion_tokens"));
     if (int_field(b, has_mct ? "max_completion_tokens" : "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
         num_field(b, "temperature", 0, 2, &temp, e) || num_field(b, "top_p", 0, 1, &top_p, e) ||
         int_field(b, "top_k", -1, INT32_MAX, &top_k, e) || int_field(b, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
         int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e) ||
-        salt_field(b, g, e))
+        salt_field(b, g, e) || num_field(b, "presence_penalty", -2, 2, &presence, e) ||
+        num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || unsupported_fields(b, e))
         return -1;
     if (n != 1) return api_fail(e, 400, "n", "n must be 1 (one choice per request)");
     const json_t *so = json_object_get(b, "stream_options");
@@ -108,6 +164,8 @@ static int gen_params_parse(const json_t *b, uint64_t seed_default, gen_params *
     g->sp.top_p = top_p > 0 ? (float)top_p : 1e-6f; /* 0 keeps the most likely token, as greedy */
     g->sp.top_k = (int32_t)top_k;
     if (seed != -1) g->sp.seed = (uint64_t)seed;
+    g->adjust.presence = (float)presence;
+    g->adjust.frequency = (float)frequency;
     return 0;
 }
 
@@ -116,6 +174,7 @@ static void gen_params_free(gen_params *g) {
     g->n_stop = 0;
     free(g->cache_salt);
     g->cache_salt = NULL;
+    logit_adjust_free(&g->adjust);
 }
 
 static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, job **out, api_err *e) {
@@ -144,6 +203,8 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, j
     g->n_stop = 0;
     j->cache_salt = g->cache_salt;
     g->cache_salt = NULL;
+    j->adjust = g->adjust;
+    g->adjust = (logit_adjust){0};
     *out = j;
     return 0;
 }
@@ -235,9 +296,9 @@ static int flatten_content(json_t *messages, api_err *e) {
     return 0;
 }
 
-static int parse_chat(const json_t *body, uint64_t seed, chat_req *q, api_err *e) {
+static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_req *q, api_err *e) {
     *q = (chat_req){0};
-    if (gen_params_parse(body, seed, &q->g, e)) return -1;
+    if (gen_params_parse(body, seed, n_vocab, &q->g, e)) return -1;
     q->messages = json_object_get(body, "messages");
     if (!json_is_array(q->messages) || !json_array_size(q->messages))
         return api_fail(e, 400, "messages", "messages must be a non-empty array of messages");
@@ -318,7 +379,7 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
         chat_req q;
         int32_t *ids = NULL;
         size_t n = 0;
-        rc = parse_chat(b, seed, &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, &out->j, e) ? -1 : 0;
+        rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, &out->j, e) ? -1 : 0;
         if (!rc) {
             out->j->forced = q.forced;
             q.forced = NULL;
@@ -330,7 +391,7 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
         gen_params g;
         int32_t *ids = NULL;
         size_t n = 0;
-        rc = gen_params_parse(b, seed, &g, e) || completion_prompt(m, b, &ids, &n, e) || make_job(m, ids, n, &g, &out->j, e) ? -1 : 0;
+        rc = gen_params_parse(b, seed, tok_n_vocab(m->tok), &g, e) || completion_prompt(m, b, &ids, &n, e) || make_job(m, ids, n, &g, &out->j, e) ? -1 : 0;
         out->stream = g.stream;
         out->include_usage = g.include_usage;
         gen_params_free(&g);

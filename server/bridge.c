@@ -133,7 +133,7 @@ static void start_job(runner *r, job *j) {
     j->tok = r->e->m->tok;
     j->t_submit_ms = j->t_last_ms = cd_now_ms();
     engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
-                         .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt};
+                         .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust};
     if (engine_submit(r->e, &rq, &j->handle)) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;

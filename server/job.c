@@ -20,6 +20,7 @@ void job_unref(job *j) {
     for (uint32_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->forced);
     free(j->cache_salt);
+    logit_adjust_free(&j->adjust);
     free(j->text);
     pthread_cond_destroy(&j->cv);
     free(j);

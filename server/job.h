@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/model/logit_adjust.h"
 #include "runtime/model/sampler.h"
 #include "runtime/text/tokenizer.h"
 
@@ -42,6 +43,7 @@ typedef struct job {
     uint32_t n_ids;
     uint32_t max_tokens;
     sampler_params sp;
+    logit_adjust adjust;      /* logit_bias and the penalties (its list owned) */
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
     char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */

@@ -1,5 +1,6 @@
 /* Sampling: greedy is argmax; seeded sampling is reproducible; top-k/top-p cut where they
- * should; with no limits the empirical distribution matches the softmax. */
+ * should; with no limits the empirical distribution matches the softmax. Logit adjustments
+ * (logit_bias, presence and frequency penalties) match OpenAI's formula written out naively. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/error.h"
+#include "runtime/model/logit_adjust.h"
 #include "runtime/model/sampler.h"
 
 static void fill(float *l, int n, uint64_t seed) {
@@ -192,6 +195,80 @@ static void test_all_matches_reference(void **state) {
     free(l), free(num), free(ids);
 }
 
+/* logit_adjust_apply against OpenAI's formula written out per token (counts by a full scan):
+ * the same floats, bit for bit, for generated runs with repeats, ids at both ends of the
+ * vocabulary, and each term alone; the count scratch comes back zero. */
+static void test_logit_adjust_formula(void **state) {
+    (void)state;
+    enum { V = 1009, N = 300 };
+    float l[V], ref[V];
+    uint32_t count[V] = {0};
+    int32_t gen[N];
+    logit_bias bias[] = {{0, 5.5f}, {17, -100}, {500, 0.25f}, {V - 1, 100}};
+    const logit_adjust cases[] = {
+        {.presence = 0.6f, .frequency = 0.35f, .bias = bias, .n_bias = 4},
+        {.presence = -1.5f}, {.frequency = 2}, {.bias = bias + 1, .n_bias = 2}, {.presence = 2, .frequency = -2}};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        const logit_adjust *a = &cases[c];
+        rng r;
+        rng_seed(&r, 40 + c);
+        for (int i = 0; i < N; i++) /* repeats: a few tokens often, the ends of the vocabulary too */
+            gen[i] = i % 7 == 0 ? 0 : i % 11 == 0 ? V - 1 : (int32_t)(rng_u64(&r) % (i % 3 ? 40 : V));
+        fill(l, V, 50 + c);
+        memcpy(ref, l, sizeof l);
+        for (uint32_t b = 0; b < a->n_bias; b++) ref[a->bias[b].id] += a->bias[b].bias;
+        for (int32_t j = 0; j < V; j++) {
+            uint32_t cj = 0;
+            for (int i = 0; i < N; i++) cj += gen[i] == j;
+            if (cj) ref[j] -= (float)cj * a->frequency + a->presence;
+        }
+        assert_true(logit_adjust_active(a));
+        assert_int_equal(logit_adjust_check(a, V), 0);
+        logit_adjust_apply(a, gen, N, l, V, count);
+        assert_memory_equal(l, ref, sizeof l);
+        int changed = 0;
+        fill(ref, V, 50 + c);
+        for (int32_t j = 0; j < V; j++) changed += l[j] != ref[j];
+        assert_true(changed > 0);
+        for (int32_t j = 0; j < V; j++) assert_int_equal(count[j], 0);
+    }
+    /* nothing to do: inactive, and the row is untouched */
+    logit_adjust none = {0};
+    assert_false(logit_adjust_active(&none));
+    assert_false(logit_adjust_active(NULL));
+    fill(l, V, 7);
+    memcpy(ref, l, sizeof l);
+    logit_adjust_apply(&none, gen, N, l, V, count);
+    assert_memory_equal(l, ref, sizeof l);
+}
+
+/* logit_adjust_check names each problem; logit_adjust_copy owns its list. */
+static void test_logit_adjust_check(void **state) {
+    (void)state;
+    logit_bias ok[] = {{1, 1}, {9, -1}}, dup[] = {{4, 1}, {4, 2}}, desc[] = {{5, 1}, {2, 1}};
+    logit_bias far[] = {{10, 1}}, neg[] = {{-1, 1}}, big[] = {{3, 100.5f}};
+    const struct { logit_adjust a; const char *msg; } bad[] = {
+        {{.presence = 2.5f}, "presence_penalty"}, {{.frequency = -2.01f}, "frequency_penalty"},
+        {{.presence = 0.0f / 0.0f}, "presence_penalty"}, {{.bias = dup, .n_bias = 2}, "twice"},
+        {{.bias = desc, .n_bias = 2}, "out of order"}, {{.bias = far, .n_bias = 1}, "vocabulary is 0 to 9"},
+        {{.bias = neg, .n_bias = 1}, "token -1"}, {{.bias = big, .n_bias = 1}, "outside -100 to 100"},
+        {{.bias = ok, .n_bias = LOGIT_BIAS_MAX + 1}, "at most"}};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        assert_int_equal(logit_adjust_check(&bad[i].a, 10), -1);
+        assert_non_null(strstr(cd_errmsg(), bad[i].msg));
+    }
+    logit_adjust a = {.presence = 1, .bias = ok, .n_bias = 2}, c;
+    assert_int_equal(logit_adjust_check(&a, 10), 0);
+    assert_int_equal(logit_adjust_copy(&c, &a), 0);
+    assert_ptr_not_equal(c.bias, ok);
+    assert_memory_equal(c.bias, ok, sizeof ok);
+    assert_true(c.presence == 1 && c.n_bias == 2);
+    logit_adjust_free(&c);
+    assert_null(c.bias);
+    assert_int_equal(logit_adjust_copy(&c, NULL), 0);
+    assert_false(logit_adjust_active(&c));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
@@ -200,6 +277,8 @@ int main(void) {
         cmocka_unit_test(test_cutoffs),
         cmocka_unit_test(test_distribution),
         cmocka_unit_test(test_all_matches_reference),
+        cmocka_unit_test(test_logit_adjust_formula),
+        cmocka_unit_test(test_logit_adjust_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -13,6 +13,9 @@
  *   top_k "all") give the same tokens alone and batched; a device draw is the host sampler's.
  * - Cache salts: the same salt hits, another salt or none misses, the tokens are the same; dedup
  *   pairs only requests of one namespace.
+ * - Logit adjustments (logit_bias, presence and frequency penalties): each token is the argmax or
+ *   the host sampler's draw over the raw logits adjusted as logit_adjust_apply says; the same
+ *   tokens alone and batched with others; bad lists are refused at submit.
  * - Errors: empty prompt, prompt past the context, prompt larger than the pool. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -551,6 +554,111 @@ static void test_cache_salt(void **state) {
     engine_free(&e);
 }
 
+/* Each token chosen under a logit_adjust, checked as it comes: the argmax (greedy) or the host
+ * sampler's draw (same seed) over the raw logits (logits_out) adjusted for the tokens so far. */
+typedef struct adjust_check {
+    const logit_adjust *a;
+    const float *raw;
+    float *row;
+    uint32_t *count;
+    int32_t n_vocab;
+    int32_t gen[64];
+    uint32_t n, differ, not_raw_argmax;
+    sampler host;
+    bool sample;
+} adjust_check;
+
+static bool check_adjusted(void *ctx, int32_t id) {
+    adjust_check *c = ctx;
+    memcpy(c->row, c->raw, (size_t)c->n_vocab * sizeof *c->row);
+    logit_adjust_apply(c->a, c->gen, c->n, c->row, c->n_vocab, c->count);
+    int32_t want = c->sample ? sampler_sample(&c->host, c->row) : sampler_argmax(c->row, c->n_vocab);
+    c->differ += want != id;
+    c->not_raw_argmax += id != sampler_argmax(c->raw, c->n_vocab);
+    if (c->n < 64) c->gen[c->n++] = id;
+    return true;
+}
+
+/* One request under adjustment a, start to end, every token checked (above); its tokens to out. */
+static uint32_t adjusted_run(engine *e, const int32_t *ids, uint32_t n, const sampler_params *sp, const logit_adjust *a,
+                             int32_t *out) {
+    const model *m = tiny();
+    int32_t V = (int32_t)m->cfg.n_vocab;
+    float *raw = malloc((size_t)V * sizeof *raw), *row = malloc((size_t)V * sizeof *row);
+    uint32_t *count = calloc((size_t)V, sizeof *count);
+    assert_true(raw && row && count);
+    adjust_check c = {.a = a, .raw = raw, .row = row, .count = count, .n_vocab = V, .sample = sp->temperature > 0};
+    if (c.sample && sampler_init(&c.host, *sp, V)) fail_msg("%s", cd_errmsg());
+    engine_request rq = {.ids = ids, .n = n, .max_tokens = 40, .ignore_eos = true, .sp = sp, .adjust = a,
+                         .on_token = check_adjusted, .ctx = &c, .logits_out = raw};
+    engine_reply rp;
+    if (engine_generate(e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(rp.n, 40);
+    assert_int_equal(c.n, 40);
+    assert_int_equal(c.differ, 0);
+    assert_true(c.not_raw_argmax > 0); /* the adjustment changed the choice somewhere */
+    memcpy(out, rp.ids, rp.n * sizeof *out);
+    engine_reply_free(&rp);
+    sampler_free(&c.host);
+    free(raw), free(row), free(count);
+    return 40;
+}
+
+static void test_logit_adjust(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 31);
+    int32_t a[37], b[52], plain[40], first[40], alone_g[40], alone_s[40], alone_b[40];
+    random_ids(&r, a, 37);
+    random_ids(&r, b, 52);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4, .draw = ENGINE_DRAW_DEVICE};
+    init(&e, &o);
+    const sampler_params greedy = {0}, hot = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 17};
+    assert_int_equal(reference(&e, a, 37, 40, plain, &greedy), 40);
+    /* greedy: the plain reply's first token banned, tokens repeated are penalized */
+    logit_bias ban[] = {{plain[0], -100}};
+    const logit_adjust ag = {.presence = 1.5f, .frequency = 2, .bias = ban, .n_bias = 1};
+    adjusted_run(&e, a, 37, &greedy, &ag, alone_g);
+    assert_int_not_equal(alone_g[0], plain[0]);
+    /* sampled: a push towards one token, and a frequency penalty */
+    logit_bias push[] = {{7, 6}, {(int32_t)tiny()->cfg.n_vocab - 1, -3}};
+    const logit_adjust as = {.frequency = 1.2f, .bias = push, .n_bias = 2};
+    adjusted_run(&e, a, 37, &hot, &as, alone_s);
+    /* the same three together (one plain): each gives its tokens alone */
+    assert_int_equal(reference(&e, b, 52, 40, alone_b, &greedy), 40);
+    engine_request rq[3] = {
+        {.ids = a, .n = 37, .max_tokens = 40, .ignore_eos = true, .sp = &greedy, .adjust = &ag},
+        {.ids = a, .n = 37, .max_tokens = 40, .ignore_eos = true, .sp = &hot, .adjust = &as},
+        {.ids = b, .n = 52, .max_tokens = 40, .ignore_eos = true, .sp = &greedy}};
+    const int32_t *want[3] = {alone_g, alone_s, alone_b};
+    uint32_t h[3], busy = 1;
+    for (int i = 0; i < 3; i++)
+        if (engine_submit(&e, &rq[i], &h[i])) fail_msg("%s", cd_errmsg());
+    while (busy)
+        if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+    for (int i = 0; i < 3; i++) {
+        engine_reply rp;
+        assert_int_equal(engine_poll(&e, h[i], &rp), 1);
+        assert_int_equal(rp.n, 40);
+        assert_memory_equal(rp.ids, want[i], 40 * sizeof *rp.ids);
+        if (i == 0) memcpy(first, rp.ids, sizeof first);
+        engine_reply_free(&rp);
+    }
+    assert_true(memcmp(first, plain, sizeof plain) != 0);
+    /* refused at submit, naming the problem */
+    logit_bias far[] = {{(int32_t)tiny()->cfg.n_vocab, 1}};
+    const logit_adjust bad[] = {{.bias = far, .n_bias = 1}, {.presence = 3}};
+    const char *msg[] = {"vocabulary", "presence_penalty"};
+    for (int i = 0; i < 2; i++) {
+        engine_request q = {.ids = a, .n = 37, .max_tokens = 4, .adjust = &bad[i]};
+        assert_int_equal(engine_submit(&e, &q, &h[0]), -1);
+        assert_non_null(strstr(cd_errmsg(), msg[i]));
+    }
+    assert_no_leak(&e);
+    engine_free(&e);
+}
+
 static void test_errors(void **state) {
     (void)state;
     engine e;
@@ -594,6 +702,7 @@ int main(void) {
         cmocka_unit_test(test_sampling_batched),
         cmocka_unit_test(test_sampling_on_device),
         cmocka_unit_test(test_cache_salt),
+        cmocka_unit_test(test_logit_adjust),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_dedup),
         cmocka_unit_test(test_interleavings),

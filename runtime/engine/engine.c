@@ -139,6 +139,7 @@ void engine_free(engine *e) {
         free(e->vk);
     }
     free(e->logits);
+    free(e->adj_count);
     free(e->row_free);
     free(e->b_ids);
     free(e->b_row);

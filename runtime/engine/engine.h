@@ -48,6 +48,7 @@
 #include "kv/kv_pool.h"
 #include "kv/prefix_cache.h"
 #include "runtime/model/gpu_model.h"
+#include "runtime/model/logit_adjust.h"
 #include "runtime/model/model.h"
 #include "runtime/model/sampler.h"
 #include "runtime/vk/vk_ctx.h"
@@ -127,6 +128,7 @@ typedef struct engine {
     gpu_model g;         /* reads and writes pool's pages through the block tables the scheduler writes */
     sampler_params sp;   /* requests without their own sampling parameters use these */
     float *logits;       /* host copy of one logits row (host sampling) */
+    uint32_t *adj_count; /* [n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
     bool draw_on_device; /* engine_opts.draw resolved */
     bool cache_on;
     kv_prefix_cache cache;
@@ -200,6 +202,8 @@ typedef struct engine_request {
                                   here (the last token's remain); NULL: never read back */
     const char *cache_salt;    /* NULL or "": the engine's cache namespace; else a namespace of its
                                   own (read at submit, not kept) */
+    const logit_adjust *adjust; /* NULL: none; else logit_bias and penalties on each row before its
+                                  token is chosen, on the host (copied at submit; logits_out stays raw) */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

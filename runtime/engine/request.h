@@ -6,6 +6,7 @@
 #include "kv/kv_pages.h"
 #include "radix/radix.h"
 #include "runtime/engine/engine.h"
+#include "runtime/model/logit_adjust.h"
 #include "runtime/model/sampler.h"
 
 typedef enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE } req_state;
@@ -22,6 +23,8 @@ typedef struct engine_req {
     bool sample;            /* sampled (temperature > 0), else greedy */
     bool sample_gpu;        /* sampled on the device (smp holds only the parameters and rng) */
     sampler smp;
+    logit_adjust adj;       /* rq.adjust's copy (rq.adjust is NULL) */
+    bool adjusted;          /* adj changes the logits: every token is chosen on the host */
 
     /* running: its block-table row, pages and pin */
     uint32_t row;

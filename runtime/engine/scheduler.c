@@ -37,6 +37,7 @@ static void req_free(engine_req *q) {
     free(q->all);
     free(q->stop);
     sampler_free(&q->smp);
+    logit_adjust_free(&q->adj);
     engine_reply_free(&q->reply);
     free(q);
 }
@@ -56,7 +57,14 @@ static int check_request(const engine *e, const engine_request *rq) {
     for (uint32_t i = 0; i < rq->n; i++)
         if (rq->ids[i] < 0 || (uint32_t)rq->ids[i] >= e->m->cfg.n_vocab)
             return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i, e->m->cfg.n_vocab);
-    return 0;
+    return logit_adjust_check(rq->adjust, (int32_t)e->m->cfg.n_vocab);
+}
+
+/* The scratch of logit_adjust_apply, made for the first request that needs it. */
+static int need_adj_count(engine *e) {
+    if (e->adj_count) return 0;
+    e->adj_count = calloc(e->m->cfg.n_vocab, sizeof *e->adj_count);
+    return e->adj_count ? 0 : cd_fail("out of memory for the logit adjustments' counts");
 }
 
 static int grow_reqs(engine *e) {
@@ -94,11 +102,13 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->reply.ids = malloc(((size_t)rq->max_tokens + 1) * sizeof *q->reply.ids);
     q->stop = malloc(((size_t)rq->n_stop + 1) * sizeof *q->stop);
     q->sample = sp->temperature > 0;
-    /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", or a
-     * CPU device: engine_opts.draw) the logits row comes down and the host draws */
-    q->sample_gpu = e->draw_on_device && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
+    q->adjusted = logit_adjust_active(rq->adjust);
+    /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", a
+     * CPU device: engine_opts.draw, or logits to adjust) the logits row comes down and the host
+     * chooses */
+    q->sample_gpu = e->draw_on_device && !q->adjusted && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
     if (q->sample_gpu) sampler_init_draws(&q->smp, *sp);
-    if (!q->all || !q->reply.ids || !q->stop ||
+    if (!q->all || !q->reply.ids || !q->stop || (q->adjusted && (need_adj_count(e) || logit_adjust_copy(&q->adj, rq->adjust))) ||
         (q->sample && !q->sample_gpu && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
         req_free(q);
         return cd_fail("out of memory for a request of %u + %u tokens", rq->n, rq->max_tokens);
@@ -109,6 +119,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->rq.stop_ids = q->stop;
     q->rq.sp = NULL;
     q->rq.cache_salt = NULL; /* the caller's memory: only its namespace is kept */
+    q->rq.adjust = NULL;     /* the caller's memory: q->adj is the copy */
     memcpy(q->ns, ns, RADIX_NS_BYTES);
     q->n_prompt = q->n_all = rq->n;
     q->reply.prompt_tokens = rq->n;
@@ -480,10 +491,15 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     for (uint32_t j = 0; j < no; j++) {
         engine_req *q = e->b_owner[j];
         int32_t id = e->b_next[j];
-        bool host_draw = q->sample && !q->sample_gpu;
+        bool host_draw = q->adjusted || (q->sample && !q->sample_gpu);
         float *lg = q->rq.logits_out ? q->rq.logits_out : e->logits;
         if (q->rq.logits_out || host_draw) TRY(gpu_model_batch_logits(&e->g, j, lg)); /* one download */
-        if (host_draw) id = sampler_sample(&q->smp, lg);
+        if (q->adjusted) { /* on the engine's copy: the caller's logits_out stays as computed */
+            if (lg != e->logits) memcpy(e->logits, lg, e->m->cfg.n_vocab * sizeof *lg);
+            lg = e->logits;
+            logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, lg, (int32_t)e->m->cfg.n_vocab, e->adj_count);
+        }
+        if (host_draw) id = q->sample ? sampler_sample(&q->smp, lg) : sampler_argmax(lg, (int32_t)e->m->cfg.n_vocab);
         emit(e, q, id);
     }
     return 0;

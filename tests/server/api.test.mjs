@@ -346,6 +346,34 @@ test("an agent round trip: the tool call and its result sent back are served fro
     assert.equal(r3.usage.prompt_tokens, ids3.length, "a changed call renders in the template's layout");
 });
 
+test("logit_bias and penalties change the reply as OpenAI defines them; their defaults are accepted", async () => {
+    const [hi] = tokenize("Hello");
+    const ask = { ...greedy, messages: hello };
+    // +100 on one token: greedy takes it every time
+    const pushed = await client.chat.completions.create({ ...ask, max_tokens: 16, logit_bias: { [hi]: 100 } });
+    assert.equal(pushed.choices[0].message.content, "Hello".repeat(16));
+    // with a frequency penalty each use costs 2: the token wins only so many times, and the
+    // reply is the same again, streamed or not
+    const params = { ...ask, max_tokens: 64, logit_bias: { [hi]: 100 }, frequency_penalty: 2 };
+    const a = (await client.chat.completions.create(params)).choices[0].message.content;
+    const lead = a.match(/^(Hello)*/)[0].length / 5;
+    assert.ok(lead >= 1 && lead < 64, `the penalty ended the run of Hello after ${lead}`);
+    assert.ok(a.length > 5 * lead);
+    assert.equal((await client.chat.completions.create(params)).choices[0].message.content, a);
+    assert.equal((await streamChat(params)).content, a);
+    // a ban: the plain reply's first token at -100 changes the reply
+    const plain = (await client.chat.completions.create({ ...ask, max_tokens: 4 })).choices[0].message.content;
+    const comp = await client.completions.create({ ...greedy, prompt: tokenize(render(hello)), max_tokens: 1 });
+    assert.ok(plain.startsWith(comp.choices[0].text));
+    const [first] = tokenize(comp.choices[0].text);
+    const banned = await client.chat.completions.create({ ...ask, max_tokens: 4, logit_bias: { [first]: -100 } });
+    assert.ok(!banned.choices[0].message.content.startsWith(comp.choices[0].text));
+    // what clients send by default is accepted
+    const defaults = await client.chat.completions.create({ ...ask, max_tokens: 4, presence_penalty: 0, frequency_penalty: 0,
+        logit_bias: {}, logprobs: false, top_logprobs: 0, response_format: { type: "text" } });
+    assert.equal(defaults.choices[0].message.content, plain);
+});
+
 test("errors in OpenAI's shape, each followed by a healthy server", async () => {
     const cases = [
         [{ body: "{\"messages\": [" }, 400, null, /malformed JSON/],
@@ -361,6 +389,18 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, cache_salt: "" } }, 400, "cache_salt", /1 to 256 bytes/],
         [{ body: { messages: hello, cache_salt: "s".repeat(257) } }, 400, "cache_salt", /1 to 256 bytes/],
         [{ body: { messages: [{ role: "wizard", content: "x" }] } }, 400, "messages", /.+/],
+        [{ body: { messages: hello, presence_penalty: 2.5 } }, 400, "presence_penalty", /between -2 and 2/],
+        [{ body: { messages: hello, frequency_penalty: "x" } }, 400, "frequency_penalty", /number/],
+        [{ body: { messages: hello, logit_bias: [1] } }, 400, "logit_bias", /object/],
+        [{ body: { messages: hello, logit_bias: { "x": 1 } } }, 400, "logit_bias", /not a token id/],
+        [{ body: { messages: hello, logit_bias: { "-1": 1 } } }, 400, "logit_bias", /not a token id/],
+        [{ body: { messages: hello, logit_bias: { "999999": 1 } } }, 400, "logit_bias", /not a token id/],
+        [{ body: { messages: hello, logit_bias: { "7": 1, "007": 2 } } }, 400, "logit_bias", /twice/],
+        [{ body: { messages: hello, logit_bias: { "7": 101 } } }, 400, "logit_bias", /-100 to 100/],
+        [{ body: { messages: hello, logprobs: true } }, 400, "logprobs", /not supported/],
+        [{ body: { messages: hello, top_logprobs: 3 } }, 400, "top_logprobs", /not supported/],
+        [{ body: { messages: hello, response_format: { type: "json_object" } } }, 400, "response_format", /not supported/],
+        [{ body: { messages: hello, functions: [{ name: "f" }] } }, 400, "functions", /use tools/],
         [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
         [{ body: { messages: hello }, auth: false }, 401, null, /API key/],
     ];
