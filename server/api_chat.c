@@ -21,11 +21,99 @@ typedef struct reply_ctx {
     reply_stream rs;  /* chat */
     char call_prefix[80]; /* tool call ids: call_<id>_<index> (rs borrows it) */
     size_t seen;      /* bytes of the job's stable text already turned into chunks */
+    uint32_t lp_sent; /* the job's log-probability entries already in chunks */
+    size_t lp_chars;  /* completions: characters of text those entries cover (text_offset) */
 } reply_ctx;
 
-static json_t *chunk(const reply_ctx *x, json_t *delta, const char *finish) {
-    json_t *ch = x->chat ? json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "delta", delta, "logprobs", "finish_reason", finish)
-                         : json_pack("{s:i, s:o, s:n, s:s?}", "index", 0, "text", delta, "logprobs", "finish_reason", finish);
+/* ---- log-probabilities (job.lp) in OpenAI's shapes ---- */
+
+/* {"token", "logprob", "bytes"}: the token's text (a part of a UTF-8 sequence as U+FFFD) and bytes. */
+static json_t *token_entry(const tokenizer *t, int32_t id, float logprob) {
+    size_t n;
+    const char *p = tok_piece(t, id, &n);
+    json_t *bytes = json_array();
+    for (size_t i = 0; i < n && bytes; i++)
+        if (json_array_append_new(bytes, json_integer((unsigned char)p[i]))) json_decref(bytes), bytes = NULL;
+    char *text = NULL;
+    if (!bytes || tok_decode(t, &id, 1, &text)) {
+        json_decref(bytes);
+        return NULL;
+    }
+    json_t *o = json_pack("{s:s, s:f, s:o}", "token", text, "logprob", (double)logprob, "bytes", bytes);
+    free(text);
+    return o;
+}
+
+/* Characters (code points) token id adds to a valid UTF-8 text: its bytes that start one. */
+static size_t token_chars(const tokenizer *t, int32_t id) {
+    size_t n, c = 0;
+    const char *p = tok_piece(t, id, &n);
+    for (size_t i = 0; i < n; i++) c += ((unsigned char)p[i] & 0xC0) != 0x80;
+    return c;
+}
+
+/* Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
+ * Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"},
+ * the offsets counted on from *chars (moved past these tokens). Entries [from, to) of j->lp (the
+ * caller holds the bridge mutex while the job runs). NULL: out of memory. */
+static json_t *logprobs_json(const reply_ctx *x, uint32_t from, uint32_t to, size_t *chars) {
+    const tokenizer *t = x->s->model.tok;
+    const job *j = x->j;
+    json_t *list = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    bool ok = list && tokens && lps && tops && offs;
+    for (uint32_t i = from; i < to && ok; i++) {
+        const token_logprob *lp = &j->lp[i];
+        json_t *top = x->chat ? json_array() : json_object();
+        for (uint32_t k = 0; k < lp->n_top && top; k++) {
+            json_t *e = token_entry(t, lp->top_id[k], lp->top_logprob[k]);
+            int rc = !e ? -1
+                     : x->chat ? json_array_append(top, e)
+                               : json_object_set(top, json_string_value(json_object_get(e, "token")), json_object_get(e, "logprob"));
+            json_decref(e);
+            if (rc) json_decref(top), top = NULL;
+        }
+        json_t *e = top ? token_entry(t, lp->id, lp->logprob) : NULL;
+        if (!e) {
+            json_decref(top);
+            ok = false;
+        } else if (x->chat) {
+            if (json_object_set_new(e, "top_logprobs", top)) json_decref(e), ok = false;
+            else ok = !json_array_append_new(list, e);
+        } else {
+            ok = !json_array_append(tokens, json_object_get(e, "token")) && !json_array_append(lps, json_object_get(e, "logprob")) &&
+                 !json_array_append_new(tops, top) && !json_array_append_new(offs, json_integer((json_int_t)*chars));
+            *chars += token_chars(t, lp->id);
+            json_decref(e);
+        }
+    }
+    json_t *out = !ok ? NULL
+                  : x->chat ? json_pack("{s:O, s:n}", "content", list, "refusal")
+                            : json_pack("{s:O, s:O, s:O, s:O}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                                        "text_offset", offs);
+    json_decref(list), json_decref(tokens), json_decref(lps), json_decref(tops), json_decref(offs);
+    return out;
+}
+
+/* The entries of j->lp not yet sent, or NULL when none are asked for or new (*fail: out of
+ * memory, or an entry was lost). The caller sends them, then moves lp_sent and lp_chars. */
+static json_t *new_logprobs(const reply_ctx *x, uint32_t *to, size_t *chars, bool *fail) {
+    *fail = false;
+    *chars = x->lp_chars;
+    *to = x->lp_sent;
+    if (!x->j->logprobs) return NULL;
+    pthread_mutex_lock(&x->s->b.mu);
+    *to = x->j->n_lp;
+    json_t *lp = *to > x->lp_sent ? logprobs_json(x, x->lp_sent, *to, chars) : NULL;
+    *fail = x->j->lp_lost || (*to > x->lp_sent && !lp);
+    pthread_mutex_unlock(&x->s->b.mu);
+    return lp;
+}
+
+/* lp (stolen) in a chunk or reply choice: null when there is none. */
+static json_t *chunk(const reply_ctx *x, json_t *delta, const char *finish, json_t *lp) {
+    if (!lp) lp = json_null();
+    json_t *ch = x->chat ? json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason", finish)
+                         : json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "text", delta, "logprobs", lp, "finish_reason", finish);
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", x->id, "object",
                      x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
                      x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", ch);
@@ -43,11 +131,15 @@ static char *full_text(const job *j, const char *gen, size_t len, size_t *n) {
     return t;
 }
 
-static int stream_deltas(reply_ctx *x, const char *gen, size_t len, bool done, char **out, size_t *olen, size_t *cap) {
+/* The new text as chunks; *lp (the new log-probabilities, or NULL) goes in the first one, and
+ * is NULL afterwards if it went. */
+static int stream_deltas(reply_ctx *x, const char *gen, size_t len, bool done, json_t **lp, char **out, size_t *olen,
+                         size_t *cap) {
     if (!x->chat) {
         if (len <= x->seen) return 0;
-        json_t *t = json_stringn(gen + x->seen, len - x->seen);
-        return sse_event(out, olen, cap, chunk(x, t, NULL));
+        json_t *t = json_stringn(gen + x->seen, len - x->seen), *l = *lp;
+        *lp = NULL;
+        return sse_event(out, olen, cap, chunk(x, t, NULL, l));
     }
     size_t n;
     char *full = full_text(x->j, gen, len, &n);
@@ -58,7 +150,10 @@ static int stream_deltas(reply_ctx *x, const char *gen, size_t len, bool done, c
     json_t *d;
     json_array_foreach(deltas, i, d) {
         if (json_object_get(d, "tool_calls")) x->tool_calls = true;
-        if (!rc) rc = sse_event(out, olen, cap, chunk(x, json_incref(d), NULL));
+        json_t *l = *lp;
+        *lp = NULL;
+        if (!rc) rc = sse_event(out, olen, cap, chunk(x, json_incref(d), NULL, l));
+        else json_decref(l);
     }
     json_decref(deltas);
     return rc;
@@ -73,7 +168,15 @@ static int stream_end(reply_ctx *x, char **out, size_t *len, size_t *cap) {
         return sse_event(out, len, cap, e) || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
     }
     if (x->tool_calls && j->out.finish == JOB_STOP) fr = "tool_calls";
-    int rc = sse_event(out, len, cap, chunk(x, x->chat ? json_object() : json_string(""), fr));
+    uint32_t to;
+    size_t chars;
+    bool fail;
+    json_t *lp = new_logprobs(x, &to, &chars, &fail); /* the rest */
+    if (fail) {
+        json_decref(lp);
+        return -1;
+    }
+    int rc = sse_event(out, len, cap, chunk(x, x->chat ? json_object() : json_string(""), fr, lp));
     if (!rc && x->include_usage) {
         json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", x->id, "object",
                               x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
@@ -87,16 +190,22 @@ static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
     reply_ctx *x = ctx;
     if (x->chat && !x->sent_role) {
         x->sent_role = true;
-        return sse_event(out, len, cap, chunk(x, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL)) ? -1 : 1;
+        return sse_event(out, len, cap, chunk(x, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL)) ? -1 : 1;
     }
     char *text;
     size_t n;
     bool done;
     if (!api_wait_text(x->s, x->j, x->c, x->seen, &text, &n, &done)) return -1; /* the client left */
     if (!text) return 1;
-    int rc = stream_deltas(x, text, n, done, out, len, cap);
+    uint32_t to;
+    size_t chars;
+    bool fail;
+    json_t *lp = new_logprobs(x, &to, &chars, &fail);
+    int rc = fail ? -1 : stream_deltas(x, text, n, done, &lp, out, len, cap);
     free(text);
     x->seen = n;
+    if (lp) json_decref(lp); /* no chunk took it: sent with the next */
+    else if (!fail) x->lp_sent = to, x->lp_chars = chars;
     if (rc) return -1;
     if (!done) return 1;
     return stream_end(x, out, len, cap) ? -1 : 0;
@@ -146,13 +255,19 @@ static void reply_done(void *ctx) {
 static json_t *whole_reply(const reply_ctx *x) {
     const job *j = x->j;
     const char *fr = api_finish_reason(j);
-    json_t *choice;
+    json_t *choice, *lp = json_null();
+    size_t chars = 0;
+    if (j->logprobs && (j->lp_lost || !(lp = logprobs_json(x, 0, j->n_lp, &chars)))) {
+        cd_fail("out of memory for the log-probabilities");
+        return NULL;
+    }
     if (x->chat) {
         size_t n;
         char *full = full_text(j, j->text ? j->text : "", j->len, &n);
         json_t *msg = NULL;
         if (!full || toolcall_parse(full, n, &msg)) {
             free(full);
+            json_decref(lp);
             return NULL;
         }
         free(full);
@@ -165,9 +280,9 @@ static json_t *whole_reply(const reply_ctx *x) {
             json_object_set_new(c, "id", json_string(id));
         }
         if (json_array_size(calls) && j->out.finish == JOB_STOP) fr = "tool_calls";
-        choice = json_pack("{s:i, s:o, s:n, s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", fr);
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason", fr);
     } else {
-        choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", j->text ? j->text : "", j->len, "logprobs",
+        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", j->text ? j->text : "", j->len, "logprobs", lp,
                            "finish_reason", fr);
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", x->id, "object",

@@ -122,8 +122,7 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
 /* OpenAI's fields that cinder does not implement: refused by name when they ask for something
  * (api_request.h), accepted when absent, null, false, 0, "" or their default. */
 static int unsupported_fields(const json_t *b, api_err *e) {
-    static const char *const keys[] = {"logprobs", "top_logprobs", "echo", "suffix", "best_of",
-                                       "response_format", "functions", "function_call"};
+    static const char *const keys[] = {"echo", "suffix", "best_of", "response_format", "functions", "function_call"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *k = keys[i];
         const json_t *v = json_object_get(b, k);
@@ -140,7 +139,25 @@ static int unsupported_fields(const json_t *b, api_err *e) {
     return 0;
 }
 
-static int gen_params_parse(const json_t *b, uint64_t seed_default, int32_t n_vocab, gen_params *g, api_err *e) {
+/* Chat: logprobs (true / false) and top_logprobs (0 to 20, with logprobs true); completions:
+ * logprobs (0 to 5 alternatives, OpenAI's legacy field). */
+static int logprobs_fields(const json_t *b, bool chat, gen_params *g, api_err *e) {
+    int64_t top = 0;
+    if (!chat) {
+        top = -1;
+        if (int_field(b, "logprobs", 0, 5, &top, e)) return -1;
+        g->logprobs = top >= 0;
+        g->top_logprobs = top > 0 ? (uint32_t)top : 0;
+        return 0;
+    }
+    if (bool_field(b, "logprobs", &g->logprobs, e) || int_field(b, "top_logprobs", 0, TOP_LOGPROBS_MAX, &top, e))
+        return -1;
+    if (top && !g->logprobs) return api_fail(e, 400, "top_logprobs", "top_logprobs needs logprobs: true");
+    g->top_logprobs = (uint32_t)top;
+    return 0;
+}
+
+static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, int32_t n_vocab, gen_params *g, api_err *e) {
     *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}};
     double temp = g->sp.temperature, top_p = g->sp.top_p;
     double presence = 0, frequency = 0;
@@ -151,7 +168,8 @@ static int gen_params_parse(const json_t *b, uint64_t seed_default, int32_t n_vo
         int_field(b, "top_k", -1, INT32_MAX, &top_k, e) || int_field(b, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
         int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e) ||
         salt_field(b, g, e) || num_field(b, "presence_penalty", -2, 2, &presence, e) ||
-        num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || unsupported_fields(b, e))
+        num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || logprobs_fields(b, chat, g, e) ||
+        unsupported_fields(b, e))
         return -1;
     if (n != 1) return api_fail(e, 400, "n", "n must be 1 (one choice per request)");
     const json_t *so = json_object_get(b, "stream_options");
@@ -205,6 +223,8 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, j
     g->cache_salt = NULL;
     j->adjust = g->adjust;
     g->adjust = (logit_adjust){0};
+    j->logprobs = g->logprobs;
+    j->top_logprobs = g->top_logprobs;
     *out = j;
     return 0;
 }
@@ -298,7 +318,7 @@ static int flatten_content(json_t *messages, api_err *e) {
 
 static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_req *q, api_err *e) {
     *q = (chat_req){0};
-    if (gen_params_parse(body, seed, n_vocab, &q->g, e)) return -1;
+    if (gen_params_parse(body, true, seed, n_vocab, &q->g, e)) return -1;
     q->messages = json_object_get(body, "messages");
     if (!json_is_array(q->messages) || !json_array_size(q->messages))
         return api_fail(e, 400, "messages", "messages must be a non-empty array of messages");
@@ -391,7 +411,7 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
         gen_params g;
         int32_t *ids = NULL;
         size_t n = 0;
-        rc = gen_params_parse(b, seed, tok_n_vocab(m->tok), &g, e) || completion_prompt(m, b, &ids, &n, e) || make_job(m, ids, n, &g, &out->j, e) ? -1 : 0;
+        rc = gen_params_parse(b, false, seed, tok_n_vocab(m->tok), &g, e) || completion_prompt(m, b, &ids, &n, e) || make_job(m, ids, n, &g, &out->j, e) ? -1 : 0;
         out->stream = g.stream;
         out->include_usage = g.include_usage;
         gen_params_free(&g);

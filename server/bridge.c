@@ -103,6 +103,22 @@ static bool on_token(void *ctx, int32_t id) {
     return more;
 }
 
+/* A token's log-probabilities, kept for the reply (an end token is not output: not kept). */
+static void on_logprob(void *ctx, const token_logprob *lp) {
+    job *j = ctx;
+    if (tok_is_eog(j->tok, lp->id)) return;
+    bridge *b = bridge_of_thread;
+    pthread_mutex_lock(&b->mu);
+    if (j->n_lp == j->cap_lp) {
+        uint32_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+        token_logprob *p = realloc(j->lp, cap * sizeof *p);
+        if (p) j->lp = p, j->cap_lp = cap;
+    }
+    if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = *lp;
+    else j->lp_lost = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
 static void finish_job(runner *r, job *j, const engine_reply *rep, int err_status, const char *err) {
     bridge *b = r->b;
     char tail[8];
@@ -133,7 +149,8 @@ static void start_job(runner *r, job *j) {
     j->tok = r->e->m->tok;
     j->t_submit_ms = j->t_last_ms = cd_now_ms();
     engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
-                         .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust};
+                         .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
+                         .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs};
     if (engine_submit(r->e, &rq, &j->handle)) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;

@@ -44,6 +44,8 @@ typedef struct job {
     uint32_t max_tokens;
     sampler_params sp;
     logit_adjust adjust;      /* logit_bias and the penalties (its list owned) */
+    bool logprobs;            /* each output token's token_logprob kept in lp */
+    uint32_t top_logprobs;
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
     char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */
@@ -58,6 +60,9 @@ typedef struct job {
     size_t stable;            /* text[0..stable) can no longer be taken back by a stop string */
     uint32_t n_gen;           /* tokens generated (an end token included) */
     bool stopped_by_string;
+    token_logprob *lp;        /* [n_lp] the output tokens' (an end token's not), in order */
+    uint32_t n_lp, cap_lp;
+    bool lp_lost;             /* an entry could not be stored (out of memory): the reply fails */
     pthread_cond_t cv;        /* signalled on new text and when done */
     /* the outcome (when done) */
     job_outcome out;

@@ -63,7 +63,7 @@ script_port=$(healthy_port script)
 
 CINDER_URL="http://127.0.0.1:$main_port" CINDER_BUSY_URL="http://127.0.0.1:$busy_port" CINDER_KEY=test-key \
   CINDER_MODEL="$model" CINDER_SCRIPT_URL="http://127.0.0.1:$script_port" CINDER_SCRIPT_MODEL="$script_model" \
-  CINDER_SCRIPT="$script" NODE_PATH="$root/third_party/npm/node_modules" \
+  CINDER_SCRIPT="$script" CINDER_TEST_DIR="$tmp" NODE_PATH="$root/third_party/npm/node_modules" \
   node --test --test-reporter=spec "$root/tests/server/api.test.mjs"
 
 # the disk tier's counters and gauges on /metrics (only with --cache-dir), and in /v1/cache

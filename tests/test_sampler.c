@@ -269,6 +269,40 @@ static void test_logit_adjust_check(void **state) {
     assert_false(logit_adjust_active(&c));
 }
 
+/* sampler_logprob: logits minus a log-sum-exp written out in long double, the alternatives by a
+ * full scan; -inf logits (a banned token) count for nothing; a row of only -inf gives -inf. */
+static void test_logprob(void **state) {
+    (void)state;
+    enum { V = 5003 };
+    float l[V];
+    fill(l, V, 77);
+    l[10] = -INFINITY;
+    l[4000] = 9; /* the best */
+    l[17] = l[18] = 8.5f; /* a tie: the lower id first */
+    long double m = -INFINITY, sum = 0;
+    for (int i = 0; i < V; i++) m = isfinite(l[i]) && l[i] > m ? l[i] : m;
+    for (int i = 0; i < V; i++) sum += isfinite(l[i]) ? expl((long double)l[i] - m) : 0;
+    double lse = (double)(m + logl(sum));
+    assert_true(fabs(sampler_log_sum_exp(l, V) - lse) < 1e-9);
+    token_logprob lp;
+    sampler_logprob(l, V, 123, 3, &lp);
+    assert_int_equal(lp.id, 123);
+    assert_true(fabs(lp.logprob - (l[123] - lse)) < 1e-6);
+    assert_int_equal(lp.n_top, 3);
+    const int32_t want[] = {4000, 17, 18};
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(lp.top_id[k], want[k]);
+        assert_true(fabs(lp.top_logprob[k] - (l[want[k]] - lse)) < 1e-6);
+    }
+    sampler_logprob(l, V, 10, 0, &lp);
+    assert_true(isinf(lp.logprob) && lp.logprob < 0);
+    assert_int_equal(lp.n_top, 0);
+    sampler_logprob(l, V, 0, 99, &lp); /* at most TOP_LOGPROBS_MAX */
+    assert_int_equal(lp.n_top, TOP_LOGPROBS_MAX);
+    float dead[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    assert_true(isinf(sampler_log_sum_exp(dead, 4)));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy),
@@ -279,6 +313,7 @@ int main(void) {
         cmocka_unit_test(test_all_matches_reference),
         cmocka_unit_test(test_logit_adjust_formula),
         cmocka_unit_test(test_logit_adjust_check),
+        cmocka_unit_test(test_logprob),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

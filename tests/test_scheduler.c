@@ -16,11 +16,14 @@
  * - Logit adjustments (logit_bias, presence and frequency penalties): each token is the argmax or
  *   the host sampler's draw over the raw logits adjusted as logit_adjust_apply says; the same
  *   tokens alone and batched with others; bad lists are refused at submit.
+ * - Log-probabilities: each token's and the top_logprobs best are the raw row's (a naive
+ *   log-softmax and sort of logits_out); asking for them changes no token, wherever it is drawn.
  * - Errors: empty prompt, prompt past the context, prompt larger than the pool. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -659,6 +662,100 @@ static void test_logit_adjust(void **state) {
     engine_free(&e);
 }
 
+/* Each token's token_logprob against the raw row (logits_out, written before the callback): a
+ * log-softmax in double and a full sort written out here. */
+typedef struct logprob_check {
+    const float *raw;
+    int32_t n_vocab;
+    uint32_t top, calls, tokens;
+    int32_t last;  /* the id reported, for the token callback */
+    double worst;  /* largest |logprob - reference| */
+    bool bad;
+} logprob_check;
+
+static int32_t *sort_by;
+static const float *sort_row;
+static int desc_by_value(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (sort_row[x] != sort_row[y]) return sort_row[x] > sort_row[y] ? -1 : 1;
+    return (x > y) - (x < y);
+}
+
+static void check_logprob(void *ctx, const token_logprob *lp) {
+    logprob_check *c = ctx;
+    double m = -1e300, sum = 0;
+    for (int32_t i = 0; i < c->n_vocab; i++) m = c->raw[i] > m ? c->raw[i] : m;
+    for (int32_t i = 0; i < c->n_vocab; i++) sum += exp((double)c->raw[i] - m);
+    double lse = m + log(sum), d = fabs(lp->logprob - (c->raw[lp->id] - lse));
+    c->worst = d > c->worst ? d : c->worst;
+    for (int32_t i = 0; i < c->n_vocab; i++) sort_by[i] = i;
+    sort_row = c->raw;
+    qsort(sort_by, (size_t)c->n_vocab, sizeof *sort_by, desc_by_value);
+    if (lp->n_top != c->top || lp->logprob > 0) c->bad = true;
+    for (uint32_t i = 0; i < lp->n_top && i < TOP_LOGPROBS_MAX; i++) {
+        if (lp->top_id[i] != sort_by[i]) c->bad = true;
+        d = fabs(lp->top_logprob[i] - (c->raw[sort_by[i]] - lse));
+        c->worst = d > c->worst ? d : c->worst;
+    }
+    c->last = lp->id;
+    c->calls++;
+}
+
+static bool logprob_token(void *ctx, int32_t id) {
+    logprob_check *c = ctx;
+    if (id != c->last) c->bad = true; /* reported just before, for the same token */
+    c->tokens++;
+    return true;
+}
+
+static void test_logprobs(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 44);
+    int32_t a[29];
+    random_ids(&r, a, 29);
+    const model *m = tiny();
+    int32_t V = (int32_t)m->cfg.n_vocab;
+    float *raw = malloc((size_t)V * sizeof *raw);
+    sort_by = malloc((size_t)V * sizeof *sort_by);
+    assert_true(raw && sort_by);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4, .draw = ENGINE_DRAW_DEVICE};
+    init(&e, &o);
+    logit_bias push[] = {{11, 4}};
+    const logit_adjust adj = {.frequency = 1, .bias = push, .n_bias = 1};
+    const sampler_params sps[] = {{0}, {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 5},
+                                  {.temperature = 1.1f, .top_k = 0, .top_p = 1, .seed = 6}};
+    const uint32_t tops[] = {0, 5, TOP_LOGPROBS_MAX};
+    for (size_t k = 0; k < 3; k++)
+        for (int adjusted = 0; adjusted < 2; adjusted++) {
+            engine_request rq = {.ids = a, .n = 29, .max_tokens = 12, .ignore_eos = true, .sp = &sps[k],
+                                 .adjust = adjusted ? &adj : NULL};
+            int32_t plain[12], with[12];
+            engine_reply rp;
+            if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+            memcpy(plain, rp.ids, sizeof plain);
+            engine_reply_free(&rp);
+            logprob_check c = {.raw = raw, .n_vocab = V, .top = tops[k]};
+            rq.on_logprob = check_logprob, rq.on_token = logprob_token, rq.ctx = &c, rq.logits_out = raw;
+            rq.top_logprobs = tops[k];
+            if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+            memcpy(with, rp.ids, sizeof with);
+            engine_reply_free(&rp);
+            assert_memory_equal(with, plain, sizeof plain); /* asking changes no token */
+            assert_int_equal(c.calls, 12);
+            assert_int_equal(c.tokens, 12);
+            assert_false(c.bad);
+            assert_true(c.worst < 1e-5);
+        }
+    engine_request big = {.ids = a, .n = 29, .max_tokens = 2, .top_logprobs = TOP_LOGPROBS_MAX + 1};
+    uint32_t h;
+    assert_int_equal(engine_submit(&e, &big, &h), -1);
+    assert_non_null(strstr(cd_errmsg(), "top_logprobs"));
+    free(raw), free(sort_by);
+    engine_free(&e);
+}
+
 static void test_errors(void **state) {
     (void)state;
     engine e;
@@ -703,6 +800,7 @@ int main(void) {
         cmocka_unit_test(test_sampling_on_device),
         cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_logit_adjust),
+        cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_dedup),
         cmocka_unit_test(test_interleavings),

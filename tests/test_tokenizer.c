@@ -522,6 +522,20 @@ static void test_decode(void **state) {
     assert_int_equal(tok_decode(t, oob, 2, &s), -1);
     assert_null(s);
     assert_non_null(strstr(cd_errmsg(), "out of range"));
+    /* tok_piece: a token's own bytes, a lone byte's too (no U+FFFD), nothing out of range */
+    size_t len;
+    const char *p = tok_piece(t, 9707, &len);
+    assert_int_equal(len, 5);
+    assert_memory_equal(p, "Hello", 5);
+    p = tok_piece(t, 151645, &len);
+    assert_int_equal(len, strlen("<|im_end|>"));
+    assert_memory_equal(p, "<|im_end|>", len);
+    p = tok_piece(t, byte_token(0xE4), &len);
+    assert_int_equal(len, 1);
+    assert_int_equal((unsigned char)p[0], 0xE4);
+    assert_null(tok_piece(t, QWEN3_N_VOCAB, &len));
+    assert_int_equal(len, 0);
+    assert_null(tok_piece(t, -1, &len));
 }
 
 /* Invalid UTF-8 input is read as U+FFFD (maximal subparts), never rejected. */

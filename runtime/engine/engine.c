@@ -140,6 +140,7 @@ void engine_free(engine *e) {
     }
     free(e->logits);
     free(e->adj_count);
+    free(e->adj_logits);
     free(e->row_free);
     free(e->b_ids);
     free(e->b_row);

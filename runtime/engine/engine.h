@@ -129,6 +129,7 @@ typedef struct engine {
     sampler_params sp;   /* requests without their own sampling parameters use these */
     float *logits;       /* host copy of one logits row (host sampling) */
     uint32_t *adj_count; /* [n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
+    float *adj_logits;   /* [n_vocab] the adjusted copy of a row (made with adj_count) */
     bool draw_on_device; /* engine_opts.draw resolved */
     bool cache_on;
     kv_prefix_cache cache;
@@ -188,6 +189,11 @@ typedef struct engine_reply {
 /* Called per generated token; return false to stop early. */
 typedef bool (*engine_token_fn)(void *ctx, int32_t id);
 
+/* Called per generated token, just before engine_token_fn, with its log-probability and the
+ * top_logprobs most likely tokens' under the model's raw logits (sampler_logprob: before
+ * logit_bias, penalties, temperature, top-k and top-p; vLLM's default, what the model says). */
+typedef void (*engine_logprob_fn)(void *ctx, const token_logprob *lp);
+
 typedef struct engine_request {
     const int32_t *ids;
     uint32_t n;
@@ -204,6 +210,9 @@ typedef struct engine_request {
                                   own (read at submit, not kept) */
     const logit_adjust *adjust; /* NULL: none; else logit_bias and penalties on each row before its
                                   token is chosen, on the host (copied at submit; logits_out stays raw) */
+    engine_logprob_fn on_logprob; /* NULL: none; else each token's log-probabilities (its row comes
+                                  down; where the token is drawn does not change) */
+    uint32_t top_logprobs;     /* 0..TOP_LOGPROBS_MAX alternatives for on_logprob */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

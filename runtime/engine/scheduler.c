@@ -57,14 +57,15 @@ static int check_request(const engine *e, const engine_request *rq) {
     for (uint32_t i = 0; i < rq->n; i++)
         if (rq->ids[i] < 0 || (uint32_t)rq->ids[i] >= e->m->cfg.n_vocab)
             return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i, e->m->cfg.n_vocab);
+    if (rq->top_logprobs > TOP_LOGPROBS_MAX) return cd_fail("top_logprobs %u is more than %d", rq->top_logprobs, TOP_LOGPROBS_MAX);
     return logit_adjust_check(rq->adjust, (int32_t)e->m->cfg.n_vocab);
 }
 
-/* The scratch of logit_adjust_apply, made for the first request that needs it. */
-static int need_adj_count(engine *e) {
-    if (e->adj_count) return 0;
-    e->adj_count = calloc(e->m->cfg.n_vocab, sizeof *e->adj_count);
-    return e->adj_count ? 0 : cd_fail("out of memory for the logit adjustments' counts");
+/* The scratch of the logit adjustments, made for the first request that needs it. */
+static int need_adj_scratch(engine *e) {
+    if (!e->adj_count) e->adj_count = calloc(e->m->cfg.n_vocab, sizeof *e->adj_count);
+    if (!e->adj_logits) e->adj_logits = malloc(e->m->cfg.n_vocab * sizeof *e->adj_logits);
+    return e->adj_count && e->adj_logits ? 0 : cd_fail("out of memory for the logit adjustments' scratch");
 }
 
 static int grow_reqs(engine *e) {
@@ -108,7 +109,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
      * chooses */
     q->sample_gpu = e->draw_on_device && !q->adjusted && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
     if (q->sample_gpu) sampler_init_draws(&q->smp, *sp);
-    if (!q->all || !q->reply.ids || !q->stop || (q->adjusted && (need_adj_count(e) || logit_adjust_copy(&q->adj, rq->adjust))) ||
+    if (!q->all || !q->reply.ids || !q->stop || (q->adjusted && (need_adj_scratch(e) || logit_adjust_copy(&q->adj, rq->adjust))) ||
         (q->sample && !q->sample_gpu && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
         req_free(q);
         return cd_fail("out of memory for a request of %u + %u tokens", rq->n, rq->max_tokens);
@@ -491,15 +492,22 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     for (uint32_t j = 0; j < no; j++) {
         engine_req *q = e->b_owner[j];
         int32_t id = e->b_next[j];
+        int32_t V = (int32_t)e->m->cfg.n_vocab;
         bool host_draw = q->adjusted || (q->sample && !q->sample_gpu);
-        float *lg = q->rq.logits_out ? q->rq.logits_out : e->logits;
-        if (q->rq.logits_out || host_draw) TRY(gpu_model_batch_logits(&e->g, j, lg)); /* one download */
-        if (q->adjusted) { /* on the engine's copy: the caller's logits_out stays as computed */
-            if (lg != e->logits) memcpy(e->logits, lg, e->m->cfg.n_vocab * sizeof *lg);
-            lg = e->logits;
-            logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, lg, (int32_t)e->m->cfg.n_vocab, e->adj_count);
+        float *raw = q->rq.logits_out ? q->rq.logits_out : e->logits;
+        if (q->rq.logits_out || host_draw || q->rq.on_logprob) TRY(gpu_model_batch_logits(&e->g, j, raw)); /* one download */
+        const float *pick = raw;
+        if (q->adjusted) { /* a copy: raw stays as computed, for logits_out and the logprobs */
+            memcpy(e->adj_logits, raw, (size_t)V * sizeof *raw);
+            logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, e->adj_logits, V, e->adj_count);
+            pick = e->adj_logits;
         }
-        if (host_draw) id = q->sample ? sampler_sample(&q->smp, lg) : sampler_argmax(lg, (int32_t)e->m->cfg.n_vocab);
+        if (host_draw) id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
+        if (q->rq.on_logprob) { /* under the raw row */
+            token_logprob lp;
+            sampler_logprob(raw, V, id, q->rq.top_logprobs, &lp);
+            q->rq.on_logprob(q->rq.ctx, &lp);
+        }
         emit(e, q, id);
     }
     return 0;

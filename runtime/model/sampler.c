@@ -36,6 +36,29 @@ int32_t sampler_argmax(const float *logits, int32_t n) {
     return best;
 }
 
+double sampler_log_sum_exp(const float *logits, int32_t n) {
+    float m = -INFINITY;
+    for (int32_t i = 0; i < n; i++)
+        if (isfinite(logits[i]) && logits[i] > m) m = logits[i];
+    if (m == -INFINITY) return -INFINITY;
+    double s = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (isfinite(logits[i])) s += exp((double)logits[i] - m);
+    return m + log(s);
+}
+
+void sampler_logprob(const float *logits, int32_t n, int32_t id, uint32_t top, token_logprob *out) {
+    *out = (token_logprob){.id = id};
+    double lse = sampler_log_sum_exp(logits, n);
+    out->logprob = (float)(logits[id] - lse);
+    if (top > TOP_LOGPROBS_MAX) top = TOP_LOGPROBS_MAX;
+    if (top > (uint32_t)n) top = (uint32_t)n;
+    if (!top) return;
+    float v[TOP_LOGPROBS_MAX];
+    out->n_top = (uint32_t)sampler_top_k(logits, n, (int32_t)top, out->top_id, v);
+    for (uint32_t i = 0; i < out->n_top; i++) out->top_logprob[i] = (float)(v[i] - lse);
+}
+
 /* Orders (value desc, id asc): a strict total order, so sorting is deterministic. */
 static int cmp_desc(const void *a, const void *b, void *logits) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;

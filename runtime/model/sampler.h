@@ -37,5 +37,20 @@ void sampler_init_draws(sampler *s, sampler_params p);
 void sampler_free(sampler *s);
 int32_t sampler_argmax(const float *logits, int32_t n);
 int32_t sampler_sample(sampler *s, const float *logits);
+/* log(sum_i exp(logits[i])) over the finite logits (max first, the sum in double, in id order): a
+ * token's log-probability under the row is logits[id] minus it. -inf when none is finite. */
+double sampler_log_sum_exp(const float *logits, int32_t n);
+
+/* A chosen token's log-probability under a row of logits and the n_top most likely tokens'. */
+#define TOP_LOGPROBS_MAX 20
+typedef struct token_logprob {
+    int32_t id;
+    float logprob;
+    uint32_t n_top;
+    int32_t top_id[TOP_LOGPROBS_MAX]; /* descending, ties by lower id (sampler_top_k) */
+    float top_logprob[TOP_LOGPROBS_MAX];
+} token_logprob;
+/* out for token id of logits[n] with min(top, TOP_LOGPROBS_MAX, n) alternatives. */
+void sampler_logprob(const float *logits, int32_t n, int32_t id, uint32_t top, token_logprob *out);
 /* The k largest logits, descending (ties by lower id): ids and values. Returns count. */
 int32_t sampler_top_k(const float *logits, int32_t n, int32_t k, int32_t *ids, float *values);

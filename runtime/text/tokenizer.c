@@ -950,6 +950,13 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool parse_spec
 
 /* ---- decode ---- */
 
+const char *tok_piece(const tokenizer *t, int32_t id, size_t *len) {
+    *len = 0;
+    if (!t || id < 0 || id >= t->n_vocab) return NULL;
+    *len = t->piece_off[id + 1] - t->piece_off[id];
+    return t->pieces + t->piece_off[id];
+}
+
 int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, char **text) {
     if (!text) return cd_fail("tok_decode: no output");
     *text = NULL;

@@ -57,6 +57,9 @@ bool tok_is_eog(const tokenizer *t, int32_t id);
  * TOK_TYPE_UNDEFINED for ids out of range. */
 const char *tok_text(const tokenizer *t, int32_t id);
 enum tok_type tok_token_type(const tokenizer *t, int32_t id);
+/* The bytes token id decodes to (not NUL-terminated, possibly part of a UTF-8 sequence), and
+ * their count in *len; NULL for ids out of range. */
+const char *tok_piece(const tokenizer *t, int32_t id, size_t *len);
 /* The most bytes any single token decodes to (128 for Qwen3). */
 size_t tok_piece_max(const tokenizer *t);
 

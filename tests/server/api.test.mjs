@@ -370,8 +370,58 @@ test("logit_bias and penalties change the reply as OpenAI defines them; their de
     assert.ok(!banned.choices[0].message.content.startsWith(comp.choices[0].text));
     // what clients send by default is accepted
     const defaults = await client.chat.completions.create({ ...ask, max_tokens: 4, presence_penalty: 0, frequency_penalty: 0,
-        logit_bias: {}, logprobs: false, top_logprobs: 0, response_format: { type: "text" } });
+        logit_bias: {}, logprobs: false, top_logprobs: 0, response_format: { type: "text" }, best_of: 1, suffix: null });
     assert.equal(defaults.choices[0].message.content, plain);
+});
+
+test("logprobs: each output token's log-probability and the best alternatives, as the model's logits say", async () => {
+    const ids = tokenize(render(hello));
+    const r = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 8, logprobs: true, top_logprobs: 5 });
+    const lp = r.choices[0].logprobs.content;
+    assert.equal(lp.length, r.usage.completion_tokens);
+    assert.equal(Buffer.from(lp.flatMap((e) => e.bytes)).toString(), r.choices[0].message.content);
+    for (const e of lp) { // greedy: the chosen token is the most likely one
+        assert.equal(e.top_logprobs.length, 5);
+        assert.deepEqual(e.top_logprobs[0], { token: e.token, logprob: e.logprob, bytes: e.bytes });
+        for (let i = 1; i < 5; i++) assert.ok(e.top_logprobs[i].logprob <= e.top_logprobs[i - 1].logprob);
+        assert.ok(e.logprob <= 0);
+    }
+    // the first token's against a log-softmax, here, of the logits `cinder run` writes for the same prompt
+    const file = join(process.env.CINDER_TEST_DIR, "logits.f32");
+    execFileSync(bin, ["run", "--model", model, "--tokens", ids.join(","), "--n", "1", "--ctx", "1024", "--logits-file", file]);
+    const buf = readFileSync(file), row = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+    const max = row.reduce((m, v) => Math.max(m, v), -Infinity);
+    const lse = max + Math.log(row.reduce((s, v) => s + Math.exp(v - max), 0));
+    const order = [...row.keys()].sort((a, b) => row[b] - row[a] || a - b).slice(0, 5);
+    order.forEach((id, k) => assert.ok(Math.abs(lp[0].top_logprobs[k].logprob - (row[id] - lse)) < 1e-4, `alternative ${k}`));
+    // sampled: asking for logprobs changes no token
+    const hot = { model: "m", temperature: 1.0, top_k: 0, seed: 7, messages: hello, max_tokens: 12 };
+    const a = await client.chat.completions.create(hot), b = await client.chat.completions.create({ ...hot, logprobs: true });
+    assert.equal(b.choices[0].message.content, a.choices[0].message.content);
+    assert.equal(a.choices[0].logprobs, null);
+    assert.equal(b.choices[0].logprobs.content.length, b.usage.completion_tokens);
+    assert.ok(b.choices[0].logprobs.content.every((e) => e.top_logprobs.length === 0));
+    // streamed: the chunks' entries are the whole reply's
+    const stream = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 8, logprobs: true, top_logprobs: 5, stream: true });
+    const streamed = [];
+    for await (const ch of stream) for (const c of ch.choices) if (c.logprobs) streamed.push(...c.logprobs.content);
+    assert.deepEqual(streamed, lp);
+    // completions (the legacy shape) on the same ids: the same numbers
+    const c = await client.completions.create({ ...greedy, prompt: ids, max_tokens: 8, logprobs: 3 });
+    const L = c.choices[0].logprobs;
+    assert.deepEqual(L.token_logprobs, lp.map((e) => e.logprob));
+    assert.deepEqual(L.tokens, lp.map((e) => e.token));
+    L.top_logprobs.forEach((t, i) => {
+        assert.ok(Object.keys(t).length <= 3);
+        assert.equal(t[L.tokens[i]], L.token_logprobs[i]);
+    });
+    assert.equal(L.text_offset[0], 0);
+    L.text_offset.forEach((o, i) => i && assert.ok(o >= L.text_offset[i - 1]));
+    let streamedText = "", offsets = [];
+    for await (const ch of await client.completions.create({ ...greedy, prompt: ids, max_tokens: 8, logprobs: 3, stream: true }))
+        for (const ch2 of ch.choices) { streamedText += ch2.text; if (ch2.logprobs) offsets.push(...ch2.logprobs.text_offset); }
+    assert.equal(streamedText, c.choices[0].text);
+    assert.deepEqual(offsets, L.text_offset);
 });
 
 test("errors in OpenAI's shape, each followed by a healthy server", async () => {
@@ -397,8 +447,9 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, logit_bias: { "999999": 1 } } }, 400, "logit_bias", /not a token id/],
         [{ body: { messages: hello, logit_bias: { "7": 1, "007": 2 } } }, 400, "logit_bias", /twice/],
         [{ body: { messages: hello, logit_bias: { "7": 101 } } }, 400, "logit_bias", /-100 to 100/],
-        [{ body: { messages: hello, logprobs: true } }, 400, "logprobs", /not supported/],
-        [{ body: { messages: hello, top_logprobs: 3 } }, 400, "top_logprobs", /not supported/],
+        [{ body: { messages: hello, logprobs: 1 } }, 400, "logprobs", /true or false/],
+        [{ body: { messages: hello, logprobs: true, top_logprobs: 21 } }, 400, "top_logprobs", /between 0 and 20/],
+        [{ body: { messages: hello, top_logprobs: 3 } }, 400, "top_logprobs", /needs logprobs: true/],
         [{ body: { messages: hello, response_format: { type: "json_object" } } }, 400, "response_format", /not supported/],
         [{ body: { messages: hello, functions: [{ name: "f" }] } }, 400, "functions", /use tools/],
         [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
@@ -416,6 +467,8 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
     assert.equal((await raw("/v1/nothing", { method: "GET" })).status, 404);
     assert.equal((await raw("/v1/chat/completions", { method: "GET" })).status, 405);
     assert.equal((await raw("/v1/completions", { body: { prompt: [1, 999999999] } })).json.error.param, "prompt");
+    assert.equal((await raw("/v1/completions", { body: { prompt: [1], logprobs: 6 } })).json.error.param, "logprobs");
+    assert.equal((await raw("/v1/completions", { body: { prompt: [1], echo: true } })).json.error.param, "echo");
     await healthy();
 });
 
