@@ -122,21 +122,31 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
 /* OpenAI's fields that cinder does not implement: refused by name when they ask for something
  * (api_request.h), accepted when absent, null, false, 0, "" or their default. */
 static int unsupported_fields(const json_t *b, api_err *e) {
-    static const char *const keys[] = {"echo", "suffix", "best_of", "response_format", "functions", "function_call"};
+    static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *k = keys[i];
         const json_t *v = json_object_get(b, k);
         if (!v || json_is_null(v) || json_is_false(v)) continue;
         if (json_is_integer(v) && json_integer_value(v) == (strcmp(k, "best_of") ? 0 : 1)) continue;
         if (json_is_string(v) && !json_string_length(v) && !strcmp(k, "suffix")) continue;
-        const char *type = json_string_value(json_object_get(v, "type"));
-        if (!strcmp(k, "response_format") && json_is_object(v) && type && !strcmp(type, "text")) continue;
         if (!strcmp(k, "functions") || !strcmp(k, "function_call"))
             return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice", k);
-        return api_fail(e, 400, k, "%s is not supported by this server%s", k,
-                        !strcmp(k, "response_format") ? " (only {\"type\": \"text\"})" : "");
+        return api_fail(e, 400, k, "%s is not supported by this server", k);
     }
     return 0;
+}
+
+/* response_format: {"type": "text"} (the default) or {"type": "json_object"} (the reply is one
+ * JSON object: engine_request.json_object). json_schema is refused by name. */
+static int format_field(const json_t *b, gen_params *g, api_err *e) {
+    const json_t *v = json_object_get(b, "response_format");
+    if (!v || json_is_null(v)) return 0;
+    const char *type = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
+    if (type && !strcmp(type, "text")) return 0;
+    if (type && !strcmp(type, "json_object")) return g->json_object = true, 0;
+    if (type && !strcmp(type, "json_schema"))
+        return api_fail(e, 400, "response_format", "response_format json_schema is not supported: json_object and text are");
+    return api_fail(e, 400, "response_format", "response_format must be {\"type\": \"text\"} or {\"type\": \"json_object\"}");
 }
 
 /* Chat: logprobs (true / false) and top_logprobs (0 to 20, with logprobs true); completions:
@@ -169,7 +179,7 @@ static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, i
         int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e) ||
         salt_field(b, g, e) || num_field(b, "presence_penalty", -2, 2, &presence, e) ||
         num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || logprobs_fields(b, chat, g, e) ||
-        unsupported_fields(b, e))
+        format_field(b, g, e) || unsupported_fields(b, e))
         return -1;
     if (n != 1) return api_fail(e, 400, "n", "n must be 1 (one choice per request)");
     const json_t *so = json_object_get(b, "stream_options");
@@ -225,6 +235,7 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, j
     g->adjust = (logit_adjust){0};
     j->logprobs = g->logprobs;
     j->top_logprobs = g->top_logprobs;
+    j->json_object = g->json_object;
     *out = j;
     return 0;
 }
@@ -333,7 +344,12 @@ static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_r
         if (th && !json_is_boolean(th)) return api_fail(e, 400, "chat_template_kwargs.enable_thinking", "enable_thinking must be true or false");
         q->thinking = json_is_true(th);
     }
-    return tool_choice(body, q, e);
+    if (q->g.json_object && q->thinking) /* the reply would open with <think>, which is not JSON */
+        return api_fail(e, 400, "response_format", "response_format json_object needs enable_thinking off");
+    if (tool_choice(body, q, e)) return -1;
+    if (q->g.json_object && q->forced)
+        return api_fail(e, 400, "response_format", "response_format json_object and a tool_choice that demands a tool call exclude each other");
+    return 0;
 }
 
 static void chat_req_free(chat_req *q) {

@@ -35,6 +35,7 @@ typedef struct gen_params {  /* the sampling and streaming fields */
     logit_adjust adjust;     /* its bias list owned */
     bool logprobs;           /* each token's log-probability in the reply, */
     uint32_t top_logprobs;   /* with this many alternatives */
+    bool json_object;        /* response_format json_object */
     char *stop[JOB_MAX_STOP];
     uint32_t n_stop;
     char *cache_salt;        /* owned, or NULL */
@@ -52,9 +53,10 @@ typedef struct api_prepared {
  * cache_salt (vLLM's: 1 to 256 bytes, no NUL; the request shares cached prefixes only with
  * requests of the same salt, engine.h), presence_penalty and frequency_penalty (-2 to 2) and
  * logit_bias (token id -> -100 to 100; runtime/model/logit_adjust.h), logprobs and top_logprobs
- * (chat: true/false and 0 to 20; completions: logprobs 0 to 5).
- * Fields of OpenAI's API that are not implemented (response_format other than text, echo,
- * suffix, best_of, the legacy functions / function_call) are refused by name
+ * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), response_format text or
+ * json_object (not with thinking on or a forced tool call).
+ * Fields of OpenAI's API that are not implemented (response_format json_schema, echo, suffix,
+ * best_of, the legacy functions / function_call) are refused by name
  * when they ask for something, never ignored: a reply without what was asked for would look
  * like one with it.
  * Absent or null fields keep their defaults (temperature 0.8, top_k 40, top_p 0.95, max_tokens:

@@ -150,7 +150,8 @@ static void start_job(runner *r, job *j) {
     j->t_submit_ms = j->t_last_ms = cd_now_ms();
     engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
                          .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
-                         .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs};
+                         .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs,
+                         .json_object = j->json_object};
     if (engine_submit(r->e, &rq, &j->handle)) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;

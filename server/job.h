@@ -46,6 +46,7 @@ typedef struct job {
     logit_adjust adjust;      /* logit_bias and the penalties (its list owned) */
     bool logprobs;            /* each output token's token_logprob kept in lp */
     uint32_t top_logprobs;
+    bool json_object;         /* the reply is one JSON object (engine_request.json_object) */
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
     char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */

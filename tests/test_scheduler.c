@@ -16,6 +16,8 @@
  * - Logit adjustments (logit_bias, presence and frequency penalties): each token is the argmax or
  *   the host sampler's draw over the raw logits adjusted as logit_adjust_apply says; the same
  *   tokens alone and batched with others; bad lists are refused at submit.
+ * - JSON objects (response_format json_object): the reply is a prefix of one JSON object and ends
+ *   with it (jansson reads it), greedy and sampled, alone and batched alike.
  * - Log-probabilities: each token's and the top_logprobs best are the raw row's (a naive
  *   log-softmax and sort of logits_out); asking for them changes no token, wherever it is drawn.
  * - Errors: empty prompt, prompt past the context, prompt larger than the pool. */
@@ -23,6 +25,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/engine/engine.h"
+#include "runtime/text/json_prefix.h"
 #include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
@@ -756,6 +760,82 @@ static void test_logprobs(void **state) {
     engine_free(&e);
 }
 
+/* A JSON-object request's tokens as text (an end token not included). */
+static char *reply_text(const engine_reply *rp, bool *ended) {
+    const tokenizer *t = tiny()->tok;
+    uint32_t n = rp->n;
+    *ended = n && tok_is_eog(t, rp->ids[n - 1]);
+    char *text = NULL;
+    if (tok_decode(t, rp->ids, *ended ? n - 1 : n, &text)) fail_msg("%s", cd_errmsg());
+    return text;
+}
+
+static void test_json_object(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 61);
+    int32_t a[33], b[21];
+    random_ids(&r, a, 33);
+    random_ids(&r, b, 21);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4, .draw = ENGINE_DRAW_DEVICE};
+    init(&e, &o);
+    const sampler_params greedy = {0}, hot = {.temperature = 1.5f, .top_k = 40, .top_p = 1, .seed = 8};
+    const sampler_params *sps[] = {&greedy, &hot};
+    int32_t alone[2][48];
+    for (int k = 0; k < 2; k++) { /* the reply stays a JSON-object prefix (json_prefix: tested against jansson) */
+        engine_request rq = {.ids = a, .n = 33, .max_tokens = 48, .sp = sps[k], .json_object = true};
+        engine_reply rp;
+        if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+        bool ended;
+        char *text = reply_text(&rp, &ended);
+        json_prefix p;
+        json_prefix_init(&p);
+        if (!json_prefix_feed(&p, text, strlen(text))) fail_msg("not a JSON-object prefix: %s", text);
+        assert_true(strchr(text, '{') != NULL);
+        assert_true(ended == json_prefix_done(&p)); /* an end token only once the object is whole */
+        printf("  json_object (%s): %u tokens, %s: %.80s\n", k ? "sampled" : "greedy", rp.n, ended ? "ended" : "open", text);
+        memset(alone[k], 0, sizeof alone[k]);
+        memcpy(alone[k], rp.ids, rp.n * sizeof *rp.ids);
+        free(text);
+        engine_reply_free(&rp);
+    }
+    /* pushed to "{}" at once: whole, so the end token follows, and jansson reads the object */
+    int32_t braces = tok_find(tiny()->tok, "{}");
+    assert_true(braces >= 0);
+    logit_bias push[] = {{braces, 100}};
+    const logit_adjust adj = {.bias = push, .n_bias = 1};
+    engine_request rq = {.ids = b, .n = 21, .max_tokens = 16, .sp = &greedy, .json_object = true, .adjust = &adj};
+    engine_reply rp;
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    bool ended;
+    char *text = reply_text(&rp, &ended);
+    assert_true(ended);
+    assert_int_equal(rp.finish, ENGINE_STOP);
+    json_error_t je;
+    json_t *obj = json_loads(text, 0, &je);
+    assert_true(obj && json_is_object(obj));
+    json_decref(obj);
+    free(text);
+    engine_reply_free(&rp);
+    /* batched with a plain request: the same tokens as alone */
+    engine_request rqs[3] = {{.ids = a, .n = 33, .max_tokens = 48, .sp = &greedy, .json_object = true},
+                             {.ids = a, .n = 33, .max_tokens = 48, .sp = &hot, .json_object = true},
+                             {.ids = b, .n = 21, .max_tokens = 20, .sp = &greedy, .ignore_eos = true}};
+    uint32_t h[3], busy = 1;
+    for (int i = 0; i < 3; i++)
+        if (engine_submit(&e, &rqs[i], &h[i])) fail_msg("%s", cd_errmsg());
+    while (busy)
+        if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(engine_poll(&e, h[i], &rp), 1);
+        if (i < 2) assert_memory_equal(rp.ids, alone[i], rp.n * sizeof *rp.ids);
+        engine_reply_free(&rp);
+    }
+    assert_no_leak(&e);
+    engine_free(&e);
+}
+
 static void test_errors(void **state) {
     (void)state;
     engine e;
@@ -801,6 +881,7 @@ int main(void) {
         cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_logit_adjust),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_json_object),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_dedup),
         cmocka_unit_test(test_interleavings),

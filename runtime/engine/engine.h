@@ -213,6 +213,8 @@ typedef struct engine_request {
     engine_logprob_fn on_logprob; /* NULL: none; else each token's log-probabilities (its row comes
                                   down; where the token is drawn does not change) */
     uint32_t top_logprobs;     /* 0..TOP_LOGPROBS_MAX alternatives for on_logprob */
+    bool json_object;          /* the reply is one JSON object and ends with it (runtime/text/json_mask.h):
+                                  tokens that cannot continue it are masked, on the host */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

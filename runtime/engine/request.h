@@ -8,6 +8,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/model/logit_adjust.h"
 #include "runtime/model/sampler.h"
+#include "runtime/text/json_mask.h"
 
 typedef enum req_state { REQ_WAITING, REQ_RUNNING, REQ_DONE } req_state;
 
@@ -25,6 +26,7 @@ typedef struct engine_req {
     sampler smp;
     logit_adjust adj;       /* rq.adjust's copy (rq.adjust is NULL) */
     bool adjusted;          /* adj changes the logits: every token is chosen on the host */
+    json_mask jm;           /* rq.json_object: the reply so far, as a JSON prefix (host choice too) */
 
     /* running: its block-table row, pages and pin */
     uint32_t row;

@@ -104,12 +104,15 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->stop = malloc(((size_t)rq->n_stop + 1) * sizeof *q->stop);
     q->sample = sp->temperature > 0;
     q->adjusted = logit_adjust_active(rq->adjust);
+    if (rq->json_object) json_mask_init(&q->jm, e->m->tok);
+    bool masked = q->adjusted || rq->json_object;
     /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", a
-     * CPU device: engine_opts.draw, or logits to adjust) the logits row comes down and the host
-     * chooses */
-    q->sample_gpu = e->draw_on_device && !q->adjusted && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
+     * CPU device: engine_opts.draw, or logits to adjust or mask) the logits row comes down and
+     * the host chooses */
+    q->sample_gpu = e->draw_on_device && !masked && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
     if (q->sample_gpu) sampler_init_draws(&q->smp, *sp);
-    if (!q->all || !q->reply.ids || !q->stop || (q->adjusted && (need_adj_scratch(e) || logit_adjust_copy(&q->adj, rq->adjust))) ||
+    if (!q->all || !q->reply.ids || !q->stop || (masked && need_adj_scratch(e)) ||
+        (q->adjusted && logit_adjust_copy(&q->adj, rq->adjust)) ||
         (q->sample && !q->sample_gpu && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
         req_free(q);
         return cd_fail("out of memory for a request of %u + %u tokens", rq->n, rq->max_tokens);
@@ -493,16 +496,19 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
         engine_req *q = e->b_owner[j];
         int32_t id = e->b_next[j];
         int32_t V = (int32_t)e->m->cfg.n_vocab;
-        bool host_draw = q->adjusted || (q->sample && !q->sample_gpu);
+        bool masked = q->adjusted || q->rq.json_object;
+        bool host_draw = masked || (q->sample && !q->sample_gpu);
         float *raw = q->rq.logits_out ? q->rq.logits_out : e->logits;
         if (q->rq.logits_out || host_draw || q->rq.on_logprob) TRY(gpu_model_batch_logits(&e->g, j, raw)); /* one download */
         const float *pick = raw;
-        if (q->adjusted) { /* a copy: raw stays as computed, for logits_out and the logprobs */
+        if (masked) { /* a copy: raw stays as computed, for logits_out and the logprobs */
             memcpy(e->adj_logits, raw, (size_t)V * sizeof *raw);
-            logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, e->adj_logits, V, e->adj_count);
+            if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, e->adj_logits, V, e->adj_count);
+            if (q->rq.json_object) json_mask_apply(&q->jm, e->adj_logits, V);
             pick = e->adj_logits;
         }
         if (host_draw) id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
+        if (q->rq.json_object) json_mask_accept(&q->jm, id);
         if (q->rq.on_logprob) { /* under the raw row */
             token_logprob lp;
             sampler_logprob(raw, V, id, q->rq.top_logprobs, &lp);

@@ -374,6 +374,28 @@ test("logit_bias and penalties change the reply as OpenAI defines them; their de
     assert.equal(defaults.choices[0].message.content, plain);
 });
 
+test("response_format json_object: the reply is a JSON object, whole when it ends", async () => {
+    const json = { ...greedy, messages: hello, response_format: { type: "json_object" } };
+    // pushed to "{}": the object is whole at once, so the reply ends there
+    const braces = tokenize("{}");
+    assert.equal(braces.length, 1);
+    const r = await client.chat.completions.create({ ...json, max_tokens: 16, logit_bias: { [braces[0]]: 100 } });
+    assert.equal(r.choices[0].finish_reason, "stop");
+    assert.deepEqual(JSON.parse(r.choices[0].message.content), {});
+    // left to the model: it opens an object at once (the plain reply does not), streamed the same
+    const plain = (await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 4 })).choices[0].message.content;
+    assert.ok(!/^\s*\{/.test(plain));
+    const open = await client.chat.completions.create({ ...json, max_tokens: 24 });
+    const text = open.choices[0].message.content;
+    assert.match(text, /^(| |\n[ \t]*)\{/);
+    if (open.choices[0].finish_reason === "stop") assert.equal(typeof JSON.parse(text), "object");
+    assert.equal((await streamChat({ ...json, max_tokens: 24 })).content, text);
+    // a demanded tool call and a JSON reply exclude each other
+    const both = await raw("/v1/chat/completions", { body: { ...json, tools: [{ type: "function", function: { name: "f", parameters: {} } }], tool_choice: "required" } });
+    assert.equal(both.status, 400);
+    assert.equal(both.json.error.param, "response_format");
+});
+
 test("logprobs: each output token's log-probability and the best alternatives, as the model's logits say", async () => {
     const ids = tokenize(render(hello));
     const r = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 8, logprobs: true, top_logprobs: 5 });
@@ -450,7 +472,9 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, logprobs: 1 } }, 400, "logprobs", /true or false/],
         [{ body: { messages: hello, logprobs: true, top_logprobs: 21 } }, 400, "top_logprobs", /between 0 and 20/],
         [{ body: { messages: hello, top_logprobs: 3 } }, 400, "top_logprobs", /needs logprobs: true/],
-        [{ body: { messages: hello, response_format: { type: "json_object" } } }, 400, "response_format", /not supported/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } } }, 400, "response_format", /json_schema is not supported/],
+        [{ body: { messages: hello, response_format: { type: "yaml" } } }, 400, "response_format", /must be/],
+        [{ body: { messages: hello, response_format: { type: "json_object" }, chat_template_kwargs: { enable_thinking: true } } }, 400, "response_format", /thinking off/],
         [{ body: { messages: hello, functions: [{ name: "f" }] } }, 400, "functions", /use tools/],
         [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
         [{ body: { messages: hello }, auth: false }, 401, null, /API key/],
