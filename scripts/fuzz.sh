@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader (and writer round trips) for the given time and, alongside it (on a
-# second core: the same fuzzing in half the wall time), for a quarter of it each one after the
-# other: the server's request bodies (fuzz_request), request traces (fuzz_trace), the disk
-# tier's chunk files (fuzz_kv_chunk) and model + tokenizer loading from whole GGUF files
-# (fuzz_model), with libFuzzer:
+# second core: the same fuzzing in half the wall time), for a fifth of it each one after the
+# other: the server's request bodies (fuzz_request), the JSON-object prefix automaton against
+# jansson (fuzz_json_prefix), request traces (fuzz_trace), the disk tier's chunk files
+# (fuzz_kv_chunk) and model + tokenizer loading from whole GGUF files (fuzz_model), with
+# libFuzzer:
 #
 #   scripts/fuzz.sh [seconds [libFuzzer flags...]]      (default 60 s)
 #   e.g. scripts/fuzz.sh 600 -use_value_profile=1
@@ -23,7 +24,7 @@ build=$root/build-fuzz
 run=$root/tests/fuzz/corpus-run
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCINDER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_request fuzz_trace fuzz_kv_chunk fuzz_model -j"$(nproc)"
+cmake --build "$build" --target fuzz_gguf fuzz_request fuzz_json_prefix fuzz_trace fuzz_kv_chunk fuzz_model -j"$(nproc)"
 
 rm -rf "$run"
 mkdir -p "$run" "$build/findings"
@@ -74,10 +75,10 @@ echo "fuzzing GGUF for ${secs}s in the background (log: $log)"
 gguf_pid=$!
 trap 'kill "$gguf_pid" 2>/dev/null || true' EXIT
 
-# A target over a scratch copy of its seeds, for a quarter of the time (at least 10 s):
+# A target over a scratch copy of its seeds, for a fifth of the time (at least 10 s):
 # run_one TARGET SEEDS WHAT MAX_LEN
 run_one() {
-    local run=$root/tests/fuzz/$2-run log=$build/$1.log part=$(( secs / 4 > 10 ? secs / 4 : 10 )) rc
+    local run=$root/tests/fuzz/$2-run log=$build/$1.log part=$(( secs / 5 > 10 ? secs / 5 : 10 )) rc
     rm -rf "$run"
     mkdir -p "$run"
     cp "$root/tests/fuzz/$2/"* "$run/"
@@ -95,6 +96,7 @@ run_one() {
 # disk tier's chunk files (header, sizes, MAC, tokens, chain hashes: never served wrong) and
 # model files (config, tensor shapes, tokenizer metadata; the seeds are ~40-64 KB models).
 run_one fuzz_request corpus_request "request bodies" 4096
+run_one fuzz_json_prefix corpus_json "JSON-object prefixes (against jansson)" 4096
 run_one fuzz_trace corpus_trace "request traces" 4096
 run_one fuzz_kv_chunk corpus_kv "disk-tier chunk files" 1024
 run_one fuzz_model corpus_model "model + tokenizer loading" 70000

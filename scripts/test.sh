@@ -43,7 +43,7 @@ fi
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   -E 'conformance_llama|test_gpu_model|server_load|prefix_scenarios' | tee -a "$log"
 
-echo "== fuzz (GGUF reader ${CINDER_FUZZ_SECONDS:-60} s, beside requests, traces, KV chunks and model loading a quarter of it each)"
+echo "== fuzz (GGUF reader ${CINDER_FUZZ_SECONDS:-60} s, beside requests, JSON prefixes, traces, KV chunks and model loading a fifth of it each)"
 bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"
 
 # Line coverage per directory, when asked (CINDER_COVERAGE=1): a third, instrumented build and
