@@ -67,6 +67,9 @@ bench=$("$bin" bench --model "$model" --prompt-tokens 20 --gen 4 --repeat 2 --js
 check "bench --json reports prefill and decode tok/s" test "$(json_field 'd["prefill_tok_s"] > 0 and d["decode_tok_s"] > 0 and d["prompt_tokens"] == 20' <<<"$bench")" = True
 check "bench --json lists each repeat, the medians theirs" test "$(json_field 'len(d["prefill_runs"]) == 2 and len(d["decode_runs"]) == 2 and abs(sum(d["prefill_runs"]) / 2 - d["prefill_tok_s"]) < 1e-3 * d["prefill_tok_s"] and abs(sum(d["decode_runs"]) / 2 - d["decode_tok_s"]) < 1e-3 * d["decode_tok_s"]' <<<"$bench")" = True
 fails_with "bench past the context" "exceed the model's context" "$bin" bench --model "$model" --prompt-tokens 999999 --gen 1
+bench_opts=$("$bin" bench --model "$model" --prompt-tokens 12 --gen 3 --repeat 1 --json-object --logprobs 5 --json)
+check "bench --json-object --logprobs 5 runs" test "$(json_field 'd["decode_tok_s"] > 0' <<<"$bench_opts")" = True
+fails_with "bench --logprobs past 20" "--logprobs is at most 20" "$bin" bench --model "$model" --logprobs 21
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
 fails_with "profile --gate-up-pairs names the choices" "--gate-up-pairs yes: auto, on or off" "$bin" profile --model "$model" --gate-up-pairs yes
 fails_with "profile --few-shape needs three or four numbers" "--few-shape 4,8: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8

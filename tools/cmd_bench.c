@@ -30,6 +30,8 @@ typedef struct bench_opts {
     bench_agents_opts agents; /* --agents N: agent loops through the scheduler instead */
     bool gen_given;
     int gate_up_pairs; /* engine_opts.gate_up_pairs (prefill/decode mode) */
+    bool json_object;  /* the reply held to one JSON object (engine_request.json_object) */
+    int32_t logprobs;  /* -1: none; else each token's log-probability and this many alternatives */
 } bench_opts;
 
 typedef struct bench_run {
@@ -39,14 +41,17 @@ typedef struct bench_run {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N]\n"
-            "                    [--gate-up-pairs auto|on|off] [--json]\n"
+            "                    [--gate-up-pairs auto|on|off] [--json-object] [--logprobs N] [--json]\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
             "  + 1; speed should not depend on it). --gate-up-pairs: the FFN's gate and up of one type\n"
             "  as one matmul with the SwiGLU (auto: on a GPU, not on a CPU device). --json prints one\n"
             "  object with prefill_tok_s and decode_tok_s (medians) and prefill_runs / decode_runs (each\n"
-            "  repeat, in run order). Where the time goes: cinder profile.\n"
+            "  repeat, in run order). Where the time goes: cinder profile. --json-object holds the\n"
+            "  reply to one JSON object (the server's response_format json_object: a mask over the\n"
+            "  vocabulary per token, on the host); --logprobs N computes each token's log-probability\n"
+            "  and N alternatives (0-20, the server's logprobs / top_logprobs): what they cost.\n"
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
@@ -91,7 +96,7 @@ static void usage(FILE *out) {
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .repeat = 3, .seed = 1};
+    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .repeat = 3, .seed = 1, .logprobs = -1};
     bench_agents_opts *ag = &o->agents;
     *ag = (bench_agents_opts){.rounds = 4, .system_tokens = 1024, .tool_tokens = 64, .gen = 32};
     for (int i = 1; i < argc; i++) {
@@ -100,6 +105,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
         if (cli_flag(argv, i, "--profile")) return cli_error("bench", "--profile is now 'cinder profile' (per op time, bytes, roofline, trace)"), -1;
         if (cli_flag(argv, i, "--restore-bench")) { o->restore = true; continue; }
+        if (cli_flag(argv, i, "--json-object")) { o->json_object = true; continue; }
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
@@ -126,6 +132,12 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &ag->chunk_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->seed)) return -1; }
+        else if (cli_value(argc, argv, &i, "--logprobs", &v)) {
+            uint32_t n;
+            if (cli_u32("--logprobs", v, &n)) return -1;
+            if (n > TOP_LOGPROBS_MAX) return cli_error("bench", "--logprobs is at most %d", TOP_LOGPROBS_MAX), -1;
+            o->logprobs = (int32_t)n;
+        }
         else return cli_unknown("bench", a), -1;
         if (!v) return cli_error("bench", "%s needs a value", a), -1;
     }
@@ -156,10 +168,15 @@ static int parse(int argc, char **argv, bench_opts *o) {
     return 0;
 }
 
+static void drop_logprob(void *ctx, const token_logprob *lp) { (void)ctx, (void)lp; }
+
 /* One request through the engine (the path chat and the server serve, the prefix cache off):
  * the prompt's passes end with the first token (prefill), then n_gen greedy decode steps. */
-static int bench_once(engine *e, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen, bench_run *out) {
-    engine_request rq = {.ids = ids, .n = n_prompt, .max_tokens = n_gen + 1, .ignore_eos = true};
+static int bench_once(engine *e, const bench_opts *o, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen,
+                      bench_run *out) {
+    engine_request rq = {.ids = ids, .n = n_prompt, .max_tokens = n_gen + 1, .ignore_eos = true,
+                         .json_object = o->json_object, .on_logprob = o->logprobs >= 0 ? drop_logprob : NULL,
+                         .top_logprobs = o->logprobs > 0 ? (uint32_t)o->logprobs : 0};
     engine_reply r;
     if (engine_generate(e, &rq, &r)) return -1;
     out->prefill_ms = r.ttft_ms;
@@ -230,10 +247,10 @@ static int bench(const bench_opts *o, model *m) {
     double load_ms = cd_now_ms() - t0;
     bench_run warm;
     uint32_t n_warm = o->n_prompt < 8 ? o->n_prompt : 8;
-    if (!rc && bench_once(&e, ids, n_warm, o->n_gen < 2 ? o->n_gen : 2, &warm)) rc = -1;
+    if (!rc && bench_once(&e, o, ids, n_warm, o->n_gen < 2 ? o->n_gen : 2, &warm)) rc = -1;
     for (uint32_t k = 0; !rc && k < o->repeat; k++) {
         bench_run b;
-        if (bench_once(&e, ids, o->n_prompt, o->n_gen, &b)) { rc = -1; break; }
+        if (bench_once(&e, o, ids, o->n_prompt, o->n_gen, &b)) { rc = -1; break; }
         pp[k] = o->n_prompt / (b.prefill_ms / 1e3);
         tg[k] = o->n_gen ? o->n_gen / (b.decode_ms / 1e3) : 0;
         if (!o->json)

@@ -29,6 +29,10 @@
  *       of N tokens per step (each sequence its own BENCH_PROMPT-token prompt first, one
  *       batch); decode_tok_s counts all N tokens of a step: the aggregate, like llama-server's
  *       parallel slots. Prefill is not run then.
+ *       --sample: each decode step's token is chosen from its logits by a greedy sampler chain
+ *       (instead of a random id), --grammar FILE.gbnf: by the grammar then greedy (llama.cpp's
+ *       grammars/json.gbnf: what llama-server's response_format json_object uses): what
+ *       choosing on the host, and holding the reply to JSON, cost per token.
  *       Which device really ran is measured, not assumed: an untimed probe decode records
  *       the device of every matmul's output buffer (llama.cpp silently keeps layers on the
  *       CPU when it has no usable Vulkan device). Prints one JSON line.
@@ -107,7 +111,9 @@
     X(ggml_backend_dev_description) X(ggml_backend_dev_type) X(ggml_backend_dev_backend_reg)        \
     X(ggml_backend_reg_name) X(ggml_backend_buffer_get_type) X(ggml_backend_buft_get_device) \
     X(ggml_backend_dev_by_type) X(llama_memory_seq_rm) X(llama_memory_seq_pos_max) X(llama_vocab_is_eog)           \
-    X(llama_batch_init) X(llama_batch_free)
+    X(llama_batch_init) X(llama_batch_free) X(llama_sampler_chain_default_params) X(llama_sampler_chain_init) \
+    X(llama_sampler_chain_add) X(llama_sampler_init_greedy) X(llama_sampler_init_grammar) X(llama_sampler_sample) \
+    X(llama_sampler_free)
 
 static struct {
 #define X(f) __typeof__(&f) f;
@@ -219,7 +225,8 @@ static int32_t *parse_ids(const char *s, int32_t *n_out) {
 /* ---- the commands ---- */
 
 typedef struct opts {
-    const char *model, *tokenize, *logits, *out, *libdir, *dequantize, *replay;
+    const char *model, *tokenize, *logits, *out, *libdir, *dequantize, *replay, *grammar;
+    bool sample;                                  /* --bench: decode steps choose greedily (or --grammar) */
     bool info, json, full, vulkan, trace_experts, bench, no_cache, ignore_eos;
     int top, threads, pp, tg, repeat, flash_attn; /* flash_attn: -1 auto, 0 off, 1 on */
     int ctx;                                      /* --replay --ctx: 0 = from the requests */
@@ -230,7 +237,8 @@ static void usage(void) {
     fputs("usage: llama_oracle MODEL.gguf (--info | --tokenize FILE [--json] |\n"
           "                    --logits IDS|@FILE [--top K] [--full] [--out FILE] [--trace-experts] |\n"
           "                    --dequantize OUT.gguf |\n"
-          "                    --bench [--pp N] [--tg N] [--repeat N] [--parallel N] [--flash-attn auto|on|off] |\n"
+          "                    --bench [--pp N] [--tg N] [--repeat N] [--parallel N] [--flash-attn auto|on|off]\n"
+          "                            [--sample | --grammar FILE.gbnf] |\n"
           "                    --replay FILE [--ctx N] [--no-cache] [--ignore-eos] [--flash-attn auto|on|off])\n"
           "                    [--vulkan] [--threads N] [--libdir DIR] [--verbose]\n",
           stderr);
@@ -502,18 +510,38 @@ static double bench_prefill(struct llama_context *ctx, llama_token *ids, int32_t
 }
 
 #define BENCH_PROMPT 16
-/* An untimed BENCH_PROMPT-token prompt, then tg single-token steps; returns their seconds. */
-static double bench_decode(struct llama_context *ctx, int32_t tg, int32_t n_vocab) {
+/* An untimed BENCH_PROMPT-token prompt, then tg single-token steps; returns their seconds. Each
+ * step's token is random, or with a sampler (--sample, --grammar) the one it chooses from the
+ * step's logits: what choosing on the host costs (a grammar: from a fresh copy of the chain). */
+static double bench_decode(struct llama_context *ctx, int32_t tg, int32_t n_vocab, struct llama_sampler *(*make)(void)) {
     llama_token prompt[BENCH_PROMPT];
     for (int32_t i = 0; i < BENCH_PROMPT; i++) prompt[i] = random_token(n_vocab);
     L.llama_memory_clear(L.llama_get_memory(ctx), true);
     decode_or_die(ctx, prompt, BENCH_PROMPT, "the decode prompt");
+    struct llama_sampler *s = make ? make() : NULL;
     double t0 = now_s();
     for (int32_t i = 0; i < tg; i++) {
-        llama_token t = random_token(n_vocab);
+        llama_token t = s ? L.llama_sampler_sample(s, ctx, -1) : random_token(n_vocab);
         decode_or_die(ctx, &t, 1, "decode");
     }
-    return now_s() - t0;
+    double dt = now_s() - t0;
+    if (s) L.llama_sampler_free(s);
+    return dt;
+}
+
+/* --sample / --grammar FILE: the chain the decode steps choose with (the grammar's text, read
+ * once, then greedy). */
+static const struct llama_vocab *sampler_vocab;
+static char *sampler_grammar;
+static struct llama_sampler *make_sampler(void) {
+    struct llama_sampler *c = L.llama_sampler_chain_init(L.llama_sampler_chain_default_params());
+    if (sampler_grammar) {
+        struct llama_sampler *g = L.llama_sampler_init_grammar(sampler_vocab, sampler_grammar, "root");
+        if (!g) die("llama.cpp refused the grammar");
+        L.llama_sampler_chain_add(c, g);
+    }
+    L.llama_sampler_chain_add(c, L.llama_sampler_init_greedy());
+    return c;
 }
 
 /* --parallel: n sequences, each an untimed BENCH_PROMPT-token prompt (one batch), then tg
@@ -672,14 +700,28 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
 
     /* warm-up: one of each, untimed (pipeline creation, first-touch of the weights) */
     if (pp > 0) bench_prefill(ctx, ids, pp, n_vocab);
+    struct llama_sampler *(*make)(void) = NULL;
+    if (o->sample) {
+        if (batched) die("--sample and --grammar go without --parallel");
+        sampler_vocab = vocab, make = make_sampler;
+        if (o->grammar) {
+            FILE *f = fopen(o->grammar, "rb");
+            if (!f) die("cannot open %s", o->grammar);
+            static char text[1 << 16];
+            size_t n = fread(text, 1, sizeof text - 1, f);
+            fclose(f);
+            text[n] = 0;
+            sampler_grammar = text;
+        }
+    }
     if (tg > 0 && batched) bench_decode_parallel(ctx, tg < 4 ? tg : 4, par, n_vocab);
-    else if (tg > 0) bench_decode(ctx, tg < 4 ? tg : 4, n_vocab);
+    else if (tg > 0) bench_decode(ctx, tg < 4 ? tg : 4, n_vocab, make);
 
     double *pre = calloc((size_t)o->repeat, sizeof *pre), *dec = calloc((size_t)o->repeat, sizeof *dec);
     for (int r = 0; r < o->repeat; r++) {
         if (pp > 0) pre[r] = pp / bench_prefill(ctx, ids, pp, n_vocab);
         if (tg > 0) dec[r] = batched ? (double)par * tg / bench_decode_parallel(ctx, tg, par, n_vocab)
-                                     : tg / bench_decode(ctx, tg, n_vocab);
+                                     : tg / bench_decode(ctx, tg, n_vocab, make);
         if (verbose) fprintf(stderr, "llama_oracle: repeat %d: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pre[r], dec[r]);
     }
 
@@ -964,6 +1006,8 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--replay") && has) o->replay = argv[++i];
         else if (!strcmp(a, "--ctx") && has) o->ctx = atoi(argv[++i]);
         else if (!strcmp(a, "--no-cache")) o->no_cache = true;
+        else if (!strcmp(a, "--sample")) o->sample = true;
+        else if (!strcmp(a, "--grammar") && has) o->grammar = argv[++i], o->sample = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--flash-attn") && has) {
             const char *v = argv[++i];
