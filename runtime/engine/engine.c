@@ -141,6 +141,7 @@ void engine_free(engine *e) {
     free(e->logits);
     free(e->adj_count);
     free(e->adj_logits);
+    json_vocab_free(&e->json_vocab);
     free(e->row_free);
     free(e->b_ids);
     free(e->b_row);

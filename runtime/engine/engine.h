@@ -51,6 +51,7 @@
 #include "runtime/model/logit_adjust.h"
 #include "runtime/model/model.h"
 #include "runtime/model/sampler.h"
+#include "runtime/text/json_mask.h"
 #include "runtime/vk/vk_ctx.h"
 
 enum { ENGINE_DRAW_AUTO = 0, ENGINE_DRAW_DEVICE = 1, ENGINE_DRAW_HOST = 2 };
@@ -130,6 +131,7 @@ typedef struct engine {
     float *logits;       /* host copy of one logits row (host sampling) */
     uint32_t *adj_count; /* [n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
     float *adj_logits;   /* [n_vocab] the adjusted copy of a row (made with adj_count) */
+    json_vocab json_vocab; /* the JSON mask's table of the tokenizer (from the first json_object request) */
     bool draw_on_device; /* engine_opts.draw resolved */
     bool cache_on;
     kv_prefix_cache cache;

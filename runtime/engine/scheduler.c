@@ -104,7 +104,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->stop = malloc(((size_t)rq->n_stop + 1) * sizeof *q->stop);
     q->sample = sp->temperature > 0;
     q->adjusted = logit_adjust_active(rq->adjust);
-    if (rq->json_object) json_mask_init(&q->jm, e->m->tok);
+    if (rq->json_object) json_mask_init(&q->jm, &e->json_vocab);
     bool masked = q->adjusted || rq->json_object;
     /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", a
      * CPU device: engine_opts.draw, or logits to adjust or mask) the logits row comes down and
@@ -112,6 +112,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->sample_gpu = e->draw_on_device && !masked && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
     if (q->sample_gpu) sampler_init_draws(&q->smp, *sp);
     if (!q->all || !q->reply.ids || !q->stop || (masked && need_adj_scratch(e)) ||
+        (rq->json_object && !e->json_vocab.first && json_vocab_init(&e->json_vocab, e->m->tok)) ||
         (q->adjusted && logit_adjust_copy(&q->adj, rq->adjust)) ||
         (q->sample && !q->sample_gpu && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
         req_free(q);

@@ -29,6 +29,8 @@ void json_prefix_init(json_prefix *p) { *p = (json_prefix){.state = START}; }
 
 bool json_prefix_done(const json_prefix *p) { return p->state == DONE; }
 
+bool json_prefix_in_string(const json_prefix *p) { return p->state == STRING && p->utf8 == 0; }
+
 /* A value has ended: AFTER inside a container; DONE when it closed the outermost one. */
 static void value_ended(json_prefix *p) { p->state = p->depth ? AFTER : DONE; }
 

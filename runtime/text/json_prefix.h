@@ -44,3 +44,6 @@ void json_prefix_init(json_prefix *p);
 bool json_prefix_feed(json_prefix *p, const char *bytes, size_t n);
 /* The object is whole: nothing more may follow. */
 bool json_prefix_done(const json_prefix *p);
+/* Inside a string, between characters (not after a backslash, not mid-UTF-8): any byte string
+ * with no '"', '\\' or control byte made of whole UTF-8 sequences keeps it there. */
+bool json_prefix_in_string(const json_prefix *p);
