@@ -472,6 +472,34 @@ static void emit(engine *e, engine_req *q, int32_t id) {
     }
 }
 
+/* Output row j's token where the host has a say: *id is the device's choice (argmax, or its draw)
+ * unless the request draws on the host, adjusts (logit_bias, penalties) or masks (json_object)
+ * the row; then its row comes down and the host chooses from an adjusted copy. The raw row also
+ * goes to logits_out and the logprobs. */
+static int choose_on_host(engine *e, engine_req *q, uint32_t j, int32_t *id) {
+    int32_t V = (int32_t)e->m->cfg.n_vocab;
+    bool masked = q->adjusted || q->rq.json_object;
+    bool host_draw = masked || (q->sample && !q->sample_gpu);
+    float *raw = q->rq.logits_out ? q->rq.logits_out : e->logits;
+    if (!q->rq.logits_out && !host_draw && !q->rq.on_logprob) return 0;
+    TRY(gpu_model_batch_logits(&e->g, j, raw)); /* one download */
+    const float *pick = raw;
+    if (masked) {
+        memcpy(e->adj_logits, raw, (size_t)V * sizeof *raw);
+        if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, e->adj_logits, V, e->adj_count);
+        if (q->rq.json_object) json_mask_apply(&q->jm, e->adj_logits, V);
+        pick = e->adj_logits;
+    }
+    if (host_draw) *id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
+    if (q->rq.json_object) json_mask_accept(&q->jm, *id);
+    if (q->rq.on_logprob) {
+        token_logprob lp;
+        sampler_logprob(raw, V, *id, q->rq.top_logprobs, &lp);
+        q->rq.on_logprob(q->rq.ctx, &lp);
+    }
+    return 0;
+}
+
 /* After a pass: commit finished prefills, then the chosen tokens. */
 static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req **fed_req, uint32_t n_fed) {
     for (uint32_t i = 0; i < n_fed; i++) {
@@ -494,28 +522,9 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
         }
     }
     for (uint32_t j = 0; j < no; j++) {
-        engine_req *q = e->b_owner[j];
         int32_t id = e->b_next[j];
-        int32_t V = (int32_t)e->m->cfg.n_vocab;
-        bool masked = q->adjusted || q->rq.json_object;
-        bool host_draw = masked || (q->sample && !q->sample_gpu);
-        float *raw = q->rq.logits_out ? q->rq.logits_out : e->logits;
-        if (q->rq.logits_out || host_draw || q->rq.on_logprob) TRY(gpu_model_batch_logits(&e->g, j, raw)); /* one download */
-        const float *pick = raw;
-        if (masked) { /* a copy: raw stays as computed, for logits_out and the logprobs */
-            memcpy(e->adj_logits, raw, (size_t)V * sizeof *raw);
-            if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, e->adj_logits, V, e->adj_count);
-            if (q->rq.json_object) json_mask_apply(&q->jm, e->adj_logits, V);
-            pick = e->adj_logits;
-        }
-        if (host_draw) id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
-        if (q->rq.json_object) json_mask_accept(&q->jm, id);
-        if (q->rq.on_logprob) { /* under the raw row */
-            token_logprob lp;
-            sampler_logprob(raw, V, id, q->rq.top_logprobs, &lp);
-            q->rq.on_logprob(q->rq.ctx, &lp);
-        }
-        emit(e, q, id);
+        TRY(choose_on_host(e, e->b_owner[j], j, &id));
+        emit(e, e->b_owner[j], id);
     }
     return 0;
 }
