@@ -119,18 +119,23 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
     return 0;
 }
 
-/* OpenAI's fields that cinder does not implement: refused by name when they ask for something
- * (api_request.h), accepted when absent, null, false, 0, "" or their default. */
+/* Fields cinder does not implement, refused by name when they ask for something (api_request.h),
+ * accepted when absent, null, false, 0, "" or their default: OpenAI's, and the constraints of
+ * llama-server (grammar, json_schema) and vLLM (guided_*, structured_outputs), which a client
+ * written for those would otherwise see ignored. */
 static int unsupported_fields(const json_t *b, api_err *e) {
-    static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call"};
+    static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call", "grammar", "json_schema",
+                                       "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *k = keys[i];
         const json_t *v = json_object_get(b, k);
         if (!v || json_is_null(v) || json_is_false(v)) continue;
         if (json_is_integer(v) && json_integer_value(v) == (strcmp(k, "best_of") ? 0 : 1)) continue;
-        if (json_is_string(v) && !json_string_length(v) && !strcmp(k, "suffix")) continue;
+        if (json_is_string(v) && !json_string_length(v)) continue;
         if (!strcmp(k, "functions") || !strcmp(k, "function_call"))
             return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice", k);
+        if (strcmp(k, "echo") && strcmp(k, "suffix") && strcmp(k, "best_of"))
+            return api_fail(e, 400, k, "%s is not supported by this server: response_format json_object is", k);
         return api_fail(e, 400, k, "%s is not supported by this server", k);
     }
     return 0;

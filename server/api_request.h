@@ -56,7 +56,8 @@ typedef struct api_prepared {
  * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), response_format text or
  * json_object (not with thinking on or a forced tool call).
  * Fields of OpenAI's API that are not implemented (response_format json_schema, echo, suffix,
- * best_of, the legacy functions / function_call) are refused by name
+ * best_of, the legacy functions / function_call), and llama-server's and vLLM's constraints
+ * (grammar, json_schema, guided_*, structured_outputs) are refused by name
  * when they ask for something, never ignored: a reply without what was asked for would look
  * like one with it.
  * Absent or null fields keep their defaults (temperature 0.8, top_k 40, top_p 0.95, max_tokens:

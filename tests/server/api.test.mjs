@@ -476,6 +476,9 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, response_format: { type: "yaml" } } }, 400, "response_format", /must be/],
         [{ body: { messages: hello, response_format: { type: "json_object" }, chat_template_kwargs: { enable_thinking: true } } }, 400, "response_format", /thinking off/],
         [{ body: { messages: hello, functions: [{ name: "f" }] } }, 400, "functions", /use tools/],
+        [{ body: { messages: hello, grammar: "root ::= \"a\"" } }, 400, "grammar", /json_object is/],
+        [{ body: { messages: hello, json_schema: { type: "object" } } }, 400, "json_schema", /not supported/],
+        [{ body: { messages: hello, guided_json: { type: "object" } } }, 400, "guided_json", /not supported/],
         [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
         [{ body: { messages: hello }, auth: false }, 401, null, /API key/],
     ];
