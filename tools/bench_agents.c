@@ -81,7 +81,7 @@ static bool on_token(void *ctx, int32_t id) {
 static int send_round(run *rn, agent *a) {
     append_random(&rn->r, a, rn->o->tool_tokens, rn->e.m->cfg.n_vocab);
     engine_request rq = {.ids = a->conv, .n = a->n, .max_tokens = rn->o->gen, .ignore_eos = true,
-                         .on_token = on_token, .ctx = a};
+                         .on_token = on_token, .ctx = a, .json_object = rn->o->json_object};
     a->last_token_ms = 0;
     if (engine_submit(&rn->e, &rq, &a->handle)) return -1;
     a->in_flight = true;

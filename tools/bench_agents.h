@@ -18,6 +18,7 @@ typedef struct bench_agents_opts {
     uint32_t page_tokens, pool_tokens, n_ctx, chunk_tokens;
     uint64_t seed;
     bool no_prefix_cache, json;
+    bool json_object; /* every reply held to one JSON object (engine_request.json_object) */
     const char *model;
 } bench_agents_opts;
 

@@ -78,7 +78,7 @@ static void usage(FILE *out) {
             "\n"
             "usage: cinder bench [--model M] --agents N [--rounds R] [--system-tokens S] [--tool-tokens T]\n"
             "                    [--gen G] [--concurrency C] [--chunk-tokens K] [--no-prefix-cache]\n"
-            "                    [--page-size N] [--kv-pool-tokens N] [--ctx N] [--seed S] [--json]\n"
+            "                    [--page-size N] [--kv-pool-tokens N] [--ctx N] [--seed S] [--json-object] [--json]\n"
             "  N agents sharing an S-token system prompt (default 1024), each R rounds (default 4) of:\n"
             "  append a T-token tool result (default 64), send the conversation, generate G tokens\n"
             "  (default 32). At most C requests in flight (default N; 1 = one at a time, the comparison\n"
@@ -105,7 +105,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
         if (cli_flag(argv, i, "--profile")) return cli_error("bench", "--profile is now 'cinder profile' (per op time, bytes, roofline, trace)"), -1;
         if (cli_flag(argv, i, "--restore-bench")) { o->restore = true; continue; }
-        if (cli_flag(argv, i, "--json-object")) { o->json_object = true; continue; }
+        if (cli_flag(argv, i, "--json-object")) { o->json_object = ag->json_object = true; continue; }
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;

@@ -46,9 +46,9 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     if (pool > UINT32_MAX) return cd_fail("a KV pool of %llu tokens is too large", (unsigned long long)pool);
     uint32_t max_seqs = o->max_seqs ? o->max_seqs : 1;
     if (max_seqs > 256) return cd_fail("%u sequences at once: at most 256", max_seqs);
-    e->logits = malloc(m->cfg.n_vocab * sizeof *e->logits);
+    e->b_lp = calloc(max_seqs, sizeof *e->b_lp);
     e->vk = calloc(1, sizeof *e->vk);
-    if (!e->vk || !e->logits) return cd_fail("out of memory");
+    if (!e->vk || !e->b_lp) return cd_fail("out of memory");
     cvk_ctx_opts vo = {.device = -1, .pipeline_cache = ""};
     if (cvk_ctx_init(e->vk, &vo)) {
         free(e->vk);
@@ -138,7 +138,8 @@ void engine_free(engine *e) {
         cvk_ctx_free(e->vk);
         free(e->vk);
     }
-    free(e->logits);
+    free(e->host_rows);
+    free(e->b_lp);
     free(e->adj_count);
     free(e->adj_logits);
     json_vocab_free(&e->json_vocab);

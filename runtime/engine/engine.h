@@ -128,7 +128,10 @@ typedef struct engine {
     kv_pool pool;        /* the KV pages on the GPU: running sequences and the cache */
     gpu_model g;         /* reads and writes pool's pages through the block tables the scheduler writes */
     sampler_params sp;   /* requests without their own sampling parameters use these */
-    float *logits;       /* host copy of one logits row (host sampling) */
+    /* the host's say in a pass's tokens (scheduler.c, choose_on_host) */
+    float *host_rows;    /* [cap_host_rows][n_vocab] the pass's rows the host reads, downloaded together */
+    uint32_t cap_host_rows;
+    token_logprob *b_lp; /* [max_seqs] each output row's log-probabilities */
     uint32_t *adj_count; /* [n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
     float *adj_logits;   /* [n_vocab] the adjusted copy of a row (made with adj_count) */
     json_vocab json_vocab; /* the JSON mask's table of the tokenizer (from the first json_object request) */

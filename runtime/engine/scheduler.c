@@ -472,31 +472,52 @@ static void emit(engine *e, engine_req *q, int32_t id) {
     }
 }
 
-/* Output row j's token where the host has a say: *id is the device's choice (argmax, or its draw)
- * unless the request draws on the host, adjusts (logit_bias, penalties) or masks (json_object)
- * the row; then its row comes down and the host chooses from an adjusted copy. The raw row also
- * goes to logits_out and the logprobs. */
-static int choose_on_host(engine *e, engine_req *q, uint32_t j, int32_t *id) {
+/* ---- the host's say in a pass's tokens ----
+ * A row's token is the device's choice (argmax, or its draw) unless its request draws on the
+ * host, adjusts (logit_bias, penalties) or masks (json_object) the row; then the row comes down
+ * and the host chooses from an adjusted copy. The raw row also goes to logits_out and the
+ * logprobs. The rows the host reads come down in one download (on a GPU one copy and one wait
+ * a pass, not one a row). Each row's result depends only on its own row and request (batch
+ * invariance). Worked on one after the other: OpenMP threads over the rows (tried, session 29)
+ * spun after each pass on the cores a CPU device computes the next one with. */
+
+static bool host_draws(const engine_req *q) { return q->adjusted || q->rq.json_object || (q->sample && !q->sample_gpu); }
+static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logits_out || q->rq.on_logprob; }
+
+/* Row raw's token for q (id: the device's choice), its logprobs into *lp when asked. */
+static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, int32_t id, token_logprob *lp) {
     int32_t V = (int32_t)e->m->cfg.n_vocab;
-    bool masked = q->adjusted || q->rq.json_object;
-    bool host_draw = masked || (q->sample && !q->sample_gpu);
-    float *raw = q->rq.logits_out ? q->rq.logits_out : e->logits;
-    if (!q->rq.logits_out && !host_draw && !q->rq.on_logprob) return 0;
-    TRY(gpu_model_batch_logits(&e->g, j, raw)); /* one download */
     const float *pick = raw;
-    if (masked) {
+    if (q->adjusted || q->rq.json_object) {
         memcpy(e->adj_logits, raw, (size_t)V * sizeof *raw);
         if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, e->adj_logits, V, e->adj_count);
         if (q->rq.json_object) json_mask_apply(&q->jm, e->adj_logits, V);
         pick = e->adj_logits;
     }
-    if (host_draw) *id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
-    if (q->rq.json_object) json_mask_accept(&q->jm, *id);
-    if (q->rq.on_logprob) {
-        token_logprob lp;
-        sampler_logprob(raw, V, *id, q->rq.top_logprobs, &lp);
-        q->rq.on_logprob(q->rq.ctx, &lp);
+    if (host_draws(q)) id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
+    if (q->rq.json_object) json_mask_accept(&q->jm, id);
+    if (q->rq.on_logprob) sampler_logprob(raw, V, id, q->rq.top_logprobs, lp);
+    return id;
+}
+
+/* e->b_next[j] for every output row the host reads, from rows [lo, hi) downloaded together into
+ * e->host_rows (*first = lo). */
+static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
+    uint32_t lo = no, hi = 0;
+    for (uint32_t j = 0; j < no; j++)
+        if (host_reads(e->b_owner[j])) lo = j < lo ? j : lo, hi = j + 1;
+    *first = lo;
+    if (lo >= hi) return 0;
+    size_t V = e->m->cfg.n_vocab;
+    if (hi - lo > e->cap_host_rows) {
+        float *p = realloc(e->host_rows, (size_t)(hi - lo) * V * sizeof *p);
+        if (!p) return cd_fail("out of memory for %u rows of logits", hi - lo);
+        e->host_rows = p, e->cap_host_rows = hi - lo;
     }
+    TRY(gpu_model_batch_logits_rows(&e->g, lo, hi - lo, e->host_rows));
+    for (uint32_t j = lo; j < hi; j++)
+        if (host_reads(e->b_owner[j]))
+            e->b_next[j] = choose_from_row(e, e->b_owner[j], e->host_rows + (size_t)(j - lo) * V, e->b_next[j], &e->b_lp[j]);
     return 0;
 }
 
@@ -521,10 +542,14 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
             q->prompt_committed = true;
         }
     }
-    for (uint32_t j = 0; j < no; j++) {
-        int32_t id = e->b_next[j];
-        TRY(choose_on_host(e, e->b_owner[j], j, &id));
-        emit(e, e->b_owner[j], id);
+    uint32_t lo;
+    TRY(choose_on_host(e, no, &lo));
+    size_t V = e->m->cfg.n_vocab;
+    for (uint32_t j = 0; j < no; j++) { /* in row order, on this thread: the callbacks */
+        engine_req *q = e->b_owner[j];
+        if (q->rq.logits_out) memcpy(q->rq.logits_out, e->host_rows + (size_t)(j - lo) * V, V * sizeof(float));
+        if (q->rq.on_logprob) q->rq.on_logprob(q->rq.ctx, &e->b_lp[j]);
+        emit(e, q, e->b_next[j]);
     }
     return 0;
 }

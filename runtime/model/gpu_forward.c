@@ -767,8 +767,11 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     return 0;
 }
 
-int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out) {
+int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out) {
     uint64_t row = (uint64_t)g->m->cfg.n_vocab * 4;
-    if (j >= g->max_seqs) return cd_fail("logits row %u: the model holds %u", j, g->max_seqs);
-    return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, row), out);
+    if (j >= g->max_seqs || n > g->max_seqs - j)
+        return cd_fail("logits rows %u..%u: the model holds %u", j, j + n, g->max_seqs);
+    return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, n * row), out);
 }
+
+int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out) { return gpu_model_batch_logits_rows(g, j, 1, out); }

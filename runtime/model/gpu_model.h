@@ -264,6 +264,8 @@ int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint3
  * reads out[j]'s logits when a caller wants them (logprobs, sampling with top_k "all"). */
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next);
 int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out); /* n_vocab floats */
+/* Rows [j, j + n) in one download: n * n_vocab floats. */
+int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out);
 
 /* Shared by set-up (gpu_model.c) and the pass (gpu_forward.c). */
 #define GPU_LAYER_MATS 11
