@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "runtime/base/error.h"
 #include "runtime/engine/request.h"
@@ -47,8 +48,12 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     uint32_t max_seqs = o->max_seqs ? o->max_seqs : 1;
     if (max_seqs > 256) return cd_fail("%u sequences at once: at most 256", max_seqs);
     e->b_lp = calloc(max_seqs, sizeof *e->b_lp);
+    e->host_list = calloc(max_seqs, sizeof *e->host_list);
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    e->n_workers = cores < 1 ? 1 : cores > 16 ? 16 : (uint32_t)cores;
+    if (e->n_workers > max_seqs) e->n_workers = max_seqs;
     e->vk = calloc(1, sizeof *e->vk);
-    if (!e->vk || !e->b_lp) return cd_fail("out of memory");
+    if (!e->vk || !e->b_lp || !e->host_list) return cd_fail("out of memory");
     cvk_ctx_opts vo = {.device = -1, .pipeline_cache = ""};
     if (cvk_ctx_init(e->vk, &vo)) {
         free(e->vk);
@@ -138,8 +143,10 @@ void engine_free(engine *e) {
         cvk_ctx_free(e->vk);
         free(e->vk);
     }
+    host_workers_free(&e->workers);
     free(e->host_rows);
     free(e->b_lp);
+    free(e->host_list);
     free(e->adj_count);
     free(e->adj_logits);
     json_vocab_free(&e->json_vocab);

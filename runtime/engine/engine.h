@@ -47,6 +47,7 @@
 #include "kv/disk_tier.h"
 #include "kv/kv_pool.h"
 #include "kv/prefix_cache.h"
+#include "runtime/engine/host_workers.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/logit_adjust.h"
 #include "runtime/model/model.h"
@@ -132,8 +133,11 @@ typedef struct engine {
     float *host_rows;    /* [cap_host_rows][n_vocab] the pass's rows the host reads, downloaded together */
     uint32_t cap_host_rows;
     token_logprob *b_lp; /* [max_seqs] each output row's log-probabilities */
-    uint32_t *adj_count; /* [n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
-    float *adj_logits;   /* [n_vocab] the adjusted copy of a row (made with adj_count) */
+    uint32_t *host_list; /* [max_seqs] the output rows the host works on in a pass */
+    uint32_t n_workers;  /* the host's workers on those rows (cores, at most max_seqs and 16), */
+    host_workers workers; /* started at the first pass with two rows to work on */
+    uint32_t *adj_count; /* [n_workers][n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
+    float *adj_logits;   /* [n_workers][n_vocab] the adjusted copy of a row (made with adj_count) */
     json_vocab json_vocab; /* the JSON mask's table of the tokenizer (from the first json_object request) */
     bool draw_on_device; /* engine_opts.draw resolved */
     bool cache_on;

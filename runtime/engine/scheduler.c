@@ -61,10 +61,12 @@ static int check_request(const engine *e, const engine_request *rq) {
     return logit_adjust_check(rq->adjust, (int32_t)e->m->cfg.n_vocab);
 }
 
-/* The scratch of the logit adjustments, made for the first request that needs it. */
+/* The scratch of the logit adjustments, one per host worker, made for the first request that
+ * needs it. */
 static int need_adj_scratch(engine *e) {
-    if (!e->adj_count) e->adj_count = calloc(e->m->cfg.n_vocab, sizeof *e->adj_count);
-    if (!e->adj_logits) e->adj_logits = malloc(e->m->cfg.n_vocab * sizeof *e->adj_logits);
+    size_t n = (size_t)e->n_workers * e->m->cfg.n_vocab;
+    if (!e->adj_count) e->adj_count = calloc(n, sizeof *e->adj_count);
+    if (!e->adj_logits) e->adj_logits = malloc(n * sizeof *e->adj_logits);
     return e->adj_count && e->adj_logits ? 0 : cd_fail("out of memory for the logit adjustments' scratch");
 }
 
@@ -477,27 +479,43 @@ static void emit(engine *e, engine_req *q, int32_t id) {
  * host, adjusts (logit_bias, penalties) or masks (json_object) the row; then the row comes down
  * and the host chooses from an adjusted copy. The raw row also goes to logits_out and the
  * logprobs. The rows the host reads come down in one download (on a GPU one copy and one wait
- * a pass, not one a row). Each row's result depends only on its own row and request (batch
- * invariance). Worked on one after the other: OpenMP threads over the rows (tried, session 29)
- * spun after each pass on the cores a CPU device computes the next one with. */
+ * a pass, not one a row) and are shared among the host's workers (host_workers.h: threads that
+ * sleep between passes). Each row's result depends only on its own row and request, whichever
+ * worker takes it (batch invariance). */
 
 static bool host_draws(const engine_req *q) { return q->adjusted || q->rq.json_object || (q->sample && !q->sample_gpu); }
 static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logits_out || q->rq.on_logprob; }
 
-/* Row raw's token for q (id: the device's choice), its logprobs into *lp when asked. */
-static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, int32_t id, token_logprob *lp) {
+/* Row raw's token for q (id: the device's choice; worker w's scratch), its logprobs into *lp
+ * when asked. */
+static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, uint32_t w, int32_t id, token_logprob *lp) {
     int32_t V = (int32_t)e->m->cfg.n_vocab;
     const float *pick = raw;
     if (q->adjusted || q->rq.json_object) {
-        memcpy(e->adj_logits, raw, (size_t)V * sizeof *raw);
-        if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, e->adj_logits, V, e->adj_count);
-        if (q->rq.json_object) json_mask_apply(&q->jm, e->adj_logits, V);
-        pick = e->adj_logits;
+        float *adj = e->adj_logits + (size_t)w * (size_t)V;
+        memcpy(adj, raw, (size_t)V * sizeof *raw);
+        if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, adj, V, e->adj_count + (size_t)w * (size_t)V);
+        if (q->rq.json_object) json_mask_apply(&q->jm, adj, V);
+        pick = adj;
     }
     if (host_draws(q)) id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
     if (q->rq.json_object) json_mask_accept(&q->jm, id);
     if (q->rq.on_logprob) sampler_logprob(raw, V, id, q->rq.top_logprobs, lp);
     return id;
+}
+
+typedef struct host_rows_job {
+    engine *e;
+    uint32_t lo;
+    const uint32_t *rows; /* output rows to work on */
+} host_rows_job;
+
+static void host_row_work(void *ctx, uint32_t item, uint32_t worker) {
+    const host_rows_job *h = ctx;
+    engine *e = h->e;
+    uint32_t j = h->rows[item];
+    const float *raw = e->host_rows + (size_t)(j - h->lo) * e->m->cfg.n_vocab;
+    e->b_next[j] = choose_from_row(e, e->b_owner[j], raw, worker, e->b_next[j], &e->b_lp[j]);
 }
 
 /* e->b_next[j] for every output row the host reads, from rows [lo, hi) downloaded together into
@@ -515,9 +533,12 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
         e->host_rows = p, e->cap_host_rows = hi - lo;
     }
     TRY(gpu_model_batch_logits_rows(&e->g, lo, hi - lo, e->host_rows));
+    uint32_t n = 0;
     for (uint32_t j = lo; j < hi; j++)
-        if (host_reads(e->b_owner[j]))
-            e->b_next[j] = choose_from_row(e, e->b_owner[j], e->host_rows + (size_t)(j - lo) * V, e->b_next[j], &e->b_lp[j]);
+        if (host_reads(e->b_owner[j])) e->host_list[n++] = j;
+    if (n > 1 && !e->workers.inited) host_workers_init(&e->workers, e->n_workers - 1);
+    host_rows_job h = {.e = e, .lo = lo, .rows = e->host_list};
+    host_workers_run(&e->workers, n, host_row_work, &h);
     return 0;
 }
 
