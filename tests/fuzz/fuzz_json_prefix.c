@@ -5,8 +5,8 @@
  *     takes as any four hex digits, and numbers past jansson's range);
  *   - jansson reads one object with no whitespace byte anywhere and no NUL =>
  *     the automaton accepts it whole (whitespace runs are narrower than RFC 8259 on purpose:
- *     json_prefix.h);
- *   - a refusal comes at the first byte that cannot continue (one byte at a time, from the start). */
+ *     json_prefix.h).
+ * ASan and UBSan watch every byte of it. */
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
