@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the GGUF reader (and writer round trips) for the given time and, alongside it (on a
 # second core: the same fuzzing in half the wall time), for a fifth of it each one after the
-# other: the server's request bodies (fuzz_request), the JSON-object prefix automaton against
-# jansson (fuzz_json_prefix), request traces (fuzz_trace), the disk tier's chunk files
-# (fuzz_kv_chunk) and model + tokenizer loading from whole GGUF files (fuzz_model), with
-# libFuzzer:
+# other: the server's request bodies (fuzz_request), the JSON prefix automaton against jansson
+# and client JSON schemas compiled and followed (fuzz_json_prefix), request traces
+# (fuzz_trace), the disk tier's chunk files (fuzz_kv_chunk) and model + tokenizer loading from
+# whole GGUF files (fuzz_model), with libFuzzer:
 #
 #   scripts/fuzz.sh [seconds [libFuzzer flags...]]      (default 60 s)
 #   e.g. scripts/fuzz.sh 600 -use_value_profile=1
@@ -96,7 +96,7 @@ run_one() {
 # disk tier's chunk files (header, sizes, MAC, tokens, chain hashes: never served wrong) and
 # model files (config, tensor shapes, tokenizer metadata; the seeds are ~40-64 KB models).
 run_one fuzz_request corpus_request "request bodies" 4096
-run_one fuzz_json_prefix corpus_json "JSON-object prefixes (against jansson)" 4096
+run_one fuzz_json_prefix corpus_json "JSON prefixes (against jansson) and JSON schemas" 4096
 run_one fuzz_trace corpus_trace "request traces" 4096
 run_one fuzz_kv_chunk corpus_kv "disk-tier chunk files" 1024
 run_one fuzz_model corpus_model "model + tokenizer loading" 70000

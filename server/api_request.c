@@ -121,11 +121,11 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
 
 /* Fields cinder does not implement, refused by name when they ask for something (api_request.h),
  * accepted when absent, null, false, 0, "" or their default: OpenAI's, and the constraints of
- * llama-server (grammar, json_schema) and vLLM (guided_*, structured_outputs), which a client
+ * llama-server (grammar) and vLLM (guided_* but guided_json, structured_outputs), which a client
  * written for those would otherwise see ignored. */
 static int unsupported_fields(const json_t *b, api_err *e) {
-    static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call", "grammar", "json_schema",
-                                       "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
+    static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call", "grammar",
+                                       "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *k = keys[i];
         const json_t *v = json_object_get(b, k);
@@ -135,23 +135,64 @@ static int unsupported_fields(const json_t *b, api_err *e) {
         if (!strcmp(k, "functions") || !strcmp(k, "function_call"))
             return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice", k);
         if (strcmp(k, "echo") && strcmp(k, "suffix") && strcmp(k, "best_of"))
-            return api_fail(e, 400, k, "%s is not supported by this server: response_format json_object is", k);
+            return api_fail(e, 400, k, "%s is not supported by this server: response_format json_object and json_schema are", k);
         return api_fail(e, 400, k, "%s is not supported by this server", k);
     }
     return 0;
 }
 
-/* response_format: {"type": "text"} (the default) or {"type": "json_object"} (the reply is one
- * JSON object: engine_request.json_object). json_schema is refused by name. */
+/* A schema compiled for the reply (json_schema.h), or a 400 naming param and the problem. */
+static int compile_schema(const json_t *schema, bool strict, const char *param, gen_params *g, api_err *e) {
+    if (!json_is_object(schema) && !json_is_boolean(schema))
+        return api_fail(e, 400, param, "%s must be a JSON Schema (an object)", param);
+    if (!(g->schema = json_schema_compile(schema, strict))) return api_fail(e, 400, param, "%s: %s", param, cd_errmsg());
+    return 0;
+}
+
+/* response_format: {"type": "json_schema", "json_schema": {"name": N, "schema": S, "strict": B}}:
+ * N as OpenAI has it (1 to 64 of a-z A-Z 0-9 _ -), S absent means any JSON value. */
+static int format_schema(const json_t *v, gen_params *g, api_err *e) {
+    const json_t *js = json_object_get(v, "json_schema");
+    if (!json_is_object(js))
+        return api_fail(e, 400, "response_format.json_schema", "response_format json_schema needs json_schema: {\"name\": ..., \"schema\": {...}}");
+    const char *name = json_string_value(json_object_get(js, "name"));
+    size_t n = name ? strlen(name) : 0;
+    if (!n || n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
+        return api_fail(e, 400, "response_format.json_schema.name",
+                        "response_format.json_schema.name must be 1 to 64 letters, digits, '_' or '-'");
+    const json_t *strict = json_object_get(js, "strict");
+    if (strict && !json_is_null(strict) && !json_is_boolean(strict))
+        return api_fail(e, 400, "response_format.json_schema.strict", "response_format.json_schema.strict must be true or false");
+    const json_t *schema = json_object_get(js, "schema");
+    json_t *any = schema && !json_is_null(schema) ? NULL : json_object();
+    int rc = compile_schema(any ? any : schema, json_is_true(strict), "response_format.json_schema.schema", g, e);
+    json_decref(any);
+    return rc;
+}
+
+/* The reply's shape: response_format {"type": "text"} (the default), {"type": "json_object"}
+ * (one JSON object: engine_request.json_object) or {"type": "json_schema", ...}; or a schema
+ * given as llama-server (json_schema) or vLLM (guided_json) take it, enforced strictly. At most
+ * one of them asks for something. */
 static int format_field(const json_t *b, gen_params *g, api_err *e) {
     const json_t *v = json_object_get(b, "response_format");
-    if (!v || json_is_null(v)) return 0;
     const char *type = json_is_object(v) ? json_string_value(json_object_get(v, "type")) : NULL;
-    if (type && !strcmp(type, "text")) return 0;
+    bool text = !v || json_is_null(v) || (type && !strcmp(type, "text"));
+    static const char *const alt[] = {"json_schema", "guided_json"};
+    for (size_t i = 0; i < 2; i++) {
+        const json_t *x = json_object_get(b, alt[i]);
+        if (!x || json_is_null(x) || (json_is_string(x) && !json_string_length(x))) continue;
+        if (!text || g->schema) return api_fail(e, 400, alt[i], "%s and another reply format exclude each other", alt[i]);
+        json_t *parsed = json_is_string(x) ? json_loads(json_string_value(x), JSON_DECODE_ANY, NULL) : NULL;
+        int rc = compile_schema(parsed ? parsed : x, true, alt[i], g, e);
+        json_decref(parsed);
+        if (rc) return -1;
+    }
+    if (text) return 0;
     if (type && !strcmp(type, "json_object")) return g->json_object = true, 0;
-    if (type && !strcmp(type, "json_schema"))
-        return api_fail(e, 400, "response_format", "response_format json_schema is not supported: json_object and text are");
-    return api_fail(e, 400, "response_format", "response_format must be {\"type\": \"text\"} or {\"type\": \"json_object\"}");
+    if (type && !strcmp(type, "json_schema")) return format_schema(v, g, e);
+    return api_fail(e, 400, "response_format",
+                    "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", ...}");
 }
 
 /* Chat: logprobs (true / false) and top_logprobs (0 to 20, with logprobs true); completions:
@@ -208,6 +249,8 @@ static void gen_params_free(gen_params *g) {
     free(g->cache_salt);
     g->cache_salt = NULL;
     logit_adjust_free(&g->adjust);
+    json_schema_unref(g->schema);
+    g->schema = NULL;
 }
 
 static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, job **out, api_err *e) {
@@ -241,6 +284,8 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, j
     j->logprobs = g->logprobs;
     j->top_logprobs = g->top_logprobs;
     j->json_object = g->json_object;
+    j->schema = g->schema;
+    g->schema = NULL;
     *out = j;
     return 0;
 }
@@ -349,11 +394,12 @@ static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_r
         if (th && !json_is_boolean(th)) return api_fail(e, 400, "chat_template_kwargs.enable_thinking", "enable_thinking must be true or false");
         q->thinking = json_is_true(th);
     }
-    if (q->g.json_object && q->thinking) /* the reply would open with <think>, which is not JSON */
-        return api_fail(e, 400, "response_format", "response_format json_object needs enable_thinking off");
+    bool json = q->g.json_object || q->g.schema;
+    if (json && q->thinking) /* the reply would open with <think>, which is not JSON */
+        return api_fail(e, 400, "response_format", "a JSON response_format needs enable_thinking off");
     if (tool_choice(body, q, e)) return -1;
-    if (q->g.json_object && q->forced)
-        return api_fail(e, 400, "response_format", "response_format json_object and a tool_choice that demands a tool call exclude each other");
+    if (json && q->forced)
+        return api_fail(e, 400, "response_format", "a JSON response_format and a tool_choice that demands a tool call exclude each other");
     return 0;
 }
 

@@ -36,6 +36,7 @@ typedef struct gen_params {  /* the sampling and streaming fields */
     bool logprobs;           /* each token's log-probability in the reply, */
     uint32_t top_logprobs;   /* with this many alternatives */
     bool json_object;        /* response_format json_object */
+    json_schema *schema;     /* response_format json_schema (json_schema, guided_json): a reference, or NULL */
     char *stop[JOB_MAX_STOP];
     uint32_t n_stop;
     char *cache_salt;        /* owned, or NULL */

@@ -21,6 +21,7 @@ void job_unref(job *j) {
     free(j->forced);
     free(j->cache_salt);
     logit_adjust_free(&j->adjust);
+    json_schema_unref(j->schema);
     free(j->lp);
     free(j->text);
     pthread_cond_destroy(&j->cv);

@@ -22,6 +22,7 @@
 
 #include "runtime/model/logit_adjust.h"
 #include "runtime/model/sampler.h"
+#include "runtime/text/json_schema.h"
 #include "runtime/text/tokenizer.h"
 
 #define JOB_MAX_STOP 16
@@ -47,6 +48,7 @@ typedef struct job {
     bool logprobs;            /* each output token's token_logprob kept in lp */
     uint32_t top_logprobs;
     bool json_object;         /* the reply is one JSON object (engine_request.json_object) */
+    json_schema *schema;      /* the reply is an instance of it (engine_request.json_schema): a reference, or NULL */
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
     char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */

@@ -789,9 +789,11 @@ static void test_json_object(void **state) {
         if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
         bool ended;
         char *text = reply_text(&rp, &ended);
-        json_prefix p;
-        json_prefix_init(&p);
+        static json_prefix p;
+        json_schema *any = json_schema_any_object();
+        json_prefix_init(&p, any);
         if (!json_prefix_feed(&p, text, strlen(text))) fail_msg("not a JSON-object prefix: %s", text);
+        json_schema_unref(any);
         assert_true(strchr(text, '{') != NULL);
         assert_true(ended == json_prefix_done(&p)); /* an end token only once the object is whole */
         printf("  json_object (%s): %u tokens, %s: %.80s\n", k ? "sampled" : "greedy", rp.n, ended ? "ended" : "open", text);
@@ -830,6 +832,87 @@ static void test_json_object(void **state) {
     for (int i = 0; i < 3; i++) {
         assert_int_equal(engine_poll(&e, h[i], &rp), 1);
         if (i < 2) assert_memory_equal(rp.ids, alone[i], rp.n * sizeof *rp.ids);
+        engine_reply_free(&rp);
+    }
+    assert_no_leak(&e);
+    engine_free(&e);
+}
+
+/* response_format json_schema: the reply is an instance (ended: whole, jansson reads it and it
+ * has what the schema requires), the caller's reference may go at once (the engine holds its
+ * own), and batched with a json_object and a plain request each gives the tokens it gives alone. */
+static void test_json_schema(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 67);
+    int32_t a[29], b[17];
+    random_ids(&r, a, 29);
+    random_ids(&r, b, 17);
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4, .draw = ENGINE_DRAW_DEVICE};
+    init(&e, &o);
+    const char *text_schema =
+        "{\"type\": \"object\", \"properties\": {\"answer\": {\"enum\": [\"yes\", \"no\"]}, \"n\": {\"type\": \"integer\"}, "
+        "\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\", \"maxLength\": 3}, \"maxItems\": 2}}, "
+        "\"required\": [\"answer\", \"n\"]}";
+    const sampler_params greedy = {0}, hot = {.temperature = 1.2f, .top_k = 40, .top_p = 1, .seed = 5};
+    const sampler_params *sps[] = {&greedy, &hot};
+    int32_t alone[2][64];
+    uint32_t n_alone[2];
+    for (int k = 0; k < 2; k++) {
+        json_schema *sc = json_schema_compile_text(text_schema, true);
+        assert_non_null(sc);
+        engine_request rq = {.ids = a, .n = 29, .max_tokens = 64, .sp = sps[k], .json_schema = sc};
+        uint32_t h, busy = 1;
+        if (engine_submit(&e, &rq, &h)) fail_msg("%s", cd_errmsg());
+        json_schema_unref(sc); /* the engine holds its own reference */
+        while (busy)
+            if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+        engine_reply rp;
+        assert_int_equal(engine_poll(&e, h, &rp), 1);
+        bool ended;
+        char *text = reply_text(&rp, &ended);
+        static json_prefix p;
+        json_schema *check = json_schema_compile_text(text_schema, true);
+        json_prefix_init(&p, check);
+        if (!json_prefix_feed(&p, text, strlen(text))) fail_msg("not a prefix of an instance: %s", text);
+        assert_true(ended == json_prefix_done(&p));
+        if (ended) {
+            json_t *v = json_loads(text, 0, NULL);
+            const char *answer = json_string_value(json_object_get(v, "answer"));
+            assert_true(answer && (!strcmp(answer, "yes") || !strcmp(answer, "no")));
+            assert_true(json_is_integer(json_object_get(v, "n")));
+            json_decref(v);
+        }
+        for (char *c = text; *c; c++) *c = *c == '\n' ? ' ' : *c; /* shown on one line (after the checks) */
+        printf("  json_schema (%s): %u tokens, %s: %.100s\n", k ? "sampled" : "greedy", rp.n, ended ? "ended" : "open", text);
+        json_schema_unref(check);
+        n_alone[k] = rp.n;
+        memcpy(alone[k], rp.ids, rp.n * sizeof *rp.ids);
+        free(text);
+        engine_reply_free(&rp);
+    }
+    json_schema *sc = json_schema_compile_text(text_schema, true);
+    engine_request both = {.ids = a, .n = 29, .max_tokens = 4, .json_object = true, .json_schema = sc};
+    uint32_t h[4], busy = 1;
+    assert_int_equal(engine_submit(&e, &both, &h[0]), -1); /* one shape at a time */
+    assert_non_null(strstr(cd_errmsg(), "exclude"));
+    engine_request rqs[4] = {{.ids = a, .n = 29, .max_tokens = 64, .sp = &greedy, .json_schema = sc},
+                             {.ids = a, .n = 29, .max_tokens = 64, .sp = &hot, .json_schema = sc},
+                             {.ids = b, .n = 17, .max_tokens = 24, .sp = &greedy, .json_object = true},
+                             {.ids = b, .n = 17, .max_tokens = 20, .sp = &greedy, .ignore_eos = true}};
+    for (int i = 0; i < 4; i++)
+        if (engine_submit(&e, &rqs[i], &h[i])) fail_msg("%s", cd_errmsg());
+    json_schema_unref(sc);
+    while (busy)
+        if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+    for (int i = 0; i < 4; i++) {
+        engine_reply rp;
+        assert_int_equal(engine_poll(&e, h[i], &rp), 1);
+        if (i < 2) {
+            assert_int_equal(rp.n, n_alone[i]);
+            assert_memory_equal(rp.ids, alone[i], rp.n * sizeof *rp.ids);
+        }
         engine_reply_free(&rp);
     }
     assert_no_leak(&e);
@@ -882,6 +965,7 @@ int main(void) {
         cmocka_unit_test(test_logit_adjust),
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_json_object),
+        cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_dedup),
         cmocka_unit_test(test_interleavings),

@@ -150,6 +150,7 @@ void engine_free(engine *e) {
     free(e->adj_count);
     free(e->adj_logits);
     json_vocab_free(&e->json_vocab);
+    json_schema_unref(e->any_object);
     free(e->row_free);
     free(e->b_ids);
     free(e->b_row);

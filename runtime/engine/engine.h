@@ -138,7 +138,8 @@ typedef struct engine {
     host_workers workers; /* started at the first pass with two rows to work on */
     uint32_t *adj_count; /* [n_workers][n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
     float *adj_logits;   /* [n_workers][n_vocab] the adjusted copy of a row (made with adj_count) */
-    json_vocab json_vocab; /* the JSON mask's table of the tokenizer (from the first json_object request) */
+    json_vocab json_vocab; /* the JSON mask's table of the tokenizer (from the first JSON request) */
+    json_schema *any_object; /* json_object's schema (from the first json_object request) */
     bool draw_on_device; /* engine_opts.draw resolved */
     bool cache_on;
     kv_prefix_cache cache;
@@ -224,6 +225,8 @@ typedef struct engine_request {
     uint32_t top_logprobs;     /* 0..TOP_LOGPROBS_MAX alternatives for on_logprob */
     bool json_object;          /* the reply is one JSON object and ends with it (runtime/text/json_mask.h):
                                   tokens that cannot continue it are masked, on the host */
+    json_schema *json_schema;  /* NULL: none; else the reply is one instance of it and ends with it,
+                                  masked likewise (a reference is taken at submit; not with json_object) */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

@@ -38,6 +38,7 @@ static void req_free(engine_req *q) {
     free(q->stop);
     sampler_free(&q->smp);
     logit_adjust_free(&q->adj);
+    json_mask_free(&q->jm);
     engine_reply_free(&q->reply);
     free(q);
 }
@@ -57,6 +58,7 @@ static int check_request(const engine *e, const engine_request *rq) {
     for (uint32_t i = 0; i < rq->n; i++)
         if (rq->ids[i] < 0 || (uint32_t)rq->ids[i] >= e->m->cfg.n_vocab)
             return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i, e->m->cfg.n_vocab);
+    if (rq->json_object && rq->json_schema) return cd_fail("json_object and json_schema exclude each other");
     if (rq->top_logprobs > TOP_LOGPROBS_MAX) return cd_fail("top_logprobs %u is more than %d", rq->top_logprobs, TOP_LOGPROBS_MAX);
     return logit_adjust_check(rq->adjust, (int32_t)e->m->cfg.n_vocab);
 }
@@ -106,15 +108,17 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->stop = malloc(((size_t)rq->n_stop + 1) * sizeof *q->stop);
     q->sample = sp->temperature > 0;
     q->adjusted = logit_adjust_active(rq->adjust);
-    if (rq->json_object) json_mask_init(&q->jm, &e->json_vocab);
-    bool masked = q->adjusted || rq->json_object;
+    if (rq->json_object && !e->any_object) e->any_object = json_schema_any_object();
+    json_schema *schema = rq->json_object ? e->any_object : rq->json_schema;
+    if (schema) json_mask_init(&q->jm, &e->json_vocab, schema);
+    bool json = rq->json_object || rq->json_schema, masked = q->adjusted || json;
     /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", a
      * CPU device: engine_opts.draw, or logits to adjust or mask) the logits row comes down and
      * the host chooses */
     q->sample_gpu = e->draw_on_device && !masked && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
     if (q->sample_gpu) sampler_init_draws(&q->smp, *sp);
     if (!q->all || !q->reply.ids || !q->stop || (masked && need_adj_scratch(e)) ||
-        (rq->json_object && !e->json_vocab.first && json_vocab_init(&e->json_vocab, e->m->tok)) ||
+        (json && (!schema || (!e->json_vocab.first && json_vocab_init(&e->json_vocab, e->m->tok)))) ||
         (q->adjusted && logit_adjust_copy(&q->adj, rq->adjust)) ||
         (q->sample && !q->sample_gpu && sampler_init(&q->smp, *sp, (int32_t)e->m->cfg.n_vocab))) {
         req_free(q);
@@ -127,6 +131,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->rq.sp = NULL;
     q->rq.cache_salt = NULL; /* the caller's memory: only its namespace is kept */
     q->rq.adjust = NULL;     /* the caller's memory: q->adj is the copy */
+    q->rq.json_schema = NULL; /* the caller's reference: q->jm holds one */
     memcpy(q->ns, ns, RADIX_NS_BYTES);
     q->n_prompt = q->n_all = rq->n;
     q->reply.prompt_tokens = rq->n;
@@ -476,14 +481,15 @@ static void emit(engine *e, engine_req *q, int32_t id) {
 
 /* ---- the host's say in a pass's tokens ----
  * A row's token is the device's choice (argmax, or its draw) unless its request draws on the
- * host, adjusts (logit_bias, penalties) or masks (json_object) the row; then the row comes down
+ * host, adjusts (logit_bias, penalties) or masks (json_object, json_schema) the row; then the row comes down
  * and the host chooses from an adjusted copy. The raw row also goes to logits_out and the
  * logprobs. The rows the host reads come down in one download (on a GPU one copy and one wait
  * a pass, not one a row) and are shared among the host's workers (host_workers.h: threads that
  * sleep between passes). Each row's result depends only on its own row and request, whichever
  * worker takes it (batch invariance). */
 
-static bool host_draws(const engine_req *q) { return q->adjusted || q->rq.json_object || (q->sample && !q->sample_gpu); }
+static bool json_masked(const engine_req *q) { return q->jm.schema != NULL; }
+static bool host_draws(const engine_req *q) { return q->adjusted || json_masked(q) || (q->sample && !q->sample_gpu); }
 static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logits_out || q->rq.on_logprob; }
 
 /* Row raw's token for q (id: the device's choice; worker w's scratch), its logprobs into *lp
@@ -491,15 +497,15 @@ static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logi
 static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, uint32_t w, int32_t id, token_logprob *lp) {
     int32_t V = (int32_t)e->m->cfg.n_vocab;
     const float *pick = raw;
-    if (q->adjusted || q->rq.json_object) {
+    if (q->adjusted || json_masked(q)) {
         float *adj = e->adj_logits + (size_t)w * (size_t)V;
         memcpy(adj, raw, (size_t)V * sizeof *raw);
         if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, adj, V, e->adj_count + (size_t)w * (size_t)V);
-        if (q->rq.json_object) json_mask_apply(&q->jm, adj, V);
+        if (json_masked(q)) json_mask_apply(&q->jm, adj, V);
         pick = adj;
     }
     if (host_draws(q)) id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);
-    if (q->rq.json_object) json_mask_accept(&q->jm, id);
+    if (json_masked(q)) json_mask_accept(&q->jm, id);
     if (q->rq.on_logprob) sampler_logprob(raw, V, id, q->rq.top_logprobs, lp);
     return id;
 }

@@ -2,6 +2,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "runtime/base/error.h"
 
@@ -11,24 +12,40 @@ enum {
     JSON_TOKEN_SAFE = 4,   /* string-safe: inside a string it only extends the string */
 };
 
-/* No '"', '\\' or control byte, and whole well-formed UTF-8 sequences (json_prefix's checks). */
-static bool string_safe(const char *s, size_t n) {
-    json_prefix p;
-    json_prefix_init(&p);
-    if (!json_prefix_feed(&p, "{\"\":\"", 5)) return false; /* inside a string value */
+/* No '"', '\\' or control byte, and whole well-formed UTF-8 sequences: from inside a string
+ * (in_string), json_prefix takes the bytes, and then a closing quote (only at a character's end). */
+static bool string_safe(const json_prefix *in_string, const char *s, size_t n) {
+    char buf[256];
+    if (n >= sizeof buf) return false; /* no shortcut for such a token: it is run whole */
     for (size_t i = 0; i < n; i++)
         if (s[i] == '"' || s[i] == '\\') return false;
-    return json_prefix_feed(&p, s, n) && json_prefix_in_string(&p);
+    memcpy(buf, s, n);
+    buf[n] = '"';
+    return json_prefix_accepts(in_string, buf, n + 1);
+}
+
+/* Characters: the bytes that begin one (not 10xxxxxx). */
+static uint8_t chars_of(const char *s, size_t n) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) k += ((unsigned char)s[i] & 0xC0) != 0x80;
+    return k > 255 ? 255 : (uint8_t)k;
 }
 
 int json_vocab_init(json_vocab *v, const tokenizer *t) {
     *v = (json_vocab){.tok = t, .n = tok_n_vocab(t)};
     v->first = calloc((size_t)v->n, 1);
     v->flags = calloc((size_t)v->n, 1);
-    if (!v->first || !v->flags) {
+    v->chars = calloc((size_t)v->n, 1);
+    json_schema *str = json_schema_compile_text("{\"type\": \"string\"}", true);
+    json_prefix *in_string = malloc(sizeof *in_string);
+    if (!v->first || !v->flags || !v->chars || !str || !in_string) {
         json_vocab_free(v);
+        json_schema_unref(str);
+        free(in_string);
         return cd_fail("out of memory for the JSON mask's vocabulary table");
     }
+    json_prefix_init(in_string, str);
+    json_prefix_feed(in_string, "\"", 1);
     for (int32_t id = 0; id < v->n; id++) {
         size_t n;
         const char *s = tok_piece(t, id, &n);
@@ -36,21 +53,31 @@ int json_vocab_init(json_vocab *v, const tokenizer *t) {
         if (tok_is_eog(t, id)) v->flags[id] = JSON_TOKEN_EOG;
         else if ((type == TOK_TYPE_NORMAL || type == TOK_TYPE_BYTE) && n) {
             v->first[id] = (uint8_t)s[0];
-            v->flags[id] = JSON_TOKEN_TEXT | (string_safe(s, n) ? JSON_TOKEN_SAFE : 0);
+            v->flags[id] = JSON_TOKEN_TEXT | (string_safe(in_string, s, n) ? JSON_TOKEN_SAFE : 0);
+            v->chars[id] = chars_of(s, n);
         }
     }
+    free(in_string);
+    json_schema_unref(str);
     return 0;
 }
 
 void json_vocab_free(json_vocab *v) {
     free(v->first);
     free(v->flags);
+    free(v->chars);
     *v = (json_vocab){0};
 }
 
-void json_mask_init(json_mask *m, const json_vocab *v) {
+void json_mask_init(json_mask *m, const json_vocab *v, json_schema *schema) {
     m->v = v;
-    json_prefix_init(&m->state);
+    m->schema = json_schema_ref(schema);
+    json_prefix_init(&m->state, schema);
+}
+
+void json_mask_free(json_mask *m) {
+    json_schema_unref(m->schema);
+    m->schema = NULL;
 }
 
 bool json_mask_allows(const json_mask *m, int32_t id) {
@@ -60,19 +87,17 @@ bool json_mask_allows(const json_mask *m, int32_t id) {
     if (!(v->flags[id] & JSON_TOKEN_TEXT)) return false;
     size_t n;
     const char *bytes = tok_piece(v->tok, id, &n);
-    json_prefix p = m->state;
-    return json_prefix_feed(&p, bytes, n);
+    return json_prefix_accepts(&m->state, bytes, n);
 }
 
 void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
     const json_vocab *v = m->v;
     bool first_ok[256];
     for (int b = 0; b < 256; b++) {
-        json_prefix p = m->state;
         char c = (char)b;
-        first_ok[b] = json_prefix_feed(&p, &c, 1);
+        first_ok[b] = json_prefix_accepts(&m->state, &c, 1);
     }
-    bool in_string = json_prefix_in_string(&m->state);
+    uint32_t room = json_prefix_string_room(&m->state);
     bool done = json_prefix_done(&m->state);
     for (int32_t id = 0; id < n; id++) {
         if (logits[id] == -INFINITY) continue;
@@ -80,7 +105,7 @@ void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
         bool ok;
         if (f & JSON_TOKEN_EOG) ok = done;
         else if (!(f & JSON_TOKEN_TEXT) || !first_ok[v->first[id]]) ok = false;
-        else if (in_string && (f & JSON_TOKEN_SAFE)) ok = true;
+        else if ((f & JSON_TOKEN_SAFE) && v->chars[id] <= room) ok = true; /* safe: under 256 bytes */
         else ok = json_mask_allows(m, id);
         if (!ok) logits[id] = -INFINITY;
     }

@@ -1,17 +1,19 @@
-/* `response_format: {"type": "json_object"}`: which tokens may come next so that the reply stays
- * a prefix of one JSON object (runtime/text/json_prefix.h) and ends when it is whole.
+/* `response_format` json_object / json_schema: which tokens may come next so that the reply stays
+ * a prefix of one instance of a schema (runtime/text/json_prefix.h, json_schema.h) and ends when
+ * it is whole.
  *
  * A token may come next when its bytes keep the reply such a prefix. Special tokens (control
  * and user-defined: <think>, <tool_call>, ...) and tokens that decode to nothing never may; an
- * end-of-generation token only once the object is whole, and then only those. The chosen token
- * moves the state (json_mask_accept).
+ * end-of-generation token only once the value is whole (for an object, array or string, only
+ * those then). The chosen token moves the state (json_mask_accept).
  *
  * One pass over the vocabulary per token, made cheap by a table built once per tokenizer
- * (json_vocab): each token's first byte and whether it is "string-safe" (no '"', '\\' or control
- * byte, whole UTF-8 sequences). Per pass, the 256 first bytes are tried on the state once; a
- * token whose first byte fails is out at once; inside a string (not mid-escape, not mid-UTF-8) a
- * string-safe token is in at once; only the rest run their bytes through a copy of the state.
- * Tested equal to running every token through the automaton (test_json_prefix). */
+ * (json_vocab): each token's first byte, whether it is "string-safe" (no '"', '\\' or control
+ * byte, whole UTF-8 sequences) and its characters. Per pass, the 256 first bytes are tried on
+ * the state once; a token whose first byte fails is out at once; inside a string (not
+ * mid-escape, not mid-UTF-8) a string-safe token that fits the string's maxLength is in at once;
+ * only the rest run their bytes through the state (json_prefix_accepts). Tested equal to
+ * running every token through the automaton (test_json_prefix). */
 #pragma once
 #include <stdint.h>
 
@@ -23,6 +25,7 @@ typedef struct json_vocab {
     int32_t n;
     uint8_t *first;  /* [n] the first byte */
     uint8_t *flags;  /* [n] JSON_TOKEN_* */
+    uint8_t *chars;  /* [n] a string-safe token's characters (255: that many or more) */
 } json_vocab;
 
 int json_vocab_init(json_vocab *v, const tokenizer *t); /* -1: out of memory */
@@ -30,10 +33,13 @@ void json_vocab_free(json_vocab *v);
 
 typedef struct json_mask {
     const json_vocab *v;
-    json_prefix state; /* the reply so far */
+    json_schema *schema; /* a reference held */
+    json_prefix state;   /* the reply so far */
 } json_mask;
 
-void json_mask_init(json_mask *m, const json_vocab *v);
+/* The reply must be an instance of schema (the mask holds a reference until json_mask_free). */
+void json_mask_init(json_mask *m, const json_vocab *v, json_schema *schema);
+void json_mask_free(json_mask *m);
 /* logits[id] = -inf for every token id < n that may not come next (the rest are left as they are). */
 void json_mask_apply(const json_mask *m, float *logits, int32_t n);
 /* The token chosen: the state moves past its bytes. */
@@ -41,5 +47,5 @@ void json_mask_accept(json_mask *m, int32_t id);
 /* Whether token id may come next, by running its bytes through a copy of the state (what
  * json_mask_apply decides, the slow way: its reference in the tests). */
 bool json_mask_allows(const json_mask *m, int32_t id);
-/* The object is whole (only end tokens may come). */
+/* The value is whole (end tokens may come). */
 static inline bool json_mask_done(const json_mask *m) { return json_prefix_done(&m->state); }

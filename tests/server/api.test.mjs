@@ -396,6 +396,41 @@ test("response_format json_object: the reply is a JSON object, whole when it end
     assert.equal(both.json.error.param, "response_format");
 });
 
+test("response_format json_schema: the reply is an instance of the schema", async () => {
+    const format = (schema, strict = true) => ({ type: "json_schema", json_schema: { name: "reply", schema, strict } });
+    const ask = { ...greedy, messages: hello, max_tokens: 32 };
+    // a const leaves one reply: it is written and ends there
+    const c = await client.chat.completions.create({ ...ask, response_format: format({ const: { ok: true, n: [1, "x"] } }) });
+    assert.equal(c.choices[0].finish_reason, "stop");
+    assert.deepEqual(JSON.parse(c.choices[0].message.content), { ok: true, n: [1, "x"] });
+    // an enum: one of its values, whole
+    const e = await client.chat.completions.create({ ...ask, response_format: format({ enum: ["red", "green", 42] }) });
+    assert.equal(e.choices[0].finish_reason, "stop");
+    assert.ok(["red", "green", 42].includes(JSON.parse(e.choices[0].message.content)));
+    // an object with required keys, a bounded string and an integer: whole, or cut by max_tokens
+    const schema = { type: "object", properties: { answer: { enum: ["yes", "no"] }, n: { type: "integer" },
+        note: { type: "string", maxLength: 3 } }, required: ["answer", "n"], additionalProperties: false };
+    const o = await client.chat.completions.create({ ...ask, max_tokens: 96, response_format: format(schema) });
+    const text = o.choices[0].message.content;
+    assert.match(text, /^\s*\{/);
+    if (o.choices[0].finish_reason === "stop") {
+        const v = JSON.parse(text);
+        assert.ok(["yes", "no"].includes(v.answer) && Number.isInteger(v.n));
+        assert.ok(Object.keys(v).every((k) => k in schema.properties));
+        if ("note" in v) assert.ok([...v.note].length <= 3);
+    }
+    assert.equal((await streamChat({ ...ask, max_tokens: 96, response_format: format(schema) })).content, text);
+    // llama-server's json_schema and vLLM's guided_json take the schema itself
+    for (const field of ["json_schema", "guided_json"]) {
+        const r = await raw("/v1/chat/completions", { body: { ...ask, [field]: { const: 7 } } });
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.json.choices[0].message.content.trim(), "7");
+    }
+    // not strict: what is not enforced (pattern) is left out, the rest holds
+    const loose = await client.chat.completions.create({ ...ask, response_format: format({ enum: ["ab"], pattern: "^a" }, false) });
+    assert.equal(loose.choices[0].message.content.trim(), "\"ab\"");
+});
+
 test("logprobs: each output token's log-probability and the best alternatives, as the model's logits say", async () => {
     const ids = tokenize(render(hello));
     const r = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 8, logprobs: true, top_logprobs: 5 });
@@ -472,13 +507,22 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, logprobs: 1 } }, 400, "logprobs", /true or false/],
         [{ body: { messages: hello, logprobs: true, top_logprobs: 21 } }, 400, "top_logprobs", /between 0 and 20/],
         [{ body: { messages: hello, top_logprobs: 3 } }, 400, "top_logprobs", /needs logprobs: true/],
-        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } } } }, 400, "response_format", /json_schema is not supported/],
+        [{ body: { messages: hello, response_format: { type: "json_schema" } } }, 400, "response_format.json_schema", /needs json_schema/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { schema: {} } } } }, 400, "response_format.json_schema.name", /1 to 64/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "a b", schema: {} } } } }, 400, "response_format.json_schema.name", /1 to 64/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", schema: {}, strict: "yes" } } } }, 400, "response_format.json_schema.strict", /true or false/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", strict: true, schema: { type: "string", pattern: "a" } } } } }, 400, "response_format.json_schema.schema", /pattern is not supported/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", schema: { properties: { a: { type: "strin" } } } } } } }, 400, "response_format.json_schema.schema", /properties\.a: type must be/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", schema: [1] } } } }, 400, "response_format.json_schema.schema", /JSON Schema/],
+        [{ body: { messages: hello, response_format: { type: "json_schema", json_schema: { name: "x", schema: {} } }, chat_template_kwargs: { enable_thinking: true } } }, 400, "response_format", /thinking off/],
+        [{ body: { messages: hello, response_format: { type: "json_object" }, json_schema: { type: "object" } } }, 400, "json_schema", /exclude/],
         [{ body: { messages: hello, response_format: { type: "yaml" } } }, 400, "response_format", /must be/],
         [{ body: { messages: hello, response_format: { type: "json_object" }, chat_template_kwargs: { enable_thinking: true } } }, 400, "response_format", /thinking off/],
         [{ body: { messages: hello, functions: [{ name: "f" }] } }, 400, "functions", /use tools/],
-        [{ body: { messages: hello, grammar: "root ::= \"a\"" } }, 400, "grammar", /json_object is/],
-        [{ body: { messages: hello, json_schema: { type: "object" } } }, 400, "json_schema", /not supported/],
-        [{ body: { messages: hello, guided_json: { type: "object" } } }, 400, "guided_json", /not supported/],
+        [{ body: { messages: hello, grammar: "root ::= \"a\"" } }, 400, "grammar", /json_object and json_schema are/],
+        [{ body: { messages: hello, json_schema: { type: "object", minimum: 1 } } }, 400, "json_schema", /minimum is not supported/],
+        [{ body: { messages: hello, guided_json: { $ref: "#/nowhere" } } }, 400, "guided_json", /\$ref must point/],
+        [{ body: { messages: hello, guided_regex: "a+" } }, 400, "guided_regex", /not supported/],
         [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
         [{ body: { messages: hello }, auth: false }, 401, null, /API key/],
     ];

