@@ -309,10 +309,71 @@ static bool offered(const json_t *tools, const char *name) {
     return false;
 }
 
+/* The schema of one call of tool i: {"name": its name, "arguments": its parameters}. The
+ * parameters become a resource of their own ("$id": their $refs keep pointing into them). A
+ * tool marked strict must compile strictly (else a 400 naming it); one whose parameters do not
+ * compile otherwise takes any object (its call still has the right name and is JSON). */
+static json_t *call_schema(const json_t *tool, size_t i, api_err *e) {
+    const char *name = NULL;
+    json_t *params = NULL, *fn = json_object_get(tool, "function");
+    json_unpack(fn, "{s:s}", "name", &name);
+    const json_t *given = json_object_get(fn, "parameters");
+    if (json_is_object(given)) {
+        json_schema *ok = json_schema_compile(given, json_is_true(json_object_get(fn, "strict")));
+        if (!ok && json_is_true(json_object_get(fn, "strict"))) {
+            api_fail(e, 400, "tools", "tools[%zu].function.parameters: %s", i, cd_errmsg());
+            return NULL;
+        }
+        if (ok) params = json_deep_copy(given);
+        json_schema_unref(ok);
+    }
+    if (!params) params = json_pack("{s:s}", "type", "object");
+    if (params) json_object_set_new(params, "$id", json_string("cinder:tools/parameters"));
+    json_t *call = params ? json_pack("{s:s,s:{s:{s:s?},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const", name,
+                                      "arguments", params, "required", "name", "arguments", "additionalProperties", 0)
+                          : NULL;
+    if (!call) api_fail(e, 500, NULL, "out of memory");
+    return call;
+}
+
+/* A forced call's schema: the named tool's call, or (required) any tool's (a union); when that
+ * is past what one schema holds (JSON_SCHEMA_MAX_BRANCHES tools, JSON_SCHEMA_MAX_NODES), a
+ * name among the tools and any object of arguments. */
+static int forced_schema(chat_req *q, const char *named, api_err *e) {
+    json_t *calls = json_array(), *t, *root = NULL, *names = json_array();
+    size_t i;
+    json_array_foreach(q->tools, i, t) {
+        const char *name = NULL;
+        json_unpack(t, "{s:{s:s}}", "function", "name", &name);
+        if (!name || (named && strcmp(name, named))) continue;
+        json_t *c = call_schema(t, i, e);
+        if (!c) {
+            json_decref(calls);
+            return -1;
+        }
+        json_array_append_new(calls, c);
+        json_array_append_new(names, json_string(name));
+    }
+    if (json_array_size(calls) == 1) root = json_incref(json_array_get(calls, 0));
+    else root = json_pack("{s:O}", "anyOf", calls);
+    q->g.schema = root ? json_schema_compile(root, false) : NULL;
+    json_decref(root);
+    json_decref(calls);
+    if (!q->g.schema) { /* too many tools or too large a union for one schema: the name alone */
+        root = json_pack("{s:s,s:{s:{s:O},s:{s:s}},s:[s,s],s:b}", "type", "object", "properties", "name", "enum", names,
+                         "arguments", "type", "object", "required", "name", "arguments", "additionalProperties", 0);
+        q->g.schema = root ? json_schema_compile(root, false) : NULL;
+        json_decref(root);
+    }
+    json_decref(names);
+    return q->g.schema ? 0 : api_fail(e, 400, "tools", "tools: %s", cd_errmsg());
+}
+
 /* tool_choice: "auto" (default), "none" (the tools are not shown), "required" (the reply starts
- * with a tool call), {"type": "function", "function": {"name": N}} (a call of N). The model has
- * no grammar to obey here: a forced choice is the start of the call written into the prompt,
- * the same text the model would have generated, so the rest is its own. */
+ * with a tool call), {"type": "function", "function": {"name": N}} (a call of N). A forced choice
+ * is the start of the call written into the prompt, the same text the model would have
+ * generated; the rest of the call is held to the tools' schemas (forced_schema: the name one of
+ * theirs, the arguments an instance of its parameters), then "\n</tool_call>" and the end. */
 static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
     const json_t *tc = json_object_get(body, "tool_choice");
     if (!tc || json_is_null(tc)) return 0;
@@ -338,7 +399,7 @@ static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
     if (!q->forced) return api_fail(e, 500, NULL, "out of memory");
     if (!q->tools) return api_fail(e, 400, "tool_choice", "tool_choice asks for a tool call but no tools are given");
     if (name && !offered(q->tools, name)) return api_fail(e, 400, "tool_choice", "tool_choice names %s, which is not in tools", name);
-    return 0;
+    return forced_schema(q, name, e);
 }
 
 /* OpenAI lets a message's content be an array of parts; the template takes a string. Text parts
@@ -397,9 +458,11 @@ static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_r
     bool json = q->g.json_object || q->g.schema;
     if (json && q->thinking) /* the reply would open with <think>, which is not JSON */
         return api_fail(e, 400, "response_format", "a JSON response_format needs enable_thinking off");
-    if (tool_choice(body, q, e)) return -1;
-    if (json && q->forced)
+    const json_t *tc = json_object_get(body, "tool_choice");
+    bool demands = json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"));
+    if (json && demands && q->tools)
         return api_fail(e, 400, "response_format", "a JSON response_format and a tool_choice that demands a tool call exclude each other");
+    if (tool_choice(body, q, e)) return -1;
     return 0;
 }
 
@@ -470,6 +533,8 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
         if (!rc) {
             out->j->forced = q.forced;
             q.forced = NULL;
+            if (out->j->schema && out->j->forced) /* the call's object begins after "<tool_call>\n" */
+                out->j->forced_json = out->j->forced + strlen("<tool_call>\n"), out->j->json_tail = "\n</tool_call>";
         }
         out->stream = q.g.stream;
         out->include_usage = q.g.include_usage;

@@ -54,13 +54,14 @@ typedef struct api_prepared {
  * cache_salt (vLLM's: 1 to 256 bytes, no NUL; the request shares cached prefixes only with
  * requests of the same salt, engine.h), presence_penalty and frequency_penalty (-2 to 2) and
  * logit_bias (token id -> -100 to 100; runtime/model/logit_adjust.h), logprobs and top_logprobs
- * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), response_format text or
- * json_object (not with thinking on or a forced tool call).
- * Fields of OpenAI's API that are not implemented (response_format json_schema, echo, suffix,
- * best_of, the legacy functions / function_call), and llama-server's and vLLM's constraints
- * (grammar, json_schema, guided_*, structured_outputs) are refused by name
- * when they ask for something, never ignored: a reply without what was asked for would look
- * like one with it.
+ * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), response_format text,
+ * json_object or json_schema, or a schema as llama-server's json_schema / vLLM's guided_json
+ * (not with thinking on or a forced tool call; docs/STRUCTURED.md). A forced tool call's
+ * object is held to the tools' schemas (job.schema, forced_json, json_tail).
+ * Fields of OpenAI's API that are not implemented (echo, suffix, best_of, the legacy functions
+ * / function_call), and llama-server's and vLLM's other constraints (grammar, guided_regex,
+ * guided_choice, guided_grammar, structured_outputs) are refused by name when they ask for
+ * something, never ignored: a reply without what was asked for would look like one with it.
  * Absent or null fields keep their defaults (temperature 0.8, top_k 40, top_p 0.95, max_tokens:
  * the rest of the context). 0 and out->j, or -1 with *e (out->j NULL). */
 int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uint64_t seed_default, api_prepared *out,

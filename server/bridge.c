@@ -151,7 +151,8 @@ static void start_job(runner *r, job *j) {
     engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
                          .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
                          .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs,
-                         .json_object = j->json_object, .json_schema = j->schema};
+                         .json_object = j->json_object, .json_schema = j->schema,
+                         .json_forced = j->forced_json, .json_tail = j->json_tail};
     if (engine_submit(r->e, &rq, &j->handle)) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;

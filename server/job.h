@@ -52,6 +52,8 @@ typedef struct job {
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
     char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */
+    const char *forced_json;  /* with schema: the part of forced the call's object begins with */
+    const char *json_tail;    /* with schema: what follows the object ("\n</tool_call>"), or NULL */
     char *cache_salt;         /* the request's cache namespace salt (engine_request.cache_salt), or NULL */
 
     /* shared (bridge mutex) */

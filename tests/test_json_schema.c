@@ -561,6 +561,16 @@ static void test_against_validator(void **state) {
     assert_true(yes > 8000 && no > 2500);
 }
 
+/* The id of text when it is one token (specials parsed), else -1. */
+static int32_t one_token(const tokenizer *t, const char *text) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tok_encode(t, text, strlen(text), true, &ids, &n)) fail_msg("%s", cd_errmsg());
+    int32_t id = n == 1 ? ids[0] : -1;
+    free(ids);
+    return id;
+}
+
 /* The mask's shortcuts at schema states equal running each token through the automaton. */
 static void test_mask_at_schema_states(void **state) {
     (void)state;
@@ -602,8 +612,52 @@ static void test_mask_at_schema_states(void **state) {
             states++;
         }
     }
+    json_schema_unref(s);
+    /* a tool call: the object, then "\n</tool_call>" (tokens may run from one into the other;
+     * the </tool_call> token only in the tail), then only end tokens */
+    s = compile_or_fail("{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"arguments\": {\"type\": "
+                        "\"object\", \"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"]}}, "
+                        "\"required\": [\"name\", \"arguments\"]}", true);
+    const char *call = "{\"name\": \"get\", \"arguments\": {\"id\": 7}}\n</tool_call>";
+    size_t len = strlen(call), value_end = strlen(call) - strlen("\n</tool_call>");
+    int32_t close_tag = one_token(t, "</tool_call>"), brace_nl = one_token(t, "}\n"), eos = one_token(t, "<|im_end|>");
+    assert_true(close_tag >= 0 && brace_nl >= 0 && eos >= 0);
+    for (size_t cut = 0; cut <= len; cut++) {
+        json_mask m;
+        json_mask_init(&m, &v, s);
+        assert_int_equal(json_mask_set_tail(&m, "\n</tool_call>"), 0);
+        if (!json_mask_feed(&m, call, cut)) fail_msg("refused %.*s", (int)cut, call);
+        for (int32_t id = 0; id < n; id++) l[id] = 0.0f;
+        json_mask_apply(&m, l, n);
+        uint32_t here = 0;
+        for (int32_t id = 0; id < n; id++) {
+            bool want = json_mask_allows(&m, id);
+            if ((l[id] == 0.0f) != want) fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, call, l[id] == 0.0f, want);
+            here += want;
+            allowed += want;
+        }
+        assert_true(here > 0); /* never a dead end */
+        assert_true((l[close_tag] == 0.0f) == (cut == value_end + 1));
+        if (cut == value_end - 1) assert_true(l[brace_nl] == 0.0f); /* "}\n": the value's end and the tail's start */
+        assert_true((l[eos] == 0.0f) == (cut == len));
+        assert_true(json_mask_done(&m) == (cut == len));
+        for (int32_t id = 0; cut == len && id < n; id++) /* at the end: end tokens only */
+            if (l[id] == 0.0f) assert_true(tok_is_eog(t, id));
+        json_mask_free(&m);
+        states++;
+    }
+    json_mask m;
+    json_mask_init(&m, &v, s);
+    assert_int_equal(json_mask_set_tail(&m, "\n</tool_call>"), 0);
+    assert_false(json_mask_feed(&m, "{\"name\": \"put\"", 15)); /* a forced start must fit */
+    json_mask_free(&m);
+    json_schema *scalar = compile_or_fail("{\"type\": \"integer\"}", true);
+    json_mask_init(&m, &v, scalar);
+    assert_int_equal(json_mask_set_tail(&m, "x"), -1); /* where a number ends is not plain */
+    json_mask_free(&m);
+    json_schema_unref(scalar);
     printf("  %u schema states: %u tokens allowed in all\n", states, allowed);
-    assert_true(states > 60 && allowed > 100000);
+    assert_true(states > 100 && allowed > 100000);
     json_schema_unref(s);
     free(l);
     json_vocab_free(&v);

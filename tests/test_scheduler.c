@@ -892,6 +892,38 @@ static void test_json_schema(void **state) {
         free(text);
         engine_reply_free(&rp);
     }
+    /* a forced tool call: the prompt ends with the call's start; the reply finishes the object,
+     * writes the closing tag and ends */
+    json_schema *call = json_schema_compile_text(
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"arguments\": {\"type\": \"object\", "
+        "\"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"], \"additionalProperties\": false}}, "
+        "\"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}", true);
+    assert_non_null(call);
+    const char *forced = "{\"name\": \"get\", \"arguments\": ";
+    engine_request rq = {.ids = b, .n = 17, .max_tokens = 64, .sp = &greedy, .json_schema = call, .json_forced = forced,
+                         .json_tail = "\n</tool_call>"};
+    engine_reply rp;
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    bool ended;
+    char *text = reply_text(&rp, &ended);
+    assert_true(ended);
+    size_t tl = strlen(text), cl = strlen("\n</tool_call>");
+    assert_true(tl > cl && !strcmp(text + tl - cl, "\n</tool_call>"));
+    char whole[512];
+    snprintf(whole, sizeof whole, "%s%.*s", forced, (int)(tl - cl), text);
+    json_t *v = json_loads(whole, 0, NULL);
+    assert_non_null(v);
+    assert_true(json_is_integer(json_object_get(json_object_get(v, "arguments"), "id")));
+    printf("  forced call: %s\n", whole);
+    json_decref(v);
+    free(text);
+    engine_reply_free(&rp);
+    rq.json_forced = "{\"name\": \"put\"";
+    uint32_t h0;
+    assert_int_equal(engine_submit(&e, &rq, &h0), -1);
+    assert_non_null(strstr(cd_errmsg(), "forced text"));
+    json_schema_unref(call);
+
     json_schema *sc = json_schema_compile_text(text_schema, true);
     engine_request both = {.ids = a, .n = 29, .max_tokens = 4, .json_object = true, .json_schema = sc};
     uint32_t h[4], busy = 1;

@@ -31,6 +31,8 @@ typedef struct bench_opts {
     bool gen_given;
     int gate_up_pairs; /* engine_opts.gate_up_pairs (prefill/decode mode) */
     bool json_object;  /* the reply held to one JSON object (engine_request.json_object) */
+    const char *json_schema_file; /* --json-schema FILE: the reply held to its schema */
+    json_schema *schema;          /* compiled from it */
     int32_t logprobs;  /* -1: none; else each token's log-probability and this many alternatives */
 } bench_opts;
 
@@ -41,7 +43,8 @@ typedef struct bench_run {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N]\n"
-            "                    [--gate-up-pairs auto|on|off] [--json-object] [--logprobs N] [--json]\n"
+            "                    [--gate-up-pairs auto|on|off] [--json-object | --json-schema FILE]\n"
+            "                    [--logprobs N] [--json]\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
@@ -50,7 +53,9 @@ static void usage(FILE *out) {
             "  object with prefill_tok_s and decode_tok_s (medians) and prefill_runs / decode_runs (each\n"
             "  repeat, in run order). Where the time goes: cinder profile. --json-object holds the\n"
             "  reply to one JSON object (the server's response_format json_object: a mask over the\n"
-            "  vocabulary per token, on the host); --logprobs N computes each token's log-probability\n"
+            "  vocabulary per token, on the host); --json-schema FILE to an instance of the JSON Schema\n"
+            "  in FILE (response_format json_schema, strict: docs/STRUCTURED.md); --logprobs N computes\n"
+            "  each token's log-probability\n"
             "  and N alternatives (0-20, the server's logprobs / top_logprobs): what they cost.\n"
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
@@ -108,6 +113,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--json-object")) { o->json_object = ag->json_object = true; continue; }
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
+        else if (cli_value(argc, argv, &i, "--json-schema", &v)) o->json_schema_file = v;
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
         else if (cli_value(argc, argv, &i, "--scenario", &v)) o->trace.scenario = v;
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->trace.page_tokens)) return -1; }
@@ -175,7 +181,7 @@ static void drop_logprob(void *ctx, const token_logprob *lp) { (void)ctx, (void)
 static int bench_once(engine *e, const bench_opts *o, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen,
                       bench_run *out) {
     engine_request rq = {.ids = ids, .n = n_prompt, .max_tokens = n_gen + 1, .ignore_eos = true,
-                         .json_object = o->json_object, .on_logprob = o->logprobs >= 0 ? drop_logprob : NULL,
+                         .json_object = o->json_object, .json_schema = o->schema, .on_logprob = o->logprobs >= 0 ? drop_logprob : NULL,
                          .top_logprobs = o->logprobs > 0 ? (uint32_t)o->logprobs : 0};
     engine_reply r;
     if (engine_generate(e, &rq, &r)) return -1;
@@ -269,6 +275,16 @@ static int bench(const bench_opts *o, model *m) {
 int cmd_bench(int argc, char **argv) {
     bench_opts o;
     if (parse(argc, argv, &o)) return 1;
+    if (o.json_schema_file && (o.json_object || o.agents.agents || o.trace.trace || o.trace.scenario || o.restore))
+        return cli_error("bench", "--json-schema goes with the single-request bench only, not with --json-object");
+    if (o.json_schema_file) {
+        json_error_t je;
+        json_t *doc = json_load_file(o.json_schema_file, JSON_DECODE_ANY, &je);
+        if (!doc) return cli_error("bench", "%s: %s (line %d)", o.json_schema_file, je.text, je.line);
+        o.schema = json_schema_compile(doc, true);
+        json_decref(doc);
+        if (!o.schema) return cli_error("bench", "%s: %s", o.json_schema_file, cd_errmsg());
+    }
     if (!o.model) {
         if (cli_ensure_default_model()) return 1;
         o.model = cli_default_model();
@@ -292,5 +308,6 @@ int cmd_bench(int argc, char **argv) {
              : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
                                                  : bench(&o, m);
     model_free(m);
+    json_schema_unref(o.schema);
     return rc ? 1 : 0;
 }

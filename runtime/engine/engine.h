@@ -227,6 +227,10 @@ typedef struct engine_request {
                                   tokens that cannot continue it are masked, on the host */
     json_schema *json_schema;  /* NULL: none; else the reply is one instance of it and ends with it,
                                   masked likewise (a reference is taken at submit; not with json_object) */
+    const char *json_forced;   /* with json_schema, NULL or text of the instance the prompt already
+                                  ends with (a forced tool call's start); the reply goes on from it */
+    const char *json_tail;     /* with json_schema, NULL or text that follows the instance before the
+                                  end ("\n</tool_call>"; json_mask_set_tail); both read at submit */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

@@ -111,6 +111,14 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     if (rq->json_object && !e->any_object) e->any_object = json_schema_any_object();
     json_schema *schema = rq->json_object ? e->any_object : rq->json_schema;
     if (schema) json_mask_init(&q->jm, &e->json_vocab, schema);
+    if (schema && rq->json_tail && json_mask_set_tail(&q->jm, rq->json_tail)) {
+        req_free(q);
+        return cd_fail_ctx("json_schema: ");
+    }
+    if (schema && rq->json_forced && !json_mask_feed(&q->jm, rq->json_forced, strlen(rq->json_forced))) {
+        req_free(q);
+        return cd_fail("json_schema: the forced text is not the start of an instance of the schema");
+    }
     bool json = rq->json_object || rq->json_schema, masked = q->adjusted || json;
     /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", a
      * CPU device: engine_opts.draw, or logits to adjust or mask) the logits row comes down and
@@ -132,6 +140,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->rq.cache_salt = NULL; /* the caller's memory: only its namespace is kept */
     q->rq.adjust = NULL;     /* the caller's memory: q->adj is the copy */
     q->rq.json_schema = NULL; /* the caller's reference: q->jm holds one */
+    q->rq.json_forced = q->rq.json_tail = NULL; /* read into q->jm */
     memcpy(q->ns, ns, RADIX_NS_BYTES);
     q->n_prompt = q->n_all = rq->n;
     q->reply.prompt_tokens = rq->n;

@@ -10,6 +10,7 @@ enum {
     JSON_TOKEN_TEXT = 1,   /* a normal or byte token with bytes: may be JSON text */
     JSON_TOKEN_EOG = 2,    /* ends generation */
     JSON_TOKEN_SAFE = 4,   /* string-safe: inside a string it only extends the string */
+    JSON_TOKEN_TAG = 8,    /* a user-defined token with text (</tool_call>): in a tail only */
 };
 
 /* No '"', '\\' or control byte, and whole well-formed UTF-8 sequences: from inside a string
@@ -51,6 +52,7 @@ int json_vocab_init(json_vocab *v, const tokenizer *t) {
         const char *s = tok_piece(t, id, &n);
         enum tok_type type = tok_token_type(t, id);
         if (tok_is_eog(t, id)) v->flags[id] = JSON_TOKEN_EOG;
+        else if (type == TOK_TYPE_USER_DEFINED && n) v->flags[id] = JSON_TOKEN_TAG;
         else if ((type == TOK_TYPE_NORMAL || type == TOK_TYPE_BYTE) && n) {
             v->first[id] = (uint8_t)s[0];
             v->flags[id] = JSON_TOKEN_TEXT | (string_safe(in_string, s, n) ? JSON_TOKEN_SAFE : 0);
@@ -72,6 +74,7 @@ void json_vocab_free(json_vocab *v) {
 void json_mask_init(json_mask *m, const json_vocab *v, json_schema *schema) {
     m->v = v;
     m->schema = json_schema_ref(schema);
+    m->tail_n = m->tail_pos = 0;
     json_prefix_init(&m->state, schema);
 }
 
@@ -80,31 +83,84 @@ void json_mask_free(json_mask *m) {
     m->schema = NULL;
 }
 
+int json_mask_set_tail(json_mask *m, const char *tail) {
+    size_t n = strlen(tail);
+    if (n > JSON_MASK_MAX_TAIL) return cd_fail("the text after the JSON value is longer than %d bytes", JSON_MASK_MAX_TAIL);
+    if (n && m->schema->nodes[m->schema->root].types != JSON_T_OBJECT)
+        return cd_fail("text after the JSON value needs a schema of objects (where the value ends is then plain)");
+    memcpy(m->tail, tail, n);
+    m->tail_n = (uint8_t)n, m->tail_pos = 0;
+    return 0;
+}
+
+bool json_mask_done(const json_mask *m) { return json_prefix_done(&m->state) && m->tail_pos == m->tail_n; }
+
+/* Bytes n after the value is whole: the next of the tail? */
+static bool tail_takes(const json_mask *m, const char *bytes, size_t n) {
+    return n <= (size_t)(m->tail_n - m->tail_pos) && !memcmp(m->tail + m->tail_pos, bytes, n);
+}
+
+/* How many of the bytes the value takes (the rest must be the tail's), SIZE_MAX if none fit. */
+static size_t value_part(const json_mask *m, const char *bytes, size_t n) {
+    if (json_prefix_done(&m->state) && m->tail_n) /* an object is whole: nothing more of it */
+        return tail_takes(m, bytes, n) ? 0 : SIZE_MAX;
+    size_t k = json_prefix_reads(&m->state, bytes, n);
+    return k == SIZE_MAX || (k < n && !tail_takes(m, bytes + k, n - k)) ? SIZE_MAX : k;
+}
+
+bool json_mask_feed(json_mask *m, const char *bytes, size_t n) {
+    size_t k = value_part(m, bytes, n);
+    if (k == SIZE_MAX || (k && !json_prefix_feed(&m->state, bytes, k))) return false;
+    if (k < n && !tail_takes(m, bytes + k, n - k)) return false;
+    m->tail_pos = (uint8_t)(m->tail_pos + (n - k));
+    return true;
+}
+
 bool json_mask_allows(const json_mask *m, int32_t id) {
     const json_vocab *v = m->v;
     if (id < 0 || id >= v->n) return false;
-    if (v->flags[id] & JSON_TOKEN_EOG) return json_prefix_done(&m->state);
-    if (!(v->flags[id] & JSON_TOKEN_TEXT)) return false;
+    uint8_t f = v->flags[id];
+    if (f & JSON_TOKEN_EOG) return json_mask_done(m);
+    if (!(f & (JSON_TOKEN_TEXT | JSON_TOKEN_TAG))) return false;
     size_t n;
     const char *bytes = tok_piece(v->tok, id, &n);
-    return json_prefix_accepts(&m->state, bytes, n);
+    size_t k = value_part(m, bytes, n);
+    return k != SIZE_MAX && (k == 0 || (f & JSON_TOKEN_TEXT)); /* a tag (</tool_call>) only in the tail */
+}
+
+/* After the value: the tokens that go on with the tail, then only end tokens. */
+static void apply_tail(const json_mask *m, float *logits, int32_t n) {
+    const json_vocab *v = m->v;
+    for (int32_t id = 0; id < n; id++) {
+        uint8_t f = id < v->n ? v->flags[id] : 0;
+        bool ok;
+        if (f & JSON_TOKEN_EOG) ok = m->tail_pos == m->tail_n;
+        else if (!(f & (JSON_TOKEN_TEXT | JSON_TOKEN_TAG))) ok = false;
+        else {
+            size_t len;
+            const char *bytes = tok_piece(v->tok, id, &len);
+            ok = tail_takes(m, bytes, len);
+        }
+        if (!ok) logits[id] = -INFINITY;
+    }
 }
 
 void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
     const json_vocab *v = m->v;
+    if (json_prefix_done(&m->state) && m->tail_n) return apply_tail(m, logits, n);
     bool first_ok[256];
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
         first_ok[b] = json_prefix_accepts(&m->state, &c, 1);
     }
     uint32_t room = json_prefix_string_room(&m->state);
-    bool done = json_prefix_done(&m->state);
+    bool done = json_mask_done(m);
     for (int32_t id = 0; id < n; id++) {
         if (logits[id] == -INFINITY) continue;
         uint8_t f = id < v->n ? v->flags[id] : 0;
         bool ok;
         if (f & JSON_TOKEN_EOG) ok = done;
-        else if (!(f & JSON_TOKEN_TEXT) || !first_ok[v->first[id]]) ok = false;
+        else if (!(f & JSON_TOKEN_TEXT) || !first_ok[v->first[id]]) ok = false; /* the value goes on: no tag yet */
         else if ((f & JSON_TOKEN_SAFE) && v->chars[id] <= room) ok = true; /* safe: under 256 bytes */
         else ok = json_mask_allows(m, id);
         if (!ok) logits[id] = -INFINITY;
@@ -114,5 +170,5 @@ void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
 void json_mask_accept(json_mask *m, int32_t id) {
     size_t n;
     const char *bytes = tok_piece(m->v->tok, id, &n);
-    if (bytes && !(m->v->flags[id] & JSON_TOKEN_EOG)) json_prefix_feed(&m->state, bytes, n);
+    if (bytes && !(m->v->flags[id] & JSON_TOKEN_EOG)) json_mask_feed(m, bytes, n);
 }

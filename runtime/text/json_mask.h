@@ -31,15 +31,25 @@ typedef struct json_vocab {
 int json_vocab_init(json_vocab *v, const tokenizer *t); /* -1: out of memory */
 void json_vocab_free(json_vocab *v);
 
+#define JSON_MASK_MAX_TAIL 32
+
 typedef struct json_mask {
     const json_vocab *v;
     json_schema *schema; /* a reference held */
+    char tail[JSON_MASK_MAX_TAIL]; /* bytes that follow the value (a tool call's "\n</tool_call>") */
+    uint8_t tail_n, tail_pos;      /* its length, and how much of it is written */
     json_prefix state;   /* the reply so far */
 } json_mask;
 
 /* The reply must be an instance of schema (the mask holds a reference until json_mask_free). */
 void json_mask_init(json_mask *m, const json_vocab *v, json_schema *schema);
 void json_mask_free(json_mask *m);
+/* After the value, these bytes, then only end tokens (a schema of objects: where one ends is
+ * plain). Tokens may run from the value into the tail; a user-defined token (</tool_call>) may
+ * stand only in the tail. -1: too long, or the schema's values are not all objects. */
+int json_mask_set_tail(json_mask *m, const char *tail);
+/* Text already in the reply (a forced start written into the prompt): false if it cannot be. */
+bool json_mask_feed(json_mask *m, const char *bytes, size_t n);
 /* logits[id] = -inf for every token id < n that may not come next (the rest are left as they are). */
 void json_mask_apply(const json_mask *m, float *logits, int32_t n);
 /* The token chosen: the state moves past its bytes. */
@@ -47,5 +57,5 @@ void json_mask_accept(json_mask *m, int32_t id);
 /* Whether token id may come next, by running its bytes through a copy of the state (what
  * json_mask_apply decides, the slow way: its reference in the tests). */
 bool json_mask_allows(const json_mask *m, int32_t id);
-/* The value is whole (end tokens may come). */
-static inline bool json_mask_done(const json_mask *m) { return json_prefix_done(&m->state); }
+/* The value is whole and the tail written (end tokens may come). */
+bool json_mask_done(const json_mask *m);

@@ -419,6 +419,34 @@ static bool path_accepts(const json_schema *s, const json_path *from, const unsi
     return true;
 }
 
+static bool path_done(const json_schema *s, const json_path *q) {
+    uint32_t at;
+    if (q->state == DONE) return true;
+    if (q->depth == 0 && q->state == NUMBER && number_may_end(q->sub)) return true;
+    return q->depth == 0 && q->state == ENUM && candidate_whole(s, q, &at);
+}
+
+/* Like path_accepts, but a byte refused once the value is whole ends the reading: the bytes
+ * read (n: all of them), or SIZE_MAX when a byte is refused before the value is whole. */
+static size_t path_reads(const json_schema *s, const json_path *from, const unsigned char *b, size_t n) {
+    json_path p;
+    path_copy(&p, from);
+    for (size_t i = 0; i < n; i++) {
+        bool whole = path_done(s, &p);
+        if (!feed_byte(s, &p, b[i])) return whole ? i : SIZE_MAX;
+        if (!unsettled(s, &p)) continue;
+        json_path q;
+        int r;
+        size_t best = SIZE_MAX;
+        for (uint32_t k = 0; (r = settle_one(s, &p, k, &q)) >= 0; k++) {
+            size_t got = r ? path_reads(s, &q, b + i + 1, n - i - 1) : SIZE_MAX;
+            if (got != SIZE_MAX && (best == SIZE_MAX || got > best)) best = got;
+        }
+        return best == SIZE_MAX ? SIZE_MAX : i + 1 + best;
+    }
+    return n;
+}
+
 /* Adds a settled path to a set (unless it is there already, or the set is full). */
 static void add_path(json_prefix *set, const json_path *p) {
     for (uint32_t i = 0; i < set->n; i++)
@@ -463,14 +491,18 @@ bool json_prefix_accepts(const json_prefix *p, const char *bytes, size_t n) {
     return false;
 }
 
-bool json_prefix_done(const json_prefix *p) {
-    for (uint32_t k = 0; k < p->n; k++) {
-        const json_path *q = &p->path[k];
-        uint32_t at;
-        if (q->state == DONE) return true;
-        if (q->depth == 0 && q->state == NUMBER && number_may_end(q->sub)) return true;
-        if (q->depth == 0 && q->state == ENUM && candidate_whole(p->s, q, &at)) return true;
+size_t json_prefix_reads(const json_prefix *p, const char *bytes, size_t n) {
+    size_t best = SIZE_MAX;
+    for (uint32_t k = 0; k < p->n && best != n; k++) {
+        size_t got = path_reads(p->s, &p->path[k], (const unsigned char *)bytes, n);
+        if (got != SIZE_MAX && (best == SIZE_MAX || got > best)) best = got;
     }
+    return best;
+}
+
+bool json_prefix_done(const json_prefix *p) {
+    for (uint32_t k = 0; k < p->n; k++)
+        if (path_done(p->s, &p->path[k])) return true;
     return false;
 }
 

@@ -77,6 +77,10 @@ void json_prefix_init(json_prefix *p, const json_schema *s);
 bool json_prefix_feed(json_prefix *p, const char *bytes, size_t n);
 /* Whether n more bytes would keep it a prefix (p unchanged; cheaper than feeding a copy). */
 bool json_prefix_accepts(const json_prefix *p, const char *bytes, size_t n);
+/* How many of n bytes it reads: n when it accepts them all; k < n when it accepts the first k and
+ * the value is whole there (what follows is not JSON's: a tool call's closing tag); SIZE_MAX
+ * when it refuses a byte before the value is whole. p unchanged. */
+size_t json_prefix_reads(const json_prefix *p, const char *bytes, size_t n);
 /* The value is whole and may end here (for an object, array or string nothing more may follow;
  * a number or an enum's value might still grow). */
 bool json_prefix_done(const json_prefix *p);

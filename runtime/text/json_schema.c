@@ -417,7 +417,13 @@ static int compile(compiler *c, const json_t *v, uint32_t *out) {
     if (json_is_false(v)) return fail_at(c, "the schema false matches nothing");
     if (!json_is_object(v)) return fail_at(c, "a schema must be an object or a boolean");
     if (strlen(c->where) > sizeof c->where - 64) return fail_at(c, "the schema is nested too deeply");
-    return compile_object(c, v, out);
+    /* "$id" makes a schema a resource of its own: "#..." inside it points into it (how a
+     * tool's parameters keep their $refs when embedded in a larger schema) */
+    const json_t *doc = c->doc;
+    if (json_is_string(json_object_get(v, "$id"))) c->doc = v;
+    int rc = compile_object(c, v, out);
+    c->doc = doc;
+    return rc;
 }
 
 /* need: containers an instance needs at least (literals are matched as bytes: none). A fixpoint

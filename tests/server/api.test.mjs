@@ -431,6 +431,54 @@ test("response_format json_schema: the reply is an instance of the schema", asyn
     assert.equal(loose.choices[0].message.content.trim(), "\"ab\"");
 });
 
+test("a demanded tool call is held to the tools' schemas: one of their names, arguments that fit, then the end", async () => {
+    const weather = { type: "function", function: { name: "get_weather", strict: true, parameters: { type: "object",
+        properties: { city: { type: "string", maxLength: 10 }, unit: { enum: ["c", "f"] } }, required: ["city", "unit"],
+        additionalProperties: false } } };
+    const time = { type: "function", function: { name: "get_time", parameters: { type: "object",
+        properties: { tz: { $ref: "#/$defs/zone" } }, required: ["tz"], $defs: { zone: { type: "string", maxLength: 6 } } } } };
+    const ask = { ...greedy, messages: hello, max_tokens: 200, tools: [weather, time] };
+    const fits = (call) => {
+        const args = JSON.parse(call.function.arguments);
+        if (call.function.name === "get_weather") {
+            assert.deepEqual(Object.keys(args).sort(), ["city", "unit"]);
+            assert.ok(typeof args.city === "string" && [...args.city].length <= 10 && ["c", "f"].includes(args.unit));
+        } else {
+            assert.equal(call.function.name, "get_time");
+            assert.deepEqual(Object.keys(args), ["tz"]);
+            assert.ok(typeof args.tz === "string" && [...args.tz].length <= 6);
+        }
+    };
+    for (const tool_choice of ["required", { type: "function", function: { name: "get_time" } }])
+        for (const sampling of [{}, { temperature: 1.0, seed: 11 }]) {
+            const r = await client.chat.completions.create({ ...ask, ...sampling, tool_choice });
+            const ch = r.choices[0];
+            assert.equal(ch.finish_reason, "tool_calls", JSON.stringify(ch));
+            assert.equal(ch.message.tool_calls.length, 1);
+            if (typeof tool_choice === "object") assert.equal(ch.message.tool_calls[0].function.name, "get_time");
+            fits(ch.message.tool_calls[0]);
+        }
+    // streamed: the same call
+    const whole = await client.chat.completions.create({ ...ask, tool_choice: "required" });
+    let args = "", name = "";
+    for await (const ch of await client.chat.completions.create({ ...ask, tool_choice: "required", stream: true }))
+        for (const c of ch.choices) for (const t of c.delta.tool_calls || []) { name += t.function?.name || ""; args += t.function?.arguments || ""; }
+    assert.equal(name, whole.choices[0].message.tool_calls[0].function.name);
+    assert.equal(args, whole.choices[0].message.tool_calls[0].function.arguments);
+    // a strict tool whose parameters use what is not enforced: refused, naming it
+    const strictBad = { type: "function", function: { name: "f", strict: true, parameters: { type: "object", properties: { n: { type: "integer", minimum: 1 } } } } };
+    const bad = await raw("/v1/chat/completions", { body: { ...ask, tools: [strictBad], tool_choice: "required" } });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, "tools");
+    assert.match(bad.json.error.message, /tools\[0\]\.function\.parameters: properties\.n: minimum is not supported/);
+    // not strict, parameters that do not compile: the call still has the tool's name and JSON arguments
+    const loose = { type: "function", function: { name: "g", parameters: { type: "object", properties: { n: { type: "intgr" } } } } };
+    const r = await client.chat.completions.create({ ...ask, tools: [loose], tool_choice: "required" });
+    assert.equal(r.choices[0].finish_reason, "tool_calls");
+    assert.equal(r.choices[0].message.tool_calls[0].function.name, "g");
+    assert.equal(typeof JSON.parse(r.choices[0].message.tool_calls[0].function.arguments), "object");
+});
+
 test("logprobs: each output token's log-probability and the best alternatives, as the model's logits say", async () => {
     const ids = tokenize(render(hello));
     const r = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 8, logprobs: true, top_logprobs: 5 });
