@@ -297,6 +297,7 @@ typedef struct chat_req {
     const json_t *messages, *tools; /* borrowed from the body; tools NULL when none are offered */
     bool thinking;
     char *forced; /* the start of a tool call the request's tool_choice demands, or NULL */
+    bool lazy;    /* tool_choice auto with a strict tool: the calls the model makes are held (g.schema) */
 } chat_req;
 
 static bool offered(const json_t *tools, const char *name) {
@@ -367,6 +368,13 @@ static int forced_schema(chat_req *q, const char *named, api_err *e) {
     }
     json_decref(names);
     return q->g.schema ? 0 : api_fail(e, 400, "tools", "tools: %s", cd_errmsg());
+}
+
+static bool any_strict(const json_t *tools) {
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) if (json_is_true(json_object_get(json_object_get(t, "function"), "strict"))) return true;
+    return false;
 }
 
 /* tool_choice: "auto" (default), "none" (the tools are not shown), "required" (the reply starts
@@ -463,6 +471,10 @@ static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_r
     if (json && demands && q->tools)
         return api_fail(e, 400, "response_format", "a JSON response_format and a tool_choice that demands a tool call exclude each other");
     if (tool_choice(body, q, e)) return -1;
+    if (!q->forced && q->tools && !json && any_strict(q->tools)) { /* OpenAI's strict: the calls fit */
+        if (forced_schema(q, NULL, e)) return -1;
+        q->lazy = true;
+    }
     return 0;
 }
 
@@ -535,6 +547,9 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
             q.forced = NULL;
             if (out->j->schema && out->j->forced) /* the call's object begins after "<tool_call>\n" */
                 out->j->forced_json = out->j->forced + strlen("<tool_call>\n"), out->j->json_tail = "\n</tool_call>";
+            int32_t open = q.lazy ? tok_find(m->tok, "<tool_call>") : -1; /* each call the model opens */
+            if (open >= 0) out->j->json_lazy = true, out->j->json_trigger = open, out->j->json_tail = "\n</tool_call>";
+            else if (q.lazy) json_schema_unref(out->j->schema), out->j->schema = NULL; /* no such token: free text */
         }
         out->stream = q.g.stream;
         out->include_usage = q.g.include_usage;

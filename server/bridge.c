@@ -152,7 +152,8 @@ static void start_job(runner *r, job *j) {
                          .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
                          .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs,
                          .json_object = j->json_object, .json_schema = j->schema,
-                         .json_forced = j->forced_json, .json_tail = j->json_tail};
+                         .json_forced = j->forced_json, .json_tail = j->json_tail, .json_lazy = j->json_lazy,
+                         .json_trigger = j->json_trigger};
     if (engine_submit(r->e, &rq, &j->handle)) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;

@@ -651,6 +651,29 @@ static void test_mask_at_schema_states(void **state) {
     assert_int_equal(json_mask_set_tail(&m, "\n</tool_call>"), 0);
     assert_false(json_mask_feed(&m, "{\"name\": \"put\"", 15)); /* a forced start must fit */
     json_mask_free(&m);
+    /* lazy: free text (nothing masked) until <tool_call>; then the call and its tag; free again */
+    json_mask_init(&m, &v, s);
+    assert_int_equal(json_mask_set_tail(&m, "\n</tool_call>"), 0);
+    json_mask_set_trigger(&m, one_token(t, "<tool_call>"));
+    const char *text = "Let me look.\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"id\": 7}}\n</tool_call>\nDone.\n<tool_call>";
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    if (tok_encode(t, text, strlen(text), true, &ids, &n_ids)) fail_msg("%s", cd_errmsg());
+    uint32_t free_steps = 0, held_steps = 0;
+    for (size_t k = 0; k < n_ids; k++) {
+        for (int32_t id = 0; id < n; id++) l[id] = 0.0f;
+        json_mask_apply(&m, l, n);
+        uint32_t out = 0;
+        for (int32_t id = 0; id < n; id++) out += l[id] != 0.0f;
+        if (m.waiting) assert_int_equal(out, 0), free_steps++; /* free text: nothing masked, the end allowed */
+        else assert_true(out > 100000), held_steps++;
+        if (l[ids[k]] != 0.0f) fail_msg("token %zu (%d) of the text masked", k, ids[k]);
+        json_mask_accept(&m, ids[k]);
+    }
+    assert_false(m.waiting); /* the second <tool_call> opened another call */
+    assert_true(free_steps >= 6 && held_steps >= 10);
+    free(ids);
+    json_mask_free(&m);
     json_schema *scalar = compile_or_fail("{\"type\": \"integer\"}", true);
     json_mask_init(&m, &v, scalar);
     assert_int_equal(json_mask_set_tail(&m, "x"), -1); /* where a number ends is not plain */

@@ -231,6 +231,9 @@ typedef struct engine_request {
                                   ends with (a forced tool call's start); the reply goes on from it */
     const char *json_tail;     /* with json_schema, NULL or text that follows the instance before the
                                   end ("\n</tool_call>"; json_mask_set_tail); both read at submit */
+    bool json_lazy;            /* with json_schema: free text until token json_trigger, which opens
+                                  each instance (+ tail); json_mask_set_trigger */
+    int32_t json_trigger;
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

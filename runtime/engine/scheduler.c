@@ -59,6 +59,8 @@ static int check_request(const engine *e, const engine_request *rq) {
         if (rq->ids[i] < 0 || (uint32_t)rq->ids[i] >= e->m->cfg.n_vocab)
             return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i, e->m->cfg.n_vocab);
     if (rq->json_object && rq->json_schema) return cd_fail("json_object and json_schema exclude each other");
+    if (rq->json_lazy && (!rq->json_schema || rq->json_trigger < 0 || (uint32_t)rq->json_trigger >= e->m->cfg.n_vocab))
+        return cd_fail("json_lazy needs json_schema and a trigger token in the vocabulary");
     if (rq->top_logprobs > TOP_LOGPROBS_MAX) return cd_fail("top_logprobs %u is more than %d", rq->top_logprobs, TOP_LOGPROBS_MAX);
     return logit_adjust_check(rq->adjust, (int32_t)e->m->cfg.n_vocab);
 }
@@ -115,6 +117,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
         req_free(q);
         return cd_fail_ctx("json_schema: ");
     }
+    if (schema && rq->json_lazy) json_mask_set_trigger(&q->jm, rq->json_trigger);
     if (schema && rq->json_forced && !json_mask_feed(&q->jm, rq->json_forced, strlen(rq->json_forced))) {
         req_free(q);
         return cd_fail("json_schema: the forced text is not the start of an instance of the schema");

@@ -75,8 +75,11 @@ void json_mask_init(json_mask *m, const json_vocab *v, json_schema *schema) {
     m->v = v;
     m->schema = json_schema_ref(schema);
     m->tail_n = m->tail_pos = 0;
+    m->trigger = -1, m->waiting = false;
     json_prefix_init(&m->state, schema);
 }
+
+void json_mask_set_trigger(json_mask *m, int32_t id) { m->trigger = id, m->waiting = true; }
 
 void json_mask_free(json_mask *m) {
     json_schema_unref(m->schema);
@@ -93,7 +96,7 @@ int json_mask_set_tail(json_mask *m, const char *tail) {
     return 0;
 }
 
-bool json_mask_done(const json_mask *m) { return json_prefix_done(&m->state) && m->tail_pos == m->tail_n; }
+bool json_mask_done(const json_mask *m) { return m->waiting || (json_prefix_done(&m->state) && m->tail_pos == m->tail_n); }
 
 /* Bytes n after the value is whole: the next of the tail? */
 static bool tail_takes(const json_mask *m, const char *bytes, size_t n) {
@@ -119,6 +122,7 @@ bool json_mask_feed(json_mask *m, const char *bytes, size_t n) {
 bool json_mask_allows(const json_mask *m, int32_t id) {
     const json_vocab *v = m->v;
     if (id < 0 || id >= v->n) return false;
+    if (m->waiting) return true;
     uint8_t f = v->flags[id];
     if (f & JSON_TOKEN_EOG) return json_mask_done(m);
     if (!(f & (JSON_TOKEN_TEXT | JSON_TOKEN_TAG))) return false;
@@ -147,6 +151,7 @@ static void apply_tail(const json_mask *m, float *logits, int32_t n) {
 
 void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
     const json_vocab *v = m->v;
+    if (m->waiting) return;
     if (json_prefix_done(&m->state) && m->tail_n) return apply_tail(m, logits, n);
     bool first_ok[256];
     for (int b = 0; b < 256; b++) {
@@ -168,7 +173,12 @@ void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
 }
 
 void json_mask_accept(json_mask *m, int32_t id) {
+    if (m->waiting) { /* the trigger opens a value: a fresh one, then its tail */
+        if (id == m->trigger) m->waiting = false, m->tail_pos = 0, json_prefix_init(&m->state, m->schema);
+        return;
+    }
     size_t n;
     const char *bytes = tok_piece(m->v->tok, id, &n);
     if (bytes && !(m->v->flags[id] & JSON_TOKEN_EOG)) json_mask_feed(m, bytes, n);
+    if (m->trigger >= 0 && json_mask_done(m)) m->waiting = true;
 }

@@ -38,6 +38,8 @@ typedef struct json_mask {
     json_schema *schema; /* a reference held */
     char tail[JSON_MASK_MAX_TAIL]; /* bytes that follow the value (a tool call's "\n</tool_call>") */
     uint8_t tail_n, tail_pos;      /* its length, and how much of it is written */
+    int32_t trigger;     /* -1; else the token that opens each value (<tool_call>), free text around */
+    bool waiting;        /* trigger >= 0: outside a value, nothing masked until the trigger */
     json_prefix state;   /* the reply so far */
 } json_mask;
 
@@ -48,6 +50,9 @@ void json_mask_free(json_mask *m);
  * plain). Tokens may run from the value into the tail; a user-defined token (</tool_call>) may
  * stand only in the tail. -1: too long, or the schema's values are not all objects. */
 int json_mask_set_tail(json_mask *m, const char *tail);
+/* Lazy: the reply is free text (nothing masked) until token id; from the next token on, a value
+ * and the tail; then free again, until the next id. The calls a model chooses to make. */
+void json_mask_set_trigger(json_mask *m, int32_t id);
 /* Text already in the reply (a forced start written into the prompt): false if it cannot be. */
 bool json_mask_feed(json_mask *m, const char *bytes, size_t n);
 /* logits[id] = -inf for every token id < n that may not come next (the rest are left as they are). */
@@ -57,5 +62,5 @@ void json_mask_accept(json_mask *m, int32_t id);
 /* Whether token id may come next, by running its bytes through a copy of the state (what
  * json_mask_apply decides, the slow way: its reference in the tests). */
 bool json_mask_allows(const json_mask *m, int32_t id);
-/* The value is whole and the tail written (end tokens may come). */
+/* The value is whole and the tail written, or the mask waits for its trigger (end tokens may come). */
 bool json_mask_done(const json_mask *m);

@@ -261,6 +261,27 @@ test("a reply that is a tool call becomes tool_calls with finish_reason tool_cal
     assert.equal(cut.usage.completion_tokens, 4);
 });
 
+test("strict tools under tool_choice auto: the calls the model makes are held to their schemas, the rest is free", async () => {
+    const strictTools = (city) => [{ type: "function", function: { ...weatherTools[0].function, strict: true,
+        parameters: { type: "object", properties: { city }, required: ["city"], additionalProperties: false } } }];
+    const ask = { ...greedy, messages: weatherAsk, max_tokens: 64 };
+    // the script's call fits: the same tokens as unconstrained
+    const fits = await scripted.chat.completions.create({ ...ask, tools: strictTools({ type: "string" }) });
+    assert.equal(fits.choices[0].finish_reason, "tool_calls");
+    assertScriptCall(fits.choices[0].message.tool_calls[0]);
+    assert.equal(fits.usage.completion_tokens, scriptIds.length - 2);
+    // it does not ("Paris" is not one of them): the model's call is bent to the schema
+    const bent = await scripted.chat.completions.create({ ...ask, tools: strictTools({ enum: ["Lyon", "Nice"] }) });
+    const call = bent.choices[0].message.tool_calls?.[0];
+    assert.equal(bent.choices[0].finish_reason, "tool_calls", JSON.stringify(bent.choices[0]));
+    assert.equal(call.function.name, scriptCall.name);
+    assert.ok(["Lyon", "Nice"].includes(JSON.parse(call.function.arguments).city), call.function.arguments);
+    // the same tool not strict: free, as the script says
+    const free = await scripted.chat.completions.create({ ...ask, tools: [{ type: "function", function: {
+        ...strictTools({ enum: ["Lyon", "Nice"] })[0].function, strict: false } }] });
+    assertScriptCall(free.choices[0].message.tool_calls[0]);
+});
+
 test("a streamed tool call: tool_calls deltas add up to the same call, then finish_reason tool_calls, usage, [DONE]", async () => {
     const whole = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 64 });
     const stream = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 64,
