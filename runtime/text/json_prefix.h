@@ -56,11 +56,12 @@ typedef struct json_path {
     uint8_t depth;
     uint8_t keys;     /* before a key: 0 not chosen yet, 1 a declared key, 2 another key */
     uint8_t integer;  /* the number is an integer */
-    uint8_t pad;
+    uint8_t neg;      /* a bounded integer: it has a minus sign */
     uint16_t node;    /* the schema node of the value expected or being read */
     uint16_t pad2;
     uint32_t mlo, mhi, mpos; /* properties (a key) or literals (an enum) still matching; bytes matched */
     uint32_t slen;    /* characters of the string so far */
+    int64_t num;      /* a bounded integer: the magnitude of its digits so far */
     json_frame f[JSON_PREFIX_MAX_DEPTH]; /* open containers, outermost first (only [0, depth) meaningful) */
 } json_path;
 

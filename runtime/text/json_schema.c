@@ -1,5 +1,6 @@
 #include "runtime/text/json_schema.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,8 +10,7 @@
 
 /* Keywords that assert something not enforced here: refused when strict (json_schema.h). */
 static const char *const unenforced[] = {
-    "pattern", "patternProperties", "propertyNames", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "multipleOf", "minProperties", "maxProperties", "uniqueItems", "contains", "minContains", "maxContains",
+    "pattern", "patternProperties", "propertyNames", "multipleOf", "minProperties", "maxProperties", "uniqueItems", "contains", "minContains", "maxContains",
     "prefixItems", "additionalItems", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
     "dependencies", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
 };
@@ -18,7 +18,8 @@ static const char *const unenforced[] = {
 /* Keywords a node enforces itself; beside $ref, anyOf or enum they would have to hold too. */
 static const char *const enforced[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
-                                       "allOf", "$ref", "nullable"};
+                                       "allOf", "$ref", "nullable", "minimum", "maximum", "exclusiveMinimum",
+                                       "exclusiveMaximum"};
 
 #define NEED_NONE 255 /* no instance within the depth limit */
 
@@ -31,6 +32,7 @@ typedef struct compiler {
     const json_t **memo_of; /* [n_nodes]: the schema object each node was compiled from */
     uint8_t *done;          /* [n_nodes]: compiled (a union's branches known) */
     char where[512];        /* the path to the schema being compiled, for errors */
+    uint32_t aliases;       /* $ref / allOf followed in a row (a cycle of them has no node) */
 } compiler;
 
 static int grow(void **p, uint32_t *cap, size_t need, size_t size) {
@@ -43,8 +45,11 @@ static int grow(void **p, uint32_t *cap, size_t need, size_t size) {
     return 0;
 }
 
+/* "where: what", a long path cut to its last 160 bytes. */
 static int fail_at(const compiler *c, const char *what) {
-    return cd_fail("%s%s%s", c->where[0] ? c->where : "", c->where[0] ? ": " : "", what);
+    size_t n = strlen(c->where);
+    const char *w = n > 160 ? c->where + n - 160 : c->where;
+    return cd_fail("%s%s%s%s", n > 160 ? "..." : "", w, n ? ": " : "", what);
 }
 
 /* Appends ".name" to the error path; returns the old length to restore. */
@@ -130,6 +135,7 @@ static const json_t *resolve(const compiler *c, const char *ref) {
 }
 
 static int compile(compiler *c, const json_t *v, uint32_t *out);
+static int node_fields(compiler *c, const json_t *o, uint32_t id);
 
 static int types_field(compiler *c, const json_t *o, uint8_t *types) {
     const json_t *t = json_object_get(o, "type");
@@ -313,6 +319,44 @@ static int string_fields(compiler *c, const json_t *o, uint32_t id) {
     return 0;
 }
 
+/* minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number; draft 4's boolean
+ * exclusives too) of an integer: as an inclusive [min_int, max_int] within 18 digits. Of other
+ * numbers they are not enforced (a fraction's digits would need another automaton). */
+static int int_bounds(compiler *c, const json_t *o, uint32_t id) {
+    static const char *const kw[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+    const json_t *v[4];
+    bool any = false;
+    for (int i = 0; i < 4; i++) any |= (v[i] = json_object_get(o, kw[i])) != NULL;
+    json_node *nd = &c->s->nodes[id];
+    if (!any || !(nd->types & JSON_T_INTEGER)) return 0;
+    if (nd->types & JSON_T_NUMBER) {
+        if (!c->strict) return 0;
+        return fail_at(c, "minimum / maximum of numbers that are not integers are not supported (of integers they are)");
+    }
+    const double limit = (double)JSON_SCHEMA_INT_LIMIT; /* 1e18 as a double: compared, never stored */
+    int64_t lo = -JSON_SCHEMA_INT_LIMIT, hi = JSON_SCHEMA_INT_LIMIT;
+    for (int i = 0; i < 4; i++) {
+        if (!v[i] || (i >= 2 && json_is_boolean(v[i]))) continue;
+        if (!json_is_number(v[i])) {
+            char msg[96];
+            snprintf(msg, sizeof msg, "%s must be a number", kw[i]);
+            return fail_at(c, msg);
+        }
+        double x = json_number_value(v[i]);
+        bool exclusive = i >= 2 || json_is_true(v[i + 2]); /* draft 4: "exclusiveMinimum": true */
+        x = i % 2 == 0 ? (exclusive ? floor(x) + 1 : ceil(x)) : (exclusive ? ceil(x) - 1 : floor(x));
+        if (x >= limit || x <= -limit) { /* past 18 digits: no bound that way, or no integer at all */
+            if ((i % 2 == 0) == (x > 0)) lo = 1, hi = 0;
+            continue;
+        }
+        if (i % 2 == 0 && (int64_t)x > lo) lo = (int64_t)x;
+        if (i % 2 == 1 && (int64_t)x < hi) hi = (int64_t)x;
+    }
+    if (lo > hi) return fail_at(c, "no integer lies between minimum and maximum (within 18 digits)");
+    nd->int_bounded = 1, nd->min_int = lo, nd->max_int = hi;
+    return 0;
+}
+
 /* anyOf / oneOf: the branches, nested unions flattened. */
 static int union_field(compiler *c, const json_t *alts, const char *kw, uint32_t id) {
     if (!json_is_array(alts) || !json_array_size(alts)) {
@@ -351,9 +395,11 @@ static int union_field(compiler *c, const json_t *alts, const char *kw, uint32_t
 /* A schema that stands for another ($ref, one-element allOf): the same node. */
 static int alias(compiler *c, const json_t *o, const char *kw, const json_t *to, uint32_t *out) {
     if (alone(c, o, kw, NULL, 0)) return -1;
+    if (++c->aliases > 32) return fail_at(c, "$ref / allOf lead back to themselves without a schema between");
     size_t mark = enter(c, kw);
     int rc = compile(c, to, out);
     leave(c, mark);
+    c->aliases--;
     return rc;
 }
 
@@ -373,10 +419,16 @@ static int compile_object(compiler *c, const json_t *o, uint32_t *out) {
     if (all && (!json_is_array(all) || json_array_size(all) != 1)) {
         if (c->strict) return fail_at(c, "allOf is supported with one schema only");
     } else if (all) return alias(c, o, "allOf", json_array_get(all, 0), out);
+    if (new_node(c, o, out)) return -1;
+    uint32_t aliases = c->aliases;
+    c->aliases = 0; /* a node between: the $refs inside it start a new row */
+    int rc = node_fields(c, o, *out);
+    c->aliases = aliases;
+    return rc;
+}
 
-    uint32_t id;
-    if (new_node(c, o, &id)) return -1;
-    *out = id;
+/* What a node itself holds: a union, an enum, or the keywords of its types. */
+static int node_fields(compiler *c, const json_t *o, uint32_t id) {
     const json_t *alts = json_object_get(o, "anyOf");
     const char *kw = alts ? "anyOf" : "oneOf";
     if (!alts) alts = json_object_get(o, "oneOf");
@@ -405,7 +457,7 @@ static int compile_object(compiler *c, const json_t *o, uint32_t *out) {
         c->done[id] = 1;
         return 0;
     }
-    if (object_fields(c, o, id) || array_fields(c, o, id) || string_fields(c, o, id)) return -1;
+    if (object_fields(c, o, id) || array_fields(c, o, id) || string_fields(c, o, id) || int_bounds(c, o, id)) return -1;
     c->done[id] = 1;
     return 0;
 }

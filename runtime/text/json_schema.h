@@ -8,7 +8,8 @@
  *        no other keys;  node 2: string of at most 40 characters;  node 3: integer
  *
  * Enforced: type (one or a list), enum, const, properties, required, additionalProperties
- * (false, true or a schema), items, minItems, maxItems, minLength, maxLength, anyOf, oneOf, a
+ * (false, true or a schema), items, minItems, maxItems, minLength, maxLength, minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum (of integers: not of other numbers), anyOf, oneOf, a
  * one-element allOf, $ref into the document ("#", "#/$defs/..", any JSON pointer; recursion
  * included; inside a subschema with "$id", "#" is that subschema), OpenAPI's nullable, boolean
  * schemas. Annotations are ignored, as JSON Schema says
@@ -24,7 +25,7 @@
  *   - oneOf is read as anyOf (as llama.cpp does): a reply may match two of its branches;
  *   - a string with a length bound has no \u escapes (each character counts once).
  *
- * Keywords that assert what is not enforced here (pattern, minimum, maximum, multipleOf,
+ * Keywords that assert what is not enforced here (pattern, bounds of non-integers, multipleOf,
  * minProperties, uniqueItems, prefixItems, not, if/then/else, ...) are refused by name when the
  * schema is strict; otherwise they are ignored and the reply follows the rest (OpenAI's
  * non-strict mode promises no more). Schemas without any instance that fits are refused. */
@@ -39,6 +40,7 @@
 #define JSON_SCHEMA_MAX_PROPERTIES 64 /* per object: the automaton keeps one bit per key seen */
 #define JSON_SCHEMA_MAX_BRANCHES 64   /* per anyOf, after nested ones are flattened */
 #define JSON_SCHEMA_MAX_LITERAL_BYTES (256 * 1024)
+#define JSON_SCHEMA_INT_LIMIT 999999999999999999LL /* bounded integers have at most 18 digits */
 
 enum json_type {
     JSON_T_OBJECT = 1,
@@ -72,6 +74,8 @@ typedef struct json_node {
     uint32_t items;              /* node of array items */
     uint32_t min_items, max_items;
     uint32_t min_len, max_len;   /* string length in characters */
+    uint8_t int_bounded;         /* an integer within [min_int, max_int] (minimum, maximum, exclusive*) */
+    int64_t min_int, max_int;
 } json_node;
 
 typedef struct json_schema {

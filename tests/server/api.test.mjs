@@ -454,16 +454,17 @@ test("response_format json_schema: the reply is an instance of the schema", asyn
 
 test("a demanded tool call is held to the tools' schemas: one of their names, arguments that fit, then the end", async () => {
     const weather = { type: "function", function: { name: "get_weather", strict: true, parameters: { type: "object",
-        properties: { city: { type: "string", maxLength: 10 }, unit: { enum: ["c", "f"] } }, required: ["city", "unit"],
-        additionalProperties: false } } };
+        properties: { city: { type: "string", maxLength: 10 }, unit: { enum: ["c", "f"] }, days: { type: "integer", minimum: 1, maximum: 14 } },
+        required: ["city", "unit", "days"], additionalProperties: false } } };
     const time = { type: "function", function: { name: "get_time", parameters: { type: "object",
         properties: { tz: { $ref: "#/$defs/zone" } }, required: ["tz"], $defs: { zone: { type: "string", maxLength: 6 } } } } };
     const ask = { ...greedy, messages: hello, max_tokens: 200, tools: [weather, time] };
     const fits = (call) => {
         const args = JSON.parse(call.function.arguments);
         if (call.function.name === "get_weather") {
-            assert.deepEqual(Object.keys(args).sort(), ["city", "unit"]);
+            assert.deepEqual(Object.keys(args).sort(), ["city", "days", "unit"]);
             assert.ok(typeof args.city === "string" && [...args.city].length <= 10 && ["c", "f"].includes(args.unit));
+            assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 14, `days ${args.days}`);
         } else {
             assert.equal(call.function.name, "get_time");
             assert.deepEqual(Object.keys(args), ["tz"]);
@@ -487,11 +488,11 @@ test("a demanded tool call is held to the tools' schemas: one of their names, ar
     assert.equal(name, whole.choices[0].message.tool_calls[0].function.name);
     assert.equal(args, whole.choices[0].message.tool_calls[0].function.arguments);
     // a strict tool whose parameters use what is not enforced: refused, naming it
-    const strictBad = { type: "function", function: { name: "f", strict: true, parameters: { type: "object", properties: { n: { type: "integer", minimum: 1 } } } } };
+    const strictBad = { type: "function", function: { name: "f", strict: true, parameters: { type: "object", properties: { n: { type: "integer", multipleOf: 2 } } } } };
     const bad = await raw("/v1/chat/completions", { body: { ...ask, tools: [strictBad], tool_choice: "required" } });
     assert.equal(bad.status, 400);
     assert.equal(bad.json.error.param, "tools");
-    assert.match(bad.json.error.message, /tools\[0\]\.function\.parameters: properties\.n: minimum is not supported/);
+    assert.match(bad.json.error.message, /tools\[0\]\.function\.parameters: properties\.n: multipleOf is not supported/);
     // not strict, parameters that do not compile: the call still has the tool's name and JSON arguments
     const loose = { type: "function", function: { name: "g", parameters: { type: "object", properties: { n: { type: "intgr" } } } } };
     const r = await client.chat.completions.create({ ...ask, tools: [loose], tool_choice: "required" });
@@ -589,7 +590,7 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, response_format: { type: "json_object" }, chat_template_kwargs: { enable_thinking: true } } }, 400, "response_format", /thinking off/],
         [{ body: { messages: hello, functions: [{ name: "f" }] } }, 400, "functions", /use tools/],
         [{ body: { messages: hello, grammar: "root ::= \"a\"" } }, 400, "grammar", /json_object and json_schema are/],
-        [{ body: { messages: hello, json_schema: { type: "object", minimum: 1 } } }, 400, "json_schema", /minimum is not supported/],
+        [{ body: { messages: hello, json_schema: { type: "object", minProperties: 1 } } }, 400, "json_schema", /minProperties is not supported/],
         [{ body: { messages: hello, guided_json: { $ref: "#/nowhere" } } }, 400, "guided_json", /\$ref must point/],
         [{ body: { messages: hello, guided_regex: "a+" } }, 400, "guided_regex", /not supported/],
         [{ body: { messages: [{ role: "user", content: "long ".repeat(1500) }] } }, 400, null, /context holds 1024/],
