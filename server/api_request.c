@@ -350,6 +350,7 @@ static int forced_schema(chat_req *q, const char *named, api_err *e) {
         json_t *c = call_schema(t, i, e);
         if (!c) {
             json_decref(calls);
+            json_decref(names);
             return -1;
         }
         json_array_append_new(calls, c);
