@@ -20,6 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
+
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/text/json_mask.h"
@@ -44,7 +47,15 @@ static void test_refusals(void **state) {
     const struct { const char *schema; bool strict; const char *says; } no[] = {
         {"{\"type\": \"strin\"}", false, "type must be"},
         {"{\"type\": []}", false, "type is an empty list"},
-        {"{\"type\": \"string\", \"pattern\": \"a+\"}", true, "pattern is not supported"},
+        {"{\"type\": \"string\", \"pattern\": \"(?=a)b\"}", true, "lookaround"},
+        {"{\"type\": \"string\", \"pattern\": \"(a)\\\\1\"}", true, "backreference"},
+        {"{\"type\": \"string\", \"pattern\": \"a\\\\bc\"}", true, "not supported"},
+        {"{\"type\": \"string\", \"pattern\": \"a^b\"}", true, "only at the start and the end"},
+        {"{\"type\": \"string\", \"pattern\": \"[a-z\"}", true, "[ without ]"},
+        {"{\"type\": \"string\", \"pattern\": \"a{3,2}\"}", true, "m below n"},
+        {"{\"type\": \"string\", \"pattern\": \"^\\\"$\"}", true, "matches no string written without escapes"},
+        {"{\"type\": \"string\", \"pattern\": \"a{70}\"}", true, "too long"},
+        {"{\"type\": \"string\", \"pattern\": \"a+\", \"maxLength\": 3}", true, "pattern with minLength or maxLength"},
         {"{\"properties\": {\"n\": {\"type\": \"number\", \"minimum\": 1}}}", true, "properties.n: minimum / maximum of numbers"},
         {"{\"type\": \"integer\", \"minimum\": 3, \"maximum\": 2}", false, "no integer lies between"},
         {"{\"type\": \"integer\", \"exclusiveMinimum\": 2, \"exclusiveMaximum\": 3}", false, "no integer lies between"},
@@ -128,6 +139,13 @@ static void test_examples(void **state) {
         {"{\"type\": \"integer\", \"maximum\": -5}", {"-5", "-123456789012345678"}, {"-4", "0", "5", "-0"}},
         {"{\"type\": \"integer\", \"minimum\": 1.5, \"maximum\": 3, \"exclusiveMaximum\": true}", {"2"}, {"1", "3", "4"}},
         {"{\"type\": \"string\", \"nullable\": true}", {"\"x\"", "null"}, {"1", "false"}},
+        {"{\"type\": \"string\", \"pattern\": \"^[A-Z]{2}-\\\\d{3}$\"}", {"\"AB-123\"", "\"ZZ-000\""},
+         {"\"AB-12\"", "\"ab-123\"", "\"AB-1234\"", "\"AB\\u002d123\"", "\"\""}},
+        {"{\"type\": \"string\", \"pattern\": \"ab\"}", {"\"xxabyy\"", "\"ab\"", "\"a\u00e9ab\""}, {"\"a\"", "\"ba\"", "\"\""}},
+        {"{\"type\": \"string\", \"pattern\": \"^(cat|dog)s?$\"}", {"\"cat\"", "\"dogs\""}, {"\"cats!\"", "\"bird\"", "\"catdog\""}},
+        {"{\"type\": \"string\", \"pattern\": \"^\u00e9+.$\"}", {"\"\u00e9\u00e9\"", "\"\u00e9\u20ac\"", "\"\u00e9\u00e9\u00e9\xf0\x9f\x98\x80\""},
+         {"\"e\"", "\"\u00e9\""}},
+        {"{\"type\": \"string\", \"pattern\": \"^a{2,3}[^0-9]*$\"}", {"\"aa\"", "\"aaax\"", "\"aaaa\""}, {"\"a\"", "\"aa1\""}},
         {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"kids\": {\"type\": "
          "\"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}, \"$ref\": \"#/$defs/node\"}",
          {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3}]}"}, {"{\"v\":1,\"kids\":[{}]}", "{\"kids\":[]}"}},
@@ -445,6 +463,12 @@ static void check_bytewise(const json_schema *s, const char *t, size_t n, bool w
     if (bytewise != whole) fail_msg("byte by byte %d, whole %d: %s", bytewise, whole, t);
 }
 
+/* A copy of the live paths only (a json_prefix is ~40 KB; most of it unused). */
+static void prefix_copy(json_prefix *to, const json_prefix *from) {
+    to->s = from->s, to->n = from->n;
+    memcpy(to->path, from->path, from->n * sizeof *from->path);
+}
+
 /* A state as bytes: each live path's fields and open frames (what json_prefix compares). */
 static size_t state_bytes(const json_prefix *p, unsigned char *out) {
     size_t n = 0;
@@ -501,15 +525,17 @@ static frontier_item heap_pop(frontier_item *h, uint32_t *n) {
 /* From a prefix the automaton accepts, a whole value is reachable: a best-first search over
  * states, shallowest first (bytes: JSON's structure, a letter, a digit, and every byte of the
  * schema's keys and values), each state visited once. No prefix is a dead end. */
-static void check_completes(const json_schema *s, const char *t, size_t cut) {
+static void check_completes(const json_schema *s, const char *t, size_t cut, bool utf8_bytes) {
     static json_prefix p, q;
     enum { MAX_STATES = 200000, SET = 1 << 17 };
     static frontier_item heap[MAX_STATES];
     static uint64_t set[SET];
     static unsigned char buf[JSON_PREFIX_MAX_PATHS * sizeof(json_path)];
-    static const char alphabet[] = "\"}]0123456789,:{[ntrueflsa.-e \\\xc3\xa9";
+    static const char alphabet[] = "\"}]0123456789,:{[ntrueflsa.-e \\\xc3\xa9" "bcxyzABZ";
     bool use[256] = {0};
     for (const char *c = alphabet; *c; c++) use[(unsigned char)*c] = true;
+    for (int b = 0x80; b <= 0xBF && utf8_bytes; b++) use[b] = true; /* continuation bytes, and the */
+    use[0xE0] = use[0xE2] = utf8_bytes;                               /* patterns' lead bytes */
     for (uint32_t i = 0; i < s->n_nodes; i++) { /* the bytes of keys and enum values */
         const json_node *nd = &s->nodes[i];
         for (uint32_t k = 0; k < nd->n_prop + nd->n_lit; k++) {
@@ -539,7 +565,7 @@ static void check_completes(const json_schema *s, const char *t, size_t cut) {
             for (int b = 0; b < 256 && !found && n_heap < MAX_STATES; b++) {
                 char c = (char)b;
                 if (!use[b] || !json_prefix_accepts(&p, &c, 1)) continue;
-                q = p;
+                prefix_copy(&q, &p);
                 assert_true(json_prefix_feed(&q, &c, 1));
                 n = state_bytes(&q, buf);
                 uint32_t depth = JSON_PREFIX_MAX_DEPTH;
@@ -584,7 +610,7 @@ static void test_against_validator(void **state) {
             check_bytewise(s, t, n, got);
             if (got) {
                 current = sch;
-                check_completes(s, t, rng_below(&r, (uint32_t)n));
+                check_completes(s, t, rng_below(&r, (uint32_t)n), false);
             }
             yes += want, no += !want;
             free(t);
@@ -595,6 +621,111 @@ static void test_against_validator(void **state) {
     }
     printf("  %u schemas: %u instances valid, %u not (automaton and validator agree on all)\n", schemas, yes, no);
     assert_true(yes > 8000 && no > 2500);
+}
+
+/* A random pattern of the supported syntax, over a few letters, a digit class and é. */
+static void random_pattern(rng *r, char *out, size_t cap, int d) {
+    static const char *const atoms[] = {"a", "b", "c", "\\d", "[a-c]", "[^a]", ".", "\xc3\xa9", "x", "\\.", "[0-9a]",
+                                        "[\xc3\xa0-\xc3\xbf]", "\xe2\x82\xac", "[\xe0\xa4\x80-\xe0\xa5\xbf]"};
+    static const char *const quants[] = {"", "", "", "*", "+", "?", "{2}", "{1,2}", "{0,3}", "{2,}"};
+    size_t n = strlen(out);
+    for (uint32_t k = 1 + rng_below(r, 3); k > 0 && n + 40 < cap; k--) {
+        if (d > 0 && rng_below(r, 4) == 0) {
+            strcat(out, rng_below(r, 2) ? "(" : "(?:");
+            random_pattern(r, out, cap, d - 1);
+            strcat(out, "|");
+            random_pattern(r, out, cap, d - 1);
+            strcat(out, ")");
+        } else {
+            strcat(out, atoms[rng_below(r, sizeof atoms / sizeof *atoms)]);
+        }
+        strcat(out, quants[rng_below(r, sizeof quants / sizeof *quants)]);
+        n = strlen(out);
+    }
+}
+
+/* From state p, bytes 0x80-0xBF can finish the character begun (k more of them), depth first. */
+static bool finishes_char(const json_prefix *p, int k) {
+    if (k == 0) return true;
+    for (int b = 0x80; b <= 0xBF; b++) {
+        char c = (char)b;
+        if (!json_prefix_accepts(p, &c, 1)) continue;
+        json_prefix *q = malloc(sizeof *q);
+        prefix_copy(q, p);
+        json_prefix_feed(q, &c, 1);
+        bool ok = finishes_char(q, k - 1);
+        free(q);
+        if (ok) return true;
+    }
+    return false;
+}
+
+/* Every lead byte the state takes can become a whole character (the state after it is no dead
+ * end, which a search from the state alone would not see). */
+static void check_lead_bytes(const json_schema *s, const char *t, size_t cut) {
+    static json_prefix p, q;
+    json_prefix_init(&p, s);
+    if (!json_prefix_feed(&p, t, cut)) return;
+    for (int b = 0xC2; b <= 0xF4; b++) {
+        char c = (char)b;
+        if (!json_prefix_accepts(&p, &c, 1)) continue;
+        prefix_copy(&q, &p);
+        json_prefix_feed(&q, &c, 1);
+        if (!finishes_char(&q, b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1))
+            fail_msg("lead byte 0x%02X after %zu bytes of %s takes no continuation: a dead end", b, cut, t);
+    }
+}
+
+/* Random patterns and strings: the automaton takes "s" whole exactly when PCRE2 (UTF) finds a
+ * match in s (JSON Schema's patterns are searches, not anchored), byte by byte as whole; from a
+ * prefix of an accepted one a whole string is reachable. */
+static void test_pattern_against_pcre2(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 43);
+    static const char *const chars[] = {"a", "b", "c", "x", "1", "7", ".", "\xc3\xa9", " ", "\xe2\x82\xac"};
+    uint32_t yes = 0, no = 0;
+    for (int it = 0; it < 800; it++) {
+        char pat[512] = "";
+        if (rng_below(&r, 3) == 0) strcat(pat, "^");
+        random_pattern(&r, pat, sizeof pat - 2, 2);
+        if (rng_below(&r, 3) == 0) strcat(pat, "$");
+        json_t *sch = json_pack("{s:s,s:s}", "type", "string", "pattern", pat);
+        json_schema *s = json_schema_compile(sch, true);
+        int err;
+        PCRE2_SIZE off;
+        pcre2_code *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &err, &off, NULL);
+        assert_non_null(re);
+        if (!s) { /* only when no string written raw matches, or the pattern is too long */
+            if (!strstr(cd_errmsg(), "too long")) fail_msg("%s: %s", pat, cd_errmsg());
+            pcre2_code_free(re);
+            json_decref(sch);
+            continue;
+        }
+        pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+        for (int k = 0; k < 16; k++) {
+            char text[128] = "\"";
+            for (uint32_t c = rng_below(&r, 9); c > 0; c--) strcat(text, chars[rng_below(&r, sizeof chars / sizeof *chars)]);
+            size_t n = strlen(text);
+            int m = pcre2_match(re, (PCRE2_SPTR)text + 1, n - 1, 0, 0, md, NULL);
+            strcat(text, "\"");
+            bool want = m >= 0, got = accepts_whole(s, text, n + 1);
+            if (got != want) fail_msg("pattern %s, string %s: automaton %d, pcre2 %d", pat, text, got, want);
+            check_bytewise(s, text, n + 1, got);
+            if (got) {
+                current = sch;
+                check_completes(s, text, rng_below(&r, (uint32_t)n + 1), true);
+                check_lead_bytes(s, text, rng_below(&r, (uint32_t)n + 1));
+            }
+            yes += want, no += !want;
+        }
+        pcre2_match_data_free(md);
+        pcre2_code_free(re);
+        json_schema_unref(s);
+        json_decref(sch);
+    }
+    printf("  patterns: %u strings matched, %u not (automaton and PCRE2 agree on all)\n", yes, no);
+    assert_true(yes > 1500 && no > 3000);
 }
 
 /* The id of text when it is one token (specials parsed), else -1. */
@@ -723,6 +854,7 @@ int main(void) {
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_examples),
         cmocka_unit_test(test_against_validator),
+        cmocka_unit_test(test_pattern_against_pcre2),
         cmocka_unit_test(test_mask_at_schema_states),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -45,7 +45,7 @@ static bool fits(const json_path *p, uint8_t need) { return p->depth + need <= J
 /* A value has ended: AFTER inside a container; DONE when it was the outermost. */
 static void value_ended(json_path *p) {
     p->sub = p->pos = p->utf8 = p->lo = p->hi = p->key = p->keys = p->integer = p->neg = 0;
-    p->node = 0, p->mlo = p->mhi = p->mpos = p->slen = 0, p->num = 0;
+    p->node = 0, p->mlo = p->mhi = p->mpos = p->slen = 0, p->num = 0, p->re = 0, p->cp = 0;
     p->state = p->depth ? AFTER : DONE;
 }
 
@@ -204,6 +204,7 @@ static bool start_value(const json_schema *s, json_path *p, unsigned char c) {
     if (c == '"') {
         if (!(n->types & JSON_T_STRING)) return false;
         p->state = STRING, p->key = 0, p->slen = 0;
+        if (n->pattern >= 0) p->re = json_regex_start(&s->regexes[n->pattern]);
         return true;
     }
     if (c == '-' || is_digit(c)) {
@@ -240,11 +241,37 @@ static bool count_char(const json_schema *s, json_path *p) {
     return true;
 }
 
-/* The closing quote: a value string of at least minLength; a key that is not declared, then
- * its value (of additionalProperties). */
+/* A string value with a pattern: its regex (json_regex.h), else NULL. */
+static const json_regex *pattern_of(const json_schema *s, const json_path *p) {
+    int32_t k = p->key ? -1 : node_of(s, p->node)->pattern;
+    return k >= 0 ? &s->regexes[k] : NULL;
+}
+
+/* A character of a patterned string, whole: the regex moves on, or the character is refused. */
+static bool regex_char(const json_regex *re, json_path *p, uint32_t c) {
+    p->re = json_regex_step(re, p->re, c);
+    p->cp = 0;
+    return p->re != 0;
+}
+
+/* Mid-UTF-8: some character the sequence can still become may come next (else a lead byte the
+ * pattern cannot follow would be a dead end). Its bits so far, the rest free; at least the
+ * smallest character of a sequence that long (a lead byte's overlong forms are refused byte
+ * by byte: E0 and F0 alone leave them in the bits). */
+static bool regex_may_become(const json_regex *re, const json_path *p) {
+    static const uint32_t least[] = {0, 0x80, 0x800, 0x10000}; /* by continuation bytes still due */
+    uint32_t shift = 6u * p->utf8, lo = p->cp << shift, hi = lo | ((1u << shift) - 1);
+    if (lo < least[p->utf8]) lo = least[p->utf8];
+    return json_regex_may_take(re, p->re, lo, hi);
+}
+
+/* The closing quote: a value string of at least minLength (matching its pattern); a key that
+ * is not declared, then its value (of additionalProperties). */
 static bool end_string(const json_schema *s, json_path *p) {
     if (!p->key) {
         if (p->slen < node_of(s, p->node)->min_len) return false;
+        const json_regex *re = pattern_of(s, p);
+        if (re && !json_regex_accepts(re, p->re)) return false;
         value_ended(p);
         return true;
     }
@@ -258,14 +285,20 @@ static bool end_string(const json_schema *s, json_path *p) {
 /* A byte inside a string: UTF-8 checked as it goes (Unicode's table of well-formed sequences).
  * A key that is not declared is followed against the declared ones, to refuse it if it is one. */
 static bool string_byte(const json_schema *s, json_path *p, unsigned char c) {
+    const json_regex *re = pattern_of(s, p);
     if (p->utf8) {
         if (c < p->lo || c > p->hi) return false;
         p->utf8--, p->lo = 0x80, p->hi = 0xBF;
+        if (re) { /* the code point grows; whole, the regex reads it */
+            p->cp = p->cp << 6 | (c & 0x3F);
+            if (p->utf8 ? !regex_may_become(re, p) : !regex_char(re, p, p->cp)) return false;
+        }
     } else if (c == '"') {
         return end_string(s, p);
     } else if (c == '\\') {
-        /* in an object with declared keys, other keys have no escapes (json_schema.h) */
-        if (p->key && node_of(s, top(p)->node)->n_prop) return false;
+        /* in an object with declared keys, other keys have no escapes; nor have patterned
+         * strings (json_schema.h) */
+        if ((p->key && node_of(s, top(p)->node)->n_prop) || re) return false;
         if (!count_char(s, p)) return false;
         p->state = ESCAPE;
         return true;
@@ -273,12 +306,13 @@ static bool string_byte(const json_schema *s, json_path *p, unsigned char c) {
         return false;
     } else if (c >= 0x80) {
         p->lo = 0x80, p->hi = 0xBF;
-        if (c >= 0xC2 && c <= 0xDF) p->utf8 = 1;
-        else if (c >= 0xE0 && c <= 0xEF) p->utf8 = 2, p->lo = c == 0xE0 ? 0xA0 : 0x80, p->hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) p->utf8 = 3, p->lo = c == 0xF0 ? 0x90 : 0x80, p->hi = c == 0xF4 ? 0x8F : 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) p->utf8 = 1, p->cp = c & 0x1F;
+        else if (c >= 0xE0 && c <= 0xEF) p->utf8 = 2, p->cp = c & 0x0F, p->lo = c == 0xE0 ? 0xA0 : 0x80, p->hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4) p->utf8 = 3, p->cp = c & 0x07, p->lo = c == 0xF0 ? 0x90 : 0x80, p->hi = c == 0xF4 ? 0x8F : 0xBF;
         else return false;
-        if (!count_char(s, p)) return false;
-    } else if (!count_char(s, p)) {
+        if (!re) p->cp = 0; /* kept only where a pattern reads it */
+        if (!count_char(s, p) || (re && !regex_may_become(re, p))) return false;
+    } else if (!count_char(s, p) || (re && !regex_char(re, p, c))) {
         return false;
     }
     if (p->key && p->mlo < p->mhi && !narrow(s, p, c)) p->mlo = p->mhi = 0;
@@ -547,7 +581,7 @@ uint32_t json_prefix_string_room(const json_prefix *p) {
     uint32_t room = 0;
     for (uint32_t k = 0; k < p->n; k++) {
         const json_path *q = &p->path[k];
-        if (q->state != STRING || q->utf8) continue;
+        if (q->state != STRING || q->utf8 || pattern_of(p->s, q)) continue; /* a pattern reads every character */
         uint32_t max = q->key ? UINT32_MAX : node_of(p->s, q->node)->max_len;
         uint32_t left = max == UINT32_MAX ? UINT32_MAX : max - q->slen;
         if (left > room) room = left;

@@ -62,6 +62,9 @@ typedef struct json_path {
     uint32_t mlo, mhi, mpos; /* properties (a key) or literals (an enum) still matching; bytes matched */
     uint32_t slen;    /* characters of the string so far */
     int64_t num;      /* a bounded integer: the magnitude of its digits so far */
+    uint64_t re;      /* a string with a pattern: the regex's state (json_regex.h) */
+    uint32_t cp;      /* a string with a pattern: the code point being read (its UTF-8 bytes so far) */
+    uint32_t pad3;
     json_frame f[JSON_PREFIX_MAX_DEPTH]; /* open containers, outermost first (only [0, depth) meaningful) */
 } json_path;
 

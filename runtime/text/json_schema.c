@@ -10,7 +10,7 @@
 
 /* Keywords that assert something not enforced here: refused when strict (json_schema.h). */
 static const char *const unenforced[] = {
-    "pattern", "patternProperties", "propertyNames", "multipleOf", "minProperties", "maxProperties", "uniqueItems", "contains", "minContains", "maxContains",
+    "patternProperties", "propertyNames", "multipleOf", "minProperties", "maxProperties", "uniqueItems", "contains", "minContains", "maxContains",
     "prefixItems", "additionalItems", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
     "dependencies", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
 };
@@ -19,7 +19,7 @@ static const char *const unenforced[] = {
 static const char *const enforced[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
                                        "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
                                        "allOf", "$ref", "nullable", "minimum", "maximum", "exclusiveMinimum",
-                                       "exclusiveMaximum"};
+                                       "exclusiveMaximum", "pattern"};
 
 #define NEED_NONE 255 /* no instance within the depth limit */
 
@@ -27,7 +27,7 @@ typedef struct compiler {
     json_schema *s;
     const json_t *doc;
     bool strict;
-    uint32_t n_props, cap_props, n_branches, cap_branches, n_lits, cap_lits;
+    uint32_t n_props, cap_props, n_branches, cap_branches, n_lits, cap_lits, cap_regexes;
     size_t n_bytes, cap_bytes;
     const json_t **memo_of; /* [n_nodes]: the schema object each node was compiled from */
     uint8_t *done;          /* [n_nodes]: compiled (a union's branches known) */
@@ -81,7 +81,8 @@ static int new_node(compiler *c, const json_t *from, uint32_t *id) {
     json_schema *s = c->s;
     if (s->n_nodes == JSON_SCHEMA_MAX_NODES) return fail_at(c, "the schema has too many parts");
     *id = s->n_nodes++;
-    s->nodes[*id] = (json_node){.types = JSON_T_ANY, .additional = 0, .items = 0, .max_items = UINT32_MAX, .max_len = UINT32_MAX};
+    s->nodes[*id] = (json_node){.types = JSON_T_ANY, .additional = 0, .items = 0, .max_items = UINT32_MAX, .max_len = UINT32_MAX,
+                                .pattern = -1};
     c->memo_of[*id] = from;
     c->done[*id] = 0;
     return 0;
@@ -311,12 +312,39 @@ static int array_fields(compiler *c, const json_t *o, uint32_t id) {
     return 0;
 }
 
+/* pattern: a regex over the string's characters (json_regex.h). With a length bound the two
+ * could leave no string between them mid-way: refused when strict, the pattern left out else;
+ * so is a pattern json_regex cannot take. */
+static int pattern_field(compiler *c, const json_t *o, uint32_t id) {
+    const json_t *v = json_object_get(o, "pattern");
+    json_node *nd = &c->s->nodes[id];
+    if (!v || !(nd->types & JSON_T_STRING)) return 0;
+    if (!json_is_string(v)) return fail_at(c, "pattern must be a string");
+    if (nd->min_len || nd->max_len != UINT32_MAX)
+        return c->strict ? fail_at(c, "pattern with minLength or maxLength is not supported") : 0;
+    json_regex re;
+    if (json_regex_compile(&re, json_string_value(v))) {
+        char why[256]; /* fail_at writes where cd_errmsg() reads */
+        snprintf(why, sizeof why, "%s", cd_errmsg());
+        return c->strict ? fail_at(c, why) : 0;
+    }
+    uint32_t cap = c->cap_regexes;
+    if (grow((void **)&c->s->regexes, &cap, c->s->n_regexes + 1, sizeof re)) {
+        json_regex_free(&re);
+        return -1;
+    }
+    c->cap_regexes = cap;
+    c->s->regexes[c->s->n_regexes] = re;
+    nd->pattern = (int32_t)c->s->n_regexes++;
+    return 0;
+}
+
 static int string_fields(compiler *c, const json_t *o, uint32_t id) {
     uint32_t lo = 0, hi = UINT32_MAX;
     if (count_field(c, o, "minLength", &lo) || count_field(c, o, "maxLength", &hi)) return -1;
     if (lo > hi) return fail_at(c, "minLength is above maxLength");
     c->s->nodes[id].min_len = lo, c->s->nodes[id].max_len = hi;
-    return 0;
+    return pattern_field(c, o, id);
 }
 
 /* minimum, maximum, exclusiveMinimum, exclusiveMaximum (a number; draft 4's boolean
@@ -582,6 +610,8 @@ void json_schema_unref(json_schema *s) {
     free(s->properties);
     free(s->branches);
     free(s->literals);
+    for (uint32_t i = 0; i < s->n_regexes; i++) json_regex_free(&s->regexes[i]);
+    free(s->regexes);
     free(s->bytes);
     free(s);
 }

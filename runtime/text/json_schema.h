@@ -9,7 +9,8 @@
  *
  * Enforced: type (one or a list), enum, const, properties, required, additionalProperties
  * (false, true or a schema), items, minItems, maxItems, minLength, maxLength, minimum, maximum,
- * exclusiveMinimum, exclusiveMaximum (of integers: not of other numbers), anyOf, oneOf, a
+ * exclusiveMinimum, exclusiveMaximum (of integers: not of other numbers), pattern (json_regex.h;
+ * not with a length bound), anyOf, oneOf, a
  * one-element allOf, $ref into the document ("#", "#/$defs/..", any JSON pointer; recursion
  * included; inside a subschema with "$id", "#" is that subschema), OpenAPI's nullable, boolean
  * schemas. Annotations are ignored, as JSON Schema says
@@ -23,9 +24,10 @@
  *   - integers are -?(0|[1-9][0-9]*); enum and const values are written as jansson writes them
  *     compactly (1 matches "1", not "1.0");
  *   - oneOf is read as anyOf (as llama.cpp does): a reply may match two of its branches;
- *   - a string with a length bound has no \u escapes (each character counts once).
+ *   - a string with a length bound has no \u escapes (each character counts once), and one with
+ *     a pattern no escapes at all (its characters are matched as written);
  *
- * Keywords that assert what is not enforced here (pattern, bounds of non-integers, multipleOf,
+ * Keywords that assert what is not enforced here (bounds of non-integers, multipleOf,
  * minProperties, uniqueItems, prefixItems, not, if/then/else, ...) are refused by name when the
  * schema is strict; otherwise they are ignored and the reply follows the rest (OpenAI's
  * non-strict mode promises no more). Schemas without any instance that fits are refused. */
@@ -35,6 +37,8 @@
 #include <stdint.h>
 
 #include <jansson.h>
+
+#include "runtime/text/json_regex.h"
 
 #define JSON_SCHEMA_MAX_NODES 2048
 #define JSON_SCHEMA_MAX_PROPERTIES 64 /* per object: the automaton keeps one bit per key seen */
@@ -76,6 +80,7 @@ typedef struct json_node {
     uint32_t min_len, max_len;   /* string length in characters */
     uint8_t int_bounded;         /* an integer within [min_int, max_int] (minimum, maximum, exclusive*) */
     int64_t min_int, max_int;
+    int32_t pattern;             /* string: regexes[pattern] matches it (json_regex.h); -1: none */
 } json_node;
 
 typedef struct json_schema {
@@ -85,6 +90,8 @@ typedef struct json_schema {
     json_property *properties;
     uint32_t *branches;
     json_bytes *literals;        /* whole JSON values, compact */
+    json_regex *regexes;         /* the patterns */
+    uint32_t n_regexes;
     char *bytes;
     atomic_int refs;             /* shared by reference: json_schema_ref / json_schema_unref */
 } json_schema;
