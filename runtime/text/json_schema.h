@@ -10,11 +10,10 @@
  * Enforced: type (one or a list), enum, const, properties, required, additionalProperties
  * (false, true or a schema), items, minItems, maxItems, minLength, maxLength, minimum, maximum,
  * exclusiveMinimum, exclusiveMaximum (of integers: not of other numbers), pattern (json_regex.h;
- * not with a length bound), anyOf, oneOf, a
- * one-element allOf, $ref into the document ("#", "#/$defs/..", any JSON pointer; recursion
- * included; inside a subschema with "$id", "#" is that subschema), OpenAPI's nullable, boolean
- * schemas. Annotations are ignored, as JSON Schema says
- * (title, description, default, examples, format, ...), and so are unknown keywords.
+ * not with a length bound), anyOf, oneOf, a one-element allOf, $ref into the document ("#",
+ * "#/$defs/..", any JSON pointer; recursion included; inside a subschema with "$id", "#" is
+ * that subschema), OpenAPI's nullable, boolean schemas. Annotations are ignored, as JSON Schema
+ * says (title, description, default, examples, format, ...), and so are unknown keywords.
  *
  * Narrower than JSON Schema on purpose, so that a prefix automaton stays small; every reply is
  * still an instance:
