@@ -298,6 +298,7 @@ typedef struct chat_req {
     bool thinking;
     char *forced; /* the start of a tool call the request's tool_choice demands, or NULL */
     bool lazy;    /* tool_choice auto with a strict tool: the calls the model makes are held (g.schema) */
+    bool single;  /* parallel_tool_calls false: after one call, the end */
 } chat_req;
 
 static bool offered(const json_t *tools, const char *name) {
@@ -472,7 +473,12 @@ static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_r
     if (json && demands && q->tools)
         return api_fail(e, 400, "response_format", "a JSON response_format and a tool_choice that demands a tool call exclude each other");
     if (tool_choice(body, q, e)) return -1;
-    if (!q->forced && q->tools && !json && any_strict(q->tools)) { /* OpenAI's strict: the calls fit */
+    bool parallel = true;
+    if (bool_field(body, "parallel_tool_calls", &parallel, e)) return -1;
+    q->single = !parallel;
+    /* OpenAI's strict: the calls fit; parallel_tool_calls false: at most one (held, so that the
+     * end can be all that follows it) */
+    if (!q->forced && q->tools && !json && (any_strict(q->tools) || q->single)) {
         if (forced_schema(q, NULL, e)) return -1;
         q->lazy = true;
     }
@@ -551,6 +557,7 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
             int32_t open = q.lazy ? tok_find(m->tok, "<tool_call>") : -1; /* each call the model opens */
             if (open >= 0) out->j->json_lazy = true, out->j->json_trigger = open, out->j->json_tail = "\n</tool_call>";
             else if (q.lazy) json_schema_unref(out->j->schema), out->j->schema = NULL; /* no such token: free text */
+            out->j->json_once = out->j->json_lazy && q.single; /* one call (a forced one is one already) */
         }
         out->stream = q.g.stream;
         out->include_usage = q.g.include_usage;

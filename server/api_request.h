@@ -57,7 +57,9 @@ typedef struct api_prepared {
  * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), response_format text,
  * json_object or json_schema, or a schema as llama-server's json_schema / vLLM's guided_json
  * (not with thinking on or a forced tool call; docs/STRUCTURED.md). A forced tool call's
- * object is held to the tools' schemas (job.schema, forced_json, json_tail).
+ * object is held to the tools' schemas (job.schema, forced_json, json_tail); so are the calls
+ * of strict tools under auto, and with parallel_tool_calls false there is at most one
+ * (json_lazy, json_once).
  * Fields of OpenAI's API that are not implemented (echo, suffix, best_of, the legacy functions
  * / function_call), and llama-server's and vLLM's other constraints (grammar, guided_regex,
  * guided_choice, guided_grammar, structured_outputs) are refused by name when they ask for

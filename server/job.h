@@ -55,6 +55,7 @@ typedef struct job {
     const char *forced_json;  /* with schema: the part of forced the call's object begins with */
     const char *json_tail;    /* with schema: what follows the object ("\n</tool_call>"), or NULL */
     bool json_lazy;           /* with schema: free text until token json_trigger opens a call */
+    bool json_once;           /* with schema: after the call, only the end (parallel_tool_calls false) */
     int32_t json_trigger;
     char *cache_salt;         /* the request's cache namespace salt (engine_request.cache_salt), or NULL */
 

@@ -816,7 +816,7 @@ static void test_mask_at_schema_states(void **state) {
     /* lazy: free text (nothing masked) until <tool_call>; then the call and its tag; free again */
     json_mask_init(&m, &v, s);
     assert_int_equal(json_mask_set_tail(&m, "\n</tool_call>"), 0);
-    json_mask_set_trigger(&m, one_token(t, "<tool_call>"));
+    json_mask_set_trigger(&m, one_token(t, "<tool_call>"), false);
     const char *text = "Let me look.\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"id\": 7}}\n</tool_call>\nDone.\n<tool_call>";
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -834,6 +834,18 @@ static void test_mask_at_schema_states(void **state) {
     }
     assert_false(m.waiting); /* the second <tool_call> opened another call */
     assert_true(free_steps >= 6 && held_steps >= 10);
+    json_mask_free(&m);
+    /* once (parallel_tool_calls false): after the first call and its tag, only end tokens */
+    json_mask_init(&m, &v, s);
+    assert_int_equal(json_mask_set_tail(&m, "\n</tool_call>"), 0);
+    json_mask_set_trigger(&m, one_token(t, "<tool_call>"), true);
+    size_t k = 0;
+    while (k < n_ids && !(json_mask_done(&m) && !m.waiting && k > 4)) json_mask_accept(&m, ids[k++]);
+    assert_true(k < n_ids && json_mask_done(&m)); /* stopped right after </tool_call> */
+    for (int32_t id = 0; id < n; id++) l[id] = 0.0f;
+    json_mask_apply(&m, l, n);
+    for (int32_t id = 0; id < n; id++)
+        if ((l[id] == 0.0f) != tok_is_eog(t, id)) fail_msg("once: token %d %s after the call", id, l[id] == 0.0f ? "allowed" : "masked");
     free(ids);
     json_mask_free(&m);
     json_schema *scalar = compile_or_fail("{\"type\": \"integer\"}", true);

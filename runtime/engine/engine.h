@@ -234,6 +234,7 @@ typedef struct engine_request {
     bool json_lazy;            /* with json_schema: free text until token json_trigger, which opens
                                   each instance (+ tail); json_mask_set_trigger */
     int32_t json_trigger;
+    bool json_once;            /* with json_lazy: after the first instance (+ tail), only the end */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

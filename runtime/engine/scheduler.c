@@ -117,7 +117,7 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
         req_free(q);
         return cd_fail_ctx("json_schema: ");
     }
-    if (schema && rq->json_lazy) json_mask_set_trigger(&q->jm, rq->json_trigger);
+    if (schema && rq->json_lazy) json_mask_set_trigger(&q->jm, rq->json_trigger, rq->json_once);
     if (schema && rq->json_forced && !json_mask_feed(&q->jm, rq->json_forced, strlen(rq->json_forced))) {
         req_free(q);
         return cd_fail("json_schema: the forced text is not the start of an instance of the schema");

@@ -75,11 +75,11 @@ void json_mask_init(json_mask *m, const json_vocab *v, json_schema *schema) {
     m->v = v;
     m->schema = json_schema_ref(schema);
     m->tail_n = m->tail_pos = 0;
-    m->trigger = -1, m->waiting = false;
+    m->trigger = -1, m->waiting = false, m->once = false;
     json_prefix_init(&m->state, schema);
 }
 
-void json_mask_set_trigger(json_mask *m, int32_t id) { m->trigger = id, m->waiting = true; }
+void json_mask_set_trigger(json_mask *m, int32_t id, bool once) { m->trigger = id, m->waiting = true, m->once = once; }
 
 void json_mask_free(json_mask *m) {
     json_schema_unref(m->schema);
@@ -180,5 +180,5 @@ void json_mask_accept(json_mask *m, int32_t id) {
     size_t n;
     const char *bytes = tok_piece(m->v->tok, id, &n);
     if (bytes && !(m->v->flags[id] & JSON_TOKEN_EOG)) json_mask_feed(m, bytes, n);
-    if (m->trigger >= 0 && json_mask_done(m)) m->waiting = true;
+    if (m->trigger >= 0 && !m->once && json_mask_done(m)) m->waiting = true; /* once: the end only */
 }

@@ -40,6 +40,7 @@ typedef struct json_mask {
     uint8_t tail_n, tail_pos;      /* its length, and how much of it is written */
     int32_t trigger;     /* -1; else the token that opens each value (<tool_call>), free text around */
     bool waiting;        /* trigger >= 0: outside a value, nothing masked until the trigger */
+    bool once;           /* trigger >= 0: after the first value and its tail, only end tokens */
     json_prefix state;   /* the reply so far */
 } json_mask;
 
@@ -51,8 +52,9 @@ void json_mask_free(json_mask *m);
  * stand only in the tail. -1: too long, or the schema's values are not all objects. */
 int json_mask_set_tail(json_mask *m, const char *tail);
 /* Lazy: the reply is free text (nothing masked) until token id; from the next token on, a value
- * and the tail; then free again, until the next id. The calls a model chooses to make. */
-void json_mask_set_trigger(json_mask *m, int32_t id);
+ * and the tail; then free again, until the next id (once: then only end tokens). The calls a
+ * model chooses to make. */
+void json_mask_set_trigger(json_mask *m, int32_t id, bool once);
 /* Text already in the reply (a forced start written into the prompt): false if it cannot be. */
 bool json_mask_feed(json_mask *m, const char *bytes, size_t n);
 /* logits[id] = -inf for every token id < n that may not come next (the rest are left as they are). */

@@ -277,9 +277,20 @@ test("strict tools under tool_choice auto: the calls the model makes are held to
     assert.equal(call.function.name, scriptCall.name);
     assert.ok(["Lyon", "Nice"].includes(JSON.parse(call.function.arguments).city), call.function.arguments);
     // the same tool not strict: free, as the script says
-    const free = await scripted.chat.completions.create({ ...ask, tools: [{ type: "function", function: {
-        ...strictTools({ enum: ["Lyon", "Nice"] })[0].function, strict: false } }] });
+    const loose = [{ type: "function", function: { ...strictTools({ enum: ["Lyon", "Nice"] })[0].function, strict: false } }];
+    const free = await scripted.chat.completions.create({ ...ask, tools: loose });
     assertScriptCall(free.choices[0].message.tool_calls[0]);
+    // parallel_tool_calls false: one call, held (so that the end is all that may follow it)
+    const one = await scripted.chat.completions.create({ ...ask, tools: loose, parallel_tool_calls: false });
+    assert.equal(one.choices[0].finish_reason, "tool_calls");
+    assert.equal(one.choices[0].message.tool_calls.length, 1);
+    assert.ok(["Lyon", "Nice"].includes(JSON.parse(one.choices[0].message.tool_calls[0].function.arguments).city));
+    const same = await scripted.chat.completions.create({ ...ask, tools: weatherTools, parallel_tool_calls: false });
+    assertScriptCall(same.choices[0].message.tool_calls[0]);
+    assert.equal(same.usage.completion_tokens, scriptIds.length - 2);
+    const bad = await raw("/v1/chat/completions", { base: scriptUrl, auth: false, body: { ...ask, tools: loose, parallel_tool_calls: "no" } });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, "parallel_tool_calls");
 });
 
 test("a streamed tool call: tool_calls deltas add up to the same call, then finish_reason tool_calls, usage, [DONE]", async () => {
