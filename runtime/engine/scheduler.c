@@ -509,11 +509,12 @@ static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logi
 static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, uint32_t w, int32_t id, token_logprob *lp) {
     int32_t V = (int32_t)e->m->cfg.n_vocab;
     const float *pick = raw;
-    if (q->adjusted || json_masked(q)) {
+    bool masking = json_masked(q) && json_mask_active(&q->jm); /* a lazy mask waiting changes nothing */
+    if (q->adjusted || masking) {
         float *adj = e->adj_logits + (size_t)w * (size_t)V;
         memcpy(adj, raw, (size_t)V * sizeof *raw);
         if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, adj, V, e->adj_count + (size_t)w * (size_t)V);
-        if (json_masked(q)) json_mask_apply(&q->jm, adj, V);
+        if (masking) json_mask_apply(&q->jm, adj, V);
         pick = adj;
     }
     if (host_draws(q)) id = q->sample ? sampler_sample(&q->smp, pick) : sampler_argmax(pick, V);

@@ -64,5 +64,7 @@ void json_mask_accept(json_mask *m, int32_t id);
 /* Whether token id may come next, by running its bytes through a copy of the state (what
  * json_mask_apply decides, the slow way: its reference in the tests). */
 bool json_mask_allows(const json_mask *m, int32_t id);
+/* Whether json_mask_apply would mask anything now (not while it waits for its trigger). */
+static inline bool json_mask_active(const json_mask *m) { return !m->waiting; }
 /* The value is whole and the tail written, or the mask waits for its trigger (end tokens may come). */
 bool json_mask_done(const json_mask *m);

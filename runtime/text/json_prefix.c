@@ -473,22 +473,6 @@ static int settle_one(const json_schema *s, const json_path *p, uint32_t k, json
     return 1;
 }
 
-/* One path takes the rest of the bytes, forking where it must: depth first, no state kept. */
-static bool path_accepts(const json_schema *s, const json_path *from, const unsigned char *b, size_t n) {
-    json_path p;
-    path_copy(&p, from);
-    for (size_t i = 0; i < n; i++) {
-        if (!feed_byte(s, &p, b[i])) return false;
-        if (!unsettled(s, &p)) continue;
-        json_path q;
-        int r;
-        for (uint32_t k = 0; (r = settle_one(s, &p, k, &q)) >= 0; k++)
-            if (r && path_accepts(s, &q, b + i + 1, n - i - 1)) return true;
-        return false;
-    }
-    return true;
-}
-
 static bool path_done(const json_schema *s, const json_path *q) {
     uint32_t at;
     if (q->state == DONE) return true;
@@ -497,8 +481,9 @@ static bool path_done(const json_schema *s, const json_path *q) {
     return q->depth == 0 && q->state == ENUM && candidate_whole(s, q, &at);
 }
 
-/* Like path_accepts, but a byte refused once the value is whole ends the reading: the bytes
- * read (n: all of them), or SIZE_MAX when a byte is refused before the value is whole. */
+/* One path takes the rest of the bytes, forking where it must (depth first, no state kept); a
+ * byte refused once the value is whole ends the reading: the bytes read (n: all of them), or
+ * SIZE_MAX when a byte is refused before the value is whole. */
 static size_t path_reads(const json_schema *s, const json_path *from, const unsigned char *b, size_t n) {
     json_path p;
     path_copy(&p, from);
@@ -509,7 +494,7 @@ static size_t path_reads(const json_schema *s, const json_path *from, const unsi
         json_path q;
         int r;
         size_t best = SIZE_MAX;
-        for (uint32_t k = 0; (r = settle_one(s, &p, k, &q)) >= 0; k++) {
+        for (uint32_t k = 0; (r = settle_one(s, &p, k, &q)) >= 0 && best != n - i - 1; k++) { /* all read: done */
             size_t got = r ? path_reads(s, &q, b + i + 1, n - i - 1) : SIZE_MAX;
             if (got != SIZE_MAX && (best == SIZE_MAX || got > best)) best = got;
         }
@@ -556,11 +541,7 @@ bool json_prefix_feed(json_prefix *p, const char *bytes, size_t n) {
     return p->n > 0;
 }
 
-bool json_prefix_accepts(const json_prefix *p, const char *bytes, size_t n) {
-    for (uint32_t k = 0; k < p->n; k++)
-        if (path_accepts(p->s, &p->path[k], (const unsigned char *)bytes, n)) return true;
-    return false;
-}
+bool json_prefix_accepts(const json_prefix *p, const char *bytes, size_t n) { return json_prefix_reads(p, bytes, n) == n; }
 
 size_t json_prefix_reads(const json_prefix *p, const char *bytes, size_t n) {
     size_t best = SIZE_MAX;

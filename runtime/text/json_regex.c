@@ -123,6 +123,16 @@ static int escape(parser *P, const uint32_t (**cls)[2], size_t *n_cls, bool *neg
     return 0;
 }
 
+/* One member of a class: a code point (*c), or with *cls set a class escape (\\d \\w \\s). */
+static int class_member(parser *P, const uint32_t (**cls)[2], size_t *n_cls, uint32_t *c) {
+    *cls = NULL;
+    if (P->s[P->i] != '\\') return code_point(P, c);
+    P->i++;
+    bool neg;
+    if (escape(P, cls, n_cls, &neg, c)) return -1;
+    return *cls && neg ? fail(P, "\\D, \\W or \\S inside a class is not supported") : 0;
+}
+
 /* [...] */
 static int char_class(parser *P, frag *out) {
     uint32_t range0 = P->re->n_ranges;
@@ -130,33 +140,18 @@ static int char_class(parser *P, frag *out) {
     if (negate) P->i++;
     for (bool first = true; P->i < P->n && (P->s[P->i] != ']' || first); first = false) {
         uint32_t lo, hi;
-        if (P->s[P->i] == '\\') {
-            P->i++;
-            const uint32_t(*cls)[2];
-            size_t n_cls;
-            bool neg;
-            if (escape(P, &cls, &n_cls, &neg, &lo)) return -1;
-            if (cls) {
-                if (neg) return fail(P, "\\D, \\W or \\S inside a class is not supported");
-                if (add_ranges(P, cls, n_cls)) return -1;
-                continue;
-            }
-        } else if (code_point(P, &lo)) {
-            return -1;
+        const uint32_t(*cls)[2];
+        size_t n_cls;
+        if (class_member(P, &cls, &n_cls, &lo)) return -1;
+        if (cls) {
+            if (add_ranges(P, cls, n_cls)) return -1;
+            continue;
         }
         hi = lo;
         if (P->i + 1 < P->n && P->s[P->i] == '-' && P->s[P->i + 1] != ']') {
             P->i++;
-            if (P->s[P->i] == '\\') {
-                P->i++;
-                const uint32_t(*cls)[2];
-                size_t n_cls;
-                bool neg;
-                if (escape(P, &cls, &n_cls, &neg, &hi)) return -1;
-                if (cls) return fail(P, "a class escape cannot end a range");
-            } else if (code_point(P, &hi)) {
-                return -1;
-            }
+            if (class_member(P, &cls, &n_cls, &hi)) return -1;
+            if (cls) return fail(P, "a class escape cannot end a range");
             if (hi < lo) return fail(P, "a range out of order");
         }
         uint32_t r[1][2] = {{lo, hi}};
