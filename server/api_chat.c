@@ -11,18 +11,28 @@
 
 /* ---- replies ---- */
 
+/* One choice of the reply (one job; n of them when the request asks for n). */
+typedef struct choice_ctx {
+    job *j;
+    uint32_t index;
+    reply_stream rs;      /* chat */
+    char call_prefix[96]; /* tool call ids: call_<id>_<i>, or call_<id>_<choice>_<i> when n > 1 (rs borrows it) */
+    bool sent_role, tool_calls;
+    bool ended;           /* its finish chunk went out */
+    uint32_t lp_sent;     /* the job's log-probability entries already in chunks */
+    size_t lp_chars;      /* completions: characters of text those entries cover (text_offset) */
+} choice_ctx;
+
 typedef struct reply_ctx {
     server *s;
-    job *j;
     struct MHD_Connection *c;
-    bool chat, include_usage, sent_role, tool_calls;
+    bool chat, include_usage;
     char id[48];
     json_int_t created;
-    reply_stream rs;  /* chat */
-    char call_prefix[80]; /* tool call ids: call_<id>_<index> (rs borrows it) */
-    size_t seen;      /* bytes of the job's stable text already turned into chunks */
-    uint32_t lp_sent; /* the job's log-probability entries already in chunks */
-    size_t lp_chars;  /* completions: characters of text those entries cover (text_offset) */
+    uint32_t n;
+    job **jobs;           /* [n], the choices' jobs in order */
+    choice_ctx *ch;       /* [n] */
+    api_text *text;       /* [n] the stream's view of each choice's text */
 } reply_ctx;
 
 /* ---- log-probabilities (job.lp) in OpenAI's shapes ---- */
@@ -54,11 +64,10 @@ static size_t token_chars(const tokenizer *t, int32_t id) {
 
 /* Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
  * Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"},
- * the offsets counted on from *chars (moved past these tokens). Entries [from, to) of j->lp (the
- * caller holds the bridge mutex while the job runs). NULL: out of memory. */
-static json_t *logprobs_json(const reply_ctx *x, uint32_t from, uint32_t to, size_t *chars) {
+ * the offsets counted on from *chars (moved past these tokens). Entries [from, to) of the
+ * choice's lp (the caller holds the bridge mutex while the job runs). NULL: out of memory. */
+static json_t *logprobs_json(const reply_ctx *x, const job *j, uint32_t from, uint32_t to, size_t *chars) {
     const tokenizer *t = x->s->model.tok;
-    const job *j = x->j;
     json_t *list = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     bool ok = list && tokens && lps && tops && offs;
     for (uint32_t i = from; i < to && ok; i++) {
@@ -94,26 +103,26 @@ static json_t *logprobs_json(const reply_ctx *x, uint32_t from, uint32_t to, siz
     return out;
 }
 
-/* The entries of j->lp not yet sent, or NULL when none are asked for or new (*fail: out of
+/* The choice's entries not yet sent, or NULL when none are asked for or new (*fail: out of
  * memory, or an entry was lost). The caller sends them, then moves lp_sent and lp_chars. */
-static json_t *new_logprobs(const reply_ctx *x, uint32_t *to, size_t *chars, bool *fail) {
+static json_t *new_logprobs(const reply_ctx *x, const choice_ctx *ch, uint32_t *to, size_t *chars, bool *fail) {
     *fail = false;
-    *chars = x->lp_chars;
-    *to = x->lp_sent;
-    if (!x->j->logprobs) return NULL;
+    *chars = ch->lp_chars;
+    *to = ch->lp_sent;
+    if (!ch->j->logprobs) return NULL;
     pthread_mutex_lock(&x->s->b.mu);
-    *to = x->j->n_lp;
-    json_t *lp = *to > x->lp_sent ? logprobs_json(x, x->lp_sent, *to, chars) : NULL;
-    *fail = x->j->lp_lost || (*to > x->lp_sent && !lp);
+    *to = ch->j->n_lp;
+    json_t *lp = *to > ch->lp_sent ? logprobs_json(x, ch->j, ch->lp_sent, *to, chars) : NULL;
+    *fail = ch->j->lp_lost || (*to > ch->lp_sent && !lp);
     pthread_mutex_unlock(&x->s->b.mu);
     return lp;
 }
 
-/* lp (stolen) in a chunk or reply choice: null when there is none. */
-static json_t *chunk(const reply_ctx *x, json_t *delta, const char *finish, json_t *lp) {
+/* A streamed chunk of choice `index`; lp (stolen) null when there is none. */
+static json_t *chunk(const reply_ctx *x, uint32_t index, json_t *delta, const char *finish, json_t *lp) {
     if (!lp) lp = json_null();
-    json_t *ch = x->chat ? json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "delta", delta, "logprobs", lp, "finish_reason", finish)
-                         : json_pack("{s:i, s:o, s:o, s:s?}", "index", 0, "text", delta, "logprobs", lp, "finish_reason", finish);
+    json_t *ch = json_pack("{s:i, s:o, s:o, s:s?}", "index", (json_int_t)index, x->chat ? "delta" : "text", delta,
+                           "logprobs", lp, "finish_reason", finish);
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o]}", "id", x->id, "object",
                      x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
                      x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", ch);
@@ -131,90 +140,117 @@ static char *full_text(const job *j, const char *gen, size_t len, size_t *n) {
     return t;
 }
 
-/* The new text as chunks; *lp (the new log-probabilities, or NULL) goes in the first one, and
- * is NULL afterwards if it went. */
-static int stream_deltas(reply_ctx *x, const char *gen, size_t len, bool done, json_t **lp, char **out, size_t *olen,
-                         size_t *cap) {
+/* The choice's new text (x->text[index]) as chunks; *lp (its new log-probabilities, or NULL)
+ * goes in the first one, and is NULL afterwards if it went. */
+static int stream_deltas(reply_ctx *x, choice_ctx *ch, json_t **lp, char **out, size_t *olen, size_t *cap) {
+    const api_text *at = &x->text[ch->index];
+    const char *gen = at->text;
+    size_t len = at->len;
     if (!x->chat) {
-        if (len <= x->seen) return 0;
-        json_t *t = json_stringn(gen + x->seen, len - x->seen), *l = *lp;
+        if (len <= at->seen) return 0;
+        json_t *t = json_stringn(gen + at->seen, len - at->seen), *l = *lp;
         *lp = NULL;
-        return sse_event(out, olen, cap, chunk(x, t, NULL, l));
+        return sse_event(out, olen, cap, chunk(x, ch->index, t, NULL, l));
     }
     size_t n;
-    char *full = full_text(x->j, gen, len, &n);
+    char *full = full_text(ch->j, gen, len, &n);
     json_t *deltas = json_array();
-    int rc = full && deltas ? reply_stream_feed(&x->rs, full, n, done, deltas) : -1;
+    int rc = full && deltas ? reply_stream_feed(&ch->rs, full, n, at->done, deltas) : -1;
     free(full);
     size_t i;
     json_t *d;
     json_array_foreach(deltas, i, d) {
-        if (json_object_get(d, "tool_calls")) x->tool_calls = true;
+        if (json_object_get(d, "tool_calls")) ch->tool_calls = true;
         json_t *l = *lp;
         *lp = NULL;
-        if (!rc) rc = sse_event(out, olen, cap, chunk(x, json_incref(d), NULL, l));
+        if (!rc) rc = sse_event(out, olen, cap, chunk(x, ch->index, json_incref(d), NULL, l));
         else json_decref(l);
     }
     json_decref(deltas);
     return rc;
 }
 
-static int stream_end(reply_ctx *x, char **out, size_t *len, size_t *cap) {
-    job *j = x->j;
-    const char *fr = api_finish_reason(j);
-    if (!fr) { /* failed or cancelled: an error event, as OpenAI's stream does */
-        json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", j->err[0] ? j->err : "the request was cancelled",
-                              "type", "server_error");
-        return sse_event(out, len, cap, e) || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
-    }
-    if (x->tool_calls && j->out.finish == JOB_STOP) fr = "tool_calls";
+/* A failed or cancelled choice ends the stream: an error event, as OpenAI's stream does. */
+static int stream_error(const job *j, char **out, size_t *len, size_t *cap) {
+    json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", j->err[0] ? j->err : "the request was cancelled", "type",
+                          "server_error");
+    return sse_event(out, len, cap, e) || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
+}
+
+/* The choice's last chunk: finish_reason and the rest of its log-probabilities. */
+static int choice_end(reply_ctx *x, choice_ctx *ch, char **out, size_t *len, size_t *cap) {
+    const char *fr = api_finish_reason(ch->j);
+    if (ch->tool_calls && ch->j->out.finish == JOB_STOP) fr = "tool_calls";
     uint32_t to;
     size_t chars;
     bool fail;
-    json_t *lp = new_logprobs(x, &to, &chars, &fail); /* the rest */
+    json_t *lp = new_logprobs(x, ch, &to, &chars, &fail);
     if (fail) {
         json_decref(lp);
         return -1;
     }
-    int rc = sse_event(out, len, cap, chunk(x, x->chat ? json_object() : json_string(""), fr, lp));
-    if (!rc && x->include_usage) {
+    ch->ended = true;
+    return sse_event(out, len, cap, chunk(x, ch->index, x->chat ? json_object() : json_string(""), fr, lp));
+}
+
+/* After every choice's end: the usage (when asked for) and [DONE]. */
+static int stream_end(reply_ctx *x, char **out, size_t *len, size_t *cap) {
+    int rc = 0;
+    if (x->include_usage) {
         json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", x->id, "object",
                               x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
-                              x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", "usage", api_usage(j));
+                              x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", "usage",
+                              api_usage(x->jobs, x->n));
         rc = sse_event(out, len, cap, u);
     }
     return rc || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
 }
 
-static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
-    reply_ctx *x = ctx;
-    if (x->chat && !x->sent_role) {
-        x->sent_role = true;
-        return sse_event(out, len, cap, chunk(x, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL)) ? -1 : 1;
-    }
-    char *text;
-    size_t n;
-    bool done;
-    if (!api_wait_text(x->s, x->j, x->c, x->seen, &text, &n, &done)) return -1; /* the client left */
-    if (!text) return 1;
+/* One choice's news (x->text[index].text set): its chunks, and its end once done. 1 when a
+ * failed or cancelled choice ended the whole stream. */
+static int stream_choice(reply_ctx *x, choice_ctx *ch, char **out, size_t *len, size_t *cap) {
     uint32_t to;
     size_t chars;
     bool fail;
-    json_t *lp = new_logprobs(x, &to, &chars, &fail);
-    int rc = fail ? -1 : stream_deltas(x, text, n, done, &lp, out, len, cap);
-    free(text);
-    x->seen = n;
+    json_t *lp = new_logprobs(x, ch, &to, &chars, &fail);
+    int rc = fail ? -1 : stream_deltas(x, ch, &lp, out, len, cap);
+    api_text *at = &x->text[ch->index];
+    at->seen = at->len;
     if (lp) json_decref(lp); /* no chunk took it: sent with the next */
-    else if (!fail) x->lp_sent = to, x->lp_chars = chars;
-    if (rc) return -1;
-    if (!done) return 1;
+    else if (!fail) ch->lp_sent = to, ch->lp_chars = chars;
+    if (rc || !at->done) return rc;
+    if (!api_finish_reason(ch->j)) return stream_error(ch->j, out, len, cap) ? -1 : 1;
+    return choice_end(x, ch, out, len, cap);
+}
+
+static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
+    reply_ctx *x = ctx;
+    if (x->chat && !x->ch[0].sent_role) { /* every choice's first chunk: the role */
+        for (uint32_t k = 0; k < x->n; k++) {
+            x->ch[k].sent_role = true;
+            json_t *d = json_pack("{s:s, s:s}", "role", "assistant", "content", "");
+            if (sse_event(out, len, cap, chunk(x, k, d, NULL, NULL))) return -1;
+        }
+        return 1;
+    }
+    if (!api_wait_text(x->s, x->jobs, x->n, x->c, x->text)) return -1; /* the client left */
+    int rc = 0;
+    bool all_ended = true;
+    for (uint32_t k = 0; k < x->n; k++) {
+        if (x->text[k].text && !rc) rc = stream_choice(x, &x->ch[k], out, len, cap);
+        free(x->text[k].text);
+        x->text[k].text = NULL;
+        all_ended = all_ended && x->ch[k].ended;
+    }
+    if (rc) return rc > 0 ? 0 : -1; /* rc 1: an error event ended the stream */
+    if (!all_ended) return 1;
     return stream_end(x, out, len, cap) ? -1 : 0;
 }
 
-/* A finished chat reply's tool calls, by the ids the reply gave them, with the bytes each was
+/* A finished chat choice's tool calls, by the ids the reply gave them, with the bytes each was
  * generated as (server/call_memory.h). Best effort: a failure only costs the next prompt reuse. */
-static void remember_calls(const reply_ctx *x) {
-    const job *j = x->j;
+static void remember_calls(const reply_ctx *x, const choice_ctx *ch) {
+    const job *j = ch->j;
     if (!x->chat || j->err_status || j->out.finish == JOB_CANCELLED) return;
     size_t n, off[64], len[64];
     char *full = full_text(j, j->text ? j->text : "", j->len, &n);
@@ -229,8 +265,8 @@ static void remember_calls(const reply_ctx *x) {
         const json_t *fn = json_object_get(json_array_get(calls, i), "function");
         const char *name = json_string_value(json_object_get(fn, "name"));
         const char *args = json_string_value(json_object_get(fn, "arguments"));
-        char id[100];
-        snprintf(id, sizeof id, "%s%zu", x->call_prefix, i);
+        char id[128];
+        snprintf(id, sizeof id, "%s%zu", ch->call_prefix, i);
         if (name && args) call_memory_put(&x->s->calls, id, name, args, full + off[i], len[i]);
     }
     json_decref(msg);
@@ -240,92 +276,140 @@ static void remember_calls(const reply_ctx *x) {
 static void reply_done(void *ctx) {
     reply_ctx *x = ctx;
     pthread_mutex_lock(&x->s->b.mu);
-    bool running = x->j->state != JOB_DONE;
+    bool running = false;
+    for (uint32_t k = 0; k < x->n; k++) running = running || x->jobs[k]->state != JOB_DONE;
     pthread_mutex_unlock(&x->s->b.mu);
-    if (!running) remember_calls(x);
-    if (running) bridge_cancel(&x->s->b, x->j); /* the client left before the end */
+    if (running) api_cancel(x->s, x->jobs, x->n); /* the client left before the end */
+    else
+        for (uint32_t k = 0; k < x->n; k++) remember_calls(x, &x->ch[k]);
     pthread_mutex_lock(&x->s->b.mu);
-    job_unref(x->j);
+    for (uint32_t k = 0; k < x->n; k++) job_unref(x->jobs[k]);
     pthread_mutex_unlock(&x->s->b.mu);
-    if (x->chat) reply_stream_free(&x->rs);
+    if (x->chat)
+        for (uint32_t k = 0; k < x->n; k++) reply_stream_free(&x->ch[k].rs);
+    free(x->jobs);
+    free(x->ch);
+    free(x->text);
     free(x);
 }
 
-/* The whole reply as one JSON object (the job is done). */
-static json_t *whole_reply(const reply_ctx *x) {
-    const job *j = x->j;
+/* One choice of the whole reply (its job done). */
+static json_t *whole_choice(const reply_ctx *x, const choice_ctx *ch) {
+    const job *j = ch->j;
     const char *fr = api_finish_reason(j);
-    json_t *choice, *lp = json_null();
+    json_t *lp = json_null();
     size_t chars = 0;
-    if (j->logprobs && (j->lp_lost || !(lp = logprobs_json(x, 0, j->n_lp, &chars)))) {
+    if (j->logprobs && (j->lp_lost || !(lp = logprobs_json(x, j, 0, j->n_lp, &chars)))) {
         cd_fail("out of memory for the log-probabilities");
         return NULL;
     }
-    if (x->chat) {
-        size_t n;
-        char *full = full_text(j, j->text ? j->text : "", j->len, &n);
-        json_t *msg = NULL;
-        if (!full || toolcall_parse(full, n, &msg)) {
-            free(full);
-            json_decref(lp);
-            return NULL;
-        }
+    if (!x->chat)
+        return json_pack("{s:i, s:s%, s:o, s:s}", "index", (json_int_t)ch->index, "text", j->text ? j->text : "", j->len,
+                         "logprobs", lp, "finish_reason", fr);
+    size_t n;
+    char *full = full_text(j, j->text ? j->text : "", j->len, &n);
+    json_t *msg = NULL;
+    if (!full || toolcall_parse(full, n, &msg)) {
         free(full);
-        json_t *calls = json_object_get(msg, "tool_calls");
-        size_t i;
-        json_t *c;
-        json_array_foreach(calls, i, c) {
-            char id[100];
-            snprintf(id, sizeof id, "%s%zu", x->call_prefix, i);
-            json_object_set_new(c, "id", json_string(id));
-        }
-        if (json_array_size(calls) && j->out.finish == JOB_STOP) fr = "tool_calls";
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs", lp, "finish_reason", fr);
-    } else {
-        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", j->text ? j->text : "", j->len, "logprobs", lp,
-                           "finish_reason", fr);
+        json_decref(lp);
+        return NULL;
     }
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:[o], s:o}", "id", x->id, "object",
-                     x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
-                     "system_fingerprint", x->s->fingerprint, "choices", choice, "usage", api_usage(j));
+    free(full);
+    json_t *calls = json_object_get(msg, "tool_calls");
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        char id[128];
+        snprintf(id, sizeof id, "%s%zu", ch->call_prefix, i);
+        json_object_set_new(c, "id", json_string(id));
+    }
+    if (json_array_size(calls) && j->out.finish == JOB_STOP) fr = "tool_calls";
+    return json_pack("{s:i, s:o, s:o, s:s}", "index", (json_int_t)ch->index, "message", msg, "logprobs", lp, "finish_reason", fr);
 }
 
-/* Submits j and answers: streamed, or whole once done. Takes the caller's reference to j. */
+/* The whole reply as one JSON object (every choice done). */
+static json_t *whole_reply(const reply_ctx *x) {
+    json_t *choices = json_array();
+    for (uint32_t k = 0; k < x->n && choices; k++) {
+        json_t *c = whole_choice(x, &x->ch[k]);
+        if (!c || json_array_append_new(choices, c)) json_decref(choices), choices = NULL;
+    }
+    if (!choices) return NULL;
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", x->id, "object",
+                     x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
+                     "system_fingerprint", x->s->fingerprint, "choices", choices, "usage", api_usage(x->jobs, x->n));
+}
+
+/* Drops `refs` references to each of n jobs: the connection's (1), or both when the engine
+ * never took them (2). */
+static void drop_jobs(server *s, job **jobs, uint32_t n, int refs) {
+    pthread_mutex_lock(&s->b.mu);
+    for (uint32_t k = 0; k < n; k++)
+        for (int i = 0; i < refs; i++) job_unref(jobs[k]);
+    pthread_mutex_unlock(&s->b.mu);
+}
+
+/* The reply's state for the n submitted jobs; NULL when out of memory. */
+static reply_ctx *reply_new(server *s, const http_req *r, const api_prepared *p, job **jobs) {
+    reply_ctx *x = calloc(1, sizeof *x);
+    choice_ctx *ch = calloc(p->n, sizeof *ch);
+    api_text *text = calloc(p->n, sizeof *text);
+    if (!x || !ch || !text) {
+        free(x), free(ch), free(text);
+        return NULL;
+    }
+    *x = (reply_ctx){.s = s, .c = r->c, .chat = p->chat, .include_usage = p->include_usage, .created = time(NULL),
+                     .n = p->n, .jobs = jobs, .ch = ch, .text = text};
+    api_new_id(s, p->chat ? "chatcmpl-" : "cmpl-", x->id, sizeof x->id);
+    for (uint32_t k = 0; k < p->n; k++) {
+        ch[k] = (choice_ctx){.j = jobs[k], .index = k};
+        if (!p->chat) continue;
+        if (p->n == 1) snprintf(ch[k].call_prefix, sizeof ch[k].call_prefix, "call_%s_", x->id);
+        else snprintf(ch[k].call_prefix, sizeof ch[k].call_prefix, "call_%s_%u_", x->id, k);
+        reply_stream_init(&ch[k].rs, ch[k].call_prefix);
+    }
+    return x;
+}
+
+/* Submits the request's choices and answers: streamed, or whole once done. Takes the caller's
+ * references to p->j. */
 static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared *p) {
-    job *j = p->j;
-    bool chat = p->chat;
     api_err e;
-    if (api_submit(s, j, &e)) {
-        j->refs = 1;
-        job_unref(j);
+    job *first = p->j, **jobs = calloc(p->n, sizeof *jobs);
+    if (!jobs || job_choices(first, p->n, jobs)) {
+        free(jobs);
+        drop_jobs(s, &first, 1, 2);
+        bridge_count_rejected(&s->b);
+        return http_error(r->c, 500, NULL, "out of memory");
+    }
+    if (api_submit(s, jobs, p->n, &e)) {
+        drop_jobs(s, jobs, p->n, 2);
+        free(jobs);
         bridge_count_rejected(&s->b);
         return api_reply_err(r->c, &e);
     }
-    reply_ctx *x = calloc(1, sizeof *x);
+    reply_ctx *x = reply_new(s, r, p, jobs);
     if (!x) { /* cannot answer: cancel and let go */
-        bridge_cancel(&s->b, j);
-        pthread_mutex_lock(&s->b.mu);
-        job_unref(j);
-        pthread_mutex_unlock(&s->b.mu);
+        api_cancel(s, jobs, p->n);
+        drop_jobs(s, jobs, p->n, 1);
+        free(jobs);
         return MHD_NO;
     }
-    *x = (reply_ctx){.s = s, .j = j, .c = r->c, .chat = chat, .include_usage = p->include_usage, .created = time(NULL)};
-    api_new_id(s, chat ? "chatcmpl-" : "cmpl-", x->id, sizeof x->id);
-    if (chat) {
-        snprintf(x->call_prefix, sizeof x->call_prefix, "call_%s_", x->id);
-        reply_stream_init(&x->rs, x->call_prefix);
-    }
     if (p->stream) {
-        api_wait_started(s, j, r->c);
+        api_wait_started(s, jobs, p->n, r->c);
         pthread_mutex_lock(&s->b.mu);
-        bool refused = j->state == JOB_DONE && j->err_status;
+        bool refused = false;
+        for (uint32_t k = 0; k < p->n; k++) refused = refused || (jobs[k]->state == JOB_DONE && jobs[k]->err_status);
         pthread_mutex_unlock(&s->b.mu);
         if (!refused) return http_sse(r->c, (http_stream){.produce = produce, .done = reply_done, .ctx = x});
     }
-    api_wait_done(s, j, r->c);
+    api_wait_done(s, jobs, p->n, r->c);
+    const job *failed = NULL;
+    for (uint32_t k = 0; k < p->n && !failed; k++)
+        if (jobs[k]->err_status || jobs[k]->out.finish == JOB_CANCELLED) failed = jobs[k];
     enum MHD_Result rc;
-    if (j->err_status) rc = http_error(r->c, j->err_status, NULL, "%s", j->err);
-    else if (j->out.finish == JOB_CANCELLED) rc = http_error(r->c, 500, NULL, "the request was cancelled");
+    if (failed && failed->err_status) rc = http_error(r->c, failed->err_status, NULL, "%s", failed->err);
+    else if (failed) rc = http_error(r->c, 500, NULL, "the request was cancelled");
     else {
         json_t *body = whole_reply(x);
         rc = body ? http_json(r->c, 200, body) : http_error(r->c, 500, NULL, "could not build the reply: %s", cd_errmsg());

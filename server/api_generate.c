@@ -14,14 +14,21 @@ enum MHD_Result api_reply_err(struct MHD_Connection *c, const api_err *e) {
     return http_error(c, e->status, e->param, "%s", e->msg);
 }
 
-int api_submit(server *s, job *j, api_err *e) {
-    int rc = bridge_submit(&s->b, j);
+int api_submit(server *s, job **jobs, uint32_t n, api_err *e) {
+    if (n > s->o.queue)
+        return api_fail(e, 400, "n", "n is %u; this server queues %u requests at most (--queue), and each choice is one", n,
+                        s->o.queue);
+    int rc = bridge_submit(&s->b, jobs, n);
     if (rc < 0) return api_fail(e, 503, NULL, "the model is loading");
     if (rc > 0) return api_fail(e, 503, NULL, "the server is busy: %u requests are waiting (--queue); retry later", s->o.queue);
     return 0;
 }
 
-/* Waits on j->cv at most 100 ms (the caller holds the mutex). */
+void api_cancel(server *s, job **jobs, uint32_t n) {
+    for (uint32_t k = 0; k < n; k++) bridge_cancel(&s->b, jobs[k]);
+}
+
+/* Waits on the choices' cv at most 100 ms (the caller holds the mutex). */
 static void wait_a_while(server *s, job *j) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -30,20 +37,28 @@ static void wait_a_while(server *s, job *j) {
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    pthread_cond_timedwait(&j->cv, &s->b.mu, &ts);
+    pthread_cond_timedwait(job_cv(j), &s->b.mu, &ts);
 }
 
-/* Waits until j reaches state `until` (queued < running < done); a client that leaves
- * meanwhile cancels it (the engine thread then finishes it). */
-static void wait_until(server *s, job *j, struct MHD_Connection *c, job_state until) {
+/* The least state of the n jobs (queued < running < done). */
+static job_state least_state(job **jobs, uint32_t n) {
+    job_state st = JOB_DONE;
+    for (uint32_t k = 0; k < n; k++)
+        if (jobs[k]->state < st) st = jobs[k]->state;
+    return st;
+}
+
+/* Waits until every job reaches state `until`; a client that leaves meanwhile cancels them (the
+ * engine thread then finishes them). */
+static void wait_until(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, job_state until) {
     bool cancelled = false;
     pthread_mutex_lock(&s->b.mu);
-    while (j->state < until) {
-        wait_a_while(s, j);
-        if (j->state == JOB_DONE || cancelled) continue;
+    while (least_state(jobs, n) < until) {
+        wait_a_while(s, jobs[0]);
+        if (least_state(jobs, n) == JOB_DONE || cancelled) continue;
         pthread_mutex_unlock(&s->b.mu);
         if (http_client_gone(c)) {
-            bridge_cancel(&s->b, j);
+            api_cancel(s, jobs, n);
             cancelled = true;
         }
         pthread_mutex_lock(&s->b.mu);
@@ -51,31 +66,48 @@ static void wait_until(server *s, job *j, struct MHD_Connection *c, job_state un
     pthread_mutex_unlock(&s->b.mu);
 }
 
-void api_wait_done(server *s, job *j, struct MHD_Connection *c) { wait_until(s, j, c, JOB_DONE); }
+void api_wait_done(server *s, job **jobs, uint32_t n, struct MHD_Connection *c) { wait_until(s, jobs, n, c, JOB_DONE); }
 
-void api_wait_started(server *s, job *j, struct MHD_Connection *c) { wait_until(s, j, c, JOB_RUNNING); }
+void api_wait_started(server *s, job **jobs, uint32_t n, struct MHD_Connection *c) { wait_until(s, jobs, n, c, JOB_RUNNING); }
 
-bool api_wait_text(server *s, job *j, struct MHD_Connection *c, size_t seen, char **text, size_t *len, bool *done) {
+/* Choice k has something to hand over: stable text past seen[k], or its end (not yet told). */
+static bool has_news(const job *j, size_t seen, bool told_done) {
+    return j->stable > seen || (j->state == JOB_DONE && !told_done);
+}
+
+bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, api_text *t) {
     pthread_mutex_lock(&s->b.mu);
-    if (j->stable <= seen && j->state != JOB_DONE) wait_a_while(s, j);
-    bool moved = j->stable > seen || j->state == JOB_DONE;
-    *done = j->state == JOB_DONE;
-    *len = j->stable;
-    *text = moved ? strndup(j->text ? j->text : "", j->stable) : NULL;
+    bool moved = false;
+    for (uint32_t k = 0; k < n && !moved; k++) moved = has_news(jobs[k], t[k].seen, t[k].done);
+    if (!moved) wait_a_while(s, jobs[0]);
+    moved = false;
+    for (uint32_t k = 0; k < n; k++) {
+        job *j = jobs[k];
+        t[k].text = NULL;
+        if (!has_news(j, t[k].seen, t[k].done)) continue;
+        moved = true;
+        t[k].text = strndup(j->text ? j->text : "", j->stable);
+        if (t[k].text) t[k].len = j->stable, t[k].done = j->state == JOB_DONE; /* else: out of memory, next time */
+    }
     pthread_mutex_unlock(&s->b.mu);
-    if (moved && !*text) *len = seen; /* out of memory: try again next time */
     if (!moved && http_client_gone(c)) {
-        bridge_cancel(&s->b, j);
+        api_cancel(s, jobs, n);
         return false;
     }
     return true;
 }
 
-json_t *api_usage(const job *j) {
-    uint32_t gen = j->out.n && j->out.eog ? j->out.n - 1 : j->out.n; /* the end token is not output */
-    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)j->n_ids, "completion_tokens",
-                     (json_int_t)gen, "total_tokens", (json_int_t)(j->n_ids + gen), "prompt_tokens_details",
-                     "cached_tokens", (json_int_t)j->out.cached_tokens);
+json_t *api_usage(job **jobs, uint32_t n) {
+    uint32_t gen = 0, cached = jobs[0]->out.cached_tokens;
+    for (uint32_t k = 0; k < n; k++) {
+        const job *j = jobs[k];
+        gen += j->out.n && j->out.eog ? j->out.n - 1 : j->out.n; /* the end token is not output */
+        if (j->out.cached_tokens < cached) cached = j->out.cached_tokens;
+    }
+    uint32_t prompt = jobs[0]->n_ids;
+    return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
+                     (json_int_t)gen, "total_tokens", (json_int_t)prompt + gen, "prompt_tokens_details",
+                     "cached_tokens", (json_int_t)cached);
 }
 
 const char *api_finish_reason(const job *j) {

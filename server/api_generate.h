@@ -10,18 +10,34 @@
 
 enum MHD_Result api_reply_err(struct MHD_Connection *c, const api_err *e);
 
-/* Hands j to the engine: 0, or a 503 (queue full / loading / stopping) in *e. */
-int api_submit(server *s, job *j, api_err *e);
-/* Waits until j is done; a client that leaves meanwhile cancels it. */
-void api_wait_done(server *s, job *j, struct MHD_Connection *c);
-/* Waits until the engine took j (running) or refused it (done, err_status set), at most about
- * one engine step: a stream starts only then, so a refusal is an HTTP error, not an event. */
-void api_wait_started(server *s, job *j, struct MHD_Connection *c);
-/* Waits (at most ~100 ms) for text past *seen or the end; false when the client has left (the
- * job is cancelled then). Fills a copy of the stable text and whether the job is done. */
-bool api_wait_text(server *s, job *j, struct MHD_Connection *c, size_t seen, char **text, size_t *len, bool *done);
-/* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}} */
-json_t *api_usage(const job *j);
+/* A request's n choices (job.h, job_choices) travel together: submitted all or none, waited on
+ * together, cancelled together. */
+
+/* Hands the n jobs to the engine: 0, or a 503 (queue full / loading / stopping) in *e, or a 400
+ * naming n when the queue could never hold n. */
+int api_submit(server *s, job **jobs, uint32_t n, api_err *e);
+/* Asks the engine thread to cancel them (the client is gone). */
+void api_cancel(server *s, job **jobs, uint32_t n);
+/* Waits until all are done; a client that leaves meanwhile cancels them. */
+void api_wait_done(server *s, job **jobs, uint32_t n, struct MHD_Connection *c);
+/* Waits until the engine took all (running) or refused them (done, err_status set), at most
+ * about one engine step: a stream starts only then, so a refusal is an HTTP error, not an event. */
+void api_wait_started(server *s, job **jobs, uint32_t n, struct MHD_Connection *c);
+/* One choice's text as the streaming side has it. */
+typedef struct api_text {
+    size_t seen;   /* in: bytes already handed over; the caller moves it to len after using text */
+    bool done;     /* in/out: the choice's end was handed over (it stays true) */
+    char *text;    /* out: NULL (nothing new), or a copy of the stable text (the caller frees it) */
+    size_t len;    /* out, with text: its length */
+} api_text;
+/* Waits (at most ~100 ms) until some choice has text past its seen or has ended, then copies
+ * each such choice's stable text (t[k].text) and whether it is done. False when the client has
+ * left (the jobs are cancelled then). */
+bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, api_text *t);
+/* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
+ * over n choices: the prompt once, the choices' completions summed, the cached tokens the least
+ * any choice had (what was cached before the request came: the others share the first's prefill). */
+json_t *api_usage(job **jobs, uint32_t n);
 /* "stop", "length" (or NULL when it failed/cancelled: see j->err_status) */
 const char *api_finish_reason(const job *j);
 /* A fresh response id with the given prefix ("chatcmpl-", "cmpl-"). */

@@ -227,13 +227,13 @@ static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, i
         num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || logprobs_fields(b, chat, g, e) ||
         format_field(b, g, e) || unsupported_fields(b, e))
         return -1;
-    if (n != 1) return api_fail(e, 400, "n", "n must be 1 (one choice per request)");
     const json_t *so = json_object_get(b, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return api_fail(e, 400, "stream_options", "stream_options must be an object");
         if (bool_field(so, "include_usage", &g->include_usage, e)) return e->param = "stream_options.include_usage", -1;
     }
     g->max_tokens = max_tokens;
+    g->n = (uint32_t)n;
     g->sp.temperature = (float)temp;
     g->sp.top_p = top_p > 0 ? (float)top_p : 1e-6f; /* 0 keeps the most likely token, as greedy */
     g->sp.top_k = (int32_t)top_k;
@@ -559,6 +559,7 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
             else if (q.lazy) json_schema_unref(out->j->schema), out->j->schema = NULL; /* no such token: free text */
             out->j->json_once = out->j->json_lazy && q.single; /* one call (a forced one is one already) */
         }
+        out->n = q.g.n;
         out->stream = q.g.stream;
         out->include_usage = q.g.include_usage;
         chat_req_free(&q);
@@ -567,6 +568,7 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
         int32_t *ids = NULL;
         size_t n = 0;
         rc = gen_params_parse(b, false, seed, tok_n_vocab(m->tok), &g, e) || completion_prompt(m, b, &ids, &n, e) || make_job(m, ids, n, &g, &out->j, e) ? -1 : 0;
+        out->n = g.n;
         out->stream = g.stream;
         out->include_usage = g.include_usage;
         gen_params_free(&g);

@@ -31,6 +31,7 @@ typedef struct api_model {
 
 typedef struct gen_params {  /* the sampling and streaming fields */
     int64_t max_tokens;      /* 0: until the end token or the context is full */
+    uint32_t n;              /* choices (1 to 128) */
     sampler_params sp;
     logit_adjust adjust;     /* its bias list owned */
     bool logprobs;           /* each token's log-probability in the reply, */
@@ -45,13 +46,14 @@ typedef struct gen_params {  /* the sampling and streaming fields */
 
 typedef struct api_prepared {
     job *j;                  /* two references (job.h): the caller's and the engine thread's */
+    uint32_t n;              /* choices: j and n - 1 copies of it (job_choices) */
     bool chat, stream, include_usage;
 } api_prepared;
 
 /* Fields: model (any: one model is served), messages / prompt, tools, tool_choice,
  * chat_template_kwargs.enable_thinking, max_tokens / max_completion_tokens, temperature, top_p,
- * top_k, seed (seed_default when absent), stop, n (1 only), stream, stream_options.include_usage,
- * cache_salt (vLLM's: 1 to 256 bytes, no NUL; the request shares cached prefixes only with
+ * top_k, seed (seed_default when absent), stop, n (1 to 128 choices; the server makes them with
+ * job_choices), stream, stream_options.include_usage, cache_salt (vLLM's: 1 to 256 bytes, no NUL; the request shares cached prefixes only with
  * requests of the same salt, engine.h), presence_penalty and frequency_penalty (-2 to 2) and
  * logit_bias (token id -> -100 to 100; runtime/model/logit_adjust.h), logprobs and top_logprobs
  * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), response_format text,

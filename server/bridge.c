@@ -39,14 +39,16 @@ void bridge_free(bridge *b) {
     pthread_mutex_destroy(&b->mu);
 }
 
-int bridge_submit(bridge *b, job *j) {
+int bridge_submit(bridge *b, job **jobs, uint32_t n) {
     pthread_mutex_lock(&b->mu);
-    int rc = !b->ready ? -1 : b->stopping || b->n_incoming + b->snap.waiting >= b->max_queue ? 1 : 0;
-    if (!rc) {
-        j->next = NULL;
-        *b->incoming_tail = j;
-        b->incoming_tail = &j->next;
+    int rc = !b->ready ? -1 : b->stopping || b->n_incoming + b->snap.waiting + n > b->max_queue ? 1 : 0;
+    for (uint32_t k = 0; !rc && k < n; k++) {
+        jobs[k]->next = NULL;
+        *b->incoming_tail = jobs[k];
+        b->incoming_tail = &jobs[k]->next;
         b->n_incoming++;
+    }
+    if (!rc) {
         b->snap.queued = b->n_incoming;
         pthread_cond_signal(&b->wake);
     }
@@ -98,7 +100,7 @@ static bool on_token(void *ctx, int32_t id) {
     if (j->n_gen++ == 0) hist_add(&b->snap.ttft, (t - j->t_submit_ms) / 1e3);
     else hist_add(&b->snap.itl, (t - j->t_last_ms) / 1e3);
     j->t_last_ms = t;
-    pthread_cond_broadcast(&j->cv);
+    job_signal(j);
     pthread_mutex_unlock(&b->mu);
     return more;
 }
@@ -140,7 +142,7 @@ static void finish_job(runner *r, job *j, const engine_reply *rep, int err_statu
     else if (rep->finish == ENGINE_LENGTH) b->snap.req_length++;
     else b->snap.req_ok++;
     if (!err_status) hist_add(&b->snap.e2e, (cd_now_ms() - j->t_submit_ms) / 1e3);
-    pthread_cond_broadcast(&j->cv);
+    job_signal(j);
     job_unref(j); /* the engine thread's reference */
     pthread_mutex_unlock(&b->mu);
 }
@@ -160,7 +162,7 @@ static void start_job(runner *r, job *j) {
     }
     pthread_mutex_lock(&r->b->mu);
     j->state = JOB_RUNNING;
-    pthread_cond_broadcast(&j->cv); /* a streamed reply starts once the engine took the request */
+    job_signal(j); /* a streamed reply starts once the engine took the request */
     pthread_mutex_unlock(&r->b->mu);
     j->next = r->active;
     r->active = j;

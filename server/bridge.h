@@ -47,10 +47,10 @@ typedef struct bridge {
 
 int bridge_init(bridge *b, uint32_t max_queue);
 void bridge_free(bridge *b);
-/* Queues j (taking the engine thread's reference). 0, or 1 when the queue is full or the server
- * stopping (j untouched, both references still the caller's to drop), or -1 before the model is
- * loaded. */
-int bridge_submit(bridge *b, job *j);
+/* Queues the n jobs of one request (its choices), all or none, taking the engine thread's
+ * references. 0, or 1 when the queue has no room for all n or the server is stopping (the jobs
+ * untouched, both references still the caller's to drop), or -1 before the model is loaded. */
+int bridge_submit(bridge *b, job **jobs, uint32_t n);
 /* Asks the engine thread to cancel j (the client is gone); j stays the caller's to unref. */
 void bridge_cancel(bridge *b, job *j);
 void bridge_stop(bridge *b);

@@ -25,7 +25,61 @@ void job_unref(job *j) {
     free(j->lp);
     free(j->text);
     pthread_cond_destroy(&j->cv);
+    job *first = j->first;
     free(j);
+    job_unref(first);
+}
+
+void job_signal(job *j) { pthread_cond_broadcast(job_cv(j)); }
+
+static char *dup_or_null(const char *s, bool *ok) {
+    if (!s) return NULL;
+    char *d = strdup(s);
+    if (!d) *ok = false;
+    return d;
+}
+
+/* Choice k of j's request: the request part, deep, with seed + k. */
+static job *copy_request(job *j, uint32_t k) {
+    job *c = job_new();
+    if (!c) return NULL;
+    bool ok = (c->ids = malloc(j->n_ids * sizeof *j->ids)) != NULL;
+    if (ok) memcpy(c->ids, j->ids, j->n_ids * sizeof *j->ids);
+    c->n_ids = j->n_ids;
+    c->max_tokens = j->max_tokens;
+    c->sp = j->sp;
+    c->sp.seed = j->sp.seed + k;
+    ok = ok && !logit_adjust_copy(&c->adjust, &j->adjust);
+    c->logprobs = j->logprobs;
+    c->top_logprobs = j->top_logprobs;
+    c->json_object = j->json_object;
+    c->schema = j->schema ? json_schema_ref(j->schema) : NULL;
+    for (uint32_t i = 0; i < j->n_stop; i++) c->stop[c->n_stop++] = dup_or_null(j->stop[i], &ok);
+    c->forced = dup_or_null(j->forced, &ok);
+    if (j->forced_json && c->forced) c->forced_json = c->forced + (j->forced_json - j->forced);
+    c->json_tail = j->json_tail; /* a literal */
+    c->json_lazy = j->json_lazy;
+    c->json_once = j->json_once;
+    c->json_trigger = j->json_trigger;
+    c->cache_salt = dup_or_null(j->cache_salt, &ok);
+    c->first = j;
+    j->refs++;
+    if (!ok) {
+        c->refs = 1;
+        job_unref(c);
+        return NULL;
+    }
+    return c;
+}
+
+int job_choices(job *j, uint32_t n, job **out) {
+    out[0] = j;
+    for (uint32_t k = 1; k < n; k++)
+        if (!(out[k] = copy_request(j, k))) {
+            while (--k > 0) out[k]->refs = 1, job_unref(out[k]);
+            return -1;
+        }
+    return 0;
 }
 
 static bool reserve(job *j, size_t more) {

@@ -13,7 +13,13 @@
  *
  * Everything below "shared" is guarded by the bridge's mutex; the request part is written before
  * submit and only read afterwards; the engine part is touched by the engine thread alone. The
- * job is freed by whichever side lets go last (two references). */
+ * job is freed by whichever side lets go last (two references).
+ *
+ * A request for n choices (OpenAI's n) is n jobs made by job_choices: the same prompt and
+ * request, seeds seed, seed + 1, ... (vLLM's rule, so choice k is the reply one request with
+ * seed + k would get). They are separate engine requests: the engine prefills the shared prompt
+ * once (engine.h, a prefix several requests send at once) and batches their decoding. Every
+ * choice signals the first one's cv, so the connection thread waits on one condition for all. */
 #pragma once
 #include <pthread.h>
 #include <stdbool.h>
@@ -83,11 +89,20 @@ typedef struct job {
     const tokenizer *tok;
     double t_submit_ms, t_last_ms;
     struct job *next;         /* the bridge's queue and list */
+
+    struct job *first;        /* choice k > 0 of a request: choice 0 (a reference), whose cv it signals */
 } job;
 
 job *job_new(void);
 /* Drops one reference (the caller holds the bridge mutex, or is the only holder). */
 void job_unref(job *j);
+/* out[0] = j and out[1..n) its copies for choices 1..n-1 (request part only; seed + k), each with
+ * two references. The caller is still j's only holder. -1 (no copy left) when out of memory. */
+int job_choices(job *j, uint32_t n, job **out);
+/* Wakes whoever waits on j (the bridge mutex held): its first choice's cv. */
+void job_signal(job *j);
+/* The condition to wait on for j and its sibling choices. */
+static inline pthread_cond_t *job_cv(job *j) { return j->first ? &j->first->cv : &j->cv; }
 /* Appends generated text: stop strings cut it, and stable is moved. Returns false when a stop
  * string ended the reply. */
 bool job_append(job *j, const char *s, size_t n);

@@ -48,7 +48,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (uint32_t i = 0; i < j->n_ids; i++) CHECK(j->ids[i] >= 0 && j->ids[i] < tok_n_vocab(model.tok));
     for (uint32_t i = 0; i < j->n_stop; i++) CHECK(j->stop[i] && j->stop[i][0]);
     CHECK(!j->cache_salt || (j->cache_salt[0] && strlen(j->cache_salt) <= 256));
-    job_unref(j);
-    job_unref(j);
+    /* the n choices: deep copies with seeds seed + k (at most 4 here: the copying is the same) */
+    CHECK(p.n >= 1 && p.n <= 128);
+    uint32_t n = p.n < 4 ? p.n : 4;
+    job *c[4];
+    CHECK(job_choices(j, n, c) == 0 && c[0] == j);
+    for (uint32_t k = 1; k < n; k++) {
+        CHECK(c[k] != j && c[k]->first == j && c[k]->sp.seed == j->sp.seed + k && c[k]->n_ids == j->n_ids);
+        CHECK(!memcmp(c[k]->ids, j->ids, j->n_ids * sizeof *j->ids) && c[k]->n_stop == j->n_stop);
+        for (uint32_t i = 0; i < j->n_stop; i++) CHECK(!strcmp(c[k]->stop[i], j->stop[i]));
+        CHECK(!j->forced_json || !strcmp(c[k]->forced_json, j->forced_json));
+        CHECK(c[k]->schema == j->schema && c[k]->adjust.n_bias == j->adjust.n_bias);
+    }
+    for (uint32_t k = n; k-- > 0;) job_unref(c[k]), job_unref(c[k]);
     return 0;
 }

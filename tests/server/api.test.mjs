@@ -574,7 +574,9 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, temperature: "hot" } }, 400, "temperature", /number/],
         [{ body: { messages: hello, temperature: 7 } }, 400, "temperature", /between/],
         [{ body: { messages: hello, max_tokens: 0 } }, 400, "max_tokens", /between/],
-        [{ body: { messages: hello, n: 2 } }, 400, "n", /n must be 1/],
+        [{ body: { messages: hello, n: 0 } }, 400, "n", /between 1 and 128/],
+        [{ body: { messages: hello, n: 129 } }, 400, "n", /between 1 and 128/],
+        [{ body: { messages: hello, n: 1.5 } }, 400, "n", /integer/],
         [{ body: { messages: hello, stop: [1] } }, 400, "stop", /stop/],
         [{ body: { messages: hello, cache_salt: 7 } }, 400, "cache_salt", /cache_salt must be a string/],
         [{ body: { messages: hello, cache_salt: ["a"] } }, 400, "cache_salt", /cache_salt must be a string/],
@@ -628,6 +630,99 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
     await healthy();
 });
 
+// Streams a request with n choices: per choice index its role, text, finish, and the usage.
+async function streamChoices(create, params, textOf) {
+    const stream = await create({ ...params, stream: true, stream_options: { include_usage: true } });
+    const out = Array.from({ length: params.n }, () => ({ role: null, text: "", finish: null, lp: [] }));
+    let usage = null;
+    for await (const ch of stream) {
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) {
+            const o = out[c.index];
+            assert.ok(o, `choice index ${c.index}`);
+            assert.equal(o.finish, null, "nothing after a choice's finish");
+            if (c.delta?.role) o.role = c.delta.role;
+            o.text += textOf(c) ?? "";
+            if (c.logprobs?.content) o.lp.push(...c.logprobs.content);
+            if (c.finish_reason) o.finish = c.finish_reason;
+        }
+    }
+    return { choices: out, usage };
+}
+
+test("n choices: choice k is the reply seed + k gives alone, the prompt is prefilled once, streamed == whole", async () => {
+    const messages = [{ role: "user", content: `n test ${Date.now()}: ` + "tell me several different things. ".repeat(30) }];
+    const params = { model: "m", messages, max_tokens: 10, temperature: 1, seed: 41 };
+    const before = await cache();
+    const r = await client.chat.completions.create({ ...params, n: 4, logprobs: true, top_logprobs: 2 });
+    const after = await cache();
+    assert.equal(r.choices.length, 4);
+    r.choices.forEach((c, k) => assert.equal(c.index, k));
+    let completion = 0;
+    for (let k = 0; k < 4; k++) {
+        const one = await client.chat.completions.create({ ...params, seed: 41 + k, logprobs: true, top_logprobs: 2 });
+        assert.equal(r.choices[k].message.content, one.choices[0].message.content, `choice ${k} == seed ${41 + k} alone`);
+        assert.equal(r.choices[k].finish_reason, one.choices[0].finish_reason);
+        assert.deepEqual(r.choices[k].logprobs.content.map((e) => e.token), one.choices[0].logprobs.content.map((e) => e.token));
+        assert.equal(one.usage.prompt_tokens, r.usage.prompt_tokens);
+        completion += one.usage.completion_tokens;
+    }
+    assert.equal(new Set(r.choices.map((c) => c.message.content)).size > 1, true, "sampled choices differ");
+    assert.equal(r.usage.completion_tokens, completion, "completion tokens summed over the choices");
+    assert.equal(r.usage.total_tokens, r.usage.prompt_tokens + completion);
+    assert.ok(r.usage.prompt_tokens_details.cached_tokens < 16, "a new prompt: at most its chat header was cached before");
+    // the prompt was prefilled once: the other three choices were served it from the cache
+    const page = after.page_tokens, shared = Math.floor(r.usage.prompt_tokens / page) * page;
+    assert.equal(after.requests - before.requests, 4);
+    assert.ok(after.hit_tokens - before.hit_tokens >= 3 * (shared - page),
+        `hit ${after.hit_tokens - before.hit_tokens} tokens, want >= 3 x ${shared - page}`);
+    // streamed: each choice's chunks add up to its whole reply; the usage once, at the end
+    const s = await streamChoices((p) => client.chat.completions.create(p), { ...params, n: 4, logprobs: true, top_logprobs: 2 },
+        (c) => c.delta?.content);
+    for (let k = 0; k < 4; k++) {
+        assert.equal(s.choices[k].role, "assistant");
+        assert.equal(s.choices[k].text, r.choices[k].message.content);
+        assert.equal(s.choices[k].finish, r.choices[k].finish_reason);
+        assert.deepEqual(s.choices[k].lp.map((e) => e.logprob), r.choices[k].logprobs.content.map((e) => e.logprob));
+    }
+    assert.equal(s.usage.completion_tokens, r.usage.completion_tokens);
+    assert.ok(s.usage.prompt_tokens_details.cached_tokens > 0, "the second time the prompt is cached");
+    // greedy choices are one reply n times; completions take n too
+    const g = await client.completions.create({ ...greedy, prompt: "The quick brown fox", max_tokens: 8, n: 3 });
+    const g1 = await client.completions.create({ ...greedy, prompt: "The quick brown fox", max_tokens: 8 });
+    assert.deepEqual(g.choices.map((c) => [c.index, c.text]), [0, 1, 2].map((k) => [k, g1.choices[0].text]));
+    const gs = await streamChoices((p) => client.completions.create(p), { ...greedy, prompt: "The quick brown fox", max_tokens: 8, n: 3 },
+        (c) => c.text);
+    assert.deepEqual(gs.choices.map((c) => c.text), g.choices.map((c) => c.text));
+    assert.equal(gs.usage.completion_tokens, g.usage.completion_tokens);
+    // a server that queues one request cannot take two choices: a 400 naming n, not a retry
+    const busy = await raw("/v1/completions", { body: { prompt: "x", max_tokens: 2, n: 2 }, auth: false, base: busyUrl });
+    assert.equal(busy.status, 400, busy.text);
+    assert.equal(busy.json.error.param, "n");
+    assert.match(busy.json.error.message, /--queue/);
+    await healthy(busyUrl);
+});
+
+test("n tool-call choices: each call has its own id, and each sent back is served as generated", async () => {
+    const r = await scripted.chat.completions.create({ ...greedy, messages: weatherAsk, tools: weatherTools, max_tokens: 64, n: 2 });
+    assert.equal(r.choices.length, 2);
+    for (const c of r.choices) {
+        assert.equal(c.finish_reason, "tool_calls");
+        assertScriptCall(c.message.tool_calls[0]);
+    }
+    const [a, b] = r.choices.map((c) => c.message.tool_calls[0].id);
+    assert.notEqual(a, b);
+    // the history with either choice's call is served from the cache through the call (as the agent
+    // round trip above: the previous prompt and 90% of the reply at least)
+    const upTo = tokenize(render(weatherAsk, weatherTools), scriptModel).length + 0.9 * (scriptIds.length - 2);
+    for (const c of r.choices) {
+        const next = [...weatherAsk, c.message, { role: "tool", tool_call_id: c.message.tool_calls[0].id, content: "sunny" }];
+        const t = await scripted.chat.completions.create({ ...greedy, messages: next, tools: weatherTools, max_tokens: 2 });
+        assert.ok(t.usage.prompt_tokens_details.cached_tokens >= upTo,
+            `cached ${t.usage.prompt_tokens_details.cached_tokens}, want >= ${upTo}`);
+    }
+});
+
 test("requests at once give the same greedy tokens as one at a time", async () => {
     const prompts = Array.from({ length: 8 }, (_, i) => [{ role: "user", content: `Concurrent request ${i}: ` + "word ".repeat(3 * i + 1) }]);
     const alone = [];
@@ -636,25 +731,27 @@ test("requests at once give the same greedy tokens as one at a time", async () =
     assert.deepEqual(together.map((r) => r.choices[0].message.content), alone);
 });
 
-test("a client that disconnects mid-stream releases its pages", async () => {
+test("a client that disconnects mid-stream releases its pages (all n choices)", async () => {
+    const cancelled = async () => Number(/cinder_requests_total\{status="cancelled"\} (\d+)/.exec((await raw("/metrics", { method: "GET" })).text)[1]);
+    const before = await cancelled();
     const ctl = new AbortController();
     const stream = await client.chat.completions.create({ ...greedy, messages: [{ role: "user", content: "Tell me a long story." }],
-        max_tokens: 900, stream: true }, { signal: ctl.signal });
-    let n = 0;
+        max_tokens: 900, n: 3, stream: true }, { signal: ctl.signal });
+    let n = 0, text = 0;
     try {
-        for await (const _ of stream) if (++n === 3) ctl.abort();
+        for await (const ch of stream) {
+            text += ch.choices.filter((c) => c.delta.content).length;
+            if (++n === 6) ctl.abort();
+        }
     } catch { /* aborted */ }
-    let c;
-    for (let i = 0; i < 100; i++) {
-        c = await cache();
-        if (c.running === 0) break;
-        await new Promise((r) => setTimeout(r, 100));
-    }
-    assert.equal(c.running, 0, "the request was cancelled");
+    assert.ok(text > 0, "the stream was generating when the client left");
+    // the metrics and cache are published after each engine step: wait for the three cancellations
+    for (let i = 0; i < 100 && (await cancelled()) < before + 3; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.equal(await cancelled(), before + 3, "all three choices cancelled");
+    const c = await cache();
+    assert.equal(c.running + c.waiting, 0);
     assert.equal(c.gpu.pinned, 0);
     assert.equal(c.gpu.private, 0);
-    const m = await raw("/metrics", { method: "GET" });
-    assert.match(m.text, /cinder_requests_total\{status="cancelled"\} [1-9]/);
 });
 
 test("a full queue answers 503 with Retry-After", async () => {
