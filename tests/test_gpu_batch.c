@@ -34,6 +34,7 @@
 #define N_CTX 736u
 #define SEQS 4u
 #define GEN 6u
+#define OUTS 8u /* logits rows a pass may want: more than SEQS (a verify pass wants GEN - 1 of one row) */
 
 /* The tiny preset in its default mix (gate Q4_K, up Q5_K: two matmuls and a swiglu stage) with
  * lavapipe's kernels or, with `gpu_defaults` set, in q4_k_m with a GPU's: gate and up as
@@ -73,7 +74,7 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens) ||
         kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens))
         fail_msg("%s", cd_errmsg());
-    gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .kv = &kvp.buf, .lay = &kvp.lay,
+    gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .max_out = OUTS, .kv = &kvp.buf, .lay = &kvp.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
                         .few_kernels = gpu_defaults ? 1 : -1, .few_shape = few_shape, .one_shape = one_shape,
                         .big_tile = big_tile, .head_shape = head_shape};
@@ -107,7 +108,7 @@ static void free_model(gpu_model *g) {
 /* One pass builder. */
 typedef struct pass {
     int32_t ids[128];
-    uint32_t row[128], pos[128], out[SEQS], n, n_out;
+    uint32_t row[128], pos[128], out[OUTS], n, n_out;
 } pass;
 
 static void add_tokens(pass *p, uint32_t row, const int32_t *ids, uint32_t pos0, uint32_t n, bool want_out) {
@@ -280,26 +281,50 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
         done += k;
     }
     assert_int_equal(next[0], solo.gen[GEN - 1]);
-    float *last = malloc((size_t)V * 4);
+    float *last = malloc((size_t)V * 4), *reprefilled = malloc((size_t)V * 4);
     if (gpu_model_batch_logits(&g, 0, last)) fail_msg("%s", cd_errmsg());
     if (memcmp(last, solo.logits + (size_t)(GEN - 1) * V, V * 4)) fail_msg("re-prefilled reply: logits differ");
+    memcpy(reprefilled, last, (size_t)V * 4);
     download_pool(&g, pool);
     row_kv(&g, pool, 2, la, kv_mixed);
     assert_memory_equal(kv_solo, kv_mixed, row_halves * 2);
-    print_message("page %u, prompt %u: %u steps bit-identical alone, among others (%u passes) and re-prefilled\n",
+
+    /* Speculative decoding's verify pass: a's prompt in row 2 again, then its generated tokens
+     * 0..GEN-2 in one pass (beside b's next token) with a logits row for each (GEN - 1 + 1 rows,
+     * more than the SEQS rows of sequences): every row's logits and token are those of the
+     * one-token decode step at that position. */
+    for (uint32_t done = 0; done < la;) {
+        uint32_t k = la - done < 100 ? la - done : 100;
+        pass q = {0};
+        add_tokens(&q, 2, a + done, done, k, false);
+        run(&g, &q, next);
+        done += k;
+    }
+    pass v = {0};
+    add_tokens(&v, 0, &b_last, b_pos, 1, true);
+    for (uint32_t s = 0; s + 1 < GEN; s++) add_tokens(&v, 2, &solo.gen[s], la + s, 1, true);
+    int32_t vnext[OUTS];
+    run(&g, &v, vnext);
+    for (uint32_t s = 0; s + 1 < GEN; s++) {
+        assert_int_equal(vnext[1 + s], solo.gen[s + 1]);
+        if (gpu_model_batch_logits(&g, 1 + s, last)) fail_msg("%s", cd_errmsg());
+        if (memcmp(last, solo.logits + (size_t)(s + 1) * V, V * 4)) fail_msg("verify pass: row %u: logits differ", s);
+    }
+    print_message("page %u, prompt %u: %u steps bit-identical alone, among others (%u passes), re-prefilled and verified\n",
                   page_tokens, la, GEN, pass_no);
 
     /* and right: against the CPU reference */
     cpu_state cs;
     assert_int_equal(cpu_state_init(&cs, m, N_CTX), 0);
     for (uint32_t i = 0; i < n_all; i++) assert_int_equal(cpu_forward(&cs, all[i], i, i + 1 == n_all), 0);
-    double err = tu_rel_l2(last, cs.logits, V);
+    double err = tu_rel_l2(reprefilled, cs.logits, V);
     print_message("page %u: logits after %u tokens vs CPU: rel L2 %.2e\n", page_tokens, n_all, err);
     assert_true(err < 2e-3);
     assert_int_equal(sampler_argmax(cs.logits, (int32_t)V), solo.gen[GEN - 1]);
     cpu_state_free(&cs);
 
     free(last);
+    free(reprefilled);
     free(all);
     free(a);
     free(pool);

@@ -249,11 +249,11 @@ static uint32_t head_width(uint32_t n) { return n <= 2 ? 0 : n <= 4 ? 1 : 2; }
 
 static int make_batch_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
-    uint64_t S = g->max_seqs;
+    uint64_t S = g->max_seqs, O = g->max_out;
     if (g->head_matvec) { /* gpu_model_init decided */
         const gguf_tensor *t = g->m->output;
         TRY(cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
-        for (uint32_t b = 0; S > 1 && b <= head_width((uint32_t)S); b++) { /* the widths max_seqs can need */
+        for (uint32_t b = 0; O > 1 && b <= head_width((uint32_t)O); b++) { /* the widths max_out can need */
             cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
                                                   2u << b);
             hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
@@ -261,14 +261,14 @@ static int make_batch_buffers(gpu_model *g) {
         }
     }
     TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
-        gpu_model_buffer(g, &g->bhead_x, S * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, S * 4) ||
-        gpu_model_buffer(g, &g->blogits, S * c->n_vocab * 4, CVK_MEM_DEVICE) ||
-        gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)S),
+        gpu_model_buffer(g, &g->bhead_x, O * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, O * 4) ||
+        gpu_model_buffer(g, &g->blogits, O * c->n_vocab * 4, CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)O),
                          CVK_MEM_DEVICE) ||
-        input_buffers(g, &g->in_sample, S * sizeof(cvk_sample_row)) ||
+        input_buffers(g, &g->in_sample, O * sizeof(cvk_sample_row)) ||
         gpu_model_buffer(g, &g->bsample_scratch,
-                         cvk_sample_scratch_bytes(&g->sample, c->n_vocab, (uint32_t)S, CVK_SAMPLE_MAX_K), CVK_MEM_DEVICE) ||
-        gpu_model_buffer(g, &g->bout_id, S * 4, CVK_MEM_READBACK));
+                         cvk_sample_scratch_bytes(&g->sample, c->n_vocab, (uint32_t)O, CVK_SAMPLE_MAX_K), CVK_MEM_DEVICE) ||
+        gpu_model_buffer(g, &g->bout_id, O * 4, CVK_MEM_READBACK));
     memset(cvk_buffer_host_ptr(&g->in_table.host, 0), 0, S * g->max_pages * 4);
     return 0;
 }
@@ -280,7 +280,7 @@ int gpu_forward_init(gpu_model *g) {
         cvk_cmd_init(&g->pcmd, &g->vk->dev, false));
     for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
         gpu_recording *r = &g->rec[i];
-        if (!(r->out = malloc(g->max_seqs * sizeof *r->out))) return cd_fail("out of memory");
+        if (!(r->out = malloc(g->max_out * sizeof *r->out))) return cd_fail("out of memory");
         TRY(cvk_descpool_init(&r->dp, &g->vk->dev, 256) || cvk_cmd_init(&r->cmd, &g->vk->dev, false));
     }
     return 0;
@@ -659,7 +659,7 @@ int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint3
 static int check_batch(const gpu_model *g, const gpu_batch *b) {
     const model_config *c = &g->m->cfg;
     if (!b->n || b->n > g->n_batch) return cd_fail("a batch of %u tokens (1..%u)", b->n, g->n_batch);
-    if (b->n_out > g->max_seqs) return cd_fail("%u logits rows wanted, the model holds %u", b->n_out, g->max_seqs);
+    if (b->n_out > g->max_out) return cd_fail("%u logits rows wanted, the model holds %u", b->n_out, g->max_out);
     for (uint32_t i = 0; i < b->n; i++) {
         if (b->ids[i] < 0 || (uint32_t)b->ids[i] >= c->n_vocab)
             return cd_fail("token id %d out of range (vocab %u)", b->ids[i], c->n_vocab);
@@ -769,8 +769,8 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
 
 int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out) {
     uint64_t row = (uint64_t)g->m->cfg.n_vocab * 4;
-    if (j >= g->max_seqs || n > g->max_seqs - j)
-        return cd_fail("logits rows %u..%u: the model holds %u", j, j + n, g->max_seqs);
+    if (j >= g->max_out || n > g->max_out - j)
+        return cd_fail("logits rows %u..%u: the model holds %u", j, j + n, g->max_out);
     return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, n * row), out);
 }
 

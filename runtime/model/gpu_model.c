@@ -30,9 +30,9 @@ static int make_pipelines(gpu_model *g) {
     TRY(cvk_moe_combine_pipeline(&g->moe_combine, d, pc, 0));
     TRY(cvk_head_norm_rope_pipelines(&g->head_norm_rope, d, pc, m->cfg.head_dim));
     /* a CPU device's argmax reads 4 logits a texel fetch: rows of whole texels (n_vocab % 4 == 0)
-     * and the logits of max_seqs rows within one texel view (gpu_forward.c's blogits) */
+     * and the logits of max_out rows within one texel view (gpu_forward.c's blogits) */
     bool texel_argmax = d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && m->cfg.n_vocab % 4 == 0 &&
-                        (uint64_t)g->max_seqs * m->cfg.n_vocab / 4 <= d->info.caps.max_texels;
+                        (uint64_t)g->max_out * m->cfg.n_vocab / 4 <= d->info.caps.max_texels;
     return cvk_argmax_pipelines(&g->argmax, d, pc, 0, texel_argmax) || cvk_sample_pipelines(&g->sample, d, pc, 0);
 }
 
@@ -60,6 +60,7 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
         g->n_ctx = o->n_ctx;
         g->n_batch = o->n_batch;
         g->max_seqs = o->max_seqs ? o->max_seqs : 1;
+        g->max_out = o->max_out > g->max_seqs ? o->max_out : g->max_seqs;
         g->kv = o->kv;
         g->lay = *o->lay;
         g->max_pages = (g->n_ctx + g->lay.page_tokens - 1) / g->lay.page_tokens;

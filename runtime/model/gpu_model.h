@@ -98,7 +98,7 @@ typedef struct gpu_recording {
     uint32_t n, n_out, limit; /* the shape: tokens, wanted rows, attention positions (whole splits) */
     bool sampled;             /* and whether rows are sampled after the argmax */
     bool distinct_rows;       /* and whether every token is of another row (attention's hint) */
-    uint32_t *out;            /* [max_seqs] the wanted rows (the CPU head copies each) */
+    uint32_t *out;            /* [max_out] the wanted rows (the CPU head copies each) */
     uint64_t last_use;
     cvk_cmd cmd;              /* recorded reusable */
     cvk_descpool dp;          /* its descriptor sets */
@@ -168,12 +168,14 @@ typedef struct gpu_model {
     uint64_t rec_clock, rec_hits;    /* passes submitted as already recorded */
 
     /* several sequences, one block-table row each */
-    uint32_t max_seqs;               /* block-table rows = tokens whose logits one pass may want */
+    uint32_t max_seqs;               /* block-table rows */
+    uint32_t max_out;                /* tokens whose logits one pass may want (>= max_seqs: a
+                                        sequence may want several, speculative decoding) */
     uint32_t split_len, split_max;   /* attention splits: a token's fixed by its own position (at least
                                         split_len positions, at most split_max splits): batch invariance */
     gpu_input in_table;              /* uint32 [max_seqs][max_pages] */
-    gpu_input in_out;                /* int32 [max_seqs]: batch rows whose logits are wanted */
-    cvk_buffer bhead_x;              /* (max_seqs, n_embd): those rows, normed (the matvec head) */
+    gpu_input in_out;                /* int32 [max_out]: batch rows whose logits are wanted */
+    cvk_buffer bhead_x;              /* (max_out, n_embd): those rows, normed (the matvec head) */
     bool head_matvec;                /* the head is a matvec over the wanted rows (CPU devices: the lm_head
                                         configuration, up to 8 rows per weight read), else the matmul
                                         gathering them (weights read once per step) */
@@ -182,11 +184,11 @@ typedef struct gpu_model {
     cvk_pipeline head;               /* that matvec for one row (one vector per workgroup) */
     cvk_pipeline head_many[3];       /* and for up to 2, 4 and 8 rows per workgroup (more: 8 per
                                         workgroup); the same layout, the same sums per row */
-    cvk_buffer blogits;              /* (max_seqs, n_vocab) */
-    cvk_buffer bam_scratch;          /* argmax over max_seqs rows */
-    gpu_input in_sample;             /* cvk_sample_row [max_seqs] (gpu_batch.sample) */
-    cvk_buffer bsample_scratch;      /* top-k lists of max_seqs rows, k up to CVK_SAMPLE_MAX_K */
-    cvk_buffer bout_id;              /* readback uint32 [max_seqs] */
+    cvk_buffer blogits;              /* (max_out, n_vocab) */
+    cvk_buffer bam_scratch;          /* argmax over max_out rows */
+    gpu_input in_sample;             /* cvk_sample_row [max_out] (gpu_batch.sample) */
+    cvk_buffer bsample_scratch;      /* top-k lists of max_out rows, k up to CVK_SAMPLE_MAX_K */
+    cvk_buffer bout_id;              /* readback uint32 [max_out] */
     gpu_host_times host;             /* the last gpu_forward_batch's host side (profiles) */
 } gpu_model;
 
@@ -194,6 +196,7 @@ typedef struct gpu_model_opts {
     uint32_t n_ctx;          /* tokens of one sequence at most */
     uint32_t n_batch;        /* tokens per pass at most; 0 = 512 (at most n_ctx) */
     uint32_t max_seqs;       /* sequences (block-table rows) one pass may hold; 0 = 1 */
+    uint32_t max_out;        /* logits rows one pass may want; 0 (or fewer) = max_seqs */
     const cvk_buffer *kv;    /* the KV pool's buffer (kv_pool.buf), kept by the caller while g lives */
     const kv_layout *lay;    /* its layout (page size, heads) */
     /* FFN gate and up of one type as gate-up pairs (one matmul with the SwiGLU, one stage
@@ -240,7 +243,7 @@ typedef struct gpu_batch {
     const int32_t *ids;   /* [n] */
     const uint32_t *row;  /* [n] block-table row (< max_seqs) */
     const uint32_t *pos;  /* [n] position in that row's sequence */
-    uint32_t n_out;       /* tokens whose logits and next token are wanted, 0..max_seqs */
+    uint32_t n_out;       /* tokens whose logits and next token are wanted, 0..max_out */
     const uint32_t *out;  /* [n_out] indices into the batch */
     /* [n_out] or NULL: how out[j]'s next token is drawn when cvk_sample_row_on_device(...,
      * CVK_SAMPLE_MAX_K) (its own temperature, top-k, top-p and this step's u); any other row
