@@ -62,6 +62,10 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
                        "Prompt tokens looked up in the prefix cache.", st->prompt_tokens);
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_prefix_cache_hit_tokens_total",
                        "Prompt tokens served from the prefix cache (all tiers).", st->cached_tokens);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_spec_draft_tokens_total",
+                       "Tokens guessed by speculative decoding (--spec-tokens) and fed to be checked.", st->draft_tokens);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_spec_accepted_tokens_total",
+                       "Guessed tokens kept: each the token its request chose.", st->accepted_tokens);
     rc = rc || counter(&o, &n, &cap, "gauge", "cinder_requests_running", "Requests on the GPU now.", v.running);
     rc = rc || counter(&o, &n, &cap, "gauge", "cinder_requests_waiting", "Requests waiting for a slot.", v.waiting + v.queued);
     rc = rc || buf_printf(&o, &n, &cap,

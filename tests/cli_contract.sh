@@ -76,6 +76,10 @@ check "bench --json-schema runs" test "$(json_field 'd["decode_tok_s"] > 0' <<<"
 echo '{"type": "integer", "multipleOf": 3}' >"$tmp/strict.json"
 fails_with "bench --json-schema names what it cannot enforce" "multipleOf is not supported" "$bin" bench --model "$model" --json-schema "$tmp/strict.json"
 fails_with "bench --json-schema and --json-object exclude each other" "not with --json-object" "$bin" bench --model "$model" --json-schema "$tmp/schema.json" --json-object
+bench_spec=$("$bin" bench --model "$model" --prompt-text "one two one two one two one" --gen 6 --repeat 1 --spec-tokens 4 --json)
+check "bench --spec-tokens --prompt-text runs and reports its guesses" test "$(json_field 'd["spec_tokens"] == 4 and d["accepted_tokens"] <= d["draft_tokens"] and d["prompt_tokens"] == 7' <<<"$bench_spec")" = True
+fails_with "bench --spec-tokens past 8" "--spec-tokens is at most 8" "$bin" bench --model "$model" --spec-tokens 9
+fails_with "serve --spec-tokens past 8" "--spec-tokens is at most 8" "$bin" serve --model "$model" --spec-tokens 9
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
 fails_with "profile --gate-up-pairs names the choices" "--gate-up-pairs yes: auto, on or off" "$bin" profile --model "$model" --gate-up-pairs yes
 fails_with "profile --few-shape needs three or four numbers" "--few-shape 4,8: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8

@@ -53,10 +53,12 @@ stop() { # name: SIGTERM, exit status 0 expected
   echo "ok   server $1 stopped by SIGTERM with status 0"
 }
 
-start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test
+# main and script guess tokens (speculative decoding): every reply they give is compared with
+# one computed without (cinder run, the busy server, requests one at a time)
+start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test --spec-tokens 4
 # a pool smaller than the context: the engine refuses long prompts; a disk tier with a budget
 start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 --cache-dir "$tmp/cache-dir" --cache-dir-max-mb 1
-start_on "$script_model" script --ctx 1024 --parallel 2
+start_on "$script_model" script --ctx 1024 --parallel 2 --spec-tokens 4
 main_port=$(healthy_port main)
 busy_port=$(healthy_port busy)
 script_port=$(healthy_port script)

@@ -158,8 +158,37 @@ static void run_jobs(engine *e, job *jobs, uint32_t n_jobs) {
     }
 }
 
+/* ---- speculative decoding (engine_opts.spec_tokens) ----
+ * An oracle guesser knows each request's reply without guessing (its prompt and tokens) and
+ * guesses it, spoiling one guess in three (a token in its middle), so guesses are kept whole,
+ * kept in part and dropped, on tiny's random weights, where every token's K/V matters. */
+#define ORACLE_MAX 40
+typedef struct oracle_entry {
+    const int32_t *prompt, *want;
+    uint32_t n_prompt, n_want;
+} oracle_entry;
+static oracle_entry oracle[ORACLE_MAX];
+static uint32_t n_oracle, oracle_calls;
+
+static uint32_t oracle_guess(void *ctx, const int32_t *toks, uint32_t n, uint32_t k_max, int32_t *out) {
+    (void)ctx;
+    const oracle_entry *best = NULL;
+    for (uint32_t i = 0; i < n_oracle; i++) { /* the longest prompt the sequence begins with, then its reply */
+        const oracle_entry *o = &oracle[i];
+        if (o->n_prompt > n || n - o->n_prompt > o->n_want || (best && best->n_prompt >= o->n_prompt)) continue;
+        if (!memcmp(toks, o->prompt, o->n_prompt * sizeof *toks) &&
+            !memcmp(toks + o->n_prompt, o->want, (n - o->n_prompt) * sizeof *toks))
+            best = o;
+    }
+    if (!best) return 0;
+    uint32_t g = n - best->n_prompt, k = best->n_want - g < k_max ? best->n_want - g : k_max;
+    memcpy(out, best->want + g, k * sizeof *out);
+    if (k && oracle_calls++ % 3 == 1) out[k / 2] = (out[k / 2] + 1) % 1000; /* wrong from there on */
+    return k;
+}
+
 static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint32_t chunk, uint64_t seed,
-                          uint32_t n_jobs, bool expect_preempt) {
+                          uint32_t n_jobs, bool expect_preempt, uint32_t spec) {
     rng r;
     rng_seed(&r, seed);
     int32_t sys[3][200];
@@ -179,17 +208,22 @@ static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint3
     engine_free(&plain);
     engine e;
     engine_opts o = {.n_ctx = N_CTX, .pool_tokens = pool, .page_tokens = page, .max_seqs = max_seqs,
-                     .chunk_tokens = chunk};
+                     .chunk_tokens = chunk, .spec_tokens = spec, .guess = oracle_guess};
+    n_oracle = 0;
+    for (uint32_t i = 0; i < n_jobs && i < ORACLE_MAX; i++)
+        oracle[n_oracle++] = (oracle_entry){jobs[i].ids, jobs[i].want, jobs[i].n, jobs[i].n_want};
     init(&e, &o);
     run_jobs(&e, jobs, n_jobs);
     print_message("page %u, pool %u, %u seqs, chunk %u: %u jobs, %llu steps, %llu cached of %llu prompt tokens, "
-                  "%llu preempted (%llu tokens recomputed), %llu cancelled, %llu dedup tokens\n",
+                  "%llu preempted (%llu tokens recomputed), %llu cancelled, %llu dedup tokens, %llu of %llu guesses kept\n",
                   page, pool, max_seqs, chunk, n_jobs, (unsigned long long)e.stats.steps,
                   (unsigned long long)e.stats.cached_tokens, (unsigned long long)e.stats.prompt_tokens,
                   (unsigned long long)e.stats.preempted, (unsigned long long)e.stats.recomputed_tokens,
                   (unsigned long long)e.stats.cancelled,
-                  (unsigned long long)e.stats.dedup_tokens);
+                  (unsigned long long)e.stats.dedup_tokens, (unsigned long long)e.stats.accepted_tokens,
+                  (unsigned long long)e.stats.draft_tokens);
     assert_true(e.stats.cached_tokens > 0);
+    if (spec) assert_true(e.stats.accepted_tokens > 0);
     if (expect_preempt) assert_true(e.stats.preempted > 0);
     assert_no_leak(&e);
     engine_free(&e);
@@ -198,18 +232,26 @@ static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint3
 
 static void test_interleavings(void **state) {
     (void)state;
-    interleavings(16, 8192, 8, 96, 1, 20, false);
+    interleavings(16, 8192, 8, 96, 1, 20, false, 0);
 }
 
 static void test_interleavings_page4(void **state) {
     (void)state;
-    interleavings(4, 4096, 5, 37, 2, 16, false);
+    interleavings(4, 4096, 5, 37, 2, 16, false, 0);
 }
 
 /* A pool a third of what the running sequences want: the youngest are preempted and resume. */
 static void test_preemption(void **state) {
     (void)state;
-    interleavings(16, 512, 8, 128, 3, 16, true);
+    interleavings(16, 512, 8, 128, 3, 16, true, 0);
+}
+
+/* The same with speculative decoding: guesses among arrivals, cancels, preemptions and cache
+ * hits change no token (run_jobs compares each with the request alone, without guessing). */
+static void test_preemption_speculative(void **state) {
+    (void)state;
+    interleavings(16, 512, 8, 128, 3, 16, true, 4);
+    interleavings(4, 4096, 5, 37, 2, 16, false, 3);
 }
 
 static void random_ids(rng *r, int32_t *ids, uint32_t n) {
@@ -951,6 +993,153 @@ static void test_json_schema(void **state) {
     engine_free(&e);
 }
 
+/* ---- speculative decoding (engine_opts.spec_tokens): the oracle is above interleavings ---- */
+
+typedef struct spec_case {
+    sampler_params sp;
+    bool adjust, logprobs, json, stop;
+    uint32_t max_tokens;
+} spec_case;
+
+typedef struct spec_seen {
+    float lp[48];
+    uint32_t n_lp;
+} spec_seen;
+
+static void spec_logprob(void *ctx, const token_logprob *lp) {
+    spec_seen *s = ctx;
+    if (s->n_lp < 48) s->lp[s->n_lp++] = lp->logprob;
+}
+
+/* Every kind of request gives the tokens (and log-probabilities) it gives without guessing,
+ * alone and batched, drawn on the device or on the host. */
+static void speculative(int draw) {
+    rng r;
+    rng_seed(&r, 61);
+    static const spec_case cases[] = {
+        {.max_tokens = 40},
+        {.sp = {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 8}, .max_tokens = 40},
+        {.sp = {.temperature = 1.2f, .top_k = 0, .top_p = 0.9f, .seed = 9}, .max_tokens = 40},
+        {.adjust = true, .max_tokens = 40},
+        {.adjust = true, .sp = {.temperature = 0.7f, .top_k = 40, .top_p = 0.95f, .seed = 10}, .max_tokens = 40},
+        {.logprobs = true, .max_tokens = 40},
+        {.json = true, .max_tokens = 40},
+        {.stop = true, .max_tokens = 40},
+        {.max_tokens = 3},
+    };
+    enum { N = sizeof cases / sizeof *cases };
+    int32_t prompts[N][40], want[N][48];
+    /* three tokens pushed far above the rest, which the penalties take turns among: each row's
+     * choice depends on the tokens chosen before it, in this pass too */
+    logit_bias push[] = {{11, 100}, {12, 100}, {500, 100}};
+    const logit_adjust adj = {.presence = 1, .frequency = 2, .bias = push, .n_bias = 3};
+    engine plain, spec;
+    engine_opts po = {.n_ctx = N_CTX, .max_seqs = N, .draw = draw};
+    engine_opts so = po;
+    so.spec_tokens = 4, so.guess = oracle_guess;
+    init(&plain, &po), init(&spec, &so);
+    spec_seen want_lp[N], got_lp[N];
+    engine_request rq[N];
+    int32_t stop_id[N];
+    n_oracle = 0;
+    for (int k = 0; k < N; k++) {
+        const spec_case *c = &cases[k];
+        random_ids(&r, prompts[k], 40);
+        rq[k] = (engine_request){.ids = prompts[k], .n = 40, .max_tokens = c->max_tokens, .ignore_eos = !c->json,
+                                 .sp = &c->sp, .adjust = c->adjust ? &adj : NULL, .json_object = c->json,
+                                 .on_logprob = c->logprobs ? spec_logprob : NULL, .top_logprobs = c->logprobs ? 3 : 0};
+        want_lp[k].n_lp = 0;
+        rq[k].ctx = &want_lp[k];
+        engine_reply rp;
+        if (engine_generate(&plain, &rq[k], &rp)) fail_msg("%s", cd_errmsg());
+        if (c->stop) { /* a stop token the reply reaches in its middle */
+            stop_id[k] = rp.ids[rp.n / 2];
+            rq[k].stop_ids = &stop_id[k], rq[k].n_stop = 1;
+            engine_reply_free(&rp);
+            want_lp[k].n_lp = 0;
+            if (engine_generate(&plain, &rq[k], &rp)) fail_msg("%s", cd_errmsg());
+            assert_true(rp.n < c->max_tokens);
+        }
+        memcpy(want[k], rp.ids, rp.n * sizeof *rp.ids);
+        oracle[n_oracle++] = (oracle_entry){prompts[k], want[k], 40, rp.n};
+        engine_reply_free(&rp);
+    }
+    for (int round = 0; round < 2; round++) { /* each alone, then all batched */
+        uint32_t h[N];
+        for (int k = 0; k < N; k++) {
+            got_lp[k].n_lp = 0;
+            rq[k].ctx = &got_lp[k];
+            if (engine_submit(&spec, &rq[k], &h[k])) fail_msg("%s", cd_errmsg());
+            for (uint32_t busy = 1; round == 0 && busy;)
+                if (engine_step(&spec, &busy)) fail_msg("%s", cd_errmsg());
+        }
+        for (uint32_t busy = 1; busy;)
+            if (engine_step(&spec, &busy)) fail_msg("%s", cd_errmsg());
+        for (int k = 0; k < N; k++) {
+            engine_reply rp;
+            assert_int_equal(engine_poll(&spec, h[k], &rp), 1);
+            if (rp.n != oracle[k].n_want || memcmp(rp.ids, want[k], rp.n * sizeof *rp.ids))
+                fail_msg("draw %d, %s: case %d: tokens differ with speculative decoding", draw, round ? "batched" : "alone", k);
+            assert_int_equal(got_lp[k].n_lp, want_lp[k].n_lp);
+            assert_memory_equal(got_lp[k].lp, want_lp[k].lp, want_lp[k].n_lp * sizeof *got_lp[k].lp);
+            engine_reply_free(&rp);
+        }
+    }
+    uint64_t total = 0;
+    for (int k = 0; k < N; k++) total += oracle[k].n_want;
+    print_message("draw %d: %llu tokens guessed, %llu kept; %llu steps with guessing, %llu without\n", draw,
+                  (unsigned long long)spec.stats.draft_tokens, (unsigned long long)spec.stats.accepted_tokens,
+                  (unsigned long long)spec.stats.steps, (unsigned long long)plain.stats.steps);
+    assert_int_equal(spec.stats.generated_tokens, 2 * total);
+    assert_true(spec.stats.accepted_tokens > total / 2);                     /* guesses kept ... */
+    assert_true(spec.stats.draft_tokens > spec.stats.accepted_tokens + 20);  /* ... and dropped */
+    assert_true(spec.stats.steps < plain.stats.steps);                       /* several tokens a pass */
+    assert_no_leak(&spec);
+    engine_free(&plain), engine_free(&spec);
+}
+
+static void test_speculative(void **state) {
+    (void)state;
+    speculative(ENGINE_DRAW_HOST);
+    speculative(ENGINE_DRAW_DEVICE);
+}
+
+/* The real guesser: a scripted model whose greedy reply cycles (" one two three four five" and
+ * again) is guessed by prompt lookup from its second round on; the tokens are those without
+ * guessing, in fewer passes. */
+static void cycle_script(synth_spec *s) { s->script = " one two three four five one"; }
+
+static void test_speculative_lookup(void **state) {
+    (void)state;
+    model *m;
+    const char *path = tu_make_model("sched_cycle.gguf", "tiny", NULL, 5, cycle_script);
+    if (model_load(&m, path, (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (tok_encode(m->tok, "Count: one", 10, false, &ids, &n)) fail_msg("%s", cd_errmsg());
+    engine e[2];
+    engine_reply rp[2];
+    for (int k = 0; k < 2; k++) {
+        engine_opts o = {.n_ctx = 256, .spec_tokens = 4 * k};
+        if (engine_init(&e[k], m, &o)) fail_msg("%s", cd_errmsg());
+        engine_request rq = {.ids = ids, .n = (uint32_t)n, .max_tokens = 60, .ignore_eos = true};
+        if (engine_generate(&e[k], &rq, &rp[k])) fail_msg("%s", cd_errmsg());
+    }
+    char *text = NULL;
+    if (tok_decode(m->tok, rp[0].ids, 10, &text)) fail_msg("%s", cd_errmsg());
+    assert_string_equal(text, " two three four five one two three four five one");
+    assert_int_equal(rp[1].n, rp[0].n);
+    assert_memory_equal(rp[1].ids, rp[0].ids, rp[0].n * sizeof *rp[0].ids);
+    print_message("lookup: %llu guessed, %llu kept; %llu passes for 60 tokens (%llu without)\n",
+                  (unsigned long long)e[1].stats.draft_tokens, (unsigned long long)e[1].stats.accepted_tokens,
+                  (unsigned long long)e[1].stats.steps, (unsigned long long)e[0].stats.steps);
+    assert_true(e[1].stats.accepted_tokens >= 40);
+    assert_true(e[1].stats.steps * 3 < e[0].stats.steps);
+    free(text), free(ids);
+    for (int k = 0; k < 2; k++) engine_reply_free(&rp[k]), engine_free(&e[k]);
+    model_free(m);
+}
+
 static void test_errors(void **state) {
     (void)state;
     engine e;
@@ -998,12 +1187,16 @@ int main(void) {
         cmocka_unit_test(test_logprobs),
         cmocka_unit_test(test_json_object),
         cmocka_unit_test(test_json_schema),
+        cmocka_unit_test(test_speculative),
+        cmocka_unit_test(test_speculative_lookup),
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_dedup),
         cmocka_unit_test(test_interleavings),
         cmocka_unit_test(test_interleavings_page4),
         cmocka_unit_test(test_preemption),
+        cmocka_unit_test(test_preemption_speculative),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*salt*" */
+    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER")); /* e.g. test_speculative* */
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -34,17 +34,20 @@ typedef struct bench_opts {
     const char *json_schema_file; /* --json-schema FILE: the reply held to its schema */
     json_schema *schema;          /* compiled from it */
     int32_t logprobs;  /* -1: none; else each token's log-probability and this many alternatives */
+    uint32_t spec_tokens; /* engine_opts.spec_tokens */
+    const char *prompt_text; /* the prompt as text (tokenized) instead of --prompt-tokens random ids */
 } bench_opts;
 
 typedef struct bench_run {
     double prefill_ms, decode_ms;
+    uint32_t draft_tokens, accepted_tokens; /* speculative decoding's guesses, and those kept */
 } bench_run;
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N]\n"
             "                    [--gate-up-pairs auto|on|off] [--json-object | --json-schema FILE]\n"
-            "                    [--logprobs N] [--json]\n"
+            "                    [--logprobs N] [--spec-tokens N] [--prompt-text TEXT] [--json]\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
@@ -57,6 +60,9 @@ static void usage(FILE *out) {
             "  in FILE (response_format json_schema, strict: docs/STRUCTURED.md); --logprobs N computes\n"
             "  each token's log-probability\n"
             "  and N alternatives (0-20, the server's logprobs / top_logprobs): what they cost.\n"
+            "  --spec-tokens N: speculative decoding by prompt lookup (serve --spec-tokens; the guessed\n"
+            "  and kept tokens are reported). --prompt-text TEXT: the prompt is TEXT, tokenized (special\n"
+            "  tokens parsed), instead of --prompt-tokens random ids (a scripted model's reply needs it).\n"
             "\n"
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
@@ -114,6 +120,11 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--json-schema", &v)) o->json_schema_file = v;
+        else if (cli_value(argc, argv, &i, "--prompt-text", &v)) o->prompt_text = v;
+        else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) {
+            if (cli_u32("--spec-tokens", v, &o->spec_tokens)) return -1;
+            if (o->spec_tokens > ENGINE_SPEC_MAX) return cli_error("bench", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
+        }
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
         else if (cli_value(argc, argv, &i, "--scenario", &v)) o->trace.scenario = v;
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->trace.page_tokens)) return -1; }
@@ -187,6 +198,7 @@ static int bench_once(engine *e, const bench_opts *o, const int32_t *ids, uint32
     if (engine_generate(e, &rq, &r)) return -1;
     out->prefill_ms = r.ttft_ms;
     out->decode_ms = r.decode_ms;
+    out->draft_tokens = r.draft_tokens, out->accepted_tokens = r.accepted_tokens;
     int rc = r.n == n_gen + 1 ? 0 : cd_fail("bench: %u of %u tokens generated", r.n, n_gen + 1);
     engine_reply_free(&r);
     return rc;
@@ -201,7 +213,9 @@ static json_t *json_runs(const double *v, uint32_t n) {
 /* Medians of the repeats; with --json also every repeat's figures in run order (prefill_runs,
  * decode_runs, as llama_oracle --bench writes them): a GPU's first runs can differ from the rest.
  * The medians sort pps and tgs. */
-static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double *pps, double *tgs, double load_ms) {
+static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, double *pps, double *tgs, double load_ms,
+                   const bench_run *spec) {
+    uint64_t guessed = spec->draft_tokens, kept = spec->accepted_tokens; /* the repeats' */
     json_t *pr = o->json ? json_runs(pps, o->repeat) : NULL, *tr = o->json ? json_runs(tgs, o->repeat) : NULL;
     double pp = cli_median(pps, o->repeat), tg = cli_median(tgs, o->repeat);
     if (!o->json) {
@@ -211,12 +225,18 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
         printf("pp%-5u %10.2f tok/s   (median of %u)\n", o->n_prompt, pp, o->repeat);
         if (o->n_gen) printf("tg%-5u %10.2f tok/s   (median of %u)\n", o->n_gen, tg, o->repeat);
         printf("load    %10.1f ms (weights to the device, pipelines)\n", load_ms);
+        if (o->spec_tokens)
+            printf("spec    %llu of %llu guessed tokens kept (up to %u a pass)\n", (unsigned long long)kept,
+                   (unsigned long long)guessed, o->spec_tokens);
         return;
     }
     json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f}", "model", o->model, "device",
                           vk->dev.info.props.deviceName, "prompt_tokens", (json_int_t)o->n_prompt, "gen_tokens",
                           (json_int_t)o->n_gen, "repeat", (json_int_t)o->repeat, "prefill_tok_s", pp, "decode_tok_s",
                           tg, "load_ms", load_ms);
+    json_object_set_new(j, "spec_tokens", json_integer(o->spec_tokens));
+    json_object_set_new(j, "draft_tokens", json_integer((json_int_t)guessed));
+    json_object_set_new(j, "accepted_tokens", json_integer((json_int_t)kept));
     json_object_set_new(j, "prefill_runs", pr);
     json_object_set_new(j, "decode_runs", tr);
     char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
@@ -225,38 +245,59 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
     json_decref(j);
 }
 
-static int bench(const bench_opts *o, model *m) {
-    uint32_t need = o->n_prompt + o->n_gen + 1, n_ctx = need; /* the last token chosen is not fed */
-    if (need > m->cfg.n_ctx_train)
-        return cli_error("bench", "%u prompt + %u generated tokens exceed the model's context (%u)", o->n_prompt,
-                         o->n_gen, m->cfg.n_ctx_train);
-    if (o->trace.n_ctx) { /* a larger context than the run needs (the speed must not depend on it) */
-        if (o->trace.n_ctx < need)
-            return cli_error("bench", "--ctx %u is below the %u prompt + %u generated tokens", o->trace.n_ctx,
-                             o->n_prompt, o->n_gen);
-        if (o->trace.n_ctx > m->cfg.n_ctx_train)
-            return cli_error("bench", "--ctx %u exceeds the model's context (%u)", o->trace.n_ctx, m->cfg.n_ctx_train);
-        n_ctx = o->trace.n_ctx;
+/* The prompt: --prompt-text's tokens (o->n_prompt set to their count), or seeded random ids. */
+static int32_t *bench_prompt(bench_opts *o, const model *m) {
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (o->prompt_text) {
+        if (tok_encode(m->tok, o->prompt_text, strlen(o->prompt_text), true, &ids, &n)) return NULL;
+        if (!n) return free(ids), cd_fail("--prompt-text has no tokens"), NULL;
+        o->n_prompt = (uint32_t)n;
+        return ids;
     }
-    int32_t *ids = malloc(o->n_prompt * sizeof *ids);
-    double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
-    engine e = {0};
-    if (!ids || !pp || !tg) { free(ids); free(pp); free(tg); return cli_error("bench", "out of memory"); }
+    if (!(ids = malloc(o->n_prompt * sizeof *ids))) return cd_fail("out of memory"), NULL;
     rng r;
     rng_seed(&r, o->seed);
     for (uint32_t i = 0; i < o->n_prompt; i++) ids[i] = (int32_t)rng_below(&r, m->cfg.n_vocab);
+    return ids;
+}
+
+static int bench(bench_opts *o, model *m) {
+    int32_t *ids = bench_prompt(o, m);
+    if (!ids) return cli_error("bench", "%s", cd_errmsg());
+    uint32_t need = o->n_prompt + o->n_gen + 1, n_ctx = need; /* the last token chosen is not fed */
+    if (need > m->cfg.n_ctx_train) {
+        free(ids);
+        return cli_error("bench", "%u prompt + %u generated tokens exceed the model's context (%u)", o->n_prompt,
+                         o->n_gen, m->cfg.n_ctx_train);
+    }
+    if (o->trace.n_ctx) { /* a larger context than the run needs (the speed must not depend on it) */
+        const char *bad = o->trace.n_ctx < need ? "is below the prompt + generated tokens"
+                          : o->trace.n_ctx > m->cfg.n_ctx_train ? "exceeds the model's context" : NULL;
+        if (bad) {
+            free(ids);
+            return cli_error("bench", "--ctx %u %s (%u + %u; the model's %u)", o->trace.n_ctx, bad, o->n_prompt, o->n_gen,
+                             m->cfg.n_ctx_train);
+        }
+        n_ctx = o->trace.n_ctx;
+    }
+    double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
+    engine e = {0};
+    if (!pp || !tg) { free(ids); free(pp); free(tg); return cli_error("bench", "out of memory"); }
 
     int rc = 0;
     double t0 = cd_now_ms();
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs};
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs,
+                      .spec_tokens = o->spec_tokens};
     if (engine_init(&e, m, &eo)) rc = -1;
     double load_ms = cd_now_ms() - t0;
-    bench_run warm;
+    bench_run warm, spec = {0};
     uint32_t n_warm = o->n_prompt < 8 ? o->n_prompt : 8;
     if (!rc && bench_once(&e, o, ids, n_warm, o->n_gen < 2 ? o->n_gen : 2, &warm)) rc = -1;
     for (uint32_t k = 0; !rc && k < o->repeat; k++) {
         bench_run b;
         if (bench_once(&e, o, ids, o->n_prompt, o->n_gen, &b)) { rc = -1; break; }
+        spec.draft_tokens += b.draft_tokens, spec.accepted_tokens += b.accepted_tokens;
         pp[k] = o->n_prompt / (b.prefill_ms / 1e3);
         tg[k] = o->n_gen ? o->n_gen / (b.decode_ms / 1e3) : 0;
         if (!o->json)
@@ -264,7 +305,7 @@ static int bench(const bench_opts *o, model *m) {
                     pp[k], b.decode_ms, tg[k]);
     }
     if (rc) cli_error("bench", "%s", cd_errmsg());
-    else report(o, m, e.vk, pp, tg, load_ms);
+    else report(o, m, e.vk, pp, tg, load_ms, &spec);
     engine_free(&e);
     free(ids);
     free(pp);

@@ -16,7 +16,7 @@ static void usage(FILE *out) {
             "                    [--cache-dir-max-mb N]\n"
             "                    [--no-prefix-cache] [--api-key KEY] [--alias NAME] [--chunk-tokens N]\n"
             "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
-            "                    [--port-file F] [--preserve-reasoning] [--strict-template]\n"
+            "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
             "  An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (streaming with\n"
             "  \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), /v1/cache.\n"
             "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
@@ -33,7 +33,10 @@ static void usage(FILE *out) {
             "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory; --cache-dir DIR writes\n"
             "  cached prefixes to DIR in 256-token chunks and serves them after a restart, within\n"
             "  --cache-dir-max-mb N MiB (N >= 1; default 10%% of the free space at start, at least 256 MiB;\n"
-            "  least recently used chunks deleted first; counters on /metrics).\n");
+            "  least recently used chunks deleted first; counters on /metrics).\n"
+            "  --spec-tokens N (0-8, default 0: off) guesses up to N next tokens of each reply from its own\n"
+            "  history (prompt lookup) and checks them in the same pass: the same tokens, more of them a\n"
+            "  pass when replies copy their context (tool calls, quoted text, JSON).\n");
 }
 
 typedef struct serve_opts {
@@ -71,6 +74,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) { if (cli_u32("--spec-tokens", v, &o->eo.spec_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;
         else if (cli_value(argc, argv, &i, "--cache-dir-max-mb", &v)) {
@@ -93,6 +97,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         return cli_error("serve", "--max-body-kb and --max-header-kb are at most 1048576"), -1;
     if (o->so.api_key && !*o->so.api_key) return cli_error("serve", "--api-key must not be empty"), -1;
     if (o->eo.page_tokens > 256) return cli_error("serve", "--page-size is at most 256"), -1;
+    if (o->eo.spec_tokens > ENGINE_SPEC_MAX) return cli_error("serve", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
     if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
         return cli_error("serve", "%s needs the prefix cache: not with --no-prefix-cache",
                          o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;

@@ -18,16 +18,16 @@ static int alloc_scheduler(engine *e, const engine_opts *o) {
     e->max_seqs = o->max_seqs ? o->max_seqs : 1;
     e->chunk_tokens = o->chunk_tokens ? o->chunk_tokens : 512;
     e->max_wait_steps = o->max_wait_steps ? o->max_wait_steps : 64;
-    uint32_t T = e->g.n_batch, S = e->max_seqs;
+    uint32_t T = e->g.n_batch, S = e->max_seqs, O = e->max_out;
     if (e->chunk_tokens > T) e->chunk_tokens = T;
     e->row_free = malloc(S * sizeof *e->row_free);
     e->b_ids = malloc(T * sizeof *e->b_ids);
     e->b_row = malloc(T * sizeof *e->b_row);
     e->b_pos = malloc(T * sizeof *e->b_pos);
-    e->b_out = malloc(S * sizeof *e->b_out);
-    e->b_next = malloc(S * sizeof *e->b_next);
-    e->b_owner = malloc(S * sizeof *e->b_owner);
-    e->b_sample = malloc(S * sizeof *e->b_sample);
+    e->b_out = malloc(O * sizeof *e->b_out);
+    e->b_next = malloc(O * sizeof *e->b_next);
+    e->b_owner = malloc(O * sizeof *e->b_owner);
+    e->b_sample = malloc(O * sizeof *e->b_sample);
     if (!e->row_free || !e->b_ids || !e->b_row || !e->b_pos || !e->b_out || !e->b_next || !e->b_owner || !e->b_sample)
         return cd_fail("out of memory");
     for (uint32_t r = 0; r < S; r++) e->row_free[r] = 1;
@@ -47,8 +47,13 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     if (pool > UINT32_MAX) return cd_fail("a KV pool of %llu tokens is too large", (unsigned long long)pool);
     uint32_t max_seqs = o->max_seqs ? o->max_seqs : 1;
     if (max_seqs > 256) return cd_fail("%u sequences at once: at most 256", max_seqs);
-    e->b_lp = calloc(max_seqs, sizeof *e->b_lp);
-    e->host_list = calloc(max_seqs, sizeof *e->host_list);
+    if (o->spec_tokens > ENGINE_SPEC_MAX)
+        return cd_fail("%u speculative tokens: at most %d", o->spec_tokens, ENGINE_SPEC_MAX);
+    e->spec_tokens = o->spec_tokens;
+    e->guess = o->guess, e->guess_ctx = o->guess_ctx;
+    e->max_out = max_seqs * (1 + o->spec_tokens);
+    e->b_lp = calloc(e->max_out, sizeof *e->b_lp);
+    e->host_list = calloc(e->max_out, sizeof *e->host_list);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     e->n_workers = cores < 1 ? 1 : cores > 16 ? 16 : (uint32_t)cores;
     if (e->n_workers > max_seqs) e->n_workers = max_seqs;
@@ -60,16 +65,16 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
         e->vk = NULL;
         return -1;
     }
-    /* a pass holds every running sequence's decode token plus a prompt chunk */
+    /* a pass holds every running sequence's decode token (and guessed ones) plus a prompt chunk */
     uint32_t chunk = o->chunk_tokens ? o->chunk_tokens : 512;
-    uint64_t n_batch = (uint64_t)chunk + max_seqs;
-    if (n_batch > n_ctx + (uint64_t)max_seqs) n_batch = n_ctx + (uint64_t)max_seqs;
+    uint64_t n_batch = (uint64_t)chunk + e->max_out;
+    if (n_batch > n_ctx + (uint64_t)e->max_out) n_batch = n_ctx + (uint64_t)e->max_out;
     kv_layout lay;
     const model_config *c = &m->cfg;
     TRY(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
                        o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
     TRY(kv_pool_init(&e->pool, e->vk, &lay, (uint32_t)pool));
-    gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .kv = &e->pool.buf,
+    gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out, .kv = &e->pool.buf,
                          .lay = &e->pool.lay, .gate_up_pairs = o->gate_up_pairs};
     TRY(gpu_model_init(&e->g, e->vk, m, &go));
     TRY(model_set_weights_digest(m, e->g.w.digest));

@@ -14,9 +14,10 @@
  *              ─► decode, one token per step ─► finished: prompt + generated committed, released
  *
  * One step is ONE forward pass (gpu_forward_batch) over every running sequence: a decode token
- * of each decoding sequence plus up to chunk_tokens prompt tokens of prefilling ones (mixed,
- * so running streams keep producing tokens while a long prompt arrives), each token at its own
- * position over its own block-table row; every weight is read once per step. The forward pass
+ * of each decoding sequence (and its guessed next tokens, with speculative decoding: spec_tokens)
+ * plus up to chunk_tokens prompt tokens of prefilling ones (mixed, so running streams keep
+ * producing tokens while a long prompt arrives), each token at its own position over its own
+ * block-table row; every weight is read once per step. The forward pass
  * is batch invariant (gpu_model.h): a request's tokens are the same alone, among others,
  * admitted at any step, preempted and resumed, and with or without the cache.
  *
@@ -56,6 +57,7 @@
 #include "runtime/vk/vk_ctx.h"
 
 enum { ENGINE_DRAW_AUTO = 0, ENGINE_DRAW_DEVICE = 1, ENGINE_DRAW_HOST = 2 };
+#define ENGINE_SPEC_MAX 8 /* engine_opts.spec_tokens at most */
 
 typedef struct engine_opts {
     uint32_t max_seqs;     /* requests running at once (block-table rows); 0 = 1 */
@@ -73,6 +75,18 @@ typedef struct engine_opts {
      * Either way the same tokens but within float rounding of a boundary between two tokens. */
     int draw;
     int gate_up_pairs;     /* gpu_model_opts.gate_up_pairs: 0 auto (a GPU), 1 on, -1 off */
+    /* Speculative decoding by prompt lookup (runtime/engine/lookup_draft.h): each decoding
+     * sequence's pass feeds, after its last token, up to this many tokens guessed from its own
+     * history, with a logits row each; its tokens are chosen row by row as ever, and the guessed
+     * ones are kept up to the first its choice disagrees with (their K/V is then already
+     * written). Rows are bit-identical whatever else is in the pass (gpu_model.h), so the tokens
+     * are the same with it on or off; only how many come per pass changes. 0 = off; at most
+     * ENGINE_SPEC_MAX. A guess takes only free KV pages (it never evicts or preempts). */
+    uint32_t spec_tokens;
+    /* Who guesses: NULL = lookup_draft (prompt lookup); else guess(guess_ctx, ...) with
+     * lookup_draft's contract (tests guess right and wrong on purpose through it). */
+    uint32_t (*guess)(void *ctx, const int32_t *toks, uint32_t n, uint32_t k_max, int32_t *out);
+    void *guess_ctx;
     const char *tenant;    /* optional salt: tenants never share cache entries */
     uint32_t host_cache_mb; /* host tier of the prefix cache in MiB of host-visible memory; 0 = none */
     const char *cache_dir;  /* disk tier of the prefix cache (created if missing); NULL = none */
@@ -86,6 +100,7 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     uint64_t requests, prompt_tokens, cached_tokens, prefilled_tokens, recomputed_tokens, generated_tokens;
     uint64_t steps, preempted, cancelled;
     uint64_t dedup_tokens;    /* cached tokens of requests that waited for another's prefill of them */
+    uint64_t draft_tokens, accepted_tokens; /* speculative decoding: guessed tokens fed, and those kept */
     uint64_t evicted_pages;   /* pages the cache gave back to the pool (demoted ones included) */
     uint64_t cache_errors;    /* commits to the cache that failed (each on stderr): the replies stood,
                                * that KV was not cached */
@@ -132,8 +147,8 @@ typedef struct engine {
     /* the host's say in a pass's tokens (scheduler.c, choose_on_host) */
     float *host_rows;    /* [cap_host_rows][n_vocab] the pass's rows the host reads, downloaded together */
     uint32_t cap_host_rows;
-    token_logprob *b_lp; /* [max_seqs] each output row's log-probabilities */
-    uint32_t *host_list; /* [max_seqs] the output rows the host works on in a pass */
+    token_logprob *b_lp; /* [max_out] each output row's log-probabilities */
+    uint32_t *host_list; /* [max_out] the first output row of each request the host works on in a pass */
     uint32_t n_workers;  /* the host's workers on those rows (cores, at most max_seqs and 16), */
     host_workers workers; /* started at the first pass with two rows to work on */
     uint32_t *adj_count; /* [n_workers][n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
@@ -150,17 +165,21 @@ typedef struct engine {
 
     /* the scheduler */
     uint32_t max_seqs, chunk_tokens, max_wait_steps;
+    uint32_t spec_tokens;     /* engine_opts.spec_tokens, guess and guess_ctx */
+    uint32_t (*guess)(void *ctx, const int32_t *toks, uint32_t n, uint32_t k_max, int32_t *out);
+    void *guess_ctx;
+    uint32_t max_out;         /* output rows a pass may have: max_seqs * (1 + spec_tokens) */
     struct engine_req **reqs; /* every request not yet handed back: waiting, running or finished */
     uint32_t n_reqs, cap_reqs;
     uint32_t next_handle;
     uint64_t n_steps;         /* steps since engine_init (request ages) */
     uint64_t n_admitted;      /* admission counter: the youngest running request has the largest */
     uint32_t *row_free;       /* [max_seqs] 1 where the block-table row is free */
-    /* one forward pass (scratch, n_batch tokens / max_seqs outputs) */
+    /* one forward pass (scratch, n_batch tokens / max_out outputs) */
     int32_t *b_ids, *b_next;
     uint32_t *b_row, *b_pos, *b_out;
     struct engine_req **b_owner; /* the request of each output row */
-    cvk_sample_row *b_sample;    /* [max_seqs] how each output row's token is drawn */
+    cvk_sample_row *b_sample;    /* [max_out] how each output row's token is drawn */
     uint32_t *fed;               /* [cap_reqs] tokens each request has in the pass */
     struct engine_req **fed_req; /* [cap_reqs] those requests */
 } engine;
@@ -194,6 +213,7 @@ typedef struct engine_reply {
     bool eog;                  /* stopped at an end-of-generation token */
     enum engine_finish { ENGINE_STOP, ENGINE_LENGTH, ENGINE_CANCELLED, ENGINE_ERROR } finish;
     uint32_t preempted;        /* times it was preempted and resumed */
+    uint32_t draft_tokens, accepted_tokens; /* speculative decoding: its guessed tokens fed, those kept */
 } engine_reply;
 
 /* Called per generated token; return false to stop early. */

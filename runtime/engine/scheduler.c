@@ -7,6 +7,7 @@
 
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
+#include "runtime/engine/lookup_draft.h"
 #include "runtime/engine/request.h"
 
 #define TRY(x)                                                                                                         \
@@ -166,6 +167,8 @@ static void add_stats(engine *e, const engine_reply *r) {
     s->prefilled_tokens += r->prefilled_tokens;
     s->recomputed_tokens += r->recomputed_tokens;
     s->generated_tokens += r->n;
+    s->draft_tokens += r->draft_tokens;
+    s->accepted_tokens += r->accepted_tokens;
     s->evicted_pages += r->evicted_pages;
     s->restored_tokens += r->restored_tokens;
     s->restored_pages += r->restored_pages;
@@ -418,31 +421,62 @@ static int grow_decoders(engine *e) {
     return 0;
 }
 
-/* Adds q's tokens [n_kv, n_kv + n) to the pass; an output row when they end its prefill or
- * are its decode token. */
-static void add_tokens(engine *e, engine_req *q, uint32_t n, uint32_t *nb, uint32_t *no) {
-    for (uint32_t i = 0; i < n; i++) {
-        e->b_ids[*nb] = q->all[q->n_kv + i];
-        e->b_row[*nb] = q->row;
-        e->b_pos[*nb] = q->n_kv + i;
-        (*nb)++;
-    }
-    if (q->n_kv + n == q->n_target || q->n_kv >= q->n_target) {
-        e->b_out[*no] = *nb - 1;
+static void add_token(engine *e, engine_req *q, int32_t id, uint32_t pos, bool out, uint32_t *nb, uint32_t *no) {
+    e->b_ids[*nb] = id;
+    e->b_row[*nb] = q->row;
+    e->b_pos[*nb] = pos;
+    if (out) {
+        e->b_out[*no] = *nb;
         e->b_owner[(*no)++] = q;
     }
+    (*nb)++;
 }
 
-/* Decode tokens first (one per decoding sequence), then prompt chunks of prefilling ones in
- * admission order, up to chunk_tokens and the pass's capacity. */
+/* Adds q's prompt tokens [n_kv, n_kv + n) to the pass; an output row when they end its prefill. */
+static void add_tokens(engine *e, engine_req *q, uint32_t n, uint32_t *nb, uint32_t *no) {
+    for (uint32_t i = 0; i < n; i++)
+        add_token(e, q, q->all[q->n_kv + i], q->n_kv + i, q->n_kv + i + 1 == q->n_target, nb, no);
+}
+
+/* Speculative decoding: q's guessed next tokens (lookup_draft.h) into q->draft, as many as fit
+ * what is left of its max_tokens (the pass gives one token more than it guesses), the context
+ * and its reserved pages, which may grow from free pages only. */
+static uint32_t guess(engine *e, engine_req *q) {
+    uint32_t left = q->rq.max_tokens - q->reply.n, k = e->spec_tokens;
+    if (!k || left < 2) return 0;
+    if (k > left - 1) k = left - 1;
+    if (k > e->g.n_ctx - q->n_all) k = e->g.n_ctx - q->n_all; /* positions up to n_all - 1 + k */
+    uint32_t k_max = k;
+    k = e->guess ? e->guess(e->guess_ctx, q->all, q->n_all, k_max, q->draft) : lookup_draft(q->all, q->n_all, k_max, q->draft);
+    if (k > k_max) k = 0; /* a guesser that broke its contract guesses nothing */
+    if (k && q->seq.n_tokens < q->n_all + k) {
+        uint32_t more = q->n_all + k - q->seq.n_tokens;
+        if (kv_pool_pages_needed(&e->pool, &q->seq, more) > kv_pages_free_count(&e->pool.pages) ||
+            kv_pool_extend(&e->pool, &q->seq, more))
+            k = q->seq.n_tokens - q->n_all; /* grow_decoders left room for the last token */
+    }
+    return k;
+}
+
+/* q's decode token (its last, at n_kv = n_all - 1) and its guess after it, each with an output
+ * row. */
+static void add_decode(engine *e, engine_req *q, uint32_t *nb, uint32_t *no) {
+    add_token(e, q, q->all[q->n_kv], q->n_kv, true, nb, no);
+    for (uint32_t i = 0; i < q->n_draft; i++) add_token(e, q, q->draft[i], q->n_kv + 1 + i, true, nb, no);
+}
+
+/* Decode tokens first (one per decoding sequence, and its guess), then prompt chunks of
+ * prefilling ones in admission order, up to chunk_tokens and the pass's capacity. */
 static void build_pass(engine *e, uint32_t *nb, uint32_t *no, uint32_t *fed) {
     *nb = *no = 0;
     for (uint32_t i = 0; i < e->n_reqs; i++) {
         engine_req *q = e->reqs[i];
         fed[i] = 0;
+        q->n_draft = 0;
         if (q->state == REQ_RUNNING && q->n_kv >= q->n_target) {
-            add_tokens(e, q, 1, nb, no);
-            fed[i] = 1;
+            q->n_draft = guess(e, q);
+            add_decode(e, q, nb, no);
+            fed[i] = 1 + q->n_draft;
         }
     }
     uint32_t budget = e->chunk_tokens, cap = e->g.n_batch;
@@ -505,15 +539,18 @@ static bool host_draws(const engine_req *q) { return q->adjusted || json_masked(
 static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logits_out || q->rq.on_logprob; }
 
 /* Row raw's token for q (id: the device's choice; worker w's scratch), its logprobs into *lp
- * when asked. */
-static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, uint32_t w, int32_t id, token_logprob *lp) {
+ * when asked; `ahead` tokens of q's guess were chosen before it in this pass (they sit in
+ * reply.ids past reply.n, where emit will put them). */
+static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, uint32_t w, int32_t id, token_logprob *lp,
+                               uint32_t ahead) {
     int32_t V = (int32_t)e->m->cfg.n_vocab;
     const float *pick = raw;
     bool masking = json_masked(q) && json_mask_active(&q->jm); /* a lazy mask waiting changes nothing */
     if (q->adjusted || masking) {
         float *adj = e->adj_logits + (size_t)w * (size_t)V;
         memcpy(adj, raw, (size_t)V * sizeof *raw);
-        if (q->adjusted) logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n, adj, V, e->adj_count + (size_t)w * (size_t)V);
+        if (q->adjusted)
+            logit_adjust_apply(&q->adj, q->reply.ids, q->reply.n + ahead, adj, V, e->adj_count + (size_t)w * (size_t)V);
         if (masking) json_mask_apply(&q->jm, adj, V);
         pick = adj;
     }
@@ -529,16 +566,30 @@ typedef struct host_rows_job {
     const uint32_t *rows; /* output rows to work on */
 } host_rows_job;
 
+/* Whether q's choice t on its output row i keeps the guessed token fed after that row: then row
+ * i + 1 follows from q's own tokens (and is chosen too). */
+static bool guess_kept(const engine *e, const engine_req *q, uint32_t i, int32_t t) {
+    return i < q->n_draft && q->draft[i] == t && !is_stop(e, q, t);
+}
+
+/* One request's rows in order (each row's choice depends on the tokens before it: penalties,
+ * the JSON mask, the generator), up to the first whose choice drops the guess. */
 static void host_row_work(void *ctx, uint32_t item, uint32_t worker) {
     const host_rows_job *h = ctx;
     engine *e = h->e;
     uint32_t j = h->rows[item];
-    const float *raw = e->host_rows + (size_t)(j - h->lo) * e->m->cfg.n_vocab;
-    e->b_next[j] = choose_from_row(e, e->b_owner[j], raw, worker, e->b_next[j], &e->b_lp[j]);
+    engine_req *q = e->b_owner[j];
+    for (uint32_t i = 0;; i++, j++) {
+        const float *raw = e->host_rows + (size_t)(j - h->lo) * e->m->cfg.n_vocab;
+        int32_t t = e->b_next[j] = choose_from_row(e, q, raw, worker, e->b_next[j], &e->b_lp[j], i);
+        if (!guess_kept(e, q, i, t)) break;
+        q->reply.ids[q->reply.n + i] = t; /* the next row's penalties count it */
+    }
 }
 
 /* e->b_next[j] for every output row the host reads, from rows [lo, hi) downloaded together into
- * e->host_rows (*first = lo). */
+ * e->host_rows (*first = lo). A request's rows (its guess's) are consecutive and go to one
+ * worker. */
 static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
     uint32_t lo = no, hi = 0;
     for (uint32_t j = 0; j < no; j++)
@@ -554,11 +605,34 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
     TRY(gpu_model_batch_logits_rows(&e->g, lo, hi - lo, e->host_rows));
     uint32_t n = 0;
     for (uint32_t j = lo; j < hi; j++)
-        if (host_reads(e->b_owner[j])) e->host_list[n++] = j;
+        if (host_reads(e->b_owner[j]) && (j == 0 || e->b_owner[j - 1] != e->b_owner[j])) e->host_list[n++] = j;
     if (n > 1 && !e->workers.inited) host_workers_init(&e->workers, e->n_workers - 1);
     host_rows_job h = {.e = e, .lo = lo, .rows = e->host_list};
     host_workers_run(&e->workers, n, host_row_work, &h);
     return 0;
+}
+
+/* q's tokens from its output rows j.. (host rows from lo): each row's, in order, while the
+ * guessed token after a row is the one chosen there (its K/V, written in the pass, then counts). */
+static void emit_rows(engine *e, uint32_t j, uint32_t lo) {
+    engine_req *q = e->b_owner[j];
+    size_t V = e->m->cfg.n_vocab;
+    uint32_t i = 0;
+    for (;; i++, j++) {
+        if (q->rq.logits_out) memcpy(q->rq.logits_out, e->host_rows + (size_t)(j - lo) * V, V * sizeof(float));
+        if (q->rq.on_logprob) q->rq.on_logprob(q->rq.ctx, &e->b_lp[j]);
+        int32_t t = e->b_next[j];
+        emit(e, q, t);
+        if (q->state != REQ_RUNNING || !guess_kept(e, q, i, t)) break;
+        q->n_kv++; /* the guessed token at this position is the sequence's */
+        if (q->n_kv > q->n_kv_max) q->n_kv_max = q->n_kv;
+        q->reply.accepted_tokens++;
+    }
+    q->reply.draft_tokens += q->n_draft;
+    if (q->sample_gpu && q->n_draft) { /* its generator as if it had drawn once per emitted token */
+        q->smp.rng = q->rng_before;
+        for (uint32_t d = 0; d <= i; d++) (void)rng_f32(&q->smp.rng);
+    }
 }
 
 /* After a pass: commit finished prefills, then the chosen tokens. */
@@ -566,7 +640,7 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     for (uint32_t i = 0; i < n_fed; i++) {
         engine_req *q = fed_req[i];
         bool prefill = q->n_kv < q->n_target;
-        uint32_t lo = q->n_kv, hi = lo + fed_of[i];
+        uint32_t lo = q->n_kv, hi = lo + (prefill ? fed_of[i] : 1); /* a decode's guessed tokens count when kept */
         q->n_kv = hi;
         if (prefill) { /* prompt positions new to it; positions it had before a preemption */
             uint32_t new_lo = lo > q->n_kv_max ? lo : q->n_kv_max, new_hi = hi < q->n_prompt ? hi : q->n_prompt;
@@ -584,13 +658,7 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     }
     uint32_t lo;
     TRY(choose_on_host(e, no, &lo));
-    size_t V = e->m->cfg.n_vocab;
-    for (uint32_t j = 0; j < no; j++) { /* in row order, on this thread: the callbacks */
-        engine_req *q = e->b_owner[j];
-        if (q->rq.logits_out) memcpy(q->rq.logits_out, e->host_rows + (size_t)(j - lo) * V, V * sizeof(float));
-        if (q->rq.on_logprob) q->rq.on_logprob(q->rq.ctx, &e->b_lp[j]);
-        emit(e, q, e->b_next[j]);
-    }
+    for (uint32_t j = 0; j < no; j += 1 + e->b_owner[j]->n_draft) emit_rows(e, j, lo); /* on this thread: the callbacks */
     return 0;
 }
 
@@ -603,6 +671,7 @@ static const cvk_sample_row *device_draws(engine *e, uint32_t no) {
         engine_req *q = e->b_owner[j];
         e->b_sample[j] = (cvk_sample_row){0};
         if (!q->sample_gpu) continue;
+        if (q->n_draft && (j == 0 || e->b_owner[j - 1] != q)) q->rng_before = q->smp.rng; /* emit_rows rewinds it */
         const sampler_params *p = &q->smp.p;
         e->b_sample[j] = (cvk_sample_row){p->temperature, p->top_k, p->top_p, rng_f32(&q->smp.rng)};
         any = true;

@@ -370,6 +370,13 @@ test("an agent round trip: the tool call and its result sent back are served fro
         `prompt ${ids1.length} + 90% of the reply ${reply.length}`);
     assert.ok(cached < r2.usage.prompt_tokens);
     t.diagnostic(`cached ${cached} of ${r2.usage.prompt_tokens}; previous prompt ${ids1.length} + reply ${reply.length}`);
+    // the script server guesses tokens (--spec-tokens 4): the call repeated from the history is
+    // guessed by prompt lookup and the guesses kept (r2's tokens equal the script: asserted above)
+    const spec = (await raw("/metrics", { method: "GET", base: scriptUrl })).text;
+    const kept = Number(/cinder_spec_accepted_tokens_total (\d+)/.exec(spec)[1]);
+    const guessed = Number(/cinder_spec_draft_tokens_total (\d+)/.exec(spec)[1]);
+    assert.ok(kept >= reply.length / 2 && kept <= guessed, `kept ${kept} of ${guessed} guessed tokens`);
+    t.diagnostic(`speculative decoding on the script server so far: ${kept} of ${guessed} guessed tokens kept`);
     // a call sent back changed is not the generated one: it renders as the template says
     const changed = { ...r1.choices[0].message, tool_calls: [{ ...call, function: { ...call.function, arguments: "{\"city\": \"Rome\"}" } }] };
     const m3 = [...weatherAsk, changed, { role: "tool", tool_call_id: call.id, content: "{\"temp_c\": 18}" }];
