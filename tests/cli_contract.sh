@@ -80,6 +80,10 @@ bench_spec=$("$bin" bench --model "$model" --prompt-text "one two one two one tw
 check "bench --spec-tokens --prompt-text runs and reports its guesses" test "$(json_field 'd["spec_tokens"] == 4 and d["accepted_tokens"] <= d["draft_tokens"] and d["prompt_tokens"] == 7' <<<"$bench_spec")" = True
 fails_with "bench --spec-tokens past 8" "--spec-tokens is at most 8" "$bin" bench --model "$model" --spec-tokens 9
 fails_with "serve --spec-tokens past 8" "--spec-tokens is at most 8" "$bin" serve --model "$model" --spec-tokens 9
+fails_with "chat --spec-tokens past 8" "--spec-tokens is at most 8" "$bin" chat --model "$model" --spec-tokens 9 </dev/null
+chat_plain=$(printf 'Say one two one two\n' | "$bin" chat --model "$model" --n 12 --json 2>/dev/null)
+chat_spec=$(printf 'Say one two one two\n' | "$bin" chat --model "$model" --n 12 --json --spec-tokens 4 2>/dev/null)
+check "chat --spec-tokens gives the same reply" test -n "$chat_plain" -a "$(json_field 'd["text"]' <<<"$chat_spec")" = "$(json_field 'd["text"]' <<<"$chat_plain")"
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
 fails_with "profile --gate-up-pairs names the choices" "--gate-up-pairs yes: auto, on or off" "$bin" profile --model "$model" --gate-up-pairs yes
 fails_with "profile --few-shape needs three or four numbers" "--few-shape 4,8: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8

@@ -31,7 +31,7 @@ static void usage(FILE *out) {
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
             "                   [--seed S] [--think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
-            "                   [--cache-dir-max-mb N]\n"
+            "                   [--cache-dir-max-mb N] [--spec-tokens N]\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
@@ -52,7 +52,9 @@ static void usage(FILE *out) {
             "  recomputed. --cache-dir-max-mb N keeps the chunk files under DIR within N MiB (N >= 1; by\n"
             "  default 10%% of the file system's free space at start, at least 256 MiB): the least\n"
             "  recently used are deleted first. Both tiers need the prefix cache (not with\n"
-            "  --no-prefix-cache).\n");
+            "  --no-prefix-cache). --spec-tokens N (0-8; 0, the default: off) guesses up to N next\n"
+            "  tokens of a reply from the conversation (prompt lookup) and checks them in one pass:\n"
+            "  the same reply, sooner when it repeats what was said.\n");
 }
 
 static int parse(int argc, char **argv, chat_opts *o) {
@@ -76,6 +78,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
             if (cli_cache_dir_max_mb("chat", v, &mb)) return -1;
             o->eo.cache_dir_max_bytes = (uint64_t)mb << 20;
         }
+        else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) { if (cli_u32("--spec-tokens", v, &o->eo.spec_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
@@ -85,6 +88,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     }
     if (o->max_tokens == 0) return cli_error("chat", "--n must be at least 1"), -1;
     if (o->eo.page_tokens > 256) return cli_error("chat", "--page-size is at most 256"), -1;
+    if (o->eo.spec_tokens > ENGINE_SPEC_MAX) return cli_error("chat", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
     if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
         return cli_error("chat", "%s needs the prefix cache: not with --no-prefix-cache",
                          o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;

@@ -57,7 +57,8 @@
 #include "runtime/vk/vk_ctx.h"
 
 enum { ENGINE_DRAW_AUTO = 0, ENGINE_DRAW_DEVICE = 1, ENGINE_DRAW_HOST = 2 };
-#define ENGINE_SPEC_MAX 8 /* engine_opts.spec_tokens at most */
+#define ENGINE_SPEC_MAX 8    /* engine_opts.spec_tokens at most */
+#define ENGINE_SPEC_ROWS 256 /* guessed tokens one pass may hold, all sequences' */
 
 typedef struct engine_opts {
     uint32_t max_seqs;     /* requests running at once (block-table rows); 0 = 1 */
@@ -81,7 +82,8 @@ typedef struct engine_opts {
      * ones are kept up to the first its choice disagrees with (their K/V is then already
      * written). Rows are bit-identical whatever else is in the pass (gpu_model.h), so the tokens
      * are the same with it on or off; only how many come per pass changes. 0 = off; at most
-     * ENGINE_SPEC_MAX. A guess takes only free KV pages (it never evicts or preempts). */
+     * ENGINE_SPEC_MAX, and ENGINE_SPEC_ROWS guessed tokens a pass in all. A guess takes only
+     * free KV pages (it never evicts or preempts). */
     uint32_t spec_tokens;
     /* Who guesses: NULL = lookup_draft (prompt lookup); else guess(guess_ctx, ...) with
      * lookup_draft's contract (tests guess right and wrong on purpose through it). */
@@ -168,7 +170,7 @@ typedef struct engine {
     uint32_t spec_tokens;     /* engine_opts.spec_tokens, guess and guess_ctx */
     uint32_t (*guess)(void *ctx, const int32_t *toks, uint32_t n, uint32_t k_max, int32_t *out);
     void *guess_ctx;
-    uint32_t max_out;         /* output rows a pass may have: max_seqs * (1 + spec_tokens) */
+    uint32_t max_out;         /* output rows a pass may have: max_seqs + guesses' (ENGINE_SPEC_ROWS at most) */
     struct engine_req **reqs; /* every request not yet handed back: waiting, running or finished */
     uint32_t n_reqs, cap_reqs;
     uint32_t next_handle;

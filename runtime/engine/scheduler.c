@@ -439,22 +439,26 @@ static void add_tokens(engine *e, engine_req *q, uint32_t n, uint32_t *nb, uint3
 }
 
 /* Speculative decoding: q's guessed next tokens (lookup_draft.h) into q->draft, as many as fit
- * what is left of its max_tokens (the pass gives one token more than it guesses), the context
- * and its reserved pages, which may grow from free pages only. */
-static uint32_t guess(engine *e, engine_req *q) {
-    uint32_t left = q->rq.max_tokens - q->reply.n, k = e->spec_tokens;
+ * *room (the pass's rows for guesses, taken), what is left of its max_tokens (the pass gives one
+ * token more than it guesses), the context and its reserved pages, which may grow from free
+ * pages only. */
+static uint32_t guess(engine *e, engine_req *q, uint32_t *room) {
+    uint32_t left = q->rq.max_tokens - q->reply.n, k = e->spec_tokens < *room ? e->spec_tokens : *room;
     if (!k || left < 2) return 0;
     if (k > left - 1) k = left - 1;
     if (k > e->g.n_ctx - q->n_all) k = e->g.n_ctx - q->n_all; /* positions up to n_all - 1 + k */
     uint32_t k_max = k;
     k = e->guess ? e->guess(e->guess_ctx, q->all, q->n_all, k_max, q->draft) : lookup_draft(q->all, q->n_all, k_max, q->draft);
     if (k > k_max) k = 0; /* a guesser that broke its contract guesses nothing */
+    for (uint32_t i = 0; i < k; i++)
+        if (q->draft[i] < 0 || (uint32_t)q->draft[i] >= e->m->cfg.n_vocab) k = i; /* nor past a token not in the vocabulary */
     if (k && q->seq.n_tokens < q->n_all + k) {
         uint32_t more = q->n_all + k - q->seq.n_tokens;
         if (kv_pool_pages_needed(&e->pool, &q->seq, more) > kv_pages_free_count(&e->pool.pages) ||
             kv_pool_extend(&e->pool, &q->seq, more))
             k = q->seq.n_tokens - q->n_all; /* grow_decoders left room for the last token */
     }
+    *room -= k;
     return k;
 }
 
@@ -469,12 +473,13 @@ static void add_decode(engine *e, engine_req *q, uint32_t *nb, uint32_t *no) {
  * prefilling ones in admission order, up to chunk_tokens and the pass's capacity. */
 static void build_pass(engine *e, uint32_t *nb, uint32_t *no, uint32_t *fed) {
     *nb = *no = 0;
+    uint32_t guess_room = e->max_out - e->max_seqs;
     for (uint32_t i = 0; i < e->n_reqs; i++) {
         engine_req *q = e->reqs[i];
         fed[i] = 0;
         q->n_draft = 0;
         if (q->state == REQ_RUNNING && q->n_kv >= q->n_target) {
-            q->n_draft = guess(e, q);
+            q->n_draft = guess(e, q, &guess_room);
             add_decode(e, q, nb, no);
             fed[i] = 1 + q->n_draft;
         }
@@ -617,6 +622,7 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
 static void emit_rows(engine *e, uint32_t j, uint32_t lo) {
     engine_req *q = e->b_owner[j];
     size_t V = e->m->cfg.n_vocab;
+    q->reply.draft_tokens += q->n_draft; /* before emit: its finish adds the reply to the stats */
     uint32_t i = 0;
     for (;; i++, j++) {
         if (q->rq.logits_out) memcpy(q->rq.logits_out, e->host_rows + (size_t)(j - lo) * V, V * sizeof(float));
@@ -628,7 +634,6 @@ static void emit_rows(engine *e, uint32_t j, uint32_t lo) {
         if (q->n_kv > q->n_kv_max) q->n_kv_max = q->n_kv;
         q->reply.accepted_tokens++;
     }
-    q->reply.draft_tokens += q->n_draft;
     if (q->sample_gpu && q->n_draft) { /* its generator as if it had drawn once per emitted token */
         q->smp.rng = q->rng_before;
         for (uint32_t d = 0; d <= i; d++) (void)rng_f32(&q->smp.rng);
