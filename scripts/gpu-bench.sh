@@ -9,6 +9,9 @@
 #   cinder bench --agents N      batched decode: N agents one at a time, then all N together
 #   cinder.base (--bundle)       a bundle made with --baseline REV: that cinder and this one timed
 #                                alternately (bench, batched decode, profile), before/after
+#   --spec                       speculative decoding (bench --spec-tokens 0, 4, 8) on a scripted
+#                                model of the same preset whose reply copies its prompt (every
+#                                guess right: what a pass of 5 or 9 rows buys on this GPU)
 #   --tests                      the test programs on this device (kernels against the CPU
 #                                reference, the model, batch and cache invariance)
 #   --shapes                     the decode step's profile over shapes of the few-token matmul
@@ -25,11 +28,11 @@
 # libraries scripts/gpu-bundle.sh packed into DIR instead of set-up and a build (as root: it
 # unpacks the Vulkan loader's packages into /).
 #   scripts/gpu-bench.sh [--preset P[:QUANT]] [--layers N] [--pp N] [--tg N] [--repeat N]
-#                        [--profile-gen D] [--batch B] [--agents N] [--tests] [--shapes | --shapes-only]
+#                        [--profile-gen D] [--batch B] [--agents N] [--spec] [--tests] [--shapes | --shapes-only]
 #                        [--bundle DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 shapes=0 bundle=""
+preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 shapes=0 bundle="" spec=0
 only=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -43,6 +46,7 @@ while [ $# -gt 0 ]; do
     --batch) batch=${2:?}; shift 2 ;;
     --agents) agents=${2:?}; shift 2 ;;
     --tests) tests=1; shift ;;
+    --spec) spec=1; shift ;;
     --shapes) shapes=1; shift ;;
     --shapes-only) shapes=1 only=1; shift ;;
     --bundle) bundle=$(cd "${2:?}" && pwd); shift 2 ;;
@@ -146,6 +150,16 @@ if [ "$agents" -gt 0 ] && [ "$only" = 0 ]; then
   run agents-c1.json agents_run "$bin" 1 || status=1
   run agents-cN.json agents_run "$bin" "$agents" || status=1
 fi
+if [ "$spec" = 1 ]; then # a reply that copies its prompt: every guess kept (PERF.md, session 31)
+  words=" alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau upsilon alpha"
+  spec_model=$root/models/$preset-$quant${layers:+-l$layers}-cycle.gguf
+  [ -f "$spec_model" ] || { "$bin" mkmodel --preset "$preset" --quant "$quant" ${layers:+--layers "$layers"} --threads "$(nproc)" \
+    --script "$words" --out "$spec_model.tmp" && mv "$spec_model.tmp" "$spec_model"; } || status=1
+  for k in 0 4 8; do
+    run spec-$k.json "$bin" bench --model "$spec_model" --prompt-text "$words" --gen "$tg" --repeat "$repeat" \
+      --spec-tokens $k --json || status=1
+  done
+fi
 if [ -n "$base_bin" ] && [ "$only" = 0 ]; then # before/after on this machine: base, this, base, this
   echo "baseline: $(cat "$b/bin/cinder.base.rev" 2>/dev/null)" >"$out/baseline.txt"
   for i in 1 2; do
@@ -228,6 +242,12 @@ if a1 and an:
     print(f"\nbatched decode ({y['agents']} agents, {y['system_tokens']}-token system prompt, {y['gen']} tokens each): "
           f"steady {x['decode_tok_s_steady']:.1f} tok/s one at a time, {y['decode_tok_s_steady']:.1f} all together "
           f"(**{y['decode_tok_s_steady'] / x['decode_tok_s_steady']:.2f}x**); ITL p50 {y['itl_ms_p50']:.2f} ms")
+spec = [r for k in (0, 4, 8) for r in load(f"spec-{k}.json")]
+if spec:
+    print(f"\nspeculative decoding, a reply that copies its prompt:\n\n| spec tokens | tg tok/s | kept / guessed | vs 0 |\n|---|---|---|---|")
+    for r in spec:
+        print(f"| {r['spec_tokens']} | {r['decode_tok_s']:.2f} | {r['accepted_tokens']} / {r['draft_tokens']} | "
+              f"{r['decode_tok_s'] / spec[0]['decode_tok_s']:.2f}x |")
 ab = {v: load(f"ab-bench-{v}.jsonl") for v in ("base", "this")}
 if ab["base"] and ab["this"]:
     rev = open(os.path.join(out, "baseline.txt")).read().strip()
