@@ -39,7 +39,6 @@ typedef struct engine_req {
     bool prompt_committed;  /* its prefill is in the cache (later requests can match it) */
     int32_t draft[ENGINE_SPEC_MAX]; /* this pass: tokens guessed after its last one (lookup_draft.h) */
     uint32_t n_draft;       /* fed after it, each with an output row (0: none, or not decoding) */
-    rng rng_before;         /* sample_gpu with a guess: its generator before this pass's draws */
     uint64_t admit_no;      /* larger = admitted later (preemption takes the youngest) */
 
     /* waiting */

@@ -568,7 +568,7 @@ static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, uint3
 typedef struct host_rows_job {
     engine *e;
     uint32_t lo;
-    const uint32_t *rows; /* output rows to work on */
+    const uint32_t *rows; /* the first output row of each request to work on (its rows follow) */
 } host_rows_job;
 
 /* Whether q's choice t on its output row i keeps the guessed token fed after that row: then row
@@ -634,10 +634,8 @@ static void emit_rows(engine *e, uint32_t j, uint32_t lo) {
         if (q->n_kv > q->n_kv_max) q->n_kv_max = q->n_kv;
         q->reply.accepted_tokens++;
     }
-    if (q->sample_gpu && q->n_draft) { /* its generator as if it had drawn once per emitted token */
-        q->smp.rng = q->rng_before;
+    if (q->sample_gpu) /* one draw per token emitted (device_draws drew on a copy) */
         for (uint32_t d = 0; d <= i; d++) (void)rng_f32(&q->smp.rng);
-    }
 }
 
 /* After a pass: commit finished prefills, then the chosen tokens. */
@@ -669,16 +667,18 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
 
 /* The draws of the pass's output rows made on the device (this step's u from each request's
  * generator, one per token as sampler_sample takes): NULL when every row is greedy or drawn on
- * the host. */
+ * the host. A request's rows draw ahead on a copy of its generator; emit_rows advances the
+ * generator once per token it keeps (a guess's dropped rows draw nothing, as without guessing). */
 static const cvk_sample_row *device_draws(engine *e, uint32_t no) {
     bool any = false;
+    rng ahead;
     for (uint32_t j = 0; j < no; j++) {
         engine_req *q = e->b_owner[j];
         e->b_sample[j] = (cvk_sample_row){0};
         if (!q->sample_gpu) continue;
-        if (q->n_draft && (j == 0 || e->b_owner[j - 1] != q)) q->rng_before = q->smp.rng; /* emit_rows rewinds it */
+        if (j == 0 || e->b_owner[j - 1] != q) ahead = q->smp.rng;
         const sampler_params *p = &q->smp.p;
-        e->b_sample[j] = (cvk_sample_row){p->temperature, p->top_k, p->top_p, rng_f32(&q->smp.rng)};
+        e->b_sample[j] = (cvk_sample_row){p->temperature, p->top_k, p->top_p, rng_f32(&ahead)};
         any = true;
     }
     return any ? e->b_sample : NULL;
