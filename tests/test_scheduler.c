@@ -20,6 +20,9 @@
  *   with it (jansson reads it), greedy and sampled, alone and batched alike.
  * - Log-probabilities: each token's and the top_logprobs best are the raw row's (a naive
  *   log-softmax and sort of logits_out); asking for them changes no token, wherever it is drawn.
+ * - Prompt log-probabilities: position p's is the raw row of the prompt cut at p, exactly, cached
+ *   or not, alone and batched, with max_tokens 0; in the interleavings (preemptions included) one
+ *   job in four asks for them and gives those of the request alone.
  * - Errors: empty prompt, prompt past the context, prompt larger than the pool. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,16 +56,63 @@ static void init(engine *e, const engine_opts *o) {
     if (engine_init(e, tiny(), o)) fail_msg("%s", cd_errmsg());
 }
 
-/* Greedy tokens of one request alone, cache off: the reference. */
-static uint32_t reference(engine *plain, const int32_t *ids, uint32_t n, uint32_t max_tokens, int32_t *out,
-                          const sampler_params *sp) {
-    engine_request rq = {.ids = ids, .n = n, .max_tokens = max_tokens, .ignore_eos = true, .sp = sp};
+/* Prompt log-probabilities as a request gives them (engine_request.on_prompt_logprob): every
+ * position 1..n-1 once, in order. */
+typedef struct prompt_lps {
+    token_logprob *lp; /* [n], lp[0] unused */
+    uint32_t n, next;  /* next: the position expected next (1 at the start) */
+    bool bad;          /* a position came out of order, twice or past the prompt */
+} prompt_lps;
+
+static void prompt_lps_init(prompt_lps *l, uint32_t n) {
+    *l = (prompt_lps){.lp = calloc(n, sizeof *l->lp), .n = n, .next = 1};
+    assert_non_null(l->lp);
+}
+
+static void on_prompt_lp(void *ctx, uint32_t pos, const token_logprob *lp) {
+    prompt_lps *l = ctx;
+    if (pos != l->next || pos >= l->n) {
+        l->bad = true;
+        return;
+    }
+    l->lp[pos] = *lp;
+    l->next++;
+}
+
+static bool lp_equal(const token_logprob *a, const token_logprob *b) {
+    if (a->id != b->id || a->logprob != b->logprob || a->n_top != b->n_top) return false;
+    for (uint32_t k = 0; k < a->n_top; k++)
+        if (a->top_id[k] != b->top_id[k] || a->top_logprob[k] != b->top_logprob[k]) return false;
+    return true;
+}
+
+/* Positions [1, upto) of got equal want's (exactly: rows are batch invariant). */
+static void assert_prompt_lps(const prompt_lps *got, const prompt_lps *want, uint32_t upto, const char *what) {
+    if (got->bad) fail_msg("%s: prompt log-probabilities out of order", what);
+    for (uint32_t p = 1; p < upto; p++)
+        if (!lp_equal(&got->lp[p], &want->lp[p]))
+            fail_msg("%s: prompt position %u: logprob %.9g (token %d), want %.9g (token %d)", what, p, got->lp[p].logprob,
+                     got->lp[p].id, want->lp[p].logprob, want->lp[p].id);
+}
+
+/* Greedy tokens of one request alone, cache off: the reference (its prompt log-probabilities
+ * into lps when not NULL). */
+static uint32_t reference_lps(engine *plain, const int32_t *ids, uint32_t n, uint32_t max_tokens, int32_t *out,
+                              const sampler_params *sp, prompt_lps *lps) {
+    engine_request rq = {.ids = ids, .n = n, .max_tokens = max_tokens, .ignore_eos = true, .sp = sp,
+                         .on_prompt_logprob = lps ? on_prompt_lp : NULL, .prompt_top_logprobs = 3, .ctx = lps};
     engine_reply r;
     if (engine_generate(plain, &rq, &r)) fail_msg("%s", cd_errmsg());
     memcpy(out, r.ids, r.n * sizeof *out);
     uint32_t k = r.n;
     engine_reply_free(&r);
+    if (lps && lps->next != n) fail_msg("the reference gave %u of %u prompt log-probabilities", lps->next - 1, n - 1);
     return k;
+}
+
+static uint32_t reference(engine *plain, const int32_t *ids, uint32_t n, uint32_t max_tokens, int32_t *out,
+                          const sampler_params *sp) {
+    return reference_lps(plain, ids, n, max_tokens, out, sp, NULL);
 }
 
 /* No pin left, and every page either free or held once, by the cache. */
@@ -92,6 +142,9 @@ typedef struct job {
     bool submitted, done;
     int32_t want[64];
     uint32_t n_want;
+    uint32_t preempted;
+    bool plp;                    /* asks for its prompt's log-probabilities: */
+    prompt_lps got, want_lps;    /* as it gave them, and as the request alone does */
 } job;
 
 /* A prompt: one of three shared system prompts (or none), then a random tail. */
@@ -126,7 +179,9 @@ static void run_jobs(engine *e, job *jobs, uint32_t n_jobs) {
         for (uint32_t i = 0; i < n_jobs; i++) {
             job *j = &jobs[i];
             if (!j->submitted && j->arrive <= step) {
-                engine_request rq = {.ids = j->ids, .n = j->n, .max_tokens = j->max_tokens, .ignore_eos = true};
+                engine_request rq = {.ids = j->ids, .n = j->n, .max_tokens = j->max_tokens, .ignore_eos = true,
+                                     .on_prompt_logprob = j->plp ? on_prompt_lp : NULL, .prompt_top_logprobs = 3,
+                                     .ctx = &j->got};
                 if (engine_submit(e, &rq, &j->handle)) fail_msg("%s", cd_errmsg());
                 j->submitted = true;
             }
@@ -142,11 +197,15 @@ static void run_jobs(engine *e, job *jobs, uint32_t n_jobs) {
             if (got < 0) fail_msg("%s", cd_errmsg());
             if (!got) continue;
             j->done = true;
+            j->preempted = r.preempted;
             done++;
+            if (j->plp) assert_prompt_lps(&j->got, &j->want_lps, j->got.next, "a job");
             if (r.finish == ENGINE_CANCELLED) {
                 assert_true(r.n <= j->n_want);
                 assert_memory_equal(r.ids, j->want, r.n * sizeof *r.ids); /* what it got so far is right */
             } else {
+                if (j->plp && j->got.next != j->n)
+                    fail_msg("job %u gave %u of its %u prompt log-probabilities", i, j->got.next - 1, j->n - 1);
                 assert_int_equal(r.finish, ENGINE_LENGTH);
                 assert_int_equal(r.cached_tokens + r.prefilled_tokens, j->n); /* recomputing after a preemption is apart */
                 if (r.n != j->n_want || memcmp(r.ids, j->want, r.n * sizeof *r.ids))
@@ -201,12 +260,18 @@ static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint3
     engine plain;
     engine_opts po = {.n_ctx = N_CTX, .page_tokens = page, .no_prefix_cache = true};
     init(&plain, &po);
+    rng r_lp; /* who asks for prompt log-probabilities (one in four; one in three of those only them) */
+    rng_seed(&r_lp, seed * 977 + 5);
     for (uint32_t i = 0; i < n_jobs; i++) {
-        make_job(&r, sys, &jobs[i]);
-        if (i && rng_below(&r, 4) == 0) next_turn(&r, &jobs[rng_below(&r, i)], &jobs[i]);
-        jobs[i].arrive = (uint32_t)rng_below(&r, 3 * n_jobs);
-        if (rng_below(&r, 6) == 0) jobs[i].cancel_at = jobs[i].arrive + (uint32_t)rng_below(&r, 8);
-        jobs[i].n_want = reference(&plain, jobs[i].ids, jobs[i].n, jobs[i].max_tokens, jobs[i].want, NULL);
+        job *j = &jobs[i];
+        make_job(&r, sys, j);
+        if (i && rng_below(&r, 4) == 0) next_turn(&r, &jobs[rng_below(&r, i)], j);
+        j->arrive = (uint32_t)rng_below(&r, 3 * n_jobs);
+        if (rng_below(&r, 6) == 0) j->cancel_at = j->arrive + (uint32_t)rng_below(&r, 8);
+        j->plp = rng_below(&r_lp, 4) == 0;
+        if (j->plp && rng_below(&r_lp, 3) == 0) j->max_tokens = 0;
+        if (j->plp) prompt_lps_init(&j->got, j->n), prompt_lps_init(&j->want_lps, j->n);
+        j->n_want = reference_lps(&plain, j->ids, j->n, j->max_tokens, j->want, NULL, j->plp ? &j->want_lps : NULL);
     }
     engine_free(&plain);
     engine e;
@@ -225,11 +290,15 @@ static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint3
                   (unsigned long long)e.stats.cancelled,
                   (unsigned long long)e.stats.dedup_tokens, (unsigned long long)e.stats.accepted_tokens,
                   (unsigned long long)e.stats.draft_tokens);
+    uint32_t plp = 0, plp_preempted = 0;
+    for (uint32_t i = 0; i < n_jobs; i++) plp += jobs[i].plp, plp_preempted += jobs[i].plp && jobs[i].preempted;
+    print_message("%u jobs asked for prompt log-probabilities, %u of them were preempted\n", plp, plp_preempted);
     assert_true(e.stats.cached_tokens > 0);
     if (spec) assert_true(e.stats.accepted_tokens > 0);
     if (expect_preempt) assert_true(e.stats.preempted > 0);
     assert_no_leak(&e);
     engine_free(&e);
+    for (uint32_t i = 0; i < n_jobs; i++) free(jobs[i].got.lp), free(jobs[i].want_lps.lp);
     free(jobs);
 }
 
@@ -805,6 +874,139 @@ static void test_logprobs(void **state) {
     engine_free(&e);
 }
 
+/* Prompt log-probabilities (engine_request.on_prompt_logprob): position p's is a[p]'s under the
+ * raw row of the prompt a[0..p) (a request of its own, logits_out), exactly; given whole over
+ * several passes (149 rows, 64 a pass), when the prompt is cached (computed all the same),
+ * batched with decoding requests and another such request (the rows a pass has are shared), with
+ * the sampled tokens unchanged; max_tokens 0 gives the prompt's and caches it. */
+static void test_prompt_logprobs(void **state) {
+    (void)state;
+    enum { NA = 150, NC = 90, TOP = 3 };
+    rng r;
+    rng_seed(&r, 45);
+    int32_t a[NA + 5], b[20], c[NC];
+    random_ids(&r, a, NA + 5);
+    random_ids(&r, b, 20);
+    random_ids(&r, c, NC);
+    const model *m = tiny();
+    int32_t V = (int32_t)m->cfg.n_vocab;
+    float *raw = malloc((size_t)V * sizeof *raw);
+    assert_non_null(raw);
+    prompt_lps oracle, got, got_c, want_c;
+    prompt_lps_init(&oracle, NA);
+    engine ref;
+    engine_opts ro = {.n_ctx = N_CTX};
+    init(&ref, &ro);
+    for (uint32_t p = 1; p < NA; p++) { /* the row after a[0..p) */
+        engine_request rq = {.ids = a, .n = p, .max_tokens = 1, .ignore_eos = true, .logits_out = raw};
+        engine_reply rp;
+        if (engine_generate(&ref, &rq, &rp)) fail_msg("%s", cd_errmsg());
+        engine_reply_free(&rp);
+        sampler_logprob(raw, V, a[p], TOP, &oracle.lp[p]);
+    }
+    engine_free(&ref);
+
+    engine e;
+    engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4, .draw = ENGINE_DRAW_DEVICE};
+    init(&e, &o);
+    /* hot enough that tiny's peaked rows do not always give the argmax: the draws matter */
+    const sampler_params sampled = {.temperature = 2.0f, .top_k = 40, .top_p = 1.0f, .seed = 8};
+    int32_t plain[12], plain_b[12], greedy[12];
+    engine_request rq = {.ids = a, .n = NA, .max_tokens = 12, .ignore_eos = true};
+    engine_reply rp;
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg()); /* also caches a's prompt */
+    memcpy(greedy, rp.ids, sizeof greedy);
+    engine_reply_free(&rp);
+    rq.sp = &sampled;
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    memcpy(plain, rp.ids, sizeof plain);
+    engine_reply_free(&rp);
+    assert_memory_not_equal(plain, greedy, sizeof plain);
+    engine_request rb = {.ids = b, .n = 20, .max_tokens = 12, .ignore_eos = true, .sp = &sampled};
+    if (engine_generate(&e, &rb, &rp)) fail_msg("%s", cd_errmsg());
+    memcpy(plain_b, rp.ids, sizeof plain_b);
+    engine_reply_free(&rp);
+    prompt_lps_init(&want_c, NC);
+    engine_request rc = {.ids = c, .n = NC, .max_tokens = 3, .ignore_eos = true, .on_prompt_logprob = on_prompt_lp,
+                         .ctx = &want_c};
+    if (engine_generate(&e, &rc, &rp)) fail_msg("%s", cd_errmsg());
+    engine_reply_free(&rp);
+
+    /* alone, with a's prompt cached: all of it is computed and given */
+    prompt_lps_init(&got, NA);
+    rq.on_prompt_logprob = on_prompt_lp, rq.prompt_top_logprobs = TOP, rq.ctx = &got;
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(got.next, NA);
+    assert_prompt_lps(&got, &oracle, NA, "alone");
+    assert_int_equal(rp.cached_tokens, 0);
+    assert_int_equal(rp.prefilled_tokens, NA);
+    assert_memory_equal(rp.ids, plain, sizeof plain); /* asking changes no token */
+    engine_reply_free(&rp);
+
+    /* batched: b decoding (sampled), c's prompt log-probabilities too, a's prompt again without */
+    for (int round = 0; round < 2; round++) {
+        free(got.lp);
+        prompt_lps_init(&got, NA);
+        prompt_lps_init(&got_c, NC);
+        rc.ctx = &got_c;
+        rc.prompt_top_logprobs = 0;
+        engine_request ra = {.ids = a, .n = NA, .max_tokens = 2, .ignore_eos = true};
+        uint32_t h[4];
+        if (engine_submit(&e, &rb, &h[0])) fail_msg("%s", cd_errmsg());
+        if (round) /* b decodes while the others prefill */
+            for (int s = 0; s < 2; s++)
+                if (engine_step(&e, NULL)) fail_msg("%s", cd_errmsg());
+        if (engine_submit(&e, &rq, &h[1]) || engine_submit(&e, &rc, &h[2]) || engine_submit(&e, &ra, &h[3]))
+            fail_msg("%s", cd_errmsg());
+        uint32_t busy = 1;
+        while (busy)
+            if (engine_step(&e, &busy)) fail_msg("%s", cd_errmsg());
+        assert_int_equal(engine_poll(&e, h[0], &rp), 1);
+        assert_memory_equal(rp.ids, plain_b, sizeof plain_b);
+        engine_reply_free(&rp);
+        assert_int_equal(engine_poll(&e, h[1], &rp), 1);
+        assert_memory_equal(rp.ids, plain, sizeof plain);
+        engine_reply_free(&rp);
+        assert_int_equal(engine_poll(&e, h[2], &rp), 1);
+        engine_reply_free(&rp);
+        assert_int_equal(engine_poll(&e, h[3], &rp), 1);
+        assert_true(rp.cached_tokens > 0);
+        engine_reply_free(&rp);
+        assert_int_equal(got.next, NA);
+        assert_prompt_lps(&got, &oracle, NA, "batched");
+        assert_int_equal(got_c.next, NC);
+        for (uint32_t p = 1; p < NC; p++) /* no alternatives asked: the token's own, the same */
+            if (got_c.lp[p].id != c[p] || got_c.lp[p].logprob != want_c.lp[p].logprob || got_c.lp[p].n_top)
+                fail_msg("batched: c's prompt position %u differs", p);
+        free(got_c.lp);
+    }
+
+    /* max_tokens 0: the prompt's log-probabilities, no token, and the prompt cached */
+    engine_free(&e);
+    init(&e, &o);
+    free(got.lp);
+    prompt_lps_init(&got, NA);
+    rq.max_tokens = 0;
+    if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
+    assert_int_equal(rp.n, 0);
+    assert_int_equal(rp.finish, ENGINE_LENGTH);
+    assert_int_equal(got.next, NA);
+    assert_prompt_lps(&got, &oracle, NA, "max_tokens 0");
+    engine_reply_free(&rp);
+    engine_request more = {.ids = a, .n = NA + 5, .max_tokens = 1, .ignore_eos = true};
+    if (engine_generate(&e, &more, &rp)) fail_msg("%s", cd_errmsg());
+    assert_true(rp.cached_tokens >= NA - 16);
+    engine_reply_free(&rp);
+
+    rq.prompt_top_logprobs = TOP_LOGPROBS_MAX + 1;
+    uint32_t h;
+    assert_int_equal(engine_submit(&e, &rq, &h), -1);
+    assert_non_null(strstr(cd_errmsg(), "prompt_top_logprobs"));
+    assert_no_leak(&e);
+    engine_free(&e);
+    free(raw), free(oracle.lp), free(got.lp), free(want_c.lp);
+}
+
 /* A JSON-object request's tokens as text (an end token not included). */
 static char *reply_text(const engine_reply *rp, bool *ended) {
     const tokenizer *t = tiny()->tok;
@@ -1191,6 +1393,7 @@ int main(void) {
         cmocka_unit_test(test_cache_salt),
         cmocka_unit_test(test_logit_adjust),
         cmocka_unit_test(test_logprobs),
+        cmocka_unit_test(test_prompt_logprobs),
         cmocka_unit_test(test_json_object),
         cmocka_unit_test(test_json_schema),
         cmocka_unit_test(test_speculative),

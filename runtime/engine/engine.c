@@ -51,10 +51,10 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
         return cd_fail("%u speculative tokens: at most %d", o->spec_tokens, ENGINE_SPEC_MAX);
     e->spec_tokens = o->spec_tokens;
     e->guess = o->guess, e->guess_ctx = o->guess_ctx;
-    /* rows for guesses: every sequence's up to 256 in all (a pass's logits rows cost n_vocab floats
-     * each: 256 are 155 MB with Qwen3's vocabulary) */
+    /* rows for guesses: every sequence's up to 256 in all, and for prompt log-probabilities (a
+     * pass's logits rows cost n_vocab floats each: 256 are 155 MB with Qwen3's vocabulary) */
     uint32_t guess_rows = max_seqs * o->spec_tokens;
-    e->max_out = max_seqs + (guess_rows < ENGINE_SPEC_ROWS ? guess_rows : ENGINE_SPEC_ROWS);
+    e->max_out = max_seqs + (guess_rows < ENGINE_SPEC_ROWS ? guess_rows : ENGINE_SPEC_ROWS) + ENGINE_PROMPT_ROWS;
     e->b_lp = calloc(e->max_out, sizeof *e->b_lp);
     e->host_list = calloc(e->max_out, sizeof *e->host_list);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);

@@ -59,6 +59,7 @@
 enum { ENGINE_DRAW_AUTO = 0, ENGINE_DRAW_DEVICE = 1, ENGINE_DRAW_HOST = 2 };
 #define ENGINE_SPEC_MAX 8    /* engine_opts.spec_tokens at most */
 #define ENGINE_SPEC_ROWS 256 /* guessed tokens one pass may hold, all sequences' */
+#define ENGINE_PROMPT_ROWS 64 /* prompt positions one pass may give log-probabilities of, all requests' */
 
 typedef struct engine_opts {
     uint32_t max_seqs;     /* requests running at once (block-table rows); 0 = 1 */
@@ -170,7 +171,8 @@ typedef struct engine {
     uint32_t spec_tokens;     /* engine_opts.spec_tokens, guess and guess_ctx */
     uint32_t (*guess)(void *ctx, const int32_t *toks, uint32_t n, uint32_t k_max, int32_t *out);
     void *guess_ctx;
-    uint32_t max_out;         /* output rows a pass may have: max_seqs + guesses' (ENGINE_SPEC_ROWS at most) */
+    uint32_t max_out;         /* output rows a pass may have: max_seqs + guesses' (ENGINE_SPEC_ROWS at most)
+                               * + ENGINE_PROMPT_ROWS (prompt log-probabilities) */
     struct engine_req **reqs; /* every request not yet handed back: waiting, running or finished */
     uint32_t n_reqs, cap_reqs;
     uint32_t next_handle;
@@ -226,10 +228,16 @@ typedef bool (*engine_token_fn)(void *ctx, int32_t id);
  * logit_bias, penalties, temperature, top-k and top-p; vLLM's default, what the model says). */
 typedef void (*engine_logprob_fn)(void *ctx, const token_logprob *lp);
 
+/* Called per prompt token at positions pos = 1 .. n - 1, in order, each once: the
+ * log-probability of ids[pos] after ids[0..pos) and the most likely tokens there, under the raw
+ * logits (as engine_logprob_fn). */
+typedef void (*engine_prompt_logprob_fn)(void *ctx, uint32_t pos, const token_logprob *lp);
+
 typedef struct engine_request {
     const int32_t *ids;
     uint32_t n;
-    uint32_t max_tokens;
+    uint32_t max_tokens;       /* 0: none; the prompt is computed (cached, its log-probabilities given)
+                                  and the request ends (finish: length) */
     bool ignore_eos;
     engine_token_fn on_token;  /* may be NULL; false stops the request (finish: stop) */
     void *ctx;
@@ -245,6 +253,12 @@ typedef struct engine_request {
     engine_logprob_fn on_logprob; /* NULL: none; else each token's log-probabilities (its row comes
                                   down; where the token is drawn does not change) */
     uint32_t top_logprobs;     /* 0..TOP_LOGPROBS_MAX alternatives for on_logprob */
+    /* NULL: none; else each prompt token's log-probabilities (vLLM's prompt_logprobs, OpenAI's
+     * echo): the prompt is computed from its first token, whatever the cache holds (the cache
+     * keeps K/V, not the logits; with the cache or not its tokens are the same), with a logits row
+     * per position, ENGINE_PROMPT_ROWS a pass; its K/V is cached as ever */
+    engine_prompt_logprob_fn on_prompt_logprob;
+    uint32_t prompt_top_logprobs; /* 0..TOP_LOGPROBS_MAX alternatives for on_prompt_logprob */
     bool json_object;          /* the reply is one JSON object and ends with it (runtime/text/json_mask.h):
                                   tokens that cannot continue it are masked, on the host */
     json_schema *json_schema;  /* NULL: none; else the reply is one instance of it and ends with it,

@@ -63,6 +63,8 @@ static int check_request(const engine *e, const engine_request *rq) {
     if (rq->json_lazy && (!rq->json_schema || rq->json_trigger < 0 || (uint32_t)rq->json_trigger >= e->m->cfg.n_vocab))
         return cd_fail("json_lazy needs json_schema and a trigger token in the vocabulary");
     if (rq->top_logprobs > TOP_LOGPROBS_MAX) return cd_fail("top_logprobs %u is more than %d", rq->top_logprobs, TOP_LOGPROBS_MAX);
+    if (rq->prompt_top_logprobs > TOP_LOGPROBS_MAX)
+        return cd_fail("prompt_top_logprobs %u is more than %d", rq->prompt_top_logprobs, TOP_LOGPROBS_MAX);
     return logit_adjust_check(rq->adjust, (int32_t)e->m->cfg.n_vocab);
 }
 
@@ -265,11 +267,18 @@ static uint32_t common_prefix(const int32_t *a, const int32_t *b, uint32_t n) {
     return i;
 }
 
+/* Whether q still has prompt positions whose log-probabilities it reads (rq.on_prompt_logprob). */
+static bool wants_prompt_rows(const engine_req *q) { return q->rq.on_prompt_logprob && q->lp_next + 1 < q->n_prompt; }
+
+/* The tokens of q a cache match may take (it always leaves the last one to compute): the
+ * cache holds K/V, not logits, so positions whose rows q still reads are computed. */
+static uint32_t matchable(const engine_req *q) { return wants_prompt_rows(q) ? q->lp_next + 1 : q->n_all; }
+
 /* Tokens the cache would serve q now (a peek: matched and released at once). */
 static uint32_t cached_now(engine *e, const engine_req *q) {
-    if (!e->cache_on || q->n_all < 2) return 0;
+    if (!e->cache_on || matchable(q) < 2) return 0;
     radix_match m;
-    if (kv_cache_match(&e->cache, q->ns, q->all, q->n_all - 1, &m)) return 0;
+    if (kv_cache_match(&e->cache, q->ns, q->all, matchable(q) - 1, &m)) return 0;
     uint32_t n = m.n_tokens;
     kv_cache_release(&e->cache, &m);
     return n;
@@ -279,7 +288,7 @@ static uint32_t cached_now(engine *e, const engine_req *q) {
  * would get from the cache by more than a page: q then waits for its commit instead of computing
  * it again. (Another namespace's commit would never serve q, so q would wait for nothing.) */
 static bool prefix_in_flight(const engine *e, const engine_req *q, uint32_t cached) {
-    if (!e->cache_on) return false;
+    if (!e->cache_on || wants_prompt_rows(q)) return false; /* it computes its prompt anyway */
     for (uint32_t i = 0; i < e->n_reqs; i++) {
         const engine_req *p = e->reqs[i];
         if (p == q || p->state != REQ_RUNNING || p->prompt_committed) continue;
@@ -313,7 +322,7 @@ static int admit_one(engine *e, engine_req *q) {
     kv_cache_hit hit = {0};
     uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
     double t0 = cd_now_ms();
-    if (e->cache_on && kv_cache_acquire(&e->cache, q->ns, q->all, q->n_all, &q->seq, &q->m, &hit)) {
+    if (e->cache_on && kv_cache_acquire(&e->cache, q->ns, q->all, matchable(q), &q->seq, &q->m, &hit)) {
         kv_seq_free(&e->pool.pages, &q->seq);
         kv_cache_release(&e->cache, &q->m);
         return -1;
@@ -432,10 +441,30 @@ static void add_token(engine *e, engine_req *q, int32_t id, uint32_t pos, bool o
     (*nb)++;
 }
 
-/* Adds q's prompt tokens [n_kv, n_kv + n) to the pass; an output row when they end its prefill. */
+/* q's prompt chunk [n_kv, n_kv + n), shortened to the prompt rows left (*room), and its output
+ * rows: each position's whose log-probability q still reads (lp_row_pos, n_lp_rows), then the
+ * last one's when the chunk ends the prefill (gen_row; none for max_tokens 0). */
+static uint32_t chunk_rows(engine_req *q, uint32_t n, uint32_t *room) {
+    uint32_t a = q->n_kv, from = a > q->lp_next ? a : q->lp_next, end = q->n_prompt - 1;
+    uint32_t hi = a + n < end ? a + n : end;
+    q->n_lp_rows = 0;
+    if (wants_prompt_rows(q) && hi > from) {
+        uint32_t k = hi - from < *room ? hi - from : *room;
+        if (k < hi - from) n = from + k - a; /* the chunk ends after its last row */
+        q->lp_row_pos = from, q->n_lp_rows = k;
+        *room -= k;
+    }
+    q->gen_row = a + n == q->n_target && q->rq.max_tokens > 0;
+    return n;
+}
+
+/* Adds q's prompt tokens [n_kv, n_kv + n) to the pass, with the output rows chunk_rows chose. */
 static void add_tokens(engine *e, engine_req *q, uint32_t n, uint32_t *nb, uint32_t *no) {
-    for (uint32_t i = 0; i < n; i++)
-        add_token(e, q, q->all[q->n_kv + i], q->n_kv + i, q->n_kv + i + 1 == q->n_target, nb, no);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p = q->n_kv + i;
+        bool out = (p >= q->lp_row_pos && p - q->lp_row_pos < q->n_lp_rows) || (p + 1 == q->n_target && q->gen_row);
+        add_token(e, q, q->all[p], p, out, nb, no);
+    }
 }
 
 /* Speculative decoding: q's guessed next tokens (lookup_draft.h) into q->draft, as many as fit
@@ -470,18 +499,21 @@ static void add_decode(engine *e, engine_req *q, uint32_t *nb, uint32_t *no) {
 }
 
 /* Decode tokens first (one per decoding sequence, and its guess), then prompt chunks of
- * prefilling ones in admission order, up to chunk_tokens and the pass's capacity. */
+ * prefilling ones in admission order, up to chunk_tokens and the pass's capacity (output rows:
+ * one per sequence, ENGINE_SPEC_ROWS for guesses, ENGINE_PROMPT_ROWS for prompt positions). */
 static void build_pass(engine *e, uint32_t *nb, uint32_t *no, uint32_t *fed) {
     *nb = *no = 0;
-    uint32_t guess_room = e->max_out - e->max_seqs;
+    uint32_t guess_room = e->max_out - e->max_seqs - ENGINE_PROMPT_ROWS, lp_room = ENGINE_PROMPT_ROWS;
     for (uint32_t i = 0; i < e->n_reqs; i++) {
         engine_req *q = e->reqs[i];
         fed[i] = 0;
-        q->n_draft = 0;
+        q->n_draft = q->n_lp_rows = 0;
+        q->gen_row = q->in_pass = false;
         if (q->state == REQ_RUNNING && q->n_kv >= q->n_target) {
             q->n_draft = guess(e, q, &guess_room);
             add_decode(e, q, nb, no);
             fed[i] = 1 + q->n_draft;
+            q->gen_row = q->in_pass = true;
         }
     }
     uint32_t budget = e->chunk_tokens, cap = e->g.n_batch;
@@ -490,12 +522,13 @@ static void build_pass(engine *e, uint32_t *nb, uint32_t *no, uint32_t *fed) {
         uint32_t idx = 0;
         for (uint32_t i = 0; i < e->n_reqs; i++) {
             engine_req *q = e->reqs[i];
-            if (q->state == REQ_RUNNING && q->n_kv < q->n_target && !fed[i] && (!next || q->admit_no < next->admit_no))
+            if (q->state == REQ_RUNNING && q->n_kv < q->n_target && !q->in_pass && (!next || q->admit_no < next->admit_no))
                 next = q, idx = i;
         }
         uint32_t room = cap - *nb < budget ? cap - *nb : budget;
         if (!next || !room) break;
-        uint32_t n = next->n_target - next->n_kv < room ? next->n_target - next->n_kv : room;
+        next->in_pass = true;
+        uint32_t n = chunk_rows(next, next->n_target - next->n_kv < room ? next->n_target - next->n_kv : room, &lp_room);
         add_tokens(e, next, n, nb, no);
         fed[idx] = n;
         budget -= n;
@@ -541,7 +574,7 @@ static void emit(engine *e, engine_req *q, int32_t id) {
 
 static bool json_masked(const engine_req *q) { return q->jm.schema != NULL; }
 static bool host_draws(const engine_req *q) { return q->adjusted || json_masked(q) || (q->sample && !q->sample_gpu); }
-static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logits_out || q->rq.on_logprob; }
+static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logits_out || q->rq.on_logprob || q->n_lp_rows; }
 
 /* Row raw's token for q (id: the device's choice; worker w's scratch), its logprobs into *lp
  * when asked; `ahead` tokens of q's guess were chosen before it in this pass (they sit in
@@ -577,13 +610,19 @@ static bool guess_kept(const engine *e, const engine_req *q, uint32_t i, int32_t
     return i < q->n_draft && q->draft[i] == t && !is_stop(e, q, t);
 }
 
-/* One request's rows in order (each row's choice depends on the tokens before it: penalties,
- * the JSON mask, the generator), up to the first whose choice drops the guess. */
+/* One request's rows in order: its prompt positions' log-probabilities, then its choices (each
+ * row's depends on the tokens before it: penalties, the JSON mask, the generator), up to the
+ * first whose choice drops the guess. */
 static void host_row_work(void *ctx, uint32_t item, uint32_t worker) {
     const host_rows_job *h = ctx;
     engine *e = h->e;
     uint32_t j = h->rows[item];
     engine_req *q = e->b_owner[j];
+    int32_t V = (int32_t)e->m->cfg.n_vocab;
+    for (uint32_t i = 0; i < q->n_lp_rows; i++, j++)
+        sampler_logprob(e->host_rows + (size_t)(j - h->lo) * (size_t)V, V, q->all[q->lp_row_pos + i + 1],
+                        q->rq.prompt_top_logprobs, &e->b_lp[j]);
+    if (!q->gen_row) return;
     for (uint32_t i = 0;; i++, j++) {
         const float *raw = e->host_rows + (size_t)(j - h->lo) * e->m->cfg.n_vocab;
         int32_t t = e->b_next[j] = choose_from_row(e, q, raw, worker, e->b_next[j], &e->b_lp[j], i);
@@ -661,7 +700,19 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     }
     uint32_t lo;
     TRY(choose_on_host(e, no, &lo));
-    for (uint32_t j = 0; j < no; j += 1 + e->b_owner[j]->n_draft) emit_rows(e, j, lo); /* on this thread: the callbacks */
+    for (uint32_t j = 0; j < no;) { /* on this thread: the callbacks */
+        engine_req *q = e->b_owner[j];
+        for (uint32_t i = 0; i < q->n_lp_rows; i++)
+            q->rq.on_prompt_logprob(q->rq.ctx, q->lp_row_pos + i + 1, &e->b_lp[j + i]);
+        if (q->n_lp_rows) q->lp_next = q->lp_row_pos + q->n_lp_rows;
+        j += q->n_lp_rows;
+        if (!q->gen_row) continue;
+        emit_rows(e, j, lo);
+        j += 1 + q->n_draft;
+    }
+    for (uint32_t i = 0; i < n_fed; i++) /* max_tokens 0: the prompt was all it asked for */
+        if (fed_req[i]->state == REQ_RUNNING && !fed_req[i]->rq.max_tokens && fed_req[i]->n_kv >= fed_req[i]->n_target)
+            finish(e, fed_req[i], ENGINE_LENGTH);
     return 0;
 }
 
@@ -671,12 +722,13 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
  * generator once per token it keeps (a guess's dropped rows draw nothing, as without guessing). */
 static const cvk_sample_row *device_draws(engine *e, uint32_t no) {
     bool any = false;
-    rng ahead;
-    for (uint32_t j = 0; j < no; j++) {
+    rng ahead = {0};
+    for (uint32_t j = 0, k = 0; j < no; j++) {
         engine_req *q = e->b_owner[j];
+        k = j && e->b_owner[j - 1] == q ? k + 1 : 0; /* q's k-th row */
         e->b_sample[j] = (cvk_sample_row){0};
-        if (!q->sample_gpu) continue;
-        if (j == 0 || e->b_owner[j - 1] != q) ahead = q->smp.rng;
+        if (!q->sample_gpu || k < q->n_lp_rows) continue; /* a prompt position's row chooses nothing */
+        if (k == q->n_lp_rows) ahead = q->smp.rng;
         const sampler_params *p = &q->smp.p;
         e->b_sample[j] = (cvk_sample_row){p->temperature, p->top_k, p->top_p, rng_f32(&ahead)};
         any = true;
