@@ -840,6 +840,7 @@ static void hostile_merge_trailing_space(mini *m) { m->merge_items[0].str = gs("
 static void hostile_merge_result_unknown(mini *m) { m->merge_items[2].str = gs("a a"); }
 static void hostile_merge_empty(mini *m) { m->merge_items[2].str = gs(""); }
 static void hostile_missing_byte(mini *m) { m->tok_items['q'].str = gs("qq"); }
+static void hostile_byte_unused(mini *m) { m->types['q'] = TOK_TYPE_UNUSED; }
 static void hostile_eos_range(mini *m) { mini_kv(m, "tokenizer.ggml.eos_token_id")->val.u64 = MINI_N; }
 static void hostile_eos_huge(mini *m) { mini_kv(m, "tokenizer.ggml.eos_token_id")->val.u64 = UINT64_MAX; }
 static void hostile_bos_negative(mini *m) { mini_kv(m, "tokenizer.ggml.bos_token_id")->val.i64 = -1; }
@@ -877,6 +878,7 @@ static void test_hostile_gguf(void **state) {
         {"merge result unknown", hostile_merge_result_unknown, "the merged token \"aa\" is not in the vocabulary"},
         {"merge empty", hostile_merge_empty, "merge 2 (\"\") is not two tokens"},
         {"byte token missing", hostile_missing_byte, "no token for byte 0x71"},
+        {"byte token unused", hostile_byte_unused, "the token for byte 0x71 (id 113) has type 5"},
         {"eos out of range", hostile_eos_range, "eos_token_id = 261 is out of range"},
         {"eos huge", hostile_eos_huge, "eos_token_id = 9223372036854775807 is out of range"},
         {"bos negative", hostile_bos_negative, "bos_token_id = -1 is out of range"},
@@ -903,6 +905,19 @@ static void test_hostile_gguf(void **state) {
     assert_int_equal(tok_eos(t), MINI_BYTES + 3);
     assert_int_equal(tok_pad(t), -1);
     assert_true(tok_is_eog(t, MINI_BYTES + 3));
+    tok_free(t);
+
+    /* a merge into a token that decodes to something else (here: unused, nothing) is left out,
+     * so text still decodes back to itself (a fuzzed file had one) */
+    mini_init(m);
+    m->types[MINI_BYTES] = TOK_TYPE_UNUSED; /* "ab" */
+    if (tok_load_gguf(&t, &m->f)) fail_msg("a merge into an unused token: %s", cd_errmsg());
+    encode_ok(t, "ab", 2, false, &ids, &n);
+    assert_int_equal(n, 2);
+    char *back = NULL;
+    assert_int_equal(tok_decode(t, ids, n, &back), 0);
+    assert_string_equal(back, "ab");
+    free(back), free(ids);
     tok_free(t);
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -195,6 +195,11 @@ static int build_strings(tokenizer *t, const tok_sv *toks, const int32_t *types,
     return 0;
 }
 
+/* Whether token id decodes as byte-level text (build_pieces): what BPE may give. */
+static bool byte_level(const tokenizer *t, int32_t id) {
+    return t->types[id] == TOK_TYPE_NORMAL || t->types[id] == TOK_TYPE_BYTE;
+}
+
 static int build_bytes(tokenizer *t) {
     ub_bytelevel_tables(t->byte_cp, t->cp_byte);
     for (int b = 0; b < 256; b++) {
@@ -204,6 +209,9 @@ static int build_bytes(tokenizer *t) {
         if (t->byte_id[b] < 0)
             return cd_fail("the vocabulary has no token for byte 0x%02X (\"%.*s\"), which byte-level BPE needs",
                            b, k, u);
+        if (!byte_level(t, t->byte_id[b]))
+            return cd_fail("the token for byte 0x%02X (id %d) has type %d: byte-level BPE needs a normal or byte "
+                           "token, which decodes to its byte", b, t->byte_id[b], t->types[t->byte_id[b]]);
     }
     return 0;
 }
@@ -249,6 +257,10 @@ static int build_merges(tokenizer *t, const tok_sv *merges, size_t n_merges) {
                          show(cat, nl + nr));
             break;
         }
+        /* a merge into a token that does not decode as byte-level text (control, user-defined,
+         * unused: only a broken file has one) is left out, so that every token the encoder
+         * gives decodes back to the text it came from */
+        if (!byte_level(t, ab)) continue;
         uint64_t k = pair_key(a, b);
         for (size_t h = pair_hash(k) & t->pair_mask;; h = (h + 1) & t->pair_mask) {
             pair_slot *s = &t->pair_tab[h];
