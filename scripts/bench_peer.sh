@@ -5,9 +5,11 @@
 # devices of CPU type unless GGML_VK_VISIBLE_DEVICES names them, so it is set to 0).
 #   scripts/bench_peer.sh MODEL.gguf [--pp N] [--tg N] [--repeat N] [--threads N]
 #                         [--vk-flash-attn auto|on|off] [--cpu-only | --vulkan-only]
-#                         [--sample | --grammar FILE.gbnf]
+#                         [--sample | --grammar FILE.gbnf] [--score]
 # --sample / --grammar: each decode step's token chosen greedily (by the grammar first) from its
 # logits, not a random id (llama_oracle --bench; against `cinder bench --json-object`).
+# --score: the prefill's logits at every position, each position's next token scored (against
+# `cinder bench --prompt-logprobs 1`: echo + logprobs, what evaluation harnesses send).
 # Prints one JSON line per backend (see tests/oracle/llama_oracle.c for the fields). The
 # Vulkan run uses --flash-attn off by default: with flash attention (llama.cpp's auto resolves
 # it to enabled) llama.cpp's Vulkan backend crashes inside lavapipe (Mesa 22.3, SIGSEGV in
@@ -16,11 +18,11 @@
 # 0 when every requested run printed its line from the backend asked for, 1 otherwise.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-usage() { echo "usage: scripts/bench_peer.sh MODEL.gguf [--pp N] [--tg N] [--repeat N] [--threads N] [--vk-flash-attn auto|on|off] [--cpu-only|--vulkan-only] [--sample|--grammar FILE.gbnf]" >&2; exit 2; }
+usage() { echo "usage: scripts/bench_peer.sh MODEL.gguf [--pp N] [--tg N] [--repeat N] [--threads N] [--vk-flash-attn auto|on|off] [--cpu-only|--vulkan-only] [--sample|--grammar FILE.gbnf] [--score]" >&2; exit 2; }
 [ $# -ge 1 ] || usage
 model=$1; shift
 [ -f "$model" ] || { echo "bench_peer: no such model file: $model" >&2; exit 2; }
-pp=512 tg=128 repeat=3 threads=2 vk_fa=off do_cpu=1 do_vk=1 choose=()
+pp=512 tg=128 repeat=3 threads=2 vk_fa=off do_cpu=1 do_vk=1 choose=() score=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --pp) pp=${2:?}; shift 2 ;;
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --vulkan-only) do_cpu=0; shift ;;
     --sample) choose=(--sample); shift ;;
     --grammar) choose=(--grammar "${2:?}"); shift 2 ;;
+    --score) score=(--score); shift ;;
     *) usage ;;
   esac
 done
@@ -39,7 +42,7 @@ done
 dir=${CINDER_ORACLE_DIR:-$root/build/oracle}
 "$root/tests/oracle/build.sh" "$dir" || { echo "bench_peer: building the oracle failed" >&2; exit 1; }
 oracle=$dir/llama_oracle
-common=(--bench --pp "$pp" --tg "$tg" --repeat "$repeat" --threads "$threads" "${choose[@]}")
+common=(--bench --pp "$pp" --tg "$tg" --repeat "$repeat" --threads "$threads" "${choose[@]}" "${score[@]}")
 status=0
 err=$(mktemp); trap 'rm -f "$err"' EXIT
 

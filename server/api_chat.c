@@ -19,6 +19,7 @@ typedef struct choice_ctx {
     char call_prefix[96]; /* tool call ids: call_<id>_<i>, or call_<id>_<choice>_<i> when n > 1 (rs borrows it) */
     bool sent_role, tool_calls;
     bool ended;           /* its finish chunk went out */
+    bool echoed;          /* completions with echo: its prompt chunk went out */
     uint32_t lp_sent;     /* the job's log-probability entries already in chunks */
     size_t lp_chars;      /* completions: characters of text those entries cover (text_offset) */
 } choice_ctx;
@@ -27,10 +28,12 @@ typedef struct reply_ctx {
     server *s;
     struct MHD_Connection *c;
     bool chat, include_usage;
+    bool echo;            /* completions: each choice's text begins with its prompt's */
     char id[48];
     json_int_t created;
-    uint32_t n;
-    job **jobs;           /* [n], the choices' jobs in order */
+    uint32_t n;           /* choices of all prompts */
+    uint32_t per_prompt;  /* choices of each prompt (the request's n) */
+    job **jobs;           /* [n], the choices' jobs in order: prompt by prompt */
     choice_ctx *ch;       /* [n] */
     api_text *text;       /* [n] the stream's view of each choice's text */
 } reply_ctx;
@@ -64,14 +67,14 @@ static size_t token_chars(const tokenizer *t, int32_t id) {
 
 /* Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
  * Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"},
- * the offsets counted on from *chars (moved past these tokens). Entries [from, to) of the
- * choice's lp (the caller holds the bridge mutex while the job runs). NULL: out of memory. */
-static json_t *logprobs_json(const reply_ctx *x, const job *j, uint32_t from, uint32_t to, size_t *chars) {
+ * the offsets counted on from *chars (moved past these tokens). Entries [from, to) of a job's
+ * lp or plp (the caller holds the bridge mutex while the job runs). NULL: out of memory. */
+static json_t *logprobs_json(const reply_ctx *x, const token_logprob *entries, uint32_t from, uint32_t to, size_t *chars) {
     const tokenizer *t = x->s->model.tok;
     json_t *list = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     bool ok = list && tokens && lps && tops && offs;
     for (uint32_t i = from; i < to && ok; i++) {
-        const token_logprob *lp = &j->lp[i];
+        const token_logprob *lp = &entries[i];
         json_t *top = x->chat ? json_array() : json_object();
         for (uint32_t k = 0; k < lp->n_top && top; k++) {
             json_t *e = token_entry(t, lp->top_id[k], lp->top_logprob[k]);
@@ -103,6 +106,35 @@ static json_t *logprobs_json(const reply_ctx *x, const job *j, uint32_t from, ui
     return out;
 }
 
+/* The job of the choice's prompt's first choice: its echo_text and plp serve every choice. */
+static job *lead_of(const reply_ctx *x, const choice_ctx *ch) { return x->jobs[ch->index / x->per_prompt * x->per_prompt]; }
+
+/* Completions with echo and logprobs: the prompt's entries, the first token's logprob and
+ * top_logprobs null (nothing comes before it), text offsets from 0 (*chars moved past them);
+ * lead's plp as far as it goes (the caller holds the bridge mutex while it runs). NULL: out of
+ * memory. */
+static json_t *echo_logprobs_json(const reply_ctx *x, const job *lead, size_t *chars) {
+    const tokenizer *t = x->s->model.tok;
+    *chars = token_chars(t, lead->ids[0]);
+    json_t *o = logprobs_json(x, lead->plp, 0, lead->n_plp, chars), *first = o ? token_entry(t, lead->ids[0], 0) : NULL;
+    bool ok = first && !json_array_insert(json_object_get(o, "tokens"), 0, json_object_get(first, "token")) &&
+              !json_array_insert_new(json_object_get(o, "token_logprobs"), 0, json_null()) &&
+              !json_array_insert_new(json_object_get(o, "top_logprobs"), 0, json_null()) &&
+              !json_array_insert_new(json_object_get(o, "text_offset"), 0, json_integer(0));
+    json_decref(first);
+    if (!ok) json_decref(o);
+    return ok ? o : NULL;
+}
+
+/* Completions' lists of b appended to a's (b dropped). -1: out of memory. */
+static int extend_logprobs(json_t *a, json_t *b) {
+    static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
+    int rc = 0;
+    for (size_t i = 0; i < 4 && !rc; i++) rc = json_array_extend(json_object_get(a, keys[i]), json_object_get(b, keys[i]));
+    json_decref(b);
+    return rc;
+}
+
 /* The choice's entries not yet sent, or NULL when none are asked for or new (*fail: out of
  * memory, or an entry was lost). The caller sends them, then moves lp_sent and lp_chars. */
 static json_t *new_logprobs(const reply_ctx *x, const choice_ctx *ch, uint32_t *to, size_t *chars, bool *fail) {
@@ -112,7 +144,7 @@ static json_t *new_logprobs(const reply_ctx *x, const choice_ctx *ch, uint32_t *
     if (!ch->j->logprobs) return NULL;
     pthread_mutex_lock(&x->s->b.mu);
     *to = ch->j->n_lp;
-    json_t *lp = *to > ch->lp_sent ? logprobs_json(x, ch->j, ch->lp_sent, *to, chars) : NULL;
+    json_t *lp = *to > ch->lp_sent ? logprobs_json(x, ch->j->lp, ch->lp_sent, *to, chars) : NULL;
     *fail = ch->j->lp_lost || (*to > ch->lp_sent && !lp);
     pthread_mutex_unlock(&x->s->b.mu);
     return lp;
@@ -200,10 +232,32 @@ static int stream_end(reply_ctx *x, char **out, size_t *len, size_t *cap) {
         json_t *u = json_pack("{s:s, s:s, s:I, s:s, s:s, s:[], s:o}", "id", x->id, "object",
                               x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
                               x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", "usage",
-                              api_usage(x->jobs, x->n));
+                              api_usage(x->jobs, x->n, x->per_prompt));
         rc = sse_event(out, len, cap, u);
     }
     return rc || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
+}
+
+/* Completions with echo: whether the choice's prompt chunk can go out, all its prompt's entries
+ * there when it asks for logprobs (the bridge mutex held). */
+static bool echo_ready(const reply_ctx *x, const choice_ctx *ch) {
+    const job *lead = lead_of(x, ch);
+    return !ch->j->logprobs || lead->n_plp + 1 >= lead->n_ids || lead->state == JOB_DONE;
+}
+
+/* The choice's first chunk with echo: its prompt's text and, with logprobs, entries. */
+static int stream_echo(reply_ctx *x, choice_ctx *ch, char **out, size_t *len, size_t *cap) {
+    const job *lead = lead_of(x, ch);
+    json_t *lp = NULL;
+    size_t chars = 0;
+    pthread_mutex_lock(&x->s->b.mu);
+    bool lost = lead->lp_lost;
+    if (ch->j->logprobs && !lost) lp = echo_logprobs_json(x, lead, &chars);
+    pthread_mutex_unlock(&x->s->b.mu);
+    if (lost || (ch->j->logprobs && !lp)) return -1;
+    ch->echoed = true;
+    ch->lp_chars = chars;
+    return sse_event(out, len, cap, chunk(x, ch->index, json_string(lead->echo_text), NULL, lp));
 }
 
 /* One choice's news (x->text[index].text set): its chunks, and its end once done. 1 when a
@@ -233,10 +287,16 @@ static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
         }
         return 1;
     }
+    if (x->echo) { /* a choice's news waits for its prompt chunk */
+        pthread_mutex_lock(&x->s->b.mu);
+        for (uint32_t k = 0; k < x->n; k++) x->text[k].hold = !x->ch[k].echoed && !echo_ready(x, &x->ch[k]);
+        pthread_mutex_unlock(&x->s->b.mu);
+    }
     if (!api_wait_text(x->s, x->jobs, x->n, x->c, x->text)) return -1; /* the client left */
     int rc = 0;
     bool all_ended = true;
     for (uint32_t k = 0; k < x->n; k++) {
+        if (x->echo && !x->ch[k].echoed && !x->text[k].hold && !rc) rc = stream_echo(x, &x->ch[k], out, len, cap);
         if (x->text[k].text && !rc) rc = stream_choice(x, &x->ch[k], out, len, cap);
         free(x->text[k].text);
         x->text[k].text = NULL;
@@ -293,19 +353,51 @@ static void reply_done(void *ctx) {
     free(x);
 }
 
+/* A whole completions choice's logprobs: with echo, its prompt's entries first (every one there). */
+static json_t *whole_completion_logprobs(const reply_ctx *x, const choice_ctx *ch) {
+    const job *j = ch->j, *lead = lead_of(x, ch);
+    size_t chars = 0;
+    if (j->lp_lost || (x->echo && (lead->lp_lost || lead->n_plp + 1 != lead->n_ids))) return NULL;
+    json_t *echoed = x->echo ? echo_logprobs_json(x, lead, &chars) : NULL;
+    json_t *gen = (!x->echo || echoed) ? logprobs_json(x, j->lp, 0, j->n_lp, &chars) : NULL;
+    if (!x->echo || !gen) return gen;
+    if (extend_logprobs(echoed, gen)) json_decref(echoed), echoed = NULL;
+    return echoed;
+}
+
+/* One choice of a whole completions reply: with echo, its text begins with the prompt's. */
+static json_t *whole_completion(const reply_ctx *x, const choice_ctx *ch) {
+    const job *j = ch->j;
+    const char *echo = x->echo ? lead_of(x, ch)->echo_text : "";
+    json_t *lp = j->logprobs ? whole_completion_logprobs(x, ch) : json_null();
+    size_t a = strlen(echo), b = j->len;
+    char *text = malloc(a + b + 1);
+    if (!lp || !text) {
+        json_decref(lp);
+        free(text);
+        cd_fail("out of memory for the reply (or a log-probability was lost)");
+        return NULL;
+    }
+    memcpy(text, echo, a);
+    if (b) memcpy(text + a, j->text, b);
+    text[a + b] = 0;
+    json_t *o = json_pack("{s:i, s:s%, s:o, s:s}", "index", (json_int_t)ch->index, "text", text, a + b, "logprobs", lp,
+                          "finish_reason", api_finish_reason(j));
+    free(text);
+    return o;
+}
+
 /* One choice of the whole reply (its job done). */
 static json_t *whole_choice(const reply_ctx *x, const choice_ctx *ch) {
+    if (!x->chat) return whole_completion(x, ch);
     const job *j = ch->j;
     const char *fr = api_finish_reason(j);
     json_t *lp = json_null();
     size_t chars = 0;
-    if (j->logprobs && (j->lp_lost || !(lp = logprobs_json(x, j, 0, j->n_lp, &chars)))) {
+    if (j->logprobs && (j->lp_lost || !(lp = logprobs_json(x, j->lp, 0, j->n_lp, &chars)))) {
         cd_fail("out of memory for the log-probabilities");
         return NULL;
     }
-    if (!x->chat)
-        return json_pack("{s:i, s:s%, s:o, s:s}", "index", (json_int_t)ch->index, "text", j->text ? j->text : "", j->len,
-                         "logprobs", lp, "finish_reason", fr);
     size_t n;
     char *full = full_text(j, j->text ? j->text : "", j->len, &n);
     json_t *msg = NULL;
@@ -337,7 +429,7 @@ static json_t *whole_reply(const reply_ctx *x) {
     if (!choices) return NULL;
     return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", x->id, "object",
                      x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
-                     "system_fingerprint", x->s->fingerprint, "choices", choices, "usage", api_usage(x->jobs, x->n));
+                     "system_fingerprint", x->s->fingerprint, "choices", choices, "usage", api_usage(x->jobs, x->n, x->per_prompt));
 }
 
 /* Drops `refs` references to each of n jobs: the connection's (1), or both when the engine
@@ -350,18 +442,18 @@ static void drop_jobs(server *s, job **jobs, uint32_t n, int refs) {
 }
 
 /* The reply's state for the n submitted jobs; NULL when out of memory. */
-static reply_ctx *reply_new(server *s, const http_req *r, const api_prepared *p, job **jobs) {
+static reply_ctx *reply_new(server *s, const http_req *r, const api_prepared *p, job **jobs, uint32_t n) {
     reply_ctx *x = calloc(1, sizeof *x);
-    choice_ctx *ch = calloc(p->n, sizeof *ch);
-    api_text *text = calloc(p->n, sizeof *text);
+    choice_ctx *ch = calloc(n, sizeof *ch);
+    api_text *text = calloc(n, sizeof *text);
     if (!x || !ch || !text) {
         free(x), free(ch), free(text);
         return NULL;
     }
-    *x = (reply_ctx){.s = s, .c = r->c, .chat = p->chat, .include_usage = p->include_usage, .created = time(NULL),
-                     .n = p->n, .jobs = jobs, .ch = ch, .text = text};
+    *x = (reply_ctx){.s = s, .c = r->c, .chat = p->chat, .include_usage = p->include_usage, .echo = jobs[0]->echo,
+                     .created = time(NULL), .n = n, .per_prompt = p->n, .jobs = jobs, .ch = ch, .text = text};
     api_new_id(s, p->chat ? "chatcmpl-" : "cmpl-", x->id, sizeof x->id);
-    for (uint32_t k = 0; k < p->n; k++) {
+    for (uint32_t k = 0; k < n; k++) {
         ch[k] = (choice_ctx){.j = jobs[k], .index = k};
         if (!p->chat) continue;
         if (p->n == 1) snprintf(ch[k].call_prefix, sizeof ch[k].call_prefix, "call_%s_", x->id);
@@ -371,41 +463,44 @@ static reply_ctx *reply_new(server *s, const http_req *r, const api_prepared *p,
     return x;
 }
 
-/* Submits the request's choices and answers: streamed, or whole once done. Takes the caller's
- * references to p->j. */
+/* Submits the request's jobs (its prompts' choices) and answers: streamed, or whole once done.
+ * Takes the caller's references to p->prompts and the array. */
 static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared *p) {
     api_err e;
-    job *first = p->j, **jobs = calloc(p->n, sizeof *jobs);
-    if (!jobs || job_choices(first, p->n, jobs)) {
+    uint32_t n = p->n_prompts * p->n;
+    job **jobs = calloc(n, sizeof *jobs);
+    if (!jobs || job_choices(p->prompts, p->n_prompts, p->n, jobs)) {
         free(jobs);
-        drop_jobs(s, &first, 1, 2);
+        drop_jobs(s, p->prompts, p->n_prompts, 2);
+        free(p->prompts);
         bridge_count_rejected(&s->b);
         return http_error(r->c, 500, NULL, "out of memory");
     }
-    if (api_submit(s, jobs, p->n, &e)) {
-        drop_jobs(s, jobs, p->n, 2);
+    free(p->prompts);
+    if (api_submit(s, jobs, n, &e)) {
+        drop_jobs(s, jobs, n, 2);
         free(jobs);
         bridge_count_rejected(&s->b);
         return api_reply_err(r->c, &e);
     }
-    reply_ctx *x = reply_new(s, r, p, jobs);
+    reply_ctx *x = reply_new(s, r, p, jobs, n);
     if (!x) { /* cannot answer: cancel and let go */
-        api_cancel(s, jobs, p->n);
-        drop_jobs(s, jobs, p->n, 1);
+        api_cancel(s, jobs, n);
+        drop_jobs(s, jobs, n, 1);
         free(jobs);
         return MHD_NO;
     }
     if (p->stream) {
-        api_wait_started(s, jobs, p->n, r->c);
+        api_wait_started(s, jobs, n, r->c);
         pthread_mutex_lock(&s->b.mu);
         bool refused = false;
-        for (uint32_t k = 0; k < p->n; k++) refused = refused || (jobs[k]->state == JOB_DONE && jobs[k]->err_status);
+        for (uint32_t k = 0; k < n; k++) refused = refused || (jobs[k]->state == JOB_DONE && jobs[k]->err_status);
         pthread_mutex_unlock(&s->b.mu);
         if (!refused) return http_sse(r->c, (http_stream){.produce = produce, .done = reply_done, .ctx = x});
     }
-    api_wait_done(s, jobs, p->n, r->c);
+    api_wait_done(s, jobs, n, r->c);
     const job *failed = NULL;
-    for (uint32_t k = 0; k < p->n && !failed; k++)
+    for (uint32_t k = 0; k < n && !failed; k++)
         if (jobs[k]->err_status || jobs[k]->out.finish == JOB_CANCELLED) failed = jobs[k];
     enum MHD_Result rc;
     if (failed && failed->err_status) rc = http_error(r->c, failed->err_status, NULL, "%s", failed->err);

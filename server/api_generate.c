@@ -16,8 +16,8 @@ enum MHD_Result api_reply_err(struct MHD_Connection *c, const api_err *e) {
 
 int api_submit(server *s, job **jobs, uint32_t n, api_err *e) {
     if (n > s->o.queue)
-        return api_fail(e, 400, "n", "n is %u; this server queues %u requests at most (--queue), and each choice is one", n,
-                        s->o.queue);
+        return api_fail(e, 400, "n", "the request has %u choices (prompts times n); this server queues %u requests at most "
+                        "(--queue), and each choice is one", n, s->o.queue);
     int rc = bridge_submit(&s->b, jobs, n);
     if (rc < 0) return api_fail(e, 503, NULL, "the model is loading");
     if (rc > 0) return api_fail(e, 503, NULL, "the server is busy: %u requests are waiting (--queue); retry later", s->o.queue);
@@ -78,13 +78,13 @@ static bool has_news(const job *j, size_t seen, bool told_done) {
 bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, api_text *t) {
     pthread_mutex_lock(&s->b.mu);
     bool moved = false;
-    for (uint32_t k = 0; k < n && !moved; k++) moved = has_news(jobs[k], t[k].seen, t[k].done);
+    for (uint32_t k = 0; k < n && !moved; k++) moved = !t[k].hold && has_news(jobs[k], t[k].seen, t[k].done);
     if (!moved) wait_a_while(s, jobs[0]);
     moved = false;
     for (uint32_t k = 0; k < n; k++) {
         job *j = jobs[k];
         t[k].text = NULL;
-        if (!has_news(j, t[k].seen, t[k].done)) continue;
+        if (t[k].hold || !has_news(j, t[k].seen, t[k].done)) continue;
         moved = true;
         t[k].text = strndup(j->text ? j->text : "", j->stable);
         if (t[k].text) t[k].len = j->stable, t[k].done = j->state == JOB_DONE; /* else: out of memory, next time */
@@ -97,14 +97,18 @@ bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, 
     return true;
 }
 
-json_t *api_usage(job **jobs, uint32_t n) {
-    uint32_t gen = 0, cached = jobs[0]->out.cached_tokens;
-    for (uint32_t k = 0; k < n; k++) {
-        const job *j = jobs[k];
-        gen += j->out.n && j->out.eog ? j->out.n - 1 : j->out.n; /* the end token is not output */
-        if (j->out.cached_tokens < cached) cached = j->out.cached_tokens;
+json_t *api_usage(job **jobs, uint32_t n, uint32_t per_prompt) {
+    uint32_t gen = 0, cached = 0, prompt = 0;
+    for (uint32_t p = 0; p < n; p += per_prompt) {
+        uint32_t least = jobs[p]->out.cached_tokens;
+        for (uint32_t k = p; k < p + per_prompt; k++) {
+            const job *j = jobs[k];
+            gen += j->out.n && j->out.eog ? j->out.n - 1 : j->out.n; /* the end token is not output */
+            if (j->out.cached_tokens < least) least = j->out.cached_tokens;
+        }
+        prompt += jobs[p]->n_ids;
+        cached += least;
     }
-    uint32_t prompt = jobs[0]->n_ids;
     return json_pack("{s:i, s:i, s:i, s:{s:i}}", "prompt_tokens", (json_int_t)prompt, "completion_tokens",
                      (json_int_t)gen, "total_tokens", (json_int_t)prompt + gen, "prompt_tokens_details",
                      "cached_tokens", (json_int_t)cached);

@@ -10,8 +10,8 @@
 
 enum MHD_Result api_reply_err(struct MHD_Connection *c, const api_err *e);
 
-/* A request's n choices (job.h, job_choices) travel together: submitted all or none, waited on
- * together, cancelled together. */
+/* A request's jobs (job.h, job_choices: its prompts' choices) travel together: submitted all or
+ * none, waited on together, cancelled together. */
 
 /* Hands the n jobs to the engine: 0, or a 503 (queue full / loading / stopping) in *e, or a 400
  * naming n when the queue could never hold n. */
@@ -26,6 +26,7 @@ void api_wait_started(server *s, job **jobs, uint32_t n, struct MHD_Connection *
 /* One choice's text as the streaming side has it. */
 typedef struct api_text {
     size_t seen;   /* in: bytes already handed over; the caller moves it to len after using text */
+    bool hold;     /* in: the choice's news waits (echo: until its prompt chunk can go out) */
     bool done;     /* in/out: the choice's end was handed over (it stays true) */
     char *text;    /* out: NULL (nothing new), or a copy of the stable text (the caller frees it) */
     size_t len;    /* out, with text: its length */
@@ -35,9 +36,10 @@ typedef struct api_text {
  * left (the jobs are cancelled then). */
 bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, api_text *t);
 /* {"prompt_tokens", "completion_tokens", "total_tokens", "prompt_tokens_details": {"cached_tokens"}}
- * over n choices: the prompt once, the choices' completions summed, the cached tokens the least
- * any choice had (what was cached before the request came: the others share the first's prefill). */
-json_t *api_usage(job **jobs, uint32_t n);
+ * over n jobs, per_prompt choices of each prompt in turn: each prompt once, the completions
+ * summed, of a prompt's cached tokens the least any of its choices had (what was cached before
+ * the request came: the others share the first's prefill). */
+json_t *api_usage(job **jobs, uint32_t n, uint32_t per_prompt);
 /* "stop", "length" (or NULL when it failed/cancelled: see j->err_status) */
 const char *api_finish_reason(const job *j);
 /* A fresh response id with the given prefix ("chatcmpl-", "cmpl-"). */

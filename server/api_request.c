@@ -123,18 +123,23 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
  * accepted when absent, null, false, 0, "" or their default: OpenAI's, and the constraints of
  * llama-server (grammar) and vLLM (guided_* but guided_json, structured_outputs), which a client
  * written for those would otherwise see ignored. */
-static int unsupported_fields(const json_t *b, api_err *e) {
+static int unsupported_fields(const json_t *b, bool chat, api_err *e) {
     static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call", "grammar",
-                                       "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
+                                       "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
+                                       "prompt_logprobs"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *k = keys[i];
+        if (!chat && !strcmp(k, "echo")) continue;
         const json_t *v = json_object_get(b, k);
         if (!v || json_is_null(v) || json_is_false(v)) continue;
         if (json_is_integer(v) && json_integer_value(v) == (strcmp(k, "best_of") ? 0 : 1)) continue;
         if (json_is_string(v) && !json_string_length(v)) continue;
         if (!strcmp(k, "functions") || !strcmp(k, "function_call"))
             return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice", k);
-        if (strcmp(k, "echo") && strcmp(k, "suffix") && strcmp(k, "best_of"))
+        if (!strcmp(k, "echo")) return api_fail(e, 400, k, "echo is not supported on chat completions: /v1/completions has it");
+        if (!strcmp(k, "prompt_logprobs"))
+            return api_fail(e, 400, k, "prompt_logprobs is not supported: /v1/completions with echo and logprobs gives them");
+        if (strcmp(k, "suffix") && strcmp(k, "best_of"))
             return api_fail(e, 400, k, "%s is not supported by this server: response_format json_object and json_schema are", k);
         return api_fail(e, 400, k, "%s is not supported by this server", k);
     }
@@ -217,16 +222,20 @@ static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, i
     *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}};
     double temp = g->sp.temperature, top_p = g->sp.top_p;
     double presence = 0, frequency = 0;
-    int64_t top_k = g->sp.top_k, seed = -1, n = 1, max_tokens = 0;
+    int64_t top_k = g->sp.top_k, seed = -1, n = 1, max_tokens = -1;
     bool has_mct = json_object_get(b, "max_completion_tokens") && !json_is_null(json_object_get(b, "max_completion_tokens"));
-    if (int_field(b, has_mct ? "max_completion_tokens" : "max_tokens", 1, INT32_MAX, &max_tokens, e) ||
+    const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
+    if (int_field(b, max_key, 0, INT32_MAX, &max_tokens, e) || (!chat && bool_field(b, "echo", &g->echo, e)) ||
         num_field(b, "temperature", 0, 2, &temp, e) || num_field(b, "top_p", 0, 1, &top_p, e) ||
         int_field(b, "top_k", -1, INT32_MAX, &top_k, e) || int_field(b, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
         int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e) ||
         salt_field(b, g, e) || num_field(b, "presence_penalty", -2, 2, &presence, e) ||
         num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || logprobs_fields(b, chat, g, e) ||
-        format_field(b, g, e) || unsupported_fields(b, e))
+        format_field(b, g, e) || unsupported_fields(b, chat, e))
         return -1;
+    if (max_tokens == 0 && !g->echo)
+        return api_fail(e, 400, max_key, "%s 0 asks for no token: it needs echo: true (the prompt's log-probabilities alone)",
+                        max_key);
     const json_t *so = json_object_get(b, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return api_fail(e, 400, "stream_options", "stream_options must be an object");
@@ -253,26 +262,36 @@ static void gen_params_free(gen_params *g) {
     g->schema = NULL;
 }
 
+/* A prompt of n tokens fits the context (what: its name in the message; param: the field). */
+static int prompt_fits(const api_model *s, size_t n, const char *what, const char *param, api_err *e) {
+    if (n == 0) return api_fail(e, 400, param, "%s is empty", what);
+    if (n >= s->n_ctx)
+        return api_fail(e, 400, param, "%s has %zu tokens; the context holds %u (prompt + at least one generated token)", what,
+                        n, s->n_ctx);
+    return 0;
+}
+
+/* The job's prompt: ids[n] (taken), and what max_tokens leaves of the context after it. */
+static void set_prompt(job *j, const api_model *s, int32_t *ids, size_t n, int64_t max_tokens) {
+    uint32_t room = s->n_ctx - (uint32_t)n;
+    free(j->ids);
+    j->ids = ids;
+    j->n_ids = (uint32_t)n;
+    j->max_tokens = max_tokens >= 0 && max_tokens < room ? (uint32_t)max_tokens : room;
+}
+
 static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, job **out, api_err *e) {
     *out = NULL;
-    if (n == 0) {
+    if (prompt_fits(s, n, "the prompt", NULL, e)) {
         free(ids);
-        return api_fail(e, 400, NULL, "the prompt is empty");
-    }
-    if (n >= s->n_ctx) {
-        free(ids);
-        return api_fail(e, 400, NULL, "the prompt has %zu tokens; the context holds %u (prompt + at least one generated token)",
-                        n, s->n_ctx);
+        return -1;
     }
     job *j = job_new();
     if (!j) {
         free(ids);
         return api_fail(e, 500, NULL, "out of memory");
     }
-    uint32_t room = s->n_ctx - (uint32_t)n;
-    j->ids = ids;
-    j->n_ids = (uint32_t)n;
-    j->max_tokens = g->max_tokens && g->max_tokens < room ? (uint32_t)g->max_tokens : room;
+    set_prompt(j, s, ids, n, g->max_tokens);
     j->sp = g->sp;
     memcpy(j->stop, g->stop, sizeof g->stop);
     j->n_stop = g->n_stop;
@@ -286,6 +305,8 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, j
     j->json_object = g->json_object;
     j->schema = g->schema;
     g->schema = NULL;
+    j->echo = g->echo;
+    j->prompt_logprobs = g->echo && g->logprobs;
     *out = j;
     return 0;
 }
@@ -509,30 +530,99 @@ static int chat_prompt(const api_model *s, const chat_req *q, int32_t **ids, siz
     return rc ? api_fail(e, 400, "messages", "%s", cd_errmsg()) : 0;
 }
 
-/* "prompt": a string (tokenized with special tokens parsed, as llama-server does) or an array of
- * token ids. */
-static int completion_prompt(const api_model *s, const json_t *body, int32_t **ids, size_t *n, api_err *e) {
-    const json_t *p = json_object_get(body, "prompt");
+/* One prompt of a completions request (what: its name in messages, "prompt" or "prompt[i]"): a
+ * string (tokenized with special tokens parsed, as llama-server does) or an array of token ids.
+ * With echo, *text is what the reply begins with: the string itself, or the ids decoded. */
+static int one_prompt(const api_model *s, const json_t *p, bool echo, const char *what, int32_t **ids, size_t *n,
+                      char **text, api_err *e) {
+    *ids = NULL, *text = NULL;
     if (json_is_string(p)) {
         if (tok_encode(s->tok, json_string_value(p), json_string_length(p), true, ids, n))
-            return api_fail(e, 400, "prompt", "%s", cd_errmsg());
-        return 0;
-    }
-    if (!json_is_array(p) || !json_array_size(p))
-        return api_fail(e, 400, "prompt", "prompt must be a string or a non-empty array of token ids");
-    *n = json_array_size(p);
-    if (!(*ids = malloc(*n * sizeof **ids))) return api_fail(e, 500, NULL, "out of memory");
-    int32_t vocab = tok_n_vocab(s->tok);
-    for (size_t i = 0; i < *n; i++) {
-        const json_t *v = json_array_get(p, i);
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
-            free(*ids);
-            *ids = NULL;
-            return api_fail(e, 400, "prompt", "prompt[%zu] is not a token id (0 to %d)", i, vocab - 1);
+            return api_fail(e, 400, "prompt", "%s: %s", what, cd_errmsg());
+    } else {
+        if (!json_is_array(p) || !json_array_size(p))
+            return api_fail(e, 400, "prompt", "%s must be a string or a non-empty array of token ids", what);
+        *n = json_array_size(p);
+        if (!(*ids = malloc(*n * sizeof **ids))) return api_fail(e, 500, NULL, "out of memory");
+        int32_t vocab = tok_n_vocab(s->tok);
+        for (size_t i = 0; i < *n; i++) {
+            const json_t *v = json_array_get(p, i);
+            if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab) {
+                free(*ids);
+                *ids = NULL;
+                return api_fail(e, 400, "prompt", "%s[%zu] is not a token id (0 to %d)", what, i, vocab - 1);
+            }
+            (*ids)[i] = (int32_t)json_integer_value(v);
         }
-        (*ids)[i] = (int32_t)json_integer_value(v);
+    }
+    if (!echo) return 0;
+    if (json_is_string(p) ? !(*text = strdup(json_string_value(p))) : tok_decode(s->tok, *ids, (uint32_t)*n, text)) {
+        free(*ids);
+        *ids = NULL;
+        return api_fail(e, 500, NULL, "out of memory");
     }
     return 0;
+}
+
+/* "prompt": one prompt (a string or token ids) or a list of up to API_MAX_PROMPTS of them (OpenAI's
+ * batch), a job each: the first made from g, the others copies of it with their own prompt. */
+static int completion_jobs(const api_model *s, const json_t *body, gen_params *g, api_prepared *out, api_err *e) {
+    const json_t *p = json_object_get(body, "prompt");
+    bool list = json_is_array(p) && json_array_size(p) && !json_is_integer(json_array_get(p, 0));
+    size_t count = list ? json_array_size(p) : 1;
+    if (count > API_MAX_PROMPTS) return api_fail(e, 400, "prompt", "prompt lists %zu prompts; at most %d", count, API_MAX_PROMPTS);
+    if (!(out->prompts = calloc(count, sizeof *out->prompts))) return api_fail(e, 500, NULL, "out of memory");
+    for (size_t i = 0; i < count; i++) {
+        char what[32];
+        snprintf(what, sizeof what, list ? "prompt[%zu]" : "prompt", i);
+        int32_t *ids;
+        size_t n;
+        char *text;
+        job *j = NULL;
+        if (one_prompt(s, list ? json_array_get(p, i) : p, g->echo, what, &ids, &n, &text, e)) return -1;
+        if (i == 0) {
+            if (make_job(s, ids, n, g, &j, e)) ids = NULL;
+        } else if (!prompt_fits(s, n, what, "prompt", e) && !(j = job_copy(out->prompts[0]))) {
+            api_fail(e, 500, NULL, "out of memory");
+        }
+        if (!j) {
+            free(ids);
+            free(text);
+            return -1;
+        }
+        if (i) set_prompt(j, s, ids, n, g->max_tokens), j->prompt_logprobs = out->prompts[0]->prompt_logprobs;
+        j->echo_text = text;
+        out->prompts[out->n_prompts++] = j;
+    }
+    return 0;
+}
+
+static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prepared *out, api_err *e) {
+    chat_req q;
+    int32_t *ids = NULL;
+    size_t n = 0;
+    job *j = NULL;
+    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, &j, e) ? -1 : 0;
+    if (!rc && !(out->prompts = malloc(sizeof *out->prompts))) {
+        job_unref(j), job_unref(j);
+        rc = api_fail(e, 500, NULL, "out of memory");
+    }
+    if (!rc) {
+        out->prompts[out->n_prompts++] = j;
+        j->forced = q.forced;
+        q.forced = NULL;
+        if (j->schema && j->forced) /* the call's object begins after "<tool_call>\n" */
+            j->forced_json = j->forced + strlen("<tool_call>\n"), j->json_tail = "\n</tool_call>";
+        int32_t open = q.lazy ? tok_find(m->tok, "<tool_call>") : -1; /* each call the model opens */
+        if (open >= 0) j->json_lazy = true, j->json_trigger = open, j->json_tail = "\n</tool_call>";
+        else if (q.lazy) json_schema_unref(j->schema), j->schema = NULL; /* no such token: free text */
+        j->json_once = j->json_lazy && q.single; /* one call (a forced one is one already) */
+    }
+    out->n = q.g.n;
+    out->stream = q.g.stream;
+    out->include_usage = q.g.include_usage;
+    chat_req_free(&q);
+    return rc;
 }
 
 int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uint64_t seed, api_prepared *out,
@@ -545,34 +635,21 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
     if (!json_is_object(b)) {
         rc = api_fail(e, 400, NULL, "the request body must be a JSON object");
     } else if (chat) {
-        chat_req q;
-        int32_t *ids = NULL;
-        size_t n = 0;
-        rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, &out->j, e) ? -1 : 0;
-        if (!rc) {
-            out->j->forced = q.forced;
-            q.forced = NULL;
-            if (out->j->schema && out->j->forced) /* the call's object begins after "<tool_call>\n" */
-                out->j->forced_json = out->j->forced + strlen("<tool_call>\n"), out->j->json_tail = "\n</tool_call>";
-            int32_t open = q.lazy ? tok_find(m->tok, "<tool_call>") : -1; /* each call the model opens */
-            if (open >= 0) out->j->json_lazy = true, out->j->json_trigger = open, out->j->json_tail = "\n</tool_call>";
-            else if (q.lazy) json_schema_unref(out->j->schema), out->j->schema = NULL; /* no such token: free text */
-            out->j->json_once = out->j->json_lazy && q.single; /* one call (a forced one is one already) */
-        }
-        out->n = q.g.n;
-        out->stream = q.g.stream;
-        out->include_usage = q.g.include_usage;
-        chat_req_free(&q);
+        rc = chat_job(m, b, seed, out, e);
     } else {
         gen_params g;
-        int32_t *ids = NULL;
-        size_t n = 0;
-        rc = gen_params_parse(b, false, seed, tok_n_vocab(m->tok), &g, e) || completion_prompt(m, b, &ids, &n, e) || make_job(m, ids, n, &g, &out->j, e) ? -1 : 0;
+        rc = gen_params_parse(b, false, seed, tok_n_vocab(m->tok), &g, e) || completion_jobs(m, b, &g, out, e) ? -1 : 0;
         out->n = g.n;
         out->stream = g.stream;
         out->include_usage = g.include_usage;
         gen_params_free(&g);
     }
     json_decref(b);
+    if (rc) { /* nothing goes out: both references of every job made */
+        for (uint32_t i = 0; i < out->n_prompts; i++) job_unref(out->prompts[i]), job_unref(out->prompts[i]);
+        free(out->prompts);
+        out->prompts = NULL;
+        out->n_prompts = 0;
+    }
     return rc;
 }

@@ -29,8 +29,10 @@ typedef struct api_model {
     call_memory *calls;      /* the tool calls generated here (as_generated renders them back exactly) */
 } api_model;
 
+#define API_MAX_PROMPTS 128  /* prompts of one /v1/completions request */
+
 typedef struct gen_params {  /* the sampling and streaming fields */
-    int64_t max_tokens;      /* 0: until the end token or the context is full */
+    int64_t max_tokens;      /* -1: until the end token or the context is full; 0 (with echo) none */
     uint32_t n;              /* choices (1 to 128) */
     sampler_params sp;
     logit_adjust adjust;     /* its bias list owned */
@@ -42,31 +44,39 @@ typedef struct gen_params {  /* the sampling and streaming fields */
     uint32_t n_stop;
     char *cache_salt;        /* owned, or NULL */
     bool stream, include_usage;
+    bool echo;               /* completions: the reply text begins with the prompt (job.echo) */
 } gen_params;
 
 typedef struct api_prepared {
-    job *j;                  /* two references (job.h): the caller's and the engine thread's */
-    uint32_t n;              /* choices: j and n - 1 copies of it (job_choices) */
+    job **prompts;           /* [n_prompts] one job per prompt (chat: one), two references each
+                                (job.h: the caller's and the engine thread's); the array is the caller's */
+    uint32_t n_prompts;
+    uint32_t n;              /* choices of each prompt: its job and n - 1 copies (job_choices) */
     bool chat, stream, include_usage;
 } api_prepared;
 
-/* Fields: model (any: one model is served), messages / prompt, tools, tool_choice,
+/* Fields: model (any: one model is served), messages / prompt (completions: a string, token ids,
+ * or a list of up to API_MAX_PROMPTS of either, a job each), tools, tool_choice,
  * chat_template_kwargs.enable_thinking, max_tokens / max_completion_tokens, temperature, top_p,
  * top_k, seed (seed_default when absent), stop, n (1 to 128 choices; the server makes them with
  * job_choices), stream, stream_options.include_usage, cache_salt (vLLM's: 1 to 256 bytes, no NUL; the request shares cached prefixes only with
  * requests of the same salt, engine.h), presence_penalty and frequency_penalty (-2 to 2) and
  * logit_bias (token id -> -100 to 100; runtime/model/logit_adjust.h), logprobs and top_logprobs
- * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), response_format text,
+ * (chat: true/false and 0 to 20; completions: logprobs 0 to 5), echo (completions: the reply
+ * text begins with the prompt, and with logprobs its tokens' log-probabilities, the first one's
+ * null, as OpenAI's legacy API and lm-evaluation-harness have them; max_tokens 0 then asks for the
+ * prompt alone), response_format text,
  * json_object or json_schema, or a schema as llama-server's json_schema / vLLM's guided_json
  * (not with thinking on or a forced tool call; docs/STRUCTURED.md). A forced tool call's
  * object is held to the tools' schemas (job.schema, forced_json, json_tail); so are the calls
  * of strict tools under auto, and with parallel_tool_calls false there is at most one
  * (json_lazy, json_once).
- * Fields of OpenAI's API that are not implemented (echo, suffix, best_of, the legacy functions
- * / function_call), and llama-server's and vLLM's other constraints (grammar, guided_regex,
- * guided_choice, guided_grammar, structured_outputs) are refused by name when they ask for
+ * Fields of OpenAI's API that are not implemented (suffix, best_of, the legacy functions /
+ * function_call, echo on chat), vLLM's prompt_logprobs (echo serves), and llama-server's and
+ * vLLM's other constraints (grammar, guided_regex, guided_choice, guided_grammar,
+ * structured_outputs) are refused by name when they ask for
  * something, never ignored: a reply without what was asked for would look like one with it.
  * Absent or null fields keep their defaults (temperature 0.8, top_k 40, top_p 0.95, max_tokens:
- * the rest of the context). 0 and out->j, or -1 with *e (out->j NULL). */
+ * the rest of the context). 0 and out->prompts, or -1 with *e (out->prompts NULL). */
 int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uint64_t seed_default, api_prepared *out,
                 api_err *e);

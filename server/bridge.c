@@ -105,19 +105,34 @@ static bool on_token(void *ctx, int32_t id) {
     return more;
 }
 
+/* Appends lp to j's list (*list, *n, *cap: lp or plp); the bridge mutex held. */
+static void keep_logprob(job *j, token_logprob **list, uint32_t *n, uint32_t *cap, const token_logprob *lp) {
+    if (*n == *cap) {
+        uint32_t grown = *cap ? 2 * *cap : 64;
+        token_logprob *p = realloc(*list, grown * sizeof *p);
+        if (p) *list = p, *cap = grown;
+    }
+    if (*n < *cap) (*list)[(*n)++] = *lp;
+    else j->lp_lost = true;
+}
+
 /* A token's log-probabilities, kept for the reply (an end token is not output: not kept). */
 static void on_logprob(void *ctx, const token_logprob *lp) {
     job *j = ctx;
     if (tok_is_eog(j->tok, lp->id)) return;
     bridge *b = bridge_of_thread;
     pthread_mutex_lock(&b->mu);
-    if (j->n_lp == j->cap_lp) {
-        uint32_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
-        token_logprob *p = realloc(j->lp, cap * sizeof *p);
-        if (p) j->lp = p, j->cap_lp = cap;
-    }
-    if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = *lp;
-    else j->lp_lost = true;
+    keep_logprob(j, &j->lp, &j->n_lp, &j->cap_lp, lp);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* A prompt token's (positions 1.. in order): the last one wakes a stream waiting to echo them. */
+static void on_prompt_logprob(void *ctx, uint32_t pos, const token_logprob *lp) {
+    job *j = ctx;
+    bridge *b = bridge_of_thread;
+    pthread_mutex_lock(&b->mu);
+    keep_logprob(j, &j->plp, &j->n_plp, &j->cap_plp, lp);
+    if (pos + 1 == j->n_ids) job_signal(j);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -153,6 +168,8 @@ static void start_job(runner *r, job *j) {
     engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
                          .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
                          .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs,
+                         .on_prompt_logprob = j->prompt_logprobs ? on_prompt_logprob : NULL,
+                         .prompt_top_logprobs = j->top_logprobs,
                          .json_object = j->json_object, .json_schema = j->schema,
                          .json_forced = j->forced_json, .json_tail = j->json_tail, .json_lazy = j->json_lazy,
                          .json_trigger = j->json_trigger, .json_once = j->json_once};

@@ -20,6 +20,8 @@ void job_unref(job *j) {
     for (uint32_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->forced);
     free(j->cache_salt);
+    free(j->echo_text);
+    free(j->plp);
     logit_adjust_free(&j->adjust);
     json_schema_unref(j->schema);
     free(j->lp);
@@ -39,8 +41,7 @@ static char *dup_or_null(const char *s, bool *ok) {
     return d;
 }
 
-/* Choice k of j's request: the request part, deep, with seed + k. */
-static job *copy_request(job *j, uint32_t k) {
+job *job_copy(const job *j) {
     job *c = job_new();
     if (!c) return NULL;
     bool ok = (c->ids = malloc(j->n_ids * sizeof *j->ids)) != NULL;
@@ -48,7 +49,6 @@ static job *copy_request(job *j, uint32_t k) {
     c->n_ids = j->n_ids;
     c->max_tokens = j->max_tokens;
     c->sp = j->sp;
-    c->sp.seed = j->sp.seed + k;
     ok = ok && !logit_adjust_copy(&c->adjust, &j->adjust);
     c->logprobs = j->logprobs;
     c->top_logprobs = j->top_logprobs;
@@ -62,8 +62,7 @@ static job *copy_request(job *j, uint32_t k) {
     c->json_once = j->json_once;
     c->json_trigger = j->json_trigger;
     c->cache_salt = dup_or_null(j->cache_salt, &ok);
-    c->first = j;
-    j->refs++;
+    c->echo = j->echo;
     if (!ok) {
         c->refs = 1;
         job_unref(c);
@@ -72,13 +71,25 @@ static job *copy_request(job *j, uint32_t k) {
     return c;
 }
 
-int job_choices(job *j, uint32_t n, job **out) {
-    out[0] = j;
-    for (uint32_t k = 1; k < n; k++)
-        if (!(out[k] = copy_request(j, k))) {
-            while (--k > 0) out[k]->refs = 1, job_unref(out[k]);
-            return -1;
-        }
+/* Choice k of j's request: seed + k; it signals root's cv. */
+static job *copy_request(job *j, uint32_t k, job *root) {
+    job *c = job_copy(j);
+    if (!c) return NULL;
+    c->sp.seed = j->sp.seed + k;
+    c->first = root;
+    root->refs++;
+    return c;
+}
+
+int job_choices(job **prompts, uint32_t n_prompts, uint32_t n, job **out) {
+    for (uint32_t i = 0; i < n_prompts * n; i++) {
+        uint32_t p = i / n, k = i % n;
+        if ((out[i] = k ? copy_request(prompts[p], k, prompts[0]) : prompts[p])) continue;
+        while (i-- > 0)
+            if (i % n) out[i]->refs = 1, job_unref(out[i]);
+        return -1;
+    }
+    for (uint32_t p = 1; p < n_prompts; p++) prompts[p]->first = prompts[0], prompts[0]->refs++;
     return 0;
 }
 

@@ -19,7 +19,13 @@
  * request, seeds seed, seed + 1, ... (vLLM's rule, so choice k is the reply one request with
  * seed + k would get). They are separate engine requests: the engine prefills the shared prompt
  * once (engine.h, a prefix several requests send at once) and batches their decoding. Every
- * choice signals the first one's cv, so the connection thread waits on one condition for all. */
+ * choice signals the first one's cv, so the connection thread waits on one condition for all.
+ * A /v1/completions request with a list of prompts is a job per prompt, each with its n choices;
+ * all of them signal the first prompt's first choice's cv.
+ *
+ * echo: the reply text begins with the prompt's (echo_text). With logprobs too, the prompt's
+ * tokens' log-probabilities come from the engine (engine_request.on_prompt_logprob) into plp;
+ * only a prompt's first choice computes them, its other choices' replies read the first's. */
 #pragma once
 #include <pthread.h>
 #include <stdbool.h>
@@ -64,6 +70,9 @@ typedef struct job {
     bool json_once;           /* with schema: after the call, only the end (parallel_tool_calls false) */
     int32_t json_trigger;
     char *cache_salt;         /* the request's cache namespace salt (engine_request.cache_salt), or NULL */
+    bool echo;                /* the reply text begins with echo_text (the prompt's) */
+    char *echo_text;          /* NUL-terminated, owned; copies of a choice have none (the first's serves) */
+    bool prompt_logprobs;     /* plp is filled (top_logprobs alternatives each) */
 
     /* shared (bridge mutex) */
     int refs;
@@ -76,7 +85,9 @@ typedef struct job {
     bool stopped_by_string;
     token_logprob *lp;        /* [n_lp] the output tokens' (an end token's not), in order */
     uint32_t n_lp, cap_lp;
-    bool lp_lost;             /* an entry could not be stored (out of memory): the reply fails */
+    token_logprob *plp;       /* [n_plp] prompt positions 1.. (prompt_logprobs), in order */
+    uint32_t n_plp, cap_plp;
+    bool lp_lost;             /* an entry (of lp or plp) could not be stored (out of memory): the reply fails */
     pthread_cond_t cv;        /* signalled on new text and when done */
     /* the outcome (when done) */
     job_outcome out;
@@ -90,15 +101,20 @@ typedef struct job {
     double t_submit_ms, t_last_ms;
     struct job *next;         /* the bridge's queue and list */
 
-    struct job *first;        /* choice k > 0 of a request: choice 0 (a reference), whose cv it signals */
+    struct job *first;        /* every job of a request but the first: the first (a reference), whose cv it signals */
 } job;
 
 job *job_new(void);
 /* Drops one reference (the caller holds the bridge mutex, or is the only holder). */
 void job_unref(job *j);
-/* out[0] = j and out[1..n) its copies for choices 1..n-1 (request part only; seed + k), each with
- * two references. The caller is still j's only holder. -1 (no copy left) when out of memory. */
-int job_choices(job *j, uint32_t n, job **out);
+/* j's request part, deep (the same seed; not echo_text, prompt_logprobs or first), with two
+ * references; NULL when out of memory. */
+job *job_copy(const job *j);
+/* out[p * n + k]: prompt p's choice k, for p < n_prompts and k < n: out[p * n] = prompts[p], the
+ * others its copies (request part only; seed + k, no prompt_logprobs), each with two references;
+ * every job but prompts[0] holds it as first. The caller is still each prompt's only holder. -1
+ * (no copy left, no job linked) when out of memory. */
+int job_choices(job **prompts, uint32_t n_prompts, uint32_t n, job **out);
 /* Wakes whoever waits on j (the bridge mutex held): its first choice's cv. */
 void job_signal(job *j);
 /* The condition to wait on for j and its sibling choices. */

@@ -70,6 +70,9 @@ fails_with "bench past the context" "exceed the model's context" "$bin" bench --
 bench_opts=$("$bin" bench --model "$model" --prompt-tokens 12 --gen 3 --repeat 1 --json-object --logprobs 5 --json)
 check "bench --json-object --logprobs 5 runs" test "$(json_field 'd["decode_tok_s"] > 0' <<<"$bench_opts")" = True
 fails_with "bench --logprobs past 20" "--logprobs is at most 20" "$bin" bench --model "$model" --logprobs 21
+bench_score=$("$bin" bench --model "$model" --prompt-tokens 70 --gen 2 --repeat 1 --prompt-logprobs 1 --json)
+check "bench --prompt-logprobs runs and says so" test "$(json_field 'd["prompt_logprobs"] == 1 and d["prefill_tok_s"] > 0' <<<"$bench_score")" = True
+fails_with "bench --prompt-logprobs past 20" "--prompt-logprobs is at most 20" "$bin" bench --model "$model" --prompt-logprobs 21
 echo '{"type": "object", "properties": {"a": {"enum": [1, 2]}}, "required": ["a"]}' >"$tmp/schema.json"
 bench_schema=$("$bin" bench --model "$model" --prompt-tokens 12 --gen 3 --repeat 1 --json-schema "$tmp/schema.json" --json)
 check "bench --json-schema runs" test "$(json_field 'd["decode_tok_s"] > 0' <<<"$bench_schema")" = True

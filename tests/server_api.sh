@@ -2,7 +2,8 @@
 # cinder serve through the official `openai` npm client (tests/server/api.test.mjs): servers on
 # the tiny preset (every endpoint, streaming, errors, concurrency and cancellation; the disk
 # tier's counters on /metrics) and on a scripted tiny model that answers with a tool call; then
-# SIGTERM must end each with status 0 (under ASan: with no leak).
+# SIGTERM must end each with status 0 (under ASan: with no leak). TEST_FILTER=regex runs only the
+# tests whose names match (node --test-name-pattern).
 set -euo pipefail
 bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/server
@@ -66,7 +67,7 @@ script_port=$(healthy_port script)
 CINDER_URL="http://127.0.0.1:$main_port" CINDER_BUSY_URL="http://127.0.0.1:$busy_port" CINDER_KEY=test-key \
   CINDER_MODEL="$model" CINDER_SCRIPT_URL="http://127.0.0.1:$script_port" CINDER_SCRIPT_MODEL="$script_model" \
   CINDER_SCRIPT="$script" CINDER_TEST_DIR="$tmp" NODE_PATH="$root/third_party/npm/node_modules" \
-  node --test --test-reporter=spec "$root/tests/server/api.test.mjs"
+  node --test --test-reporter=spec ${TEST_FILTER:+--test-name-pattern="$TEST_FILTER"} "$root/tests/server/api.test.mjs"
 
 # the disk tier's counters and gauges on /metrics (only with --cache-dir), and in /v1/cache
 metrics=$(curl -sf "http://127.0.0.1:$busy_port/metrics")

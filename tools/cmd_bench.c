@@ -34,6 +34,7 @@ typedef struct bench_opts {
     const char *json_schema_file; /* --json-schema FILE: the reply held to its schema */
     json_schema *schema;          /* compiled from it */
     int32_t logprobs;  /* -1: none; else each token's log-probability and this many alternatives */
+    int32_t prompt_logprobs; /* -1: none; else every prompt position's, with this many alternatives */
     uint32_t spec_tokens; /* engine_opts.spec_tokens */
     const char *prompt_text; /* the prompt as text (tokenized) instead of --prompt-tokens random ids */
 } bench_opts;
@@ -47,7 +48,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N]\n"
             "                    [--gate-up-pairs auto|on|off] [--json-object | --json-schema FILE]\n"
-            "                    [--logprobs N] [--spec-tokens N] [--prompt-text TEXT] [--json]\n"
+            "                    [--logprobs N] [--prompt-logprobs N] [--spec-tokens N] [--prompt-text TEXT]\n"
+            "                    [--json]\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
@@ -60,6 +62,8 @@ static void usage(FILE *out) {
             "  in FILE (response_format json_schema, strict: docs/STRUCTURED.md); --logprobs N computes\n"
             "  each token's log-probability\n"
             "  and N alternatives (0-20, the server's logprobs / top_logprobs): what they cost.\n"
+            "  --prompt-logprobs N: the prefill gives every prompt position's log-probability and N\n"
+            "  alternatives (0-20; the server's echo + logprobs: scoring, as evaluation harnesses do).\n"
             "  --spec-tokens N: speculative decoding by prompt lookup (serve --spec-tokens; the guessed\n"
             "  and kept tokens are reported). --prompt-text TEXT: the prompt is TEXT, tokenized (special\n"
             "  tokens parsed), instead of --prompt-tokens random ids (a scripted model's reply needs it).\n"
@@ -107,7 +111,7 @@ static void usage(FILE *out) {
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
-    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .repeat = 3, .seed = 1, .logprobs = -1};
+    *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .repeat = 3, .seed = 1, .logprobs = -1, .prompt_logprobs = -1};
     bench_agents_opts *ag = &o->agents;
     *ag = (bench_agents_opts){.rounds = 4, .system_tokens = 1024, .tool_tokens = 64, .gen = 32};
     for (int i = 1; i < argc; i++) {
@@ -155,6 +159,12 @@ static int parse(int argc, char **argv, bench_opts *o) {
             if (n > TOP_LOGPROBS_MAX) return cli_error("bench", "--logprobs is at most %d", TOP_LOGPROBS_MAX), -1;
             o->logprobs = (int32_t)n;
         }
+        else if (cli_value(argc, argv, &i, "--prompt-logprobs", &v)) {
+            uint32_t n;
+            if (cli_u32("--prompt-logprobs", v, &n)) return -1;
+            if (n > TOP_LOGPROBS_MAX) return cli_error("bench", "--prompt-logprobs is at most %d", TOP_LOGPROBS_MAX), -1;
+            o->prompt_logprobs = (int32_t)n;
+        }
         else return cli_unknown("bench", a), -1;
         if (!v) return cli_error("bench", "%s needs a value", a), -1;
     }
@@ -186,6 +196,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
 }
 
 static void drop_logprob(void *ctx, const token_logprob *lp) { (void)ctx, (void)lp; }
+static void drop_prompt_logprob(void *ctx, uint32_t pos, const token_logprob *lp) { (void)ctx, (void)pos, (void)lp; }
 
 /* One request through the engine (the path chat and the server serve, the prefix cache off):
  * the prompt's passes end with the first token (prefill), then n_gen greedy decode steps. */
@@ -193,7 +204,9 @@ static int bench_once(engine *e, const bench_opts *o, const int32_t *ids, uint32
                       bench_run *out) {
     engine_request rq = {.ids = ids, .n = n_prompt, .max_tokens = n_gen + 1, .ignore_eos = true,
                          .json_object = o->json_object, .json_schema = o->schema, .on_logprob = o->logprobs >= 0 ? drop_logprob : NULL,
-                         .top_logprobs = o->logprobs > 0 ? (uint32_t)o->logprobs : 0};
+                         .top_logprobs = o->logprobs > 0 ? (uint32_t)o->logprobs : 0,
+                         .on_prompt_logprob = o->prompt_logprobs >= 0 ? drop_prompt_logprob : NULL,
+                         .prompt_top_logprobs = o->prompt_logprobs > 0 ? (uint32_t)o->prompt_logprobs : 0};
     engine_reply r;
     if (engine_generate(e, &rq, &r)) return -1;
     out->prefill_ms = r.ttft_ms;
@@ -222,7 +235,8 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
         printf("model   %s (%s, %u layers, %u experts)\n", o->model, model_arch_name(m->cfg.arch), m->cfg.n_layer,
                m->cfg.n_expert);
         printf("device  %s\n", vk->dev.info.props.deviceName);
-        printf("pp%-5u %10.2f tok/s   (median of %u)\n", o->n_prompt, pp, o->repeat);
+        printf("pp%-5u %10.2f tok/s   (median of %u%s)\n", o->n_prompt, pp, o->repeat,
+               o->prompt_logprobs >= 0 ? "; every position's log-probabilities" : "");
         if (o->n_gen) printf("tg%-5u %10.2f tok/s   (median of %u)\n", o->n_gen, tg, o->repeat);
         printf("load    %10.1f ms (weights to the device, pipelines)\n", load_ms);
         if (o->spec_tokens)
@@ -235,6 +249,7 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
                           (json_int_t)o->n_gen, "repeat", (json_int_t)o->repeat, "prefill_tok_s", pp, "decode_tok_s",
                           tg, "load_ms", load_ms);
     json_object_set_new(j, "spec_tokens", json_integer(o->spec_tokens));
+    json_object_set_new(j, "prompt_logprobs", o->prompt_logprobs >= 0 ? json_integer(o->prompt_logprobs) : json_null());
     json_object_set_new(j, "draft_tokens", json_integer((json_int_t)guessed));
     json_object_set_new(j, "accepted_tokens", json_integer((json_int_t)kept));
     json_object_set_new(j, "prefill_runs", pr);

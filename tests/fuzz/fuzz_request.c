@@ -4,8 +4,9 @@
  *
  * Input: the first byte picks the endpoint (even: /v1/chat/completions, odd: /v1/completions),
  * the rest is the body. For every input api_prepare must either refuse it with a 4xx/5xx status
- * and a message (a param, when named, being a field of the request API) or produce a job whose
- * prompt fits the context and whose token ids are in the vocabulary. Any violation aborts. Run
+ * and a message (a param, when named, being a field of the request API) or produce a job per
+ * prompt whose prompt fits the context and whose token ids are in the vocabulary, and their
+ * choices as job_choices makes them (one cv for all). Any violation aborts. Run
  * with scripts/fuzz.sh; the seeds are tests/fuzz/corpus_request. */
 #include <stdint.h>
 #include <stdio.h>
@@ -37,29 +38,40 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     api_err e = {0};
     int rc = api_prepare(&model, chat, (const char *)data + 1, size - 1, 42, &p, &e);
     if (rc) {
-        CHECK(p.j == NULL);
+        CHECK(p.prompts == NULL && p.n_prompts == 0);
         CHECK(e.status >= 400 && e.status < 600);
         CHECK(e.msg[0] != 0);
         return 0;
     }
-    job *j = p.j;
-    CHECK(j && j->n_ids > 0 && j->n_ids < model.n_ctx);
-    CHECK(j->max_tokens >= 1 && j->max_tokens <= model.n_ctx - j->n_ids);
-    for (uint32_t i = 0; i < j->n_ids; i++) CHECK(j->ids[i] >= 0 && j->ids[i] < tok_n_vocab(model.tok));
-    for (uint32_t i = 0; i < j->n_stop; i++) CHECK(j->stop[i] && j->stop[i][0]);
-    CHECK(!j->cache_salt || (j->cache_salt[0] && strlen(j->cache_salt) <= 256));
-    /* the n choices: deep copies with seeds seed + k (at most 4 here: the copying is the same) */
-    CHECK(p.n >= 1 && p.n <= 128);
-    uint32_t n = p.n < 4 ? p.n : 4;
-    job *c[4];
-    CHECK(job_choices(j, n, c) == 0 && c[0] == j);
-    for (uint32_t k = 1; k < n; k++) {
-        CHECK(c[k] != j && c[k]->first == j && c[k]->sp.seed == j->sp.seed + k && c[k]->n_ids == j->n_ids);
-        CHECK(!memcmp(c[k]->ids, j->ids, j->n_ids * sizeof *j->ids) && c[k]->n_stop == j->n_stop);
-        for (uint32_t i = 0; i < j->n_stop; i++) CHECK(!strcmp(c[k]->stop[i], j->stop[i]));
-        CHECK(!j->forced_json || !strcmp(c[k]->forced_json, j->forced_json));
-        CHECK(c[k]->schema == j->schema && c[k]->adjust.n_bias == j->adjust.n_bias);
+    CHECK(p.prompts && p.n_prompts >= 1 && p.n_prompts <= (chat ? 1 : API_MAX_PROMPTS));
+    for (uint32_t i = 0; i < p.n_prompts; i++) {
+        const job *j = p.prompts[i], *j0 = p.prompts[0];
+        CHECK(j && j->n_ids > 0 && j->n_ids < model.n_ctx && !j->first);
+        CHECK((j->max_tokens >= 1 || j->echo) && j->max_tokens <= model.n_ctx - j->n_ids);
+        for (uint32_t k = 0; k < j->n_ids; k++) CHECK(j->ids[k] >= 0 && j->ids[k] < tok_n_vocab(model.tok));
+        for (uint32_t k = 0; k < j->n_stop; k++) CHECK(j->stop[k] && j->stop[k][0]);
+        CHECK(!j->cache_salt || (j->cache_salt[0] && strlen(j->cache_salt) <= 256));
+        CHECK(!j->echo || (!chat && j->echo_text)); /* the prompt's own text to begin the reply with */
+        CHECK(j->prompt_logprobs == (j->echo && j->logprobs));
+        CHECK(j->echo == j0->echo && j->sp.seed == j0->sp.seed && j->n_stop == j0->n_stop && j->schema == j0->schema);
     }
-    for (uint32_t k = n; k-- > 0;) job_unref(c[k]), job_unref(c[k]);
+    /* the choices: deep copies with seeds seed + k (at most 4 here: the copying is the same) */
+    CHECK(p.n >= 1 && p.n <= 128);
+    uint32_t n = p.n < 4 ? p.n : 4, np = p.n_prompts < 3 ? p.n_prompts : 3;
+    for (uint32_t i = np; i < p.n_prompts; i++) job_unref(p.prompts[i]), job_unref(p.prompts[i]);
+    job *c[12];
+    CHECK(job_choices(p.prompts, np, n, c) == 0);
+    for (uint32_t i = 0; i < np * n; i++) {
+        job *j = p.prompts[i / n], *ci = c[i];
+        CHECK(i % n ? ci != j && !ci->prompt_logprobs && !ci->echo_text : ci == j);
+        CHECK(i == 0 ? !ci->first : ci->first == p.prompts[0]); /* one cv for all */
+        CHECK(ci->sp.seed == j->sp.seed + i % n && ci->n_ids == j->n_ids && ci->echo == j->echo);
+        CHECK(!memcmp(ci->ids, j->ids, j->n_ids * sizeof *j->ids) && ci->n_stop == j->n_stop);
+        for (uint32_t k = 0; k < j->n_stop; k++) CHECK(!strcmp(ci->stop[k], j->stop[k]));
+        CHECK(!j->forced_json || !strcmp(ci->forced_json, j->forced_json));
+        CHECK(ci->schema == j->schema && ci->adjust.n_bias == j->adjust.n_bias);
+    }
+    for (uint32_t i = np * n; i-- > 0;) job_unref(c[i]), job_unref(c[i]);
+    free(p.prompts);
     return 0;
 }

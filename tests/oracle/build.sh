@@ -28,5 +28,5 @@ if [ -x "$bin" ] && [ "$bin" -nt "$src" ] && [ "$bin" -nt "$0" ]; then exit 0; f
 ${CC:-cc} -std=c17 -O2 -g -Wall -Wextra -Werror=implicit-function-declaration \
   -I"$inc/include" -I"$inc/ggml/include" \
   -DORACLE_CPU_LIBDIR="\"$cpu_dir\"" -DORACLE_VULKAN_LIBDIR="\"$vk_dir\"" \
-  -o "$bin.tmp" "$src" -ldl
+  -o "$bin.tmp" "$src" -ldl -lm
 mv "$bin.tmp" "$bin"

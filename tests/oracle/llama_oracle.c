@@ -33,6 +33,10 @@
  *       (instead of a random id), --grammar FILE.gbnf: by the grammar then greedy (llama.cpp's
  *       grammars/json.gbnf: what llama-server's response_format json_object uses): what
  *       choosing on the host, and holding the reply to JSON, cost per token.
+ *       --score: the prefill asks for the logits of every position (llama-cpp-python's
+ *       logits_all, which its echo + logprobs needs) and each position's log-probability of
+ *       the next token and its most likely token are computed on the host (timed): the peer
+ *       of `cinder bench --prompt-logprobs 1`.
  *       Which device really ran is measured, not assumed: an untimed probe decode records
  *       the device of every matmul's output buffer (llama.cpp silently keeps layers on the
  *       CPU when it has no usable Vulkan device). Prints one JSON line.
@@ -77,6 +81,7 @@
 #include <dirent.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -227,6 +232,7 @@ static int32_t *parse_ids(const char *s, int32_t *n_out) {
 typedef struct opts {
     const char *model, *tokenize, *logits, *out, *libdir, *dequantize, *replay, *grammar;
     bool sample;                                  /* --bench: decode steps choose greedily (or --grammar) */
+    bool score;                                   /* --bench --score: the prefill's every position scored */
     bool info, json, full, vulkan, trace_experts, bench, no_cache, ignore_eos;
     int top, threads, pp, tg, repeat, flash_attn; /* flash_attn: -1 auto, 0 off, 1 on */
     int ctx;                                      /* --replay --ctx: 0 = from the requests */
@@ -238,7 +244,7 @@ static void usage(void) {
           "                    --logits IDS|@FILE [--top K] [--full] [--out FILE] [--trace-experts] |\n"
           "                    --dequantize OUT.gguf |\n"
           "                    --bench [--pp N] [--tg N] [--repeat N] [--parallel N] [--flash-attn auto|on|off]\n"
-          "                            [--sample | --grammar FILE.gbnf] |\n"
+          "                            [--sample | --grammar FILE.gbnf] [--score] |\n"
           "                    --replay FILE [--ctx N] [--no-cache] [--ignore-eos] [--flash-attn auto|on|off])\n"
           "                    [--vulkan] [--threads N] [--libdir DIR] [--verbose]\n",
           stderr);
@@ -500,13 +506,38 @@ static void decode_or_die(struct llama_context *ctx, llama_token *ids, int32_t n
     L.llama_synchronize(ctx);
 }
 
-/* One prefill of pp tokens from an empty cache; returns seconds. */
-static double bench_prefill(struct llama_context *ctx, llama_token *ids, int32_t pp, int32_t n_vocab) {
+/* --score: position i's log-probability of token next and the most likely token, from the
+ * logits llama.cpp computed there (a log-softmax on the host, as an echo server does). */
+static volatile double score_sink;
+static void score_row(const float *row, int32_t n_vocab, llama_token next) {
+    int32_t best = 0;
+    for (int32_t v = 1; v < n_vocab; v++) best = row[v] > row[best] ? v : best;
+    double sum = 0;
+    for (int32_t v = 0; v < n_vocab; v++) sum += exp((double)row[v] - row[best]);
+    score_sink = row[next] - row[best] - log(sum) + best;
+}
+
+/* One prefill of pp tokens from an empty cache; returns seconds. score: with logits at every
+ * position, each scored (llama-cpp-python's logits_all, what echo + logprobs needs). */
+static double bench_prefill(struct llama_context *ctx, llama_token *ids, int32_t pp, int32_t n_vocab, bool score) {
     for (int32_t i = 0; i < pp; i++) ids[i] = random_token(n_vocab);
     L.llama_memory_clear(L.llama_get_memory(ctx), true);
+    if (!score) {
+        double t0 = now_s();
+        decode_or_die(ctx, ids, pp, "prefill");
+        return now_s() - t0;
+    }
+    struct llama_batch b = L.llama_batch_init(pp, 0, 1);
+    for (int32_t i = 0; i < pp; i++)
+        b.token[i] = ids[i], b.pos[i] = i, b.n_seq_id[i] = 1, b.seq_id[i][0] = 0, b.logits[i] = 1;
+    b.n_tokens = pp;
     double t0 = now_s();
-    decode_or_die(ctx, ids, pp, "prefill");
-    return now_s() - t0;
+    if (L.llama_decode(ctx, b)) die("llama_decode failed in the scored prefill");
+    L.llama_synchronize(ctx);
+    for (int32_t i = 0; i + 1 < pp; i++) score_row(L.llama_get_logits_ith(ctx, i), n_vocab, ids[i + 1]);
+    double t = now_s() - t0;
+    L.llama_batch_free(b);
+    return t;
 }
 
 #define BENCH_PROMPT 16
@@ -699,7 +730,7 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     int offloaded = pr.offloaded;
 
     /* warm-up: one of each, untimed (pipeline creation, first-touch of the weights) */
-    if (pp > 0) bench_prefill(ctx, ids, pp, n_vocab);
+    if (pp > 0) bench_prefill(ctx, ids, pp, n_vocab, o->score);
     struct llama_sampler *(*make)(void) = NULL;
     if (o->sample) {
         if (batched) die("--sample and --grammar go without --parallel");
@@ -719,7 +750,7 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
 
     double *pre = calloc((size_t)o->repeat, sizeof *pre), *dec = calloc((size_t)o->repeat, sizeof *dec);
     for (int r = 0; r < o->repeat; r++) {
-        if (pp > 0) pre[r] = pp / bench_prefill(ctx, ids, pp, n_vocab);
+        if (pp > 0) pre[r] = pp / bench_prefill(ctx, ids, pp, n_vocab, o->score);
         if (tg > 0) dec[r] = batched ? (double)par * tg / bench_decode_parallel(ctx, tg, par, n_vocab)
                                      : tg / bench_decode(ctx, tg, n_vocab, make);
         if (verbose) fprintf(stderr, "llama_oracle: repeat %d: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pre[r], dec[r]);
@@ -731,7 +762,7 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     json_str(backend);
     printf(", \"device\": ");
     print_device(&pr);
-    printf(", \"pp\": %d, \"tg\": %d, \"parallel\": %d", pp, tg, par);
+    printf(", \"pp\": %d, \"tg\": %d, \"parallel\": %d, \"score\": %s", pp, tg, par, o->score ? "true" : "false");
     fputs(", \"prefill_tok_s\": ", stdout);
     if (pp > 0) printf("%.3f", median(pre, o->repeat)); else fputs("null", stdout);
     fputs(", \"decode_tok_s\": ", stdout);
@@ -1007,6 +1038,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--ctx") && has) o->ctx = atoi(argv[++i]);
         else if (!strcmp(a, "--no-cache")) o->no_cache = true;
         else if (!strcmp(a, "--sample")) o->sample = true;
+        else if (!strcmp(a, "--score")) o->score = true;
         else if (!strcmp(a, "--grammar") && has) o->grammar = argv[++i], o->sample = true;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = true;
         else if (!strcmp(a, "--flash-attn") && has) {

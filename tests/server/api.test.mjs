@@ -573,6 +573,84 @@ test("logprobs: each output token's log-probability and the best alternatives, a
     assert.deepEqual(offsets, L.text_offset);
 });
 
+// log-softmax(row)[id] of the logits `cinder run` writes after ids (another process, the same model)
+function runLogprob(ids, id) {
+    const file = join(process.env.CINDER_TEST_DIR, "echo-logits.f32");
+    execFileSync(bin, ["run", "--model", model, "--tokens", ids.join(","), "--n", "1", "--ctx", "1024", "--logits-file", file]);
+    const buf = readFileSync(file), row = new Float32Array(buf.buffer, buf.byteOffset, buf.length / 4);
+    const max = row.reduce((m, v) => Math.max(m, v), -Infinity);
+    return row[id] - (max + Math.log(row.reduce((s, v) => s + Math.exp(v - max), 0)));
+}
+
+// lm-evaluation-harness's loglikelihood request (local-completions): a batch of prompts, each
+// context + continuation, echo, logprobs 1, max_tokens 1; it reads token_logprobs[ctxlen:-1] and
+// whether each is top_logprobs' best.
+test("echo: the prompt's tokens' log-probabilities, as the model's logits say, over a batch of prompts", async () => {
+    const text = "The quick brown fox jumps over the lazy dog";
+    const ids = tokenize(text);
+    const plain = await client.completions.create({ ...greedy, prompt: text, max_tokens: 3, logprobs: 2 });
+    const r = await client.completions.create({ ...greedy, prompt: text, max_tokens: 3, logprobs: 2, echo: true });
+    const c = r.choices[0], L = c.logprobs, P = plain.choices[0].logprobs;
+    assert.equal(c.text, text + plain.choices[0].text);
+    assert.equal(L.tokens.length, ids.length + P.tokens.length);
+    assert.equal(L.tokens.join(""), c.text);
+    assert.equal(L.token_logprobs[0], null);
+    assert.equal(L.top_logprobs[0], null);
+    assert.deepEqual(L.text_offset.slice(0, 2), [0, L.tokens[0].length]);
+    assert.deepEqual(L.token_logprobs.slice(ids.length), P.token_logprobs); // what follows is the reply's
+    assert.deepEqual(L.text_offset.slice(ids.length), P.text_offset.map((o) => o + text.length));
+    for (const p of [1, 4, ids.length - 1]) { // position p's: its token after the prompt cut there
+        const want = runLogprob(ids.slice(0, p), ids[p]);
+        assert.ok(Math.abs(L.token_logprobs[p] - want) < 1e-4, `position ${p}: ${L.token_logprobs[p]} vs ${want}`);
+        assert.equal(Object.keys(L.top_logprobs[p]).length, 2);
+        assert.ok(Math.max(...Object.values(L.top_logprobs[p])) >= L.token_logprobs[p]);
+    }
+    assert.equal(r.usage.prompt_tokens, ids.length);
+    assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0, "computed anew: the cache holds no logits");
+    // max_tokens 0: the prompt alone, the same numbers (the prompt is cached now: computed all the same)
+    const only = await client.completions.create({ ...greedy, prompt: text, max_tokens: 0, logprobs: 2, echo: true });
+    assert.equal(only.choices[0].text, text);
+    assert.equal(only.choices[0].finish_reason, "length");
+    assert.deepEqual(only.choices[0].logprobs.token_logprobs, L.token_logprobs.slice(0, ids.length));
+    assert.deepEqual(only.choices[0].logprobs.top_logprobs, L.top_logprobs.slice(0, ids.length));
+    assert.equal(only.usage.completion_tokens, 0);
+    // the harness's batch: token id prompts, one choice each, in order; each as it is alone
+    const other = tokenize("Paris is the capital of France");
+    const batch = await client.completions.create({ ...greedy, prompt: [ids, other], max_tokens: 1, logprobs: 1, echo: true });
+    assert.deepEqual(batch.choices.map((x) => x.index), [0, 1]);
+    assert.equal(batch.usage.prompt_tokens, ids.length + other.length);
+    for (const [k, prompt] of [[0, ids], [1, other]]) {
+        const alone = await client.completions.create({ ...greedy, prompt, max_tokens: 1, logprobs: 1, echo: true });
+        assert.deepEqual(batch.choices[k].logprobs, alone.choices[0].logprobs);
+        assert.equal(batch.choices[k].text, alone.choices[0].text);
+        const cont = batch.choices[k].logprobs.token_logprobs.slice(3, -1), tops = batch.choices[k].logprobs.top_logprobs.slice(3, -1);
+        assert.equal(cont.length, prompt.length - 3);
+        tops.forEach((t, i) => assert.ok(Math.max(...Object.values(t)) >= cont[i]));
+    }
+    assert.deepEqual(batch.choices[0].logprobs.token_logprobs.slice(1, ids.length), L.token_logprobs.slice(1, ids.length));
+    // n choices share their prompt's entries; streamed: the prompt chunk first, then the reply, == whole
+    const params = { model: "m", temperature: 1, seed: 3, prompt: text, max_tokens: 4, logprobs: 1, echo: true, n: 2 };
+    const whole = await client.completions.create(params);
+    for (const ch of whole.choices) assert.deepEqual(ch.logprobs.token_logprobs.slice(0, ids.length), only.choices[0].logprobs.token_logprobs);
+    const streamed = [{ text: "", lp: [], first: null }, { text: "", lp: [], first: null }];
+    for await (const chunk of await client.completions.create({ ...params, stream: true }))
+        for (const ch of chunk.choices) {
+            const o = streamed[ch.index];
+            if (o.first === null) o.first = ch.text;
+            o.text += ch.text;
+            if (ch.logprobs) o.lp.push(...ch.logprobs.token_logprobs);
+        }
+    streamed.forEach((o, k) => {
+        assert.equal(o.first, text);
+        assert.equal(o.text, whole.choices[k].text);
+        assert.deepEqual(o.lp, whole.choices[k].logprobs.token_logprobs);
+    });
+    // echo without logprobs: the text only, nothing computed for it
+    const e = await client.completions.create({ ...greedy, prompt: text, max_tokens: 3, echo: true });
+    assert.equal(e.choices[0].text, text + plain.choices[0].text);
+    assert.equal(e.choices[0].logprobs, null);
+});
+
 test("errors in OpenAI's shape, each followed by a healthy server", async () => {
     const cases = [
         [{ body: "{\"messages\": [" }, 400, null, /malformed JSON/],
@@ -580,7 +658,10 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { model: "m" } }, 400, "messages", /messages/],
         [{ body: { messages: hello, temperature: "hot" } }, 400, "temperature", /number/],
         [{ body: { messages: hello, temperature: 7 } }, 400, "temperature", /between/],
-        [{ body: { messages: hello, max_tokens: 0 } }, 400, "max_tokens", /between/],
+        [{ body: { messages: hello, max_tokens: -1 } }, 400, "max_tokens", /between/],
+        [{ body: { messages: hello, max_tokens: 0 } }, 400, "max_tokens", /needs echo/],
+        [{ body: { messages: hello, echo: true } }, 400, "echo", /\/v1\/completions has it/],
+        [{ body: { messages: hello, prompt_logprobs: 1 } }, 400, "prompt_logprobs", /echo and logprobs/],
         [{ body: { messages: hello, n: 0 } }, 400, "n", /between 1 and 128/],
         [{ body: { messages: hello, n: 129 } }, 400, "n", /between 1 and 128/],
         [{ body: { messages: hello, n: 1.5 } }, 400, "n", /integer/],
@@ -633,7 +714,15 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
     assert.equal((await raw("/v1/chat/completions", { method: "GET" })).status, 405);
     assert.equal((await raw("/v1/completions", { body: { prompt: [1, 999999999] } })).json.error.param, "prompt");
     assert.equal((await raw("/v1/completions", { body: { prompt: [1], logprobs: 6 } })).json.error.param, "logprobs");
-    assert.equal((await raw("/v1/completions", { body: { prompt: [1], echo: true } })).json.error.param, "echo");
+    const bad = [[{ prompt: [1], max_tokens: 0 }, "max_tokens", /needs echo/], [{ prompt: ["a", ""] }, "prompt", /prompt\[1\] is empty/],
+        [{ prompt: ["a", [1, -1]] }, "prompt", /prompt\[1\]\[1\] is not a token id/], [{ prompt: [] }, "prompt", /non-empty/],
+        [{ prompt: Array(129).fill("a") }, "prompt", /at most 128/], [{ prompt: ["a", "long ".repeat(1500)] }, "prompt", /prompt\[1\] has .* context holds 1024/]];
+    for (const [body, param, msg] of bad) {
+        const r = await raw("/v1/completions", { body });
+        assert.equal(r.status, 400, r.text);
+        assert.equal(r.json.error.param, param);
+        assert.match(r.json.error.message, msg);
+    }
     await healthy();
 });
 
