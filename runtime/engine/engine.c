@@ -59,7 +59,7 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     e->host_list = calloc(e->max_out, sizeof *e->host_list);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     e->n_workers = cores < 1 ? 1 : cores > 16 ? 16 : (uint32_t)cores;
-    if (e->n_workers > max_seqs) e->n_workers = max_seqs;
+    if (e->n_workers > max_seqs + ENGINE_PROMPT_ROWS) e->n_workers = max_seqs + ENGINE_PROMPT_ROWS; /* the items a pass can have */
     e->vk = calloc(1, sizeof *e->vk);
     if (!e->vk || !e->b_lp || !e->host_list) return cd_fail("out of memory");
     cvk_ctx_opts vo = {.device = -1, .pipeline_cache = ""};

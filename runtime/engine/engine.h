@@ -151,8 +151,9 @@ typedef struct engine {
     float *host_rows;    /* [cap_host_rows][n_vocab] the pass's rows the host reads, downloaded together */
     uint32_t cap_host_rows;
     token_logprob *b_lp; /* [max_out] each output row's log-probabilities */
-    uint32_t *host_list; /* [max_out] the first output row of each request the host works on in a pass */
-    uint32_t n_workers;  /* the host's workers on those rows (cores, at most max_seqs and 16), */
+    uint32_t *host_list; /* [max_out] the host's items of a pass: prompt positions' rows, and each
+                          * request's first choosing row */
+    uint32_t n_workers;  /* the host's workers on those rows (cores, at most 16 and the items a pass can have), */
     host_workers workers; /* started at the first pass with two rows to work on */
     uint32_t *adj_count; /* [n_workers][n_vocab] zeros, logit_adjust_apply's scratch (from the first request with one) */
     float *adj_logits;   /* [n_workers][n_vocab] the adjusted copy of a row (made with adj_count) */

@@ -44,6 +44,7 @@ typedef struct engine_req {
     uint32_t lp_row_pos, n_lp_rows; /* this pass: rows of prompt positions [lp_row_pos, + n_lp_rows), */
     bool gen_row;           /* then (true) the row a token is chosen from (and its guess's rows) */
     bool in_pass;           /* build_pass considered it */
+    uint32_t first_out;     /* its first output row in the pass (when it has rows the host reads) */
     uint64_t admit_no;      /* larger = admitted later (preemption takes the youngest) */
 
     /* waiting */

@@ -601,7 +601,8 @@ static int32_t choose_from_row(engine *e, engine_req *q, const float *raw, uint3
 typedef struct host_rows_job {
     engine *e;
     uint32_t lo;
-    const uint32_t *rows; /* the first output row of each request to work on (its rows follow) */
+    const uint32_t *rows; /* each item's output row: a prompt position's, or a request's first
+                           * choosing row (the rows of its guess follow) */
 } host_rows_job;
 
 /* Whether q's choice t on its output row i keeps the guessed token fed after that row: then row
@@ -610,19 +611,21 @@ static bool guess_kept(const engine *e, const engine_req *q, uint32_t i, int32_t
     return i < q->n_draft && q->draft[i] == t && !is_stop(e, q, t);
 }
 
-/* One request's rows in order: its prompt positions' log-probabilities, then its choices (each
- * row's depends on the tokens before it: penalties, the JSON mask, the generator), up to the
- * first whose choice drops the guess. */
+/* One item: a prompt position's log-probabilities (rows apart: each depends on its row alone),
+ * or a request's choosing rows in order (each row's choice depends on the tokens before it:
+ * penalties, the JSON mask, the generator), up to the first whose choice drops the guess. */
 static void host_row_work(void *ctx, uint32_t item, uint32_t worker) {
     const host_rows_job *h = ctx;
     engine *e = h->e;
     uint32_t j = h->rows[item];
     engine_req *q = e->b_owner[j];
     int32_t V = (int32_t)e->m->cfg.n_vocab;
-    for (uint32_t i = 0; i < q->n_lp_rows; i++, j++)
-        sampler_logprob(e->host_rows + (size_t)(j - h->lo) * (size_t)V, V, q->all[q->lp_row_pos + i + 1],
-                        q->rq.prompt_top_logprobs, &e->b_lp[j]);
-    if (!q->gen_row) return;
+    if (j - q->first_out < q->n_lp_rows) {
+        uint32_t pos = q->lp_row_pos + (j - q->first_out);
+        sampler_logprob(e->host_rows + (size_t)(j - h->lo) * (size_t)V, V, q->all[pos + 1], q->rq.prompt_top_logprobs,
+                        &e->b_lp[j]);
+        return;
+    }
     for (uint32_t i = 0;; i++, j++) {
         const float *raw = e->host_rows + (size_t)(j - h->lo) * e->m->cfg.n_vocab;
         int32_t t = e->b_next[j] = choose_from_row(e, q, raw, worker, e->b_next[j], &e->b_lp[j], i);
@@ -648,8 +651,12 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
     }
     TRY(gpu_model_batch_logits_rows(&e->g, lo, hi - lo, e->host_rows));
     uint32_t n = 0;
-    for (uint32_t j = lo; j < hi; j++)
-        if (host_reads(e->b_owner[j]) && (j == 0 || e->b_owner[j - 1] != e->b_owner[j])) e->host_list[n++] = j;
+    for (uint32_t j = lo; j < hi; j++) { /* items: every prompt position's row, each request's first choosing row */
+        engine_req *q = e->b_owner[j];
+        if (j == 0 || e->b_owner[j - 1] != q) q->first_out = j;
+        if (host_reads(q) && j - q->first_out <= q->n_lp_rows && (j - q->first_out < q->n_lp_rows || q->gen_row))
+            e->host_list[n++] = j;
+    }
     if (n > 1 && !e->workers.inited) host_workers_init(&e->workers, e->n_workers - 1);
     host_rows_job h = {.e = e, .lo = lo, .rows = e->host_list};
     host_workers_run(&e->workers, n, host_row_work, &h);
