@@ -12,6 +12,9 @@
 #   --spec                       speculative decoding (bench --spec-tokens 0, 4, 8) on a scripted
 #                                model of the same preset whose reply copies its prompt (every
 #                                guess right: what a pass of 5 or 9 rows buys on this GPU)
+#   --score                      scoring a prompt (echo + logprobs: bench --prompt-logprobs 1, every
+#                                position's log-probability) against llama.cpp's all-logits prefill
+#                                (llama_oracle --bench --score), pp tokens each
 #   --tests                      the test programs on this device (kernels against the CPU
 #                                reference, the model, batch and cache invariance)
 #   --shapes                     the decode step's profile over shapes of the few-token matmul
@@ -28,16 +31,17 @@
 # libraries scripts/gpu-bundle.sh packed into DIR instead of set-up and a build (as root: it
 # unpacks the Vulkan loader's packages into /).
 #   scripts/gpu-bench.sh [--preset P[:QUANT]] [--layers N] [--pp N] [--tg N] [--repeat N]
-#                        [--profile-gen D] [--batch B] [--agents N] [--spec] [--tests] [--shapes | --shapes-only]
+#                        [--profile-gen D] [--batch B] [--agents N] [--spec] [--score] [--tests]
+#                        [--shapes | --shapes-only]
 #                        [--bundle DIR]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 shapes=0 bundle="" spec=0
+preset=qwen3-30b-a3b quant=q4_k_m layers="" pp=512 tg=128 repeat=3 pgen=16 batch=1 agents=8 tests=0 shapes=0 bundle="" spec=0 score=0
 only=0
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --preset) spec=${2:?}; preset=${spec%%:*}; [ "${spec#*:}" = "$spec" ] || quant=${spec#*:}; shift 2 ;;
+    --preset) p=${2:?}; preset=${p%%:*}; [ "${p#*:}" = "$p" ] || quant=${p#*:}; shift 2 ;;
     --layers) layers=${2:?}; shift 2 ;;
     --pp) pp=${2:?}; shift 2 ;;
     --tg) tg=${2:?}; shift 2 ;;
@@ -47,6 +51,7 @@ while [ $# -gt 0 ]; do
     --agents) agents=${2:?}; shift 2 ;;
     --tests) tests=1; shift ;;
     --spec) spec=1; shift ;;
+    --score) score=1; shift ;;
     --shapes) shapes=1; shift ;;
     --shapes-only) shapes=1 only=1; shift ;;
     --bundle) bundle=$(cd "${2:?}" && pwd); shift 2 ;;
@@ -66,12 +71,12 @@ if [ -n "$bundle" ]; then
   done
   bin=$b/bin/cinder tests_dir=$b/bin/tests base_bin=""
   [ -x "$b/bin/cinder.base" ] && base_bin=$b/bin/cinder.base
-  peer() { "$b/bin/llama_oracle" "$model" --bench --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan --libdir "$b/llama"; }
+  peer() { "$b/bin/llama_oracle" "$model" --bench --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan --libdir "$b/llama" "$@"; }
 else
   bash "$root/scripts/setup.sh"
   bash "$root/scripts/build.sh" release >/dev/null
   bin=$root/build/cinder tests_dir=$root/build/tests base_bin=""
-  peer() { bash "$root/scripts/bench_peer.sh" "$model" --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan-only; }
+  peer() { bash "$root/scripts/bench_peer.sh" "$model" --pp "$pp" --tg "$tg" --repeat "$repeat" --vulkan-only "$@"; }
 fi
 mkdir -p "$root/models"
 model=$root/models/$preset-$quant${layers:+-l$layers}.gguf
@@ -159,6 +164,10 @@ if [ "$spec" = 1 ]; then # a reply that copies its prompt: every guess kept (PER
     run spec-$k.json "$bin" bench --model "$spec_model" --prompt-text "$words" --gen "$tg" --repeat "$repeat" \
       --spec-tokens $k --json || status=1
   done
+fi
+if [ "$score" = 1 ]; then # every position's log-probability: cinder's 64 rows a pass against llama.cpp's all logits
+  run score.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen 1 --repeat "$repeat" --prompt-logprobs 1 --json || status=1
+  tg=1 run peer-score.json peer --score || status=1
 fi
 if [ -n "$base_bin" ] && [ "$only" = 0 ]; then # before/after on this machine: base, this, base, this
   echo "baseline: $(cat "$b/bin/cinder.base.rev" 2>/dev/null)" >"$out/baseline.txt"
@@ -248,6 +257,16 @@ if spec:
     for r in spec:
         print(f"| {r['spec_tokens']} | {r['decode_tok_s']:.2f} | {r['accepted_tokens']} / {r['draft_tokens']} | "
               f"{r['decode_tok_s'] / spec[0]['decode_tok_s']:.2f}x |")
+score, peer_score = load("score.json"), load("peer-score.json")
+if score:
+    c = score[0]
+    print(f"\nscoring {pp} prompt tokens (every position's log-probability and best token):\n\n"
+          f"| engine | tok/s | cinder / this |\n|---|---|---|\n| cinder | {c['prefill_tok_s']:.2f} | |")
+    for r in peer_score:
+        print(f"| llama.cpp {r.get('backend', '?')}, all logits | {r.get('prefill_tok_s', 0):.2f} | "
+              f"{c['prefill_tok_s'] / r['prefill_tok_s'] if r.get('prefill_tok_s') else float('nan'):.2f}x |")
+    if bench: print(f"\n(plain prefill: {bench[0]['prefill_tok_s']:.2f} tok/s; scoring runs at "
+                    f"{c['prefill_tok_s'] / bench[0]['prefill_tok_s']:.2f}x of it)")
 ab = {v: load(f"ab-bench-{v}.jsonl") for v in ("base", "this")}
 if ab["base"] and ab["this"]:
     rev = open(os.path.join(out, "baseline.txt")).read().strip()
