@@ -68,15 +68,17 @@ static size_t token_chars(const tokenizer *t, int32_t id) {
 /* Chat: {"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}], "refusal": null}.
  * Completions: {"tokens", "token_logprobs", "top_logprobs": [{token: logprob}], "text_offset"},
  * the offsets counted on from *chars (moved past these tokens). Entries [from, to) of a job's
- * lp or plp (the caller holds the bridge mutex while the job runs). NULL: out of memory. */
-static json_t *logprobs_json(const reply_ctx *x, const token_logprob *entries, uint32_t from, uint32_t to, size_t *chars) {
+ * lp or plp, at most top_max alternatives each (the caller holds the bridge mutex while the job
+ * runs). NULL: out of memory. */
+static json_t *logprobs_json(const reply_ctx *x, const token_logprob *entries, uint32_t from, uint32_t to, uint32_t top_max,
+                             size_t *chars) {
     const tokenizer *t = x->s->model.tok;
     json_t *list = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     bool ok = list && tokens && lps && tops && offs;
     for (uint32_t i = from; i < to && ok; i++) {
         const token_logprob *lp = &entries[i];
         json_t *top = x->chat ? json_array() : json_object();
-        for (uint32_t k = 0; k < lp->n_top && top; k++) {
+        for (uint32_t k = 0; k < lp->n_top && k < top_max && top; k++) {
             json_t *e = token_entry(t, lp->top_id[k], lp->top_logprob[k]);
             int rc = !e ? -1
                      : x->chat ? json_array_append(top, e)
@@ -116,7 +118,8 @@ static job *lead_of(const reply_ctx *x, const choice_ctx *ch) { return x->jobs[c
 static json_t *echo_logprobs_json(const reply_ctx *x, const job *lead, size_t *chars) {
     const tokenizer *t = x->s->model.tok;
     *chars = token_chars(t, lead->ids[0]);
-    json_t *o = logprobs_json(x, lead->plp, 0, lead->n_plp, chars), *first = o ? token_entry(t, lead->ids[0], 0) : NULL;
+    json_t *o = logprobs_json(x, lead->plp, 0, lead->n_plp, lead->top_logprobs, chars);
+    json_t *first = o ? token_entry(t, lead->ids[0], 0) : NULL;
     bool ok = first && !json_array_insert(json_object_get(o, "tokens"), 0, json_object_get(first, "token")) &&
               !json_array_insert_new(json_object_get(o, "token_logprobs"), 0, json_null()) &&
               !json_array_insert_new(json_object_get(o, "top_logprobs"), 0, json_null()) &&
@@ -144,7 +147,7 @@ static json_t *new_logprobs(const reply_ctx *x, const choice_ctx *ch, uint32_t *
     if (!ch->j->logprobs) return NULL;
     pthread_mutex_lock(&x->s->b.mu);
     *to = ch->j->n_lp;
-    json_t *lp = *to > ch->lp_sent ? logprobs_json(x, ch->j->lp, ch->lp_sent, *to, chars) : NULL;
+    json_t *lp = *to > ch->lp_sent ? logprobs_json(x, ch->j->lp, ch->lp_sent, *to, ch->j->top_logprobs, chars) : NULL;
     *fail = ch->j->lp_lost || (*to > ch->lp_sent && !lp);
     pthread_mutex_unlock(&x->s->b.mu);
     return lp;
@@ -359,10 +362,40 @@ static json_t *whole_completion_logprobs(const reply_ctx *x, const choice_ctx *c
     size_t chars = 0;
     if (j->lp_lost || (x->echo && (lead->lp_lost || lead->n_plp + 1 != lead->n_ids))) return NULL;
     json_t *echoed = x->echo ? echo_logprobs_json(x, lead, &chars) : NULL;
-    json_t *gen = (!x->echo || echoed) ? logprobs_json(x, j->lp, 0, j->n_lp, &chars) : NULL;
+    json_t *gen = (!x->echo || echoed) ? logprobs_json(x, j->lp, 0, j->n_lp, j->top_logprobs, &chars) : NULL;
     if (!x->echo || !gen) return gen;
     if (extend_logprobs(echoed, gen)) json_decref(echoed), echoed = NULL;
     return echoed;
+}
+
+/* {"logprob", "rank", "decoded_token"} under the key of token id, into d (vLLM's Logprob). */
+static int vllm_entry(json_t *d, const tokenizer *t, int32_t id, float logprob, uint32_t rank) {
+    char key[16], *text = NULL;
+    snprintf(key, sizeof key, "%d", id);
+    if (tok_decode(t, &id, 1, &text)) return -1;
+    json_t *e = json_pack("{s:f, s:i, s:s}", "logprob", (double)logprob, "rank", (json_int_t)rank, "decoded_token", text);
+    free(text);
+    return e ? json_object_set_new(d, key, e) : -1;
+}
+
+/* vLLM's prompt_logprobs for lead's prompt (all its entries there): null for the first token,
+ * then per position the prompt token's entry and the k most likely tokens' (k + 1 at most, rank
+ * 1..k). NULL: out of memory, or an entry missing. */
+static json_t *vllm_prompt_logprobs(const reply_ctx *x, const job *lead) {
+    const tokenizer *t = x->s->model.tok;
+    uint32_t k_max = (uint32_t)lead->vllm_prompt_logprobs;
+    json_t *list = lead->lp_lost || lead->n_plp + 1 != lead->n_ids ? NULL : json_array();
+    bool ok = list && !json_array_append_new(list, json_null());
+    for (uint32_t i = 0; i < lead->n_plp && ok; i++) {
+        const token_logprob *lp = &lead->plp[i];
+        json_t *d = json_object();
+        ok = d && !vllm_entry(d, t, lp->id, lp->logprob, lp->rank);
+        for (uint32_t k = 0; k < lp->n_top && k < k_max && ok; k++)
+            if (lp->top_id[k] != lp->id) ok = !vllm_entry(d, t, lp->top_id[k], lp->top_logprob[k], k + 1);
+        if (!ok || json_array_append_new(list, d)) json_decref(d), ok = false;
+    }
+    if (!ok) json_decref(list);
+    return ok ? list : NULL;
 }
 
 /* One choice of a whole completions reply: with echo, its text begins with the prompt's. */
@@ -384,6 +417,10 @@ static json_t *whole_completion(const reply_ctx *x, const choice_ctx *ch) {
     json_t *o = json_pack("{s:i, s:s%, s:o, s:s}", "index", (json_int_t)ch->index, "text", text, a + b, "logprobs", lp,
                           "finish_reason", api_finish_reason(j));
     free(text);
+    if (o && j->vllm_prompt_logprobs >= 0) {
+        json_t *plp = vllm_prompt_logprobs(x, lead_of(x, ch));
+        if (!plp || json_object_set_new(o, "prompt_logprobs", plp)) json_decref(o), o = NULL;
+    }
     return o;
 }
 
@@ -394,7 +431,7 @@ static json_t *whole_choice(const reply_ctx *x, const choice_ctx *ch) {
     const char *fr = api_finish_reason(j);
     json_t *lp = json_null();
     size_t chars = 0;
-    if (j->logprobs && (j->lp_lost || !(lp = logprobs_json(x, j->lp, 0, j->n_lp, &chars)))) {
+    if (j->logprobs && (j->lp_lost || !(lp = logprobs_json(x, j->lp, 0, j->n_lp, j->top_logprobs, &chars)))) {
         cd_fail("out of memory for the log-probabilities");
         return NULL;
     }
@@ -427,9 +464,15 @@ static json_t *whole_reply(const reply_ctx *x) {
         if (!c || json_array_append_new(choices, c)) json_decref(choices), choices = NULL;
     }
     if (!choices) return NULL;
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", x->id, "object",
-                     x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
-                     "system_fingerprint", x->s->fingerprint, "choices", choices, "usage", api_usage(x->jobs, x->n, x->per_prompt));
+    json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", x->id, "object",
+                          x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
+                          "system_fingerprint", x->s->fingerprint, "choices", choices, "usage",
+                          api_usage(x->jobs, x->n, x->per_prompt));
+    if (o && x->chat && x->jobs[0]->vllm_prompt_logprobs >= 0) { /* chat: one prompt, at the top (vLLM) */
+        json_t *plp = vllm_prompt_logprobs(x, x->jobs[0]);
+        if (!plp || json_object_set_new(o, "prompt_logprobs", plp)) json_decref(o), o = NULL;
+    }
+    return o;
 }
 
 /* Drops `refs` references to each of n jobs: the connection's (1), or both when the engine

@@ -125,8 +125,7 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
  * written for those would otherwise see ignored. */
 static int unsupported_fields(const json_t *b, bool chat, api_err *e) {
     static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call", "grammar",
-                                       "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
-                                       "prompt_logprobs"};
+                                       "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *k = keys[i];
         if (!chat && !strcmp(k, "echo")) continue;
@@ -137,8 +136,6 @@ static int unsupported_fields(const json_t *b, bool chat, api_err *e) {
         if (!strcmp(k, "functions") || !strcmp(k, "function_call"))
             return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice", k);
         if (!strcmp(k, "echo")) return api_fail(e, 400, k, "echo is not supported on chat completions: /v1/completions has it");
-        if (!strcmp(k, "prompt_logprobs"))
-            return api_fail(e, 400, k, "prompt_logprobs is not supported: /v1/completions with echo and logprobs gives them");
         if (strcmp(k, "suffix") && strcmp(k, "best_of"))
             return api_fail(e, 400, k, "%s is not supported by this server: response_format json_object and json_schema are", k);
         return api_fail(e, 400, k, "%s is not supported by this server", k);
@@ -218,8 +215,23 @@ static int logprobs_fields(const json_t *b, bool chat, gen_params *g, api_err *e
     return 0;
 }
 
+/* vLLM's prompt_logprobs: an integer, 0 to TOP_LOGPROBS_MAX here (-1, every token of the
+ * vocabulary, is refused by name); with stream only 0, which vLLM accepts and gives nothing for. */
+static int prompt_logprobs_field(const json_t *b, gen_params *g, api_err *e) {
+    const json_t *v = json_object_get(b, "prompt_logprobs");
+    if (json_is_integer(v) && json_integer_value(v) == -1)
+        return api_fail(e, 400, "prompt_logprobs", "prompt_logprobs -1 (the whole vocabulary) is not supported: at most %d",
+                        TOP_LOGPROBS_MAX);
+    int64_t k = -1;
+    if (int_field(b, "prompt_logprobs", 0, TOP_LOGPROBS_MAX, &k, e)) return -1;
+    if (g->stream && k > 0)
+        return api_fail(e, 400, "prompt_logprobs", "prompt_logprobs are not available when stream is true");
+    g->prompt_logprobs = g->stream ? -1 : (int32_t)k;
+    return 0;
+}
+
 static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, int32_t n_vocab, gen_params *g, api_err *e) {
-    *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}};
+    *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}, .prompt_logprobs = -1};
     double temp = g->sp.temperature, top_p = g->sp.top_p;
     double presence = 0, frequency = 0;
     int64_t top_k = g->sp.top_k, seed = -1, n = 1, max_tokens = -1;
@@ -231,7 +243,7 @@ static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, i
         int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e) ||
         salt_field(b, g, e) || num_field(b, "presence_penalty", -2, 2, &presence, e) ||
         num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || logprobs_fields(b, chat, g, e) ||
-        format_field(b, g, e) || unsupported_fields(b, chat, e))
+        format_field(b, g, e) || unsupported_fields(b, chat, e) || prompt_logprobs_field(b, g, e))
         return -1;
     if (max_tokens == 0 && !g->echo)
         return api_fail(e, 400, max_key, "%s 0 asks for no token: it needs echo: true (the prompt's log-probabilities alone)",
@@ -306,7 +318,10 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, j
     j->schema = g->schema;
     g->schema = NULL;
     j->echo = g->echo;
-    j->prompt_logprobs = g->echo && g->logprobs;
+    j->vllm_prompt_logprobs = g->prompt_logprobs;
+    j->prompt_logprobs = (g->echo && g->logprobs) || g->prompt_logprobs >= 0;
+    uint32_t echo_top = g->echo && g->logprobs ? g->top_logprobs : 0;
+    j->prompt_top = g->prompt_logprobs > (int32_t)echo_top ? (uint32_t)g->prompt_logprobs : echo_top;
     *out = j;
     return 0;
 }

@@ -45,6 +45,8 @@ typedef struct gen_params {  /* the sampling and streaming fields */
     char *cache_salt;        /* owned, or NULL */
     bool stream, include_usage;
     bool echo;               /* completions: the reply text begins with the prompt (job.echo) */
+    int32_t prompt_logprobs; /* vLLM's: -1 none, else every prompt position's entry and this many
+                                alternatives (0 to 20; not streamed) */
 } gen_params;
 
 typedef struct api_prepared {
@@ -71,8 +73,10 @@ typedef struct api_prepared {
  * object is held to the tools' schemas (job.schema, forced_json, json_tail); so are the calls
  * of strict tools under auto, and with parallel_tool_calls false there is at most one
  * (json_lazy, json_once).
+ * prompt_logprobs (vLLM's, both endpoints: 0 to 20 alternatives; -1, the whole vocabulary, is
+ * refused; with stream only 0, which gives nothing, as vLLM).
  * Fields of OpenAI's API that are not implemented (suffix, best_of, the legacy functions /
- * function_call, echo on chat), vLLM's prompt_logprobs (echo serves), and llama-server's and
+ * function_call, echo on chat), and llama-server's and
  * vLLM's other constraints (grammar, guided_regex, guided_choice, guided_grammar,
  * structured_outputs) are refused by name when they ask for
  * something, never ignored: a reply without what was asked for would look like one with it.

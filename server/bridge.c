@@ -169,7 +169,7 @@ static void start_job(runner *r, job *j) {
                          .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
                          .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs,
                          .on_prompt_logprob = j->prompt_logprobs ? on_prompt_logprob : NULL,
-                         .prompt_top_logprobs = j->top_logprobs,
+                         .prompt_top_logprobs = j->prompt_top,
                          .json_object = j->json_object, .json_schema = j->schema,
                          .json_forced = j->forced_json, .json_tail = j->json_tail, .json_lazy = j->json_lazy,
                          .json_trigger = j->json_trigger, .json_once = j->json_once};

@@ -63,6 +63,8 @@ job *job_copy(const job *j) {
     c->json_trigger = j->json_trigger;
     c->cache_salt = dup_or_null(j->cache_salt, &ok);
     c->echo = j->echo;
+    c->vllm_prompt_logprobs = j->vllm_prompt_logprobs;
+    c->prompt_top = j->prompt_top;
     if (!ok) {
         c->refs = 1;
         job_unref(c);

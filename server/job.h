@@ -72,7 +72,9 @@ typedef struct job {
     char *cache_salt;         /* the request's cache namespace salt (engine_request.cache_salt), or NULL */
     bool echo;                /* the reply text begins with echo_text (the prompt's) */
     char *echo_text;          /* NUL-terminated, owned; copies of a choice have none (the first's serves) */
-    bool prompt_logprobs;     /* plp is filled (top_logprobs alternatives each) */
+    bool prompt_logprobs;     /* plp is filled (prompt_top alternatives each): echo + logprobs, or */
+    int32_t vllm_prompt_logprobs; /* vLLM's prompt_logprobs: -1 none, else its alternatives (the reply's field) */
+    uint32_t prompt_top;      /* the most alternatives either asks for */
 
     /* shared (bridge mutex) */
     int refs;

@@ -270,7 +270,8 @@ static void test_logit_adjust_check(void **state) {
 }
 
 /* sampler_logprob: logits minus a log-sum-exp written out in long double, the alternatives by a
- * full scan; -inf logits (a banned token) count for nothing; a row of only -inf gives -inf. */
+ * full scan, the rank by a count; -inf logits (a banned token) count for nothing; a row of only
+ * -inf gives -inf. */
 static void test_logprob(void **state) {
     (void)state;
     enum { V = 5003 };
@@ -294,8 +295,16 @@ static void test_logprob(void **state) {
         assert_int_equal(lp.top_id[k], want[k]);
         assert_true(fabs(lp.top_logprob[k] - (l[want[k]] - lse)) < 1e-6);
     }
+    uint32_t above = 0; /* its rank: 1 + the logits above it, counted here */
+    for (int i = 0; i < V; i++) above += l[i] > l[123];
+    assert_int_equal(lp.rank, above + 1);
+    sampler_logprob(l, V, 18, 1, &lp);
+    assert_int_equal(lp.rank, 2); /* tied with 17: both second */
+    sampler_logprob(l, V, 4000, 1, &lp);
+    assert_int_equal(lp.rank, 1);
     sampler_logprob(l, V, 10, 0, &lp);
     assert_true(isinf(lp.logprob) && lp.logprob < 0);
+    assert_int_equal(lp.rank, V); /* -inf: below every finite one */
     assert_int_equal(lp.n_top, 0);
     sampler_logprob(l, V, 0, 99, &lp); /* at most TOP_LOGPROBS_MAX */
     assert_int_equal(lp.n_top, TOP_LOGPROBS_MAX);

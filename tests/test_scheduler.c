@@ -80,7 +80,7 @@ static void on_prompt_lp(void *ctx, uint32_t pos, const token_logprob *lp) {
 }
 
 static bool lp_equal(const token_logprob *a, const token_logprob *b) {
-    if (a->id != b->id || a->logprob != b->logprob || a->n_top != b->n_top) return false;
+    if (a->id != b->id || a->logprob != b->logprob || a->rank != b->rank || a->n_top != b->n_top) return false;
     for (uint32_t k = 0; k < a->n_top; k++)
         if (a->top_id[k] != b->top_id[k] || a->top_logprob[k] != b->top_logprob[k]) return false;
     return true;

@@ -51,6 +51,9 @@ void sampler_logprob(const float *logits, int32_t n, int32_t id, uint32_t top, t
     *out = (token_logprob){.id = id};
     double lse = sampler_log_sum_exp(logits, n);
     out->logprob = (float)(logits[id] - lse);
+    uint32_t above = 0;
+    for (int32_t i = 0; i < n; i++) above += logits[i] > logits[id];
+    out->rank = above + 1;
     if (top > TOP_LOGPROBS_MAX) top = TOP_LOGPROBS_MAX;
     if (top > (uint32_t)n) top = (uint32_t)n;
     if (!top) return;

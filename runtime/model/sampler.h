@@ -46,6 +46,7 @@ double sampler_log_sum_exp(const float *logits, int32_t n);
 typedef struct token_logprob {
     int32_t id;
     float logprob;
+    uint32_t rank;                    /* 1 + the tokens with a larger logit (vLLM's rank) */
     uint32_t n_top;
     int32_t top_id[TOP_LOGPROBS_MAX]; /* descending, ties by lower id (sampler_top_k) */
     float top_logprob[TOP_LOGPROBS_MAX];

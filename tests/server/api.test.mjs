@@ -649,6 +649,39 @@ test("echo: the prompt's tokens' log-probabilities, as the model's logits say, o
     const e = await client.completions.create({ ...greedy, prompt: text, max_tokens: 3, echo: true });
     assert.equal(e.choices[0].text, text + plain.choices[0].text);
     assert.equal(e.choices[0].logprobs, null);
+    assert.equal(e.choices[0].prompt_logprobs, undefined);
+});
+
+// vLLM's prompt_logprobs: null, then per position {token id: {logprob, rank, decoded_token}}, the
+// prompt token's and the k best (ranks 1..k); for chat once, at the top of the reply.
+test("prompt_logprobs (vLLM's): the prompt token's entry and rank and the k best, the same numbers as echo", async () => {
+    const text = "The quick brown fox jumps over the lazy dog";
+    const ids = tokenize(text);
+    const L = (await client.completions.create({ ...greedy, prompt: text, max_tokens: 0, logprobs: 2, echo: true })).choices[0].logprobs;
+    const v = await client.completions.create({ ...greedy, prompt: text, max_tokens: 1, prompt_logprobs: 2 });
+    const PL = v.choices[0].prompt_logprobs;
+    assert.equal(PL.length, ids.length);
+    assert.equal(PL[0], null);
+    for (let p = 1; p < ids.length; p++) {
+        const d = PL[p], own = d[String(ids[p])], entries = Object.values(d);
+        assert.equal(own.logprob, L.token_logprobs[p]); // the same rows
+        assert.equal(own.decoded_token, L.tokens[p]);
+        assert.equal(entries.length, own.rank <= 2 ? 2 : 3);
+        assert.deepEqual(entries.filter((x) => x !== own || own.rank <= 2).map((x) => x.rank).sort(), [1, 2]);
+        assert.equal(entries.find((x) => x.rank === 1).logprob, Math.max(...Object.values(L.top_logprobs[p])));
+        assert.ok(entries.every((x) => x.rank === 1 || x.logprob <= entries.find((y) => y.rank === 1).logprob));
+    }
+    assert.equal(v.choices[0].text, (await client.completions.create({ ...greedy, prompt: text, max_tokens: 1 })).choices[0].text);
+    // chat: the rendered prompt's, at the top; what completions give for the same ids
+    const c = await client.chat.completions.create({ ...greedy, messages: hello, max_tokens: 1, prompt_logprobs: 1 });
+    assert.equal(c.prompt_logprobs.length, c.usage.prompt_tokens);
+    const same = await client.completions.create({ ...greedy, prompt: tokenize(render(hello)), max_tokens: 1, prompt_logprobs: 1 });
+    assert.deepEqual(c.prompt_logprobs, same.choices[0].prompt_logprobs);
+    // 0 with stream is accepted (vLLM: nothing is streamed for it)
+    let streamed = "";
+    for await (const ch of await client.completions.create({ ...greedy, prompt: text, max_tokens: 2, prompt_logprobs: 0, stream: true }))
+        streamed += ch.choices[0]?.text ?? "";
+    assert.ok(streamed.length > 0);
 });
 
 test("errors in OpenAI's shape, each followed by a healthy server", async () => {
@@ -661,7 +694,9 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
         [{ body: { messages: hello, max_tokens: -1 } }, 400, "max_tokens", /between/],
         [{ body: { messages: hello, max_tokens: 0 } }, 400, "max_tokens", /needs echo/],
         [{ body: { messages: hello, echo: true } }, 400, "echo", /\/v1\/completions has it/],
-        [{ body: { messages: hello, prompt_logprobs: 1 } }, 400, "prompt_logprobs", /echo and logprobs/],
+        [{ body: { messages: hello, prompt_logprobs: -1 } }, 400, "prompt_logprobs", /whole vocabulary/],
+        [{ body: { messages: hello, prompt_logprobs: 21 } }, 400, "prompt_logprobs", /between 0 and 20/],
+        [{ body: { messages: hello, prompt_logprobs: 1, stream: true } }, 400, "prompt_logprobs", /stream/],
         [{ body: { messages: hello, n: 0 } }, 400, "n", /between 1 and 128/],
         [{ body: { messages: hello, n: 129 } }, 400, "n", /between 1 and 128/],
         [{ body: { messages: hello, n: 1.5 } }, 400, "n", /integer/],
