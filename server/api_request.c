@@ -292,9 +292,11 @@ static void set_prompt(job *j, const api_model *s, int32_t *ids, size_t n, int64
     j->max_tokens = max_tokens >= 0 && max_tokens < room ? (uint32_t)max_tokens : room;
 }
 
-static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, job **out, api_err *e) {
+/* The job of prompt ids[n] (taken; what and param name the prompt in errors) from g's fields. */
+static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, const char *what, const char *param, job **out,
+                    api_err *e) {
     *out = NULL;
-    if (prompt_fits(s, n, "the prompt", NULL, e)) {
+    if (prompt_fits(s, n, what, param, e)) {
         free(ids);
         return -1;
     }
@@ -596,7 +598,7 @@ static int completion_jobs(const api_model *s, const json_t *body, gen_params *g
         job *j = NULL;
         if (one_prompt(s, list ? json_array_get(p, i) : p, g->echo, what, &ids, &n, &text, e)) return -1;
         if (i == 0) {
-            if (make_job(s, ids, n, g, &j, e)) ids = NULL;
+            if (make_job(s, ids, n, g, list ? what : "the prompt", list ? "prompt" : NULL, &j, e)) ids = NULL;
         } else if (!prompt_fits(s, n, what, "prompt", e) && !(j = job_copy(out->prompts[0]))) {
             api_fail(e, 500, NULL, "out of memory");
         }
@@ -617,7 +619,7 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
     int32_t *ids = NULL;
     size_t n = 0;
     job *j = NULL;
-    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, &j, e) ? -1 : 0;
+    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e) ? -1 : 0;
     if (!rc && !(out->prompts = malloc(sizeof *out->prompts))) {
         job_unref(j), job_unref(j);
         rc = api_fail(e, 500, NULL, "out of memory");
