@@ -854,12 +854,23 @@ test("n tool-call choices: each call has its own id, and each sent back is serve
     }
 });
 
-test("requests at once give the same greedy tokens as one at a time", async () => {
+test("requests at once give the same greedy tokens (and prompt entries) as one at a time", async () => {
     const prompts = Array.from({ length: 8 }, (_, i) => [{ role: "user", content: `Concurrent request ${i}: ` + "word ".repeat(3 * i + 1) }]);
     const alone = [];
     for (const m of prompts) alone.push((await client.chat.completions.create({ ...greedy, messages: m, max_tokens: 10 })).choices[0].message.content);
     const together = await Promise.all(prompts.map((m) => client.chat.completions.create({ ...greedy, messages: m, max_tokens: 10 })));
     assert.deepEqual(together.map((r) => r.choices[0].message.content), alone);
+    // scoring among replies: an evaluation client's echo requests (a shared context, four endings)
+    // alongside chat requests give the entries each gives alone (the rows are batch invariant)
+    const context = "Question: which planet is the largest? Answer:";
+    const endings = [" Jupiter", " Mars", " Venus", " the Sun, which is a star"].map((e) => tokenize(context + e));
+    const score = (ids) => client.completions.create({ ...greedy, prompt: ids, max_tokens: 0, logprobs: 1, echo: true });
+    const scoredAlone = [];
+    for (const ids of endings) scoredAlone.push((await score(ids)).choices[0].logprobs);
+    const mixed = await Promise.all([...endings.map(score), ...prompts.slice(0, 4).map((m) =>
+        client.chat.completions.create({ ...greedy, messages: m, max_tokens: 10 }))]);
+    assert.deepEqual(mixed.slice(0, 4).map((r) => r.choices[0].logprobs), scoredAlone);
+    assert.deepEqual(mixed.slice(4).map((r) => r.choices[0].message.content), alone.slice(0, 4));
 });
 
 test("a client that disconnects mid-stream releases its pages (all n choices)", async () => {
