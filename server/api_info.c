@@ -66,6 +66,9 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
                        "Tokens guessed by speculative decoding (--spec-tokens) and fed to be checked.", st->draft_tokens);
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_spec_accepted_tokens_total",
                        "Guessed tokens kept: each the token its request chose.", st->accepted_tokens);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_prompt_logprob_tokens_total",
+                       "Prompt positions scored (echo with logprobs, prompt_logprobs): computed, not served from the cache.",
+                       st->scored_tokens);
     rc = rc || counter(&o, &n, &cap, "gauge", "cinder_requests_running", "Requests on the GPU now.", v.running);
     rc = rc || counter(&o, &n, &cap, "gauge", "cinder_requests_waiting", "Requests waiting for a slot.", v.waiting + v.queued);
     rc = rc || buf_printf(&o, &n, &cap,

@@ -935,8 +935,10 @@ static void test_prompt_logprobs(void **state) {
     /* alone, with a's prompt cached: all of it is computed and given */
     prompt_lps_init(&got, NA);
     rq.on_prompt_logprob = on_prompt_lp, rq.prompt_top_logprobs = TOP, rq.ctx = &got;
+    uint64_t scored0 = e.stats.scored_tokens;
     if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
     assert_int_equal(got.next, NA);
+    assert_int_equal(e.stats.scored_tokens - scored0, NA - 1);
     assert_prompt_lps(&got, &oracle, NA, "alone");
     assert_int_equal(rp.cached_tokens, 0);
     assert_int_equal(rp.prefilled_tokens, NA);

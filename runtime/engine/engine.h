@@ -104,6 +104,7 @@ typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) 
     uint64_t steps, preempted, cancelled;
     uint64_t dedup_tokens;    /* cached tokens of requests that waited for another's prefill of them */
     uint64_t draft_tokens, accepted_tokens; /* speculative decoding: guessed tokens fed, and those kept */
+    uint64_t scored_tokens;   /* prompt positions whose log-probabilities were given (on_prompt_logprob) */
     uint64_t evicted_pages;   /* pages the cache gave back to the pool (demoted ones included) */
     uint64_t cache_errors;    /* commits to the cache that failed (each on stderr): the replies stood,
                                * that KV was not cached */

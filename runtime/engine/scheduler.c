@@ -712,6 +712,7 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
         for (uint32_t i = 0; i < q->n_lp_rows; i++)
             q->rq.on_prompt_logprob(q->rq.ctx, q->lp_row_pos + i + 1, &e->b_lp[j + i]);
         if (q->n_lp_rows) q->lp_next = q->lp_row_pos + q->n_lp_rows;
+        e->stats.scored_tokens += q->n_lp_rows;
         j += q->n_lp_rows;
         if (!q->gen_row) continue;
         emit_rows(e, j, lo);

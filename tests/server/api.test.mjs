@@ -607,8 +607,12 @@ test("echo: the prompt's tokens' log-probabilities, as the model's logits say, o
     }
     assert.equal(r.usage.prompt_tokens, ids.length);
     assert.equal(r.usage.prompt_tokens_details.cached_tokens, 0, "computed anew: the cache holds no logits");
-    // max_tokens 0: the prompt alone, the same numbers (the prompt is cached now: computed all the same)
+    // max_tokens 0: the prompt alone, the same numbers (the prompt is cached now: computed all the
+    // same, and counted on /metrics)
+    const scored = async () => Number(/cinder_prompt_logprob_tokens_total (\d+)/.exec((await raw("/metrics", { method: "GET" })).text)[1]);
+    const before = await scored();
     const only = await client.completions.create({ ...greedy, prompt: text, max_tokens: 0, logprobs: 2, echo: true });
+    assert.equal(await scored() - before, ids.length - 1);
     assert.equal(only.choices[0].text, text);
     assert.equal(only.choices[0].finish_reason, "length");
     assert.deepEqual(only.choices[0].logprobs.token_logprobs, L.token_logprobs.slice(0, ids.length));
