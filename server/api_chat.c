@@ -163,17 +163,20 @@ static json_t *chunk(const reply_ctx *x, uint32_t index, json_t *delta, const ch
                      x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", ch);
 }
 
-/* The whole reply text: the forced start of a tool call, then what was generated. */
-static char *full_text(const job *j, const char *gen, size_t len, size_t *n) {
-    size_t f = j->forced ? strlen(j->forced) : 0;
+/* head (NULL: none) then gen[0..len), NUL-terminated, *n its length; NULL: out of memory. */
+static char *joined(const char *head, const char *gen, size_t len, size_t *n) {
+    size_t f = head ? strlen(head) : 0;
     char *t = malloc(f + len + 1);
     if (!t) return NULL;
-    if (f) memcpy(t, j->forced, f);
-    memcpy(t + f, gen, len);
+    if (f) memcpy(t, head, f);
+    if (len) memcpy(t + f, gen, len);
     t[f + len] = 0;
     *n = f + len;
     return t;
 }
+
+/* The whole reply text: the forced start of a tool call, then what was generated. */
+static char *full_text(const job *j, const char *gen, size_t len, size_t *n) { return joined(j->forced, gen, len, n); }
 
 /* The choice's new text (x->text[index]) as chunks; *lp (its new log-probabilities, or NULL)
  * goes in the first one, and is NULL afterwards if it went. */
@@ -401,20 +404,16 @@ static json_t *vllm_prompt_logprobs(const reply_ctx *x, const job *lead) {
 /* One choice of a whole completions reply: with echo, its text begins with the prompt's. */
 static json_t *whole_completion(const reply_ctx *x, const choice_ctx *ch) {
     const job *j = ch->j;
-    const char *echo = x->echo ? lead_of(x, ch)->echo_text : "";
     json_t *lp = j->logprobs ? whole_completion_logprobs(x, ch) : json_null();
-    size_t a = strlen(echo), b = j->len;
-    char *text = malloc(a + b + 1);
+    size_t n;
+    char *text = joined(x->echo ? lead_of(x, ch)->echo_text : NULL, j->text, j->len, &n);
     if (!lp || !text) {
         json_decref(lp);
         free(text);
         cd_fail("out of memory for the reply (or a log-probability was lost)");
         return NULL;
     }
-    memcpy(text, echo, a);
-    if (b) memcpy(text + a, j->text, b);
-    text[a + b] = 0;
-    json_t *o = json_pack("{s:i, s:s%, s:o, s:s}", "index", (json_int_t)ch->index, "text", text, a + b, "logprobs", lp,
+    json_t *o = json_pack("{s:i, s:s%, s:o, s:s}", "index", (json_int_t)ch->index, "text", text, n, "logprobs", lp,
                           "finish_reason", api_finish_reason(j));
     free(text);
     if (o && j->vllm_prompt_logprobs >= 0) {

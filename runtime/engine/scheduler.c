@@ -654,8 +654,8 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
     for (uint32_t j = lo; j < hi; j++) { /* items: every prompt position's row, each request's first choosing row */
         engine_req *q = e->b_owner[j];
         if (j == 0 || e->b_owner[j - 1] != q) q->first_out = j;
-        if (host_reads(q) && j - q->first_out <= q->n_lp_rows && (j - q->first_out < q->n_lp_rows || q->gen_row))
-            e->host_list[n++] = j;
+        uint32_t k = j - q->first_out; /* q's k-th row */
+        if (host_reads(q) && (k < q->n_lp_rows || (k == q->n_lp_rows && q->gen_row))) e->host_list[n++] = j;
     }
     if (n > 1 && !e->workers.inited) host_workers_init(&e->workers, e->n_workers - 1);
     host_rows_job h = {.e = e, .lo = lo, .rows = e->host_list};
