@@ -238,7 +238,7 @@ _Static_assert(KV_DISK_HASH_BYTES == RADIX_NS_BYTES, "the disk tier's namespace 
 
 /* Whether the disk tier serves and stores requests of namespace ns. Its files are keyed by the
  * tier's own namespace (kv_disk_init: it is in every chain hash and every header, and names the
- * directory), so a request of any other namespace (a cache_salt, runtime/engine/engine.h) skips
+ * directory), so a request of any other namespace (a cache_salt, engine/engine.h) skips
  * the tier entirely: no read, no write-through. Reading would serve it the default namespace's
  * KV, and writing would serve its KV to the default namespace: a salted request's KV must never
  * reach another namespace. A disk key per namespace is later work (docs/PREFIX_CACHE.md). The

@@ -3,7 +3,7 @@
  * it indexes, so a page it caches outlives the request that wrote it; eviction drops those
  * references (the page returns to the free list when no sequence holds it either).
  *
- *   one request (runtime/engine/scheduler.c):
+ *   one request (engine/scheduler.c):
  *     kv_cache_acquire(c, ns, ids, n, seq, &m, &hit)
  *                                            the longest cached prefix from every tier (GPU
  *                                            match pinned, host pages restored, disk chunks

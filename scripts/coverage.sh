@@ -29,7 +29,7 @@ ctest --test-dir "$build" -j "$jobs" -E "$exclude" --output-on-failure || echo "
 
 # One row per file (gcovr's JSON summary), summed per directory: runtime/<layer>, kv, radix,
 # server, tools. Generated sources (embedded shaders), tests and system headers are left out.
-gcovr --gcov-ignore-parse-errors --root "$root" --object-directory "$build" --filter "$root/(runtime|kv|radix|server|tools)/" \
+gcovr --gcov-ignore-parse-errors --root "$root" --object-directory "$build" --filter "$root/(runtime|engine|kv|radix|server|tools)/" \
     --json-summary "$build/coverage.json" --txt "$build/coverage.txt" >/dev/null
 python3 - "$build/coverage.json" <<'PY'
 import json, sys

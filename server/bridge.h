@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "server/job.h"
 
 /* Prometheus histogram: cumulative counts of observations <= each bound. */

@@ -11,7 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 
 typedef struct server_opts {
     const char *host;          /* "127.0.0.1" by default: loopback only */

@@ -1,4 +1,4 @@
-/* The host's worker threads (runtime/engine/host_workers.h): every item of every job runs
+/* The host's worker threads (engine/host_workers.h): every item of every job runs
  * exactly once, on a worker in range, and run returns only when all have; jobs of every size
  * back to back (0, 1, fewer items than workers, many), a pool of no helpers, free right after
  * init and after work. Under ASan in the test script as well. */
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine/host_workers.h"
+#include "engine/host_workers.h"
 
 typedef struct tally {
     atomic_uint *done; /* per item */

@@ -1,4 +1,4 @@
-/* Prompt lookup (runtime/engine/lookup_draft.h): on hand-made histories and against a
+/* Prompt lookup (engine/lookup_draft.h): on hand-made histories and against a
  * brute-force reference on random ones (small alphabets, so suffixes recur): the longest suffix
  * of 4..2 tokens that occurred before, its latest occurrence, the tokens after it up to k_max
  * and the history's end; nothing for histories too short or without a repeat. */
@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "runtime/base/rng.h"
-#include "runtime/engine/lookup_draft.h"
+#include "engine/lookup_draft.h"
 
 /* The definition, spelled out: for g = MAX..MIN, the largest start i with i + g < n and
  * toks[i, i + g) == toks[n - g, n); the tokens toks[i + g, ...) up to k_max and n. */

@@ -37,7 +37,7 @@
 #include "radix/radix.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "runtime/model/model.h"
 #include "runtime/text/chat.h"
 #include "runtime/text/tokenizer.h"

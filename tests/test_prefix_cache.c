@@ -16,7 +16,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "tests/test_util.h"
 
 #define MAX_LEN 512

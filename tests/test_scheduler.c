@@ -1,4 +1,4 @@
-/* The continuous-batching scheduler (runtime/engine/engine.h) on the tiny preset:
+/* The continuous-batching scheduler (engine/engine.h) on the tiny preset:
  *
  * - Random interleavings: requests with shared prefixes and different lengths arrive at random
  *   steps, some are cancelled; every completed request's tokens equal the same request run
@@ -36,7 +36,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "runtime/text/json_prefix.h"
 #include "tests/test_util.h"
 #include "tests/vk_fixture.h"

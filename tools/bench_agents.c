@@ -8,7 +8,7 @@
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "tools/cli.h"
 
 #define USER_TOKENS 32u /* each agent's own task message after the shared system prompt */

@@ -37,7 +37,7 @@
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "tools/cli.h"
 
 typedef struct restore_row {

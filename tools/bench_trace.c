@@ -7,8 +7,8 @@
 
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
-#include "runtime/engine/conversation.h"
-#include "runtime/engine/engine.h"
+#include "runtime/text/conversation.h"
+#include "engine/engine.h"
 #include "tools/cli.h"
 #include "tools/reply_json.h"
 #include "tools/svg_plot.h"

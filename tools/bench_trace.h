@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "runtime/model/model.h"
 
 /* Observers of a replay (cinder profile --scenario): called with ctx; non-zero stops it. */

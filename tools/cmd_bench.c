@@ -13,7 +13,7 @@
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "runtime/model/model.h"
 #include "tools/bench_agents.h"
 #include "tools/bench_restore.h"

@@ -12,8 +12,8 @@
 #include <unistd.h>
 
 #include "runtime/base/error.h"
-#include "runtime/engine/conversation.h"
-#include "runtime/engine/engine.h"
+#include "runtime/text/conversation.h"
+#include "engine/engine.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
 #include "tools/reply_json.h"

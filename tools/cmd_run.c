@@ -1,5 +1,5 @@
 /* cinder run: generate from a prompt and report timings. The Vulkan engine (one request through
- * runtime/engine/engine.h, the prefix cache off) is the default; --cpu runs the CPU reference
+ * engine/engine.h, the prefix cache off) is the default; --cpu runs the CPU reference
  * (the oracle) token by token into the same sink. */
 #include <jansson.h>
 #include <stdio.h>
@@ -10,7 +10,7 @@
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
 #include "runtime/model/fingerprint.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "runtime/model/model.h"
 #include "runtime/model/sampler.h"
 #include "tools/cli.h"
@@ -182,7 +182,7 @@ static int generate_cpu(run_sink *k, uint32_t n_ctx) {
     return rc;
 }
 
-/* The Vulkan engine (runtime/engine/engine.h), one request, the prefix cache off: the path the
+/* The Vulkan engine (engine/engine.h), one request, the prefix cache off: the path the
  * server and chat serve, seeded sampling where --draw says. */
 static int generate_gpu(run_sink *k, model *m, uint32_t n_ctx) {
     run_result *r = k->r;

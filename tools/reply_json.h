@@ -3,7 +3,7 @@
 #pragma once
 #include <jansson.h>
 
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 
 /* The disk tier's per-request fields (disk_tokens, chunks and bytes read/written, rejected
  * files, read/write ms) into j. Only meaningful with --cache-dir. */

@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/engine/conversation.h"
+#include "runtime/text/conversation.h"
 #include "runtime/text/tokenizer.h"
 
 typedef struct trace {

@@ -1,4 +1,4 @@
-#include "runtime/engine/lookup_draft.h"
+#include "engine/lookup_draft.h"
 
 #include <string.h>
 

@@ -48,7 +48,7 @@
 #include "kv/disk_tier.h"
 #include "kv/kv_pool.h"
 #include "kv/prefix_cache.h"
-#include "runtime/engine/host_workers.h"
+#include "engine/host_workers.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/logit_adjust.h"
 #include "runtime/model/model.h"
@@ -77,7 +77,7 @@ typedef struct engine_opts {
      * Either way the same tokens but within float rounding of a boundary between two tokens. */
     int draw;
     int gate_up_pairs;     /* gpu_model_opts.gate_up_pairs: 0 auto (a GPU), 1 on, -1 off */
-    /* Speculative decoding by prompt lookup (runtime/engine/lookup_draft.h): each decoding
+    /* Speculative decoding by prompt lookup (engine/lookup_draft.h): each decoding
      * sequence's pass feeds, after its last token, up to this many tokens guessed from its own
      * history, with a logits row each; its tokens are chosen row by row as ever, and the guessed
      * ones are kept up to the first its choice disagrees with (their K/V is then already

@@ -1,4 +1,4 @@
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "runtime/base/error.h"
-#include "runtime/engine/request.h"
+#include "engine/request.h"
 
 #define TRY(x)                                                                                                         \
     do {                                                                                                               \

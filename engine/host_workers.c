@@ -1,4 +1,4 @@
-#include "runtime/engine/host_workers.h"
+#include "engine/host_workers.h"
 
 #include <stdlib.h>
 

@@ -1,11 +1,11 @@
-/* A submitted request inside the engine (private to runtime/engine). */
+/* A submitted request inside the engine (private to engine). */
 #pragma once
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "kv/kv_pages.h"
 #include "radix/radix.h"
-#include "runtime/engine/engine.h"
+#include "engine/engine.h"
 #include "runtime/model/logit_adjust.h"
 #include "runtime/model/sampler.h"
 #include "runtime/text/json_mask.h"

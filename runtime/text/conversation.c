@@ -1,4 +1,4 @@
-#include "runtime/engine/conversation.h"
+#include "runtime/text/conversation.h"
 
 #include <stdlib.h>
 #include <string.h>

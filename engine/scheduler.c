@@ -7,8 +7,8 @@
 
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
-#include "runtime/engine/lookup_draft.h"
-#include "runtime/engine/request.h"
+#include "engine/lookup_draft.h"
+#include "engine/request.h"
 
 #define TRY(x)                                                                                                         \
     do {                                                                                                               \
