@@ -9,6 +9,7 @@
 #include "tools/commands.h"
 #include "tools/device_card.h"
 #include "tools/profile_model.h"
+#include "tools/shader_table.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -44,7 +45,16 @@ static void usage(FILE *out) {
             "usage: cinder profile --device [--json] [--refresh] [--peak-gbps X] [--peak-tflops Y]\n"
             "                      [--device-index N]\n"
             "  the device card: identity, limits, queues, heaps and measured bandwidth, transfer and\n"
-            "  arithmetic rates (docs/PROFILE.md); --refresh measures again instead of the cache.\n");
+            "  arithmetic rates (docs/PROFILE.md); --refresh measures again instead of the cache.\n"
+            "\n"
+            "usage: cinder profile --shaders [--model M] [--family gfx1100|navi21|...] [--json] [--isa DIR]\n"
+            "                      [--device-index N]\n"
+            "  what the device's compiler made of every pipeline the model would use on it: VGPRs,\n"
+            "  SGPRs, spills, LDS, subgroup size (pin: asked for), waves and lanes resident per SIMD,\n"
+            "  instructions, the compiler's inverse-throughput estimate, vector loads by width and\n"
+            "  integer dot products (VK_KHR_pipeline_executable_properties; RADV reports it). --family F\n"
+            "  compiles for that RDNA family on RADV's null device: no such card needed, nothing runs.\n"
+            "  --isa DIR writes each pipeline's disassembly to DIR/NN-name.s.\n");
 }
 
 /* BN,BM,KL[,TM] (one token: BM,KL[,TM]) of the rows kernel */
@@ -104,9 +114,38 @@ static int parse(int argc, char **argv, profile_opts *o) {
     return 0;
 }
 
+/* cinder profile --shaders [--model M] [--family F] [--json] [--device-index N] */
+static int shaders_cli(int argc, char **argv) {
+    shader_table_opts o = {.device = -1};
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        if (cli_flag(argv, i, "--shaders")) continue;
+        if (cli_flag(argv, i, "--json")) { o.json = true; continue; }
+        if (cli_value(argc, argv, &i, "--model", &v)) path = v;
+        else if (cli_value(argc, argv, &i, "--family", &v)) o.family = v;
+        else if (cli_value(argc, argv, &i, "--isa", &v)) o.isa_dir = v;
+        else if (cli_value(argc, argv, &i, "--device-index", &v)) { if (cli_i32("--device-index", v, &o.device)) return 2; }
+        else { cli_unknown("profile", argv[i]); usage(stderr); return 2; }
+        if (!v) return cli_error("profile", "%s needs a value", argv[i]), 2;
+    }
+    if (o.family && shader_table_family_env(o.family)) return 1;
+    if (!path) {
+        if (cli_ensure_default_model()) return 1;
+        path = cli_default_model();
+    }
+    model *m;
+    if (model_load(&m, path, (model_load_opts){.skip_weight_hash = true})) return cli_error("profile", "%s", cd_errmsg());
+    int rc = shader_table_run(&o, m);
+    model_free(m);
+    return rc;
+}
+
 int cmd_profile(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
+    for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device")) return device_card_cli(argc, argv);
+        if (!strcmp(argv[i], "--shaders")) return shaders_cli(argc, argv);
+    }
     profile_opts o;
     if (parse(argc, argv, &o)) return 2;
     if (!o.model) {

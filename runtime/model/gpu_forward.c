@@ -170,14 +170,30 @@ static const cvk_pipeline *moe_pipe(const gpu_model *g, moe_lists ls, enum qtype
     }
 }
 
-static int make_pipelines(gpu_model *g) {
+/* The head_many pipeline for n > 1 wanted rows: widths 2, 4, 8 (8 per workgroup above 8). */
+static uint32_t head_width(uint32_t n) { return n <= 2 ? 0 : n <= 4 ? 1 : 2; }
+
+/* A CPU device's lm_head: the matvec over the wanted rows (gpu_model_init's plan). */
+static int head_matvec_pipelines(gpu_model *g) {
+    const gguf_tensor *t = g->m->output;
+    uint32_t O = g->max_out;
+    TRY(cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
+    for (uint32_t b = 0; O > 1 && b <= head_width(O); b++) { /* the widths max_out can need */
+        cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], 2u << b);
+        hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
+        TRY(cvk_matvec_pipeline(&g->head_many[b], &g->vk->dev, g->vk->pcache.cache, t->type, &hc));
+    }
+    return 0;
+}
+
+int gpu_forward_pipelines(gpu_model *g) {
     const model *m = g->m;
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
         const gguf_tensor *ts[GPU_LAYER_MATS];
         gpu_layer_mats(&m->layers[il], ts);
         for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matmul(g, ts[i], false));
         const layer_weights *l = &m->layers[il];
-        if (gpu_layer_has_pairs(&g->w.layers[il])) TRY(want_matmul(g, l->gate_exps ? l->gate_exps : l->ffn_gate, true));
+        if (gpu_model_layer_pairs(g, il)) TRY(want_matmul(g, l->gate_exps ? l->gate_exps : l->ffn_gate, true));
     }
     if (!g->head_matvec) TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
     if (g->few_gpu && !g->head_matvec) {
@@ -189,7 +205,7 @@ static int make_pipelines(gpu_model *g) {
     VkPipelineCache pc = g->vk->pcache.cache;
     TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
     if (m->cfg.arch == ARCH_QWEN3MOE) TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
-    return 0;
+    return g->head_matvec ? head_matvec_pipelines(g) : 0;
 }
 
 /* Attention splits for the batch forward, fixed per token by its own position (batch invariance):
@@ -215,7 +231,7 @@ static int make_buffers(gpu_model *g) {
     uint64_t T = g->n_batch, q_dim = (uint64_t)c->n_head * c->head_dim, kv_dim = (uint64_t)c->n_head_kv * c->head_dim;
     uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
     enum cvk_mem_kind D = CVK_MEM_DEVICE;
-    batch_splits(g); /* after make_pipelines: the attention kernel says cpu or not */
+    batch_splits(g); /* after gpu_forward_pipelines: the attention kernel says cpu or not */
     TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
     TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
@@ -244,22 +260,9 @@ static int make_buffers(gpu_model *g) {
     return input_buffers(g, &g->in_tok, T * 4) || input_buffers(g, &g->in_loc, T * 8);
 }
 
-/* The head_many pipeline for n > 1 wanted rows: widths 2, 4, 8 (8 per workgroup above 8). */
-static uint32_t head_width(uint32_t n) { return n <= 2 ? 0 : n <= 4 ? 1 : 2; }
-
 static int make_batch_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     uint64_t S = g->max_seqs, O = g->max_out;
-    if (g->head_matvec) { /* gpu_model_init decided */
-        const gguf_tensor *t = g->m->output;
-        TRY(cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
-        for (uint32_t b = 0; O > 1 && b <= head_width((uint32_t)O); b++) { /* the widths max_out can need */
-            cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1],
-                                                  2u << b);
-            hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
-            TRY(cvk_matvec_pipeline(&g->head_many[b], &g->vk->dev, g->vk->pcache.cache, t->type, &hc));
-        }
-    }
     TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
         gpu_model_buffer(g, &g->bhead_x, O * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, O * 4) ||
         gpu_model_buffer(g, &g->blogits, O * c->n_vocab * 4, CVK_MEM_DEVICE) ||
@@ -276,7 +279,7 @@ static int make_batch_buffers(gpu_model *g) {
 int gpu_forward_init(gpu_model *g) {
     if (!g->n_batch) g->n_batch = GPU_PREFILL_BATCH;
     if (g->n_batch > g->n_ctx) g->n_batch = g->n_ctx;
-    TRY(make_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
+    TRY(gpu_forward_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
         cvk_cmd_init(&g->pcmd, &g->vk->dev, false));
     for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
         gpu_recording *r = &g->rec[i];

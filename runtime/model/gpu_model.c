@@ -36,12 +36,12 @@ static int make_pipelines(gpu_model *g) {
     return cvk_argmax_pipelines(&g->argmax, d, pc, 0, texel_argmax) || cvk_sample_pipelines(&g->sample, d, pc, 0);
 }
 
-static int check_opts(const model *m, const gpu_model_opts *o) {
+static int check_opts(const model *m, const gpu_model_opts *o, bool compile_only) {
     const model_config *c = &m->cfg;
     if (!o->n_ctx) return cd_fail("n_ctx is 0");
-    if (!o->kv || !o->lay) return cd_fail("no KV pool given");
+    if (!compile_only && (!o->kv || !o->lay)) return cd_fail("no KV pool given");
     const kv_layout *l = o->lay;
-    if (l->n_layer != c->n_layer || l->n_head_kv != c->n_head_kv || l->head_dim != c->head_dim)
+    if (l && (l->n_layer != c->n_layer || l->n_head_kv != c->n_head_kv || l->head_dim != c->head_dim))
         return cd_fail("the KV pool's layout (%u layers, %u kv heads x %u) is not the model's (%u, %u x %u)",
                        l->n_layer, l->n_head_kv, l->head_dim, c->n_layer, c->n_head_kv, c->head_dim);
     if (c->arch == ARCH_QWEN3MOE && (c->n_expert > CVK_MOE_MAX_EXPERT || c->n_expert_used > CVK_MOE_MAX_K))
@@ -51,44 +51,59 @@ static int check_opts(const model *m, const gpu_model_opts *o) {
     return 0;
 }
 
+/* The device's choices of kernels and layouts, from the options and the device's kind. */
+static void plan(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+    g->n_ctx = o->n_ctx;
+    g->n_batch = o->n_batch;
+    g->max_seqs = o->max_seqs ? o->max_seqs : 1;
+    g->max_out = o->max_out > g->max_seqs ? o->max_out : g->max_seqs;
+    g->kv = o->kv;
+    if (o->lay) g->lay = *o->lay;
+    g->max_pages = g->lay.page_tokens ? (g->n_ctx + g->lay.page_tokens - 1) / g->lay.page_tokens : 0;
+    bool cpu = vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    g->pairs = o->gate_up_pairs > 0 || (o->gate_up_pairs == 0 && !cpu);
+    /* a CPU device's head is a matvec over rows in the aligned layout (cvk_matvec_choose),
+     * unless the head is tied to the embedding, which get_rows reads in the file's layout */
+    g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu && m->output != m->tok_embd);
+    g->few_gpu = o->few_kernels > 0 || (o->few_kernels == 0 && !cpu);
+    g->few_shape = o->few_shape, g->one_shape = o->one_shape, g->big_tile = o->big_tile;
+    g->head_shape = o->head_shape;
+    const gguf_tensor *h = m->output;
+    if (g->head_matvec) {
+        g->head_cfg = cvk_matvec_choose(&vk->dev, h->type, (uint32_t)h->ne[0], (uint32_t)h->ne[1], 1);
+        if (m->output == m->tok_embd) g->head_cfg.a16 = g->head_cfg.texel = false; /* asked for anyway */
+    }
+}
+
+static int fail_init(gpu_model *g, cvk_ctx *vk) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", cd_errmsg());
+    if (!vk->dev.compile_only) cvk_stager_flush(&vk->stager); /* no copy may still target a buffer about to be freed */
+    gpu_model_free(g);
+    return cd_fail("gpu model: %s", msg);
+}
+
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     memset(g, 0, sizeof *g);
     g->m = m;
     g->vk = vk;
-    int rc = check_opts(m, o);
-    if (!rc) {
-        g->n_ctx = o->n_ctx;
-        g->n_batch = o->n_batch;
-        g->max_seqs = o->max_seqs ? o->max_seqs : 1;
-        g->max_out = o->max_out > g->max_seqs ? o->max_out : g->max_seqs;
-        g->kv = o->kv;
-        g->lay = *o->lay;
-        g->max_pages = (g->n_ctx + g->lay.page_tokens - 1) / g->lay.page_tokens;
-        bool cpu = vk->dev.info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
-        bool pairs = o->gate_up_pairs > 0 || (o->gate_up_pairs == 0 && !cpu);
-        /* a CPU device's head is a matvec over rows in the aligned layout (cvk_matvec_choose),
-         * unless the head is tied to the embedding, which get_rows reads in the file's layout */
-        g->head_matvec = o->head_matvec > 0 || (o->head_matvec == 0 && cpu && m->output != m->tok_embd);
-        g->few_gpu = o->few_kernels > 0 || (o->few_kernels == 0 && !cpu);
-        g->few_shape = o->few_shape, g->one_shape = o->one_shape, g->big_tile = o->big_tile;
-        g->head_shape = o->head_shape;
-        const gguf_tensor *h = m->output;
-        if (g->head_matvec) {
-            g->head_cfg = cvk_matvec_choose(&vk->dev, h->type, (uint32_t)h->ne[0], (uint32_t)h->ne[1], 1);
-            if (m->output == m->tok_embd) g->head_cfg.a16 = g->head_cfg.texel = false; /* asked for anyway */
-        }
-        rc = gpu_weights_upload(&g->w, vk, m, pairs, g->head_matvec ? &g->head_cfg : NULL) || make_pipelines(g) ||
-             cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||
-             gpu_forward_init(g);
-    }
-    if (rc) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", cd_errmsg());
-        cvk_stager_flush(&vk->stager); /* no copy may still target a buffer about to be freed */
-        gpu_model_free(g);
-        return cd_fail("gpu model: %s", msg);
-    }
+    if (check_opts(m, o, false)) return fail_init(g, vk);
+    plan(g, vk, m, o);
+    if (gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL) || make_pipelines(g) ||
+        cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||
+        gpu_forward_init(g))
+        return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
+    return 0;
+}
+
+int gpu_model_compile(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+    memset(g, 0, sizeof *g);
+    g->m = m;
+    g->vk = vk;
+    if (check_opts(m, o, true)) return fail_init(g, vk);
+    plan(g, vk, m, o);
+    if (make_pipelines(g) || gpu_forward_pipelines(g)) return fail_init(g, vk);
     return 0;
 }
 

@@ -138,6 +138,7 @@ typedef struct gpu_model {
     cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (a dense decode step) */
     cvk_pipeline matmul_head_one, matmul_head_few; /* a GPU's lm_head: 1 and 2-16 tokens (few_gpu) */
     bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
+    bool pairs;                               /* gate and up as gate-up pairs where they pair (gate_up_pairs) */
     gpu_rows_shape few_shape, one_shape;      /* their shapes asked for (gpu_model_opts) */
     gpu_tile_shape big_tile;                  /* the tiled kernel's, asked for (bm 0: the default) */
     gpu_rows_shape head_shape;                /* a GPU's 2-16-token lm_head's, asked for */
@@ -253,6 +254,11 @@ typedef struct gpu_batch {
 
 /* Uploads the weights, creates the pipelines and the activations of a pass. */
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o);
+/* Creates only the pipelines that gpu_model_init would for this model, device and options (no
+ * weights, buffers or KV pool: o->kv may be NULL), for a compile-only device whose compiler's
+ * statistics are read (cvk_ctx_opts.compile_only, cinder profile --shaders). Free with
+ * gpu_model_free; such a g runs nothing. */
+int gpu_model_compile(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o);
 void gpu_model_free(gpu_model *g); /* zeroed or partly initialized is fine */
 
 /* Attaches a timer (NULL detaches) to the passes: its spans describe the latest pass (while it
@@ -281,7 +287,14 @@ static inline void gpu_layer_mats(const layer_weights *l, const gguf_tensor *out
     for (int i = 0; i < GPU_LAYER_MATS; i++) out[i] = ts[i];
 }
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind);
+/* Whether layer il's gate and up are gate-up pairs: as uploaded, or (compiled only) as they would be. */
+static inline bool gpu_model_layer_pairs(const gpu_model *g, uint32_t il) {
+    const gguf_tensor *gate, *up;
+    if (g->w.layers) return gpu_layer_has_pairs(&g->w.layers[il]);
+    return g->pairs && gpu_layer_ffn_pairable(&g->m->layers[il], &gate, &up);
+}
 int gpu_forward_init(gpu_model *g); /* buffers, pipelines and recordings of gpu_forward.c */
+int gpu_forward_pipelines(gpu_model *g); /* the pipelines alone (gpu_model_compile) */
 void gpu_forward_free(gpu_model *g);
 
 /* gpu_weights.c: every tensor of m to device buffers (granule = row bytes; with `pairs`, gate

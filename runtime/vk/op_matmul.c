@@ -30,9 +30,15 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
     if (t->texel && !cvk_matmul_texel_type(type))
         return cd_fail("matmul: the texel rows kernel takes block types, not %s", qtype_name(type));
     uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu};
+    /* Written for 32-lane subgroups: a workgroup of whole 32s runs as wave32 where the device
+     * lets it choose (RDNA; RADV's default for compute is wave64, half of each wave of a
+     * 32-invocation workgroup idle). The kernel has no subgroup operation and sums in a fixed
+     * order through shared memory, so the size changes no bit; elsewhere the driver chooses. */
+    uint32_t sg = wg % 32 == 0 ? 32 : 0;
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
-                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
+                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8,
+                              .subgroup_size = sg, .full_subgroups = sg != 0};
     if (t->texel) /* weights (binding 0) and x (1) through uniform texel buffers */
         desc.name = "matmul_rows_texel", desc.spv = cinder_spv_matmul_rows_texel,
         desc.spv_size = cinder_spv_matmul_rows_texel_size, desc.texel_bindings = 3;

@@ -6,10 +6,15 @@ int cvk_ctx_init(cvk_ctx *x, const cvk_ctx_opts *o) {
     memset(x, 0, sizeof *x);
     cvk_ctx_opts def = {.device = -1};
     if (!o) o = &def;
-    if (cvk_device_init(&x->dev, o->device)) return -1;
+    if (cvk_device_open(&x->dev, o->device, o->compile_only ? CVK_DEVICE_COMPILE_ONLY : 0)) return -1;
     char path[4096];
     const char *cache = o->pipeline_cache;
     if (cache && !*cache) cache = cvk_pcache_default_path(&x->dev, path, sizeof path) ? NULL : path;
+    if (o->compile_only) {
+        if (!cvk_pcache_open(&x->pcache, &x->dev, NULL)) return 0;
+        cvk_ctx_free(x);
+        return -1;
+    }
     if (cvk_mem_init(&x->mem, &x->dev) || cvk_pcache_open(&x->pcache, &x->dev, cache) ||
         cvk_stager_init(&x->stager, &x->dev, &x->mem, o->staging_bytes) || cvk_cmd_init(&x->cmd, &x->dev, false) ||
         cvk_descpool_init(&x->dpool, &x->dev, 0) || cvk_timer_init(&x->timer, &x->dev, o->timer_spans ? o->timer_spans : 1024)) {
@@ -21,7 +26,7 @@ int cvk_ctx_init(cvk_ctx *x, const cvk_ctx_opts *o) {
 }
 
 void cvk_ctx_free(cvk_ctx *x) {
-    if (x->dev.dev) vkDeviceWaitIdle(x->dev.dev);
+    if (x->dev.dev && !x->dev.compile_only) vkDeviceWaitIdle(x->dev.dev); /* a null device has no queue to wait on */
     if (x->timer.dev) cvk_timer_free(&x->timer);
     if (x->dpool.dev) cvk_descpool_free(&x->dpool);
     cvk_cmd_free(&x->cmd);

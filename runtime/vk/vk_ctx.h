@@ -11,6 +11,7 @@
  *
  * The timer is attached to `cmd`, disabled; cvk_timer_enable(&vk->timer, true) to profile. */
 #pragma once
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "runtime/vk/vk_cmd.h"
@@ -26,6 +27,9 @@ typedef struct cvk_ctx_opts {
     const char *pipeline_cache; /* NULL: in memory only; "": cvk_pcache_default_path; else a path */
     uint64_t staging_bytes;     /* per staging slot; 0 = 64 MiB */
     uint32_t timer_spans;       /* 0 = 1024 */
+    /* a compile-only device (vk_device.h, CVK_DEVICE_COMPILE_ONLY): only dev and pcache are set
+     * up, for creating pipelines and reading their statistics; nothing can be run or uploaded */
+    bool compile_only;
 } cvk_ctx_opts;
 
 typedef struct cvk_ctx {

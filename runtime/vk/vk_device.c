@@ -7,6 +7,7 @@
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_check.h"
 #include "runtime/vk/vk_instance.h"
+#include "runtime/vk/vk_shader_stats.h"
 
 /* The feature structs we enable, chained as the effective API version allows. */
 typedef struct feature_chain {
@@ -15,11 +16,14 @@ typedef struct feature_chain {
     VkPhysicalDeviceVulkan12Features f12;
     VkPhysicalDeviceVulkan13Features f13;
     VkPhysicalDeviceSubgroupSizeControlFeaturesEXT sgc;
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec;
 } feature_chain;
 
-static void build_features(feature_chain *f, const cvk_phys_info *info) {
+static void build_features(feature_chain *f, const cvk_phys_info *info, bool stats) {
     const cvk_caps *c = &info->caps;
     memset(f, 0, sizeof *f);
+    f->exec.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR;
+    f->exec.pipelineExecutableInfo = VK_TRUE;
     f->f2.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2;
     f->f11.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES;
     f->f12.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES;
@@ -41,6 +45,10 @@ static void build_features(feature_chain *f, const cvk_phys_info *info) {
     f->f13.subgroupSizeControl = f->sgc.subgroupSizeControl = c->subgroup_size_control;
     f->f13.computeFullSubgroups = f->sgc.computeFullSubgroups = c->full_subgroups;
     f->f13.shaderIntegerDotProduct = c->int_dot;
+    if (stats) { /* at the chain's head: the rest keeps its order */
+        f->exec.pNext = f->f2.pNext;
+        f->f2.pNext = &f->exec;
+    }
 }
 
 static int create_device(cvk_device *d) {
@@ -51,12 +59,13 @@ static int create_device(cvk_device *d) {
          .queueCount = 1, .pQueuePriorities = &prio},
         {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = info->transfer_family,
          .queueCount = 1, .pQueuePriorities = &prio}};
-    const char *exts[2];
+    const char *exts[3];
     uint32_t n_ext = 0;
     if (info->ext_subgroup_size_control) exts[n_ext++] = VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME;
     if (info->ext_portability_subset) exts[n_ext++] = "VK_KHR_portability_subset";
+    if (d->pipeline_stats) exts[n_ext++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     feature_chain f;
-    build_features(&f, info);
+    build_features(&f, info, d->pipeline_stats);
     VkDeviceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f.f2,
         .queueCreateInfoCount = d->dedicated_transfer ? 2 : 1, .pQueueCreateInfos = q,
@@ -100,11 +109,23 @@ static int pick(cvk_device *d, int index, uint32_t inst_api) {
     return rc;
 }
 
-int cvk_device_init(cvk_device *d, int index) {
+int cvk_device_init(cvk_device *d, int index) { return cvk_device_open(d, index, 0); }
+
+/* A compile-only device: statistics where the driver has them, a log for them, no semaphores. */
+static int compile_only(cvk_device *d) {
+    d->compile_only = true;
+    d->info.caps.timeline = false;
+    d->pipeline_stats = d->info.ext_pipeline_exec;
+    d->shader_log = calloc(1, sizeof *d->shader_log);
+    return d->shader_log ? 0 : cd_fail("out of memory");
+}
+
+int cvk_device_open(cvk_device *d, int index, uint32_t flags) {
     memset(d, 0, sizeof *d);
     cvk_instance_info ii;
     if (cvk_instance_acquire(&d->instance, &ii)) return -1;
     if (pick(d, index, ii.api)) goto fail;
+    if ((flags & CVK_DEVICE_COMPILE_ONLY) && compile_only(d)) goto fail;
     d->compute_family = d->transfer_family = d->info.compute_family;
     d->dedicated_transfer = d->info.transfer_family != UINT32_MAX;
     if (d->dedicated_transfer) d->transfer_family = d->info.transfer_family;
@@ -115,6 +136,7 @@ fail:
         if (d->copies.sem) vkDestroySemaphore(d->dev, d->copies.sem, NULL);
         vkDestroyDevice(d->dev, NULL);
     }
+    free(d->shader_log);
     cvk_instance_release();
     memset(d, 0, sizeof *d);
     return -1;
@@ -123,11 +145,13 @@ fail:
 void cvk_device_free(cvk_device *d) {
     if (!d || !d->instance) return;
     if (d->dev) {
-        vkDeviceWaitIdle(d->dev);
+        if (!d->compile_only) vkDeviceWaitIdle(d->dev); /* nothing ran on a compile-only one (a null device crashes here) */
         if (d->copies.sem) vkDestroySemaphore(d->dev, d->copies.sem, NULL);
         if (d->compute.sem) vkDestroySemaphore(d->dev, d->compute.sem, NULL);
         vkDestroyDevice(d->dev, NULL);
     }
+    if (d->shader_log) cvk_shader_log_free(d->shader_log);
+    free(d->shader_log);
     cvk_instance_release();
     memset(d, 0, sizeof *d);
 }

@@ -85,6 +85,7 @@ typedef struct cvk_phys_info {
     uint32_t transfer_family;    /* transfer-only family, UINT32_MAX when none */
     bool ext_subgroup_size_control; /* VK_EXT_subgroup_size_control needed (1.2 device) */
     bool ext_portability_subset;    /* VK_KHR_portability_subset must be enabled */
+    bool ext_pipeline_exec;         /* VK_KHR_pipeline_executable_properties (compiler statistics) */
     bool usable;
     char why_not[96];            /* reason when !usable */
 } cvk_phys_info;
@@ -112,11 +113,22 @@ typedef struct cvk_device {
     uint64_t transfer_saw_compute; /* newest compute value the transfer queue waited for */
     uint64_t host_saw_copies;    /* newest copies value the host waited for */
     uint64_t copy_waits;         /* submits that waited for copies (tests, stats) */
+    /* compile only (CVK_DEVICE_COMPILE_ONLY): pipelines are compiled and measured, nothing runs */
+    bool compile_only;
+    bool pipeline_stats;         /* VK_KHR_pipeline_executable_properties enabled */
+    struct cvk_shader_log *shader_log; /* every pipeline created, with its statistics (compile only) */
 } cvk_device;
 
 /* Chooses a device (index < 0: CINDER_DEVICE, then the rules above) and creates it.
  * Fails cleanly (-1, cd_errmsg) without a loader, a driver, or any usable device. */
 int cvk_device_init(cvk_device *d, int index);
+/* The same with flags. CVK_DEVICE_COMPILE_ONLY: a device to compile pipelines on and read what
+ * the compiler made of them (vk_shader_stats.h), e.g. RADV's null device for an RDNA family
+ * that is not installed (RADV_FORCE_FAMILY): no timeline semaphores (a null device has none),
+ * VK_KHR_pipeline_executable_properties enabled where present, and every pipeline created
+ * with its statistics captured into shader_log. Nothing may be submitted on it. */
+#define CVK_DEVICE_COMPILE_ONLY 1u
+int cvk_device_open(cvk_device *d, int index, uint32_t flags);
 void cvk_device_free(cvk_device *d); /* waits for the device to go idle first; NULL-safe */
 /* Waits on the host until copies has reached value (no-op without caps.timeline, or when the
  * host already waited for it). Anything the CPU reads or writes in device buffers an async

@@ -4,6 +4,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_check.h"
+#include "runtime/vk/vk_shader_stats.h"
 #include "runtime/vk/vk_spirv.h"
 
 static int check_interface(const cvk_pipeline_desc *desc) {
@@ -64,6 +65,11 @@ static int create_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
         stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
     VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
                                       .stage = stage, .layout = p->layout};
+    if (d->pipeline_stats) { /* compiled afresh (no cache), what the compiler made kept for reading */
+        ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR |
+                    VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
+        cache = VK_NULL_HANDLE;
+    }
     int rc = CVK_CHECK(vkCreateComputePipelines(d->dev, cache, 1, &ci, NULL, &p->pipe));
     vkDestroyShaderModule(d->dev, mod, NULL);
     p->subgroup_size = want_size ? desc->subgroup_size : 0;
@@ -84,7 +90,8 @@ int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, c
     p->push_size = desc->push_size;
     p->n_spec = desc->n_spec;
     if (desc->n_spec) memcpy(p->spec, desc->spec, desc->n_spec * sizeof *desc->spec);
-    if (check_interface(desc) || create_layouts(p, d, desc) || create_pipeline(p, d, cache, desc)) {
+    if (check_interface(desc) || create_layouts(p, d, desc) || create_pipeline(p, d, cache, desc) ||
+        (d->shader_log && d->pipeline_stats && cvk_shader_log_add(d->shader_log, d, p))) {
         cd_fail_ctx("pipeline %s: ", name);
         cvk_pipeline_destroy(d, p);
         return -1;
