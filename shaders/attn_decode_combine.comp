@@ -29,7 +29,7 @@ void main() {
     if (mx != NEG_INF)
         for (uint i = 0; i < pc.n_partials; i++) {
             uint b = base + i * (HEAD_DIM + 2u);
-            sum += exp(part_in[b] - mx) * part_in[b + 1u];
+            sum = fma(exp(part_in[b] - mx), part_in[b + 1u], sum);
         }
     float inv = sum > 0.0 ? 1.0 / sum : 0.0;
     for (uint d = gl_LocalInvocationID.x; d < HEAD_DIM; d += WG) {
@@ -38,7 +38,7 @@ void main() {
             for (uint i = 0; i < pc.n_partials; i++) {
                 uint b = base + i * (HEAD_DIM + 2u);
                 float w = exp(part_in[b] - mx);
-                if (w > 0.0) a += w * part_in[b + 2u + d];
+                if (w > 0.0) a = fma(w, part_in[b + 2u + d], a);
             }
         outv[q * pc.out_stride + h * HEAD_DIM + d] = a * inv;
     }

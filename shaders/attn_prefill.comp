@@ -178,7 +178,7 @@ void main() {
                 float tmax = NEG_INF;
                 [[unroll]] for (uint j = 0; j < KT; j++) {
                     float d = 0.0;
-                    [[unroll]] for (uint i = 0; i < DPL; i++) d += qr[i] * ks[j * HEAD_DIM + sub + i * LPR];
+                    [[unroll]] for (uint i = 0; i < DPL; i++) d = fma(qr[i], ks[j * HEAD_DIM + sub + i * LPR], d);
                     [[unroll]] for (uint x = 1u; x < LPR; x <<= 1u) d += subgroupShuffleXor(d, x);
                     s[j] = mine && pg[b + j] != NONE && t0 + j <= mypos ? d : NEG_INF;
                     tmax = max(tmax, s[j]);
@@ -191,7 +191,7 @@ void main() {
                     [[unroll]] for (uint j = 0; j < KT; j++) {
                         float p = exp(s[j] - m_new);
                         l += p;
-                        [[unroll]] for (uint i = 0; i < DPL; i++) acc[i] += p * vs[j * HEAD_DIM + sub + i * LPR];
+                        [[unroll]] for (uint i = 0; i < DPL; i++) acc[i] = fma(p, vs[j * HEAD_DIM + sub + i * LPR], acc[i]);
                     }
                     m = m_new;
                 }

@@ -61,7 +61,7 @@ void main() {
     }
     uint base = t * pc.tok_stride + h * HEAD_DIM;
     float a = x[base + i], b = x[base + i + HALF];
-    float s = subgroupAdd(a * a + b * b);
+    float s = subgroupAdd(fma(a, a, b * b));
     if (subgroupElect()) partial[gl_SubgroupID] = s;
     barrier();
     float sum = 0.0;
@@ -73,9 +73,11 @@ void main() {
     uint lo = lp.y & ((1u << pc.shift) - 1u), hi = min(lp.y >> pc.shift, pc.n_hi - 1u);
     vec2 ta = tab[lo * HALF + i];
     vec2 tb = tab[((1u << pc.shift) + hi) * HALF + i];
-    float c = ta.x * tb.x - ta.y * tb.y; // (cos, sin)(A + B)
-    float sn = ta.y * tb.x + ta.x * tb.y;
-    float ra = a * c - b * sn, rb = a * sn + b * c;
+    // every multiply-add explicit: the same roundings on every compiler (ACO fuses a * c - b * sn
+    // into one fma where llvmpipe does not)
+    float c = fma(ta.x, tb.x, -(ta.y * tb.y)); // (cos, sin)(A + B)
+    float sn = fma(ta.y, tb.x, ta.x * tb.y);
+    float ra = fma(a, c, -(b * sn)), rb = fma(a, sn, b * c);
     if (!KV) {
         x[base + i] = ra;
         x[base + i + HALF] = rb;

@@ -193,7 +193,7 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
         [[unroll]] for (uint l = 0; l < 32u; l++) {
             uint q = (qs[l] >> (4 * hi)) & 15u;
             if (five) q |= ((qh[l] >> (2 * j + hi)) & 1u) << 4;
-            w[l] = d * float(q) - mn;
+            w[l] = fma(d, float(q), -mn); // qb_q4_K's expression: one rounding on every compiler
         }
     } else if (QTYPE == QTYPE_Q6_K) {
 #ifndef TEXEL // the texel variant reads Q6_K by half blocks (Q6K_HALF, main)

@@ -9,8 +9,6 @@
 // same WG the fused y has the bits of moe_combine followed by rmsnorm: one stage fewer per
 // layer (the next layer's attn_norm, or the head's output_norm, rides on the combine).
 // One workgroup per row (row = x + y * 65535 workgroups), each invocation a strided share.
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 256;
@@ -44,7 +42,7 @@ void main() {
         }
         precise float v = x[xb + i] + sum;
         x[xb + i] = v;
-        acc += v * v;
+        acc = fma(v, v, acc); // rmsnorm.comp's expression
     }
     if (pc.norm == 0u) return; // uniform
     float scale = row_rms_scale(acc, pc.n, pc.eps);

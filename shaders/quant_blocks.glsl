@@ -85,7 +85,7 @@ float qb_q4_K(uint row, uint e) {
     uvec2 sm = qb_scale_min_k4(b + Q4_K_SCALES, i / 32);
     float d = qb_half(b + Q4_K_D) * float(sm.x), m = qb_half(b + Q4_K_DMIN) * float(sm.y);
     uint q = (qb_byte(b + Q4_K_QS + 32 * j + l) >> (4 * hi)) & 15u;
-    return d * float(q) - m;
+    return fma(d, float(q), -m); // one rounding on every compiler (docs/kernels/matmul.md, "Numerics")
 }
 
 // Q5_K: as Q4_K plus bit (2j + hi) of qh[l] as the fifth bit.
@@ -95,7 +95,7 @@ float qb_q5_K(uint row, uint e) {
     float d = qb_half(b + Q5_K_D) * float(sm.x), m = qb_half(b + Q5_K_DMIN) * float(sm.y);
     uint q = (qb_byte(b + Q5_K_QS + 32 * j + l) >> (4 * hi)) & 15u;
     q |= ((qb_byte(b + Q5_K_QH + l) >> (2 * j + hi)) & 1u) << 4;
-    return d * float(q) - m;
+    return fma(d, float(q), -m); // one rounding on every compiler (docs/kernels/matmul.md, "Numerics")
 }
 
 // Q6_K: halves of 128; quarter k of a half takes the low (k < 2) or high nibble of
@@ -147,7 +147,7 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
         for (uint r = 0; r < 8u; r++) {
             uint q = (qb_byte8(qs, r) >> (4 * hi)) & 15u;
             if (five) q |= ((qb_byte8(qh, r) >> (2 * j + hi)) & 1u) << 4;
-            w[r] = d * float(q) - mn;
+            w[r] = fma(d, float(q), -mn); // as qb_q4_K: one rounding on every compiler
         }
     } else if (type == QTYPE_Q6_K) {
         uint b = row + (k0 / QK_K) * Q6_K_BYTES, i = k0 % QK_K, h = i / 128, k = (i % 128) / 32, l0 = i % 32;

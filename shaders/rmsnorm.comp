@@ -3,8 +3,6 @@
 // One workgroup per row (row = x + y * 65535 workgroups); each invocation accumulates a
 // strided share of x^2, reduced by row_rms_scale (row_rms.glsl: a fixed order, deterministic).
 // y may be the same buffer as x (in place): each element is read and written by one invocation.
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 256;
@@ -31,7 +29,7 @@ void main() {
     float acc = 0.0;
     for (uint i = gl_LocalInvocationID.x; i < pc.n; i += WG) {
         float v = x[xb + i];
-        acc += v * v;
+        acc = fma(v, v, acc);
     }
     float scale = row_rms_scale(acc, pc.n, pc.eps);
     for (uint i = gl_LocalInvocationID.x; i < pc.n; i += WG) y[yb + i] = x[xb + i] * scale * w[i];
