@@ -559,6 +559,10 @@ static enum MHD_Result generate(server *s, const http_req *r, bool chat) {
     api_err e = {0};
     api_prepared p;
     uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)atomic_fetch_add(&s->next_id, 1) << 32; /* unseeded: differs per request */
+    if (!bridge_ready(&s->b)) { /* the server listens while it loads: no tokenizer to check a request with yet */
+        bridge_count_rejected(&s->b);
+        return http_error(r->c, 503, NULL, "the model is loading");
+    }
     if (api_prepare(&s->model, chat, r->body, r->len, seed, &p, &e)) {
         bridge_count_rejected(&s->b);
         return api_reply_err(r->c, &e);

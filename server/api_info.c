@@ -6,13 +6,6 @@
 
 #include "server/http.h"
 
-static bool is_ready(server *s) {
-    pthread_mutex_lock(&s->b.mu);
-    bool r = s->b.ready;
-    pthread_mutex_unlock(&s->b.mu);
-    return r;
-}
-
 static bridge_snapshot snapshot(server *s) {
     pthread_mutex_lock(&s->b.mu);
     bridge_snapshot v = s->b.snap;
@@ -21,7 +14,7 @@ static bridge_snapshot snapshot(server *s) {
 }
 
 enum MHD_Result api_health(server *s, const http_req *r) {
-    bool ok = is_ready(s);
+    bool ok = bridge_ready(&s->b);
     return http_json(r->c, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "loading"));
 }
 

@@ -70,6 +70,13 @@ void bridge_stop(bridge *b) {
     pthread_mutex_unlock(&b->mu);
 }
 
+bool bridge_ready(bridge *b) {
+    pthread_mutex_lock(&b->mu);
+    bool r = b->ready;
+    pthread_mutex_unlock(&b->mu);
+    return r;
+}
+
 void bridge_count_rejected(bridge *b) {
     pthread_mutex_lock(&b->mu);
     b->snap.req_rejected++;

@@ -57,5 +57,8 @@ void bridge_stop(bridge *b);
 /* The engine thread: runs jobs until bridge_stop, then cancels what is left. A failed forward
  * pass fails only the requests in it (a line on stderr). */
 int bridge_run(bridge *b, engine *e);
+/* Whether the weights are up (the API answers); once true, the server's model fields, written
+ * before, may be read. */
+bool bridge_ready(bridge *b);
 /* Counts a request the front end refused before it reached the engine (HTTP 4xx/5xx). */
 void bridge_count_rejected(bridge *b);

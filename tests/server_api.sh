@@ -54,6 +54,21 @@ stop() { # name: SIGTERM, exit status 0 expected
   echo "ok   server $1 stopped by SIGTERM with status 0"
 }
 
+# while the weights load the server listens (/health says 503 loading): a request then is a 503
+# too, not a crash (the tokenizer it would be checked with is not there yet)
+start loading --ctx 1024
+for _ in $(seq 600); do [ -s "$tmp/loading.port" ] && break; sleep 0.01; done
+loading_url="http://127.0.0.1:$(cat "$tmp/loading.port")"
+if [ "$(curl -s -o /dev/null -w '%{http_code}' "$loading_url/health")" = 503 ]; then
+  code=$(curl -s -o "$tmp/loading.reply" -w '%{http_code}' "$loading_url/v1/chat/completions" \
+    -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":1}')
+  [ "$code" = 503 ] && grep -q 'the model is loading' "$tmp/loading.reply" ||
+    { echo "FAIL a request while loading answered $code: $(cat "$tmp/loading.reply")"; cat "$tmp/loading.log"; exit 1; }
+  echo "ok   a request while the model loads is a 503"
+fi
+healthy_port loading >/dev/null
+stop loading
+
 # main and script guess tokens (speculative decoding): every reply they give is compared with
 # one computed without (cinder run, the busy server, requests one at a time)
 start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test --spec-tokens 4
