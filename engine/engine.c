@@ -110,6 +110,7 @@ void engine_cache_info_get(const engine *e, engine_cache_info *o) {
                              .page_tokens = e->pool.lay.page_tokens, .n_ctx = e->g.n_ctx};
     if (e->cache_on) {
         const radix_stats *t = &e->cache.tree.stats;
+        o->prefix_cache = true;
         o->gpu_pinned = (uint32_t)t->pinned_pages;
         o->gpu_cached = (uint32_t)(t->pages - t->pinned_pages);
         o->nodes = t->nodes;

@@ -135,6 +135,7 @@ typedef struct engine_cache_info {
     uint64_t index_bytes;      /* heap bytes of the index */
     uint32_t page_tokens;
     uint32_t n_ctx;            /* tokens of one request at most (prompt + generated) */
+    bool prefix_cache;         /* the prefix cache is on (not engine_opts.no_prefix_cache) */
     bool disk;                 /* a disk tier (--cache-dir): */
     const char *disk_dir;      /* its directory (the engine's memory) */
     uint64_t disk_files, disk_bytes, disk_budget_bytes; /* chunk files under DIR as last seen, their bytes; the budget */

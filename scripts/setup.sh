@@ -10,6 +10,7 @@ packages=(
   libvulkan-dev libvulkan-volk-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
   libcmocka-dev libpcre2-dev libutf8proc-dev libssl-dev libxxhash-dev libjansson-dev libmicrohttpd-dev
   nodejs npm python3 python3-jinja2 gcovr
+  prometheus  # promtool: tests/server/api.test.mjs lints /metrics with it
 )
 
 missing=()

@@ -36,6 +36,65 @@ static int counter(char **o, size_t *n, size_t *cap, const char *type, const cha
     return buf_printf(o, n, cap, "# HELP %s %s\n# TYPE %s %s\n%s %llu\n", name, help, name, type, name, (unsigned long long)v);
 }
 
+/* A label value in the text format's escaping: backslash, double quote and line feed escaped.
+ * -1 when out of memory. */
+static int label_value(char **o, size_t *n, size_t *cap, const char *v) {
+    int rc = 0;
+    for (const char *p = v; *p && !rc; p++) {
+        if (*p == '\\') rc = buf_printf(o, n, cap, "\\\\");
+        else if (*p == '"') rc = buf_printf(o, n, cap, "\\\"");
+        else if (*p == '\n') rc = buf_printf(o, n, cap, "\\n");
+        else rc = buf_printf(o, n, cap, "%c", *p);
+    }
+    return rc;
+}
+
+/* One vLLM metric: HELP, TYPE and its sample {model_name, engine} (vLLM's labels: one engine). */
+static int vllm_metric(char **o, size_t *n, size_t *cap, const char *type, const char *name, const char *help,
+                       const char *model, double v) {
+    return buf_printf(o, n, cap, "# HELP %s %s\n# TYPE %s %s\n%s{model_name=\"", name, help, name, type, name) ||
+           label_value(o, n, cap, model) || buf_printf(o, n, cap, "\",engine=\"0\"} %.17g\n", v);
+}
+
+/* The model-server protocol (the Gateway API Inference Extension's, which llm-d's scheduler,
+ * vLLM's production-stack and AIBrix scrape): vLLM's names and labels for the queue, the KV
+ * usage, the cache's geometry and the prefix cache's token counters. The usage counts the pages
+ * running requests hold (pinned cache pages and private ones) over the pool: unpinned cached
+ * pages can be taken at once, so they count as free, as vLLM counts them. The hits are every
+ * tier's (a page restored from the host or disk is on the GPU before the request runs). */
+static int vllm_metrics(char **o, size_t *n, size_t *cap, const char *model, const bridge_snapshot *v) {
+    const engine_cache_info *c = &v->cache;
+    const engine_stats *st = &v->stats;
+    double usage = c->gpu_pages ? (double)(c->gpu_pinned + c->gpu_private) / c->gpu_pages : 0;
+    int rc = vllm_metric(o, n, cap, "gauge", "vllm:num_requests_running", "Number of requests in model execution batches.",
+                         model, v->running);
+    rc = rc || vllm_metric(o, n, cap, "gauge", "vllm:num_requests_waiting", "Number of requests waiting to be processed.",
+                           model, v->waiting + v->queued);
+    rc = rc || vllm_metric(o, n, cap, "gauge", "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+                           model, usage);
+    rc = rc || vllm_metric(o, n, cap, "gauge", "vllm:gpu_cache_usage_perc",
+                           "GPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: Use vllm:kv_cache_usage_perc instead.",
+                           model, usage);
+    rc = rc || vllm_metric(o, n, cap, "counter", "vllm:prefix_cache_queries_total",
+                           "Prefix cache queries, in terms of number of queried tokens.", model, (double)st->prompt_tokens);
+    rc = rc || vllm_metric(o, n, cap, "counter", "vllm:prefix_cache_hits_total",
+                           "Prefix cache hits, in terms of number of cached tokens.", model, (double)st->cached_tokens);
+    rc = rc || vllm_metric(o, n, cap, "counter", "vllm:gpu_prefix_cache_queries_total",
+                           "GPU prefix cache queries, in terms of number of queried tokens. DEPRECATED: Use "
+                           "vllm:prefix_cache_queries instead.", model, (double)st->prompt_tokens);
+    rc = rc || vllm_metric(o, n, cap, "counter", "vllm:gpu_prefix_cache_hits_total",
+                           "GPU prefix cache hits, in terms of number of cached tokens. DEPRECATED: Use "
+                           "vllm:prefix_cache_hits instead.", model, (double)st->cached_tokens);
+    /* an info gauge: the geometry a router hashes blocks with (block_size: the page's tokens) */
+    rc = rc || buf_printf(o, n, cap,
+                          "# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig\n"
+                          "# TYPE vllm:cache_config_info gauge\n"
+                          "vllm:cache_config_info{block_size=\"%u\",enable_prefix_caching=\"%s\","
+                          "num_cpu_blocks=\"%u\",num_gpu_blocks=\"%u\",engine=\"0\",model_name=\"",
+                          c->page_tokens, c->prefix_cache ? "True" : "False", c->host_slots, c->gpu_pages);
+    return rc || label_value(o, n, cap, model) || buf_printf(o, n, cap, "\"} 1\n");
+}
+
 enum MHD_Result api_metrics(server *s, const http_req *r) {
     bridge_snapshot v = snapshot(s);
     const engine_stats *st = &v.stats;
@@ -99,6 +158,7 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
     rc = rc || hist(&o, &n, &cap, "cinder_ttft_seconds", "Time to first token.", &v.ttft);
     rc = rc || hist(&o, &n, &cap, "cinder_inter_token_seconds", "Time between two tokens of a request.", &v.itl);
     rc = rc || hist(&o, &n, &cap, "cinder_e2e_seconds", "Submit to the last token.", &v.e2e);
+    rc = rc || vllm_metrics(&o, &n, &cap, s->model_name, &v);
     if (rc) {
         free(o);
         return http_error(r->c, 500, NULL, "out of memory");

@@ -6,7 +6,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createRequire } from "node:module";
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -765,6 +765,189 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
     await healthy();
 });
 
+// ---- the model-server protocol: vLLM's metrics ----
+
+// A strict reader of Prometheus' text exposition format 0.0.4: every sample in a family declared
+// by one TYPE (and at most one HELP) before it, a family's lines together, names and label names
+// as the format defines them, label values with only its three escapes, values as floats, no
+// series twice, histogram buckets cumulative up to +Inf = _count. Any violation fails the test.
+function parsePrometheus(text) {
+    assert.ok(text.endsWith("\n"), "the exposition ends with a line feed");
+    const families = new Map(), seen = new Set(), closed = new Set();
+    const nameRe = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/, valueRe = /^([+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?|[+-]Inf|NaN)$/;
+    let current = null;
+    const open = (name, where) => {
+        assert.match(name, nameRe, where);
+        if (current?.name === name) return current;
+        assert.ok(!closed.has(name), `${where}: the lines of ${name} are not together`);
+        if (current) closed.add(current.name);
+        if (!families.has(name)) families.set(name, { name, type: null, help: null, samples: [] });
+        return (current = families.get(name));
+    };
+    for (const [i, line] of text.slice(0, -1).split("\n").entries()) {
+        const where = `line ${i + 1} "${line}"`;
+        if (line.startsWith("#")) {
+            const m = /^# (HELP|TYPE) (\S+)(?: (.*))?$/.exec(line);
+            if (!m) continue; // another comment
+            const f = open(m[2], where);
+            if (m[1] === "TYPE") {
+                assert.equal(f.type, null, `${where}: a second TYPE`);
+                assert.equal(f.samples.length, 0, `${where}: TYPE after samples`);
+                assert.ok(["counter", "gauge", "histogram", "summary", "untyped"].includes(m[3]), where);
+                f.type = m[3];
+            } else {
+                assert.equal(f.help, null, `${where}: a second HELP`);
+                assert.ok(m[3] && !/\\[^\\n]/.test(m[3].replace(/\\\\/g, "")), `${where}: HELP text`);
+                f.help = m[3];
+            }
+            continue;
+        }
+        const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(.*)$/.exec(line);
+        assert.ok(m, `${where}: not a sample`);
+        const [, name] = m;
+        let rest = m[2], labels = {};
+        if (rest.startsWith("{")) { // name="value" pairs, comma separated
+            let k = 1;
+            while (rest[k] !== "}") {
+                const lm = /^([a-zA-Z_][a-zA-Z0-9_]*)="/.exec(rest.slice(k));
+                assert.ok(lm, `${where}: a label at ${k}`);
+                k += lm[0].length;
+                let v = "";
+                for (; rest[k] !== '"'; k++) {
+                    assert.ok(k < rest.length, `${where}: an unterminated label value`);
+                    if (rest[k] !== "\\") { v += rest[k]; continue; }
+                    const esc = { "\\": "\\", '"': '"', n: "\n" }[rest[++k]];
+                    assert.ok(esc !== undefined, `${where}: the escape \\${rest[k]}`);
+                    v += esc;
+                }
+                assert.ok(!(lm[1] in labels), `${where}: label ${lm[1]} twice`);
+                labels[lm[1]] = v;
+                k++;
+                if (rest[k] === ",") k++;
+                else assert.equal(rest[k], "}", `${where}: after a label`);
+            }
+            rest = rest.slice(k + 1);
+        }
+        const vm = /^ (\S+)( -?\d+)?$/.exec(rest);
+        assert.ok(vm && valueRe.test(vm[1]), `${where}: the value`);
+        const f = current;
+        const suffix = f && name.startsWith(f.name) ? name.slice(f.name.length) : null;
+        const ok = f && f.type && (suffix === "" ? !["histogram", "summary"].includes(f.type)
+            : f.type === "histogram" ? ["_bucket", "_sum", "_count"].includes(suffix) : f.type === "summary" && ["_sum", "_count"].includes(suffix));
+        assert.ok(ok, `${where}: a sample outside its family's TYPE`);
+        const series = name + JSON.stringify(Object.entries(labels).sort());
+        assert.ok(!seen.has(series), `${where}: the series twice`);
+        seen.add(series);
+        f.samples.push({ name, labels, value: Number(vm[1].replace("Inf", "Infinity")) });
+    }
+    for (const f of families.values()) {
+        assert.ok(f.type, `${f.name} has no TYPE`);
+        if (f.type !== "histogram") continue;
+        const buckets = f.samples.filter((x) => x.name.endsWith("_bucket")), count = f.samples.find((x) => x.name.endsWith("_count"));
+        assert.equal(buckets.at(-1).labels.le, "+Inf", f.name);
+        for (let k = 1; k < buckets.length; k++) assert.ok(buckets[k].value >= buckets[k - 1].value, `${f.name}: cumulative buckets`);
+        assert.equal(buckets.at(-1).value, count.value, `${f.name}: the +Inf bucket is the count`);
+    }
+    return families;
+}
+
+async function metricsOf(base = url) {
+    const r = await raw("/metrics", { method: "GET", base });
+    assert.equal(r.status, 200);
+    assert.match(r.headers.get("content-type"), /^text\/plain; version=0\.0\.4/);
+    return parsePrometheus(r.text);
+}
+
+const vllmGauges = ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"];
+const vllmCounters = ["vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total",
+    "vllm:gpu_prefix_cache_hits_total"];
+
+// The one sample of a vLLM metric: its type, HELP, and labels {model_name, engine} (vLLM's).
+function vllmValue(fams, name, modelName = "tiny-test") {
+    const f = fams.get(name);
+    assert.ok(f, `/metrics has ${name}`);
+    assert.equal(f.type, vllmCounters.includes(name) ? "counter" : "gauge", name);
+    assert.ok(f.help.length > 10, name);
+    assert.equal(f.samples.length, 1, name);
+    assert.deepEqual(f.samples[0].labels, { model_name: modelName, engine: "0" }, name);
+    return f.samples[0].value;
+}
+
+// A streamed chat that cannot end before max_tokens (the end tokens banned): the request stays
+// running while the caller looks at /metrics. Returns the stream's iterator once the engine has
+// the request (a streamed reply's headers come then); what the text says does not matter (a
+// random model's reply may go to reasoning or a held tool call first).
+async function longStream(target, messages, maxTokens) {
+    const ends = tokenize("<|im_end|><|endoftext|><|fim_pad|><|repo_name|><|file_sep|>"); // tok_is_eog's
+    const stream = await target.chat.completions.create({ ...greedy, messages, max_tokens: maxTokens, stream: true,
+        logit_bias: Object.fromEntries(ends.map((id) => [id, -100])) });
+    return stream[Symbol.asyncIterator]();
+}
+async function drain(it) { for (let r = await it.next(); !r.done; r = await it.next()); }
+
+// Polls /metrics until pred(families) holds (the snapshot is published after each engine step).
+async function metricsUntil(base, pred, what) {
+    let fams;
+    for (let i = 0; i < 100; i++) {
+        fams = await metricsOf(base);
+        if (pred(fams)) return fams;
+        await new Promise((r) => setTimeout(r, 20));
+    }
+    const gauges = vllmGauges.map((name) => `${name} ${fams.get(name)?.samples[0]?.value}`);
+    assert.fail(`never seen on /metrics: ${what} (last: ${gauges.join(", ")})`);
+}
+
+test("model-server metrics: vLLM's names, labels and types, strictly parsed, and values that move with the requests", async () => {
+    const m0 = await metricsOf();
+    for (const name of [...vllmGauges, ...vllmCounters]) vllmValue(m0, name);
+    const c = await cache();
+    const info = m0.get("vllm:cache_config_info");
+    assert.equal(info.type, "gauge");
+    assert.equal(info.samples.length, 1);
+    const labels = info.samples[0].labels;
+    assert.equal(info.samples[0].value, 1);
+    assert.equal(labels.block_size, String(c.page_tokens), "block_size is the page's tokens");
+    assert.equal(labels.num_gpu_blocks, String(c.gpu.pages), "num_gpu_blocks is the pool's pages");
+    assert.equal(labels.num_cpu_blocks, String(c.host.slots));
+    assert.equal(labels.enable_prefix_caching, "True");
+    assert.equal(labels.model_name, "tiny-test");
+    assert.equal(vllmValue(m0, "vllm:num_requests_running"), 0);
+    assert.equal(vllmValue(m0, "vllm:kv_cache_usage_perc"), 0, "idle: every page is free or cached, unpinned");
+    // the counters: queries grow by each request's prompt tokens, hits by its cached tokens
+    const messages = [{ role: "user", content: `Metrics test ${Date.now()}: ` + "count these tokens. ".repeat(12) }];
+    let before = m0;
+    for (const turn of [1, 2]) {
+        const r = await client.chat.completions.create({ ...greedy, messages, max_tokens: 4 });
+        const m = await metricsOf();
+        const delta = (name) => vllmValue(m, name) - vllmValue(before, name);
+        assert.equal(delta("vllm:prefix_cache_queries_total"), r.usage.prompt_tokens, `turn ${turn}: queries`);
+        assert.equal(delta("vllm:prefix_cache_hits_total"), r.usage.prompt_tokens_details.cached_tokens, `turn ${turn}: hits`);
+        assert.equal(delta("vllm:gpu_prefix_cache_queries_total"), r.usage.prompt_tokens);
+        assert.equal(delta("vllm:gpu_prefix_cache_hits_total"), r.usage.prompt_tokens_details.cached_tokens);
+        if (turn === 2) assert.ok(r.usage.prompt_tokens_details.cached_tokens > 0, "the same prompt again hits");
+        before = m;
+    }
+    // while a request runs: it is counted running and its pages are in use
+    const it = await longStream(client, [{ role: "user", content: `Usage test ${Date.now()}` }], 96);
+    const busy = await metricsUntil(url, (f) => vllmValue(f, "vllm:num_requests_running") === 1, "one request running");
+    const usage = vllmValue(busy, "vllm:kv_cache_usage_perc");
+    assert.ok(usage > 0 && usage <= 1, `usage ${usage} while a request runs`);
+    assert.equal(vllmValue(busy, "vllm:gpu_cache_usage_perc"), usage);
+    await drain(it);
+    const idle = await metricsUntil(url, (f) => vllmValue(f, "vllm:num_requests_running") === 0, "no request running");
+    assert.equal(vllmValue(idle, "vllm:kv_cache_usage_perc"), 0, "its pages are cached, unpinned: free again");
+    // waiting: the busy server runs one request at a time; a second one waits for it
+    const bm = (f, name) => vllmValue(f, name, "tiny.gguf");
+    const busyClient = new OpenAI({ baseURL: `${busyUrl}/v1`, apiKey: "none", maxRetries: 0 });
+    const first = await longStream(busyClient, [{ role: "user", content: `Waiting test ${Date.now()}` }], 96);
+    await metricsUntil(busyUrl, (f) => bm(f, "vllm:num_requests_running") === 1, "the first request running");
+    const second = raw("/v1/completions", { body: { prompt: "Second in line", max_tokens: 2 }, auth: false, base: busyUrl });
+    const queued = await metricsUntil(busyUrl, (f) => bm(f, "vllm:num_requests_waiting") === 1, "one request waiting");
+    assert.equal(bm(queued, "vllm:num_requests_running"), 1);
+    await drain(first);
+    assert.equal((await second).status, 200);
+});
+
 // Streams a request with n choices: per choice index its role, text, finish, and the usage.
 async function streamChoices(create, params, textOf) {
     const stream = await create({ ...params, stream: true, stream_options: { include_usage: true } });
@@ -919,6 +1102,22 @@ test("a streamed request the engine refuses is an HTTP error before any event", 
     assert.equal(r.status, 400, r.text);
     assert.match(r.json.error.message, /KV pool too small/);
     await healthy(busyUrl);
+});
+
+test("/metrics passes promtool check metrics (Debian's prometheus) but for vLLM's colons", async (t) => {
+    const promtool = spawnSync("promtool", ["--version"]);
+    if (promtool.error) return t.skip("promtool is not installed (scripts/setup.sh installs Debian's prometheus)");
+    for (const base of [url, busyUrl]) {
+        const text = (await raw("/metrics", { method: "GET", base })).text;
+        parsePrometheus(text);
+        const r = spawnSync("promtool", ["check", "metrics"], { input: text, encoding: "utf8" });
+        // exit 3: lint problems only (1 would be a format error); the one lint allowed is the colon
+        // in vLLM's names, which are the protocol's (Prometheus reserves colons for recording rules)
+        const problems = (r.stdout + r.stderr).split("\n").filter((l) => l.trim());
+        assert.ok(r.status === 0 || r.status === 3, `promtool exit ${r.status}: ${r.stdout}${r.stderr}`);
+        for (const p of problems) assert.match(p, /^vllm:[a-z_]+ metric names should not contain ':'$/, base);
+        assert.equal(r.status === 3, problems.length > 0);
+    }
 });
 
 test("metrics and cache after everything: no pinned page, no page leaked", async () => {
