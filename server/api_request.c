@@ -486,9 +486,10 @@ static int flatten_content(json_t *messages, api_err *e) {
     return 0;
 }
 
-static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_req *q, api_err *e) {
-    *q = (chat_req){0};
-    if (gen_params_parse(body, true, seed, n_vocab, &q->g, e)) return -1;
+/* What the template renders: messages (content parts joined), tools, and
+ * chat_template_kwargs.enable_thinking. Shared by chat requests and /tokenize, so both render a
+ * conversation the same way. */
+static int chat_fields(const json_t *body, chat_req *q, api_err *e) {
     q->messages = json_object_get(body, "messages");
     if (!json_is_array(q->messages) || !json_array_size(q->messages))
         return api_fail(e, 400, "messages", "messages must be a non-empty array of messages");
@@ -503,6 +504,12 @@ static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_r
         if (th && !json_is_boolean(th)) return api_fail(e, 400, "chat_template_kwargs.enable_thinking", "enable_thinking must be true or false");
         q->thinking = json_is_true(th);
     }
+    return 0;
+}
+
+static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_req *q, api_err *e) {
+    *q = (chat_req){0};
+    if (gen_params_parse(body, true, seed, n_vocab, &q->g, e) || chat_fields(body, q, e)) return -1;
     bool json = q->g.json_object || q->g.schema;
     if (json && q->thinking) /* the reply would open with <think>, which is not JSON */
         return api_fail(e, 400, "response_format", "a JSON response_format needs enable_thinking off");
@@ -528,10 +535,11 @@ static void chat_req_free(chat_req *q) {
     free(q->forced);
 }
 
-/* The rendered, tokenized prompt (the forced start of a tool call included). */
-static int chat_prompt(const api_model *s, const chat_req *q, int32_t **ids, size_t *n, api_err *e) {
+/* The rendered, tokenized prompt (the forced start of a tool call included); without
+ * generation_prompt (/tokenize's add_generation_prompt false) the conversation alone. */
+static int chat_prompt(const api_model *s, const chat_req *q, bool generation_prompt, int32_t **ids, size_t *n, api_err *e) {
     char *text = NULL;
-    chat_options opt = {.add_generation_prompt = true, .enable_thinking = q->thinking,
+    chat_options opt = {.add_generation_prompt = generation_prompt, .enable_thinking = q->thinking,
                         .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning,
                         .generated_call = s->calls ? call_memory_lookup : NULL, .generated_call_ctx = s->calls};
     if (chat_render(q->messages, q->tools, opt, &text)) return api_fail(e, 400, "messages", "%s", cd_errmsg());
@@ -619,7 +627,7 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
     int32_t *ids = NULL;
     size_t n = 0;
     job *j = NULL;
-    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, &ids, &n, e) || make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e) ? -1 : 0;
+    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, true, &ids, &n, e) || make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e) ? -1 : 0;
     if (!rc && !(out->prompts = malloc(sizeof *out->prompts))) {
         job_unref(j), job_unref(j);
         rc = api_fail(e, 500, NULL, "out of memory");
@@ -668,5 +676,78 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
         out->prompts = NULL;
         out->n_prompts = 0;
     }
+    return rc;
+}
+
+/* ---- /tokenize and /detokenize ---- */
+
+/* /tokenize's fields besides the text: each a boolean (a 400 naming it otherwise); the ones
+ * that would ask for another rendering are refused by name. */
+static int tokenize_flags(const json_t *b, bool chat, bool *generation_prompt, bool *strs, api_err *e) {
+    bool special = !chat, cont = false;
+    *generation_prompt = true, *strs = false;
+    if (bool_field(b, "add_special_tokens", &special, e) || bool_field(b, "return_token_strs", strs, e) ||
+        (chat && (bool_field(b, "add_generation_prompt", generation_prompt, e) || bool_field(b, "continue_final_message", &cont, e))))
+        return -1;
+    if (cont) return api_fail(e, 400, "continue_final_message", "continue_final_message is not supported by this server");
+    const json_t *t = json_object_get(b, "chat_template");
+    if (t && !json_is_null(t)) return api_fail(e, 400, "chat_template", "chat_template is not supported: the model's own template renders");
+    return 0;
+}
+
+/* The body's ids: a prompt as /v1/completions tokenizes it, or messages as a chat request renders
+ * them (chat_fields and chat_prompt: history as generated, no tool_choice). */
+static int tokenize_body(const api_model *m, const json_t *b, api_tokens *out, api_err *e) {
+    const json_t *prompt = json_object_get(b, "prompt"), *messages = json_object_get(b, "messages");
+    bool has_prompt = prompt && !json_is_null(prompt), chat = messages && !json_is_null(messages);
+    if (has_prompt == chat) return api_fail(e, 400, chat ? "prompt" : "messages", "give either prompt (a string) or messages");
+    bool generation_prompt;
+    if (tokenize_flags(b, chat, &generation_prompt, &out->token_strs, e)) return -1;
+    if (!chat) {
+        if (!json_is_string(prompt)) return api_fail(e, 400, "prompt", "prompt must be a string");
+        char *text;
+        return one_prompt(m, prompt, false, "prompt", &out->ids, &out->n, &text, e);
+    }
+    chat_req q = {0};
+    int rc = chat_fields(b, &q, e) || chat_prompt(m, &q, generation_prompt, &out->ids, &out->n, e) ? -1 : 0;
+    chat_req_free(&q);
+    return rc;
+}
+
+int api_tokenize(const api_model *m, const char *body, size_t len, api_tokens *out, api_err *e) {
+    *out = (api_tokens){0};
+    json_error_t je;
+    json_t *b = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!b) return api_fail(e, 400, NULL, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+    int rc = json_is_object(b) ? tokenize_body(m, b, out, e) : api_fail(e, 400, NULL, "the request body must be a JSON object");
+    json_decref(b);
+    if (rc) {
+        free(out->ids);
+        *out = (api_tokens){0};
+    }
+    return rc;
+}
+
+int api_detokenize(const api_model *m, const char *body, size_t len, char **text, api_err *e) {
+    *text = NULL;
+    json_error_t je;
+    json_t *b = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!b) return api_fail(e, 400, NULL, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
+    const json_t *t = json_object_get(b, "tokens");
+    int32_t vocab = tok_n_vocab(m->tok), *ids = NULL;
+    size_t n = json_array_size(t);
+    int rc = !json_is_object(b)  ? api_fail(e, 400, NULL, "the request body must be a JSON object")
+             : !json_is_array(t) ? api_fail(e, 400, "tokens", "tokens must be an array of token ids")
+             : n && !(ids = malloc(n * sizeof *ids)) ? api_fail(e, 500, NULL, "out of memory")
+                                                    : 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const json_t *v = json_array_get(t, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab)
+            rc = api_fail(e, 400, "tokens", "tokens[%zu] is not a token id (0 to %d)", i, vocab - 1);
+        else ids[i] = (int32_t)json_integer_value(v);
+    }
+    if (!rc && tok_decode(m->tok, ids, n, text)) rc = api_fail(e, 500, NULL, "%s", cd_errmsg());
+    free(ids);
+    json_decref(b);
     return rc;
 }

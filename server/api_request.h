@@ -1,7 +1,8 @@
-/* A request body of /v1/chat/completions or /v1/completions, checked and turned into a job: every
- * field typed and range-checked (a 400 naming it), the chat template rendered (tool_choice
- * included), the prompt tokenized and checked against the context. Pure: no HTTP, no engine,
- * so it is fuzzed on its own (tests/fuzz/fuzz_request.c). */
+/* A request body of /v1/chat/completions or /v1/completions (and of their render endpoints, which
+ * run the same function), checked and turned into a job: every field typed and range-checked (a
+ * 400 naming it), the chat template rendered (tool_choice included), the prompt tokenized and
+ * checked against the context; and /tokenize's and /detokenize's bodies. Pure: no HTTP, no
+ * engine, so it is fuzzed on its own (tests/fuzz/fuzz_request.c). */
 #pragma once
 #include <jansson.h>
 #include <stdbool.h>
@@ -84,3 +85,20 @@ typedef struct api_prepared {
  * the rest of the context). 0 and out->prompts, or -1 with *e (out->prompts NULL). */
 int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uint64_t seed_default, api_prepared *out,
                 api_err *e);
+
+/* POST /tokenize, in vLLM's shapes: {"prompt": a string}, tokenized as a /v1/completions prompt
+ * is, or {"messages": [...], "tools", "chat_template_kwargs"}, rendered and tokenized as a chat
+ * request's prompt is (the same functions: history as generated; tool_choice is not /tokenize's),
+ * with the generation prompt unless add_generation_prompt is false. add_special_tokens is
+ * accepted (a boolean): Qwen3's tokenizer adds no BOS or EOS, so the ids are the same either way.
+ * return_token_strs asks for each token's stored string. continue_final_message and
+ * chat_template are refused by name. No context check (the reply gives max_model_len). */
+typedef struct api_tokens {
+    int32_t *ids;            /* [n], malloc'd (NULL when n is 0) */
+    size_t n;
+    bool token_strs;         /* return_token_strs */
+} api_tokens;
+int api_tokenize(const api_model *m, const char *body, size_t len, api_tokens *out, api_err *e);
+/* POST /detokenize: {"tokens": [ids]} -> *text (malloc'd): the ids decoded, special tokens as
+ * their text (vLLM's). An id outside the vocabulary is a 400 naming tokens. */
+int api_detokenize(const api_model *m, const char *body, size_t len, char **text, api_err *e);

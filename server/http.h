@@ -59,10 +59,15 @@ bool http_client_gone(struct MHD_Connection *c);
 /* Appends printf output to a growing buffer; -1 when out of memory. */
 int buf_printf(char **out, size_t *len, size_t *cap, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* The handlers (api_chat.c, api_info.c). */
+/* The handlers (api_chat.c, api_info.c, api_tokens.c). */
 enum MHD_Result api_chat_completions(server *s, const http_req *r);
 enum MHD_Result api_completions(server *s, const http_req *r);
 enum MHD_Result api_models(server *s, const http_req *r);
 enum MHD_Result api_health(server *s, const http_req *r);
 enum MHD_Result api_metrics(server *s, const http_req *r);
 enum MHD_Result api_cache(server *s, const http_req *r);
+/* render, tokenize, detokenize (vLLM's shapes) */
+enum MHD_Result api_chat_render(server *s, const http_req *r);
+enum MHD_Result api_completions_render(server *s, const http_req *r);
+enum MHD_Result api_tokenize_text(server *s, const http_req *r);
+enum MHD_Result api_detokenize_ids(server *s, const http_req *r);

@@ -2,8 +2,9 @@
  * typed field, content parts, tools and tool_choice, the chat template, tokenizing and the
  * context check, on the real Qwen3 tokenizer.
  *
- * Input: the first byte picks the endpoint (even: /v1/chat/completions, odd: /v1/completions),
- * the rest is the body. For every input api_prepare must either refuse it with a 4xx/5xx status
+ * Input: the first byte picks the endpoint (even: /v1/chat/completions, odd: /v1/completions;
+ * with bit 0x04 /tokenize, with 0x08 /detokenize instead: the same checks of the body, then ids
+ * in the vocabulary, or a NUL-terminated text), the rest is the body. For every input api_prepare must either refuse it with a 4xx/5xx status
  * and a message (a param, when named, being a field of the request API) or produce a job per
  * prompt whose prompt fits the context and whose token ids are in the vocabulary, and their
  * choices as job_choices makes them (one cv for all). Any violation aborts. Run
@@ -30,8 +31,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+/* /tokenize and /detokenize (api_request.h): refused with a status and a message, or ids in the
+ * vocabulary / a text. */
+static int fuzz_tokens(bool detokenize, const char *body, size_t len) {
+    api_err e = {0};
+    int rc;
+    if (detokenize) {
+        char *text = NULL;
+        rc = api_detokenize(&model, body, len, &text, &e);
+        CHECK(rc ? text == NULL : text != NULL);
+        if (text) CHECK(strlen(text) <= 3 * tok_piece_max(model.tok) * len); /* to its NUL; U+FFFD is 3 bytes */
+        free(text);
+    } else {
+        api_tokens t;
+        rc = api_tokenize(&model, body, len, &t, &e);
+        CHECK(!rc || (t.ids == NULL && t.n == 0));
+        for (size_t k = 0; !rc && k < t.n; k++) CHECK(t.ids[k] >= 0 && t.ids[k] < tok_n_vocab(model.tok));
+        free(t.ids);
+    }
+    CHECK(!rc || (e.status >= 400 && e.status < 600 && e.msg[0]));
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
+    if (data[0] & 0x0c) return fuzz_tokens(data[0] & 0x08, (const char *)data + 1, size - 1);
     bool chat = (data[0] & 1) == 0;
     model.preserve_reasoning = data[0] & 2;
     api_prepared p;

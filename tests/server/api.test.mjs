@@ -765,7 +765,7 @@ test("errors in OpenAI's shape, each followed by a healthy server", async () => 
     await healthy();
 });
 
-// ---- the model-server protocol: vLLM's metrics ----
+// ---- the model-server protocol: vLLM's metrics, render, tokenize (docs/FLEET.md) ----
 
 // A strict reader of Prometheus' text exposition format 0.0.4: every sample in a family declared
 // by one TYPE (and at most one HELP) before it, a family's lines together, names and label names
@@ -946,6 +946,171 @@ test("model-server metrics: vLLM's names, labels and types, strictly parsed, and
     assert.equal(bm(queued, "vllm:num_requests_running"), 1);
     await drain(first);
     assert.equal((await second).status, 200);
+});
+
+// The longest common prefix of two id lists.
+function common(a, b) {
+    let k = 0;
+    while (k < a.length && k < b.length && a[k] === b[k]) k++;
+    return k;
+}
+
+test("render: the ids a chat or completions request runs, in vLLM's GenerateRequest shape", async () => {
+    const messages = [{ role: "system", content: `Render test ${Date.now()}. ` + "Render before you run. ".repeat(10) },
+        { role: "user", content: "What do you run?" }];
+    const body = { model: "any-name", messages, max_tokens: 6, temperature: 0 };
+    const rc = await raw("/v1/chat/completions/render", { body });
+    assert.equal(rc.status, 200, rc.text);
+    const g = rc.json;
+    assert.match(g.request_id, /^chatcmpl-/);
+    assert.equal(g.model, "any-name");
+    assert.equal(g.features, null);
+    assert.equal(g.stream, false);
+    assert.equal(g.priority, 0);
+    assert.deepEqual(g.token_ids, tokenize(render(messages)), "the template as @huggingface/jinja renders it, tokenized");
+    assert.deepEqual(g.sampling_params, { n: 1, temperature: 0, top_p: 0.95, top_k: 40, seed: null, max_tokens: 6, stop: [],
+        presence_penalty: 0, frequency_penalty: 0, logprobs: null, prompt_logprobs: null });
+    // the ids are the ones the request runs: computed once through /v1/completions, the chat
+    // request with the same body finds all of them cached but the last (always computed) and
+    // gives the same reply
+    const comp = await client.completions.create({ ...greedy, prompt: g.token_ids, max_tokens: 6 });
+    assert.ok(comp.usage.prompt_tokens_details.cached_tokens <= 3, "a prompt nobody sent before (but \"<|im_start|>system\\n\")");
+    const chat = await client.chat.completions.create(body);
+    assert.equal(chat.usage.prompt_tokens, g.token_ids.length);
+    assert.equal(chat.usage.prompt_tokens_details.cached_tokens, g.token_ids.length - 1);
+    if (!/<\/?think>|<tool_call>/.test(comp.choices[0].text)) assert.equal(chat.choices[0].message.content, comp.choices[0].text);
+    // a demanded tool call's start is part of the prompt: render counts it as the request does
+    const tools = weatherTools, forced = { type: "function", function: { name: "get_weather" } };
+    const fr = await raw("/v1/chat/completions/render", { body: { ...body, tools, tool_choice: forced } });
+    const fc = await client.chat.completions.create({ ...body, tools, tool_choice: forced, max_tokens: 2 });
+    assert.equal(fr.json.token_ids.length, fc.usage.prompt_tokens);
+    assert.ok(fr.json.token_ids.length > tokenize(render(messages, tools)).length);
+    // completions: one GenerateRequest per prompt, the sampling fields as the request gives them
+    const prompts = [`render ${Date.now()}: one`, [9707, 1879, 0]];
+    const cr = await raw("/v1/completions/render", { body: { prompt: prompts, seed: 7, stop: ["x"], n: 2, logprobs: 2, stream: true,
+        stream_options: { include_usage: true }, cache_salt: "s1", top_k: 5, top_p: 0.5, temperature: 0.7, presence_penalty: 0.5 } });
+    assert.equal(cr.status, 200, cr.text);
+    assert.equal(cr.json.length, 2);
+    assert.deepEqual(cr.json[0].token_ids, tokenize(prompts[0]));
+    assert.deepEqual(cr.json[1].token_ids, prompts[1]);
+    for (const x of cr.json) {
+        assert.match(x.request_id, /^cmpl-/);
+        assert.deepEqual(x.sampling_params, { n: 2, temperature: 0.7, top_p: 0.5, top_k: 5, seed: 7, max_tokens: 1024 - x.token_ids.length,
+            stop: ["x"], presence_penalty: 0.5, frequency_penalty: 0, logprobs: 2, prompt_logprobs: null });
+        assert.equal(x.model, null);
+        assert.equal(x.stream, true);
+        assert.deepEqual(x.stream_options, { include_usage: true });
+        assert.equal(x.cache_salt, "s1");
+    }
+    assert.notEqual(cr.json[0].request_id, cr.json[1].request_id);
+    const one = await client.completions.create({ ...greedy, prompt: prompts[0], max_tokens: 2 });
+    assert.equal(one.usage.prompt_tokens, cr.json[0].token_ids.length);
+});
+
+// What a router predicts from /render alone: the next turn's cached tokens are the longest common
+// prefix of its render with the previous turn's render followed by the tokens generated (the last
+// one's K/V is there only when it was fed, as a speculative guess: within one token).
+async function assertTurnPredicted(target, base, file, turn1, next, params) {
+    const r1 = await target.chat.completions.create({ ...params, messages: turn1 });
+    const ids1 = (await raw("/v1/chat/completions/render", { body: { ...params, messages: turn1 }, base })).json.token_ids;
+    const gen = cinderRun(file, ids1, params.max_tokens).tokens;
+    const turn2 = [...turn1, r1.choices[0].message, ...next];
+    const ids2 = (await raw("/v1/chat/completions/render", { body: { ...params, messages: turn2 }, base })).json.token_ids;
+    assert.deepEqual(ids2.slice(0, ids1.length), ids1, "the next turn's render begins with the previous one's");
+    const r2 = await target.chat.completions.create({ ...params, messages: turn2 });
+    assert.equal(r2.usage.prompt_tokens, ids2.length);
+    const lo = common(ids2, [...ids1, ...gen.slice(0, -1)]), hi = common(ids2, [...ids1, ...gen]);
+    const cached = r2.usage.prompt_tokens_details.cached_tokens;
+    assert.ok(cached >= lo && cached <= hi, `cached ${cached}; predicted from the renders ${lo}..${hi}`);
+    return { cached, ids1, ids2, gen };
+}
+
+test("render of a history with a generated reply predicts what the next request finds cached", async (t) => {
+    const sys = { role: "system", content: `Two turns ${Date.now()}. ` + "Predict the cache. ".repeat(12) };
+    const a = await assertTurnPredicted(client, url, model, [sys, { role: "user", content: "First?" }],
+        [{ role: "user", content: "Second?" }], { ...greedy, max_tokens: 10 });
+    t.diagnostic(`chat: cached ${a.cached} of ${a.ids2.length}; previous prompt ${a.ids1.length} + ${a.gen.length} generated`);
+    // the scripted model's reply is a tool call, sent back with its result: rendered as generated
+    const b = await assertTurnPredicted(scripted, scriptUrl, scriptModel, weatherAsk,
+        [{ role: "tool", tool_call_id: "x", content: "{\"temp_c\": 18}" }], { ...greedy, max_tokens: 64, tools: weatherTools,
+            cache_salt: `turns-${Date.now()}` });
+    assert.ok(b.cached >= b.ids1.length + b.gen.length - 2, `the reply is served: ${b.cached} of ${b.ids2.length}`);
+    t.diagnostic(`tool call: cached ${b.cached} of ${b.ids2.length}; previous prompt ${b.ids1.length} + ${b.gen.length} generated`);
+});
+
+test("tokenize and detokenize in vLLM's shapes: the prompt's ids, the chat's ids, and back", async () => {
+    const text = "Hello world <|im_start|> ünïcödé 東京 <think>";
+    const t1 = await raw("/tokenize", { body: { model: "m", prompt: text, return_token_strs: true } });
+    assert.equal(t1.status, 200, t1.text);
+    assert.deepEqual(Object.keys(t1.json).sort(), ["count", "max_model_len", "token_strs", "tokens"]);
+    assert.deepEqual(t1.json.tokens, tokenize(text));
+    assert.equal(t1.json.count, t1.json.tokens.length);
+    assert.equal(t1.json.max_model_len, 1024);
+    assert.equal(t1.json.token_strs.length, t1.json.count);
+    assert.deepEqual(t1.json.token_strs.slice(0, 3), ["Hello", "Ġworld", "Ġ"], "the tokens' stored strings (byte-level)");
+    assert.equal(t1.json.token_strs[3], "<|im_start|>");
+    const d1 = await raw("/detokenize", { body: { tokens: t1.json.tokens } });
+    assert.deepEqual(d1.json, { prompt: text }, "the round trip gives the text back");
+    const same = await raw("/tokenize", { body: { prompt: text, add_special_tokens: false } });
+    assert.deepEqual(same.json, { ...t1.json, token_strs: null }, "no BOS/EOS either way; token_strs null unless asked for");
+    assert.deepEqual((await raw("/detokenize", { body: { tokens: [] } })).json, { prompt: "" });
+    // messages: the chat request's ids (render's), or without the generation prompt the history alone
+    const chat = await raw("/tokenize", { body: { messages: hello } });
+    const rend = await raw("/v1/chat/completions/render", { body: { messages: hello } });
+    assert.deepEqual(chat.json.tokens, rend.json.token_ids);
+    const bare = await raw("/tokenize", { body: { messages: hello, add_generation_prompt: false } });
+    const jinja = asGenerated(template.render({ messages: hello, add_generation_prompt: false, enable_thinking: false }));
+    assert.deepEqual(bare.json.tokens, tokenize(jinja));
+    assert.deepEqual(chat.json.tokens.slice(0, bare.json.count), bare.json.tokens);
+    const think = await raw("/tokenize", { body: { messages: hello, chat_template_kwargs: { enable_thinking: true } } });
+    assert.deepEqual(think.json.tokens, tokenize(template.render({ messages: hello, add_generation_prompt: true, enable_thinking: true })));
+    const d2 = await raw("/detokenize", { body: { tokens: chat.json.tokens } });
+    assert.equal(d2.json.prompt, render(hello));
+});
+
+test("render, tokenize and detokenize refuse bad input with a 400 naming the field, and need the key", async () => {
+    const cases = [
+        ["/tokenize", "{\"prompt\": ", 400, null, /malformed JSON/],
+        ["/tokenize", [1], 400, null, /JSON object/],
+        ["/tokenize", {}, 400, "messages", /either prompt/],
+        ["/tokenize", { prompt: "a", messages: hello }, 400, "prompt", /either prompt/],
+        ["/tokenize", { prompt: 5 }, 400, "prompt", /must be a string/],
+        ["/tokenize", { prompt: [1, 2] }, 400, "prompt", /must be a string/],
+        ["/tokenize", { prompt: "a", add_special_tokens: "yes" }, 400, "add_special_tokens", /true or false/],
+        ["/tokenize", { prompt: "a", return_token_strs: 1 }, 400, "return_token_strs", /true or false/],
+        ["/tokenize", { messages: hello, add_generation_prompt: "no" }, 400, "add_generation_prompt", /true or false/],
+        ["/tokenize", { messages: hello, continue_final_message: true, add_generation_prompt: false }, 400, "continue_final_message", /not supported/],
+        ["/tokenize", { messages: hello, chat_template: "{{ messages }}" }, 400, "chat_template", /not supported/],
+        ["/tokenize", { messages: [] }, 400, "messages", /non-empty/],
+        ["/tokenize", { messages: [{ role: "wizard", content: "x" }] }, 400, "messages", /.+/],
+        ["/tokenize", { messages: hello, tools: {} }, 400, "tools", /array/],
+        ["/tokenize", { messages: hello, chat_template_kwargs: { enable_thinking: 1 } }, 400, "chat_template_kwargs.enable_thinking", /true or false/],
+        ["/detokenize", {}, 400, "tokens", /array of token ids/],
+        ["/detokenize", { tokens: "1 2" }, 400, "tokens", /array of token ids/],
+        ["/detokenize", { tokens: [1, 151936] }, 400, "tokens", /tokens\[1\] is not a token id \(0 to 151935\)/],
+        ["/detokenize", { tokens: [-1] }, 400, "tokens", /tokens\[0\] is not a token id/],
+        ["/detokenize", { tokens: [1.5] }, 400, "tokens", /tokens\[0\] is not a token id/],
+        ["/detokenize", { tokens: [2 ** 40] }, 400, "tokens", /tokens\[0\] is not a token id/],
+        ["/v1/chat/completions/render", { messages: hello, temperature: 7 }, 400, "temperature", /between/],
+        ["/v1/chat/completions/render", { messages: hello, tool_choice: "required" }, 400, "tool_choice", /no tools/],
+        ["/v1/chat/completions/render", { messages: [{ role: "user", content: "long ".repeat(1500) }] }, 400, null, /context holds 1024/],
+        ["/v1/completions/render", { prompt: [1, 999999999] }, 400, "prompt", /not a token id/],
+        ["/v1/completions/render", { prompt: ["a", "long ".repeat(1500)] }, 400, "prompt", /prompt\[1\] has .* context holds 1024/],
+        ["/v1/completions/render", { prompt: "a", best_of: 3 }, 400, "best_of", /not supported/],
+    ];
+    for (const [path, body, status, param, msg] of cases) {
+        const r = await raw(path, { body });
+        assert.equal(r.status, status, `${path} ${JSON.stringify(body)} -> ${r.text}`);
+        assert.match(r.json.error.message, msg, path);
+        assert.equal(r.json.error.param, param, `${path} ${JSON.stringify(body)}`);
+    }
+    for (const path of ["/tokenize", "/detokenize", "/v1/chat/completions/render", "/v1/completions/render"]) {
+        assert.equal((await raw(path, { body: { prompt: "a", tokens: [1], messages: hello }, auth: false })).status, 401, path);
+        assert.equal((await raw(path, { method: "GET" })).status, 405, path);
+    }
+    const huge = await raw("/tokenize", { body: { prompt: "x".repeat(8192 * 1024 + 1) } });
+    assert.equal(huge.status, 413, "a body over --max-body-kb");
+    await healthy();
 });
 
 // Streams a request with n choices: per choice index its role, text, finish, and the usage.
