@@ -26,8 +26,8 @@ static json_t *ids_json(const int32_t *ids, size_t n) {
 }
 
 /* vLLM's SamplingParams, the fields cinder has, as the job will run them (max_tokens: what the
- * context leaves when the request gives none); seed null when the request gives none (each such
- * request draws its own). */
+ * context leaves when the request gives none); seed null when the request gives none or -1,
+ * which is none too (each such request draws its own). */
 static json_t *sampling_params(const job *j, uint32_t n, const json_t *seed) {
     json_t *stop = json_array();
     for (uint32_t k = 0; k < j->n_stop && stop; k++)
@@ -35,7 +35,7 @@ static json_t *sampling_params(const job *j, uint32_t n, const json_t *seed) {
     if (!stop) return NULL;
     return json_pack("{s:I, s:o, s:o, s:I, s:O, s:I, s:o, s:o, s:o, s:o, s:o}", "n", (json_int_t)n, "temperature",
                      json_real(j->sp.temperature), "top_p", json_real(j->sp.top_p), "top_k", (json_int_t)j->sp.top_k, "seed",
-                     json_is_integer(seed) ? (json_t *)seed : json_null(), "max_tokens", (json_int_t)j->max_tokens, "stop", stop,
+                     json_is_integer(seed) && json_integer_value(seed) != -1 ? (json_t *)seed : json_null(), "max_tokens", (json_int_t)j->max_tokens, "stop", stop,
                      "presence_penalty", json_real(j->adjust.presence), "frequency_penalty", json_real(j->adjust.frequency),
                      "logprobs", j->logprobs ? json_integer(j->top_logprobs) : json_null(), "prompt_logprobs",
                      j->vllm_prompt_logprobs >= 0 ? json_integer(j->vllm_prompt_logprobs) : json_null());

@@ -958,7 +958,7 @@ function common(a, b) {
 test("render: the ids a chat or completions request runs, in vLLM's GenerateRequest shape", async () => {
     const messages = [{ role: "system", content: `Render test ${Date.now()}. ` + "Render before you run. ".repeat(10) },
         { role: "user", content: "What do you run?" }];
-    const body = { model: "any-name", messages, max_tokens: 6, temperature: 0 };
+    const body = { model: "any-name", messages, max_tokens: 6, temperature: 0, seed: -1 }; // -1: unseeded
     const rc = await raw("/v1/chat/completions/render", { body });
     assert.equal(rc.status, 200, rc.text);
     const g = rc.json;
