@@ -33,7 +33,7 @@
 // counting only pages its part holds. With one part and one split the kernel writes
 // out = acc / l directly; otherwise it writes the partial state {m, l, acc[HEAD_DIM]} of
 // (token, head, part, split) to partials[(((tok * n_head + h) * n_parts + part) * n_split + split)
-// * (HEAD_DIM + 2)], the layout of attn_decode.comp, and attn_decode_combine.comp merges them.
+// * (HEAD_DIM + 2)], and attn_combine.comp merges them.
 // attn_prefill_lanes.glsl is the same task for CPU devices (llvmpipe), organised differently.
 // Tokens whose row is >= table_rows or whose position is >= limit get zeros.
 // Fixed evaluation order: results are deterministic.

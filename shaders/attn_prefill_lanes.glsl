@@ -24,7 +24,7 @@
 // in the walk. At the end the WG states of a row are merged through shared memory (the one
 // place with barriers) and written as out = acc / l (one part and one split) or as a partial
 // {m, l, acc} to partials[((tok * n_head + h) * n_parts + part) * n_split + split], merged by
-// attn_decode_combine.comp.
+// attn_combine.comp.
 //
 // Loop limit (llvmpipe caps one invocation's loop iterations at 65535 in all): every loop in the
 // step is [[unroll]] with spec-constant trip counts; the walk loop runs len / (WG * P) times

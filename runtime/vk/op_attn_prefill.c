@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include "runtime/base/error.h"
-#include "runtime/vk/op_attn_decode.h"
 #include "runtime/vk/vk_barrier.h"
 #include "shaders/shaders.h"
 
@@ -106,8 +105,8 @@ int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPi
                                     : make_lanes(p, d, cache, head_dim, &cfg))
         return -1;
     uint32_t cspec[2] = {head_dim < 64 ? 32 : 64, head_dim};
-    cvk_pipeline_desc cd = {.name = "attn_decode_combine", .spv = cinder_spv_attn_decode_combine,
-                            .spv_size = cinder_spv_attn_decode_combine_size, .n_bindings = 2,
+    cvk_pipeline_desc cd = {.name = "attn_combine", .spv = cinder_spv_attn_combine,
+                            .spv_size = cinder_spv_attn_combine_size, .n_bindings = 2,
                             .push_size = sizeof(cvk_attn_combine_push), .spec = cspec, .n_spec = 2};
     if (cvk_pipeline_create(&p->combine, d, cache, &cd)) {
         cvk_pipeline_destroy(d, &p->tile);

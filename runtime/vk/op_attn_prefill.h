@@ -1,4 +1,4 @@
-/* Prefill paged attention (shaders/attn_prefill.comp, + attn_decode_combine.comp when the pool
+/* Paged attention (shaders/attn_prefill.comp, + attn_combine.comp when the pool
  * has several parts), host side. A batch of new tokens whose K/V head_norm_rope has already put in the
  * pool (layout: runtime/base/kv_layout.h); token i sits at loc[i] = {row, pos} (uint32 pairs, the loc
  * format head_norm_rope writes) and attends causally to positions 0..pos of block-table row `row`:
@@ -15,7 +15,7 @@
  * llvmpipe) has every invocation read its own K/V rows and keep private softmax states. Tokens
  * of different rows may be mixed in any order (a workgroup walks once per distinct row in it;
  * sorted batches are fastest). One dispatch per pool part; with several parts or splits each
- * (token, head, part, split) writes a partial softmax state and attn_decode_combine.comp merges
+ * (token, head, part, split) writes a partial softmax state and attn_combine.comp merges
  * them.
  * loc, table and q are read on the device, so a recorded step replays with new contents;
  * n_tokens and max_len are fixed at recording. See docs/kernels/attention.md. */
@@ -35,6 +35,11 @@ typedef struct cvk_attn_prefill_push {
     uint32_t n_split, split_len, split_max;
 } cvk_attn_prefill_push;
 
+/* mirrors the push block in shaders/attn_combine.comp */
+typedef struct cvk_attn_combine_push {
+    uint32_t n_head, n_partials, out_stride;
+} cvk_attn_combine_push;
+
 typedef enum cvk_attn_prefill_kernel {
     CVK_ATTN_PREFILL_DEFAULT = 0, /* lanes on a CPU device, tiled on a GPU */
     CVK_ATTN_PREFILL_TILED,       /* attn_prefill.comp: K/V tiles in shared memory, rows spread over lanes */
@@ -43,7 +48,7 @@ typedef enum cvk_attn_prefill_kernel {
 
 typedef struct cvk_attn_prefill_pipes {
     cvk_pipeline tile;       /* the attention kernel (either) */
-    cvk_pipeline combine;    /* attn_decode_combine.comp (several parts or splits) */
+    cvk_pipeline combine;    /* attn_combine.comp (several parts or splits) */
     uint32_t head_dim;
     cvk_attn_prefill_kernel kernel;      /* the kernel in force (never DEFAULT) */
     uint32_t wg, lanes_per_row, kv_tile; /* the configuration in force (lanes: lanes_per_row 1) */

@@ -1,9 +1,10 @@
 #version 450
-// Decode paged attention, combine pass: merges the n_partials = n_parts * n_split partial
-// softmax states {m, l, acc[HEAD_DIM]} of attn_decode.comp for each (sequence, query head):
+// Paged attention, combine pass: merges the n_partials = n_parts * n_split partial softmax
+// states {m, l, acc[HEAD_DIM]} that attn_prefill.comp (either kernel) wrote for each (token,
+// query head) when the pool has several parts or a token's walk several splits:
 //   M = max_i m_i,  L = sum_i exp(m_i - M) l_i,  out[d] = sum_i exp(m_i - M) acc_i[d] / L
 // A partial that saw no tokens has m = -inf, l = 0 and weighs 0. A sequence of length 0
-// gives zeros. Workgroup (x = head, y = sequence); invocations stride over the dims.
+// gives zeros. Workgroup (x = head, y = token); invocations stride over the dims.
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
@@ -11,13 +12,13 @@ layout(constant_id = 1) const uint HEAD_DIM = 128;
 #define NEG_INF uintBitsToFloat(0xff800000u) // -infinity
 
 layout(binding = 0) readonly buffer Partials { float part_in[]; };
-layout(binding = 1) writeonly buffer Out { float outv[]; }; // [seq][n_head][HEAD_DIM] (out_stride per seq)
+layout(binding = 1) writeonly buffer Out { float outv[]; }; // [token][n_head][HEAD_DIM] (out_stride per token)
 
-// mirrors cvk_attn_combine_push in runtime/vk/op_attn_decode.h
+// mirrors cvk_attn_combine_push in runtime/vk/op_attn_prefill.h
 layout(push_constant) uniform Push {
     uint n_head;
     uint n_partials;
-    uint out_stride; // floats between sequences of out
+    uint out_stride; // floats between tokens of out
 } pc;
 
 void main() {
