@@ -8,11 +8,6 @@
 #include "runtime/base/error.h"
 #include "engine/request.h"
 
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        if (x) return -1;                                                                                              \
-    } while (0)
-
 
 static int alloc_scheduler(engine *e, const engine_opts *o) {
     e->max_seqs = o->max_seqs ? o->max_seqs : 1;
@@ -74,14 +69,14 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     if (n_batch > n_ctx + (uint64_t)e->max_out) n_batch = n_ctx + (uint64_t)e->max_out;
     kv_layout lay;
     const model_config *c = &m->cfg;
-    TRY(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
+    CD_TRY(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
                        o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
-    TRY(kv_pool_init(&e->pool, e->vk, &lay, (uint32_t)pool));
+    CD_TRY(kv_pool_init(&e->pool, e->vk, &lay, (uint32_t)pool));
     gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out, .kv = &e->pool.buf,
                          .lay = &e->pool.lay, .gate_up_pairs = o->gate_up_pairs};
-    TRY(gpu_model_init(&e->g, e->vk, m, &go));
-    TRY(model_set_weights_digest(m, e->g.w.digest));
-    TRY(alloc_scheduler(e, o));
+    CD_TRY(gpu_model_init(&e->g, e->vk, m, &go));
+    CD_TRY(model_set_weights_digest(m, e->g.w.digest));
+    CD_TRY(alloc_scheduler(e, o));
     e->draw_on_device = o->draw == ENGINE_DRAW_DEVICE ||
                         (o->draw == ENGINE_DRAW_AUTO && e->vk->dev.info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
     if (!e->cache_on) return 0;
@@ -89,17 +84,17 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     const char *t = o->tenant;
     uint8_t code[CVK_CODE_ID_BYTES];
     cvk_code_id(&e->vk->dev.info, code);
-    TRY(kv_cache_namespace(m->fingerprint, code, "f16", lay.page_tokens, t, t ? strlen(t) : 0, ns));
-    TRY(kv_cache_init(&e->cache, &e->pool.pages, ns));
+    CD_TRY(kv_cache_namespace(m->fingerprint, code, "f16", lay.page_tokens, t, t ? strlen(t) : 0, ns));
+    CD_TRY(kv_cache_init(&e->cache, &e->pool.pages, ns));
     if (o->host_cache_mb) {
-        TRY(kv_host_init(&e->host, e->vk, &e->pool.buf, lay.page_bytes, (uint64_t)o->host_cache_mb << 20));
-        TRY(kv_cache_attach_host(&e->cache, &e->host));
+        CD_TRY(kv_host_init(&e->host, e->vk, &e->pool.buf, lay.page_bytes, (uint64_t)o->host_cache_mb << 20));
+        CD_TRY(kv_cache_attach_host(&e->cache, &e->host));
     }
     if (o->cache_dir) {
-        TRY(kv_disk_init(&e->disk, e->vk, &e->pool.buf, &e->pool.lay, ns, o->cache_dir, o->disk_chunk_pages,
+        CD_TRY(kv_disk_init(&e->disk, e->vk, &e->pool.buf, &e->pool.lay, ns, o->cache_dir, o->disk_chunk_pages,
                          o->cache_dir_max_bytes));
         e->disk_on = true;
-        TRY(kv_cache_attach_disk(&e->cache, &e->disk));
+        CD_TRY(kv_cache_attach_disk(&e->cache, &e->disk));
     }
     return 0;
 }
@@ -186,7 +181,7 @@ void engine_reply_free(engine_reply *r) {
 int engine_generate(engine *e, const engine_request *rq, engine_reply *r) {
     *r = (engine_reply){.prompt_tokens = rq->n};
     uint32_t h;
-    TRY(engine_submit(e, rq, &h));
+    CD_TRY(engine_submit(e, rq, &h));
     for (;;) {
         int step = engine_step(e, NULL);
         int got = engine_poll(e, h, r);

@@ -10,11 +10,6 @@
 #include "engine/lookup_draft.h"
 #include "engine/request.h"
 
-#define TRY(x)                                                                                                         \
-    do {                                                                                                               \
-        if (x) return -1;                                                                                              \
-    } while (0)
-
 
 static engine_req *find(const engine *e, uint32_t handle) {
     for (uint32_t i = 0; i < e->n_reqs; i++)
@@ -103,7 +98,7 @@ static int request_ns(const engine *e, const engine_request *rq, uint8_t ns[RADI
 
 int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     uint8_t ns[RADIX_NS_BYTES];
-    TRY(check_request(e, rq) || request_ns(e, rq, ns) || grow_reqs(e));
+    CD_TRY(check_request(e, rq) || request_ns(e, rq, ns) || grow_reqs(e));
     engine_req *q = calloc(1, sizeof *q);
     if (!q) return cd_fail("out of memory");
     const sampler_params *sp = rq->sp ? rq->sp : &e->sp;
@@ -649,7 +644,7 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
         if (!p) return cd_fail("out of memory for %u rows of logits", hi - lo);
         e->host_rows = p, e->cap_host_rows = hi - lo;
     }
-    TRY(gpu_model_batch_logits_rows(&e->g, lo, hi - lo, e->host_rows));
+    CD_TRY(gpu_model_batch_logits_rows(&e->g, lo, hi - lo, e->host_rows));
     uint32_t n = 0;
     for (uint32_t j = lo; j < hi; j++) { /* items: every prompt position's row, each request's first choosing row */
         engine_req *q = e->b_owner[j];
@@ -706,7 +701,7 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
         }
     }
     uint32_t lo;
-    TRY(choose_on_host(e, no, &lo));
+    CD_TRY(choose_on_host(e, no, &lo));
     for (uint32_t j = 0; j < no;) { /* on this thread: the callbacks */
         engine_req *q = e->b_owner[j];
         for (uint32_t i = 0; i < q->n_lp_rows; i++)

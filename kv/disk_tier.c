@@ -20,6 +20,7 @@
 #include "kv/host_tier.h"
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
+#include "runtime/base/key_encode.h"
 
 #define MIB (1024.0 * 1024.0)
 static const char magic[8] = {'C', 'I', 'N', 'D', 'E', 'R', 'K', 'V'};
@@ -145,10 +146,6 @@ static uint32_t map_slot(const kv_disk_index *x, const uint8_t *h) {
 
 static uint32_t idx_find(const kv_disk_index *x, const uint8_t *h) {
     return x->map_cap ? x->map[map_slot(x, h)] : KV_DISK_NONE;
-}
-
-bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]) {
-    return idx_find(&d->index, h) != KV_DISK_NONE;
 }
 
 static int map_grow(kv_disk_index *x) {
@@ -398,15 +395,9 @@ static int mac_end(mac *m, uint8_t out[KV_DISK_MAC_BYTES]) {
 
 /* ---- keys ---- */
 
-static void put_field(EVP_MD_CTX *c, const char *tag, const void *p, size_t n) {
-    uint8_t lens[2][8];
-    put64(lens[0], strlen(tag));
-    put64(lens[1], n);
-    EVP_DigestUpdate(c, lens[0], 8);
-    EVP_DigestUpdate(c, tag, strlen(tag));
-    EVP_DigestUpdate(c, lens[1], 8);
-    if (n) EVP_DigestUpdate(c, p, n);
-}
+/* the one key encoding (runtime/base/key_encode.h) */
+static void sha_put(void *c, const void *p, size_t n) { EVP_DigestUpdate(c, p, n); }
+static void put_field(EVP_MD_CTX *c, const char *tag, const void *p, size_t n) { cd_key_field(sha_put, c, tag, p, n); }
 
 int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, uint8_t (*out)[KV_DISK_HASH_BYTES]) {
     EVP_MD_CTX *c = EVP_MD_CTX_new();

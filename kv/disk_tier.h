@@ -277,8 +277,6 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
  * at the first failed write (its message said it; the rest would fail too). 0, or -1 on error. */
 int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks,
                          uint8_t (*h)[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages);
-/* Whether h is in the set of chunks known to be on disk (the index; no file system access). */
-bool kv_disk_known(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES]);
 /* The bytes of one chunk file. */
 uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d);
 /* Rescans DIR now: the index becomes the chunk files there, ordered by mtime (init does this;

@@ -8,16 +8,11 @@
 
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
+#include "runtime/base/key_encode.h"
 
-/* One field of the key: tag, length, bytes, each length-prefixed, so no two different field
- * lists encode to the same byte string. */
-static void put_field(EVP_MD_CTX *h, const char *tag, const void *p, size_t n) {
-    uint64_t lens[2] = {strlen(tag), n};
-    EVP_DigestUpdate(h, &lens[0], sizeof lens[0]);
-    EVP_DigestUpdate(h, tag, lens[0]);
-    EVP_DigestUpdate(h, &lens[1], sizeof lens[1]);
-    if (n) EVP_DigestUpdate(h, p, n);
-}
+/* One field of the key, in the one key encoding (runtime/base/key_encode.h). */
+static void sha_put(void *h, const void *p, size_t n) { EVP_DigestUpdate(h, p, n); }
+static void put_field(EVP_MD_CTX *h, const char *tag, const void *p, size_t n) { cd_key_field(sha_put, h, tag, p, n); }
 
 /* SHA-256 with its first field, the domain; 0 or -1 (h freed). */
 static int key_begin(EVP_MD_CTX **h, const char *domain) {
@@ -45,7 +40,7 @@ int kv_cache_namespace(const uint8_t model_fp[32], const uint8_t code_id[CVK_COD
     put_field(h, "model", model_fp, 32);
     put_field(h, "code", code_id, CVK_CODE_ID_BYTES);
     put_field(h, "kv_dtype", kv_dtype, strlen(kv_dtype));
-    put_field(h, "page_tokens", &page_tokens, sizeof page_tokens);
+    cd_key_u32(sha_put, h, "page_tokens", page_tokens);
     put_field(h, "tenant", salt, salt ? salt_len : 0);
     return key_end(h, out);
 }

@@ -16,7 +16,6 @@
 #include "tools/device_card.h"
 #include "tools/svg_plot.h"
 
-#define TRY(x) do { if (x) return -1; } while (0)
 #define TIMER_SPANS 32768u
 
 enum { PREFILL, DECODE, N_PHASES };
@@ -83,11 +82,11 @@ static int collect(prof *p, cvk_timer *t, const model_config *cfg, const gpu_hos
                    uint32_t tokens, double wall_ms) {
     cvk_timing *buf = p->read;
     uint32_t n;
-    TRY(cvk_timer_read(t, buf, TIMER_SPANS, &n));
+    CD_TRY(cvk_timer_read(t, buf, TIMER_SPANS, &n));
     size_t cs = p->cap_steps;
-    TRY(grow((void **)&p->steps, &cs, p->n_steps + 1, sizeof *p->steps));
+    CD_TRY(grow((void **)&p->steps, &cs, p->n_steps + 1, sizeof *p->steps));
     p->cap_steps = (uint32_t)cs;
-    TRY(grow((void **)&p->s, &p->cap, p->n + n, sizeof *p->s));
+    CD_TRY(grow((void **)&p->s, &p->cap, p->n + n, sizeof *p->s));
     uint64_t t0 = UINT64_MAX, t1 = 0;
     for (uint32_t i = 0; i < n; i++) {
         if (buf[i].start_ns < t0) t0 = buf[i].start_ns;
@@ -132,9 +131,9 @@ typedef struct run {
 enum mode { WARM, UNTIMED, TIMED };
 
 static int pass(run *r, const gpu_batch *b, int32_t *next, uint8_t phase, enum mode mode) {
-    TRY(cvk_timer_enable(r->t, mode == TIMED));
+    CD_TRY(cvk_timer_enable(r->t, mode == TIMED));
     double w0 = cd_now_ms();
-    TRY(gpu_forward_batch(r->g, b, next));
+    CD_TRY(gpu_forward_batch(r->g, b, next));
     double wall = cd_now_ms() - w0;
     if (mode == TIMED) return collect(r->p, r->t, &r->g->m->cfg, &r->g->host, phase, b->n, wall);
     if (mode == UNTIMED) {
@@ -177,8 +176,8 @@ static int decode(run *r, uint32_t at, uint32_t steps, bool warm) {
     for (uint32_t s = 0; s < steps; s++) {
         for (uint32_t i = 0; i < B; i++) pos[i] = at + s;
         gpu_batch b = {.n = B, .ids = r->tok, .row = row, .pos = pos, .n_out = B, .out = out};
-        if (warm) TRY(pass(r, &b, next, DECODE, WARM));
-        else TRY(pass(r, &b, next, DECODE, UNTIMED) || pass(r, &b, next, DECODE, TIMED));
+        if (warm) CD_TRY(pass(r, &b, next, DECODE, WARM));
+        else CD_TRY(pass(r, &b, next, DECODE, UNTIMED) || pass(r, &b, next, DECODE, TIMED));
         memcpy(r->tok, next, B * sizeof *next);
     }
     return 0;
@@ -188,18 +187,18 @@ static int decode(run *r, uint32_t at, uint32_t steps, bool warm) {
  * contents were never computed (their K/V is read all the same, which is what is timed). */
 static int make_rows(run *r, uint32_t len) {
     for (uint32_t i = 0; i < r->o->batch; i++)
-        TRY(kv_pool_extend(r->pool, &r->seqs[i], len) || gpu_model_set_table(r->g, i, r->seqs[i].pages, r->seqs[i].n_pages));
+        CD_TRY(kv_pool_extend(r->pool, &r->seqs[i], len) || gpu_model_set_table(r->g, i, r->seqs[i].pages, r->seqs[i].n_pages));
     return 0;
 }
 
 static int run_all(run *r) {
     const profile_opts *o = r->o;
     uint32_t C = o->context, P = o->prompt, D = o->gen, len = C + P + D;
-    TRY(make_rows(r, len));
-    if (C) TRY(prefill(r, 0, C, WARM));
+    CD_TRY(make_rows(r, len));
+    if (C) CD_TRY(prefill(r, 0, C, WARM));
     /* each phase warmed up, then untimed and timed (decode: step by step): the overhead is
      * timed - untimed */
-    TRY(prefill(r, C, C + P, WARM) || prefill(r, C, C + P, UNTIMED) || prefill(r, C, C + P, TIMED));
+    CD_TRY(prefill(r, C, C + P, WARM) || prefill(r, C, C + P, UNTIMED) || prefill(r, C, C + P, TIMED));
     /* Row 0 goes on from the prompt; the others start from tokens of their own, as real
      * sequences do: rows fed one token route alike step after step, and an MoE step of B rows
      * then reads a few experts, hot in cache, instead of the ~52 of 128 that 8 real sequences
@@ -587,7 +586,7 @@ static int fill_peaks(profile_opts *o, cvk_ctx *vk) {
         return 0;
     }
     device_card card;
-    TRY(device_card_get(vk, false, &card));
+    CD_TRY(device_card_get(vk, false, &card));
     if (!o->json && !card.cached) fprintf(stderr, "profile: measured the device card (cached at %s)\n", card.cache_path);
     if (o->peak_gbps > 0) o->peak_source = "--peak-gbps";
     else {
@@ -612,7 +611,7 @@ typedef struct replay_prof {
 static int rp_start(void *ctx, engine *e) {
     replay_prof *r = ctx;
     snprintf(r->device, sizeof r->device, "%s", e->vk->dev.info.props.deviceName);
-    TRY(fill_peaks(r->o, e->vk) || cvk_timer_init(&r->t, &e->vk->dev, TIMER_SPANS));
+    CD_TRY(fill_peaks(r->o, e->vk) || cvk_timer_init(&r->t, &e->vk->dev, TIMER_SPANS));
     r->timer_up = true;
     if (cvk_timer_enable(&r->t, true)) return -1;
     engine_set_timer(e, &r->t);

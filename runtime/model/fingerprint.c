@@ -8,6 +8,7 @@
 #include <xxhash.h>
 
 #include "runtime/base/error.h"
+#include "runtime/base/key_encode.h"
 #include "runtime/model/model.h"
 
 struct fp_weights {
@@ -78,43 +79,40 @@ int fp_weights_end(fp_weights *w, uint8_t digest[16]) {
     return rc;
 }
 
-/* ---- length-prefixed, domain-separated encoding into SHA-256 ---- */
+/* ---- the key encoding (runtime/base/key_encode.h) into SHA-256 ---- */
 
+static void sha_put(void *ctx, const void *p, size_t n) { EVP_DigestUpdate(ctx, p, n); }
 static void put_field(EVP_MD_CTX *ctx, const char *tag, const void *data, uint64_t n) {
-    uint64_t tag_len = strlen(tag);
-    EVP_DigestUpdate(ctx, &tag_len, sizeof tag_len);
-    EVP_DigestUpdate(ctx, tag, tag_len);
-    EVP_DigestUpdate(ctx, &n, sizeof n);
-    EVP_DigestUpdate(ctx, data, n);
+    cd_key_field(sha_put, ctx, tag, data, n);
 }
-
-static void put_u64(EVP_MD_CTX *ctx, const char *tag, uint64_t v) { put_field(ctx, tag, &v, sizeof v); }
-static void put_f64(EVP_MD_CTX *ctx, const char *tag, double v) { put_field(ctx, tag, &v, sizeof v); }
+static void put_u64(EVP_MD_CTX *ctx, const char *tag, uint64_t v) { cd_key_u64(sha_put, ctx, tag, v); }
+static void put_f64(EVP_MD_CTX *ctx, const char *tag, double v) { cd_key_f64(sha_put, ctx, tag, v); }
 
 /* A metadata value with its type, recursively (arrays of strings and nested arrays). */
 static void put_value(EVP_MD_CTX *ctx, const gguf_value *v) {
-    uint32_t type = v->type;
-    EVP_DigestUpdate(ctx, &type, sizeof type);
+    cd_key_le32(sha_put, ctx, (uint32_t)v->type);
     switch (v->type) {
     case GGUF_VT_STRING:
-        EVP_DigestUpdate(ctx, &v->str.len, sizeof v->str.len);
+        cd_key_le64(sha_put, ctx, v->str.len);
         EVP_DigestUpdate(ctx, v->str.ptr, v->str.len);
         break;
     case GGUF_VT_ARRAY: {
-        uint32_t et = v->arr.type;
-        EVP_DigestUpdate(ctx, &et, sizeof et);
-        EVP_DigestUpdate(ctx, &v->arr.n, sizeof v->arr.n);
+        cd_key_le32(sha_put, ctx, (uint32_t)v->arr.type);
+        cd_key_le64(sha_put, ctx, v->arr.n);
         if (v->arr.items)
             for (uint64_t i = 0; i < v->arr.n; i++) put_value(ctx, &v->arr.items[i]);
-        else
+        else /* the file's own bytes, little-endian as GGUF stores them */
             EVP_DigestUpdate(ctx, v->arr.raw, v->arr.n * gguf_vtype_size(v->arr.type));
         break;
     }
-    case GGUF_VT_F32: case GGUF_VT_F64:
-        EVP_DigestUpdate(ctx, &v->f64, sizeof v->f64);
+    case GGUF_VT_F32: case GGUF_VT_F64: {
+        uint64_t bits;
+        memcpy(&bits, &v->f64, sizeof bits);
+        cd_key_le64(sha_put, ctx, bits);
         break;
+    }
     default:
-        EVP_DigestUpdate(ctx, &v->u64, sizeof v->u64);
+        cd_key_le64(sha_put, ctx, v->u64);
         break;
     }
 }
@@ -155,7 +153,9 @@ int fp_model(const gguf_file *f, const model_config *c, const uint8_t weights_di
     put_u64(ctx, "arch", c->arch);
     const uint32_t hp[] = {c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->head_dim, c->n_vocab,
                            c->n_expert, c->n_expert_used, c->n_ff_exp, c->n_ff};
-    put_field(ctx, "hparams", hp, sizeof hp);
+    uint8_t hp_le[sizeof hp];
+    for (size_t i = 0; i < sizeof hp; i++) hp_le[i] = (uint8_t)(hp[i / 4] >> (8 * (i % 4)));
+    put_field(ctx, "hparams", hp_le, sizeof hp_le);
     put_f64(ctx, "rms_eps", c->rms_eps);
     put_rope(ctx, f, c);
     put_tokenizer(ctx, f);

@@ -42,8 +42,6 @@
 #include "runtime/vk/rope_table.h"
 #include "runtime/vk/vk_barrier.h"
 
-#define TRY(x) do { if (x) return -1; } while (0)
-
 /* Tokens per chunk: enough for a prompt's worth of weight reuse, bounded by the context. */
 #define GPU_PREFILL_BATCH 512u
 
@@ -177,11 +175,11 @@ static uint32_t head_width(uint32_t n) { return n <= 2 ? 0 : n <= 4 ? 1 : 2; }
 static int head_matvec_pipelines(gpu_model *g) {
     const gguf_tensor *t = g->m->output;
     uint32_t O = g->max_out;
-    TRY(cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
+    CD_TRY(cvk_matvec_pipeline(&g->head, &g->vk->dev, g->vk->pcache.cache, t->type, &g->head_cfg));
     for (uint32_t b = 0; O > 1 && b <= head_width(O); b++) { /* the widths max_out can need */
         cvk_matvec_cfg hc = cvk_matvec_choose(&g->vk->dev, t->type, (uint32_t)t->ne[0], (uint32_t)t->ne[1], 2u << b);
         hc.a16 = g->head_cfg.a16, hc.texel = g->head_cfg.texel; /* the layout the weights are in */
-        TRY(cvk_matvec_pipeline(&g->head_many[b], &g->vk->dev, g->vk->pcache.cache, t->type, &hc));
+        CD_TRY(cvk_matvec_pipeline(&g->head_many[b], &g->vk->dev, g->vk->pcache.cache, t->type, &hc));
     }
     return 0;
 }
@@ -191,20 +189,20 @@ int gpu_forward_pipelines(gpu_model *g) {
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
         const gguf_tensor *ts[GPU_LAYER_MATS];
         gpu_layer_mats(&m->layers[il], ts);
-        for (size_t i = 0; i < GPU_LAYER_MATS; i++) TRY(want_matmul(g, ts[i], false));
+        for (size_t i = 0; i < GPU_LAYER_MATS; i++) CD_TRY(want_matmul(g, ts[i], false));
         const layer_weights *l = &m->layers[il];
-        if (gpu_model_layer_pairs(g, il)) TRY(want_matmul(g, l->gate_exps ? l->gate_exps : l->ffn_gate, true));
+        if (gpu_model_layer_pairs(g, il)) CD_TRY(want_matmul(g, l->gate_exps ? l->gate_exps : l->ffn_gate, true));
     }
-    if (!g->head_matvec) TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
+    if (!g->head_matvec) CD_TRY(want_matmul(g, m->output, false)); /* the batch forward's head */
     if (g->few_gpu && !g->head_matvec) {
         cvk_matmul_tile one = head_one_gpu, few = shaped(head_few_gpu, g->head_shape);
         enum qtype t = m->output->type;
-        TRY(cvk_matmul_pipeline(&g->matmul_head_one, &g->vk->dev, g->vk->pcache.cache, t, &one) ||
+        CD_TRY(cvk_matmul_pipeline(&g->matmul_head_one, &g->vk->dev, g->vk->pcache.cache, t, &one) ||
             cvk_matmul_pipeline(&g->matmul_head_few, &g->vk->dev, g->vk->pcache.cache, t, &few));
     }
     VkPipelineCache pc = g->vk->pcache.cache;
-    TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
-    if (m->cfg.arch == ARCH_QWEN3MOE) TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
+    CD_TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
+    if (m->cfg.arch == ARCH_QWEN3MOE) CD_TRY(cvk_moe_group_pipeline(&g->moe_group, &g->vk->dev, pc, 0));
     return g->head_matvec ? head_matvec_pipelines(g) : 0;
 }
 
@@ -232,19 +230,19 @@ static int make_buffers(gpu_model *g) {
     uint64_t k = moe ? c->n_expert_used : 1, ff = moe ? c->n_ff_exp : c->n_ff;
     enum cvk_mem_kind D = CVK_MEM_DEVICE;
     batch_splits(g); /* after gpu_forward_pipelines: the attention kernel says cpu or not */
-    TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
-    TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
+    CD_TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
+    CD_TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
-    TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D));
+    CD_TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D));
     bool apart = false; /* a layer whose gate and up are not gate-up pairs: HU and a swiglu stage */
     for (uint32_t il = 0; il < c->n_layer; il++) apart |= !gpu_layer_has_pairs(&g->w.layers[il]);
-    if (apart) TRY(gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
+    if (apart) CD_TRY(gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
     /* partial softmax states of the attention splits, per part of the pool's buffer */
-    TRY(gpu_model_buffer(g, &g->bpartials,
+    CD_TRY(gpu_model_buffer(g, &g->bpartials,
                          cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, g->split_max, c->head_dim),
                          D));
     if (moe) {
-        TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
+        CD_TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
             gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
             gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
             gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
@@ -255,7 +253,7 @@ static int make_buffers(gpu_model *g) {
         uint32_t t0 = cvk_matmul_token_tile(moe_pipe(g, ls, l0->gate_exps->type, 0, false)),
                  t1 = cvk_matmul_token_tile(moe_pipe(g, ls, l0->gate_exps->type, 1, false));
         g->moe_cap = cvk_moe_group_cap((uint32_t)T, (uint32_t)k, c->n_expert, t0, t1);
-        TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
+        CD_TRY(gpu_model_buffer(g, &g->bitems, 16ull * g->moe_cap, D) || gpu_model_buffer(g, &g->bdispatch, 48, D));
     }
     return input_buffers(g, &g->in_tok, T * 4) || input_buffers(g, &g->in_loc, T * 8);
 }
@@ -263,7 +261,7 @@ static int make_buffers(gpu_model *g) {
 static int make_batch_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     uint64_t S = g->max_seqs, O = g->max_out;
-    TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
+    CD_TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
         gpu_model_buffer(g, &g->bhead_x, O * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, O * 4) ||
         gpu_model_buffer(g, &g->blogits, O * c->n_vocab * 4, CVK_MEM_DEVICE) ||
         gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)O),
@@ -279,12 +277,12 @@ static int make_batch_buffers(gpu_model *g) {
 int gpu_forward_init(gpu_model *g) {
     if (!g->n_batch) g->n_batch = GPU_PREFILL_BATCH;
     if (g->n_batch > g->n_ctx) g->n_batch = g->n_ctx;
-    TRY(gpu_forward_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
+    CD_TRY(gpu_forward_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
         cvk_cmd_init(&g->pcmd, &g->vk->dev, false));
     for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
         gpu_recording *r = &g->rec[i];
         if (!(r->out = malloc(g->max_out * sizeof *r->out))) return cd_fail("out of memory");
-        TRY(cvk_descpool_init(&r->dp, &g->vk->dev, 256) || cvk_cmd_init(&r->cmd, &g->vk->dev, false));
+        CD_TRY(cvk_descpool_init(&r->dp, &g->vk->dev, 256) || cvk_cmd_init(&r->cmd, &g->vk->dev, false));
     }
     return 0;
 }
@@ -435,7 +433,7 @@ static int attention(const chunk *ch, uint32_t il) {
     const model_config *cf = &g->m->cfg;
     const layer_weights *l = &g->m->layers[il];
     const gpu_layer *d = &g->w.layers[il];
-    TRY(matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk) ||
+    CD_TRY(matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk) ||
         matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv));
     barrier(ch);
     /* QK-norm and RoPE in one stage: Q in place, K straight into its pages with V */
@@ -446,9 +444,9 @@ static int attention(const chunk *ch, uint32_t il) {
                                   .lay = &g->lay, .v = W(&g->bv), .pages = W(&g->in_table.dev), .layer = il,
                                   .table_stride = g->max_pages};
     work_rows(ch, "q_norm_rope", cf->head_dim, ch->T * cf->n_head, 1, 1, 10, false);
-    TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hq));
+    CD_TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hq));
     if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T)); /* K's norm and rotation ride along */
-    TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hk));
+    CD_TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hk));
     barrier(ch);
     cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->in_table.dev),
                                 .loc = W(&g->in_loc.dev), .partials = W(&g->bpartials), .out = W(&g->batt),
@@ -456,7 +454,7 @@ static int attention(const chunk *ch, uint32_t il) {
                                 .max_len = ch->max_len, .split_len = g->split_len,
                                 .n_split = g->split_max, .distinct_rows = ch->distinct_rows};
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
-    TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
+    CD_TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
     return matmul_residual(ch, "attn_output", l->wo, &d->wo, &g->batt);
 }
@@ -467,7 +465,7 @@ static int dense_gate_up(const chunk *ch, const layer_weights *l, const gpu_laye
     gpu_model *g = ch->g;
     if (gpu_layer_has_pairs(d))
         return matmul_to(ch, "ffn_gate_up", l->ffn_gate, &d->gate_up, &g->bxb, &g->bhg, OUT_SWIGLU);
-    TRY(matmul(ch, "ffn_gate", l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) ||
+    CD_TRY(matmul(ch, "ffn_gate", l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) ||
         matmul(ch, "ffn_up", l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
     barrier(ch);
     return swiglu(ch, g->m->cfg.n_ff, ch->T);
@@ -475,7 +473,7 @@ static int dense_gate_up(const chunk *ch, const layer_weights *l, const gpu_laye
 
 static int ffn_dense(const chunk *ch, const layer_weights *l, const gpu_layer *d) {
     gpu_model *g = ch->g;
-    TRY(dense_gate_up(ch, l, d));
+    CD_TRY(dense_gate_up(ch, l, d));
     barrier(ch);
     return matmul_residual(ch, "ffn_down", l->ffn_down, &d->ffn_down, &g->bhg);
 }
@@ -488,7 +486,7 @@ static int moe_gate_up(const chunk *ch, moe_lists ls, const layer_weights *l, co
     if (gpu_layer_has_pairs(d))
         return matmul_experts(ch, ls, "ffn_gate_up_exps", gate, &d->gate_up, &g->bxb, ch->T, &g->bgather, &g->bhg, 0,
                               true);
-    TRY(matmul_experts(ch, ls, "ffn_gate_exps", gate, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, false) ||
+    CD_TRY(matmul_experts(ch, ls, "ffn_gate_exps", gate, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, false) ||
         matmul_experts(ch, ls, "ffn_up_exps", up, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0, false));
     barrier(ch);
     return swiglu(ch, g->m->cfg.n_ff_exp, ch->T * g->m->cfg.n_expert_used);
@@ -499,7 +497,7 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     uint32_t k = cf->n_expert_used, pairs = ch->T * k;
-    TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
+    CD_TRY(matmul(ch, "ffn_gate_inp", l->gate_inp, &d->gate_inp, &g->bxb, &g->brouter));
     barrier(ch);
     /* the lists' token tiles are the same for gate/up and down (moe_lists_of decides them per
      * layer: GPU 8 and 64, CPU 1 and 8, or 1 and 64 for float experts); row tiles per
@@ -520,13 +518,13 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
                              .row_tiles = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(q0, cf->n_embd),
                                            cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(q1, cf->n_embd)}};
     work_rows(ch, "moe_route_group", cf->n_expert, ch->T, 1, 0, 3 * k, false);
-    TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
+    CD_TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);
     cvk_barrier_compute_to_indirect(ch->c->cb);
-    TRY(moe_gate_up(ch, ls, l, d));
+    CD_TRY(moe_gate_up(ch, ls, l, d));
     barrier(ch);
     /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
-    TRY(matmul_experts(ch, ls, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1,
+    CD_TRY(matmul_experts(ch, ls, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1,
                        false));
     barrier(ch);
     work_rows(ch, "moe_combine_norm", cf->n_embd, ch->T, 2 + k, 2, 2 * k + 4, true);
@@ -545,7 +543,7 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
     uint64_t row = (uint64_t)g->m->cfg.n_embd * 4;
     cvk_barrier_compute_to_transfer(ch->c->cb);
     for (uint32_t j = 0; j < n_out; j++)
-        TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bxb, out[j] * row, row}, (cvk_view){&g->bhead_x, j * row, row}));
+        CD_TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bxb, out[j] * row, row}, (cvk_view){&g->bhead_x, j * row, row}));
     cvk_barrier_transfer_to_compute(ch->c->cb);
     work_matmul(ch, "output", t, n_out, 1, n_out, false);
     cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
@@ -602,7 +600,7 @@ static int record_inputs(const chunk *ch, uint32_t n_out, bool sampled) {
     cvk_barrier_compute_to_transfer(ch->c->cb);
     for (size_t i = 0; i < sizeof use / sizeof use[0]; i++)
         if (use[i].bytes)
-            TRY(cvk_cmd_copy(ch->c, cvk_view_range(&use[i].in->host, 0, use[i].bytes),
+            CD_TRY(cvk_cmd_copy(ch->c, cvk_view_range(&use[i].in->host, 0, use[i].bytes),
                              cvk_view_range(&use[i].in->dev, 0, use[i].bytes)));
     cvk_barrier_transfer_to_compute(ch->c->cb);
     return 0;
@@ -612,14 +610,14 @@ static int record_inputs(const chunk *ch, uint32_t n_out, bool sampled) {
 static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out, bool sampled) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
-    TRY(ch->reusable ? cvk_cmd_begin_reusable(ch->c) : cvk_cmd_begin(ch->c));
-    TRY(record_inputs(ch, n_out, sampled));
+    CD_TRY(ch->reusable ? cvk_cmd_begin_reusable(ch->c) : cvk_cmd_begin(ch->c));
+    CD_TRY(record_inputs(ch, n_out, sampled));
     cvk_get_rows_args e = {.table = &g->w.tok_embd, .type = g->m->tok_embd->type, .n = cf->n_embd,
                            .n_rows = cf->n_vocab, .ids = W(&g->in_tok.dev), .n_ids = ch->T, .dst = W(&g->bx)};
     if (profiling(ch))
         work(ch, (cvk_work){.role = "token_embd", .bytes = ch->T * (qtype_row_bytes(e.type, cf->n_embd) + 4ull * cf->n_embd),
                             .m = cf->n_embd, .n = ch->T});
-    TRY(cvk_get_rows(ch->c, ch->dp, &g->get_rows, &e));
+    CD_TRY(cvk_get_rows(ch->c, ch->dp, &g->get_rows, &e));
     barrier(ch);
     bool normed = false; /* XB = rmsnorm(X) for the next norm already (a MoE combine wrote it) */
     for (uint32_t il = 0; il < cf->n_layer; il++) {
@@ -627,24 +625,24 @@ static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out, bo
         cvk_cmd_label_begin(ch->c, "layer.attention");
         cvk_timer_layer(ch->c->timer, (int32_t)il);
         if (!normed) {
-            TRY(rmsnorm(ch, "attn_norm", &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
+            CD_TRY(rmsnorm(ch, "attn_norm", &g->bx, &d->attn_norm, &g->bxb, cf->n_embd, ch->T));
             barrier(ch);
         }
-        TRY(attention(ch, il));
+        CD_TRY(attention(ch, il));
         barrier(ch);
         cvk_cmd_label_end(ch->c);
         cvk_cmd_label_begin(ch->c, "layer.ffn");
-        TRY(rmsnorm(ch, "ffn_norm", &g->bx, &d->ffn_norm, &g->bxb, cf->n_embd, ch->T));
+        CD_TRY(rmsnorm(ch, "ffn_norm", &g->bx, &d->ffn_norm, &g->bxb, cf->n_embd, ch->T));
         barrier(ch);
         normed = cf->arch == ARCH_QWEN3MOE;
         const cvk_buffer *next_norm = il + 1 < cf->n_layer ? &g->w.layers[il + 1].attn_norm : &g->w.output_norm;
-        if (normed) TRY(ffn_moe(ch, &g->m->layers[il], d, next_norm));
-        else TRY(ffn_dense(ch, &g->m->layers[il], d));
+        if (normed) CD_TRY(ffn_moe(ch, &g->m->layers[il], d, next_norm));
+        else CD_TRY(ffn_dense(ch, &g->m->layers[il], d));
         barrier(ch);
         cvk_cmd_label_end(ch->c);
     }
     cvk_timer_layer(ch->c->timer, -1);
-    if (n_out) TRY(record_rows_head(ch, out, n_out, sampled, normed));
+    if (n_out) CD_TRY(record_rows_head(ch, out, n_out, sampled, normed));
     cvk_barrier_device_to_host(ch->c->cb);
     return cvk_cmd_end(ch->c);
 }
@@ -735,7 +733,7 @@ static cvk_cmd *pass_cmd(gpu_model *g, chunk *ch, const gpu_batch *b) {
 }
 
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
-    TRY(check_batch(g, b));
+    CD_TRY(check_batch(g, b));
     int32_t *tok = cvk_buffer_host_ptr(&g->in_tok.host, 0), *out = cvk_buffer_host_ptr(&g->in_out.host, 0);
     uint32_t *loc = cvk_buffer_host_ptr(&g->in_loc.host, 0), max_len = 0;
     uint64_t attended = 0, kv_positions = 0;
@@ -759,9 +757,9 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     cvk_cmd *c = pass_cmd(g, &ch, b);
     if (!c) return -1;
     double t1 = cd_now_ms();
-    TRY(cvk_cmd_submit(c));
+    CD_TRY(cvk_cmd_submit(c));
     double t2 = cd_now_ms();
-    TRY(cvk_cmd_wait(c));
+    CD_TRY(cvk_cmd_wait(c));
     double t3 = cd_now_ms();
     const int32_t *ids = cvk_buffer_host_ptr(&g->bout_id, 0);
     for (uint32_t j = 0; j < b->n_out; j++) next[j] = ids[j];

@@ -12,10 +12,8 @@
 #include "runtime/vk/op_moe_group.h"
 #include "runtime/vk/op_rmsnorm.h"
 
-#define TRY(x) do { if (x) return -1; } while (0)
-
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind) {
-    TRY(cvk_buffer_create(&g->vk->mem, b, bytes ? bytes : 4, 4, kind));
+    CD_TRY(cvk_buffer_create(&g->vk->mem, b, bytes ? bytes : 4, 4, kind));
     if (kind != CVK_MEM_DEVICE && !cvk_buffer_host_ptr(b, 0)) return cd_fail("gpu model: input buffer is not host-visible");
     return 0;
 }
@@ -24,11 +22,11 @@ static int make_pipelines(gpu_model *g) {
     const model *m = g->m;
     cvk_device *d = &g->vk->dev;
     VkPipelineCache pc = g->vk->pcache.cache;
-    TRY(cvk_get_rows_pipeline(&g->get_rows, d, pc, m->tok_embd->type, 0));
-    TRY(cvk_rmsnorm_pipeline(&g->rmsnorm, d, pc, 0));
-    TRY(cvk_swiglu_pipeline(&g->swiglu, d, pc, 0));
-    TRY(cvk_moe_combine_pipeline(&g->moe_combine, d, pc, 0));
-    TRY(cvk_head_norm_rope_pipelines(&g->head_norm_rope, d, pc, m->cfg.head_dim));
+    CD_TRY(cvk_get_rows_pipeline(&g->get_rows, d, pc, m->tok_embd->type, 0));
+    CD_TRY(cvk_rmsnorm_pipeline(&g->rmsnorm, d, pc, 0));
+    CD_TRY(cvk_swiglu_pipeline(&g->swiglu, d, pc, 0));
+    CD_TRY(cvk_moe_combine_pipeline(&g->moe_combine, d, pc, 0));
+    CD_TRY(cvk_head_norm_rope_pipelines(&g->head_norm_rope, d, pc, m->cfg.head_dim));
     /* a CPU device's argmax reads 4 logits a texel fetch: rows of whole texels (n_vocab % 4 == 0)
      * and the logits of max_out rows within one texel view (gpu_forward.c's blogits) */
     bool texel_argmax = d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && m->cfg.n_vocab % 4 == 0 &&

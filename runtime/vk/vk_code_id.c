@@ -5,14 +5,12 @@
 #define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
+#include "runtime/base/key_encode.h"
 #include "shaders/shaders.h"
 
-/* a length-prefixed field, so no two field lists hash alike */
-static void put(XXH3_state_t *s, const void *p, size_t n) {
-    uint64_t len = n;
-    XXH3_128bits_update(s, &len, sizeof len);
-    XXH3_128bits_update(s, p, n);
-}
+/* a length-prefixed field (runtime/base/key_encode.h), so no two field lists hash alike */
+static void xxh_put(void *s, const void *p, size_t n) { XXH3_128bits_update(s, p, n); }
+static void put(XXH3_state_t *s, const void *p, size_t n) { cd_key_bytes(xxh_put, s, p, n); }
 
 /* /proc/cpuinfo keys that say what code a compiler for this host emits: x86, Arm, RISC-V */
 static bool host_key(const char *line) {
