@@ -81,13 +81,20 @@ static int fail_init(gpu_model *g, cvk_ctx *vk) {
     return cd_fail("gpu model: %s", msg);
 }
 
-int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+/* g zeroed, given its model and device, the options checked and the plan made: how init and
+ * compile both begin. */
+static int begin(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o, bool compile_only) {
     memset(g, 0, sizeof *g);
     g->m = m;
     g->vk = vk;
-    if (check_opts(m, o, false)) return fail_init(g, vk);
+    if (check_opts(m, o, compile_only)) return -1;
     plan(g, vk, m, o);
-    if (gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL) || make_pipelines(g) ||
+    return 0;
+}
+
+int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+    if (begin(g, vk, m, o, false) ||
+        gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL) || make_pipelines(g) ||
         cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||
         gpu_forward_init(g))
         return fail_init(g, vk);
@@ -96,12 +103,7 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
 }
 
 int gpu_model_compile(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
-    memset(g, 0, sizeof *g);
-    g->m = m;
-    g->vk = vk;
-    if (check_opts(m, o, true)) return fail_init(g, vk);
-    plan(g, vk, m, o);
-    if (make_pipelines(g) || gpu_forward_pipelines(g)) return fail_init(g, vk);
+    if (begin(g, vk, m, o, true) || make_pipelines(g) || gpu_forward_pipelines(g)) return fail_init(g, vk);
     return 0;
 }
 
