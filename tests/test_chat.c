@@ -15,6 +15,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/text/chat.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/json_jinja.h"
 #include "tests/test_util.h"
 
@@ -131,6 +132,221 @@ static void test_options(void **state) {
     free(a);
     json_decref(msgs);
     json_decref(null_tools);
+}
+
+static bool generated(void *ctx, const char *id, const char *name, const json_t *args, char **text, size_t *len);
+
+/* ---- Qwen3-Coder ------------------------------------------------------------------------ */
+
+static int render_coder(const json_t *c, char **out) {
+    chat_options opt = {.template = CHAT_TEMPLATE_QWEN3_CODER,
+                        .add_generation_prompt = json_is_true(json_object_get(c, "add_generation_prompt")),
+                        .enable_thinking = json_is_true(json_object_get(c, "enable_thinking"))};
+    return chat_render(json_object_get(c, "messages"), json_object_get(c, "tools"), opt, out);
+}
+
+/* tests/data/chat_coder_expected.json: the curated cases (inputs in chat_coder_cases.json) and
+ * 200 generated ones (inputs stored with them, some calls' arguments as JSON text), each the
+ * Jinja2 rendering of Qwen3-Coder.jinja, equal to @huggingface/jinja's unless flagged. */
+static void test_coder_cases_match_jinja(void **state) {
+    (void)state;
+    json_t *curated = load_json("tests/data/chat_coder_cases.json");
+    json_t *expected = load_json("tests/data/chat_coder_expected.json");
+    const json_t *cases = json_object_get(expected, "cases");
+    size_t n_generated = 0, n_string_args = 0;
+    assert_true(json_array_size(cases) >= json_array_size(curated) + 200);
+    for (size_t i = 0; i < json_array_size(cases); i++) {
+        const json_t *e = json_array_get(cases, i);
+        const char *name = json_string_value(json_object_get(e, "name"));
+        const json_t *c = json_object_get(e, "input");
+        if (c) {
+            n_generated++;
+            char *dump = json_dumps(c, 0);
+            n_string_args += strstr(dump, "\"arguments\": \"{") != NULL;
+            free(dump);
+        } else {
+            c = json_array_get(curated, i);
+            assert_string_equal(name, json_string_value(json_object_get(c, "name")));
+        }
+        char *got = NULL;
+        if (render_coder(c, &got) != 0) fail_msg("%s: %s", name, cd_errmsg());
+        const json_t *want = json_object_get(e, "text");
+        assert_same(name, got, json_string_value(want), json_string_length(want));
+        free(got);
+    }
+    assert_true(n_generated >= 200);
+    assert_true(n_string_args > 20); /* the JSON-text arguments path was exercised */
+    json_decref(curated);
+    json_decref(expected);
+}
+
+/* The strings were rendered from exactly the text chat_template.c recognises as qwen3-coder,
+ * and the qwen3 ones from the text it recognises as qwen3. */
+static void test_coder_template_recognised(void **state) {
+    (void)state;
+    static const struct { const char *file; chat_template_id id; } t[] = {
+        {"tests/data/chat_expected.json", CHAT_TEMPLATE_QWEN3},
+        {"tests/data/chat_coder_expected.json", CHAT_TEMPLATE_QWEN3_CODER},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        json_t *e = load_json(t[i].file);
+        const json_t *text = json_object_get(e, "template");
+        chat_template_id id;
+        chat_template_match how;
+        assert_int_equal(chat_template_identify(json_string_value(text), json_string_length(text), &id, &how), 0);
+        assert_int_equal(id, t[i].id);
+        assert_int_equal(how, CHAT_MATCH_EXACT);
+        json_decref(e);
+    }
+}
+
+/* What the template cannot render is refused with the place named; string arguments that are
+ * not a JSON object, and values the template would print with Python's repr. */
+static void test_coder_malformed(void **state) {
+    (void)state;
+    static const struct { const char *messages, *tools, *error; } t[] = {
+        {"[]", NULL, "messages: empty"},
+        {"[{\"role\":\"developer\",\"content\":\"x\"}]", NULL, "messages[0].role: unknown role \"developer\""},
+        {"[7]", NULL, "messages[0]: expected an object, got an integer"},
+        {"[{\"role\":\"system\",\"content\":null}]", NULL, "messages[0].content: expected a string, got null"},
+        {"[{\"role\":\"user\"}]", NULL, "messages[0]: user message has no content"},
+        {"[{\"role\":\"user\",\"content\":\"a\"},{\"role\":\"tool\",\"content\":{}}]", NULL,
+         "messages[1].content: expected a string, got an object"},
+        {"[{\"role\":\"user\",\"content\":\"a\\u0000\"}]", NULL, "messages[0].content: contains a NUL byte"},
+        {"[{\"role\":\"assistant\",\"content\":\"\",\"tool_calls\":\"f\"}]", NULL,
+         "messages[0].tool_calls: expected an array, got a string"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[3]}]", NULL, "messages[0].tool_calls[0]: expected an object"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":{}}}]}]", NULL,
+         "messages[0].tool_calls[0]: no function name"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":1}}]}]", NULL,
+         "messages[0].tool_calls[0].function.name: expected a string, got an integer"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"[1]\"}}]}]", NULL,
+         "tool_calls[0].function.arguments: the Qwen3-Coder template lists arguments by name"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":\"{oops\"}}]}]", NULL,
+         "must be a JSON object"},
+        {"[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":null}}]}]", NULL,
+         "expected an object or a JSON object text, got null"},
+        {"[{\"role\":\"user\",\"content\":\"x\"}]", "[3]", "tools[0]: expected an object, got an integer"},
+        {"[{\"role\":\"user\",\"content\":\"x\"}]", "[{\"function\":[]}]", "tools[0].function: expected an object"},
+        {"[{\"role\":\"user\",\"content\":\"x\"}]", "[{\"description\":\"d\"}]", "tools[0]: no name"},
+        {"[{\"role\":\"user\",\"content\":\"x\"}]", "[{\"name\":\"f\",\"description\":{}}]",
+         "tools[0].description: expected a string"},
+        {"[{\"role\":\"user\",\"content\":\"x\"}]",
+         "[{\"name\":\"f\",\"parameters\":{\"properties\":{\"p\":{\"type\":[\"it's\"]}}}}]",
+         "tools[0].parameters.properties.p.type: cinder prints a string or a list of plain names"},
+        {"[{\"role\":\"user\",\"content\":\"x\"}]", "{}", "tools: expected an array, got an object"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        json_error_t err;
+        json_t *m = json_loads(t[i].messages, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+        if (!m) fail_msg("t[%zu]: %s", i, err.text);
+        json_t *tools = t[i].tools ? json_loads(t[i].tools, JSON_DECODE_ANY, &err) : NULL;
+        char *out = (char *)"untouched";
+        cd_errclear();
+        int rc = chat_render(m, tools, (chat_options){.template = CHAT_TEMPLATE_QWEN3_CODER}, &out);
+        if (rc != -1) fail_msg("t[%zu] rendered: %s", i, rc == 0 ? out : "?");
+        assert_null(out);
+        if (!strstr(cd_errmsg(), t[i].error)) fail_msg("t[%zu]: message \"%s\" lacks \"%s\"", i, cd_errmsg(), t[i].error);
+        json_decref(m);
+        json_decref(tools);
+    }
+}
+
+/* A call this server generated renders as its generated bytes with as_generated, in the
+ * Coder's place for a call ("\n<tool_call>" TEXT "</tool_call>"); otherwise the template's. */
+static void test_coder_generated_call(void **state) {
+    (void)state;
+    json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,"
+                              "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+                              "\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"tool\",\"content\":\"ok\"}]", 0, NULL);
+    assert_non_null(msgs);
+    int calls = 0;
+    chat_options on = {.template = CHAT_TEMPLATE_QWEN3_CODER, .as_generated = true, .generated_call = generated,
+                       .generated_call_ctx = &calls};
+    char *out = NULL;
+    assert_int_equal(chat_render(msgs, NULL, on, &out), 0);
+    assert_int_equal(calls, 1);
+    assert_non_null(strstr(out, "<|im_start|>assistant\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call><|im_end|>"));
+    free(out);
+    on.as_generated = false;
+    calls = 0;
+    assert_int_equal(chat_render(msgs, NULL, on, &out), 0);
+    assert_int_equal(calls, 0);
+    assert_non_null(strstr(out, "<|im_start|>assistant\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n"
+                                "</function>\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nok\n"));
+    free(out);
+    json_decref(msgs);
+}
+
+/* ---- recognising the template ------------------------------------------------------------ */
+
+static char *read_text(const char *rel, size_t *len) {
+    FILE *f = fopen(tu_src_path(rel), "rb");
+    if (!f) return NULL;
+    char *buf = malloc(1 << 16);
+    *len = fread(buf, 1, (1 << 16) - 1, f);
+    buf[*len] = 0;
+    fclose(f);
+    return buf;
+}
+
+/* The exact texts, with or without the trailing newline, from llama.cpp's files too; a
+ * variant (one character changed) by its markers; siblings and strangers refused, naming the
+ * templates cinder knows; no template = qwen3. */
+static void test_template_identify(void **state) {
+    (void)state;
+    chat_template_id id;
+    chat_template_match how;
+    static const struct { const char *file; chat_template_id id; } files[] = {
+        {"third_party/llama/src/models/templates/Qwen-Qwen3-0.6B.jinja", CHAT_TEMPLATE_QWEN3},
+        {"third_party/llama/src/models/templates/Qwen3-Coder.jinja", CHAT_TEMPLATE_QWEN3_CODER},
+    };
+    for (size_t i = 0; i < 2; i++) {
+        size_t len = 0;
+        char *text = read_text(files[i].file, &len);
+        if (!text) fail_msg("%s: missing (run scripts/setup.sh for third_party/llama)", files[i].file);
+        assert_int_equal(chat_template_identify(text, len, &id, &how), 0);
+        assert_int_equal(id, files[i].id);
+        assert_int_equal(how, CHAT_MATCH_EXACT);
+        char *plus = malloc(len + 3); /* trailing whitespace does not matter */
+        memcpy(plus, text, len);
+        memcpy(plus + len, "\n \n", 3);
+        assert_int_equal(chat_template_identify(plus, len + 3, &id, &how), 0);
+        assert_int_equal(how, CHAT_MATCH_EXACT);
+        char *x = strstr(plus, "<|im_end|>"); /* a variant: still the family, by its markers */
+        assert_non_null(x);
+        x[2] = 'I';
+        assert_int_equal(chat_template_identify(plus, len, &id, &how), 0);
+        assert_int_equal(id, files[i].id);
+        assert_int_equal(how, CHAT_MATCH_MARKERS);
+        free(plus);
+        free(text);
+    }
+    /* Qwen3-2507's templates share the JSON calls but have no enable_thinking switch */
+    static const char sibling[] = "{%- if tools %}<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
+                                  "<args-json-object>}\\n</tool_call><tool_response>{%- endif %}<think>\\n";
+    static const char *const strangers[] = {sibling, "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+                                            "enable_thinking <function-name> <args-json-object> <tool_response> <function="};
+    for (size_t i = 0; i < 3; i++) {
+        cd_errclear();
+        assert_int_equal(chat_template_identify(strangers[i], strlen(strangers[i]), &id, &how), -1);
+        assert_non_null(strstr(cd_errmsg(), "is none cinder renders; cinder knows qwen3 ("));
+        assert_non_null(strstr(cd_errmsg(), "qwen3-coder ("));
+        assert_non_null(strstr(cd_errmsg(), "--chat-template NAME"));
+    }
+    assert_int_equal(chat_template_identify(NULL, 0, &id, &how), 0);
+    assert_int_equal(id, CHAT_TEMPLATE_QWEN3);
+    assert_int_equal(how, CHAT_MATCH_ABSENT);
+    /* by name, whatever the file says */
+    assert_int_equal(chat_template_resolve(sibling, strlen(sibling), "qwen3-coder", &id, &how), 0);
+    assert_int_equal(id, CHAT_TEMPLATE_QWEN3_CODER);
+    assert_int_equal(how, CHAT_MATCH_NAMED);
+    assert_int_equal(chat_template_from_name("qwen3", &id), 0);
+    assert_int_equal(id, CHAT_TEMPLATE_QWEN3);
+    assert_string_equal(chat_template_name(CHAT_TEMPLATE_QWEN3_CODER), "qwen3-coder");
+    assert_int_equal(chat_template_from_name("chatml", &id), -1);
+    assert_non_null(strstr(cd_errmsg(), "unknown chat template \"chatml\"; cinder knows qwen3"));
+    assert_int_equal(chat_template_resolve(NULL, 0, "Qwen3", &id, &how), -1);
 }
 
 /* ---- malformed input -------------------------------------------------------------------- */
@@ -456,7 +672,8 @@ static void test_random_damage(void **state) {
         }
         char *out = NULL;
         cd_errclear();
-        if (render_case(c, &out) == 0) {
+        int rc = iter % 2 ? render_case(c, &out) : render_coder(c, &out);
+        if (rc == 0) {
             assert_non_null(out);
             ok++;
         } else {
@@ -480,6 +697,11 @@ int main(void) {
         cmocka_unit_test(test_history_as_generated),
         cmocka_unit_test(test_generated_call),
         cmocka_unit_test(test_malformed),
+        cmocka_unit_test(test_coder_cases_match_jinja),
+        cmocka_unit_test(test_coder_template_recognised),
+        cmocka_unit_test(test_coder_malformed),
+        cmocka_unit_test(test_coder_generated_call),
+        cmocka_unit_test(test_template_identify),
         cmocka_unit_test(test_tojson_depth),
         cmocka_unit_test(test_tojson),
         cmocka_unit_test(test_format_real),

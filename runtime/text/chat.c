@@ -47,35 +47,10 @@
 #include <string.h>
 
 #include "runtime/base/error.h"
+#include "runtime/text/chat_coder.h"
 #include "runtime/text/json_jinja.h"
+#include "runtime/text/sbuf.h"
 #include "runtime/text/slice.h"
-
-/* ---- output ----------------------------------------------------------------------------- */
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
-
-static void put(sbuf *b, slice s) {
-    if (b->oom) return;
-    if (b->len + s.n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + s.n + 1) {
-            if (cap > SIZE_MAX / 2) { b->oom = true; return; }
-            cap *= 2;
-        }
-        char *np = realloc(b->p, cap);
-        if (!np) { b->oom = true; return; }
-        b->p = np;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s.p, s.n);
-    b->len += s.n;
-    b->p[b->len] = 0;
-}
-static void puts_(sbuf *b, const char *s) { put(b, (slice){s, strlen(s)}); }
 
 /* ---- validated messages ----------------------------------------------------------------- */
 
@@ -276,6 +251,8 @@ static int render_assistant(sbuf *b, const message *m, chat_options opt, bool af
 }
 
 int chat_render(const json_t *messages, const json_t *tools, chat_options opt, char **out) {
+    if (opt.template == CHAT_TEMPLATE_QWEN3_CODER) return chat_render_coder(messages, tools, opt, out);
+    if (opt.template != CHAT_TEMPLATE_QWEN3) return cd_fail("chat_render: unknown template %d", (int)opt.template);
     if (!out) return cd_fail("chat_render: out is NULL");
     *out = NULL;
     if (!messages || !json_is_array(messages))

@@ -11,7 +11,12 @@
 #include <stdbool.h>
 #include <jansson.h>
 
+#include "runtime/text/chat_template.h"
+
 typedef struct chat_options {
+    /* which template renders (chat_template.h); 0 = qwen3. Only qwen3 reads enable_thinking and
+     * preserve_reasoning: Qwen3-Coder has no thinking and drops reasoning_content. */
+    chat_template_id template;
     bool add_generation_prompt;
     bool enable_thinking; /* false appends the empty <think></think> block */
     /* Departures from the template, for prefix reuse (docs/CHAT_TEMPLATE.md, "Rendering history
@@ -34,5 +39,5 @@ typedef struct chat_options {
     void *generated_call_ctx;
 } chat_options;
 
-/* Renders to a malloc'd string. -1 with a message for malformed messages. */
+/* Renders to a malloc'd string with opt.template (qwen3-coder: chat_coder.h). -1 with a message for malformed messages. */
 int chat_render(const json_t *messages, const json_t *tools, chat_options opt, char **out);

@@ -1,0 +1,53 @@
+/* Which chat template a model's file carries, and so which of cinder's renderers (each a C
+ * translation of one Jinja text, byte-identical to it) and tool-call formats serve it.
+ *
+ * A GGUF's tokenizer.chat_template is recognised in two steps:
+ *   1. exact: a 64-bit FNV-1a hash of the text, trailing whitespace removed (the same text
+ *      ships with and without a final newline: llama.cpp's .jinja files have one, most
+ *      tokenizer_config.json strings do not), against the texts each renderer was checked on;
+ *   2. markers: otherwise, the literal pieces of output the renderer writes and that set the
+ *      family apart (Qwen3-Coder's "<function=" / "<parameter=" call layout, the hybrid
+ *      template's enable_thinking switch and JSON call instructions). Re-uploads often carry
+ *      the family's template with a small fix (a tojson filter, whitespace); the markers say
+ *      the model was trained on this prompt layout, so the renderer is the right one, but its
+ *      output is not proven byte-identical to that text: `cinder info` says so.
+ * Anything else is refused, naming the templates cinder knows; --chat-template NAME picks one
+ * explicitly. Hashing alone would refuse every re-upload; markers alone could mistake a
+ * sibling (Qwen3-2507 Instruct and Thinking share the hybrid's JSON calls but not its
+ * enable_thinking switch, which is why that switch is a marker). A file without any template
+ * renders as qwen3, the architecture's own, as cinder always has. */
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum chat_template_id {
+    CHAT_TEMPLATE_QWEN3 = 0,       /* Qwen3 hybrid thinking (April 2025), JSON tool calls */
+    CHAT_TEMPLATE_QWEN3_CODER = 1, /* Qwen3-Coder, XML tool list and calls */
+    CHAT_TEMPLATE_COUNT
+} chat_template_id;
+
+typedef enum chat_template_match {
+    CHAT_MATCH_EXACT,   /* the text (up to trailing whitespace) the renderer was checked on */
+    CHAT_MATCH_MARKERS, /* a variant of it: the family's markers, not the exact text */
+    CHAT_MATCH_ABSENT,  /* the file has no template: the default */
+    CHAT_MATCH_NAMED,   /* picked by name (--chat-template) */
+} chat_template_match;
+
+/* "qwen3", "qwen3-coder". */
+const char *chat_template_name(chat_template_id id);
+/* One line listing every known name with what it is, for messages and usage texts. */
+const char *chat_template_known(void);
+/* -1 with a message listing the known names when name is none of them. */
+int chat_template_from_name(const char *name, chat_template_id *out);
+
+/* FNV-1a 64 of text[0..len) without trailing whitespace (step 1 above). */
+uint64_t chat_template_hash(const char *text, size_t len);
+
+/* Recognises a template text (len 0: absent). -1 with a message naming the known templates
+ * when it is none of them. */
+int chat_template_identify(const char *text, size_t len, chat_template_id *out, chat_template_match *how);
+
+/* What a command renders with: the template named by `name` when not NULL (the file's text
+ * is then not looked at), else the file's, identified. */
+int chat_template_resolve(const char *text, size_t len, const char *name, chat_template_id *out,
+                          chat_template_match *how);
