@@ -539,7 +539,7 @@ static void chat_req_free(chat_req *q) {
  * generation_prompt (/tokenize's add_generation_prompt false) the conversation alone. */
 static int chat_prompt(const api_model *s, const chat_req *q, bool generation_prompt, int32_t **ids, size_t *n, api_err *e) {
     char *text = NULL;
-    chat_options opt = {.add_generation_prompt = generation_prompt, .enable_thinking = q->thinking,
+    chat_options opt = {.template = s->template, .add_generation_prompt = generation_prompt, .enable_thinking = q->thinking,
                         .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning,
                         .generated_call = s->calls ? call_memory_lookup : NULL, .generated_call_ctx = s->calls};
     if (chat_render(q->messages, q->tools, opt, &text)) return api_fail(e, 400, "messages", "%s", cd_errmsg());

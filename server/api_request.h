@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 #include "server/call_memory.h"
 #include "server/job.h"
@@ -25,6 +26,7 @@ int api_fail(api_err *e, unsigned status, const char *param, const char *fmt, ..
 typedef struct api_model {
     const tokenizer *tok;
     uint32_t n_ctx;          /* prompt + generated tokens of one request at most */
+    chat_template_id template; /* renders chat requests and parses their replies (chat_template.h) */
     bool as_generated;       /* chat history rendered as generated (chat.h) */
     bool preserve_reasoning;
     call_memory *calls;      /* the tool calls generated here (as_generated renders them back exactly) */

@@ -35,8 +35,12 @@ static void name_model(server *s, const char *path) {
 
 static int load(server *s, const char *path, const engine_opts *eo, model **m, engine *e) {
     if (model_load(m, path, (model_load_opts){.skip_weight_hash = true})) return -1;
+    chat_template_id tmpl;
+    chat_template_match how;
+    if (chat_template_resolve((*m)->chat_template.ptr, (size_t)(*m)->chat_template.len, s->o.chat_template, &tmpl, &how))
+        return cd_fail_ctx("%s: ", path);
     if (engine_init(e, *m, eo) || engine_warm_up(e)) return -1;
-    s->model = (api_model){.tok = (*m)->tok, .n_ctx = engine_n_ctx(e), .as_generated = !s->o.strict_template,
+    s->model = (api_model){.tok = (*m)->tok, .n_ctx = engine_n_ctx(e), .template = tmpl, .as_generated = !s->o.strict_template,
                            .preserve_reasoning = s->o.preserve_reasoning, .calls = &s->calls};
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%02x%02x%02x%02x%02x%02x", (*m)->fingerprint[0],
              (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4], (*m)->fingerprint[5]);
@@ -76,8 +80,8 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
         pthread_mutex_lock(&s.b.mu);
         s.b.ready = true;
         pthread_mutex_unlock(&s.b.mu);
-        fprintf(stderr, "cinder serve: ready: model %s, context %u tokens, %u requests at once\n", s.model_name, s.model.n_ctx,
-                e.max_seqs);
+        fprintf(stderr, "cinder serve: ready: model %s, context %u tokens, %u requests at once, chat template %s\n",
+                s.model_name, s.model.n_ctx, e.max_seqs, chat_template_name(s.model.template));
         rc = bridge_run(&s.b, &e);
     }
     char err[512];

@@ -25,6 +25,7 @@ typedef struct server_opts {
     const char *alias;         /* the model's name in /v1/models and responses (file name by default) */
     bool preserve_reasoning;   /* history keeps assistant reasoning everywhere (chat.h) */
     bool strict_template;      /* history exactly as the template renders it (no as_generated) */
+    const char *chat_template; /* --chat-template NAME, or NULL: the one the model file carries */
     const char *port_file;     /* non-NULL: the bound port is written there once listening (tests) */
 } server_opts;
 

@@ -28,6 +28,24 @@ info=$("$bin" info "$model")
 check "info names the architecture" grep -q "architecture      qwen3moe" <<<"$info"
 check "info prints a 64-hex fingerprint" grep -Eq "^fingerprint +[0-9a-f]{64}$" <<<"$info"
 check "info lists tensors with types" grep -Eq "^blk.1.ffn_down_exps.weight +Q6_K" <<<"$info"
+check "info names the chat template the file carries" grep -q "^chat template     qwen3 (the exact text cinder renders)$" <<<"$info"
+# mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it
+coder_tmpl=${CINDER_SOURCE_DIR:?}/third_party/llama/src/models/templates/Qwen3-Coder.jinja
+check "mkmodel --chat-template-file" "$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$coder_tmpl" --out "$tmp/coder.gguf"
+check "info recognises Qwen3-Coder's template" grep -q "^chat template     qwen3-coder (the exact text cinder renders)$" <<<"$("$bin" info "$tmp/coder.gguf")"
+sed 's/You are Qwen, a helpful AI assistant/You are a helpful assistant/' "$coder_tmpl" >"$tmp/coder_variant.jinja"
+"$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$tmp/coder_variant.jinja" --out "$tmp/coder_variant.gguf" 2>/dev/null
+check "info says a changed Coder template is a variant" grep -q "^chat template     qwen3-coder (a variant: its markers match" <<<"$("$bin" info "$tmp/coder_variant.gguf")"
+printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}' >"$tmp/odd.jinja"
+"$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$tmp/odd.jinja" --out "$tmp/odd.gguf" 2>/dev/null
+check "info says an unknown template is unknown" grep -q "^chat template     unknown (50 bytes, hash [0-9a-f]\{16\}): serve and chat need --chat-template NAME$" <<<"$("$bin" info "$tmp/odd.gguf")"
+fails_with "chat refuses an unknown template, naming the known ones" "is none cinder renders; cinder knows qwen3 (Qwen3 hybrid thinking), qwen3-coder (Qwen3-Coder, XML tool calls): pick one with --chat-template NAME" "$bin" chat --model "$tmp/odd.gguf" </dev/null
+fails_with "serve refuses an unknown template" "is none cinder renders; cinder knows qwen3" "$bin" serve --model "$tmp/odd.gguf" --port 0
+check "chat --chat-template NAME renders a file's unknown template with NAME" "$bin" chat --model "$tmp/odd.gguf" --chat-template qwen3 --n 2 <<<"hi"
+fails_with "--chat-template takes a known name" 'chat: --chat-template: unknown chat template "llama3"; cinder knows qwen3 (' "$bin" chat --model "$model" --chat-template llama3 </dev/null
+fails_with "serve --chat-template takes a known name" 'unknown chat template "Qwen3"' "$bin" serve --model "$model" --chat-template Qwen3 --port 0
+fails_with "bench --chat-template takes a known name" 'unknown chat template "x"' "$bin" bench --model "$model" --scenario agent_tool_loop --chat-template x
+fails_with "mkmodel --chat-template-file needs a readable file" "--chat-template-file $tmp/none.jinja: No such file or directory" "$bin" mkmodel --preset tiny --out "$tmp/x.gguf" --chat-template-file "$tmp/none.jinja"
 dev=$("$bin" info --device)
 check "info --device prints the 32-hex code id" grep -Eq "^  code id +[0-9a-f]{32} \(" <<<"$dev"
 check "the code id is the same on a second run" test "$(grep "code id" <<<"$dev")" = "$("$bin" info --device | grep "code id")"

@@ -288,6 +288,10 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
     trace_sessions ss = {0};
     uint32_t concurrency = o->concurrency ? o->concurrency : 1;
     int rc = resolve(o, path, sizeof path, &name) || trace_load(path, &rp.t);
+    chat_template_match how;
+    if (!rc && rp.t.chat &&
+        chat_template_resolve(m->chat_template.ptr, (size_t)m->chat_template.len, o->chat_template, &ss.template, &how))
+        rc = -1;
     if (!rc && o->dump_prompts && !(rp.dump = fopen(o->dump_prompts, "w")))
         rc = cd_fail("%s: cannot create", o->dump_prompts);
     if (!rc) {

@@ -32,6 +32,7 @@ typedef struct bench_trace_opts {
     const char *dump_prompts;  /* write each request's max_tokens and prompt ids here (peer replays) */
     const char *plot;          /* SVG of TTFT per request, prefix cache on and off (a second replay) */
     uint32_t concurrency;      /* requests in flight at once (0 = 1: one after the other) */
+    const char *chat_template; /* chat traces render with it; NULL: the model file's */
     bool no_prefix_cache, json;
     bool quiet;                /* print nothing (a caller reports) */
     const bench_trace_hooks *hooks; /* NULL: none */

@@ -15,6 +15,7 @@
 #include "runtime/base/rng.h"
 #include "engine/engine.h"
 #include "runtime/model/model.h"
+#include "runtime/text/chat_template.h"
 #include "tools/bench_agents.h"
 #include "tools/bench_restore.h"
 #include "tools/bench_trace.h"
@@ -71,13 +72,15 @@ static void usage(FILE *out) {
             "usage: cinder bench [--model M] (--trace FILE | --scenario NAME) [--page-size N]\n"
             "                    [--kv-pool-tokens N] [--ctx N] [--no-prefix-cache] [--json]\n"
             "                    [--dump-prompts FILE] [--host-cache-mb N] [--cache-dir DIR] [--concurrency N]\n"
-            "                    [--cache-dir-max-mb N] [--plot OUT.svg]\n"
+            "                    [--cache-dir-max-mb N] [--plot OUT.svg] [--chat-template NAME]\n"
             "  replays a request trace (scripts/scenarios/README.md; NAME is one of the traces in\n"
             "  scripts/scenarios/) through the prefix cache: per request and in total, prompt,\n"
             "  cached and prefilled tokens, hit rate, evicted pages, TTFT and decode tok/s.\n"
             "  --kv-pool-tokens overrides the trace header's pool size; --json prints one object\n"
             "  with a \"requests\" array and a \"totals\" object. --dump-prompts writes each request\n"
             "  as a line \"max_tokens:id,id,...\" (what a peer replays: scripts/bench_prefix.sh).\n"
+            "  --chat-template NAME (qwen3, qwen3-coder) renders a chat trace with that template instead of\n"
+            "  the model file's.\n"
             "  --host-cache-mb N gives the cache a host tier of N MiB (0, the default: none): evicted\n"
             "  pages are demoted to host memory and restored on a hit (column \"restored\").\n"
             "  --cache-dir DIR gives it a disk tier in DIR (created if missing): whole 256-token\n"
@@ -130,6 +133,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
             if (o->spec_tokens > ENGINE_SPEC_MAX) return cli_error("bench", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
         }
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
+        else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->trace.chat_template = v;
         else if (cli_value(argc, argv, &i, "--scenario", &v)) o->trace.scenario = v;
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->trace.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
@@ -184,6 +188,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
     }
     if (o->repeat == 0) return cli_error("bench", "--repeat must be at least 1"), -1;
     if (o->trace.trace && o->trace.scenario) return cli_error("bench", "give --trace or --scenario, not both"), -1;
+    chat_template_id tmpl;
+    if (o->trace.chat_template && chat_template_from_name(o->trace.chat_template, &tmpl))
+        return cli_error("bench", "--chat-template: %s", cd_errmsg()), -1;
     if (o->trace.page_tokens > 256) return cli_error("bench", "--page-size is at most 256"), -1;
     if (o->trace.concurrency > 256) return cli_error("bench", "--concurrency is at most 256"), -1;
     if (o->trace.no_prefix_cache && (o->trace.cache_dir || o->trace.host_cache_mb))

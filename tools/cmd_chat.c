@@ -20,6 +20,8 @@
 
 typedef struct chat_opts {
     const char *model, *system;
+    const char *chat_template; /* --chat-template NAME, or NULL: the file's */
+    chat_template_id template; /* what renders, resolved once the model is loaded */
     uint32_t max_tokens;
     engine_opts eo;
     sampler_params sp;
@@ -31,7 +33,7 @@ static void usage(FILE *out) {
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
             "                   [--seed S] [--think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
-            "                   [--cache-dir-max-mb N] [--spec-tokens N]\n"
+            "                   [--cache-dir-max-mb N] [--spec-tokens N] [--chat-template NAME]\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
@@ -54,7 +56,9 @@ static void usage(FILE *out) {
             "  recently used are deleted first. Both tiers need the prefix cache (not with\n"
             "  --no-prefix-cache). --spec-tokens N (0-8; 0, the default: off) guesses up to N next\n"
             "  tokens of a reply from the conversation (prompt lookup) and checks them in one pass:\n"
-            "  the same reply, sooner when it repeats what was said.\n");
+            "  the same reply, sooner when it repeats what was said.\n"
+            "  --chat-template NAME renders with that template (qwen3, qwen3-coder) instead of the one\n"
+            "  the model file carries (recognised by its text; an unknown one is refused).\n");
 }
 
 static int parse(int argc, char **argv, chat_opts *o) {
@@ -68,6 +72,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--system", &v)) o->system = v;
+        else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->chat_template = v;
         else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->max_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
@@ -87,6 +92,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
         if (!v) return cli_error("chat", "%s needs a value", a), -1;
     }
     if (o->max_tokens == 0) return cli_error("chat", "--n must be at least 1"), -1;
+    if (o->chat_template && chat_template_from_name(o->chat_template, &o->template))
+        return cli_error("chat", "--chat-template: %s", cd_errmsg()), -1;
     if (o->eo.page_tokens > 256) return cli_error("chat", "--page-size is at most 256"), -1;
     if (o->eo.spec_tokens > ENGINE_SPEC_MAX) return cli_error("chat", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
     if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
@@ -287,6 +294,7 @@ static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn)
 static int new_conversation(const chat_opts *o, conversation *c) {
     conv_free(c);
     if (conv_init(c) || (o->system && conv_add(c, "system", o->system))) return cli_error("chat", "%s", cd_errmsg());
+    c->template = o->template;
     return 0;
 }
 
@@ -330,6 +338,11 @@ int cmd_chat(int argc, char **argv) {
     }
     model *m;
     if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("chat", "%s", cd_errmsg());
+    chat_template_match how;
+    if (chat_template_resolve(m->chat_template.ptr, (size_t)m->chat_template.len, o.chat_template, &o.template, &how)) {
+        model_free(m);
+        return cli_error("chat", "%s: %s", o.model, cd_errmsg());
+    }
     engine e;
     int rc = engine_init(&e, m, &o.eo) || engine_warm_up(&e) || engine_set_sampler(&e, &o.sp) ? cli_error("chat", "%s", cd_errmsg()) : 0;
     if (!rc) rc = repl(&o, &e);

@@ -6,6 +6,7 @@
 #include "runtime/base/error.h"
 #include "runtime/model/fingerprint.h"
 #include "runtime/model/model.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/vk/vk_device.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -16,6 +17,26 @@ static void usage(FILE *out) {
                  "  MODEL        a GGUF file (default: the Quick start model)\n"
                  "  --device [N] list Vulkan devices and describe the one cinder would use (or device N;\n"
                  "               CINDER_DEVICE=N chooses too)\n");
+}
+
+/* The template cinder renders this file with (runtime/text/chat_template.h), or why none. */
+static void print_chat_template(const model *m) {
+    chat_template_id id;
+    chat_template_match how;
+    const char *text = m->chat_template.ptr;
+    size_t len = (size_t)m->chat_template.len;
+    if (chat_template_identify(text, len, &id, &how)) {
+        printf("chat template     unknown (%zu bytes, hash %016llx): serve and chat need --chat-template NAME\n", len,
+               (unsigned long long)chat_template_hash(text, len));
+        return;
+    }
+    static const char *const hows[] = {
+        [CHAT_MATCH_EXACT] = "the exact text cinder renders",
+        [CHAT_MATCH_MARKERS] = "a variant: its markers match, the text is not the one cinder is checked on",
+        [CHAT_MATCH_ABSENT] = "the file has none: the default",
+        [CHAT_MATCH_NAMED] = "named",
+    };
+    printf("chat template     %s (%s)\n", chat_template_name(id), hows[how]);
 }
 
 static void print_config(const model *m) {
@@ -32,7 +53,7 @@ static void print_config(const model *m) {
     printf("context (train)   %u\n", c->n_ctx_train);
     printf("rope              neox, theta %g\n", c->rope_theta);
     printf("rms eps           %g\n", c->rms_eps);
-    printf("chat template     %s\n", m->chat_template.len ? "yes" : "no");
+    print_chat_template(m);
 }
 
 static void print_tensors(const model *m) {

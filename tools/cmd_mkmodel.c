@@ -1,5 +1,8 @@
 /* cinder mkmodel: write a synthetic qwen3moe GGUF. */
+#include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -15,12 +18,14 @@ static void usage(FILE *out) {
             "                      [--layers N] [--embd N] [--heads N] [--kv-heads N] [--head-dim N]\n"
             "                      [--experts N] [--experts-used N] [--ff N] [--dense] [--vocab N]\n"
             "                      [--ctx N] [--rope-theta F] [--logit-scale F] [--threads N]\n"
-            "                      [--tokenizer-dir DIR] [--script TEXT] [--dry-run]\n"
+            "                      [--tokenizer-dir DIR] [--script TEXT] [--chat-template-file F] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (every supported type; tiny's default)\n"
             "  --dense writes a dense qwen3 model whose FFN width is --ff\n"
             "  --script TEXT writes a model whose greedy continuation is TEXT: after TEXT's token i\n"
             "    comes its token i+1, whatever came before (special tokens parsed; every token but\n"
             "    the last distinct, at most --embd + 1 tokens). End the prompt with TEXT's first token.\n"
+            "  --chat-template-file F stores F's text as tokenizer.chat_template (by default the\n"
+            "    tokenizer directory's, the Qwen3 hybrid template); any text, recognised or not\n"
             "  --dry-run prints the size the model would have and writes nothing\n");
 }
 
@@ -47,7 +52,35 @@ static int parse_dim(const char *opt, const char *v, synth_spec *s, bool *handle
     return 0;
 }
 
-int cmd_mkmodel(int argc, char **argv) {
+/* The whole file, NUL-terminated; a NUL inside would cut the GGUF string short, so it is refused. */
+static int read_template(const char *path, char **out) {
+    if (!path) return cli_error("mkmodel", "--chat-template-file needs a value");
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_error("mkmodel", "--chat-template-file %s: %s", path, strerror(errno));
+    char *buf = NULL;
+    size_t len = 0, cap = 0, got;
+    do {
+        if (len + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap = 2 * cap + 4096 + 1);
+            if (!nb) { free(buf); fclose(f); return cli_error("mkmodel", "out of memory"); }
+            buf = nb;
+        }
+        got = fread(buf + len, 1, 4096, f);
+        len += got;
+    } while (got > 0);
+    bool bad = ferror(f) != 0;
+    fclose(f);
+    buf[len] = 0;
+    if (bad || memchr(buf, 0, len)) {
+        free(buf);
+        return cli_error("mkmodel", "--chat-template-file %s: %s", path, bad ? "read error" : "contains a NUL byte");
+    }
+    free(*out);
+    *out = buf;
+    return 0;
+}
+
+static int mkmodel(int argc, char **argv, char **tmpl) {
     synth_spec s;
     const char *out = NULL, *preset = "tiny";
     for (int i = 1; i < argc; i++) /* the preset first: other options override it */
@@ -76,6 +109,7 @@ int cmd_mkmodel(int argc, char **argv) {
         else if (!strcmp(opt, "--logit-scale")) { if (cli_f32(opt, v, &s.logit_scale)) return 1; }
         else if (!strcmp(opt, "--threads")) { uint32_t n; if (cli_u32(opt, v, &n)) return 1; s.n_threads = (int)n; }
         else if (!strcmp(opt, "--tokenizer-dir")) s.tokenizer_dir = v;
+        else if (!strcmp(opt, "--chat-template-file")) { if (read_template(v, tmpl)) return 1; s.chat_template = *tmpl; }
         else if (!strcmp(opt, "--script")) { if (!v) return cli_error("mkmodel", "--script needs a value"); s.script = v; }
         else return cli_unknown("mkmodel", a);
     }
@@ -97,4 +131,11 @@ int cmd_mkmodel(int argc, char **argv) {
     fprintf(stderr, "wrote %s (%s, %s, seed %llu) in %.1f s\n", out, preset, synth_quant_name(s.quant),
             (unsigned long long)s.seed, (cd_now_ms() - t0) / 1e3);
     return 0;
+}
+
+int cmd_mkmodel(int argc, char **argv) {
+    char *tmpl = NULL; /* --chat-template-file's text */
+    int rc = mkmodel(argc, argv, &tmpl);
+    free(tmpl);
+    return rc;
 }

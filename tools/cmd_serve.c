@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/base/error.h"
+#include "runtime/text/chat_template.h"
 #include "server/server.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -17,6 +18,7 @@ static void usage(FILE *out) {
             "                    [--no-prefix-cache] [--api-key KEY] [--alias NAME] [--chunk-tokens N]\n"
             "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
             "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
+            "                    [--chat-template NAME]\n"
             "  An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (streaming with\n"
             "  \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), /v1/cache.\n"
             "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
@@ -30,6 +32,9 @@ static void usage(FILE *out) {
             "  the empty <think></think> block it was generated after), so each turn continues the cached\n"
             "  tokens; --strict-template renders it exactly as the Qwen3 template does instead.\n"
             "  --preserve-reasoning keeps reasoning_content of every assistant turn in the history.\n"
+            "  --chat-template NAME (qwen3, qwen3-coder) renders requests and parses replies with that\n"
+            "  template instead of the one the model file carries (recognised by its text; `cinder info`\n"
+            "  names it; an unknown one is refused).\n"
             "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory; --cache-dir DIR writes\n"
             "  cached prefixes to DIR in 256-token chunks and serves them after a restart, within\n"
             "  --cache-dir-max-mb N MiB (N >= 1; default 10%% of the free space at start, at least 256 MiB;\n"
@@ -83,6 +88,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         }
         else if (cli_value(argc, argv, &i, "--api-key", &v)) o->so.api_key = v;
         else if (cli_value(argc, argv, &i, "--alias", &v)) o->so.alias = v;
+        else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->so.chat_template = v;
         else if (cli_value(argc, argv, &i, "--max-body-kb", &v)) { if (cli_u32("--max-body-kb", v, &o->so.max_body_kb)) return -1; }
         else if (cli_value(argc, argv, &i, "--max-header-kb", &v)) { if (cli_u32("--max-header-kb", v, &o->so.max_header_kb)) return -1; }
         else if (cli_value(argc, argv, &i, "--max-conns", &v)) { if (cli_u32("--max-conns", v, &o->so.max_conns)) return -1; }
@@ -96,6 +102,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
     if (o->so.max_body_kb > 1024 * 1024 || o->so.max_header_kb > 1024 * 1024)
         return cli_error("serve", "--max-body-kb and --max-header-kb are at most 1048576"), -1;
     if (o->so.api_key && !*o->so.api_key) return cli_error("serve", "--api-key must not be empty"), -1;
+    chat_template_id tmpl;
+    if (o->so.chat_template && chat_template_from_name(o->so.chat_template, &tmpl))
+        return cli_error("serve", "--chat-template: %s", cd_errmsg()), -1;
     if (o->eo.page_tokens > 256) return cli_error("serve", "--page-size is at most 256"), -1;
     if (o->eo.spec_tokens > ENGINE_SPEC_MAX) return cli_error("serve", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
     if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))

@@ -117,6 +117,7 @@ static conversation *session_get(trace_sessions *ss, const char *name) {
     }
     trace_session *s = &ss->s[ss->n];
     if (!(s->name = strdup(name)) || conv_init(&s->c)) { free(s->name); return NULL; }
+    s->c.template = ss->template;
     ss->n++;
     return &s->c;
 }

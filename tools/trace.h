@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/text/chat_template.h"
 #include "runtime/text/conversation.h"
 #include "runtime/text/tokenizer.h"
 
@@ -38,6 +39,7 @@ typedef struct trace_session {
 typedef struct trace_sessions {
     trace_session *s;
     size_t n, cap;
+    chat_template_id template; /* every session renders with it */
 } trace_sessions;
 
 /* The prompt of a chat request: its session's history + "append" (and "tools"), rendered and

@@ -347,7 +347,8 @@ static int set_tokenizer(gguf_writer *w, const synth_spec *s, tok_vocab *v) {
     if (tok_vocab_from_hf(tj, tc, s->cfg.n_vocab, v)) return -1;
     if (v->n_tokens != s->cfg.n_vocab)
         return cd_fail("tokenizer has %zu tokens, more than the model's vocabulary %u", v->n_tokens, s->cfg.n_vocab);
-    char *tmpl = read_chat_template(s->tokenizer_dir);
+    char *tmpl = s->chat_template ? strdup(s->chat_template) : read_chat_template(s->tokenizer_dir);
+    if (s->chat_template && !tmpl) return cd_fail("out of memory");
     if (!tmpl) return -1;
     gguf_writer_set_str(w, "tokenizer.ggml.model", "gpt2");
     gguf_writer_set_str(w, "tokenizer.ggml.pre", "qwen2");

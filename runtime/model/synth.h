@@ -39,6 +39,9 @@ typedef struct synth_spec {
      * greedily: after t_i comes t_i+1. t_0 .. t_n-2 must be distinct and at most n_embd;
      * n >= 2. The model's token_embd and output are then F16 whatever the quant mix. */
     const char *script;
+    /* NULL: tokenizer.chat_template is tokenizer_dir's (the Qwen3 hybrid template); else this
+     * text, any text at all (tests of template recognition and of other templates). */
+    const char *chat_template;
 } synth_spec;
 
 /* Fills spec for a preset: tiny, small, qwen3-30b-a3b. Quant and seed get defaults. */

@@ -15,11 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 
 typedef struct conversation {
     json_t *messages; /* array */
     json_t *tools;    /* array or NULL */
+    chat_template_id template; /* rendered with (qwen3 after conv_init) */
 } conversation;
 
 int conv_init(conversation *c);
