@@ -19,6 +19,9 @@
 
 /* ---- running a stream ------------------------------------------------------------------- */
 
+/* The call format every stream below is checked in (qwen3's JSON calls unless a test sets it). */
+static toolcall_format fmt;
+
 typedef struct {
     json_t *deltas;      /* all deltas, in order */
     size_t diverged_at;  /* index of the first delta sent by the feed that diverged */
@@ -29,7 +32,7 @@ typedef struct {
 static run stream(const char *text, size_t n, const size_t *cuts, size_t n_cuts) {
     run r = {json_array(), 0, false};
     reply_stream s;
-    reply_stream_init(&s, "call_");
+    reply_stream_init_as(&s, "call_", fmt);
     for (size_t i = 0; i <= n_cuts; i++) {
         size_t before = json_array_size(r.deltas);
         bool final = i == n_cuts;
@@ -118,7 +121,7 @@ static const char *str_or_empty(const json_t *j) { return json_is_string(j) ? js
 
 static void expect_exact(const char *text, size_t n, const run *r) {
     json_t *msg = NULL;
-    assert_int_equal(toolcall_parse(text, n, &msg), 0);
+    assert_int_equal(toolcall_parse_as(text, n, fmt, &msg), 0);
     sum m = add_up(r->deltas, 0, json_array_size(r->deltas));
     json_t *calls = json_object_get(msg, "tool_calls");
     calls = calls ? json_incref(calls) : json_array();
@@ -217,6 +220,46 @@ static const char *const table[] = {
     "<think>a<think>\nb\n</think>c</think>\n\nd",
     "<think>\nfirst<think>second</think>\n\nanswer <tool_call>{\"name\": \"f\"}</tool_call>",
 };
+
+/* Qwen3-Coder replies: the same invariant against toolcall_parse_as in the XML format, the
+ * values typed by the tools' schemas. */
+static const char *const coder_table[] = {
+    "Let me look.\n\n<tool_call>\n<function=edit>\n<parameter=path>\nsrc/a.c\n</parameter>\n"
+    "<parameter=line>\n42\n</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=edit>\n<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n</function>\n</tool_call>\n"
+    "<tool_call>\n<function=unknown>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",
+    "<tool_call>\n<function=edit>\n<parameter=line>\n7", /* cut off: still a call */
+    "Text <tool_call>\n<function=edit\n</tool_call>",    /* not a call: all content */
+    "<tool_call>\n{\"name\": \"edit\", \"arguments\": {}}\n</tool_call>", /* the JSON layout is content here */
+    "Grüße 日本 <tool_call>\n<function=edit>\n<parameter=path>\n日本語 🎉\n</parameter>\n</function>\n</tool_call>",
+    "Just an answer, mentioning <function=edit> in passing.",
+};
+
+static void test_coder_all_splits(void **state) {
+    (void)state;
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"edit\",\"parameters\":{\"type\":"
+                               "\"object\",\"properties\":{\"line\":{\"type\":\"integer\"},\"opts\":{\"type\":\"object\"}}}}}]",
+                               0, NULL);
+    assert_non_null(tools);
+    fmt = (toolcall_format){.template = CHAT_TEMPLATE_QWEN3_CODER, .tools = tools};
+    rng g;
+    rng_seed(&g, 12);
+    for (size_t i = 0; i < sizeof coder_table / sizeof *coder_table; i++) {
+        check_all_splits(coder_table[i], strlen(coder_table[i]), &g, 50);
+        run r = stream(coder_table[i], strlen(coder_table[i]), NULL, 0);
+        bool has_calls = false; /* the first three and the sixth are calls */
+        for (size_t k = 0; k < json_array_size(r.deltas); k++) has_calls |= json_object_get(json_array_get(r.deltas, k), "tool_calls") != NULL;
+        assert_int_equal(has_calls, i < 3 || i == 5);
+        json_decref(r.deltas);
+    }
+    run r = stream(coder_table[0], strlen(coder_table[0]), NULL, 0);
+    const json_t *last = json_array_get(r.deltas, json_array_size(r.deltas) - 1);
+    const json_t *fn = json_object_get(json_array_get(json_object_get(last, "tool_calls"), 0), "function");
+    assert_string_equal(json_string_value(json_object_get(fn, "arguments")), "{\"path\": \"src/a.c\", \"line\": 42}");
+    json_decref(r.deltas);
+    fmt = (toolcall_format){0};
+    json_decref(tools);
+}
 
 static void test_table_all_splits(void **state) {
     (void)state;
@@ -398,6 +441,7 @@ int main(void) {
         cmocka_unit_test(test_table_all_splits), cmocka_unit_test(test_split_markers),
         cmocka_unit_test(test_delta_shapes),     cmocka_unit_test(test_divergence),
         cmocka_unit_test(test_random_replies),   cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_coder_all_splits),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -159,7 +159,7 @@ static int feed_live(reply_stream *s, const char *text, size_t len, json_t *delt
 /* The rest of toolcall_parse's message, when it extends what was sent (always, in (L)). */
 static int feed_final(reply_stream *s, const char *text, size_t len, json_t *deltas) {
     json_t *msg = NULL;
-    if (toolcall_parse(text, len, &msg) != 0) return cd_fail_ctx("reply_stream_feed: ");
+    if (toolcall_parse_as(text, len, s->fmt, &msg) != 0) return cd_fail_ctx("reply_stream_feed: ");
     slice r = string_of(json_object_get(msg, "reasoning_content")), c = string_of(json_object_get(msg, "content"));
     /* Equal bytes from another reading pass here; but reasoning that grows once content went
      * out means a "</think>" came after the content (a live feed sees that as the content
@@ -179,8 +179,10 @@ static int feed_final(reply_stream *s, const char *text, size_t len, json_t *del
 
 /* ---- the stream ------------------------------------------------------------------------- */
 
-void reply_stream_init(reply_stream *s, const char *id_prefix) {
-    *s = (reply_stream){.id_prefix = id_prefix ? id_prefix : ""};
+void reply_stream_init(reply_stream *s, const char *id_prefix) { reply_stream_init_as(s, id_prefix, (toolcall_format){0}); }
+
+void reply_stream_init_as(reply_stream *s, const char *id_prefix, toolcall_format fmt) {
+    *s = (reply_stream){.id_prefix = id_prefix ? id_prefix : "", .fmt = fmt};
 }
 
 int reply_stream_feed(reply_stream *s, const char *text, size_t len, bool final, json_t *deltas) {

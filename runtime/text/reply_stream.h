@@ -58,8 +58,11 @@
 #include <stddef.h>
 #include <jansson.h>
 
+#include "runtime/text/toolcall.h"
+
 typedef struct reply_stream {
     const char *id_prefix;  /* borrowed: tool call i gets the id id_prefix + "i" */
+    toolcall_format fmt;    /* how the calls are written (its tools borrowed); qwen3's JSON by default */
     size_t fed;             /* length of the text at the last feed (it only grows) */
     size_t r_at, r_len;     /* the reasoning sent so far is text[r_at, r_at + r_len) */
     size_t c_at, c_len;     /* the content sent so far (before a divergence) likewise */
@@ -70,6 +73,9 @@ typedef struct reply_stream {
 
 /* id_prefix must outlive the stream; NULL means "". */
 void reply_stream_init(reply_stream *s, const char *id_prefix);
+/* The same, for replies whose calls are written in fmt (fmt.tools must outlive the stream):
+ * the invariant holds against toolcall_parse_as(text, fmt). */
+void reply_stream_init_as(reply_stream *s, const char *id_prefix, toolcall_format fmt);
 
 /* text[0..len) is the WHOLE reply generated so far, without the end token: each call passes
  * the previous text extended (or unchanged). final = generation ended; it flushes everything

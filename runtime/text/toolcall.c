@@ -7,6 +7,7 @@
 #include "runtime/base/error.h"
 #include "runtime/text/json_jinja.h"
 #include "runtime/text/slice.h"
+#include "runtime/text/toolcall_coder.h"
 
 /* ---- the raw text of the "arguments" value ---------------------------------------------- */
 
@@ -99,7 +100,7 @@ done:
 /* Tool calls from the text after the reasoning; NULL when there are none or any block is
  * not a tool call. *content_end is where the content stops (the first block). Each block's
  * inner text goes to inner[] (up to max of them) when inner is not NULL. */
-static json_t *parse_calls(slice rest, size_t *content_end, slice *inner, size_t max) {
+static json_t *parse_calls(slice rest, toolcall_format f, size_t *content_end, slice *inner, size_t max) {
     ptrdiff_t first = find_first(rest, LIT("<tool_call>"));
     if (first < 0) return NULL;
     json_t *calls = json_array();
@@ -110,7 +111,7 @@ static json_t *parse_calls(slice rest, size_t *content_end, slice *inner, size_t
         slice block = close < 0 ? after : (slice){after.p, (size_t)close};
         size_t k = json_array_size(calls);
         if (inner && k < max) inner[k] = block;
-        json_t *call = parse_call(block);
+        json_t *call = f.template == CHAT_TEMPLATE_QWEN3_CODER ? toolcall_coder_call(block, f.tools) : parse_call(block);
         if (!call || json_array_append_new(calls, call) != 0) {
             json_decref(calls);
             return NULL;
@@ -146,11 +147,15 @@ static slice split_reasoning(slice all, slice *reasoning, bool *has_reasoning) {
 }
 
 size_t toolcall_spans(const char *text, size_t len, size_t *off, size_t *n, size_t max) {
+    return toolcall_spans_as(text, len, (toolcall_format){0}, off, n, max);
+}
+
+size_t toolcall_spans_as(const char *text, size_t len, toolcall_format f, size_t *off, size_t *n, size_t max) {
     slice reasoning, inner[64];
     bool has_reasoning;
     slice rest = split_reasoning((slice){text, len}, &reasoning, &has_reasoning);
     size_t content_end;
-    json_t *calls = parse_calls(rest, &content_end, inner, 64);
+    json_t *calls = parse_calls(rest, f, &content_end, inner, 64);
     size_t count = json_array_size(calls), kept = count < max ? count : max;
     if (kept > 64) kept = 64;
     for (size_t k = 0; k < kept; k++) {
@@ -162,13 +167,17 @@ size_t toolcall_spans(const char *text, size_t len, size_t *off, size_t *n, size
 }
 
 int toolcall_parse(const char *text, size_t len, json_t **message) {
+    return toolcall_parse_as(text, len, (toolcall_format){0}, message);
+}
+
+int toolcall_parse_as(const char *text, size_t len, toolcall_format f, json_t **message) {
     *message = NULL;
     slice all = {text, len}, reasoning;
     bool has_reasoning;
     slice rest = split_reasoning(all, &reasoning, &has_reasoning);
 
     size_t content_end = rest.n;
-    json_t *calls = parse_calls(rest, &content_end, NULL, 0);
+    json_t *calls = parse_calls(rest, f, &content_end, NULL, 0);
     slice content = {rest.p, content_end};
     if (calls) content = strip_ws(content);
 

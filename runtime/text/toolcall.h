@@ -18,7 +18,9 @@
  * Tool calls: every <tool_call>...</tool_call> block after the reasoning (the last one may be
  * unterminated) holds a JSON object {"name": string, "arguments": any}; "arguments" may be
  * absent (= {}). "arguments" in the result is the exact text the model wrote for the value
- * (a JSON string value is decoded instead, since it already is the arguments text). Content
+ * (a JSON string value is decoded instead, since it already is the arguments text); in the
+ * Qwen3-Coder format (toolcall_format) a block holds <function=NAME><parameter=P>VALUE...
+ * instead, read as runtime/text/toolcall_coder.h says. Content
  * is the text before the first block, trailing whitespace removed; text between or after
  * blocks is dropped (the template has no place for it). If any block is not such an object,
  * nothing is taken as a tool call and the whole text after the reasoning is the content, as
@@ -28,9 +30,21 @@
 #include <stddef.h>
 #include <jansson.h>
 
+#include "runtime/text/chat_template.h"
+
+/* How the calls inside the blocks are written: qwen3's JSON object (the default, zeroed), or
+ * Qwen3-Coder's <function=NAME><parameter=P>... (runtime/text/toolcall_coder.h), whose values
+ * are typed by the request's tool schemas. Everything else (reasoning, content, blocks, the
+ * all-or-nothing rule) is the same for both. */
+typedef struct toolcall_format {
+    chat_template_id template;
+    const json_t *tools; /* the request's tools (borrowed), or NULL */
+} toolcall_format;
+
 /* text need not be NUL-terminated; it must be valid UTF-8 (jansson strings require it).
  * *message is a new reference. -1 with a message on invalid UTF-8 or out of memory. */
 int toolcall_parse(const char *text, size_t len, json_t **message);
+int toolcall_parse_as(const char *text, size_t len, toolcall_format f, json_t **message);
 
 /* Where each tool call toolcall_parse finds was written: the inner text of its block (after
  * "<tool_call>" up to "</tool_call>", or to the end of an unterminated last block), as
@@ -38,3 +52,4 @@ int toolcall_parse(const char *text, size_t len, json_t **message);
  * max (and 64) spans are written. The server keeps these bytes per call id so a call sent
  * back renders exactly as generated (chat_options.generated_call). */
 size_t toolcall_spans(const char *text, size_t len, size_t *off, size_t *n, size_t max);
+size_t toolcall_spans_as(const char *text, size_t len, toolcall_format f, size_t *off, size_t *n, size_t max);
