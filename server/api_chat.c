@@ -321,12 +321,12 @@ static void remember_calls(const reply_ctx *x, const choice_ctx *ch) {
     size_t n, off[64], len[64];
     char *full = full_text(j, j->text ? j->text : "", j->len, &n);
     json_t *msg = NULL;
-    if (!full || toolcall_parse(full, n, &msg)) {
+    if (!full || toolcall_parse_as(full, n, j->calls, &msg)) {
         free(full);
         return;
     }
     json_t *calls = json_object_get(msg, "tool_calls");
-    size_t spans = toolcall_spans(full, n, off, len, 64);
+    size_t spans = toolcall_spans_as(full, n, j->calls, off, len, 64);
     for (size_t i = 0; i < json_array_size(calls) && i < spans && i < 64; i++) {
         const json_t *fn = json_object_get(json_array_get(calls, i), "function");
         const char *name = json_string_value(json_object_get(fn, "name"));
@@ -437,7 +437,7 @@ static json_t *whole_choice(const reply_ctx *x, const choice_ctx *ch) {
     size_t n;
     char *full = full_text(j, j->text ? j->text : "", j->len, &n);
     json_t *msg = NULL;
-    if (!full || toolcall_parse(full, n, &msg)) {
+    if (!full || toolcall_parse_as(full, n, j->calls, &msg)) {
         free(full);
         json_decref(lp);
         return NULL;
@@ -500,7 +500,7 @@ static reply_ctx *reply_new(server *s, const http_req *r, const api_prepared *p,
         if (!p->chat) continue;
         if (p->n == 1) snprintf(ch[k].call_prefix, sizeof ch[k].call_prefix, "call_%s_", x->id);
         else snprintf(ch[k].call_prefix, sizeof ch[k].call_prefix, "call_%s_%u_", x->id, k);
-        reply_stream_init(&ch[k].rs, ch[k].call_prefix);
+        reply_stream_init_as(&ch[k].rs, ch[k].call_prefix, jobs[k]->calls);
     }
     return x;
 }

@@ -337,6 +337,7 @@ typedef struct chat_req {
     char *forced; /* the start of a tool call the request's tool_choice demands, or NULL */
     bool lazy;    /* tool_choice auto with a strict tool: the calls the model makes are held (g.schema) */
     bool single;  /* parallel_tool_calls false: after one call, the end */
+    bool coder;   /* the qwen3-coder template: XML calls, which no JSON schema holds */
 } chat_req;
 
 static bool offered(const json_t *tools, const char *name) {
@@ -433,6 +434,9 @@ static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
     }
     if (mode && !strcmp(mode, "required")) {
         q->forced = strdup("<tool_call>\n");
+    } else if (q->coder && !mode && !json_unpack((json_t *)tc, "{s:{s:s}}", "function", "name", &name)) {
+        size_t n = strlen(name) + 32; /* Qwen3-Coder's call: the name is written, the arguments free */
+        if ((q->forced = malloc(n))) snprintf(q->forced, n, "<tool_call>\n<function=%s>\n", name);
     } else if (!mode && !json_unpack((json_t *)tc, "{s:{s:s}}", "function", "name", &name)) {
         json_t *js = json_string(name);
         char *quoted = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
@@ -447,7 +451,8 @@ static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
     if (!q->forced) return api_fail(e, 500, NULL, "out of memory");
     if (!q->tools) return api_fail(e, 400, "tool_choice", "tool_choice asks for a tool call but no tools are given");
     if (name && !offered(q->tools, name)) return api_fail(e, 400, "tool_choice", "tool_choice names %s, which is not in tools", name);
-    return forced_schema(q, name, e);
+    if (name && strpbrk(name, "<>\n")) return api_fail(e, 400, "tool_choice", "a tool name cannot hold <, > or a newline");
+    return q->coder ? 0 : forced_schema(q, name, e); /* the schemas are JSON-call grammars: not for XML calls */
 }
 
 /* OpenAI lets a message's content be an array of parts; the template takes a string. Text parts
@@ -507,8 +512,9 @@ static int chat_fields(const json_t *body, chat_req *q, api_err *e) {
     return 0;
 }
 
-static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_req *q, api_err *e) {
-    *q = (chat_req){0};
+static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_template_id tmpl, chat_req *q,
+                      api_err *e) {
+    *q = (chat_req){.coder = tmpl == CHAT_TEMPLATE_QWEN3_CODER};
     if (gen_params_parse(body, true, seed, n_vocab, &q->g, e) || chat_fields(body, q, e)) return -1;
     bool json = q->g.json_object || q->g.schema;
     if (json && q->thinking) /* the reply would open with <think>, which is not JSON */
@@ -523,7 +529,7 @@ static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_r
     q->single = !parallel;
     /* OpenAI's strict: the calls fit; parallel_tool_calls false: at most one (held, so that the
      * end can be all that follows it) */
-    if (!q->forced && q->tools && !json && (any_strict(q->tools) || q->single)) {
+    if (!q->forced && q->tools && !json && !q->coder && (any_strict(q->tools) || q->single)) {
         if (forced_schema(q, NULL, e)) return -1;
         q->lazy = true;
     }
@@ -627,13 +633,14 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
     int32_t *ids = NULL;
     size_t n = 0;
     job *j = NULL;
-    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), &q, e) || chat_prompt(m, &q, true, &ids, &n, e) || make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e) ? -1 : 0;
+    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), m->template, &q, e) || chat_prompt(m, &q, true, &ids, &n, e) || make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e) ? -1 : 0;
     if (!rc && !(out->prompts = malloc(sizeof *out->prompts))) {
         job_unref(j), job_unref(j);
         rc = api_fail(e, 500, NULL, "out of memory");
     }
     if (!rc) {
         out->prompts[out->n_prompts++] = j;
+        j->calls = (toolcall_format){.template = m->template, .tools = q.tools ? json_incref((json_t *)q.tools) : NULL};
         j->forced = q.forced;
         q.forced = NULL;
         if (j->schema && j->forced) /* the call's object begins after "<tool_call>\n" */

@@ -19,6 +19,7 @@ void job_unref(job *j) {
     free(j->ids);
     for (uint32_t i = 0; i < j->n_stop; i++) free(j->stop[i]);
     free(j->forced);
+    json_decref((json_t *)j->calls.tools);
     free(j->cache_salt);
     free(j->echo_text);
     free(j->plp);
@@ -56,6 +57,7 @@ job *job_copy(const job *j) {
     c->schema = j->schema ? json_schema_ref(j->schema) : NULL;
     for (uint32_t i = 0; i < j->n_stop; i++) c->stop[c->n_stop++] = dup_or_null(j->stop[i], &ok);
     c->forced = dup_or_null(j->forced, &ok);
+    c->calls = (toolcall_format){.template = j->calls.template, .tools = json_incref((json_t *)j->calls.tools)};
     if (j->forced_json && c->forced) c->forced_json = c->forced + (j->forced_json - j->forced);
     c->json_tail = j->json_tail; /* a literal */
     c->json_lazy = j->json_lazy;

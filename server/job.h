@@ -36,6 +36,7 @@
 #include "runtime/model/sampler.h"
 #include "runtime/text/json_schema.h"
 #include "runtime/text/tokenizer.h"
+#include "runtime/text/toolcall.h"
 
 #define JOB_MAX_STOP 16
 
@@ -64,6 +65,7 @@ typedef struct job {
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
     char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */
+    toolcall_format calls;    /* chat: how the reply's tool calls are written; calls.tools a reference */
     const char *forced_json;  /* with schema: the part of forced the call's object begins with */
     const char *json_tail;    /* with schema: what follows the object ("\n</tool_call>"), or NULL */
     bool json_lazy;           /* with schema: free text until token json_trigger opens a call */

@@ -17,6 +17,13 @@ model=$tmp/tiny.gguf
 script=$'\n\n<tool_call>\n{"name":"get_weather","arguments":{"city": "Paris"}}\n</tool_call><|im_end|>'
 script_model=$tmp/script.gguf
 "$bin" mkmodel --preset tiny --seed 12 --script "$script" --out "$script_model" >/dev/null
+# a scripted model that carries Qwen3-Coder's template: after its generation prompt's last token
+# ("\n") it calls a tool in the XML layout (the parser's leniencies keep the tokens distinct: no
+# closing tags but the block's); the server recognises the template from the file
+coder_script=$'\n<tool_call><function=get_weather>\n <parameter=days>3</tool_call><|im_end|>'
+coder_model=$tmp/coder.gguf
+"$bin" mkmodel --preset tiny --seed 13 --script "$coder_script" \
+  --chat-template-file "$root/third_party/llama/src/models/templates/Qwen3-Coder.jinja" --out "$coder_model" >/dev/null
 
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
@@ -75,13 +82,17 @@ start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test --spec-t
 # a pool smaller than the context: the engine refuses long prompts; a disk tier with a budget
 start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 --cache-dir "$tmp/cache-dir" --cache-dir-max-mb 1
 start_on "$script_model" script --ctx 1024 --parallel 2 --spec-tokens 4
+start_on "$coder_model" coder --ctx 1024 --parallel 2
 main_port=$(healthy_port main)
 busy_port=$(healthy_port busy)
 script_port=$(healthy_port script)
+coder_port=$(healthy_port coder)
+grep -q "chat template qwen3-coder" "$tmp/coder.log" || { echo "FAIL the coder server does not say it renders qwen3-coder"; exit 1; }
 
 CINDER_URL="http://127.0.0.1:$main_port" CINDER_BUSY_URL="http://127.0.0.1:$busy_port" CINDER_KEY=test-key \
   CINDER_MODEL="$model" CINDER_SCRIPT_URL="http://127.0.0.1:$script_port" CINDER_SCRIPT_MODEL="$script_model" \
-  CINDER_SCRIPT="$script" CINDER_TEST_DIR="$tmp" NODE_PATH="$root/third_party/npm/node_modules" \
+  CINDER_SCRIPT="$script" CINDER_CODER_URL="http://127.0.0.1:$coder_port" CINDER_CODER_MODEL="$coder_model" \
+  CINDER_CODER_SCRIPT="$coder_script" CINDER_TEST_DIR="$tmp" NODE_PATH="$root/third_party/npm/node_modules" \
   node --test --test-reporter=spec ${TEST_FILTER:+--test-name-pattern="$TEST_FILTER"} "$root/tests/server/api.test.mjs"
 
 # the disk tier's counters and gauges on /metrics (only with --cache-dir), and in /v1/cache
@@ -102,3 +113,4 @@ echo "ok   /metrics and /v1/cache report the disk tier (counters, bytes, the bud
 stop main
 stop busy
 stop script
+stop coder

@@ -21,6 +21,8 @@ const bin = process.env.CINDER_BIN, model = process.env.CINDER_MODEL;
 const client = new OpenAI({ baseURL: `${url}/v1`, apiKey: key, maxRetries: 0 });
 const scriptUrl = process.env.CINDER_SCRIPT_URL, scriptModel = process.env.CINDER_SCRIPT_MODEL, script = process.env.CINDER_SCRIPT;
 const scripted = new OpenAI({ baseURL: `${scriptUrl}/v1`, apiKey: "none", maxRetries: 0 });
+const coderUrl = process.env.CINDER_CODER_URL, coderModel = process.env.CINDER_CODER_MODEL, coderScript = process.env.CINDER_CODER_SCRIPT;
+const coder = new OpenAI({ baseURL: `${coderUrl}/v1`, apiKey: "none", maxRetries: 0 });
 
 const greedy = { model: "any-name", temperature: 0 };
 const hello = [{ role: "system", content: "You are a test." }, { role: "user", content: "Hello, who are you?" }];
@@ -1302,3 +1304,99 @@ test("metrics and cache after everything: no pinned page, no page leaked", async
     assert.equal(c.gpu.free + c.gpu.cached, c.gpu.pages);
     assert.ok(c.hit_tokens > 0);
 });
+
+// ---- a Qwen3-Coder model: its template recognised from the file, its XML calls parsed ----
+// The oracle: Qwen3-Coder.jinja rendered by @huggingface/jinja (OpenAI's arguments text parsed,
+// as the server does and the template needs); CINDER_CODER_SCRIPT is the model's greedy reply.
+const coderTemplate = new Template(readFileSync(join(root, "third_party/llama/src/models/templates/Qwen3-Coder.jinja"), "utf8"));
+function renderCoder(messages, tools) {
+    const ms = messages.map((m) => (!m.tool_calls ? m : { ...m, tool_calls: m.tool_calls.map((c) =>
+        ({ ...c, function: { ...c.function, arguments: JSON.parse(c.function.arguments) } })) }));
+    return coderTemplate.render({ messages: ms, tools, add_generation_prompt: true });
+}
+const daysTools = (type) => [{ type: "function", function: { name: "get_weather", description: "Forecast",
+    parameters: { type: "object", properties: { days: { type } }, required: ["days"] } } }];
+const coderAsk = [{ role: "system", content: "You are a coding agent." }, { role: "user", content: "Forecast, please." }];
+const coderIds = () => tokenize(coderScript, coderModel);
+
+test("qwen3-coder: the XML call comes back as tool_calls, its value typed by the tool's schema", async () => {
+    const r = await coder.chat.completions.create({ ...greedy, messages: coderAsk, tools: daysTools("integer"), max_tokens: 64 });
+    const c = r.choices[0];
+    assert.equal(c.finish_reason, "tool_calls");
+    assert.equal(c.message.content, null);
+    assert.equal(c.message.tool_calls.length, 1);
+    const call = c.message.tool_calls[0];
+    assert.match(call.id, /^call_\S+$/);
+    assert.equal(call.type, "function");
+    assert.equal(call.function.name, "get_weather");
+    assert.equal(call.function.arguments, "{\"days\": 3}", "an integer, as the schema says");
+    // the prompt is the Coder template's, byte for byte (the same token count), ending where the script starts
+    const ids = tokenize(renderCoder(coderAsk, daysTools("integer")), coderModel);
+    assert.equal(r.usage.prompt_tokens, ids.length);
+    assert.equal(ids.at(-1), coderIds()[0]);
+    assert.equal(r.usage.completion_tokens, coderIds().length - 2);
+    // the same reply under a string schema stays a string; with no such parameter too
+    const s = await coder.chat.completions.create({ ...greedy, messages: coderAsk, tools: daysTools("string"), max_tokens: 64 });
+    assert.equal(s.choices[0].message.tool_calls[0].function.arguments, "{\"days\": \"3\"}");
+    const none = await coder.chat.completions.create({ ...greedy, messages: coderAsk, max_tokens: 64 });
+    assert.equal(none.choices[0].message.tool_calls[0].function.arguments, "{\"days\": \"3\"}", "no tools: no types");
+    // tool_choice naming the tool: the call's start is written into the prompt in the XML layout
+    const named = await coder.chat.completions.create({ ...greedy, messages: coderAsk, tools: daysTools("number"), max_tokens: 64,
+        tool_choice: { type: "function", function: { name: "get_weather" } } });
+    assert.equal(named.choices[0].finish_reason, "tool_calls");
+    assert.equal(named.choices[0].message.tool_calls[0].function.arguments, "{\"days\": 3}");
+});
+
+test("qwen3-coder: streamed, the tool_calls deltas add up to the whole reply's call", async () => {
+    const params = { ...greedy, messages: coderAsk, tools: daysTools("integer"), max_tokens: 64 };
+    const whole = await coder.chat.completions.create(params);
+    const stream = await coder.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
+    const calls = [];
+    let content = "", finish = null, usage = null;
+    for await (const ch of stream) {
+        if (ch.usage) usage = ch.usage;
+        for (const c of ch.choices) {
+            if (c.delta.content) content += c.delta.content;
+            for (const d of c.delta.tool_calls ?? []) {
+                const call = calls[d.index] ??= { id: "", type: "", function: { name: "", arguments: "" } };
+                if (d.id) call.id = d.id;
+                if (d.type) call.type = d.type;
+                if (d.function?.name) call.function.name += d.function.name;
+                if (d.function?.arguments) call.function.arguments += d.function.arguments;
+            }
+            if (c.finish_reason) finish = c.finish_reason;
+        }
+    }
+    assert.equal(content, "");
+    assert.equal(calls.length, 1);
+    assert.deepEqual(calls[0].function, whole.choices[0].message.tool_calls[0].function);
+    assert.equal(calls[0].type, "function");
+    assert.equal(finish, "tool_calls");
+    assert.equal(usage.completion_tokens, whole.usage.completion_tokens);
+});
+
+test("qwen3-coder: an agent round trip renders the call as generated and is served from the cache", async () => {
+    const salt = `coder-${Date.now()}`;
+    const tools = daysTools("integer");
+    const r1 = await coder.chat.completions.create({ ...greedy, messages: coderAsk, tools, max_tokens: 64, cache_salt: salt });
+    const call = r1.choices[0].message.tool_calls[0];
+    const m2 = [...coderAsk, r1.choices[0].message, { role: "tool", tool_call_id: call.id, content: "sunny" },
+        { role: "tool", tool_call_id: call.id, content: "18 C" }];
+    const r2 = await coder.chat.completions.create({ ...greedy, messages: m2, tools, max_tokens: 64, cache_salt: salt });
+    assert.equal(r2.choices[0].message.tool_calls[0].function.arguments, "{\"days\": 3}");
+    // the template would write the call as <tool_call>\n<function=get_weather>\n<parameter=days>\n3\n</parameter>...;
+    // the server writes the bytes the model generated, so the prompt continues the cached reply
+    const templated = renderCoder(m2, tools);
+    const at = templated.indexOf("\n<tool_call>", templated.indexOf("<|im_start|>assistant"));
+    const end = templated.indexOf("</tool_call>", at) + "</tool_call>".length;
+    const generated = "\n" + /<tool_call>.*<\/tool_call>/s.exec(coderScript)[0];
+    const asGen = templated.slice(0, at) + generated + templated.slice(end);
+    assert.notEqual(asGen, templated);
+    assert.equal(r2.usage.prompt_tokens, tokenize(asGen, coderModel).length, "the call rendered as generated");
+    const prev = r1.usage.prompt_tokens + r1.usage.completion_tokens;
+    const cached = r2.usage.prompt_tokens_details.cached_tokens;
+    // issue 12's target, as for qwen3: the previous prompt + 90% of the previous reply at least
+    assert.ok(cached >= r1.usage.prompt_tokens + 0.9 * r1.usage.completion_tokens && cached < r2.usage.prompt_tokens,
+        `cached ${cached} of ${r2.usage.prompt_tokens}; previous prompt + reply ${prev}`);
+});
+
