@@ -41,6 +41,7 @@
 #include "runtime/model/model.h"
 #include "runtime/text/chat.h"
 #include "runtime/text/tokenizer.h"
+#include "runtime/text/toolcall.h"
 #include "runtime/vk/vk_fault.h"
 #include "tests/test_util.h"
 
@@ -214,19 +215,29 @@ static int op_tokenize(void *ctx) {
     return rc ? -1 : 0;
 }
 
+/* ctx NULL: the qwen3 template; else the qwen3-coder one, then its reply parsed (typed values). */
 static int op_chat(void *ctx) {
-    (void)ctx;
     json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather?\"},"
                               "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
                               "\"function\":{\"name\":\"w\",\"arguments\":{\"city\":\"Paris\",\"n\":[1,2.5]}}}]},"
                               "{\"role\":\"tool\",\"content\":\"18 C\"},{\"role\":\"user\",\"content\":\"thanks\"}]",
                               0, NULL);
-    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"parameters\":{\"type\":\"object\"}}}]",
+    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"description\":\" d \",\"parameters\":"
+                               "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"array\",\"minItems\":1},\"d\":"
+                               "{\"type\":\"integer\"}},\"required\":[\"n\"]}}}]",
                                0, NULL);
     char *out = NULL;
-    int rc = msgs && tools ? chat_render(msgs, tools, (chat_options){.add_generation_prompt = true, .as_generated = true}, &out)
-                           : cd_fail("test data");
+    chat_options o = {.template = ctx ? CHAT_TEMPLATE_QWEN3_CODER : CHAT_TEMPLATE_QWEN3, .add_generation_prompt = true,
+                      .as_generated = true};
+    int rc = msgs && tools ? chat_render(msgs, tools, o, &out) : cd_fail("test data");
     free(out);
+    static const char reply[] = "Looking.\n\n<tool_call>\n<function=w>\n<parameter=n>\n[1, 2]\n</parameter>\n"
+                                "<parameter=d>\n7\n</parameter>\n</function>\n</tool_call>";
+    json_t *msg = NULL;
+    toolcall_format f = {.template = CHAT_TEMPLATE_QWEN3_CODER, .tools = tools};
+    if (rc == 0 && ctx) rc = toolcall_parse_as(reply, sizeof reply - 1, f, &msg);
+    if (rc == 0 && ctx && !json_object_get(msg, "tool_calls")) rc = cd_fail("the reply parsed without its call (out of memory)");
+    json_decref(msg);
     json_decref(msgs);
     json_decref(tools);
     return rc;
@@ -495,6 +506,8 @@ static void test_tokenizer(void **state) {
 static void test_chat_template(void **state) {
     (void)state;
     oom_loop("chat_render", op_chat, NULL, 400, 0);
+    static int coder = 1;
+    oom_loop("chat_render qwen3-coder + toolcall_parse_as", op_chat, &coder, 400, 0);
 }
 
 static void test_radix(void **state) {

@@ -4,7 +4,9 @@
  *
  * Input: the first byte picks the endpoint (even: /v1/chat/completions, odd: /v1/completions;
  * with bit 0x04 /tokenize, with 0x08 /detokenize instead: the same checks of the body, then ids
- * in the vocabulary, or a NUL-terminated text), the rest is the body. For every input api_prepare must either refuse it with a 4xx/5xx status
+ * in the vocabulary, or a NUL-terminated text), preserve_reasoning (bit 0x02) and the chat
+ * template (bit 0x10: qwen3-coder, else qwen3); the rest is the body. For every input
+ * api_prepare must either refuse it with a 4xx/5xx status
  * and a message (a param, when named, being a field of the request API) or produce a job per
  * prompt whose prompt fits the context and whose token ids are in the vocabulary, and their
  * choices as job_choices makes them (one cv for all). Any violation aborts. Run
@@ -55,9 +57,10 @@ static int fuzz_tokens(bool detokenize, const char *body, size_t len) {
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
+    model.preserve_reasoning = data[0] & 2;
+    model.template = data[0] & 0x10 ? CHAT_TEMPLATE_QWEN3_CODER : CHAT_TEMPLATE_QWEN3;
     if (data[0] & 0x0c) return fuzz_tokens(data[0] & 0x08, (const char *)data + 1, size - 1);
     bool chat = (data[0] & 1) == 0;
-    model.preserve_reasoning = data[0] & 2;
     api_prepared p;
     api_err e = {0};
     int rc = api_prepare(&model, chat, (const char *)data + 1, size - 1, 42, &p, &e);
