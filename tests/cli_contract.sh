@@ -35,7 +35,8 @@ check "mkmodel --chat-template-file" "$bin" mkmodel --preset tiny --seed 3 --lay
 check "info recognises Qwen3-Coder's template" grep -q "^chat template     qwen3-coder (the exact text cinder renders)$" <<<"$("$bin" info "$tmp/coder.gguf")"
 sed 's/You are Qwen, a helpful AI assistant/You are a helpful assistant/' "$coder_tmpl" >"$tmp/coder_variant.jinja"
 "$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$tmp/coder_variant.jinja" --out "$tmp/coder_variant.gguf" 2>/dev/null
-check "info says a changed Coder template is a variant" grep -q "^chat template     qwen3-coder (a variant: its markers match" <<<"$("$bin" info "$tmp/coder_variant.gguf")"
+check "info says a changed Coder template is unknown, a variant of qwen3-coder" grep -q "^chat template     unknown, a variant of qwen3-coder by its markers (" <<<"$("$bin" info "$tmp/coder_variant.gguf")"
+fails_with "chat refuses a variant, saying which --chat-template renders it" "its markers say it is a variant of qwen3-coder (Qwen3-Coder, XML tool calls); render it with that layout by passing --chat-template qwen3-coder" "$bin" chat --model "$tmp/coder_variant.gguf" </dev/null
 printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}' >"$tmp/odd.jinja"
 "$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$tmp/odd.jinja" --out "$tmp/odd.gguf" 2>/dev/null
 check "info says an unknown template is unknown" grep -q "^chat template     unknown (50 bytes, hash [0-9a-f]\{16\}): serve and chat need --chat-template NAME$" <<<"$("$bin" info "$tmp/odd.gguf")"

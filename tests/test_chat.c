@@ -291,8 +291,8 @@ static char *read_text(const char *rel, size_t *len) {
 }
 
 /* The exact texts, with or without the trailing newline, from llama.cpp's files too; a
- * variant (one character changed) by its markers; siblings and strangers refused, naming the
- * templates cinder knows; no template = qwen3. */
+ * variant (one character changed) refused with its family named, rendered when named;
+ * siblings and strangers refused, naming the templates cinder knows; no template = qwen3. */
 static void test_template_identify(void **state) {
     (void)state;
     chat_template_id id;
@@ -313,12 +313,20 @@ static void test_template_identify(void **state) {
         memcpy(plus + len, "\n \n", 3);
         assert_int_equal(chat_template_identify(plus, len + 3, &id, &how), 0);
         assert_int_equal(how, CHAT_MATCH_EXACT);
-        char *x = strstr(plus, "<|im_end|>"); /* a variant: still the family, by its markers */
+        char *x = strstr(plus, "<|im_end|>"); /* a variant: refused, naming its family by the markers */
         assert_non_null(x);
         x[2] = 'I';
-        assert_int_equal(chat_template_identify(plus, len, &id, &how), 0);
+        id = CHAT_TEMPLATE_COUNT;
+        cd_errclear();
+        assert_int_equal(chat_template_identify(plus, len, &id, &how), -1);
         assert_int_equal(id, files[i].id);
         assert_int_equal(how, CHAT_MATCH_MARKERS);
+        char hint[128];
+        snprintf(hint, sizeof hint, "its markers say it is a variant of %s (", chat_template_name(files[i].id));
+        if (!strstr(cd_errmsg(), hint) || !strstr(cd_errmsg(), "by passing --chat-template "))
+            fail_msg("%s", cd_errmsg());
+        assert_int_equal(chat_template_resolve(plus, len, chat_template_name(files[i].id), &id, &how), 0);
+        assert_int_equal(how, CHAT_MATCH_NAMED);
         free(plus);
         free(text);
     }
@@ -330,6 +338,7 @@ static void test_template_identify(void **state) {
     for (size_t i = 0; i < 3; i++) {
         cd_errclear();
         assert_int_equal(chat_template_identify(strangers[i], strlen(strangers[i]), &id, &how), -1);
+        assert_int_equal(how, CHAT_MATCH_UNKNOWN);
         assert_non_null(strstr(cd_errmsg(), "is none cinder renders; cinder knows qwen3 ("));
         assert_non_null(strstr(cd_errmsg(), "qwen3-coder ("));
         assert_non_null(strstr(cd_errmsg(), "--chat-template NAME"));

@@ -25,18 +25,16 @@ static void print_chat_template(const model *m) {
     chat_template_match how;
     const char *text = m->chat_template.ptr;
     size_t len = (size_t)m->chat_template.len;
-    if (chat_template_identify(text, len, &id, &how)) {
-        printf("chat template     unknown (%zu bytes, hash %016llx): serve and chat need --chat-template NAME\n", len,
-               (unsigned long long)chat_template_hash(text, len));
-        return;
+    unsigned long long hash = chat_template_hash(text, len);
+    if (chat_template_identify(text, len, &id, &how) == 0) {
+        printf("chat template     %s (%s)\n", chat_template_name(id),
+               how == CHAT_MATCH_EXACT ? "the exact text cinder renders" : "the file has none: the default");
+    } else if (how == CHAT_MATCH_MARKERS) {
+        printf("chat template     unknown, a variant of %s by its markers (%zu bytes, hash %016llx): serve and chat "
+               "need --chat-template NAME\n", chat_template_name(id), len, hash);
+    } else {
+        printf("chat template     unknown (%zu bytes, hash %016llx): serve and chat need --chat-template NAME\n", len, hash);
     }
-    static const char *const hows[] = {
-        [CHAT_MATCH_EXACT] = "the exact text cinder renders",
-        [CHAT_MATCH_MARKERS] = "a variant: its markers match, the text is not the one cinder is checked on",
-        [CHAT_MATCH_ABSENT] = "the file has none: the default",
-        [CHAT_MATCH_NAMED] = "named",
-    };
-    printf("chat template     %s (%s)\n", chat_template_name(id), hows[how]);
 }
 
 static void print_config(const model *m) {

@@ -95,8 +95,12 @@ int chat_template_identify(const char *text, size_t len, chat_template_id *out, 
         if (has_markers(&known[i], (slice){text, len})) {
             *out = (chat_template_id)i;
             *how = CHAT_MATCH_MARKERS;
-            return 0;
+            return cd_fail("the model's chat template (%zu bytes, hash %016llx) is not one cinder renders exactly, though "
+                           "its markers say it is a variant of %s (%s); render it with that layout by passing "
+                           "--chat-template %s (cinder knows %s)",
+                           len, (unsigned long long)h, known[i].name, known[i].what, known[i].name, chat_template_known());
         }
+    *how = CHAT_MATCH_UNKNOWN;
     return cd_fail("the model's chat template (%zu bytes, hash %016llx) is none cinder renders; cinder knows %s: "
                    "pick one with --chat-template NAME",
                    len, (unsigned long long)h, chat_template_known());

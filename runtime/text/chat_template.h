@@ -1,21 +1,23 @@
 /* Which chat template a model's file carries, and so which of cinder's renderers (each a C
  * translation of one Jinja text, byte-identical to it) and tool-call formats serve it.
  *
- * A GGUF's tokenizer.chat_template is recognised in two steps:
- *   1. exact: a 64-bit FNV-1a hash of the text, trailing whitespace removed (the same text
- *      ships with and without a final newline: llama.cpp's .jinja files have one, most
- *      tokenizer_config.json strings do not), against the texts each renderer was checked on;
- *   2. markers: otherwise, the literal pieces of output the renderer writes and that set the
- *      family apart (Qwen3-Coder's "<function=" / "<parameter=" call layout, the hybrid
- *      template's enable_thinking switch and JSON call instructions). Re-uploads often carry
- *      the family's template with a small fix (a tojson filter, whitespace); the markers say
- *      the model was trained on this prompt layout, so the renderer is the right one, but its
- *      output is not proven byte-identical to that text: `cinder info` says so.
- * Anything else is refused, naming the templates cinder knows; --chat-template NAME picks one
- * explicitly. Hashing alone would refuse every re-upload; markers alone could mistake a
- * sibling (Qwen3-2507 Instruct and Thinking share the hybrid's JSON calls but not its
- * enable_thinking switch, which is why that switch is a marker). A file without any template
- * renders as qwen3, the architecture's own, as cinder always has. */
+ * A GGUF's tokenizer.chat_template is recognised by its exact text: a 64-bit FNV-1a hash of
+ * the text, trailing whitespace removed (the same text ships with and without a final newline:
+ * llama.cpp's .jinja files have one, most tokenizer_config.json strings do not), against the
+ * texts each renderer was checked on. Only an exact match renders by default: every other
+ * text, however close, could render differently, and a prompt the model's file does not
+ * describe should not happen silently.
+ *
+ * A text that is not exact is refused, naming the templates cinder knows; --chat-template NAME
+ * then renders it with NAME's layout, the user's informed choice. To make that choice easy,
+ * the refusal says which family the text belongs to when its markers say so: the literal
+ * pieces of output that set the family apart (Qwen3-Coder's "<function=" / "<parameter="
+ * calls, the hybrid template's enable_thinking switch and JSON call instructions). Re-uploads
+ * carry such variants: unsloth's Qwen3-Coder template and Qwen's later revision of it list
+ * tools with other words and print arguments with Python's str(), so "same family" is not
+ * "same bytes". The Qwen3-2507 siblings share the hybrid's JSON calls but not its
+ * enable_thinking switch (which is why that switch is a marker): they are not called qwen3.
+ * A file without any template renders as qwen3, the architecture's own, as cinder always has. */
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -28,9 +30,10 @@ typedef enum chat_template_id {
 
 typedef enum chat_template_match {
     CHAT_MATCH_EXACT,   /* the text (up to trailing whitespace) the renderer was checked on */
-    CHAT_MATCH_MARKERS, /* a variant of it: the family's markers, not the exact text */
+    CHAT_MATCH_MARKERS, /* refused: not the exact text, but the family's markers (a hint) */
     CHAT_MATCH_ABSENT,  /* the file has no template: the default */
     CHAT_MATCH_NAMED,   /* picked by name (--chat-template) */
+    CHAT_MATCH_UNKNOWN, /* refused: neither the text nor any family's markers */
 } chat_template_match;
 
 /* "qwen3", "qwen3-coder". */
@@ -44,7 +47,8 @@ int chat_template_from_name(const char *name, chat_template_id *out);
 uint64_t chat_template_hash(const char *text, size_t len);
 
 /* Recognises a template text (len 0: absent). -1 with a message naming the known templates
- * when it is none of them. */
+ * when it is not exactly one of them; *how then says whether its markers name a family
+ * (CHAT_MATCH_MARKERS, *out that family, named in the message too) or not (CHAT_MATCH_UNKNOWN). */
 int chat_template_identify(const char *text, size_t len, chat_template_id *out, chat_template_match *how);
 
 /* What a command renders with: the template named by `name` when not NULL (the file's text
