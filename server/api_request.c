@@ -451,7 +451,8 @@ static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
     if (!q->forced) return api_fail(e, 500, NULL, "out of memory");
     if (!q->tools) return api_fail(e, 400, "tool_choice", "tool_choice asks for a tool call but no tools are given");
     if (name && !offered(q->tools, name)) return api_fail(e, 400, "tool_choice", "tool_choice names %s, which is not in tools", name);
-    if (name && strpbrk(name, "<>\n")) return api_fail(e, 400, "tool_choice", "a tool name cannot hold <, > or a newline");
+    if (q->coder && name && strpbrk(name, "<>\n")) /* it would end the <function=NAME> tag early */
+        return api_fail(e, 400, "tool_choice", "a Qwen3-Coder tool name cannot hold <, > or a newline");
     return q->coder ? 0 : forced_schema(q, name, e); /* the schemas are JSON-call grammars: not for XML calls */
 }
 

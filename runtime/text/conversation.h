@@ -1,5 +1,6 @@
 /* A conversation: the message history of one chat session (OpenAI-style JSON messages) and
- * its tools, rendered with the Qwen3 chat template and tokenized for each turn. Turn N's
+ * its tools, rendered with its chat template (the Qwen3 one unless .template says otherwise)
+ * and tokenized for each turn. Turn N's
  * prompt starts with turn N-1's prompt up to the previous assistant reply, which is what lets
  * the prefix cache serve the history instead of prefilling it again.
  *

@@ -1345,6 +1345,13 @@ test("qwen3-coder: the XML call comes back as tool_calls, its value typed by the
         tool_choice: { type: "function", function: { name: "get_weather" } } });
     assert.equal(named.choices[0].finish_reason, "tool_calls");
     assert.equal(named.choices[0].message.tool_calls[0].function.arguments, "{\"days\": 3}");
+    // a name that would end the <function=NAME> tag early cannot be forced
+    const odd = [{ type: "function", function: { name: "a>b", parameters: { type: "object" } } }];
+    const bad = await raw("/v1/chat/completions", { base: coderUrl, auth: false, body: { ...greedy, messages: coderAsk, tools: odd,
+        tool_choice: { type: "function", function: { name: "a>b" } } } });
+    assert.equal(bad.status, 400);
+    assert.equal(bad.json.error.param, "tool_choice");
+    assert.match(bad.json.error.message, /cannot hold <, > or a newline/);
 });
 
 test("qwen3-coder: streamed, the tool_calls deltas add up to the whole reply's call", async () => {
