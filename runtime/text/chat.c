@@ -49,6 +49,7 @@
 #include "runtime/base/error.h"
 #include "runtime/text/chat_coder.h"
 #include "runtime/text/json_jinja.h"
+#include "runtime/text/json_kind.h"
 #include "runtime/text/sbuf.h"
 #include "runtime/text/slice.h"
 
@@ -72,23 +73,9 @@ typedef struct {
     size_t n_calls;
 } message;
 
-static const char *kind(const json_t *v) {
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
-
 /* A string that is printed raw: no NUL bytes, which would end the C string early. */
 static int raw_string(const json_t *v, slice *out, const char *what, size_t i) {
-    if (!json_is_string(v)) return cd_fail("messages[%zu].%s: expected a string, got %s", i, what, kind(v));
+    if (!json_is_string(v)) return cd_fail("messages[%zu].%s: expected a string, got %s", i, what, json_kind(v));
     out->p = json_string_value(v);
     out->n = json_string_length(v);
     if (memchr(out->p, 0, out->n)) return cd_fail("messages[%zu].%s: contains a NUL byte", i, what);
@@ -97,7 +84,7 @@ static int raw_string(const json_t *v, slice *out, const char *what, size_t i) {
 
 static int parse_tool_call(const json_t *tc, tool_call *out, size_t i, size_t j) {
     if (!json_is_object(tc))
-        return cd_fail("messages[%zu].tool_calls[%zu]: expected an object, got %s", i, j, kind(tc));
+        return cd_fail("messages[%zu].tool_calls[%zu]: expected an object, got %s", i, j, json_kind(tc));
     /* {% if tool_call.function %}{% set tool_call = tool_call.function %}: the OpenAI wrapper
      * is optional; a bare {"name", "arguments"} works too. */
     const json_t *id = json_object_get(tc, "id");
@@ -105,13 +92,13 @@ static int parse_tool_call(const json_t *tc, tool_call *out, size_t i, size_t j)
     const json_t *fn = json_object_get(tc, "function");
     if (fn && !json_is_null(fn)) {
         if (!json_is_object(fn))
-            return cd_fail("messages[%zu].tool_calls[%zu].function: expected an object, got %s", i, j, kind(fn));
+            return cd_fail("messages[%zu].tool_calls[%zu].function: expected an object, got %s", i, j, json_kind(fn));
         if (json_object_size(fn) > 0) tc = fn;
     }
     const json_t *name = json_object_get(tc, "name");
     if (!name) return cd_fail("messages[%zu].tool_calls[%zu]: no function name", i, j);
     if (!json_is_string(name))
-        return cd_fail("messages[%zu].tool_calls[%zu]: function name must be a string, got %s", i, j, kind(name));
+        return cd_fail("messages[%zu].tool_calls[%zu]: function name must be a string, got %s", i, j, json_kind(name));
     out->name = (slice){json_string_value(name), json_string_length(name)};
     if (memchr(out->name.p, 0, out->name.n))
         return cd_fail("messages[%zu].tool_calls[%zu]: function name contains a NUL byte", i, j);
@@ -124,10 +111,10 @@ static int parse_tool_call(const json_t *tc, tool_call *out, size_t i, size_t j)
 }
 
 static int parse_message(const json_t *m, message *out, size_t i) {
-    if (!json_is_object(m)) return cd_fail("messages[%zu]: expected an object, got %s", i, kind(m));
+    if (!json_is_object(m)) return cd_fail("messages[%zu]: expected an object, got %s", i, json_kind(m));
     const json_t *role = json_object_get(m, "role");
     if (!role) return cd_fail("messages[%zu]: no role", i);
-    if (!json_is_string(role)) return cd_fail("messages[%zu].role: expected a string, got %s", i, kind(role));
+    if (!json_is_string(role)) return cd_fail("messages[%zu].role: expected a string, got %s", i, json_kind(role));
     const char *r = json_string_value(role);
     int ri = -1;
     for (int k = 0; k < 4; k++)
@@ -155,7 +142,7 @@ static int parse_message(const json_t *m, message *out, size_t i) {
 
     const json_t *calls = json_object_get(m, "tool_calls");
     if (!calls || json_is_null(calls)) return 0;
-    if (!json_is_array(calls)) return cd_fail("messages[%zu].tool_calls: expected an array, got %s", i, kind(calls));
+    if (!json_is_array(calls)) return cd_fail("messages[%zu].tool_calls: expected an array, got %s", i, json_kind(calls));
     size_t n = json_array_size(calls);
     if (n == 0) return 0;
     out->calls = calloc(n, sizeof *out->calls);
@@ -256,11 +243,11 @@ int chat_render(const json_t *messages, const json_t *tools, chat_options opt, c
     if (!out) return cd_fail("chat_render: out is NULL");
     *out = NULL;
     if (!messages || !json_is_array(messages))
-        return cd_fail("messages: expected an array, got %s", messages ? kind(messages) : "nothing");
+        return cd_fail("messages: expected an array, got %s", json_kind(messages));
     size_t n = json_array_size(messages);
     if (n == 0) return cd_fail("messages: empty");
     if (tools && !json_is_array(tools) && !json_is_null(tools))
-        return cd_fail("tools: expected an array, got %s", kind(tools));
+        return cd_fail("tools: expected an array, got %s", json_kind(tools));
     if (tools && json_is_null(tools)) tools = NULL;
 
     message *ms = calloc(n, sizeof *ms);

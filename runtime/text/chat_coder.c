@@ -16,23 +16,9 @@
 
 #include "runtime/base/error.h"
 #include "runtime/text/json_jinja.h"
+#include "runtime/text/json_kind.h"
 #include "runtime/text/sbuf.h"
 #include "runtime/text/slice.h"
-
-static const char *kind(const json_t *v) {
-    if (!v) return "nothing";
-    switch (json_typeof(v)) {
-    case JSON_OBJECT: return "an object";
-    case JSON_ARRAY: return "an array";
-    case JSON_STRING: return "a string";
-    case JSON_INTEGER: return "an integer";
-    case JSON_REAL: return "a number";
-    case JSON_TRUE: return "true";
-    case JSON_FALSE: return "false";
-    case JSON_NULL: return "null";
-    }
-    return "?";
-}
 
 /* ---- Python's str.strip() and str() ----------------------------------------------------- */
 
@@ -119,7 +105,7 @@ static int put_name_list(sbuf *b, const json_t *list) {
 
 /* A string that is printed raw: no NUL bytes, which would end the C string early. */
 static int text_of(const json_t *v, slice *out, const char *where) {
-    if (!json_is_string(v)) return cd_fail("%s: expected a string, got %s", where, kind(v));
+    if (!json_is_string(v)) return cd_fail("%s: expected a string, got %s", where, json_kind(v));
     *out = (slice){json_string_value(v), json_string_length(v)};
     if (memchr(out->p, 0, out->n)) return cd_fail("%s: contains a NUL byte", where);
     return 0;
@@ -134,7 +120,7 @@ static int put_description(sbuf *b, const json_t *obj, const char *where) {
     if (json_is_string(d) && memchr(json_string_value(d), 0, json_string_length(d)))
         return cd_fail("%s.description: contains a NUL byte", where);
     sbuf tmp = {0};
-    if (put_str(&tmp, d) != 0) return cd_fail("%s.description: expected a string, got %s", where, kind(d));
+    if (put_str(&tmp, d) != 0) return cd_fail("%s.description: expected a string, got %s", where, json_kind(d));
     if (tmp.oom) return cd_fail("out of memory");
     puts_(b, "\n<description>");
     put(b, py_strip((slice){tmp.p ? tmp.p : "", tmp.len}));
@@ -176,7 +162,7 @@ static int put_parameter(sbuf *b, const char *name, const json_t *fields, const 
             puts_(b, "\n<type>");
             int rc = json_is_array(type) ? put_name_list(b, type) : put_str(b, type);
             if (rc != 0 || (json_is_string(type) && memchr(json_string_value(type), 0, json_string_length(type))))
-                return cd_fail("%s.type: cinder prints a string or a list of plain names here, got %s", where, kind(type));
+                return cd_fail("%s.type: cinder prints a string or a list of plain names here, got %s", where, json_kind(type));
             puts_(b, "</type>");
         }
         if (put_description(b, fields, where) != 0) return -1;
@@ -191,10 +177,10 @@ static int put_tool(sbuf *b, const json_t *tool, size_t i) {
     static const char *const tool_handled[] = {"type", "name", "description", "parameters", NULL};
     char where[96];
     snprintf(where, sizeof where, "tools[%zu]", i);
-    if (!json_is_object(tool)) return cd_fail("%s: expected an object, got %s", where, kind(tool));
+    if (!json_is_object(tool)) return cd_fail("%s: expected an object, got %s", where, json_kind(tool));
     const json_t *fn = json_object_get(tool, "function");
     if (fn) {
-        if (!json_is_object(fn)) return cd_fail("%s.function: expected an object, got %s", where, kind(fn));
+        if (!json_is_object(fn)) return cd_fail("%s.function: expected an object, got %s", where, json_kind(fn));
         tool = fn;
         snprintf(where, sizeof where, "tools[%zu].function", i);
     }
@@ -268,7 +254,7 @@ static int put_header(sbuf *b, const json_t *messages, const json_t *tools) {
 static json_t *arguments_object(const json_t *args, const char *where) {
     if (json_is_object(args)) return json_incref((json_t *)args);
     if (!json_is_string(args))
-        return cd_fail("%s: expected an object or a JSON object text, got %s", where, kind(args)), NULL;
+        return cd_fail("%s: expected an object or a JSON object text, got %s", where, json_kind(args)), NULL;
     json_error_t err;
     json_t *v = json_loadb(json_string_value(args), json_string_length(args), 0, &err);
     if (!json_is_object(v)) {
@@ -281,13 +267,13 @@ static json_t *arguments_object(const json_t *args, const char *where) {
 }
 
 static int put_call(sbuf *b, const json_t *tc, chat_options opt, const char *where) {
-    if (!json_is_object(tc)) return cd_fail("%s: expected an object, got %s", where, kind(tc));
+    if (!json_is_object(tc)) return cd_fail("%s: expected an object, got %s", where, json_kind(tc));
     const json_t *id = json_object_get(tc, "id");
     const json_t *fn = json_object_get(tc, "function");
     char w[160];
     snprintf(w, sizeof w, "%s", where);
     if (fn) {
-        if (!json_is_object(fn)) return cd_fail("%s.function: expected an object, got %s", where, kind(fn));
+        if (!json_is_object(fn)) return cd_fail("%s.function: expected an object, got %s", where, json_kind(fn));
         tc = fn;
         snprintf(w, sizeof w, "%s.function", where);
     }
@@ -365,7 +351,7 @@ static const char *role_of(const json_t *m, size_t i) {
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
     const json_t *role = json_object_get(m, "role");
     if (!role) return cd_fail("messages[%zu]: no role", i), NULL;
-    if (!json_is_string(role)) return cd_fail("messages[%zu].role: expected a string, got %s", i, kind(role)), NULL;
+    if (!json_is_string(role)) return cd_fail("messages[%zu].role: expected a string, got %s", i, json_kind(role)), NULL;
     for (size_t k = 0; k < 4; k++)
         if (!strcmp(json_string_value(role), roles[k]) && strlen(roles[k]) == json_string_length(role)) return roles[k];
     cd_fail("messages[%zu].role: unknown role \"%.40s\" (expected system, user, assistant or tool)", i,
@@ -377,11 +363,11 @@ static const char *role_of(const json_t *m, size_t i) {
 static int check_messages(const json_t *messages) {
     for (size_t i = 0; i < json_array_size(messages); i++) {
         const json_t *m = json_array_get(messages, i);
-        if (!json_is_object(m)) return cd_fail("messages[%zu]: expected an object, got %s", i, kind(m));
+        if (!json_is_object(m)) return cd_fail("messages[%zu]: expected an object, got %s", i, json_kind(m));
         if (!role_of(m, i)) return -1;
         const json_t *calls = json_object_get(m, "tool_calls");
         if (calls && !json_is_null(calls) && !json_is_array(calls))
-            return cd_fail("messages[%zu].tool_calls: expected an array, got %s", i, kind(calls));
+            return cd_fail("messages[%zu].tool_calls: expected an array, got %s", i, json_kind(calls));
     }
     return 0;
 }
@@ -421,11 +407,11 @@ int chat_render_coder(const json_t *messages, const json_t *tools, chat_options 
     if (!out) return cd_fail("chat_render: out is NULL");
     *out = NULL;
     if (!messages || !json_is_array(messages))
-        return cd_fail("messages: expected an array, got %s", messages ? kind(messages) : "nothing");
+        return cd_fail("messages: expected an array, got %s", messages ? json_kind(messages) : "nothing");
     size_t n = json_array_size(messages);
     if (n == 0) return cd_fail("messages: empty");
     if (tools && !json_is_array(tools) && !json_is_null(tools))
-        return cd_fail("tools: expected an array, got %s", kind(tools));
+        return cd_fail("tools: expected an array, got %s", json_kind(tools));
     if (tools && json_is_null(tools)) tools = NULL;
     if (check_messages(messages) != 0) return -1;
 
