@@ -1,7 +1,7 @@
 #version 450
 // Prefill matrix-matrix product through shared-memory tiles, for expert e's slice of W:
 //   Y[out(t)][r] = sum_k W[e * n_rows + r][k] * X[in(t)][k]      r < n_rows, t < count
-// W rows are stored as QTYPE (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K) in the bound part,
+// W rows are stored as QTYPE (any type qtype_supported names: quant_blocks.glsl decodes it) in the bound part,
 // which holds the rows [part_row0, part_row0 + part_rows) of the whole buffer.
 //   plain (flag 4 clear): e = expert0, count = n_tokens, list entry j = ids_off + t,
 //     in(t) = gather[j] (flag 1) or t, out(t) = scatter[j] (flag 2) or t.

@@ -8,7 +8,7 @@
 // lanes per row, sized by the host to the row's units), each group owning ROWS consecutive
 // output rows, for NVEC vectors (dense mode; MoE mode: one vector, whose expert fixes the slice). A row is
 // cut into units a single invocation decodes whole in registers (F32/F16/BF16: 4 elements;
-// Q8_0: one 32-weight block; Q4_K/Q5_K/Q6_K: 64 weights = a quarter super-block); lane l of a
+// Q4_K/Q5_K/Q6_K: 64 weights = a quarter super-block; the other block types 32); lane l of a
 // group takes units l, l + L, ... of each of its ROWS rows, so each weight is read once and
 // used for all NVEC vectors. Partial sums are reduced per group by subgroupAdd (one cluster
 // of lanes at a time), then, when a group spans subgroups, in shared memory; fixed order.
@@ -188,6 +188,24 @@ void unit_q6_K(uint row, uint u, uint ai) {
     }
 }
 
+// The other block types (Q4_0 .. Q5_1, Q2_K, Q3_K): unit u = weights 32u .. 32u + 31, decoded
+// 8 at a time by qb_decode8 (qb_dequant's values), summed by fma in k order.
+void unit_block32(uint row, uint u, uint ai) {
+    float s[NVEC];
+    for (uint j = 0; j < NVEC; j++) s[j] = 0.0;
+    for (uint k = 0; k < 32u; k += 8u) {
+        float w[8];
+        qb_decode8(QTYPE, row, 32u * u + k, w);
+        for (uint j = 0; j < NVEC; j++) {
+            if (j >= nv) break;
+            uint o = xb[j] + 32u * u + k;
+            for (uint r = 0; r < 8u; r++) s[j] = fma(w[r], x[o + r], s[j]);
+        }
+    }
+    for (uint j = 0; j < NVEC; j++)
+        if (j < nv) acc[ai + j] += s[j];
+}
+
 void main() {
     // Lanes per row L (a power of 2 dividing WG, from the host): the workgroup is G = WG / L
     // groups of L invocations, group g owning ROWS consecutive rows. Positions come from the
@@ -209,7 +227,8 @@ void main() {
     for (uint i = 0; i < ROWS * NVEC; i++) acc[i] = 0.0;
 
     bool floaty = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16;
-    uint unit = floaty ? 4 : (QTYPE == QTYPE_Q8_0 ? QK8_0 : 64);
+    bool k64 = QTYPE == QTYPE_Q4_K || QTYPE == QTYPE_Q5_K || QTYPE == QTYPE_Q6_K;
+    uint unit = floaty ? 4 : (k64 ? 64 : 32);
     uint n_units = pc.n_in / unit;
     for (uint i = 0; i < ROWS; i++) {
         uint r = rb + g * ROWS + i, fr = fr0 + g * ROWS + i;
@@ -219,7 +238,8 @@ void main() {
             if (floaty) unit_float(row, u, i * NVEC);
             else if (QTYPE == QTYPE_Q8_0) unit_q8_0(row, u, i * NVEC);
             else if (QTYPE == QTYPE_Q6_K) unit_q6_K(row, u, i * NVEC);
-            else unit_q45_K(row, u, i * NVEC);
+            else if (k64) unit_q45_K(row, u, i * NVEC);
+            else unit_block32(row, u, i * NVEC);
         }
         if (floaty) // the n_in % 4 tail
             for (uint e = n_units * 4 + l; e < pc.n_in; e += L) {

@@ -12,7 +12,13 @@
 // enum qtype (ggml's numbering)
 const uint QTYPE_F32 = 0;
 const uint QTYPE_F16 = 1;
+const uint QTYPE_Q4_0 = 2;
+const uint QTYPE_Q4_1 = 3;
+const uint QTYPE_Q5_0 = 6;
+const uint QTYPE_Q5_1 = 7;
 const uint QTYPE_Q8_0 = 8;
+const uint QTYPE_Q2_K = 10;
+const uint QTYPE_Q3_K = 11;
 const uint QTYPE_Q4_K = 12;
 const uint QTYPE_Q5_K = 13;
 const uint QTYPE_Q6_K = 14;
@@ -26,6 +32,44 @@ const uint K_SCALE_SIZE = 12;
 const uint Q8_0_BYTES = 34;
 const uint Q8_0_D = 0;
 const uint Q8_0_QS = 2;
+
+// The legacy 32-weight blocks: weight i < 16 in the low nibble of qs[i], i >= 16 in the high
+// nibble of qs[i - 16]; the fifth bit (Q5_0, Q5_1) is bit i of the 32-bit qh.
+// block_q4_0 { u16 d; u8 qs[16]; }             d * (q - 8)
+const uint Q4_0_BYTES = 18;
+const uint Q4_0_D = 0;
+const uint Q4_0_QS = 2;
+// block_q4_1 { u16 d; u16 m; u8 qs[16]; }      d * q + m
+const uint Q4_1_BYTES = 20;
+const uint Q4_1_D = 0;
+const uint Q4_1_M = 2;
+const uint Q4_1_QS = 4;
+// block_q5_0 { u16 d; u8 qh[4]; u8 qs[16]; }   d * (q - 16)
+const uint Q5_0_BYTES = 22;
+const uint Q5_0_D = 0;
+const uint Q5_0_QH = 2;
+const uint Q5_0_QS = 6;
+// block_q5_1 { u16 d; u16 m; u8 qh[4]; u8 qs[16]; }   d * q + m
+const uint Q5_1_BYTES = 24;
+const uint Q5_1_D = 0;
+const uint Q5_1_M = 2;
+const uint Q5_1_QH = 4;
+const uint Q5_1_QS = 8;
+
+// block_q2_K { u8 scales[16]; u8 qs[64]; u16 d; u16 dmin; }: weight 128h + 32j + l is bits
+// 2j..2j+1 of qs[32h + l]; scales[8h + 2j + l / 16] = 4-bit scale | 4-bit min << 4
+const uint Q2_K_BYTES = 84;
+const uint Q2_K_SCALES = 0;
+const uint Q2_K_QS = 16;
+const uint Q2_K_D = 80;
+const uint Q2_K_DMIN = 82;
+// block_q3_K { u8 hmask[32]; u8 qs[64]; u8 scales[12]; u16 d; }: as Q2_K's qs, less 4 unless
+// bit 4h + j of hmask[l] is set; 6-bit scales (+ 32) packed as runtime/gguf/quant.h says
+const uint Q3_K_BYTES = 110;
+const uint Q3_K_HMASK = 0;
+const uint Q3_K_QS = 32;
+const uint Q3_K_SCALES = 96;
+const uint Q3_K_D = 108;
 
 // block_q4_K { u16 d; u16 dmin; u8 scales[12]; u8 qs[128]; }
 const uint Q4_K_BYTES = 144;
@@ -109,6 +153,58 @@ float qb_q6_K(uint row, uint e) {
     return qb_half(b + Q6_K_D) * sc * float(q);
 }
 
+// The legacy blocks (Q4_0, Q4_1, Q5_0, Q5_1): block sizes, field offsets, level bias.
+uint qb_legacy_bytes(uint type) {
+    return type == QTYPE_Q4_0 ? Q4_0_BYTES : type == QTYPE_Q4_1 ? Q4_1_BYTES : type == QTYPE_Q5_0 ? Q5_0_BYTES : Q5_1_BYTES;
+}
+uint qb_legacy_qs(uint type) {
+    return type == QTYPE_Q4_0 ? Q4_0_QS : type == QTYPE_Q4_1 ? Q4_1_QS : type == QTYPE_Q5_0 ? Q5_0_QS : Q5_1_QS;
+}
+bool qb_legacy_affine(uint type) { return type == QTYPE_Q4_1 || type == QTYPE_Q5_1; } // d * q + m
+bool qb_legacy_five(uint type) { return type == QTYPE_Q5_0 || type == QTYPE_Q5_1; }
+// The 32-bit qh of a Q5_0 / Q5_1 block at b (2-aligned: two 16-bit loads).
+uint qb_legacy_qh(uint type, uint b) {
+    uint o = (b + (type == QTYPE_Q5_0 ? Q5_0_QH : Q5_1_QH)) >> 1;
+    return uint(qb_u16[o]) | (uint(qb_u16[o + 1]) << 16);
+}
+// The weight of level q (with the fifth bit) in a legacy block of scale d and min m: q * d is
+// exact, so each form rounds once (+ m) or never, on every compiler.
+float qb_legacy_weight(uint type, uint q, float d, float m) {
+    if (qb_legacy_affine(type)) return fma(float(q), d, m);
+    return float(int(q) - (qb_legacy_five(type) ? 16 : 8)) * d;
+}
+
+float qb_legacy(uint type, uint row, uint e) {
+    uint b = row + (e / 32u) * qb_legacy_bytes(type), i = e % 32u;
+    uint q = (qb_byte(b + qb_legacy_qs(type) + i % 16u) >> (4u * (i / 16u))) & 15u;
+    if (qb_legacy_five(type)) q |= ((qb_legacy_qh(type, b) >> i) & 1u) << 4;
+    float m = qb_legacy_affine(type) ? qb_half(b + 2u) : 0.0; // Q4_1_M == Q5_1_M == 2
+    return qb_legacy_weight(type, q, qb_half(b), m);
+}
+
+// Q2_K: (d * sc) * q - dmin * m, the product exact: one rounding (fma or not).
+float qb_q2_K(uint row, uint e) {
+    uint b = row + (e / QK_K) * Q2_K_BYTES, i = e % QK_K, h = i / 128u, j = (i % 128u) / 32u, l = i % 32u;
+    uint sc = qb_byte(b + Q2_K_SCALES + i / 16u);
+    float dl = qb_half(b + Q2_K_D) * float(sc & 15u), ml = qb_half(b + Q2_K_DMIN) * float(sc >> 4);
+    uint q = (qb_byte(b + Q2_K_QS + 32u * h + l) >> (2u * j)) & 3u;
+    return fma(dl, float(q), -ml);
+}
+
+// Q3_K scale k (0..15) less 32, from the 12 scale bytes at off.
+int qb_q3_K_scale(uint off, uint k) {
+    uint lo = (qb_byte(off + k % 8u) >> (4u * (k / 8u))) & 15u, hi = (qb_byte(off + 8u + k % 4u) >> (2u * (k / 4u))) & 3u;
+    return int(lo | (hi << 4)) - 32;
+}
+
+// Q3_K: (d * sc) * q, every product exact: no rounding at all.
+float qb_q3_K(uint row, uint e) {
+    uint b = row + (e / QK_K) * Q3_K_BYTES, i = e % QK_K, h = i / 128u, j = (i % 128u) / 32u, l = i % 32u;
+    int q = int((qb_byte(b + Q3_K_QS + 32u * h + l) >> (2u * j)) & 3u);
+    if (((qb_byte(b + Q3_K_HMASK + l) >> (4u * h + j)) & 1u) == 0u) q -= 4;
+    return qb_half(b + Q3_K_D) * float(qb_q3_K_scale(b + Q3_K_SCALES, i / 16u)) * float(q);
+}
+
 // Element e of the row at byte offset `row`, stored as `type`.
 float qb_dequant(uint type, uint row, uint e) {
     switch (type) {
@@ -119,6 +215,9 @@ float qb_dequant(uint type, uint row, uint e) {
     case QTYPE_Q4_K: return qb_q4_K(row, e);
     case QTYPE_Q5_K: return qb_q5_K(row, e);
     case QTYPE_Q6_K: return qb_q6_K(row, e);
+    case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: return qb_legacy(type, row, e);
+    case QTYPE_Q2_K: return qb_q2_K(row, e);
+    case QTYPE_Q3_K: return qb_q3_K(row, e);
     }
     return 0.0;
 }
@@ -163,6 +262,31 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
         uvec2 qs = qb_load8_u16(b + Q8_0_QS + k0 % QK8_0);
         float d = qb_half(b + Q8_0_D);
         for (uint r = 0; r < 8u; r++) w[r] = d * float(bitfieldExtract(int(qb_byte8(qs, r)), 0, 8));
+    } else if (type == QTYPE_Q4_0 || type == QTYPE_Q4_1 || type == QTYPE_Q5_0 || type == QTYPE_Q5_1) {
+        // 8 weights of one nibble half: bytes (k0 % 16) .. + 7 of qs, 2-aligned (blocks of 18-24)
+        uint b = row + (k0 / 32u) * qb_legacy_bytes(type), i = k0 % 32u, sh = 4u * (i / 16u);
+        uvec2 qs = qb_load8_u16(b + qb_legacy_qs(type) + i % 16u);
+        uint qh = qb_legacy_five(type) ? qb_legacy_qh(type, b) >> i : 0u;
+        float d = qb_half(b), m = qb_legacy_affine(type) ? qb_half(b + 2u) : 0.0;
+        for (uint r = 0; r < 8u; r++) w[r] = qb_legacy_weight(type, ((qb_byte8(qs, r) >> sh) & 15u) | (((qh >> r) & 1u) << 4), d, m);
+    } else if (type == QTYPE_Q2_K || type == QTYPE_Q3_K) {
+        // 8 weights of one 16-weight sub-block: one scale; the 8 bytes of qs (and of hmask)
+        bool three = type == QTYPE_Q3_K;
+        uint b = row + (k0 / QK_K) * (three ? Q3_K_BYTES : Q2_K_BYTES), i = k0 % QK_K;
+        uint h = i / 128u, j = (i % 128u) / 32u, l0 = i % 32u;
+        uvec2 qs = qb_load8_u16(b + (three ? Q3_K_QS : Q2_K_QS) + 32u * h + l0);
+        if (three) {
+            uvec2 hm = qb_load8_u16(b + Q3_K_HMASK + l0);
+            float dl = qb_half(b + Q3_K_D) * float(qb_q3_K_scale(b + Q3_K_SCALES, i / 16u));
+            for (uint r = 0; r < 8u; r++) {
+                int q = int((qb_byte8(qs, r) >> (2u * j)) & 3u) - (((qb_byte8(hm, r) >> (4u * h + j)) & 1u) != 0u ? 0 : 4);
+                w[r] = dl * float(q); // as qb_q3_K: (d * sc) * q
+            }
+        } else {
+            uint sc = qb_byte(b + Q2_K_SCALES + i / 16u);
+            float dl = qb_half(b + Q2_K_D) * float(sc & 15u), ml = qb_half(b + Q2_K_DMIN) * float(sc >> 4);
+            for (uint r = 0; r < 8u; r++) w[r] = fma(dl, float((qb_byte8(qs, r) >> (2u * j)) & 3u), -ml);
+        }
     } else {
         for (uint r = 0; r < 8u; r++) w[r] = qb_dequant(type, row, k0 + r);
     }

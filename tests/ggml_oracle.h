@@ -16,6 +16,9 @@
 
 #define GGML_ORACLE_LIB "third_party/npm/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64/libggml-base.so"
 
+/* GGML_TYPE_COUNT in the oracle's ggml.h (node-llama-cpp's bundle): its type traits end there. */
+#define GGML_ORACLE_TYPE_COUNT 43
+
 typedef void (*ggml_to_float_fn)(const void *src, float *dst, int64_t n);
 typedef void (*ggml_from_float_fn)(const float *src, void *dst, int64_t n);
 
@@ -24,6 +27,10 @@ typedef struct ggml_oracle {
     /* quant blocks, in ggml's own declarations' argument order */
     ggml_to_float_fn dequantize_row_q8_0, dequantize_row_q4_K, dequantize_row_q5_K, dequantize_row_q6_K;
     ggml_from_float_fn quantize_row_q8_0_ref, quantize_row_q4_K_ref, quantize_row_q5_K_ref, quantize_row_q6_K_ref;
+    ggml_to_float_fn dequantize_row_q4_0, dequantize_row_q4_1, dequantize_row_q5_0, dequantize_row_q5_1,
+        dequantize_row_q2_K, dequantize_row_q3_K;
+    ggml_from_float_fn quantize_row_q4_0_ref, quantize_row_q4_1_ref, quantize_row_q5_0_ref, quantize_row_q5_1_ref,
+        quantize_row_q2_K_ref, quantize_row_q3_K_ref;
     /* scalar formats (ggml_fp16_t and ggml_bf16_t are 16-bit structs/ints: uint16_t in the ABI) */
     void (*fp16_to_fp32_row)(const uint16_t *x, float *y, int64_t n);
     void (*fp32_to_fp16_row)(const float *x, uint16_t *y, int64_t n);
@@ -62,6 +69,15 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
     ORACLE_SYM(quantize_row_q4_K_ref, "quantize_row_q4_K_ref");
     ORACLE_SYM(quantize_row_q5_K_ref, "quantize_row_q5_K_ref");
     ORACLE_SYM(quantize_row_q6_K_ref, "quantize_row_q6_K_ref");
+#define ORACLE_PAIR(t) ORACLE_SYM(dequantize_row_##t, "dequantize_row_" #t); \
+    ORACLE_SYM(quantize_row_##t##_ref, "quantize_row_" #t "_ref")
+    ORACLE_PAIR(q4_0);
+    ORACLE_PAIR(q4_1);
+    ORACLE_PAIR(q5_0);
+    ORACLE_PAIR(q5_1);
+    ORACLE_PAIR(q2_K);
+    ORACLE_PAIR(q3_K);
+#undef ORACLE_PAIR
     ORACLE_SYM(fp16_to_fp32_row, "ggml_fp16_to_fp32_row");
     ORACLE_SYM(fp32_to_fp16_row, "ggml_fp32_to_fp16_row");
     ORACLE_SYM(bf16_to_fp32_row, "ggml_bf16_to_fp32_row");
@@ -82,6 +98,12 @@ static inline ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
     case QTYPE_Q4_K: return g->dequantize_row_q4_K;
     case QTYPE_Q5_K: return g->dequantize_row_q5_K;
     case QTYPE_Q6_K: return g->dequantize_row_q6_K;
+    case QTYPE_Q4_0: return g->dequantize_row_q4_0;
+    case QTYPE_Q4_1: return g->dequantize_row_q4_1;
+    case QTYPE_Q5_0: return g->dequantize_row_q5_0;
+    case QTYPE_Q5_1: return g->dequantize_row_q5_1;
+    case QTYPE_Q2_K: return g->dequantize_row_q2_K;
+    case QTYPE_Q3_K: return g->dequantize_row_q3_K;
     default: return NULL;
     }
 }
@@ -92,6 +114,12 @@ static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) 
     case QTYPE_Q4_K: return g->quantize_row_q4_K_ref;
     case QTYPE_Q5_K: return g->quantize_row_q5_K_ref;
     case QTYPE_Q6_K: return g->quantize_row_q6_K_ref;
+    case QTYPE_Q4_0: return g->quantize_row_q4_0_ref;
+    case QTYPE_Q4_1: return g->quantize_row_q4_1_ref;
+    case QTYPE_Q5_0: return g->quantize_row_q5_0_ref;
+    case QTYPE_Q5_1: return g->quantize_row_q5_1_ref;
+    case QTYPE_Q2_K: return g->quantize_row_q2_K_ref;
+    case QTYPE_Q3_K: return g->quantize_row_q3_K_ref;
     default: return NULL;
     }
 }

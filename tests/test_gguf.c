@@ -385,7 +385,7 @@ static const hostile hostile_cases[] = {
     {"alignment string", c_align_str, "general.alignment has type string, expected u32"},
     {"offset not aligned to 64", c_align64_misaligned, "tensor 'b' offset 96 not aligned to 64"},
     {"type 77", c_type77, "tensor 'a' has unknown type 77"},
-    {"type 4", c_type4, "tensor 'a' has unknown type 4"},
+    {"type 4", c_type4, "tensor 'a' has type 4 (Q4_2), which ggml removed from GGUF files"},
     {"type 2^32-1", c_type_huge, "tensor 'a' has unknown type 4294967295"},
     {"5 dims", c_dims5, "tensor 'a' has 5 dimensions"},
     {"0 dims", c_dims0, "tensor 'a' has 0 dimensions"},

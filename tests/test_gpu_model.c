@@ -157,6 +157,18 @@ static void test_logits_moe_mix(void **state) {
     model_free(m);
 }
 
+/* The types of the files under 16 GB (Q2_K, Q3_K, Q4_0 .. Q5_1, mix-lowbit), with a CPU
+ * device's kernels and with a GPU's (the tiled and split-k rows kernels), against the CPU
+ * reference; greedy generation agrees with it too. */
+static bool greedy_ok(model *m, const char *what, uint32_t n_prompts);
+static void test_logits_lowbit(void **state) {
+    (void)state;
+    model *m = load("gpu_tiny_lowbit.gguf", "mix-lowbit", 23, NULL);
+    logits_vs_cpu(m, "tiny mix-lowbit", 1e-2);
+    assert_true(greedy_ok(m, "tiny mix-lowbit", 20));
+    logits_vs_cpu_gpu_kernels(m, "tiny mix-lowbit (a GPU's kernels)");
+}
+
 /* Every weight f32: the 151936 x 256 embedding (and an untied lm_head of the same shape) is
  * 155 MB, more than one 128 MiB binding on lavapipe, so get_rows (and the head matvec) run
  * once per part. With a GPU's kernels: gate-up pairs, the lm_head as the gathering matmul. */
@@ -367,6 +379,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_logits_dense),
         cmocka_unit_test(test_logits_dense_pairs),
         cmocka_unit_test(test_logits_f32),
+        cmocka_unit_test(test_logits_lowbit),
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

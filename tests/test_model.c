@@ -41,11 +41,14 @@ static void test_tiny_config(void **state) {
     assert_true(c->rope_theta == 1e6f);
     assert_true(m->output != m->tok_embd);
     assert_true(m->chat_template.len > 100);
-    /* the mix puts each supported type somewhere */
+    /* the two mixes put each supported type somewhere */
     bool seen[QTYPE_COUNT] = {false};
     for (uint64_t i = 0; i < m->file->n_tensors; i++) seen[m->file->tensors[i].type] = true;
-    enum qtype want[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
-    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) assert_true(seen[want[i]]);
+    model *lb = load_ok(tu_make_model("model_tiny_lowbit.gguf", "tiny", "mix-lowbit", 7, NULL));
+    for (uint64_t i = 0; i < lb->file->n_tensors; i++) seen[lb->file->tensors[i].type] = true;
+    for (uint32_t t = 0; t < QTYPE_COUNT; t++)
+        if (qtype_supported((enum qtype)t) && !seen[t]) fail_msg("no tensor of mix or mix-lowbit is %s", qtype_name(t));
+    model_free(lb);
     model_free(m);
     free(path);
 }
@@ -147,7 +150,7 @@ typedef struct edit {
     const char *drop_key;     /* omit this key */
     const char *str_key, *str_val; /* add or replace a string key */
     const char *bad_shape;    /* give this tensor one extra row */
-    const char *q4_0_tensor;  /* retype this tensor as Q4_0 */
+    const char *iq4_nl_tensor; /* retype this tensor as IQ4_NL (a type cinder does not compute with) */
 } edit;
 
 static int copy_bytes(void *user, void *buf, size_t n) {
@@ -200,7 +203,7 @@ static char *rewrite(const char *src, const char *dst_name, edit e) {
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
         enum qtype type = t->type;
         if (e.bad_shape && !strcmp(name, e.bad_shape)) ne[1] += 1;
-        if (e.q4_0_tensor && !strcmp(name, e.q4_0_tensor)) type = QTYPE_Q4_0;
+        if (e.iq4_nl_tensor && !strcmp(name, e.iq4_nl_tensor)) type = QTYPE_IQ4_NL;
         if (!e.drop_tensor || strcmp(name, e.drop_tensor))
             assert_int_equal(gguf_writer_add_tensor(w, name, type, t->n_dims, ne, NULL, copy_bytes, (void *)t), 0);
         free(name);
@@ -227,7 +230,7 @@ static void test_hostile_models(void **state) {
         {"h_no_layers.gguf", {.drop_key = "qwen3moe.block_count"}, "qwen3moe.block_count"},
         {"h_no_experts.gguf", {.drop_key = "qwen3moe.expert_count"}, "qwen3moe.expert_count"},
         {"h_shape.gguf", {.bad_shape = "blk.0.attn_k.weight"}, "blk.0.attn_k.weight' has shape"},
-        {"h_type.gguf", {.q4_0_tensor = "blk.0.attn_v.weight"}, "Q4_0"},
+        {"h_type.gguf", {.iq4_nl_tensor = "blk.0.attn_v.weight"}, "attn_v.weight' has type IQ4_NL, which cinder does not compute with"},
         {"h_arch.gguf", {.str_key = "general.architecture", .str_val = "llama"}, "architecture 'llama'"},
         {"h_rope.gguf", {.str_key = "qwen3moe.rope.scaling.type", .str_val = "yarn"}, "RoPE scaling 'yarn'"},
         {"h_tok.gguf", {.drop_key = "tokenizer.ggml.merges"}, "tokenizer.ggml.merges"},

@@ -21,10 +21,12 @@
 #include "runtime/gguf/quant.h"
 #include "tests/ggml_oracle.h"
 
-static const enum qtype supported[] = {QTYPE_F32, QTYPE_F16, QTYPE_BF16, QTYPE_Q8_0,
+static const enum qtype supported[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q4_0, QTYPE_Q4_1,
+                                       QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0, QTYPE_Q2_K, QTYPE_Q3_K,
                                        QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
 enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
-static const enum qtype blocked[] = {QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+static const enum qtype blocked[] = {QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0,
+                                     QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
 enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
 
 static void *xmalloc(size_t n) {
@@ -43,6 +45,13 @@ static void test_type_table(void **state) {
         {QTYPE_Q8_0, "Q8_0", 32, 34},   {QTYPE_Q8_1, "Q8_1", 32, 36},   {QTYPE_Q2_K, "Q2_K", 256, 84},
         {QTYPE_Q3_K, "Q3_K", 256, 110}, {QTYPE_Q4_K, "Q4_K", 256, 144}, {QTYPE_Q5_K, "Q5_K", 256, 176},
         {QTYPE_Q6_K, "Q6_K", 256, 210}, {QTYPE_Q8_K, "Q8_K", 256, 292}, {QTYPE_BF16, "BF16", 1, 2},
+        {QTYPE_IQ2_XXS, "IQ2_XXS", 256, 66}, {QTYPE_IQ2_XS, "IQ2_XS", 256, 74}, {QTYPE_IQ3_XXS, "IQ3_XXS", 256, 98},
+        {QTYPE_IQ1_S, "IQ1_S", 256, 50},  {QTYPE_IQ4_NL, "IQ4_NL", 32, 18}, {QTYPE_IQ3_S, "IQ3_S", 256, 110},
+        {QTYPE_IQ2_S, "IQ2_S", 256, 82},  {QTYPE_IQ4_XS, "IQ4_XS", 256, 136}, {QTYPE_I8, "I8", 1, 1},
+        {QTYPE_I16, "I16", 1, 2},         {QTYPE_I32, "I32", 1, 4},         {QTYPE_I64, "I64", 1, 8},
+        {QTYPE_F64, "F64", 1, 8},         {QTYPE_IQ1_M, "IQ1_M", 256, 56},  {QTYPE_TQ1_0, "TQ1_0", 256, 54},
+        {QTYPE_TQ2_0, "TQ2_0", 256, 66},  {QTYPE_MXFP4, "MXFP4", 32, 17},   {QTYPE_NVFP4, "NVFP4", 64, 36},
+        {QTYPE_Q1_0, "Q1_0", 128, 18},    {QTYPE_Q2_0, "Q2_0", 64, 18},
     };
     int n_known = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -54,7 +63,7 @@ static void test_type_table(void **state) {
         assert_int_equal(qtype_row_bytes(t, want[i].elems * 3), want[i].bytes * 3);
         assert_int_equal(qtype_from_name(want[i].name, &back), 0);
         assert_int_equal(back, t);
-        char lower[8] = {0};
+        char lower[12] = {0};
         for (size_t k = 0; want[i].name[k]; k++) lower[k] = (char)tolower((unsigned char)want[i].name[k]);
         assert_int_equal(qtype_from_name(lower, &back), 0);
         assert_int_equal(back, t);
@@ -71,6 +80,10 @@ static void test_type_table(void **state) {
     assert_int_equal(qtype_from_name("", &out), -1);
     assert_int_equal(qtype_from_name(NULL, &out), -1);
     assert_string_equal(qtype_name((enum qtype)4), "?"); /* ggml's removed Q4_2 */
+    assert_string_equal(qtype_removed_name(4), "Q4_2");
+    assert_string_equal(qtype_removed_name(38), "IQ4_NL_8_8");
+    assert_null(qtype_removed_name(QTYPE_Q4_K));
+    assert_null(qtype_removed_name(1000));
     assert_string_equal(qtype_name((enum qtype)1000), "?");
     assert_false(qtype_known(4));
     assert_false(qtype_known(QTYPE_COUNT));
@@ -80,10 +93,14 @@ static void test_type_table(void **state) {
     assert_int_equal(qtype_row_bytes(QTYPE_F16, 7), 14);
 }
 
-/* Every type we know has ggml's block size, byte size and (case aside) name. */
+/* Every type we know has ggml's block size, byte size and (case aside) name, and every type
+ * the oracle's ggml knows (below its GGML_TYPE_COUNT: the prebuilt checks no bounds) we know. */
 static void test_type_table_vs_ggml(void **state) {
     (void)state;
     const ggml_oracle *g = ggml_oracle_get();
+    for (uint32_t t = 0; t < GGML_ORACLE_TYPE_COUNT; t++)
+        if (g->blck_size((int)t) > 0 && !qtype_known(t))
+            fail_msg("ggml type %u (%s) has no name in cinder", t, g->type_name((int)t));
     for (uint32_t t = 0; t < QTYPE_COUNT; t++) {
         if (!qtype_known(t)) continue;
         assert_int_equal(g->blck_size((int)t), qtype_block_elems((enum qtype)t));
@@ -264,7 +281,10 @@ static void random_blocks(enum qtype t, uint8_t *buf, int64_t nblocks, rng *r) {
         uint8_t *p = buf + (size_t)b * bs;
         uint16_t d = rand_finite_half(r), dmin = rand_finite_half(r);
         switch (t) {
-        case QTYPE_Q8_0: memcpy(&((block_q8_0 *)p)->d, &d, 2); break;
+        case QTYPE_Q4_0: case QTYPE_Q5_0: case QTYPE_Q8_0: memcpy(p, &d, 2); break; /* d first */
+        case QTYPE_Q4_1: case QTYPE_Q5_1: memcpy(p, &d, 2); memcpy(p + 2, &dmin, 2); break; /* d, m */
+        case QTYPE_Q2_K: memcpy(&((block_q2_K *)p)->d, &d, 2); memcpy(&((block_q2_K *)p)->dmin, &dmin, 2); break;
+        case QTYPE_Q3_K: memcpy(&((block_q3_K *)p)->d, &d, 2); break;
         case QTYPE_Q4_K: memcpy(&((block_q4_K *)p)->d, &d, 2); memcpy(&((block_q4_K *)p)->dmin, &dmin, 2); break;
         case QTYPE_Q5_K: memcpy(&((block_q5_K *)p)->d, &d, 2); memcpy(&((block_q5_K *)p)->dmin, &dmin, 2); break;
         case QTYPE_Q6_K: memcpy(&((block_q6_K *)p)->d, &d, 2); break;
@@ -433,6 +453,12 @@ static double normal_bound(enum qtype t) {
     case QTYPE_Q6_K: return 1.9e-2; /* 1.65e-2 */
     case QTYPE_Q5_K: return 4.0e-2; /* 3.44e-2 */
     case QTYPE_Q4_K: return 8.0e-2; /* 6.99e-2 */
+    case QTYPE_Q5_1: return 3.8e-2; /* 3.32e-2 */
+    case QTYPE_Q5_0: return 4.5e-2; /* 3.98e-2 */
+    case QTYPE_Q4_1: return 7.8e-2; /* 6.93e-2 */
+    case QTYPE_Q4_0: return 9.0e-2; /* 8.11e-2 */
+    case QTYPE_Q3_K: return 1.6e-1; /* 1.43e-1 */
+    case QTYPE_Q2_K: return 2.9e-1; /* 2.63e-1 */
     default: return 0;
     }
 }

@@ -56,6 +56,21 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         {"Q6_K_BYTES", sizeof(block_q6_K)}, {"Q6_K_QL", offsetof(block_q6_K, ql)},
         {"Q6_K_QH", offsetof(block_q6_K, qh)}, {"Q6_K_SCALES", offsetof(block_q6_K, scales)},
         {"Q6_K_D", offsetof(block_q6_K, d)},
+        {"QTYPE_Q4_0", QTYPE_Q4_0}, {"QTYPE_Q4_1", QTYPE_Q4_1}, {"QTYPE_Q5_0", QTYPE_Q5_0},
+        {"QTYPE_Q5_1", QTYPE_Q5_1}, {"QTYPE_Q2_K", QTYPE_Q2_K}, {"QTYPE_Q3_K", QTYPE_Q3_K},
+        {"Q4_0_BYTES", sizeof(block_q4_0)}, {"Q4_0_D", offsetof(block_q4_0, d)}, {"Q4_0_QS", offsetof(block_q4_0, qs)},
+        {"Q4_1_BYTES", sizeof(block_q4_1)}, {"Q4_1_D", offsetof(block_q4_1, d)}, {"Q4_1_M", offsetof(block_q4_1, m)},
+        {"Q4_1_QS", offsetof(block_q4_1, qs)},
+        {"Q5_0_BYTES", sizeof(block_q5_0)}, {"Q5_0_D", offsetof(block_q5_0, d)}, {"Q5_0_QH", offsetof(block_q5_0, qh)},
+        {"Q5_0_QS", offsetof(block_q5_0, qs)},
+        {"Q5_1_BYTES", sizeof(block_q5_1)}, {"Q5_1_D", offsetof(block_q5_1, d)}, {"Q5_1_M", offsetof(block_q5_1, m)},
+        {"Q5_1_QH", offsetof(block_q5_1, qh)}, {"Q5_1_QS", offsetof(block_q5_1, qs)},
+        {"Q2_K_BYTES", sizeof(block_q2_K)}, {"Q2_K_SCALES", offsetof(block_q2_K, scales)},
+        {"Q2_K_QS", offsetof(block_q2_K, qs)}, {"Q2_K_D", offsetof(block_q2_K, d)},
+        {"Q2_K_DMIN", offsetof(block_q2_K, dmin)},
+        {"Q3_K_BYTES", sizeof(block_q3_K)}, {"Q3_K_HMASK", offsetof(block_q3_K, hmask)},
+        {"Q3_K_QS", offsetof(block_q3_K, qs)}, {"Q3_K_SCALES", offsetof(block_q3_K, scales)},
+        {"Q3_K_D", offsetof(block_q3_K, d)},
     };
     for (size_t i = 0; i < sizeof pins / sizeof *pins; i++)
         if (glsl_const(t, pins[i].name) != pins[i].want)
@@ -141,8 +156,8 @@ static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
         for (uint32_t j = 0; j < t->n; j++) {
             float g = got[(size_t)i * stride + j];
             double err = fabs((double)g - row[j]);
-            bool exact = t->type == QTYPE_F32 || t->type == QTYPE_F16 || t->type == QTYPE_BF16 || oob;
-            if (isnan(g) || (exact ? g != row[j] : err > 1e-6 * mx))
+            /* every type: the bits of quant_dequantize_row (each weight one rounding or none) */
+            if (isnan(g) || memcmp(&g, &row[j], 4))
                 fail_msg("%s n=%u: out row %u (id %d) [%u] = %.9g, want %.9g", qtype_name(t->type), t->n, i, ids[i],
                          j, g, row[j]);
             if (mx > 0) worst = fmax(worst, err / mx);
@@ -167,7 +182,11 @@ static void test_every_type_awkward_sizes(void **state) {
         {QTYPE_Q8_0, 544, 5, 9, 547},   {QTYPE_Q4_K, 256, 9, 13, 0},
         {QTYPE_Q4_K, 768, 4, 6, 770},   {QTYPE_Q5_K, 512, 6, 7, 0},
         {QTYPE_Q5_K, 256, 3, 5, 0},     {QTYPE_Q6_K, 256, 10, 12, 0},
-        {QTYPE_Q6_K, 2304, 3, 4, 2305},
+        {QTYPE_Q6_K, 2304, 3, 4, 2305}, {QTYPE_Q4_0, 96, 7, 9, 0},
+        {QTYPE_Q4_1, 32, 5, 6, 33},     {QTYPE_Q5_0, 160, 9, 13, 0},
+        {QTYPE_Q5_1, 544, 4, 5, 545},   {QTYPE_Q2_K, 256, 9, 11, 0},
+        {QTYPE_Q2_K, 768, 3, 4, 771},   {QTYPE_Q3_K, 512, 6, 8, 0},
+        {QTYPE_Q3_K, 256, 11, 13, 257},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 1 + i, 0);
 }
@@ -187,7 +206,7 @@ static void test_split_table(void **state) {
 static void test_rejects_mismatches(void **state) {
     (void)state;
     cvk_pipeline p;
-    assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_0, 64), -1);
+    assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_IQ4_XS, 256), -1);
     assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, 64), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);

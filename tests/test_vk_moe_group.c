@@ -457,6 +457,8 @@ static void test_chain(void **state) {
         {QTYPE_Q4_K, QTYPE_Q4_K, 333, 8, 8, 256, 256, 0},
         {QTYPE_F32, QTYPE_F32, 7, 128, 8, 32, 64, 0},
         {QTYPE_Q6_K, QTYPE_Q6_K, 333, 128, 2, 256, 256, 0},
+        {QTYPE_Q3_K, QTYPE_Q2_K, 7, 128, 8, 256, 256, 0}, /* the small files' types (Q3_K_M, Q2_K) */
+        {QTYPE_Q4_0, QTYPE_Q5_1, 100, 8, 2, 64, 96, 0},   /* legacy 32-weight blocks */
     };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run_chain(&cs[i], 1000 + i, 0, true);
 }

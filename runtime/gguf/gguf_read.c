@@ -334,7 +334,13 @@ static int read_tensor(reader *r, const gguf_file *f, uint64_t i, gguf_tensor *t
     }
     uint32_t type;
     if (rd_u32(r, &type, "type") || rd_u64(r, &t->offset, "offset")) return -1;
-    if (!qtype_known(type)) return cd_fail("tensor '%s' has unknown type %" PRIu32, name, type);
+    if (!qtype_known(type)) {
+        const char *gone = qtype_removed_name(type);
+        if (gone)
+            return cd_fail("tensor '%s' has type %" PRIu32 " (%s), which ggml removed from GGUF files: "
+                           "re-quantize the model with a current llama.cpp", name, type, gone);
+        return cd_fail("tensor '%s' has unknown type %" PRIu32 " (newer than this cinder?)", name, type);
+    }
     t->type = (enum qtype)type;
     int64_t blk = qtype_block_elems(t->type);
     if (t->ne[0] % blk)

@@ -1,6 +1,5 @@
 /* Tensor element types: names and block sizes for every ggml type a GGUF file may hold, and
- * dequantization of a row for the seven types cinder computes with (quantization:
- * quantize.c).
+ * dequantization of a row for the types cinder computes with (quantization: quantize.c).
  *
  * The dequantizers give exactly the floats ggml's dequantize_row_* give, so a CPU reference
  * built on them sees the weights llama.cpp sees (tests/test_quant.c checks this bit for bit
@@ -18,6 +17,7 @@
  * docs/QUANTS.md lists the layouts in words and the round-trip errors we measure. */
 #include "runtime/gguf/quant.h"
 
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -47,7 +47,27 @@ static const qtype_info type_info[QTYPE_COUNT] = {
     [QTYPE_Q5_K] = {"Q5_K", QK_K, 176},
     [QTYPE_Q6_K] = {"Q6_K", QK_K, 210},
     [QTYPE_Q8_K] = {"Q8_K", QK_K, 292},  /* float d + 256 int8 + 16 int16 block sums */
+    [QTYPE_IQ2_XXS] = {"IQ2_XXS", QK_K, 66},  /* d + 32 u16: grid indices, signs and scales */
+    [QTYPE_IQ2_XS] = {"IQ2_XS", QK_K, 74},    /* d + 32 u16 + 8 scale bytes */
+    [QTYPE_IQ3_XXS] = {"IQ3_XXS", QK_K, 98},  /* d + 96 bytes */
+    [QTYPE_IQ1_S] = {"IQ1_S", QK_K, 50},      /* d + 32 qs + 8 u16 qh */
+    [QTYPE_IQ4_NL] = {"IQ4_NL", 32, 18},      /* d + 16 bytes of nibbles (a 16-level table) */
+    [QTYPE_IQ3_S] = {"IQ3_S", QK_K, 110},     /* d + 64 qs + 8 qh + 32 signs + 4 scales */
+    [QTYPE_IQ2_S] = {"IQ2_S", QK_K, 82},      /* d + 64 qs + 8 qh + 8 scales */
+    [QTYPE_IQ4_XS] = {"IQ4_XS", QK_K, 136},   /* d + u16 scales_h + 4 scales_l + 128 nibbles */
+    [QTYPE_I8] = {"I8", 1, 1},
+    [QTYPE_I16] = {"I16", 1, 2},
+    [QTYPE_I32] = {"I32", 1, 4},
+    [QTYPE_I64] = {"I64", 1, 8},
+    [QTYPE_F64] = {"F64", 1, 8},
+    [QTYPE_IQ1_M] = {"IQ1_M", QK_K, 56},      /* 32 qs + 16 qh + 8 scales (d inside them) */
     [QTYPE_BF16] = {"BF16", 1, 2},
+    [QTYPE_TQ1_0] = {"TQ1_0", QK_K, 54},      /* ternary: 48 + 4 bytes base-3 + d */
+    [QTYPE_TQ2_0] = {"TQ2_0", QK_K, 66},      /* ternary: 64 bytes of 2-bit + d */
+    [QTYPE_MXFP4] = {"MXFP4", 32, 17},        /* E8M0 exponent + 16 bytes of E2M1 nibbles */
+    [QTYPE_NVFP4] = {"NVFP4", 64, 36},        /* 4 UE4M3 scales + 32 bytes of E2M1 nibbles */
+    [QTYPE_Q1_0] = {"Q1_0", 128, 18},         /* d + 16 bytes of signs */
+    [QTYPE_Q2_0] = {"Q2_0", 64, 18},          /* d + 16 bytes of 2-bit q */
 };
 
 static const qtype_info *info(uint32_t t) {
@@ -70,12 +90,32 @@ int qtype_from_name(const char *name, enum qtype *out) {
     return -1;
 }
 
+const char *qtype_removed_name(uint32_t t) {
+    /* ggml.h: support removed (4, 5) or removed from GGUF files (the repacked 31-33, 36-38) */
+    static const char *const removed[] = {[4] = "Q4_2", [5] = "Q4_3", [31] = "Q4_0_4_4", [32] = "Q4_0_4_8",
+                                          [33] = "Q4_0_8_8", [36] = "IQ4_NL_4_4", [37] = "IQ4_NL_4_8",
+                                          [38] = "IQ4_NL_8_8"};
+    return t < sizeof removed / sizeof removed[0] ? removed[t] : NULL;
+}
+
+const char *qtype_supported_names(void) {
+    static char names[256];
+    if (!names[0]) {
+        size_t n = 0;
+        for (uint32_t t = 0; t < QTYPE_COUNT; t++)
+            if (qtype_supported((enum qtype)t) && n + 16 < sizeof names)
+                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", type_info[t].name);
+    }
+    return names;
+}
+
 bool qtype_known(uint32_t t) { return info(t) != NULL; }
 
 bool qtype_supported(enum qtype t) {
     switch (t) {
     case QTYPE_F32: case QTYPE_F16: case QTYPE_BF16:
-    case QTYPE_Q8_0: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
+    case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: case QTYPE_Q8_0:
+    case QTYPE_Q2_K: case QTYPE_Q3_K: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
         return true;
     default:
         return false;
@@ -175,6 +215,64 @@ static void dequant_q6_K(const block_q6_K *b, float *y) {
     }
 }
 
+/* The legacy 32-weight blocks: level i < 16 in the low nibble of qs[i], i >= 16 in the high
+ * nibble of qs[i - 16]; the fifth bit (Q5_*) is bit i of qh. q*d is exact (at most 5 + 11
+ * significant bits), so each weight is one rounding (the + m) or none. */
+static int legacy_level(const uint8_t qs[16], uint32_t qh, int i) {
+    return ((qs[i % 16] >> (4 * (i / 16))) & 0xF) | (int)(((qh >> i) & 1) << 4);
+}
+
+static void dequant_q4_0(const block_q4_0 *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int i = 0; i < 32; i++) y[i] = (float)(legacy_level(b->qs, 0, i) - 8) * d;
+}
+
+static void dequant_q4_1(const block_q4_1 *b, float *y) {
+    float d = fp16_to_f32(b->d), m = fp16_to_f32(b->m);
+    for (int i = 0; i < 32; i++) y[i] = (float)legacy_level(b->qs, 0, i) * d + m;
+}
+
+static uint32_t le32(const uint8_t p[4]) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+static void dequant_q5_0(const block_q5_0 *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    uint32_t qh = le32(b->qh);
+    for (int i = 0; i < 32; i++) y[i] = (float)(legacy_level(b->qs, qh, i) - 16) * d;
+}
+
+static void dequant_q5_1(const block_q5_1 *b, float *y) {
+    float d = fp16_to_f32(b->d), m = fp16_to_f32(b->m);
+    uint32_t qh = le32(b->qh);
+    for (int i = 0; i < 32; i++) y[i] = (float)legacy_level(b->qs, qh, i) * d + m;
+}
+
+/* Q2_K: weight w = 128h + 32j + l, sub-block k = w / 16. d*sc and dmin*m are exact (11 + 4
+ * bits), (d*sc)*q too (+2), so the subtraction is the one rounding. */
+static void dequant_q2_K(const block_q2_K *b, float *y) {
+    float d = fp16_to_f32(b->d), dmin = fp16_to_f32(b->dmin);
+    for (int w = 0; w < QK_K; w++) {
+        int h = w / 128, j = (w % 128) / 32, l = w % 32, sc = b->scales[w / 16];
+        float dl = d * (float)(sc & 0xF), ml = dmin * (float)(sc >> 4);
+        y[w] = dl * (float)((b->qs[32 * h + l] >> (2 * j)) & 3) - ml;
+    }
+}
+
+/* The 6-bit scale k (0..15) of a Q3_K block, less 32. */
+static int q3_K_scale(const uint8_t s[12], int k) {
+    int lo = (s[k % 8] >> (4 * (k / 8))) & 0xF, hi = (s[8 + k % 4] >> (2 * (k / 4))) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* Q3_K: d*(sc - 32) is exact (11 + 6 bits) and so is its product with q (+3): no rounding. */
+static void dequant_q3_K(const block_q3_K *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int w = 0; w < QK_K; w++) {
+        int h = w / 128, j = (w % 128) / 32, l = w % 32;
+        int q = ((b->qs[32 * h + l] >> (2 * j)) & 3) - ((b->hmask[l] >> (4 * h + j)) & 1 ? 0 : 4);
+        y[w] = d * (float)q3_K_scale(b->scales, w / 16) * (float)q;
+    }
+}
+
 void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) {
     assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
     switch (t) {
@@ -199,6 +297,16 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
         }
         return;
     }
+#define EACH_BLOCK(fn, block, elems) \
+    for (int64_t i = 0; i < n / (elems); i++) fn((const block *)src + i, dst + i * (elems)); \
+    return
+    case QTYPE_Q4_0: EACH_BLOCK(dequant_q4_0, block_q4_0, 32);
+    case QTYPE_Q4_1: EACH_BLOCK(dequant_q4_1, block_q4_1, 32);
+    case QTYPE_Q5_0: EACH_BLOCK(dequant_q5_0, block_q5_0, 32);
+    case QTYPE_Q5_1: EACH_BLOCK(dequant_q5_1, block_q5_1, 32);
+    case QTYPE_Q2_K: EACH_BLOCK(dequant_q2_K, block_q2_K, QK_K);
+    case QTYPE_Q3_K: EACH_BLOCK(dequant_q3_K, block_q3_K, QK_K);
+#undef EACH_BLOCK
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) dequant_q8_0((const block_q8_0 *)src + i, dst + i * QK8_0);
         return;

@@ -3,8 +3,9 @@
  * pinned by static asserts; the GLSL includes in shaders/ mirror these structs and a test
  * checks the two agree.
  *
- * cinder supports F32, F16, BF16, Q8_0, Q4_K, Q5_K and Q6_K. Other ggml types are known by
- * name (so errors can say what a file holds) but are rejected when a tensor is loaded. */
+ * Every ggml type has its name and block size here (so errors and `cinder info` can say what a
+ * file holds); qtype_supported says which ones cinder computes with, and the model loader
+ * refuses the others by name. */
 #pragma once
 #include <assert.h>
 #include <stdbool.h>
@@ -26,8 +27,28 @@ enum qtype {
     QTYPE_Q5_K = 13,
     QTYPE_Q6_K = 14,
     QTYPE_Q8_K = 15,
+    QTYPE_IQ2_XXS = 16,
+    QTYPE_IQ2_XS = 17,
+    QTYPE_IQ3_XXS = 18,
+    QTYPE_IQ1_S = 19,
+    QTYPE_IQ4_NL = 20,
+    QTYPE_IQ3_S = 21,
+    QTYPE_IQ2_S = 22,
+    QTYPE_IQ4_XS = 23,
+    QTYPE_I8 = 24,
+    QTYPE_I16 = 25,
+    QTYPE_I32 = 26,
+    QTYPE_I64 = 27,
+    QTYPE_F64 = 28,
+    QTYPE_IQ1_M = 29,
     QTYPE_BF16 = 30,
-    QTYPE_COUNT = 40, /* bound for tables indexed by type; ggml's numbering stays below it */
+    QTYPE_TQ1_0 = 34,
+    QTYPE_TQ2_0 = 35,
+    QTYPE_MXFP4 = 39,
+    QTYPE_NVFP4 = 40,
+    QTYPE_Q1_0 = 41,
+    QTYPE_Q2_0 = 42,
+    QTYPE_COUNT = 48, /* bound for tables indexed by type; ggml's numbering stays below it */
 };
 
 #define QK8_0 32
@@ -40,6 +61,58 @@ typedef struct {
     int8_t qs[QK8_0];
 } block_q8_0;
 static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+
+/* The 32-weight legacy blocks. Weight i < 16 is the low nibble of qs[i], weight i >= 16 the
+ * high nibble of qs[i - 16]; Q5_0/Q5_1 take bit i of qh (little-endian) as the fifth bit.
+ * Q4_0: d * (q - 8); Q4_1: d * q + m; Q5_0: d * (q - 16); Q5_1: d * q + m. */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[16];
+} block_q4_0;
+static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
+
+typedef struct {
+    uint16_t d, m;
+    uint8_t qs[16];
+} block_q4_1;
+static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
+
+typedef struct {
+    uint16_t d;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} block_q5_0;
+static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
+
+typedef struct {
+    uint16_t d, m;
+    uint8_t qh[4];
+    uint8_t qs[16];
+} block_q5_1;
+static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
+
+/* Q2_K: 16 sub-blocks of 16; scales[k] holds sub-block k's 4-bit scale (low nibble) and 4-bit
+ * min (high nibble); weight = d * sc * q - dmin * m with 2-bit q. Weight 128h + 32j + l (h < 2,
+ * j < 4, l < 32) is bits 2j..2j+1 of qs[32h + l], in sub-block 8h + 2j + l / 16. */
+typedef struct {
+    uint8_t scales[QK_K / 16];
+    uint8_t qs[QK_K / 4];
+    uint16_t d, dmin;
+} block_q2_K;
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+
+/* Q3_K: 16 sub-blocks of 16 with 6-bit scales (stored + 32) packed in 12 bytes; weight = d *
+ * (sc - 32) * q with q in -4..3. Weight 128h + 32j + l: bits 2j..2j+1 of qs[32h + l] less 4
+ * unless bit 4h + j of hmask[l] is set, in sub-block 8h + 2j + l / 16. Scale k: low 4 bits
+ * from byte k % 8 (low nibble for k < 8, high for k >= 8), high 2 bits from byte 8 + k % 4,
+ * bits 2 (k / 4) and up. */
+typedef struct {
+    uint8_t hmask[QK_K / 8];
+    uint8_t qs[QK_K / 4];
+    uint8_t scales[12];
+    uint16_t d;
+} block_q3_K;
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
 
 /* Q4_K: super-block of 256 = 8 sub-blocks of 32; 6-bit scales and mins packed in 12 bytes;
  * weight = d * sc * q - dmin * m with 4-bit q. */
@@ -72,6 +145,12 @@ typedef struct {
 static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 
 const char *qtype_name(enum qtype t);                 /* "Q4_K", "?" when unknown */
+/* ggml's name for a type number it once had and removed from GGUF files (4 "Q4_2", 31
+ * "Q4_0_4_4", ...), NULL for any other number: errors name what an old file holds. */
+const char *qtype_removed_name(uint32_t t);
+/* The types cinder computes with, by name, comma-separated ("F32, F16, ..."): what an error
+ * about an unsupported tensor lists. */
+const char *qtype_supported_names(void);
 int qtype_from_name(const char *name, enum qtype *out); /* case-insensitive; 0 or -1 */
 bool qtype_known(uint32_t t);       /* a ggml type whose block size we know */
 bool qtype_supported(enum qtype t); /* one of the seven cinder computes with */

@@ -1,4 +1,4 @@
-/* Row quantization for the seven types cinder computes with (quant_quantize_row, declared in
+/* Row quantization for the types cinder computes with (quant_quantize_row, declared in
  * quant.h): what `cinder mkmodel` and the tests' random weights are made with, never run on
  * data read from a file.
  *
@@ -11,6 +11,7 @@
 
 #include <assert.h>
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "runtime/base/fp16.h"
@@ -78,55 +79,59 @@ typedef struct k_fit {
     float err;   /* sum of squared errors */
 } k_fit;
 
-/* One sub-block of 32 and the sums of x and x^2, which every candidate needs. */
+/* One sub-block of n (16 or 32) and the sums of x and x^2, which every candidate needs.
+ * free_min: m may take either sign (Q4_1, Q5_1 store it as a float); else m >= 0 (the
+ * K-quants subtract an unsigned 6- or 4-bit multiple of dmin). */
 typedef struct k_sub {
     const float *x;
+    int n;
+    bool free_min;
     float sx, sxx;
 } k_sub;
 
 /* Rounds x to the nearest levels for (s, m), then returns the least-squares (s, m) for those
  * levels and its squared error (from the sums, without a second pass). Level sums are exact
- * integers; the one float sum is split four ways. (Written as simple loops over 32 so that
- * the compiler vectorizes them: this is the quantizer's inner loop.) */
+ * integers; the one float sum is split four ways. (Written as simple loops so that the
+ * compiler vectorizes them: this is the quantizer's inner loop.) */
 static k_fit k_round_and_refit(const k_sub *b, int nmax, float s, float m) {
     float is = s > 0 ? 1.0f / s : 0.0f;
-    int q[32], sq = 0, sqq = 0;
-    for (int i = 0; i < 32; i++) q[i] = level((b->x[i] + m) * is, 0, nmax);
-    for (int i = 0; i < 32; i++) {
+    int q[32], sq = 0, sqq = 0, n = b->n;
+    for (int i = 0; i < n; i++) q[i] = level((b->x[i] + m) * is, 0, nmax);
+    for (int i = 0; i < n; i++) {
         sq += q[i];
         sqq += q[i] * q[i];
     }
     float sqx4[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 32; i += 4)
+    for (int i = 0; i < n; i += 4)
         for (int k = 0; k < 4; k++) sqx4[k] += (float)q[i + k] * b->x[i + k];
-    float fq = (float)sq, fqq = (float)sqq, sqx = (sqx4[0] + sqx4[1]) + (sqx4[2] + sqx4[3]);
+    float fq = (float)sq, fqq = (float)sqq, fn = (float)n, sqx = (sqx4[0] + sqx4[1]) + (sqx4[2] + sqx4[3]);
     /* minimise sum (s*q - m - x)^2 over s, m: normal equations
      *   [sqq  -sq] [s]   [sqx]
-     *   [-sq   32] [m] = [-sx]                                  */
+     *   [-sq   n ] [m] = [-sx]                                  */
     k_fit f = {0, 0, 0};
-    float det = 32.0f * fqq - fq * fq;
+    float det = fn * fqq - fq * fq;
     if (det > 0) {
-        f.s = (32.0f * sqx - fq * b->sx) / det;
+        f.s = (fn * sqx - fq * b->sx) / det;
         f.m = (fq * sqx - fqq * b->sx) / det;
     }
-    if (det <= 0 || f.m < 0 || f.s < 0) { /* m must be >= 0: fit s alone with m = 0 */
+    if (det <= 0 || (!b->free_min && f.m < 0) || f.s < 0) { /* fit s alone with m = 0 */
         f.m = 0;
         f.s = fqq > 0 ? fmaxf(sqx / fqq, 0.0f) : 0.0f;
     }
-    f.err = f.s * f.s * fqq + 32.0f * f.m * f.m + b->sxx - 2 * f.s * f.m * fq - 2 * f.s * sqx + 2 * f.m * b->sx;
+    f.err = f.s * f.s * fqq + fn * f.m * f.m + b->sxx - 2 * f.s * f.m * fq - 2 * f.s * sqx + 2 * f.m * b->sx;
     return f;
 }
 
-static k_fit fit_scale_min(const float *x, int nmax) {
-    k_sub b = {x, 0, 0};
+static k_fit fit_scale_min(const float *x, int n, int nmax, bool free_min) {
+    k_sub b = {x, n, free_min, 0, 0};
     float lo = x[0], hi = x[0];
-    for (int i = 0; i < 32; i++) {
+    for (int i = 0; i < n; i++) {
         lo = x[i] < lo ? x[i] : lo;
         hi = x[i] > hi ? x[i] : hi;
         b.sx += x[i];
         b.sxx += x[i] * x[i];
     }
-    if (lo > 0) lo = 0; /* the min can only be subtracted */
+    if (lo > 0 && !free_min) lo = 0; /* the min can only be subtracted */
     k_fit best = {0, -lo, 0};
     if (!(hi > lo)) return best; /* constant sub-block: exactly -m */
     best = k_round_and_refit(&b, nmax, (hi - lo) / (float)nmax, -lo);
@@ -145,61 +150,74 @@ static k_fit fit_scale_min(const float *x, int nmax) {
     return best;
 }
 
-/* Levels and squared error of sub-block x for stored d, dmin and 6-bit sc, m, using the
- * dequantizer's expression. */
-static float k_levels(const float *x, float d, float dmin, int sc, int m, int nmax, uint8_t *q) {
+/* Levels and squared error of a sub-block of n for stored d, dmin and integer sc, m, using
+ * the dequantizer's expression. */
+static float k_levels(const float *x, int n, float d, float dmin, int sc, int m, int nmax, uint8_t *q) {
     float dl = d * (float)sc, ml = dmin * (float)m;
     float idl = dl > 0 ? 1.0f / dl : 0.0f;
     int l[32];
-    for (int i = 0; i < 32; i++) l[i] = level((x[i] + ml) * idl, 0, nmax);
+    for (int i = 0; i < n; i++) l[i] = level((x[i] + ml) * idl, 0, nmax);
     float e4[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 32; i += 4)
+    for (int i = 0; i < n; i += 4)
         for (int k = 0; k < 4; k++) {
             float r = dl * (float)l[i + k] - ml - x[i + k];
             e4[k] += r * r;
         }
-    for (int i = 0; i < 32; i++) q[i] = (uint8_t)l[i];
+    for (int i = 0; i < n; i++) q[i] = (uint8_t)l[i];
     return (e4[0] + e4[1]) + (e4[2] + e4[3]);
 }
 
-/* Shared by Q4_K (nmax 15) and Q5_K (nmax 31): fills d, dmin, packed scales and the 256
- * levels L of one super-block. */
-static void quant_k_affine(const float *x, int nmax, uint16_t *d_out, uint16_t *dmin_out,
-                           uint8_t scales[K_SCALE_SIZE], uint8_t L[QK_K]) {
-    k_fit fit[8];
+/* The affine K-quant super-block: n_sub sub-blocks of sub_n levels in [0, nmax], each with an
+ * integer scale and min in [0, grid] of the fp16 d and dmin. Q4_K (8 x 32, nmax 15, grid 63),
+ * Q5_K (8 x 32, 31, 63), Q2_K (16 x 16, 3, 15). Fills d, dmin, the integer sc and m of each
+ * sub-block and the 256 levels L. */
+typedef struct k_affine {
+    int n_sub, sub_n, nmax, grid;
+} k_affine;
+
+static void quant_k_affine(const float *x, k_affine k, uint16_t *d_out, uint16_t *dmin_out, uint8_t sc[16],
+                           uint8_t mq[16], uint8_t L[QK_K]) {
+    k_fit fit[16];
     float max_s = 0, max_m = 0;
-    for (int j = 0; j < 8; j++) {
-        fit[j] = fit_scale_min(x + 32 * j, nmax);
+    for (int j = 0; j < k.n_sub; j++) {
+        fit[j] = fit_scale_min(x + k.sub_n * j, k.sub_n, k.nmax, false);
         max_s = fmaxf(max_s, fit[j].s);
         max_m = fmaxf(max_m, fit[j].m);
     }
-    *d_out = fp16_scale(max_s / 63.0f);
-    *dmin_out = fp16_scale(max_m / 63.0f);
+    *d_out = fp16_scale(max_s / (float)k.grid);
+    *dmin_out = fp16_scale(max_m / (float)k.grid);
     float d = fp16_to_f32(*d_out), dmin = fp16_to_f32(*dmin_out);
     float id = d > 0 ? 1.0f / d : 0.0f, idmin = dmin > 0 ? 1.0f / dmin : 0.0f;
-    uint8_t sc[8], mq[8], q[32];
-    for (int j = 0; j < 8; j++) {
-        const float *xj = x + 32 * j;
-        int sc0 = level(fit[j].s * id, 0, 63), m0 = level(fit[j].m * idmin, 0, 63);
+    uint8_t q[32];
+    for (int j = 0; j < k.n_sub; j++) {
+        const float *xj = x + k.sub_n * j;
+        uint8_t *Lj = L + k.sub_n * j;
+        int sc0 = level(fit[j].s * id, 0, k.grid), m0 = level(fit[j].m * idmin, 0, k.grid);
         float best = INFINITY;
         for (int a = sc0 - 1; a <= sc0 + 1; a++) {
-            if (a < 0 || a > 63) continue;
+            if (a < 0 || a > k.grid) continue;
             for (int b = m0 - 1; b <= m0 + 1; b++) {
-                if (b < 0 || b > 63) continue;
-                float e = k_levels(xj, d, dmin, a, b, nmax, q);
+                if (b < 0 || b > k.grid) continue;
+                float e = k_levels(xj, k.sub_n, d, dmin, a, b, k.nmax, q);
                 if (e < best) {
                     best = e;
                     sc[j] = (uint8_t)a;
                     mq[j] = (uint8_t)b;
-                    memcpy(L + 32 * j, q, 32);
+                    memcpy(Lj, q, (size_t)k.sub_n);
                 }
             }
         }
         if (!(best < INFINITY)) { /* non-finite input: keep the format valid */
             sc[j] = mq[j] = 0;
-            memset(L + 32 * j, 0, 32);
+            memset(Lj, 0, (size_t)k.sub_n);
         }
     }
+}
+
+static void quant_k_affine_packed(const float *x, int nmax, uint16_t *d, uint16_t *dmin, uint8_t scales[K_SCALE_SIZE],
+                                  uint8_t L[QK_K]) {
+    uint8_t sc[16], mq[16];
+    quant_k_affine(x, (k_affine){8, 32, nmax, 63}, d, dmin, sc, mq, L);
     k_scale_min_pack(scales, sc, mq);
 }
 
@@ -207,7 +225,7 @@ static void quant_k_affine(const float *x, int nmax, uint16_t *d_out, uint16_t *
  * qs[32*(j/2) + l]. */
 static void quant_q4_K(const float *x, block_q4_K *b) {
     uint8_t L[QK_K];
-    quant_k_affine(x, 15, &b->d, &b->dmin, b->scales, L);
+    quant_k_affine_packed(x, 15, &b->d, &b->dmin, b->scales, L);
     for (int g = 0; g < 4; g++)
         for (int l = 0; l < 32; l++)
             b->qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
@@ -216,7 +234,7 @@ static void quant_q4_K(const float *x, block_q4_K *b) {
 /* Q5_K: as Q4_K for the low 4 bits; bit 4 of weight 32*j + l is bit j of qh[l]. */
 static void quant_q5_K(const float *x, block_q5_K *b) {
     uint8_t L[QK_K];
-    quant_k_affine(x, 31, &b->d, &b->dmin, b->scales, L);
+    quant_k_affine_packed(x, 31, &b->d, &b->dmin, b->scales, L);
     memset(b->qh, 0, sizeof b->qh);
     for (int g = 0; g < 4; g++)
         for (int l = 0; l < 32; l++)
@@ -225,23 +243,28 @@ static void quant_q5_K(const float *x, block_q5_K *b) {
         for (int l = 0; l < 32; l++) b->qh[l] |= (uint8_t)((L[32 * j + l] >> 4) << j);
 }
 
-/* ---- quantization: Q6_K ----
+/* ---- quantization: symmetric sub-blocks (Q6_K, Q3_K, Q4_0, Q5_0) ----
  *
- * Each sub-block of 16 is x ≈ s*l with l in [-32, 31] and a signed s (the sign picks which
- * side of zero gets the 32nd level). fit_scale_sym sweeps candidate steps that put the
- * largest-magnitude weight at levels -27 .. -37, refits s by least squares for each rounding, and
- * alternates re-rounding and refitting. The super-block d is chosen so that the sub-block with
- * the largest |s| gets scale -128; the others take the nearest int8 scale or a neighbour,
- * whichever re-rounds with the least error. */
+ * Each sub-block of n is x ≈ s*l with integer levels l in [lo, hi] = [-nlev, nlev - 1] and a
+ * signed s (the sign picks which side of zero gets the extra level). fit_scale_sym sweeps
+ * candidate steps that put the largest-magnitude weight near level -nlev, refits s by least
+ * squares for each rounding, and alternates re-rounding and refitting. In a super-block (Q6_K,
+ * Q3_K) d is chosen so that the sub-block with the largest |s| gets the most negative scale;
+ * the others take the nearest integer scale or a neighbour, whichever re-rounds with the
+ * least error. */
+
+typedef struct sym_levels {
+    int n, lo, hi; /* weights per sub-block, level range */
+} sym_levels;
 
 /* Levels for step s and the least-squares s for them; *err = the residual at that s. */
-static float sym_round_and_refit(const float *x, float sxx, float s, float *err) {
+static float sym_round_and_refit(const float *x, sym_levels v, float sxx, float s, float *err) {
     float is = s != 0 ? 1.0f / s : 0.0f;
-    int l[16], sll = 0;
-    for (int i = 0; i < 16; i++) l[i] = level(x[i] * is, -32, 31);
-    for (int i = 0; i < 16; i++) sll += l[i] * l[i];
+    int l[32], sll = 0;
+    for (int i = 0; i < v.n; i++) l[i] = level(x[i] * is, v.lo, v.hi);
+    for (int i = 0; i < v.n; i++) sll += l[i] * l[i];
     float sxl4[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 16; i += 4)
+    for (int i = 0; i < v.n; i += 4)
         for (int k = 0; k < 4; k++) sxl4[k] += x[i + k] * (float)l[i + k];
     float sxl = (sxl4[0] + sxl4[1]) + (sxl4[2] + sxl4[3]);
     float fs = sll > 0 ? sxl / (float)sll : 0.0f;
@@ -249,9 +272,9 @@ static float sym_round_and_refit(const float *x, float sxx, float s, float *err)
     return fs;
 }
 
-static float fit_scale_sym(const float *x) {
-    float amax = 0, vmax = 0, sxx = 0;
-    for (int i = 0; i < 16; i++) {
+static float fit_scale_sym(const float *x, sym_levels v) {
+    float amax = 0, vmax = 0, sxx = 0, nlev = (float)-v.lo;
+    for (int i = 0; i < v.n; i++) {
         sxx += x[i] * x[i];
         if (fabsf(x[i]) > amax) {
             amax = fabsf(x[i]);
@@ -260,16 +283,16 @@ static float fit_scale_sym(const float *x) {
     }
     if (!(amax > 0)) return 0;
     float best_err, err;
-    float best_s = sym_round_and_refit(x, sxx, -vmax / 32.0f, &best_err);
-    /* candidate steps: the largest weight at level -(32 + delta), delta in [-5, 5] (levels
-     * beyond -32 clip; the refit then widens the step) */
+    float best_s = sym_round_and_refit(x, v, sxx, -vmax / nlev, &best_err);
+    /* candidate steps: the largest weight at level -(nlev + delta), |delta| <= nlev / 6.4
+     * (levels beyond -nlev clip; the refit then widens the step) */
     for (int k = -10; k <= 10; k++) {
         if (k == 0) continue;
-        float s = sym_round_and_refit(x, sxx, -vmax / (32.0f + 0.5f * (float)k), &err);
+        float s = sym_round_and_refit(x, v, sxx, -vmax / (nlev + nlev / 64.0f * (float)k), &err);
         if (err < best_err) { best_err = err; best_s = s; }
     }
     for (int it = 0; it < 4; it++) {
-        float s = sym_round_and_refit(x, sxx, best_s, &err);
+        float s = sym_round_and_refit(x, v, sxx, best_s, &err);
         if (!(err < best_err)) break;
         best_err = err;
         best_s = s;
@@ -277,50 +300,58 @@ static float fit_scale_sym(const float *x) {
     return best_s;
 }
 
-/* Levels and squared error of sub-block x (16 weights) for stored d and int8 scale sc. */
-static float q6_levels(const float *x, float d, int sc, int8_t *q) {
-    float dl = d * (float)sc;
+/* Levels and squared error of a sub-block for stored step dl (the dequantizer's d * sc). */
+static float sym_levels_at(const float *x, sym_levels v, float dl, int8_t *q) {
     float idl = dl != 0 ? 1.0f / dl : 0.0f;
-    int l[16];
-    for (int i = 0; i < 16; i++) l[i] = level(x[i] * idl, -32, 31);
+    int l[32];
+    for (int i = 0; i < v.n; i++) l[i] = level(x[i] * idl, v.lo, v.hi);
     float e4[4] = {0, 0, 0, 0};
-    for (int i = 0; i < 16; i += 4)
+    for (int i = 0; i < v.n; i += 4)
         for (int k = 0; k < 4; k++) {
             float r = dl * (float)l[i + k] - x[i + k];
             e4[k] += r * r;
         }
-    for (int i = 0; i < 16; i++) q[i] = (int8_t)l[i];
+    for (int i = 0; i < v.n; i++) q[i] = (int8_t)l[i];
     return (e4[0] + e4[1]) + (e4[2] + e4[3]);
 }
 
-static void quant_q6_K(const float *x, block_q6_K *b) {
+/* A symmetric super-block of 16 sub-blocks of 16 with integer scales in [sc_lo, sc_hi]: the
+ * fp16 d (sign included) and each sub-block's scale and levels. */
+static uint16_t quant_sym_super(const float *x, sym_levels v, int sc_lo, int sc_hi, int sc[16], int8_t L[QK_K]) {
     float s[16], smax = 0;
     for (int k = 0; k < 16; k++) {
-        s[k] = fit_scale_sym(x + 16 * k);
+        s[k] = fit_scale_sym(x + 16 * k, v);
         if (fabsf(s[k]) > fabsf(smax)) smax = s[k];
     }
-    /* d may be negative: it carries smax's sign so that smax / d = -128 */
-    uint16_t dh = fp16_scale(fabsf(smax) / 128.0f);
+    /* d may be negative: it carries smax's sign so that smax / d = sc_lo */
+    uint16_t dh = fp16_scale(fabsf(smax) / (float)-sc_lo);
     if (smax > 0) dh |= 0x8000;
-    b->d = dh;
     float d = fp16_to_f32(dh), id = d != 0 ? 1.0f / d : 0.0f;
-    int8_t L[QK_K], q[16];
+    int8_t q[16];
     for (int k = 0; k < 16; k++) {
         const float *xk = x + 16 * k;
-        int sc0 = level(s[k] * id, -128, 127);
+        int sc0 = level(s[k] * id, sc_lo, sc_hi);
         float best = INFINITY;
-        b->scales[k] = 0;
+        sc[k] = 0;
         memset(L + 16 * k, 0, 16);
         for (int c = sc0 - 1; c <= sc0 + 1; c++) {
-            if (c < -128 || c > 127) continue;
-            float e = q6_levels(xk, d, c, q);
+            if (c < sc_lo || c > sc_hi) continue;
+            float e = sym_levels_at(xk, v, d * (float)c, q);
             if (e < best) {
                 best = e;
-                b->scales[k] = (int8_t)c;
+                sc[k] = c;
                 memcpy(L + 16 * k, q, 16);
             }
         }
     }
+    return dh;
+}
+
+static void quant_q6_K(const float *x, block_q6_K *b) {
+    int sc[16];
+    int8_t L[QK_K];
+    b->d = quant_sym_super(x, (sym_levels){16, -32, 31}, -128, 127, sc, L);
+    for (int k = 0; k < 16; k++) b->scales[k] = (int8_t)sc[k];
     /* pack: see dequant_q6_K for where each weight's bits go */
     memset(b->qh, 0, sizeof b->qh);
     for (int w = 0; w < QK_K; w++) {
@@ -331,6 +362,101 @@ static void quant_q6_K(const float *x, block_q6_K *b) {
         else *ql = (uint8_t)(*ql | ((u & 0xF) << 4));
         b->qh[32 * h + l] |= (uint8_t)((u >> 4) << (2 * t));
     }
+}
+
+/* Q3_K: levels -4..3, 6-bit scales -32..31 (stored + 32; dequant_q3_K says where bits go). */
+static void quant_q3_K(const float *x, block_q3_K *b) {
+    int sc[16];
+    int8_t L[QK_K];
+    b->d = quant_sym_super(x, (sym_levels){16, -4, 3}, -32, 31, sc, L);
+    memset(b->scales, 0, sizeof b->scales);
+    for (int k = 0; k < 16; k++) {
+        int u = sc[k] + 32;
+        b->scales[k % 8] |= (uint8_t)((u & 0xF) << (4 * (k / 8)));
+        b->scales[8 + k % 4] |= (uint8_t)((u >> 4) << (2 * (k / 4)));
+    }
+    memset(b->hmask, 0, sizeof b->hmask);
+    memset(b->qs, 0, sizeof b->qs);
+    for (int w = 0; w < QK_K; w++) {
+        int u = L[w] + 4; /* 0..7: bit 2 set means "do not subtract 4" */
+        int h = w / 128, j = (w % 128) / 32, l = w % 32;
+        b->qs[32 * h + l] |= (uint8_t)((u & 3) << (2 * j));
+        b->hmask[l] |= (uint8_t)((u >> 2) << (4 * h + j));
+    }
+}
+
+/* ---- quantization: Q2_K ---- */
+
+/* 16 sub-blocks of 16 as x ≈ (d sc) q - (dmin m), q 0..3, sc and m 4-bit (quant_k_affine). */
+static void quant_q2_K(const float *x, block_q2_K *b) {
+    uint8_t sc[16], mq[16], L[QK_K];
+    quant_k_affine(x, (k_affine){16, 16, 3, 15}, &b->d, &b->dmin, sc, mq, L);
+    for (int k = 0; k < 16; k++) b->scales[k] = (uint8_t)(sc[k] | mq[k] << 4);
+    memset(b->qs, 0, sizeof b->qs);
+    for (int w = 0; w < QK_K; w++) b->qs[32 * (w / 128) + w % 32] |= (uint8_t)(L[w] << (2 * ((w % 128) / 32)));
+}
+
+/* ---- quantization: the legacy 32-weight blocks ---- */
+
+/* Levels 0..(1 << bits) - 1 of a legacy block into qs (and qh for 5 bits): quant.h's layout. */
+static void legacy_pack(const int *u, int bits, uint8_t qs[16], uint8_t qh[4]) {
+    memset(qs, 0, 16);
+    uint32_t h = 0;
+    for (int i = 0; i < 32; i++) {
+        qs[i % 16] |= (uint8_t)((u[i] & 0xF) << (4 * (i / 16)));
+        h |= (uint32_t)((u[i] >> 4) & 1) << i;
+    }
+    if (bits == 5)
+        for (int k = 0; k < 4; k++) qh[k] = (uint8_t)(h >> (8 * k));
+}
+
+/* Q4_0 / Q5_0: x ≈ d * l, l in [-nlev, nlev - 1]; the fitted step rounded to fp16, the levels
+ * re-rounded at the stored d. Stored as l + nlev. */
+static uint16_t quant_legacy_sym(const float *x, int nlev, int *u) {
+    sym_levels v = {32, -nlev, nlev - 1};
+    float s = fit_scale_sym(x, v);
+    uint16_t dh = fp16_scale(fabsf(s));
+    if (s < 0) dh |= 0x8000;
+    int8_t l[32];
+    sym_levels_at(x, v, fp16_to_f32(dh), l);
+    for (int i = 0; i < 32; i++) u[i] = l[i] + nlev;
+    return dh;
+}
+
+/* Q4_1 / Q5_1: x ≈ d * q + m, q in [0, nmax], m of either sign; levels re-rounded at the stored
+ * d and m. */
+static void quant_legacy_affine(const float *x, int nmax, uint16_t *d_out, uint16_t *m_out, int *u) {
+    k_fit f = fit_scale_min(x, 32, nmax, true);
+    *d_out = fp16_scale(f.s);
+    uint16_t mh = f32_to_fp16(-f.m);
+    if ((mh & 0x7fff) >= 0x7c00) mh = (uint16_t)((mh & 0x8000) | 0x7bff); /* keep it finite */
+    *m_out = mh;
+    float d = fp16_to_f32(*d_out), m = fp16_to_f32(mh), id = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < 32; i++) u[i] = level((x[i] - m) * id, 0, nmax);
+}
+
+static void quant_q4_0(const float *x, block_q4_0 *b) {
+    int u[32];
+    b->d = quant_legacy_sym(x, 8, u);
+    legacy_pack(u, 4, b->qs, NULL);
+}
+
+static void quant_q5_0(const float *x, block_q5_0 *b) {
+    int u[32];
+    b->d = quant_legacy_sym(x, 16, u);
+    legacy_pack(u, 5, b->qs, b->qh);
+}
+
+static void quant_q4_1(const float *x, block_q4_1 *b) {
+    int u[32];
+    quant_legacy_affine(x, 15, &b->d, &b->m, u);
+    legacy_pack(u, 4, b->qs, NULL);
+}
+
+static void quant_q5_1(const float *x, block_q5_1 *b) {
+    int u[32];
+    quant_legacy_affine(x, 31, &b->d, &b->m, u);
+    legacy_pack(u, 5, b->qs, b->qh);
 }
 
 void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
@@ -355,6 +481,16 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
         }
         return;
     }
+#define EACH_BLOCK(fn, block, elems) \
+    for (int64_t i = 0; i < n / (elems); i++) fn(src + i * (elems), (block *)dst + i); \
+    return
+    case QTYPE_Q4_0: EACH_BLOCK(quant_q4_0, block_q4_0, 32);
+    case QTYPE_Q4_1: EACH_BLOCK(quant_q4_1, block_q4_1, 32);
+    case QTYPE_Q5_0: EACH_BLOCK(quant_q5_0, block_q5_0, 32);
+    case QTYPE_Q5_1: EACH_BLOCK(quant_q5_1, block_q5_1, 32);
+    case QTYPE_Q2_K: EACH_BLOCK(quant_q2_K, block_q2_K, QK_K);
+    case QTYPE_Q3_K: EACH_BLOCK(quant_q3_K, block_q3_K, QK_K);
+#undef EACH_BLOCK
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) quant_q8_0(src + i * QK8_0, (block_q8_0 *)dst + i);
         return;

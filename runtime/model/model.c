@@ -112,8 +112,8 @@ static const gguf_tensor *want(const gguf_file *f, const char *name, int64_t d0,
         }
     }
     if (!qtype_supported(t->type)) {
-        cd_fail("tensor '%s' has type %s, which cinder does not support (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K)",
-                name, qtype_name(t->type));
+        cd_fail("tensor '%s' has type %s, which cinder does not compute with (it does: %s)", name,
+                qtype_name(t->type), qtype_supported_names());
         return NULL;
     }
     return t;

@@ -29,12 +29,12 @@ static const struct preset {
     {"qwen3-30b-a3b", {ARCH_QWEN3MOE, 48, 2048, 32, 4, 128, QWEN3_VOCAB_PADDED, 40960, 128, 8, 768, 0, 1e6f, 1e-6f}, SYNTH_Q4_K_M},
 };
 
-static const char *const quant_names[] = {"f32", "f16", "bf16", "q8_0", "q4_k_m", "mix"};
+static const char *const quant_names[] = {"f32", "f16", "bf16", "q8_0", "q4_k_m", "mix", "q3_k_m", "q2_k", "mix-lowbit"};
 
 int synth_quant_from_name(const char *name, enum synth_quant *out) {
     for (size_t i = 0; i < sizeof quant_names / sizeof quant_names[0]; i++)
         if (!strcasecmp(name, quant_names[i])) { *out = (enum synth_quant)i; return 0; }
-    return cd_fail("unknown quant mix '%s' (f32, f16, bf16, q8_0, q4_k_m, mix)", name);
+    return cd_fail("unknown quant mix '%s' (f32, f16, bf16, q8_0, q4_k_m, mix, q3_k_m, q2_k, mix-lowbit)", name);
 }
 
 const char *synth_quant_name(enum synth_quant q) { return quant_names[q]; }
@@ -84,6 +84,29 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
         if (!strcmp(role, "ffn_down")) return QTYPE_Q6_K;
         if (!strcmp(role, "output")) return QTYPE_Q6_K;
         return QTYPE_Q8_0;
+    case SYNTH_Q3_K_M:
+        if (!strcmp(role, "router")) return QTYPE_F32;
+        if (!strcmp(role, "attn_v")) return QTYPE_Q5_K;
+        if (!strcmp(role, "ffn_down")) return QTYPE_Q4_K;
+        if (!strcmp(role, "output")) return QTYPE_Q6_K;
+        return QTYPE_Q3_K;
+    case SYNTH_Q2_K:
+        if (!strcmp(role, "router")) return QTYPE_F32;
+        if (!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) return QTYPE_Q3_K;
+        if (!strcmp(role, "output")) return QTYPE_Q6_K;
+        return QTYPE_Q2_K;
+    case SYNTH_MIX_LOWBIT:
+        if (!strcmp(role, "router")) return QTYPE_F16;
+        if (!strcmp(role, "embd")) return QTYPE_Q4_0;
+        if (!strcmp(role, "attn_q")) return QTYPE_Q4_1;
+        if (!strcmp(role, "attn_k")) return QTYPE_Q5_0;
+        if (!strcmp(role, "attn_v")) return QTYPE_Q5_1;
+        if (!strcmp(role, "attn_output")) return QTYPE_Q3_K;
+        /* gate and up of one type: a GPU's gate-up pairs */
+        if (!strcmp(role, "ffn_gate") || !strcmp(role, "ffn_up")) return layer % 2 == 0 ? QTYPE_Q2_K : QTYPE_Q3_K;
+        if (!strcmp(role, "ffn_down")) return layer % 2 == 0 ? QTYPE_Q4_0 : QTYPE_Q5_1;
+        if (!strcmp(role, "output")) return QTYPE_Q5_0;
+        return QTYPE_Q4_1;
     }
     return QTYPE_F32;
 }
@@ -305,7 +328,8 @@ static void set_hparams(gguf_writer *w, const synth_spec *s) {
     /* llama_ftype, as llama.cpp's converter and quantizer write it; none fits "mix", and
      * llama.cpp then guesses one from the tensor types */
     static const int32_t ftypes[] = {[SYNTH_F32] = 0, [SYNTH_F16] = 1, [SYNTH_BF16] = 32, [SYNTH_Q8_0] = 7,
-                                     [SYNTH_Q4_K_M] = 15, [SYNTH_MIX] = -1};
+                                     [SYNTH_Q4_K_M] = 15, [SYNTH_MIX] = -1, [SYNTH_Q3_K_M] = 12,
+                                     [SYNTH_Q2_K] = 10, [SYNTH_MIX_LOWBIT] = -1};
     if (ftypes[s->quant] >= 0) gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftypes[s->quant]);
     gguf_writer_set_u32(w, K("context_length"), m->n_ctx_train);
     gguf_writer_set_u32(w, K("embedding_length"), m->n_embd);

@@ -24,7 +24,10 @@ enum synth_quant {
     SYNTH_BF16,
     SYNTH_Q8_0,
     SYNTH_Q4_K_M, /* llama.cpp Q4_K_M-like: Q4_K, with Q6_K for attn_v, output and half the ffn_down */
-    SYNTH_MIX,    /* every supported type somewhere: exercises all kernels in one file */
+    SYNTH_MIX,    /* the 4-8-bit types somewhere each: exercises all kernels in one file */
+    SYNTH_Q3_K_M, /* llama.cpp Q3_K_M-like: Q3_K, with Q5_K attn_v, Q4_K ffn_down, Q6_K output */
+    SYNTH_Q2_K,   /* llama.cpp Q2_K-like: Q2_K, with Q3_K attn_v and ffn_down, Q6_K output */
+    SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1) somewhere */
 };
 
 typedef struct synth_spec {

@@ -1,6 +1,6 @@
 /* Embedding gather with dequantization (shaders/get_rows.comp), host side:
  *   dst[r][0..n) = dequantize(table row ids[r])      for r < n_ids
- * table: n_rows rows of n elements of `type` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K); it
+ * table: n_rows rows of n elements of `type` (any type qtype_supported names); it
  * may be split into parts (vk_memory.h) and is dispatched once per part. ids: int32; an id
  * outside [0, n_rows) yields a row of zeros. dst: f32 rows of dst_stride floats. */
 #pragma once

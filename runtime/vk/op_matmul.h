@@ -2,7 +2,7 @@
  *
  *   Y[out(t)][r] = sum_i W[expert * n_rows + r][i] * X[in(t)][i]     t < n_tokens, r < n_rows
  *
- * W: rows of n_in elements of `type` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K), n_in a whole
+ * W: rows of n_in elements of `type` (any type qtype_supported names), n_in a whole
  * number of blocks; the buffer holds one or more expert slices of n_rows rows each (a dense
  * projection is expert 0). It may be split into parts (vk_memory.h; create it with granule =
  * row bytes): one dispatch per part holding rows of the slice.

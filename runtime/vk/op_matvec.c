@@ -44,7 +44,8 @@ void cvk_matvec_pack_rows(const cvk_matvec_cfg *cfg, enum qtype type, uint32_t n
 static bool cpu_device(const cvk_device *d) { return d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
 
 static uint32_t unit_elems(enum qtype t) {
-    return t == QTYPE_Q8_0 ? 32 : (t == QTYPE_Q4_K || t == QTYPE_Q5_K || t == QTYPE_Q6_K) ? 64 : 4;
+    if (t == QTYPE_F32 || t == QTYPE_F16 || t == QTYPE_BF16) return 4;
+    return (t == QTYPE_Q4_K || t == QTYPE_Q5_K || t == QTYPE_Q6_K) ? 64 : 32;
 }
 
 int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type,

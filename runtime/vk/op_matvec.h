@@ -2,7 +2,7 @@
  *
  *   y[v][r] = sum_i W[s(v)][r][i] * x[v][i]        r < n_rows, i < n_in, v < n_vec
  *
- * W: a (n_in, n_rows, n_slices) tensor of `type` (F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K),
+ * W: a (n_in, n_rows, n_slices) tensor of `type` (any type qtype_supported names),
  * rows of qtype_row_bytes(type, n_in) bytes, flattened row = slice * n_rows + r; it may be
  * split into parts (vk_memory.h; create it with granule = row bytes) and is dispatched once
  * per part. Each weight is read once per vector group: the NVEC vectors of a workgroup share
