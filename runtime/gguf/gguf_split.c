@@ -7,7 +7,6 @@
  * llama.cpp's loader checks 1, 2, split.no of 3 and 4; the rest catches shards of two different
  * cuts of one model mixed in one folder. */
 #include <inttypes.h>
-#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,10 +54,10 @@ static int read_keys(const gguf_file *f, split_keys *k) {
 /* A later shard: "this is not the first", naming the first when the name says where it is. */
 static int not_first(const char *path, const split_keys *k) {
     size_t n = split_prefix_len(path, k->no, k->count);
-    char first[PATH_MAX];
+    char first[4096];
     if (n && n < sizeof first - 32) {
         snprintf(first, sizeof first, "%.*s", (int)n, path);
-        char name[PATH_MAX + 32];
+        char name[4096 + 32];
         gguf_split_path(name, sizeof name, first, 0, k->count);
         return cd_fail("shard %" PRIu32 " of %" PRIu32 " of a split model: open the first shard, %s", k->no + 1,
                        k->count, name);
