@@ -137,7 +137,7 @@ static void test_one_shard(void **state) {
 typedef struct shard {
     int64_t no, count, n_tensors; /* -1: key absent */
     bool count_is_string, metadata_only;
-    const char *tensors[4];        /* NULL-terminated */
+    const char *tensors[5];        /* NULL-terminated */
     const char *name;              /* the file's name, when not the split name */
 } shard;
 
