@@ -29,7 +29,7 @@ static void usage(FILE *out) {
             "  --chat-template-file F stores F's text as tokenizer.chat_template (by default the\n"
             "    tokenizer directory's, the Qwen3 hybrid template); any text, recognised or not\n"
             "  --split-max-tensors N writes a split model as llama.cpp's gguf-split does: N tensors a\n"
-            "    shard, PATH less .gguf + -00001-of-0000K.gguf ... (open the first)\n"
+            "    shard, PATH less .gguf + -00001-of-0000K.gguf ...; prints the first, which opens them all\n"
             "  --dry-run prints the size the model would have and writes nothing\n");
 }
 
