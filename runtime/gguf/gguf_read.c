@@ -537,10 +537,12 @@ int gguf_join_shards(gguf_file *first, gguf_file **rest, uint32_t n_rest, const 
     int rc = owned ? join_tensors(first, rest, n_rest, &ts, &idx) : cd_fail("out of memory");
     uint64_t total = first->n_tensors, bytes = first->size;
     for (uint32_t i = 0; i < n_rest; i++) total += rest[i]->n_tensors, bytes += rest[i]->size;
-    for (uint64_t i = 1; rc == 0 && i < total; i++)
-        if (tensor_name_cmp(&idx[i - 1], &idx[i]) == 0)
-            rc = cd_fail("tensor '%s' is in two shards: %s and %s", show(idx[i]->name), paths[idx[i - 1]->shard],
-                         paths[idx[i]->shard]);
+    for (uint64_t i = 1; rc == 0 && i < total; i++) {
+        if (tensor_name_cmp(&idx[i - 1], &idx[i])) continue;
+        uint32_t a = idx[i - 1]->shard, b = idx[i]->shard; /* qsort keeps no order among equals */
+        rc = cd_fail("tensor '%s' is in two shards: %s and %s", show(idx[i]->name), paths[a < b ? a : b],
+                     paths[a < b ? b : a]);
+    }
     if (rc) {
         for (uint32_t i = 0; i < n_rest; i++) gguf_close(rest[i]);
         free(owned);
