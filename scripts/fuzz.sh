@@ -3,8 +3,8 @@
 # second core: the same fuzzing in half the wall time), for a fifth of it each one after the
 # other: the server's request bodies (fuzz_request), the JSON prefix automaton against jansson
 # and client JSON schemas compiled and followed (fuzz_json_prefix), request traces
-# (fuzz_trace), the disk tier's chunk files (fuzz_kv_chunk) and model + tokenizer loading from
-# whole GGUF files (fuzz_model), with libFuzzer:
+# (fuzz_trace), the disk tier's chunk files (fuzz_kv_chunk), model + tokenizer loading from
+# whole GGUF files (fuzz_model) and split models' shard sets (fuzz_gguf_split), with libFuzzer:
 #
 #   scripts/fuzz.sh [seconds [libFuzzer flags...]]      (default 60 s)
 #   e.g. scripts/fuzz.sh 600 -use_value_profile=1
@@ -24,7 +24,7 @@ build=$root/build-fuzz
 run=$root/tests/fuzz/corpus-run
 
 cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER=clang -DCINDER_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target fuzz_gguf fuzz_request fuzz_json_prefix fuzz_trace fuzz_kv_chunk fuzz_model -j"$(nproc)"
+cmake --build "$build" --target fuzz_gguf fuzz_request fuzz_json_prefix fuzz_trace fuzz_kv_chunk fuzz_model fuzz_gguf_split -j"$(nproc)"
 
 rm -rf "$run"
 mkdir -p "$run" "$build/findings"
@@ -100,6 +100,7 @@ run_one fuzz_json_prefix corpus_json "JSON prefixes (against jansson) and JSON s
 run_one fuzz_trace corpus_trace "request traces" 4096
 run_one fuzz_kv_chunk corpus_kv "disk-tier chunk files" 1024
 run_one fuzz_model corpus_model "model + tokenizer loading" 70000
+run_one fuzz_gguf_split corpus_split "split models' shard sets" 4096
 
 set +e
 wait "$gguf_pid"

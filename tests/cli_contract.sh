@@ -29,6 +29,14 @@ check "info names the architecture" grep -q "architecture      qwen3moe" <<<"$in
 check "info prints a 64-hex fingerprint" grep -Eq "^fingerprint +[0-9a-f]{64}$" <<<"$info"
 check "info lists tensors with types" grep -Eq "^blk.1.ffn_down_exps.weight +Q6_K" <<<"$info"
 check "info names the chat template the file carries" grep -q "^chat template     qwen3 (the exact text cinder renders)$" <<<"$info"
+# what the file is (tools/info_file.c; every line on writer-made files: tests/test_info_file.c)
+check "info prints general.name" grep -q "^name              tiny$" <<<"$info"
+check "info says the mix has no llama.cpp file type" grep -q "^file type         not recorded (no general.file_type" <<<"$info"
+check "info counts the bytes on disk" grep -q "^bytes on disk     $(wc -c <"$model") (" <<<"$info"
+check "info prints the context and RoPE settings" grep -q "^rope scaling      none$" <<<"$info"
+check "... the context length" grep -Eq "^context \(train\)   [0-9]+$" <<<"$info"
+check "info's type histogram adds up to the tensor count" grep -q "^tensor types      7 types, 27 tensors, [0-9]* bytes$" <<<"$info"
+check "info's type histogram has a row per type" grep -Eq "^  Q6_K +5 +[0-9]+ +[0-9.]+%$" <<<"$info"
 # mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it
 coder_tmpl=${CINDER_SOURCE_DIR:?}/third_party/llama/src/models/templates/Qwen3-Coder.jinja
 check "mkmodel --chat-template-file" "$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$coder_tmpl" --out "$tmp/coder.gguf"
@@ -232,7 +240,9 @@ fails_with "bench --kv-pool-tokens too small" "KV pool too small" "$bin" bench -
 sz=$("$bin" mkmodel --preset qwen3-30b-a3b --dry-run | sed -E 's/.*: ([0-9]+) bytes.*/\1/')
 check "qwen3-30b-a3b preset is about 17 GB at q4_k_m ($sz bytes)" python3 -c "import sys; sys.exit(not 16e9 < $sz < 19.5e9)"
 check "mkmodel --dense writes a dense qwen3" "$bin" mkmodel --preset tiny --dense --ff 512 --quant q8_0 --out "$tmp/dense.gguf"
-check "info on the dense model" grep -q "architecture      qwen3$" <<<"$("$bin" info "$tmp/dense.gguf")"
+dense_info=$("$bin" info "$tmp/dense.gguf")
+check "info on the dense model" grep -q "architecture      qwen3$" <<<"$dense_info"
+check "info names the file type as llama.cpp does" grep -q "^file type         Q8_0 (LLAMA_FTYPE_MOSTLY_Q8_0, general.file_type 7)$" <<<"$dense_info"
 dense=$("$bin" run --model "$tmp/dense.gguf" --tokens 5,6,7 --n 3 --json --ignore-eos | json_field 'len(d["tokens"])')
 check "run on the dense model" test "$dense" = 3
 

@@ -7,7 +7,7 @@
  * are not counted or failed, ours are. A set of live pointers tells ours from theirs at free
  * and counts what an operation leaves behind.
  *
- * Covered: loading a model (GGUF, config, tokenizer), tokenizing and detokenizing, rendering the
+ * Covered: loading a model (GGUF, config, tokenizer), opening a split model's shards, tokenizing and detokenizing, rendering the
  * chat template, the radix index (insert, match, release, with radix_check after each
  * failure), the engine (device, pipelines, weights, pool, cache; one request), and the engine
  * over all three cache tiers (eviction to the host tier, restore from it, write-through to
@@ -498,6 +498,35 @@ static void test_model_load(void **state) {
     oom_loop("model_load", op_load, NULL, 40, 60);
 }
 
+/* A split model's shards: found, opened, checked and joined (runtime/gguf/gguf_split.c). */
+static int op_open_split(void *ctx) {
+    gguf_file *f;
+    if (gguf_open(&f, ctx)) return -1;
+    int rc = f->n_shards == 3 && f->n_tensors == 5 && gguf_find_tensor(f, "t4") ? 0 : cd_fail("wrong model");
+    gguf_close(f);
+    return rc;
+}
+
+static void test_open_split(void **state) {
+    (void)state;
+    static float data[8];
+    char prefix[512], name[8];
+    static char first[600];
+    snprintf(prefix, sizeof prefix, "%s/oom_split", tu_tmp_dir());
+    gguf_writer *w = gguf_writer_new();
+    gguf_writer_set_str(w, "general.architecture", "qwen3moe");
+    gguf_writer_set_arr_str(w, "tokenizer.ggml.tokens", (const char *const[]){"a", "b"}, 2);
+    for (int i = 0; i < 5; i++) {
+        snprintf(name, sizeof name, "t%d", i);
+        assert_int_equal(gguf_writer_add_tensor(w, name, QTYPE_F32, 1, (int64_t[]){8}, data, NULL, NULL), 0);
+    }
+    uint32_t n;
+    if (gguf_writer_write_split(w, prefix, 2, &n)) fail_msg("%s", cd_errmsg());
+    gguf_writer_free(w);
+    gguf_split_path(first, sizeof first, prefix, 0, n);
+    oom_loop("gguf_open of a split model", op_open_split, first, 1000, 0);
+}
+
 static void test_tokenizer(void **state) {
     (void)state;
     oom_loop("tok_encode + tok_decode", op_tokenize, "Hello, world! <|im_start|>user\nÜber 123 tokens\t😀 done", 400, 0);
@@ -532,6 +561,7 @@ static int teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_model_load),
+        cmocka_unit_test(test_open_split),
         cmocka_unit_test(test_tokenizer),
         cmocka_unit_test(test_chat_template),
         cmocka_unit_test(test_radix),

@@ -1,4 +1,7 @@
-/* cinder info MODEL: hyperparameters, tensor table, total size, fingerprint. */
+/* cinder info MODEL: what the file is (tools/info_file.c: names, file type, shards, bytes,
+ * context, RoPE, chat template, tensor types; printed before loading, so a file cinder cannot
+ * load is still described), then the model cinder loads from it: hyperparameters, tensor
+ * table, total size, fingerprint. */
 #include <stdio.h>
 #include <string.h>
 
@@ -6,10 +9,10 @@
 #include "runtime/base/error.h"
 #include "runtime/model/fingerprint.h"
 #include "runtime/model/model.h"
-#include "runtime/text/chat_template.h"
 #include "runtime/vk/vk_device.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
+#include "tools/info_file.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: cinder info [MODEL]\n"
@@ -17,24 +20,6 @@ static void usage(FILE *out) {
                  "  MODEL        a GGUF file (default: the Quick start model)\n"
                  "  --device [N] list Vulkan devices and describe the one cinder would use (or device N;\n"
                  "               CINDER_DEVICE=N chooses too)\n");
-}
-
-/* The template cinder renders this file with (runtime/text/chat_template.h), or why none. */
-static void print_chat_template(const model *m) {
-    chat_template_id id;
-    chat_template_match how;
-    const char *text = m->chat_template.ptr;
-    size_t len = (size_t)m->chat_template.len;
-    unsigned long long hash = chat_template_hash(text, len);
-    if (chat_template_identify(text, len, &id, &how) == 0) {
-        printf("chat template     %s (%s)\n", chat_template_name(id),
-               how == CHAT_MATCH_EXACT ? "the exact text cinder renders" : "the file has none: the default");
-    } else if (how == CHAT_MATCH_MARKERS) {
-        printf("chat template     unknown, a variant of %s by its markers (%zu bytes, hash %016llx): serve and chat "
-               "need --chat-template NAME\n", chat_template_name(id), len, hash);
-    } else {
-        printf("chat template     unknown (%zu bytes, hash %016llx): serve and chat need --chat-template NAME\n", len, hash);
-    }
 }
 
 static void print_config(const model *m) {
@@ -48,10 +33,7 @@ static void print_config(const model *m) {
     else
         printf("ffn               %u\n", c->n_ff);
     printf("vocabulary        %u (tokenizer %d)\n", c->n_vocab, tok_n_vocab(m->tok));
-    printf("context (train)   %u\n", c->n_ctx_train);
-    printf("rope              neox, theta %g\n", c->rope_theta);
     printf("rms eps           %g\n", c->rms_eps);
-    print_chat_template(m);
 }
 
 static void print_tensors(const model *m) {
@@ -85,19 +67,22 @@ int cmd_info(int argc, char **argv) {
         if (cli_ensure_default_model()) return 1;
         path = cli_default_model();
     }
+    gguf_file *f;
+    if (gguf_open(&f, path)) return cli_error("info", "%s: %s", path, cd_errmsg());
+    info_print_file(stdout, f, path);
+    gguf_close(f);
+    fflush(stdout);
     model *m;
     double t0 = cd_now_ms();
     if (model_load(&m, path, (model_load_opts){0})) return cli_error("info", "%s", cd_errmsg());
     double load_ms = cd_now_ms() - t0;
     char fp[65];
     fp_hex(m->fingerprint, 32, fp);
-    printf("file              %s\n", path);
-    printf("GGUF version      %u, %llu tensors, %llu metadata keys\n", m->file->version,
-           (unsigned long long)m->file->n_tensors, (unsigned long long)m->file->n_kv);
     print_config(m);
     print_tensors(m);
     printf("\ntotal             %llu parameters, %.1f MiB of weights (file %.1f MiB)\n",
-           (unsigned long long)model_param_count(m), model_weight_bytes(m) / 1048576.0, m->file->size / 1048576.0);
+           (unsigned long long)model_param_count(m), model_weight_bytes(m) / 1048576.0,
+           m->file->disk_bytes / 1048576.0);
     printf("fingerprint       %s\n", fp);
     printf("load + hash       %.0f ms\n", load_ms);
     model_free(m);

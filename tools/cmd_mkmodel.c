@@ -8,6 +8,7 @@
 
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
+#include "runtime/gguf/gguf.h"
 #include "runtime/model/synth.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -18,7 +19,8 @@ static void usage(FILE *out) {
             "                      [--layers N] [--embd N] [--heads N] [--kv-heads N] [--head-dim N]\n"
             "                      [--experts N] [--experts-used N] [--ff N] [--dense] [--vocab N]\n"
             "                      [--ctx N] [--rope-theta F] [--logit-scale F] [--threads N]\n"
-            "                      [--tokenizer-dir DIR] [--script TEXT] [--chat-template-file F] [--dry-run]\n"
+            "                      [--tokenizer-dir DIR] [--script TEXT] [--chat-template-file F]\n"
+            "                      [--split-max-tensors N] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (the 4-8-bit types; tiny's default), q3_k_m, q2_k,\n"
             "       mix-lowbit (Q2_K, Q3_K, Q4_0, Q4_1, Q5_0, Q5_1)\n"
             "  --dense writes a dense qwen3 model whose FFN width is --ff\n"
@@ -27,6 +29,8 @@ static void usage(FILE *out) {
             "    the last distinct, at most --embd + 1 tokens). End the prompt with TEXT's first token.\n"
             "  --chat-template-file F stores F's text as tokenizer.chat_template (by default the\n"
             "    tokenizer directory's, the Qwen3 hybrid template); any text, recognised or not\n"
+            "  --split-max-tensors N writes a split model as llama.cpp's gguf-split does: N tensors a\n"
+            "    shard, PATH less .gguf + -00001-of-0000K.gguf ...; prints the first, which opens them all\n"
             "  --dry-run prints the size the model would have and writes nothing\n");
 }
 
@@ -81,6 +85,23 @@ static int read_template(const char *path, char **out) {
     return 0;
 }
 
+/* --split-max-tensors: the shards are named from --out less its .gguf, as gguf-split names
+ * them from its output prefix. */
+static int write_split(const synth_spec *s, const char *out, uint64_t max, const char *preset, double t0) {
+    size_t n = strlen(out);
+    char prefix[4096], first[4096 + 32];
+    if (n >= sizeof prefix) return cli_error("mkmodel", "--out is too long");
+    snprintf(prefix, sizeof prefix, "%.*s", (int)(n > 5 && !strcmp(out + n - 5, ".gguf") ? n - 5 : n), out);
+    uint32_t shards = 0;
+    if (synth_write_split(s, prefix, max, &shards, isatty(2) ? progress : NULL, NULL) ||
+        gguf_split_path(first, sizeof first, prefix, 0, shards))
+        return cli_error("mkmodel", "%s", cd_errmsg());
+    fprintf(stderr, "wrote %s and %u more shard(s) (%s, %s, seed %llu) in %.1f s\n", first, shards - 1, preset,
+            synth_quant_name(s->quant), (unsigned long long)s->seed, (cd_now_ms() - t0) / 1e3);
+    printf("%s\n", first);
+    return 0;
+}
+
 static int mkmodel(int argc, char **argv, char **tmpl) {
     synth_spec s;
     const char *out = NULL, *preset = "tiny";
@@ -91,6 +112,7 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     s.n_threads = cores > 0 ? (int)cores : 1;
     bool dense = false, dry_run = false;
+    uint64_t split_max = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char opt[64];
@@ -106,6 +128,10 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
         else if (!strcmp(opt, "--out")) out = v;
         else if (!strcmp(opt, "--quant")) { if (!v || synth_quant_from_name(v, &s.quant)) return cli_error("mkmodel", "%s", v ? cd_errmsg() : "--quant needs a value"); }
         else if (!strcmp(opt, "--seed")) { if (cli_u64(opt, v, &s.seed)) return 1; }
+        else if (!strcmp(opt, "--split-max-tensors")) {
+            if (cli_u64(opt, v, &split_max)) return 1;
+            if (split_max == 0) return cli_error("mkmodel", "--split-max-tensors must be at least 1");
+        }
         else if (!strcmp(opt, "--rope-theta")) { if (cli_f32(opt, v, &s.cfg.rope_theta)) return 1; }
         else if (!strcmp(opt, "--logit-scale")) { if (cli_f32(opt, v, &s.logit_scale)) return 1; }
         else if (!strcmp(opt, "--threads")) { uint32_t n; if (cli_u32(opt, v, &n)) return 1; s.n_threads = (int)n; }
@@ -128,6 +154,7 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
         return 0;
     }
     double t0 = cd_now_ms();
+    if (split_max) return write_split(&s, out, split_max, preset, t0);
     if (synth_write(&s, out, isatty(2) ? progress : NULL, NULL)) return cli_error("mkmodel", "%s", cd_errmsg());
     fprintf(stderr, "wrote %s (%s, %s, seed %llu) in %.1f s\n", out, preset, synth_quant_name(s.quant),
             (unsigned long long)s.seed, (cd_now_ms() - t0) / 1e3);

@@ -70,7 +70,8 @@ typedef struct gguf_tensor {
     enum qtype type;
     uint64_t offset;  /* from the start of the data section */
     uint64_t nbytes;
-    const void *data; /* inside the mapping */
+    const void *data; /* inside the mapping of the file that holds it */
+    uint32_t shard;   /* that file: 0, or its index (split.no) in a split model */
 } gguf_tensor;
 
 typedef struct gguf_file {
@@ -84,17 +85,45 @@ typedef struct gguf_file {
     gguf_tensor *tensors;
     uint64_t alignment;
     uint64_t data_offset; /* start of the data section in the file */
+    /* A split model (below): its tensors are every shard's, the metadata is the first's; base,
+     * size and data_offset are the first shard's. 1 and size for one file. */
+    uint32_t n_shards;
+    uint64_t disk_bytes; /* every shard's size together */
 } gguf_file;
 
 /* Maps and validates a file. On failure returns -1 with cd_errmsg() naming the problem
  * (bad magic, unsupported version, truncated header, tensor out of range, overlapping
  * tensors, unknown type, dimension overflow, ...). Messages do not repeat the path: callers
  * prefix it (cd_fail_ctx). Versions 2 and 3 are read (same layout); 1 is rejected. Tensors
- * have 1..GGUF_MAX_DIMS dims; every tensor's data lies inside the file and none overlap. */
+ * have 1..GGUF_MAX_DIMS dims; every tensor's data lies inside the file and none overlap. The
+ * first shard of a split model opens the whole model (below). */
 int gguf_open(gguf_file **out, const char *path);
-/* The same over a caller-owned buffer (tests, fuzzing); buf must outlive the file. */
+/* One file on its own, as gguf_open reads each shard: split.* keys are not looked at. */
+int gguf_open_file(gguf_file **out, const char *path);
+/* The same over a caller-owned buffer (tests, fuzzing); buf must outlive the file. A split
+ * model's shard parses as itself. */
 int gguf_parse(gguf_file **out, const void *buf, size_t size);
-void gguf_close(gguf_file *f);
+void gguf_close(gguf_file *f); /* a split model's every shard */
+
+/* ---- split models (runtime/gguf/gguf_split.c) ----
+ * llama.cpp's gguf-split cuts a model into PREFIX-00001-of-0000N.gguf ... -0000N-of-0000N.gguf.
+ * Every shard is a whole GGUF file holding some of the tensors, their data in that file. The
+ * first has all the metadata; every shard has split.no (u16, 0-based), split.count (u16, N)
+ * and split.tensors.count (i32, the model's tensor count).
+ *
+ * gguf_open on the first shard opens them all, found by name, and checks that every one is
+ * there, that each says the same split.count and split.tensors.count, that split.no matches
+ * its place in the name, that the tensors add up to split.tensors.count and that no name
+ * comes twice; an error names the shard. Opened on another shard it fails, naming the first.
+ * A file with split.count 1, 0 (gguf-split --merge writes it) or none is one file. */
+#define GGUF_KEY_SPLIT_NO "split.no"
+#define GGUF_KEY_SPLIT_COUNT "split.count"
+#define GGUF_KEY_SPLIT_TENSORS "split.tensors.count"
+#define GGUF_SPLIT_MAX 65535 /* split.count is a u16 */
+
+/* PREFIX-%05u-of-%05u.gguf for shard no (0-based) of count, as llama_split_path writes it.
+ * -1 when it does not fit in cap bytes. */
+int gguf_split_path(char *buf, size_t cap, const char *prefix, uint32_t no, uint32_t count);
 
 const gguf_kv *gguf_find_kv(const gguf_file *f, const char *key);
 const gguf_tensor *gguf_find_tensor(const gguf_file *f, const char *name);
@@ -152,3 +181,8 @@ int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum qtype type, ui
  * general.alignment when set (u32, power of two), else 32. A setter that ran out of memory
  * or an invalid value makes this fail (setters return nothing). */
 int gguf_writer_write(gguf_writer *w, const char *path);
+/* Writes a split model as gguf-split --split-max-tensors does: shards of max_tensors tensors
+ * each, in the order added (at least one shard), named by gguf_split_path(prefix, ...); the
+ * first with all the metadata, every one with the split.* keys. *n_shards gets the count.
+ * On failure the shards written so far are removed. */
+int gguf_writer_write_split(gguf_writer *w, const char *prefix, uint64_t max_tensors, uint32_t *n_shards);

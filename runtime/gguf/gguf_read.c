@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "runtime/base/error.h"
+#include "runtime/gguf/gguf_join.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the GGUF reader assumes a little-endian host"
@@ -39,11 +40,13 @@
 #define MIN_STRING_BYTES 8                    /* length */
 #define MIN_ARRAY_BYTES (4 + 8)               /* element type, count */
 
-/* The public struct plus the name-sorted indexes used for duplicate checks and lookups. */
+/* The public struct plus the name-sorted indexes used for duplicate checks and lookups, and a
+ * split model's other shards (their mappings hold the tensors' names and data). */
 typedef struct gguf_impl {
     gguf_file pub;
     const gguf_kv **kv_by_key;
     const gguf_tensor **tensor_by_name;
+    gguf_file **shards; /* pub.n_shards - 1 */
 } gguf_impl;
 
 /* ---- names, types, small helpers ---- */
@@ -430,6 +433,8 @@ static void impl_free(gguf_impl *g) {
     free(f->tensors);
     free(g->kv_by_key);
     free(g->tensor_by_name);
+    for (uint32_t i = 0; i + 1 < f->n_shards; i++) impl_free((gguf_impl *)g->shards[i]);
+    free(g->shards);
     if (f->mapped && f->base) munmap((void *)f->base, f->size);
     free(g);
 }
@@ -442,6 +447,8 @@ static int parse(gguf_file **out, const void *buf, size_t size, bool mapped) {
     f->size = size;
     f->mapped = mapped;
     f->alignment = GGUF_DEFAULT_ALIGNMENT;
+    f->n_shards = 1;
+    f->disk_bytes = size;
     reader r = {.base = buf, .size = size};
     if (read_header(&r, f) || read_kvs(&r, g) || read_alignment(f) || read_tensors(&r, g) || place_data(&r, f)) {
         /* Every kv slot is zeroed or (partly) parsed, so all of them can be freed. */
@@ -459,7 +466,7 @@ int gguf_parse(gguf_file **out, const void *buf, size_t size) {
     return parse(out, buf ? buf : "", size, false);
 }
 
-int gguf_open(gguf_file **out, const char *path) {
+int gguf_open_file(gguf_file **out, const char *path) {
     *out = NULL;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return cd_fail("cannot open: %s", strerror(errno));
@@ -495,6 +502,70 @@ int gguf_open(gguf_file **out, const char *path) {
 
 void gguf_close(gguf_file *f) {
     if (f) impl_free((gguf_impl *)f);
+}
+
+/* ---- a split model's shards joined into one file (gguf_join.h) ---- */
+
+/* Every shard's tensors in one array, shard by shard in file order, each marked with its
+ * shard; the name index rebuilt over all of them. */
+static int join_tensors(gguf_file *first, gguf_file **rest, uint32_t n_rest, gguf_tensor **ts_out,
+                        const gguf_tensor ***idx_out) {
+    uint64_t total = first->n_tensors;
+    for (uint32_t i = 0; i < n_rest; i++)
+        if (__builtin_add_overflow(total, rest[i]->n_tensors, &total)) return cd_fail("tensor count overflow");
+    gguf_tensor *ts = calloc(total ? total : 1, sizeof *ts);
+    const gguf_tensor **idx = malloc((total ? total : 1) * sizeof *idx);
+    if (!ts || !idx) {
+        free(ts);
+        free(idx);
+        return cd_fail("out of memory for %" PRIu64 " tensors", total);
+    }
+    uint64_t k = 0;
+    for (uint32_t s = 0; s <= n_rest; s++) {
+        const gguf_file *f = s ? rest[s - 1] : first;
+        for (uint64_t i = 0; i < f->n_tensors; i++, k++) {
+            ts[k] = f->tensors[i];
+            ts[k].shard = s;
+            idx[k] = &ts[k];
+        }
+    }
+    qsort(idx, total, sizeof *idx, tensor_name_cmp);
+    *ts_out = ts;
+    *idx_out = idx;
+    return 0;
+}
+
+int gguf_join_shards(gguf_file *first, gguf_file **rest, uint32_t n_rest, const char *const *paths) {
+    gguf_impl *g = (gguf_impl *)first;
+    gguf_tensor *ts = NULL;
+    const gguf_tensor **idx = NULL;
+    gguf_file **owned = malloc((n_rest ? n_rest : 1) * sizeof *owned);
+    int rc = owned ? join_tensors(first, rest, n_rest, &ts, &idx) : cd_fail("out of memory");
+    uint64_t total = first->n_tensors, bytes = first->size;
+    for (uint32_t i = 0; i < n_rest; i++) total += rest[i]->n_tensors, bytes += rest[i]->size;
+    for (uint64_t i = 1; rc == 0 && i < total; i++) {
+        if (tensor_name_cmp(&idx[i - 1], &idx[i])) continue;
+        uint32_t a = idx[i - 1]->shard, b = idx[i]->shard; /* qsort keeps no order among equals */
+        rc = cd_fail("tensor '%s' is in two shards: %s and %s", show(idx[i]->name), paths[a < b ? a : b],
+                     paths[a < b ? b : a]);
+    }
+    if (rc) {
+        for (uint32_t i = 0; i < n_rest; i++) gguf_close(rest[i]);
+        free(owned);
+        free(ts);
+        free(idx);
+        return -1;
+    }
+    memcpy(owned, rest, n_rest * sizeof *owned);
+    free(first->tensors);
+    free(g->tensor_by_name);
+    first->tensors = ts;
+    first->n_tensors = total;
+    g->tensor_by_name = idx;
+    g->shards = owned;
+    first->n_shards = n_rest + 1;
+    first->disk_bytes = bytes;
+    return 0;
 }
 
 /* ---- typed getters ---- */

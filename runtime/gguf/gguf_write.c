@@ -394,3 +394,56 @@ int gguf_writer_write(gguf_writer *w, const char *path) {
     free(tmp);
     return rc;
 }
+
+/* ---- split models (gguf.h) ---- */
+
+static void set_u16(gguf_writer *w, const char *key, uint32_t v) {
+    gguf_value x = {.type = GGUF_VT_U16, .u64 = v};
+    gguf_writer_set_value(w, key, &x);
+}
+
+/* Shard i of n: tensors [i * max, (i + 1) * max) described by the same pointers and fill
+ * callbacks (nothing is copied but their descriptions), the metadata in the first. Later shards
+ * keep general.alignment so their tensors are laid out as the first's. */
+static gguf_writer *shard_writer(const gguf_writer *w, uint32_t i, uint32_t n, uint64_t max) {
+    gguf_writer *s = gguf_writer_new();
+    if (!s) return NULL;
+    for (size_t k = 0; k < w->n_kv; k++)
+        if (i == 0 || !strcmp(w->kv[k].key, "general.alignment")) gguf_writer_set_value(s, w->kv[k].key, &w->kv[k].val);
+    set_u16(s, GGUF_KEY_SPLIT_NO, i);
+    set_u16(s, GGUF_KEY_SPLIT_COUNT, n);
+    gguf_writer_set_i32(s, GGUF_KEY_SPLIT_TENSORS, (int32_t)w->n_t);
+    for (uint64_t k = i * max; k < w->n_t && k < (i + 1) * max; k++) {
+        const wtensor *t = &w->t[k];
+        if (gguf_writer_add_tensor(s, t->name, t->type, t->n_dims, t->ne, t->data, t->fill, t->user)) {
+            gguf_writer_free(s);
+            return NULL;
+        }
+    }
+    return s;
+}
+
+int gguf_writer_write_split(gguf_writer *w, const char *prefix, uint64_t max_tensors, uint32_t *n_shards) {
+    if (w->err[0]) return cd_fail("%s", w->err);
+    if (max_tensors == 0) return cd_fail("a shard needs room for at least one tensor");
+    uint64_t n = w->n_t ? (w->n_t + max_tensors - 1) / max_tensors : 1;
+    if (n > GGUF_SPLIT_MAX || w->n_t > INT32_MAX)
+        return cd_fail("%zu tensors in shards of %" PRIu64 " make more than %d shards", w->n_t, max_tensors,
+                       GGUF_SPLIT_MAX);
+    size_t cap = strlen(prefix) + 32;
+    char *path = malloc(cap);
+    if (!path) return cd_fail("out of memory");
+    int rc = 0;
+    uint32_t done = 0;
+    for (; rc == 0 && done < n; done++) {
+        gguf_writer *s = shard_writer(w, done, (uint32_t)n, max_tensors);
+        rc = s ? gguf_split_path(path, cap, prefix, done, (uint32_t)n) : cd_fail("out of memory");
+        if (rc == 0) rc = gguf_writer_write(s, path);
+        gguf_writer_free(s);
+    }
+    for (uint32_t i = 0; rc && i + 1 < done; i++) /* the shard that failed left nothing */
+        if (gguf_split_path(path, cap, prefix, i, (uint32_t)n) == 0) unlink(path);
+    free(path);
+    if (rc == 0) *n_shards = (uint32_t)n;
+    return rc;
+}

@@ -45,10 +45,14 @@ void fp_weights_add(fp_weights *w, const gguf_tensor *t) {
     w->done[i] = true;
 }
 
+/* File order: by shard, then by offset in it. A split model's tensors are then in the order
+ * gguf-split found them in the unsplit file, so both get one fingerprint (one file is all
+ * shard 0: its order is what it always was). */
 static int by_offset(const void *a, const void *b, void *file) {
     const gguf_tensor *t = ((const gguf_file *)file)->tensors;
-    uint64_t x = t[*(const size_t *)a].offset, y = t[*(const size_t *)b].offset;
-    return x < y ? -1 : x > y;
+    const gguf_tensor *x = &t[*(const size_t *)a], *y = &t[*(const size_t *)b];
+    if (x->shard != y->shard) return x->shard < y->shard ? -1 : 1;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
 int fp_weights_end(fp_weights *w, uint8_t digest[16]) {

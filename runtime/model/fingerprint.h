@@ -2,7 +2,8 @@
  * everything that changes what the model computes for a token prefix:
  *   "cinder.fingerprint.v1" | arch + hyperparameters | RoPE config | tokenizer digest | weights digest
  * The weights digest is XXH3-128 over the per-tensor XXH3-128 digests (name, type, shape,
- * bytes) in file order; each tensor is hashed as it is read for loading (never as a second
+ * bytes) in file order (a split model's: shard by shard, the order of the unsplit file, so
+ * splitting a file keeps its fingerprint); each tensor is hashed as it is read for loading (never as a second
  * pass): by the GPU upload, or by model_load when nothing else reads the weights. The prefix
  * cache later extends this key with KV dtype, page size and a tenant salt. */
 #pragma once

@@ -436,7 +436,9 @@ int synth_weight_bytes(const synth_spec *spec, uint64_t *bytes) {
     return 0;
 }
 
-int synth_write(const synth_spec *spec, const char *path, synth_progress_fn progress, void *user) {
+/* One file at path, or (max_tensors > 0) a split model of shards named from the prefix path. */
+static int write_model(const synth_spec *spec, const char *path, uint64_t max_tensors, uint32_t *n_shards,
+                       synth_progress_fn progress, void *user) {
     const model_config *m = &spec->cfg;
     synth_ctx c = {.progress = progress, .user = user};
     c.tensors = calloc(3 + (size_t)m->n_layer * 12, sizeof *c.tensors);
@@ -455,7 +457,7 @@ int synth_write(const synth_spec *spec, const char *path, synth_progress_fn prog
         uint32_t n_dims = t->gen.ne[2] > 1 ? 3 : t->gen.ne[1] > 1 ? 2 : 1;
         if (gguf_writer_add_tensor(w, t->name, t->gen.type, n_dims, t->gen.ne, NULL, fill_with_progress, t)) goto done;
     }
-    rc = gguf_writer_write(w, path);
+    rc = max_tensors ? gguf_writer_write_split(w, path, max_tensors, n_shards) : gguf_writer_write(w, path);
 done:
     if (rc) cd_fail_ctx("writing %s: ", path);
     tok_vocab_free(&vocab);
@@ -463,4 +465,14 @@ done:
     free(c.script.ids);
     free(c.tensors);
     return rc;
+}
+
+int synth_write(const synth_spec *spec, const char *path, synth_progress_fn progress, void *user) {
+    return write_model(spec, path, 0, NULL, progress, user);
+}
+
+int synth_write_split(const synth_spec *spec, const char *prefix, uint64_t max_tensors, uint32_t *n_shards,
+                      synth_progress_fn progress, void *user) {
+    if (max_tensors == 0) return cd_fail("--split-max-tensors must be at least 1");
+    return write_model(spec, prefix, max_tensors, n_shards, progress, user);
 }

@@ -62,3 +62,7 @@ int synth_weight_bytes(const synth_spec *spec, uint64_t *bytes);
 
 typedef void (*synth_progress_fn)(void *user, uint64_t bytes_done, uint64_t bytes_total);
 int synth_write(const synth_spec *spec, const char *path, synth_progress_fn progress, void *user);
+/* The same model as a split one, as llama.cpp's gguf-split --split-max-tensors N cuts it:
+ * PREFIX-00001-of-0000K.gguf ..., N tensors a shard, the metadata in the first (gguf.h). */
+int synth_write_split(const synth_spec *spec, const char *prefix, uint64_t max_tensors, uint32_t *n_shards,
+                      synth_progress_fn progress, void *user);
