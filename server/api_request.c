@@ -10,6 +10,8 @@
 
 #include "runtime/base/error.h"
 #include "runtime/text/chat.h"
+#include "runtime/text/chat_thinking.h"
+#include "runtime/text/slice.h"
 
 int api_fail(api_err *e, unsigned status, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -333,7 +335,8 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, c
 typedef struct chat_req {
     gen_params g;
     const json_t *messages, *tools; /* borrowed from the body; tools NULL when none are offered */
-    bool thinking;
+    chat_think_ask think_ask; /* chat_template_kwargs.enable_thinking */
+    bool thinking;            /* decided (decide_thinking) */
     char *forced; /* the start of a tool call the request's tool_choice demands, or NULL */
     bool lazy;    /* tool_choice auto with a strict tool: the calls the model makes are held (g.schema) */
     bool single;  /* parallel_tool_calls false: after one call, the end */
@@ -504,27 +507,35 @@ static int chat_fields(const json_t *body, chat_req *q, api_err *e) {
     if (tools && !json_is_null(tools) && !json_is_array(tools)) return api_fail(e, 400, "tools", "tools must be an array");
     q->tools = json_is_array(tools) && json_array_size(tools) ? tools : NULL;
     const json_t *kw = json_object_get(body, "chat_template_kwargs");
-    if (kw && !json_is_null(kw)) {
-        if (!json_is_object(kw)) return api_fail(e, 400, "chat_template_kwargs", "chat_template_kwargs must be an object");
-        const json_t *th = json_object_get(kw, "enable_thinking");
-        if (th && !json_is_boolean(th)) return api_fail(e, 400, "chat_template_kwargs.enable_thinking", "enable_thinking must be true or false");
-        q->thinking = json_is_true(th);
-    }
+    if (kw && !json_is_null(kw) && !json_is_object(kw))
+        return api_fail(e, 400, "chat_template_kwargs", "chat_template_kwargs must be an object");
+    if (chat_think_ask_of(json_object_get(kw, "enable_thinking"), &q->think_ask))
+        return api_fail(e, 400, "chat_template_kwargs.enable_thinking", "enable_thinking must be true or false");
     return 0;
 }
 
-static int parse_chat(const json_t *body, uint64_t seed, int32_t n_vocab, chat_template_id tmpl, chat_req *q,
-                      api_err *e) {
-    *q = (chat_req){.coder = tmpl == CHAT_TEMPLATE_QWEN3_CODER};
-    if (gen_params_parse(body, true, seed, n_vocab, &q->g, e) || chat_fields(body, q, e)) return -1;
+/* Whether the reply thinks (runtime/text/chat_thinking.h): the request's enable_thinking, else
+ * for a free reply the server's --think / --no-think, else the template's default (a JSON reply
+ * or a demanded call that does not say is off, whatever the server's default). */
+static int decide_thinking(const api_model *m, chat_req *q, chat_reply_start start, api_err *e) {
+    chat_think_ask ask = q->think_ask != CHAT_THINK_ASK_DEFAULT ? q->think_ask
+                         : start == CHAT_REPLY_FREE          ? m->think_default
+                                                             : CHAT_THINK_ASK_DEFAULT;
+    if (chat_thinking(m->template, ask, start, &q->thinking))
+        return api_fail(e, 400, start == CHAT_REPLY_JSON ? "response_format" : "tool_choice", "%s", cd_errmsg());
+    return 0;
+}
+
+static int parse_chat(const json_t *body, uint64_t seed, const api_model *m, chat_req *q, api_err *e) {
+    *q = (chat_req){.coder = m->template == CHAT_TEMPLATE_QWEN3_CODER};
+    if (gen_params_parse(body, true, seed, tok_n_vocab(m->tok), &q->g, e) || chat_fields(body, q, e)) return -1;
     bool json = q->g.json_object || q->g.schema;
-    if (json && q->thinking) /* the reply would open with <think>, which is not JSON */
-        return api_fail(e, 400, "response_format", "a JSON response_format needs enable_thinking off");
     const json_t *tc = json_object_get(body, "tool_choice");
     bool demands = json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"));
     if (json && demands && q->tools)
         return api_fail(e, 400, "response_format", "a JSON response_format and a tool_choice that demands a tool call exclude each other");
     if (tool_choice(body, q, e)) return -1;
+    if (decide_thinking(m, q, json ? CHAT_REPLY_JSON : q->forced ? CHAT_REPLY_CALL : CHAT_REPLY_FREE, e)) return -1;
     bool parallel = true;
     if (bool_field(body, "parallel_tool_calls", &parallel, e)) return -1;
     q->single = !parallel;
@@ -543,13 +554,18 @@ static void chat_req_free(chat_req *q) {
 }
 
 /* The rendered, tokenized prompt (the forced start of a tool call included); without
- * generation_prompt (/tokenize's add_generation_prompt false) the conversation alone. */
-static int chat_prompt(const api_model *s, const chat_req *q, bool generation_prompt, int32_t **ids, size_t *n, api_err *e) {
+ * generation_prompt (/tokenize's add_generation_prompt false) the conversation alone.
+ * *in_think (when not NULL): the prompt ends inside an open think block (a generation prompt
+ * that opens "<think>\n"), so the reply starts in its reasoning (toolcall_format.in_think). */
+static int chat_prompt(const api_model *s, const chat_req *q, bool generation_prompt, int32_t **ids, size_t *n,
+                       bool *in_think, api_err *e) {
     char *text = NULL;
     chat_options opt = {.template = s->template, .add_generation_prompt = generation_prompt, .enable_thinking = q->thinking,
                         .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning,
                         .generated_call = s->calls ? call_memory_lookup : NULL, .generated_call_ctx = s->calls};
     if (chat_render(q->messages, q->tools, opt, &text)) return api_fail(e, 400, "messages", "%s", cd_errmsg());
+    if (in_think)
+        *in_think = !q->forced && generation_prompt && ends_with((slice){text, strlen(text)}, LIT("<think>\n"));
     if (q->forced) {
         size_t a = strlen(text), b = strlen(q->forced);
         char *t = realloc(text, a + b + 1);
@@ -633,15 +649,20 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
     chat_req q;
     int32_t *ids = NULL;
     size_t n = 0;
+    bool in_think = false;
     job *j = NULL;
-    int rc = parse_chat(b, seed, tok_n_vocab(m->tok), m->template, &q, e) || chat_prompt(m, &q, true, &ids, &n, e) || make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e) ? -1 : 0;
+    int rc = parse_chat(b, seed, m, &q, e) || chat_prompt(m, &q, true, &ids, &n, &in_think, e) ||
+                     make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e)
+                 ? -1
+                 : 0;
     if (!rc && !(out->prompts = malloc(sizeof *out->prompts))) {
         job_unref(j), job_unref(j);
         rc = api_fail(e, 500, NULL, "out of memory");
     }
     if (!rc) {
         out->prompts[out->n_prompts++] = j;
-        j->calls = (toolcall_format){.template = m->template, .tools = q.tools ? json_incref((json_t *)q.tools) : NULL};
+        j->calls = (toolcall_format){.template = m->template, .tools = q.tools ? json_incref((json_t *)q.tools) : NULL,
+                                     .in_think = in_think};
         j->forced = q.forced;
         q.forced = NULL;
         if (j->schema && j->forced) /* the call's object begins after "<tool_call>\n" */
@@ -717,7 +738,10 @@ static int tokenize_body(const api_model *m, const json_t *b, api_tokens *out, a
         return one_prompt(m, prompt, false, "prompt", &out->ids, &out->n, &text, e);
     }
     chat_req q = {0};
-    int rc = chat_fields(b, &q, e) || chat_prompt(m, &q, generation_prompt, &out->ids, &out->n, e) ? -1 : 0;
+    int rc = chat_fields(b, &q, e) || decide_thinking(m, &q, CHAT_REPLY_FREE, e) ||
+                     chat_prompt(m, &q, generation_prompt, &out->ids, &out->n, NULL, e)
+                 ? -1
+                 : 0;
     chat_req_free(&q);
     return rc;
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "runtime/text/chat_template.h"
+#include "runtime/text/chat_thinking.h"
 #include "runtime/text/tokenizer.h"
 #include "server/call_memory.h"
 #include "server/job.h"
@@ -29,6 +30,7 @@ typedef struct api_model {
     chat_template_id template; /* renders chat requests and parses their replies (chat_template.h) */
     bool as_generated;       /* chat history rendered as generated (chat.h) */
     bool preserve_reasoning;
+    chat_think_ask think_default; /* serve --think / --no-think: for requests that do not say (chat_thinking.h) */
     call_memory *calls;      /* the tool calls generated here (as_generated renders them back exactly) */
 } api_model;
 

@@ -57,7 +57,8 @@ job *job_copy(const job *j) {
     c->schema = j->schema ? json_schema_ref(j->schema) : NULL;
     for (uint32_t i = 0; i < j->n_stop; i++) c->stop[c->n_stop++] = dup_or_null(j->stop[i], &ok);
     c->forced = dup_or_null(j->forced, &ok);
-    c->calls = (toolcall_format){.template = j->calls.template, .tools = json_incref((json_t *)j->calls.tools)};
+    c->calls = j->calls;
+    c->calls.tools = json_incref((json_t *)j->calls.tools);
     if (j->forced_json && c->forced) c->forced_json = c->forced + (j->forced_json - j->forced);
     c->json_tail = j->json_tail; /* a literal */
     c->json_lazy = j->json_lazy;

@@ -41,7 +41,7 @@ static int load(server *s, const char *path, const engine_opts *eo, model **m, e
         return cd_fail_ctx("%s: ", path);
     if (engine_init(e, *m, eo) || engine_warm_up(e)) return -1;
     s->model = (api_model){.tok = (*m)->tok, .n_ctx = engine_n_ctx(e), .template = tmpl, .as_generated = !s->o.strict_template,
-                           .preserve_reasoning = s->o.preserve_reasoning, .calls = &s->calls};
+                           .preserve_reasoning = s->o.preserve_reasoning, .think_default = s->o.think, .calls = &s->calls};
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%02x%02x%02x%02x%02x%02x", (*m)->fingerprint[0],
              (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4], (*m)->fingerprint[5]);
     return 0;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "runtime/text/chat_thinking.h"
 
 typedef struct server_opts {
     const char *host;          /* "127.0.0.1" by default: loopback only */
@@ -26,6 +27,7 @@ typedef struct server_opts {
     bool preserve_reasoning;   /* history keeps assistant reasoning everywhere (chat.h) */
     bool strict_template;      /* history exactly as the template renders it (no as_generated) */
     const char *chat_template; /* --chat-template NAME, or NULL: the one the model file carries */
+    chat_think_ask think;      /* --think / --no-think: for requests that do not say (chat_thinking.h) */
     const char *port_file;     /* non-NULL: the bound port is written there once listening (tests) */
 } server_opts;
 

@@ -120,6 +120,12 @@ fails_with "profile --few-shape needs three or four numbers" "--few-shape 4,8: 3
 fails_with "profile --head-shape takes at most four numbers" "--head-shape 8,8,4,2,1: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --head-shape 8,8,4,2,1
 fails_with "profile --one-shape refuses a sign" "--one-shape -4,8: 2 comma-separated numbers" "$bin" profile --model "$model" --one-shape -4,8
 
+# thinking follows the template (the tiny model carries the hybrid Qwen3 one): on by default, so
+# the generation prompt has no empty think block; --no-think adds its 4 tokens, --think is the default
+think_tokens() { printf 'Hello there\n' | "$bin" chat --model "$model" --n 1 --json "$@" | json_field 'd["prompt_tokens"]'; }
+think_default=$(think_tokens)
+check "chat thinks by default, as the hybrid template does: --no-think adds the empty think block" \
+  test "$(think_tokens --no-think)" = "$((think_default + 4))" -a "$(think_tokens --think)" = "$think_default"
 chat=$(printf 'Hello there\nAnd a second question\n/stats\nA third\n' | "$bin" chat --model "$model" --n 4 --page-size 4 --json)
 check "chat: one JSON line per turn" test "$(wc -l <<<"$chat")" = 3
 check "chat: later turns are served from the prefix cache" test "$(python3 -c '
@@ -146,7 +152,7 @@ import json, sys
 t = [json.loads(l) for l in open(sys.argv[1])]
 print(all(x["prompt_tokens"] + 4 <= 64 for x in t) and sum(x["dropped_turns"] for x in t) >= 1 and all(x["finish_reason"] in ("stop", "length") for x in t))' "$tmp/drop.json")" = True
 printf 'Tell me about the weather in the mountains today please\nAnd what about the sea and the rivers near the coast\n' |
-  "$bin" chat --model "$model" --n 4 --ctx 48 --page-size 4 --json >"$tmp/drop2.json" 2>"$tmp/drop2.err" || true
+  "$bin" chat --model "$model" --n 4 --ctx 44 --page-size 4 --json >"$tmp/drop2.json" 2>"$tmp/drop2.err" || true
 check "chat past --ctx without a system prompt: the first turn is dropped too" test "$(wc -l <"$tmp/drop2.json")-$(grep -c "^chat: context full: dropped the 1 oldest turn " "$tmp/drop2.err")" = 2-1
 long=$(python3 -c 'print(" ".join("word%d" % i for i in range(60)))')
 rc=0

@@ -13,7 +13,8 @@ mkdir -p "$tmp"
 model=$tmp/tiny.gguf
 "$bin" mkmodel --preset tiny --seed 11 --out "$model" >/dev/null
 # a scripted model (mkmodel --script): after the generation prompt's last token ("\n\n", thinking
-# off) it makes a tool call, so the tool-call path runs end to end (the script's tokens distinct)
+# off: its server runs with --no-think) it makes a tool call, so the tool-call path runs end to
+# end (the script's tokens distinct)
 script=$'\n\n<tool_call>\n{"name":"get_weather","arguments":{"city": "Paris"}}\n</tool_call><|im_end|>'
 script_model=$tmp/script.gguf
 "$bin" mkmodel --preset tiny --seed 12 --script "$script" --out "$script_model" >/dev/null
@@ -81,7 +82,7 @@ stop loading
 start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test --spec-tokens 4
 # a pool smaller than the context: the engine refuses long prompts; a disk tier with a budget
 start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 --cache-dir "$tmp/cache-dir" --cache-dir-max-mb 1
-start_on "$script_model" script --ctx 1024 --parallel 2 --spec-tokens 4
+start_on "$script_model" script --ctx 1024 --parallel 2 --spec-tokens 4 --no-think
 start_on "$coder_model" coder --ctx 1024 --parallel 2
 main_port=$(healthy_port main)
 busy_port=$(healthy_port busy)

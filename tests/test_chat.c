@@ -16,6 +16,7 @@
 #include "runtime/base/rng.h"
 #include "runtime/text/chat.h"
 #include "runtime/text/chat_template.h"
+#include "runtime/text/chat_thinking.h"
 #include "runtime/text/json_jinja.h"
 #include "tests/test_util.h"
 
@@ -704,6 +705,60 @@ static void test_random_damage(void **state) {
     json_decref(cases);
 }
 
+/* Thinking follows the template (chat_thinking.h): the hybrid's default is on, as its
+ * template renders enable_thinking undefined (no empty think block); asked off it is off;
+ * a JSON reply or a demanded call turns the default off, and JSON refuses an explicit on;
+ * Qwen3-Coder never thinks, whatever is asked, and refuses nothing. */
+static void test_thinking_decision(void **state) {
+    (void)state;
+    enum { FREE = CHAT_REPLY_FREE, CALL = CHAT_REPLY_CALL, JSON = CHAT_REPLY_JSON };
+    enum { DEF = CHAT_THINK_ASK_DEFAULT, OFF = CHAT_THINK_ASK_OFF, ON = CHAT_THINK_ASK_ON };
+    static const struct {
+        chat_template_id t;
+        int ask, start;
+        bool ok, on;
+    } cases[] = {
+        {CHAT_TEMPLATE_QWEN3, DEF, FREE, true, true},        {CHAT_TEMPLATE_QWEN3, ON, FREE, true, true},
+        {CHAT_TEMPLATE_QWEN3, OFF, FREE, true, false},       {CHAT_TEMPLATE_QWEN3, DEF, JSON, true, false},
+        {CHAT_TEMPLATE_QWEN3, OFF, JSON, true, false},       {CHAT_TEMPLATE_QWEN3, ON, JSON, false, false},
+        {CHAT_TEMPLATE_QWEN3, DEF, CALL, true, false},       {CHAT_TEMPLATE_QWEN3, ON, CALL, true, true},
+        {CHAT_TEMPLATE_QWEN3, OFF, CALL, true, false},       {CHAT_TEMPLATE_QWEN3_CODER, DEF, FREE, true, false},
+        {CHAT_TEMPLATE_QWEN3_CODER, ON, FREE, true, false},  {CHAT_TEMPLATE_QWEN3_CODER, ON, JSON, true, false},
+        {CHAT_TEMPLATE_QWEN3_CODER, ON, CALL, true, false},  {CHAT_TEMPLATE_QWEN3_CODER, OFF, FREE, true, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        bool on = !cases[i].on; /* untouched on failure: the opposite of what success gives */
+        cd_errclear();
+        int rc = chat_thinking(cases[i].t, (chat_think_ask)cases[i].ask, (chat_reply_start)cases[i].start, &on);
+        if ((rc == 0) != cases[i].ok || (rc == 0 && on != cases[i].on))
+            fail_msg("case %zu: rc %d, on %d (%s)", i, rc, on, cd_errmsg());
+        if (rc) assert_non_null(strstr(cd_errmsg(), "enable_thinking off"));
+    }
+    assert_int_equal(chat_template_think_mode(CHAT_TEMPLATE_QWEN3), CHAT_THINK_SWITCH);
+    assert_int_equal(chat_template_think_mode(CHAT_TEMPLATE_QWEN3_CODER), CHAT_THINK_NEVER);
+
+    /* the request's JSON: absent and null say nothing; only booleans are an answer */
+    chat_think_ask ask = CHAT_THINK_ASK_ON;
+    json_t *t = json_true(), *f = json_false(), *n = json_null(), *one = json_integer(1), *str = json_string("true");
+    assert_int_equal(chat_think_ask_of(NULL, &ask), 0), assert_int_equal(ask, CHAT_THINK_ASK_DEFAULT);
+    assert_int_equal(chat_think_ask_of(t, &ask), 0), assert_int_equal(ask, CHAT_THINK_ASK_ON);
+    assert_int_equal(chat_think_ask_of(f, &ask), 0), assert_int_equal(ask, CHAT_THINK_ASK_OFF);
+    assert_int_equal(chat_think_ask_of(n, &ask), 0), assert_int_equal(ask, CHAT_THINK_ASK_DEFAULT);
+    assert_int_equal(chat_think_ask_of(one, &ask), -1);
+    assert_int_equal(chat_think_ask_of(str, &ask), -1);
+    json_decref(one), json_decref(str);
+
+    /* the default renders what the template renders with enable_thinking undefined */
+    bool on = false;
+    assert_int_equal(chat_thinking(CHAT_TEMPLATE_QWEN3, CHAT_THINK_ASK_DEFAULT, CHAT_REPLY_FREE, &on), 0);
+    json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "hi");
+    char *out = NULL;
+    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = on}, &out), 0);
+    assert_string_equal(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
+    free(out);
+    json_decref(msgs);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cases_match_jinja),
@@ -718,6 +773,7 @@ int main(void) {
         cmocka_unit_test(test_coder_malformed),
         cmocka_unit_test(test_coder_generated_call),
         cmocka_unit_test(test_template_identify),
+        cmocka_unit_test(test_thinking_decision),
         cmocka_unit_test(test_tojson_depth),
         cmocka_unit_test(test_tojson),
         cmocka_unit_test(test_format_real),

@@ -107,9 +107,13 @@ static void sum_free(sum *m) {
 
 /* ---- the checks ------------------------------------------------------------------------- */
 
-/* The layout (L) of reply_stream.h, in which the stream must be exact. */
+/* The layout (L) of reply_stream.h, in which the stream must be exact; (L') when the prompt
+ * opened the think block (fmt.in_think). */
 static bool in_layout(slice t) {
     ptrdiff_t close = find_first(t, LIT("</think>"));
+    if (fmt.in_think)
+        return close < 0 || (find_last(t, LIT("</think>")) == close &&
+                             find_first((slice){t.p, (size_t)close}, LIT("<think>")) < 0);
     if (close < 0) return true;
     slice s = strip_ws(t);
     slice before = {t.p, (size_t)close};
@@ -407,6 +411,83 @@ static void test_random_replies(void **state) {
     assert_true(exact_calls > 300); /* the random replies do exercise tool calls */
 }
 
+/* Replies to a prompt that opened the think block (a Thinking model's generation prompt ends
+ * in "<think>\n"): reasoning from the first byte until "</think>", and all reasoning when it
+ * never comes; exact in (L') for every split, and the same random soups as above. */
+static const char *const in_think_table[] = {
+    "",
+    "The user greets me.\n</think>\n\nHello! How can I help?",
+    "\n\nStill thinking, stopped here\n\n",
+    "R\n</thi",
+    "R\n</think>",
+    "R\n</think>\n\n",
+    "  spaced reasoning \t\n</think>\n\n  indented content",
+    "Need weather.\n</think>\n\nLet me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+    "{\"city\": \"Zürich\"}}\n</tool_call>",
+    "maybe <tool_call>{\"name\": \"x\"}</tool_call> still thinking",
+    "Grüße, 日本語 🎉\n</think>\n\nÉté ✓ 🎉",
+    /* outside (L'): may diverge, must stay consistent */
+    "r\n</think>\n\nabc</think>def",
+    "<think>\nagain\n</think>\n\nC",
+};
+
+static void expect_parse_in_think(const char *text, const char *want_json) {
+    json_t *got = NULL, *want = json_loads(want_json, 0, NULL);
+    assert_int_equal(toolcall_parse_as(text, strlen(text), fmt, &got), 0);
+    if (!json_equal(got, want)) fail_msg("%s: got %s", text, json_dumps(got, JSON_COMPACT));
+    json_decref(got);
+    json_decref(want);
+}
+
+static void test_in_think(void **state) {
+    (void)state;
+    fmt = (toolcall_format){.in_think = true};
+    rng g;
+    rng_seed(&g, 13);
+    for (size_t i = 0; i < sizeof in_think_table / sizeof *in_think_table; i++)
+        check_all_splits(in_think_table[i], strlen(in_think_table[i]), &g, 50);
+    expect_parse_in_think("Thought.\n</think>\n\nAnswer.",
+                          "{\"role\":\"assistant\",\"content\":\"Answer.\",\"reasoning_content\":\"Thought.\"}");
+    expect_parse_in_think("\nStopped mid-thought \n",
+                          "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"Stopped mid-thought\"}");
+    expect_parse_in_think("", "{\"role\":\"assistant\",\"content\":\"\",\"reasoning_content\":\"\"}");
+    expect_parse_in_think("R\n</think>\n\n<tool_call>\n{\"name\": \"f\"}\n</tool_call>",
+                          "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"R\",\"tool_calls\":"
+                          "[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]}");
+    /* token by token: the reasoning goes out live, before any "</think>" */
+    const char *tok[] = {"Need", " it", ".\n", "</think>", "\n\n", "Sure", "."};
+    char text[64] = "";
+    json_t *d = json_array();
+    reply_stream s;
+    reply_stream_init_as(&s, "c", fmt);
+    for (size_t i = 0; i < sizeof tok / sizeof *tok; i++) {
+        strcat(text, tok[i]);
+        assert_int_equal(reply_stream_feed(&s, text, strlen(text), false, d), 0);
+        if (i == 0) assert_int_equal(json_array_size(d), 1); /* "Need" is reasoning already */
+    }
+    assert_int_equal(reply_stream_feed(&s, text, strlen(text), true, d), 0);
+    json_t *want = json_loads("[{\"reasoning_content\":\"Need\"},{\"reasoning_content\":\" it\"},"
+                              "{\"reasoning_content\":\".\"},{\"content\":\"Sure\"},{\"content\":\".\"}]",
+                              0, NULL);
+    if (!json_equal(d, want)) fail_msg("got %s", json_dumps(d, JSON_COMPACT));
+    assert_false(s.diverged);
+    reply_stream_free(&s);
+    json_decref(want);
+    json_decref(d);
+    /* random replies: reasoning soup, "</think>", content soup (or no close at all) */
+    char buf[600];
+    for (int it = 0; it < 1500; it++) {
+        bool anything = it % 4 == 3;
+        size_t n = soup(&g, buf, 280, 0, anything);
+        if (rng_below(&g, 4)) {
+            memcpy(buf + n, "\n</think>\n\n", 11);
+            n = soup(&g, buf, sizeof buf, n + 11, anything);
+        }
+        check_all_splits(buf, n, &g, 2);
+    }
+    fmt = (toolcall_format){0};
+}
+
 static void test_errors(void **state) {
     (void)state;
     json_t *d = json_array();
@@ -441,7 +522,7 @@ int main(void) {
         cmocka_unit_test(test_table_all_splits), cmocka_unit_test(test_split_markers),
         cmocka_unit_test(test_delta_shapes),     cmocka_unit_test(test_divergence),
         cmocka_unit_test(test_random_replies),   cmocka_unit_test(test_errors),
-        cmocka_unit_test(test_coder_all_splits),
+        cmocka_unit_test(test_coder_all_splits), cmocka_unit_test(test_in_think),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "runtime/base/error.h"
+#include "runtime/text/chat_thinking.h"
 #include "runtime/text/conversation.h"
 #include "engine/engine.h"
 #include "tools/cli.h"
@@ -25,14 +26,16 @@ typedef struct chat_opts {
     uint32_t max_tokens;
     engine_opts eo;
     sampler_params sp;
-    bool thinking, json;
+    chat_think_ask think; /* --think / --no-think, or the template's default */
+    bool thinking;        /* decided once the template is known (chat_thinking.h) */
+    bool json;
 } chat_opts;
 
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
-            "                   [--seed S] [--think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
+            "                   [--seed S] [--think | --no-think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
             "                   [--cache-dir-max-mb N] [--spec-tokens N] [--chat-template NAME]\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
@@ -45,7 +48,8 @@ static void usage(FILE *out) {
             "  A reply cut by --n or the context end says so (finish_reason \"length\").\n"
             "  --kv-pool-tokens the KV pool shared by the conversation and the cache (4 x ctx);\n"
             "  --page-size tokens per KV page (16). --json prints one JSON object per\n"
-            "  turn instead of the text. Greedy unless --temp > 0; --think lets the model think.\n"
+            "  turn instead of the text. Greedy unless --temp > 0. Thinking follows the template: on for\n"
+            "  the hybrid Qwen3 (--no-think turns it off, --think back on), never for Qwen3-Coder.\n"
             "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory and restores them\n"
             "  on a hit (0, the default: no host tier, evicted pages are recomputed).\n"
             "  --cache-dir DIR writes cached prefixes to DIR (created if missing) in chunks of 256\n"
@@ -68,7 +72,8 @@ static int parse(int argc, char **argv, chat_opts *o) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->eo.no_prefix_cache = true; continue; }
-        if (cli_flag(argv, i, "--think")) { o->thinking = true; continue; }
+        if (cli_flag(argv, i, "--think")) { o->think = CHAT_THINK_ASK_ON; continue; }
+        if (cli_flag(argv, i, "--no-think")) { o->think = CHAT_THINK_ASK_OFF; continue; }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--system", &v)) o->system = v;
@@ -339,7 +344,8 @@ int cmd_chat(int argc, char **argv) {
     model *m;
     if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("chat", "%s", cd_errmsg());
     chat_template_match how;
-    if (chat_template_resolve(m->chat_template.ptr, (size_t)m->chat_template.len, o.chat_template, &o.template, &how)) {
+    if (chat_template_resolve(m->chat_template.ptr, (size_t)m->chat_template.len, o.chat_template, &o.template, &how) ||
+        chat_thinking(o.template, o.think, CHAT_REPLY_FREE, &o.thinking)) {
         model_free(m);
         return cli_error("chat", "%s: %s", o.model, cd_errmsg());
     }

@@ -18,7 +18,7 @@ static void usage(FILE *out) {
             "                    [--no-prefix-cache] [--api-key KEY] [--alias NAME] [--chunk-tokens N]\n"
             "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
             "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
-            "                    [--chat-template NAME]\n"
+            "                    [--chat-template NAME] [--think | --no-think]\n"
             "  An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (streaming with\n"
             "  \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), /v1/cache.\n"
             "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
@@ -28,6 +28,10 @@ static void usage(FILE *out) {
             "  \"Authorization: Bearer KEY\" (not on /health). --alias names the model (the file name).\n"
             "  Limits: request body --max-body-kb (8192), headers --max-header-kb (64), --max-conns (256),\n"
             "  --idle-timeout seconds (600). SIGINT/SIGTERM cancel running requests and exit 0.\n"
+            "  Thinking follows the template: on for the hybrid Qwen3 unless a request's\n"
+            "  chat_template_kwargs.enable_thinking is false (a JSON response_format or a demanded tool\n"
+            "  call that does not say: off), never for Qwen3-Coder. --no-think / --think set it for the\n"
+            "  other requests that do not say.\n"
             "  History is rendered as the model generated it (with thinking off, an assistant turn keeps\n"
             "  the empty <think></think> block it was generated after), so each turn continues the cached\n"
             "  tokens; --strict-template renders it exactly as the Qwen3 template does instead.\n"
@@ -69,6 +73,8 @@ static int parse(int argc, char **argv, serve_opts *o) {
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->eo.no_prefix_cache = true; continue; }
         if (cli_flag(argv, i, "--preserve-reasoning")) { o->so.preserve_reasoning = true; continue; }
         if (cli_flag(argv, i, "--strict-template")) { o->so.strict_template = true; continue; }
+        if (cli_flag(argv, i, "--think")) { o->so.think = CHAT_THINK_ASK_ON; continue; }
+        if (cli_flag(argv, i, "--no-think")) { o->so.think = CHAT_THINK_ASK_OFF; continue; }
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--host", &v)) o->so.host = v;
         else if (cli_value(argc, argv, &i, "--port", &v)) { if (parse_u16("--port", v, &o->so.port)) return -1; }

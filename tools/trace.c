@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "runtime/base/error.h"
+#include "runtime/text/chat_thinking.h"
 
 void trace_free(trace *t) {
     json_decref(t->header);
@@ -138,6 +139,8 @@ int trace_chat_ids(trace_sessions *ss, const json_t *req, size_t no, const token
     if (tools && conv_set_tools(c, tools)) return cd_fail_ctx("request %zu: ", no);
     if (conv_extend(c, json_object_get(req, "append"))) return cd_fail_ctx("request %zu: ", no);
     *conv = c;
-    return conv_prompt(c, tok, false, ids, n);
+    bool thinking; /* traces are replayed with thinking off (scripts/scenarios/README.md) */
+    if (chat_thinking(c->template, CHAT_THINK_ASK_OFF, CHAT_REPLY_FREE, &thinking)) return -1;
+    return conv_prompt(c, tok, thinking, ids, n);
 }
 

@@ -8,6 +8,7 @@
 
 typedef struct {
     const char *name, *what;
+    chat_think_mode think;
     /* the checked texts: hash and length after trailing whitespace is removed */
     struct { uint64_t hash; size_t len; } exact[2];
     /* every one present (in the Jinja source, so "\n" is the two characters) */
@@ -20,6 +21,7 @@ static const known_template known[CHAT_TEMPLATE_COUNT] = {
     [CHAT_TEMPLATE_QWEN3] = {
         .name = "qwen3",
         .what = "Qwen3 hybrid thinking",
+        .think = CHAT_THINK_SWITCH,
         /* Qwen3-0.6B .. 235B-A22B and Qwen3-30B-A3B (April 2025): tokenizer_config.json's
          * chat_template = llama.cpp's models/templates/Qwen-Qwen3-0.6B.jinja */
         .exact = {{0x2bfdb7aa9754484eull, 4116}},
@@ -29,6 +31,7 @@ static const known_template known[CHAT_TEMPLATE_COUNT] = {
     [CHAT_TEMPLATE_QWEN3_CODER] = {
         .name = "qwen3-coder",
         .what = "Qwen3-Coder, XML tool calls",
+        .think = CHAT_THINK_NEVER,
         /* Qwen3-Coder-30B-A3B-Instruct and -480B-A35B: llama.cpp's models/templates/Qwen3-Coder.jinja */
         .exact = {{0x21dc9ed0659009cbull, 6147}},
         .markers = {"<tool_call>\\n<function=", "<parameter=", "<tools>", "<tool_response>"},
@@ -38,6 +41,10 @@ static const known_template known[CHAT_TEMPLATE_COUNT] = {
 
 const char *chat_template_name(chat_template_id id) {
     return (unsigned)id < CHAT_TEMPLATE_COUNT ? known[id].name : "?";
+}
+
+chat_think_mode chat_template_think_mode(chat_template_id id) {
+    return (unsigned)id < CHAT_TEMPLATE_COUNT ? known[id].think : CHAT_THINK_NEVER;
 }
 
 const char *chat_template_known(void) {

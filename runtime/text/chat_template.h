@@ -36,8 +36,17 @@ typedef enum chat_template_match {
     CHAT_MATCH_UNKNOWN, /* refused: neither the text nor any family's markers */
 } chat_template_match;
 
+/* What a template does about thinking (runtime/text/chat_thinking.h decides a request's). */
+typedef enum chat_think_mode {
+    CHAT_THINK_SWITCH, /* enable_thinking turns it off; undefined = on (the hybrid Qwen3) */
+    CHAT_THINK_NEVER,  /* no think block ever (Qwen3-Coder; Qwen3-2507 Instruct's would be) */
+    CHAT_THINK_ALWAYS, /* the generation prompt opens "<think>\n" (Qwen3-2507 Thinking's would;
+                          none known yet: docs/CHAT_TEMPLATE.md) */
+} chat_think_mode;
+
 /* "qwen3", "qwen3-coder". */
 const char *chat_template_name(chat_template_id id);
+chat_think_mode chat_template_think_mode(chat_template_id id);
 /* One line listing every known name with what it is, for messages and usage texts. */
 const char *chat_template_known(void);
 /* -1 with a message listing the known names when name is none of them. */

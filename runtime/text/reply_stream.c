@@ -65,8 +65,8 @@ typedef struct {
 } settled;
 
 /* What text t settles, read the way toolcall_parse reads it; exact for texts in the layout
- * (L) of reply_stream.h. */
-static settled settled_of(slice t) {
+ * (L) of reply_stream.h. in_think: the prompt opened the block (toolcall_format.in_think). */
+static settled settled_of(slice t, bool in_think) {
     settled g = {{t.p, 0}, {t.p, 0}};
     ptrdiff_t close = find_first(t, LIT("</think>"));
     if (close >= 0) { /* the reasoning is final: cut it as toolcall_parse does */
@@ -75,6 +75,10 @@ static settled settled_of(slice t) {
         g.reasoning = lstrip_nl(open < 0 ? before : tail(before, (size_t)open + LIT("<think>").n));
         size_t after = (size_t)find_last(t, LIT("</think>")) + LIT("</think>").n;
         g.content = settled_content(lstrip_nl(tail(t, after)));
+        return g;
+    }
+    if (in_think) { /* inside the block the prompt opened, until its "</think>" */
+        g.reasoning = open_reasoning(t);
         return g;
     }
     slice s = lstrip_ws(t);
@@ -149,7 +153,7 @@ static slice string_of(const json_t *j) {
 }
 
 static int feed_live(reply_stream *s, const char *text, size_t len, json_t *deltas) {
-    settled g = settled_of((slice){text, utf8_whole(text, len)});
+    settled g = settled_of((slice){text, utf8_whole(text, len)}, s->fmt.in_think);
     if (!continues(g.reasoning, text, s->r_at, s->r_len) || !continues(g.content, text, s->c_at, s->c_len))
         return diverge(s, text, len, false, deltas);
     if (extend(deltas, "reasoning_content", g.reasoning, text, &s->r_at, &s->r_len) != 0) return -1;

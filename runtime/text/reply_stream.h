@@ -39,9 +39,13 @@
  *
  *   (L) the text has no "</think>"; or it opens with "<think>" (after whitespace), has
  *       exactly one "</think>", and no other "<think>" before it.
+ *   (L') with fmt.in_think (the prompt opened the block, so the reply starts inside it): the
+ *       text has no "<think>" before its first "</think>" and at most one "</think>". Until
+ *       that "</think>" everything is reasoning, sent as it comes; without one the reply is
+ *       all reasoning, as toolcall_parse_as reads it.
  *
- * For every text in (L), fed in any pieces, the invariant holds exactly (tests/
- * test_reply_stream.c feeds every prefix and random chunkings). A text outside (L) may
+ * For every text in (L) (in (L') with in_think), fed in any pieces, the invariant holds
+ * exactly (tests/test_reply_stream.c feeds every prefix and random chunkings). A text outside (L) may
  * still match (the markers arrived before anything was sent); when it does not, the feed
  * that sees the mismatch sets `diverged` and from then on sends everything generated after
  * the last piece sent, verbatim, as content, and no tool calls: the client sees all the

@@ -126,8 +126,9 @@ static json_t *parse_calls(slice rest, toolcall_format f, size_t *content_end, s
     return calls;
 }
 
-/* The text after the reasoning (the whole text without any); the reasoning itself. */
-static slice split_reasoning(slice all, slice *reasoning, bool *has_reasoning) {
+/* The text after the reasoning (the whole text without any); the reasoning itself. in_think:
+ * the prompt opened the block (toolcall_format.in_think). */
+static slice split_reasoning(slice all, bool in_think, slice *reasoning, bool *has_reasoning) {
     *reasoning = (slice){NULL, 0};
     *has_reasoning = false;
     if (find_first(all, LIT("</think>")) >= 0) {
@@ -136,6 +137,13 @@ static slice split_reasoning(slice all, slice *reasoning, bool *has_reasoning) {
         *reasoning = lstrip_nl(open < 0 ? before : tail(before, (size_t)open + LIT("<think>").n));
         *has_reasoning = true;
         return lstrip_nl(tail(all, (size_t)find_last(all, LIT("</think>")) + LIT("</think>").n));
+    }
+    if (in_think) { /* still thinking when the reply stopped: reasoning, as an open block's is */
+        slice r = lstrip_nl(all);
+        while (r.n && is_ws(r.p[r.n - 1])) r.n--;
+        *reasoning = r;
+        *has_reasoning = true;
+        return (slice){all.p + all.n, 0};
     }
     if (starts_with(strip_ws(all), LIT("<think>"))) {
         slice s = strip_ws(all);
@@ -153,7 +161,7 @@ size_t toolcall_spans(const char *text, size_t len, size_t *off, size_t *n, size
 size_t toolcall_spans_as(const char *text, size_t len, toolcall_format f, size_t *off, size_t *n, size_t max) {
     slice reasoning, inner[64];
     bool has_reasoning;
-    slice rest = split_reasoning((slice){text, len}, &reasoning, &has_reasoning);
+    slice rest = split_reasoning((slice){text, len}, f.in_think, &reasoning, &has_reasoning);
     size_t content_end;
     json_t *calls = parse_calls(rest, f, &content_end, inner, 64);
     size_t count = json_array_size(calls), kept = count < max ? count : max;
@@ -174,7 +182,7 @@ int toolcall_parse_as(const char *text, size_t len, toolcall_format f, json_t **
     *message = NULL;
     slice all = {text, len}, reasoning;
     bool has_reasoning;
-    slice rest = split_reasoning(all, &reasoning, &has_reasoning);
+    slice rest = split_reasoning(all, f.in_think, &reasoning, &has_reasoning);
 
     size_t content_end = rest.n;
     json_t *calls = parse_calls(rest, f, &content_end, NULL, 0);

@@ -14,7 +14,8 @@
  *     lstrip('\n');
  *   - "<think>" opens the text but never closes (generation stopped mid-thought): all of it
  *     after "<think>" is reasoning, and there is no content.
- *   "reasoning_content" is present in these two cases only.
+ *   "reasoning_content" is present in these two cases only (and always when the prompt
+ *   opened the block: toolcall_format.in_think).
  * Tool calls: every <tool_call>...</tool_call> block after the reasoning (the last one may be
  * unterminated) holds a JSON object {"name": string, "arguments": any}; "arguments" may be
  * absent (= {}). "arguments" in the result is the exact text the model wrote for the value
@@ -27,6 +28,7 @@
  * vLLM's hermes parser does. "content" is null when there are tool calls and no text, else a
  * string. Tool call ids are the caller's to assign ("id" is not set). */
 #pragma once
+#include <stdbool.h>
 #include <stddef.h>
 #include <jansson.h>
 
@@ -39,6 +41,11 @@
 typedef struct toolcall_format {
     chat_template_id template;
     const json_t *tools; /* the request's tools (borrowed), or NULL */
+    /* The prompt opened a think block (a generation prompt ending in "<think>\n", as a
+     * Thinking model's does): the reply starts inside it, so text without "</think>" is all
+     * reasoning (lstrip('\n'), trailing whitespace removed) and no content, instead of all
+     * content. With a "</think>" the rules above hold as they are. */
+    bool in_think;
 } toolcall_format;
 
 /* text need not be NUL-terminated; it must be valid UTF-8 (jansson strings require it).
