@@ -7,20 +7,7 @@ bin=${CINDER_BIN:?}
 tmp=${CINDER_TEST_TMP:?}/cli
 mkdir -p "$tmp"
 model=$tmp/tiny.gguf
-failures=0
-pass=0
-check() { # name, then a command that must succeed
-  local name=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else failures=$((failures + 1)); echo "FAIL $name"; fi
-}
-fails_with() { # name, expected stderr substring, command...
-  local name=$1 want=$2; shift 2
-  local err rc=0
-  err=$("$@" 2>&1 >/dev/null) || rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$err"; then pass=$((pass + 1)); echo "ok   $name"
-  else failures=$((failures + 1)); echo "FAIL $name (status $rc, stderr: $err)"; fi
-}
-json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+source "$(dirname "$0")/check.sh"
 
 check "mkmodel tiny" "$bin" mkmodel --preset tiny --seed 3 --out "$model"
 
@@ -292,5 +279,4 @@ fails_with "serve: a --host that is not an address" "--host not-a-host.invalid" 
 fails_with "unknown preset" "unknown preset" "$bin" mkmodel --preset huge --out "$tmp/x.gguf"
 fails_with "inconsistent dimensions" "head_count_kv" "$bin" mkmodel --preset tiny --kv-heads 3 --out "$tmp/x.gguf"
 
-echo "$pass passed, $failures failed"
-[ $failures -eq 0 ]
+check_summary

@@ -12,20 +12,7 @@ src=${CINDER_SOURCE_DIR:?}
 tmp=${CINDER_TEST_TMP:?}/gguf_split
 rm -rf "$tmp"
 mkdir -p "$tmp"
-failures=0
-pass=0
-check() { # name, then a command that must succeed
-  local name=$1; shift
-  if "$@"; then pass=$((pass + 1)); echo "ok   $name"; else failures=$((failures + 1)); echo "FAIL $name"; fi
-}
-fails_with() { # name, expected stderr substring, command...
-  local name=$1 want=$2; shift 2
-  local err rc=0
-  err=$("$@" 2>&1 >/dev/null) || rc=$?
-  if [ $rc -ne 0 ] && grep -qF -- "$want" <<<"$err"; then pass=$((pass + 1)); echo "ok   $name"
-  else failures=$((failures + 1)); echo "FAIL $name (status $rc, stderr: $err)"; fi
-}
-json_field() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+source "$(dirname "$0")/check.sh"
 tokens() { "$bin" run --model "$1" --tokens 1,2,3,4,5 --n 8 --json --ignore-eos "${@:2}" | json_field 'd["tokens"]'; }
 fingerprint() { "$bin" info "$1" | sed -nE 's/^fingerprint +([0-9a-f]{64})$/\1/p'; }
 
@@ -81,5 +68,4 @@ cp "$first" "$tmp/renamed.gguf"
 fails_with "a first shard renamed" "split.count is 3 but the name does not end in -00001-of-00003.gguf" \
   "$bin" info "$tmp/renamed.gguf"
 
-echo "$pass passed, $failures failed"
-[ $failures -eq 0 ]
+check_summary
