@@ -39,8 +39,10 @@ fi
 # prefix_scenarios too: it checks token accounting (deterministic logic, the same in both builds)
 # over 15 `bench --scenario` processes (~270 s under ASan); the code it drives runs under ASan in
 # cli_contract (bench --scenario, --cache-dir), test_prefix_cache (host tier, small pools),
-# test_scheduler and test_engine_random.
-asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios'
+# test_scheduler and test_engine_random. gguf_split too (~50 s under ASan: mkmodel, llama.cpp's
+# gguf-split, a dozen `run`s): the split reader runs under ASan in test_gguf_split (every broken
+# shard set, shards cut at every length and mutated at every byte) and fuzz_gguf_split.
+asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|gguf_split'
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   --output-junit "$root/build-asan/junit.xml" -E "$asan_excluded" | tee -a "$log"
 
