@@ -98,15 +98,15 @@ const char *qtype_removed_name(uint32_t t) {
     return t < sizeof removed / sizeof removed[0] ? removed[t] : NULL;
 }
 
-const char *qtype_supported_names(void) {
-    static char names[256];
-    if (!names[0]) {
-        size_t n = 0;
-        for (uint32_t t = 0; t < QTYPE_COUNT; t++)
-            if (qtype_supported((enum qtype)t) && n + 16 < sizeof names)
-                n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", type_info[t].name);
-    }
-    return names;
+const char *qtype_supported_names(char *buf, size_t n) {
+    size_t at = 0;
+    if (n) buf[0] = 0;
+    for (uint32_t t = 0; t < QTYPE_COUNT && at < n; t++)
+        if (qtype_supported((enum qtype)t)) {
+            int w = snprintf(buf + at, n - at, "%s%s", at ? ", " : "", type_info[t].name);
+            at = w < 0 ? n : at + (size_t)w;
+        }
+    return buf;
 }
 
 bool qtype_known(uint32_t t) { return info(t) != NULL; }

@@ -148,9 +148,9 @@ const char *qtype_name(enum qtype t);                 /* "Q4_K", "?" when unknow
 /* ggml's name for a type number it once had and removed from GGUF files (4 "Q4_2", 31
  * "Q4_0_4_4", ...), NULL for any other number: errors name what an old file holds. */
 const char *qtype_removed_name(uint32_t t);
-/* The types cinder computes with, by name, comma-separated ("F32, F16, ..."): what an error
- * about an unsupported tensor lists. */
-const char *qtype_supported_names(void);
+/* The types cinder computes with, by name, comma-separated ("F32, F16, ..."), into buf (cut
+ * to n bytes): what an error about an unsupported tensor lists. Returns buf. */
+const char *qtype_supported_names(char *buf, size_t n);
 int qtype_from_name(const char *name, enum qtype *out); /* case-insensitive; 0 or -1 */
 bool qtype_known(uint32_t t);       /* a ggml type whose block size we know */
 bool qtype_supported(enum qtype t); /* one of the seven cinder computes with */

@@ -33,7 +33,7 @@ static inline int level(float v, int lo, int hi) {
     return l;
 }
 
-/* A non-negative scale stored as fp16: rounded to nearest, kept finite. */
+/* A scale (or a signed min) stored as fp16: rounded to nearest, kept finite, sign kept. */
 static inline uint16_t fp16_scale(float v) {
     uint16_t h = f32_to_fp16(v);
     if ((h & 0x7fff) >= 0x7c00) h = (uint16_t)((h & 0x8000) | 0x7bff); /* 65504 */
@@ -414,9 +414,7 @@ static void legacy_pack(const int *u, int bits, uint8_t qs[16], uint8_t qh[4]) {
  * re-rounded at the stored d. Stored as l + nlev. */
 static uint16_t quant_legacy_sym(const float *x, int nlev, int *u) {
     sym_levels v = {32, -nlev, nlev - 1};
-    float s = fit_scale_sym(x, v);
-    uint16_t dh = fp16_scale(fabsf(s));
-    if (s < 0) dh |= 0x8000;
+    uint16_t dh = fp16_scale(fit_scale_sym(x, v));
     int8_t l[32];
     sym_levels_at(x, v, fp16_to_f32(dh), l);
     for (int i = 0; i < 32; i++) u[i] = l[i] + nlev;
@@ -428,10 +426,8 @@ static uint16_t quant_legacy_sym(const float *x, int nlev, int *u) {
 static void quant_legacy_affine(const float *x, int nmax, uint16_t *d_out, uint16_t *m_out, int *u) {
     k_fit f = fit_scale_min(x, 32, nmax, true);
     *d_out = fp16_scale(f.s);
-    uint16_t mh = f32_to_fp16(-f.m);
-    if ((mh & 0x7fff) >= 0x7c00) mh = (uint16_t)((mh & 0x8000) | 0x7bff); /* keep it finite */
-    *m_out = mh;
-    float d = fp16_to_f32(*d_out), m = fp16_to_f32(mh), id = d > 0 ? 1.0f / d : 0.0f;
+    *m_out = fp16_scale(-f.m);
+    float d = fp16_to_f32(*d_out), m = fp16_to_f32(*m_out), id = d > 0 ? 1.0f / d : 0.0f;
     for (int i = 0; i < 32; i++) u[i] = level((x[i] - m) * id, 0, nmax);
 }
 

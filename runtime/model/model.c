@@ -112,8 +112,9 @@ static const gguf_tensor *want(const gguf_file *f, const char *name, int64_t d0,
         }
     }
     if (!qtype_supported(t->type)) {
+        char names[256];
         cd_fail("tensor '%s' has type %s, which cinder does not compute with (it does: %s)", name,
-                qtype_name(t->type), qtype_supported_names());
+                qtype_name(t->type), qtype_supported_names(names, sizeof names));
         return NULL;
     }
     return t;
