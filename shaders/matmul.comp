@@ -82,10 +82,12 @@ layout(push_constant) uniform Push {
 } pc;
 
 const uint NONE = 0xffffffffu;
-// The canonical order of every output's sum (all matmul kernels): k in chunks of CHUNK, each
-// chunk summed by fma from 0 in k order, the chunk sums added to the output in k order. The
-// host keeps CHUNK % BK == 0, so a chunk ends with a tile step.
-const uint CHUNK = 256u;
+// The canonical order of every output's sum (all matmul kernels): k in chunks of CHUNK (one
+// Q4_K/Q5_K sub-block, two Q6_K scale groups, one Q8_0 block), each chunk summed by fma from 0
+// in k order, the chunk sums added to the output in k order. The host keeps BK a divisor or a
+// multiple of CHUNK, so a chunk ends with a tile step or within one at a multiple of SUB.
+const uint CHUNK = 32u;
+const uint SUB = BK < CHUNK ? BK : CHUNK; // k per inner run: a chunk, or a tile step within one
 // Quantized weights are decoded 8 at a time (qb_decode8: n_in is a multiple of 32 for them, so
 // a run never straddles n_in); float types one at a time.
 const bool RUNS = QTYPE != QTYPE_F32 && QTYPE != QTYPE_F16 && QTYPE != QTYPE_BF16 && BK % 8u == 0u;
@@ -138,7 +140,7 @@ void main() {
     }
     barrier();
 
-    float acc[TM * TN], part[TM * TN]; // part: the current 256-k chunk's sums (the canonical order)
+    float acc[TM * TN], part[TM * TN]; // part: the current chunk's sums (the canonical order)
     for (uint i = 0; i < TM * TN; i++) acc[i] = 0.0, part[i] = 0.0;
 
     for (uint k0 = 0; k0 < pc.n_in; k0 += BK) {
@@ -165,17 +167,20 @@ void main() {
             xs[(kk * BN + nn) >> 2][nn & 3u] = r != NONE && k < pc.n_in ? x[r * pc.x_stride + k] : 0.0;
         }
         barrier();
-        for (uint kk = 0; kk < BK; kk++) {
-            vec4 a[TM / 4], b[TN / 4];
-            for (uint i = 0; i < TM / 4; i++) a[i] = ws[(kk * BM + tm * TM) / 4 + i];
-            for (uint j = 0; j < TN / 4; j++) b[j] = xs[(kk * BN + tn * TN) / 4 + j];
-            for (uint i = 0; i < TM; i++)
-                for (uint j = 0; j < TN; j++)
-                    part[i * TN + j] = fma(a[i >> 2][i & 3u], b[j >> 2][j & 3u], part[i * TN + j]);
+        for (uint ks = 0; ks < BK; ks += SUB) {
+            for (uint kk = ks; kk < ks + SUB; kk++) {
+                vec4 a[TM / 4], b[TN / 4];
+                for (uint i = 0; i < TM / 4; i++) a[i] = ws[(kk * BM + tm * TM) / 4 + i];
+                for (uint j = 0; j < TN / 4; j++) b[j] = xs[(kk * BN + tn * TN) / 4 + j];
+                for (uint i = 0; i < TM; i++)
+                    for (uint j = 0; j < TN; j++)
+                        part[i * TN + j] = fma(a[i >> 2][i & 3u], b[j >> 2][j & 3u], part[i * TN + j]);
+            }
+            uint k_end = k0 + ks + SUB; // a chunk ends (or the row, inside this run): acc += its sums, in k order
+            if (k_end - SUB < pc.n_in && (k_end % CHUNK == 0u || k_end >= pc.n_in))
+                for (uint i = 0; i < TM * TN; i++) acc[i] = acc[i] + part[i], part[i] = 0.0;
         }
         barrier();
-        if ((k0 + BK) % CHUNK == 0u || k0 + BK >= pc.n_in) // a chunk ends: acc += its sums, in k order
-            for (uint i = 0; i < TM * TN; i++) acc[i] = acc[i] + part[i], part[i] = 0.0;
     }
 
     for (uint j = 0; j < TN; j++) {

@@ -1,6 +1,6 @@
 // Matrix product for few tokens (decode steps, experts with a handful of tokens), the same
 // task, bindings and push block as matmul.comp, and the SAME BITS: every output is summed in
-// the canonical order of matmul.comp (k in chunks of 256, each chunk's sum by fma from 0 in k
+// the canonical order of matmul.comp (k in chunks of 32, each chunk's sum by fma from 0 in k
 // order, the chunk sums added in k order) of the weights as qb_dequant decodes them. So a
 // token's result does not depend on which kernel ran it, i.e. on how many tokens were batched
 // with it (runtime/model/gpu_model.h: batch invariance).
@@ -8,19 +8,20 @@
 // Why a second kernel: matmul.comp decodes a BM x BK weight tile into shared memory once per
 // tile and reuses it for BN tokens; with one token that costs a shared-memory round trip and
 // barriers per weight, which CPU devices (llvmpipe) pay per lane. Here each invocation owns one
-// weight row (RPI rows) and NT tokens: it decodes its row a scale group (32 weights) at a time in
-// registers and accumulates NT sums; no shared memory, no barrier.
+// weight row (RPI rows) and NT tokens: it decodes its row a scale group (32 weights, one chunk)
+// at a time in registers and accumulates NT sums; no shared memory, no barrier.
 //
-// Split k (KL > 1, a GPU's decode): KL invocations share a row, lane j summing chunks j, j + KL,
-// ...; per round of KL chunks the lanes leave their chunk sums in shared memory and lane 0 adds
-// them in k order. A projection then runs KL times as many invocations, each walking 1/KL of
-// the row: a decode step's projection is bound by one invocation's walk when it has a few
-// hundred rows (one invocation per row: attn_k 512, the router 128). With RPI > 1 as well,
-// each lane does so for RPI rows, so every x load feeds RPI rows (x is read once per row and
-// token otherwise: at 8 tokens far more bytes than the weights).
+// Split k (KL > 1, a GPU's decode): KL consecutive lanes of one subgroup share a row; per round
+// of KL chunks lane j sums chunk c0 + j, and lane 0 of the row takes the round's chunk sums by
+// subgroupShuffle and adds them in k order: no shared memory, no barrier. A projection then runs KL times as many invocations, each walking 1/KL of the
+// row: a decode step's projection is bound by one invocation's walk when it has a few hundred
+// rows (one invocation per row: attn_k 512, the router 128). With RPI > 1 as well, each lane
+// does so for RPI rows, so every x load feeds RPI rows (x is read once per row and token
+// otherwise: at 8 tokens far more bytes than the weights).
 //
 // Workgroup (x, y, z): rows m0 = x*BM.. of the slice (invocation i: rows m0 + i / KL + q*WG/KL,
-// q < RPI), tokens n0 = y*NT.., expert e = expert0 + z
+// q < RPI, i counted from the subgroup ids so a row's lanes are consecutive lanes of one
+// subgroup), tokens n0 = y*NT.., expert e = expert0 + z
 // (grouped mode); with work items (flag 16) rows m0 = y*BM.. and item x, as in matmul.comp;
 // token lists, parts and skipping exactly as matmul.comp.
 // Gate-up pairs (GLU = 1, matmul.comp): invocation m owns output m, gate row m and up row
@@ -33,6 +34,8 @@
 #extension GL_EXT_shader_8bit_storage : require
 #extension GL_EXT_shader_16bit_storage : require
 #extension GL_EXT_control_flow_attributes : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #ifdef TEXEL
 #extension GL_EXT_samplerless_texture_functions : require
 #endif
@@ -73,12 +76,10 @@ layout(push_constant) uniform Push {
 const uint X4_FLAG = 8u;
 
 const uint NONE = 0xffffffffu;
-const uint CHUNK = 256u; // the canonical order's chunk of k (matmul.comp)
-// split k: each lane's chunk sums for the round, [gate, up (GLU)][row q][invocation][token]
-shared float chunk_sum[KL > 1u ? WG * NT * RPI * (GLU + 1u) : 1u];
+const uint CHUNK = 32u; // the canonical order's chunk of k (matmul.comp)
 // weights decoded per step: a scale group of the block types (their rows are whole blocks), or
-// 32 float weights (float_one in main says when floats go a weight at a time instead)
-const uint GROUP = 32u;
+// 32 float weights (float_one in main says when floats go a weight at a time instead): a chunk
+const uint GROUP = CHUNK;
 const bool FLOATW = QTYPE == QTYPE_F32 || QTYPE == QTYPE_F16 || QTYPE == QTYPE_BF16;
 
 #ifdef TEXEL
@@ -271,6 +272,33 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
             ADD_GROUP(w, part_u) \
         } }
 
+#define ZERO_PART [[unroll]] for (uint i = 0; i < RPI * NT; i++) part[i] = 0.0, part_u[i] = 0.0;
+#define ACC_PART [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = acc[i] + part[i], acc_u[i] = acc_u[i] + part_u[i];
+#ifdef TEXEL
+#define FLOAT_ONE_SUM(kc)
+#else
+// float rows a weight at a time, the chunk from kc
+#define FLOAT_ONE_SUM(kc) \
+    for (uint k = (kc); k < min((kc) + CHUNK, pc.n_in); k++) { \
+        float w[RPI][1]; \
+        uint k0 = k; \
+        [[unroll]] for (uint q = 0; q < RPI; q++) w[q][0] = qb_dequant(QTYPE, row[q], k); \
+        ADD_N(w, part, 1u) \
+        if (glu) { \
+            [[unroll]] for (uint q = 0; q < RPI; q++) w[q][0] = qb_dequant(QTYPE, row_u[q], k); \
+            ADD_N(w, part_u, 1u) \
+        } \
+    }
+#endif
+// part (part_u) = chunk c's sums, by fma from 0 in k order; zeros for a chunk past the row
+#define CHUNK_SUM(c) { \
+        ZERO_PART \
+        uint kc_ = (c) * CHUNK; \
+        if (kc_ < pc.n_in) { \
+            if (float_one) { FLOAT_ONE_SUM(kc_) } \
+            else ADD_DECODED(kc_) \
+        } }
+
 void main() {
     uvec2 wg = (pc.flags & 16u) != 0 ? gl_WorkGroupID.yx : gl_WorkGroupID.xy; // {row tile, token tile or item}
     uint e = pc.expert0 + gl_WorkGroupID.z, n0 = wg.y * NT;
@@ -296,10 +324,12 @@ void main() {
         j0 += grp.x;
     }
     const uint STEP = WG / KL; // rows between an invocation's RPI rows
-    uint li = gl_LocalInvocationID.x, lane = li % KL;
+    // positions from the subgroup ids: a row's KL lanes are consecutive lanes of one subgroup
+    // (the host keeps KL a power of 2 within the smallest subgroup size), for subgroupShuffle
+    uint li = gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID, lane = li % KL;
     uint m0 = wg.x * BM + li / KL; // rows m0 + q * STEP, q < RPI
     if (wg.x * BM >= nr || n0 >= count) return; // uniform: nothing of this tile exists
-    if (KL == 1u && m0 >= nr) return; // split k: every invocation meets the barriers below
+    if (m0 >= nr) return; // all of this row's lanes (the shuffles stay within a row)
 
     uint xrow[NT], yrow[NT];
     [[unroll]] for (uint n = 0; n < NT; n++) {
@@ -317,7 +347,7 @@ void main() {
     float acc[RPI * NT], acc_u[RPI * NT], part[RPI * NT], part_u[RPI * NT];
     [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = 0.0, acc_u[i] = 0.0;
     uint row[RPI], row_u[RPI];
-    [[unroll]] for (uint q = 0; q < RPI; q++) { // a row past nr: the last one decoded, never stored
+    [[unroll]] for (uint q = 0; q < RPI; q++) { // a row past nr (q > 0): the last one decoded, never stored
         uint m = min(m0 + q * STEP, nr - 1u);
         row[q] = (w_row0 + m) * pc.row_bytes, row_u[q] = (w_row0 + pc.n_rows + m) * pc.row_bytes;
     }
@@ -336,12 +366,10 @@ void main() {
     // fails on that spec-constant expression.)
     bool float_one = FLOATW && ((NT > 1u && KL == 1u) || pc.n_in % GROUP != 0u);
     uint n_chunks = (pc.n_in + CHUNK - 1u) / CHUNK;
-    for (uint c0 = 0; c0 < n_chunks; c0 += KL) { // uniform: KL chunks per round, chunk c0 + lane here
-        [[unroll]] for (uint i = 0; i < RPI * NT; i++) part[i] = 0.0, part_u[i] = 0.0;
-        uint c = c0 + lane, k_end = min((c + 1u) * CHUNK, pc.n_in);
+    if (KL == 1u) { // a lane walks the whole row: each chunk's sums added as it ends
 #ifdef TEXEL
         if (QTYPE == QTYPE_Q6_K) { // a half block's words fetched once for its 4 groups (Q6K_HALF)
-            for (uint kh = c * CHUNK; kh < k_end; kh += 128u) {
+            for (uint kh = 0; kh < pc.n_in; kh += 128u) {
                 uint ql[RPI][16], qh[RPI][8], sd[RPI][5], ql_u[RPI][16], qh_u[RPI][8], sd_u[RPI][5];
                 uint h = (kh % QK_K) / 128u;
                 [[unroll]] for (uint q = 0; q < RPI; q++) Q6K_HALF(row[q], kh, ql[q], qh[q], sd[q])
@@ -351,51 +379,37 @@ void main() {
                 [[unroll]] for (uint g = 0; g < 4u; g++) {
                     uint k0 = kh + 32u * g;
                     float w[RPI][GROUP];
+                    ZERO_PART
                     [[unroll]] for (uint q = 0; q < RPI; q++) Q6K_HALF_GROUP(ql[q], qh[q], sd[q], h, g, w[q])
                     ADD_GROUP(w, part)
                     if (glu) {
                         [[unroll]] for (uint q = 0; q < RPI; q++) Q6K_HALF_GROUP(ql_u[q], qh_u[q], sd_u[q], h, g, w[q])
                         ADD_GROUP(w, part_u)
                     }
+                    ACC_PART
                 }
             }
         } else
 #endif
-#ifndef TEXEL
-        if (float_one) { // float rows a weight at a time
-            for (uint k = c * CHUNK; k < k_end; k++) {
-                float w[RPI][1];
-                uint k0 = k;
-                [[unroll]] for (uint q = 0; q < RPI; q++) w[q][0] = qb_dequant(QTYPE, row[q], k);
-                ADD_N(w, part, 1u)
-                if (glu) {
-                    [[unroll]] for (uint q = 0; q < RPI; q++) w[q][0] = qb_dequant(QTYPE, row_u[q], k);
-                    ADD_N(w, part_u, 1u)
+        for (uint c = 0; c < n_chunks; c++) {
+            CHUNK_SUM(c)
+            ACC_PART
+        }
+    } else {
+        // split k: per round lane j sums chunk c0 + j, then lane 0 of the row takes the round's
+        // chunk sums from lanes 0 .. KL - 1 in k order (chunks past the row: none are added).
+        // (Every lane runs the adds; only lane 0's sums are stored.)
+        uint src0 = gl_SubgroupInvocationID - lane; // the row's lane 0
+        for (uint c0 = 0; c0 < n_chunks; c0 += KL) { // uniform
+            CHUNK_SUM(c0 + lane)
+            [[unroll]] for (uint j = 0; j < KL; j++) {
+                if (c0 + j >= n_chunks) break; // uniform
+                [[unroll]] for (uint i = 0; i < RPI * NT; i++) {
+                    acc[i] = acc[i] + subgroupShuffle(part[i], src0 + j);
+                    if (glu) acc_u[i] = acc_u[i] + subgroupShuffle(part_u[i], src0 + j);
                 }
             }
-        } else
-#endif
-        for (uint kg = c * CHUNK; kg < k_end; kg += GROUP) ADD_DECODED(kg)
-        if (KL == 1u) {
-            [[unroll]] for (uint i = 0; i < RPI * NT; i++) acc[i] = acc[i] + part[i], acc_u[i] = acc_u[i] + part_u[i];
-            continue;
         }
-        [[unroll]] for (uint q = 0; q < RPI; q++) {
-            [[unroll]] for (uint n = 0; n < NT; n++) {
-                chunk_sum[(q * WG + li) * NT + n] = part[q * NT + n];
-                if (glu) chunk_sum[((RPI + q) * WG + li) * NT + n] = part_u[q * NT + n];
-            }
-        }
-        barrier();
-        if (lane == 0u) // the round's chunk sums in k order (only chunks that exist)
-            for (uint j = 0; j < KL && c0 + j < n_chunks; j++)
-                [[unroll]] for (uint q = 0; q < RPI; q++) {
-                    [[unroll]] for (uint n = 0; n < NT; n++) {
-                        acc[q * NT + n] = acc[q * NT + n] + chunk_sum[(q * WG + li + j) * NT + n];
-                        if (glu) acc_u[q * NT + n] = acc_u[q * NT + n] + chunk_sum[((RPI + q) * WG + li + j) * NT + n];
-                    }
-                }
-        barrier();
     }
     if (lane != 0u) return;
     [[unroll]] for (uint q = 0; q < RPI; q++) {

@@ -267,7 +267,7 @@ static void test_tiles(void **state) {
         {.bm = 4, .bn = 8, .kl = 8, .rows = true}, /* split k: 2 chunks (n_in 512) over 8 lanes */
         {.bm = 16, .bn = 1, .kl = 2, .rows = true},
         {.bm = 8, .bn = 8, .kl = 4, .tm = 2, .rows = true}, /* split k, 2 rows per lane: each x load feeds both */
-        {.bm = 12, .bn = 3, .kl = 3, .tm = 3, .rows = true},
+        {.bm = 12, .bn = 3, .kl = 2, .tm = 3, .rows = true}, /* 3 rows and 3 tokens a lane */
     };
     uint64_t seed = 300;
     for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
@@ -658,15 +658,15 @@ static void test_grouped_items(void **state) {
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4}, t32 = {.bm = 32, .bn = 32, .bk = 16, .tm = 4, .tn = 4};
     const cvk_matmul_tile one = {.bm = 64, .bn = 1, .rows = true}, three = {.bm = 96, .bn = 1, .tm = 3, .rows = true};
     const cvk_matmul_tile rows2 = {.bm = 128, .bn = 8, .tm = 2, .rows = true};
-    /* split k: lanes per row over the 256-weight chunks (a GPU's decode kernels) */
-    const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split3 = {.bm = 8, .bn = 1, .kl = 3, .rows = true};
+    /* split k: lanes per row over the 32-weight chunks (a GPU's decode kernels) */
+    const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split2 = {.bm = 12, .bn = 1, .kl = 2, .rows = true};
     const cvk_matmul_tile split4 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}; /* a GPU's one token */
     const cvk_matmul_tile split_rows = {.bm = 8, .bn = 4, .kl = 4, .tm = 2, .rows = true}; /* 2 rows a lane */
     struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
         {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX},
         {&cvk_matmul_tile_rows, &t32, 0}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX},
         {&cvk_matmul_tile_one, NULL, 16}, {&three, &rows2, 4}, {&split8, NULL, 16},
-        {&split3, &split8, 4}, {&split4, &split8, 4}, {&split_rows, &split8, 4}, {texel_one, &t32, 16},
+        {&split2, &split8, 4}, {&split4, &split8, 4}, {&split_rows, &split8, 4}, {texel_one, &t32, 16},
         {&texel_rows, NULL, 4},
         /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel
          * items (partly empty ones too); and every expert in 8-token texel items */
@@ -898,15 +898,21 @@ static void test_rejects_mismatches(void **state) {
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     cvk_matmul_tile huge = {.bm = 256, .bn = 256, .bk = 32, .tm = 4, .tn = 4}; /* 4096 invocations */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &huge), -1);
-    bad = (cvk_matmul_tile){.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4}; /* bk not dividing the 256-k chunk */
+    bad = (cvk_matmul_tile){.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4}; /* bk neither dividing nor a multiple of the 32-k chunk */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     assert_non_null(strstr(cd_errmsg(), "divide 256"));
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F16, texel_one), -1); /* block types */
     assert_non_null(strstr(cd_errmsg(), "block types"));
-    /* split k with 8 rows a lane: 8 x 16 sums for each of 512 invocations in shared memory */
-    bad = (cvk_matmul_tile){.bm = 64, .bn = 16, .tm = 8, .kl = 64, .rows = true};
+    /* split k: a row's lanes meet by subgroupShuffle, so within the smallest subgroup, a power of 2 */
+    uint32_t min_sg = vk->dev.info.caps.min_subgroup_size;
+    bad = (cvk_matmul_tile){.bm = 2, .bn = 1, .kl = 2 * min_sg, .rows = true};
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
-    assert_non_null(strstr(cd_errmsg(), "shared memory"));
+    assert_non_null(strstr(cd_errmsg(), "subgroup"));
+    bad = (cvk_matmul_tile){.bm = 8, .bn = 1, .kl = 3, .rows = true};
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
+    bad = (cvk_matmul_tile){.bm = 8, .bn = 1, .kl = 2, .rows = true, .texel = true};
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, &bad), -1);
+    assert_non_null(strstr(cd_errmsg(), "split"));
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);

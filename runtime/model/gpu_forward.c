@@ -51,7 +51,7 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
 
 /* The kernels for few tokens (decode steps, experts with a handful of tokens): matmul_rows.comp,
  * a weight row decoded a scale group at a time in registers. On a GPU with k split over lanes
- * (tile.kl: each lane sums some of the row's 256-weight chunks, one lane adds the chunk sums in
+ * (tile.kl: each lane sums some of the row's 32-weight chunks, one lane adds the chunk sums in
  * order): one token 4 rows x 8 lanes per 32-invocation workgroup, 2-16 tokens (and the MoE's
  * list-0 items) in 4-token columns of 8 rows x 4 lanes (the down projection's k is 3 chunks at
  * the real shape). On an H100 (4 layers of the 30B, batch-8 decode step, docs/PERF.md

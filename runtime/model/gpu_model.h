@@ -233,7 +233,7 @@ typedef struct gpu_model_opts {
  * position order (attention walks a row once per workgroup).
  *
  * Batch invariance: every token's arithmetic is the same whatever else is in the batch: the
- * matmuls sum each output over k in one canonical order (256-k chunks, op_matmul.h; any tile
+ * matmuls sum each output over k in one canonical order (32-k chunks, op_matmul.h; any tile
  * shape, k split over lanes or not), attention splits each
  * token's K/V walk at boundaries fixed by its own position (split_len, split_max), and norms,
  * RoPE, routing and the MoE combine are per token. So a sequence's tokens and logits are

@@ -10,19 +10,11 @@
 
 static int pow2(uint32_t x) { return x && !(x & (x - 1)); }
 
-/* subgroupShuffleXor in compute shaders (every device cinder targets has it; checked anyway) */
-static int has_shuffle(const cvk_device *d) {
-    VkPhysicalDeviceSubgroupProperties sp = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES};
-    VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &sp};
-    vkGetPhysicalDeviceProperties2(d->info.phys, &p2);
-    return (sp.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) && (sp.supportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
-}
-
 /* The tiled kernel (attn_prefill.comp): configuration, pipeline. */
 static int make_tiled(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim,
                       const cvk_attn_prefill_cfg *cfg, bool cpu) {
     const cvk_caps *caps = &d->info.caps;
-    if (!has_shuffle(d)) return cd_fail("attn_prefill: the device has no subgroup shuffle in compute shaders");
+    if (!d->info.caps.subgroup_shuffle) return cd_fail("attn_prefill: the device has no subgroup shuffle in compute shaders");
     uint32_t wg = cfg->wg ? cfg->wg : cpu ? 64 : 256;
     if (wg > caps->max_wg_size[0] && !cfg->wg) wg = caps->max_wg_size[0];
     if (!pow2(wg) || wg > 1024 || wg > caps->max_wg_size[0] || wg > caps->max_wg_invocations)

@@ -19,21 +19,25 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
                          const cvk_matmul_tile *t) {
     const cvk_caps *c = &d->info.caps;
     uint32_t rpi = t->tm ? t->tm : 1, kl = t->kl ? t->kl : 1, wg = t->bm / rpi * kl;
-    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || kl > 64 ||
+    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || (kl & (kl - 1)) ||
         wg > c->max_wg_size[0] || wg > c->max_wg_invocations)
         return cd_fail("matmul: bad rows kernel %u rows x %u tokens, %u rows per invocation, %u invocations per row",
                        t->bm, t->bn, rpi, kl);
-    uint64_t shared = kl > 1 ? 4ull * wg * t->bn * rpi * (t->glu ? 2 : 1) : 0;
-    if (shared > c->max_shared)
-        return cd_fail("matmul: rows kernel needs %llu bytes of shared memory, the device has %u",
-                       (unsigned long long)shared, c->max_shared);
+    /* split k: a row's lanes meet by subgroupShuffle, so they must lie in one subgroup */
+    uint32_t min_sg = c->min_subgroup_size ? c->min_subgroup_size : c->subgroup_size;
+    if (kl > 1 && (kl > min_sg || !c->subgroup_shuffle))
+        return cd_fail("matmul: split k over %u invocations per row needs subgroup shuffles within one subgroup "
+                       "(the device's smallest subgroup has %u invocations)",
+                       kl, min_sg);
+    if (t->texel && kl > 1) return cd_fail("matmul: the texel rows kernel does not split k");
     if (t->texel && !cvk_matmul_texel_type(type))
         return cd_fail("matmul: the texel rows kernel takes block types, not %s", qtype_name(type));
     uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu};
     /* Written for 32-lane subgroups: a workgroup of whole 32s runs as wave32 where the device
      * lets it choose (RDNA; RADV's default for compute is wave64, half of each wave of a
-     * 32-invocation workgroup idle). The kernel has no subgroup operation and sums in a fixed
-     * order through shared memory, so the size changes no bit; elsewhere the driver chooses. */
+     * 32-invocation workgroup idle). Its only subgroup operation moves chunk sums between the
+     * lanes of a row, which then add them in k order, so the size changes no bit; elsewhere the
+     * driver chooses. */
     uint32_t sg = wg % 32 == 0 ? 32 : 0;
     cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
                               .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
@@ -65,7 +69,7 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (!c->storage8 || !c->storage16) return cd_fail("matmul: the device lacks 8- or 16-bit storage buffer access");
     if (t->rows) return rows_pipeline(p, d, cache, type, t);
     if (!t->bm || !t->bn || !t->bk || !t->tm || !t->tn || t->tm % 4 || t->tn % 4 || t->bm % t->tm ||
-        t->bn % t->tn || t->tm * t->tn > 64 || 256 % t->bk)
+        t->bn % t->tn || t->tm * t->tn > 64 || 256 % t->bk) /* a divisor or multiple of the 32-k chunk */
         return cd_fail("matmul: bad tile %ux%ux%u / %ux%u (tm, tn: multiples of 4 dividing bm, bn, tm * tn <= 64; "
                        "bk must divide 256)",
                        t->bm, t->bn, t->bk, t->tm, t->tn);

@@ -63,20 +63,22 @@ typedef struct cvk_matmul_push {
 #define CVK_MATMUL_ACCUMULATE 32u /* y += W x: one float add of the finished sum into y, the bits of
                                      a separate add (a residual without its own stage) */
 
-/* Every kernel sums each output in one canonical order (shaders/matmul.comp: k in chunks of 256,
+/* Every kernel sums each output in one canonical order (shaders/matmul.comp: k in chunks of 32,
  * each chunk by fma from 0 in k order, the chunk sums added in k order), so any tile gives the
- * same bits: bk must divide 256. */
+ * same bits: bk must divide 256 (a divisor or a multiple of the chunk). */
 typedef struct cvk_matmul_tile {
     uint32_t bm, bn, bk; /* weight rows, tokens, k per shared-memory tile */
     uint32_t tm, tn;     /* register block per invocation: multiples of 4 (vec4 shared loads),
                             bm % tm == 0, bn % tn == 0, tm * tn <= 64 */
     bool rows;           /* shaders/matmul_rows.comp instead: an invocation per tm weight rows (0:
                             one; each x load feeds them all) with bn tokens in registers, bm rows
-                            (bm / tm invocations) per workgroup, no shared memory but split k's
-                            (bk, tn unused);
+                            (bm / tm invocations) per workgroup, no shared memory (bk, tn
+                            unused);
                             the same bits as the tiled kernel */
-    uint32_t kl;         /* rows kernel: invocations sharing a row, splitting k into its 256-weight
-                            chunks (0/1: none), each for its tm rows: bm / tm * kl invocations */
+    uint32_t kl;         /* rows kernel: invocations sharing a row, splitting k into its 32-weight
+                            chunks (0/1: none), each for its tm rows: bm / tm * kl invocations; a
+                            power of 2 within the device's smallest subgroup (the chunk sums meet
+                            by subgroupShuffle); not with texel */
     bool glu;            /* the variant for gate-up pairs (cvk_matmul_args.glu): a pipeline of its
                             own, so the plain kernel carries none of it */
     bool texel;          /* rows kernel, block types (Q8_0, Q4_K, Q5_K, Q6_K): weights and x read

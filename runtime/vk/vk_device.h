@@ -46,6 +46,7 @@ typedef struct cvk_caps {
     bool int64;                  /* shaderInt64 */
     bool storage8, storage16;    /* storageBuffer8BitAccess, storageBuffer16BitAccess */
     bool subgroup_arith;         /* subgroup arithmetic ops in compute shaders */
+    bool subgroup_shuffle;       /* subgroupShuffle / subgroupShuffleXor in compute shaders */
     bool subgroup_ext_types;     /* subgroup ops on 8/16-bit types */
     bool subgroup_size_control;  /* requiredSubgroupSize works for compute */
     bool full_subgroups;         /* computeFullSubgroups */

@@ -100,6 +100,8 @@ static void query_props(cvk_phys_info *o, bool sgc_ext) {
     c->subgroup_size = p11.subgroupSize;
     c->subgroup_arith = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                         (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    c->subgroup_shuffle = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                          (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     c->max_alloc = m3.maxMemoryAllocationSize;
     c->max_buffer = v13 ? p13.maxBufferSize : c->max_alloc;
     c->min_subgroup_size = c->max_subgroup_size = c->subgroup_size;
