@@ -5,17 +5,15 @@
 //
 // One workgroup of HEAD_DIM / 2 invocations per (token t, head h) row of x ([tokens][heads]
 // [HEAD_DIM], tok_stride floats between tokens); invocation i holds the RoPE pair (i, i + half):
-//   s  = sum over the row of x^2: a + b per invocation, subgroupAdd, subgroup partials summed
-//        in a fixed order (deterministic, the same for any batch)
+//   s  = sum over the row of x^2: fma(a, a, b * b) per invocation, the partials added in
+//        row_rms.glsl's fixed pairwise tree (the same order at any subgroup size: a
+//        subgroupAdd's order is the implementation's)
 //   y  = x * inversesqrt(s / HEAD_DIM + eps) * w                         (as rmsnorm.comp)
 //   (y[i], y[i + half]) rotated by pos * theta^(-2i/HEAD_DIM), the tabulated angle-addition of
 //   runtime/vk/rope_table.h, pos = loc[t].y
 // KV (spec constant): y is not written back; it goes to the page of block-table row loc[t].x at
 // position loc[t].y as fp16, with V's row h of token t (layout: runtime/base/kv_layout.h), pages of the bound
 // pool part only (the host dispatches once per part). Otherwise y replaces x.
-#extension GL_KHR_shader_subgroup_basic : require
-#extension GL_KHR_shader_subgroup_arithmetic : require
-
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;        // = HEAD_DIM / 2
 layout(constant_id = 1) const uint HEAD_DIM = 128;
@@ -46,7 +44,7 @@ layout(push_constant) uniform Push {
 } pc;
 
 const uint HALF = HEAD_DIM / 2;
-shared float partial[WG]; // one per subgroup
+#include "row_rms.glsl"
 shared float y[HEAD_DIM]; // KV: the rotated row, re-paired for packing
 
 void main() {
@@ -61,12 +59,7 @@ void main() {
     }
     uint base = t * pc.tok_stride + h * HEAD_DIM;
     float a = x[base + i], b = x[base + i + HALF];
-    float s = subgroupAdd(fma(a, a, b * b));
-    if (subgroupElect()) partial[gl_SubgroupID] = s;
-    barrier();
-    float sum = 0.0;
-    for (uint g = 0; g < gl_NumSubgroups; g++) sum += partial[g];
-    float scale = inversesqrt(sum / float(HEAD_DIM) + pc.eps);
+    float scale = row_rms_scale(fma(a, a, b * b), HEAD_DIM, pc.eps);
     a = a * scale * w[i];
     b = b * scale * w[i + HALF];
 

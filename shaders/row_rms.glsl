@@ -1,5 +1,6 @@
 // The RMS-norm scale of a row reduced by one workgroup, shared by rmsnorm.comp and
-// moe_combine.comp so that both give the same bits: each invocation passes its own sum of
+// moe_combine.comp so that both give the same bits (and by head_norm_rope.comp's per-head
+// norm, for its fixed order): each invocation passes its own sum of
 // squares over its strided share of the row (i = lid, lid + WG, ...), accumulated by fma; the
 // WG partials are then added in one fixed pairwise tree in shared memory (partial i takes
 // i + s for s = 1, 2, 4, ...), the same order whatever the subgroup size the driver compiled
