@@ -93,8 +93,7 @@ static void test_described_file(void **state) {
     has_line(text, "file type         IQ4_XS (LLAMA_FTYPE_MOSTLY_IQ4_XS, general.file_type 30)");
     has_line(text, "context (train)   262144");
     has_line(text, "rope              neox, theta 5e+06");
-    has_line(text, "rope scaling      yarn, factor 4, original context 32768 (cinder does not implement RoPE "
-                   "scaling: it refuses the file)");
+    has_line(text, "rope scaling      yarn, factor 4, original context 32768");
     assert_non_null(strstr(text, "\nchat template     unknown (14 bytes, hash "));
     /* 1024 + 128 bytes of F32, 4 x 272 of Q8_0, 3 x 110 of Q3_K */
     has_line(text, "tensor types      3 types, 4 tensors, 2570 bytes");
