@@ -1,6 +1,6 @@
 /* tools/info_file.c, the first part of `cinder info`, on files the writer makes with every
  * key it reads: names, llama.cpp's file type (known, unknown, absent), a split model's shards
- * and bytes, RoPE scaling that cinder refuses, a template it does not know, and the tensor-type
+ * and bytes, RoPE scaling that cinder runs (YaRN) and refuses (longrope), a template it does not know, and the tensor-type
  * histogram with a type cinder does not compute. tests/cli_contract.sh checks the same lines
  * on mkmodel files through the CLI. */
 #include <setjmp.h>
@@ -108,6 +108,20 @@ static void test_described_file(void **state) {
     free(text);
 }
 
+/* A scaling cinder does not run is named with the reason model_load will give. */
+static void test_refused_rope(void **state) {
+    (void)state;
+    const char *path = tu_tmp_path("info_longrope.gguf");
+    gguf_writer *w = described_writer(30);
+    gguf_writer_set_str(w, "qwen3moe.rope.scaling.type", "longrope");
+    assert_int_equal(gguf_writer_write(w, path), 0);
+    gguf_writer_free(w);
+    char *text = info_of(path);
+    has_line(text, "rope scaling      longrope, factor 4, original context 32768 (cinder refuses it: RoPE scaling "
+                   "'longrope' is not supported (cinder runs none, linear and yarn))");
+    free(text);
+}
+
 static void test_file_type_absent_or_unknown(void **state) {
     (void)state;
     static const struct { int64_t id; const char *line; } cases[] = {
@@ -159,6 +173,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_type_names),
         cmocka_unit_test(test_described_file),
+        cmocka_unit_test(test_refused_rope),
         cmocka_unit_test(test_file_type_absent_or_unknown),
         cmocka_unit_test(test_split_file),
     };
