@@ -34,7 +34,7 @@ static void name_model(server *s, const char *path) {
 }
 
 static int load(server *s, const char *path, const engine_opts *eo, model **m, engine *e) {
-    if (model_load(m, path, (model_load_opts){.skip_weight_hash = true})) return -1;
+    if (model_load(m, path, (model_load_opts){.skip_weight_hash = true, .rope = s->o.rope})) return -1;
     chat_template_id tmpl;
     chat_template_match how;
     if (chat_template_resolve((*m)->chat_template.ptr, (size_t)(*m)->chat_template.len, s->o.chat_template, &tmpl, &how))

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "engine/engine.h"
+#include "runtime/model/rope.h"
 #include "runtime/text/chat_thinking.h"
 
 typedef struct server_opts {
@@ -29,6 +30,7 @@ typedef struct server_opts {
     const char *chat_template; /* --chat-template NAME, or NULL: the one the model file carries */
     chat_think_ask think;      /* --think / --no-think: for requests that do not say (chat_thinking.h) */
     const char *port_file;     /* non-NULL: the bound port is written there once listening (tests) */
+    rope_override rope;        /* --rope-scaling ... over the file's RoPE */
 } server_opts;
 
 /* Loads the model, listens, serves until SIGINT/SIGTERM. 0 on a clean stop. */

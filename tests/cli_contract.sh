@@ -22,6 +22,16 @@ check "info says the mix has no llama.cpp file type" grep -q "^file type        
 check "info counts the bytes on disk" grep -q "^bytes on disk     $(wc -c <"$model") (" <<<"$info"
 check "info prints the context and RoPE settings" grep -q "^rope scaling      none$" <<<"$info"
 check "... the context length" grep -Eq "^context \(train\)   [0-9]+$" <<<"$info"
+# RoPE scaling from the command line (llama.cpp's flags; a YaRN file mkmodel writes: conformance_llama.sh,
+# the same fingerprint from the file and the flags: tests/test_model.c)
+check "info shows the RoPE as run" grep -q "^rope as run       theta 1e+06, none$" <<<"$info"
+yarn_info=$("$bin" info "$model" --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 1024)
+check "info --rope-scaling yarn: YaRN with llama.cpp's attention factor" grep -q "^rope as run       theta 1e+06, yarn, factor 4, original context 1024, attention factor 1.1386$" <<<"$yarn_info"
+check "... the context becomes original x factor" grep -q "^context           4096$" <<<"$yarn_info"
+check "... and another fingerprint" test "$(grep ^fingerprint <<<"$yarn_info")" != "$(grep ^fingerprint <<<"$info")"
+fails_with "--rope-scaling refuses a type cinder does not run" "RoPE scaling 'longrope' is not supported (cinder runs none, linear and yarn)" "$bin" run --model "$model" --tokens 1 --rope-scaling longrope
+fails_with "a YaRN factor below 1 is refused" "its factor must be at least 1" "$bin" info "$model" --rope-scaling yarn --rope-scale 0.5
+fails_with "mkmodel --rope-scale needs --rope-scaling" "--rope-scale and --yarn-orig-ctx need --rope-scaling" "$bin" mkmodel --preset tiny --rope-scale 4 --out "$tmp/x.gguf"
 check "info's type histogram adds up to the tensor count" grep -q "^tensor types      7 types, 27 tensors, [0-9]* bytes$" <<<"$info"
 check "info's type histogram has a row per type" grep -Eq "^  Q6_K +5 +[0-9]+ +[0-9.]+%$" <<<"$info"
 # mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it

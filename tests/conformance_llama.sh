@@ -2,7 +2,8 @@
 # Conformance with llama.cpp, the independent oracle (see docs/CONFORMANCE.md).
 # For the tiny preset in three quant mixes: llama.cpp loads the file; its tokenizer agrees
 # with `cinder tokenize` on every corpus string; its CPU last-position logits agree with
-# `cinder run` (the CPU reference) within the bound of that mix.
+# `cinder run` (the CPU reference) within the bound of that mix. Then a YaRN model at
+# positions past its original context.
 # Run by ctest with CINDER_SOURCE_DIR, CINDER_TEST_TMP and CINDER_BIN. Never skips: a
 # missing llama.cpp is a failure (run scripts/setup.sh).
 set -euo pipefail
@@ -66,5 +67,20 @@ for c in "${cases[@]}"; do
     --summary "$tmp/summary.jsonl" "${exact[@]}" "${corpus[@]}" || status=1
   echo
 done
+# YaRN (rope.scaling.type yarn, factor 4, original context 64, context 256), llama.cpp reading
+# it from the file: one prompt within the original context, two past it (the last at position 254,
+# ~4x out), to the f32 bound. The same model without YaRN is ~0.2 off at 200 tokens, so a RoPE
+# that ignored the scaling (or scaled it wrong) fails here.
+model=$tmp/tiny-yarn.gguf
+if [ ! -s "$model" ] || [ -n "$(find "$src/runtime/model/synth.c" "$src/runtime/gguf" "$src/tools/cmd_mkmodel.c" \
+     "$src/runtime/text/tokenizer_hf.c" -newer "$model" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
+  "$bin" mkmodel --preset tiny --quant f32 --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 64 \
+    --out "$model.tmp" 2>"$tmp/mkmodel.log" || { cat "$tmp/mkmodel.log" >&2; fail "cinder mkmodel (YaRN) failed"; }
+  mv "$model.tmp" "$model"
+fi
+python3 "$src/tests/oracle/conformance.py" --cinder "$bin" --oracle "$oracle" --model "$model" \
+  --work "$tmp/work" --label "tiny-yarn" --max-rel-l2 1e-4 --lengths 40,130,255 \
+  --summary "$tmp/summary.jsonl" || status=1
+echo
 [ $status -eq 0 ] && echo "conformance_llama: all checks passed" || echo "conformance_llama: FAILED" >&2
 exit $status

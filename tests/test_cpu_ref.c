@@ -12,6 +12,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/rng.h"
 #include "runtime/model/cpu_ref.h"
+#include "runtime/model/rope.h"
 #include "runtime/model/sampler.h"
 #include "tests/test_util.h"
 
@@ -20,10 +21,14 @@ static void test_rope_neox(void **state) {
     rng r;
     rng_seed(&r, 1);
     float h[128], orig[128];
+    double freq[64], mscale;
+    rope_config plain = rope_config_plain(1e6f, 40960);
+    rope_freqs(&plain, 128, freq, &mscale);
+    assert_true(mscale == 1.0);
     for (int i = 0; i < 128; i++) orig[i] = h[i] = rng_normal(&r);
-    cpu_rope_neox(h, 128, 0, 1e6f); /* position 0 is the identity */
+    cpu_rope_neox(h, 128, 0, freq, mscale); /* position 0 is the identity */
     assert_memory_equal(h, orig, sizeof h);
-    cpu_rope_neox(h, 128, 777, 1e6f);
+    cpu_rope_neox(h, 128, 777, freq, mscale);
     /* NeoX pairs (i, i+64) rotate by 777 * theta^(-2i/128): check pair 5 directly */
     double ang = 777.0 * pow(1e6, -10.0 / 128);
     assert_float_equal(h[5], orig[5] * cos(ang) - orig[69] * sin(ang), 1e-4);
@@ -31,6 +36,80 @@ static void test_rope_neox(void **state) {
     /* rotation keeps each pair's norm */
     for (int i = 0; i < 64; i++)
         assert_float_equal(hypot(h[i], h[i + 64]), hypot(orig[i], orig[i + 64]), 1e-4);
+}
+
+/* HF transformers' YaRN (_compute_yarn_parameters, find_correction_range, linear_ramp_factor)
+ * written out from its definition, in double, per array as HF builds it: the independent
+ * oracle for rope_freqs, which follows ggml's per-pair loop. */
+static void hf_yarn(double base, double factor, double orig, uint32_t d, double *inv_freq, double *attn) {
+    double corr_fast = d * log(orig / (32 * 2 * M_PI)) / (2 * log(base));
+    double corr_slow = d * log(orig / (1 * 2 * M_PI)) / (2 * log(base));
+    /* the test means something only where float and double floor/ceil alike */
+    assert_true(fabs(corr_fast - round(corr_fast)) > 1e-3 && fabs(corr_slow - round(corr_slow)) > 1e-3);
+    double low = fmax(floor(corr_fast), 0), high = fmin(ceil(corr_slow), d - 1);
+    if (low == high) high += 0.001;
+    for (uint32_t i = 0; i < d / 2; i++) {
+        double pos_freq = pow(base, (2.0 * i) / d);
+        double extrapolation = 1 / pos_freq, interpolation = 1 / (factor * pos_freq);
+        double ramp = fmin(fmax((i - low) / (high - low), 0), 1);
+        double extrapolation_factor = 1 - ramp;
+        inv_freq[i] = interpolation * (1 - extrapolation_factor) + extrapolation * extrapolation_factor;
+    }
+    *attn = 0.1 * log(factor) + 1;
+}
+
+static void test_rope_yarn_math(void **state) {
+    (void)state;
+    const struct { float base, factor; uint32_t orig, d; } cases[] = {
+        {1e6f, 4, 32768, 128}, /* unsloth's Qwen3-30B-A3B -128K */
+        {1e4f, 4, 64, 64},     /* the conformance test's tiny model */
+        {5e6f, 8, 4096, 128},
+        {1e6f, 2.5f, 40960, 128},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
+        rope_config y = rope_config_yarn(cases[k].base, cases[k].factor, cases[k].orig);
+        uint32_t d = cases[k].d;
+        double freq[64], want[64], mscale, attn;
+        rope_freqs(&y, d, freq, &mscale);
+        hf_yarn(cases[k].base, cases[k].factor, cases[k].orig, d, want, &attn);
+        int kept = 0, divided = 0;
+        for (uint32_t i = 0; i < d / 2; i++) {
+            assert_float_equal(freq[i] / want[i], 1.0, 1e-12);
+            /* the paper's rule: pairs that turn beta_fast (32) times or more over the original
+             * context keep their frequency, those that turn once or less are divided by the factor */
+            double f0 = pow(cases[k].base, -2.0 * i / d), turns = cases[k].orig * f0 / (2 * M_PI);
+            if (turns >= 32) kept++, assert_float_equal(freq[i] / f0, 1.0, 1e-12);
+            if (turns <= 1) divided++, assert_float_equal(freq[i] * cases[k].factor / f0, 1.0, 1e-12);
+        }
+        assert_true(divided > 0);
+        if (cases[k].orig / (2 * M_PI) >= 32) assert_true(kept > 0); /* pair 0 turns orig / 2pi times */
+        assert_float_equal(mscale, attn, 1e-12);
+        /* llama.cpp's chain in float: the context's attn factor (get_mscale, then its PR 17945
+         * cancellation), times ggml rope_yarn's magnitude correction */
+        float fs = 1.0f / cases[k].factor, ln = logf(1.0f / fs);
+        float ctx_attn = (0.1f * ln + 1.0f) * (1.0f / (1.0f + 0.1f * ln));
+        assert_float_equal(mscale, ctx_attn * (1.0f + 0.1f * logf(1.0f / fs)), 1e-6);
+
+        /* cpu_rope_neox: pair i turns by pos * freq[i] and grows by mscale, past the original context */
+        rng r;
+        rng_seed(&r, 9 + k);
+        float h[128], orig[128];
+        for (uint32_t i = 0; i < d; i++) orig[i] = h[i] = rng_normal(&r);
+        uint32_t pos = cases[k].orig * 3 + 11;
+        cpu_rope_neox(h, d, pos, freq, mscale);
+        for (uint32_t i = 0; i < d / 2; i++) {
+            double a = pos * want[i];
+            assert_float_equal(h[i], attn * (orig[i] * cos(a) - orig[i + d / 2] * sin(a)), 1e-4);
+            assert_float_equal(hypot(h[i], h[i + d / 2]), attn * hypot(orig[i], orig[i + d / 2]), 1e-4);
+        }
+    }
+    /* linear: every frequency divided by the factor, no magnitude change */
+    rope_config lin = rope_config_plain(1e4f, 4096);
+    lin.scaling = ROPE_SCALING_LINEAR, lin.factor = 4;
+    double freq[32], mscale;
+    rope_freqs(&lin, 64, freq, &mscale);
+    assert_true(mscale == 1.0);
+    for (uint32_t i = 0; i < 32; i++) assert_float_equal(freq[i] * 4 / pow(1e4, -2.0 * i / 64), 1.0, 1e-12);
 }
 
 static void test_rmsnorm(void **state) {
@@ -187,6 +266,7 @@ static void test_quantized_close_to_f32(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_rope_neox),
+        cmocka_unit_test(test_rope_yarn_math),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test_setup_teardown(test_forward_properties, setup_model, teardown_model),

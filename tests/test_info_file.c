@@ -1,6 +1,6 @@
 /* tools/info_file.c, the first part of `cinder info`, on files the writer makes with every
  * key it reads: names, llama.cpp's file type (known, unknown, absent), a split model's shards
- * and bytes, RoPE scaling that cinder refuses, a template it does not know, and the tensor-type
+ * and bytes, RoPE scaling that cinder runs (YaRN) and refuses (longrope), a template it does not know, and the tensor-type
  * histogram with a type cinder does not compute. tests/cli_contract.sh checks the same lines
  * on mkmodel files through the CLI. */
 #include <setjmp.h>
@@ -93,8 +93,7 @@ static void test_described_file(void **state) {
     has_line(text, "file type         IQ4_XS (LLAMA_FTYPE_MOSTLY_IQ4_XS, general.file_type 30)");
     has_line(text, "context (train)   262144");
     has_line(text, "rope              neox, theta 5e+06");
-    has_line(text, "rope scaling      yarn, factor 4, original context 32768 (cinder does not implement RoPE "
-                   "scaling: it refuses the file)");
+    has_line(text, "rope scaling      yarn, factor 4, original context 32768");
     assert_non_null(strstr(text, "\nchat template     unknown (14 bytes, hash "));
     /* 1024 + 128 bytes of F32, 4 x 272 of Q8_0, 3 x 110 of Q3_K */
     has_line(text, "tensor types      3 types, 4 tensors, 2570 bytes");
@@ -106,6 +105,20 @@ static void test_described_file(void **state) {
              qtype_supported(QTYPE_Q3_K) ? "" : "  (cinder does not compute this type)");
     has_line(text, line);
     assert_null(strstr(text, "\nsplit"));
+    free(text);
+}
+
+/* A scaling cinder does not run is named with the reason model_load will give. */
+static void test_refused_rope(void **state) {
+    (void)state;
+    const char *path = tu_tmp_path("info_longrope.gguf");
+    gguf_writer *w = described_writer(30);
+    gguf_writer_set_str(w, "qwen3moe.rope.scaling.type", "longrope");
+    assert_int_equal(gguf_writer_write(w, path), 0);
+    gguf_writer_free(w);
+    char *text = info_of(path);
+    has_line(text, "rope scaling      longrope, factor 4, original context 32768 (cinder refuses it: RoPE scaling "
+                   "'longrope' is not supported (cinder runs none, linear and yarn))");
     free(text);
 }
 
@@ -160,6 +173,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_type_names),
         cmocka_unit_test(test_described_file),
+        cmocka_unit_test(test_refused_rope),
         cmocka_unit_test(test_file_type_absent_or_unknown),
         cmocka_unit_test(test_split_file),
     };

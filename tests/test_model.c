@@ -38,7 +38,7 @@ static void test_tiny_config(void **state) {
     assert_int_equal(c->n_expert_used, s.cfg.n_expert_used);
     assert_int_equal(c->n_ff_exp, s.cfg.n_ff_exp);
     assert_int_equal(c->n_vocab, 151936);
-    assert_true(c->rope_theta == 1e6f);
+    assert_true(c->rope.freq_base == 1e6f && c->rope.scaling == ROPE_SCALING_NONE);
     assert_true(m->output != m->tok_embd);
     assert_true(m->chat_template.len > 100);
     /* the two mixes put each supported type somewhere */
@@ -60,7 +60,7 @@ static void fingerprint_of(const char *path, uint8_t out[32]) {
 }
 
 static void one_thread(synth_spec *s) { s->n_threads = 1; }
-static void other_theta(synth_spec *s) { s->cfg.rope_theta = 5e5f; }
+static void other_theta(synth_spec *s) { s->cfg.rope.freq_base = 5e5f; }
 
 /* The same spec gives the same bytes whatever the thread count; the fingerprint follows. */
 static void test_deterministic(void **state) {
@@ -151,6 +151,8 @@ typedef struct edit {
     const char *str_key, *str_val; /* add or replace a string key */
     const char *bad_shape;    /* give this tensor one extra row */
     const char *iq4_nl_tensor; /* retype this tensor as IQ4_NL (a type cinder does not compute with) */
+    const char *f32_key; float f32_val; /* add or replace an f32 key */
+    const char *u32_key; uint32_t u32_val; /* add or replace a u32 key */
 } edit;
 
 static int copy_bytes(void *user, void *buf, size_t n) {
@@ -197,6 +199,8 @@ static char *rewrite(const char *src, const char *dst_name, edit e) {
         free(key);
     }
     if (e.str_key) gguf_writer_set_str(w, e.str_key, e.str_val);
+    if (e.f32_key) gguf_writer_set_f32(w, e.f32_key, e.f32_val);
+    if (e.u32_key) gguf_writer_set_u32(w, e.u32_key, e.u32_val);
     for (uint64_t i = 0; i < g->n_tensors; i++) {
         const gguf_tensor *t = &g->tensors[i];
         char *name = strndup(t->name.ptr, t->name.len);
@@ -232,7 +236,12 @@ static void test_hostile_models(void **state) {
         {"h_shape.gguf", {.bad_shape = "blk.0.attn_k.weight"}, "blk.0.attn_k.weight' has shape"},
         {"h_type.gguf", {.iq4_nl_tensor = "blk.0.attn_v.weight"}, "attn_v.weight' has type IQ4_NL, which cinder does not compute with"},
         {"h_arch.gguf", {.str_key = "general.architecture", .str_val = "llama"}, "architecture 'llama'"},
-        {"h_rope.gguf", {.str_key = "qwen3moe.rope.scaling.type", .str_val = "yarn"}, "RoPE scaling 'yarn'"},
+        {"h_rope.gguf", {.str_key = "qwen3moe.rope.scaling.type", .str_val = "longrope"},
+         "RoPE scaling 'longrope' is not supported (cinder runs none, linear and yarn)"},
+        {"h_yarn_factor.gguf", {.str_key = "qwen3moe.rope.scaling.type", .str_val = "yarn",
+                                .f32_key = "qwen3moe.rope.scaling.factor", .f32_val = 0.5f}, "its factor must be at least 1"},
+        {"h_rope_factor.gguf", {.f32_key = "qwen3moe.rope.scaling.factor", .f32_val = -4}, "rope.scaling.factor -4"},
+        {"h_rope_dims.gguf", {.u32_key = "qwen3moe.rope.dimension_count", .u32_val = 32}, "partial RoPE is not supported"},
         {"h_tok.gguf", {.drop_key = "tokenizer.ggml.merges"}, "tokenizer.ggml.merges"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -247,6 +256,55 @@ static void test_hostile_models(void **state) {
     free(src);
 }
 
+/* YaRN from the file or from the command line: the config as llama.cpp reads it, and one
+ * fingerprint per RoPE the model runs (on and off never share cache pages; the same YaRN
+ * from either source does). The weights are the same file's, so their digest is skipped. */
+static model *load_with(const char *path, rope_override o) {
+    model *m = NULL;
+    if (model_load(&m, path, (model_load_opts){.skip_weight_hash = true, .rope = o}))
+        fail_msg("load %s: %s", path, cd_errmsg());
+    return m;
+}
+
+static void test_yarn(void **state) {
+    (void)state;
+    char *plain = copy(tu_make_model("yarn_plain.gguf", "tiny", "q8_0", 31, NULL));
+    char *yarn = rewrite(plain, "yarn.gguf", (edit){.str_key = "qwen3moe.rope.scaling.type", .str_val = "yarn",
+                                                  .f32_key = "qwen3moe.rope.scaling.factor", .f32_val = 4,
+                                                  .u32_key = "qwen3moe.rope.scaling.original_context_length",
+                                                  .u32_val = 64});
+    model *y = load_with(yarn, (rope_override){0}), *p = load_with(plain, (rope_override){0});
+    const rope_config *r = &y->cfg.rope;
+    assert_int_equal(r->scaling, ROPE_SCALING_YARN);
+    assert_true(r->factor == 4 && r->orig_ctx == 64 && r->ext_factor == 1 && r->attn_factor == 1);
+    assert_true(r->beta_fast == 32 && r->beta_slow == 1);
+    assert_int_equal(y->cfg.n_ctx_train, 40960); /* the file's context_length */
+    assert_memory_not_equal(y->fingerprint, p->fingerprint, 32);
+
+    model *p_yarn = load_with(plain, (rope_override){.scaling = "yarn", .factor = 4, .orig_ctx = 64});
+    assert_memory_equal(p_yarn->fingerprint, y->fingerprint, 32);
+    assert_int_equal(p_yarn->cfg.n_ctx_train, 256); /* orig x factor, as llama.cpp re-adjusts it */
+    model *y_off = load_with(yarn, (rope_override){.scaling = "none"});
+    assert_memory_equal(y_off->fingerprint, p->fingerprint, 32);
+    model *y_8 = load_with(yarn, (rope_override){.factor = 8});
+    assert_memory_not_equal(y_8->fingerprint, y->fingerprint, 32);
+    assert_int_equal(y_8->cfg.n_ctx_train, 512);
+    model *p_lin = load_with(plain, (rope_override){.factor = 2}); /* a factor alone: linear, as llama.cpp */
+    assert_int_equal(p_lin->cfg.rope.scaling, ROPE_SCALING_LINEAR);
+    model *p_base = load_with(plain, (rope_override){.freq_base = 5e5f});
+    assert_memory_not_equal(p_base->fingerprint, p->fingerprint, 32);
+
+    model *bad = NULL;
+    assert_int_equal(model_load(&bad, plain, (model_load_opts){.rope = {.scaling = "longrope"}}), -1);
+    assert_non_null(strstr(cd_errmsg(), "'longrope' is not supported"));
+    assert_int_equal(model_load(&bad, plain, (model_load_opts){.rope = {.scaling = "yarn", .factor = 0.25f}}), -1);
+    assert_non_null(strstr(cd_errmsg(), "at least 1"));
+    model *all[] = {y, p, p_yarn, y_off, y_8, p_lin, p_base};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) model_free(all[i]);
+    free(yarn);
+    free(plain);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny_config),
@@ -254,6 +312,7 @@ int main(void) {
         cmocka_unit_test(test_fingerprint_changes),
         cmocka_unit_test(test_dense),
         cmocka_unit_test(test_hostile_models),
+        cmocka_unit_test(test_yarn),
     };
     return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -415,7 +415,7 @@ static void test_pool_exhausted(void **st) {
  * compiler), the page size, the tenant and a cache salt (a salt's key also depends on the
  * tenant); a tree holding one namespace serves nothing to another, through acquire and commit
  * too. */
-static void bump_rope(synth_spec *s) { s->cfg.rope_theta = 5e5f; }
+static void bump_rope(synth_spec *s) { s->cfg.rope.freq_base = 5e5f; }
 
 /* the code id of dev (as a CPU device when cpu) on a host of this cpuinfo */
 static void code_on_host(cvk_phys_info dev, bool cpu, const char *cpuinfo, uint8_t out[CVK_CODE_ID_BYTES]) {

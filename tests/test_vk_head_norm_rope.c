@@ -1,8 +1,8 @@
 /* shaders/head_norm_rope.comp: per-head RMS norm + NeoX RoPE, Q in place and K (with V) into
  * fp16 pages, against the CPU reference (cpu_rmsnorm, cpu_rope_neox, f32_to_fp16) on random
  * rows at awkward sizes: token counts that are not a multiple of anything, positions across
- * the rope table's lo/hi split up to 262,143 (theta 1e6 and 1e4; the rotated pairs within 2e-6
- * of their norm), strided rows, odd page sizes, the pool in one part and in many.
+ * the rope table's lo/hi split up to 262,143 (theta 1e6 and 1e4, YaRN factor 4 up to 131,071 and
+ * past a 64-token original context; the rotated pairs within 2e-6 of their norm), strided rows, odd page sizes, the pool in one part and in many.
  * Pages not written must be untouched; V must be exact; a row's result must be bit-identical
  * alone and in a batch (the reduction order does not depend on the batch). */
 #include <setjmp.h>
@@ -19,6 +19,7 @@
 #include "runtime/base/kv_layout.h"
 #include "runtime/base/rng.h"
 #include "runtime/model/cpu_ref.h"
+#include "runtime/model/rope.h"
 #include "runtime/vk/op_head_norm_rope.h"
 #include "runtime/vk/vk_barrier.h"
 #include "runtime/vk/vk_ctx.h"
@@ -34,7 +35,7 @@ typedef struct hcase {
     uint32_t page_tokens, n_pages;
     uint64_t max_part;                      /* > 0: split the pool into parts of this size */
     uint32_t q_pos;                         /* > 0: Q only, positions up to q_pos - 1 (no pages) */
-    float theta;                            /* 0: Qwen3's 1e6 */
+    const rope_config *rope;                /* NULL: Qwen3's, theta 1e6 without scaling */
 } hcase;
 
 static cvk_buffer upload(const void *data, uint64_t bytes) {
@@ -67,14 +68,16 @@ static void run_case(const hcase *t, uint64_t seed) {
     for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r) * 2, v[i] = rng_normal(&r) * 3;
     for (uint32_t i = 0; i < d; i++) w[i] = 0.5f + rng_f32(&r);
     for (uint32_t i = 0; i < t->n_pages; i++) table[i] = t->n_pages - 1 - i; /* row 0, reversed */
-    const float theta = t->theta > 0 ? t->theta : 1e6f;
+    const rope_config plain = rope_config_plain(1e6f, 40960), *rope = t->rope ? t->rope : &plain;
+    double freq[512], mscale;
+    rope_freqs(rope, d, freq, &mscale);
     uint32_t n_pos = t->q_pos ? t->q_pos : t->n_pages * t->page_tokens;
     for (uint32_t i = 0; i < T; i++) loc[2 * i] = 0, loc[2 * i + 1] = (i * 7919u + 13u) % n_pos; /* distinct */
     if (t->q_pos) loc[1] = n_pos - 1; /* the last position the rope table holds (K's stay distinct) */
     for (size_t i = 0; i < n_halves; i++) want[i] = (uint16_t)(0x7c01 + i % 7); /* NaN patterns: untouched */
 
     cvk_rope_table tab;
-    if (cvk_rope_table_create(&tab, &vk->mem, &vk->stager, d, theta, n_pos)) fail_msg("%s", cd_errmsg());
+    if (cvk_rope_table_create(&tab, &vk->mem, &vk->stager, d, freq, mscale, n_pos)) fail_msg("%s", cd_errmsg());
     uint64_t saved = vk->mem.max_part;
     if (t->max_part) vk->mem.max_part = t->max_part;
     cvk_buffer bpool;
@@ -104,7 +107,7 @@ static void run_case(const hcase *t, uint64_t seed) {
         for (uint32_t h = 0; h < H; h++) {
             const float *xr = x + (size_t)i * stride + h * d;
             cpu_rmsnorm(ref, xr, w, d, EPS);
-            cpu_rope_neox(ref, d, pos, theta);
+            cpu_rope_neox(ref, d, pos, freq, mscale);
             const float *qr = q + (size_t)i * stride + h * d;
             for (uint32_t e = 0; e < d / 2; e++) {
                 double err = fmax(fabs((double)qr[e] - ref[e]), fabs((double)qr[e + d / 2] - ref[e + d / 2]));
@@ -128,8 +131,10 @@ static void run_case(const hcase *t, uint64_t seed) {
         for (uint32_t e = H * d; e < stride; e++) /* the padding is not touched */
             assert_true(q[(size_t)i * stride + e] == x[(size_t)i * stride + e]);
     }
-    printf("  d=%u heads=%u tokens=%u theta=%g n_pos=%u: Q error %.2g of the pair norm, %u K halves a step off\n", d,
-           H, T, theta, n_pos, worst, k_off_by_one);
+    char what[160];
+    rope_describe(rope, what, sizeof what);
+    printf("  d=%u heads=%u tokens=%u theta=%g (%s) n_pos=%u: Q error %.2g of the pair norm, %u K halves a step off\n",
+           d, H, T, rope->freq_base, what, n_pos, worst, k_off_by_one);
     if (worst > 2e-6) fail_msg("Q differs from the CPU by %.3g of the pair norm", worst);
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n_halves; i++)
@@ -168,6 +173,10 @@ static void test_push_layout_matches_glsl(void **state) {
 
 static void test_against_cpu(void **state) {
     (void)state;
+    /* YaRN as unsloth's -128K files have it, and with a small original context so that K's
+     * pages hold positions past it too (the rotations scaled by the attention factor) */
+    const rope_config tenk = rope_config_plain(1e4f, 40960);
+    const rope_config yarn = rope_config_yarn(1e6f, 4, 32768), yarn_small = rope_config_yarn(1e4f, 4, 64);
     const hcase cases[] = {
         {.head_dim = 128, .heads = 4, .tokens = 37, .page_tokens = 16, .n_pages = 12},   /* Qwen3's K shape */
         {.head_dim = 128, .heads = 32, .tokens = 5, .page_tokens = 16, .n_pages = 3},    /* Qwen3's Q heads */
@@ -176,8 +185,10 @@ static void test_against_cpu(void **state) {
         {.head_dim = 2, .heads = 1, .tokens = 3, .page_tokens = 1, .n_pages = 5},        /* the smallest head */
         /* RoPE far out: positions across the table's lo/hi split up to its end, two thetas */
         {.head_dim = 128, .heads = 3, .tokens = 33, .extra = 20, .page_tokens = 16, .n_pages = 1, .q_pos = 40960},
-        {.head_dim = 64, .heads = 7, .tokens = 5, .page_tokens = 16, .n_pages = 1, .q_pos = 40001, .theta = 1e4f},
+        {.head_dim = 64, .heads = 7, .tokens = 5, .page_tokens = 16, .n_pages = 1, .q_pos = 40001, .rope = &tenk},
         {.head_dim = 128, .heads = 32, .tokens = 2, .page_tokens = 16, .n_pages = 1, .q_pos = 262144},
+        {.head_dim = 128, .heads = 3, .tokens = 17, .page_tokens = 16, .n_pages = 1, .q_pos = 131072, .rope = &yarn},
+        {.head_dim = 64, .heads = 2, .tokens = 37, .page_tokens = 16, .n_pages = 16, .rope = &yarn_small},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 500 + i);
 }
@@ -188,7 +199,10 @@ static void test_bad_args(void **state) {
     assert_int_equal(cvk_head_norm_rope_pipelines(&p, &vk->dev, VK_NULL_HANDLE, 63), -1);
     assert_int_equal(cvk_head_norm_rope_pipelines(&p, &vk->dev, VK_NULL_HANDLE, 64), 0);
     cvk_rope_table tab;
-    if (cvk_rope_table_create(&tab, &vk->mem, &vk->stager, 128, THETA, 64)) fail_msg("%s", cd_errmsg());
+    double freq[64], mscale;
+    rope_config plain = rope_config_plain(THETA, 40960);
+    rope_freqs(&plain, 128, freq, &mscale);
+    if (cvk_rope_table_create(&tab, &vk->mem, &vk->stager, 128, freq, mscale, 64)) fail_msg("%s", cd_errmsg());
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 1 << 16, 4, CVK_MEM_DEVICE), 0);
     cvk_view bv = cvk_view_whole(&b);

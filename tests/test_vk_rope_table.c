@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,17 +30,44 @@ static void test_table_dims(void **state) {
 static void test_bad_args(void **state) {
     (void)state;
     cvk_rope_table tab;
-    assert_int_equal(cvk_rope_table_create(&tab, &vk->mem, &vk->stager, 7, 1e4f, 100), -1);
+    double freq[4] = {1, 0.1, 0.01, 0.001};
+    assert_int_equal(cvk_rope_table_create(&tab, &vk->mem, &vk->stager, 7, freq, 1.0, 100), -1);
     assert_non_null(strstr(cd_errmsg(), "even"));
-    assert_int_equal(cvk_rope_table_create(&tab, &vk->mem, &vk->stager, 8, 1e4f, 100), 0);
+    assert_int_equal(cvk_rope_table_create(&tab, &vk->mem, &vk->stager, 8, freq, 1.0, 100), 0);
     assert_true(tab.n_pos == 100 && tab.head_dim == 8);
     cvk_rope_table_destroy(&vk->mem, &tab);
+}
+
+/* The table as the kernel reads it: cos/sin of lo row (p & mask) and hi row (p >> shift)
+ * combined by the angle-addition formula give pos * freq[i], scaled once by mscale (YaRN's
+ * attention factor rides in the lo rows only). */
+static void test_fill_scaled(void **state) {
+    (void)state;
+    const uint32_t d = 16, n_pos = 5000;
+    double freq[8], mscale = 1.25;
+    for (uint32_t i = 0; i < d / 2; i++) freq[i] = pow(1e4, -2.0 * i / d) / (1 + i % 3);
+    uint32_t shift, n_hi;
+    cvk_rope_table_dims(n_pos, &shift, &n_hi);
+    float *tab = malloc(((size_t)(1u << shift) + n_hi) * d * sizeof *tab);
+    assert_non_null(tab);
+    cvk_rope_table_fill(tab, d, freq, mscale, shift, n_hi);
+    const uint32_t pos[] = {0, 1, 17, 255, 256, 4097, n_pos - 1};
+    for (size_t k = 0; k < sizeof pos / sizeof *pos; k++)
+        for (uint32_t i = 0; i < d / 2; i++) {
+            const float *a = tab + ((size_t)(pos[k] & ((1u << shift) - 1)) * (d / 2) + i) * 2;
+            const float *b = tab + ((size_t)((1u << shift) + (pos[k] >> shift)) * (d / 2) + i) * 2;
+            double c = (double)a[0] * b[0] - (double)a[1] * b[1], s = (double)a[1] * b[0] + (double)a[0] * b[1];
+            assert_float_equal(c, cos(pos[k] * freq[i]) * mscale, 1e-6);
+            assert_float_equal(s, sin(pos[k] * freq[i]) * mscale, 1e-6);
+        }
+    free(tab);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table_dims),
         cmocka_unit_test(test_bad_args),
+        cmocka_unit_test(test_fill_scaled),
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -179,3 +179,30 @@ double cli_median(double *v, uint32_t n) {
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
+
+int cli_rope(int argc, char **argv, int *i, rope_override *o) {
+    const char *v = NULL;
+    if (cli_value(argc, argv, i, "--rope-scaling", &v)) {
+        enum rope_scaling type;
+        if (!v) return fprintf(stderr, "cinder: --rope-scaling needs a value\n"), -1;
+        if (rope_scaling_parse(v, strlen(v), &type)) return fprintf(stderr, "cinder: --rope-scaling: %s\n", cd_errmsg()), -1;
+        o->scaling = v;
+        return 1;
+    }
+    if (cli_value(argc, argv, i, "--rope-scale", &v)) {
+        if (cli_f32("--rope-scale", v, &o->factor)) return -1;
+        if (!(o->factor > 0)) return fprintf(stderr, "cinder: --rope-scale: %s must be positive\n", v), -1;
+        return 1;
+    }
+    if (cli_value(argc, argv, i, "--yarn-orig-ctx", &v)) {
+        if (cli_u32("--yarn-orig-ctx", v, &o->orig_ctx)) return -1;
+        if (!o->orig_ctx) return fprintf(stderr, "cinder: --yarn-orig-ctx must be at least 1\n"), -1;
+        return 1;
+    }
+    if (cli_value(argc, argv, i, "--rope-freq-base", &v)) {
+        if (cli_f32("--rope-freq-base", v, &o->freq_base)) return -1;
+        if (!(o->freq_base > 0)) return fprintf(stderr, "cinder: --rope-freq-base: %s must be positive\n", v), -1;
+        return 1;
+    }
+    return 0;
+}

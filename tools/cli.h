@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "runtime/model/rope.h"
+
 /* Matches "--name VALUE" or "--name=VALUE" at argv[*i]; advances *i past the value.
  * A matching option without a value sets *missing. */
 bool cli_value(int argc, char **argv, int *i, const char *name, const char **value);
@@ -27,6 +29,12 @@ int cli_auto_on_off(const char *cmd, const char *flag, const char *s, int *out);
 int cli_u32s(const char *cmd, const char *opt, const char *s, uint32_t *out, size_t n);
 /* "1,2,3" -> malloc'd ids. */
 int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
+
+/* The RoPE flags every command that loads a model takes, as llama.cpp spells them:
+ * --rope-scaling none|linear|yarn, --rope-scale N, --yarn-orig-ctx N, --rope-freq-base F.
+ * Returns 1 when argv[*i] was one (advanced past its value), 0 when not, -1 after a message. */
+int cli_rope(int argc, char **argv, int *i, rope_override *o);
+#define CLI_ROPE_USAGE "[--rope-scaling none|linear|yarn] [--rope-scale N] [--yarn-orig-ctx N] [--rope-freq-base F]"
 
 /* The median of v[0..n) (n >= 1); sorts v in place. */
 double cli_median(double *v, uint32_t n);

@@ -38,6 +38,7 @@ typedef struct bench_opts {
     int32_t prompt_logprobs; /* -1: none; else every prompt position's, with this many alternatives */
     uint32_t spec_tokens; /* engine_opts.spec_tokens */
     const char *prompt_text; /* the prompt as text (tokenized) instead of --prompt-tokens random ids */
+    rope_override rope;      /* --rope-scaling ... over the file's */
 } bench_opts;
 
 typedef struct bench_run {
@@ -50,7 +51,7 @@ static void usage(FILE *out) {
             "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N]\n"
             "                    [--gate-up-pairs auto|on|off] [--json-object | --json-schema FILE]\n"
             "                    [--logprobs N] [--prompt-logprobs N] [--spec-tokens N] [--prompt-text TEXT]\n"
-            "                    [--json]\n"
+            "                    [--json] " CLI_ROPE_USAGE "\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
@@ -125,6 +126,9 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--restore-bench")) { o->restore = true; continue; }
         if (cli_flag(argv, i, "--json-object")) { o->json_object = ag->json_object = true; continue; }
         if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
+        int rope = cli_rope(argc, argv, &i, &o->rope);
+        if (rope < 0) return -1;
+        if (rope) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--json-schema", &v)) o->json_schema_file = v;
         else if (cli_value(argc, argv, &i, "--prompt-text", &v)) o->prompt_text = v;
@@ -353,7 +357,7 @@ int cmd_bench(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("bench", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true, .rope = o.rope})) return cli_error("bench", "%s", cd_errmsg());
     o.trace.model = o.model;
     o.trace.json = o.json;
     o.agents.model = o.model;

@@ -29,6 +29,7 @@ typedef struct chat_opts {
     chat_think_ask think; /* --think / --no-think, or the template's default */
     bool thinking;        /* decided once the template is known (chat_thinking.h) */
     bool json;
+    rope_override rope; /* --rope-scaling ... over the file's */
 } chat_opts;
 
 static void usage(FILE *out) {
@@ -37,6 +38,7 @@ static void usage(FILE *out) {
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
             "                   [--seed S] [--think | --no-think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
             "                   [--cache-dir-max-mb N] [--spec-tokens N] [--chat-template NAME]\n"
+            "                   " CLI_ROPE_USAGE "\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
@@ -75,6 +77,9 @@ static int parse(int argc, char **argv, chat_opts *o) {
         if (cli_flag(argv, i, "--think")) { o->think = CHAT_THINK_ASK_ON; continue; }
         if (cli_flag(argv, i, "--no-think")) { o->think = CHAT_THINK_ASK_OFF; continue; }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        int rope = cli_rope(argc, argv, &i, &o->rope);
+        if (rope < 0) return -1;
+        if (rope) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--system", &v)) o->system = v;
         else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->chat_template = v;
@@ -342,7 +347,7 @@ int cmd_chat(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("chat", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true, .rope = o.rope})) return cli_error("chat", "%s", cd_errmsg());
     chat_template_match how;
     if (chat_template_resolve(m->chat_template.ptr, (size_t)m->chat_template.len, o.chat_template, &o.template, &how) ||
         chat_thinking(o.template, o.think, CHAT_REPLY_FREE, &o.thinking)) {

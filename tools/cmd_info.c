@@ -15,7 +15,7 @@
 #include "tools/info_file.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: cinder info [MODEL]\n"
+    fprintf(out, "usage: cinder info [MODEL] " CLI_ROPE_USAGE "\n"
                  "       cinder info --device [N]\n"
                  "  MODEL        a GGUF file (default: the Quick start model)\n"
                  "  --device [N] list Vulkan devices and describe the one cinder would use (or device N;\n"
@@ -34,6 +34,10 @@ static void print_config(const model *m) {
         printf("ffn               %u\n", c->n_ff);
     printf("vocabulary        %u (tokenizer %d)\n", c->n_vocab, tok_n_vocab(m->tok));
     printf("rms eps           %g\n", c->rms_eps);
+    char rope[160];
+    rope_describe(&c->rope, rope, sizeof rope);
+    printf("rope as run       theta %g, %s\n", c->rope.freq_base, rope);
+    printf("context           %u\n", c->n_ctx_train);
 }
 
 static void print_tensors(const model *m) {
@@ -52,8 +56,12 @@ static void print_tensors(const model *m) {
 
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
+    rope_override rope = {0};
     for (int i = 1; i < argc; i++) {
         if (cli_flag(argv, i, "--help")) { usage(stdout); return 0; }
+        int r = cli_rope(argc, argv, &i, &rope);
+        if (r < 0) return 1;
+        if (r) continue;
         if (cli_flag(argv, i, "--device")) {
             uint32_t index = 0;
             bool given = i + 1 < argc && argv[i + 1][0] != '-';
@@ -74,7 +82,7 @@ int cmd_info(int argc, char **argv) {
     fflush(stdout);
     model *m;
     double t0 = cd_now_ms();
-    if (model_load(&m, path, (model_load_opts){0})) return cli_error("info", "%s", cd_errmsg());
+    if (model_load(&m, path, (model_load_opts){.rope = rope})) return cli_error("info", "%s", cd_errmsg());
     double load_ms = cd_now_ms() - t0;
     char fp[65];
     fp_hex(m->fingerprint, 32, fp);

@@ -19,6 +19,7 @@ static void usage(FILE *out) {
             "                      [--layers N] [--embd N] [--heads N] [--kv-heads N] [--head-dim N]\n"
             "                      [--experts N] [--experts-used N] [--ff N] [--dense] [--vocab N]\n"
             "                      [--ctx N] [--rope-theta F] [--logit-scale F] [--threads N]\n"
+            "                      [--rope-scaling none|linear|yarn] [--rope-scale N] [--yarn-orig-ctx N]\n"
             "                      [--tokenizer-dir DIR] [--script TEXT] [--chat-template-file F]\n"
             "                      [--split-max-tensors N] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (the 4-8-bit types; tiny's default), q3_k_m, q2_k,\n"
@@ -31,6 +32,9 @@ static void usage(FILE *out) {
             "    tokenizer directory's, the Qwen3 hybrid template); any text, recognised or not\n"
             "  --split-max-tensors N writes a split model as llama.cpp's gguf-split does: N tensors a\n"
             "    shard, PATH less .gguf + -00001-of-0000K.gguf ...; prints the first, which opens them all\n"
+            "  --rope-scaling yarn --rope-scale N [--yarn-orig-ctx C] writes a YaRN model as unsloth's\n"
+            "    -128K files are (rope.scaling.*): original context C (default --ctx), context\n"
+            "    C x N unless --ctx says; linear writes linear scaling. --rope-freq-base = --rope-theta\n"
             "  --dry-run prints the size the model would have and writes nothing\n");
 }
 
@@ -54,6 +58,22 @@ static int parse_dim(const char *opt, const char *v, synth_spec *s, bool *handle
         return cli_u32(opt, v, dims[i].field);
     }
     *handled = false;
+    return 0;
+}
+
+/* --rope-scaling: the original context is --yarn-orig-ctx (else --ctx), the context the file
+ * states is original x factor unless --ctx says otherwise, as a long-context release has them. */
+static int scaled_rope(model_config *c, uint32_t orig_ctx, bool ctx_given) {
+    rope_config *r = &c->rope;
+    if (r->scaling == ROPE_SCALING_NONE) {
+        if (r->factor != 1.0f || orig_ctx) return cli_error("mkmodel", "--rope-scale and --yarn-orig-ctx need --rope-scaling");
+        return 0;
+    }
+    r->orig_ctx = orig_ctx ? orig_ctx : c->n_ctx_train;
+    r->ext_factor = r->scaling == ROPE_SCALING_YARN ? 1.0f : 0.0f;
+    if (rope_config_check(r)) return cli_error("mkmodel", "%s", cd_errmsg());
+    double n = (double)r->orig_ctx * r->factor;
+    if (!ctx_given) c->n_ctx_train = n >= UINT32_MAX ? UINT32_MAX : (uint32_t)n;
     return 0;
 }
 
@@ -111,8 +131,9 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
     if (synth_preset(preset, &s)) return cli_error("mkmodel", "%s", cd_errmsg());
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     s.n_threads = cores > 0 ? (int)cores : 1;
-    bool dense = false, dry_run = false;
+    bool dense = false, dry_run = false, ctx_given = false;
     uint64_t split_max = 0;
+    uint32_t orig_ctx = 0; /* --yarn-orig-ctx */
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         char opt[64];
@@ -123,7 +144,7 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
         if (a[0] != '-' || !cli_value(argc, argv, &i, opt, &v)) return cli_unknown("mkmodel", a);
         bool handled;
         if (parse_dim(opt, v, &s, &handled)) return 1;
-        if (handled) continue;
+        if (handled) { ctx_given |= !strcmp(opt, "--ctx"); continue; }
         if (!strcmp(opt, "--preset")) continue;
         else if (!strcmp(opt, "--out")) out = v;
         else if (!strcmp(opt, "--quant")) { if (!v || synth_quant_from_name(v, &s.quant)) return cli_error("mkmodel", "%s", v ? cd_errmsg() : "--quant needs a value"); }
@@ -132,7 +153,15 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
             if (cli_u64(opt, v, &split_max)) return 1;
             if (split_max == 0) return cli_error("mkmodel", "--split-max-tensors must be at least 1");
         }
-        else if (!strcmp(opt, "--rope-theta")) { if (cli_f32(opt, v, &s.cfg.rope_theta)) return 1; }
+        else if (!strcmp(opt, "--rope-theta") || !strcmp(opt, "--rope-freq-base")) {
+            if (cli_f32(opt, v, &s.cfg.rope.freq_base)) return 1;
+        }
+        else if (!strcmp(opt, "--rope-scaling")) {
+            if (!v || rope_scaling_parse(v, strlen(v), &s.cfg.rope.scaling))
+                return cli_error("mkmodel", "--rope-scaling: %s", v ? cd_errmsg() : "needs a value");
+        }
+        else if (!strcmp(opt, "--rope-scale")) { if (cli_f32(opt, v, &s.cfg.rope.factor)) return 1; }
+        else if (!strcmp(opt, "--yarn-orig-ctx")) { if (cli_u32(opt, v, &orig_ctx)) return 1; }
         else if (!strcmp(opt, "--logit-scale")) { if (cli_f32(opt, v, &s.logit_scale)) return 1; }
         else if (!strcmp(opt, "--threads")) { uint32_t n; if (cli_u32(opt, v, &n)) return 1; s.n_threads = (int)n; }
         else if (!strcmp(opt, "--tokenizer-dir")) s.tokenizer_dir = v;
@@ -141,6 +170,7 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
         else return cli_unknown("mkmodel", a);
     }
     if (!out && !dry_run) return cli_error("mkmodel", "--out PATH is required");
+    if (scaled_rope(&s.cfg, orig_ctx, ctx_given)) return 1;
     if (dense) {
         s.cfg.arch = ARCH_QWEN3;
         s.cfg.n_ff = s.cfg.n_ff_exp;

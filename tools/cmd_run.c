@@ -23,6 +23,7 @@ typedef struct run_opts {
     bool json, ignore_eos, gpu;
     int draw; /* engine_opts.draw */
     uint32_t n_logits;
+    rope_override rope;
 } run_opts;
 
 typedef struct run_result {
@@ -44,7 +45,7 @@ static void usage(FILE *out) {
             "usage: cinder run [--model M] (--prompt TEXT | --tokens 1,2,3) [--n N] [--ctx N]\n"
             "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
             "                  [--json] [--logits K] [--logits-file PATH] [--cpu | --gpu]\n"
-            "                  [--draw auto|device|host]\n"
+            "                  [--draw auto|device|host] " CLI_ROPE_USAGE "\n"
             "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
             "  unless --temp > 0. --ctx holds the prompt and the generated tokens (default prompt + --n,\n"
             "  at most what the model was trained for): generation stops at its end (finish_reason\n"
@@ -54,7 +55,8 @@ static void usage(FILE *out) {
             "  logits to PATH as raw float32 (n_vocab values, host byte order).\n"
             "  --gpu (the default) runs the Vulkan engine (CINDER_DEVICE picks the device), --cpu the\n"
             "  CPU reference. --draw: where a sampled token is drawn (auto: on the device when it is a\n"
-            "  GPU, on the host for a CPU device; top_k 0, \"all\", always on the host).\n");
+            "  GPU, on the host for a CPU device; top_k 0, \"all\", always on the host).\n"
+            "  The RoPE flags override the file's (YaRN: docs/GGUF.md, \"RoPE\").\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o) {
@@ -66,6 +68,9 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (cli_flag(argv, i, "--cpu")) { o->gpu = false; continue; }
         if (cli_flag(argv, i, "--gpu")) { o->gpu = true; continue; }
         if (cli_flag(argv, i, "--ignore-eos")) { o->ignore_eos = true; continue; }
+        int rope = cli_rope(argc, argv, &i, &o->rope);
+        if (rope < 0) return -1;
+        if (rope) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--prompt", &v)) o->prompt = v;
         else if (cli_value(argc, argv, &i, "--tokens", &v)) o->tokens = v;
@@ -278,7 +283,7 @@ int cmd_run(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = o.gpu})) return cli_error("run", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = o.gpu, .rope = o.rope})) return cli_error("run", "%s", cd_errmsg());
     run_result r = {0};
     int rc = prompt_ids(&o, m, &r) || generate(&o, m, &r);
     if (!rc && o.json) print_json(&o, &r, m);

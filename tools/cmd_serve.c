@@ -19,6 +19,7 @@ static void usage(FILE *out) {
             "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
             "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
             "                    [--chat-template NAME] [--think | --no-think]\n"
+            "                    " CLI_ROPE_USAGE "\n"
             "  An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (streaming with\n"
             "  \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), /v1/cache.\n"
             "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
@@ -75,6 +76,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
         if (cli_flag(argv, i, "--strict-template")) { o->so.strict_template = true; continue; }
         if (cli_flag(argv, i, "--think")) { o->so.think = CHAT_THINK_ASK_ON; continue; }
         if (cli_flag(argv, i, "--no-think")) { o->so.think = CHAT_THINK_ASK_OFF; continue; }
+        int rope = cli_rope(argc, argv, &i, &o->so.rope);
+        if (rope < 0) return -1;
+        if (rope) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--host", &v)) o->so.host = v;
         else if (cli_value(argc, argv, &i, "--port", &v)) { if (parse_u16("--port", v, &o->so.port)) return -1; }

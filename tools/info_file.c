@@ -4,7 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/error.h"
 #include "runtime/gguf/file_type.h"
+#include "runtime/model/rope.h"
 #include "runtime/text/chat_template.h"
 
 #define LABEL "%-18s"
@@ -79,6 +81,20 @@ static bool kv_number(const gguf_kv *kv, double *out) {
     }
 }
 
+/* A RoPE cinder does not run (longrope, a bad factor), said after the keys: read as
+ * model_load reads it (rope.h). */
+static void put_rope_verdict(FILE *out, const gguf_file *f) {
+    const gguf_kv *arch = gguf_find_kv(f, "general.architecture");
+    if (!arch || arch->val.type != GGUF_VT_STRING || arch->val.str.len >= 64) return;
+    char a[64];
+    snprintf(a, sizeof a, "%.*s", (int)arch->val.str.len, arch->val.str.ptr);
+    double ctx = 0;
+    kv_number(arch_kv(f, "context_length"), &ctx);
+    rope_config r;
+    if (rope_config_read(f, a, ctx > 0 && ctx < UINT32_MAX ? (uint32_t)ctx : 0, &r))
+        fprintf(out, " (cinder refuses it: %s)", cd_errmsg());
+}
+
 /* Context length and RoPE as the file states them (model.c's defaults where it states none). */
 static void print_rope(FILE *out, const gguf_file *f) {
     double ctx, base = 10000, dims, factor, orig;
@@ -94,12 +110,11 @@ static void print_rope(FILE *out, const gguf_file *f) {
     bool has_factor = kv_number(arch_kv(f, "rope.scaling.factor"), &factor);
     bool has_orig = kv_number(arch_kv(f, "rope.scaling.original_context_length"), &orig);
     fprintf(out, LABEL, "rope scaling");
-    bool none = !type || type->val.type != GGUF_VT_STRING || gguf_str_eq(type->val.str, "none");
     if (type && type->val.type == GGUF_VT_STRING) put_text(out, type->val.str);
     else fputs("none", out);
     if (has_factor) fprintf(out, ", factor %g", factor);
     if (has_orig) fprintf(out, ", original context %.0f", orig);
-    if (!none) fputs(" (cinder does not implement RoPE scaling: it refuses the file)", out);
+    put_rope_verdict(out, f);
     fputc('\n', out);
 }
 

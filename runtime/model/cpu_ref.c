@@ -49,12 +49,11 @@ void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float ep
     for (int64_t i = 0; i < n; i++) out[i] = x[i] * scale * w[i];
 }
 
-void cpu_rope_neox(float *head, uint32_t d, uint32_t pos, float theta) {
+void cpu_rope_neox(float *head, uint32_t d, uint32_t pos, const double *freq, double mscale) {
     uint32_t half = d / 2;
     for (uint32_t i = 0; i < half; i++) {
-        double freq = pow((double)theta, -2.0 * i / d);
-        double angle = (double)pos * freq;
-        float c = (float)cos(angle), s = (float)sin(angle);
+        double angle = (double)pos * freq[i];
+        float c = (float)(cos(angle) * mscale), s = (float)(sin(angle) * mscale);
         float a = head[i], b = head[i + half];
         head[i] = a * c - b * s;
         head[i + half] = a * s + b * c;
@@ -124,6 +123,7 @@ int cpu_state_init(cpu_state *s, const model *m, uint32_t n_ctx) {
     s->key_cache = alloc_f32((size_t)c->n_layer * n_ctx * kv_dim, &failed);
     s->value_cache = alloc_f32((size_t)c->n_layer * n_ctx * kv_dim, &failed);
     s->logits = alloc_f32(c->n_vocab, &failed);
+    rope_freqs(&c->rope, c->head_dim, s->rope_freq, &s->rope_mscale);
     if (failed) {
         cpu_state_free(s);
         return cd_fail("out of memory for the CPU reference state (n_ctx %u)", n_ctx);
@@ -158,12 +158,12 @@ static void attention(cpu_state *s, const layer_weights *l, uint32_t il, uint32_
     vec(l->q_norm, norm_w);
     for (uint32_t h = 0; h < c->n_head; h++) {
         cpu_rmsnorm(s->q + h * hd, s->q + h * hd, norm_w, hd, c->rms_eps);
-        cpu_rope_neox(s->q + h * hd, hd, pos, c->rope_theta);
+        cpu_rope_neox(s->q + h * hd, hd, pos, s->rope_freq, s->rope_mscale);
     }
     vec(l->k_norm, norm_w);
     for (uint32_t h = 0; h < c->n_head_kv; h++) {
         cpu_rmsnorm(s->k + h * hd, s->k + h * hd, norm_w, hd, c->rms_eps);
-        cpu_rope_neox(s->k + h * hd, hd, pos, c->rope_theta);
+        cpu_rope_neox(s->k + h * hd, hd, pos, s->rope_freq, s->rope_mscale);
     }
 
     /* append this position's k, v to the cache */

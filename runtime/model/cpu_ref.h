@@ -26,6 +26,8 @@ typedef struct cpu_state {
     float *key_cache;      /* (n_layer, n_ctx, n_head_kv * head_dim) */
     float *value_cache;    /* (n_layer, n_ctx, n_head_kv * head_dim) */
     float *logits;         /* (n_vocab) */
+    double rope_freq[512]; /* (head_dim / 2) each pair's angle per position (rope_freqs) */
+    double rope_mscale;    /* and the rotation's magnitude (YaRN's attention factor) */
     bool kv_fp16;          /* round cached K and V to fp16 as the GPU's pool stores them (default off:
                               the f32 reference); set after cpu_state_init */
 } cpu_state;
@@ -43,8 +45,9 @@ void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float ep
 void cpu_matvec(float *out, const gguf_tensor *w, int64_t slice, const float *x, float *row_scratch);
 /* Row r of tensor w (flattened over dims 1..3) as floats. */
 void cpu_tensor_row(const gguf_tensor *w, int64_t r, float *out);
-/* NeoX RoPE on one head: pairs (i, i + d/2) rotate by pos * theta^(-2i/d). */
-void cpu_rope_neox(float *head, uint32_t head_dim, uint32_t pos, float theta);
+/* NeoX RoPE on one head: pairs (i, i + d/2) rotate by pos * freq[i] and scale by mscale
+ * (rope_freqs: the base's frequencies, or YaRN's; runtime/model/rope.h). */
+void cpu_rope_neox(float *head, uint32_t head_dim, uint32_t pos, const double *freq, double mscale);
 float cpu_silu(float x);
 /* Router: softmax over all experts, top-k by probability (ties to the lower index),
  * weights renormalized to sum to 1. ids/weights hold k entries. */

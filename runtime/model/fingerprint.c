@@ -132,19 +132,20 @@ static void put_tokenizer(EVP_MD_CTX *ctx, const gguf_file *f) {
     }
 }
 
-static void put_rope(EVP_MD_CTX *ctx, const gguf_file *f, const model_config *c) {
-    char key[128];
-    const char *a = model_arch_name(c->arch);
-    put_f64(ctx, "rope.freq_base", c->rope_theta);
+/* The RoPE the model runs (the file's keys after the command line's overrides, rope.h), not
+ * the keys as written: YaRN on and off never share pages, and the same YaRN from the file or
+ * from --rope-scaling does. The original context only matters to YaRN. */
+static void put_rope(EVP_MD_CTX *ctx, const model_config *c) {
+    const rope_config *r = &c->rope;
+    put_f64(ctx, "rope.freq_base", r->freq_base);
     put_u64(ctx, "rope.head_dim", c->head_dim);
-    static const char *const scaling[] = {"rope.scaling.type", "rope.scaling.factor",
-                                          "rope.scaling.original_context_length", "rope.dimension_count"};
-    for (size_t i = 0; i < sizeof scaling / sizeof scaling[0]; i++) {
-        snprintf(key, sizeof key, "%s.%s", a, scaling[i]);
-        const gguf_kv *kv = gguf_find_kv(f, key);
-        put_field(ctx, scaling[i], "", 0);
-        if (kv) put_value(ctx, &kv->val);
-    }
+    put_u64(ctx, "rope.scaling", r->scaling);
+    put_f64(ctx, "rope.factor", r->factor);
+    put_u64(ctx, "rope.orig_ctx", r->scaling == ROPE_SCALING_YARN ? r->orig_ctx : 0);
+    put_f64(ctx, "rope.attn_factor", r->attn_factor);
+    put_f64(ctx, "rope.ext_factor", r->ext_factor);
+    put_f64(ctx, "rope.beta_fast", r->beta_fast);
+    put_f64(ctx, "rope.beta_slow", r->beta_slow);
 }
 
 int fp_model(const gguf_file *f, const model_config *c, const uint8_t weights_digest[16], uint8_t out[32]) {
@@ -153,7 +154,7 @@ int fp_model(const gguf_file *f, const model_config *c, const uint8_t weights_di
         EVP_MD_CTX_free(ctx);
         return cd_fail("SHA-256 unavailable from libcrypto");
     }
-    put_field(ctx, "domain", "cinder.fingerprint.v1", 21);
+    put_field(ctx, "domain", "cinder.fingerprint.v2", 21);
     put_u64(ctx, "arch", c->arch);
     const uint32_t hp[] = {c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->head_dim, c->n_vocab,
                            c->n_expert, c->n_expert_used, c->n_ff_exp, c->n_ff};
@@ -161,7 +162,7 @@ int fp_model(const gguf_file *f, const model_config *c, const uint8_t weights_di
     for (size_t i = 0; i < sizeof hp; i++) hp_le[i] = (uint8_t)(hp[i / 4] >> (8 * (i % 4)));
     put_field(ctx, "hparams", hp_le, sizeof hp_le);
     put_f64(ctx, "rms_eps", c->rms_eps);
-    put_rope(ctx, f, c);
+    put_rope(ctx, c);
     put_tokenizer(ctx, f);
     put_field(ctx, "weights.xxh3_128", weights_digest, 16);
     unsigned len = 0;

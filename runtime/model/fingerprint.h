@@ -1,6 +1,6 @@
 /* The model fingerprint: a SHA-256 over a length-prefixed, domain-separated encoding of
  * everything that changes what the model computes for a token prefix:
- *   "cinder.fingerprint.v1" | arch + hyperparameters | RoPE config | tokenizer digest | weights digest
+ *   "cinder.fingerprint.v2" | arch + hyperparameters | RoPE config | tokenizer digest | weights digest
  * The weights digest is XXH3-128 over the per-tensor XXH3-128 digests (name, type, shape,
  * bytes) in file order (a split model's: shard by shard, the order of the unsplit file, so
  * splitting a file keeps its fingerprint); each tensor is hashed as it is read for loading (never as a second

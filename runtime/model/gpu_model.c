@@ -92,10 +92,17 @@ static int begin(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts
     return 0;
 }
 
+/* The rotations of every position the context holds, with the model's RoPE (YaRN's too). */
+static int make_rope_table(gpu_model *g, cvk_ctx *vk, const model *m) {
+    double freq[512], mscale; /* head_dim <= 1024: model_config_check */
+    rope_freqs(&m->cfg.rope, m->cfg.head_dim, freq, &mscale);
+    return cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, freq, mscale, g->n_ctx);
+}
+
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     if (begin(g, vk, m, o, false) ||
         gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL) || make_pipelines(g) ||
-        cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, m->cfg.rope_theta, g->n_ctx) ||
+        make_rope_table(g, vk, m) ||
         gpu_forward_init(g))
         return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */

@@ -28,14 +28,15 @@ static bool arch_has(const gguf_file *f, const char *arch, const char *suffix) {
     return gguf_find_kv(f, key) != NULL;
 }
 
-/* Rejects RoPE scaling, which cinder does not implement: better a clear error than wrong
- * attention at long positions. */
-static int check_rope_scaling(const gguf_file *f, const char *arch) {
+/* cinder rotates every dimension of a head: a file that rotates fewer (partial RoPE) is refused
+ * rather than run with wrong attention. */
+static int check_rope_dims(const gguf_file *f, const char *arch, uint32_t head_dim) {
     char key[128];
-    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
-    gguf_str type;
-    if (gguf_find_kv(f, key) && gguf_get_str(f, key, &type) == 0 && !gguf_str_eq(type, "none"))
-        return cd_fail("RoPE scaling '%.*s' is not supported", (int)type.len, type.ptr);
+    snprintf(key, sizeof key, "%s.rope.dimension_count", arch);
+    uint32_t n_rot = head_dim;
+    if (gguf_find_kv(f, key) && gguf_get_u32(f, key, &n_rot)) return -1;
+    if (n_rot != head_dim)
+        return cd_fail("rope.dimension_count %u differs from key_length %u: partial RoPE is not supported", n_rot, head_dim);
     return 0;
 }
 
@@ -49,7 +50,7 @@ int model_config_check(const model_config *c) {
         return cd_fail("key_length %u must be even and at most 1024", c->head_dim);
     if (c->n_ctx_train == 0) return cd_fail("context_length is 0");
     if (!(c->rms_eps > 0 && c->rms_eps < 1)) return cd_fail("layer_norm_rms_epsilon %g out of range", c->rms_eps);
-    if (!(c->rope_theta > 0)) return cd_fail("rope.freq_base %g must be positive", c->rope_theta);
+    if (rope_config_check(&c->rope)) return -1;
     if (c->arch == ARCH_QWEN3MOE) {
         if (c->n_expert == 0 || c->n_expert > 1024) return cd_fail("expert_count %u out of range", c->n_expert);
         if (c->n_expert_used == 0 || c->n_expert_used > c->n_expert)
@@ -81,9 +82,7 @@ int model_config_read(const gguf_file *f, model_config *c) {
     uint32_t v_len = c->head_dim;
     if (arch_has(f, a, "attention.value_length") && arch_u32(f, a, "attention.value_length", &v_len)) return -1;
     if (v_len != c->head_dim) return cd_fail("value_length %u differs from key_length %u", v_len, c->head_dim);
-    c->rope_theta = 10000.0f; /* llama.cpp's default when the key is absent */
-    if (arch_has(f, a, "rope.freq_base") && arch_f32(f, a, "rope.freq_base", &c->rope_theta)) return -1;
-    if (check_rope_scaling(f, a)) return -1;
+    if (rope_config_read(f, a, c->n_ctx_train, &c->rope) || check_rope_dims(f, a, c->head_dim)) return -1;
     if (c->arch == ARCH_QWEN3MOE) {
         if (arch_u32(f, a, "expert_count", &c->n_expert) || arch_u32(f, a, "expert_used_count", &c->n_expert_used) ||
             arch_u32(f, a, "expert_feed_forward_length", &c->n_ff_exp))
@@ -178,7 +177,8 @@ int model_load(model **out, const char *path, model_load_opts opts) {
     model *m = calloc(1, sizeof *m);
     if (!m) return cd_fail("out of memory");
     uint8_t wdigest[16] = {0};
-    if (gguf_open(&m->file, path) || model_config_read(m->file, &m->cfg) || map_tensors(m) ||
+    if (gguf_open(&m->file, path) || model_config_read(m->file, &m->cfg) ||
+        rope_config_override(&m->cfg.rope, &opts.rope, &m->cfg.n_ctx_train) || map_tensors(m) ||
         tok_load_gguf(&m->tok, m->file))
         goto fail;
     if ((uint32_t)tok_n_vocab(m->tok) > m->cfg.n_vocab) {

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "runtime/gguf/gguf.h"
+#include "runtime/model/rope.h"
 #include "runtime/text/tokenizer.h"
 
 enum model_arch { ARCH_QWEN3MOE, ARCH_QWEN3 };
@@ -23,10 +24,10 @@ typedef struct model_config {
     uint32_t n_embd;
     uint32_t n_head, n_head_kv, head_dim; /* head_dim = attention.key_length = value_length */
     uint32_t n_vocab;
-    uint32_t n_ctx_train;
+    uint32_t n_ctx_train;                       /* with a command-line YaRN, orig_ctx * factor */
     uint32_t n_expert, n_expert_used, n_ff_exp; /* MoE; 0 for dense */
     uint32_t n_ff;                              /* dense FFN width; 0 for MoE */
-    float rope_theta;
+    rope_config rope;                           /* base, scaling (runtime/model/rope.h) */
     float rms_eps;
 } model_config;
 
@@ -50,6 +51,7 @@ typedef struct model_load_opts {
     /* The caller reads every weight itself (the GPU upload) and hashes as it goes, then calls
      * model_set_weights_digest: the fingerprint costs no second pass over the file. */
     bool skip_weight_hash;
+    rope_override rope; /* the command line's RoPE (--rope-scaling ...) over the file's; zero: the file's */
 } model_load_opts;
 
 /* Maps the file, reads and validates the config against every tensor's type and shape,

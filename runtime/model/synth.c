@@ -16,17 +16,21 @@
 
 #define QWEN3_VOCAB_PADDED 151936 /* the real models' embedding rows (151669 tokens + padding) */
 
+/* RoPE without scaling, as the Qwen3 files have it */
+#define PLAIN_ROPE(base, ctx) \
+    {.scaling = ROPE_SCALING_NONE, .freq_base = base, .factor = 1, .orig_ctx = ctx, .attn_factor = 1, .beta_fast = 32, .beta_slow = 1}
+
 static const struct preset {
     const char *name;
     model_config cfg;
     enum synth_quant quant;
 } presets[] = {
     /* CI-sized: two layers, K-quant-friendly widths (multiples of 256), head_dim 64. */
-    {"tiny", {ARCH_QWEN3MOE, 2, 256, 4, 2, 64, QWEN3_VOCAB_PADDED, 40960, 8, 2, 256, 0, 1e6f, 1e-6f}, SYNTH_MIX},
+    {"tiny", {ARCH_QWEN3MOE, 2, 256, 4, 2, 64, QWEN3_VOCAB_PADDED, 40960, 8, 2, 256, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f}, SYNTH_MIX},
     /* Real head_dim and GQA ratio, more experts; the Quick start's default model. */
-    {"small", {ARCH_QWEN3MOE, 4, 512, 8, 2, 128, QWEN3_VOCAB_PADDED, 40960, 16, 4, 256, 0, 1e6f, 1e-6f}, SYNTH_Q4_K_M},
+    {"small", {ARCH_QWEN3MOE, 4, 512, 8, 2, 128, QWEN3_VOCAB_PADDED, 40960, 16, 4, 256, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f}, SYNTH_Q4_K_M},
     /* The real Qwen3-30B-A3B shapes (~17 GB at Q4_K_M): for GPU benchmarks. */
-    {"qwen3-30b-a3b", {ARCH_QWEN3MOE, 48, 2048, 32, 4, 128, QWEN3_VOCAB_PADDED, 40960, 128, 8, 768, 0, 1e6f, 1e-6f}, SYNTH_Q4_K_M},
+    {"qwen3-30b-a3b", {ARCH_QWEN3MOE, 48, 2048, 32, 4, 128, QWEN3_VOCAB_PADDED, 40960, 128, 8, 768, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f}, SYNTH_Q4_K_M},
 };
 
 static const char *const quant_names[] = {"f32", "f16", "bf16", "q8_0", "q4_k_m", "mix", "q3_k_m", "q2_k", "mix-lowbit"};
@@ -339,7 +343,14 @@ static void set_hparams(gguf_writer *w, const synth_spec *s) {
     gguf_writer_set_u32(w, K("attention.key_length"), m->head_dim);
     gguf_writer_set_u32(w, K("attention.value_length"), m->head_dim);
     gguf_writer_set_u32(w, K("rope.dimension_count"), m->head_dim);
-    gguf_writer_set_f32(w, K("rope.freq_base"), m->rope_theta);
+    gguf_writer_set_f32(w, K("rope.freq_base"), m->rope.freq_base);
+    if (m->rope.scaling != ROPE_SCALING_NONE) { /* the keys unsloth's -128K files carry */
+        gguf_writer_set_str(w, K("rope.scaling.type"), rope_scaling_name(m->rope.scaling));
+        gguf_writer_set_f32(w, K("rope.scaling.factor"), m->rope.factor);
+        if (m->rope.scaling == ROPE_SCALING_YARN)
+            gguf_writer_set_u32(w, K("rope.scaling.original_context_length"), m->rope.orig_ctx);
+    }
+    if (m->rope.attn_factor != 1.0f) gguf_writer_set_f32(w, K("rope.scaling.attn_factor"), m->rope.attn_factor);
     gguf_writer_set_f32(w, K("attention.layer_norm_rms_epsilon"), m->rms_eps);
     if (m->arch == ARCH_QWEN3MOE) {
         gguf_writer_set_u32(w, K("expert_count"), m->n_expert);

