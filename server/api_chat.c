@@ -36,6 +36,7 @@ typedef struct reply_ctx {
     job **jobs;           /* [n], the choices' jobs in order: prompt by prompt */
     choice_ctx *ch;       /* [n] */
     api_text *text;       /* [n] the stream's view of each choice's text */
+    bool remembered;      /* its calls and replies are in the server's memories */
 } reply_ctx;
 
 /* ---- log-probabilities (job.lp) in OpenAI's shapes ---- */
@@ -283,6 +284,8 @@ static int stream_choice(reply_ctx *x, choice_ctx *ch, char **out, size_t *len, 
     return choice_end(x, ch, out, len, cap);
 }
 
+static void remember(reply_ctx *x);
+
 static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
     reply_ctx *x = ctx;
     if (x->chat && !x->ch[0].sent_role) { /* every choice's first chunk: the role */
@@ -310,6 +313,7 @@ static int produce(void *ctx, char **out, size_t *len, size_t *cap) {
     }
     if (rc) return rc > 0 ? 0 : -1; /* rc 1: an error event ended the stream */
     if (!all_ended) return 1;
+    remember(x);
     return stream_end(x, out, len, cap) ? -1 : 0;
 }
 
@@ -339,6 +343,47 @@ static void remember_calls(const reply_ctx *x, const choice_ctx *ch) {
     free(full);
 }
 
+/* A finished chat choice's whole sequence, prompt + reply, as the text it stands for
+ * (server/reply_memory.h): the reply sent back in the next request becomes these ids. The
+ * reply ends in the <|im_end|> the template closes the turn with (one cut by max_tokens gets
+ * it, another end token is swapped for it); one a stop string
+ * cut (its text ends before the tokens it generated), failed or cancelled is not kept. Best
+ * effort: a failure only costs the next prompt reuse. */
+static void remember_reply(const reply_ctx *x, const choice_ctx *ch) {
+    const job *j = ch->j, *lead = lead_of(x, ch);
+    const tokenizer *t = x->s->model.tok;
+    reply_memory *m = x->s->model.replies;
+    bool ended = j->out.finish == JOB_STOP || j->out.finish == JOB_LENGTH;
+    if (!x->chat || !m || !lead->prompt_text || !j->keep_gen || j->err_status || !ended || j->stopped_by_string ||
+        (j->out.finish == JOB_STOP && !j->out.eog))
+        return;
+    /* the turn's end as the template writes it: the reply's last token is never fed (the next
+     * request computes it), so another end token (<|endoftext|>) swapped for it costs no reuse */
+    int32_t close = tok_find(t, "<|im_end|>");
+    size_t kept = j->n_gen_kept;
+    if (close >= 0 && kept && tok_is_eog(t, j->gen[kept - 1])) kept--;
+    size_t n_gen = kept + (close >= 0), n = j->n_ids + n_gen;
+    int32_t *ids = malloc(n * sizeof *ids);
+    char *gen = NULL, *text = NULL;
+    if (ids) {
+        memcpy(ids, j->ids, j->n_ids * sizeof *ids);
+        if (kept) memcpy(ids + j->n_ids, j->gen, kept * sizeof *ids);
+        if (close >= 0) ids[n - 1] = close;
+    }
+    size_t len = 0;
+    if (ids && !tok_decode(t, ids + j->n_ids, n_gen, &gen)) text = joined(lead->prompt_text, gen, strlen(gen), &len);
+    if (text) reply_memory_put(m, j->cache_salt, ids, n, text, len);
+    free(ids), free(gen), free(text);
+}
+
+/* Both memories, once, before the reply's end goes out: the client's next request may come at
+ * once and should find them. */
+static void remember(reply_ctx *x) {
+    if (x->remembered) return;
+    x->remembered = true;
+    for (uint32_t k = 0; k < x->n; k++) remember_calls(x, &x->ch[k]), remember_reply(x, &x->ch[k]);
+}
+
 static void reply_done(void *ctx) {
     reply_ctx *x = ctx;
     pthread_mutex_lock(&x->s->b.mu);
@@ -346,8 +391,7 @@ static void reply_done(void *ctx) {
     for (uint32_t k = 0; k < x->n; k++) running = running || x->jobs[k]->state != JOB_DONE;
     pthread_mutex_unlock(&x->s->b.mu);
     if (running) api_cancel(x->s, x->jobs, x->n); /* the client left before the end */
-    else
-        for (uint32_t k = 0; k < x->n; k++) remember_calls(x, &x->ch[k]);
+    else remember(x);
     pthread_mutex_lock(&x->s->b.mu);
     for (uint32_t k = 0; k < x->n; k++) job_unref(x->jobs[k]);
     pthread_mutex_unlock(&x->s->b.mu);
@@ -548,6 +592,7 @@ static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared 
     if (failed && failed->err_status) rc = http_error(r->c, failed->err_status, NULL, "%s", failed->err);
     else if (failed) rc = http_error(r->c, 500, NULL, "the request was cancelled");
     else {
+        remember(x);
         json_t *body = whole_reply(x);
         rc = body ? http_json(r->c, 200, body) : http_error(r->c, 500, NULL, "could not build the reply: %s", cd_errmsg());
     }
@@ -567,6 +612,7 @@ static enum MHD_Result generate(server *s, const http_req *r, bool chat) {
         bridge_count_rejected(&s->b);
         return api_reply_err(r->c, &e);
     }
+    if (chat && p.prompts[0]->reply_reused) reply_memory_count(&s->replies, p.prompts[0]->reply_reused);
     return run_job(s, r, &p);
 }
 

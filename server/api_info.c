@@ -155,6 +155,15 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
         rc = rc || counter(&o, &n, &cap, "gauge", "cinder_disk_budget_bytes", "The cache directory's budget.",
                            c->disk_budget_bytes);
     }
+    size_t held, held_tokens; /* the reply memory (server/reply_memory.h) */
+    reply_memory_held(&s->replies, &held, &held_tokens);
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_reply_memory_hits_total",
+                       "Chat requests whose prompt began with a sequence run here (a reply sent back, as its ids).",
+                       atomic_load(&s->replies.hits));
+    rc = rc || counter(&o, &n, &cap, "counter", "cinder_reply_memory_reused_tokens_total",
+                       "Prompt tokens those requests took from the reply memory.", atomic_load(&s->replies.tokens_reused));
+    rc = rc || counter(&o, &n, &cap, "gauge", "cinder_reply_memory_entries", "Sequences the reply memory holds.", held);
+    rc = rc || counter(&o, &n, &cap, "gauge", "cinder_reply_memory_tokens", "Tokens the reply memory holds.", held_tokens);
     rc = rc || hist(&o, &n, &cap, "cinder_ttft_seconds", "Time to first token.", &v.ttft);
     rc = rc || hist(&o, &n, &cap, "cinder_inter_token_seconds", "Time between two tokens of a request.", &v.itl);
     rc = rc || hist(&o, &n, &cap, "cinder_e2e_seconds", "Submit to the last token.", &v.e2e);

@@ -553,12 +553,43 @@ static void chat_req_free(chat_req *q) {
     free(q->forced);
 }
 
+/* The rendered prompt's ids: with history as generated, the longest head of it that is a
+ * sequence a chat request here ran (its prompt and reply up to an added token: the reply sent
+ * back, server/reply_memory.h) as that sequence's ids, then tok_encode of the rest, which is
+ * what tok_encode gives past an added token anyway; else tok_encode of all. *reused: the ids
+ * taken from the memory (0: none). */
+static int encode_prompt(const api_model *s, const char *salt, const char *text, size_t len, int32_t **ids, size_t *n,
+                         uint32_t *reused) {
+    size_t *ends = NULL, n_ends = 0, end = 0, n_head = 0, n_rest = 0;
+    int32_t *head = NULL, *rest = NULL;
+    *reused = 0;
+    if (s->replies && s->as_generated && !tok_added_ends(s->tok, text, len, true, &ends, &n_ends) && n_ends)
+        reply_memory_find(s->replies, salt, text, ends, n_ends, &head, &n_head, &end);
+    free(ends);
+    if (!head) return tok_encode(s->tok, text, len, true, ids, n); /* a miss, or out of memory: no reuse */
+    if (tok_encode(s->tok, text + end, len - end, true, &rest, &n_rest)) {
+        free(head);
+        return -1;
+    }
+    int32_t *all = realloc(head, (n_head + n_rest) * sizeof *all);
+    if (!all) {
+        free(head), free(rest);
+        return cd_fail("out of memory");
+    }
+    if (n_rest) memcpy(all + n_head, rest, n_rest * sizeof *rest);
+    free(rest);
+    *ids = all, *n = n_head + n_rest, *reused = (uint32_t)n_head;
+    return 0;
+}
+
 /* The rendered, tokenized prompt (the forced start of a tool call included); without
  * generation_prompt (/tokenize's add_generation_prompt false) the conversation alone.
  * *in_think (when not NULL): the prompt ends inside an open think block (a generation prompt
- * that opens "<think>\n"), so the reply starts in its reasoning (toolcall_format.in_think). */
+ * that opens "<think>\n"), so the reply starts in its reasoning (toolcall_format.in_think).
+ * *kept (when not NULL): the rendered text, which the ids stand for (the job keeps it for the
+ * reply memory); *reused: encode_prompt's. */
 static int chat_prompt(const api_model *s, const chat_req *q, bool generation_prompt, int32_t **ids, size_t *n,
-                       bool *in_think, api_err *e) {
+                       bool *in_think, char **kept, uint32_t *reused, api_err *e) {
     char *text = NULL;
     chat_options opt = {.template = s->template, .add_generation_prompt = generation_prompt, .enable_thinking = q->thinking,
                         .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning,
@@ -573,8 +604,10 @@ static int chat_prompt(const api_model *s, const chat_req *q, bool generation_pr
         memcpy(t + a, q->forced, b + 1);
         text = t;
     }
-    int rc = tok_encode(s->tok, text, strlen(text), true, ids, n);
-    free(text);
+    uint32_t r;
+    int rc = encode_prompt(s, q->g.cache_salt, text, strlen(text), ids, n, reused ? reused : &r);
+    if (kept && !rc) *kept = text;
+    else free(text);
     return rc ? api_fail(e, 400, "messages", "%s", cd_errmsg()) : 0;
 }
 
@@ -651,10 +684,18 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
     size_t n = 0;
     bool in_think = false;
     job *j = NULL;
-    int rc = parse_chat(b, seed, m, &q, e) || chat_prompt(m, &q, true, &ids, &n, &in_think, e) ||
+    char *text = NULL;
+    uint32_t reused = 0;
+    int rc = parse_chat(b, seed, m, &q, e) || chat_prompt(m, &q, true, &ids, &n, &in_think, &text, &reused, e) ||
                      make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e)
                  ? -1
                  : 0;
+    if (!rc) { /* what the reply memory records when the request ends (api_chat.c) */
+        j->prompt_text = text, j->prompt_len = text ? strlen(text) : 0, text = NULL;
+        j->reply_reused = reused;
+        j->keep_gen = m->replies && m->as_generated;
+    }
+    free(text);
     if (!rc && !(out->prompts = malloc(sizeof *out->prompts))) {
         job_unref(j), job_unref(j);
         rc = api_fail(e, 500, NULL, "out of memory");
@@ -738,8 +779,8 @@ static int tokenize_body(const api_model *m, const json_t *b, api_tokens *out, a
         return one_prompt(m, prompt, false, "prompt", &out->ids, &out->n, &text, e);
     }
     chat_req q = {0};
-    int rc = chat_fields(b, &q, e) || decide_thinking(m, &q, CHAT_REPLY_FREE, e) ||
-                     chat_prompt(m, &q, generation_prompt, &out->ids, &out->n, NULL, e)
+    int rc = chat_fields(b, &q, e) || salt_field(b, &q.g, e) || decide_thinking(m, &q, CHAT_REPLY_FREE, e) ||
+                     chat_prompt(m, &q, generation_prompt, &out->ids, &out->n, NULL, NULL, NULL, e)
                  ? -1
                  : 0;
     chat_req_free(&q);

@@ -143,7 +143,7 @@ static void on_prompt_logprob(void *ctx, uint32_t pos, const token_logprob *lp) 
     pthread_mutex_unlock(&b->mu);
 }
 
-static void finish_job(runner *r, job *j, const engine_reply *rep, int err_status, const char *err) {
+static void finish_job(runner *r, job *j, engine_reply *rep, int err_status, const char *err) {
     bridge *b = r->b;
     char tail[8];
     int nt = tok_stream_flush(&j->ts, tail, sizeof tail);
@@ -154,6 +154,10 @@ static void finish_job(runner *r, job *j, const engine_reply *rep, int err_statu
         static const job_finish finish[] = {[ENGINE_STOP] = JOB_STOP, [ENGINE_LENGTH] = JOB_LENGTH,
                                             [ENGINE_CANCELLED] = JOB_CANCELLED, [ENGINE_ERROR] = JOB_FAILED};
         j->out = (job_outcome){.cached_tokens = rep->cached_tokens, .n = rep->n, .eog = rep->eog, .finish = finish[rep->finish]};
+        if (j->keep_gen) { /* the ids the reply memory takes: rep's, moved */
+            j->gen = rep->ids, j->n_gen_kept = rep->n;
+            rep->ids = NULL, rep->n = 0;
+        }
     }
     j->err_status = err_status;
     if (err) snprintf(j->err, sizeof j->err, "%s", err);

@@ -23,6 +23,7 @@ typedef struct server {
     char model_name[256];
     char fingerprint[24];      /* system_fingerprint: the model fingerprint's first bytes */
     call_memory calls;         /* tool calls generated here, by id (thread-safe) */
+    reply_memory replies;      /* the token sequences chat requests ran, by their text (thread-safe) */
     atomic_uint_fast64_t next_id;
 } server;
 

@@ -22,6 +22,8 @@ void job_unref(job *j) {
     json_decref((json_t *)j->calls.tools);
     free(j->cache_salt);
     free(j->echo_text);
+    free(j->prompt_text);
+    free(j->gen);
     free(j->plp);
     logit_adjust_free(&j->adjust);
     json_schema_unref(j->schema);
@@ -68,6 +70,7 @@ job *job_copy(const job *j) {
     c->echo = j->echo;
     c->vllm_prompt_logprobs = j->vllm_prompt_logprobs;
     c->prompt_top = j->prompt_top;
+    c->keep_gen = j->keep_gen;
     if (!ok) {
         c->refs = 1;
         job_unref(c);

@@ -77,6 +77,11 @@ typedef struct job {
     bool prompt_logprobs;     /* plp is filled (prompt_top alternatives each): echo + logprobs, or */
     int32_t vllm_prompt_logprobs; /* vLLM's prompt_logprobs: -1 none, else its alternatives (the reply's field) */
     uint32_t prompt_top;      /* the most alternatives either asks for */
+    char *prompt_text;        /* chat: the rendered prompt ids stand for (server/reply_memory.h), owned,
+                                 or NULL; copies of a choice have none (the first's serves) */
+    size_t prompt_len;
+    uint32_t reply_reused;    /* chat: the prompt's first ids came from the reply memory (this many) */
+    bool keep_gen;            /* the generated ids are kept in gen (a chat reply, to remember) */
 
     /* shared (bridge mutex) */
     int refs;
@@ -92,6 +97,9 @@ typedef struct job {
     token_logprob *plp;       /* [n_plp] prompt positions 1.. (prompt_logprobs), in order */
     uint32_t n_plp, cap_plp;
     bool lp_lost;             /* an entry (of lp or plp) could not be stored (out of memory): the reply fails */
+    int32_t *gen;             /* with keep_gen, once done: [n_gen_kept] the generated ids (an end token
+                                 included; engine_reply.ids, moved) */
+    uint32_t n_gen_kept;
     pthread_cond_t cv;        /* signalled on new text and when done */
     /* the outcome (when done) */
     job_outcome out;

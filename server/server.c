@@ -41,7 +41,8 @@ static int load(server *s, const char *path, const engine_opts *eo, model **m, e
         return cd_fail_ctx("%s: ", path);
     if (engine_init(e, *m, eo) || engine_warm_up(e)) return -1;
     s->model = (api_model){.tok = (*m)->tok, .n_ctx = engine_n_ctx(e), .template = tmpl, .as_generated = !s->o.strict_template,
-                           .preserve_reasoning = s->o.preserve_reasoning, .think_default = s->o.think, .calls = &s->calls};
+                           .preserve_reasoning = s->o.preserve_reasoning, .think_default = s->o.think, .calls = &s->calls,
+                           .replies = &s->replies};
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%02x%02x%02x%02x%02x%02x", (*m)->fingerprint[0],
              (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4], (*m)->fingerprint[5]);
     return 0;
@@ -51,7 +52,11 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
     server s = {.o = *so};
     name_model(&s, model_path);
     if (bridge_init(&s.b, so->queue)) return -1;
-    if (call_memory_init(&s.calls, 4096)) {
+    /* replies: a whole sequence each (prompt + reply), so an agent loop's rounds hold a lot in
+     * common; 4M tokens (16 MiB of ids) and 32 MiB of text keep the latest rounds of many
+     * conversations at once */
+    if (call_memory_init(&s.calls, 4096) || reply_memory_init(&s.replies, 4096, 4u << 20, 32u << 20)) {
+        call_memory_free(&s.calls);
         bridge_free(&s.b);
         return -1;
     }
@@ -63,6 +68,7 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
     if (pthread_create(&waiter, NULL, signal_waiter, &s.b)) {
         bridge_free(&s.b);
         call_memory_free(&s.calls);
+        reply_memory_free(&s.replies);
         return cd_fail("cannot start the signal thread");
     }
     model *m = NULL;
@@ -95,6 +101,7 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
     if (m) model_free(m);
     bridge_free(&s.b);
     call_memory_free(&s.calls);
+    reply_memory_free(&s.replies);
     if (rc) cd_fail("%s", err);
     return rc;
 }

@@ -613,6 +613,53 @@ static void test_random_bytes(void **state) {
     }
 }
 
+/* tok_added_ends: at every offset it gives, the text's ids are the head's then the rest's (what
+ * the server's reply memory relies on: server/reply_memory.h), and it gives one offset per
+ * added token the encoding has; invalid UTF-8 (cleaned before the split) gives none. */
+static void test_added_ends(void **state) {
+    (void)state;
+    static const char *atoms[] = {"<|im_end|>", "<|im_start|>", "<|im_", "<think>", "</think>", "<tool_call>", " ", "  ",
+                                  "\n", "\n\n", "a", "Z", "7", "'s", "<", "|>", "e\xCC\x81", "\xE4\xB8\xAD", " nh\xC3\xACn"};
+    uint64_t seed = 47;
+    char buf[2048];
+    for (int it = 0; it < (SANITIZED ? 200 : 1000); it++) {
+        size_t n = 0, k = rng_next(&seed) % 60;
+        for (size_t i = 0; i < k; i++) {
+            const char *a = atoms[rng_next(&seed) % (sizeof atoms / sizeof atoms[0])];
+            memcpy(buf + n, a, strlen(a));
+            n += strlen(a);
+        }
+        bool special = rng_next(&seed) & 1;
+        int32_t *ids;
+        size_t m, *ends, n_ends, added = 0;
+        encode_ok(G.tok, buf, n, special, &ids, &m);
+        assert_int_equal(tok_added_ends(G.tok, buf, n, special, &ends, &n_ends), 0);
+        for (size_t i = 0; i < m; i++) {
+            enum tok_type ty = tok_token_type(G.tok, ids[i]);
+            added += ty == TOK_TYPE_CONTROL || ty == TOK_TYPE_USER_DEFINED;
+        }
+        assert_int_equal(n_ends, added);
+        for (size_t e = 0; e < n_ends; e++) {
+            int32_t *head, *rest;
+            size_t mh, mr;
+            encode_ok(G.tok, buf, ends[e], special, &head, &mh);
+            encode_ok(G.tok, buf + ends[e], n - ends[e], special, &rest, &mr);
+            assert_int_equal(mh + mr, m);
+            if (mh) assert_memory_equal(head, ids, mh * sizeof *ids);
+            if (mr) assert_memory_equal(rest, ids + mh, mr * sizeof *ids);
+            free(head), free(rest);
+        }
+        free(ids), free(ends);
+    }
+    size_t *ends, n_ends;
+    assert_int_equal(tok_added_ends(G.tok, "a\xFF<|im_end|>", 12, true, &ends, &n_ends), 0);
+    assert_int_equal(n_ends, 0);
+    assert_int_equal(tok_added_ends(G.tok, "a<|im_end|>b", 12, true, &ends, &n_ends), 0);
+    assert_int_equal(n_ends, 1);
+    assert_int_equal(ends[0], 11);
+    free(ends);
+}
+
 /* ---- long runs: the same ids as splitting the run by hand would give (the time is printed,
  * not asserted: a clock in a test fails on a loaded machine; docs/TOKENIZER.md has the figures) ---- */
 
@@ -1054,6 +1101,7 @@ int main(void) {
         cmocka_unit_test(test_decode),
         cmocka_unit_test(test_invalid_utf8_input),
         cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_added_ends),
         cmocka_unit_test(test_long_runs),
         cmocka_unit_test(test_hostile_gguf),
         cmocka_unit_test(test_hostile_vocab),

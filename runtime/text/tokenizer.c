@@ -960,6 +960,33 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool parse_spec
     return 0;
 }
 
+int tok_added_ends(const tokenizer *t, const char *text, size_t len, bool parse_special, size_t **ends, size_t *n) {
+    *ends = NULL, *n = 0;
+    const unsigned char *s = (const unsigned char *)text;
+    if (!t || !text || ub_utf8_valid_prefix(s, len) != len) return 0;
+    size_t cap = 0;
+    for (size_t i = 0; i < len;) { /* the same scan as tok_encode's */
+        int32_t id;
+        size_t m = t->added_first[s[i]] ? match_added(t, s + i, len - i, parse_special, &id) : 0;
+        if (!m) {
+            i++;
+            continue;
+        }
+        i += m;
+        if (*n == cap) {
+            size_t *p = realloc(*ends, (cap = cap ? 2 * cap : 16) * sizeof *p);
+            if (!p) {
+                free(*ends);
+                *ends = NULL, *n = 0;
+                return cd_fail("out of memory");
+            }
+            *ends = p;
+        }
+        (*ends)[(*n)++] = i;
+    }
+    return 0;
+}
+
 /* ---- decode ---- */
 
 const char *tok_piece(const tokenizer *t, int32_t id, size_t *len) {

@@ -72,6 +72,14 @@ size_t tok_piece_max(const tokenizer *t);
 int tok_encode(const tokenizer *t, const char *text, size_t len, bool parse_special,
                int32_t **ids, size_t *n_ids);
 
+/* The byte offsets in text just past each added token tok_encode would split out of it (with
+ * parse_special as given), in order: *ends malloc'd (NULL when *n is 0). tok_encode works on
+ * the pieces between added tokens alone, so for any such offset p the ids of text are those of
+ * text[0..p) followed by those of text[p..): a known encoding of the head (a reply as
+ * generated, server/reply_memory.h) can stand in for the head's. Offsets are of the raw text;
+ * text that is not valid UTF-8 (which tok_encode would clean first, moving offsets) has none. */
+int tok_added_ends(const tokenizer *t, const char *text, size_t len, bool parse_special, size_t **ends, size_t *n);
+
 /* Decodes ids to a malloc'd NUL-terminated string (invalid UTF-8 bytes become U+FFFD).
  * CONTROL and USER_DEFINED tokens decode to their text, UNUSED ones to nothing. An id out
  * of range is an error. */

@@ -1047,6 +1047,47 @@ test("render of a history with a generated reply predicts what the next request 
     t.diagnostic(`tool call: cached ${b.cached} of ${b.ids2.length}; previous prompt ${b.ids1.length} + ${b.gen.length} generated`);
 });
 
+// Issue 47 item 5: a reply sent back is the ids it was generated as (server/reply_memory.h). The
+// tiny preset's random replies are often not the tokenizer's own encoding of their text, so
+// re-encoding them would stop the cache inside the reply; with the reply memory each round of
+// an agent loop is served through the whole previous reply.
+test("an agent loop: every round is served from the cache through the whole previous reply (reply memory)", async (t) => {
+    const salt = `loop-${Date.now()}`;
+    const metric = async (name) => Number(new RegExp(`^${name} (\\d+)$`, "m").exec((await raw("/metrics", { method: "GET" })).text)[1]);
+    const hits0 = await metric("cinder_reply_memory_hits_total");
+    let messages = [{ role: "system", content: "You are an agent. Use the tools." }, { role: "user", content: "Do the task." }];
+    let prev = null, reencoded = 0;
+    for (let round = 0; round < 4; round++) {
+        const params = { ...greedy, messages, max_tokens: 24, cache_salt: salt };
+        const ids = (await raw("/v1/chat/completions/render", { body: params })).json.token_ids;
+        assert.deepEqual((await raw("/tokenize", { body: { messages, cache_salt: salt } })).json.tokens, ids,
+            "/tokenize gives render's ids in the same namespace");
+        const r = await client.chat.completions.create(params);
+        assert.equal(r.usage.prompt_tokens, ids.length, "render's ids are the ones the request ran");
+        const cached = r.usage.prompt_tokens_details.cached_tokens;
+        // the text's own encoding: what another namespace (none of this loop's replies) renders
+        const text = (await raw("/detokenize", { body: { tokens: ids } })).json.prompt;
+        const plain = (await raw("/tokenize", { body: { prompt: text } })).json.tokens;
+        assert.deepEqual((await raw("/tokenize", { body: { messages, cache_salt: `${salt}-other` } })).json.tokens, plain);
+        if (prev) {
+            // the previous prompt and reply as they ran (its end, or max_tokens' <|im_end|>) begin this prompt
+            assert.deepEqual(ids.slice(0, prev.ids.length), prev.ids, `round ${round}: the previous prompt's ids`);
+            const reply = ids.slice(prev.ids.length, prev.ids.length + prev.n + (prev.finish === "length" ? 1 : 0));
+            assert.equal((await raw("/detokenize", { body: { tokens: reply } })).json.prompt, prev.content + "<|im_end|>");
+            // the reply's last token was never fed: it is computed with the new message
+            assert.ok(cached >= prev.ids.length + prev.n - 1, `round ${round}: cached ${cached} of ${ids.length}; ` +
+                `want the previous prompt ${prev.ids.length} + its reply ${prev.n} - 1`);
+            if (JSON.stringify(plain) !== JSON.stringify(ids)) reencoded++;
+            t.diagnostic(`round ${round}: cached ${cached} of ${ids.length}; re-encoding would give ${common(plain, ids)} in common`);
+        }
+        const m = r.choices[0].message;
+        prev = { ids, n: r.usage.completion_tokens, finish: r.choices[0].finish_reason, content: m.content };
+        messages = [...messages, { role: "assistant", content: m.content }, { role: "tool", content: `result ${round}` }];
+    }
+    assert.ok(reencoded > 0, "some reply is not its text's own encoding (else this test proves nothing)");
+    assert.equal(await metric("cinder_reply_memory_hits_total") - hits0, 3, "the requests of rounds 1..3 hit (render and tokenize count none)");
+});
+
 test("tokenize and detokenize in vLLM's shapes: the prompt's ids, the chat's ids, and back", async () => {
     const text = "Hello world <|im_start|> ünïcödé 東京 <think>";
     const t1 = await raw("/tokenize", { body: { model: "m", prompt: text, return_token_strs: true } });
