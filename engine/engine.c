@@ -96,7 +96,12 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
         e->disk_on = true;
         CD_TRY(kv_cache_attach_disk(&e->cache, &e->disk));
     }
+    if (o->page_events) CD_TRY(kv_cache_set_events(&e->cache, o->page_events, o->page_events_ctx));
     return 0;
+}
+
+int engine_cache_pages(const engine *e, void (*fn)(void *ctx, uint64_t hash, kv_medium m), void *ctx) {
+    return e->cache_on ? kv_cache_list_pages(&e->cache, fn, ctx) : 0;
 }
 
 void engine_cache_info_get(const engine *e, engine_cache_info *o) {

@@ -97,6 +97,11 @@ typedef struct engine_opts {
     uint64_t cache_dir_max_bytes; /* the disk tier's budget (kv/disk_tier.h): least recently used chunk
                                      files under cache_dir are removed to stay within it; 0 = 10% of
                                      the file system's free space at init, at least 256 MiB */
+    /* Page events of the prefix cache (kv/page_events.h), called on the engine thread inside
+     * engine_init (a cleared event first), engine_step and engine_cancel; NULL = off. A front end
+     * gathers them per step (cinder serve: server/kv_events.h). */
+    kv_event_fn page_events;
+    void *page_events_ctx;
 } engine_opts;
 
 typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) */
@@ -300,6 +305,10 @@ static inline uint32_t engine_n_ctx(const engine *e) { return e->g.n_ctx; }
 static inline void engine_set_timer(engine *e, cvk_timer *t) { gpu_model_set_timer(&e->g, t); }
 static inline const gpu_host_times *engine_last_pass(const engine *e) { return &e->g.host; }
 void engine_cache_info_get(const engine *e, engine_cache_info *out);
+/* Every whole page of the engine's own namespace in the prefix cache, by page-event hash and tier
+ * (kv_cache_list_pages; nothing without the cache): what an index built from the page events
+ * must hold. Engine thread. */
+int engine_cache_pages(const engine *e, void (*fn)(void *ctx, uint64_t hash, kv_medium m), void *ctx);
 uint32_t engine_waiting(const engine *e);
 
 /* One request start to end (submit, step until it finishes, poll); -1 if it failed. */

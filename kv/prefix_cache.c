@@ -75,6 +75,7 @@ static void release_pages(void *ctx, const uint32_t *pages, uint32_t n) {
  * receive goes back at once: no two copies of a batch ever target one slot. */
 static void on_host_free(void *ctx, const uint32_t *slots, uint32_t n) {
     kv_prefix_cache *c = ctx;
+    if (c->ev) kv_events_removed(c->ev, KV_MEDIUM_CPU, &c->ev->host, slots, n);
     for (uint32_t i = 0; i < n; i++) {
         for (uint32_t k = 0; k < c->n_dem; k++)
             if (c->dem_slots[k] == slots[i]) {
@@ -125,6 +126,7 @@ int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h) {
 
 /* The GPU victim v leaves the tree, its pages go back to the pool (host slots below it too). */
 static void drop_victim(kv_prefix_cache *c, const radix_victim *v) {
+    if (c->ev) kv_events_removed(c->ev, KV_MEDIUM_GPU, &c->ev->gpu, v->pages, v->n_pages);
     release_pages(c, v->pages, v->n_pages); /* the tree's references; its node still lists them */
     radix_drop(&c->tree, v, c->host ? on_host_free : NULL, c);
 }
@@ -144,6 +146,8 @@ void kv_cache_free(kv_prefix_cache *c) {
     free(c->restore_pages);
     free(c->chain);
     free(c->disk_pages);
+    if (c->ev) kv_events_free(c->ev);
+    free(c->ev);
     *c = (kv_prefix_cache){0};
 }
 
@@ -151,12 +155,30 @@ int kv_cache_match(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, ui
     return radix_match_prefix(&c->tree, ns ? ns : c->ns, ids, n, m);
 }
 
+/* Page events: the whole pages s->pages[first .. whole) the tree just adopted are stored on the
+ * GPU, each named by the hash chain over ids from the prefix's first page. */
+static void announce_adopted(kv_prefix_cache *c, const int32_t *ids, const kv_seq *s, uint32_t first, uint32_t whole) {
+    kv_events *e = c->ev;
+    uint32_t pt = c->pages->page_tokens;
+    uint64_t h = 0;
+    for (uint32_t i = 0; i < whole; i++) {
+        uint64_t parent = h;
+        h = kv_page_hash(c->ns, parent, ids + (size_t)i * pt, pt);
+        if (i >= first) kv_events_set(e, &e->gpu, s->pages[i], h, parent, ids + (size_t)i * pt);
+    }
+    if (whole > first) kv_events_stored(e, KV_MEDIUM_GPU, &e->gpu, s->pages + first, whole - first);
+}
+
 int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, const kv_seq *s, bool tail) {
     uint32_t first_new = 0, n = tail ? s->n_tokens : s->n_tokens - s->n_tokens % c->pages->page_tokens;
+    if (!ns) ns = c->ns;
     /* tails made redundant by these pages give their page back (release_pages: the tree's reference) */
-    if (radix_insert_tail(&c->tree, ns ? ns : c->ns, ids, n, s->pages, &first_new, release_pages, c)) return -1;
+    if (radix_insert_tail(&c->tree, ns, ids, n, s->pages, &first_new, release_pages, c)) return -1;
     for (uint32_t i = first_new; i < kv_pages_for(c->pages, n); i++)
         if (kv_page_retain(c->pages, s->pages[i])) return -1; /* cannot fail: the sequence holds it */
+    /* a partly filled tail page is not announced; nor is any other namespace (a salt's) */
+    if (c->ev && memcmp(ns, c->ns, RADIX_NS_BYTES) == 0)
+        announce_adopted(c, ids, s, first_new, n / c->pages->page_tokens);
     return 0;
 }
 
@@ -178,6 +200,11 @@ static int demote_victim(kv_prefix_cache *c, radix_victim *v) {
         return 0;
     }
     c->n_dem += n;
+    if (c->ev) { /* the same pages, now in the host slots: removed from the GPU first (page_events.h) */
+        kv_events_move(c->ev, &c->ev->gpu, pages, &c->ev->host, slots, n);
+        kv_events_removed(c->ev, KV_MEDIUM_GPU, &c->ev->gpu, pages, n);
+        kv_events_stored(c->ev, KV_MEDIUM_CPU, &c->ev->host, slots, n);
+    }
     return 1;
 }
 
@@ -216,15 +243,39 @@ int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken) {
         fprintf(stderr, "cinder: %s; the host tier is off from now on (its prefixes are recomputed)\n", cd_errmsg());
         c->host_broken = true;
     }
+    /* page events: the fresh pages take the slots' identities now, since radix_restore frees the
+     * slots (on_host_free: removed CPU) before it returns */
+    if (copied && c->ev) kv_events_move(c->ev, &c->ev->host, m->pages + m->n_gpu_pages + skip, &c->ev->gpu, pg + skip, left);
     int took = copied ? radix_restore(&c->tree, m, pg, on_host_free, c) : -1;
     /* the tree keeps the reference kv_page_alloc gave each page it took (the last ones); the
      * rest go back */
     uint32_t keep = took < 0 ? 0 : (uint32_t)took;
+    if (copied && c->ev) {
+        for (uint32_t i = skip; i < n - keep; i++) c->ev->gpu.hash[pg[i]] = 0; /* not the tree's: forgotten */
+        kv_events_stored(c->ev, KV_MEDIUM_GPU, &c->ev->gpu, pg + n - keep, keep);
+    }
     for (uint32_t i = skip; i < n - keep; i++) kv_page_release(c->pages, pg[i]);
     if (!copied) return 1; /* not restored: the caller uses the GPU pages of the match alone */
     if (took < 0) return -1;
     *taken = keep;
     return 0;
+}
+
+int kv_cache_set_events(kv_prefix_cache *c, kv_event_fn fn, void *ctx) {
+    if (c->tree.stats.nodes) return cd_fail("prefix cache: page events switched on over a cache that holds pages");
+    kv_events *e = calloc(1, sizeof *e);
+    if (!e) return cd_fail("out of memory (page events)");
+    if (kv_events_init(e, fn, ctx, c->pages->page_tokens, c->pages->n_pages, c->host ? c->host->n_slots : 0)) {
+        free(e);
+        return -1;
+    }
+    c->ev = e;
+    kv_events_cleared(e);
+    return 0;
+}
+
+int kv_cache_list_pages(const kv_prefix_cache *c, void (*fn)(void *ctx, uint64_t hash, kv_medium m), void *ctx) {
+    return kv_pages_list(&c->tree, c->ns, fn, ctx);
 }
 
 /* ---- acquire / commit / release: the one door to the tiers ---- */

@@ -41,6 +41,7 @@
 #include "kv/disk_tier.h"
 #include "kv/host_tier.h"
 #include "kv/kv_pages.h"
+#include "kv/page_events.h"
 #include "radix/radix.h"
 #include "runtime/vk/vk_code_id.h"
 
@@ -62,6 +63,9 @@ typedef struct kv_prefix_cache {
     uint8_t (*chain)[KV_DISK_HASH_BYTES]; /* chain hashes of a request's chunks (scratch) */
     uint32_t cap_chain;
     uint32_t *disk_pages;     /* [disk->chunk_pages] fresh pages of a chunk being loaded (scratch) */
+
+    /* page events (kv_cache_set_events; NULL: off, nothing is hashed or kept) */
+    kv_events *ev;
 
     uint32_t fail_commits;    /* fault injection (tests): the next n kv_cache_commit calls fail */
 } kv_prefix_cache;
@@ -152,6 +156,12 @@ int kv_cache_commit(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, u
 void kv_cache_release(kv_prefix_cache *c, radix_match *m);
 /* Gives the cache a disk tier (d reads and writes the same pool). */
 int kv_cache_attach_disk(kv_prefix_cache *c, kv_disk_tier *d);
+
+/* Page events (kv/page_events.h) to fn from now on, starting with a cleared event; only for pages
+ * of the cache's own namespace (c->ns). Call after the tiers are attached, on an empty cache. */
+int kv_cache_set_events(kv_prefix_cache *c, kv_event_fn fn, void *ctx);
+/* Every whole page of c->ns the tree holds, by hash and tier (kv_pages_list). */
+int kv_cache_list_pages(const kv_prefix_cache *c, void (*fn)(void *ctx, uint64_t hash, kv_medium m), void *ctx);
 
 /* Gives the cache a host tier (h copies between the same pool's buffer and its slots). */
 int kv_cache_attach_host(kv_prefix_cache *c, kv_host_tier *h);

@@ -1489,3 +1489,27 @@ void radix_dump(const radix_tree *t, void *file) {
         }
     }
 }
+
+void radix_walk(const radix_tree *t, void (*fn)(void *ctx, const radix_walk_node *w), void *ctx) {
+    for (uint32_t r = 0; r < t->n_roots; r++) {
+        const radix_node *root = t->roots[r], *x = root;
+        const uint8_t *ns = ((const radix_root *)root)->ns;
+        uint32_t depth = 0;
+        for (;;) { /* the walk of radix_dump: down first, then the next sibling of the nearest ancestor */
+            if (x != root)
+                fn(ctx, &(radix_walk_node){.ns = ns, .depth = depth, .tokens = x->tok, .n_pages = x->n_pages,
+                                           .tail = x->tail, .on_gpu = x->on_gpu});
+            if (x->kids) {
+                x = x->kids;
+                depth++;
+                continue;
+            }
+            while (x != root && !x->next_sib) {
+                x = x->parent;
+                depth--;
+            }
+            if (x == root) break;
+            x = x->next_sib;
+        }
+    }
+}

@@ -332,3 +332,16 @@ uint64_t radix_evictable_host_slots(const radix_tree *t);
 int radix_check(const radix_tree *t);
 /* Writes the tree, one node per line, indented by depth (debugging). */
 void radix_dump(const radix_tree *t, void *file);
+
+/* One node as radix_walk reports it (valid during the call only). */
+typedef struct radix_walk_node {
+    const uint8_t *ns;      /* its namespace (RADIX_NS_BYTES) */
+    uint32_t depth;         /* 1 for a root's child; a node's parent is the last node reported at depth - 1 */
+    const int32_t *tokens;  /* the edge: n_pages * page_tokens slots (a tail's last page holds `tail`) */
+    uint32_t n_pages, tail; /* tail: tokens in a partly filled last page, 0 = whole pages */
+    bool on_gpu;            /* else on the host */
+} radix_walk_node;
+/* Every node of every namespace, parents before children (depth first), roots left out. Read-only:
+ * what the tree indexes, for a listing or a check that rebuilds something from the tokens alone
+ * (kv/page_events.c lists the cached pages by hash that way). */
+void radix_walk(const radix_tree *t, void (*fn)(void *ctx, const radix_walk_node *w), void *ctx);

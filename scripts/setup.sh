@@ -11,6 +11,8 @@ packages=(
   libcmocka-dev libpcre2-dev libutf8proc-dev libssl-dev libxxhash-dev libjansson-dev libmicrohttpd-dev
   nodejs npm python3 python3-jinja2 gcovr
   prometheus  # promtool: tests/server/api.test.mjs lints /metrics with it
+  libzmq3-dev libmsgpack-dev  # cinder serve --kv-events: ZeroMQ sockets, MessagePack payloads
+  python3-zmq python3-msgpack # tests/server/kv_events.py: the strict subscriber
 )
 
 missing=()

@@ -1,5 +1,6 @@
 /* POST /v1/chat/completions and /v1/completions: request -> prompt ids -> a job -> a reply in
  * OpenAI's shape, whole or streamed as Server-Sent Events. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -600,6 +601,28 @@ static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared 
     return rc;
 }
 
+/* The session headers agents and proxies send (a proxy hashes on one to keep a conversation on one
+ * replica: docs/FLEET.md); the first present is logged with the request. */
+static const char *const session_headers[] = {"X-Session-Id", "X-Session-Affinity", "Session-Id", "Session_Id",
+                                              "X-Claude-Code-Session-Id", "X-Conversation-Id"};
+
+/* One line per request that names its session: the header, the value (printable ASCII, at most
+ * 128 bytes: a header is the client's text), the prompt's tokens. */
+static void log_session(const http_req *r, const api_prepared *p) {
+    for (size_t i = 0; i < sizeof session_headers / sizeof *session_headers; i++) {
+        const char *v = MHD_lookup_connection_value(r->c, MHD_HEADER_KIND, session_headers[i]);
+        if (!v) continue;
+        char clean[129];
+        size_t n = 0;
+        for (; v[n] && n < sizeof clean - 1; n++) clean[n] = v[n] >= 0x20 && v[n] < 0x7f ? v[n] : '?';
+        clean[n] = 0;
+        uint32_t tokens = 0;
+        for (uint32_t k = 0; k < p->n_prompts; k++) tokens += p->prompts[k]->n_ids;
+        fprintf(stderr, "cinder serve: %s %s %s: %s, %u prompt tokens\n", r->method, r->url, session_headers[i], clean, tokens);
+        return;
+    }
+}
+
 static enum MHD_Result generate(server *s, const http_req *r, bool chat) {
     api_err e = {0};
     api_prepared p;
@@ -613,6 +636,7 @@ static enum MHD_Result generate(server *s, const http_req *r, bool chat) {
         return api_reply_err(r->c, &e);
     }
     if (chat && p.prompts[0]->reply_reused) reply_memory_count(&s->replies, p.prompts[0]->reply_reused);
+    log_session(r, &p);
     return run_job(s, r, &p);
 }
 

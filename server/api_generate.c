@@ -64,6 +64,17 @@ static void wait_until(server *s, job **jobs, uint32_t n, struct MHD_Connection 
         pthread_mutex_lock(&s->b.mu);
     }
     pthread_mutex_unlock(&s->b.mu);
+    if (until == JOB_DONE) api_wait_events(s, jobs, n);
+}
+
+void api_wait_events(server *s, job **jobs, uint32_t n) {
+    if (!s->b.pub) return;
+    uint64_t mark = 0;
+    pthread_mutex_lock(&s->b.mu);
+    for (uint32_t k = 0; k < n; k++)
+        if (jobs[k]->state == JOB_DONE && jobs[k]->ev_mark > mark) mark = jobs[k]->ev_mark;
+    pthread_mutex_unlock(&s->b.mu);
+    kv_pub_wait(s->b.pub, mark);
 }
 
 void api_wait_done(server *s, job **jobs, uint32_t n, struct MHD_Connection *c) { wait_until(s, jobs, n, c, JOB_DONE); }
@@ -77,7 +88,7 @@ static bool has_news(const job *j, size_t seen, bool told_done) {
 
 bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, api_text *t) {
     pthread_mutex_lock(&s->b.mu);
-    bool moved = false;
+    bool moved = false, ended = false;
     for (uint32_t k = 0; k < n && !moved; k++) moved = !t[k].hold && has_news(jobs[k], t[k].seen, t[k].done);
     if (!moved) wait_a_while(s, jobs[0]);
     moved = false;
@@ -87,9 +98,13 @@ bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, 
         if (t[k].hold || !has_news(j, t[k].seen, t[k].done)) continue;
         moved = true;
         t[k].text = strndup(j->text ? j->text : "", j->stable);
-        if (t[k].text) t[k].len = j->stable, t[k].done = j->state == JOB_DONE; /* else: out of memory, next time */
+        if (t[k].text) {
+            ended = ended || (!t[k].done && j->state == JOB_DONE);
+            t[k].len = j->stable, t[k].done = j->state == JOB_DONE;
+        } /* else: out of memory, next time */
     }
     pthread_mutex_unlock(&s->b.mu);
+    if (ended) api_wait_events(s, jobs, n); /* the stream's end follows its final commit's events */
     if (!moved && http_client_gone(c)) {
         api_cancel(s, jobs, n);
         return false;

@@ -20,6 +20,8 @@ int api_submit(server *s, job **jobs, uint32_t n, api_err *e);
 void api_cancel(server *s, job **jobs, uint32_t n);
 /* Waits until all are done; a client that leaves meanwhile cancels them. */
 void api_wait_done(server *s, job **jobs, uint32_t n, struct MHD_Connection *c);
+/* With KV events on: waits until the batch holding the done jobs' final commits is sent (kv_pub_wait). */
+void api_wait_events(server *s, job **jobs, uint32_t n);
 /* Waits until the engine took all (running) or refused them (done, err_status set), at most
  * about one engine step: a stream starts only then, so a refusal is an HTTP error, not an event. */
 void api_wait_started(server *s, job **jobs, uint32_t n, struct MHD_Connection *c);

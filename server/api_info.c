@@ -175,6 +175,22 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
     return http_text(r->c, 200, "text/plain; version=0.0.4", o);
 }
 
+/* ?pages=1 with KV events on: the hashes of every whole page the cache holds, per tier, computed
+ * from the tree's tokens by the engine thread (what an index built from the events must hold;
+ * the tests compare the two). */
+static int add_page_listing(server *s, json_t *j) {
+    int rc = bridge_list_pages(&s->b); /* returns with the mutex held */
+    json_t *gpu = json_array(), *cpu = json_array();
+    for (uint32_t i = 0; !rc && i < s->b.n_list && gpu && cpu; i++)
+        rc = json_array_append_new(s->b.list_medium[i] == KV_MEDIUM_CPU ? cpu : gpu, json_integer((json_int_t)s->b.list_hash[i]));
+    pthread_mutex_unlock(&s->b.mu);
+    if (rc || !gpu || !cpu) {
+        json_decref(gpu), json_decref(cpu);
+        return -1;
+    }
+    return json_object_set_new(j, "pages", json_pack("{s:o, s:o}", "gpu", gpu, "cpu", cpu));
+}
+
 enum MHD_Result api_cache(server *s, const http_req *r) {
     bridge_snapshot v = snapshot(s);
     const engine_cache_info *c = &v.cache;
@@ -189,6 +205,13 @@ enum MHD_Result api_cache(server *s, const http_req *r) {
                           (json_int_t)st->prompt_tokens, "hit_tokens", (json_int_t)st->cached_tokens, "generated_tokens",
                           (json_int_t)st->generated_tokens, "evicted_pages", (json_int_t)st->evicted_pages, "dedup_tokens",
                           (json_int_t)st->dedup_tokens);
+    if (s->b.pub) json_object_set_new(j, "kv_events", json_pack("{s:s, s:I}", "topic", s->kv_topic, "dropped_batches",
+                                                                (json_int_t)kv_pub_dropped(s->b.pub)));
+    const char *pages = MHD_lookup_connection_value(r->c, MHD_GET_ARGUMENT_KIND, "pages");
+    if (pages && s->b.pub && add_page_listing(s, j)) {
+        json_decref(j);
+        return http_error(r->c, 503, NULL, "the page listing could not be made");
+    }
     if (c->disk)
         json_object_set_new(j, "disk", json_pack("{s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "files", (json_int_t)c->disk_files,
                                                  "bytes", (json_int_t)c->disk_bytes, "budget_bytes",

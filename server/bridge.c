@@ -23,7 +23,7 @@ int bridge_init(bridge *b, uint32_t max_queue) {
     *b = (bridge){.max_queue = max_queue};
     b->incoming_tail = &b->incoming;
     if (pthread_mutex_init(&b->mu, NULL)) return cd_fail("pthread_mutex_init failed");
-    if (pthread_cond_init(&b->wake, NULL)) {
+    if (pthread_cond_init(&b->wake, NULL) || pthread_cond_init(&b->listed, NULL)) {
         pthread_mutex_destroy(&b->mu);
         return cd_fail("pthread_cond_init failed");
     }
@@ -36,7 +36,10 @@ void bridge_free(bridge *b) {
         job_unref(j);
     }
     pthread_cond_destroy(&b->wake);
+    pthread_cond_destroy(&b->listed);
     pthread_mutex_destroy(&b->mu);
+    free(b->list_hash);
+    free(b->list_medium);
 }
 
 int bridge_submit(bridge *b, job **jobs, uint32_t n) {
@@ -93,6 +96,7 @@ typedef struct runner {
     bridge *b;
     engine *e;
     job *active; /* submitted to the engine, not finished */
+    uint64_t ev_mark; /* the KV event batch of the last step (kv_pub_flush) */
 } runner;
 
 /* Per generated token (engine thread, inside engine_step). */
@@ -162,6 +166,7 @@ static void finish_job(runner *r, job *j, engine_reply *rep, int err_status, con
     j->err_status = err_status;
     if (err) snprintf(j->err, sizeof j->err, "%s", err);
     j->state = JOB_DONE;
+    j->ev_mark = r->ev_mark; /* its final commit was in the step just flushed: the reply waits for it */
     if (err_status == 400) b->snap.req_rejected++;
     else if (err_status || (rep && rep->finish == ENGINE_ERROR)) b->snap.req_error++;
     else if (rep->finish == ENGINE_CANCELLED) b->snap.req_cancelled++;
@@ -232,7 +237,7 @@ static void publish(runner *r) {
 static job *take_incoming(runner *r, bool *stopping) {
     bridge *b = r->b;
     pthread_mutex_lock(&b->mu);
-    while (!b->stopping && !b->incoming && !r->active) pthread_cond_wait(&b->wake, &b->mu);
+    while (!b->stopping && !b->incoming && !r->active && !b->list_want) pthread_cond_wait(&b->wake, &b->mu);
     job *in = b->incoming;
     b->incoming = NULL;
     b->incoming_tail = &b->incoming;
@@ -243,13 +248,78 @@ static job *take_incoming(runner *r, bool *stopping) {
     return in;
 }
 
+/* A listing of the cache's pages, growing (the engine thread's, until handed over). */
+typedef struct listing {
+    uint64_t *hash;
+    uint8_t *medium;
+    uint32_t n, cap;
+    bool oom;
+} listing;
+
+static void list_one(void *ctx, uint64_t hash, kv_medium m) {
+    listing *l = ctx;
+    if (l->n == l->cap) {
+        uint32_t cap = l->cap ? 2 * l->cap : 1024;
+        uint64_t *h = realloc(l->hash, cap * sizeof *h);
+        if (h) l->hash = h;
+        uint8_t *md = h ? realloc(l->medium, cap) : NULL;
+        if (md) l->medium = md;
+        if (!h || !md) {
+            l->oom = true;
+            return;
+        }
+        l->cap = cap;
+    }
+    l->hash[l->n] = hash;
+    l->medium[l->n++] = (uint8_t)m;
+}
+
+/* Makes the listing a connection thread asked for (between steps: what the events so far say). */
+static void make_listing(runner *r) {
+    bridge *b = r->b;
+    pthread_mutex_lock(&b->mu);
+    bool want = b->list_want;
+    pthread_mutex_unlock(&b->mu);
+    if (!want) return;
+    listing l = {0};
+    int rc = engine_cache_pages(r->e, list_one, &l) || l.oom ? -1 : 0;
+    pthread_mutex_lock(&b->mu);
+    free(b->list_hash);
+    free(b->list_medium);
+    b->list_hash = l.hash, b->list_medium = l.medium, b->n_list = l.n, b->list_rc = rc;
+    b->list_want = false;
+    b->list_gen++;
+    pthread_cond_broadcast(&b->listed);
+    pthread_mutex_unlock(&b->mu);
+}
+
+int bridge_list_pages(bridge *b) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 5;
+    pthread_mutex_lock(&b->mu);
+    uint64_t gen = b->list_gen;
+    b->list_want = true;
+    pthread_cond_signal(&b->wake);
+    while (b->list_gen == gen && !b->stopping)
+        if (pthread_cond_timedwait(&b->listed, &b->mu, &ts)) break;
+    return b->list_gen != gen && !b->list_rc ? 0 : -1;
+}
+
+/* Ends the step for the KV event stream: its batch is queued before any reply it concerns. */
+static void flush_events(runner *r) {
+    if (r->b->pub) r->ev_mark = kv_pub_flush(r->b->pub);
+}
+
 int bridge_run(bridge *b, engine *e) {
     runner r = {.b = b, .e = e};
     bridge_of_thread = b;
+    flush_events(&r); /* the cleared event of engine_init: seq 0 */
     publish(&r);
     for (;;) {
         bool stopping;
         job *in = take_incoming(&r, &stopping);
+        make_listing(&r);
         for (job *j = in, *next; j; j = next) {
             next = j->next;
             if (stopping) finish_job(&r, j, NULL, 503, "the server is shutting down");
@@ -258,16 +328,22 @@ int bridge_run(bridge *b, engine *e) {
         if (stopping) {
             for (job *j = r.active; j; j = j->next) bridge_cancel(b, j);
             retire(&r);
+            flush_events(&r);
             break;
         }
         retire(&r); /* cancellations first: they free pages for this step */
+        flush_events(&r);
         uint32_t busy = 0;
         if (r.active && engine_step(e, &busy)) /* the requests in the pass failed; the server goes on */
             fprintf(stderr, "cinder serve: a forward pass failed: %s\n", cd_errmsg());
+        flush_events(&r); /* the step's commits, before retire hands their replies back */
         publish(&r); /* before the replies go out: a client that reads /v1/cache next sees its request gone */
         retire(&r);
         publish(&r); /* and after: retire may have cancelled some */
     }
     publish(&r);
+    pthread_mutex_lock(&b->mu);
+    pthread_cond_broadcast(&b->listed); /* a listing asked for now will not be made */
+    pthread_mutex_unlock(&b->mu);
     return 0;
 }

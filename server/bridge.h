@@ -13,6 +13,7 @@
 
 #include "engine/engine.h"
 #include "server/job.h"
+#include "server/kv_events.h"
 
 /* Prometheus histogram: cumulative counts of observations <= each bound. */
 #define HIST_BUCKETS 14
@@ -43,6 +44,15 @@ typedef struct bridge {
     uint32_t n_incoming;
     uint32_t max_queue;    /* jobs waiting (queued + waiting in the engine) at most */
     bridge_snapshot snap;
+    kv_publisher *pub;     /* KV cache events (--kv-events), or NULL; set before bridge_run */
+    /* the page listing (bridge_list_pages): asked for by a connection thread, made by the engine thread */
+    pthread_cond_t listed;
+    bool list_want;
+    uint64_t list_gen;     /* listings made so far */
+    uint64_t *list_hash;   /* [n_list] the last listing: page hashes, */
+    uint8_t *list_medium;  /* and their tiers (kv_medium) */
+    uint32_t n_list;
+    int list_rc;           /* 0, or -1: out of memory */
 } bridge;
 
 int bridge_init(bridge *b, uint32_t max_queue);
@@ -60,5 +70,9 @@ int bridge_run(bridge *b, engine *e);
 /* Whether the weights are up (the API answers); once true, the server's model fields, written
  * before, may be read. */
 bool bridge_ready(bridge *b);
+/* A connection thread: asks the engine thread for the cache's page listing (engine_cache_pages)
+ * and waits for it (5 s at most); 0 with b->list_* filled (read them under b->mu, which is held
+ * on return: the caller unlocks), -1 when it could not be made. */
+int bridge_list_pages(bridge *b);
 /* Counts a request the front end refused before it reached the engine (HTTP 4xx/5xx). */
 void bridge_count_rejected(bridge *b);

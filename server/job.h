@@ -52,6 +52,7 @@ typedef struct job_outcome {
 } job_outcome;
 
 typedef struct job {
+    uint64_t ev_mark;         /* the KV event batch holding its final commit (bridge.c; 0 = none) */
     /* the request (connection thread, before submit) */
     int32_t *ids;
     uint32_t n_ids;

@@ -33,7 +33,24 @@ static void name_model(server *s, const char *path) {
     snprintf(s->model_name, sizeof s->model_name, "%s", s->o.alias ? s->o.alias : base ? base + 1 : path);
 }
 
-static int load(server *s, const char *path, const engine_opts *eo, model **m, engine *e) {
+/* The KV event stream, topic kv@<replica>@<model> (what llm-d's subscriber parses: the replica
+ * part names the pod, the model part the model its index is keyed by). */
+static int start_events(server *s) {
+    if (!s->o.kv_events) return 0;
+    char replica[300];
+    if (s->o.kv_events_id) snprintf(replica, sizeof replica, "%s", s->o.kv_events_id);
+    else snprintf(replica, sizeof replica, "%s:%u", s->o.host, s->o.port);
+    snprintf(s->kv_topic, sizeof s->kv_topic, "kv@%s@%s", replica, s->model_name);
+    kv_pub_opts po = {.endpoint = s->o.kv_events, .replay = s->o.kv_events_replay, .topic = s->kv_topic};
+    if (kv_pub_start(&s->b.pub, &po)) return -1;
+    fprintf(stderr, "cinder serve: kv events on %s (topic %s)%s%s\n", s->o.kv_events, s->kv_topic,
+            s->o.kv_events_replay ? ", replay on " : "", s->o.kv_events_replay ? s->o.kv_events_replay : "");
+    return 0;
+}
+
+static int load(server *s, const char *path, const engine_opts *eo_in, model **m, engine *e) {
+    engine_opts eo_events = *eo_in, *eo = &eo_events;
+    if (s->b.pub) eo->page_events = kv_pub_event, eo->page_events_ctx = s->b.pub;
     if (model_load(m, path, (model_load_opts){.skip_weight_hash = true, .rope = s->o.rope})) return -1;
     chat_template_id tmpl;
     chat_template_match how;
@@ -80,7 +97,8 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
             FILE *f = fopen(so->port_file, "w");
             if (f) fprintf(f, "%u\n", s.o.port), fclose(f);
         }
-        rc = load(&s, model_path, eo, &m, &e);
+        rc = start_events(&s);
+        if (!rc) rc = load(&s, model_path, eo, &m, &e);
     }
     if (!rc) {
         pthread_mutex_lock(&s.b.mu);
@@ -98,6 +116,8 @@ int server_run(const char *model_path, const server_opts *so, const engine_opts 
     pthread_cancel(waiter);
     pthread_join(waiter, NULL);
     engine_free(&e);
+    kv_pub_stop(s.b.pub); /* after engine_free: its last events (every page removed) go out too */
+    s.b.pub = NULL;
     if (m) model_free(m);
     bridge_free(&s.b);
     call_memory_free(&s.calls);

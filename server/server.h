@@ -31,6 +31,10 @@ typedef struct server_opts {
     chat_think_ask think;      /* --think / --no-think: for requests that do not say (chat_thinking.h) */
     const char *port_file;     /* non-NULL: the bound port is written there once listening (tests) */
     rope_override rope;        /* --rope-scaling ... over the file's RoPE */
+    /* KV cache events (server/kv_events.h; docs/FLEET.md): NULL = off */
+    const char *kv_events;        /* --kv-events tcp://HOST:PORT: the PUB socket */
+    const char *kv_events_replay; /* --kv-events-replay tcp://HOST:PORT: the ROUTER socket (bound) */
+    const char *kv_events_id;     /* --kv-events-id NAME: the topic's replica part (host:port by default) */
 } server_opts;
 
 /* Loads the model, listens, serves until SIGINT/SIGTERM. 0 on a clean stop. */

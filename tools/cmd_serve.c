@@ -6,6 +6,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/text/chat_template.h"
+#include "server/kv_wire.h"
 #include "server/server.h"
 #include "tools/cli.h"
 #include "tools/commands.h"
@@ -20,6 +21,7 @@ static void usage(FILE *out) {
             "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
             "                    [--chat-template NAME] [--think | --no-think]\n"
             "                    " CLI_ROPE_USAGE "\n"
+            "                    [--kv-events tcp://HOST:PORT [--kv-events-replay tcp://HOST:PORT] [--kv-events-id ID]]\n"
             "  An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (streaming with\n"
             "  \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), /v1/cache.\n"
             "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
@@ -46,7 +48,11 @@ static void usage(FILE *out) {
             "  least recently used chunks deleted first; counters on /metrics).\n"
             "  --spec-tokens N (0-8, default 0: off) guesses up to N next tokens of each reply from its own\n"
             "  history (prompt lookup) and checks them in the same pass: the same tokens, more of them a\n"
-            "  pass when replies copy their context (tool calls, quoted text, JSON).\n");
+            "  pass when replies copy their context (tool calls, quoted text, JSON).\n"
+            "  --kv-events tcp://HOST:PORT publishes the prefix cache's KV cache events in vLLM's format\n"
+            "  (ZeroMQ PUB; bound for HOST * or 0.0.0.0, else connected to a subscriber that binds, as\n"
+            "  llm-d's does), topic kv@ID@MODEL (ID: --kv-events-id, host:port by default);\n"
+            "  --kv-events-replay binds a ROUTER socket that resends missed batches (docs/FLEET.md).\n");
 }
 
 typedef struct serve_opts {
@@ -98,6 +104,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
         }
         else if (cli_value(argc, argv, &i, "--api-key", &v)) o->so.api_key = v;
         else if (cli_value(argc, argv, &i, "--alias", &v)) o->so.alias = v;
+        else if (cli_value(argc, argv, &i, "--kv-events", &v)) o->so.kv_events = v;
+        else if (cli_value(argc, argv, &i, "--kv-events-replay", &v)) o->so.kv_events_replay = v;
+        else if (cli_value(argc, argv, &i, "--kv-events-id", &v)) o->so.kv_events_id = v;
         else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->so.chat_template = v;
         else if (cli_value(argc, argv, &i, "--max-body-kb", &v)) { if (cli_u32("--max-body-kb", v, &o->so.max_body_kb)) return -1; }
         else if (cli_value(argc, argv, &i, "--max-header-kb", &v)) { if (cli_u32("--max-header-kb", v, &o->so.max_header_kb)) return -1; }
@@ -115,6 +124,15 @@ static int parse(int argc, char **argv, serve_opts *o) {
     chat_template_id tmpl;
     if (o->so.chat_template && chat_template_from_name(o->so.chat_template, &tmpl))
         return cli_error("serve", "--chat-template: %s", cd_errmsg()), -1;
+    if ((o->so.kv_events_replay || o->so.kv_events_id) && !o->so.kv_events)
+        return cli_error("serve", "%s needs --kv-events", o->so.kv_events_replay ? "--kv-events-replay" : "--kv-events-id"), -1;
+    if (o->so.kv_events && o->eo.no_prefix_cache)
+        return cli_error("serve", "--kv-events needs the prefix cache: not with --no-prefix-cache"), -1;
+    bool bind;
+    if (o->so.kv_events && kv_wire_endpoint("--kv-events", o->so.kv_events, &bind))
+        return cli_error("serve", "%s", cd_errmsg()), -1;
+    if (o->so.kv_events_replay && kv_wire_endpoint("--kv-events-replay", o->so.kv_events_replay, &bind))
+        return cli_error("serve", "%s", cd_errmsg()), -1;
     if (o->eo.page_tokens > 256) return cli_error("serve", "--page-size is at most 256"), -1;
     if (o->eo.spec_tokens > ENGINE_SPEC_MAX) return cli_error("serve", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
     if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
