@@ -205,7 +205,7 @@ void decode_group(uint row, uint k0, out float w[GROUP]) {
         Q6K_GROUP(ql, 0u, qh, k, w_u16(b + Q6_K_SCALES + 8 * h + 2 * k), w_half(b + Q6_K_D), w)
 #endif
     } else if (!FLOATW) {
-#ifndef TEXEL // the other block types (Q4_0 .. Q5_1, Q2_K, Q3_K): qb_decode8's words, qb_dequant's values
+#ifndef TEXEL // the other block types (Q4_0 .. Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS): qb_decode8's words, qb_dequant's values
         [[unroll]] for (uint r = 0; r < GROUP / 8u; r++) {
             float v[8];
             qb_decode8(QTYPE, row, k0 + 8u * r, v);

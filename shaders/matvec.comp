@@ -188,7 +188,7 @@ void unit_q6_K(uint row, uint u, uint ai) {
     }
 }
 
-// The other block types (Q4_0 .. Q5_1, Q2_K, Q3_K): unit u = weights 32u .. 32u + 31, decoded
+// The other block types (Q4_0 .. Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS): unit u = weights 32u .. 32u + 31, decoded
 // 8 at a time by qb_decode8 (qb_dequant's values), summed by fma in k order.
 void unit_block32(uint row, uint u, uint ai) {
     float s[NVEC];

@@ -22,6 +22,8 @@ const uint QTYPE_Q3_K = 11;
 const uint QTYPE_Q4_K = 12;
 const uint QTYPE_Q5_K = 13;
 const uint QTYPE_Q6_K = 14;
+const uint QTYPE_IQ4_NL = 20;
+const uint QTYPE_IQ4_XS = 23;
 const uint QTYPE_BF16 = 30;
 
 const uint QK8_0 = 32;
@@ -92,6 +94,29 @@ const uint Q6_K_QL = 0;
 const uint Q6_K_QH = 128;
 const uint Q6_K_SCALES = 192;
 const uint Q6_K_D = 208;
+
+// The non-linear 4-bit types: level q (0..15) stands for IQ4NL_VALUES[q] (ggml's kvalues_iq4nl,
+// runtime/gguf/quant.c's quant_iq4nl_values; tests/test_vk_get_rows.c checks the two agree).
+// Constant data: the compilers keep it in a read-only constant segment, or in registers.
+const int IQ4NL_VALUES[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+// block_iq4_nl { u16 d; u8 qs[16]; }: weight i < 16 in the low nibble of qs[i], i >= 16 in the
+// high nibble of qs[i - 16] (as Q4_0); d * IQ4NL_VALUES[q]
+const uint IQ4_NL_BYTES = 18;
+const uint IQ4_NL_D = 0;
+const uint IQ4_NL_QS = 2;
+// block_iq4_xs { u16 d; u16 scales_h; u8 scales_l[4]; u8 qs[128]; }: sub-block j (32 weights)
+// is an IQ4_NL block at qs[16j] of step d * (ls - 32), ls = nibble j % 2 of scales_l[j / 2] |
+// bits 2j, 2j + 1 of scales_h << 4
+const uint IQ4_XS_BYTES = 136;
+const uint IQ4_XS_D = 0;
+const uint IQ4_XS_SCALES_H = 2;
+const uint IQ4_XS_SCALES_L = 4;
+const uint IQ4_XS_QS = 8;
+
+// IQ4_XS's 6-bit scale of sub-block j less 32, from scales_h and the 4 scales_l bytes as a word.
+int qb_iq4_xs_scale(uint sh, uint sl, uint j) {
+    return int(((sl >> (4u * j)) & 15u) | (((sh >> (2u * j)) & 3u) << 4)) - 32; // byte j/2, nibble j%2
+}
 
 // Byte i (0..11) of 12 scale bytes held as 3 words, and get_scale_min_k4 over them: the
 // values qb_scale_min_k4 reads byte by byte (no memory access: for any includer).
@@ -205,6 +230,22 @@ float qb_q3_K(uint row, uint e) {
     return qb_half(b + Q3_K_D) * float(qb_q3_K_scale(b + Q3_K_SCALES, i / 16u)) * float(q);
 }
 
+// IQ4_NL: d * value, exact (11 + 7 significant bits): no rounding.
+float qb_iq4_nl(uint row, uint e) {
+    uint b = row + (e / 32u) * IQ4_NL_BYTES, i = e % 32u;
+    uint q = (qb_byte(b + IQ4_NL_QS + i % 16u) >> (4u * (i / 16u))) & 15u;
+    return qb_half(b + IQ4_NL_D) * float(IQ4NL_VALUES[q]);
+}
+
+// IQ4_XS: (d * (ls - 32)) * value, both products exact (at most 11 + 6 + 7 bits): no rounding.
+float qb_iq4_xs(uint row, uint e) {
+    uint b = row + (e / QK_K) * IQ4_XS_BYTES, i = e % QK_K, j = i / 32u, l = i % 32u;
+    uint sl = uint(qb_u16[(b + IQ4_XS_SCALES_L) >> 1]) | (uint(qb_u16[(b + IQ4_XS_SCALES_L + 2u) >> 1]) << 16);
+    float dl = qb_half(b + IQ4_XS_D) * float(qb_iq4_xs_scale(uint(qb_u16[(b + IQ4_XS_SCALES_H) >> 1]), sl, j));
+    uint q = (qb_byte(b + IQ4_XS_QS + 16u * j + l % 16u) >> (4u * (l / 16u))) & 15u;
+    return dl * float(IQ4NL_VALUES[q]);
+}
+
 // Element e of the row at byte offset `row`, stored as `type`.
 float qb_dequant(uint type, uint row, uint e) {
     switch (type) {
@@ -218,6 +259,8 @@ float qb_dequant(uint type, uint row, uint e) {
     case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: return qb_legacy(type, row, e);
     case QTYPE_Q2_K: return qb_q2_K(row, e);
     case QTYPE_Q3_K: return qb_q3_K(row, e);
+    case QTYPE_IQ4_NL: return qb_iq4_nl(row, e);
+    case QTYPE_IQ4_XS: return qb_iq4_xs(row, e);
     }
     return 0.0;
 }
@@ -287,6 +330,24 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
             float dl = qb_half(b + Q2_K_D) * float(sc & 15u), ml = qb_half(b + Q2_K_DMIN) * float(sc >> 4);
             for (uint r = 0; r < 8u; r++) w[r] = fma(dl, float((qb_byte8(qs, r) >> (2u * j)) & 3u), -ml);
         }
+    } else if (type == QTYPE_IQ4_NL || type == QTYPE_IQ4_XS) {
+        // 8 weights of one nibble half of a 32-weight (sub-)block: one step, 8 bytes of qs.
+        // IQ4_NL's 18-byte blocks are 2-aligned (16-bit loads); IQ4_XS's 136-byte blocks and
+        // their qs runs 8-aligned (its 8-byte head and the 8 bytes: two words each)
+        uint sh = 4u * ((k0 % 32u) / 16u);
+        uvec2 qs;
+        float dl;
+        if (type == QTYPE_IQ4_NL) {
+            uint b = row + (k0 / 32u) * IQ4_NL_BYTES;
+            qs = qb_load8_u16(b + IQ4_NL_QS + k0 % 16u);
+            dl = qb_half(b + IQ4_NL_D);
+        } else {
+            uint b = row + (k0 / QK_K) * IQ4_XS_BYTES, i = k0 % QK_K, j = i / 32u, w0 = b >> 2;
+            uint hd = qb_u32[w0], qo = (b + IQ4_XS_QS + 16u * j + i % 16u) >> 2; // hd: d | scales_h << 16
+            qs = uvec2(qb_u32[qo], qb_u32[qo + 1u]);
+            dl = unpackHalf2x16(hd).x * float(qb_iq4_xs_scale(hd >> 16, qb_u32[w0 + 1u], j)); // as qb_iq4_xs
+        }
+        for (uint r = 0; r < 8u; r++) w[r] = dl * float(IQ4NL_VALUES[(qb_byte8(qs, r) >> sh) & 15u]);
     } else {
         for (uint r = 0; r < 8u; r++) w[r] = qb_dequant(type, row, k0 + r);
     }

@@ -31,6 +31,10 @@ typedef struct ggml_oracle {
         dequantize_row_q2_K, dequantize_row_q3_K;
     ggml_from_float_fn quantize_row_q4_0_ref, quantize_row_q4_1_ref, quantize_row_q5_0_ref, quantize_row_q5_1_ref,
         quantize_row_q2_K_ref, quantize_row_q3_K_ref;
+    ggml_to_float_fn dequantize_row_iq4_nl, dequantize_row_iq4_xs;
+    /* what llama-quantize calls for every type (the IQ4 types' _ref is a weaker search) */
+    size_t (*quantize_chunk)(int type, const float *src, void *dst, int64_t start, int64_t nrows, int64_t n_per_row,
+                             const float *imatrix);
     /* scalar formats (ggml_fp16_t and ggml_bf16_t are 16-bit structs/ints: uint16_t in the ABI) */
     void (*fp16_to_fp32_row)(const uint16_t *x, float *y, int64_t n);
     void (*fp32_to_fp16_row)(const float *x, uint16_t *y, int64_t n);
@@ -78,6 +82,9 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
     ORACLE_PAIR(q2_K);
     ORACLE_PAIR(q3_K);
 #undef ORACLE_PAIR
+    ORACLE_SYM(dequantize_row_iq4_nl, "dequantize_row_iq4_nl");
+    ORACLE_SYM(dequantize_row_iq4_xs, "dequantize_row_iq4_xs");
+    ORACLE_SYM(quantize_chunk, "ggml_quantize_chunk");
     ORACLE_SYM(fp16_to_fp32_row, "ggml_fp16_to_fp32_row");
     ORACLE_SYM(fp32_to_fp16_row, "ggml_fp32_to_fp16_row");
     ORACLE_SYM(bf16_to_fp32_row, "ggml_bf16_to_fp32_row");
@@ -104,22 +111,8 @@ static inline ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
     case QTYPE_Q5_1: return g->dequantize_row_q5_1;
     case QTYPE_Q2_K: return g->dequantize_row_q2_K;
     case QTYPE_Q3_K: return g->dequantize_row_q3_K;
-    default: return NULL;
-    }
-}
-
-static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
-    switch (t) {
-    case QTYPE_Q8_0: return g->quantize_row_q8_0_ref;
-    case QTYPE_Q4_K: return g->quantize_row_q4_K_ref;
-    case QTYPE_Q5_K: return g->quantize_row_q5_K_ref;
-    case QTYPE_Q6_K: return g->quantize_row_q6_K_ref;
-    case QTYPE_Q4_0: return g->quantize_row_q4_0_ref;
-    case QTYPE_Q4_1: return g->quantize_row_q4_1_ref;
-    case QTYPE_Q5_0: return g->quantize_row_q5_0_ref;
-    case QTYPE_Q5_1: return g->quantize_row_q5_1_ref;
-    case QTYPE_Q2_K: return g->quantize_row_q2_K_ref;
-    case QTYPE_Q3_K: return g->quantize_row_q3_K_ref;
+    case QTYPE_IQ4_NL: return g->dequantize_row_iq4_nl;
+    case QTYPE_IQ4_XS: return g->dequantize_row_iq4_xs;
     default: return NULL;
     }
 }
@@ -133,4 +126,32 @@ static inline const ggml_oracle *ggml_oracle_get(void) {
     if (state == 0) state = ggml_oracle_load(&o, err, sizeof err) == 0 ? 1 : -1;
     if (state < 0) fail_msg("%s", err);
     return &o;
+}
+
+/* One row through ggml_quantize_chunk (no importance matrix), as llama-quantize quantizes the
+ * IQ4 types: the search their quantize_row_*_ref skips. */
+static inline void oracle_chunk_iq4_nl(const float *src, void *dst, int64_t n) {
+    ggml_oracle_get()->quantize_chunk(QTYPE_IQ4_NL, src, dst, 0, 1, n, NULL);
+}
+static inline void oracle_chunk_iq4_xs(const float *src, void *dst, int64_t n) {
+    ggml_oracle_get()->quantize_chunk(QTYPE_IQ4_XS, src, dst, 0, 1, n, NULL);
+}
+
+/* ggml's quantizer for a block type (NULL for the float types). */
+static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
+    switch (t) {
+    case QTYPE_Q8_0: return g->quantize_row_q8_0_ref;
+    case QTYPE_Q4_K: return g->quantize_row_q4_K_ref;
+    case QTYPE_Q5_K: return g->quantize_row_q5_K_ref;
+    case QTYPE_Q6_K: return g->quantize_row_q6_K_ref;
+    case QTYPE_Q4_0: return g->quantize_row_q4_0_ref;
+    case QTYPE_Q4_1: return g->quantize_row_q4_1_ref;
+    case QTYPE_Q5_0: return g->quantize_row_q5_0_ref;
+    case QTYPE_Q5_1: return g->quantize_row_q5_1_ref;
+    case QTYPE_Q2_K: return g->quantize_row_q2_K_ref;
+    case QTYPE_Q3_K: return g->quantize_row_q3_K_ref;
+    case QTYPE_IQ4_NL: return oracle_chunk_iq4_nl;
+    case QTYPE_IQ4_XS: return oracle_chunk_iq4_xs;
+    default: return NULL;
+    }
 }

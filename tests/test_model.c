@@ -150,7 +150,7 @@ typedef struct edit {
     const char *drop_key;     /* omit this key */
     const char *str_key, *str_val; /* add or replace a string key */
     const char *bad_shape;    /* give this tensor one extra row */
-    const char *iq4_nl_tensor; /* retype this tensor as IQ4_NL (a type cinder does not compute with) */
+    const char *q8_1_tensor;   /* retype this tensor as Q8_1 (ggml's activation type: cinder never computes with it) */
     const char *f32_key; float f32_val; /* add or replace an f32 key */
     const char *u32_key; uint32_t u32_val; /* add or replace a u32 key */
 } edit;
@@ -207,7 +207,7 @@ static char *rewrite(const char *src, const char *dst_name, edit e) {
         int64_t ne[4] = {t->ne[0], t->ne[1], t->ne[2], t->ne[3]};
         enum qtype type = t->type;
         if (e.bad_shape && !strcmp(name, e.bad_shape)) ne[1] += 1;
-        if (e.iq4_nl_tensor && !strcmp(name, e.iq4_nl_tensor)) type = QTYPE_IQ4_NL;
+        if (e.q8_1_tensor && !strcmp(name, e.q8_1_tensor)) type = QTYPE_Q8_1;
         if (!e.drop_tensor || strcmp(name, e.drop_tensor))
             assert_int_equal(gguf_writer_add_tensor(w, name, type, t->n_dims, ne, NULL, copy_bytes, (void *)t), 0);
         free(name);
@@ -234,7 +234,7 @@ static void test_hostile_models(void **state) {
         {"h_no_layers.gguf", {.drop_key = "qwen3moe.block_count"}, "qwen3moe.block_count"},
         {"h_no_experts.gguf", {.drop_key = "qwen3moe.expert_count"}, "qwen3moe.expert_count"},
         {"h_shape.gguf", {.bad_shape = "blk.0.attn_k.weight"}, "blk.0.attn_k.weight' has shape"},
-        {"h_type.gguf", {.iq4_nl_tensor = "blk.0.attn_v.weight"}, "attn_v.weight' has type IQ4_NL, which cinder does not compute with"},
+        {"h_type.gguf", {.q8_1_tensor = "blk.0.attn_v.weight"}, "attn_v.weight' has type Q8_1, which cinder does not compute with"},
         {"h_arch.gguf", {.str_key = "general.architecture", .str_val = "llama"}, "architecture 'llama'"},
         {"h_rope.gguf", {.str_key = "qwen3moe.rope.scaling.type", .str_val = "longrope"},
          "RoPE scaling 'longrope' is not supported (cinder runs none, linear and yarn)"},

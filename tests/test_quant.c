@@ -21,12 +21,12 @@
 #include "runtime/gguf/quant.h"
 #include "tests/ggml_oracle.h"
 
-static const enum qtype supported[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q4_0, QTYPE_Q4_1,
-                                       QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0, QTYPE_Q2_K, QTYPE_Q3_K,
-                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+static const enum qtype supported[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q4_0,   QTYPE_Q4_1,
+                                       QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0, QTYPE_Q2_K,   QTYPE_Q3_K,
+                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
 enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
-static const enum qtype blocked[] = {QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0,
-                                     QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K};
+static const enum qtype blocked[] = {QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,   QTYPE_Q8_0,  QTYPE_Q2_K,
+                                     QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
 enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
 
 static void *xmalloc(size_t n) {
@@ -264,6 +264,58 @@ static void test_exact_grid(void **state) {
     expect_floats(y, x, 512, "Q8_0 exact grid");
 }
 
+/* IQ4_NL and IQ4_XS by hand. The table (ggml's kvalues_iq4nl):
+ *   level  0    1    2   3   4   5   6   7  8  9 10 11 12 13 14  15
+ *   value -127 -104 -83 -65 -49 -35 -22 -10 1 13 25 38 53 69 89 113
+ * IQ4_NL, d = 0.5, qs[i] = i | (15 - i) << 4: weight i < 16 has level i, weight 16 + i level
+ * 15 - i. IQ4_XS, d = -0.25, the same 16 bytes in every sub-block j and ls[j] = 32 + j - 4 (so
+ * the sub-block's scale is d * (j - 4)): ls = 28 29 30 31 32 33 34 35 = 0x1C 0x1D 0x1E 0x1F
+ * 0x20 0x21 0x22 0x23, low nibbles C D E F 0 1 2 3 pack as scales_l = 0xDC 0xFE 0x10 0x32 and
+ * the high 2 bits 1 1 1 1 2 2 2 2 at bits 2j as scales_h = 0b10101010_01010101 = 0xAA55. */
+static void test_hand_iq4(void **state) {
+    (void)state;
+    static const int v[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    block_iq4_nl nl = {.d = 0x3800}; /* 0.5 */
+    for (int i = 0; i < 16; i++) nl.qs[i] = (uint8_t)(i | (15 - i) << 4);
+    float y[256], want[256];
+    for (int i = 0; i < 16; i++) want[i] = 0.5f * (float)v[i], want[16 + i] = 0.5f * (float)v[15 - i];
+    quant_dequantize_row(QTYPE_IQ4_NL, &nl, y, 32);
+    expect_floats(y, want, 32, "IQ4_NL");
+    assert_true(y[0] == -63.5f && y[15] == 56.5f && y[16] == 56.5f);
+    block_iq4_xs xs = {.d = 0xb400, .scales_h = 0xAA55, .scales_l = {0xDC, 0xFE, 0x10, 0x32}}; /* d = -0.25 */
+    for (int j = 0; j < 8; j++) memcpy(xs.qs + 16 * j, nl.qs, 16);
+    for (int j = 0; j < 8; j++)
+        for (int i = 0; i < 32; i++) want[32 * j + i] = -0.25f * (float)(j - 4) * (float)v[i < 16 ? i : 31 - i];
+    quant_dequantize_row(QTYPE_IQ4_XS, &xs, y, 256);
+    expect_floats(y, want, 256, "IQ4_XS");
+    assert_true(y[0] == -127.0f && y[128] == 0.0f && y[255] == -0.25f * 3 * -127.0f);
+}
+
+/* Data on the IQ4 grids (a table value times a step, each block reaching -127) comes back
+ * exactly: the quantizer finds the step and every level. */
+static void test_exact_grid_iq4(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 9);
+    float x[512], y[512];
+    uint8_t buf[512];
+    for (int i = 0; i < 512; i++) x[i] = 0.375f * (float)quant_iq4nl_values[rng_below(&r, 16)];
+    for (int i = 0; i < 512; i += 32) x[i] = 0.375f * -127.0f;
+    quant_quantize_row(QTYPE_IQ4_NL, x, buf, 512);
+    quant_dequantize_row(QTYPE_IQ4_NL, buf, y, 512);
+    expect_floats(y, x, 512, "IQ4_NL exact grid");
+    /* IQ4_XS: sub-block j at step sc[j] / 64, the largest |sc| 32 (so d = 1/64 and the scales are
+     * sc[j], sign and all; a zero scale's sub-block is zeros) */
+    static const int sc[8] = {-32, -20, -7, 0, 3, 11, 25, 31};
+    for (int i = 0; i < 512; i++) {
+        float s = (float)sc[(i / 32) % 8] / 64.0f;
+        x[i] = i % 32 == 0 ? s * -127.0f : s * (float)quant_iq4nl_values[rng_below(&r, 16)];
+    }
+    quant_quantize_row(QTYPE_IQ4_XS, x, buf, 512);
+    quant_dequantize_row(QTYPE_IQ4_XS, buf, y, 512);
+    expect_floats(y, x, 512, "IQ4_XS exact grid");
+}
+
 /* ---- bit-exact against ggml ---- */
 
 /* A random fp16 that is finite (any sign, normal or subnormal). */
@@ -281,7 +333,9 @@ static void random_blocks(enum qtype t, uint8_t *buf, int64_t nblocks, rng *r) {
         uint8_t *p = buf + (size_t)b * bs;
         uint16_t d = rand_finite_half(r), dmin = rand_finite_half(r);
         switch (t) {
-        case QTYPE_Q4_0: case QTYPE_Q5_0: case QTYPE_Q8_0: memcpy(p, &d, 2); break; /* d first */
+        case QTYPE_Q4_0: case QTYPE_Q5_0: case QTYPE_Q8_0: case QTYPE_IQ4_NL: case QTYPE_IQ4_XS:
+            memcpy(p, &d, 2); /* d first */
+            break;
         case QTYPE_Q4_1: case QTYPE_Q5_1: memcpy(p, &d, 2); memcpy(p + 2, &dmin, 2); break; /* d, m */
         case QTYPE_Q2_K: memcpy(&((block_q2_K *)p)->d, &d, 2); memcpy(&((block_q2_K *)p)->dmin, &dmin, 2); break;
         case QTYPE_Q3_K: memcpy(&((block_q3_K *)p)->d, &d, 2); break;
@@ -459,6 +513,8 @@ static double normal_bound(enum qtype t) {
     case QTYPE_Q4_0: return 9.0e-2; /* 8.11e-2 */
     case QTYPE_Q3_K: return 1.6e-1; /* 1.43e-1 */
     case QTYPE_Q2_K: return 2.9e-1; /* 2.63e-1 */
+    case QTYPE_IQ4_NL: return 8.0e-2; /* 7.31e-2 */
+    case QTYPE_IQ4_XS: return 8.0e-2; /* 7.39e-2 */
     default: return 0;
     }
 }
@@ -521,7 +577,10 @@ static void test_degenerate(void **state) {
         quant_quantize_row(t, x, q, N);
         quant_dequantize_row(t, q, y, N);
         assert_true(fabsf(y[77] - 100.0f) < 0.5f);
-        for (int i = 0; i < N; i++) if (i != 77) assert_true(fabsf(y[i]) < 1e-3f);
+        /* the IQ4 table has no zero: the spike's block-mates come back as its step times 1 (under 1) */
+        bool no_zero = t == QTYPE_IQ4_NL || t == QTYPE_IQ4_XS;
+        for (int i = 0; i < N; i++)
+            if (i != 77) assert_true(fabsf(y[i]) < (no_zero && i / 32 == 77 / 32 ? 1.0f : 1e-3f));
         /* huge and tiny magnitudes stay finite in the block formats */
         if (qtype_block_elems(t) > 1) {
             static const float mags[] = {1e-30f, 1e-7f, 1e6f, 1e30f};
@@ -575,6 +634,8 @@ int main(void) {
         cmocka_unit_test(test_hand_q6_K),
         cmocka_unit_test(test_hand_floats),
         cmocka_unit_test(test_exact_grid),
+        cmocka_unit_test(test_hand_iq4),
+        cmocka_unit_test(test_exact_grid_iq4),
         cmocka_unit_test(test_dequant_random_blocks_vs_ggml),
         cmocka_unit_test(test_dequant_halves_vs_ggml),
         cmocka_unit_test(test_round_trip_normal),

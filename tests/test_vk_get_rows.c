@@ -71,10 +71,26 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         {"Q3_K_BYTES", sizeof(block_q3_K)}, {"Q3_K_HMASK", offsetof(block_q3_K, hmask)},
         {"Q3_K_QS", offsetof(block_q3_K, qs)}, {"Q3_K_SCALES", offsetof(block_q3_K, scales)},
         {"Q3_K_D", offsetof(block_q3_K, d)},
+        {"QTYPE_IQ4_NL", QTYPE_IQ4_NL}, {"QTYPE_IQ4_XS", QTYPE_IQ4_XS},
+        {"IQ4_NL_BYTES", sizeof(block_iq4_nl)}, {"IQ4_NL_D", offsetof(block_iq4_nl, d)},
+        {"IQ4_NL_QS", offsetof(block_iq4_nl, qs)},
+        {"IQ4_XS_BYTES", sizeof(block_iq4_xs)}, {"IQ4_XS_D", offsetof(block_iq4_xs, d)},
+        {"IQ4_XS_SCALES_H", offsetof(block_iq4_xs, scales_h)}, {"IQ4_XS_SCALES_L", offsetof(block_iq4_xs, scales_l)},
+        {"IQ4_XS_QS", offsetof(block_iq4_xs, qs)},
     };
     for (size_t i = 0; i < sizeof pins / sizeof *pins; i++)
         if (glsl_const(t, pins[i].name) != pins[i].want)
             fail_msg("%s: GLSL %ld, C %ld", pins[i].name, glsl_const(t, pins[i].name), pins[i].want);
+    /* the IQ4 table, value by value */
+    const char *pat = "const int IQ4NL_VALUES[16] = int[16](", *p = strstr(t, pat);
+    if (!p) fail_msg("quant_blocks.glsl lacks the IQ4NL_VALUES table");
+    p += strlen(pat);
+    for (int i = 0; i < 16; i++) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v != quant_iq4nl_values[i]) fail_msg("IQ4NL_VALUES[%d]: GLSL %ld, C %d", i, v, quant_iq4nl_values[i]);
+        p = end + 1; /* past the comma */
+    }
     free(t);
 }
 
@@ -186,7 +202,9 @@ static void test_every_type_awkward_sizes(void **state) {
         {QTYPE_Q4_1, 32, 5, 6, 33},     {QTYPE_Q5_0, 160, 9, 13, 0},
         {QTYPE_Q5_1, 544, 4, 5, 545},   {QTYPE_Q2_K, 256, 9, 11, 0},
         {QTYPE_Q2_K, 768, 3, 4, 771},   {QTYPE_Q3_K, 512, 6, 8, 0},
-        {QTYPE_Q3_K, 256, 11, 13, 257},
+        {QTYPE_Q3_K, 256, 11, 13, 257}, {QTYPE_IQ4_NL, 96, 7, 9, 0},
+        {QTYPE_IQ4_NL, 544, 4, 5, 545}, {QTYPE_IQ4_XS, 256, 9, 11, 0},
+        {QTYPE_IQ4_XS, 768, 3, 4, 771},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 1 + i, 0);
 }
@@ -206,7 +224,7 @@ static void test_split_table(void **state) {
 static void test_rejects_mismatches(void **state) {
     (void)state;
     cvk_pipeline p;
-    assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_IQ4_XS, 256), -1);
+    assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_1, 32), -1);
     assert_int_equal(cvk_get_rows_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, 64), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);

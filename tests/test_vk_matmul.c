@@ -36,9 +36,9 @@
 #include "shaders/shaders.h"
 #include "tests/vk_fixture.h"
 
-static const enum qtype all_types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,
-                                       QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0,
-                                       QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K};
+static const enum qtype all_types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0,   QTYPE_Q4_K,
+                                       QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1,   QTYPE_Q5_0,
+                                       QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
 
 /* The rows kernel through texel buffers, block types only: the CPU device's tile
  * (cvk_matmul_tile_one_texel: one token, 8 rows per invocation) beside one token of 4 rows and
@@ -199,7 +199,7 @@ static void run_case(const tcase *t, uint64_t seed) {
 
 static uint32_t n_in_for(enum qtype t) { return qtype_block_elems(t) == QK_K ? 2 * QK_K : 5 * 32; }
 
-/* The types added for the small files (Q4_0 .. Q5_1, Q2_K, Q3_K) share the kernels' code
+/* The types added for the small files (Q4_0 .. Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS) share the kernels' code
  * outside their decoders: the biggest cases below run for the first seven only (CI time). */
 static bool decoder_only_type(enum qtype t) { return qtype_block_elems(t) > 1 && !cvk_matmul_texel_type(t); }
 
@@ -891,7 +891,7 @@ static void test_glu(void **state) {
 static void test_rejects_mismatches(void **state) {
     (void)state;
     cvk_pipeline p;
-    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_IQ4_XS, NULL), -1);
+    assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_1, NULL), -1);
     cvk_matmul_tile bad = {.bm = 64, .bn = 64, .bk = 32, .tm = 2, .tn = 4}; /* tm not a multiple of 4 */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     bad = (cvk_matmul_tile){.bm = 68, .bn = 64, .bk = 32, .tm = 8, .tn = 4}; /* bm % tm */

@@ -173,9 +173,9 @@ static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
 
 static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) { free(run_case_y(t, seed, max_part)); }
 
-static const enum qtype all_types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,
-                                       QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0,
-                                       QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K};
+static const enum qtype all_types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0,   QTYPE_Q4_K,
+                                       QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1,   QTYPE_Q5_0,
+                                       QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
 
 static uint32_t awkward_n_in(enum qtype t, uint32_t k) {
     if (qtype_block_elems(t) == QK_K) return 256 * (k % 2 ? 3 : 1);
@@ -310,7 +310,7 @@ static void test_split_weights(void **state) {
 static void test_rejects_mismatches(void **state) {
     (void)state;
     cvk_pipeline p;
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_IQ4_XS, NULL), -1);
+    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_1, NULL), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
                                          &(cvk_matvec_cfg){.wg = 32, .rows = 16, .nvec = 8}), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,

@@ -41,7 +41,8 @@ static void print_config(const model *m) {
 }
 
 static void print_tensors(const model *m) {
-    printf("\n%-32s %-5s %-28s %14s\n", "tensor", "type", "shape", "bytes");
+    /* type names up to 7 characters (IQ2_XXS) */
+    printf("\n%-32s %-7s %-28s %14s\n", "tensor", "type", "shape", "bytes");
     for (uint64_t i = 0; i < m->file->n_tensors; i++) {
         const gguf_tensor *t = &m->file->tensors[i];
         char shape[64] = "";
@@ -49,7 +50,7 @@ static void print_tensors(const model *m) {
             size_t n = strlen(shape);
             snprintf(shape + n, sizeof shape - n, "%s%lld", d ? " x " : "", (long long)t->ne[d]);
         }
-        printf("%-32.*s %-5s %-28s %14llu\n", (int)t->name.len, t->name.ptr, qtype_name(t->type), shape,
+        printf("%-32.*s %-7s %-28s %14llu\n", (int)t->name.len, t->name.ptr, qtype_name(t->type), shape,
                (unsigned long long)t->nbytes);
     }
 }

@@ -116,6 +116,7 @@ bool qtype_supported(enum qtype t) {
     case QTYPE_F32: case QTYPE_F16: case QTYPE_BF16:
     case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: case QTYPE_Q8_0:
     case QTYPE_Q2_K: case QTYPE_Q3_K: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
+    case QTYPE_IQ4_NL: case QTYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -273,6 +274,29 @@ static void dequant_q3_K(const block_q3_K *b, float *y) {
     }
 }
 
+/* ggml's kvalues_iq4nl, in level order (shaders/quant_blocks.glsl holds the same table). */
+const int8_t quant_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+
+/* The 32 weights of one non-linear block of step dl. dl * value is exact (dl has at most 17
+ * significant bits, from IQ4_XS's d * (ls - 32), and a value at most 7), so no weight rounds. */
+static void iq4_block(const uint8_t qs[16], float dl, float *y) {
+    for (int i = 0; i < 32; i++) y[i] = dl * (float)quant_iq4nl_values[(qs[i % 16] >> (4 * (i / 16))) & 0xF];
+}
+
+static void dequant_iq4_nl(const block_iq4_nl *b, float *y) { iq4_block(b->qs, fp16_to_f32(b->d), y); }
+
+/* IQ4_XS's 6-bit scale of sub-block j, less 32. */
+static int iq4_xs_scale(const block_iq4_xs *b, int j) {
+    int lo = (b->scales_l[j / 2] >> (4 * (j % 2))) & 0xF, hi = (b->scales_h >> (2 * j)) & 3;
+    return (lo | hi << 4) - 32;
+}
+
+/* d * (ls - 32) is exact (11 + 6 bits): then as IQ4_NL. */
+static void dequant_iq4_xs(const block_iq4_xs *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int j = 0; j < QK_K / 32; j++) iq4_block(b->qs + 16 * j, d * (float)iq4_xs_scale(b, j), y + 32 * j);
+}
+
 void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) {
     assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
     switch (t) {
@@ -306,6 +330,8 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
     case QTYPE_Q5_1: EACH_BLOCK(dequant_q5_1, block_q5_1, 32);
     case QTYPE_Q2_K: EACH_BLOCK(dequant_q2_K, block_q2_K, QK_K);
     case QTYPE_Q3_K: EACH_BLOCK(dequant_q3_K, block_q3_K, QK_K);
+    case QTYPE_IQ4_NL: EACH_BLOCK(dequant_iq4_nl, block_iq4_nl, 32);
+    case QTYPE_IQ4_XS: EACH_BLOCK(dequant_iq4_xs, block_iq4_xs, QK_K);
 #undef EACH_BLOCK
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) dequant_q8_0((const block_q8_0 *)src + i, dst + i * QK8_0);

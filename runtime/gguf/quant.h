@@ -114,6 +114,31 @@ typedef struct {
 } block_q3_K;
 static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
 
+/* The non-linear 4-bit types: a level q (0..15) stands for kvalues_iq4nl[q], 16 int8 values
+ * spaced more closely near zero (quant.c holds the table in ggml's order).
+ * IQ4_NL: 32 weights, weight i = d * kvalues[level i]; the levels are nibbles as in Q4_0 (i < 16
+ * the low nibble of qs[i], i >= 16 the high nibble of qs[i - 16]). */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[16];
+} block_iq4_nl;
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+
+/* IQ4_XS: 256 weights in 8 sub-blocks of 32, each an IQ4_NL block whose scale is
+ * d * (ls - 32) for a 6-bit ls: its low 4 bits in nibble j % 2 of scales_l[j / 2], its high 2
+ * bits at bits 2j, 2j + 1 of scales_h. Sub-block j's levels are qs[16j .. 16j + 15], nibbles
+ * placed as in IQ4_NL. */
+typedef struct {
+    uint16_t d;
+    uint16_t scales_h;
+    uint8_t scales_l[QK_K / 64];
+    uint8_t qs[QK_K / 2];
+} block_iq4_xs;
+static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
+
+/* The 16 values of the non-linear levels (ggml's kvalues_iq4nl), for the quantizer. */
+extern const int8_t quant_iq4nl_values[16];
+
 /* Q4_K: super-block of 256 = 8 sub-blocks of 32; 6-bit scales and mins packed in 12 bytes;
  * weight = d * sc * q - dmin * m with 4-bit q. */
 typedef struct {
@@ -153,7 +178,7 @@ const char *qtype_removed_name(uint32_t t);
 const char *qtype_supported_names(char *buf, size_t n);
 int qtype_from_name(const char *name, enum qtype *out); /* case-insensitive; 0 or -1 */
 bool qtype_known(uint32_t t);       /* a ggml type whose block size we know */
-bool qtype_supported(enum qtype t); /* one of the seven cinder computes with */
+bool qtype_supported(enum qtype t); /* one of the types cinder computes with */
 int64_t qtype_block_elems(enum qtype t); /* weights per block (1 for float types) */
 size_t qtype_block_bytes(enum qtype t);  /* bytes per block */
 /* Bytes of a row of n elements; 0 when the type is unknown or n is not a multiple of the

@@ -455,6 +455,129 @@ static void quant_q5_1(const float *x, block_q5_1 *b) {
     legacy_pack(u, 5, b->qs, b->qh);
 }
 
+/* ---- quantization: the non-linear 4-bit types (IQ4_NL, IQ4_XS) ----
+ *
+ * A block of 32 is x ≈ s * v[q] with v the 16 table values (quant_iq4nl_values: -127 .. 113,
+ * closer together near zero) and a signed step s (the sign picks which end of the asymmetric
+ * table the larger weights use). iq4_fit sweeps candidate steps that put the largest-magnitude
+ * weight near either end of the table, picks each weight's nearest value, refits s by least
+ * squares and alternates the two. IQ4_NL stores s as fp16; IQ4_XS gives its eight sub-blocks
+ * integer scales in [-32, 31] of a super-block d chosen as Q3_K's is (quant_sym_super). */
+
+/* The midpoints between consecutive table values: the nearest value to a is the number of
+ * midpoints below it (ties to the lower value). Branch-free, so the loops vectorize. */
+static const float iq4_mids[15] = {-115.5f, -93.5f, -74.0f, -57.0f, -42.0f, -28.5f, -16.0f, -4.5f,
+                                   7.0f,    19.0f,  31.5f,  45.5f,  61.0f,  79.0f,  101.0f};
+
+static inline int iq4_index(float a) {
+    int q = 0;
+    for (int k = 0; k < 15; k++) q += a > iq4_mids[k];
+    return q; /* NaN: 0 */
+}
+
+/* Levels of the 32 weights at step s, the least-squares step for those levels (returned) and
+ * the squared error at it (*err). */
+static float iq4_round_and_refit(const float *x, float sxx, float s, float *err) {
+    float is = s != 0 ? 1.0f / s : 0.0f;
+    int v[32], svv = 0;
+    for (int i = 0; i < 32; i++) v[i] = quant_iq4nl_values[iq4_index(x[i] * is)];
+    for (int i = 0; i < 32; i++) svv += v[i] * v[i];
+    float sxv4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 32; i += 4)
+        for (int k = 0; k < 4; k++) sxv4[k] += x[i + k] * (float)v[i + k];
+    float sxv = (sxv4[0] + sxv4[1]) + (sxv4[2] + sxv4[3]);
+    float fs = svv > 0 ? sxv / (float)svv : 0.0f;
+    *err = sxx - fs * sxv; /* sum (x - fs*v)^2 at the optimum */
+    return fs;
+}
+
+static float iq4_fit(const float *x) {
+    float amax = 0, vmax = 0, sxx = 0;
+    for (int i = 0; i < 32; i++) {
+        sxx += x[i] * x[i];
+        if (fabsf(x[i]) > amax) {
+            amax = fabsf(x[i]);
+            vmax = x[i];
+        }
+    }
+    if (!(amax > 0)) return 0;
+    float best_err = INFINITY, best_s = 0, err;
+    /* candidate steps: the largest weight at value t(1 + k/32), t either end of the table;
+     * beyond the end it clips, and the refit widens the step */
+    static const float ends[2] = {-127.0f, 113.0f};
+    for (int e = 0; e < 2; e++)
+        for (int k = -10; k <= 10; k++) {
+            float s = iq4_round_and_refit(x, sxx, vmax / (ends[e] * (1.0f + (float)k / 32.0f)), &err);
+            if (err < best_err) { best_err = err; best_s = s; }
+        }
+    for (int it = 0; it < 4; it++) {
+        float s = iq4_round_and_refit(x, sxx, best_s, &err);
+        if (!(err < best_err)) break;
+        best_err = err;
+        best_s = s;
+    }
+    return best_s;
+}
+
+/* Levels and squared error of a block of 32 at the stored step dl (the dequantizer's). */
+static float iq4_levels_at(const float *x, float dl, uint8_t q[32]) {
+    float idl = dl != 0 ? 1.0f / dl : 0.0f;
+    for (int i = 0; i < 32; i++) q[i] = (uint8_t)iq4_index(x[i] * idl);
+    float e4[4] = {0, 0, 0, 0};
+    for (int i = 0; i < 32; i += 4)
+        for (int k = 0; k < 4; k++) {
+            float r = dl * (float)quant_iq4nl_values[q[i + k]] - x[i + k];
+            e4[k] += r * r;
+        }
+    return (e4[0] + e4[1]) + (e4[2] + e4[3]);
+}
+
+/* Levels of a block into 16 bytes: weight i < 16 the low nibble of qs[i], i >= 16 the high. */
+static void iq4_pack(const uint8_t q[32], uint8_t qs[16]) {
+    for (int i = 0; i < 16; i++) qs[i] = (uint8_t)(q[i] | q[i + 16] << 4);
+}
+
+static void quant_iq4_nl(const float *x, block_iq4_nl *b) {
+    uint8_t q[32];
+    b->d = fp16_scale(iq4_fit(x));
+    iq4_levels_at(x, fp16_to_f32(b->d), q);
+    iq4_pack(q, b->qs);
+}
+
+/* IQ4_XS: d carries the sign and size that give the sub-block of largest |s| the scale -32;
+ * each sub-block takes the nearest integer scale or a neighbour, whichever re-rounds with the
+ * least error (with the dequantizer's step d * sc). */
+static void quant_iq4_xs(const float *x, block_iq4_xs *b) {
+    float s[8], smax = 0;
+    for (int j = 0; j < 8; j++) {
+        s[j] = iq4_fit(x + 32 * j);
+        if (fabsf(s[j]) > fabsf(smax)) smax = s[j];
+    }
+    b->d = fp16_scale(fabsf(smax) / 32.0f);
+    if (smax > 0) b->d |= 0x8000;
+    float d = fp16_to_f32(b->d), id = d != 0 ? 1.0f / d : 0.0f;
+    b->scales_h = 0;
+    memset(b->scales_l, 0, sizeof b->scales_l);
+    for (int j = 0; j < 8; j++) {
+        uint8_t q[32], best_q[32] = {0};
+        int sc0 = level(s[j] * id, -32, 31), sc = 0;
+        float best = INFINITY;
+        for (int c = sc0 - 1; c <= sc0 + 1; c++) {
+            if (c < -32 || c > 31) continue;
+            float e = iq4_levels_at(x + 32 * j, d * (float)c, q);
+            if (e < best) {
+                best = e;
+                sc = c;
+                memcpy(best_q, q, 32);
+            }
+        }
+        int u = sc + 32; /* 0..63; a non-finite input leaves 0 + 32 and levels 0: valid */
+        b->scales_l[j / 2] |= (uint8_t)((u & 0xF) << (4 * (j % 2)));
+        b->scales_h |= (uint16_t)((u >> 4) << (2 * j));
+        iq4_pack(best_q, b->qs + 16 * j);
+    }
+}
+
 void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
     switch (t) {
@@ -486,6 +609,8 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     case QTYPE_Q5_1: EACH_BLOCK(quant_q5_1, block_q5_1, 32);
     case QTYPE_Q2_K: EACH_BLOCK(quant_q2_K, block_q2_K, QK_K);
     case QTYPE_Q3_K: EACH_BLOCK(quant_q3_K, block_q3_K, QK_K);
+    case QTYPE_IQ4_NL: EACH_BLOCK(quant_iq4_nl, block_iq4_nl, 32);
+    case QTYPE_IQ4_XS: EACH_BLOCK(quant_iq4_xs, block_iq4_xs, QK_K);
 #undef EACH_BLOCK
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) quant_q8_0(src + i * QK8_0, (block_q8_0 *)dst + i);

