@@ -1461,6 +1461,20 @@ static void dump_node(const radix_tree *t, FILE *f, const radix_node *x, uint32_
 }
 
 /* Depth first from each root along the child lists; allocates nothing. */
+/* The node after x in a pre-order walk of root's subtree (parents first, then the kids, then
+ * the next sibling of the nearest ancestor that has one), NULL at the end; *depth follows. */
+static const radix_node *next_preorder(const radix_node *root, const radix_node *x, uint32_t *depth) {
+    if (x->kids) {
+        ++*depth;
+        return x->kids;
+    }
+    while (x != root && !x->next_sib) {
+        x = x->parent;
+        --*depth;
+    }
+    return x == root ? NULL : x->next_sib;
+}
+
 void radix_dump(const radix_tree *t, void *file) {
     FILE *f = file;
     fprintf(f,
@@ -1471,22 +1485,9 @@ void radix_dump(const radix_tree *t, void *file) {
             (unsigned long long)t->stats.pinned_host_slots, (unsigned long long)t->stats.bytes,
             (unsigned long long)t->clock);
     for (uint32_t r = 0; r < t->n_roots; r++) {
-        const radix_node *root = t->roots[r], *x = root;
+        const radix_node *root = t->roots[r];
         uint32_t depth = 0;
-        for (;;) {
-            dump_node(t, f, x, depth);
-            if (x->kids) {
-                x = x->kids;
-                depth++;
-                continue;
-            }
-            while (x != root && !x->next_sib) {
-                x = x->parent;
-                depth--;
-            }
-            if (x == root) break;
-            x = x->next_sib;
-        }
+        for (const radix_node *x = root; x; x = next_preorder(root, x, &depth)) dump_node(t, f, x, depth);
     }
 }
 
@@ -1495,21 +1496,8 @@ void radix_walk(const radix_tree *t, void (*fn)(void *ctx, const radix_walk_node
         const radix_node *root = t->roots[r], *x = root;
         const uint8_t *ns = ((const radix_root *)root)->ns;
         uint32_t depth = 0;
-        for (;;) { /* the walk of radix_dump: down first, then the next sibling of the nearest ancestor */
-            if (x != root)
-                fn(ctx, &(radix_walk_node){.ns = ns, .depth = depth, .tokens = x->tok, .n_pages = x->n_pages,
-                                           .tail = x->tail, .on_gpu = x->on_gpu});
-            if (x->kids) {
-                x = x->kids;
-                depth++;
-                continue;
-            }
-            while (x != root && !x->next_sib) {
-                x = x->parent;
-                depth--;
-            }
-            if (x == root) break;
-            x = x->next_sib;
-        }
+        for (x = next_preorder(root, x, &depth); x; x = next_preorder(root, x, &depth))
+            fn(ctx, &(radix_walk_node){.ns = ns, .depth = depth, .tokens = x->tok, .n_pages = x->n_pages,
+                                       .tail = x->tail, .on_gpu = x->on_gpu});
     }
 }
