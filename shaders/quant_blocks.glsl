@@ -99,6 +99,14 @@ const uint Q6_K_D = 208;
 // runtime/gguf/quant.c's quant_iq4nl_values; tests/test_vk_get_rows.c checks the two agree).
 // Constant data: the compilers keep it in a read-only constant segment, or in registers.
 const int IQ4NL_VALUES[16] = int[16](-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+// IQ4NL_VALUES[q] as a chain of selects over constant indices: an array indexed by a per-lane
+// value is a per-lane load on llvmpipe (a loop over the lanes), which made every IQ4 weight cost
+// as much as a storage-buffer load there; ALU selects are cheap on every device.
+int qb_iq4nl_value(uint q) {
+    int v = IQ4NL_VALUES[0];
+    for (uint i = 1u; i < 16u; i++) v = q == i ? IQ4NL_VALUES[i] : v;
+    return v;
+}
 // block_iq4_nl { u16 d; u8 qs[16]; }: weight i < 16 in the low nibble of qs[i], i >= 16 in the
 // high nibble of qs[i - 16] (as Q4_0); d * IQ4NL_VALUES[q]
 const uint IQ4_NL_BYTES = 18;
@@ -234,7 +242,7 @@ float qb_q3_K(uint row, uint e) {
 float qb_iq4_nl(uint row, uint e) {
     uint b = row + (e / 32u) * IQ4_NL_BYTES, i = e % 32u;
     uint q = (qb_byte(b + IQ4_NL_QS + i % 16u) >> (4u * (i / 16u))) & 15u;
-    return qb_half(b + IQ4_NL_D) * float(IQ4NL_VALUES[q]);
+    return qb_half(b + IQ4_NL_D) * float(qb_iq4nl_value(q));
 }
 
 // IQ4_XS: (d * (ls - 32)) * value, both products exact (at most 11 + 6 + 7 bits): no rounding.
@@ -243,7 +251,7 @@ float qb_iq4_xs(uint row, uint e) {
     uint sl = uint(qb_u16[(b + IQ4_XS_SCALES_L) >> 1]) | (uint(qb_u16[(b + IQ4_XS_SCALES_L + 2u) >> 1]) << 16);
     float dl = qb_half(b + IQ4_XS_D) * float(qb_iq4_xs_scale(uint(qb_u16[(b + IQ4_XS_SCALES_H) >> 1]), sl, j));
     uint q = (qb_byte(b + IQ4_XS_QS + 16u * j + l % 16u) >> (4u * (l / 16u))) & 15u;
-    return dl * float(IQ4NL_VALUES[q]);
+    return dl * float(qb_iq4nl_value(q));
 }
 
 // Element e of the row at byte offset `row`, stored as `type`.
@@ -347,7 +355,7 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
             qs = uvec2(qb_u32[qo], qb_u32[qo + 1u]);
             dl = unpackHalf2x16(hd).x * float(qb_iq4_xs_scale(hd >> 16, qb_u32[w0 + 1u], j)); // as qb_iq4_xs
         }
-        for (uint r = 0; r < 8u; r++) w[r] = dl * float(IQ4NL_VALUES[(qb_byte8(qs, r) >> sh) & 15u]);
+        for (uint r = 0; r < 8u; r++) w[r] = dl * float(qb_iq4nl_value((qb_byte8(qs, r) >> sh) & 15u));
     } else {
         for (uint r = 0; r < 8u; r++) w[r] = qb_dequant(type, row, k0 + r);
     }

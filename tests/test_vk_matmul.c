@@ -54,7 +54,10 @@ static const enum qtype all_types[] = {
     QTYPE_F32, QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q5_0, QTYPE_Q3_K, QTYPE_IQ4_XS};
 #else
     QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,   QTYPE_Q5_K,  QTYPE_Q6_K, QTYPE_Q4_0,
-    QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
+    QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_XS};
+/* IQ4_NL is IQ4_XS's 32-weight block with its own scale: one qb_decode8 branch, the same table;
+ * it runs here in test_every_type_awkward_sizes only (CI time), bit-exact in test_vk_get_rows,
+ * against the CPU reference in test_vk_matvec and the mix-lowbit model's head. */
 #endif
 
 /* The rows kernel through texel buffers, block types only: the CPU device's tile
@@ -225,12 +228,14 @@ static void test_every_type_awkward_sizes(void **state) {
     (void)state;
     const uint32_t Ts[] = {1, 5, 33, 130}, rows[] = {1, 17, 200};
     uint64_t seed = 1;
-    for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++)
-        for (size_t i = 0; i < (decoder_only_type(all_types[ti]) ? 3u : 4u); i++)
+    for (size_t ti = 0; ti <= sizeof all_types / sizeof *all_types; ti++) { /* and IQ4_NL */
+        enum qtype ty = ti < sizeof all_types / sizeof *all_types ? all_types[ti] : QTYPE_IQ4_NL;
+        for (size_t i = 0; i < (decoder_only_type(ty) ? 3u : 4u); i++)
             for (size_t j = 0; j < 3; j++) {
-                tcase t = {.type = all_types[ti], .T = Ts[i], .n_rows = rows[j], .n_in = n_in_for(all_types[ti])};
+                tcase t = {.type = ty, .T = Ts[i], .n_rows = rows[j], .n_in = n_in_for(ty)};
                 run_case(&t, seed++);
             }
+    }
 }
 
 /* Gather, scatter and both, from the middle slice of three experts. The lists do not depend on
@@ -1114,7 +1119,8 @@ static void bench_kernels(void **state) {
         {.bm = 64, .bn = 4, .rows = true}, {.bm = 64, .bn = 8, .rows = true},
         {.bm = 64, .bn = 16, .rows = true}, {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
         {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default,
-        texel_one4, cvk_matmul_tile_one_texel, texel_rows};
+        texel_one4, cvk_matmul_tile_one_texel, texel_rows,
+        {.bm = 4, .bn = 1, .kl = 8, .rows = true}, {.bm = 8, .bn = 4, .kl = 4, .rows = true}}; /* a GPU's split k */
     const uint32_t Ts[] = {1, 8, 32, 128};
     /* CINDER_MATMUL_BENCH_ROWS="bm,bn,tm;...": these texel rows kernels instead */
     cvk_matmul_tile own[16];
