@@ -2,7 +2,7 @@
 # Runs every test: set-up, a release build and an AddressSanitizer+UBSan build, the whole
 # ctest suite in both (the llama.cpp conformance test, the whole-model GPU test, the server load
 # and the prefix scenarios once, in release), and a short run of every fuzz target
-# (scripts/fuzz.sh); with CINDER_COVERAGE=1, line coverage per directory after them
+# (scripts/fuzz.sh, first); with CINDER_COVERAGE=1, line coverage per directory after them
 # (scripts/coverage.sh). Exits non-zero on any failure. The release run has the Vulkan validation
 # layer on and required (tests/CMakeLists.txt): a missing layer or any validation message fails
 # the Vulkan tests. Skipped tests are counted apart in the closing line.
@@ -15,6 +15,10 @@ bash "$root/scripts/setup.sh"
 
 echo "== release build"
 bash "$root/scripts/build.sh" release
+# The fuzz targets first: they compile sources apart from the libraries (tests/fuzz/CMakeLists.txt),
+# and a list gone stale fails here in the first minutes rather than after the suites.
+echo "== fuzz (GGUF reader ${CINDER_FUZZ_SECONDS:-60} s, beside requests, JSON prefixes, traces, KV chunks and model loading a fifth of it each)"
+bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"
 echo "== tests (release)"
 ctest --test-dir "$root/build" --output-on-failure -j "$jobs" --output-junit "$root/build/junit.xml" | tee -a "$log"
 
@@ -49,8 +53,6 @@ asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|ggu
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   --output-junit "$root/build-asan/junit.xml" -E "$asan_excluded" | tee -a "$log"
 
-echo "== fuzz (GGUF reader ${CINDER_FUZZ_SECONDS:-60} s, beside requests, JSON prefixes, traces, KV chunks and model loading a fifth of it each)"
-bash "$root/scripts/fuzz.sh" "${CINDER_FUZZ_SECONDS:-60}"
 
 # Line coverage per directory, when asked (CINDER_COVERAGE=1): a third, instrumented build and
 # run of the suite (scripts/coverage.sh; about as long as the release run, so not in CI's default

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -393,6 +394,59 @@ static void test_pipeline_interface_checks(void **state) {
     caps->max_wg_invocations = saved;
 }
 
+/* A pipeline is compiled once per device: the same description again shares the first's
+ * VkPipeline; other specialization constants are another; destroying a shared one leaves the
+ * others working (the validation layer fails a use of a destroyed handle), and a failed
+ * creation keeps nothing. */
+static void test_pipelines_compiled_once(void **state) {
+    (void)state;
+    size_t n0 = cvk_pipeline_memo_count(&vk->dev);
+    cvk_pipeline a, b, c;
+    assert_int_equal(cvk_rmsnorm_pipeline(&a, &vk->dev, VK_NULL_HANDLE, 32), 0);
+    assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 1);
+    assert_int_equal(cvk_rmsnorm_pipeline(&b, &vk->dev, VK_NULL_HANDLE, 32), 0);
+    assert_true(a.pipe == b.pipe && a.layout == b.layout);
+    assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 1);
+    assert_int_equal(cvk_rmsnorm_pipeline(&c, &vk->dev, VK_NULL_HANDLE, 16), 0);
+    assert_true(c.pipe != a.pipe);
+    assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 2);
+    cvk_pipeline_destroy(&vk->dev, &a);
+    assert_null(a.pipe);
+    float x[48], w[16], y[48];
+    for (int i = 0; i < 48; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 16; i++) w[i] = 1.0f;
+    cvk_buffer bx, bw, by;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, sizeof x, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, sizeof w, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, sizeof y, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    cvk_rmsnorm_args ra = {.x = cvk_view_whole(&bx), .w = cvk_view_whole(&bw), .y = cvk_view_whole(&by),
+                           .n = 16, .rows = 3, .eps = 1e-6f};
+    assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+    assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &b, &ra), 0); /* b: shared with a, which is gone */
+    cvk_barrier_device_to_host(vk->cmd.cb);
+    assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), y), 0);
+    for (int r = 0; r < 3; r++) {
+        double ss = 0;
+        for (int i = 0; i < 16; i++) ss += (double)x[16 * r + i] * x[16 * r + i];
+        for (int i = 0; i < 16; i++) assert_true(fabs(y[16 * r + i] - x[16 * r + i] / sqrt(ss / 16 + 1e-6)) < 1e-5);
+    }
+    assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+    cvk_pipeline_destroy(&vk->dev, &b);
+    cvk_pipeline_destroy(&vk->dev, &c);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &by);
+    uint32_t spec = 64; /* refused by the interface check: nothing kept */
+    cvk_pipeline_desc d = {.name = "rmsnorm", .spv = cinder_spv_rmsnorm, .spv_size = cinder_spv_rmsnorm_size,
+                           .n_bindings = 2, .push_size = sizeof(cvk_rmsnorm_push), .spec = &spec, .n_spec = 1};
+    assert_int_equal(cvk_pipeline_create(&a, &vk->dev, VK_NULL_HANDLE, &d), -1);
+    assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 2);
+}
+
 /* --- pipeline cache on disk --- */
 
 static void write_bytes(const char *path, const void *p, size_t n) {
@@ -552,6 +606,7 @@ int main(void) {
         cmocka_unit_test(test_suballocation),
         cmocka_unit_test(test_abandoned_recording),
         cmocka_unit_test(test_pipeline_interface_checks),
+        cmocka_unit_test(test_pipelines_compiled_once),
         cmocka_unit_test(test_pipeline_cache_round_trip),
         cmocka_unit_test(test_timestamps_increase),
     };

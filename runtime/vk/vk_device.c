@@ -7,6 +7,7 @@
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_check.h"
 #include "runtime/vk/vk_instance.h"
+#include "runtime/vk/vk_pipeline.h"
 #include "runtime/vk/vk_shader_stats.h"
 
 /* The feature structs we enable, chained as the effective API version allows. */
@@ -148,6 +149,7 @@ void cvk_device_free(cvk_device *d) {
         if (!d->compile_only) vkDeviceWaitIdle(d->dev); /* nothing ran on a compile-only one (a null device crashes here) */
         if (d->copies.sem) vkDestroySemaphore(d->dev, d->copies.sem, NULL);
         if (d->compute.sem) vkDestroySemaphore(d->dev, d->compute.sem, NULL);
+        cvk_pipeline_memo_free(d);
         vkDestroyDevice(d->dev, NULL);
     }
     if (d->shader_log) cvk_shader_log_free(d->shader_log);

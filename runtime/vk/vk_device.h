@@ -118,6 +118,7 @@ typedef struct cvk_device {
     bool compile_only;
     bool pipeline_stats;         /* VK_KHR_pipeline_executable_properties enabled */
     struct cvk_shader_log *shader_log; /* every pipeline created, with its statistics (compile only) */
+    struct cvk_pipeline_memo *pipelines; /* compiled pipelines, each made once (vk_pipeline.h) */
 } cvk_device;
 
 /* Chooses a device (index < 0: CINDER_DEVICE, then the rules above) and creates it.

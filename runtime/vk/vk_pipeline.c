@@ -1,6 +1,9 @@
 #include "runtime/vk/vk_pipeline.h"
 
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <xxhash.h>
 
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_check.h"
@@ -76,6 +79,108 @@ static int create_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
     return rc;
 }
 
+/* --- the device's compiled pipelines --- */
+
+typedef struct memo_key { /* no padding: compared with memcmp */
+    uint64_t spv_hash, spv_size;
+    uint32_t n_bindings, texel_bindings, push_size, n_spec, subgroup_size, full_subgroups;
+    uint32_t spec[CVK_MAX_SPEC];
+} memo_key;
+
+typedef struct memo_entry {
+    memo_key key;
+    VkPipeline pipe;
+    VkPipelineLayout layout;
+    VkDescriptorSetLayout dsl;
+    uint32_t subgroup_size; /* the required size in force */
+} memo_entry;
+
+typedef struct cvk_pipeline_memo {
+    pthread_mutex_t lock;
+    memo_entry *e;
+    size_t n, cap;
+} cvk_pipeline_memo;
+
+static pthread_mutex_t memo_create_lock = PTHREAD_MUTEX_INITIALIZER; /* making a device's memo */
+
+static void key_of(memo_key *k, const cvk_pipeline_desc *desc) {
+    memset(k, 0, sizeof *k);
+    k->spv_hash = XXH64(desc->spv, desc->spv_size, 0);
+    k->spv_size = desc->spv_size;
+    k->n_bindings = desc->n_bindings, k->texel_bindings = desc->texel_bindings, k->push_size = desc->push_size;
+    k->n_spec = desc->n_spec, k->subgroup_size = desc->subgroup_size, k->full_subgroups = desc->full_subgroups;
+    if (desc->n_spec) memcpy(k->spec, desc->spec, desc->n_spec * sizeof *desc->spec);
+}
+
+static cvk_pipeline_memo *memo_of(cvk_device *d) {
+    pthread_mutex_lock(&memo_create_lock);
+    if (!d->pipelines && (d->pipelines = calloc(1, sizeof *d->pipelines)))
+        pthread_mutex_init(&d->pipelines->lock, NULL);
+    pthread_mutex_unlock(&memo_create_lock);
+    return d->pipelines;
+}
+
+_Static_assert(sizeof(memo_key) == 16 + 24 + 4 * CVK_MAX_SPEC, "memo_key has padding");
+
+/* The memo's copy of the pipeline with this key into p; false when there is none. */
+static bool memo_find(cvk_pipeline_memo *m, const memo_key *k, cvk_pipeline *p) {
+    bool found = false;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->n && !found; i++)
+        if (!memcmp(&m->e[i].key, k, sizeof *k)) {
+            p->pipe = m->e[i].pipe, p->layout = m->e[i].layout, p->dsl = m->e[i].dsl;
+            p->subgroup_size = m->e[i].subgroup_size;
+            found = true;
+        }
+    pthread_mutex_unlock(&m->lock);
+    return found;
+}
+
+/* Keeps p's objects under k; false (p stays its owner's) when there is no memory for it. */
+static bool memo_add(cvk_pipeline_memo *m, const memo_key *k, const cvk_pipeline *p) {
+    bool added = false;
+    pthread_mutex_lock(&m->lock);
+    if (m->n == m->cap) {
+        size_t cap = m->cap ? 2 * m->cap : 64;
+        memo_entry *e = realloc(m->e, cap * sizeof *e);
+        if (e) m->e = e, m->cap = cap;
+    }
+    if (m->n < m->cap) {
+        m->e[m->n++] = (memo_entry){.key = *k, .pipe = p->pipe, .layout = p->layout, .dsl = p->dsl,
+                                    .subgroup_size = p->subgroup_size};
+        added = true;
+    }
+    pthread_mutex_unlock(&m->lock);
+    return added;
+}
+
+static bool memo_holds(cvk_pipeline_memo *m, VkPipeline pipe) {
+    bool held = false;
+    if (!m || !pipe) return false;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->n && !held; i++) held = m->e[i].pipe == pipe;
+    pthread_mutex_unlock(&m->lock);
+    return held;
+}
+
+static void destroy_objects(cvk_device *d, VkPipeline pipe, VkPipelineLayout layout, VkDescriptorSetLayout dsl) {
+    if (pipe) vkDestroyPipeline(d->dev, pipe, NULL);
+    if (layout) vkDestroyPipelineLayout(d->dev, layout, NULL);
+    if (dsl) vkDestroyDescriptorSetLayout(d->dev, dsl, NULL);
+}
+
+void cvk_pipeline_memo_free(cvk_device *d) {
+    cvk_pipeline_memo *m = d->pipelines;
+    if (!m) return;
+    for (size_t i = 0; i < m->n; i++) destroy_objects(d, m->e[i].pipe, m->e[i].layout, m->e[i].dsl);
+    pthread_mutex_destroy(&m->lock);
+    free(m->e);
+    free(m);
+    d->pipelines = NULL;
+}
+
+size_t cvk_pipeline_memo_count(const cvk_device *d) { return d->pipelines ? d->pipelines->n : 0; }
+
 int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc) {
     memset(p, 0, sizeof *p);
     const char *name = desc->name ? desc->name : "?";
@@ -90,18 +195,23 @@ int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, c
     p->push_size = desc->push_size;
     p->n_spec = desc->n_spec;
     if (desc->n_spec) memcpy(p->spec, desc->spec, desc->n_spec * sizeof *desc->spec);
+    cvk_pipeline_memo *m = d->pipeline_stats ? NULL : memo_of(d); /* statistics: each compiled afresh */
+    memo_key key;
+    if (m) {
+        key_of(&key, desc);
+        if (memo_find(m, &key, p)) return 0;
+    }
     if (check_interface(desc) || create_layouts(p, d, desc) || create_pipeline(p, d, cache, desc) ||
         (d->shader_log && d->pipeline_stats && cvk_shader_log_add(d->shader_log, d, p))) {
         cd_fail_ctx("pipeline %s: ", name);
         cvk_pipeline_destroy(d, p);
         return -1;
     }
+    if (m) memo_add(m, &key, p); /* no memory to keep it: p stays its own, destroyed by its owner */
     return 0;
 }
 
 void cvk_pipeline_destroy(cvk_device *d, cvk_pipeline *p) {
-    if (p->pipe) vkDestroyPipeline(d->dev, p->pipe, NULL);
-    if (p->layout) vkDestroyPipelineLayout(d->dev, p->layout, NULL);
-    if (p->dsl) vkDestroyDescriptorSetLayout(d->dev, p->dsl, NULL);
+    if (!memo_holds(d->pipelines, p->pipe)) destroy_objects(d, p->pipe, p->layout, p->dsl);
     memset(p, 0, sizeof *p);
 }
