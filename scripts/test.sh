@@ -53,7 +53,6 @@ asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|ggu
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   --output-junit "$root/build-asan/junit.xml" -E "$asan_excluded" | tee -a "$log"
 
-
 # Line coverage per directory, when asked (CINDER_COVERAGE=1): a third, instrumented build and
 # run of the suite (scripts/coverage.sh; about as long as the release run, so not in CI's default
 # run). Its table goes to the log; record it in docs/RELIABILITY.md.

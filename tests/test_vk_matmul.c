@@ -322,9 +322,6 @@ typedef struct gcase {
     const uint32_t *counts;       /* dist 3: 8 counts */
 } gcase;
 
-/* Routes T tokens to k distinct experts each (some pairs dropped as -1), groups the pairs on
- * the host (counting sort by expert, then pair index), runs one grouped call and checks
- * every written row against the double product and every other row for the NaN fill. */
 /* The last grouped case's weights, quantized and dequantized, kept for the next case of the same
  * seed and shape (every tiling of test_grouped_items runs one case's weights): quantizing them
  * again cost a quarter of that test. */
@@ -359,6 +356,9 @@ static void make_grouped_weights(const gcase *g, uint64_t seed) {
     free(row);
 }
 
+/* Routes T tokens to k distinct experts each (some pairs dropped as -1), groups the pairs on
+ * the host (counting sort by expert, then pair index), runs one grouped call and checks
+ * every written row against the double product and every other row for the NaN fill. */
 static float *run_grouped(const gcase *g, uint64_t seed) {
     rng r;
     rng_seed(&r, seed);

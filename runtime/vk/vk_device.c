@@ -131,10 +131,12 @@ int cvk_device_open(cvk_device *d, int index, uint32_t flags) {
     d->dedicated_transfer = d->info.transfer_family != UINT32_MAX;
     if (d->dedicated_transfer) d->transfer_family = d->info.transfer_family;
     if (create_device(d)) goto fail;
+    if (!d->pipeline_stats && cvk_pipeline_memo_init(d)) goto fail;
     return 0;
 fail:
-    if (d->dev) { /* a semaphore could not be made */
+    if (d->dev) { /* a semaphore or the pipeline keeper could not be made */
         if (d->copies.sem) vkDestroySemaphore(d->dev, d->copies.sem, NULL);
+        if (d->compute.sem) vkDestroySemaphore(d->dev, d->compute.sem, NULL);
         vkDestroyDevice(d->dev, NULL);
     }
     free(d->shader_log);

@@ -101,8 +101,6 @@ typedef struct cvk_pipeline_memo {
     size_t n, cap;
 } cvk_pipeline_memo;
 
-static pthread_mutex_t memo_create_lock = PTHREAD_MUTEX_INITIALIZER; /* making a device's memo */
-
 static void key_of(memo_key *k, const cvk_pipeline_desc *desc) {
     memset(k, 0, sizeof *k);
     k->spv_hash = XXH64(desc->spv, desc->spv_size, 0);
@@ -112,12 +110,11 @@ static void key_of(memo_key *k, const cvk_pipeline_desc *desc) {
     if (desc->n_spec) memcpy(k->spec, desc->spec, desc->n_spec * sizeof *desc->spec);
 }
 
-static cvk_pipeline_memo *memo_of(cvk_device *d) {
-    pthread_mutex_lock(&memo_create_lock);
-    if (!d->pipelines && (d->pipelines = calloc(1, sizeof *d->pipelines)))
-        pthread_mutex_init(&d->pipelines->lock, NULL);
-    pthread_mutex_unlock(&memo_create_lock);
-    return d->pipelines;
+int cvk_pipeline_memo_init(cvk_device *d) {
+    d->pipelines = calloc(1, sizeof *d->pipelines);
+    if (!d->pipelines) return cd_fail("out of memory");
+    pthread_mutex_init(&d->pipelines->lock, NULL);
+    return 0;
 }
 
 _Static_assert(sizeof(memo_key) == 16 + 24 + 4 * CVK_MAX_SPEC, "memo_key has padding");
@@ -195,7 +192,7 @@ int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, c
     p->push_size = desc->push_size;
     p->n_spec = desc->n_spec;
     if (desc->n_spec) memcpy(p->spec, desc->spec, desc->n_spec * sizeof *desc->spec);
-    cvk_pipeline_memo *m = d->pipeline_stats ? NULL : memo_of(d); /* statistics: each compiled afresh */
+    cvk_pipeline_memo *m = d->pipelines; /* none with statistics: each compiled afresh */
     memo_key key;
     if (m) {
         key_of(&key, desc);

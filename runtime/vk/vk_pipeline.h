@@ -15,9 +15,10 @@
  * Each distinct pipeline (the same SPIR-V bytes, specialization constants, bindings, push size
  * and subgroup request) is compiled once per device: a second cvk_pipeline_create of it shares
  * the first's VkPipeline and layouts, and cvk_pipeline_destroy of a shared one only forgets it;
- * the device keeps them to cvk_device_free. An engine made again on the same device (tests, a
- * bench over several configurations) compiles nothing; on lavapipe each compile is LLVM's and
- * costs tenths of a second to seconds. A device capturing compiler statistics (pipeline_stats:
+ * the device keeps them to cvk_device_free. A model or kernel made again on the same device (the
+ * test fixtures' gpu_model, every test_vk_* case) compiles nothing; on lavapipe each compile is
+ * LLVM's and costs tenths of a second to seconds. An engine makes its own device, so engines do
+ * not share. A device capturing compiler statistics (pipeline_stats:
  * cinder profile --shaders) compiles every pipeline afresh, as its log needs. */
 #pragma once
 #include <stdbool.h>
@@ -56,7 +57,9 @@ typedef struct cvk_pipeline {
 /* cache may be VK_NULL_HANDLE. */
 int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc);
 void cvk_pipeline_destroy(cvk_device *d, cvk_pipeline *p); /* zeroed pipelines are fine */
-/* Destroys the device's compiled pipelines (cvk_device_free, before the VkDevice goes). */
+/* The device's keeper of compiled pipelines (cvk_device_open; not on a device capturing
+ * statistics), and its end (cvk_device_free, before the VkDevice goes). */
+int cvk_pipeline_memo_init(cvk_device *d);
 void cvk_pipeline_memo_free(cvk_device *d);
 /* How many distinct pipelines the device holds (tests). */
 size_t cvk_pipeline_memo_count(const cvk_device *d);
