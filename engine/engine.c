@@ -29,6 +29,21 @@ static int alloc_scheduler(engine *e, const engine_opts *o) {
     return 0;
 }
 
+static int open_device(engine *e, cvk_ctx *borrowed) {
+    if (borrowed) {
+        e->vk = borrowed, e->vk_borrowed = true;
+        return 0;
+    }
+    if (!(e->vk = calloc(1, sizeof *e->vk))) return cd_fail("out of memory");
+    cvk_ctx_opts vo = {.device = -1, .pipeline_cache = ""};
+    if (cvk_ctx_init(e->vk, &vo)) {
+        free(e->vk);
+        e->vk = NULL;
+        return -1;
+    }
+    return 0;
+}
+
 int engine_init(engine *e, model *m, const engine_opts *o) {
     *e = (engine){.m = m, .cache_on = !o->no_prefix_cache};
     if (o->cache_dir_max_bytes && !o->cache_dir) return cd_fail("a disk budget (--cache-dir-max-mb) needs a disk tier (--cache-dir)");
@@ -55,14 +70,8 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     e->n_workers = cores < 1 ? 1 : cores > 16 ? 16 : (uint32_t)cores;
     if (e->n_workers > max_seqs + ENGINE_PROMPT_ROWS) e->n_workers = max_seqs + ENGINE_PROMPT_ROWS; /* the items a pass can have */
-    e->vk = calloc(1, sizeof *e->vk);
-    if (!e->vk || !e->b_lp || !e->host_list) return cd_fail("out of memory");
-    cvk_ctx_opts vo = {.device = -1, .pipeline_cache = ""};
-    if (cvk_ctx_init(e->vk, &vo)) {
-        free(e->vk);
-        e->vk = NULL;
-        return -1;
-    }
+    if (!e->b_lp || !e->host_list) return cd_fail("out of memory");
+    CD_TRY(open_device(e, o->device));
     /* a pass holds every running sequence's decode token (and guessed ones) plus a prompt chunk */
     uint32_t chunk = o->chunk_tokens ? o->chunk_tokens : 512;
     uint64_t n_batch = (uint64_t)chunk + e->max_out;
@@ -147,10 +156,13 @@ void engine_free(engine *e) {
     kv_host_free(&e->host);
     kv_disk_free(&e->disk);
     if (e->vk) {
+        if (e->vk_borrowed && e->vk->dev.dev) vkDeviceWaitIdle(e->vk->dev.dev); /* nothing freed under its work */
         gpu_model_free(&e->g);
         kv_pool_free(&e->pool);
-        cvk_ctx_free(e->vk);
-        free(e->vk);
+        if (!e->vk_borrowed) {
+            cvk_ctx_free(e->vk);
+            free(e->vk);
+        }
     }
     host_workers_free(&e->workers);
     free(e->host_rows);

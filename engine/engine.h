@@ -102,6 +102,12 @@ typedef struct engine_opts {
      * gathers them per step (cinder serve: server/kv_events.h). */
     kv_event_fn page_events;
     void *page_events_ctx;
+    /* The Vulkan device to run on, borrowed: it outlives the engine, which frees only what it
+     * made on it. NULL = the engine opens its own (CINDER_DEVICE, then the automatic choice).
+     * Engines made one after another on one device compile each pipeline once (the device
+     * keeps them: vk_pipeline.h); engines alive together on one must be stepped from one
+     * thread. */
+    cvk_ctx *device;
 } engine_opts;
 
 typedef struct engine_stats { /* since engine_init (engine_warm_up resets them) */
@@ -151,6 +157,7 @@ struct engine_req; /* a submitted request (engine.c) */
 typedef struct engine {
     model *m;
     cvk_ctx *vk;
+    bool vk_borrowed;    /* engine_opts.device: vk is not the engine's to free */
     kv_pool pool;        /* the KV pages on the GPU: running sequences and the cache */
     gpu_model g;         /* reads and writes pool's pages through the block tables the scheduler writes */
     sampler_params sp;   /* requests without their own sampling parameters use these */

@@ -35,6 +35,7 @@
 #include "engine/engine.h"
 #include "tests/test_status.h"
 #include "tests/test_util.h"
+#include "tests/vk_fixture.h"
 
 #define N_CTX 512
 
@@ -71,7 +72,7 @@ static const char *fresh_dir(const char *name) {
 static void init(engine *e, model *m, uint32_t page, uint32_t chunk_pages, const char *dir, uint32_t host_mb) {
     engine_opts o = {.n_ctx = N_CTX, .page_tokens = page, .cache_dir = dir, .disk_chunk_pages = chunk_pages,
                      .host_cache_mb = host_mb, .no_prefix_cache = dir == NULL && host_mb == 0};
-    if (engine_init(e, m, &o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(e, m, &o)) fail_msg("%s", cd_errmsg());
 }
 
 typedef struct outcome {
@@ -364,17 +365,17 @@ static void test_options(void **st) {
     (void)st;
     engine e;
     engine_opts o = {.n_ctx = 64, .no_prefix_cache = true, .cache_dir = tu_tmp_path("disk_opts")};
-    assert_int_equal(engine_init(&e, tiny(), &o), -1);
+    assert_int_equal(vk_engine_init(&e, tiny(), &o), -1);
     assert_non_null(strstr(cd_errmsg(), "needs the prefix cache"));
     engine_free(&e);
     o = (engine_opts){.n_ctx = 64, .no_prefix_cache = true, .host_cache_mb = 1};
-    assert_int_equal(engine_init(&e, tiny(), &o), -1);
+    assert_int_equal(vk_engine_init(&e, tiny(), &o), -1);
     assert_non_null(strstr(cd_errmsg(), "needs the prefix cache"));
     engine_free(&e);
     const char *file = tu_tmp_path("disk_not_a_dir");
     spit(file, (const uint8_t *)"x", 1);
     o = (engine_opts){.n_ctx = 64, .cache_dir = file};
-    assert_int_equal(engine_init(&e, tiny(), &o), -1);
+    assert_int_equal(vk_engine_init(&e, tiny(), &o), -1);
     assert_non_null(strstr(cd_errmsg(), "--cache-dir"));
     engine_free(&e);
 }
@@ -617,7 +618,7 @@ static void test_fifo_skipped(void **st) {
 static void refused(const char *cache_dir, const char *named, const char *want) {
     engine e;
     engine_opts o = {.n_ctx = 64, .cache_dir = cache_dir};
-    assert_int_equal(engine_init(&e, tiny(), &o), -1);
+    assert_int_equal(vk_engine_init(&e, tiny(), &o), -1);
     if (!strstr(cd_errmsg(), want) || !strstr(cd_errmsg(), named))
         fail_msg("error \"%s\" does not name %s and say \"%s\"", cd_errmsg(), named, want);
     engine_free(&e);
@@ -633,7 +634,7 @@ static void test_dir_permissions(void **st) {
     snprintf(sub, sizeof sub, "%s/new/deeper", dir);
     engine e;
     engine_opts o = {.n_ctx = 64, .cache_dir = sub};
-    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
     struct stat sb;
     assert_int_equal(stat(sub, &sb), 0);
     assert_int_equal(sb.st_mode & 0777, 0700);
@@ -675,7 +676,7 @@ static void test_dir_permissions(void **st) {
     } else {
         print_message("not root: the foreign-owned directory case is skipped\n");
     }
-    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg()); /* all fixed: accepted, a new key */
+    if (vk_engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg()); /* all fixed: accepted, a new key */
     engine_free(&e);
     unlink(key);
     rmdir(ns_dir);
@@ -868,7 +869,7 @@ static uint64_t chunk_bytes_p16c2(void) {
 static void init_budget(engine *e, const char *dir, uint64_t max_bytes) {
     engine_opts o = {.n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2,
                      .cache_dir_max_bytes = max_bytes};
-    if (engine_init(e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(e, tiny(), &o)) fail_msg("%s", cd_errmsg());
 }
 
 /* A prompt of n random tokens. */
@@ -1011,7 +1012,7 @@ static void test_budget_lru(void **st) {
 
     /* a budget without a disk tier is an error (before anything is set up) */
     engine_opts bad = {.n_ctx = 64, .cache_dir_max_bytes = 1 << 20};
-    assert_int_equal(engine_init(&e, tiny(), &bad), -1);
+    assert_int_equal(vk_engine_init(&e, tiny(), &bad), -1);
     assert_non_null(strstr(cd_errmsg(), "needs a disk tier"));
     engine_free(&e);
 }
@@ -1166,7 +1167,7 @@ static int shared_child(const char *dir, int id, uint64_t budget, const char *ou
     if (model_load(&m, tu_tmp_path("dk_tiny.gguf"), (model_load_opts){0})) return fprintf(stderr, "%s\n", cd_errmsg()), 2;
     engine e;
     engine_opts o = {.n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2, .cache_dir_max_bytes = budget};
-    if (engine_init(&e, m, &o)) return fprintf(stderr, "%s\n", cd_errmsg()), 2;
+    if (vk_engine_init(&e, m, &o)) return fprintf(stderr, "%s\n", cd_errmsg()), 2;
     FILE *f = fopen(out, "w");
     float *logits = malloc(m->cfg.n_vocab * sizeof *logits);
     int rc = f && logits ? 0 : 2;

@@ -34,6 +34,7 @@
 #include "runtime/base/rng.h"
 #include "engine/engine.h"
 #include "tests/test_util.h"
+#include "tests/vk_fixture.h"
 
 #define MAX_LEN 320u /* the context of both engines; prompts stay 16 below it */
 #define MAX_BURST 4u
@@ -70,7 +71,7 @@ static void start_cached(state *s) {
                      .max_seqs = MAX_BURST, .chunk_tokens = 64, .host_cache_mb = s->c.host_mb,
                      .cache_dir = s->dir, .disk_chunk_pages = s->c.chunk_pages,
                      .cache_dir_max_bytes = s->c.max_bytes};
-    if (engine_init(&s->cached, tiny(), &o)) fail_msg("seed %llu: %s", (unsigned long long)seed, cd_errmsg());
+    if (vk_engine_init(&s->cached, tiny(), &o)) fail_msg("seed %llu: %s", (unsigned long long)seed, cd_errmsg());
     /* hold back all but host_keep slots, so the host tier fills and evicts its own entries */
     s->reserved = 0;
     uint32_t slot;
@@ -203,7 +204,7 @@ static void test_random_engine(void **st) {
                   (unsigned long long)(c->max_bytes >> 10), n_requests);
 
     engine_opts po = {.n_ctx = MAX_LEN, .page_tokens = c->page, .no_prefix_cache = true};
-    if (engine_init(&s->plain, tiny(), &po)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&s->plain, tiny(), &po)) fail_msg("%s", cd_errmsg());
     start_cached(s);
     tu_trace_init(&s->h, &r, &(tu_trace_shape){.sys_len = 128, .question = 32, .question_span = 97, .message_span = 24,
                                                .tool = 30, .tool_span = 50, .max_len = MAX_LEN});

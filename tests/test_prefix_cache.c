@@ -18,6 +18,7 @@
 #include "runtime/base/rng.h"
 #include "engine/engine.h"
 #include "tests/test_util.h"
+#include "tests/vk_fixture.h"
 
 #define MAX_LEN 512
 
@@ -37,7 +38,7 @@ typedef struct pair {
 static void pair_init(pair *p, model *m, uint32_t page, uint32_t pool, uint32_t host_mb) {
     engine_opts a = {.n_ctx = MAX_LEN, .pool_tokens = pool, .page_tokens = page, .host_cache_mb = host_mb};
     engine_opts b = {.n_ctx = MAX_LEN, .page_tokens = page, .no_prefix_cache = true};
-    if (engine_init(&p->cached, m, &a) || engine_init(&p->plain, m, &b)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&p->cached, m, &a) || vk_engine_init(&p->plain, m, &b)) fail_msg("%s", cd_errmsg());
     p->la = malloc(m->cfg.n_vocab * sizeof *p->la);
     p->lb = malloc(m->cfg.n_vocab * sizeof *p->lb);
 }
@@ -130,7 +131,7 @@ static void test_restore_bit_identical(void **st) {
     (void)st;
     engine e;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
-    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
     kv_pages *kp = &e.pool.pages;
     uint64_t pb = e.pool.lay.page_bytes, size = e.pool.buf.size;
     assert_int_equal(kp->n_pages, 16);
@@ -238,7 +239,7 @@ static void test_failed_restore_recomputes(void **st) {
     engine e, ref;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
     engine_opts off = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .no_prefix_cache = true};
-    if (engine_init(&e, tiny(), &o) || engine_init(&ref, tiny(), &off)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&e, tiny(), &o) || vk_engine_init(&ref, tiny(), &off)) fail_msg("%s", cd_errmsg());
     int32_t ids[40];
     for (int i = 0; i < 40; i++) ids[i] = 700 + 3 * i;
     engine_request rq = {.ids = ids, .n = 40, .max_tokens = 6};
@@ -272,7 +273,7 @@ static void test_failed_commit_counted(void **st) {
     engine e, ref;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4};
     engine_opts off = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .no_prefix_cache = true};
-    if (engine_init(&e, tiny(), &o) || engine_init(&ref, tiny(), &off)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&e, tiny(), &o) || vk_engine_init(&ref, tiny(), &off)) fail_msg("%s", cd_errmsg());
     int32_t ids[30];
     for (int i = 0; i < 30; i++) ids[i] = 900 + 5 * i;
     engine_request rq = {.ids = ids, .n = 30, .max_tokens = 5};
@@ -302,7 +303,7 @@ static void test_restore_once(void **st) {
     (void)st;
     engine e;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
-    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
     kv_pages *kp = &e.pool.pages;
     int32_t ids[32];
     for (int i = 0; i < 32; i++) ids[i] = 700 + i;
@@ -325,7 +326,7 @@ static void test_salted_host_tier(void **st) {
     (void)st;
     engine e;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 64, .page_tokens = 4, .host_cache_mb = 1};
-    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
     kv_pages *kp = &e.pool.pages;
     uint8_t sa[RADIX_NS_BYTES], sb[RADIX_NS_BYTES];
     assert_int_equal(kv_cache_namespace_salt(e.cache.ns, "a", 1, sa), 0);
@@ -390,7 +391,7 @@ static void test_pool_exhausted(void **st) {
     (void)st;
     engine e;
     engine_opts o = {.n_ctx = 256, .pool_tokens = 32, .page_tokens = 4};
-    if (engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(&e, tiny(), &o)) fail_msg("%s", cd_errmsg());
     int32_t ids[64];
     rng r;
     rng_seed(&r, 4);

@@ -53,7 +53,7 @@ static model *tiny(void) {
 }
 
 static void init(engine *e, const engine_opts *o) {
-    if (engine_init(e, tiny(), o)) fail_msg("%s", cd_errmsg());
+    if (vk_engine_init(e, tiny(), o)) fail_msg("%s", cd_errmsg());
 }
 
 /* Prompt log-probabilities as a request gives them (engine_request.on_prompt_logprob): every
@@ -1329,7 +1329,7 @@ static void test_speculative_lookup(void **state) {
     engine_reply rp[2];
     for (int k = 0; k < 2; k++) {
         engine_opts o = {.n_ctx = 256, .spec_tokens = 4 * k};
-        if (engine_init(&e[k], m, &o)) fail_msg("%s", cd_errmsg());
+        if (vk_engine_init(&e[k], m, &o)) fail_msg("%s", cd_errmsg());
         engine_request rq = {.ids = ids, .n = (uint32_t)n, .max_tokens = 60, .ignore_eos = true};
         if (engine_generate(&e[k], &rq, &rp[k])) fail_msg("%s", cd_errmsg());
     }

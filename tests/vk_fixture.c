@@ -29,3 +29,33 @@ int vk_teardown(void **state) {
     }
     return 0;
 }
+
+static cvk_ctx *shared;
+
+static void free_shared(void) {
+    cvk_ctx_free(shared);
+    free(shared);
+    shared = NULL;
+}
+
+cvk_ctx *vk_shared(void) {
+    if (shared) return shared;
+    cvk_ctx *x = calloc(1, sizeof *x);
+    if (!x) return cd_fail("out of memory"), NULL;
+    if (cvk_ctx_init(x, NULL)) {
+        free(x);
+        return NULL;
+    }
+    shared = x;
+    atexit(free_shared);
+    return shared;
+}
+
+int vk_engine_init(engine *e, model *m, const engine_opts *o) {
+    engine_opts on = *o;
+    if (!on.device && !(on.device = vk_shared())) {
+        *e = (engine){0}; /* engine_free after a failed init stays safe */
+        return -1;
+    }
+    return engine_init(e, m, &on);
+}

@@ -3,8 +3,16 @@
  * anything, so API misuse fails tests even where lavapipe tolerates it. */
 #pragma once
 #include "tests/test_status.h" /* main returns tu_status(...): validation messages fail the binary */
+#include "engine/engine.h"
 #include "runtime/vk/vk_ctx.h"
 
 extern cvk_ctx *vk;
 int vk_setup(void **state);
 int vk_teardown(void **state);
+
+/* One device for all the engines a test binary makes (engine_opts.device): each pipeline is
+ * compiled once in the binary, not once per engine (lavapipe compiles for seconds). Opened at
+ * the first call, freed at exit; NULL (and cd_errmsg) when no device opens. */
+cvk_ctx *vk_shared(void);
+/* engine_init on vk_shared()'s device (o->device, when set, wins). */
+int vk_engine_init(engine *e, model *m, const engine_opts *o);
