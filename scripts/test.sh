@@ -49,7 +49,15 @@ fi
 # kv_events (two servers and a subscriber, ~22 s in release) runs in release only, for CI's time:
 # its C code runs under ASan in test_kv_events (page events against the tree, the wire encoding,
 # endpoints); the publisher thread (server/kv_events.c) runs in the release run only.
+# The kernel-numerics tests too (test_vk_attn_prefill, test_vk_matmul, test_vk_matvec,
+# test_vk_moe_group, test_gpu_batch): each is lavapipe running one kernel family over many shapes
+# and configurations against the CPU reference, and under ASan it is that JIT code (not
+# instrumented) run slower; their host code (runtime/vk/op_*.c: arguments, descriptors,
+# dispatch sizes) runs under ASan on every step of the engine tests (test_scheduler,
+# test_prefix_cache, test_disk_tier, test_engine_random, test_oom, cli_contract), and the smaller
+# kernel tests (rmsnorm, eltwise, get_rows, moe_route, moe_combine, sample, ...) stay in it.
 asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|gguf_split|^kv_events$'
+asan_excluded+='|test_vk_attn_prefill|test_vk_matmul|test_vk_matvec|test_vk_moe_group|test_gpu_batch'
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   --output-junit "$root/build-asan/junit.xml" -E "$asan_excluded" | tee -a "$log"
 
