@@ -56,7 +56,7 @@ fi
 # dispatch sizes) runs under ASan on every step of the engine tests (test_scheduler,
 # test_prefix_cache, test_disk_tier, test_engine_random, test_oom, cli_contract), and the smaller
 # kernel tests (rmsnorm, eltwise, get_rows, moe_route, moe_combine, sample, ...) stay in it.
-asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|gguf_split|^kv_events$'
+asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|^gguf_split$|^kv_events$'
 asan_excluded+='|test_vk_attn_prefill|test_vk_matmul|test_vk_matvec|test_vk_moe_group|test_gpu_batch'
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   --output-junit "$root/build-asan/junit.xml" -E "$asan_excluded" | tee -a "$log"
