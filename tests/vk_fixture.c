@@ -39,6 +39,7 @@ static void free_shared(void) {
 }
 
 cvk_ctx *vk_shared(void) {
+    if (vk) return vk; /* the group's device (vk_setup), when the binary has one open */
     if (shared) return shared;
     cvk_ctx *x = calloc(1, sizeof *x);
     if (!x) return cd_fail("out of memory"), NULL;

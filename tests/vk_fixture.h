@@ -11,8 +11,9 @@ int vk_setup(void **state);
 int vk_teardown(void **state);
 
 /* One device for all the engines a test binary makes (engine_opts.device): each pipeline is
- * compiled once in the binary, not once per engine (lavapipe compiles for seconds). Opened at
- * the first call, freed at exit; NULL (and cd_errmsg) when no device opens. */
+ * compiled once in the binary, not once per engine (lavapipe compiles for seconds). The group's
+ * `vk` while vk_setup has it open (engines made in its tests are freed before its teardown),
+ * else one opened at the first call and freed at exit; NULL (and cd_errmsg) when none opens. */
 cvk_ctx *vk_shared(void);
 /* engine_init on vk_shared()'s device (o->device, when set, wins). */
 int vk_engine_init(engine *e, model *m, const engine_opts *o);

@@ -17,8 +17,8 @@
  * the first's VkPipeline and layouts, and cvk_pipeline_destroy of a shared one only forgets it;
  * the device keeps them to cvk_device_free. A model or kernel made again on the same device (the
  * test fixtures' gpu_model, every test_vk_* case) compiles nothing; on lavapipe each compile is
- * LLVM's and costs tenths of a second to seconds. An engine makes its own device, so engines do
- * not share. A device capturing compiler statistics (pipeline_stats:
+ * LLVM's and costs tenths of a second to seconds. An engine opens its own device unless given
+ * one (engine_opts.device); engines on one device share its pipelines. A device capturing compiler statistics (pipeline_stats:
  * cinder profile --shaders) compiles every pipeline afresh, as its log needs. */
 #pragma once
 #include <stdbool.h>
