@@ -286,6 +286,9 @@ typedef struct engine_request {
                                   each instance (+ tail); json_mask_set_trigger */
     int32_t json_trigger;
     bool json_once;            /* with json_lazy: after the first instance (+ tail), only the end */
+    coder_tools *json_coder;   /* with json_schema, NULL or the tools of Qwen3-Coder XML calls: each
+                                  instance is written as one (json_mask_set_coder; a reference is
+                                  taken at submit) */
 } engine_request;
 
 /* Opens the Vulkan device (CINDER_DEVICE picks one), uploads the weights (completing m's

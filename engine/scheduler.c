@@ -115,6 +115,10 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
         req_free(q);
         return cd_fail_ctx("json_schema: ");
     }
+    if (schema && rq->json_coder && json_mask_set_coder(&q->jm, rq->json_coder)) {
+        req_free(q);
+        return -1;
+    }
     if (schema && rq->json_lazy) json_mask_set_trigger(&q->jm, rq->json_trigger, rq->json_once);
     if (schema && rq->json_forced && !json_mask_feed(&q->jm, rq->json_forced, strlen(rq->json_forced))) {
         req_free(q);

@@ -340,7 +340,7 @@ typedef struct chat_req {
     char *forced; /* the start of a tool call the request's tool_choice demands, or NULL */
     bool lazy;    /* tool_choice auto with a strict tool: the calls the model makes are held (g.schema) */
     bool single;  /* parallel_tool_calls false: after one call, the end */
-    bool coder;   /* the qwen3-coder template: XML calls, which no JSON schema holds */
+    bool coder;   /* the qwen3-coder template: XML calls, held as their JSON view (runtime/text/coder_call.h) */
 } chat_req;
 
 static bool offered(const json_t *tools, const char *name) {
@@ -456,7 +456,7 @@ static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
     if (name && !offered(q->tools, name)) return api_fail(e, 400, "tool_choice", "tool_choice names %s, which is not in tools", name);
     if (q->coder && name && strpbrk(name, "<>\n")) /* it would end the <function=NAME> tag early */
         return api_fail(e, 400, "tool_choice", "a Qwen3-Coder tool name cannot hold <, > or a newline");
-    return q->coder ? 0 : forced_schema(q, name, e); /* the schemas are JSON-call grammars: not for XML calls */
+    return forced_schema(q, name, e);
 }
 
 /* OpenAI lets a message's content be an array of parts; the template takes a string. Text parts
@@ -541,7 +541,7 @@ static int parse_chat(const json_t *body, uint64_t seed, const api_model *m, cha
     q->single = !parallel;
     /* OpenAI's strict: the calls fit; parallel_tool_calls false: at most one (held, so that the
      * end can be all that follows it) */
-    if (!q->forced && q->tools && !json && !q->coder && (any_strict(q->tools) || q->single)) {
+    if (!q->forced && q->tools && !json && (any_strict(q->tools) || q->single)) {
         if (forced_schema(q, NULL, e)) return -1;
         q->lazy = true;
     }
@@ -706,12 +706,15 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
                                      .in_think = in_think};
         j->forced = q.forced;
         q.forced = NULL;
-        if (j->schema && j->forced) /* the call's object begins after "<tool_call>\n" */
-            j->forced_json = j->forced + strlen("<tool_call>\n"), j->json_tail = "\n</tool_call>";
+        /* the call's object begins after "<tool_call>\n"; an XML call's grammar reads from that "\n",
+         * as it does after the trigger token */
+        if (j->schema && j->forced)
+            j->forced_json = j->forced + strlen(q.coder ? "<tool_call>" : "<tool_call>\n"), j->json_tail = "\n</tool_call>";
         int32_t open = q.lazy ? tok_find(m->tok, "<tool_call>") : -1; /* each call the model opens */
         if (open >= 0) j->json_lazy = true, j->json_trigger = open, j->json_tail = "\n</tool_call>";
         else if (q.lazy) json_schema_unref(j->schema), j->schema = NULL; /* no such token: free text */
         j->json_once = j->json_lazy && q.single; /* one call (a forced one is one already) */
+        if (j->schema && q.coder && !(j->coder_tools = coder_tools_of(q.tools))) rc = api_fail(e, 500, NULL, "out of memory");
     }
     out->n = q.g.n;
     out->stream = q.g.stream;

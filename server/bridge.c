@@ -188,7 +188,7 @@ static void start_job(runner *r, job *j) {
                          .prompt_top_logprobs = j->prompt_top,
                          .json_object = j->json_object, .json_schema = j->schema,
                          .json_forced = j->forced_json, .json_tail = j->json_tail, .json_lazy = j->json_lazy,
-                         .json_trigger = j->json_trigger, .json_once = j->json_once};
+                         .json_trigger = j->json_trigger, .json_once = j->json_once, .json_coder = j->coder_tools};
     if (engine_submit(r->e, &rq, &j->handle)) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;

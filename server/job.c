@@ -27,6 +27,7 @@ void job_unref(job *j) {
     free(j->plp);
     logit_adjust_free(&j->adjust);
     json_schema_unref(j->schema);
+    coder_tools_unref(j->coder_tools);
     free(j->lp);
     free(j->text);
     pthread_cond_destroy(&j->cv);
@@ -66,6 +67,7 @@ job *job_copy(const job *j) {
     c->json_lazy = j->json_lazy;
     c->json_once = j->json_once;
     c->json_trigger = j->json_trigger;
+    c->coder_tools = j->coder_tools ? coder_tools_ref(j->coder_tools) : NULL;
     c->cache_salt = dup_or_null(j->cache_salt, &ok);
     c->echo = j->echo;
     c->vllm_prompt_logprobs = j->vllm_prompt_logprobs;

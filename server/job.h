@@ -34,6 +34,7 @@
 
 #include "runtime/model/logit_adjust.h"
 #include "runtime/model/sampler.h"
+#include "runtime/text/coder_call.h"
 #include "runtime/text/json_schema.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/toolcall.h"
@@ -72,6 +73,7 @@ typedef struct job {
     bool json_lazy;           /* with schema: free text until token json_trigger opens a call */
     bool json_once;           /* with schema: after the call, only the end (parallel_tool_calls false) */
     int32_t json_trigger;
+    coder_tools *coder_tools; /* with schema: the calls are Qwen3-Coder's (engine_request.json_coder), a reference */
     char *cache_salt;         /* the request's cache namespace salt (engine_request.cache_salt), or NULL */
     bool echo;                /* the reply text begins with echo_text (the prompt's) */
     char *echo_text;          /* NUL-terminated, owned; copies of a choice have none (the first's serves) */

@@ -5,12 +5,14 @@
 #include <string.h>
 
 #include "runtime/base/error.h"
+#include "runtime/text/coder_call.h"
 
 enum {
     JSON_TOKEN_TEXT = 1,   /* a normal or byte token with bytes: may be JSON text */
     JSON_TOKEN_EOG = 2,    /* ends generation */
     JSON_TOKEN_SAFE = 4,   /* string-safe: inside a string it only extends the string */
     JSON_TOKEN_TAG = 8,    /* a user-defined token with text (</tool_call>): in a tail only */
+    JSON_TOKEN_LT = 16,    /* holds a '<' (which may begin a tag in a Qwen3-Coder call's text) */
 };
 
 /* No '"', '\\' or control byte, and whole well-formed UTF-8 sequences: from inside a string
@@ -55,7 +57,8 @@ int json_vocab_init(json_vocab *v, const tokenizer *t) {
         else if (type == TOK_TYPE_USER_DEFINED && n) v->flags[id] = JSON_TOKEN_TAG;
         else if ((type == TOK_TYPE_NORMAL || type == TOK_TYPE_BYTE) && n) {
             v->first[id] = (uint8_t)s[0];
-            v->flags[id] = JSON_TOKEN_TEXT | (string_safe(in_string, s, n) ? JSON_TOKEN_SAFE : 0);
+            v->flags[id] = JSON_TOKEN_TEXT | (string_safe(in_string, s, n) ? JSON_TOKEN_SAFE : 0) |
+                           (memchr(s, '<', n) ? JSON_TOKEN_LT : 0);
             v->chars[id] = chars_of(s, n);
         }
     }
@@ -76,14 +79,30 @@ void json_mask_init(json_mask *m, const json_vocab *v, json_schema *schema) {
     m->schema = json_schema_ref(schema);
     m->tail_n = m->tail_pos = 0;
     m->trigger = -1, m->waiting = false, m->once = false;
+    m->coder = NULL, m->tools = NULL;
     json_prefix_init(&m->state, schema);
+}
+
+int json_mask_set_coder(json_mask *m, coder_tools *tools) {
+    if (!(m->coder = malloc(sizeof *m->coder))) return cd_fail("out of memory for a tool call's grammar");
+    m->tools = coder_tools_ref(tools);
+    coder_call_init(m->coder, tools);
+    return 0;
+}
+
+/* A fresh value: the automaton's start (and the call's). */
+static void restart(json_mask *m) {
+    json_prefix_init(&m->state, m->schema);
+    if (m->coder) coder_call_init(m->coder, m->tools);
 }
 
 void json_mask_set_trigger(json_mask *m, int32_t id, bool once) { m->trigger = id, m->waiting = true, m->once = once; }
 
 void json_mask_free(json_mask *m) {
     json_schema_unref(m->schema);
-    m->schema = NULL;
+    coder_tools_unref(m->tools);
+    free(m->coder);
+    m->schema = NULL, m->tools = NULL, m->coder = NULL;
 }
 
 int json_mask_set_tail(json_mask *m, const char *tail) {
@@ -96,24 +115,59 @@ int json_mask_set_tail(json_mask *m, const char *tail) {
     return 0;
 }
 
-bool json_mask_done(const json_mask *m) { return m->waiting || (json_prefix_done(&m->state) && m->tail_pos == m->tail_n); }
+/* The value is whole (with a coder call: "</function>" read, which closes its view). */
+static bool value_done(const json_mask *m) {
+    return (!m->coder || coder_call_done(m->coder)) && json_prefix_done(&m->state);
+}
+
+bool json_mask_done(const json_mask *m) { return m->waiting || (value_done(m) && m->tail_pos == m->tail_n); }
 
 /* Bytes n after the value is whole: the next of the tail? */
 static bool tail_takes(const json_mask *m, const char *bytes, size_t n) {
     return n <= (size_t)(m->tail_n - m->tail_pos) && !memcmp(m->tail + m->tail_pos, bytes, n);
 }
 
+/* A coder call's reading of bytes from call c (a copy when only asking): the bytes it takes
+ * (SIZE_MAX: refused, by the call or by the automaton), their view in view (*vn bytes). */
+static size_t coder_part(const json_mask *m, coder_call *c, const char *bytes, size_t n, char *view, size_t *vn) {
+    size_t used;
+    if (!coder_call_read(c, &m->state, bytes, n, view, vn, &used)) return SIZE_MAX;
+    return *vn && !json_prefix_accepts(&m->state, view, *vn) ? SIZE_MAX : used;
+}
+
+/* A coder call's view of n bytes is made on the stack for a token's, else on the heap. */
+#define VIEW_STACK 2048
+
 /* How many of the bytes the value takes (the rest must be the tail's), SIZE_MAX if none fit. */
 static size_t value_part(const json_mask *m, const char *bytes, size_t n) {
-    if (json_prefix_done(&m->state) && m->tail_n) /* an object is whole: nothing more of it */
+    if (value_done(m) && m->tail_n) /* an object is whole: nothing more of it */
         return tail_takes(m, bytes, n) ? 0 : SIZE_MAX;
-    size_t k = json_prefix_reads(&m->state, bytes, n);
+    size_t k;
+    if (m->coder) {
+        char stack[VIEW_STACK], *view = CODER_VIEW_MAX(n) <= VIEW_STACK ? stack : malloc(CODER_VIEW_MAX(n));
+        coder_call c = *m->coder;
+        size_t vn;
+        k = view ? coder_part(m, &c, bytes, n, view, &vn) : SIZE_MAX;
+        if (view != stack) free(view);
+    } else {
+        k = json_prefix_reads(&m->state, bytes, n);
+    }
     return k == SIZE_MAX || (k < n && !tail_takes(m, bytes + k, n - k)) ? SIZE_MAX : k;
+}
+
+/* The value's part of fed bytes (k of them, value_part's), into the state. */
+static bool feed_value(json_mask *m, const char *bytes, size_t k) {
+    if (!m->coder) return json_prefix_feed(&m->state, bytes, k);
+    char stack[VIEW_STACK], *view = CODER_VIEW_MAX(k) <= VIEW_STACK ? stack : malloc(CODER_VIEW_MAX(k));
+    size_t vn;
+    bool ok = view && coder_part(m, m->coder, bytes, k, view, &vn) == k && (!vn || json_prefix_feed(&m->state, view, vn));
+    if (view != stack) free(view);
+    return ok;
 }
 
 bool json_mask_feed(json_mask *m, const char *bytes, size_t n) {
     size_t k = value_part(m, bytes, n);
-    if (k == SIZE_MAX || (k && !json_prefix_feed(&m->state, bytes, k))) return false;
+    if (k == SIZE_MAX || (k && !feed_value(m, bytes, k))) return false;
     if (k < n && !tail_takes(m, bytes + k, n - k)) return false;
     m->tail_pos = (uint8_t)(m->tail_pos + (n - k));
     return true;
@@ -152,13 +206,15 @@ static void apply_tail(const json_mask *m, float *logits, int32_t n) {
 void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
     const json_vocab *v = m->v;
     if (m->waiting) return;
-    if (json_prefix_done(&m->state) && m->tail_n) return apply_tail(m, logits, n);
+    if (value_done(m) && m->tail_n) return apply_tail(m, logits, n);
     bool first_ok[256];
     for (int b = 0; b < 256; b++) {
         char c = (char)b;
-        first_ok[b] = json_prefix_accepts(&m->state, &c, 1);
+        first_ok[b] = m->coder ? value_part(m, &c, 1) != SIZE_MAX : json_prefix_accepts(&m->state, &c, 1);
     }
-    uint32_t room = json_prefix_string_room(&m->state);
+    /* a coder call passes a value's plain text to the view as it is, and nothing else */
+    uint32_t room = !m->coder || coder_call_plain(m->coder) ? json_prefix_string_room(&m->state) : 0;
+    uint8_t unsafe = m->coder ? JSON_TOKEN_LT : 0;
     bool done = json_mask_done(m);
     for (int32_t id = 0; id < n; id++) {
         if (logits[id] == -INFINITY) continue;
@@ -166,7 +222,7 @@ void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
         bool ok;
         if (f & JSON_TOKEN_EOG) ok = done;
         else if (!(f & JSON_TOKEN_TEXT) || !first_ok[v->first[id]]) ok = false; /* the value goes on: no tag yet */
-        else if ((f & JSON_TOKEN_SAFE) && v->chars[id] <= room) ok = true; /* safe: under 256 bytes */
+        else if ((f & JSON_TOKEN_SAFE) && !(f & unsafe) && v->chars[id] <= room) ok = true; /* safe: under 256 bytes */
         else ok = json_mask_allows(m, id);
         if (!ok) logits[id] = -INFINITY;
     }
@@ -174,7 +230,7 @@ void json_mask_apply(const json_mask *m, float *logits, int32_t n) {
 
 void json_mask_accept(json_mask *m, int32_t id) {
     if (m->waiting) { /* the trigger opens a value: a fresh one, then its tail */
-        if (id == m->trigger) m->waiting = false, m->tail_pos = 0, json_prefix_init(&m->state, m->schema);
+        if (id == m->trigger) m->waiting = false, m->tail_pos = 0, restart(m);
         return;
     }
     size_t n;

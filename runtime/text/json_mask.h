@@ -20,6 +20,9 @@
 #include "runtime/text/json_prefix.h"
 #include "runtime/text/tokenizer.h"
 
+typedef struct coder_call coder_call;   /* runtime/text/coder_call.h */
+typedef struct coder_tools coder_tools;
+
 typedef struct json_vocab {
     const tokenizer *tok;
     int32_t n;
@@ -41,7 +44,9 @@ typedef struct json_mask {
     int32_t trigger;     /* -1; else the token that opens each value (<tool_call>), free text around */
     bool waiting;        /* trigger >= 0: outside a value, nothing masked until the trigger */
     bool once;           /* trigger >= 0: after the first value and its tail, only end tokens */
-    json_prefix state;   /* the reply so far */
+    coder_call *coder;   /* NULL; else each value is a Qwen3-Coder call, read as its JSON view */
+    coder_tools *tools;  /* with coder: the request's tools (a reference held) */
+    json_prefix state;   /* the reply so far (with coder: its JSON view) */
 } json_mask;
 
 /* The reply must be an instance of schema (the mask holds a reference until json_mask_free). */
@@ -55,6 +60,10 @@ int json_mask_set_tail(json_mask *m, const char *tail);
  * and the tail; then free again, until the next id (once: then only end tokens). The calls a
  * model chooses to make. */
 void json_mask_set_trigger(json_mask *m, int32_t id, bool once);
+/* The values are Qwen3-Coder XML calls (runtime/text/coder_call.h), each from right after its
+ * <tool_call>, read as the JSON call objects the schema holds; tools gives their parameters'
+ * kinds (a reference is taken). Before any feed. -1: out of memory. */
+int json_mask_set_coder(json_mask *m, coder_tools *tools);
 /* Text already in the reply (a forced start written into the prompt): false if it cannot be. */
 bool json_mask_feed(json_mask *m, const char *bytes, size_t n);
 /* logits[id] = -inf for every token id < n that may not come next (the rest are left as they are). */

@@ -85,7 +85,7 @@ static bool equals_nocase(slice s, const char *word) {
 
 /* ---- the schema's type of a parameter --------------------------------------------------- */
 
-static const json_t *tool_properties(const json_t *tools, slice name) {
+const json_t *toolcall_coder_properties(const json_t *tools, slice name) {
     size_t i;
     const json_t *t;
     json_array_foreach(tools, i, t) {
@@ -125,28 +125,39 @@ static bool one_of(const char *s, const char *const *names) {
     return false;
 }
 
+coder_kind toolcall_coder_kind(const json_t *props, slice pname) {
+    static const char *const strings[] = {"string", "str", "text", "varchar", "char", "enum", NULL};
+    static const char *const bools[] = {"boolean", "bool", "binary", NULL};
+    char type[32];
+    if (!props || !param_type(props, pname, type) || one_of(type, strings)) return CODER_TEXT;
+    if (starts(type, "int") || starts(type, "uint") || starts(type, "long") || starts(type, "short") ||
+        starts(type, "unsigned"))
+        return CODER_INT;
+    if (starts(type, "num") || starts(type, "float")) return CODER_NUM;
+    if (one_of(type, bools)) return CODER_BOOL;
+    return CODER_JSON; /* object, array, arr, dict*, list* and any other type */
+}
+
 /* A parameter's value as the schema types it (the table in toolcall_coder.h); NULL only
  * when out of memory. */
 static json_t *convert(slice v, const json_t *props, slice pname) {
-    static const char *const strings[] = {"string", "str", "text", "varchar", "char", "enum", NULL};
-    static const char *const bools[] = {"boolean", "bool", "binary", NULL};
     if (equals_nocase(v, "null")) return json_null();
-    char type[32];
-    if (!props || !param_type(props, pname, type) || one_of(type, strings)) return json_stringn(v.p, v.n);
-    if (starts(type, "int") || starts(type, "uint") || starts(type, "long") || starts(type, "short") ||
-        starts(type, "unsigned")) {
+    switch (toolcall_coder_kind(props, pname)) {
+    case CODER_TEXT: return json_stringn(v.p, v.n);
+    case CODER_INT: {
         json_int_t i;
         return py_int(v, &i) ? json_integer(i) : json_stringn(v.p, v.n);
     }
-    if (starts(type, "num") || starts(type, "float")) {
+    case CODER_NUM: {
         double d;
         if (!py_float(v, &d)) return json_stringn(v.p, v.n);
         if (d != trunc(d) || fabs(d) >= 9.2e18) return json_real(d);
         return json_integer((json_int_t)d);
     }
-    if (one_of(type, bools)) return json_boolean(equals_nocase(v, "true"));
-    /* object, array, arr, dict*, list* and any other type: JSON, else the text */
-    json_t *j = json_loadb(v.p, v.n, JSON_DECODE_ANY, NULL);
+    case CODER_BOOL: return json_boolean(equals_nocase(v, "true"));
+    case CODER_JSON: break;
+    }
+    json_t *j = json_loadb(v.p, v.n, JSON_DECODE_ANY, NULL); /* JSON, else the text */
     return j ? j : json_stringn(v.p, v.n);
 }
 
@@ -209,7 +220,7 @@ json_t *toolcall_coder_call(slice inner, const json_t *tools) {
     json_t *args = json_object(), *call = NULL;
     char *text = NULL;
     size_t len = 0;
-    if (args && add_params(args, body, tool_properties(tools, name)) == 0 && json_jinja_dumps(args, &text, &len) == 0)
+    if (args && add_params(args, body, toolcall_coder_properties(tools, name)) == 0 && json_jinja_dumps(args, &text, &len) == 0)
         call = json_pack("{s:s, s:{s:s%, s:s%}}", "type", "function", "function", "name", name.p, name.n, "arguments",
                          text, len);
     free(text);

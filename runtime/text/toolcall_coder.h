@@ -41,3 +41,13 @@
 /* The call in inner (a new reference), or NULL when inner is not one call in this layout (or
  * on out of memory). tools: the request's "tools" array, or NULL (every value a string). */
 json_t *toolcall_coder_call(slice inner, const json_t *tools);
+
+/* How a parameter's value is converted (the table above): the text as it is, Python's int(),
+ * float() or the boolean rule, or JSON. "null" in any case is null whatever the kind. The
+ * call grammar (runtime/text/coder_call.h) reads values by the same kinds. */
+typedef enum coder_kind { CODER_TEXT, CODER_INT, CODER_NUM, CODER_BOOL, CODER_JSON } coder_kind;
+
+/* tools[].function.parameters.properties of the tool called name (NULL: no such tool, or none). */
+const json_t *toolcall_coder_properties(const json_t *tools, slice name);
+/* The kind of parameter pname under props (a tool's properties, or NULL: text). */
+coder_kind toolcall_coder_kind(const json_t *props, slice pname);

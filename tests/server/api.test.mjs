@@ -1390,6 +1390,9 @@ function renderCoder(messages, tools) {
 }
 const daysTools = (type) => [{ type: "function", function: { name: "get_weather", description: "Forecast",
     parameters: { type: "object", properties: { days: { type } }, required: ["days"] } } }];
+// held calls need bounds: an unbounded number may grow digits for as long as a random model likes
+const week = [{ type: "function", function: { ...daysTools("integer")[0].function, parameters: { type: "object",
+    properties: { days: { type: "integer", minimum: 1, maximum: 7 } }, required: ["days"] } } }];
 const coderAsk = [{ role: "system", content: "You are a coding agent." }, { role: "user", content: "Forecast, please." }];
 const coderIds = () => tokenize(coderScript, coderModel);
 
@@ -1415,10 +1418,13 @@ test("qwen3-coder: the XML call comes back as tool_calls, its value typed by the
     const none = await coder.chat.completions.create({ ...greedy, messages: coderAsk, max_tokens: 64 });
     assert.equal(none.choices[0].message.tool_calls[0].function.arguments, "{\"days\": \"3\"}", "no tools: no types");
     // tool_choice naming the tool: the call's start is written into the prompt in the XML layout
-    const named = await coder.chat.completions.create({ ...greedy, messages: coderAsk, tools: daysTools("number"), max_tokens: 64,
+    const named = await coder.chat.completions.create({ ...greedy, messages: coderAsk, tools: week, max_tokens: 200,
         tool_choice: { type: "function", function: { name: "get_weather" } } });
     assert.equal(named.choices[0].finish_reason, "tool_calls");
-    assert.equal(named.choices[0].message.tool_calls[0].function.arguments, "{\"days\": 3}");
+    assert.equal(named.choices[0].message.tool_calls[0].function.name, "get_weather");
+    // held to the tool's schema in the XML layout, which the script's own call is not in
+    const d = JSON.parse(named.choices[0].message.tool_calls[0].function.arguments).days;
+    assert.ok(Number.isInteger(d) && d >= 1 && d <= 7, `days ${d}`);
     // a name that would end the <function=NAME> tag early cannot be forced
     const odd = [{ type: "function", function: { name: "a>b", parameters: { type: "object" } } }];
     const bad = await raw("/v1/chat/completions", { base: coderUrl, auth: false, body: { ...greedy, messages: coderAsk, tools: odd,
@@ -1426,6 +1432,47 @@ test("qwen3-coder: the XML call comes back as tool_calls, its value typed by the
     assert.equal(bad.status, 400);
     assert.equal(bad.json.error.param, "tool_choice");
     assert.match(bad.json.error.message, /cannot hold <, > or a newline/);
+});
+
+test("qwen3-coder: a demanded call is held to the tools' schemas in the XML layout, typed arguments that fit, then the end", async () => {
+    const weather = { type: "function", function: { name: "get_weather", strict: true, parameters: { type: "object",
+        properties: { city: { type: "string", maxLength: 4 }, unit: { enum: ["c", "f"] }, days: { type: "integer", minimum: 1, maximum: 14 },
+            hot: { type: "boolean" } },
+        required: ["city", "unit", "days", "hot"], additionalProperties: false } } };
+    const time = { type: "function", function: { name: "get_time", parameters: { type: "object",
+        properties: { tz: { $ref: "#/$defs/zone" } }, required: ["tz"], $defs: { zone: { type: "string", maxLength: 6 } } } } };
+    const ask = { ...greedy, messages: coderAsk, max_tokens: 200, tools: [weather, time] };
+    const fits = (call) => {
+        const args = JSON.parse(call.function.arguments);
+        if (call.function.name === "get_weather") {
+            assert.deepEqual(Object.keys(args).sort(), ["city", "days", "hot", "unit"]);
+            assert.ok(typeof args.city === "string" && [...args.city].length <= 4 && ["c", "f"].includes(args.unit), call.function.arguments);
+            assert.ok(Number.isInteger(args.days) && args.days >= 1 && args.days <= 14, `days ${args.days}`);
+            assert.equal(typeof args.hot, "boolean");
+        } else {
+            assert.equal(call.function.name, "get_time");
+            assert.deepEqual(Object.keys(args), ["tz"]);
+            assert.ok(typeof args.tz === "string" && [...args.tz].length <= 6, call.function.arguments);
+        }
+    };
+    for (const [tool_choice, sampling] of [["required", { temperature: 1.0, seed: 5 }], [{ type: "function", function: { name: "get_weather" } }, {}]]) {
+        const r = await coder.chat.completions.create({ ...ask, ...sampling, tool_choice });
+        const ch = r.choices[0];
+        assert.equal(ch.finish_reason, "tool_calls", JSON.stringify(ch));
+        assert.equal(ch.message.tool_calls.length, 1);
+        if (typeof tool_choice === "object") assert.equal(ch.message.tool_calls[0].function.name, "get_weather");
+        fits(ch.message.tool_calls[0]);
+    }
+    // tool_choice auto with a strict tool: the script's call (days 3, outside the layout) is bent to the schema
+    const strictDays = [{ type: "function", function: { name: "get_weather", strict: true, parameters: { type: "object",
+        properties: { days: { type: "integer", minimum: 5, maximum: 9 } }, required: ["days"], additionalProperties: false } } }];
+    // (and parallel_tool_calls false: that one call, then the end)
+    const bent = await coder.chat.completions.create({ ...greedy, messages: coderAsk, tools: strictDays, max_tokens: 200,
+        parallel_tool_calls: false });
+    assert.equal(bent.choices[0].finish_reason, "tool_calls", JSON.stringify(bent.choices[0]));
+    assert.equal(bent.choices[0].message.tool_calls.length, 1);
+    const days = JSON.parse(bent.choices[0].message.tool_calls[0].function.arguments).days;
+    assert.ok(Number.isInteger(days) && days >= 5 && days <= 9, `days ${days}`);
 });
 
 test("qwen3-coder: streamed, the tool_calls deltas add up to the whole reply's call", async () => {
