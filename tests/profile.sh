@@ -33,6 +33,7 @@ def check(ok, what):
     if not ok: fail.append(what)
 
 pre, dec = rep["prefill"], rep["decode"]
+check(rep["rope"] == "theta 1e+06, none", "the RoPE as run: the file's")
 check(pre["steps"] == 1 and pre["tokens"] == 37, "one prefill pass of 37 tokens")
 check(dec["steps"] == 3 and dec["tokens"] == 9, "3 decode steps of batch 3")
 ts = rep["timestamps"]
@@ -154,6 +155,13 @@ fails_with() { # expected stderr substring, command...
 }
 fails_with "--batch must be >= 1" "$bin" profile --model "$model" --batch 0
 fails_with "exceed the model's context" "$bin" profile --model "$model" --context 100000 --gen 2
+# the RoPE flags: the profile runs the model as they make it (its context is YaRN's original x factor)
+fails_with "exceed the model's context (8192)" "$bin" profile --model "$model" --context 9000 --gen 2 \
+  --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 2048
+"$bin" profile --model "$model" --prompt-tokens 4 --gen 1 --peak-gbps 1 --peak-tflops 1 --json \
+  --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 2048 >"$tmp/yarn.json"
+python3 -c "import json,sys; r=json.load(open(sys.argv[1]))['rope']; sys.exit(0 if r == 'theta 1e+06, yarn, factor 4, original context 2048, attention factor 1.1386' else 1)" \
+  "$tmp/yarn.json" && echo "ok   profile --rope-scaling yarn reports the RoPE it ran" || { echo "FAIL profile's RoPE"; exit 1; }
 fails_with "unknown option" "$bin" profile --model "$model" --bogus
 fails_with "--gen" "$bin" profile --model "$model" --gen
 fails_with "cannot open" "$bin" profile --model "$tmp/missing.gguf"

@@ -18,6 +18,7 @@ static void usage(FILE *out) {
             "                      [--peak-gbps X] [--peak-tflops Y] [--scenario NAME | --trace-file F]\n"
             "                      [--gate-up-pairs auto|on|off] [--few-shape BN,BM,KL[,TM]]\n"
             "                      [--one-shape BM,KL[,TM]] [--head-shape BN,BM,KL[,TM]] [--big-tile BM,BN,BK,TM,TN]\n"
+            "                      " CLI_ROPE_USAGE "\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
             "  D decode steps (default 16) of B sequences (default 1), through the engine's batched\n"
             "  forward pass, with a GPU timestamp around every op, dispatch and copy. Prints per op:\n"
@@ -41,6 +42,8 @@ static void usage(FILE *out) {
             "  BM weight rows x BN tokens x BK k per shared-memory tile and a TM x TN register block\n"
             "  per invocation (TM, TN multiples of 4, TM * TN <= 64, BK dividing 256; default\n"
             "  64,64,32,4,4). --head-shape: a GPU's lm_head over 2-16 tokens, as --few-shape.\n"
+            "  The RoPE flags override the file's, as for `cinder run` (YaRN: docs/GGUF.md, \"RoPE\"): a\n"
+            "  profile at contexts past the file's own.\n"
             "\n"
             "usage: cinder profile --device [--json] [--refresh] [--peak-gbps X] [--peak-tflops Y]\n"
             "                      [--device-index N]\n"
@@ -76,6 +79,9 @@ static int parse(int argc, char **argv, profile_opts *o) {
         const char *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        int rope = cli_rope(argc, argv, &i, &o->rope);
+        if (rope < 0) return -1;
+        if (rope) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace = v;
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->plot = v;
@@ -153,7 +159,8 @@ int cmd_profile(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true})) return cli_error("profile", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true, .rope = o.rope}))
+        return cli_error("profile", "%s", cd_errmsg());
     int rc = profile_model(&o, m);
     model_free(m);
     return rc;

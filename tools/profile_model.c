@@ -385,15 +385,15 @@ static json_t *table_json(const table *tb, const profile_opts *o, uint32_t n_lay
 }
 
 static int print_json(const prof *p, const table tb[N_PHASES], const profile_opts *o, const char *device,
-                      uint32_t n_layer) {
+                      const char *rope, uint32_t n_layer) {
     const table *d = &tb[DECODE];
     gpu_host_times h;
     host_means(p, &h);
     double step = d->steps ? d->gpu_ms / d->steps : 0, ideal = roofline_ms(d, o);
     json_t *j = json_pack(
-        "{s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:o, s:o, s:{s:f, s:f, s:f}, s:{s:f, s:f, s:f, s:f},"
+        "{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:o, s:o, s:{s:f, s:f, s:f}, s:{s:f, s:f, s:f, s:f},"
         " s:{s:I, s:I, s:I, s:f, s:f}}",
-        "model", o->model, "device", device, "prompt_tokens", (json_int_t)o->prompt, "gen", (json_int_t)o->gen,
+        "model", o->model, "device", device, "rope", rope, "prompt_tokens", (json_int_t)o->prompt, "gen", (json_int_t)o->gen,
         "context", (json_int_t)o->context, "batch", (json_int_t)o->batch, "peak_gbps", o->peak_gbps, "peak_tflops",
         o->peak_tflops, "peak_source", o->peak_source, "prefill", table_json(&tb[PREFILL], o, n_layer), "decode",
         table_json(d, o, n_layer), "roofline", "ideal_ms", ideal, "achieved_ms", step, "fraction",
@@ -557,10 +557,13 @@ static int report(const prof *p, const profile_opts *o, const model_config *cf, 
         tb[ph].layer_ms = lm + ph * (L + 1);
         tabulate(p, (uint8_t)ph, L, &tb[ph]);
     }
-    if (o->json) rc = print_json(p, tb, o, device, L);
+    char rope[160], described[128];
+    rope_describe(&cf->rope, described, sizeof described);
+    snprintf(rope, sizeof rope, "theta %g, %s", cf->rope.freq_base, described); /* as `cinder info` says it */
+    if (o->json) rc = print_json(p, tb, o, device, rope, L);
     else {
-        printf("model   %s (%u layers, %u experts, %u used)\ndevice  %s\n", o->model, L, cf->n_expert,
-               cf->n_expert_used, device);
+        printf("model   %s (%u layers, %u experts, %u used)\nrope    %s\ndevice  %s\n", o->model, L, cf->n_expert,
+               cf->n_expert_used, rope, device);
         if (p->replay)
             printf("run     the requests of %s through the engine (passes with prompt tokens: \"prefill\", "
                    "decode-only passes: \"decode\")\n", p->replay);

@@ -16,6 +16,7 @@
 
 typedef struct profile_opts {
     const char *model;
+    rope_override rope;   /* --rope-scaling ... over the file's (model_load_opts.rope) */
     uint32_t prompt;      /* P: prompt tokens prefilled (timed) */
     uint32_t gen;         /* D: decode steps (timed) */
     uint32_t context;     /* C: tokens already in the sequence before the prompt (untimed) */
