@@ -32,6 +32,14 @@ check "... and another fingerprint" test "$(grep ^fingerprint <<<"$yarn_info")" 
 fails_with "--rope-scaling refuses a type cinder does not run" "RoPE scaling 'longrope' is not supported (cinder runs none, linear and yarn)" "$bin" run --model "$model" --tokens 1 --rope-scaling longrope
 fails_with "a YaRN factor below 1 is refused" "its factor must be at least 1" "$bin" info "$model" --rope-scaling yarn --rope-scale 0.5
 fails_with "mkmodel --rope-scale needs --rope-scaling" "--rope-scale and --yarn-orig-ctx need --rope-scaling" "$bin" mkmodel --preset tiny --rope-scale 4 --out "$tmp/x.gguf"
+# The memory plan: before a weight is read, the weights must fit what the device has left after
+# the KV pool and the work buffers (--device-memory-mb plans for a smaller card)
+fails_with "a file larger than the device is refused, naming the sizes" "the weights need" \
+  "$bin" run --model "$model" --tokens 1 --n 1 --device-memory-mb 1
+err=$(printf 'hi\n' | "$bin" chat --model "$model" --n 1 --kv-pool-tokens 2000000 --device-memory-mb 700 2>&1 >/dev/null || true)
+fit=$(sed -n 's/.*a KV pool of \([0-9]*\) tokens would leave room for them.*/\1/p' <<<"$err")
+check "a KV pool too large for the device is refused, with the pool that would fit ($fit tokens)" test -n "$fit"
+check "... which does: the same chat with that pool runs" bash -c "printf 'hi\n' | '$bin' chat --model '$model' --n 1 --kv-pool-tokens '$fit' --device-memory-mb 700 >/dev/null 2>&1"
 check "info's type histogram adds up to the tensor count" grep -q "^tensor types      7 types, 27 tensors, [0-9]* bytes$" <<<"$info"
 check "info's type histogram has a row per type" grep -Eq "^  Q6_K +5 +[0-9]+ +[0-9.]+%$" <<<"$info"
 # mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it

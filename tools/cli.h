@@ -34,6 +34,11 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
  * --rope-scaling none|linear|yarn, --rope-scale N, --yarn-orig-ctx N, --rope-freq-base F.
  * Returns 1 when argv[*i] was one (advanced past its value), 0 when not, -1 after a message. */
 int cli_rope(int argc, char **argv, int *i, rope_override *o);
+/* The memory plan's flag, as run, chat and serve describe it. */
+#define CLI_DEVICE_MEMORY_USAGE                                                                    \
+    "The weights must fit what the device has left\n"                                            \
+    "  after the KV pool and work buffers, or nothing is read (docs/VULKAN.md); --device-memory-mb N\n" \
+    "  plans as if the device had N MiB (a smaller card)."
 #define CLI_ROPE_USAGE "[--rope-scaling none|linear|yarn] [--rope-scale N] [--yarn-orig-ctx N] [--rope-freq-base F]"
 
 /* The median of v[0..n) (n >= 1); sorts v in place. */

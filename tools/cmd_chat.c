@@ -37,7 +37,7 @@ static void usage(FILE *out) {
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
             "                   [--seed S] [--think | --no-think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
-            "                   [--cache-dir-max-mb N] [--spec-tokens N] [--chat-template NAME]\n"
+            "                   [--cache-dir-max-mb N] [--spec-tokens N] [--chat-template NAME] [--device-memory-mb N]\n"
             "                   " CLI_ROPE_USAGE "\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
@@ -49,7 +49,8 @@ static void usage(FILE *out) {
             "  context); a message too long for the context alone is refused, the session goes on.\n"
             "  A reply cut by --n or the context end says so (finish_reason \"length\").\n"
             "  --kv-pool-tokens the KV pool shared by the conversation and the cache (4 x ctx);\n"
-            "  --page-size tokens per KV page (16). --json prints one JSON object per\n"
+            "  --page-size tokens per KV page (16). " CLI_DEVICE_MEMORY_USAGE "\n"
+            "  --json prints one JSON object per\n"
             "  turn instead of the text. Greedy unless --temp > 0. Thinking follows the template: on for\n"
             "  the hybrid Qwen3 (--no-think turns it off, --think back on), never for Qwen3-Coder.\n"
             "  --host-cache-mb N keeps evicted cache pages in N MiB of host memory and restores them\n"
@@ -86,6 +87,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
         else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->max_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--device-memory-mb", &v)) { if (cli_u32("--device-memory-mb", v, &o->eo.device_memory_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;

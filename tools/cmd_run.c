@@ -22,6 +22,7 @@ typedef struct run_opts {
     sampler_params sp;
     bool json, ignore_eos, gpu;
     int draw; /* engine_opts.draw */
+    uint32_t device_memory_mb; /* engine_opts.device_memory_mb */
     uint32_t n_logits;
     rope_override rope;
 } run_opts;
@@ -45,7 +46,7 @@ static void usage(FILE *out) {
             "usage: cinder run [--model M] (--prompt TEXT | --tokens 1,2,3) [--n N] [--ctx N]\n"
             "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
             "                  [--json] [--logits K] [--logits-file PATH] [--cpu | --gpu]\n"
-            "                  [--draw auto|device|host] " CLI_ROPE_USAGE "\n"
+            "                  [--draw auto|device|host] [--device-memory-mb N] " CLI_ROPE_USAGE "\n"
             "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
             "  unless --temp > 0. --ctx holds the prompt and the generated tokens (default prompt + --n,\n"
             "  at most what the model was trained for): generation stops at its end (finish_reason\n"
@@ -56,7 +57,7 @@ static void usage(FILE *out) {
             "  --gpu (the default) runs the Vulkan engine (CINDER_DEVICE picks the device), --cpu the\n"
             "  CPU reference. --draw: where a sampled token is drawn (auto: on the device when it is a\n"
             "  GPU, on the host for a CPU device; top_k 0, \"all\", always on the host).\n"
-            "  The RoPE flags override the file's (YaRN: docs/GGUF.md, \"RoPE\").\n");
+            "  The RoPE flags override the file's (YaRN: docs/GGUF.md, \"RoPE\"). " CLI_DEVICE_MEMORY_USAGE "\n");
 }
 
 static int parse(int argc, char **argv, run_opts *o) {
@@ -86,6 +87,7 @@ static int parse(int argc, char **argv, run_opts *o) {
             else if (!strcmp(v, "host")) o->draw = ENGINE_DRAW_HOST;
             else return cli_error("run", "--draw %s: auto, device or host", v);
         }
+        else if (cli_value(argc, argv, &i, "--device-memory-mb", &v)) { if (cli_u32("--device-memory-mb", v, &o->device_memory_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--logits-file", &v)) o->logits_file = v;
         else if (cli_value(argc, argv, &i, "--logits", &v)) { if (cli_u32("--logits", v, &o->n_logits)) return -1; }
         else return cli_unknown("run", a), -1;
@@ -192,7 +194,8 @@ static int generate_cpu(run_sink *k, uint32_t n_ctx) {
 static int generate_gpu(run_sink *k, model *m, uint32_t n_ctx) {
     run_result *r = k->r;
     engine e;
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true, .draw = k->o->draw};
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true, .draw = k->o->draw,
+                      .device_memory_mb = k->o->device_memory_mb};
     int rc = engine_init(&e, m, &eo) ? cli_error("run", "%s", cd_errmsg()) : 0;
     if (!rc && (k->o->logits_file || k->o->n_logits) && !(k->logits = malloc(m->cfg.n_vocab * sizeof *k->logits)))
         rc = cli_error("run", "out of memory");

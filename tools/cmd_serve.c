@@ -15,7 +15,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder serve [--model M] [--host ADDR] [--port N] [--parallel N] [--queue N] [--ctx N]\n"
             "                    [--kv-pool-tokens N] [--page-size N] [--host-cache-mb N] [--cache-dir DIR]\n"
-            "                    [--cache-dir-max-mb N]\n"
+            "                    [--cache-dir-max-mb N] [--device-memory-mb N]\n"
             "                    [--no-prefix-cache] [--api-key KEY] [--alias NAME] [--chunk-tokens N]\n"
             "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
             "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
@@ -27,7 +27,8 @@ static void usage(FILE *out) {
             "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
             "  --port-file writes it). --parallel requests run at once (8), sharing the KV pool\n"
             "  (--kv-pool-tokens, 4 x ctx by default) and the prefix cache; --queue more wait (64), beyond\n"
-            "  that 503. --ctx is the most tokens of one request (8192). --api-key requires\n"
+            "  that 503. --ctx is the most tokens of one request (8192). " CLI_DEVICE_MEMORY_USAGE "\n"
+            "  --api-key requires\n"
             "  \"Authorization: Bearer KEY\" (not on /health). --alias names the model (the file name).\n"
             "  Limits: request body --max-body-kb (8192), headers --max-header-kb (64), --max-conns (256),\n"
             "  --idle-timeout seconds (600). SIGINT/SIGTERM cancel running requests and exit 0.\n"
@@ -93,6 +94,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (cli_value(argc, argv, &i, "--queue", &v)) { if (cli_u32("--queue", v, &o->so.queue)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--device-memory-mb", &v)) { if (cli_u32("--device-memory-mb", v, &o->eo.device_memory_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) { if (cli_u32("--spec-tokens", v, &o->eo.spec_tokens)) return -1; }

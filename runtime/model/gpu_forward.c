@@ -235,7 +235,7 @@ static int make_buffers(gpu_model *g) {
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     CD_TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D));
     bool apart = false; /* a layer whose gate and up are not gate-up pairs: HU and a swiglu stage */
-    for (uint32_t il = 0; il < c->n_layer; il++) apart |= !gpu_layer_has_pairs(&g->w.layers[il]);
+    for (uint32_t il = 0; il < c->n_layer; il++) apart |= !gpu_model_layer_pairs(g, il); /* before the upload */
     if (apart) CD_TRY(gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
     /* partial softmax states of the attention splits, per part of the pool's buffer */
     CD_TRY(gpu_model_buffer(g, &g->bpartials,

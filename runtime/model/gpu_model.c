@@ -99,11 +99,42 @@ static int make_rope_table(gpu_model *g, cvk_ctx *vk, const model *m) {
     return cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, freq, mscale, g->n_ctx);
 }
 
+/* n bytes as a person reads them: GiB from 1 GiB, else MiB. */
+static const char *size_text(uint64_t n, char buf[32]) {
+    if (n >= (1ull << 30)) snprintf(buf, 32, "%.2f GiB", (double)n / (1ull << 30));
+    else snprintf(buf, 32, "%.1f MiB", (double)n / (1ull << 20));
+    return buf;
+}
+
+/* The memory plan, before a weight is read: everything else is allocated by now (the caller's
+ * KV pool, the work buffers, the RoPE table), so the weights must fit in what the device has
+ * left. They are the file's tensor bytes (the upload's layouts keep the bytes). */
+static int weights_fit(const gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+    uint64_t need = 0, used;
+    for (uint64_t i = 0; i < m->file->n_tensors; i++) need += m->file->tensors[i].nbytes;
+    uint32_t heap;
+    uint64_t room = cvk_mem_heap_room(&vk->mem, CVK_MEM_DEVICE, o->device_memory, &heap, &used);
+    if (need <= room) return 0;
+    uint64_t kv = o->kv && o->kv->size <= used ? o->kv->size : 0, work = used - kv;
+    uint64_t whole = o->device_memory ? o->device_memory : room + used;
+    char a[32], b[32], c[32], d[32], what[64];
+    snprintf(what, sizeof what, o->device_memory ? "%s (as asked)" : "%s free to cinder", size_text(whole, b));
+    if (need + work > whole)
+        return cd_fail("the weights need %s of device memory and the work buffers %s, more than the device's %s: this "
+                       "file does not fit it (a smaller quantization of the model would)",
+                       size_text(need, a), size_text(work, d), what);
+    uint64_t pb = g->lay.page_bytes ? g->lay.page_bytes : 1;
+    return cd_fail("the weights need %s of device memory, but of the device's %s the KV pool (%llu tokens) holds %s and "
+                   "the work buffers %s: a KV pool of %llu tokens would leave room for them (--kv-pool-tokens, "
+                   "or a smaller --ctx)",
+                   size_text(need, a), what, (unsigned long long)(kv / pb * g->lay.page_tokens), size_text(kv, c),
+                   size_text(work, d), (unsigned long long)((whole - need - work) / pb * g->lay.page_tokens));
+}
+
+/* The weights go last: the plan (weights_fit) knows all the rest by then. */
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
-    if (begin(g, vk, m, o, false) ||
-        gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL) || make_pipelines(g) ||
-        make_rope_table(g, vk, m) ||
-        gpu_forward_init(g))
+    if (begin(g, vk, m, o, false) || make_pipelines(g) || make_rope_table(g, vk, m) || gpu_forward_init(g) ||
+        weights_fit(g, vk, m, o) || gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL))
         return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
     return 0;

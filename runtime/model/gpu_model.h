@@ -223,6 +223,9 @@ typedef struct gpu_model_opts {
      * device), to measure others: bm 0 keeps the default (cvk_matmul_tile_default, 64 x 64 x 32 /
      * 4 x 4). Any tile gives the same bits. */
     gpu_tile_shape big_tile;
+    /* The device memory the plan is made against: 0 the device's (cvk_mem_heap_room); else
+     * this many bytes, as if the card had no more (a smaller card simulated). */
+    uint64_t device_memory;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are

@@ -87,6 +87,7 @@ typedef struct cvk_phys_info {
     bool ext_subgroup_size_control; /* VK_EXT_subgroup_size_control needed (1.2 device) */
     bool ext_portability_subset;    /* VK_KHR_portability_subset must be enabled */
     bool ext_pipeline_exec;         /* VK_KHR_pipeline_executable_properties (compiler statistics) */
+    bool ext_memory_budget;         /* VK_EXT_memory_budget (what a heap has left, cvk_mem_heap_room) */
     bool usable;
     char why_not[96];            /* reason when !usable */
 } cvk_phys_info;

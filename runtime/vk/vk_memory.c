@@ -124,6 +124,26 @@ fail:
     return -1;
 }
 
+uint64_t cvk_mem_heap_room(const cvk_mem *m, enum cvk_mem_kind kind, uint64_t size, uint32_t *heap, uint64_t *used) {
+    const cvk_phys_info *info = &m->dev->info;
+    int type = cvk_mem_pick_type(&info->mem, UINT32_MAX, kind);
+    *heap = 0, *used = 0;
+    if (type < 0) return 0;
+    uint32_t h = *heap = info->mem.memoryTypes[type].heapIndex;
+    for (uint32_t i = 0; i < m->n_blocks; i++)
+        if (info->mem.memoryTypes[m->blocks[i]->type].heapIndex == h) *used += m->blocks[i]->arena.used;
+    uint64_t blocks = m->heap_bytes[h], spare = blocks - *used; /* room in cinder's own blocks */
+    if (size) return size > *used ? size - *used : 0;
+    if (info->ext_memory_budget && !m->dev->compile_only) {
+        VkPhysicalDeviceMemoryBudgetPropertiesEXT b = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+        VkPhysicalDeviceMemoryProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &b};
+        vkGetPhysicalDeviceMemoryProperties2(info->phys, &p);
+        if (b.heapBudget[h]) return spare + (b.heapBudget[h] > b.heapUsage[h] ? b.heapBudget[h] - b.heapUsage[h] : 0);
+    }
+    uint64_t usable = info->mem.memoryHeaps[h].size / 10 * 9;
+    return spare + (usable > blocks ? usable - blocks : 0);
+}
+
 int cvk_mem_suballoc(cvk_mem *m, enum cvk_mem_kind kind, uint32_t type_bits, uint64_t size, uint64_t align,
                      cvk_block **block, uint64_t *off) {
     int type = cvk_mem_pick_type(&m->dev->info.mem, type_bits, kind);

@@ -105,6 +105,14 @@ int cvk_split_plan(uint64_t size, uint64_t granule, uint64_t max_part, uint64_t 
  * allocated types never; AMD's device-coherent/uncached types only when nothing else fits. */
 int cvk_mem_pick_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t type_bits, enum cvk_mem_kind kind);
 
+/* Bytes of memory still free to this process on the heap that `kind` buffers go to (*heap: its
+ * index; *used: the bytes cinder's buffers hold on it): the room left in cinder's own blocks
+ * there, plus the driver's budget less its usage (VK_EXT_memory_budget, which counts other
+ * processes' use), else plus 90% of the heap less cinder's blocks. With size (a memory size to
+ * plan against instead of the device's, e.g. a smaller card simulated) nonzero: size less
+ * *used. */
+uint64_t cvk_mem_heap_room(const cvk_mem *m, enum cvk_mem_kind kind, uint64_t size, uint32_t *heap, uint64_t *used);
+
 /* The suballocator under cvk_buffer_create: a range of `size` bytes aligned to `align` in a
  * block of the kind's memory type (among type_bits), creating a block when none has room. */
 int cvk_mem_suballoc(cvk_mem *m, enum cvk_mem_kind kind, uint32_t type_bits, uint64_t size, uint64_t align,

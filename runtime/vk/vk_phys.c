@@ -169,6 +169,7 @@ static void phys_query(VkPhysicalDevice p, uint32_t inst_api, cvk_phys_info *o) 
         o->ext_subgroup_size_control = sgc_ext;
         o->ext_portability_subset = has_device_ext(p, "VK_KHR_portability_subset");
         o->ext_pipeline_exec = has_device_ext(p, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+        o->ext_memory_budget = has_device_ext(p, VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
         query_features(o, sgc_ext);
         query_props(o, sgc_ext);
     }
