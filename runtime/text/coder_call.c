@@ -90,8 +90,9 @@ static const char *const lit_text[] = {
     [L_NL_VALUE] = "\n",         /* after a parameter's name: then its value */
     [L_CLOSE] = "</parameter>\n" /* after a JSON value's "\n": then S_NEXT */
 };
-/* S_NEXT: a parameter or the end. */
+/* S_NEXT: a parameter or the end, which lit names once byte 1 tells them apart. */
 static const char next_param[] = "<parameter=", next_end[] = "</function>";
+enum { NEXT_PARAM = 1, NEXT_END = 2 };
 /* What a text value may not hold (all begin with '<', and hold no other '<'). */
 static const char *const tags[] = {"</parameter>", "<parameter=", "</tool_call>", "</think>"};
 #define N_TAGS (sizeof tags / sizeof *tags)
@@ -147,7 +148,7 @@ static void lit_done(coder_call *c, out *o) {
 static void lit(coder_call *c, uint8_t which) { c->state = S_LIT, c->lit = which, c->pos = 0; }
 
 /* S_NEXT: pos bytes of "<parameter=" or "</function>" matched. They part at byte 1, which sets
- * lit (1: a parameter, 2: the end) and writes the view at once, so that the automaton refuses
+ * lit (NEXT_PARAM or NEXT_END) and writes the view at once, so that the automaton refuses
  * there a parameter the arguments cannot take or an end they cannot have (required ones
  * missing), not at the tag's last byte, where nothing else could follow. */
 static bool next_byte(coder_call *c, char ch, out *o) {
@@ -155,17 +156,17 @@ static bool next_byte(coder_call *c, char ch, out *o) {
         if (ch != '<') return false;
     } else if (c->pos == 1) {
         if (ch == next_param[1]) {
-            c->lit = 1;
+            c->lit = NEXT_PARAM;
             put(o, c->params ? ",\"" : "\"");
             if (c->params < 255) c->params++;
         } else if (ch == next_end[1]) {
-            c->lit = 2;
+            c->lit = NEXT_END;
             put(o, "}}");
         } else return false;
-    } else if (ch != (c->lit == 1 ? next_param : next_end)[c->pos]) return false;
+    } else if (ch != (c->lit == NEXT_PARAM ? next_param : next_end)[c->pos]) return false;
     c->pos++;
-    if (c->lit == 1 && c->pos == sizeof next_param - 1) c->state = S_PNAME, c->name_n = 0, c->pos = 0;
-    else if (c->lit == 2 && c->pos == sizeof next_end - 1) c->state = S_DONE;
+    if (c->lit == NEXT_PARAM && c->pos == sizeof next_param - 1) c->state = S_PNAME, c->name_n = 0, c->pos = 0;
+    else if (c->lit == NEXT_END && c->pos == sizeof next_end - 1) c->state = S_DONE;
     return true;
 }
 
