@@ -110,8 +110,7 @@ static const char *size_text(uint64_t n, char buf[32]) {
  * KV pool, the work buffers, the RoPE table), so the weights must fit in what the device has
  * left. They are the file's tensor bytes (the upload's layouts keep the bytes). */
 static int weights_fit(const gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
-    uint64_t need = 0, used;
-    for (uint64_t i = 0; i < m->file->n_tensors; i++) need += m->file->tensors[i].nbytes;
+    uint64_t need = model_weight_bytes(m), used;
     uint32_t heap;
     uint64_t room = cvk_mem_heap_room(&vk->mem, CVK_MEM_DEVICE, o->device_memory, &heap, &used);
     if (need <= room) return 0;

@@ -117,7 +117,7 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
     w->layers = calloc(c->n_layer, sizeof *w->layers);
     w->hashing = fp_weights_begin(m->file);
     if (!w->layers || !w->hashing) return cd_fail("out of memory");
-    for (uint64_t i = 0; i < m->file->n_tensors; i++) w->total += m->file->tensors[i].nbytes;
+    w->total = model_weight_bytes(m);
     w->show_progress = w->total >= (256u << 20) && isatty(STDERR_FILENO);
     w->shown_pct = 0;
     if (upload(vk, &w->tok_embd, m->tok_embd, w) || upload_norm(vk, &w->output_norm, m->output_norm, w))

@@ -127,16 +127,20 @@ static bool tail_takes(const json_mask *m, const char *bytes, size_t n) {
     return n <= (size_t)(m->tail_n - m->tail_pos) && !memcmp(m->tail + m->tail_pos, bytes, n);
 }
 
-/* A coder call's reading of bytes from call c (a copy when only asking): the bytes it takes
- * (SIZE_MAX: refused, by the call or by the automaton), their view in view (*vn bytes). */
-static size_t coder_part(const json_mask *m, coder_call *c, const char *bytes, size_t n, char *view, size_t *vn) {
-    size_t used;
-    if (!coder_call_read(c, &m->state, bytes, n, view, vn, &used)) return SIZE_MAX;
-    return *vn && !json_prefix_accepts(&m->state, view, *vn) ? SIZE_MAX : used;
-}
-
 /* A coder call's view of n bytes is made on the stack for a token's, else on the heap. */
 #define VIEW_STACK 2048
+
+/* How many of the bytes call c (the mask's, or a copy when only asking) takes: SIZE_MAX when
+ * the call or the automaton refuses them. feed: the automaton moves past their view (the
+ * mask's own state); NULL: it is only asked. */
+static size_t coder_part(const json_mask *m, coder_call *c, json_prefix *feed, const char *bytes, size_t n) {
+    char stack[VIEW_STACK], *view = CODER_VIEW_MAX(n) <= VIEW_STACK ? stack : malloc(CODER_VIEW_MAX(n));
+    size_t vn, used;
+    bool ok = view && coder_call_read(c, &m->state, bytes, n, view, &vn, &used) &&
+              (!vn || (feed ? json_prefix_feed(feed, view, vn) : json_prefix_accepts(&m->state, view, vn)));
+    if (view != stack) free(view);
+    return ok ? used : SIZE_MAX;
+}
 
 /* How many of the bytes the value takes (the rest must be the tail's), SIZE_MAX if none fit. */
 static size_t value_part(const json_mask *m, const char *bytes, size_t n) {
@@ -144,11 +148,8 @@ static size_t value_part(const json_mask *m, const char *bytes, size_t n) {
         return tail_takes(m, bytes, n) ? 0 : SIZE_MAX;
     size_t k;
     if (m->coder) {
-        char stack[VIEW_STACK], *view = CODER_VIEW_MAX(n) <= VIEW_STACK ? stack : malloc(CODER_VIEW_MAX(n));
-        coder_call c = *m->coder;
-        size_t vn;
-        k = view ? coder_part(m, &c, bytes, n, view, &vn) : SIZE_MAX;
-        if (view != stack) free(view);
+        coder_call ask = *m->coder;
+        k = coder_part(m, &ask, NULL, bytes, n);
     } else {
         k = json_prefix_reads(&m->state, bytes, n);
     }
@@ -157,12 +158,7 @@ static size_t value_part(const json_mask *m, const char *bytes, size_t n) {
 
 /* The value's part of fed bytes (k of them, value_part's), into the state. */
 static bool feed_value(json_mask *m, const char *bytes, size_t k) {
-    if (!m->coder) return json_prefix_feed(&m->state, bytes, k);
-    char stack[VIEW_STACK], *view = CODER_VIEW_MAX(k) <= VIEW_STACK ? stack : malloc(CODER_VIEW_MAX(k));
-    size_t vn;
-    bool ok = view && coder_part(m, m->coder, bytes, k, view, &vn) == k && (!vn || json_prefix_feed(&m->state, view, vn));
-    if (view != stack) free(view);
-    return ok;
+    return m->coder ? coder_part(m, m->coder, &m->state, bytes, k) == k : json_prefix_feed(&m->state, bytes, k);
 }
 
 bool json_mask_feed(json_mask *m, const char *bytes, size_t n) {
