@@ -25,6 +25,7 @@ const uint QTYPE_Q6_K = 14;
 const uint QTYPE_IQ4_NL = 20;
 const uint QTYPE_IQ4_XS = 23;
 const uint QTYPE_BF16 = 30;
+const uint QTYPE_MXFP4 = 39;
 
 const uint QK8_0 = 32;
 const uint QK_K = 256;
@@ -120,6 +121,22 @@ const uint IQ4_XS_D = 0;
 const uint IQ4_XS_SCALES_H = 2;
 const uint IQ4_XS_SCALES_L = 4;
 const uint IQ4_XS_QS = 8;
+
+// block_mxfp4 { u8 e; u8 qs[16]; }: levels placed as in IQ4_NL; weight = 2^(e - 128) * value,
+// value the doubled E2M1 float of the level (runtime/gguf/quant.h). 17-byte blocks: any alignment.
+const uint MXFP4_BYTES = 17;
+const uint MXFP4_E = 0;
+const uint MXFP4_QS = 1;
+
+// ggml's kvalues_mxfp4[q]: magnitude 0, 1, 2, 3 as is, then 4, 6, 8, 12 = (2 or 3) << 1 or 2;
+// bit 3 the sign. Integer ALU only (no table indexed per lane: see qb_iq4nl_value).
+int qb_mxfp4_value(uint q) {
+    uint m = q & 7u;
+    int v = int(m < 4u ? m : (2u + (m & 1u)) << ((m >> 1) - 1u));
+    return (q & 8u) != 0u ? -v : v;
+}
+// 2^(e - 128), exactly as quant_e8m0_half builds it (subnormal below e = 2).
+float qb_e8m0_half(uint e) { return uintBitsToFloat(e >= 2u ? (e - 1u) << 23 : 0x00200000u << e); }
 
 // IQ4_XS's 6-bit scale of sub-block j less 32, from scales_h and the 4 scales_l bytes as a word.
 int qb_iq4_xs_scale(uint sh, uint sl, uint j) {
@@ -245,6 +262,13 @@ float qb_iq4_nl(uint row, uint e) {
     return qb_half(b + IQ4_NL_D) * float(qb_iq4nl_value(q));
 }
 
+// MXFP4: value * 2^(e - 128), exact (a subnormal may flush to zero: quant.h).
+float qb_mxfp4(uint row, uint e) {
+    uint b = row + (e / 32u) * MXFP4_BYTES, i = e % 32u;
+    uint q = (qb_byte(b + MXFP4_QS + i % 16u) >> (4u * (i / 16u))) & 15u;
+    return float(qb_mxfp4_value(q)) * qb_e8m0_half(qb_byte(b + MXFP4_E));
+}
+
 // IQ4_XS: (d * (ls - 32)) * value, both products exact (at most 11 + 6 + 7 bits): no rounding.
 float qb_iq4_xs(uint row, uint e) {
     uint b = row + (e / QK_K) * IQ4_XS_BYTES, i = e % QK_K, j = i / 32u, l = i % 32u;
@@ -269,6 +293,7 @@ float qb_dequant(uint type, uint row, uint e) {
     case QTYPE_Q3_K: return qb_q3_K(row, e);
     case QTYPE_IQ4_NL: return qb_iq4_nl(row, e);
     case QTYPE_IQ4_XS: return qb_iq4_xs(row, e);
+    case QTYPE_MXFP4: return qb_mxfp4(row, e);
     }
     return 0.0;
 }
@@ -278,6 +303,17 @@ uint qb_byte8(uvec2 v, uint r) { return (v[r >> 2] >> (8u * (r & 3u))) & 255u; }
 uvec2 qb_load8_u16(uint off) {
     uint h = off >> 1;
     return uvec2(uint(qb_u16[h]) | (uint(qb_u16[h + 1]) << 16), uint(qb_u16[h + 2]) | (uint(qb_u16[h + 3]) << 16));
+}
+
+// 8 bytes at any offset as 2 words, from the 2 or 3 aligned words that hold them (MXFP4's
+// unaligned blocks). The last word read holds at least one of the 8 bytes, so it lies inside
+// the binding (vk_descriptor.c rounds a view's range up to whole words).
+uvec2 qb_load8_any(uint off) {
+    uint o = off >> 2, sh = 8u * (off & 3u);
+    uint a = qb_u32[o], b = qb_u32[o + 1u];
+    if (sh == 0u) return uvec2(a, b);
+    uint c = qb_u32[o + 2u];
+    return uvec2((a >> sh) | (b << (32u - sh)), (b >> sh) | (c << (32u - sh)));
 }
 
 // Weights k0 .. k0 + 7 (k0 % 8 == 0) of the row at byte offset `row` of a quantized type, each
@@ -356,6 +392,12 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
             dl = unpackHalf2x16(hd).x * float(qb_iq4_xs_scale(hd >> 16, qb_u32[w0 + 1u], j)); // as qb_iq4_xs
         }
         for (uint r = 0; r < 8u; r++) w[r] = dl * float(qb_iq4nl_value((qb_byte8(qs, r) >> sh) & 15u));
+    } else if (type == QTYPE_MXFP4) {
+        // 8 weights of one nibble half of a block: one scale byte, 8 bytes of qs
+        uint b = row + (k0 / 32u) * MXFP4_BYTES, sh = 4u * ((k0 % 32u) / 16u);
+        uvec2 qs = qb_load8_any(b + MXFP4_QS + k0 % 16u);
+        float d = qb_e8m0_half(qb_byte(b + MXFP4_E));
+        for (uint r = 0; r < 8u; r++) w[r] = float(qb_mxfp4_value((qb_byte8(qs, r) >> sh) & 15u)) * d; // as qb_mxfp4
     } else {
         for (uint r = 0; r < 8u; r++) w[r] = qb_dequant(type, row, k0 + r);
     }

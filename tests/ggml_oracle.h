@@ -32,6 +32,8 @@ typedef struct ggml_oracle {
     ggml_from_float_fn quantize_row_q4_0_ref, quantize_row_q4_1_ref, quantize_row_q5_0_ref, quantize_row_q5_1_ref,
         quantize_row_q2_K_ref, quantize_row_q3_K_ref;
     ggml_to_float_fn dequantize_row_iq4_nl, dequantize_row_iq4_xs;
+    ggml_to_float_fn dequantize_row_mxfp4;
+    ggml_from_float_fn quantize_row_mxfp4_ref;
     /* what llama-quantize calls for every type (the IQ4 types' _ref is a weaker search) */
     size_t (*quantize_chunk)(int type, const float *src, void *dst, int64_t start, int64_t nrows, int64_t n_per_row,
                              const float *imatrix);
@@ -84,6 +86,8 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
 #undef ORACLE_PAIR
     ORACLE_SYM(dequantize_row_iq4_nl, "dequantize_row_iq4_nl");
     ORACLE_SYM(dequantize_row_iq4_xs, "dequantize_row_iq4_xs");
+    ORACLE_SYM(dequantize_row_mxfp4, "dequantize_row_mxfp4");
+    ORACLE_SYM(quantize_row_mxfp4_ref, "quantize_row_mxfp4_ref"); /* what quantize_chunk runs for it */
     ORACLE_SYM(quantize_chunk, "ggml_quantize_chunk");
     ORACLE_SYM(fp16_to_fp32_row, "ggml_fp16_to_fp32_row");
     ORACLE_SYM(fp32_to_fp16_row, "ggml_fp32_to_fp16_row");
@@ -113,6 +117,7 @@ static inline ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
     case QTYPE_Q3_K: return g->dequantize_row_q3_K;
     case QTYPE_IQ4_NL: return g->dequantize_row_iq4_nl;
     case QTYPE_IQ4_XS: return g->dequantize_row_iq4_xs;
+    case QTYPE_MXFP4: return g->dequantize_row_mxfp4;
     default: return NULL;
     }
 }
@@ -152,6 +157,7 @@ static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) 
     case QTYPE_Q3_K: return g->quantize_row_q3_K_ref;
     case QTYPE_IQ4_NL: return oracle_chunk_iq4_nl;
     case QTYPE_IQ4_XS: return oracle_chunk_iq4_xs;
+    case QTYPE_MXFP4: return g->quantize_row_mxfp4_ref;
     default: return NULL;
     }
 }

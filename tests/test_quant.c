@@ -23,10 +23,12 @@
 
 static const enum qtype supported[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q4_0,   QTYPE_Q4_1,
                                        QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0, QTYPE_Q2_K,   QTYPE_Q3_K,
-                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
+                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
+                                       QTYPE_MXFP4};
 enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
 static const enum qtype blocked[] = {QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,   QTYPE_Q8_0,  QTYPE_Q2_K,
-                                     QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
+                                     QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
+                                     QTYPE_MXFP4};
 enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
 
 static void *xmalloc(size_t n) {
@@ -291,6 +293,44 @@ static void test_hand_iq4(void **state) {
     assert_true(y[0] == -127.0f && y[128] == 0.0f && y[255] == -0.25f * 3 * -127.0f);
 }
 
+/* MXFP4 by hand. The doubled E2M1 levels (ggml's kvalues_mxfp4):
+ *   level  0 1 2 3 4 5 6 7  8  9 10 11 12 13 14  15
+ *   value  0 1 2 3 4 6 8 12 0 -1 -2 -3 -4 -6 -8 -12
+ * e = 130 is 2^(130 - 128) = 4; qs[i] = i | (15 - i) << 4: weight i < 16 level i, 16 + i level
+ * 15 - i. The scale bytes at the ends: 0 and 1 are the subnormals 2^-128 and 2^-127, 2 the
+ * smallest normal 2^-126, 255 is 2^127 (ggml reads it so; E8M0's NaN). */
+static void test_hand_mxfp4(void **state) {
+    (void)state;
+    static const int v[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+    block_mxfp4 b = {.e = 130};
+    for (int i = 0; i < 16; i++) b.qs[i] = (uint8_t)(i | (15 - i) << 4);
+    float y[32], want[32];
+    for (int i = 0; i < 16; i++) want[i] = 4.0f * (float)v[i], want[16 + i] = 4.0f * (float)v[15 - i];
+    quant_dequantize_row(QTYPE_MXFP4, &b, y, 32);
+    expect_floats(y, want, 32, "MXFP4");
+    assert_true(y[7] == 48.0f && y[15] == -48.0f && y[16] == -48.0f && y[31] == 0.0f);
+    assert_true(quant_e8m0_half(0) == ldexpf(1.0f, -128) && quant_e8m0_half(1) == ldexpf(1.0f, -127));
+    assert_true(quant_e8m0_half(2) == ldexpf(1.0f, -126) && quant_e8m0_half(127) == 0.5f);
+    assert_true(quant_e8m0_half(255) == ldexpf(1.0f, 127));
+}
+
+/* Data on the MXFP4 grid (a level times 2^k, each block reaching 12 * 2^k) comes back exactly,
+ * at steps from 2^-20 to 2^20. */
+static void test_exact_grid_mxfp4(void **state) {
+    (void)state;
+    rng r;
+    rng_seed(&r, 10);
+    float x[512], y[512];
+    uint8_t buf[512];
+    for (int i = 0; i < 512; i++) {
+        float s = ldexpf(1.0f, (int)(i / 32) * 3 - 20);
+        x[i] = s * (float)quant_mxfp4_values[i % 32 == 5 ? (i / 32 % 2 ? 7 : 15) : rng_below(&r, 16)];
+    }
+    quant_quantize_row(QTYPE_MXFP4, x, buf, 512);
+    quant_dequantize_row(QTYPE_MXFP4, buf, y, 512);
+    expect_floats(y, x, 512, "MXFP4 exact grid");
+}
+
 /* Data on the IQ4 grids (a table value times a step, each block reaching -127) comes back
  * exactly: the quantizer finds the step and every level. */
 static void test_exact_grid_iq4(void **state) {
@@ -515,6 +555,7 @@ static double normal_bound(enum qtype t) {
     case QTYPE_Q2_K: return 2.9e-1; /* 2.63e-1 */
     case QTYPE_IQ4_NL: return 8.0e-2; /* 7.31e-2 */
     case QTYPE_IQ4_XS: return 8.0e-2; /* 7.39e-2 */
+    case QTYPE_MXFP4: return 0.12; /* 0.112 (ggml ref 0.116) */
     default: return 0;
     }
 }
@@ -568,7 +609,8 @@ static void test_degenerate(void **state) {
             for (int i = 0; i < N; i++) x[i] = consts[c];
             quant_quantize_row(t, x, q, N);
             quant_dequantize_row(t, q, y, N);
-            double e = tu_rel_l2(y, x, N), tol = t == QTYPE_BF16 ? 4e-3 : 2e-3; /* 0.05 puts K-quant d among fp16 subnormals */
+            /* 0.05 puts K-quant d among fp16 subnormals; MXFP4 has 2 significant bits (0.05 -> 0.046875) */
+            double e = tu_rel_l2(y, x, N), tol = t == QTYPE_BF16 ? 4e-3 : t == QTYPE_MXFP4 ? 6.5e-2 : 2e-3;
             if (!(e < tol)) fail_msg("%s constant %g: rel error %g", qtype_name(t), consts[c], e);
         }
         /* one spike among zeros */
@@ -576,7 +618,7 @@ static void test_degenerate(void **state) {
         x[77] = 100.0f;
         quant_quantize_row(t, x, q, N);
         quant_dequantize_row(t, q, y, N);
-        assert_true(fabsf(y[77] - 100.0f) < 0.5f);
+        assert_true(fabsf(y[77] - 100.0f) < (t == QTYPE_MXFP4 ? 4.5f : 0.5f)); /* MXFP4's nearest: 96 */
         /* the IQ4 table has no zero: the spike's block-mates come back as its step times 1 (under 1) */
         bool no_zero = t == QTYPE_IQ4_NL || t == QTYPE_IQ4_XS;
         for (int i = 0; i < N; i++)
@@ -636,6 +678,8 @@ int main(void) {
         cmocka_unit_test(test_exact_grid),
         cmocka_unit_test(test_hand_iq4),
         cmocka_unit_test(test_exact_grid_iq4),
+        cmocka_unit_test(test_hand_mxfp4),
+        cmocka_unit_test(test_exact_grid_mxfp4),
         cmocka_unit_test(test_dequant_random_blocks_vs_ggml),
         cmocka_unit_test(test_dequant_halves_vs_ggml),
         cmocka_unit_test(test_round_trip_normal),

@@ -77,6 +77,8 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         {"IQ4_XS_BYTES", sizeof(block_iq4_xs)}, {"IQ4_XS_D", offsetof(block_iq4_xs, d)},
         {"IQ4_XS_SCALES_H", offsetof(block_iq4_xs, scales_h)}, {"IQ4_XS_SCALES_L", offsetof(block_iq4_xs, scales_l)},
         {"IQ4_XS_QS", offsetof(block_iq4_xs, qs)},
+        {"QTYPE_MXFP4", QTYPE_MXFP4}, {"MXFP4_BYTES", sizeof(block_mxfp4)}, {"MXFP4_E", offsetof(block_mxfp4, e)},
+        {"MXFP4_QS", offsetof(block_mxfp4, qs)},
     };
     for (size_t i = 0; i < sizeof pins / sizeof *pins; i++)
         if (glsl_const(t, pins[i].name) != pins[i].want)
@@ -204,7 +206,8 @@ static void test_every_type_awkward_sizes(void **state) {
         {QTYPE_Q2_K, 768, 3, 4, 771},   {QTYPE_Q3_K, 512, 6, 8, 0},
         {QTYPE_Q3_K, 256, 11, 13, 257}, {QTYPE_IQ4_NL, 96, 7, 9, 0},
         {QTYPE_IQ4_NL, 544, 4, 5, 545}, {QTYPE_IQ4_XS, 256, 9, 11, 0},
-        {QTYPE_IQ4_XS, 768, 3, 4, 771},
+        {QTYPE_IQ4_XS, 768, 3, 4, 771}, {QTYPE_MXFP4, 96, 7, 9, 0}, /* 51-byte rows: odd offsets */
+        {QTYPE_MXFP4, 544, 4, 5, 545},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 1 + i, 0);
 }
@@ -217,6 +220,7 @@ static void test_split_table(void **state) {
         {QTYPE_Q8_0, 64, 101, 64, 0},  /* 68-byte rows: lcm 272, 28 rows per part */
         {QTYPE_F16, 33, 77, 50, 35},   /* 66-byte rows: lcm 528, 24 rows per part */
         {QTYPE_F32, 3, 500, 70, 0},    /* 12-byte rows: lcm 48, 164 rows per part */
+        {QTYPE_MXFP4, 96, 90, 60, 0},  /* 51-byte rows: lcm 816, 32 rows per part */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 20 + i, 2000);
 }

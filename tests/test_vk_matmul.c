@@ -54,7 +54,7 @@ static const enum qtype all_types[] = {
     QTYPE_F32, QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q5_0, QTYPE_Q3_K, QTYPE_IQ4_XS};
 #else
     QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,   QTYPE_Q5_K,  QTYPE_Q6_K, QTYPE_Q4_0,
-    QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_XS};
+    QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_XS, QTYPE_MXFP4};
 /* IQ4_NL is IQ4_XS's 32-weight block with its own scale: one qb_decode8 branch, the same table;
  * it runs here in test_every_type_awkward_sizes only (CI time), bit-exact in test_vk_get_rows,
  * against the CPU reference in test_vk_matvec and the mix-lowbit model's head. */
@@ -151,8 +151,9 @@ static void run_case(const tcase *t, uint64_t seed) {
     cvk_buffer bw, bx, by, bl;
     uint64_t saved = vk->mem.max_part;
     if (t->max_part) vk->mem.max_part = t->max_part;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * total_rows, rb, CVK_MEM_DEVICE), 0);
-    vk->mem.max_part = saved;
+    int rc = cvk_buffer_create(&vk->mem, &bw, rb * total_rows, rb, CVK_MEM_DEVICE);
+    vk->mem.max_part = saved; /* before the assert: a failure must not shrink the parts of the tests after it */
+    assert_int_equal(rc, 0);
     if (t->max_part) assert_true(bw.n_parts >= 3);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bx, nx * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &by, ny * 4, 4, CVK_MEM_DEVICE), 0);
@@ -219,7 +220,7 @@ static void run_case(const tcase *t, uint64_t seed) {
 
 static uint32_t n_in_for(enum qtype t) { return qtype_block_elems(t) == QK_K ? 2 * QK_K : 5 * 32; }
 
-/* The types added for the small files (Q4_0 .. Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS) share the kernels' code
+/* The types added for the small files (Q4_0 .. Q5_1, Q2_K, Q3_K, IQ4_NL, IQ4_XS, MXFP4) share the kernels' code
  * outside their decoders: the biggest cases below run for the first seven only (CI time). */
 static bool decoder_only_type(enum qtype t) { return qtype_block_elems(t) > 1 && !cvk_matmul_texel_type(t); }
 
@@ -240,11 +241,12 @@ static void test_every_type_awkward_sizes(void **state) {
 
 /* Gather, scatter and both, from the middle slice of three experts. The lists do not depend on
  * the weights' type: the types here are one per decoder family and row alignment (the first
- * seven, a 22-byte legacy block, the 110-byte Q3_K), not all_types (CI time). */
+ * seven, a 22-byte legacy block, the 110-byte Q3_K, MXFP4's 85-byte rows at odd offsets), not
+ * all_types (CI time). */
 static void test_gather_scatter(void **state) {
     (void)state;
     const enum qtype types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,
-                                QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q5_0, QTYPE_Q3_K};
+                                QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q5_0, QTYPE_Q3_K, QTYPE_MXFP4};
     const uint32_t Ts[] = {1, 5, 33, 130}, rows[] = {1, 17, 200};
     uint64_t seed = 100;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
@@ -264,7 +266,11 @@ static void test_split_parts(void **state) {
         enum qtype ty = all_types[ti];
         uint32_t n_in = n_in_for(ty);
         uint64_t rb = qtype_row_bytes(ty, n_in);
-        uint64_t max_part = rb * (ty == QTYPE_F32 ? 7 : 13) + 15; /* rounded down to whole rows by the split */
+        /* rounded down to whole rows by the split, and at least a 16-byte multiple of rows (MXFP4's
+         * 85-byte rows: 16 of them) */
+        uint64_t low = rb & (~rb + 1); /* the largest power of two dividing rb */
+        uint64_t unit = rb * (16 / (low < 16 ? low : 16));
+        uint64_t max_part = (rb * (ty == QTYPE_F32 ? 7 : 13) > unit ? rb * (ty == QTYPE_F32 ? 7 : 13) : unit) + 15;
         tcase a = {.type = ty, .T = 33, .n_rows = 17, .n_in = n_in, .n_expert = 4, .expert = 2, .max_part = max_part};
         run_case(&a, seed++);
         tcase b = {.type = ty, .T = 130, .n_rows = 200, .n_in = n_in, .mode = 3, .n_expert = 2, .expert = 1,
@@ -435,8 +441,9 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_range(&bd, 4, 24), disp), 0); /* at 4: not 16-aligned */
     uint64_t saved = vk->mem.max_part;
     if (g->max_part) vk->mem.max_part = g->max_part;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, rb * total_rows, rb, CVK_MEM_DEVICE), 0);
-    vk->mem.max_part = saved;
+    int rc = cvk_buffer_create(&vk->mem, &bw, rb * total_rows, rb, CVK_MEM_DEVICE);
+    vk->mem.max_part = saved; /* as in run_case */
+    assert_int_equal(rc, 0);
     if (g->max_part) assert_true(bw.n_parts >= 3);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bx, nx * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &by, ny * 4, 4, CVK_MEM_DEVICE), 0);

@@ -116,7 +116,7 @@ bool qtype_supported(enum qtype t) {
     case QTYPE_F32: case QTYPE_F16: case QTYPE_BF16:
     case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: case QTYPE_Q8_0:
     case QTYPE_Q2_K: case QTYPE_Q3_K: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
-    case QTYPE_IQ4_NL: case QTYPE_IQ4_XS:
+    case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_MXFP4:
         return true;
     default:
         return false;
@@ -297,6 +297,20 @@ static void dequant_iq4_xs(const block_iq4_xs *b, float *y) {
     for (int j = 0; j < QK_K / 32; j++) iq4_block(b->qs + 16 * j, d * (float)iq4_xs_scale(b, j), y + 32 * j);
 }
 
+/* ggml's kvalues_mxfp4 (shaders/quant_blocks.glsl computes the same values from the level). */
+const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float quant_e8m0_half(uint8_t e) {
+    /* 2^(e - 128): the exponent field e - 1 for e >= 2; below, the subnormals 2^-127, 2^-128 */
+    return fp32_from_bits(e >= 2 ? (uint32_t)(e - 1) << 23 : 0x00200000u << e);
+}
+
+/* value * 2^(e - 128): a small integer times a power of two, exact. */
+static void dequant_mxfp4(const block_mxfp4 *b, float *y) {
+    float d = quant_e8m0_half(b->e);
+    for (int i = 0; i < 32; i++) y[i] = (float)quant_mxfp4_values[(b->qs[i % 16] >> (4 * (i / 16))) & 0xF] * d;
+}
+
 void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) {
     assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
     switch (t) {
@@ -332,6 +346,7 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
     case QTYPE_Q3_K: EACH_BLOCK(dequant_q3_K, block_q3_K, QK_K);
     case QTYPE_IQ4_NL: EACH_BLOCK(dequant_iq4_nl, block_iq4_nl, 32);
     case QTYPE_IQ4_XS: EACH_BLOCK(dequant_iq4_xs, block_iq4_xs, QK_K);
+    case QTYPE_MXFP4: EACH_BLOCK(dequant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) dequant_q8_0((const block_q8_0 *)src + i, dst + i * QK8_0);

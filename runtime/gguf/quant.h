@@ -139,6 +139,23 @@ static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 /* The 16 values of the non-linear levels (ggml's kvalues_iq4nl), for the quantizer. */
 extern const int8_t quant_iq4nl_values[16];
 
+/* MXFP4 (OCP Microscaling FP4): 32 weights, each an E2M1 float (1 sign, 2 exponent, 1 mantissa
+ * bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6) times a shared power of two 2^(e - 127), e an E8M0 byte.
+ * ggml holds the levels doubled as integers (quant_mxfp4_values: 0, 1, 2, 3, 4, 6, 8, 12 and
+ * their negatives, level 8 a negative zero) and the scale halved: weight i = 2^(e - 128) *
+ * values[level i], the levels as nibbles placed as in Q4_0. No weight rounds; below e = 3 the
+ * weights are subnormal floats, which a GPU may flush to zero (no real file has them). */
+typedef struct {
+    uint8_t e;
+    uint8_t qs[16];
+} block_mxfp4;
+static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 layout");
+
+/* ggml's kvalues_mxfp4, in level order. */
+extern const int8_t quant_mxfp4_values[16];
+/* 2^(e - 128), exactly (subnormal for e < 2): the scale an MXFP4 block's E8M0 byte stands for. */
+float quant_e8m0_half(uint8_t e);
+
 /* Q4_K: super-block of 256 = 8 sub-blocks of 32; 6-bit scales and mins packed in 12 bytes;
  * weight = d * sc * q - dmin * m with 4-bit q. */
 typedef struct {

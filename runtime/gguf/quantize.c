@@ -578,6 +578,57 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *b) {
     }
 }
 
+/* ---- quantization: MXFP4 ----
+ *
+ * The OCP MX rule puts the largest magnitude amax in the top binade of the levels: step
+ * 2^(floor(log2 amax) - 3) in ggml's doubled units (e = floor(log2 amax) + 125), so amax / step
+ * is in [8, 16) and above 14 clips to the top level 12. The next step up (e + 1) holds those
+ * weights unclipped at the price of coarser small ones; each block keeps whichever of the two
+ * re-rounds with the less squared error. e stays at most 252, so 12 * 2^(e - 128) is finite. */
+
+/* The nearest doubled E2M1 magnitude (0, 1, 2, 3, 4, 6, 8, 12) to a >= 0, as its index 0..7
+ * (ties to the lower); branch-free. NaN: 0. */
+static inline int mxfp4_magnitude(float a) {
+    static const float mids[7] = {0.5f, 1.5f, 2.5f, 3.5f, 5.0f, 7.0f, 10.0f};
+    int q = 0;
+    for (int k = 0; k < 7; k++) q += a > mids[k];
+    return q;
+}
+
+/* Levels of the 32 weights at the scale byte e, and their squared error. */
+static float mxfp4_levels_at(const float *x, uint8_t e, uint8_t q[32]) {
+    float d = quant_e8m0_half(e), id = 1.0f / d, err = 0;
+    for (int i = 0; i < 32; i++) {
+        int m = mxfp4_magnitude(fabsf(x[i]) * id);
+        q[i] = (uint8_t)(m | (x[i] < 0 && m ? 8 : 0));
+        float r = (float)quant_mxfp4_values[q[i]] * d - x[i];
+        err += r * r;
+    }
+    return err;
+}
+
+static void quant_mxfp4(const float *x, block_mxfp4 *b) {
+    float amax = 0;
+    for (int i = 0; i < 32; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax; /* NaN: skipped */
+    int e = 0;
+    if (amax > 0 && isfinite(amax)) {
+        int ex;
+        frexpf(amax, &ex); /* amax = f * 2^ex, f in [0.5, 1): floor(log2 amax) = ex - 1 */
+        e = ex + 124;
+    } else if (amax > 0) {
+        e = 252; /* inf */
+    }
+    e = e < 0 ? 0 : e > 252 ? 252 : e;
+    uint8_t q[32], q1[32];
+    float err = mxfp4_levels_at(x, (uint8_t)e, q);
+    if (e < 252 && mxfp4_levels_at(x, (uint8_t)(e + 1), q1) < err) {
+        e++;
+        memcpy(q, q1, sizeof q);
+    }
+    b->e = (uint8_t)e;
+    iq4_pack(q, b->qs); /* IQ4_NL's nibble order */
+}
+
 void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
     switch (t) {
@@ -611,6 +662,7 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     case QTYPE_Q3_K: EACH_BLOCK(quant_q3_K, block_q3_K, QK_K);
     case QTYPE_IQ4_NL: EACH_BLOCK(quant_iq4_nl, block_iq4_nl, 32);
     case QTYPE_IQ4_XS: EACH_BLOCK(quant_iq4_xs, block_iq4_xs, QK_K);
+    case QTYPE_MXFP4: EACH_BLOCK(quant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) quant_q8_0(src + i * QK8_0, (block_q8_0 *)dst + i);

@@ -34,13 +34,13 @@ static const struct preset {
 };
 
 static const char *const quant_names[] = {"f32",    "f16",  "bf16",       "q8_0",   "q4_k_m", "mix",
-                                          "q3_k_m", "q2_k", "mix-lowbit", "iq4_xs", "iq4_nl"};
+                                          "q3_k_m", "q2_k", "mix-lowbit", "iq4_xs", "iq4_nl", "mxfp4_moe"};
 
 int synth_quant_from_name(const char *name, enum synth_quant *out) {
     for (size_t i = 0; i < sizeof quant_names / sizeof quant_names[0]; i++)
         if (!strcasecmp(name, quant_names[i])) { *out = (enum synth_quant)i; return 0; }
     return cd_fail("unknown quant mix '%s' (f32, f16, bf16, q8_0, q4_k_m, mix, q3_k_m, q2_k, mix-lowbit, iq4_xs, "
-                   "iq4_nl)", name);
+                   "iq4_nl, mxfp4_moe)", name);
 }
 
 const char *synth_quant_name(enum synth_quant q) { return quant_names[q]; }
@@ -110,7 +110,7 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
         if (!strcmp(role, "attn_output")) return layer % 2 == 0 ? QTYPE_Q3_K : QTYPE_IQ4_XS;
         /* gate and up of one type: a GPU's gate-up pairs */
         if (!strcmp(role, "ffn_gate") || !strcmp(role, "ffn_up")) return layer % 2 == 0 ? QTYPE_Q2_K : QTYPE_Q3_K;
-        if (!strcmp(role, "ffn_down")) return layer % 2 == 0 ? QTYPE_Q4_0 : QTYPE_Q5_1;
+        if (!strcmp(role, "ffn_down")) return layer % 2 == 0 ? QTYPE_Q4_0 : QTYPE_MXFP4;
         if (!strcmp(role, "output")) return QTYPE_IQ4_NL;
         return QTYPE_Q4_1;
     case SYNTH_IQ4_XS:
@@ -122,6 +122,10 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
         if (!strcmp(role, "output")) return QTYPE_Q6_K;
         return q == SYNTH_IQ4_XS ? QTYPE_IQ4_XS : QTYPE_IQ4_NL;
     }
+    case SYNTH_MXFP4_MOE: /* llama-quant.cpp: 3-D (expert) tensors MXFP4, the rest Q8_0; routers stay F32 */
+        if (!strcmp(role, "router")) return QTYPE_F32;
+        if (!strcmp(role, "ffn_gate") || !strcmp(role, "ffn_up") || !strcmp(role, "ffn_down")) return QTYPE_MXFP4;
+        return QTYPE_Q8_0;
     }
     return QTYPE_F32;
 }
@@ -347,7 +351,7 @@ static void set_hparams(gguf_writer *w, const synth_spec *s) {
     static const int32_t ftypes[] = {[SYNTH_F32] = 0, [SYNTH_F16] = 1, [SYNTH_BF16] = 32, [SYNTH_Q8_0] = 7,
                                      [SYNTH_Q4_K_M] = 15, [SYNTH_MIX] = -1, [SYNTH_Q3_K_M] = 12,
                                      [SYNTH_Q2_K] = 10, [SYNTH_MIX_LOWBIT] = -1, [SYNTH_IQ4_XS] = 30,
-                                     [SYNTH_IQ4_NL] = 25};
+                                     [SYNTH_IQ4_NL] = 25, [SYNTH_MXFP4_MOE] = 38};
     if (ftypes[s->quant] >= 0) gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftypes[s->quant]);
     gguf_writer_set_u32(w, K("context_length"), m->n_ctx_train);
     gguf_writer_set_u32(w, K("embedding_length"), m->n_embd);
