@@ -15,6 +15,10 @@
  *       --out F writes all last-position logits of all lists as raw float32, list after list.
  *       --trace-experts adds "experts": per layer, per position, the expert ids it was routed
  *       to (the last layer computes the last position only, so it lists just that one).
+ *   llama_oracle MODEL.gguf --quantize PRESET --out OUT.gguf [--threads N]
+ *       MODEL quantized by llama.cpp's own llama_model_quantize (llama-quantize's whole
+ *       per-tensor policy) to PRESET, named as llama-quantize names it (Q4_K_M, IQ4_XS,
+ *       MXFP4_MOE, ...; no importance matrix, so not the IQ1/IQ2 presets that need one).
  *   llama_oracle MODEL.gguf --dequantize OUT.gguf
  *       writes a copy of MODEL (same metadata) with every tensor converted to F32 by ggml's
  *       own dequantizers: the same weights, evaluated without activation quantization.
@@ -118,7 +122,7 @@
     X(ggml_backend_dev_by_type) X(llama_memory_seq_rm) X(llama_memory_seq_pos_max) X(llama_vocab_is_eog)           \
     X(llama_batch_init) X(llama_batch_free) X(llama_sampler_chain_default_params) X(llama_sampler_chain_init) \
     X(llama_sampler_chain_add) X(llama_sampler_init_greedy) X(llama_sampler_init_grammar) X(llama_sampler_sample) \
-    X(llama_sampler_free)
+    X(llama_sampler_free) X(llama_model_quantize_default_params) X(llama_model_quantize)
 
 static struct {
 #define X(f) __typeof__(&f) f;
@@ -230,7 +234,7 @@ static int32_t *parse_ids(const char *s, int32_t *n_out) {
 /* ---- the commands ---- */
 
 typedef struct opts {
-    const char *model, *tokenize, *logits, *out, *libdir, *dequantize, *replay, *grammar;
+    const char *model, *tokenize, *logits, *out, *libdir, *dequantize, *replay, *grammar, *quantize;
     bool sample;                                  /* --bench: decode steps choose greedily (or --grammar) */
     bool score;                                   /* --bench --score: the prefill's every position scored */
     bool info, json, full, vulkan, trace_experts, bench, no_cache, ignore_eos;
@@ -242,7 +246,7 @@ typedef struct opts {
 static void usage(void) {
     fputs("usage: llama_oracle MODEL.gguf (--info | --tokenize FILE [--json] |\n"
           "                    --logits IDS|@FILE [--top K] [--full] [--out FILE] [--trace-experts] |\n"
-          "                    --dequantize OUT.gguf |\n"
+          "                    --dequantize OUT.gguf | --quantize PRESET --out OUT.gguf |\n"
           "                    --bench [--pp N] [--tg N] [--repeat N] [--parallel N] [--flash-attn auto|on|off]\n"
           "                            [--sample | --grammar FILE.gbnf] [--score] |\n"
           "                    --replay FILE [--ctx N] [--no-cache] [--ignore-eos] [--flash-attn auto|on|off])\n"
@@ -335,6 +339,32 @@ static void print_trace(const expert_trace *tr) {
         fputs("]", stdout);
     }
     fputs("]", stdout);
+}
+
+/* llama-quantize's preset names and their llama_ftype (llama.h; ids are append-only there). */
+static const struct { const char *name; enum llama_ftype ftype; } presets[] = {
+    {"F16", LLAMA_FTYPE_MOSTLY_F16},         {"BF16", LLAMA_FTYPE_MOSTLY_BF16},       {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
+    {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},       {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M},   {"Q5_K_S", LLAMA_FTYPE_MOSTLY_Q5_K_S},
+    {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M},   {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},   {"Q3_K_L", LLAMA_FTYPE_MOSTLY_Q3_K_L},
+    {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},   {"Q3_K_S", LLAMA_FTYPE_MOSTLY_Q3_K_S},   {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K},
+    {"Q2_K_S", LLAMA_FTYPE_MOSTLY_Q2_K_S},   {"Q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},       {"Q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},
+    {"Q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},       {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},       {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS},
+    {"IQ4_NL", LLAMA_FTYPE_MOSTLY_IQ4_NL},   {"IQ3_M", LLAMA_FTYPE_MOSTLY_IQ3_M},     {"IQ3_S", LLAMA_FTYPE_MOSTLY_IQ3_S},
+    {"IQ3_XS", LLAMA_FTYPE_MOSTLY_IQ3_XS},   {"IQ3_XXS", LLAMA_FTYPE_MOSTLY_IQ3_XXS}, {"IQ2_M", LLAMA_FTYPE_MOSTLY_IQ2_M},
+    {"IQ2_S", LLAMA_FTYPE_MOSTLY_IQ2_S},     {"IQ2_XS", LLAMA_FTYPE_MOSTLY_IQ2_XS},   {"IQ2_XXS", LLAMA_FTYPE_MOSTLY_IQ2_XXS},
+    {"IQ1_M", LLAMA_FTYPE_MOSTLY_IQ1_M},     {"IQ1_S", LLAMA_FTYPE_MOSTLY_IQ1_S},     {"TQ2_0", LLAMA_FTYPE_MOSTLY_TQ2_0},
+    {"TQ1_0", LLAMA_FTYPE_MOSTLY_TQ1_0},     {"MXFP4_MOE", LLAMA_FTYPE_MOSTLY_MXFP4_MOE},
+};
+
+static int cmd_quantize(const opts *o) {
+    struct llama_model_quantize_params qp = L.llama_model_quantize_default_params();
+    size_t i = 0;
+    while (i < sizeof presets / sizeof *presets && strcmp(presets[i].name, o->quantize)) i++;
+    if (i == sizeof presets / sizeof *presets) die("unknown preset %s (llama-quantize's names: Q4_K_M, IQ4_XS, ...)", o->quantize);
+    qp.ftype = presets[i].ftype;
+    qp.nthread = o->threads;
+    if (L.llama_model_quantize(o->model, o->out, &qp)) die("llama_model_quantize %s to %s failed (--verbose: its log)", o->model, o->quantize);
+    return 0;
 }
 
 static int cmd_dequantize(const opts *o) {
@@ -1023,6 +1053,7 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--verbose")) verbose = true;
         else if (!strcmp(a, "--trace-experts")) o->trace_experts = true;
         else if (!strcmp(a, "--dequantize") && has) o->dequantize = argv[++i];
+        else if (!strcmp(a, "--quantize") && has) o->quantize = argv[++i];
         else if (!strcmp(a, "--tokenize") && has) o->tokenize = argv[++i];
         else if (!strcmp(a, "--logits") && has) o->logits = argv[++i];
         else if (!strcmp(a, "--out") && has) o->out = argv[++i];
@@ -1050,7 +1081,8 @@ static void parse_args(int argc, char **argv, opts *o) {
         else if (!o->model) o->model = a;
         else usage();
     }
-    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->bench + !!o->replay) != 1 ||
+    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->quantize + !!o->bench + !!o->replay) != 1 ||
+        (o->quantize && !o->out) ||
         o->top < 0 || o->threads < 1 || o->pp < 0 || o->tg < 0 || o->pp + o->tg == 0 || o->repeat < 1 ||
         (o->ctx && (o->ctx < 64 || o->ctx > (1 << 24))) || ((o->ctx || o->no_cache || o->ignore_eos) && !o->replay) ||
         o->parallel < 0 || o->parallel > 256 || (o->parallel && !o->bench))
@@ -1067,8 +1099,8 @@ int main(int argc, char **argv) {
     L.llama_log_set(log_cb, NULL);
     L.ggml_backend_load_all_from_path(dir);
     L.llama_backend_init();
-    if (o.dequantize) {
-        int rc = cmd_dequantize(&o);
+    if (o.dequantize || o.quantize) {
+        int rc = o.quantize ? cmd_quantize(&o) : cmd_dequantize(&o);
         L.llama_backend_free();
         return rc;
     }

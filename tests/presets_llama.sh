@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The files people download, as llama.cpp's own quantizer makes them: one F16 tiny model
+# quantized by llama_model_quantize (llama-quantize's whole per-tensor policy) to every preset
+# whose types cinder computes with. For each: `cinder info` names the preset, and every token of
+# greedy generation on the CPU reference and on the Vulkan engine is llama.cpp's top-1 on the
+# same file and prefix, or a near tie (tests/oracle/greedy.py says which ties, and caps them). A preset with a type cinder does not
+# compute with is refused by `cinder run`, naming the type.
+# Run by ctest with CINDER_SOURCE_DIR, CINDER_TEST_TMP and CINDER_BIN. Never skips: a missing
+# llama.cpp is a failure (run scripts/setup.sh).
+set -euo pipefail
+src=${CINDER_SOURCE_DIR:?CINDER_SOURCE_DIR is not set}
+tmp=${CINDER_TEST_TMP:?CINDER_TEST_TMP is not set}/presets
+bin=${CINDER_BIN:?CINDER_BIN is not set}
+mkdir -p "$tmp"
+
+fail() { echo "presets_llama: FAIL: $*" >&2; exit 1; }
+[ -x "$bin" ] || fail "no cinder binary at $bin"
+command -v python3 >/dev/null || fail "python3 is missing (run scripts/setup.sh)"
+"$src/tests/oracle/build.sh" "$tmp/oracle" ||
+  fail "cannot build tests/oracle/llama_oracle: llama.cpp (npm node-llama-cpp and its headers) is missing; run scripts/setup.sh"
+oracle=$tmp/oracle/llama_oracle
+
+f16=$tmp/tiny-f16.gguf
+if [ ! -s "$f16" ] || [ -n "$(find "$src/runtime/model/synth.c" "$src/runtime/gguf" -newer "$f16" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
+  "$bin" mkmodel --preset tiny --quant f16 --out "$f16.tmp" 2>"$tmp/mkmodel.log" ||
+    { cat "$tmp/mkmodel.log" >&2; fail "cinder mkmodel --preset tiny --quant f16 failed"; }
+  mv "$f16.tmp" "$f16"
+fi
+
+quantize() { # preset -> the quantized file's path (remade when the F16 file or the oracle is newer)
+  local out=$tmp/tiny-$1.gguf
+  if [ ! -s "$out" ] || [ "$f16" -nt "$out" ] || [ "$oracle" -nt "$out" ]; then
+    "$oracle" "$f16" --quantize "$1" --out "$out.tmp" >"$tmp/quantize.log" 2>&1 ||
+      { cat "$tmp/quantize.log" >&2; fail "llama_model_quantize to $1 failed"; }
+    mv "$out.tmp" "$out"
+  fi
+  echo "$out"
+}
+
+# Two prompts: words (Hello, world ...) and a chat turn's opening; 10 greedy tokens each.
+prompts=(--prompt 9707,11,1879,374,264,1273 --prompt 151644,872,198,3838,374,279,6722,315,9625,30,151645,198)
+# Every preset llama-quantize makes without an importance matrix whose types cinder computes:
+# K-quants, legacy, IQ4 and MXFP4 (the IQ1/IQ2 and Q2_K_S presets need an imatrix).
+supported=(Q8_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q3_K_L Q3_K_M Q3_K_S Q2_K Q5_1 Q5_0 Q4_1 Q4_0 IQ4_XS IQ4_NL MXFP4_MOE)
+status=0
+for p in "${supported[@]}"; do
+  model=$(quantize "$p")
+  "$bin" info "$model" >"$tmp/info.txt" 2>&1 || { cat "$tmp/info.txt" >&2; fail "cinder info on the $p file failed"; }
+  grep -q "^file type  *$p (" "$tmp/info.txt" || { cat "$tmp/info.txt" >&2; fail "cinder info does not name the $p preset"; }
+  python3 "$src/tests/oracle/greedy.py" --cinder "$bin" --oracle "$oracle" --model "$model" --work "$tmp/work" \
+    --label "$p" --n 10 "${prompts[@]}" || status=1
+done
+
+# A preset of a type cinder does not compute (IQ3_M: IQ3_S and IQ4_XS): refused by name, nothing run.
+model=$(quantize IQ3_M)
+if "$bin" run --cpu --model "$model" --tokens 1,2 --n 1 >"$tmp/run.txt" 2>&1; then
+  fail "cinder run accepted an IQ3_M file"
+fi
+grep -q "has type IQ3_S, which cinder does not compute with" "$tmp/run.txt" ||
+  { cat "$tmp/run.txt" >&2; fail "the IQ3_M refusal does not name IQ3_S"; }
+echo "[IQ3_M] refused: $(tail -1 "$tmp/run.txt")"
+
+[ "$status" = 0 ] && echo "presets_llama: all checks passed" || fail "greedy tokens differ from llama.cpp's (above)"
