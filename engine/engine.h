@@ -79,6 +79,7 @@ typedef struct engine_opts {
     int gate_up_pairs;     /* gpu_model_opts.gate_up_pairs: 0 auto (a GPU), 1 on, -1 off */
     uint32_t device_memory_mb; /* gpu_model_opts.device_memory in MiB: 0 the device's; else plan as if
                                   it had this much (--device-memory-mb) */
+    gpu_load_progress load_progress; /* gpu_model_opts.progress: the weights' upload, tensor by tensor */
     /* Speculative decoding by prompt lookup (engine/lookup_draft.h): each decoding
      * sequence's pass feeds, after its last token, up to this many tokens guessed from its own
      * history, with a logits row each; its tokens are chosen row by row as ever, and the guessed

@@ -14,8 +14,9 @@ static bridge_snapshot snapshot(server *s) {
 }
 
 enum MHD_Result api_health(server *s, const http_req *r) {
-    bool ok = bridge_ready(&s->b);
-    return http_json(r->c, ok ? 200 : 503, json_pack("{s:s}", "status", ok ? "ok" : "loading"));
+    if (bridge_ready(&s->b)) return http_json(r->c, 200, json_pack("{s:s}", "status", "ok"));
+    /* loading: llama-server's 503, with how far the weights' upload has come (0..1) */
+    return http_json(r->c, 503, json_pack("{s:s, s:f}", "status", "loading", "progress", bridge_load_fraction(&s->b)));
 }
 
 enum MHD_Result api_models(server *s, const http_req *r) {

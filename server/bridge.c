@@ -73,6 +73,20 @@ void bridge_stop(bridge *b) {
     pthread_mutex_unlock(&b->mu);
 }
 
+void bridge_load_progress(void *ctx, uint64_t done, uint64_t total) {
+    bridge *b = ctx;
+    pthread_mutex_lock(&b->mu);
+    b->load_done = done, b->load_total = total;
+    pthread_mutex_unlock(&b->mu);
+}
+
+double bridge_load_fraction(bridge *b) {
+    pthread_mutex_lock(&b->mu);
+    double f = b->load_total ? (double)b->load_done / (double)b->load_total : 0.0;
+    pthread_mutex_unlock(&b->mu);
+    return f > 1 ? 1 : f;
+}
+
 bool bridge_ready(bridge *b) {
     pthread_mutex_lock(&b->mu);
     bool r = b->ready;

@@ -38,6 +38,7 @@ typedef struct bridge {
     pthread_mutex_t mu;
     pthread_cond_t wake;   /* the engine thread waits here when idle */
     bool ready;            /* weights uploaded: the API answers */
+    uint64_t load_done, load_total; /* the weights' upload so far, in bytes (bridge_load_progress) */
     bool stopping;         /* shutdown: no more jobs; running ones are cancelled */
     job *incoming;         /* FIFO of submitted jobs */
     job **incoming_tail;
@@ -56,6 +57,10 @@ typedef struct bridge {
 } bridge;
 
 int bridge_init(bridge *b, uint32_t max_queue);
+/* The weights' upload: a gpu_load_progress function (ctx the bridge), and what /health reads
+ * while the server loads: the fraction uploaded, 0 before the upload begins. */
+void bridge_load_progress(void *b, uint64_t done, uint64_t total);
+double bridge_load_fraction(bridge *b);
 void bridge_free(bridge *b);
 /* Queues the n jobs of one request (its choices), all or none, taking the engine thread's
  * references. 0, or 1 when the queue has no room for all n or the server is stopping (the jobs

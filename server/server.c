@@ -51,6 +51,7 @@ static int start_events(server *s) {
 static int load(server *s, const char *path, const engine_opts *eo_in, model **m, engine *e) {
     engine_opts eo_events = *eo_in, *eo = &eo_events;
     if (s->b.pub) eo->page_events = kv_pub_event, eo->page_events_ctx = s->b.pub;
+    eo->load_progress = (gpu_load_progress){bridge_load_progress, &s->b}; /* for /health while it loads */
     if (model_load(m, path, (model_load_opts){.skip_weight_hash = true, .rope = s->o.rope})) return -1;
     chat_template_id tmpl;
     chat_template_match how;

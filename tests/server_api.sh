@@ -74,6 +74,33 @@ if [ "$(curl -s -o /dev/null -w '%{http_code}' "$loading_url/health")" = 503 ]; 
     { echo "FAIL a request while loading answered $code: $(cat "$tmp/loading.reply")"; cat "$tmp/loading.log"; exit 1; }
   echo "ok   a request while the model loads is a 503"
 fi
+# /health until it is 200: each 503 on the way says how far the weights' upload has come, a
+# fraction that never goes back (how many are seen depends on the machine's speed)
+: >"$tmp/loading.health"
+for _ in $(seq 3000); do
+  code=$(curl -s -o "$tmp/health.body" -w '%{http_code}' "$loading_url/health") || code=000
+  echo "$code $(cat "$tmp/health.body" 2>/dev/null)" >>"$tmp/loading.health"
+  [ "$code" = 200 ] && break
+  sleep 0.01
+done
+python3 - "$tmp/loading.health" <<'PY' || { cat "$tmp/loading.health"; exit 1; }
+import json, sys
+last, n = 0.0, 0
+for line in open(sys.argv[1]):
+    code, _, body = line.strip().partition(" ")
+    if code == "000":
+        continue  # between connections: nothing answered
+    b = json.loads(body)
+    if code == "200":
+        assert b == {"status": "ok"}, b
+        print(f"ok   /health while loading: {n} 503s with a progress fraction in [0, 1] that never went back, then 200")
+        sys.exit(0)
+    assert code == "503" and b["status"] == "loading", line
+    p = b["progress"]
+    assert 0.0 <= p <= 1.0 and p >= last, (p, last)
+    last, n = p, n + 1
+sys.exit("FAIL /health never answered 200")
+PY
 healthy_port loading >/dev/null
 stop loading
 

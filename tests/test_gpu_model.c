@@ -184,6 +184,40 @@ static void make_dense(synth_spec *s) {
     s->cfg.n_ff = 384;
 }
 
+/* The upload's progress reports: the first before any byte (0), then one per tensor, never
+ * going back, the last all of the file's tensor bytes, each of the same total. */
+typedef struct progress_log {
+    uint64_t calls, last, total;
+    bool backwards, total_changed;
+} progress_log;
+static void log_progress(void *ctx, uint64_t done, uint64_t total) {
+    progress_log *l = ctx;
+    if (l->calls && done < l->last) l->backwards = true;
+    if (l->calls && total != l->total) l->total_changed = true;
+    if (!l->calls) assert_true(done == 0);
+    l->calls++, l->last = done, l->total = total;
+}
+static void test_load_progress(void **state) {
+    (void)state;
+    model *m = load("gpu_tiny_mix.gguf", NULL, 99, NULL);
+    kv_layout lay;
+    kv_pool pool;
+    gpu_model g;
+    progress_log l = {0};
+    if (kv_layout_init(&lay, m->cfg.n_layer, m->cfg.n_head_kv, m->cfg.head_dim, KV_PAGE_TOKENS_DEFAULT) ||
+        kv_pool_init(&pool, vk, &lay, 64))
+        fail_msg("%s", cd_errmsg());
+    gpu_model_opts o = {.n_ctx = 64, .kv = &pool.buf, .lay = &pool.lay, .progress = {log_progress, &l}};
+    if (gpu_model_init(&g, vk, m, &o)) fail_msg("%s", cd_errmsg());
+    assert_false(l.backwards);
+    assert_false(l.total_changed);
+    assert_true(l.total == model_weight_bytes(m) && l.last == l.total);
+    assert_true(l.calls > 1 + 9 * (uint64_t)m->cfg.n_layer); /* at least 9 tensors a layer, each reported */
+    gpu_model_free(&g);
+    kv_pool_free(&pool);
+    model_free(m);
+}
+
 static void test_logits_dense(void **state) {
     (void)state;
     model *m = load("gpu_tiny_dense.gguf", NULL, 11, make_dense);
@@ -373,6 +407,7 @@ int main(int argc, char **argv) {
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logits_moe_mix),
+        cmocka_unit_test(test_load_progress),
         cmocka_unit_test(test_rewind),
         cmocka_unit_test(test_greedy_generation),
         cmocka_unit_test(test_prefill_ways_agree),

@@ -133,7 +133,7 @@ static int weights_fit(const gpu_model *g, cvk_ctx *vk, const model *m, const gp
 /* The weights go last: the plan (weights_fit) knows all the rest by then. */
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     if (begin(g, vk, m, o, false) || make_pipelines(g) || make_rope_table(g, vk, m) || gpu_forward_init(g) ||
-        weights_fit(g, vk, m, o) || gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL))
+        weights_fit(g, vk, m, o) || gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress))
         return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
     return 0;

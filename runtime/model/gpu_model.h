@@ -63,6 +63,12 @@ static inline bool gpu_layer_ffn_pairable(const layer_weights *l, const gguf_ten
 /* Whether the layer's gate and up went to the device as gate-up pairs (gpu_weights_upload). */
 static inline bool gpu_layer_has_pairs(const gpu_layer *d) { return d->gate_up.n_parts != 0; }
 
+/* A load's progress report (gpu_model_opts.progress): done of total weight bytes uploaded. */
+typedef struct gpu_load_progress {
+    void (*fn)(void *ctx, uint64_t done, uint64_t total);
+    void *ctx;
+} gpu_load_progress;
+
 typedef struct gpu_weights {
     cvk_buffer tok_embd, output_norm, output; /* output empty when tied */
     const cvk_buffer *head;                   /* &output, or &tok_embd when tied */
@@ -73,6 +79,8 @@ typedef struct gpu_weights {
     uint64_t total;                           /* bytes of tensors in the file (progress display) */
     bool show_progress;                       /* stderr is a terminal and the upload is big */
     unsigned shown_pct;
+    double started_ms;                        /* cd_now_ms() at the upload's start: its rate */
+    gpu_load_progress report;                 /* the caller's (gpu_model_opts.progress) */
 } gpu_weights;
 
 /* Where a batch forward's host time goes (cinder profile shows a host bottleneck with it):
@@ -226,6 +234,9 @@ typedef struct gpu_model_opts {
     /* The device memory the plan is made against: 0 the device's (cvk_mem_heap_room); else
      * this many bytes, as if the card had no more (a smaller card simulated). */
     uint64_t device_memory;
+    /* Called on the loading thread after each tensor reaches the device (and once before the
+     * first, done 0): bytes uploaded so far of the file's tensor bytes; NULL = none. */
+    gpu_load_progress progress;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
@@ -303,5 +314,6 @@ void gpu_forward_free(gpu_model *g);
 /* gpu_weights.c: every tensor of m to device buffers (granule = row bytes; with `pairs`, gate
  * and up of one type as gate-up pairs, granule = a pair slice), norms as f32; an untied lm_head
  * in the layout of the matvec configuration `head` (NULL: the file's). */
-int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head);
+int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head,
+                       gpu_load_progress report);
 void gpu_weights_free(gpu_weights *w, cvk_ctx *vk, const model *m);

@@ -7,20 +7,25 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/model/cpu_ref.h"
 #include "runtime/model/fingerprint.h"
 #include "runtime/model/gpu_model.h"
 
-/* A progress line on a terminal (stderr), for uploads big enough to wait for: whole percents
- * only, so the line is rewritten at most 100 times. */
+/* After each tensor: the caller's report, and for uploads big enough to wait for a progress
+ * line on a terminal (stderr) with the rate and the time left; whole percents only, so the line
+ * is rewritten at most 100 times. */
 static void progress(gpu_weights *w) {
+    if (w->report.fn) w->report.fn(w->report.ctx, w->bytes, w->total);
     if (!w->total || !w->show_progress) return;
     unsigned pct = (unsigned)(w->bytes * 100 / w->total);
     if (pct == w->shown_pct) return;
     w->shown_pct = pct;
-    fprintf(stderr, "\rcinder: weights to the device %3u%% (%.2f / %.2f GiB)%s", pct, w->bytes / 1073741824.0,
-            w->total / 1073741824.0, pct >= 100 ? "\n" : "");
+    double s = (cd_now_ms() - w->started_ms) / 1000.0, rate = s > 0 ? w->bytes / s : 0;
+    fprintf(stderr, "\rcinder: weights to the device %3u%% (%.2f / %.2f GiB, %.2f GiB/s, %.0f s left) %s", pct,
+            w->bytes / 1073741824.0, w->total / 1073741824.0, rate / 1073741824.0,
+            rate > 0 ? (w->total - w->bytes) / rate : 0.0, pct >= 100 ? "\n" : "");
     fflush(stderr);
 }
 
@@ -107,12 +112,14 @@ static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_wei
     cpu_tensor_row(t, 0, f);
     int rc = cvk_buffer_create(&vk->mem, b, n * 4, 4, CVK_MEM_DEVICE) || cvk_stager_upload(&vk->stager, cvk_view_whole(b), f);
     free(f);
-    w->bytes += n * 4;
+    w->bytes += t->nbytes; /* the file's bytes, as total counts them */
+    progress(w);
     return rc ? -1 : 0;
 }
 
-int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head) {
-    *w = (gpu_weights){0};
+int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head,
+                       gpu_load_progress report) {
+    *w = (gpu_weights){.report = report, .started_ms = cd_now_ms()};
     const model_config *c = &m->cfg;
     w->layers = calloc(c->n_layer, sizeof *w->layers);
     w->hashing = fp_weights_begin(m->file);
@@ -120,6 +127,7 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
     w->total = model_weight_bytes(m);
     w->show_progress = w->total >= (256u << 20) && isatty(STDERR_FILENO);
     w->shown_pct = 0;
+    if (report.fn) report.fn(report.ctx, 0, w->total);
     if (upload(vk, &w->tok_embd, m->tok_embd, w) || upload_norm(vk, &w->output_norm, m->output_norm, w))
         return -1;
     if (m->output == m->tok_embd) w->head = &w->tok_embd;
@@ -144,7 +152,12 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
     w->hashing = NULL;
     if (fp_weights_end(fp, w->digest)) return -1;
     if (w->show_progress && w->shown_pct < 100) fputc('\n', stderr);
-    return cvk_stager_flush(&vk->stager);
+    if (cvk_stager_flush(&vk->stager)) return -1;
+    double s = (cd_now_ms() - w->started_ms) / 1000.0;
+    if (!w->show_progress && w->total >= (256u << 20)) /* not a terminal: one line for the log */
+        fprintf(stderr, "cinder: %.2f GiB of weights to the device in %.1f s (%.2f GiB/s)\n", w->total / 1073741824.0, s,
+                s > 0 ? w->total / 1073741824.0 / s : 0.0);
+    return 0;
 }
 
 void gpu_weights_free(gpu_weights *w, cvk_ctx *vk, const model *m) {
