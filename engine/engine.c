@@ -83,7 +83,8 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     CD_TRY(kv_pool_init(&e->pool, e->vk, &lay, (uint32_t)pool));
     gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out, .kv = &e->pool.buf,
                          .lay = &e->pool.lay, .gate_up_pairs = o->gate_up_pairs,
-                         .device_memory = (uint64_t)o->device_memory_mb << 20, .progress = o->load_progress};
+                         .device_memory = (uint64_t)o->device_memory_mb << 20, .progress = o->load_progress,
+                         .host_expert_layers = o->host_expert_layers, .host_experts_fixed = o->host_experts_fixed};
     CD_TRY(gpu_model_init(&e->g, e->vk, m, &go));
     CD_TRY(model_set_weights_digest(m, e->g.w.digest));
     CD_TRY(alloc_scheduler(e, o));

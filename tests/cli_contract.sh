@@ -40,6 +40,28 @@ err=$(printf 'hi\n' | "$bin" chat --model "$model" --n 1 --kv-pool-tokens 200000
 fit=$(sed -n 's/.*a KV pool of \([0-9]*\) tokens would leave room for them.*/\1/p' <<<"$err")
 check "a KV pool too large for the device is refused, with the pool that would fit ($fit tokens)" test -n "$fit"
 check "... which does: the same chat with that pool runs" bash -c "printf 'hi\n' | '$bin' chat --model '$model' --n 1 --kv-pool-tokens '$fit' --device-memory-mb 700 >/dev/null 2>&1"
+# Experts in host memory (--n-cpu-moe / --cpu-moe, or the plan's choice): the device's kernels read
+# the same bytes there, so the same tokens. A model whose experts weigh: 64 of 512 per layer.
+moe=$tmp/moe64.gguf
+check "mkmodel a model with 64 experts of 512" "$bin" mkmodel --preset tiny --seed 5 --experts 64 --ff 512 --quant q8_0 --out "$moe"
+run_moe() { "$bin" run --model "$moe" --tokens 9707,11,1879 --n 6 --json "$@" | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
+want=$(run_moe)
+check "--cpu-moe: every layer's experts in host memory, the same tokens" test "$(run_moe --cpu-moe)" = "$want"
+check "--n-cpu-moe 1: the first layer's, the same tokens" test "$(run_moe --n-cpu-moe 1)" = "$want"
+# The plan's choice on a card simulated between the two sizes: the weights with no experts in host
+# memory (A) and with both layers' (B) from the refusals, the work buffers (W); a card of W + (A + B) / 2
+# + 1 MiB holds the weights with one layer's experts in host memory and not with none.
+mib() { sed -n "s/.*$1 \([0-9.]*\) MiB.*/\1/p"; }
+none=$("$bin" run --model "$moe" --tokens 1 --n 1 --n-cpu-moe 0 --device-memory-mb 1 2>&1 || true)
+both=$("$bin" run --model "$moe" --tokens 1 --n 1 --cpu-moe --device-memory-mb 1 2>&1 || true)
+a=$(mib "the weights need" <<<"$none") b=$(mib "the weights need" <<<"$both") w=$(mib "the work buffers" <<<"$none")
+check "the refusals name the sizes (weights $a / $b MiB, work buffers $w MiB)" test -n "$a" -a -n "$b" -a -n "$w"
+card=$(python3 -c "import math; print(math.ceil($w + ($a + $b) / 2 + 1))")
+err=$("$bin" run --model "$moe" --tokens 9707,11,1879 --n 6 --json --device-memory-mb "$card" 2>&1 >"$tmp/moe.json")
+check "a $card MiB card: the plan keeps one layer's experts in host memory, and says so" grep -q "the experts of 1 of 2 layers (.*) stay in host memory" <<<"$err"
+check "... with the same tokens" test "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$tmp/moe.json")" = "$want"
+fails_with "--n-cpu-moe 0 on that card: refused, naming the sizes" "the weights need" \
+  "$bin" run --model "$moe" --tokens 1 --n 1 --n-cpu-moe 0 --device-memory-mb "$card"
 check "info's type histogram adds up to the tensor count" grep -q "^tensor types      7 types, 27 tensors, [0-9]* bytes$" <<<"$info"
 check "info's type histogram has a row per type" grep -Eq "^  Q6_K +5 +[0-9]+ +[0-9.]+%$" <<<"$info"
 # mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/engine.h"
 #include "runtime/base/error.h"
 #include "runtime/model/synth.h"
 
@@ -178,6 +179,25 @@ static int cmp_double(const void *a, const void *b) {
 double cli_median(double *v, uint32_t n) {
     qsort(v, n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+int cli_memory(int argc, char **argv, int *i, engine_opts *eo) {
+    const char *v = NULL;
+    if (cli_flag(argv, *i, "--cpu-moe")) {
+        eo->host_expert_layers = UINT32_MAX, eo->host_experts_fixed = true;
+        return 1;
+    }
+    if (cli_value(argc, argv, i, "--n-cpu-moe", &v)) {
+        if (!v) return fprintf(stderr, "cinder: --n-cpu-moe needs a value\n"), -1;
+        if (cli_u32("--n-cpu-moe", v, &eo->host_expert_layers)) return -1;
+        eo->host_experts_fixed = true;
+        return 1;
+    }
+    if (cli_value(argc, argv, i, "--device-memory-mb", &v)) {
+        if (!v) return fprintf(stderr, "cinder: --device-memory-mb needs a value\n"), -1;
+        return cli_u32("--device-memory-mb", v, &eo->device_memory_mb) ? -1 : 1;
+    }
+    return 0;
 }
 
 int cli_rope(int argc, char **argv, int *i, rope_override *o) {

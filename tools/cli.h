@@ -38,7 +38,14 @@ int cli_rope(int argc, char **argv, int *i, rope_override *o);
 #define CLI_DEVICE_MEMORY_USAGE                                                                    \
     "The weights must fit what the device has left\n"                                            \
     "  after the KV pool and work buffers, or nothing is read (docs/VULKAN.md); --device-memory-mb N\n" \
-    "  plans as if the device had N MiB (a smaller card)."
+    "  plans as if the device had N MiB (a smaller card). Where they do not fit, the experts of the\n" \
+    "  first layers stay in host memory that the device reads (as few as make the rest fit);\n"   \
+    "  --n-cpu-moe N puts exactly N layers' there, --cpu-moe every layer's, --n-cpu-moe 0 none."
+#define CLI_MEMORY_FLAGS "[--device-memory-mb N] [--n-cpu-moe N | --cpu-moe]"
+/* --device-memory-mb N, --n-cpu-moe N, --cpu-moe into the engine's options: 1 when argv[*i] was
+ * one of them (its value consumed), 0 when not, -1 on a bad value (said on stderr). */
+struct engine_opts;
+int cli_memory(int argc, char **argv, int *i, struct engine_opts *eo);
 #define CLI_ROPE_USAGE "[--rope-scaling none|linear|yarn] [--rope-scale N] [--yarn-orig-ctx N] [--rope-freq-base F]"
 
 /* The median of v[0..n) (n >= 1); sorts v in place. */

@@ -37,7 +37,7 @@ static void usage(FILE *out) {
             "usage: cinder chat [--model M] [--system TEXT] [--n N] [--ctx N] [--kv-pool-tokens N]\n"
             "                   [--page-size N] [--no-prefix-cache] [--temp T] [--top-k K] [--top-p P]\n"
             "                   [--seed S] [--think | --no-think] [--json] [--host-cache-mb N] [--cache-dir DIR]\n"
-            "                   [--cache-dir-max-mb N] [--spec-tokens N] [--chat-template NAME] [--device-memory-mb N]\n"
+            "                   [--cache-dir-max-mb N] [--spec-tokens N] [--chat-template NAME] " CLI_MEMORY_FLAGS "\n"
             "                   " CLI_ROPE_USAGE "\n"
             "  Reads one user message per line from stdin and streams the reply. After each turn a\n"
             "  line on stderr shows prompt tokens, cached tokens, TTFT and decode speed.\n"
@@ -78,16 +78,15 @@ static int parse(int argc, char **argv, chat_opts *o) {
         if (cli_flag(argv, i, "--think")) { o->think = CHAT_THINK_ASK_ON; continue; }
         if (cli_flag(argv, i, "--no-think")) { o->think = CHAT_THINK_ASK_OFF; continue; }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
-        int rope = cli_rope(argc, argv, &i, &o->rope);
-        if (rope < 0) return -1;
-        if (rope) continue;
+        int rope = cli_rope(argc, argv, &i, &o->rope), mem = rope ? 0 : cli_memory(argc, argv, &i, &o->eo);
+        if (rope < 0 || mem < 0) return -1;
+        if (rope || mem) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--system", &v)) o->system = v;
         else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->chat_template = v;
         else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->max_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--device-memory-mb", &v)) { if (cli_u32("--device-memory-mb", v, &o->eo.device_memory_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;

@@ -22,7 +22,7 @@ typedef struct run_opts {
     sampler_params sp;
     bool json, ignore_eos, gpu;
     int draw; /* engine_opts.draw */
-    uint32_t device_memory_mb; /* engine_opts.device_memory_mb */
+    engine_opts memory; /* device_memory_mb and the experts' placement (cli_memory), for the engine */
     uint32_t n_logits;
     rope_override rope;
 } run_opts;
@@ -46,7 +46,8 @@ static void usage(FILE *out) {
             "usage: cinder run [--model M] (--prompt TEXT | --tokens 1,2,3) [--n N] [--ctx N]\n"
             "                  [--temp T] [--top-k K] [--top-p P] [--seed S] [--ignore-eos]\n"
             "                  [--json] [--logits K] [--logits-file PATH] [--cpu | --gpu]\n"
-            "                  [--draw auto|device|host] [--device-memory-mb N] " CLI_ROPE_USAGE "\n"
+            "                  [--draw auto|device|host] " CLI_MEMORY_FLAGS "\n"
+            "                  " CLI_ROPE_USAGE "\n"
             "  --prompt is raw text (special tokens like <|im_start|> are parsed); sampling is greedy\n"
             "  unless --temp > 0. --ctx holds the prompt and the generated tokens (default prompt + --n,\n"
             "  at most what the model was trained for): generation stops at its end (finish_reason\n"
@@ -69,9 +70,9 @@ static int parse(int argc, char **argv, run_opts *o) {
         if (cli_flag(argv, i, "--cpu")) { o->gpu = false; continue; }
         if (cli_flag(argv, i, "--gpu")) { o->gpu = true; continue; }
         if (cli_flag(argv, i, "--ignore-eos")) { o->ignore_eos = true; continue; }
-        int rope = cli_rope(argc, argv, &i, &o->rope);
-        if (rope < 0) return -1;
-        if (rope) continue;
+        int rope = cli_rope(argc, argv, &i, &o->rope), mem = rope ? 0 : cli_memory(argc, argv, &i, &o->memory);
+        if (rope < 0 || mem < 0) return -1;
+        if (rope || mem) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--prompt", &v)) o->prompt = v;
         else if (cli_value(argc, argv, &i, "--tokens", &v)) o->tokens = v;
@@ -87,7 +88,6 @@ static int parse(int argc, char **argv, run_opts *o) {
             else if (!strcmp(v, "host")) o->draw = ENGINE_DRAW_HOST;
             else return cli_error("run", "--draw %s: auto, device or host", v);
         }
-        else if (cli_value(argc, argv, &i, "--device-memory-mb", &v)) { if (cli_u32("--device-memory-mb", v, &o->device_memory_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--logits-file", &v)) o->logits_file = v;
         else if (cli_value(argc, argv, &i, "--logits", &v)) { if (cli_u32("--logits", v, &o->n_logits)) return -1; }
         else return cli_unknown("run", a), -1;
@@ -195,7 +195,9 @@ static int generate_gpu(run_sink *k, model *m, uint32_t n_ctx) {
     run_result *r = k->r;
     engine e;
     engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true, .draw = k->o->draw,
-                      .device_memory_mb = k->o->device_memory_mb};
+                      .device_memory_mb = k->o->memory.device_memory_mb,
+                      .host_expert_layers = k->o->memory.host_expert_layers,
+                      .host_experts_fixed = k->o->memory.host_experts_fixed};
     int rc = engine_init(&e, m, &eo) ? cli_error("run", "%s", cd_errmsg()) : 0;
     if (!rc && (k->o->logits_file || k->o->n_logits) && !(k->logits = malloc(m->cfg.n_vocab * sizeof *k->logits)))
         rc = cli_error("run", "out of memory");

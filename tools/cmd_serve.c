@@ -15,7 +15,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder serve [--model M] [--host ADDR] [--port N] [--parallel N] [--queue N] [--ctx N]\n"
             "                    [--kv-pool-tokens N] [--page-size N] [--host-cache-mb N] [--cache-dir DIR]\n"
-            "                    [--cache-dir-max-mb N] [--device-memory-mb N]\n"
+            "                    [--cache-dir-max-mb N] " CLI_MEMORY_FLAGS "\n"
             "                    [--no-prefix-cache] [--api-key KEY] [--alias NAME] [--chunk-tokens N]\n"
             "                    [--max-body-kb N] [--max-header-kb N] [--max-conns N] [--idle-timeout S]\n"
             "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
@@ -83,9 +83,9 @@ static int parse(int argc, char **argv, serve_opts *o) {
         if (cli_flag(argv, i, "--strict-template")) { o->so.strict_template = true; continue; }
         if (cli_flag(argv, i, "--think")) { o->so.think = CHAT_THINK_ASK_ON; continue; }
         if (cli_flag(argv, i, "--no-think")) { o->so.think = CHAT_THINK_ASK_OFF; continue; }
-        int rope = cli_rope(argc, argv, &i, &o->so.rope);
-        if (rope < 0) return -1;
-        if (rope) continue;
+        int rope = cli_rope(argc, argv, &i, &o->so.rope), mem = rope ? 0 : cli_memory(argc, argv, &i, &o->eo);
+        if (rope < 0 || mem < 0) return -1;
+        if (rope || mem) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--host", &v)) o->so.host = v;
         else if (cli_value(argc, argv, &i, "--port", &v)) { if (parse_u16("--port", v, &o->so.port)) return -1; }
@@ -94,7 +94,6 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (cli_value(argc, argv, &i, "--queue", &v)) { if (cli_u32("--queue", v, &o->so.queue)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--device-memory-mb", &v)) { if (cli_u32("--device-memory-mb", v, &o->eo.device_memory_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) { if (cli_u32("--spec-tokens", v, &o->eo.spec_tokens)) return -1; }

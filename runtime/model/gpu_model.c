@@ -109,31 +109,61 @@ static const char *size_text(uint64_t n, char buf[32]) {
 /* The memory plan, before a weight is read: everything else is allocated by now (the caller's
  * KV pool, the work buffers, the RoPE table), so the weights must fit in what the device has
  * left. They are the file's tensor bytes (the upload's layouts keep the bytes). */
-static int weights_fit(const gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
-    uint64_t need = model_weight_bytes(m), used;
+/* Bytes of layer il's expert tensors (none in a dense model). */
+static uint64_t expert_bytes(const model *m, uint32_t il) {
+    const layer_weights *l = &m->layers[il];
+    return l->gate_exps ? l->gate_exps->nbytes + l->up_exps->nbytes + l->down_exps->nbytes : 0;
+}
+
+/* The weights' bytes on the device with the experts of layers 0 .. n - 1 in host memory. */
+static uint64_t device_weight_bytes(const model *m, uint32_t n) {
+    uint64_t b = model_weight_bytes(m);
+    for (uint32_t il = 0; il < n && il < m->cfg.n_layer; il++) b -= expert_bytes(m, il);
+    return b;
+}
+
+static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+    uint32_t n_layer = m->cfg.n_layer, hosted = o->host_expert_layers < n_layer ? o->host_expert_layers : n_layer;
+    uint64_t used;
     uint32_t heap;
     uint64_t room = cvk_mem_heap_room(&vk->mem, CVK_MEM_DEVICE, o->device_memory, &heap, &used);
-    if (need <= room) return 0;
+    if (!o->host_experts_fixed) /* the plan's: the fewest layers' experts in host memory that let the rest fit */
+        for (hosted = 0; hosted < n_layer && device_weight_bytes(m, hosted) > room && expert_bytes(m, hosted); hosted++) {}
+    uint64_t need = device_weight_bytes(m, hosted);
+    g->host_expert_layers = hosted;
+    if (need <= room) {
+        char a[32], b[32];
+        if (hosted && !o->host_experts_fixed)
+            fprintf(stderr, "cinder: the experts of %u of %u layers (%s) stay in host memory, read by the device, so the "
+                            "other weights (%s) fit it (--n-cpu-moe N sets how many)\n",
+                    hosted, n_layer, size_text(model_weight_bytes(m) - need, a), size_text(need, b));
+        return 0;
+    }
     uint64_t kv = o->kv && o->kv->size <= used ? o->kv->size : 0, work = used - kv;
     uint64_t whole = o->device_memory ? o->device_memory : room + used;
-    char a[32], b[32], c[32], d[32], what[64];
+    char a[32], b[32], c[32], d[32], what[64], where[96] = "";
     snprintf(what, sizeof what, o->device_memory ? "%s (as asked)" : "%s free to cinder", size_text(whole, b));
+    if (hosted)
+        snprintf(where, sizeof where, " with the experts of %s%u layers in host memory", hosted == n_layer ? "all " : "",
+                 hosted);
     if (need + work > whole)
-        return cd_fail("the weights need %s of device memory and the work buffers %s, more than the device's %s: this "
-                       "file does not fit it (a smaller quantization of the model would)",
-                       size_text(need, a), size_text(work, d), what);
+        return cd_fail("the weights need %s of device memory%s and the work buffers %s, more than the device's %s: "
+                       "this file does not fit it (a smaller quantization of the model would%s)",
+                       size_text(need, a), where, size_text(work, d), what,
+                       hosted < n_layer && expert_bytes(m, 0) ? ", or more experts in host memory: --n-cpu-moe" : "");
     uint64_t pb = g->lay.page_bytes ? g->lay.page_bytes : 1;
-    return cd_fail("the weights need %s of device memory, but of the device's %s the KV pool (%llu tokens) holds %s and "
-                   "the work buffers %s: a KV pool of %llu tokens would leave room for them (--kv-pool-tokens, "
+    return cd_fail("the weights need %s of device memory%s, but of the device's %s the KV pool (%llu tokens) holds %s "
+                   "and the work buffers %s: a KV pool of %llu tokens would leave room for them (--kv-pool-tokens, "
                    "or a smaller --ctx)",
-                   size_text(need, a), what, (unsigned long long)(kv / pb * g->lay.page_tokens), size_text(kv, c),
+                   size_text(need, a), where, what, (unsigned long long)(kv / pb * g->lay.page_tokens), size_text(kv, c),
                    size_text(work, d), (unsigned long long)((whole - need - work) / pb * g->lay.page_tokens));
 }
 
 /* The weights go last: the plan (weights_fit) knows all the rest by then. */
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     if (begin(g, vk, m, o, false) || make_pipelines(g) || make_rope_table(g, vk, m) || gpu_forward_init(g) ||
-        weights_fit(g, vk, m, o) || gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress))
+        weights_fit(g, vk, m, o) || gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
+                           g->host_expert_layers))
         return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
     return 0;

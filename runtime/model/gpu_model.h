@@ -80,6 +80,8 @@ typedef struct gpu_weights {
     bool show_progress;                       /* stderr is a terminal and the upload is big */
     unsigned shown_pct;
     double started_ms;                        /* cd_now_ms() at the upload's start: its rate */
+    enum cvk_mem_kind kind;                   /* where the tensor being uploaded goes */
+    uint32_t host_expert_layers;              /* layers 0 .. this - 1 keep their experts in host memory */
     gpu_load_progress report;                 /* the caller's (gpu_model_opts.progress) */
 } gpu_weights;
 
@@ -147,6 +149,7 @@ typedef struct gpu_model {
     cvk_pipeline matmul_head_one, matmul_head_few; /* a GPU's lm_head: 1 and 2-16 tokens (few_gpu) */
     bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
     bool pairs;                               /* gate and up as gate-up pairs where they pair (gate_up_pairs) */
+    uint32_t host_expert_layers;              /* the plan's: layers whose experts are in host memory */
     gpu_rows_shape few_shape, one_shape;      /* their shapes asked for (gpu_model_opts) */
     gpu_tile_shape big_tile;                  /* the tiled kernel's, asked for (bm 0: the default) */
     gpu_rows_shape head_shape;                /* a GPU's 2-16-token lm_head's, asked for */
@@ -237,6 +240,14 @@ typedef struct gpu_model_opts {
     /* Called on the loading thread after each tensor reaches the device (and once before the
      * first, done 0): bytes uploaded so far of the file's tensor bytes; NULL = none. */
     gpu_load_progress progress;
+    /* Experts in host memory (llama.cpp's --n-cpu-moe): the expert tensors of layers 0 .. N - 1
+     * live in host-visible memory that the device's own kernels read (on a discrete GPU, across
+     * PCIe; nothing is computed on the CPU), the same bytes, so the same tokens. With
+     * host_experts_fixed, exactly that many layers (0 none, n_layer or more every one); without,
+     * the plan's choice: none unless the weights do not fit the device, then the fewest layers
+     * that make them fit. */
+    uint32_t host_expert_layers;
+    bool host_experts_fixed;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
@@ -315,5 +326,5 @@ void gpu_forward_free(gpu_model *g);
  * and up of one type as gate-up pairs, granule = a pair slice), norms as f32; an untied lm_head
  * in the layout of the matvec configuration `head` (NULL: the file's). */
 int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head,
-                       gpu_load_progress report);
+                       gpu_load_progress report, uint32_t host_expert_layers);
 void gpu_weights_free(gpu_weights *w, cvk_ctx *vk, const model *m);

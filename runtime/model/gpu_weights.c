@@ -36,7 +36,7 @@ static int upload(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_weights 
     if (!row || row * rows != t->nbytes)
         return cd_fail("%.*s: %llu bytes is not %llu rows of %llu", (int)t->name.len, t->name.ptr,
                        (unsigned long long)t->nbytes, (unsigned long long)rows, (unsigned long long)row);
-    if (cvk_buffer_create(&vk->mem, b, t->nbytes, row, CVK_MEM_DEVICE)) return -1;
+    if (cvk_buffer_create(&vk->mem, b, t->nbytes, row, w->kind)) return -1;
     w->bytes += t->nbytes;
     fp_weights_add(w->hashing, t); /* the fingerprint's read of these bytes: the upload's read follows from cache */
     int rc = cvk_stager_upload(&vk->stager, cvk_view_whole(b), t->data);
@@ -81,7 +81,7 @@ static int upload_pairs(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *gate, con
             return cd_fail("%.*s: %llu bytes is not %llu rows of %llu", (int)ts[i]->name.len, ts[i]->name.ptr,
                            (unsigned long long)ts[i]->nbytes, (unsigned long long)(rows * n_slice),
                            (unsigned long long)row);
-    if (cvk_buffer_create(&vk->mem, b, 2 * slice * n_slice, 2 * slice, CVK_MEM_DEVICE)) return -1;
+    if (cvk_buffer_create(&vk->mem, b, 2 * slice * n_slice, 2 * slice, w->kind)) return -1;
     for (int i = 0; i < 2; i++) {
         fp_weights_add(w->hashing, ts[i]);
         for (uint64_t e = 0; e < n_slice; e++)
@@ -118,8 +118,9 @@ static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_wei
 }
 
 int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head,
-                       gpu_load_progress report) {
-    *w = (gpu_weights){.report = report, .started_ms = cd_now_ms()};
+                       gpu_load_progress report, uint32_t host_expert_layers) {
+    *w = (gpu_weights){.report = report, .started_ms = cd_now_ms(), .kind = CVK_MEM_DEVICE,
+                       .host_expert_layers = host_expert_layers};
     const model_config *c = &m->cfg;
     w->layers = calloc(c->n_layer, sizeof *w->layers);
     w->hashing = fp_weights_begin(m->file);
@@ -142,9 +143,12 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
             upload_norm(vk, &d->k_norm, l->k_norm, w) || upload_norm(vk, &d->ffn_norm, l->ffn_norm, w))
             return -1;
         if (c->arch == ARCH_QWEN3MOE) {
-            if (upload(vk, &d->gate_inp, l->gate_inp, w) || upload_gate_up(vk, d, l, w, pairs) ||
-                upload(vk, &d->down_exps, l->down_exps, w))
-                return -1;
+            if (upload(vk, &d->gate_inp, l->gate_inp, w)) return -1;
+            /* the first host_expert_layers layers' experts in host memory the kernels read */
+            w->kind = il < host_expert_layers ? CVK_MEM_UPLOAD : CVK_MEM_DEVICE;
+            int rc = upload_gate_up(vk, d, l, w, pairs) || upload(vk, &d->down_exps, l->down_exps, w);
+            w->kind = CVK_MEM_DEVICE;
+            if (rc) return -1;
         } else if (upload_gate_up(vk, d, l, w, pairs) || upload(vk, &d->ffn_down, l->ffn_down, w))
             return -1;
     }
