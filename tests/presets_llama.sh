@@ -8,17 +8,8 @@
 # Run by ctest with CINDER_SOURCE_DIR, CINDER_TEST_TMP and CINDER_BIN. Never skips: a missing
 # llama.cpp is a failure (run scripts/setup.sh).
 set -euo pipefail
-src=${CINDER_SOURCE_DIR:?CINDER_SOURCE_DIR is not set}
-tmp=${CINDER_TEST_TMP:?CINDER_TEST_TMP is not set}/presets
-bin=${CINDER_BIN:?CINDER_BIN is not set}
-mkdir -p "$tmp"
-
-fail() { echo "presets_llama: FAIL: $*" >&2; exit 1; }
-[ -x "$bin" ] || fail "no cinder binary at $bin"
-command -v python3 >/dev/null || fail "python3 is missing (run scripts/setup.sh)"
-"$src/tests/oracle/build.sh" "$tmp/oracle" ||
-  fail "cannot build tests/oracle/llama_oracle: llama.cpp (npm node-llama-cpp and its headers) is missing; run scripts/setup.sh"
-oracle=$tmp/oracle/llama_oracle
+source "$(dirname "$0")/oracle/test_env.sh"
+oracle_test_env presets_llama presets
 
 f16=$tmp/tiny-f16.gguf
 if [ ! -s "$f16" ] || [ -n "$(find "$src/runtime/model/synth.c" "$src/runtime/gguf" -newer "$f16" -name '*.[ch]' 2>/dev/null | head -1)" ]; then
