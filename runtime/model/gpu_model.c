@@ -106,9 +106,6 @@ static const char *size_text(uint64_t n, char buf[32]) {
     return buf;
 }
 
-/* The memory plan, before a weight is read: everything else is allocated by now (the caller's
- * KV pool, the work buffers, the RoPE table), so the weights must fit in what the device has
- * left. They are the file's tensor bytes (the upload's layouts keep the bytes). */
 /* Bytes of layer il's expert tensors (none in a dense model). */
 static uint64_t expert_bytes(const model *m, uint32_t il) {
     const layer_weights *l = &m->layers[il];
@@ -122,6 +119,10 @@ static uint64_t device_weight_bytes(const model *m, uint32_t n) {
     return b;
 }
 
+/* The memory plan, before a weight is read: everything else is allocated by now (the caller's
+ * KV pool, the work buffers, the RoPE table), so the weights must fit in what the device has
+ * left. They are the file's tensor bytes (the upload's layouts keep the bytes), less the experts
+ * kept in host memory: o's count, or the fewest first layers' that make the rest fit. */
 static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     uint32_t n_layer = m->cfg.n_layer, hosted = o->host_expert_layers < n_layer ? o->host_expert_layers : n_layer;
     uint64_t used;

@@ -80,8 +80,7 @@ typedef struct gpu_weights {
     bool show_progress;                       /* stderr is a terminal and the upload is big */
     unsigned shown_pct;
     double started_ms;                        /* cd_now_ms() at the upload's start: its rate */
-    enum cvk_mem_kind kind;                   /* where the tensor being uploaded goes */
-    uint32_t host_expert_layers;              /* layers 0 .. this - 1 keep their experts in host memory */
+    enum cvk_mem_kind kind;                   /* where the tensor being uploaded goes (host memory: experts) */
     gpu_load_progress report;                 /* the caller's (gpu_model_opts.progress) */
 } gpu_weights;
 

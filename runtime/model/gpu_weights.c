@@ -119,8 +119,7 @@ static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_wei
 
 int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, const cvk_matvec_cfg *head,
                        gpu_load_progress report, uint32_t host_expert_layers) {
-    *w = (gpu_weights){.report = report, .started_ms = cd_now_ms(), .kind = CVK_MEM_DEVICE,
-                       .host_expert_layers = host_expert_layers};
+    *w = (gpu_weights){.report = report, .started_ms = cd_now_ms(), .kind = CVK_MEM_DEVICE};
     const model_config *c = &m->cfg;
     w->layers = calloc(c->n_layer, sizeof *w->layers);
     w->hashing = fp_weights_begin(m->file);
