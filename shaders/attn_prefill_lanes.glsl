@@ -243,7 +243,9 @@ void main() {
         // acc = acc * alpha + sum_p p_j V_j
         [[unroll]] for (uint c = 0; c < NU; c++) {
             unit vw[P];
-            [[unroll]] for (uint p = 0; p < P; p++) vw[p] = load_unit(o[p] + v_off, c);
+            // a position not here reads zeros: its p_j is 0, but 0 * V is NaN where the slot was
+            // never written (fresh device memory: 0x7f7f... is an fp16 NaN) and V * 0 must add nothing
+            [[unroll]] for (uint p = 0; p < P; p++) vw[p] = ok[p] ? load_unit(o[p] + v_off, c) : unit(uvec4(0u), uvec4(0u));
             [[unroll]] for (uint e = 0; e < U; e++) {
                 vec2 vf[P];
                 [[unroll]] for (uint p = 0; p < P; p++) vf[p] = unpackHalf2x16(unit_word(vw[p], e));

@@ -72,7 +72,7 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
     uint32_t pages = (N_CTX + page_tokens - 1) / page_tokens;
     kv_layout lay;
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens) ||
-        kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens))
+        kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens) || vk_poison(vk, &kvp.buf))
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .max_out = OUTS, .kv = &kvp.buf, .lay = &kvp.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,

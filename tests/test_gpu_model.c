@@ -65,7 +65,7 @@ static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch,
     kv_layout lay;
     memset(q, 0, sizeof *q);
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens ? page_tokens : KV_PAGE_TOKENS_DEFAULT) ||
-        kv_pool_init(&q->pool, vk, &lay, n_ctx))
+        kv_pool_init(&q->pool, vk, &lay, n_ctx) || vk_poison(vk, &q->pool.buf))
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,

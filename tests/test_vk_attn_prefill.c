@@ -23,6 +23,7 @@
 #include <cmocka.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -100,6 +101,19 @@ static void scene_make(scene *s, const tcase *t, uint64_t seed, int with_ref) {
         for (uint32_t i = 0; i < s->stride; i++)
             s->table[w * s->stride + i] = i < (len[w] + pt - 1) / pt ? perm[next++] : 0xdeadbeef;
     free(perm);
+    /* what no token attends to (spare pages, slots past a row's last token) is NaN, as memory
+     * nothing wrote can be: a kernel that reads it, even weighed by 0, fails */
+    bool *used = calloc((size_t)s->n_pages * pt, 1);
+    for (uint32_t w = 0; w < s->n_rows; w++)
+        for (uint32_t i = 0; i < len[w]; i++) used[(size_t)s->table[w * s->stride + i / pt] * pt + i % pt] = true;
+    for (uint32_t pg = 0; pg < s->n_pages; pg++)
+        for (uint32_t slot = 0; slot < pt; slot++)
+            if (!used[(size_t)pg * pt + slot])
+                for (uint32_t l = 0; l < s->lay.n_layer; l++)
+                    for (uint32_t kv = 0; kv < 2; kv++)
+                        for (uint32_t h = 0; h < s->lay.n_head_kv; h++)
+                            for (uint32_t d = 0; d < hd; d++) s->pool[kv_layout_index(&s->lay, pg, l, kv, h, slot, d)] = 0x7e00;
+    free(used);
     /* loc: the segments one after another, or round robin */
     s->loc = malloc((size_t)s->n_tokens * 8);
     uint32_t n = 0, done[16] = {0};

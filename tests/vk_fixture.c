@@ -58,5 +58,14 @@ int vk_engine_init(engine *e, model *m, const engine_opts *o) {
         *e = (engine){0}; /* engine_free after a failed init stays safe */
         return -1;
     }
-    return engine_init(e, m, &on);
+    if (engine_init(e, m, &on)) return -1;
+    return vk_poison(on.device, &e->pool.buf);
+}
+
+int vk_poison(cvk_ctx *x, const cvk_buffer *b) {
+    cvk_cmd c;
+    if (cvk_cmd_init(&c, &x->dev, false)) return -1;
+    int rc = cvk_cmd_begin(&c) || cvk_cmd_fill(&c, cvk_view_whole(b), 0xffffffffu) || cvk_cmd_end(&c) || cvk_cmd_run(&c);
+    cvk_cmd_free(&c);
+    return rc ? -1 : 0;
 }
