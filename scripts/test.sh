@@ -11,6 +11,19 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 jobs=$(nproc 2>/dev/null || echo 2)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
+
+# Disk: set-up (llama.cpp, ~1 GB), the builds, then each test's scratch folder (models, servers'
+# files; removed when the test passes: tests/harness/scratch.sh), two tests at once on two cores.
+# need_gb is the measured peak with room to spare (docs/RELIABILITY.md, "The test suite's
+# disk"); below it the suite would fail midway on "No space left on device", so it stops here.
+need_gb=${CINDER_TEST_DISK_GB:-12}
+free_gb=$(df -Pk "$root" | awk 'NR == 2 {print int($4 / 1048576)}')
+echo "== disk: $free_gb GB free under $root; the suite needs $need_gb GB"
+if [ "$free_gb" -lt "$need_gb" ]; then
+  echo "scripts/test.sh: only $free_gb GB free under $root, the test suite needs $need_gb GB" \
+    "(its builds and scratch files); free some space (old build/test-tmp folders?) and rerun" >&2
+  exit 1
+fi
 bash "$root/scripts/setup.sh"
 
 echo "== release build"
