@@ -44,6 +44,35 @@ static int open_device(engine *e, cvk_ctx *borrowed) {
     return 0;
 }
 
+/* The KV pool of `pool` tokens and the model on the device. With the pool's size the engine's
+ * own (fit), every weight stays on the device before the pool is large: when `pool` tokens leave
+ * no room for the weights, the pool shrinks to what does (not below one context), and only when
+ * one context's pool does not leave room either do experts go to host memory (the plan's own
+ * choice, unless o fixes it). 16 GB cards: Qwen3-30B-A3B's Q3_K_M file is 14.7 GB, its KV 96 KiB
+ * a token, so 4 x 8,192 tokens (3 GiB) would not fit beside it. */
+static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, bool fit, gpu_model_opts *o) {
+    uint64_t room = 0;
+    gpu_model_opts first = *o;
+    if (fit) {
+        first.kv_room = &room;
+        if (!o->host_experts_fixed) first.host_experts_fixed = true, first.host_expert_layers = 0;
+    }
+    CD_TRY(kv_pool_init(&e->pool, e->vk, lay, (uint32_t)pool));
+    first.kv = &e->pool.buf, first.lay = &e->pool.lay;
+    if (!gpu_model_init(&e->g, e->vk, e->m, &first)) return 0;
+    if (!fit) return -1;
+    uint64_t fits = room / lay->page_bytes * lay->page_tokens, tokens = fits > o->n_ctx ? fits : o->n_ctx;
+    if (tokens >= pool) return -1; /* not the pool's size: nothing smaller helps */
+    kv_pool_free(&e->pool);
+    CD_TRY(kv_pool_init(&e->pool, e->vk, lay, (uint32_t)tokens));
+    o->kv = &e->pool.buf, o->lay = &e->pool.lay;
+    CD_TRY(gpu_model_init(&e->g, e->vk, e->m, o));
+    fprintf(stderr, "cinder: a KV pool of %llu tokens (%.1f MiB) %s, not %llu (--kv-pool-tokens sets it)\n",
+            (unsigned long long)tokens, (double)e->pool.buf.size / (1 << 20),
+            fits >= o->n_ctx ? "leaves room for the weights on this device" : "holds one context", (unsigned long long)pool);
+    return 0;
+}
+
 int engine_init(engine *e, model *m, const engine_opts *o) {
     *e = (engine){.m = m, .cache_on = !o->no_prefix_cache};
     if (o->cache_dir_max_bytes && !o->cache_dir) return cd_fail("a disk budget (--cache-dir-max-mb) needs a disk tier (--cache-dir)");
@@ -80,12 +109,11 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     const model_config *c = &m->cfg;
     CD_TRY(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
                        o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
-    CD_TRY(kv_pool_init(&e->pool, e->vk, &lay, (uint32_t)pool));
-    gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out, .kv = &e->pool.buf,
-                         .lay = &e->pool.lay, .gate_up_pairs = o->gate_up_pairs,
+    gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out,
+                         .gate_up_pairs = o->gate_up_pairs,
                          .device_memory = (uint64_t)o->device_memory_mb << 20, .progress = o->load_progress,
                          .host_expert_layers = o->host_expert_layers, .host_experts_fixed = o->host_experts_fixed};
-    CD_TRY(gpu_model_init(&e->g, e->vk, m, &go));
+    CD_TRY(init_pool_and_model(e, &lay, pool, !o->pool_tokens, &go));
     CD_TRY(model_set_weights_digest(m, e->g.w.digest));
     CD_TRY(alloc_scheduler(e, o));
     e->draw_on_device = o->draw == ENGINE_DRAW_DEVICE ||

@@ -66,7 +66,8 @@ typedef struct engine_opts {
     uint32_t chunk_tokens; /* prompt tokens per step at most; 0 = 512 */
     uint32_t max_wait_steps; /* a waiting request older than this is admitted first; 0 = 64 */
     uint32_t n_ctx;        /* tokens of one request (prompt + generated) at most; 0 = min(8192, trained) */
-    uint32_t pool_tokens;  /* KV pool in tokens (the running request included); 0 = 4 * n_ctx */
+    uint32_t pool_tokens;  /* KV pool in tokens (the running request included); 0 = 4 * n_ctx, or
+                            * what leaves room for the weights where that does not (engine.c) */
     uint32_t page_tokens;  /* 0 = KV_PAGE_TOKENS_DEFAULT */
     bool no_prefix_cache;
     /* where a sampled token (temperature > 0, 1 <= top_k <= CVK_SAMPLE_MAX_K) is drawn:

@@ -62,6 +62,36 @@ check "a $card MiB card: the plan keeps one layer's experts in host memory, and 
 check "... with the same tokens" test "$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["tokens"])' "$tmp/moe.json")" = "$want"
 fails_with "--n-cpu-moe 0 on that card: refused, naming the sizes" "the weights need" \
   "$bin" run --model "$moe" --tokens 1 --n 1 --n-cpu-moe 0 --device-memory-mb "$card"
+# The KV pool of chat and serve: 4 x ctx where the device has the room; else the pool that leaves
+# room for every weight (not below one context), and only then experts in host memory. The
+# tokens never change with the pool's size.
+chat_text() { printf 'hi\n' | "$bin" chat --n 4 --json "$@" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["text"])'; }
+full=$(printf 'hi\n' | "$bin" chat --model "$model" --n 1 --n-cpu-moe 0 --device-memory-mb 1 2>&1 >/dev/null || true)
+a=$(mib "the weights need" <<<"$full") w=$(mib "the work buffers" <<<"$full")
+small=$(python3 -c "import math; print(math.ceil($a + $w + 1))")
+big=$(printf 'hi\n' | "$bin" chat --model "$model" --n 1 --n-cpu-moe 0 --kv-pool-tokens 32768 --device-memory-mb "$small" 2>&1 >/dev/null || true)
+x=$(sed -n 's/.*the KV pool (32768 tokens) holds \([0-9.]*\) MiB.*/\1/p' <<<"$big")
+check "the refusals name the sizes (weights $a MiB, work buffers $w MiB, a pool of 4 x ctx $x MiB)" test -n "$a" -a -n "$w" -a -n "$x"
+card=$(python3 -c "import math; print(math.floor($a + $w + $x / 2))")
+want=$(chat_text --model "$model")
+err=$(chat_text --model "$model" --device-memory-mb "$card" 2>&1 >"$tmp/pool.txt")
+pool=$(sed -n 's/^cinder: a KV pool of \([0-9]*\) tokens .* leaves room for the weights on this device, not 32768 .*/\1/p' <<<"$err")
+check "a $card MiB card: chat's pool shrinks to what leaves room for the weights ($pool tokens), and says so" \
+  test -n "$pool" -a "${pool:-0}" -ge 8192 -a "${pool:-0}" -lt 32768
+check "... every weight on the device" test -z "$(grep 'stay in host memory' <<<"$err")"
+check "... the same reply" test "$(cat "$tmp/pool.txt")" = "$want"
+fails_with "... and a pool asked for stays as asked: refused" "a KV pool of" \
+  bash -c "printf 'hi\n' | '$bin' chat --model '$model' --n 1 --kv-pool-tokens 32768 --device-memory-mb '$card'"
+# A 64-expert card with room for one context's pool only beside one layer's experts in host
+# memory: the pool is one context, and the plan hosts that layer's experts.
+mfull=$(printf 'hi\n' | "$bin" chat --model "$moe" --n 1 --n-cpu-moe 0 --device-memory-mb 1 2>&1 >/dev/null || true)
+ma=$(mib "the weights need" <<<"$mfull") mw=$(mib "the work buffers" <<<"$mfull")
+mcard=$(python3 -c "import math; print(math.ceil($mw + ($ma + $b) / 2 + $x / 4 + 1))")
+mwant=$(chat_text --model "$moe")
+err=$(chat_text --model "$moe" --device-memory-mb "$mcard" 2>&1 >"$tmp/pool.txt")
+check "a $mcard MiB card: a pool of one context (8192 tokens)" grep -q "^cinder: a KV pool of 8192 tokens .* holds one context" <<<"$err"
+check "... beside one layer's experts in host memory" grep -q "the experts of 1 of 2 layers (.*) stay in host memory" <<<"$err"
+check "... the same reply" test "$(cat "$tmp/pool.txt")" = "$mwant"
 check "info's type histogram adds up to the tensor count" grep -q "^tensor types      7 types, 27 tensors, [0-9]* bytes$" <<<"$info"
 check "info's type histogram has a row per type" grep -Eq "^  Q6_K +5 +[0-9]+ +[0-9.]+%$" <<<"$info"
 # mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it

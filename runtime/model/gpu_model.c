@@ -142,6 +142,7 @@ static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mode
     }
     uint64_t kv = o->kv && o->kv->size <= used ? o->kv->size : 0, work = used - kv;
     uint64_t whole = o->device_memory ? o->device_memory : room + used;
+    if (o->kv_room) *o->kv_room = need + work < whole ? whole - need - work : 0;
     char a[32], b[32], c[32], d[32], what[64], where[96] = "";
     snprintf(what, sizeof what, o->device_memory ? "%s (as asked)" : "%s free to cinder", size_text(whole, b));
     if (hosted)

@@ -247,6 +247,10 @@ typedef struct gpu_model_opts {
      * that make them fit. */
     uint32_t host_expert_layers;
     bool host_experts_fixed;
+    /* When the weights do not fit beside the KV pool, the work buffers and the rest, and a
+     * smaller pool would leave room for them: set to that pool's bytes (else to 0). NULL = not
+     * asked. The engine's own pool size (engine_opts.pool_tokens 0) asks. */
+    uint64_t *kv_room;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
