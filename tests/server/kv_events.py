@@ -6,7 +6,9 @@ KVEventBatch]; seq contiguous from 0; 7-field BlockStored / 3-field BlockRemoved
 1-field AllBlocksCleared; len(token_ids) = blocks x page size; hashes < 2^63; media GPU/CPU; a
 mirror index built from the events alone (llm-d's rules: a stored block's parent must resolve,
 removal by the engine's key) equals the server's own page listing (/v1/cache?pages=1) after a
-multi-turn trace that evicts, demotes and restores; replay from k gives k.. then seq -1; the
+multi-turn trace that evicts, demotes and restores, and predicts each request's cached tokens
+from the request's /render ids to within one page (a router's use of it); replay from k gives
+k.. then seq -1; the
 shutdown removes every page; a restarted server starts with AllBlocksCleared at seq 0.
 Loopback only; every wait is bounded. Usage: kv_events.py CINDER_BIN MODEL TMPDIR"""
 import json, os, queue, socket, subprocess, sys, threading, time, urllib.request
@@ -95,6 +97,7 @@ class Mirror:
         self.topic = None
         self.batches = {}  # seq -> payload, for the replay check
         self.kinds = set()
+        self.block = {}  # (parent hash, page's token ids) -> hash: what a router matches prompts by
 
     def apply(self, topic, seq_b, payload):
         check(len(seq_b) == 8, "seq frame of 8 bytes")
@@ -128,10 +131,12 @@ class Mirror:
             check(medium in self.media, "medium GPU/CPU")
             check(parent is None or (0 < parent < 2**63 and any(parent in m for m in self.media.values())),
                   "seq %d: the parent %s resolves" % (seq, parent))
-            for h in hashes:
+            for i, h in enumerate(hashes):
                 check(isinstance(h, int) and 0 < h < 2**63, "hash < 2^63")
                 check(h not in self.media[medium], "seq %d: %d stored twice in %s" % (seq, h, medium))
                 self.media[medium].add(h)
+                self.block[(parent, tuple(tokens[i * PAGE:(i + 1) * PAGE]))] = h
+                parent = h
             return
         check(tag == "BlockRemoved" and len(ev) == 3, "BlockRemoved has 3 fields (got %r)" % (ev[:1],))
         _, hashes, medium = ev
@@ -139,6 +144,18 @@ class Mirror:
         for h in hashes:
             check(h in self.media[medium], "seq %d: removed %d was in %s" % (seq, h, medium))
             self.media[medium].discard(h)
+
+
+    def cached(self, ids):
+        """Tokens of ids a router expects this replica to reuse: whole pages whose chain of
+        stored blocks, from the root, is on the GPU or in host memory."""
+        parent, n = None, 0
+        while n + PAGE <= len(ids):
+            h = self.block.get((parent, tuple(ids[n:n + PAGE])))
+            if h is None or not (h in self.media["GPU"] or h in self.media["CPU"]):
+                break
+            parent, n = h, n + PAGE
+        return n
 
 
 def drain(mirror, until, timeout_s=20):
@@ -166,13 +183,33 @@ check(m.topic == ("kv@127.0.0.1:%d@m" % port).encode(), "topic kv@host:port@alia
 words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
 sessions = [[{"role": "system", "content": "You are agent %d. " % s + " ".join(words[s:] + words[:s]) * 2}]
             for s in range(6)]
+hits = exact = 0
+tokens = [0, 0]  # predicted, cached
 for turn in range(3):
     for s, msgs in enumerate(sessions):
         msgs.append({"role": "user", "content": "turn %d of session %d: %s" % (turn, s, " ".join(words[turn:turn + 6]))})
-        r = post(port, "/v1/chat/completions", {"model": "m", "messages": msgs, "max_tokens": 12, "temperature": 0,
-                                                "chat_template_kwargs": {"enable_thinking": False}},
-                 {"X-Session-Id": "session-%d" % s})
+        body = {"model": "m", "messages": msgs, "max_tokens": 12, "temperature": 0,
+                "chat_template_kwargs": {"enable_thinking": False}}
+        # the router's prediction: the mirror, current with the server's pages, over /render's ids
+        ids = post(port, "/v1/chat/completions/render", body)["token_ids"]
+        now = listing(port)
+        check(drain(m, lambda: same(m, now)), "turn %d, session %d: the mirror is current" % (turn, s))
+        predicted = m.cached(ids)
+        r = post(port, "/v1/chat/completions", body, {"X-Session-Id": "session-%d" % s})
+        usage = r["usage"]
+        cached = usage["prompt_tokens_details"]["cached_tokens"]
+        check(usage["prompt_tokens"] == len(ids), "turn %d, session %d: /render's ids are the prompt run (%d)" %
+              (turn, s, len(ids)))
+        check(abs(cached - predicted) < PAGE, "turn %d, session %d: %d tokens predicted from the events, %d cached" %
+              (turn, s, predicted, cached))
+        hits += predicted > 0
+        exact += predicted == cached
+        tokens[0] += predicted
+        tokens[1] += cached
         msgs.append({"role": "assistant", "content": r["choices"][0]["message"]["content"] or ""})
+check(hits == 12, "the events predicted reuse in every later turn (%d of the 12)" % hits)
+print("prediction: reuse in %d of 18 requests, exact in %d; %d tokens predicted, %d cached" %
+      (hits, exact, tokens[0], tokens[1]), flush=True)
 pages = listing(port)
 check(drain(m, lambda: same(m, pages)), "the mirror equals the server's pages (gpu %d/%d, cpu %d/%d)" %
       (len(m.media["GPU"]), len(pages["gpu"]), len(m.media["CPU"]), len(pages["cpu"])))
