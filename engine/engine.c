@@ -51,7 +51,7 @@ static int open_device(engine *e, cvk_ctx *borrowed) {
  * choice, unless o fixes it). 16 GB cards: Qwen3-30B-A3B's Q3_K_M file is 14.7 GB, its KV 96 KiB
  * a token, so 4 x 8,192 tokens (3 GiB) would not fit beside it. */
 static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, bool fit, gpu_model_opts *o) {
-    uint64_t room = 0;
+    uint64_t room = UINT64_MAX; /* the plan sets it when the plan is what refused */
     gpu_model_opts first = *o;
     if (fit) {
         first.kv_room = &room;
@@ -60,7 +60,7 @@ static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, b
     CD_TRY(kv_pool_init(&e->pool, e->vk, lay, (uint32_t)pool));
     first.kv = &e->pool.buf, first.lay = &e->pool.lay;
     if (!gpu_model_init(&e->g, e->vk, e->m, &first)) return 0;
-    if (!fit) return -1;
+    if (!fit || room == UINT64_MAX) return -1; /* another failure (out of memory, ...): as it is */
     uint64_t fits = room / lay->page_bytes * lay->page_tokens, tokens = fits > o->n_ctx ? fits : o->n_ctx;
     if (tokens >= pool) return -1; /* not the pool's size: nothing smaller helps */
     kv_pool_free(&e->pool);

@@ -247,9 +247,10 @@ typedef struct gpu_model_opts {
      * that make them fit. */
     uint32_t host_expert_layers;
     bool host_experts_fixed;
-    /* When the weights do not fit beside the KV pool, the work buffers and the rest, and a
-     * smaller pool would leave room for them: set to that pool's bytes (else to 0). NULL = not
-     * asked. The engine's own pool size (engine_opts.pool_tokens 0) asks. */
+    /* When the plan refuses (the weights do not fit beside the KV pool, the work buffers and the
+     * rest): set to the bytes of the pool that would leave room for them, 0 when none would;
+     * untouched on any other failure. NULL = not asked. The engine's own pool size
+     * (engine_opts.pool_tokens 0) asks. */
     uint64_t *kv_room;
 } gpu_model_opts;
 
