@@ -16,7 +16,7 @@ trap 'rm -f "$log"' EXIT
 # files; removed when the test passes: tests/harness/scratch.sh), two tests at once on two cores.
 # need_gb is the measured peak with room to spare (docs/RELIABILITY.md, "The test suite's
 # disk"); below it the suite would fail midway on "No space left on device", so it stops here.
-need_gb=${CINDER_TEST_DISK_GB:-12}
+need_gb=${CINDER_TEST_DISK_GB:-8}
 free_gb=$(df -Pk "$root" | awk 'NR == 2 {print int($4 / 1048576)}')
 echo "== disk: $free_gb GB free under $root; the suite needs $need_gb GB"
 if [ "$free_gb" -lt "$need_gb" ]; then
