@@ -62,10 +62,7 @@ int vk_engine_init(engine *e, model *m, const engine_opts *o) {
     return vk_poison(on.device, &e->pool.buf);
 }
 
-int vk_poison(cvk_ctx *x, const cvk_buffer *b) {
-    cvk_cmd c;
-    if (cvk_cmd_init(&c, &x->dev, false)) return -1;
-    int rc = cvk_cmd_begin(&c) || cvk_cmd_fill(&c, cvk_view_whole(b), 0xffffffffu) || cvk_cmd_end(&c) || cvk_cmd_run(&c);
-    cvk_cmd_free(&c);
-    return rc ? -1 : 0;
+int vk_poison(cvk_ctx *x, const cvk_buffer *b) { /* on the context's own command stream, idle here */
+    cvk_cmd *c = &x->cmd;
+    return cvk_cmd_begin(c) || cvk_cmd_fill(c, cvk_view_whole(b), 0xffffffffu) || cvk_cmd_end(c) || cvk_cmd_run(c) ? -1 : 0;
 }
