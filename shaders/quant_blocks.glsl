@@ -22,7 +22,9 @@ const uint QTYPE_Q3_K = 11;
 const uint QTYPE_Q4_K = 12;
 const uint QTYPE_Q5_K = 13;
 const uint QTYPE_Q6_K = 14;
+const uint QTYPE_IQ3_XXS = 18;
 const uint QTYPE_IQ4_NL = 20;
+const uint QTYPE_IQ3_S = 21;
 const uint QTYPE_IQ4_XS = 23;
 const uint QTYPE_BF16 = 30;
 const uint QTYPE_MXFP4 = 39;
@@ -122,6 +124,26 @@ const uint IQ4_XS_SCALES_H = 2;
 const uint IQ4_XS_SCALES_L = 4;
 const uint IQ4_XS_QS = 8;
 
+// The 3-bit grid types (runtime/gguf/quant.h): weight i of sub-block ib (32 weights) is byte
+// i % 4 of grid entry idx(group 2l + h), l = i % 32 / 8, h = i % 8 / 4, signed by bit i % 8 of
+// sign byte l, times the sub-block's step. Blocks of 98 and 110 bytes: 2-aligned.
+// block_iq3_xxs { u16 d; u8 qs[64]; u8 ss[32]; }: idx = qs[8 ib + 2l + h] into IQ3XXS_GRID; the
+// word at ss[4 ib]: 7-bit sign fields at bits 7l (the eighth sign makes the count even), scale
+// s at bits 28..31, step d * (0.5 + s) * 0.5
+const uint IQ3_XXS_BYTES = 98;
+const uint IQ3_XXS_D = 0;
+const uint IQ3_XXS_QS = 2;
+const uint IQ3_XXS_SS = 66;
+// block_iq3_s { u16 d; u8 qs[64]; u8 qh[8]; u8 signs[32]; u8 scales[4]; }: idx = qs[8 ib + 2l + h]
+// | bit 2l + h of qh[ib] << 8 into IQ3S_GRID; sign byte signs[4 ib + l]; step d * (1 + 2 s), s
+// nibble ib % 2 of scales[ib / 2]
+const uint IQ3_S_BYTES = 110;
+const uint IQ3_S_D = 0;
+const uint IQ3_S_QS = 2;
+const uint IQ3_S_QH = 66;
+const uint IQ3_S_SIGNS = 74;
+const uint IQ3_S_SCALES = 106;
+
 // block_mxfp4 { u8 e; u8 qs[16]; }: levels placed as in IQ4_NL; weight = 2^(e - 128) * value,
 // value the doubled E2M1 float of the level (runtime/gguf/quant.h). 17-byte blocks: any alignment.
 const uint MXFP4_BYTES = 17;
@@ -153,6 +175,7 @@ uvec2 qb_scale_min_k4_w(uvec3 s, uint j) {
 }
 
 #ifdef QB_BINDING
+#include "iq3_grids.glsl"
 layout(binding = QB_BINDING) readonly buffer QbU8 { uint8_t qb_u8[]; };
 layout(binding = QB_BINDING) readonly buffer QbU16 { uint16_t qb_u16[]; };
 layout(binding = QB_BINDING) readonly buffer QbU32 { uint qb_u32[]; };
@@ -278,6 +301,37 @@ float qb_iq4_xs(uint row, uint e) {
     return dl * float(qb_iq4nl_value(q));
 }
 
+// IQ3_XXS's sign byte of a 7-bit field: bit 7 set when the field has an odd number of ones.
+uint qb_iq3xxs_signs(uint field) { return field | ((uint(bitCount(field)) & 1u) << 7); }
+// The sign and scale word of IQ3_XXS sub-block ib of the block at b (two 16-bit loads).
+uint qb_iq3_xxs_word(uint b, uint ib) {
+    uint o = (b + IQ3_XXS_SS + 4u * ib) >> 1;
+    return uint(qb_u16[o]) | (uint(qb_u16[o + 1u]) << 16);
+}
+// Both steps are exact (at most 16 significant bits) and so is step * magnitude: no rounding.
+float qb_iq3_xxs_step(uint b, uint w) { return qb_half(b + IQ3_XXS_D) * (0.5 + float(w >> 28)) * 0.5; }
+float qb_iq3_s_step(uint b, uint ib) {
+    return qb_half(b + IQ3_S_D) * float(1u + 2u * ((qb_byte(b + IQ3_S_SCALES + ib / 2u) >> (4u * (ib % 2u))) & 15u));
+}
+// The weight of magnitude byte j of grid entry g, sign bit r of sign byte sg, step dl.
+float qb_grid_weight(uint g, uint j, uint sg, uint r, float dl) {
+    float v = dl * float((g >> (8u * j)) & 255u);
+    return ((sg >> r) & 1u) != 0u ? -v : v;
+}
+
+float qb_iq3_xxs(uint row, uint e) {
+    uint b = row + (e / QK_K) * IQ3_XXS_BYTES, i = e % QK_K, ib = i / 32u, l = (i % 32u) / 8u, h = (i % 8u) / 4u;
+    uint w = qb_iq3_xxs_word(b, ib);
+    uint g = IQ3XXS_GRID[qb_byte(b + IQ3_XXS_QS + 8u * ib + 2u * l + h)];
+    return qb_grid_weight(g, i % 4u, qb_iq3xxs_signs((w >> (7u * l)) & 127u), i % 8u, qb_iq3_xxs_step(b, w));
+}
+
+float qb_iq3_s(uint row, uint e) {
+    uint b = row + (e / QK_K) * IQ3_S_BYTES, i = e % QK_K, ib = i / 32u, l = (i % 32u) / 8u, h = (i % 8u) / 4u;
+    uint idx = qb_byte(b + IQ3_S_QS + 8u * ib + 2u * l + h) | (((qb_byte(b + IQ3_S_QH + ib) >> (2u * l + h)) & 1u) << 8);
+    return qb_grid_weight(IQ3S_GRID[idx], i % 4u, qb_byte(b + IQ3_S_SIGNS + 4u * ib + l), i % 8u, qb_iq3_s_step(b, ib));
+}
+
 // Element e of the row at byte offset `row`, stored as `type`.
 float qb_dequant(uint type, uint row, uint e) {
     switch (type) {
@@ -293,6 +347,8 @@ float qb_dequant(uint type, uint row, uint e) {
     case QTYPE_Q3_K: return qb_q3_K(row, e);
     case QTYPE_IQ4_NL: return qb_iq4_nl(row, e);
     case QTYPE_IQ4_XS: return qb_iq4_xs(row, e);
+    case QTYPE_IQ3_XXS: return qb_iq3_xxs(row, e);
+    case QTYPE_IQ3_S: return qb_iq3_s(row, e);
     case QTYPE_MXFP4: return qb_mxfp4(row, e);
     }
     return 0.0;
@@ -392,6 +448,26 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
             dl = unpackHalf2x16(hd).x * float(qb_iq4_xs_scale(hd >> 16, qb_u32[w0 + 1u], j)); // as qb_iq4_xs
         }
         for (uint r = 0; r < 8u; r++) w[r] = dl * float(qb_iq4nl_value((qb_byte8(qs, r) >> sh) & 15u));
+    } else if (type == QTYPE_IQ3_XXS || type == QTYPE_IQ3_S) {
+        // 8 weights = group pair l of sub-block ib: two grid indices (one 16-bit load), one sign
+        // byte, one step
+        bool xxs = type == QTYPE_IQ3_XXS;
+        uint b = row + (k0 / QK_K) * (xxs ? IQ3_XXS_BYTES : IQ3_S_BYTES), i = k0 % QK_K, ib = i / 32u, l = (i % 32u) / 8u;
+        uint two = uint(qb_u16[(b + IQ3_XXS_QS + 8u * ib + 2u * l) >> 1]); // IQ3_XXS_QS == IQ3_S_QS
+        uint ga, gb, sg;
+        float dl;
+        if (xxs) {
+            uint sw = qb_iq3_xxs_word(b, ib);
+            ga = IQ3XXS_GRID[two & 255u], gb = IQ3XXS_GRID[two >> 8];
+            sg = qb_iq3xxs_signs((sw >> (7u * l)) & 127u);
+            dl = qb_iq3_xxs_step(b, sw);
+        } else {
+            uint qh = qb_byte(b + IQ3_S_QH + ib) >> (2u * l);
+            ga = IQ3S_GRID[(two & 255u) | ((qh & 1u) << 8)], gb = IQ3S_GRID[(two >> 8) | (((qh >> 1) & 1u) << 8)];
+            sg = qb_byte(b + IQ3_S_SIGNS + 4u * ib + l);
+            dl = qb_iq3_s_step(b, ib);
+        }
+        for (uint r = 0; r < 8u; r++) w[r] = qb_grid_weight(r < 4u ? ga : gb, r % 4u, sg, r, dl); // as qb_iq3_*
     } else if (type == QTYPE_MXFP4) {
         // 8 weights of one nibble half of a block: one scale byte, 8 bytes of qs
         uint b = row + (k0 / 32u) * MXFP4_BYTES, sh = 4u * ((k0 % 32u) / 16u);

@@ -31,7 +31,7 @@ typedef struct ggml_oracle {
         dequantize_row_q2_K, dequantize_row_q3_K;
     ggml_from_float_fn quantize_row_q4_0_ref, quantize_row_q4_1_ref, quantize_row_q5_0_ref, quantize_row_q5_1_ref,
         quantize_row_q2_K_ref, quantize_row_q3_K_ref;
-    ggml_to_float_fn dequantize_row_iq4_nl, dequantize_row_iq4_xs;
+    ggml_to_float_fn dequantize_row_iq4_nl, dequantize_row_iq4_xs, dequantize_row_iq3_xxs, dequantize_row_iq3_s;
     ggml_to_float_fn dequantize_row_mxfp4;
     ggml_from_float_fn quantize_row_mxfp4_ref;
     /* what llama-quantize calls for every type (the IQ4 types' _ref is a weaker search) */
@@ -86,6 +86,8 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
 #undef ORACLE_PAIR
     ORACLE_SYM(dequantize_row_iq4_nl, "dequantize_row_iq4_nl");
     ORACLE_SYM(dequantize_row_iq4_xs, "dequantize_row_iq4_xs");
+    ORACLE_SYM(dequantize_row_iq3_xxs, "dequantize_row_iq3_xxs");
+    ORACLE_SYM(dequantize_row_iq3_s, "dequantize_row_iq3_s");
     ORACLE_SYM(dequantize_row_mxfp4, "dequantize_row_mxfp4");
     ORACLE_SYM(quantize_row_mxfp4_ref, "quantize_row_mxfp4_ref"); /* what quantize_chunk runs for it */
     ORACLE_SYM(quantize_chunk, "ggml_quantize_chunk");
@@ -117,6 +119,8 @@ static inline ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
     case QTYPE_Q3_K: return g->dequantize_row_q3_K;
     case QTYPE_IQ4_NL: return g->dequantize_row_iq4_nl;
     case QTYPE_IQ4_XS: return g->dequantize_row_iq4_xs;
+    case QTYPE_IQ3_XXS: return g->dequantize_row_iq3_xxs;
+    case QTYPE_IQ3_S: return g->dequantize_row_iq3_s;
     case QTYPE_MXFP4: return g->dequantize_row_mxfp4;
     default: return NULL;
     }
@@ -141,6 +145,13 @@ static inline void oracle_chunk_iq4_nl(const float *src, void *dst, int64_t n) {
 static inline void oracle_chunk_iq4_xs(const float *src, void *dst, int64_t n) {
     ggml_oracle_get()->quantize_chunk(QTYPE_IQ4_XS, src, dst, 0, 1, n, NULL);
 }
+/* The IQ3 types the same way (quantize_chunk sets up their grid search on first use). */
+static inline void oracle_chunk_iq3_xxs(const float *src, void *dst, int64_t n) {
+    ggml_oracle_get()->quantize_chunk(QTYPE_IQ3_XXS, src, dst, 0, 1, n, NULL);
+}
+static inline void oracle_chunk_iq3_s(const float *src, void *dst, int64_t n) {
+    ggml_oracle_get()->quantize_chunk(QTYPE_IQ3_S, src, dst, 0, 1, n, NULL);
+}
 
 /* ggml's quantizer for a block type (NULL for the float types). */
 static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
@@ -157,6 +168,8 @@ static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) 
     case QTYPE_Q3_K: return g->quantize_row_q3_K_ref;
     case QTYPE_IQ4_NL: return oracle_chunk_iq4_nl;
     case QTYPE_IQ4_XS: return oracle_chunk_iq4_xs;
+    case QTYPE_IQ3_XXS: return oracle_chunk_iq3_xxs;
+    case QTYPE_IQ3_S: return oracle_chunk_iq3_s;
     case QTYPE_MXFP4: return g->quantize_row_mxfp4_ref;
     default: return NULL;
     }

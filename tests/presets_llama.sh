@@ -25,8 +25,11 @@ quantize() { # preset -> the quantized file's path
 # Two prompts: words (Hello, world ...) and a chat turn's opening; 10 greedy tokens each.
 prompts=(--prompt 9707,11,1879,374,264,1273 --prompt 151644,872,198,3838,374,279,6722,315,9625,30,151645,198)
 # Every preset llama-quantize makes without an importance matrix whose types cinder computes:
-# K-quants, legacy, IQ4 and MXFP4 (the IQ1/IQ2 and Q2_K_S presets need an imatrix).
-supported=(Q8_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q3_K_L Q3_K_M Q3_K_S Q2_K Q5_1 Q5_0 Q4_1 Q4_0 IQ4_XS IQ4_NL MXFP4_MOE)
+# K-quants, legacy, IQ4, MXFP4 and IQ3_S / IQ3_M (the IQ1/IQ2, IQ3_XXS/IQ3_XS and Q2_K_S presets
+# need an imatrix; IQ3_XXS weights are checked by test_quant, the kernel tests and mkmodel's
+# iq3 mix in cli_contract).
+supported=(Q8_0 Q6_K Q5_K_M Q5_K_S Q4_K_M Q4_K_S Q3_K_L Q3_K_M Q3_K_S Q2_K Q5_1 Q5_0 Q4_1 Q4_0 IQ4_XS IQ4_NL MXFP4_MOE
+  IQ3_S IQ3_M)
 status=0
 for p in "${supported[@]}"; do
   model=$(quantize "$p")
@@ -37,13 +40,13 @@ for p in "${supported[@]}"; do
   rm -f "$model" # one preset's file on disk at a time
 done
 
-# A preset of a type cinder does not compute (IQ3_M: IQ3_S and IQ4_XS): refused by name, nothing run.
-model=$(quantize IQ3_M)
+# A preset of a type cinder does not compute (TQ1_0, ternary): refused by name, nothing run.
+model=$(quantize TQ1_0)
 if "$bin" run --cpu --model "$model" --tokens 1,2 --n 1 >"$tmp/run.txt" 2>&1; then
-  fail "cinder run accepted an IQ3_M file"
+  fail "cinder run accepted a TQ1_0 file"
 fi
-grep -q "has type IQ3_S, which cinder does not compute with" "$tmp/run.txt" ||
-  { cat "$tmp/run.txt" >&2; fail "the IQ3_M refusal does not name IQ3_S"; }
-echo "[IQ3_M] refused: $(tail -1 "$tmp/run.txt")"
+grep -q "has type TQ1_0, which cinder does not compute with" "$tmp/run.txt" ||
+  { cat "$tmp/run.txt" >&2; fail "the TQ1_0 refusal does not name TQ1_0"; }
+echo "[TQ1_0] refused: $(tail -1 "$tmp/run.txt")"
 
 [ "$status" = 0 ] && echo "presets_llama: all checks passed" || fail "greedy tokens differ from llama.cpp's (above)"

@@ -24,11 +24,11 @@
 static const enum qtype supported[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q4_0,   QTYPE_Q4_1,
                                        QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0, QTYPE_Q2_K,   QTYPE_Q3_K,
                                        QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                       QTYPE_MXFP4};
+                                       QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_MXFP4};
 enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
 static const enum qtype blocked[] = {QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,   QTYPE_Q8_0,  QTYPE_Q2_K,
                                      QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                     QTYPE_MXFP4};
+                                     QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_MXFP4};
 enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
 
 static void *xmalloc(size_t n) {
@@ -293,6 +293,43 @@ static void test_hand_iq4(void **state) {
     assert_true(y[0] == -127.0f && y[128] == 0.0f && y[255] == -0.25f * 3 * -127.0f);
 }
 
+/* The 3-bit grid types by hand: the layout of quant.h read without trusting the grids beyond
+ * their first two entries (ggml's iq3xxs_grid starts 0x04040404, 0x04040414; iq3s_grid
+ * 0x01010101, 0x01010103; every entry is checked against ggml's dequantizer on random blocks
+ * below). IQ3_XXS sub-block 1, scale 3: step 1.0 * 3.5 * 0.5 = 1.75; its first group is grid
+ * point 1 (20, 4, 4, 4), the second point 0; sign field 0 = 1: weight 0 negative, and the
+ * odd count makes weight 7 negative too. */
+static void test_hand_iq3(void **state) {
+    (void)state;
+    block_iq3_xxs xxs = {.d = 0x3c00}; /* 1.0 */
+    xxs.qs[8] = 1;
+    uint32_t w = 3u << 28 | 1u;
+    memcpy(xxs.qs + 64 + 4, &w, 4);
+    float y[256], want[256];
+    for (int i = 0; i < 256; i++) want[i] = i < 32 ? 0.25f * 4 : 0; /* sub-blocks 0, 2..7: scale 0, step 0.25 */
+    for (int i = 32; i < 64; i++) want[i] = 1.75f * 4;
+    want[32] = -1.75f * 20, want[39] = -1.75f * 4;
+    for (int i = 64; i < 256; i++) want[i] = 0.25f * 4;
+    quant_dequantize_row(QTYPE_IQ3_XXS, &xxs, y, 256);
+    expect_floats(y, want, 256, "IQ3_XXS");
+    /* IQ3_S: d = 0.5; sub-block 3 (scale nibble 1 of scales[1] = 2: step 0.5 * 5 = 2.5), group 5
+     * (pair 2, second half) is point 1 | 256 (qh bit 5) = 257, group 0 point 1: (3, 1, 1, 1);
+     * sign byte 2 = 0x81: weights 16 and 23 negative. Everything else point 0 (1, 1, 1, 1), and
+     * the other sub-blocks step 0.5 (scale 0) or, for sub-block 2, 0.5 * 1 too (nibble 0). */
+    block_iq3_s s = {.d = 0x3800};
+    s.scales[1] = 2u << 4;
+    s.qs[24 + 0] = 1, s.qs[24 + 5] = 1, s.qh[3] = 1u << 5, s.signs[12 + 2] = 0x81;
+    for (int i = 0; i < 256; i++) want[i] = 0.5f;
+    for (int i = 96; i < 128; i++) want[i] = 2.5f;
+    want[96] = 2.5f * 3;
+    /* point 257's magnitudes, from the C table: the grid is not retyped here */
+    for (int j = 0; j < 4; j++) want[96 + 20 + j] = 2.5f * (float)((quant_iq3s_grid[257] >> (8 * j)) & 0xFF);
+    want[96 + 16] = -want[96 + 16], want[96 + 23] = -want[96 + 23];
+    quant_dequantize_row(QTYPE_IQ3_S, &s, y, 256);
+    expect_floats(y, want, 256, "IQ3_S");
+    assert_true(quant_iq3xxs_grid[1] == 0x04040414u && quant_iq3s_grid[1] == 0x01010103u);
+}
+
 /* MXFP4 by hand. The doubled E2M1 levels (ggml's kvalues_mxfp4):
  *   level  0 1 2 3 4 5 6 7  8  9 10 11 12 13 14  15
  *   value  0 1 2 3 4 6 8 12 0 -1 -2 -3 -4 -6 -8 -12
@@ -373,7 +410,8 @@ static void random_blocks(enum qtype t, uint8_t *buf, int64_t nblocks, rng *r) {
         uint8_t *p = buf + (size_t)b * bs;
         uint16_t d = rand_finite_half(r), dmin = rand_finite_half(r);
         switch (t) {
-        case QTYPE_Q4_0: case QTYPE_Q5_0: case QTYPE_Q8_0: case QTYPE_IQ4_NL: case QTYPE_IQ4_XS:
+        case QTYPE_Q4_0: case QTYPE_Q5_0: case QTYPE_Q8_0: case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_IQ3_XXS:
+        case QTYPE_IQ3_S:
             memcpy(p, &d, 2); /* d first */
             break;
         case QTYPE_Q4_1: case QTYPE_Q5_1: memcpy(p, &d, 2); memcpy(p + 2, &dmin, 2); break; /* d, m */
@@ -555,6 +593,8 @@ static double normal_bound(enum qtype t) {
     case QTYPE_Q2_K: return 2.9e-1; /* 2.63e-1 */
     case QTYPE_IQ4_NL: return 8.0e-2; /* 7.31e-2 */
     case QTYPE_IQ4_XS: return 8.0e-2; /* 7.39e-2 */
+    case QTYPE_IQ3_XXS: return 0.19; /* 0.176 (ggml ref without an imatrix 0.213) */
+    case QTYPE_IQ3_S: return 0.14;   /* 0.129 (ggml ref 0.166) */
     case QTYPE_MXFP4: return 0.12; /* 0.112 (ggml ref 0.116) */
     default: return 0;
     }
@@ -618,11 +658,27 @@ static void test_degenerate(void **state) {
         x[77] = 100.0f;
         quant_quantize_row(t, x, q, N);
         quant_dequantize_row(t, q, y, N);
-        assert_true(fabsf(y[77] - 100.0f) < (t == QTYPE_MXFP4 ? 4.5f : 0.5f)); /* MXFP4's nearest: 96 */
-        /* the IQ4 table has no zero: the spike's block-mates come back as its step times 1 (under 1) */
-        bool no_zero = t == QTYPE_IQ4_NL || t == QTYPE_IQ4_XS;
-        for (int i = 0; i < N; i++)
-            if (i != 77) assert_true(fabsf(y[i]) < (no_zero && i / 32 == 77 / 32 ? 1.0f : 1e-3f));
+        if (t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S) {
+            /* no zero in the grids and one step per 32: the least-squares fit puts the spike near
+             * 89 and its sub-block-mates at its step times the smallest magnitude, other
+             * sub-blocks of its super-block at d times that; other super-blocks are exact zeros.
+             * The error is held to ggml's own quantizer's on the same row. */
+            float y2[N];
+            uint8_t q2[N * 4];
+            ggml_quant(ggml_oracle_get(), t)(x, q2, N);
+            quant_dequantize_row(t, q2, y2, N);
+            double ours = tu_rel_l2(y, x, N), theirs = tu_rel_l2(y2, x, N);
+            if (!(ours <= 1.1 * theirs)) fail_msg("%s spike: rel error %g, ggml's %g", qtype_name(t), ours, theirs);
+            assert_true(y[77] > 80.0f && y[77] < 120.0f);
+            for (int i = 0; i < N; i++)
+                if (i / QK_K != 77 / QK_K) assert_true(y[i] == 0.0f);
+        } else {
+            assert_true(fabsf(y[77] - 100.0f) < (t == QTYPE_MXFP4 ? 4.5f : 0.5f)); /* MXFP4's nearest: 96 */
+            /* the IQ4 table has no zero: the spike's block-mates come back as its step times 1 (under 1) */
+            bool no_zero = t == QTYPE_IQ4_NL || t == QTYPE_IQ4_XS;
+            for (int i = 0; i < N; i++)
+                if (i != 77) assert_true(fabsf(y[i]) < (no_zero && i / 32 == 77 / 32 ? 1.0f : 1e-3f));
+        }
         /* huge and tiny magnitudes stay finite in the block formats */
         if (qtype_block_elems(t) > 1) {
             static const float mags[] = {1e-30f, 1e-7f, 1e6f, 1e30f};
@@ -678,6 +734,7 @@ int main(void) {
         cmocka_unit_test(test_exact_grid),
         cmocka_unit_test(test_hand_iq4),
         cmocka_unit_test(test_exact_grid_iq4),
+        cmocka_unit_test(test_hand_iq3),
         cmocka_unit_test(test_hand_mxfp4),
         cmocka_unit_test(test_exact_grid_mxfp4),
         cmocka_unit_test(test_dequant_random_blocks_vs_ggml),

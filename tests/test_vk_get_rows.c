@@ -77,6 +77,12 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         {"IQ4_XS_BYTES", sizeof(block_iq4_xs)}, {"IQ4_XS_D", offsetof(block_iq4_xs, d)},
         {"IQ4_XS_SCALES_H", offsetof(block_iq4_xs, scales_h)}, {"IQ4_XS_SCALES_L", offsetof(block_iq4_xs, scales_l)},
         {"IQ4_XS_QS", offsetof(block_iq4_xs, qs)},
+        {"QTYPE_IQ3_XXS", QTYPE_IQ3_XXS}, {"QTYPE_IQ3_S", QTYPE_IQ3_S},
+        {"IQ3_XXS_BYTES", sizeof(block_iq3_xxs)}, {"IQ3_XXS_D", offsetof(block_iq3_xxs, d)},
+        {"IQ3_XXS_QS", offsetof(block_iq3_xxs, qs)}, {"IQ3_XXS_SS", offsetof(block_iq3_xxs, qs) + QK_K / 4},
+        {"IQ3_S_BYTES", sizeof(block_iq3_s)}, {"IQ3_S_D", offsetof(block_iq3_s, d)}, {"IQ3_S_QS", offsetof(block_iq3_s, qs)},
+        {"IQ3_S_QH", offsetof(block_iq3_s, qh)}, {"IQ3_S_SIGNS", offsetof(block_iq3_s, signs)},
+        {"IQ3_S_SCALES", offsetof(block_iq3_s, scales)},
         {"QTYPE_MXFP4", QTYPE_MXFP4}, {"MXFP4_BYTES", sizeof(block_mxfp4)}, {"MXFP4_E", offsetof(block_mxfp4, e)},
         {"MXFP4_QS", offsetof(block_mxfp4, qs)},
     };
@@ -92,6 +98,24 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         long v = strtol(p, &end, 10);
         if (end == p || v != quant_iq4nl_values[i]) fail_msg("IQ4NL_VALUES[%d]: GLSL %ld, C %d", i, v, quant_iq4nl_values[i]);
         p = end + 1; /* past the comma */
+    }
+    free(t);
+    /* the IQ3 grids, entry by entry (shaders/iq3_grids.glsl; the C tables are ggml's: test_quant) */
+    t = tu_read_file(tu_src_path("shaders/iq3_grids.glsl"), NULL);
+    assert_non_null(t);
+    const struct { const char *pat; const uint32_t *c; int n; } grids[] = {
+        {"const uint IQ3XXS_GRID[256] = uint[256](", quant_iq3xxs_grid, 256},
+        {"const uint IQ3S_GRID[512] = uint[512](", quant_iq3s_grid, 512}};
+    for (size_t g = 0; g < 2; g++) {
+        p = strstr(t, grids[g].pat);
+        if (!p) fail_msg("iq3_grids.glsl lacks %s", grids[g].pat);
+        p += strlen(grids[g].pat);
+        for (int i = 0; i < grids[g].n; i++) {
+            char *end;
+            unsigned long v = strtoul(p, &end, 16);
+            if (end == p || v != grids[g].c[i]) fail_msg("%s entry %d: GLSL %#lx, C %#x", grids[g].pat, i, v, grids[g].c[i]);
+            p = end + 1;
+        }
     }
     free(t);
 }
@@ -207,7 +231,9 @@ static void test_every_type_awkward_sizes(void **state) {
         {QTYPE_Q3_K, 256, 11, 13, 257}, {QTYPE_IQ4_NL, 96, 7, 9, 0},
         {QTYPE_IQ4_NL, 544, 4, 5, 545}, {QTYPE_IQ4_XS, 256, 9, 11, 0},
         {QTYPE_IQ4_XS, 768, 3, 4, 771}, {QTYPE_MXFP4, 96, 7, 9, 0}, /* 51-byte rows: odd offsets */
-        {QTYPE_MXFP4, 544, 4, 5, 545},
+        {QTYPE_MXFP4, 544, 4, 5, 545},  {QTYPE_IQ3_XXS, 256, 9, 11, 0}, /* 98-byte blocks */
+        {QTYPE_IQ3_XXS, 768, 3, 4, 771}, {QTYPE_IQ3_S, 512, 6, 8, 0},
+        {QTYPE_IQ3_S, 256, 11, 13, 257},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 1 + i, 0);
 }

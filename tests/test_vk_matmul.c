@@ -224,14 +224,23 @@ static uint32_t n_in_for(enum qtype t) { return qtype_block_elems(t) == QK_K ? 2
  * outside their decoders: the biggest cases below run for the first seven only (CI time). */
 static bool decoder_only_type(enum qtype t) { return qtype_block_elems(t) > 1 && !cvk_matmul_texel_type(t); }
 
-/* Every type x T in {1, 5, 33, 130} x n_rows in {1, 17, 200}, plain (T 130: the first seven). */
+/* The types that run in test_every_type_awkward_sizes only (CI time): IQ4_NL (above), and the
+ * 3-bit grid types, one qb_decode8 branch whose grids lavapipe reads per lane (slow there); they
+ * are bit-exact in test_vk_get_rows and against the CPU reference in test_vk_matvec and
+ * test_vk_moe_group. */
+static const enum qtype awkward_only_types[] = {QTYPE_IQ4_NL, QTYPE_IQ3_XXS, QTYPE_IQ3_S};
+
+/* Every type x T in {1, 5, 33, 130} x n_rows in {1, 17, 200}, plain (T 130: the first seven; the
+ * IQ3 types T 1 and 5). */
 static void test_every_type_awkward_sizes(void **state) {
     (void)state;
     const uint32_t Ts[] = {1, 5, 33, 130}, rows[] = {1, 17, 200};
+    const size_t n_all = sizeof all_types / sizeof *all_types;
     uint64_t seed = 1;
-    for (size_t ti = 0; ti <= sizeof all_types / sizeof *all_types; ti++) { /* and IQ4_NL */
-        enum qtype ty = ti < sizeof all_types / sizeof *all_types ? all_types[ti] : QTYPE_IQ4_NL;
-        for (size_t i = 0; i < (decoder_only_type(ty) ? 3u : 4u); i++)
+    for (size_t ti = 0; ti < n_all + sizeof awkward_only_types / sizeof *awkward_only_types; ti++) {
+        enum qtype ty = ti < n_all ? all_types[ti] : awkward_only_types[ti - n_all];
+        bool grid = ty == QTYPE_IQ3_XXS || ty == QTYPE_IQ3_S; /* T 1 and 5 (lavapipe reads their grids per lane) */
+        for (size_t i = 0; i < (grid ? 2u : decoder_only_type(ty) ? 3u : 4u); i++)
             for (size_t j = 0; j < 3; j++) {
                 tcase t = {.type = ty, .T = Ts[i], .n_rows = rows[j], .n_in = n_in_for(ty)};
                 run_case(&t, seed++);

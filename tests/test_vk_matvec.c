@@ -176,7 +176,8 @@ static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) { free(ru
 static const enum qtype all_types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0,   QTYPE_Q4_K,
                                        QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1,   QTYPE_Q5_0,
                                        QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                       QTYPE_MXFP4}; /* MXFP4: 17-byte blocks, rows at odd offsets */
+                                       QTYPE_MXFP4, /* MXFP4: 17-byte blocks, rows at odd offsets */
+                                       QTYPE_IQ3_XXS, QTYPE_IQ3_S}; /* the 3-bit grids: 98- and 110-byte blocks */
 
 static uint32_t awkward_n_in(enum qtype t, uint32_t k) {
     if (qtype_block_elems(t) == QK_K) return 256 * (k % 2 ? 3 : 1);

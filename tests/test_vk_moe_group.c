@@ -461,6 +461,7 @@ static void test_chain(void **state) {
         {QTYPE_Q4_0, QTYPE_Q5_1, 100, 8, 2, 64, 96, 0},   /* legacy 32-weight blocks */
         {QTYPE_IQ4_XS, QTYPE_IQ4_NL, 7, 8, 2, 256, 256, 0}, /* the non-linear 4-bit types */
         {QTYPE_MXFP4, QTYPE_MXFP4, 7, 8, 2, 96, 160, 0},    /* MXFP4_MOE's experts: 51- and 85-byte rows */
+        {QTYPE_IQ3_XXS, QTYPE_IQ3_S, 7, 8, 2, 256, 256, 0}, /* the 3-bit grid types (IQ3_XXS, IQ3_M files) */
     };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run_chain(&cs[i], 1000 + i, 0, true);
 }

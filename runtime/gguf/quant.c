@@ -116,7 +116,7 @@ bool qtype_supported(enum qtype t) {
     case QTYPE_F32: case QTYPE_F16: case QTYPE_BF16:
     case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: case QTYPE_Q8_0:
     case QTYPE_Q2_K: case QTYPE_Q3_K: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
-    case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_MXFP4:
+    case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_MXFP4:
         return true;
     default:
         return false;
@@ -297,6 +297,41 @@ static void dequant_iq4_xs(const block_iq4_xs *b, float *y) {
     for (int j = 0; j < QK_K / 32; j++) iq4_block(b->qs + 16 * j, d * (float)iq4_xs_scale(b, j), y + 32 * j);
 }
 
+/* The 8 weights of group pair l of a 3-bit grid sub-block: grid entries a and b, sign byte
+ * signs, step dl. dl * magnitude is exact (dl at most 16 significant bits: d's 11 and IQ3_XXS's
+ * 0.5 + s or IQ3_S's 1 + 2s at most 5; a magnitude at most 6), so no weight rounds. */
+static void iq3_eight(uint32_t a, uint32_t b, uint8_t signs, float dl, float *y) {
+    for (int i = 0; i < 8; i++) {
+        float v = dl * (float)(((i < 4 ? a : b) >> (8 * (i % 4))) & 0xFF);
+        y[i] = signs >> i & 1 ? -v : v;
+    }
+}
+
+static void dequant_iq3_xxs(const block_iq3_xxs *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint8_t *q = b->qs + 8 * ib, *ss = b->qs + QK_K / 4 + 4 * ib;
+        uint32_t w = (uint32_t)ss[0] | (uint32_t)ss[1] << 8 | (uint32_t)ss[2] << 16 | (uint32_t)ss[3] << 24;
+        float dl = d * (0.5f + (float)(w >> 28)) * 0.5f;
+        for (int l = 0; l < 4; l++)
+            iq3_eight(quant_iq3xxs_grid[q[2 * l]], quant_iq3xxs_grid[q[2 * l + 1]], quant_iq3xxs_signs(w >> (7 * l)), dl,
+                      y + 32 * ib + 8 * l);
+    }
+}
+
+static void dequant_iq3_s(const block_iq3_s *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint8_t *q = b->qs + 8 * ib;
+        float dl = d * (float)(1 + 2 * ((b->scales[ib / 2] >> (4 * (ib % 2))) & 0xF));
+        for (int l = 0; l < 4; l++) {
+            uint32_t ia = q[2 * l] | (uint32_t)(b->qh[ib] >> (2 * l) & 1) << 8;
+            uint32_t ib2 = q[2 * l + 1] | (uint32_t)(b->qh[ib] >> (2 * l + 1) & 1) << 8;
+            iq3_eight(quant_iq3s_grid[ia], quant_iq3s_grid[ib2], b->signs[4 * ib + l], dl, y + 32 * ib + 8 * l);
+        }
+    }
+}
+
 /* ggml's kvalues_mxfp4 (shaders/quant_blocks.glsl computes the same values from the level). */
 const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
@@ -346,6 +381,8 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
     case QTYPE_Q3_K: EACH_BLOCK(dequant_q3_K, block_q3_K, QK_K);
     case QTYPE_IQ4_NL: EACH_BLOCK(dequant_iq4_nl, block_iq4_nl, 32);
     case QTYPE_IQ4_XS: EACH_BLOCK(dequant_iq4_xs, block_iq4_xs, QK_K);
+    case QTYPE_IQ3_XXS: EACH_BLOCK(dequant_iq3_xxs, block_iq3_xxs, QK_K);
+    case QTYPE_IQ3_S: EACH_BLOCK(dequant_iq3_s, block_iq3_s, QK_K);
     case QTYPE_MXFP4: EACH_BLOCK(dequant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
     case QTYPE_Q8_0:

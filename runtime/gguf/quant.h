@@ -139,6 +139,41 @@ static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 /* The 16 values of the non-linear levels (ggml's kvalues_iq4nl), for the quantizer. */
 extern const int8_t quant_iq4nl_values[16];
 
+/* The 3-bit grid types: a group of 4 weights is a point of a grid (an index into a table of 4
+ * magnitudes, byte j of the entry the magnitude of weight j) with a sign per weight, times the
+ * sub-block's step. The tables are ggml's (iq3_grids.c, written from ggml's own dequantizers by
+ * scripts/gen_iq3_grids.py). Weight i of a 32-weight sub-block ib: group 2l + h (l = i % 32 / 8,
+ * h = i % 8 / 4), magnitude byte i % 4 of its grid entry, sign bit i % 8 of sign byte l.
+ *
+ * IQ3_XXS: qs[8 ib + 2l + h] is the index into quant_iq3xxs_grid (magnitudes 4 .. 62); the word
+ * at qs[64 + 4 ib] holds 4 seven-bit sign fields (bits 7l .. 7l + 6: signs of weights 0..6 of
+ * group-pair l, the eighth sign makes their count even) and the scale s in bits 28..31; the
+ * step is d * (0.5 + s) * 0.5. */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[3 * QK_K / 8];
+} block_iq3_xxs;
+static_assert(sizeof(block_iq3_xxs) == 98, "block_iq3_xxs layout");
+
+/* IQ3_S: the index is qs[8 ib + 2l + h] | bit (2l + h) of qh[ib] << 8, into quant_iq3s_grid
+ * (magnitudes 1 .. 15); sign byte l is signs[4 ib + l] (8 free signs); the step is
+ * d * (1 + 2 s), s nibble ib % 2 of scales[ib / 2]. */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t signs[QK_K / 8];
+    uint8_t scales[QK_K / 64];
+} block_iq3_s;
+static_assert(sizeof(block_iq3_s) == 110, "block_iq3_s layout");
+
+extern const uint32_t quant_iq3xxs_grid[256];
+extern const uint32_t quant_iq3s_grid[512];
+/* IQ3_XXS's sign byte of a 7-bit field: bit 7 set when the field has an odd number of ones. */
+static inline uint8_t quant_iq3xxs_signs(uint32_t field) {
+    return (uint8_t)((field & 127u) | (uint32_t)__builtin_parity(field & 127u) << 7);
+}
+
 /* MXFP4 (OCP Microscaling FP4): 32 weights, each an E2M1 float (1 sign, 2 exponent, 1 mantissa
  * bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6) times a shared power of two 2^(e - 127), e an E8M0 byte.
  * ggml holds the levels doubled as integers (quant_mxfp4_values: 0, 1, 2, 3, 4, 6, 8, 12 and

@@ -578,6 +578,185 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *b) {
     }
 }
 
+/* ---- quantization: the 3-bit grid types (IQ3_XXS, IQ3_S) ----
+ *
+ * A sub-block of 32 is x ≈ sign * dl * g, g the magnitudes of one grid point per group of 4
+ * (quant.h). The signs are the weights' own; IQ3_XXS stores 7 of each 8 and the eighth makes
+ * their count even, so a group of 8 with an odd count flips its smallest weight (its target
+ * becomes -|x|, which the grid's smallest magnitude serves best). For a step dl every group takes
+ * the grid point nearest its targets, by exhaustive search (256 or 512 points, a few thousand
+ * operations that vectorize); iq3_fit sweeps steps that put the largest target near the grid's
+ * top, refitting dl by least squares for the points found. The super-block d gives the sub-block
+ * of largest step the largest scale, and each sub-block takes the nearest integer scale or a
+ * neighbour, whichever has the least error at the stored step. No importance matrix: these are
+ * cinder's test files' quantizer, not llama-quantize's imatrix search (docs/QUANTS.md). */
+
+typedef struct iq3_grid {
+    int n;        /* points */
+    bool parity;  /* IQ3_XXS: the eighth sign of each 8 is implied */
+    float gmax;   /* the largest magnitude */
+    float levels[8]; /* the magnitudes a coordinate takes, ascending */
+    float g[4][512], gg[512]; /* magnitudes by coordinate, and their squared norm */
+} iq3_grid;
+
+static void iq3_grid_init(iq3_grid *k, enum qtype t) {
+    const uint32_t *tab = t == QTYPE_IQ3_XXS ? quant_iq3xxs_grid : quant_iq3s_grid;
+    k->n = t == QTYPE_IQ3_XXS ? 256 : 512;
+    k->parity = t == QTYPE_IQ3_XXS;
+    k->gmax = 0;
+    for (int p = 0; p < k->n; p++) {
+        k->gg[p] = 0;
+        for (int j = 0; j < 4; j++) {
+            k->g[j][p] = (float)((tab[p] >> (8 * j)) & 0xFF);
+            k->gg[p] += k->g[j][p] * k->g[j][p];
+            if (k->g[j][p] > k->gmax) k->gmax = k->g[j][p];
+        }
+    }
+    for (int v = 0; v < 8; v++) k->levels[v] = k->parity ? (float)(v < 7 ? 4 + 8 * v : 62) : (float)(1 + 2 * v);
+}
+
+/* The grid point nearest dl * g to targets t[4]: the largest 2 t.g - dl g.g. */
+static int iq3_nearest(const iq3_grid *k, const float t[4], float dl) {
+    float best = -INFINITY;
+    int bp = 0;
+    for (int p = 0; p < k->n; p++) {
+        float v = 2.0f * (t[0] * k->g[0][p] + t[1] * k->g[1][p] + t[2] * k->g[2][p] + t[3] * k->g[3][p]) - dl * k->gg[p];
+        if (v > best) best = v, bp = p;
+    }
+    return bp;
+}
+
+/* Points of the 8 groups at step dl (into pt), and the squared error at dl. */
+static double iq3_points_at(const iq3_grid *k, const float t[32], float dl, int pt[8]) {
+    double e = 0;
+    for (int q = 0; q < 8; q++) {
+        pt[q] = iq3_nearest(k, t + 4 * q, dl);
+        for (int j = 0; j < 4; j++) {
+            double r = (double)t[4 * q + j] - (double)dl * k->g[j][pt[q]];
+            e += r * r;
+        }
+    }
+    return e;
+}
+
+/* The least-squares step for the points pt. */
+static float iq3_refit(const iq3_grid *k, const float t[32], const int pt[8]) {
+    double tg = 0, gg = 0;
+    for (int q = 0; q < 8; q++) {
+        gg += k->gg[pt[q]];
+        for (int j = 0; j < 4; j++) tg += (double)t[4 * q + j] * k->g[j][pt[q]];
+    }
+    return gg > 0 && tg > 0 ? (float)(tg / gg) : 0.0f;
+}
+
+/* The targets of a sub-block (|x|, or -|x| for a weight whose sign parity overrides) and its
+ * sign bits (bit i: weight i negative as stored). Non-finite weights count as 0. */
+static uint32_t iq3_targets(const iq3_grid *k, const float *x, float t[32]) {
+    uint32_t neg = 0;
+    for (int i = 0; i < 32; i++) {
+        t[i] = isfinite(x[i]) ? fabsf(x[i]) : 0.0f;
+        if (isfinite(x[i]) && x[i] < 0) neg |= 1u << i;
+    }
+    for (int l = 0; k->parity && l < 4; l++) {
+        if (!__builtin_parity((neg >> (8 * l)) & 0xFF)) continue;
+        int m = 8 * l;
+        for (int i = 8 * l + 1; i < 8 * l + 8; i++)
+            if (t[i] < t[m]) m = i;
+        neg ^= 1u << m;
+        t[m] = -t[m];
+    }
+    return neg;
+}
+
+static float iq3_fit(const iq3_grid *k, const float t[32]) {
+    float tmax = 0;
+    for (int i = 0; i < 32; i++) tmax = t[i] > tmax ? t[i] : tmax;
+    if (!(tmax > 0)) return 0;
+    int pt[8];
+    float best_dl = tmax / k->gmax;
+    double best = INFINITY;
+    /* the largest target near the grid's top (9 steps), or at each of its 8 levels (a flat
+     * sub-block is best served by a point of equal magnitudes, and the grids have few) */
+    for (int c = 0; c < 17; c++) {
+        float dl = c < 9 ? tmax / (k->gmax * (0.75f + 0.0625f * (float)c)) : tmax / k->levels[c - 9];
+        for (int it = 0; it < 2; it++) {
+            double e = iq3_points_at(k, t, dl, pt);
+            if (e < best) best = e, best_dl = dl;
+            float f = iq3_refit(k, t, pt);
+            if (!(f > 0)) break;
+            dl = f;
+        }
+    }
+    return best_dl;
+}
+
+/* One super-block: the sub-blocks' steps, d, then per sub-block scale s, points and signs. The
+ * step of scale s is d * step_of[s] (IQ3_XXS: (0.5 + s) * 0.5, as its dequantizer computes it;
+ * IQ3_S: 1 + 2s). */
+static uint16_t quant_iq3(const iq3_grid *k, const float *x, uint8_t sc[8], int pt[8][8], uint32_t neg[8]) {
+    float t[8][32], dl[8], dmax = 0, step_of[16];
+    for (int s = 0; s < 16; s++) step_of[s] = k->parity ? (0.5f + (float)s) * 0.5f : (float)(1 + 2 * s);
+    for (int ib = 0; ib < 8; ib++) {
+        neg[ib] = iq3_targets(k, x + 32 * ib, t[ib]);
+        dl[ib] = iq3_fit(k, t[ib]);
+        dmax = dl[ib] > dmax ? dl[ib] : dmax;
+    }
+    uint16_t dh = fp16_scale(dmax / step_of[15]);
+    float d = fp16_to_f32(dh);
+    for (int ib = 0; ib < 8; ib++) {
+        int s0 = d > 0 ? level(k->parity ? (4.0f * dl[ib] / d - 1.0f) * 0.5f : (dl[ib] / d - 1.0f) * 0.5f, 0, 15) : 0;
+        double best = INFINITY;
+        sc[ib] = 0;
+        for (int s = s0 - 1; s <= s0 + 1; s++) {
+            if (s < 0 || s > 15) continue;
+            int p[8];
+            double e = iq3_points_at(k, t[ib], d * step_of[s], p);
+            if (e < best) best = e, sc[ib] = (uint8_t)s, memcpy(pt[ib], p, sizeof p);
+        }
+        if (best == INFINITY) iq3_points_at(k, t[ib], 0, pt[ib]); /* all-zero or non-finite sub-block */
+    }
+    return dh;
+}
+
+static void quant_iq3_xxs(const float *x, block_iq3_xxs *b, const iq3_grid *k) {
+    uint8_t sc[8];
+    int pt[8][8];
+    uint32_t neg[8];
+    b->d = quant_iq3(k, x, sc, pt, neg);
+    for (int ib = 0; ib < 8; ib++) {
+        uint32_t w = (uint32_t)sc[ib] << 28;
+        for (int l = 0; l < 4; l++) w |= ((neg[ib] >> (8 * l)) & 127u) << (7 * l);
+        for (int q = 0; q < 8; q++) b->qs[8 * ib + q] = (uint8_t)pt[ib][q];
+        for (int j = 0; j < 4; j++) b->qs[QK_K / 4 + 4 * ib + j] = (uint8_t)(w >> (8 * j));
+    }
+}
+
+static void quant_iq3_s(const float *x, block_iq3_s *b, const iq3_grid *k) {
+    uint8_t sc[8];
+    int pt[8][8];
+    uint32_t neg[8];
+    b->d = quant_iq3(k, x, sc, pt, neg);
+    memset(b->qh, 0, sizeof b->qh);
+    memset(b->scales, 0, sizeof b->scales);
+    for (int ib = 0; ib < 8; ib++) {
+        for (int q = 0; q < 8; q++) {
+            b->qs[8 * ib + q] = (uint8_t)pt[ib][q];
+            b->qh[ib] |= (uint8_t)((pt[ib][q] >> 8) << q);
+        }
+        for (int l = 0; l < 4; l++) b->signs[4 * ib + l] = (uint8_t)(neg[ib] >> (8 * l));
+        b->scales[ib / 2] |= (uint8_t)(sc[ib] << (4 * (ib % 2)));
+    }
+}
+
+static void quant_iq3_row(enum qtype t, const float *src, void *dst, int64_t n) {
+    iq3_grid k; /* 10 KB, on the stack: no allocation that could fail */
+    iq3_grid_init(&k, t);
+    for (int64_t i = 0; i < n / QK_K; i++) {
+        if (t == QTYPE_IQ3_XXS) quant_iq3_xxs(src + i * QK_K, (block_iq3_xxs *)dst + i, &k);
+        else quant_iq3_s(src + i * QK_K, (block_iq3_s *)dst + i, &k);
+    }
+}
+
 /* ---- quantization: MXFP4 ----
  *
  * The OCP MX rule puts the largest magnitude amax in the top binade of the levels: step
@@ -664,6 +843,9 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     case QTYPE_IQ4_XS: EACH_BLOCK(quant_iq4_xs, block_iq4_xs, QK_K);
     case QTYPE_MXFP4: EACH_BLOCK(quant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
+    case QTYPE_IQ3_XXS: case QTYPE_IQ3_S:
+        quant_iq3_row(t, src, dst, n);
+        return;
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) quant_q8_0(src + i * QK8_0, (block_q8_0 *)dst + i);
         return;

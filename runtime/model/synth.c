@@ -104,8 +104,8 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
     case SYNTH_MIX_LOWBIT:
         if (!strcmp(role, "router")) return QTYPE_F16;
         if (!strcmp(role, "embd")) return QTYPE_Q4_0;
-        if (!strcmp(role, "attn_q")) return QTYPE_Q4_1;
-        if (!strcmp(role, "attn_k")) return QTYPE_Q5_0;
+        if (!strcmp(role, "attn_q")) return layer % 2 == 0 ? QTYPE_Q4_1 : QTYPE_IQ3_XXS;
+        if (!strcmp(role, "attn_k")) return layer % 2 == 0 ? QTYPE_Q5_0 : QTYPE_IQ3_S;
         if (!strcmp(role, "attn_v")) return QTYPE_Q5_1;
         if (!strcmp(role, "attn_output")) return layer % 2 == 0 ? QTYPE_Q3_K : QTYPE_IQ4_XS;
         /* gate and up of one type: a GPU's gate-up pairs */
