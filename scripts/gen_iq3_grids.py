@@ -64,14 +64,17 @@ const uint32_t quant_iq3s_grid[512] = {{
 """)
 with open(os.path.join(root, "shaders/iq3_grids.glsl"), "w") as f:
     f.write(f"""// The IQ3_XXS and IQ3_S grids, as runtime/gguf/iq3_grids.c holds them ({head};
-// tests/test_vk_get_rows.c checks the two agree). Constant data: the compilers keep it in a
-// read-only constant segment and load an entry per lane.
+// tests/test_vk_get_rows.c checks the two agree). Private globals, not `const`: glslang copies a
+// const array indexed by a per-lane value into a function variable at every use (768 stores per
+// inlined qb_decode8, before specialization drops the branch), which made every pipeline of
+// every type compile 2-3x slower on lavapipe. Never written, so the compilers still keep them
+// as constant data.
 #ifndef IQ3_GRIDS_GLSL
 #define IQ3_GRIDS_GLSL
-const uint IQ3XXS_GRID[256] = uint[256](
+uint IQ3XXS_GRID[256] = uint[256](
 {rows(xxs, "    ")[:-1]}
 );
-const uint IQ3S_GRID[512] = uint[512](
+uint IQ3S_GRID[512] = uint[512](
 {rows(s, "    ")[:-1]}
 );
 #endif

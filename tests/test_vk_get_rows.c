@@ -104,8 +104,8 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
     t = tu_read_file(tu_src_path("shaders/iq3_grids.glsl"), NULL);
     assert_non_null(t);
     const struct { const char *pat; const uint32_t *c; int n; } grids[] = {
-        {"const uint IQ3XXS_GRID[256] = uint[256](", quant_iq3xxs_grid, 256},
-        {"const uint IQ3S_GRID[512] = uint[512](", quant_iq3s_grid, 512}};
+        {"uint IQ3XXS_GRID[256] = uint[256](", quant_iq3xxs_grid, 256},
+        {"uint IQ3S_GRID[512] = uint[512](", quant_iq3s_grid, 512}};
     for (size_t g = 0; g < 2; g++) {
         p = strstr(t, grids[g].pat);
         if (!p) fail_msg("iq3_grids.glsl lacks %s", grids[g].pat);
