@@ -1,4 +1,5 @@
 #version 450
+// weight types: all
 // Embedding gather: dst[r][e] = dequant(table[ids[r]])[e] for r < n_ids, e < n.
 // One invocation per output element; workgroup (x, y) covers elements x*WG.. of output row y
 // (+ z * 65535 when there are more rows). The table may be split over several parts (see
@@ -9,7 +10,7 @@
 #extension GL_EXT_shader_16bit_storage : require
 
 layout(local_size_x_id = 0) in;
-layout(constant_id = 1) const uint QTYPE = 0;
+const uint QTYPE = QTYPE_FIXED; // one module per weight type (cmake/shaders.cmake)
 
 #define QB_BINDING 0
 #include "quant_blocks.glsl"

@@ -1,4 +1,5 @@
 #version 450
+// weight types: all
 // Prefill matrix-matrix product through shared-memory tiles, for expert e's slice of W:
 //   Y[out(t)][r] = sum_k W[e * n_rows + r][k] * X[in(t)][k]      r < n_rows, t < count
 // W rows are stored as QTYPE (any type qtype_supported names: quant_blocks.glsl decodes it) in the bound part,
@@ -42,7 +43,7 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 256;
-layout(constant_id = 1) const uint QTYPE = 0;
+const uint QTYPE = QTYPE_FIXED; // one module per weight type (cmake/shaders.cmake)
 layout(constant_id = 2) const uint BM = 64; // weight rows per tile
 layout(constant_id = 3) const uint BN = 64; // tokens per tile
 layout(constant_id = 4) const uint BK = 32; // k per step

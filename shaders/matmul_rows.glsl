@@ -42,7 +42,7 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;
-layout(constant_id = 1) const uint QTYPE = 0;
+const uint QTYPE = QTYPE_FIXED; // one module per weight type (cmake/shaders.cmake)
 layout(constant_id = 2) const uint BM = 64; // rows per workgroup (== WG * RPI / KL)
 layout(constant_id = 3) const uint NT = 8;  // tokens per workgroup
 layout(constant_id = 5) const uint RPI = 1; // rows per invocation: each x load feeds RPI rows

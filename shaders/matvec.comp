@@ -1,4 +1,5 @@
 #version 450
+// weight types: all
 // Decode matrix-vector product with dequantization in registers:
 //   y[v][r] = sum_i W[s(v)][r][i] * x[v][i]      r < n_rows, v < n_vec
 // over a (n_in, n_rows, n_slices) weight tensor of QTYPE. The slice s(v) is pc.slice (dense
@@ -25,7 +26,7 @@
 
 layout(local_size_x_id = 0) in;
 layout(constant_id = 0) const uint WG = 64;    // invocations per workgroup
-layout(constant_id = 1) const uint QTYPE = 0;  // enum qtype
+const uint QTYPE = QTYPE_FIXED; // one module per weight type (cmake/shaders.cmake)
 layout(constant_id = 2) const uint ROWS = 1;   // output rows per workgroup
 layout(constant_id = 3) const uint NVEC = 1;   // vectors per workgroup (dense mode)
 layout(constant_id = 4) const uint NSG = 64;   // bound on subgroups per workgroup

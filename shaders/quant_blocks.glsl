@@ -9,6 +9,14 @@
 #ifndef QUANT_BLOCKS_GLSL
 #define QUANT_BLOCKS_GLSL
 
+// Its includers are built once per weight type, with QTYPE_FIXED the enum qtype value
+// (cmake/shaders.cmake, from the includer's "// weight types:" line): the decoders of the other
+// types fold away in glslc, so each module holds one type's code. lavapipe translates and
+// optimizes a whole module at every pipeline creation, cached binary or not.
+#ifndef QTYPE_FIXED
+#error "built once per weight type: cmake/shaders.cmake passes -DQTYPE_FIXED=<enum qtype>"
+#endif
+
 // enum qtype (ggml's numbering)
 const uint QTYPE_F32 = 0;
 const uint QTYPE_F16 = 1;

@@ -69,7 +69,6 @@ static const cvk_matmul_tile texel_rows = {.bm = 64, .bn = 8, .rows = true, .tex
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
-    assert_int_equal(cvk_spirv_reflect(cinder_spv_matmul, cinder_spv_matmul_size, &si), 0);
     const uint32_t want[] = {
         offsetof(cvk_matmul_push, n_in),      offsetof(cvk_matmul_push, row_bytes), offsetof(cvk_matmul_push, n_rows),
         offsetof(cvk_matmul_push, part_row0), offsetof(cvk_matmul_push, part_rows), offsetof(cvk_matmul_push, expert0),
@@ -78,15 +77,43 @@ static void test_push_layout_matches_glsl(void **state) {
         offsetof(cvk_matmul_push, n_ids),     offsetof(cvk_matmul_push, flags),     offsetof(cvk_matmul_push, item0),
         offsetof(cvk_matmul_push, expert1),   offsetof(cvk_matmul_push, x0),
     };
-    const uint32_t *spv[3] = {cinder_spv_matmul, cinder_spv_matmul_rows, cinder_spv_matmul_rows_texel};
-    const size_t spv_size[3] = {cinder_spv_matmul_size, cinder_spv_matmul_rows_size, cinder_spv_matmul_rows_texel_size};
-    for (int k = 0; k < 3; k++) {
-        assert_int_equal(cvk_spirv_reflect(spv[k], spv_size[k], &si), 0);
+    size_t checked = 0; /* every module of the three shaders: one per weight type */
+    for (size_t k = 0; k < cinder_spv_all_count; k++) {
+        const cinder_spv_module *m = &cinder_spv_all[k];
+        if (strcmp(m->shader, "matmul") && strcmp(m->shader, "matmul_rows") && strcmp(m->shader, "matmul_rows_texel"))
+            continue;
+        assert_int_equal(cvk_spirv_reflect(m->code, *m->size, &si), 0);
         assert_int_equal(si.n_push, 17);
         for (int i = 0; i < 17; i++) assert_int_equal(si.push_offset[i], want[i]);
         assert_int_equal(si.push_size, sizeof(cvk_matmul_push));
         assert_int_equal(si.n_bindings, 7);
+        checked++;
     }
+    assert_true(checked >= 3);
+}
+
+/* Each weight type the GPU computes with has its module of each product shader (cmake/shaders.cmake
+ * builds one per type from a shader's "// weight types:" line), the texel kernel exactly the types
+ * cvk_matmul_texel_type names, and no module is built for a type the host does not compute. */
+static void test_a_module_per_type(void **state) {
+    (void)state;
+    static const char *every[] = {"matmul", "matmul_rows", "matvec", "get_rows"};
+    for (uint32_t t = 0; t < QTYPE_COUNT; t++) {
+        bool gpu = qtype_supported((enum qtype)t);
+        for (size_t s = 0; s < sizeof every / sizeof *every; s++) {
+            const cinder_spv_module *m = cvk_spirv_module(every[s], t);
+            if (gpu != (m != NULL)) fail_msg("%s: type %s %s a module", every[s], qtype_name((enum qtype)t), gpu ? "lacks" : "has");
+            if (m) assert_int_equal(m->qtype, t), assert_string_equal(m->shader, every[s]);
+        }
+        bool texel = gpu && cvk_matmul_texel_type((enum qtype)t);
+        if (texel != (cvk_spirv_module("matmul_rows_texel", t) != NULL))
+            fail_msg("matmul_rows_texel: type %s %s a module", qtype_name((enum qtype)t), texel ? "lacks" : "has");
+    }
+    assert_null(cvk_spirv_module("matmul", CINDER_SPV_UNTYPED)); /* typed: no module for every type */
+    assert_non_null(strstr(cd_errmsg(), "no shader module matmul"));
+    assert_null(cvk_spirv_module("matmul", QTYPE_COUNT));
+    assert_non_null(strstr(cd_errmsg(), "no matmul module for weight type"));
+    assert_non_null(cvk_spirv_module("rmsnorm", CINDER_SPV_UNTYPED));
 }
 
 /* --- products --- */
@@ -1224,6 +1251,7 @@ static int matmul_teardown(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_push_layout_matches_glsl),
+        cmocka_unit_test(test_a_module_per_type),
         cmocka_unit_test(test_every_type_awkward_sizes),
         cmocka_unit_test(test_gather_scatter),
         cmocka_unit_test(test_split_parts),

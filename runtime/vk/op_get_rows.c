@@ -1,7 +1,7 @@
 #include "runtime/vk/op_get_rows.h"
 
 #include "runtime/base/error.h"
-#include "shaders/shaders.h"
+#include "runtime/vk/vk_spirv.h"
 
 int cvk_get_rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, enum qtype type, uint32_t wg) {
     if (!wg) wg = 256;
@@ -10,8 +10,10 @@ int cvk_get_rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache,
         return cd_fail("get_rows: the device lacks 8- or 16-bit storage buffer access");
     if (!cvk_wg_fits(&d->info.caps, wg)) return cd_fail("get_rows: workgroup size %u too large", wg);
     uint32_t spec[2] = {wg, (uint32_t)type};
-    cvk_pipeline_desc desc = {.name = "get_rows", .spv = cinder_spv_get_rows, .spv_size = cinder_spv_get_rows_size,
-                              .n_bindings = 3, .push_size = sizeof(cvk_get_rows_push), .spec = spec, .n_spec = 2};
+    const cinder_spv_module *m = cvk_spirv_module("get_rows", type);
+    if (!m) return -1;
+    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 3,
+                              .push_size = sizeof(cvk_get_rows_push), .spec = spec, .n_spec = 2};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 

@@ -3,7 +3,7 @@
 #include <stdbool.h>
 
 #include "runtime/base/error.h"
-#include "shaders/shaders.h"
+#include "runtime/vk/vk_spirv.h"
 
 const cvk_matmul_tile cvk_matmul_tile_default = {.bm = 64, .bn = 64, .bk = 32, .tm = 4, .tn = 4};
 const cvk_matmul_tile cvk_matmul_tile_rows = {.bm = 64, .bn = 8, .rows = true};
@@ -32,6 +32,7 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
     if (t->texel && kl > 1) return cd_fail("matmul: the texel rows kernel does not split k");
     if (t->texel && !cvk_matmul_texel_type(type))
         return cd_fail("matmul: the texel rows kernel takes block types, not %s", qtype_name(type));
+    /* spec 1 is the host's record of the type: the module itself is built for it */
     uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, 0, rpi, kl, t->glu};
     /* Written for 32-lane subgroups: a workgroup of whole 32s runs as wave32 where the device
      * lets it choose (RDNA; RADV's default for compute is wave64, half of each wave of a
@@ -39,13 +40,12 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
      * lanes of a row, which then add them in k order, so the size changes no bit; elsewhere the
      * driver chooses. */
     uint32_t sg = wg % 32 == 0 ? 32 : 0;
-    cvk_pipeline_desc desc = {.name = "matmul_rows", .spv = cinder_spv_matmul_rows,
-                              .spv_size = cinder_spv_matmul_rows_size, .n_bindings = 7,
-                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8,
-                              .subgroup_size = sg, .full_subgroups = sg != 0};
-    if (t->texel) /* weights (binding 0) and x (1) through uniform texel buffers */
-        desc.name = "matmul_rows_texel", desc.spv = cinder_spv_matmul_rows_texel,
-        desc.spv_size = cinder_spv_matmul_rows_texel_size, desc.texel_bindings = 3;
+    /* the texel kernel: weights (binding 0) and x (1) through uniform texel buffers */
+    const cinder_spv_module *m = cvk_spirv_module(t->texel ? "matmul_rows_texel" : "matmul_rows", type);
+    if (!m) return -1;
+    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 7,
+                              .texel_bindings = t->texel ? 3 : 0, .push_size = sizeof(cvk_matmul_push),
+                              .spec = spec, .n_spec = 8, .subgroup_size = sg, .full_subgroups = sg != 0};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -80,9 +80,11 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (shared > c->max_shared)
         return cd_fail("matmul: tile needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
                        c->max_shared);
-    uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn, t->glu};
-    cvk_pipeline_desc desc = {.name = "matmul", .spv = cinder_spv_matmul, .spv_size = cinder_spv_matmul_size,
-                              .n_bindings = 7, .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
+    uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn, t->glu}; /* spec 1: above */
+    const cinder_spv_module *m = cvk_spirv_module("matmul", type);
+    if (!m) return -1;
+    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 7,
+                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "runtime/base/error.h"
-#include "shaders/shaders.h"
+#include "runtime/vk/vk_spirv.h"
 
-/* spec constants: 0 WG, 1 QTYPE, 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup),
+/* spec constants: 0 WG, 1 QTYPE (host only: the module is built for the type), 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup),
  * 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only),
  * 7 A16 (host only: Q6_K rows in the aligned layout of cvk_matvec_pack_rows, the texel kernel's) */
 enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, SPEC_A16, N_SPEC };
@@ -74,13 +74,14 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     /* lavapipe: groups within one subgroup (no barrier, no shared memory) run fastest */
     uint32_t lpr_max = cpu_device(d) ? (c.subgroup_size ? c.subgroup_size : k->subgroup_size) : 0;
     uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.rows, c.nvec, nsg, c.lanes_per_row, lpr_max, c.a16};
-    cvk_pipeline_desc desc = {.name = "matvec", .spv = cinder_spv_matvec, .spv_size = cinder_spv_matvec_size,
-                              .n_bindings = 4, .push_size = sizeof(cvk_matvec_push), .spec = spec, .n_spec = N_SPEC,
-                              .subgroup_size = c.subgroup_size,
+    /* the texel kernel (Q6_K only): weights (binding 0) and x (1) through uniform texel buffers */
+    const cinder_spv_module *m = c.texel ? cvk_spirv_module("matvec_texel", CINDER_SPV_UNTYPED)
+                                         : cvk_spirv_module("matvec", type); /* spec 1 records its type */
+    if (!m) return -1;
+    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 4,
+                              .texel_bindings = c.texel ? 3 : 0, .push_size = sizeof(cvk_matvec_push),
+                              .spec = spec, .n_spec = N_SPEC, .subgroup_size = c.subgroup_size,
                               .full_subgroups = c.subgroup_size && c.wg % c.subgroup_size == 0};
-    if (c.texel) /* weights (binding 0) and x (1) through uniform texel buffers */
-        desc.name = "matvec_texel", desc.spv = cinder_spv_matvec_texel, desc.spv_size = cinder_spv_matvec_texel_size,
-        desc.texel_bindings = 3;
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 

@@ -117,3 +117,11 @@ int cvk_spirv_reflect(const uint32_t *words, size_t bytes, cvk_spirv_info *o) {
     free(t.binding);
     return 0;
 }
+
+const cinder_spv_module *cvk_spirv_module(const char *shader, uint32_t qtype) {
+    for (size_t i = 0; i < cinder_spv_all_count; i++)
+        if (cinder_spv_all[i].qtype == qtype && !strcmp(cinder_spv_all[i].shader, shader)) return &cinder_spv_all[i];
+    if (qtype == CINDER_SPV_UNTYPED) cd_fail("no shader module %s", shader);
+    else cd_fail("no %s module for weight type %u (its \"// weight types:\" line)", shader, qtype);
+    return NULL;
+}

@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "shaders/shaders.h"
+
 #define CVK_SPIRV_MAX 32
 
 typedef struct cvk_spirv_info {
@@ -20,3 +22,8 @@ typedef struct cvk_spirv_info {
 } cvk_spirv_info;
 
 int cvk_spirv_reflect(const uint32_t *words, size_t bytes, cvk_spirv_info *out);
+
+/* The embedded module of shaders/<shader>.comp built for weight type qtype (enum qtype), or of
+ * a shader built once for every type when qtype is CINDER_SPV_UNTYPED (cmake/shaders.cmake);
+ * NULL, with an error naming both, when the build made none. */
+const cinder_spv_module *cvk_spirv_module(const char *shader, uint32_t qtype);
