@@ -62,6 +62,11 @@ fi
 # kv_events (two servers and a subscriber, ~22 s in release) runs in release only, for CI's time:
 # its C code runs under ASan in test_kv_events (page events against the tree, the wire encoding,
 # endpoints); the publisher thread (server/kv_events.c) runs in the release run only.
+# presets_llama too (19 llama-quantize presets, each run by llama.cpp, cinder's CPU reference and
+# its Vulkan engine: ~440 s under ASan, the longest test there after cli_contract): what it adds is
+# conformance with llama.cpp's files, the same in both builds; under ASan the reader of those files
+# runs in test_gguf and fuzz_gguf, and every type's CPU decoder on ggml's own quantizer output in
+# test_quant.
 # The kernel-numerics tests too (test_vk_attn_prefill, test_vk_matmul, test_vk_matvec,
 # test_vk_moe_group, test_gpu_batch): each is lavapipe running one kernel family over many shapes
 # and configurations against the CPU reference, and under ASan it is that JIT code (not
@@ -69,7 +74,7 @@ fi
 # dispatch sizes) runs under ASan on every step of the engine tests (test_scheduler,
 # test_prefix_cache, test_disk_tier, test_engine_random, test_oom, cli_contract), and the smaller
 # kernel tests (rmsnorm, eltwise, get_rows, moe_route, moe_combine, sample, ...) stay in it.
-asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|^gguf_split$|^kv_events$'
+asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|^gguf_split$|^kv_events$|presets_llama'
 asan_excluded+='|test_vk_attn_prefill|test_vk_matmul|test_vk_matvec|test_vk_moe_group|test_gpu_batch'
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \
   --output-junit "$root/build-asan/junit.xml" -E "$asan_excluded" | tee -a "$log"
