@@ -22,6 +22,9 @@ set(all_count 0)
 # cinder_spv_<name>_<type> (e.g. matmul_rows_q4_k); cvk_spirv_module (runtime/vk/vk_spirv.c)
 # finds one by shader and type. Each module then holds one type's decoders: lavapipe translates
 # and optimizes a whole module at every pipeline creation, cache hit or not.
+# Read at configure time: a change to either list (a QTYPE_ line, a "// weight types:" line)
+# re-runs cmake, which rewrites the module list.
+set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/shaders/quant_blocks.glsl ${CINDER_SHADERS})
 file(STRINGS ${CMAKE_SOURCE_DIR}/shaders/quant_blocks.glsl qtype_lines REGEX "^const uint QTYPE_[A-Z0-9_]+ = [0-9]+;")
 set(all_qtypes "")
 foreach(line ${qtype_lines})
