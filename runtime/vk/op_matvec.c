@@ -7,8 +7,8 @@
 #include "runtime/base/error.h"
 #include "runtime/vk/vk_spirv.h"
 
-/* spec constants: 0 WG, 1 QTYPE (host only: the module is built for the type), 2 ROWS, 3 NVEC, 4 NSG (bound on subgroups per workgroup),
- * 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only),
+/* spec constants: 0 WG, 1 QTYPE (host only: the module is built for the type), 2 ROWS, 3 NVEC,
+ * 4 NSG (bound on subgroups per workgroup), 5 LPR (lanes per row, 0: per call), 6 LPR_MAX (bound on the per-call choice; host only),
  * 7 A16 (host only: Q6_K rows in the aligned layout of cvk_matvec_pack_rows, the texel kernel's) */
 enum { SPEC_WG, SPEC_TYPE, SPEC_ROWS, SPEC_NVEC, SPEC_NSG, SPEC_LPR, SPEC_LPR_MAX, SPEC_A16, N_SPEC };
 
