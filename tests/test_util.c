@@ -233,3 +233,16 @@ tokenizer *tu_qwen3_tokenizer(void) {
     tok_vocab_free(&voc);
     return rc ? NULL : t;
 }
+
+uint8_t *tu_quantized_rows(rng *r, enum qtype type, uint32_t n_in, uint64_t n_rows) {
+    size_t rb = qtype_row_bytes(type, n_in);
+    float *row = malloc(n_in * sizeof *row);
+    uint8_t *w = malloc(rb * n_rows);
+    for (uint64_t i = 0; i < n_rows; i++) {
+        float scale = (i % 5 == 0) ? 1e-3f : (i % 7 == 0 ? 300.0f : 1.0f);
+        for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
+        quant_quantize_row(type, row, w + rb * i, n_in);
+    }
+    free(row);
+    return w;
+}

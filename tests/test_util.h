@@ -40,8 +40,12 @@ void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q,
 
 
 #include "runtime/base/rng.h"
+#include "runtime/gguf/quant.h"
 /* n random token ids in [100, 20100) into out; returns n. */
 uint32_t tu_rand_ids(rng *r, int32_t *out, uint32_t n);
+/* n_rows random rows of n_in weights (rows of varied scale and offset: 1e-3, 300, a 0.3 offset)
+ * quantized to type by quant_quantize_row (free()). */
+uint8_t *tu_quantized_rows(rng *r, enum qtype type, uint32_t n_in, uint64_t n_rows);
 
 /* A random branching trace, the shape of chat and agent traffic (test_prefix_cache,
  * test_engine_random). Each prompt is one of: a system prompt (one of two) + a new question; an

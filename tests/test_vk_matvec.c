@@ -68,20 +68,6 @@ typedef struct tcase {
     cvk_matvec_cfg cfg;
 } tcase;
 
-/* Random weights (rows of varied scale and offset) quantized to t->type. */
-static uint8_t *make_weights(rng *r, enum qtype type, uint32_t n_in, uint64_t n_rows) {
-    size_t rb = qtype_row_bytes(type, n_in);
-    float *row = malloc(n_in * sizeof *row);
-    uint8_t *w = malloc(rb * n_rows);
-    for (uint64_t i = 0; i < n_rows; i++) {
-        float scale = (i % 5 == 0) ? 1e-3f : (i % 7 == 0 ? 300.0f : 1.0f);
-        for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
-        quant_quantize_row(type, row, w + rb * i, n_in);
-    }
-    free(row);
-    return w;
-}
-
 /* Runs one case, checked against the CPU; weights split into parts of at most max_part bytes
  * (0: the device's), in the layout of t->cfg. Returns the outputs y (n_vec x n_rows, free()). */
 static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
@@ -90,7 +76,7 @@ static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
     uint32_t ns = t->n_slices ? t->n_slices : 1;
     size_t rb = qtype_row_bytes(t->type, t->n_in), prb = cvk_matvec_row_bytes(&t->cfg, t->type, t->n_in);
     uint64_t total = (uint64_t)t->n_rows * ns;
-    uint8_t *w = make_weights(&r, t->type, t->n_in, total), *packed = malloc(prb * total);
+    uint8_t *w = tu_quantized_rows(&r, t->type, t->n_in, total), *packed = malloc(prb * total);
     cvk_matvec_pack_rows(&t->cfg, t->type, t->n_in, w, packed, total);
     /* padded x strides: 3 floats, or for Q6_K (the texel kernel reads x in 16-byte texels) 4 */
     uint32_t xs = t->n_in + (seed % 2 ? (t->type == QTYPE_Q6_K ? 4 : 3) : 0), ys = t->n_rows + (seed % 3 ? 0 : 5);
@@ -390,7 +376,7 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
     rng_seed(&r, 7);
     size_t rb = qtype_row_bytes(type, n_in);
     enum { DISTINCT = 64 }; /* quantize 64 rows, tile them: quantizing 150k rows is slow */
-    uint8_t *few = make_weights(&r, type, n_in, DISTINCT);
+    uint8_t *few = tu_quantized_rows(&r, type, n_in, DISTINCT);
     uint8_t *w = malloc(rb * n_rows);
     for (uint32_t i = 0; i < n_rows; i++) memcpy(w + rb * i, few + rb * (i % DISTINCT), rb);
     /* n_vec copies of one x: every vector's y is checked against the one reference */
