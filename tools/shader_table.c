@@ -11,6 +11,7 @@
 #include "runtime/base/error.h"
 #include "runtime/gguf/quant.h"
 #include "runtime/model/gpu_model.h"
+#include "runtime/vk/op_xq8.h"
 #include "runtime/vk/vk_shader_stats.h"
 #include "tools/cli.h"
 
@@ -150,6 +151,20 @@ static int write_isa(const char *dir, const cvk_shader_log *log) {
     return 0;
 }
 
+/* The integer family's kernels (runtime/vk/op_xq8.h), compiled into the log beside the plan:
+ * not in the device plan yet, listed so their registers and dot4 counts can be read. */
+static int xq8_pipelines(cvk_ctx *vk) {
+    const enum qtype types[] = {QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q6_K};
+    cvk_pipeline p = {0};
+    CD_TRY(cvk_xq8_quantize_pipeline(&p, &vk->dev, VK_NULL_HANDLE));
+    cvk_pipeline_destroy(&vk->dev, &p);
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++) {
+        CD_TRY(cvk_xq8_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, types[i], NULL));
+        cvk_pipeline_destroy(&vk->dev, &p);
+    }
+    return 0;
+}
+
 int shader_table_run(const shader_table_opts *o, const model *m) {
     cvk_ctx *vk = calloc(1, sizeof *vk);
     if (!vk) return cli_error("profile", "out of memory");
@@ -172,6 +187,11 @@ int shader_table_run(const shader_table_opts *o, const model *m) {
     gpu_model_opts go = {.n_ctx = 4096, .n_batch = 512, .max_seqs = 16, .max_out = 16};
     if (gpu_model_compile(&g, vk, m, &go)) {
         cli_error("profile", "%s", cd_errmsg());
+        goto done;
+    }
+    if (vk->dev.info.caps.int_dot && xq8_pipelines(vk)) {
+        cli_error("profile", "%s", cd_errmsg());
+        gpu_model_free(&g);
         goto done;
     }
     rc = (o->json ? print_json(&vk->dev, vk->dev.shader_log) : (print_text(&vk->dev, vk->dev.shader_log), 0)) ? 1 : 0;
