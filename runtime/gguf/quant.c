@@ -139,24 +139,6 @@ size_t qtype_row_bytes(enum qtype t, int64_t n) {
     return (size_t)(n / i->block_elems) * i->block_bytes;
 }
 
-/* ---- K-quant sub-block scales (Q4_K, Q5_K) ----
- *
- * Eight 6-bit scales sc[0..7] and eight 6-bit mins m[0..7] packed in 12 bytes:
- *
- *   byte 0..3  : bits 0-5 = sc[0..3],        bits 6-7 = high 2 bits of sc[4..7]
- *   byte 4..7  : bits 0-5 = m[0..3],         bits 6-7 = high 2 bits of m[4..7]
- *   byte 8..11 : bits 0-3 = low 4 of sc[4..7], bits 4-7 = low 4 of m[4..7]
- */
-static inline void k_scale_min_get(const uint8_t s[K_SCALE_SIZE], int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63;
-        *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* ---- dequantization, one block at a time ---- */
 
 /* Q8_0: y[i] = qs[i] * d. */

@@ -201,6 +201,24 @@ typedef struct {
 } block_q4_K;
 static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 
+/* K-quant sub-block scales (Q4_K, Q5_K): the scale and min of sub-block j.
+ *
+ * Eight 6-bit scales sc[0..7] and eight 6-bit mins m[0..7] packed in 12 bytes:
+ *
+ *   byte 0..3  : bits 0-5 = sc[0..3],        bits 6-7 = high 2 bits of sc[4..7]
+ *   byte 4..7  : bits 0-5 = m[0..3],         bits 6-7 = high 2 bits of m[4..7]
+ *   byte 8..11 : bits 0-3 = low 4 of sc[4..7], bits 4-7 = low 4 of m[4..7]
+ */
+static inline void k_scale_min_get(const uint8_t s[K_SCALE_SIZE], int j, int *sc, int *m) {
+    if (j < 4) {
+        *sc = s[j] & 63;
+        *m = s[j + 4] & 63;
+    } else {
+        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
+        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
+    }
+}
+
 /* Q5_K: as Q4_K plus one high bit per weight in qh. */
 typedef struct {
     uint16_t d;

@@ -40,7 +40,7 @@ static inline uint16_t fp16_scale(float v) {
     return h;
 }
 
-/* The 12 bytes of eight 6-bit scales and mins (quant.c, k_scale_min_get, reads them back). */
+/* The 12 bytes of eight 6-bit scales and mins (quant.h's k_scale_min_get reads them back). */
 static void k_scale_min_pack(uint8_t s[K_SCALE_SIZE], const uint8_t sc[8], const uint8_t m[8]) {
     memset(s, 0, K_SCALE_SIZE);
     for (int j = 0; j < 4; j++) {

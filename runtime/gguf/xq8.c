@@ -62,16 +62,6 @@ static inline int32_t dot16(const int8_t *w, const int8_t *q) {
     return s;
 }
 
-/* Q4_K's 6-bit scale and min of sub-block j (the layout is quant.c's k_scale_min_get) */
-static void q4k_scale_min(const uint8_t *s, int j, int *sc, int *m) {
-    if (j < 4) {
-        *sc = s[j] & 63, *m = s[j + 4] & 63;
-    } else {
-        *sc = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-        *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-    }
-}
-
 /* d_x * v_c of chunk c, and for Q4_K d_x * u_c in *min (xq8.h): both exact products */
 static float chunk_q8_0(const block_q8_0 *w, const xq8_block *x) {
     int32_t isum = dot16(w->qs, x->q) + dot16(w->qs + 16, x->q + 16);
@@ -80,7 +70,7 @@ static float chunk_q8_0(const block_q8_0 *w, const xq8_block *x) {
 
 static float chunk_q4_K(const block_q4_K *w, int j, const xq8_block *x, float *min) {
     int sc, m;
-    q4k_scale_min(w->scales, j, &sc, &m);
+    k_scale_min_get(w->scales, j, &sc, &m);
     const uint8_t *qs = w->qs + 32 * (j / 2);
     int shift = 4 * (j & 1);
     int32_t isum = 0;

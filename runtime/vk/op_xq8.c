@@ -10,11 +10,6 @@ enum { SPEC_WG, SPEC_TYPE, SPEC_NT, SPEC_KL, N_SPEC };
 uint64_t cvk_xq8_q_bytes(uint32_t n_in, uint32_t n_tokens) { return (uint64_t)n_in * n_tokens; }
 uint64_t cvk_xq8_d_bytes(uint32_t n_in, uint32_t n_tokens) { return (uint64_t)n_in / XQ8_BLOCK * n_tokens * 8; }
 
-static int need_int_dot(const cvk_device *d, const char *what) {
-    if (!d->info.caps.int_dot) return cd_fail("%s: the device has no integer dot product (shaderIntegerDotProduct)", what);
-    return 0;
-}
-
 int cvk_xq8_quantize_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache) {
     const cinder_spv_module *m = cvk_spirv_module("xq8_quantize", CINDER_SPV_UNTYPED);
     if (!m) return -1;
@@ -34,7 +29,7 @@ int cvk_xq8_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cach
     if (!c.kl) c.kl = min_sg < 8 ? min_sg : 8;
     if (!xq8_type(type)) return cd_fail("matvec_xq8: type %s is not one of the integer family's (Q8_0, Q4_K, Q6_K)",
                                         qtype_name(type));
-    if (need_int_dot(d, "matvec_xq8")) return -1;
+    if (!k->int_dot) return cd_fail("matvec_xq8: the device has no integer dot product (shaderIntegerDotProduct)");
     if (!k->storage8 || !k->storage16) return cd_fail("matvec_xq8: the device lacks 8- or 16-bit storage buffer access");
     if (c.nt > 8 || c.kl & (c.kl - 1) || c.wg % c.kl || c.wg > k->max_wg_size[0])
         return cd_fail("matvec_xq8: tokens %u (1..8), lanes per row %u (a power of 2 dividing the workgroup of %u)",

@@ -6,7 +6,7 @@
  *
  * Needs shaderIntegerDotProduct (caps.int_dot: RDNA2+, NVIDIA, lavapipe unaccelerated).
  *
- *   cvk_xq8_quantize_pipeline(&q, &vk->dev, cache, NULL);
+ *   cvk_xq8_quantize_pipeline(&q, &vk->dev, cache);
  *   cvk_xq8_matvec_pipeline(&m, &vk->dev, cache, QTYPE_Q4_K, NULL);
  *   cvk_xq8_quantize(cmd, dp, &q, &(cvk_xq8_quantize_args){.x = xv, .n_in = 2048, .n_tokens = 1,
  *                    .xq = qv, .xd = dv});
