@@ -2,7 +2,9 @@
 // weight types: Q8_0 Q4_K Q6_K
 // The integer family's matrix product for few tokens (runtime/gguf/xq8.h: the arithmetic and
 // its canonical order; the same bits as xq8_dot_row):
-//   y[t][r] = y[t][r] + d_x[t][c] * v_c(W[r], q[t][c])  (Q4_K then - d_x * u_c), chunks in k order, from 0
+//   s = s + d_x[t][c] * v_c(W[r], q[t][c])  (Q4_K then - d_x * u_c), chunks in k order, from 0
+//   y[t][r] = s, or y[t][r] + s with accumulate (a residual added by the projection: the same
+//   bits as a separate add)
 // with x quantized by xq8_quantize.comp. A chunk's 32 weights are read and unpacked to int8
 // once for the NT tokens of the workgroup, and each token's dot is 8 dot4 instructions.
 //
@@ -29,7 +31,7 @@ layout(constant_id = 3) const uint KL = 8; // lanes per row: a power of 2 within
 
 layout(binding = 1) readonly buffer Xq { uvec4 xq[]; };
 layout(binding = 2) readonly buffer Xd { uvec2 xd[]; };
-layout(binding = 3) writeonly buffer Y { float y[]; };
+layout(binding = 3) buffer Y { float y[]; }; // read only with accumulate
 
 // mirrors cvk_xq8_matvec_push in runtime/vk/op_xq8.h
 layout(push_constant) uniform Push {
@@ -39,6 +41,7 @@ layout(push_constant) uniform Push {
     uint rows;      // rows in the bound part
     uint n_tokens;
     uint y_stride;  // floats between tokens of y
+    uint accumulate; // 1: y += the product
 } pc;
 
 void main() {
@@ -73,5 +76,8 @@ void main() {
     }
     if (j != 0u || !live) return;
     [[unroll]] for (uint t = 0; t < NT; t++)
-        if (t0 + t < pc.n_tokens) y[(t0 + t) * pc.y_stride + pc.row0 + r] = acc[t];
+        if (t0 + t < pc.n_tokens) {
+            uint o = (t0 + t) * pc.y_stride + pc.row0 + r;
+            y[o] = pc.accumulate != 0u ? y[o] + acc[t] : acc[t];
+        }
 }

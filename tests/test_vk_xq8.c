@@ -52,8 +52,9 @@ static void test_push_layout_matches_glsl(void **state) {
     check_push("xq8_quantize", q, 3, sizeof(cvk_xq8_quantize_push), 3);
     const uint32_t m[] = {offsetof(cvk_xq8_matvec_push, n_in),     offsetof(cvk_xq8_matvec_push, row_bytes),
                           offsetof(cvk_xq8_matvec_push, row0),     offsetof(cvk_xq8_matvec_push, rows),
-                          offsetof(cvk_xq8_matvec_push, n_tokens), offsetof(cvk_xq8_matvec_push, y_stride)};
-    check_push("matvec_xq8", m, 6, sizeof(cvk_xq8_matvec_push), 4);
+                          offsetof(cvk_xq8_matvec_push, n_tokens), offsetof(cvk_xq8_matvec_push, y_stride),
+                          offsetof(cvk_xq8_matvec_push, accumulate)};
+    check_push("matvec_xq8", m, 7, sizeof(cvk_xq8_matvec_push), 4);
     for (uint32_t t = 0; t < 64; t++) /* a module for each of the family's types and no other */
         if (qtype_supported((enum qtype)t))
             for (size_t s = 0; s < cinder_spv_all_count; s++)
@@ -206,9 +207,10 @@ static int teardown(void **state) {
     return vk_teardown(state);
 }
 
-/* y (n_tokens x n_rows) of the case on the GPU, the weights in parts of max_part bytes (0: the device's). */
+/* y (n_tokens x n_rows) of the case on the GPU, the weights in parts of max_part bytes (0: the
+ * device's); with y0, y starts as y0 and the product is added to it (accumulate). */
 static void gpu_matvec(const mcase *c, const uint8_t *w, const float *x, const cvk_xq8_cfg *cfg, uint64_t max_part,
-                       float *y) {
+                       const float *y0, float *y) {
     size_t rb = qtype_row_bytes(c->type, c->n_in);
     cvk_buffer bq, bd;
     gpu_quantize(x, c->n_in, c->n_tokens, 0, NULL, NULL, &bq, &bd);
@@ -219,10 +221,11 @@ static void gpu_matvec(const mcase *c, const uint8_t *w, const float *x, const c
     if (max_part) assert_true(bw.n_parts > 1);
     cvk_buffer by = device_buffer((uint64_t)c->n_tokens * c->n_rows * 4, 4);
     upload(&bw, w);
+    if (y0) upload(&by, y0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     cvk_xq8_matvec_args a = {.w = &bw, .type = c->type, .n_in = c->n_in, .n_rows = c->n_rows,
                              .xq = cvk_view_whole(&bq), .xd = cvk_view_whole(&bd), .n_tokens = c->n_tokens,
-                             .y = cvk_view_whole(&by)};
+                             .y = cvk_view_whole(&by), .accumulate = y0 != NULL};
     if (cvk_xq8_matvec(&vk->cmd, &vk->dpool, matvec_pipe(c->type, cfg), &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -260,7 +263,7 @@ static void run_mcase(const mcase *c, uint64_t seed, bool split) {
     const cvk_xq8_cfg cfgs[] = {{0}, {.kl = 1, .nt = 4}, {.wg = 64, .kl = 2, .nt = 8}, {.kl = min_sg < 8 ? min_sg : 8, .nt = 3}};
     for (size_t k = 0; k < sizeof cfgs / sizeof *cfgs; k++) {
         if (cfgs[k].kl > min_sg) continue;
-        gpu_matvec(c, w, x, &cfgs[k], 0, got);
+        gpu_matvec(c, w, x, &cfgs[k], 0, NULL, got);
         for (size_t i = 0; i < n_y; i++)
             if (bits(got[i]) != bits(want[i]))
                 fail_msg("%s n_in %u rows %u tokens %u (wg %u kl %u nt %u): y[%zu] = %.9g, the CPU's %.9g",
@@ -270,9 +273,16 @@ static void run_mcase(const mcase *c, uint64_t seed, bool split) {
     if (split) { /* parts of a few rows */
         uint64_t lcm = rb; /* a part is a multiple of lcm(row, 16) bytes */
         while (lcm % 16) lcm += rb;
-        gpu_matvec(c, w, x, &cfgs[0], 2 * lcm, got);
+        gpu_matvec(c, w, x, &cfgs[0], 2 * lcm, NULL, got);
         assert_memory_equal(got, want, n_y * 4);
     }
+    /* accumulate: y0 + the product, one float add (a residual) */
+    float *y0 = malloc(n_y * 4);
+    for (size_t i = 0; i < n_y; i++) y0[i] = rng_normal(&r), want[i] = y0[i] + want[i];
+    gpu_matvec(c, w, x, &cfgs[1], 0, y0, got);
+    for (size_t i = 0; i < n_y; i++)
+        if (bits(got[i]) != bits(want[i])) fail_msg("accumulate: y[%zu] = %.9g, y0 + the CPU's %.9g", i, got[i], want[i]);
+    free(y0);
     fprintf(stderr, "  %s n_in %u rows %u tokens %u: the GPU's bits are the CPU's; rel L2 to the float product %.2e\n",
             qtype_name(c->type), c->n_in, c->n_rows, c->n_tokens, err);
     free(w), free(x), free(want), free(exact), free(got), free(row), free(xb);

@@ -105,7 +105,8 @@ int cvk_xq8_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cv
             cvk_cmd_label_end(c);
             return cd_fail("matvec_xq8: %llu row groups exceed one grid dimension", (unsigned long long)gx);
         }
-        cvk_xq8_matvec_push pc = {a->n_in, (uint32_t)row_bytes, (uint32_t)row0, (uint32_t)rows, a->n_tokens, ys};
+        cvk_xq8_matvec_push pc = {a->n_in, (uint32_t)row_bytes, (uint32_t)row0, (uint32_t)rows, a->n_tokens, ys,
+                                  a->accumulate};
         views[0] = cvk_view_part(a->w, k);
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) {

@@ -3,6 +3,7 @@
  * block sums (shaders/matvec_xq8.comp), the same bits as xq8_quantize and xq8_dot_row:
  *
  *   y[t][r] = xq8_dot_row(type, W[r], xq8(x[t]), n_in)          r < n_rows, t < n_tokens
+ *   (or y[t][r] + that, accumulate)
  *
  * Needs shaderIntegerDotProduct (caps.int_dot: RDNA2+, NVIDIA, lavapipe unaccelerated).
  *
@@ -28,7 +29,7 @@ typedef struct cvk_xq8_quantize_push {
     uint32_t n_in, n_tokens, x_stride;
 } cvk_xq8_quantize_push;
 typedef struct cvk_xq8_matvec_push {
-    uint32_t n_in, row_bytes, row0, rows, n_tokens, y_stride;
+    uint32_t n_in, row_bytes, row0, rows, n_tokens, y_stride, accumulate;
 } cvk_xq8_matvec_push;
 
 /* The matvec's shape; 0 fields take the defaults. */
@@ -58,6 +59,7 @@ typedef struct cvk_xq8_matvec_args {
     uint32_t n_tokens;
     cvk_view y;
     uint32_t y_stride;   /* floats between tokens; 0 = n_rows */
+    bool accumulate;     /* y += the product (a residual: the same bits as a separate add) */
 } cvk_xq8_matvec_args;
 
 int cvk_xq8_quantize_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache);
