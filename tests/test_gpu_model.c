@@ -59,6 +59,8 @@ typedef struct seq1 {
  * gathering the wanted rows) rather than a CPU device's (gate and up apart, the matvec head).
  * Both are asked for by name, so every device runs both. */
 static bool gpu_defaults;
+/* And the integer family (gpu_model_opts.int_dot), against the CPU reference's (cpu_state.int_dot). */
+static bool int_dot;
 
 static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch, uint32_t page_tokens) {
     const model_config *c = &m->cfg;
@@ -69,8 +71,9 @@ static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch,
         fail_msg("%s", cd_errmsg());
     gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay,
                         .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
-                        .few_kernels = gpu_defaults ? 1 : -1};
+                        .few_kernels = gpu_defaults ? 1 : -1, .int_dot = int_dot ? 1 : -1};
     if (gpu_model_init(&q->g, vk, m, &o)) fail_msg("%s", cd_errmsg());
+    assert_string_equal(gpu_model_family(&q->g), int_dot ? "xq8" : "float");
     for (uint32_t il = 0; il < c->n_layer; il++) /* the path the test asked for */
         assert_int_equal(gpu_layer_has_pairs(&q->g.w.layers[il]), gpu_defaults);
     assert_int_equal(q->g.head_matvec, !gpu_defaults);
@@ -106,12 +109,14 @@ static void seq1_logits(seq1 *q, float *out) {
     if (gpu_model_batch_logits(&q->g, 0, out)) fail_msg("%s", cd_errmsg());
 }
 
-/* Runs the prompt on both and compares the last position's logits. */
-static double compare_prompt(const model *m, const int32_t *ids, uint32_t n, bool *top1_equal) {
+/* Runs the prompt on both and compares the last position's logits; the CPU's in the integer
+ * family when cpu_int (else the float reference). */
+static double compare_prompt_to(const model *m, const int32_t *ids, uint32_t n, bool cpu_int, bool *top1_equal) {
     uint32_t V = m->cfg.n_vocab;
     cpu_state s;
     seq1 g;
     assert_int_equal(cpu_state_init(&s, m, n + 1), 0);
+    s.int_dot = cpu_int;
     seq1_init(&g, m, n + 1, 0, 0);
     for (uint32_t i = 0; i < n; i++) assert_int_equal(cpu_forward(&s, ids[i], i, i + 1 == n), 0);
     seq1_run(&g, ids, n, 0, true);
@@ -125,6 +130,10 @@ static double compare_prompt(const model *m, const int32_t *ids, uint32_t n, boo
     seq1_free(&g);
     cpu_state_free(&s);
     return err;
+}
+
+static double compare_prompt(const model *m, const int32_t *ids, uint32_t n, bool *top1_equal) {
+    return compare_prompt_to(m, ids, n, int_dot, top1_equal);
 }
 
 static void logits_vs_cpu(const model *m, const char *what, double bound) {
@@ -167,6 +176,32 @@ static void test_logits_lowbit(void **state) {
     logits_vs_cpu(m, "tiny mix-lowbit", 1e-2);
     assert_true(greedy_ok(m, "tiny mix-lowbit", 20));
     logits_vs_cpu_gpu_kernels(m, "tiny mix-lowbit (a GPU's kernels)");
+}
+
+/* The integer family (the attention projections of Q4_K and Q6_K weights by int8 dot products,
+ * x quantized per token): the GPU's logits against the CPU reference computing the same family,
+ * with a CPU device's kernels and a GPU's, and 32-token greedy runs agree with it. The GPU is
+ * nearer the CPU's integer family than the float reference, by a margin: the mode computes what
+ * the plan does, not merely something close. */
+static void test_logits_int_dot(void **state) {
+    (void)state;
+    model *m = load("gpu_tiny_int.gguf", "q4_k_m", 61, NULL);
+    int_dot = true;
+    logits_vs_cpu(m, "tiny q4_k_m, integer family", 1e-2);
+    int32_t ids[40];
+    rng r;
+    rng_seed(&r, 62);
+    random_prompt(&r, ids, 40);
+    bool top1;
+    double same = compare_prompt_to(m, ids, 40, true, &top1), other = compare_prompt_to(m, ids, 40, false, &top1);
+    print_message("integer family, 40 tokens: rel L2 to the CPU's integer family %.2e, to its float family %.2e\n", same,
+                  other);
+    assert_true(same * 1.5 < other);
+    assert_true(greedy_ok(m, "tiny q4_k_m, integer family", 20));
+    gpu_defaults = true;
+    logits_vs_cpu(m, "tiny q4_k_m, integer family (a GPU's kernels)", 1e-2);
+    gpu_defaults = int_dot = false;
+    model_free(m);
 }
 
 /* Every weight f32: the 151936 x 256 embedding (and an untied lm_head of the same shape) is
@@ -248,6 +283,7 @@ static bool greedy_ok(model *m, const char *what, uint32_t n_prompts) {
     cpu_state s;
     assert_int_equal(cpu_state_init(&s, m, n_prompt + n_gen), 0);
     s.kv_fp16 = true; /* K/V stored as the GPU stores them: a 32-step greedy run compares kernels, not KV formats */
+    s.int_dot = int_dot;
     for (uint32_t p = 0; p < n_prompts; p++) {
         int32_t ids[n_prompt], cpu_out[n_gen], gpu_out[n_gen];
         random_prompt(&r, ids, n_prompt);
@@ -415,6 +451,7 @@ int main(int argc, char **argv) {
         cmocka_unit_test(test_logits_dense_pairs),
         cmocka_unit_test(test_logits_f32),
         cmocka_unit_test(test_logits_lowbit),
+        cmocka_unit_test(test_logits_int_dot),
     };
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -43,6 +43,13 @@ void cpu_matvec(float *out, const gguf_tensor *w, int64_t slice, const float *x,
     }
 }
 
+void cpu_matvec_xq8(float *out, const gguf_tensor *w, const float *x, xq8_block *xq) {
+    int64_t n_in = w->ne[0];
+    size_t row_bytes = qtype_row_bytes(w->type, n_in);
+    xq8_quantize(x, n_in, xq);
+    for (int64_t r = 0; r < w->ne[1]; r++) out[r] = xq8_dot_row(w->type, (const uint8_t *)w->data + r * row_bytes, xq, n_in);
+}
+
 void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
     double ss = dot(x, x, n) / (double)n;
     float scale = (float)(1.0 / sqrt(ss + eps));
@@ -123,6 +130,7 @@ int cpu_state_init(cpu_state *s, const model *m, uint32_t n_ctx) {
     s->key_cache = alloc_f32((size_t)c->n_layer * n_ctx * kv_dim, &failed);
     s->value_cache = alloc_f32((size_t)c->n_layer * n_ctx * kv_dim, &failed);
     s->logits = alloc_f32(c->n_vocab, &failed);
+    if (!(s->xq = calloc(max_row / XQ8_BLOCK + 1, sizeof *s->xq))) failed = 1;
     rope_freqs(&c->rope, c->head_dim, s->rope_freq, &s->rope_mscale);
     if (failed) {
         cpu_state_free(s);
@@ -135,6 +143,7 @@ void cpu_state_free(cpu_state *s) {
     float *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att_out, s->att, s->hb, s->hb2,
                      s->router, s->row, s->key_cache, s->value_cache, s->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(s->xq);
     memset(s, 0, sizeof *s);
 }
 
@@ -146,15 +155,21 @@ static const float *vec(const gguf_tensor *t, float *out) {
     return out;
 }
 
+/* An attention projection: in the integer family where the state asks for it and the type has it. */
+static void attn_matvec(cpu_state *s, float *out, const gguf_tensor *w, const float *x) {
+    if (s->int_dot && xq8_type(w->type)) cpu_matvec_xq8(out, w, x, s->xq);
+    else cpu_matvec(out, w, 0, x, s->row);
+}
+
 static void attention(cpu_state *s, const layer_weights *l, uint32_t il, uint32_t pos) {
     const model_config *c = &s->m->cfg;
     uint32_t hd = c->head_dim, kv_dim = c->n_head_kv * hd, group = c->n_head / c->n_head_kv;
     float norm_w[1024];
 
     /* q, k, v projections, then per-head RMSNorm (QK-norm), then RoPE */
-    cpu_matvec(s->q, l->wq, 0, s->xb, s->row);
-    cpu_matvec(s->k, l->wk, 0, s->xb, s->row);
-    cpu_matvec(s->v, l->wv, 0, s->xb, s->row);
+    attn_matvec(s, s->q, l->wq, s->xb);
+    attn_matvec(s, s->k, l->wk, s->xb);
+    attn_matvec(s, s->v, l->wv, s->xb);
     vec(l->q_norm, norm_w);
     for (uint32_t h = 0; h < c->n_head; h++) {
         cpu_rmsnorm(s->q + h * hd, s->q + h * hd, norm_w, hd, c->rms_eps);
@@ -195,7 +210,7 @@ static void attention(cpu_state *s, const layer_weights *l, uint32_t il, uint32_
             out[i] = (float)(acc / sum);
         }
     }
-    cpu_matvec(s->xb2, l->wo, 0, s->att_out, s->row);
+    attn_matvec(s, s->xb2, l->wo, s->att_out);
 }
 
 /* SwiGLU FFN of one expert (slice e of the stacked tensors) or of the dense FFN (e = 0). */

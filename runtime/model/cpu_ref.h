@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "runtime/gguf/xq8.h"
 #include "runtime/model/model.h"
 
 typedef struct cpu_state {
@@ -30,6 +31,10 @@ typedef struct cpu_state {
     double rope_mscale;    /* and the rotation's magnitude (YaRN's attention factor) */
     bool kv_fp16;          /* round cached K and V to fp16 as the GPU's pool stores them (default off:
                               the f32 reference); set after cpu_state_init */
+    bool int_dot;          /* the integer family, as the GPU's plan with gpu_model_opts.int_dot: the
+                              attention projections (q, k, v, o) of Q8_0, Q4_K and Q6_K weights as
+                              cpu_matvec_xq8 (x quantized to int8 blocks); set after cpu_state_init */
+    xq8_block *xq;         /* (max row length / 32) the quantized x of cpu_matvec_xq8 */
 } cpu_state;
 
 int cpu_state_init(cpu_state *s, const model *m, uint32_t n_ctx);
@@ -43,6 +48,9 @@ int cpu_forward(cpu_state *s, int32_t token, uint32_t pos, int want_logits);
 void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps);
 /* out[r] = dot(row r of W, x) for rows [0, n_rows) of a (n_in, n_rows, ...) tensor slice. */
 void cpu_matvec(float *out, const gguf_tensor *w, int64_t slice, const float *x, float *row_scratch);
+/* The integer family's out[r] = xq8_dot_row(row r, xq8(x)) for w's rows (w of an xq8_type;
+ * runtime/gguf/xq8.h), with xq scratch for n_in / 32 blocks: the GPU's matvec_xq8 bits. */
+void cpu_matvec_xq8(float *out, const gguf_tensor *w, const float *x, xq8_block *xq);
 /* Row r of tensor w (flattened over dims 1..3) as floats. */
 void cpu_tensor_row(const gguf_tensor *w, int64_t r, float *out);
 /* NeoX RoPE on one head: pairs (i, i + d/2) rotate by pos * freq[i] and scale by mscale

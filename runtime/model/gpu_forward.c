@@ -39,6 +39,8 @@
 #include "runtime/vk/op_moe_combine.h"
 #include "runtime/vk/op_moe_group.h"
 #include "runtime/vk/op_rmsnorm.h"
+#include "runtime/gguf/xq8.h"
+#include "runtime/vk/op_xq8.h"
 #include "runtime/vk/rope_table.h"
 #include "runtime/vk/vk_barrier.h"
 
@@ -184,8 +186,28 @@ static int head_matvec_pipelines(gpu_model *g) {
     return 0;
 }
 
+/* The integer family's kernels (int_dot) for weights of t's type where it has them: one token
+ * per workgroup, and 8 (a row's chunk unpacked once for them). The decode shapes on RDNA
+ * (docs/PERF.md, session 43's ACO table): 32 invocations, 8 lanes per row. */
+static int want_xq8(gpu_model *g, const gguf_tensor *t) {
+    if (!t || !xq8_type(t->type) || g->xq8_one[t->type].pipe) return 0;
+    VkPipelineCache pc = g->vk->pcache.cache;
+    return cvk_xq8_matvec_pipeline(&g->xq8_one[t->type], &g->vk->dev, pc, t->type, &(cvk_xq8_cfg){.nt = 1}) ||
+           cvk_xq8_matvec_pipeline(&g->xq8_many[t->type], &g->vk->dev, pc, t->type, &(cvk_xq8_cfg){.nt = 8});
+}
+
+static int xq8_pipelines(gpu_model *g) {
+    CD_TRY(cvk_xq8_quantize_pipeline(&g->xq8_quantize, &g->vk->dev, g->vk->pcache.cache));
+    for (uint32_t il = 0; il < g->m->cfg.n_layer; il++) {
+        const layer_weights *l = &g->m->layers[il];
+        CD_TRY(want_xq8(g, l->wq) || want_xq8(g, l->wk) || want_xq8(g, l->wv) || want_xq8(g, l->wo));
+    }
+    return 0;
+}
+
 int gpu_forward_pipelines(gpu_model *g) {
     const model *m = g->m;
+    if (g->int_dot) CD_TRY(xq8_pipelines(g));
     for (uint32_t il = 0; il < m->cfg.n_layer; il++) {
         const gguf_tensor *ts[GPU_LAYER_MATS];
         gpu_layer_mats(&m->layers[il], ts);
@@ -234,6 +256,10 @@ static int make_buffers(gpu_model *g) {
     CD_TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
         gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     CD_TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D));
+    uint32_t xq_in = (uint32_t)(q_dim > c->n_embd ? q_dim : c->n_embd); /* the attention projections' inputs */
+    if (g->int_dot)
+        CD_TRY(gpu_model_buffer(g, &g->bxq, cvk_xq8_q_bytes(xq_in, (uint32_t)T), D) ||
+            gpu_model_buffer(g, &g->bxqd, cvk_xq8_d_bytes(xq_in, (uint32_t)T), D));
     bool apart = false; /* a layer whose gate and up are not gate-up pairs: HU and a swiglu stage */
     for (uint32_t il = 0; il < c->n_layer; il++) apart |= !gpu_model_layer_pairs(g, il); /* before the upload */
     if (apart) CD_TRY(gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
@@ -298,7 +324,7 @@ void gpu_forward_free(gpu_model *g) {
     cvk_descpool_free(&g->pdpool);
     cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
                           &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
-                          &g->bpartials, &g->blogits, &g->bam_scratch, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
+                          &g->bpartials, &g->bxq, &g->bxqd, &g->blogits, &g->bam_scratch, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
     gpu_input *ins[] = {&g->in_tok, &g->in_loc, &g->in_table, &g->in_out, &g->in_sample};
     for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
@@ -311,6 +337,11 @@ void gpu_forward_free(gpu_model *g) {
             cvk_pipeline_destroy(&vk->dev, &g->matmul_few[glu][t]);
             cvk_pipeline_destroy(&vk->dev, &g->matmul_one[glu][t]);
         }
+    for (int t = 0; t < QTYPE_COUNT; t++) {
+        cvk_pipeline_destroy(&vk->dev, &g->xq8_one[t]);
+        cvk_pipeline_destroy(&vk->dev, &g->xq8_many[t]);
+    }
+    cvk_pipeline_destroy(&vk->dev, &g->xq8_quantize);
     cvk_pipeline_destroy(&vk->dev, &g->moe_group);
     cvk_pipeline_destroy(&vk->dev, &g->matmul_head_one);
     cvk_pipeline_destroy(&vk->dev, &g->matmul_head_few);
@@ -428,13 +459,39 @@ static int rmsnorm(const chunk *ch, const char *role, const cvk_buffer *x, const
     return cvk_rmsnorm(ch->c, ch->dp, &ch->g->rmsnorm, &a);
 }
 
+/* The integer family's quantized x (bxq, bxqd) from x's T rows of n floats. */
+static int quantize_x(const chunk *ch, const cvk_buffer *x, uint32_t n) {
+    gpu_model *g = ch->g;
+    work_rows(ch, "xq8_quantize", n, ch->T, 1, 1, 3, false);
+    cvk_xq8_quantize_args a = {.x = W(x), .n_in = n, .n_tokens = ch->T, .xq = W(&g->bxq), .xd = W(&g->bxqd)};
+    return cvk_xq8_quantize(ch->c, ch->dp, &g->xq8_quantize, &a);
+}
+
+/* An attention projection: in the integer family (from quantize_x's blocks of x) where the plan
+ * has it for t's type, else the float family's matmul_to; OUT_SET or OUT_ADD. */
+static int attn_matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
+                       const cvk_buffer *x, const cvk_buffer *y, enum matmul_out out) {
+    const gpu_model *g = ch->g;
+    if (!g->int_dot || !xq8_type(t->type)) return matmul_to(ch, role, t, w, x, y, out);
+    work_matmul(ch, role, t, ch->T, 1, ch->T, false);
+    cvk_xq8_matvec_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
+                             .xq = W(&g->bxq), .xd = W(&g->bxqd), .n_tokens = ch->T, .y = W(y),
+                             .accumulate = out == OUT_ADD};
+    return cvk_xq8_matvec(ch->c, ch->dp, ch->T == 1 ? &g->xq8_one[t->type] : &g->xq8_many[t->type], &a);
+}
+
 static int attention(const chunk *ch, uint32_t il) {
     gpu_model *g = ch->g;
     const model_config *cf = &g->m->cfg;
     const layer_weights *l = &g->m->layers[il];
     const gpu_layer *d = &g->w.layers[il];
-    CD_TRY(matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq) || matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk) ||
-        matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv));
+    if (g->int_dot) {
+        CD_TRY(quantize_x(ch, &g->bxb, cf->n_embd));
+        barrier(ch);
+    }
+    CD_TRY(attn_matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq, OUT_SET) ||
+        attn_matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk, OUT_SET) ||
+        attn_matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv, OUT_SET));
     barrier(ch);
     /* QK-norm and RoPE in one stage: Q in place, K straight into its pages with V */
     cvk_head_norm_rope_args hq = {.x = W(&g->bq), .w = W(&d->q_norm), .loc = W(&g->in_loc.dev), .table = &g->rope_tab,
@@ -456,7 +513,11 @@ static int attention(const chunk *ch, uint32_t il) {
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
     CD_TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
-    return matmul_residual(ch, "attn_output", l->wo, &d->wo, &g->batt);
+    if (g->int_dot) {
+        CD_TRY(quantize_x(ch, &g->batt, cf->n_head * cf->head_dim));
+        barrier(ch);
+    }
+    return attn_matmul(ch, "attn_output", l->wo, &d->wo, &g->batt, &g->bx, OUT_ADD);
 }
 
 /* H = silu(XB Wg) * (XB Wu) for the dense FFN: one matmul over gate-up pairs, else two and a
@@ -774,5 +835,7 @@ int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out
         return cd_fail("logits rows %u..%u: the model holds %u", j, j + n, g->max_out);
     return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, n * row), out);
 }
+
+const char *gpu_model_family(const gpu_model *g) { return g->int_dot ? "xq8" : "float"; }
 
 int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out) { return gpu_model_batch_logits_rows(g, j, 1, out); }

@@ -49,6 +49,17 @@ static int check_opts(const model *m, const gpu_model_opts *o, bool compile_only
     return 0;
 }
 
+/* Whether the plan takes the integer family (gpu_model_opts.int_dot); -1 when it was asked for
+ * on a device that cannot run it. */
+static int int_family(const cvk_ctx *vk, const gpu_model_opts *o) {
+    const cvk_caps *k = &vk->dev.info.caps;
+    if (o->int_dot <= 0) return 0; /* auto: off until a GPU's numbers choose it (docs/kernels/xq8.md) */
+    if (!k->int_dot || !k->storage8 || !k->storage16)
+        return cd_fail("the integer family (int_dot) needs shaderIntegerDotProduct and 8- and 16-bit storage buffers, "
+                       "which %s lacks", vk->dev.info.props.deviceName);
+    return 1;
+}
+
 /* The device's choices of kernels and layouts, from the options and the device's kind. */
 static void plan(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     g->n_ctx = o->n_ctx;
@@ -89,6 +100,9 @@ static int begin(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts
     g->vk = vk;
     if (check_opts(m, o, compile_only)) return -1;
     plan(g, vk, m, o);
+    int fam = int_family(vk, o);
+    if (fam < 0) return -1;
+    g->int_dot = fam;
     return 0;
 }
 

@@ -153,6 +153,12 @@ typedef struct gpu_model {
     gpu_tile_shape big_tile;                  /* the tiled kernel's, asked for (bm 0: the default) */
     gpu_rows_shape head_shape;                /* a GPU's 2-16-token lm_head's, asked for */
     cvk_pipeline moe_group;
+    /* the integer family (gpu_model_opts.int_dot): x quantized to int8 blocks once per input,
+     * then the attention projections of Q8_0, Q4_K and Q6_K weights by exact dot4 block sums
+     * (op_xq8.h), for one token and for up to 8 per workgroup; the same bits either way */
+    bool int_dot;
+    cvk_pipeline xq8_quantize;
+    cvk_pipeline xq8_one[QTYPE_COUNT], xq8_many[QTYPE_COUNT];
     cvk_attn_prefill_pipes attn_prefill;
     cvk_argmax_pipes argmax;
     cvk_sample_pipes sample;
@@ -172,6 +178,8 @@ typedef struct gpu_model {
     cvk_buffer bhg, bhu;             /* (n_batch * n_expert_used | n_batch, n_ff) */
     cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */
     cvk_buffer bpartials;            /* attention split scratch */
+    cvk_buffer bxq, bxqd;            /* the integer family's quantized x: (n_batch, max(n_embd, q_dim))
+                                        int8 and 8 bytes a 32-block (int_dot) */
     gpu_input in_tok, in_loc;        /* ids, {row, position} (RoPE and attention read it) */
     cvk_descpool pdpool;             /* a profiled pass's sets (reset per pass) */
     cvk_cmd pcmd;                    /* a profiled pass (recorded per pass, with the timer's spans) */
@@ -233,6 +241,13 @@ typedef struct gpu_model_opts {
      * device), to measure others: bm 0 keeps the default (cvk_matmul_tile_default, 64 x 64 x 32 /
      * 4 x 4). Any tile gives the same bits. */
     gpu_tile_shape big_tile;
+    /* The integer family (runtime/gguf/xq8.h, op_xq8.h): the attention projections (q, k, v,
+     * o) of Q8_0, Q4_K and Q6_K weights as exact int8 dot products with x quantized per token
+     * per 32-block, every token count alike (the CPU reference's cpu_state.int_dot computes the
+     * same). Other bits than the float family's, so part of the cache namespace
+     * (gpu_model_family). 0 auto = off (until a GPU's numbers choose it per device), 1 on (an
+     * error on a device without shaderIntegerDotProduct), -1 off. */
+    int int_dot;
     /* The device memory the plan is made against: 0 the device's (cvk_mem_heap_room); else
      * this many bytes, as if the card had no more (a smaller card simulated). */
     uint64_t device_memory;
@@ -302,6 +317,8 @@ int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint3
  * reads out[j]'s logits when a caller wants them (logprobs, sampling with top_k "all"). */
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next);
 int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out); /* n_vocab floats */
+/* The arithmetic family of g's plan, a name for the cache namespace: "float" or "xq8" (int_dot). */
+const char *gpu_model_family(const gpu_model *g);
 /* Rows [j, j + n) in one download: n * n_vocab floats. */
 int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out);
 
