@@ -110,7 +110,7 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     CD_TRY(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
                        o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
     gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out,
-                         .gate_up_pairs = o->gate_up_pairs,
+                         .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
                          .device_memory = (uint64_t)o->device_memory_mb << 20, .progress = o->load_progress,
                          .host_expert_layers = o->host_expert_layers, .host_experts_fixed = o->host_experts_fixed};
     CD_TRY(init_pool_and_model(e, &lay, pool, !o->pool_tokens, &go));
@@ -123,6 +123,9 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     const char *t = o->tenant;
     uint8_t code[CVK_CODE_ID_BYTES];
     cvk_code_id(&e->vk->dev.info, code);
+    /* the integer family rounds otherwise than the float one; the float plan keeps the id */
+    const char *family = gpu_model_family(&e->g);
+    if (strcmp(family, "float")) cvk_code_id_variant(code, family);
     CD_TRY(kv_cache_namespace(m->fingerprint, code, "f16", lay.page_tokens, t, t ? strlen(t) : 0, ns));
     CD_TRY(kv_cache_init(&e->cache, &e->pool.pages, ns));
     if (o->host_cache_mb) {

@@ -78,6 +78,7 @@ typedef struct engine_opts {
      * Either way the same tokens but within float rounding of a boundary between two tokens. */
     int draw;
     int gate_up_pairs;     /* gpu_model_opts.gate_up_pairs: 0 auto (a GPU), 1 on, -1 off */
+    int int_dot;           /* gpu_model_opts.int_dot: 0 auto (off for now), 1 on, -1 off */
     uint32_t device_memory_mb; /* gpu_model_opts.device_memory in MiB: 0 the device's; else plan as if
                                   it had this much (--device-memory-mb) */
     gpu_load_progress load_progress; /* gpu_model_opts.progress: the weights' upload, tensor by tensor */

@@ -35,9 +35,19 @@ typedef struct pair {
     float *la, *lb;
 } pair;
 
-static void pair_init(pair *p, model *m, uint32_t page, uint32_t pool, uint32_t host_mb) {
-    engine_opts a = {.n_ctx = MAX_LEN, .pool_tokens = pool, .page_tokens = page, .host_cache_mb = host_mb};
-    engine_opts b = {.n_ctx = MAX_LEN, .page_tokens = page, .no_prefix_cache = true};
+/* A random trace's shape: the page size, pool tokens (0: the default), host tier MiB, requests,
+ * the seed; the model (NULL: tiny f32) and engine_opts.int_dot. */
+typedef struct trace_case {
+    uint32_t page, pool, host_mb, n_req;
+    uint64_t seed;
+    model *m;
+    int int_dot;
+} trace_case;
+
+static void pair_init(pair *p, model *m, const trace_case *c) {
+    engine_opts a = {.n_ctx = MAX_LEN, .pool_tokens = c->pool, .page_tokens = c->page, .host_cache_mb = c->host_mb,
+                     .int_dot = c->int_dot};
+    engine_opts b = {.n_ctx = MAX_LEN, .page_tokens = c->page, .no_prefix_cache = true, .int_dot = c->int_dot};
     if (vk_engine_init(&p->cached, m, &a) || vk_engine_init(&p->plain, m, &b)) fail_msg("%s", cd_errmsg());
     p->la = malloc(m->cfg.n_vocab * sizeof *p->la);
     p->lb = malloc(m->cfg.n_vocab * sizeof *p->lb);
@@ -73,21 +83,22 @@ static void run_both(pair *p, tu_trace *h, const int32_t *ids, uint32_t n, uint3
     engine_reply_free(&b);
 }
 
-static void random_trace(uint32_t page, uint32_t pool, uint32_t host_mb, uint32_t n_req, uint64_t seed) {
+static void random_trace(const trace_case *c) {
+    uint32_t page = c->page, pool = c->pool, host_mb = c->host_mb;
     pair p;
-    pair_init(&p, tiny(), page, pool, host_mb);
+    pair_init(&p, c->m ? c->m : tiny(), c);
     /* 1 MiB is ~256 slots here, more than the traces fill: keep all but 48 out of use, so the
      * tier runs full and evicts its own LRU entries as well */
     uint32_t reserved = 0, slot;
     if (host_mb)
         while (kv_host_free_count(&p.cached.host) > 48 && kv_host_slot_alloc(&p.cached.host, &slot) == 0) reserved++;
     rng r;
-    rng_seed(&r, seed);
+    rng_seed(&r, c->seed);
     int32_t *ids = malloc(MAX_LEN * sizeof *ids);
     tu_trace *h = calloc(1, sizeof *h);
     tu_trace_init(h, &r, &(tu_trace_shape){.sys_len = 64, .question = 24, .question_span = 40, .message_span = 12,
                                             .tool = 20, .tool_span = 30, .max_len = MAX_LEN});
-    for (uint32_t i = 0; i < n_req; i++) {
+    for (uint32_t i = 0; i < c->n_req; i++) {
         uint32_t n = tu_trace_next(h, &r, ids);
         run_both(&p, h, ids, n, 2 + (uint32_t)rng_below(&r, 5));
     }
@@ -116,13 +127,46 @@ static void random_trace(uint32_t page, uint32_t pool, uint32_t host_mb, uint32_
     pair_free(&p);
 }
 
-static void test_random_traces_page16(void **st) { (void)st; random_trace(16, 0, 0, 40, 1); }
-static void test_random_traces_page4(void **st) { (void)st; random_trace(4, 0, 0, 40, 2); }
+static void test_random_traces_page16(void **st) { (void)st; random_trace(&(trace_case){.page = 16, .n_req = 40, .seed = 1}); }
+static void test_random_traces_page4(void **st) { (void)st; random_trace(&(trace_case){.page = 4, .n_req = 40, .seed = 2}); }
 /* A pool of 160 tokens: requests run with the cache evicting older entries all along. */
-static void test_random_traces_small_pool(void **st) { (void)st; random_trace(4, 160, 0, 40, 3); }
+static void test_random_traces_small_pool(void **st) {
+    (void)st;
+    random_trace(&(trace_case){.page = 4, .pool = 160, .n_req = 40, .seed = 3});
+}
 /* The same pool with a 1 MiB host tier (~256 pages of the tiny model at page size 4, fewer than
  * the traces write, so the tier evicts too): victims are demoted, matches restore them. */
-static void test_random_traces_host_tier(void **st) { (void)st; random_trace(4, 160, 1, 32, 5); }
+static void test_random_traces_host_tier(void **st) {
+    (void)st;
+    random_trace(&(trace_case){.page = 4, .pool = 160, .host_mb = 1, .n_req = 32, .seed = 5});
+}
+
+/* The integer family (int_dot: q/k/v/o as int8 dot products) keeps the invariant: a Q4_K_M
+ * file's requests give the same tokens and logits bits from cached pages as from scratch. Its
+ * namespace differs from the float family's (other rounding), and an f32 file's does not (no
+ * product of its runs integer, int_dot on or not). */
+static void test_random_traces_int_dot(void **st) {
+    (void)st;
+    model *q, *f;
+    if (model_load(&q, tu_make_model("pc_q4km.gguf", "tiny", "q4_k_m", 7, NULL), (model_load_opts){0}) ||
+        model_load(&f, tu_make_model("pc_f32.gguf", "tiny", "f32", 7, NULL), (model_load_opts){0}))
+        fail_msg("%s", cd_errmsg());
+    random_trace(&(trace_case){.page = 4, .n_req = 24, .seed = 6, .m = q, .int_dot = 1});
+    model *ms[2] = {q, f};
+    for (int i = 0; i < 2; i++) {
+        engine e[2];
+        for (int j = 0; j < 2; j++) {
+            engine_opts o = {.n_ctx = 64, .pool_tokens = 64, .page_tokens = 4, .int_dot = j ? 1 : -1};
+            if (vk_engine_init(&e[j], ms[i], &o)) fail_msg("%s", cd_errmsg());
+        }
+        assert_string_equal(gpu_model_family(&e[1].g), i == 0 ? "xq8" : "float");
+        assert_int_equal(memcmp(e[0].cache.ns, e[1].cache.ns, RADIX_NS_BYTES) != 0, i == 0);
+        engine_free(&e[0]);
+        engine_free(&e[1]);
+    }
+    model_free(q);
+    model_free(f);
+}
 
 /* Restored KV is bit-identical to what was demoted, in other page ids: fill the pool with
  * random bytes, cache 8 pages, demote them all, scribble over the pool, hold the original page
@@ -362,7 +406,7 @@ static void test_salted_host_tier(void **st) {
 static void test_page_boundaries(void **st) {
     (void)st;
     pair p;
-    pair_init(&p, tiny(), 4, 0, 0);
+    pair_init(&p, tiny(), &(trace_case){.page = 4});
     tu_trace *h = calloc(1, sizeof *h);
     int32_t base[32], q[32];
     rng r;
@@ -530,6 +574,14 @@ static void test_namespaces(void **st) {
     assert_memory_not_equal(code[0], code[1], CVK_CODE_ID_BYTES);
     assert_memory_not_equal(code[0], code[2], CVK_CODE_ID_BYTES);
     assert_memory_equal(code[0], code[3], CVK_CODE_ID_BYTES);
+    uint8_t var[3][CVK_CODE_ID_BYTES]; /* another choice of kernels: another id, the same for the same */
+    for (int i = 0; i < 3; i++) memcpy(var[i], code[0], CVK_CODE_ID_BYTES);
+    cvk_code_id_variant(var[0], "xq8");
+    cvk_code_id_variant(var[1], "xq4");
+    cvk_code_id_variant(var[2], "xq8");
+    assert_memory_not_equal(var[0], code[0], CVK_CODE_ID_BYTES);
+    assert_memory_not_equal(var[0], var[1], CVK_CODE_ID_BYTES);
+    assert_memory_equal(var[0], var[2], CVK_CODE_ID_BYTES);
     test_host_cpu_in_code_id(&dev);
     uint8_t k[7][RADIX_NS_BYTES];
     assert_int_equal(kv_cache_namespace(a->fingerprint, code[0], "f16", 16, NULL, 0, k[0]), 0);
@@ -612,6 +664,7 @@ int main(void) {
         cmocka_unit_test(test_failed_commit_counted),
         cmocka_unit_test(test_salted_host_tier),
         cmocka_unit_test(test_random_traces_host_tier),
+        cmocka_unit_test(test_random_traces_int_dot),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*host*" */
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -836,6 +836,15 @@ int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out
     return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, n * row), out);
 }
 
-const char *gpu_model_family(const gpu_model *g) { return g->int_dot ? "xq8" : "float"; }
+/* "xq8" only where some product runs integer (attn_matmul): an f32 file's do not, int_dot on or not */
+const char *gpu_model_family(const gpu_model *g) {
+    for (uint32_t il = 0; g->int_dot && il < g->m->cfg.n_layer; il++) {
+        const layer_weights *l = &g->m->layers[il];
+        const gguf_tensor *ts[] = {l->wq, l->wk, l->wv, l->wo};
+        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
+            if (ts[i] && xq8_type(ts[i]->type)) return "xq8";
+    }
+    return "float";
+}
 
 int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out) { return gpu_model_batch_logits_rows(g, j, 1, out); }

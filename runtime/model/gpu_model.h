@@ -317,7 +317,8 @@ int gpu_model_set_table(gpu_model *g, uint32_t row, const uint32_t *pages, uint3
  * reads out[j]'s logits when a caller wants them (logprobs, sampling with top_k "all"). */
 int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next);
 int gpu_model_batch_logits(gpu_model *g, uint32_t j, float *out); /* n_vocab floats */
-/* The arithmetic family of g's plan, a name for the cache namespace: "float" or "xq8" (int_dot). */
+/* The arithmetic family of g's plan, a name for the cache namespace: "xq8" where int_dot is on and
+ * some product runs integer (a weight of a type matvec_xq8 reads), else "float". */
 const char *gpu_model_family(const gpu_model *g);
 /* Rows [j, j + n) in one download: n * n_vocab floats. */
 int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out);

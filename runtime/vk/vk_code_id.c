@@ -74,3 +74,15 @@ void cvk_code_id_from(const cvk_phys_info *d, FILE *cpuinfo, uint8_t out[CVK_COD
     XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
     memcpy(out, c.digest, CVK_CODE_ID_BYTES);
 }
+
+void cvk_code_id_variant(uint8_t id[CVK_CODE_ID_BYTES], const char *variant) {
+    XXH3_state_t s;
+    XXH3_128bits_reset(&s);
+    static const char domain[] = "cinder.code-id.variant.v1";
+    put(&s, domain, sizeof domain - 1);
+    put(&s, id, CVK_CODE_ID_BYTES);
+    put(&s, variant, strlen(variant));
+    XXH128_canonical_t c;
+    XXH128_canonicalFromHash(&c, XXH3_128bits_digest(&s));
+    memcpy(id, c.digest, CVK_CODE_ID_BYTES);
+}

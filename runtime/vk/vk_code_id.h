@@ -31,3 +31,8 @@
 void cvk_code_id(const cvk_phys_info *d, uint8_t out[CVK_CODE_ID_BYTES]);
 /* The same with the host's cpuinfo text from a stream (NULL: none), for tests. */
 void cvk_code_id_from(const cvk_phys_info *d, FILE *cpuinfo, uint8_t out[CVK_CODE_ID_BYTES]);
+/* The code id of the same device running another choice among the embedded kernels (the
+ * integer family of matrix-vector products, say): XXH3-128 over the id and the variant's name,
+ * in a domain of its own. The caller keeps its default choice's id unchanged, so caches written
+ * before a variant existed stay valid while KV the variant computed misses them. */
+void cvk_code_id_variant(uint8_t id[CVK_CODE_ID_BYTES], const char *variant);
