@@ -4,7 +4,7 @@
 #   cinder profile --device      the device card (bandwidth, transfers, FMA/int8 rates, limits)
 #   cinder profile               per-op time, bytes, FLOPs, roofline (+ a Perfetto trace), and
 #                                at --batch N for the batched decode step
-#   cinder bench                 pp/tg tok/s
+#   cinder bench                 pp/tg tok/s (and with --int-dot on: the integer family)
 #   llama.cpp (node-llama-cpp)   its Vulkan build on the same file (scripts/bench_peer.sh)
 #   cinder bench --agents N      batched decode: N agents one at a time, then all N together
 #   cinder.base (--bundle)       a bundle made with --baseline REV: that cinder and this one timed
@@ -100,6 +100,11 @@ run profile.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pg
   --trace "$out/profile.trace.json" || status=1
 run profile.json "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --json >/dev/null || status=1
 run bench.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat "$repeat" --json || status=1
+# the integer family (docs/kernels/xq8.md): whether it earns its place as this device's default
+run bench-int.json "$bin" bench --model "$model" --prompt-tokens "$pp" --gen "$tg" --repeat "$repeat" --int-dot on \
+  --json || status=1
+run profile-int.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" --batch "$batch" --int-dot on \
+  || status=1
 # the batched decode step's ops (the agents' case): few-token matmuls, attention over 8 tables
 if [ "$agents" -gt 1 ] && [ "$batch" != "$agents" ]; then
   run profile-b$agents.txt "$bin" profile --model "$model" --prompt-tokens "$pp" --gen "$pgen" \
@@ -219,6 +224,7 @@ def load(name):  # one JSON document per file (pretty or not), or JSON lines
     except ValueError:
         return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
 card, prof, bench, peer = load("device.json"), load("profile.json"), load("bench.json"), load("peer.json")
+bench_int = load("bench-int.json")
 a1, an = load("agents-c1.json"), load("agents-cN.json")
 print(f"# gpu-bench: {os.path.basename(model)}\n")
 if card:
@@ -241,6 +247,9 @@ print(f"\n| engine | pp{pp} tok/s | tg{tg} tok/s | cinder / this (pp, tg) |\n|--
 if bench:
     c = bench[0]
     print(f"| cinder (Vulkan, {c['device']}) | {c['prefill_tok_s']:.2f} | {c['decode_tok_s']:.2f} | |")
+    for i in bench_int:
+        print(f"| cinder --int-dot on | {i['prefill_tok_s']:.2f} | {i['decode_tok_s']:.2f} | "
+              f"{c['prefill_tok_s'] / i['prefill_tok_s']:.2f}x, {c['decode_tok_s'] / i['decode_tok_s']:.2f}x |")
     for r in peer:
         rp = c["prefill_tok_s"] / r["prefill_tok_s"] if r.get("prefill_tok_s") else float("nan")
         rt = c["decode_tok_s"] / r["decode_tok_s"] if r.get("decode_tok_s") else float("nan")

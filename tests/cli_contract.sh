@@ -173,6 +173,7 @@ chat_spec=$(printf 'Say one two one two\n' | "$bin" chat --model "$model" --n 12
 check "chat --spec-tokens gives the same reply" test -n "$chat_plain" -a "$(json_field 'd["text"]' <<<"$chat_spec")" = "$(json_field 'd["text"]' <<<"$chat_plain")"
 fails_with "bench --gate-up-pairs names the choices" "--gate-up-pairs maybe: auto, on or off" "$bin" bench --model "$model" --gate-up-pairs maybe
 fails_with "profile --gate-up-pairs names the choices" "--gate-up-pairs yes: auto, on or off" "$bin" profile --model "$model" --gate-up-pairs yes
+fails_with "bench --int-dot names the choices" "--int-dot 2: auto, on or off" "$bin" bench --model "$model" --int-dot 2
 fails_with "profile --few-shape needs three or four numbers" "--few-shape 4,8: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --few-shape 4,8
 fails_with "profile --head-shape takes at most four numbers" "--head-shape 8,8,4,2,1: 3 or 4 comma-separated numbers" "$bin" profile --model "$model" --head-shape 8,8,4,2,1
 fails_with "profile --one-shape refuses a sign" "--one-shape -4,8: 2 comma-separated numbers" "$bin" profile --model "$model" --one-shape -4,8

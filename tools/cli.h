@@ -22,8 +22,8 @@ int cli_f32(const char *opt, const char *s, float *out);
  * disk tier). cli_cache_dir_check: the flag needs --cache-dir. -1 after the message. */
 int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb);
 int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb);
-/* FLAG auto|on|off -> 0, 1, -1 (cinder bench and profile: --gate-up-pairs, gpu_model_opts's field
- * of that name). */
+/* FLAG auto|on|off -> 0, 1, -1 (cinder bench and profile: --gate-up-pairs, --int-dot: gpu_model_opts's
+ * fields of those names). */
 int cli_auto_on_off(const char *cmd, const char *flag, const char *s, int *out);
 /* "A,B,C" -> exactly n numbers (cinder profile --few-shape / --one-shape). */
 int cli_u32s(const char *cmd, const char *opt, const char *s, uint32_t *out, size_t n);

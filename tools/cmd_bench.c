@@ -31,6 +31,7 @@ typedef struct bench_opts {
     bench_agents_opts agents; /* --agents N: agent loops through the scheduler instead */
     bool gen_given;
     int gate_up_pairs; /* engine_opts.gate_up_pairs (prefill/decode mode) */
+    int int_dot;       /* engine_opts.int_dot */
     bool json_object;  /* the reply held to one JSON object (engine_request.json_object) */
     const char *json_schema_file; /* --json-schema FILE: the reply held to its schema */
     json_schema *schema;          /* compiled from it */
@@ -49,14 +50,17 @@ typedef struct bench_run {
 static void usage(FILE *out) {
     fprintf(out,
             "usage: cinder bench [--model M] [--prompt-tokens N] [--gen N] [--repeat N] [--seed S] [--ctx N]\n"
-            "                    [--gate-up-pairs auto|on|off] [--json-object | --json-schema FILE]\n"
+            "                    [--gate-up-pairs auto|on|off] [--int-dot auto|on|off]\n"
+            "                    [--json-object | --json-schema FILE]\n"
             "                    [--logprobs N] [--prompt-logprobs N] [--spec-tokens N] [--prompt-text TEXT]\n"
             "                    [--json] " CLI_ROPE_USAGE "\n"
             "  prefill tok/s over N prompt tokens (default 512, one batched pass) and decode tok/s over\n"
             "  --gen greedy steps (default 128), medians of --repeat runs (default 3), on the Vulkan\n"
             "  device (CINDER_DEVICE picks it). --ctx N: the engine's context (default: prompt + gen\n"
             "  + 1; speed should not depend on it). --gate-up-pairs: the FFN's gate and up of one type\n"
-            "  as one matmul with the SwiGLU (auto: on a GPU, not on a CPU device). --json prints one\n"
+            "  as one matmul with the SwiGLU (auto: on a GPU, not on a CPU device). --int-dot: the\n"
+            "  integer family (x as int8 blocks, 8-bit dot products: docs/kernels/xq8.md; auto: off\n"
+            "  for now; on needs the device's integer dot product). --json prints one\n"
             "  object with prefill_tok_s and decode_tok_s (medians) and prefill_runs / decode_runs (each\n"
             "  repeat, in run order). Where the time goes: cinder profile. --json-object holds the\n"
             "  reply to one JSON object (the server's response_format json_object: a mask over the\n"
@@ -143,6 +147,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("bench", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
+        else if (cli_value(argc, argv, &i, "--int-dot", &v)) { if (cli_auto_on_off("bench", "--int-dot", v, &o->int_dot)) return -1; }
         else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->trace.plot = v;
         else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
@@ -313,7 +318,7 @@ static int bench(bench_opts *o, model *m) {
 
     int rc = 0;
     double t0 = cd_now_ms();
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs,
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
                       .spec_tokens = o->spec_tokens};
     if (engine_init(&e, m, &eo)) rc = -1;
     double load_ms = cd_now_ms() - t0;

@@ -16,7 +16,7 @@ static void usage(FILE *out) {
             "usage: cinder profile [--model M] [--prompt-tokens P] [--gen D] [--context C] [--batch B]\n"
             "                      [--trace OUT.json] [--plot OUT.svg] [--json] [--seed S] [--device-index N]\n"
             "                      [--peak-gbps X] [--peak-tflops Y] [--scenario NAME | --trace-file F]\n"
-            "                      [--gate-up-pairs auto|on|off] [--few-shape BN,BM,KL[,TM]]\n"
+            "                      [--gate-up-pairs auto|on|off] [--int-dot auto|on|off] [--few-shape BN,BM,KL[,TM]]\n"
             "                      [--one-shape BM,KL[,TM]] [--head-shape BN,BM,KL[,TM]] [--big-tile BM,BN,BK,TM,TN]\n"
             "                      " CLI_ROPE_USAGE "\n"
             "  one prefill of P prompt tokens (default 512) after C tokens of context (default 0), then\n"
@@ -34,7 +34,8 @@ static void usage(FILE *out) {
             "  instead, B of them in flight (--batch), timing every pass, and adds per request its\n"
             "  wait, its prefix-cache work (match, host restore, disk reads) and its TTFT.\n"
             "  --gate-up-pairs: the FFN's gate and up of one type as one matmul with the SwiGLU\n"
-            "  (auto: on a GPU, not on a CPU device).\n"
+            "  (auto: on a GPU, not on a CPU device). --int-dot: the integer family (x as int8 blocks,\n"
+            "  8-bit dot products: docs/kernels/xq8.md; auto: off for now).\n"
             "  --few-shape / --one-shape: a GPU's 2-16-token / one-token matmul kernel with BN tokens\n"
             "  per workgroup column, BM rows per workgroup, KL lanes splitting k and TM rows per lane\n"
             "  (each x load feeds them; 1 if not given) (0: the default; the same results, other\n"
@@ -93,6 +94,7 @@ static int parse(int argc, char **argv, profile_opts *o) {
         else if (cli_value(argc, argv, &i, "--batch", &v)) { if (cli_u32("--batch", v, &o->batch)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u32("--seed", v, &o->seed)) return -1; }
         else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("profile", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
+        else if (cli_value(argc, argv, &i, "--int-dot", &v)) { if (cli_auto_on_off("profile", "--int-dot", v, &o->int_dot)) return -1; }
         else if (cli_value(argc, argv, &i, "--few-shape", &v)) {
             if (rows_shape("--few-shape", v, false, &o->few_shape)) return -1;
         } else if (cli_value(argc, argv, &i, "--one-shape", &v)) {

@@ -697,7 +697,7 @@ int profile_model(profile_opts *o, const model *m) {
                   kv_pool_init(&pool, vk, &lay, o->batch * ((len + pt - 1) / pt) * pt);
     gpu_model_opts go = {.n_ctx = len, .max_seqs = o->batch, .kv = &pool.buf, .lay = &pool.lay,
                          .n_batch = o->prompt > o->batch ? (o->prompt < 512 ? o->prompt : 512) : o->batch,
-                         .gate_up_pairs = o->gate_up_pairs,
+                         .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
                          .few_shape = o->few_shape, .one_shape = o->one_shape, .big_tile = o->big_tile,
                          .head_shape = o->head_shape};
     if (!rc) rc = fill_peaks(o, vk);

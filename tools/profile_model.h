@@ -32,6 +32,7 @@ typedef struct profile_opts {
     double peak_tflops;   /* fp32 FMA rate; 0: the device card's */
     const char *peak_source; /* set by profile_model: where the bandwidth peak came from */
     int gate_up_pairs;    /* gpu_model_opts.gate_up_pairs */
+    int int_dot;          /* gpu_model_opts.int_dot */
     gpu_rows_shape few_shape, one_shape; /* gpu_model_opts's: other kernel shapes to measure */
     gpu_tile_shape big_tile;             /* and the tiled kernel's */
     gpu_rows_shape head_shape;           /* and a GPU's few-token lm_head's */
