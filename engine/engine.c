@@ -48,9 +48,13 @@ static int open_device(engine *e, cvk_ctx *borrowed) {
  * own (fit), every weight stays on the device before the pool is large: when `pool` tokens leave
  * no room for the weights, the pool shrinks to what does (not below one context), and only when
  * one context's pool does not leave room either do experts go to host memory (the plan's own
- * choice, unless o fixes it). 16 GB cards: Qwen3-30B-A3B's Q3_K_M file is 14.7 GB, its KV 96 KiB
- * a token, so 4 x 8,192 tokens (3 GiB) would not fit beside it. */
-static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, bool fit, gpu_model_opts *o) {
+ * choice, unless o fixes it). With the context the engine's own too (fit_ctx: the file's), the
+ * context shrinks first, to what fits beside the weights but not below ENGINE_CTX_FLOOR, as
+ * llama.cpp fits its context to the device. 16 GB cards: Qwen3-30B-A3B's Q3_K_M file is 14.7 GB,
+ * its KV 96 KiB a token, so one context of the file's 40,960 tokens (3.75 GiB) does not fit
+ * beside it; a 2507 file's 262,144 (24 GiB) fits no consumer card. */
+static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, bool fit, bool fit_ctx,
+                               gpu_model_opts *o) {
     uint64_t room = UINT64_MAX; /* the plan sets it when the plan is what refused */
     gpu_model_opts first = *o;
     if (fit) {
@@ -61,8 +65,17 @@ static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, b
     first.kv = &e->pool.buf, first.lay = &e->pool.lay;
     if (!gpu_model_init(&e->g, e->vk, e->m, &first)) return 0;
     if (!fit || room == UINT64_MAX) return -1; /* another failure (out of memory, ...): as it is */
-    uint64_t fits = room / lay->page_bytes * lay->page_tokens, tokens = fits > o->n_ctx ? fits : o->n_ctx;
+    uint64_t fits = room / lay->page_bytes * lay->page_tokens;
+    uint32_t file_ctx = o->n_ctx;
+    if (fit_ctx && fits < o->n_ctx) {
+        uint32_t floor = ENGINE_CTX_FLOOR < o->n_ctx ? ENGINE_CTX_FLOOR : o->n_ctx;
+        o->n_ctx = fits > floor ? (uint32_t)fits : floor;
+    }
+    uint64_t tokens = fits > o->n_ctx ? fits : o->n_ctx;
     if (tokens >= pool) return -1; /* not the pool's size: nothing smaller helps */
+    if (o->n_ctx < file_ctx)
+        fprintf(stderr, "cinder: a context of %u tokens fits this device, not the file's %u (--ctx sets it)\n", o->n_ctx,
+                file_ctx);
     kv_pool_free(&e->pool);
     CD_TRY(kv_pool_init(&e->pool, e->vk, lay, (uint32_t)tokens));
     o->kv = &e->pool.buf, o->lay = &e->pool.lay;
@@ -79,7 +92,7 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     if (!e->cache_on && (o->host_cache_mb || o->cache_dir))
         return cd_fail("%s needs the prefix cache (it is off: no_prefix_cache)",
                        o->cache_dir ? "a disk tier (--cache-dir)" : "a host tier (--host-cache-mb)");
-    uint32_t n_ctx = o->n_ctx ? o->n_ctx : (m->cfg.n_ctx_train < 8192 ? m->cfg.n_ctx_train : 8192);
+    uint32_t n_ctx = o->n_ctx ? o->n_ctx : m->cfg.n_ctx_train; /* the file's (init_pool_and_model may shrink it) */
     if (n_ctx > m->cfg.n_ctx_train)
         return cd_fail("a context of %u tokens is more than the model was trained for (%u)", n_ctx, m->cfg.n_ctx_train);
     uint64_t pool = o->pool_tokens ? o->pool_tokens : 4ull * n_ctx;
@@ -113,7 +126,7 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
                          .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
                          .device_memory = (uint64_t)o->device_memory_mb << 20, .progress = o->load_progress,
                          .host_expert_layers = o->host_expert_layers, .host_experts_fixed = o->host_experts_fixed};
-    CD_TRY(init_pool_and_model(e, &lay, pool, !o->pool_tokens, &go));
+    CD_TRY(init_pool_and_model(e, &lay, pool, !o->pool_tokens, !o->n_ctx, &go));
     CD_TRY(model_set_weights_digest(m, e->g.w.digest));
     CD_TRY(alloc_scheduler(e, o));
     e->draw_on_device = o->draw == ENGINE_DRAW_DEVICE ||

@@ -58,6 +58,7 @@
 
 enum { ENGINE_DRAW_AUTO = 0, ENGINE_DRAW_DEVICE = 1, ENGINE_DRAW_HOST = 2 };
 #define ENGINE_SPEC_MAX 8    /* engine_opts.spec_tokens at most */
+#define ENGINE_CTX_FLOOR 4096 /* a default context shrinks to fit the device, not below this (llama.cpp's -c default) */
 #define ENGINE_SPEC_ROWS 256 /* guessed tokens one pass may hold, all sequences' */
 #define ENGINE_PROMPT_ROWS 64 /* prompt positions one pass may give log-probabilities of, all requests' */
 
@@ -65,7 +66,9 @@ typedef struct engine_opts {
     uint32_t max_seqs;     /* requests running at once (block-table rows); 0 = 1 */
     uint32_t chunk_tokens; /* prompt tokens per step at most; 0 = 512 */
     uint32_t max_wait_steps; /* a waiting request older than this is admitted first; 0 = 64 */
-    uint32_t n_ctx;        /* tokens of one request (prompt + generated) at most; 0 = min(8192, trained) */
+    uint32_t n_ctx;        /* tokens of one request (prompt + generated) at most; 0 = the file's
+                            * context length, or what fits beside the weights where one context's
+                            * KV would not (not below ENGINE_CTX_FLOOR; engine.c) */
     uint32_t pool_tokens;  /* KV pool in tokens (the running request included); 0 = 4 * n_ctx, or
                             * what leaves room for the weights where that does not (engine.c) */
     uint32_t page_tokens;  /* 0 = KV_PAGE_TOKENS_DEFAULT */

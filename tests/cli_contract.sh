@@ -64,8 +64,8 @@ fails_with "--n-cpu-moe 0 on that card: refused, naming the sizes" "the weights 
   "$bin" run --model "$moe" --tokens 1 --n 1 --n-cpu-moe 0 --device-memory-mb "$card"
 # The KV pool of chat and serve: 4 x ctx where the device has the room; else the pool that leaves
 # room for every weight (not below one context), and only then experts in host memory. The
-# tokens never change with the pool's size.
-chat_text() { printf 'hi\n' | "$bin" chat --n 4 --json "$@" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["text"])'; }
+# tokens never change with the pool's size. (At --ctx 8192: the default context has checks of its own below.)
+chat_text() { printf 'hi\n' | "$bin" chat --n 4 --json --ctx 8192 "$@" | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["text"])'; }
 full=$(printf 'hi\n' | "$bin" chat --model "$model" --n 1 --n-cpu-moe 0 --device-memory-mb 1 2>&1 >/dev/null || true)
 a=$(mib "the weights need" <<<"$full") w=$(mib "the work buffers" <<<"$full")
 small=$(python3 -c "import math; print(math.ceil($a + $w + 1))")
@@ -92,6 +92,22 @@ err=$(chat_text --model "$moe" --device-memory-mb "$mcard" 2>&1 >"$tmp/pool.txt"
 check "a $mcard MiB card: a pool of one context (8192 tokens)" grep -q "^cinder: a KV pool of 8192 tokens .* holds one context" <<<"$err"
 check "... beside one layer's experts in host memory" grep -q "the experts of 1 of 2 layers (.*) stay in host memory" <<<"$err"
 check "... the same reply" test "$(cat "$tmp/pool.txt")" = "$mwant"
+# The default context: the file's, or on a card without room for one context beside the weights
+# what fits (not below 4096 tokens), said on stderr; a context asked for stays as asked.
+chat_ctx() { printf 'hi\n' | "$bin" chat --n 4 --json "$@" | python3 -c 'import json,sys; t = json.loads(sys.stdin.readline()); print(t["n_ctx"], t["text"])'; }
+file_ctx=$(sed -n 's/^context  *\([0-9]*\)$/\1/p' <<<"$info")
+roomy=$(chat_ctx --model "$model")
+check "chat's default context is the file's ($file_ctx tokens)" test -n "$file_ctx" -a "${roomy%% *}" = "$file_ctx"
+card=$(python3 -c "import math; print(math.floor($a + $w + $x / 2))") # room for ~16,384 tokens of KV
+err=$(chat_ctx --model "$model" --device-memory-mb "$card" 2>&1 >"$tmp/ctx.txt")
+fitted=$(sed -n "s/^cinder: a context of \([0-9]*\) tokens fits this device, not the file's $file_ctx (--ctx sets it)$/\1/p" <<<"$err")
+check "a $card MiB card: the default context shrinks to what fits ($fitted tokens), and says so" \
+  test -n "$fitted" -a "${fitted:-0}" -ge 4096 -a "${fitted:-0}" -lt "$file_ctx"
+check "... the engine runs that context" test "$(cut -d' ' -f1 "$tmp/ctx.txt")" = "$fitted"
+check "... every weight on the device" test -z "$(grep 'stay in host memory' <<<"$err")"
+check "... the same reply" test "$(cut -d' ' -f2- "$tmp/ctx.txt")" = "${roomy#* }"
+fails_with "... and a context asked for stays as asked: refused" "the weights need" \
+  bash -c "printf 'hi\n' | '$bin' chat --model '$model' --n 1 --n-cpu-moe 0 --ctx $file_ctx --device-memory-mb '$card'"
 check "info's type histogram adds up to the tensor count" grep -q "^tensor types      7 types, 27 tensors, [0-9]* bytes$" <<<"$info"
 check "info's type histogram has a row per type" grep -Eq "^  Q6_K +5 +[0-9]+ +[0-9.]+%$" <<<"$info"
 # mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it

@@ -44,7 +44,8 @@ static void usage(FILE *out) {
             "  Lines: /reset starts a new conversation (the cache keeps what it has), /stats shows\n"
             "  the cache totals, /exit (or end of input) quits.\n"
             "  --n is the most tokens per reply (256); --ctx the most tokens of one conversation\n"
-            "  (8192): when the history outgrows it, the oldest turns after the system prompt are\n"
+            "  (the file's context length, or what fits beside the weights on this device, not below\n"
+            "  4096): when the history outgrows it, the oldest turns after the system prompt are\n"
             "  dropped (a line on stderr) to leave room for a reply of --n tokens (at most half the\n"
             "  context); a message too long for the context alone is refused, the session goes on.\n"
             "  A reply cut by --n or the context end says so (finish_reason \"length\").\n"
@@ -152,6 +153,7 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
         json_object_set_new(j, "finish_reason", json_string(reply_finish_name(r)));
         json_object_set_new(j, "context_full", json_boolean(ctx_end));
         json_object_set_new(j, "dropped_turns", json_integer(dropped));
+        json_object_set_new(j, "n_ctx", json_integer(engine_n_ctx(e)));
         if (e->disk_on) reply_json_disk(j, r);
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
