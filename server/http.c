@@ -181,6 +181,9 @@ static const route routes[] = {
     {"/health", "GET", api_health, true},
     {"/metrics", "GET", api_metrics, false},
     {"/v1/cache", "GET", api_cache, false},
+    {"/", "GET", api_page, true},
+    {"/page/chat.css", "GET", api_page_css, true},
+    {"/page/chat.js", "GET", api_page_js, true},
 };
 
 static bool authorized(const server *s, struct MHD_Connection *c) {

@@ -66,6 +66,10 @@ enum MHD_Result api_chat_completions(server *s, const http_req *r);
 enum MHD_Result api_completions(server *s, const http_req *r);
 enum MHD_Result api_models(server *s, const http_req *r);
 enum MHD_Result api_health(server *s, const http_req *r);
+/* The chat page (api_page.c): open without the API key (the page's own requests carry it). */
+enum MHD_Result api_page(server *s, const http_req *r);
+enum MHD_Result api_page_css(server *s, const http_req *r);
+enum MHD_Result api_page_js(server *s, const http_req *r);
 enum MHD_Result api_metrics(server *s, const http_req *r);
 enum MHD_Result api_cache(server *s, const http_req *r);
 /* render, tokenize, detokenize (vLLM's shapes) */
