@@ -467,12 +467,15 @@ static int quantize_x(const chunk *ch, const cvk_buffer *x, uint32_t n) {
     return cvk_xq8_quantize(ch->c, ch->dp, &g->xq8_quantize, &a);
 }
 
-/* An attention projection: in the integer family (from quantize_x's blocks of x) where the plan
- * has it for t's type, else the float family's matmul_to; OUT_SET or OUT_ADD. */
+/* Whether the attention projection t runs in the integer family: int_dot on and a type it has. */
+static bool runs_xq8(const gpu_model *g, const gguf_tensor *t) { return g->int_dot && t && xq8_type(t->type); }
+
+/* An attention projection: in the integer family (from quantize_x's blocks of x) where
+ * runs_xq8, else the float family's matmul_to; OUT_SET or OUT_ADD. */
 static int attn_matmul(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
                        const cvk_buffer *x, const cvk_buffer *y, enum matmul_out out) {
     const gpu_model *g = ch->g;
-    if (!g->int_dot || !xq8_type(t->type)) return matmul_to(ch, role, t, w, x, y, out);
+    if (!runs_xq8(g, t)) return matmul_to(ch, role, t, w, x, y, out);
     work_matmul(ch, role, t, ch->T, 1, ch->T, false);
     cvk_xq8_matvec_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
                              .xq = W(&g->bxq), .xd = W(&g->bxqd), .n_tokens = ch->T, .y = W(y),
@@ -485,7 +488,7 @@ static int attention(const chunk *ch, uint32_t il) {
     const model_config *cf = &g->m->cfg;
     const layer_weights *l = &g->m->layers[il];
     const gpu_layer *d = &g->w.layers[il];
-    if (g->int_dot) {
+    if (runs_xq8(g, l->wq) || runs_xq8(g, l->wk) || runs_xq8(g, l->wv)) { /* x quantized once, for those that read it */
         CD_TRY(quantize_x(ch, &g->bxb, cf->n_embd));
         barrier(ch);
     }
@@ -513,7 +516,7 @@ static int attention(const chunk *ch, uint32_t il) {
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
     CD_TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
-    if (g->int_dot) {
+    if (runs_xq8(g, l->wo)) {
         CD_TRY(quantize_x(ch, &g->batt, cf->n_head * cf->head_dim));
         barrier(ch);
     }
@@ -836,13 +839,11 @@ int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out
     return cvk_stager_download(&g->vk->stager, cvk_view_range(&g->blogits, j * row, n * row), out);
 }
 
-/* "xq8" only where some product runs integer (attn_matmul): an f32 file's do not, int_dot on or not */
+/* "xq8" only where some product runs integer (runs_xq8): an f32 file's do not, int_dot on or not */
 const char *gpu_model_family(const gpu_model *g) {
-    for (uint32_t il = 0; g->int_dot && il < g->m->cfg.n_layer; il++) {
+    for (uint32_t il = 0; il < g->m->cfg.n_layer; il++) {
         const layer_weights *l = &g->m->layers[il];
-        const gguf_tensor *ts[] = {l->wq, l->wk, l->wv, l->wo};
-        for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
-            if (ts[i] && xq8_type(ts[i]->type)) return "xq8";
+        if (runs_xq8(g, l->wq) || runs_xq8(g, l->wk) || runs_xq8(g, l->wv) || runs_xq8(g, l->wo)) return "xq8";
     }
     return "float";
 }
