@@ -241,6 +241,9 @@ static int stream_end(reply_ctx *x, char **out, size_t *len, size_t *cap) {
                               x->chat ? "chat.completion.chunk" : "text_completion", "created", x->created, "model",
                               x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", "usage",
                               api_usage(x->jobs, x->n, x->per_prompt));
+        json_t *t = api_timings(x->jobs, x->n);
+        if (u && t) json_object_set_new(u, "timings", t);
+        else json_decref(t);
         rc = sse_event(out, len, cap, u);
     }
     return rc || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
@@ -512,6 +515,9 @@ static json_t *whole_reply(const reply_ctx *x) {
                           x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
                           "system_fingerprint", x->s->fingerprint, "choices", choices, "usage",
                           api_usage(x->jobs, x->n, x->per_prompt));
+    json_t *t = api_timings(x->jobs, x->n);
+    if (o && t) json_object_set_new(o, "timings", t);
+    else json_decref(t);
     if (o && x->chat && x->jobs[0]->vllm_prompt_logprobs >= 0) { /* chat: one prompt, at the top (vLLM) */
         json_t *plp = vllm_prompt_logprobs(x, x->jobs[0]);
         if (!plp || json_object_set_new(o, "prompt_logprobs", plp)) json_decref(o), o = NULL;

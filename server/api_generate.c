@@ -129,6 +129,18 @@ json_t *api_usage(job **jobs, uint32_t n, uint32_t per_prompt) {
                      "cached_tokens", (json_int_t)cached);
 }
 
+json_t *api_timings(job **jobs, uint32_t n) {
+    if (n != 1) return NULL;
+    const job_outcome *o = &jobs[0]->out;
+    uint32_t gen = o->n && o->eog ? o->n - 1 : o->n, prefilled = jobs[0]->n_ids - o->cached_tokens;
+    /* the first token comes at the end of the prefill; the rest are the decode's */
+    double per_s = gen > 1 && o->decode_ms > 0 ? (gen - 1) * 1000.0 / o->decode_ms : 0;
+    return json_pack("{s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:f}", "cache_n", (json_int_t)o->cached_tokens, "cache_host_n",
+                     (json_int_t)o->host_tokens, "cache_disk_n", (json_int_t)o->disk_tokens, "prompt_n",
+                     (json_int_t)prefilled, "prompt_ms", o->ttft_ms, "predicted_n", (json_int_t)gen, "predicted_ms",
+                     o->decode_ms, "predicted_per_second", per_s);
+}
+
 const char *api_finish_reason(const job *j) {
     if (j->err_status) return NULL;
     switch (j->out.finish) {

@@ -42,6 +42,10 @@ bool api_wait_text(server *s, job **jobs, uint32_t n, struct MHD_Connection *c, 
  * summed, of a prompt's cached tokens the least any of its choices had (what was cached before
  * the request came: the others share the first's prefill). */
 json_t *api_usage(job **jobs, uint32_t n, uint32_t per_prompt);
+/* llama-server's `timings` for a one-choice reply (NULL otherwise): cache_n (cache_host_n and
+ * cache_disk_n of them from host memory and disk), prompt_n prefilled, prompt_ms the time to the first
+ * token, predicted_n / predicted_ms / predicted_per_second the decode after it. */
+json_t *api_timings(job **jobs, uint32_t n);
 /* "stop", "length" (or NULL when it failed/cancelled: see j->err_status) */
 const char *api_finish_reason(const job *j);
 /* A fresh response id with the given prefix ("chatcmpl-", "cmpl-"). */

@@ -171,7 +171,9 @@ static void finish_job(runner *r, job *j, engine_reply *rep, int err_status, con
     if (rep) {
         static const job_finish finish[] = {[ENGINE_STOP] = JOB_STOP, [ENGINE_LENGTH] = JOB_LENGTH,
                                             [ENGINE_CANCELLED] = JOB_CANCELLED, [ENGINE_ERROR] = JOB_FAILED};
-        j->out = (job_outcome){.cached_tokens = rep->cached_tokens, .n = rep->n, .eog = rep->eog, .finish = finish[rep->finish]};
+        j->out = (job_outcome){.cached_tokens = rep->cached_tokens, .host_tokens = rep->restored_tokens,
+                               .disk_tokens = rep->disk_tokens, .ttft_ms = rep->ttft_ms, .decode_ms = rep->decode_ms,
+                               .n = rep->n, .eog = rep->eog, .finish = finish[rep->finish]};
         if (j->keep_gen) { /* the ids the reply memory takes: rep's, moved */
             j->gen = rep->ids, j->n_gen_kept = rep->n;
             rep->ids = NULL, rep->n = 0;

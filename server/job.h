@@ -47,6 +47,8 @@ typedef enum job_finish { JOB_STOP, JOB_LENGTH, JOB_CANCELLED, JOB_FAILED } job_
 /* What the engine reported when the request finished. */
 typedef struct job_outcome {
     uint32_t cached_tokens;   /* prompt tokens served from the prefix cache */
+    uint32_t host_tokens, disk_tokens; /* of cached_tokens, those restored from host memory / read from disk */
+    double ttft_ms, decode_ms; /* submit to the first token; the first token to the last */
     uint32_t n;               /* tokens generated, an end token included */
     bool eog;                 /* it ended at an end-of-generation token */
     job_finish finish;

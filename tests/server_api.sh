@@ -26,45 +26,11 @@ coder_model=$tmp/coder.gguf
 "$bin" mkmodel --preset tiny --seed 13 --script "$coder_script" \
   --chat-template-file "$root/third_party/llama/src/models/templates/Qwen3-Coder.jinja" --out "$coder_model" >/dev/null
 
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done; }
-trap cleanup EXIT
-
-start() { # name, then serve flags (a child of this shell, so `wait` gets its status)
-  local name=$1; shift
-  start_on "$model" "$name" "$@"
-}
-start_on() { # model, name, then serve flags
-  local file=$1 name=$2; shift 2
-  "$bin" serve --model "$file" --port 0 --port-file "$tmp/$name.port" "$@" >"$tmp/$name.log" 2>&1 &
-  pids+=($!)
-  echo $! >"$tmp/$name.pid"
-}
-
-healthy_port() { # name: waits for /health 200, prints the port
-  local name=$1
-  for _ in $(seq 600); do
-    if [ -s "$tmp/$name.port" ] && curl -sf "http://127.0.0.1:$(cat "$tmp/$name.port")/health" >/dev/null; then
-      cat "$tmp/$name.port"; return 0
-    fi
-    kill -0 "$(cat "$tmp/$name.pid")" 2>/dev/null || { cat "$tmp/$name.log" >&2; return 1; }
-    sleep 0.5
-  done
-  echo "server $name did not become healthy" >&2; cat "$tmp/$name.log" >&2; return 1
-}
-
-stop() { # name: SIGTERM, exit status 0 expected
-  local pid rc=0
-  pid=$(cat "$tmp/$1.pid")
-  kill -TERM "$pid"
-  wait "$pid" || rc=$?
-  if [ $rc -ne 0 ]; then echo "FAIL server $1 exited with status $rc" >&2; cat "$tmp/$1.log" >&2; return 1; fi
-  echo "ok   server $1 stopped by SIGTERM with status 0"
-}
+source "$root/tests/lib/serve.sh"
 
 # while the weights load the server listens (/health says 503 loading): a request then is a 503
 # too, not a crash (the tokenizer it would be checked with is not there yet)
-start loading --ctx 1024
+serve_start "$model" loading --ctx 1024
 for _ in $(seq 600); do [ -s "$tmp/loading.port" ] && break; sleep 0.01; done
 loading_url="http://127.0.0.1:$(cat "$tmp/loading.port")"
 if [ "$(curl -s -o /dev/null -w '%{http_code}' "$loading_url/health")" = 503 ]; then
@@ -101,20 +67,20 @@ for line in open(sys.argv[1]):
     last, n = p, n + 1
 sys.exit("FAIL /health never answered 200")
 PY
-healthy_port loading >/dev/null
-stop loading
+serve_port loading >/dev/null
+serve_stop loading
 
 # main and script guess tokens (speculative decoding): every reply they give is compared with
 # one computed without (cinder run, the busy server, requests one at a time)
-start main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test --spec-tokens 4
+serve_start "$model" main --ctx 1024 --parallel 8 --api-key test-key --alias tiny-test --spec-tokens 4
 # a pool smaller than the context: the engine refuses long prompts; a disk tier with a budget
-start busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 --cache-dir "$tmp/cache-dir" --cache-dir-max-mb 1
-start_on "$script_model" script --ctx 1024 --parallel 2 --spec-tokens 4 --no-think
-start_on "$coder_model" coder --ctx 1024 --parallel 2
-main_port=$(healthy_port main)
-busy_port=$(healthy_port busy)
-script_port=$(healthy_port script)
-coder_port=$(healthy_port coder)
+serve_start "$model" busy --ctx 1024 --parallel 1 --queue 1 --kv-pool-tokens 512 --cache-dir "$tmp/cache-dir" --cache-dir-max-mb 1
+serve_start "$script_model" script --ctx 1024 --parallel 2 --spec-tokens 4 --no-think
+serve_start "$coder_model" coder --ctx 1024 --parallel 2
+main_port=$(serve_port main)
+busy_port=$(serve_port busy)
+script_port=$(serve_port script)
+coder_port=$(serve_port coder)
 grep -q "chat template qwen3-coder" "$tmp/coder.log" || { echo "FAIL the coder server does not say it renders qwen3-coder"; exit 1; }
 
 CINDER_URL="http://127.0.0.1:$main_port" CINDER_BUSY_URL="http://127.0.0.1:$busy_port" CINDER_KEY=test-key \
@@ -138,7 +104,7 @@ curl -sf "http://127.0.0.1:$main_port/metrics" -H "Authorization: Bearer test-ke
   { echo "FAIL /metrics of a server without --cache-dir shows disk counters"; exit 1; }
 echo "ok   /metrics and /v1/cache report the disk tier (counters, bytes, the budget) only with --cache-dir"
 
-stop main
-stop busy
-stop script
-stop coder
+serve_stop main
+serve_stop busy
+serve_stop script
+serve_stop coder

@@ -14,21 +14,11 @@ mkdir -p "$tmp"
 model=$tmp/tiny.gguf
 "$bin" mkmodel --preset tiny --seed 13 --out "$model" >/dev/null
 
-"$bin" serve --model "$model" --port 0 --port-file "$tmp/port" --ctx 4096 --parallel 32 --kv-pool-tokens 40960 \
-  >"$tmp/serve.log" 2>&1 &
-pid=$!
-trap 'kill -KILL $pid 2>/dev/null || true' EXIT
-for _ in $(seq 600); do
-  [ -s "$tmp/port" ] && curl -sf "http://127.0.0.1:$(cat "$tmp/port")/health" >/dev/null && break
-  kill -0 $pid 2>/dev/null || { cat "$tmp/serve.log" >&2; exit 1; }
-  sleep 0.5
-done
+source "$root/tests/lib/serve.sh"
+serve_start "$model" serve --ctx 4096 --parallel 32 --kv-pool-tokens 40960
+port=$(serve_port serve)
 
-node "$root/scripts/serve_agents.mjs" --url "http://127.0.0.1:$(cat "$tmp/port")" --agents 8 --rounds 3 \
+node "$root/scripts/serve_agents.mjs" --url "http://127.0.0.1:$port" --agents 8 --rounds 3 \
   --system-tokens 2000 --gen 12 --check-serial 8 --check-cache
 
-kill -TERM $pid
-rc=0
-wait $pid || rc=$?
-[ $rc -eq 0 ] || { echo "FAIL cinder serve exited with status $rc" >&2; cat "$tmp/serve.log" >&2; exit 1; }
-echo "ok   server stopped by SIGTERM with status 0"
+serve_stop serve

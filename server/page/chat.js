@@ -46,6 +46,7 @@
         if (current === c.id) current = chats.length ? chats[0].id : null;
         save();
         if (!current) newChat(); else render();
+    window.addEventListener("resize", renderChart);
       });
       li.append(del);
       li.addEventListener("click", () => { if (!inflight) { current = c.id; render(); } });
@@ -66,7 +67,8 @@
   function statsLine(s) {
     if (!s) return "";
     const pct = s.prompt ? Math.round((100 * s.cached) / s.prompt) : 0;
-    let t = `prompt ${s.prompt} tok · from cache ${s.cached} (${pct}%) · TTFT ${s.ttft_ms.toFixed(0)} ms`;
+    const tiers = s.host || s.disk ? `; ${s.host || 0} host, ${s.disk || 0} disk` : "";
+    let t = `prompt ${s.prompt} tok · from cache ${s.cached} (${pct}%${tiers}) · TTFT ${s.ttft_ms.toFixed(0)} ms`;
     if (s.tok_s) t += ` · ${s.tok_s.toFixed(1)} tok/s`;
     return t + ` · ${s.completion} tok` + (s.finish ? ` · ${s.finish}` : "");
   }
@@ -117,8 +119,17 @@
     svg.replaceChildren();
     const pts = c ? c.messages.filter((m) => m.stats).map((m) => m.stats.ttft_ms) : [];
     if (!pts.length) return;
-    const max = Math.max(...pts, 1), w = 400, h = 80, step = pts.length > 1 ? (w - 20) / (pts.length - 1) : 0;
-    const xy = pts.map((v, i) => [10 + i * step, h - 8 - ((h - 16) * v) / max]);
+    /* drawn at the box's own pixel size, so dots stay round at any width */
+    const w = Math.max(svg.clientWidth, 100), h = Math.max(svg.clientHeight, 40), max = Math.max(...pts, 1);
+    svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
+    const step = pts.length > 1 ? (w - 20) / (pts.length - 1) : 0;
+    const xy = pts.map((v, i) => [10 + i * step, h - 8 - ((h - 24) * v) / max]);
+    const label = document.createElementNS(ns, "text");
+    label.setAttribute("x", w - 4);
+    label.setAttribute("y", h - 4);
+    label.setAttribute("text-anchor", "end");
+    label.textContent = `TTFT per turn (max ${max.toFixed(0)} ms)`;
+    svg.append(label);
     const line = document.createElementNS(ns, "polyline");
     line.setAttribute("points", xy.map((p) => p.join(",")).join(" "));
     svg.append(line);
@@ -175,6 +186,7 @@
   /* Folds one streamed chunk into the reply m. */
   function fold(m, chunk) {
     if (chunk.usage) m.usage = chunk.usage;
+    if (chunk.timings) m.timings = chunk.timings;
     const ch = chunk.choices && chunk.choices[0];
     if (ch) {
       const d = ch.delta || {};
@@ -239,12 +251,15 @@
     const t1 = performance.now();
     if (m.usage) {
       const u = m.usage, cached = (u.prompt_tokens_details && u.prompt_tokens_details.cached_tokens) || 0;
-      const decode_s = first ? (t1 - first) / 1000 : 0;
-      m.stats = {prompt: u.prompt_tokens, cached, completion: u.completion_tokens, ttft_ms: (first || t1) - t0,
-                 tok_s: decode_s > 0 && u.completion_tokens > 1 ? (u.completion_tokens - 1) / decode_s : 0,
-                 finish: m.finish || ""};
+      /* decode speed as the server timed it: tokens reach the page in bursts, so the page's own
+       * first-to-last interval can be near zero on a small model */
+      const tm = m.timings || {};
+      m.stats = {prompt: u.prompt_tokens, cached, host: tm.cache_host_n || 0, disk: tm.cache_disk_n || 0,
+                 completion: u.completion_tokens, ttft_ms: (first || t1) - t0,
+                 tok_s: tm.predicted_per_second || 0, finish: m.finish || ""};
     }
     delete m.usage;
+    delete m.timings;
     if (c.title === "New chat" && c.messages.length) c.title = c.messages[0].content.slice(0, 40) || "Chat";
     inflight = null;
     busy(false);
@@ -310,6 +325,7 @@
     $("api-key").addEventListener("change", modelName);
     current = chats.length ? chats[0].id : null;
     if (!current) newChat(); else render();
+    window.addEventListener("resize", renderChart);
     modelName();
   });
 })();

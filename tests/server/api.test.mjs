@@ -75,17 +75,17 @@ function cinderRun(file, ids, n) {
 
 async function streamChat(params) {
     const stream = await client.chat.completions.create({ ...params, stream: true, stream_options: { include_usage: true } });
-    let content = "", role = null, finish = null, usage = null, chunks = 0;
+    let content = "", role = null, finish = null, usage = null, timings = null, chunks = 0;
     for await (const ch of stream) {
         chunks++;
-        if (ch.usage) usage = ch.usage;
+        if (ch.usage) usage = ch.usage, timings = ch.timings;
         for (const c of ch.choices) {
             if (c.delta.role) role = c.delta.role;
             if (c.delta.content) content += c.delta.content;
             if (c.finish_reason) finish = c.finish_reason;
         }
     }
-    return { content, role, finish, usage, chunks };
+    return { content, role, finish, usage, timings, chunks };
 }
 
 test("health and models", async () => {
@@ -135,6 +135,7 @@ test("streamed chat adds up to the whole reply, with the role first and usage la
     assert.equal(s.content, whole.choices[0].message.content);
     assert.equal(s.finish, whole.choices[0].finish_reason);
     assert.equal(s.usage.completion_tokens, whole.usage.completion_tokens);
+    assert.equal(s.timings.predicted_n, whole.timings.predicted_n, "the usage chunk carries the timings");
     assert.ok(s.chunks >= 3);
 });
 
@@ -157,6 +158,15 @@ test("multi-turn: the second turn is served from the cache up to the new message
     assert.ok(r2.usage.prompt_tokens_details.cached_tokens >= before,
         `turn 2 cached ${r2.usage.prompt_tokens_details.cached_tokens} of ${r2.usage.prompt_tokens}, want >= ${before}`);
     assert.ok(r2.usage.prompt_tokens_details.cached_tokens > r1.usage.prompt_tokens_details.cached_tokens);
+    for (const r of [r1, r2]) { // llama-server's timings, the cache's tiers beside them
+        const t = r.timings, u = r.usage;
+        assert.equal(t.cache_n, u.prompt_tokens_details.cached_tokens);
+        assert.equal(t.cache_n + t.prompt_n, u.prompt_tokens);
+        assert.ok(t.cache_host_n + t.cache_disk_n <= t.cache_n);
+        assert.equal(t.predicted_n, u.completion_tokens);
+        assert.ok(t.prompt_ms > 0 && t.predicted_ms >= 0 && t.predicted_per_second >= 0);
+        assert.equal(t.predicted_per_second > 0, t.predicted_n > 1 && t.predicted_ms > 0);
+    }
 });
 
 test("cache_salt: the same salt hits, another salt or none misses, with the same tokens", async () => {

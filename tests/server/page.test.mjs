@@ -9,7 +9,7 @@ import { join } from "node:path";
 const root = process.env.CINDER_SOURCE_DIR;
 const require = createRequire(join(root, "third_party/npm/package.json"));
 const { chromium } = require("playwright-core");
-const url = process.env.CINDER_PAGE_URL, hostileUrl = process.env.CINDER_HOSTILE_URL;
+const url = process.env.CINDER_PAGE_URL, hostileUrl = process.env.CINDER_HOSTILE_URL, showUrl = process.env.CINDER_SHOW_URL;
 const key = process.env.CINDER_PAGE_KEY, shot = process.env.CINDER_PAGE_SHOT;
 const auth = { Authorization: `Bearer ${key}` };
 
@@ -156,7 +156,6 @@ test("a conversation in the browser: the key, streaming, the cache figure, stop,
     await page.reload();
     await page.waitForSelector("#log .msg");
     assert.equal(await page.locator("#log .msg").count(), 2);
-    await page.screenshot({ path: shot, fullPage: true });
     await page.click("#new-chat");
     assert.equal(await page.locator("#log .msg").count(), 0);
     assert.equal(await page.locator("#chats li").count(), 2);
@@ -181,6 +180,33 @@ test("a reply's markup is shown as text: no element, no script", async () => {
     assert.equal(await body.locator("img, script").count(), 0);
     assert.equal(await body.locator("strong").textContent(), "bold"); // markdown still renders
     assert.equal(await page.evaluate(() => document.querySelectorAll("img, script:not([src])").length), 0);
+    assert.deepEqual(problems, []);
+  } finally {
+    await b.close();
+  }
+});
+
+test("four turns: each continues the cache through the last reply, one chart dot per turn", async () => {
+  const b = await browser();
+  try {
+    const { page, problems } = await open(b, `${showUrl}/`);
+    await page.click("#settings summary"); // folded again for the screenshot
+    const asks = ["Where does Lyon stand?", "Which river is the larger?", "And the old Roman town?", "Thanks! One more fact?"];
+    let prev = 0;
+    for (const [i, ask] of asks.entries()) {
+      await say(page, ask);
+      await replyDone(page);
+      const stats = await lastStats(page).textContent();
+      const fig = fromCache(stats);
+      assert.match(stats, /TTFT \d+ ms .* tok\/s/, stats);
+      // the previous turn's prompt and its reply (as generated) are cached: only the new message is prefilled
+      if (i) assert.ok(fig.cached >= prev, `turn ${i + 1}: ${fig.cached} cached, the previous prompt was ${prev}`);
+      prev = fig.prompt;
+      assert.equal(await page.locator("#ttft-chart circle").count(), i + 1);
+    }
+    assert.equal(await page.locator("#log .msg.assistant .body strong").first().textContent(), "Rhone");
+    assert.equal(await page.locator("#log .msg.assistant .body pre code").count(), asks.length);
+    await page.screenshot({ path: shot, fullPage: true });
     assert.deepEqual(problems, []);
   } finally {
     await b.close();
