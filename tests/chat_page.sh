@@ -29,7 +29,7 @@ show=$tmp/show.gguf
 source "$root/tests/lib/serve.sh"
 serve_start "$model" main --ctx 4096 --parallel 2 --api-key page-key
 serve_start "$hostile" hostile --ctx 1024 --no-think
-serve_start "$show" show --ctx 2048 --no-think
+serve_start "$show" show --ctx 2048 --no-think --host 0.0.0.0 # all interfaces: the page is the same
 main=$(serve_port main) hostile_port=$(serve_port hostile) show_port=$(serve_port show)
 CINDER_PAGE_URL="http://127.0.0.1:$main" CINDER_HOSTILE_URL="http://127.0.0.1:$hostile_port" \
   CINDER_SHOW_URL="http://127.0.0.1:$show_port" CINDER_PAGE_KEY=page-key \
