@@ -325,6 +325,16 @@ static inline uint32_t engine_n_ctx(const engine *e) { return e->g.n_ctx; }
 static inline void engine_set_timer(engine *e, cvk_timer *t) { gpu_model_set_timer(&e->g, t); }
 static inline const gpu_host_times *engine_last_pass(const engine *e) { return &e->g.host; }
 void engine_cache_info_get(const engine *e, engine_cache_info *out);
+/* The counters since engine_init (a copy: front ends read them through this, not e->stats). */
+static inline engine_stats engine_stats_get(const engine *e) { return e->stats; }
+/* Whether the prefix cache is on, and whether it has a disk tier. */
+static inline bool engine_cache_on(const engine *e) { return e->cache_on; }
+static inline bool engine_disk_on(const engine *e) { return e->disk_on; }
+/* The model it runs, and the device it runs on. */
+static inline const model *engine_model(const engine *e) { return e->m; }
+static inline cvk_ctx *engine_device(const engine *e) { return e->vk; }
+/* The tokenizer requests are tokenized with (the model's). */
+static inline const tokenizer *engine_tokenizer(const engine *e) { return e->m->tok; }
 /* Every whole page of the engine's own namespace in the prefix cache, by page-event hash and tier
  * (kv_cache_list_pages; nothing without the cache): what an index built from the page events
  * must hold. Engine thread. */

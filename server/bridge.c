@@ -195,7 +195,7 @@ static void finish_job(runner *r, job *j, engine_reply *rep, int err_status, con
 }
 
 static void start_job(runner *r, job *j) {
-    j->tok = r->e->m->tok;
+    j->tok = engine_tokenizer(r->e);
     j->t_submit_ms = j->t_last_ms = cd_now_ms();
     engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
                          .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
@@ -242,7 +242,7 @@ static void publish(runner *r) {
     engine_cache_info ci;
     engine_cache_info_get(r->e, &ci);
     pthread_mutex_lock(&r->b->mu);
-    s->stats = r->e->stats;
+    s->stats = engine_stats_get(r->e);
     s->cache = ci;
     s->running = engine_running(r->e);
     s->waiting = engine_waiting(r->e);

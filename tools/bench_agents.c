@@ -79,7 +79,7 @@ static bool on_token(void *ctx, int32_t id) {
 
 /* The agent's next request: a tool result appended, the conversation sent. */
 static int send_round(run *rn, agent *a) {
-    append_random(&rn->r, a, rn->o->tool_tokens, rn->e.m->cfg.n_vocab);
+    append_random(&rn->r, a, rn->o->tool_tokens, engine_model(&rn->e)->cfg.n_vocab);
     engine_request rq = {.ids = a->conv, .n = a->n, .max_tokens = rn->o->gen, .ignore_eos = true,
                          .on_token = on_token, .ctx = a, .json_object = rn->o->json_object};
     a->last_token_ms = 0;
@@ -169,7 +169,7 @@ static int drive(run *rn, double *wall_ms) {
 
 static void report(run *rn, double wall_ms) {
     const bench_agents_opts *o = rn->o;
-    const engine_stats *s = &rn->e.stats;
+    const engine_stats st = engine_stats_get(&rn->e), *s = &st;
     double tok_s = wall_ms > 0 ? rn->generated / (wall_ms / 1e3) : 0;
     double hit = rn->prompt ? (double)rn->cached / rn->prompt : 0;
     double t50 = percentile(&rn->ttft, 50), t99 = percentile(&rn->ttft, 99);
@@ -180,7 +180,7 @@ static void report(run *rn, double wall_ms) {
     if (!o->json) {
         printf("agents %u x %u rounds (system %u, tool %u, gen %u tokens), concurrency %u, prefix cache %s\n",
                o->agents, o->rounds, o->system_tokens, o->tool_tokens, o->gen, c, o->no_prefix_cache ? "off" : "on");
-        printf("device %s\n", rn->e.vk->dev.info.props.deviceName);
+        printf("device %s\n", engine_device(&rn->e)->dev.info.props.deviceName);
         printf("requests %llu, %.1f s wall, %llu steps, %llu preempted\n", (unsigned long long)rn->requests,
                wall_ms / 1e3, (unsigned long long)s->steps, (unsigned long long)s->preempted);
         printf("generated %llu tokens: %.2f tok/s aggregate\n", (unsigned long long)rn->generated, tok_s);
@@ -193,7 +193,7 @@ static void report(run *rn, double wall_ms) {
     }
     json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:I, "
                           "s:I, s:f, s:I, s:I, s:I, s:I, s:f}",
-                          "model", o->model ? o->model : "", "device", rn->e.vk->dev.info.props.deviceName, "agents",
+                          "model", o->model ? o->model : "", "device", engine_device(&rn->e)->dev.info.props.deviceName, "agents",
                           o->agents, "rounds", o->rounds, "system_tokens", o->system_tokens, "tool_tokens",
                           o->tool_tokens, "gen", o->gen, "concurrency", c, "prefix_cache", !o->no_prefix_cache,
                           "requests", (json_int_t)rn->requests, "wall_ms", wall_ms, "generated_tokens",

@@ -53,13 +53,13 @@ static json_t *request_json(const engine_reply *r) {
 static int submit_line(replay *rp, trace_sessions *ss, size_t no) {
     double t0 = cd_now_ms();
     const json_t *req = json_array_get(rp->t.lines, no - 1);
-    const tokenizer *tok = rp->e.m->tok;
+    const tokenizer *tok = engine_tokenizer(&rp->e);
     uint32_t max_tokens;
     int32_t *ids = NULL;
     size_t n = 0;
     conversation *c = NULL;
     if (trace_max_tokens(req, no, &max_tokens)) return -1;
-    if (rp->t.chat ? trace_chat_ids(ss, req, no, tok, &c, &ids, &n) : trace_request_ids(req, no, rp->e.m->cfg.n_vocab, &ids, &n))
+    if (rp->t.chat ? trace_chat_ids(ss, req, no, tok, &c, &ids, &n) : trace_request_ids(req, no, engine_model(&rp->e)->cfg.n_vocab, &ids, &n))
         return -1;
     if (rp->dump) { /* "max_tokens:id,id,..." per request */
         fprintf(rp->dump, "%u:", max_tokens);
@@ -82,7 +82,7 @@ static int submit_line(replay *rp, trace_sessions *ss, size_t no) {
 
 /* A finished request: its reply joins the session's history; its line and JSON. */
 static int finish_line(replay *rp, const flight *f, engine_reply *r) {
-    const tokenizer *tok = rp->e.m->tok;
+    const tokenizer *tok = engine_tokenizer(&rp->e);
     int rc = 0;
     if (r->finish == ENGINE_ERROR) return cd_fail("request %zu failed", f->no);
     if (f->c) { /* the reply joins the session's history, without the end-of-turn token */
@@ -95,7 +95,7 @@ static int finish_line(replay *rp, const flight *f, engine_reply *r) {
                r->prefilled_tokens, r->prompt_tokens ? 100.0 * r->cached_tokens / r->prompt_tokens : 0,
                (unsigned long long)r->evicted_pages, r->restored_tokens, r->ttft_ms,
                r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0);
-        if (rp->e.disk_on)
+        if (engine_disk_on(&rp->e))
             printf(" %7u %6u %7u %8.1f %8.1f", r->disk_tokens, r->disk_chunks_read, r->disk_chunks_written,
                    r->disk_read_ms, r->disk_write_ms);
         putchar('\n');
@@ -103,7 +103,7 @@ static int finish_line(replay *rp, const flight *f, engine_reply *r) {
     const bench_trace_hooks *h = rp->o->hooks;
     if (!rc && h && h->reply && h->reply(h->ctx, f->no, r, f->submit_ms, f->prepare_ms)) rc = -1;
     json_t *rj = request_json(r);
-    if (rp->e.disk_on) reply_json_disk(rj, r);
+    if (engine_disk_on(&rp->e)) reply_json_disk(rj, r);
     json_array_set_new(rp->requests, f->no - 1, rj);
     return rc;
 }
@@ -163,7 +163,7 @@ static uint32_t context_needed(const replay *rp) {
 }
 
 static json_t *totals_json(const replay *rp) {
-    const engine_stats *s = &rp->e.stats;
+    const engine_stats st = engine_stats_get(&rp->e), *s = &st;
     engine_cache_info ci;
     engine_cache_info_get(&rp->e, &ci);
     uint64_t pages = (uint64_t)ci.gpu_cached + ci.gpu_pinned, pt = ci.page_tokens;
@@ -191,7 +191,7 @@ static json_t *totals_json(const replay *rp) {
     json_object_set_new(j, "bytes_to_host", json_integer((json_int_t)ci.host_bytes_to_host));
     json_object_set_new(j, "bytes_to_gpu", json_integer((json_int_t)ci.host_bytes_to_gpu));
     json_object_set_new(j, "restore_ms", json_real(s->restore_ms));
-    if (rp->e.disk_on) {
+    if (engine_disk_on(&rp->e)) {
         json_object_set_new(j, "disk_tokens", json_integer((json_int_t)s->disk_tokens));
         json_object_set_new(j, "disk_chunks_read", json_integer((json_int_t)s->disk_chunks_read));
         json_object_set_new(j, "disk_chunks_written", json_integer((json_int_t)s->disk_chunks_written));
@@ -216,8 +216,8 @@ static void report(const replay *rp, const char *name) {
     if (rp->o->json) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:b, s:O, s:o}", "scenario", name, "kind",
                               rp->t.chat ? "chat" : "tokens", "model", rp->o->model, "device",
-                              rp->e.vk->dev.info.props.deviceName, "page_size", ci.page_tokens, "kv_pool_tokens",
-                              ci.gpu_pages * ci.page_tokens, "prefix_cache", rp->e.cache_on,
+                              engine_device(&rp->e)->dev.info.props.deviceName, "page_size", ci.page_tokens, "kv_pool_tokens",
+                              ci.gpu_pages * ci.page_tokens, "prefix_cache", engine_cache_on(&rp->e),
                               "requests", rp->requests, "totals", tot);
         char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
         puts(s);
@@ -225,7 +225,7 @@ static void report(const replay *rp, const char *name) {
         json_decref(j);
         return;
     }
-    const engine_stats *s = &rp->e.stats;
+    const engine_stats st = engine_stats_get(&rp->e), *s = &st;
     printf("total %8llu %8llu %9llu %6.1f%% %7llu   (TTFT sum %.1f ms, wall %.1f ms)\n",
            (unsigned long long)s->prompt_tokens, (unsigned long long)s->cached_tokens,
            (unsigned long long)s->prefilled_tokens, s->prompt_tokens ? 100.0 * s->cached_tokens / s->prompt_tokens : 0,
@@ -245,7 +245,7 @@ static void report(const replay *rp, const char *name) {
                (unsigned long long)s->restored_tokens, ci.host_bytes_to_host / 1048576.0, ci.host_bytes_to_gpu / 1048576.0,
                s->restore_ms);
     }
-    if (rp->e.disk_on)
+    if (engine_disk_on(&rp->e))
         printf("disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, %.1f ms) "
                "| %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, %llu over budget\n",
                ci.disk_dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
@@ -311,9 +311,9 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
         printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
                "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s%s\n",
                name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), ci.page_tokens,
-               ci.gpu_pages * ci.page_tokens, rp.e.cache_on ? "on" : "off", o->host_cache_mb,
-               rp.e.disk_on ? " | disk tier " : "", rp.e.disk_on ? o->cache_dir : "",
-               rp.e.disk_on ? "    disk chunks written  read ms write ms" : "");
+               ci.gpu_pages * ci.page_tokens, engine_cache_on(&rp.e) ? "on" : "off", o->host_cache_mb,
+               engine_disk_on(&rp.e) ? " | disk tier " : "", engine_disk_on(&rp.e) ? o->cache_dir : "",
+               engine_disk_on(&rp.e) ? "    disk chunks written  read ms write ms" : "");
     double t0 = cd_now_ms();
     if (!rc) rc = run_trace(&rp, &ss, concurrency);
     rp.wall_ms = cd_now_ms() - t0;

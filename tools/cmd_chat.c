@@ -154,7 +154,7 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
         json_object_set_new(j, "context_full", json_boolean(ctx_end));
         json_object_set_new(j, "dropped_turns", json_integer(dropped));
         json_object_set_new(j, "n_ctx", json_integer(engine_n_ctx(e)));
-        if (e->disk_on) reply_json_disk(j, r);
+        if (engine_disk_on(e)) reply_json_disk(j, r);
         char *s = json_dumps(j, JSON_COMPACT);
         puts(s);
         fflush(stdout);
@@ -180,11 +180,11 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
                                                                    : " | stopped: --n tokens (length)";
     fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s%s%s%s]\n",
             turn, r->prompt_tokens, r->cached_tokens, hit, r->prefilled_tokens, r->ttft_ms, dec, r->n, stopped,
-            e->cache_on ? "" : " | prefix cache off", host, disk);
+            engine_cache_on(e) ? "" : " | prefix cache off", host, disk);
 }
 
 static void print_stats(const engine *e) {
-    const engine_stats *s = &e->stats;
+    const engine_stats st = engine_stats_get(e), *s = &st;
     engine_cache_info ci;
     engine_cache_info_get(e, &ci);
     uint64_t pages = (uint64_t)ci.gpu_cached + ci.gpu_pinned;
@@ -240,7 +240,7 @@ static int fit_prompt(const chat_opts *o, const engine *e, conversation *c, int3
                       unsigned *dropped) {
     const uint32_t n_ctx = engine_n_ctx(e), room = o->max_tokens < n_ctx / 2 ? o->max_tokens : n_ctx / 2;
     *dropped = 0;
-    if (conv_prompt(c, e->m->tok, o->thinking, ids, n)) return -1;
+    if (conv_prompt(c, engine_tokenizer(e), o->thinking, ids, n)) return -1;
     if (*n + room <= n_ctx) return 0;
     /* the least this turn can be: the system prompt and the last message */
     size_t first, end, n_least = *n;
@@ -252,7 +252,7 @@ static int fit_prompt(const chat_opts *o, const engine *e, conversation *c, int3
             if ((i < first || i == last) && json_array_append(least.messages, json_array_get(c->messages, i)))
                 rc = cd_fail("out of memory");
         int32_t *least_ids = NULL;
-        if (!rc) rc = conv_prompt(&least, e->m->tok, o->thinking, &least_ids, &n_least);
+        if (!rc) rc = conv_prompt(&least, engine_tokenizer(e), o->thinking, &least_ids, &n_least);
         json_decref(least.messages);
         free(least_ids);
         if (rc) return -1;
@@ -269,7 +269,7 @@ static int fit_prompt(const chat_opts *o, const engine *e, conversation *c, int3
         (*dropped)++;
         free(*ids);
         *ids = NULL;
-        if (conv_prompt(c, e->m->tok, o->thinking, ids, n)) return -1;
+        if (conv_prompt(c, engine_tokenizer(e), o->thinking, ids, n)) return -1;
     }
     if (*dropped)
         fprintf(stderr, "chat: context full: dropped the %u oldest turn%s (%zu tokens); the prompt is %zu of %u tokens\n",
@@ -285,7 +285,7 @@ static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn)
         free(ids);
         return cli_error("chat", "%s", cd_errmsg());
     }
-    stream s = {.tok = e->m->tok, .print = !o->json};
+    stream s = {.tok = engine_tokenizer(e), .print = !o->json};
     engine_request rq = {.ids = ids, .n = (uint32_t)n, .max_tokens = o->max_tokens, .on_token = on_token, .ctx = &s};
     engine_reply r;
     int rc = n > UINT32_MAX ? cd_fail("prompt too long") : engine_generate(e, &rq, &r);
@@ -297,7 +297,7 @@ static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn)
     char tail[8];
     int nt = s.print ? tok_stream_flush(&s.ts, tail, sizeof tail) : 0;
     if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
-    char *text = reply_text(e->m->tok, &r);
+    char *text = reply_text(engine_tokenizer(e), &r);
     rc = text && !conv_add(c, "assistant", text) ? 0 : cli_error("chat", "%s", cd_errmsg());
     print_turn(o, e, n_turn, &r, text, dropped);
     free(text);

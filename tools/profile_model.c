@@ -613,8 +613,8 @@ typedef struct replay_prof {
 
 static int rp_start(void *ctx, engine *e) {
     replay_prof *r = ctx;
-    snprintf(r->device, sizeof r->device, "%s", e->vk->dev.info.props.deviceName);
-    CD_TRY(fill_peaks(r->o, e->vk) || cvk_timer_init(&r->t, &e->vk->dev, TIMER_SPANS));
+    snprintf(r->device, sizeof r->device, "%s", engine_device(e)->dev.info.props.deviceName);
+    CD_TRY(fill_peaks(r->o, engine_device(e)) || cvk_timer_init(&r->t, &engine_device(e)->dev, TIMER_SPANS));
     r->timer_up = true;
     if (cvk_timer_enable(&r->t, true)) return -1;
     engine_set_timer(e, &r->t);
@@ -627,7 +627,7 @@ static int rp_step(void *ctx, engine *e) {
     if (h->submit_at_ms == r->last_submit) return 0;
     r->last_submit = h->submit_at_ms;
     uint8_t phase = h->tokens == h->n_out ? DECODE : PREFILL;
-    return collect(&r->p, &r->t, &e->m->cfg, h, phase, h->tokens, h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
+    return collect(&r->p, &r->t, &engine_model(e)->cfg, h, phase, h->tokens, h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
 }
 
 static int rp_reply(void *ctx, size_t no, const engine_reply *q, double submit_ms, double prepare_ms) {
