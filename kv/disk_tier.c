@@ -63,69 +63,6 @@ static void say(kv_disk_tier *d, const char *fmt, ...) {
     if (!d->quiet) fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
 }
 
-/* ---- a set of chain hashes (the stale names: files skipped on read) ---- */
-
-static uint32_t slot_of(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t cap) {
-    uint64_t v;
-    memcpy(&v, h, sizeof v); /* a SHA-256: any 8 bytes are uniform */
-    return (uint32_t)(v & (cap - 1));
-}
-
-static bool is_zero(const uint8_t *h) {
-    for (int i = 0; i < KV_DISK_HASH_BYTES; i++)
-        if (h[i]) return false;
-    return true;
-}
-
-static bool set_has(const kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
-    if (!s->cap) return false;
-    for (uint32_t i = slot_of(h, s->cap);; i = (i + 1) & (s->cap - 1)) {
-        if (is_zero(s->tab[i])) return false;
-        if (!memcmp(s->tab[i], h, KV_DISK_HASH_BYTES)) return true;
-    }
-}
-
-static void set_put(uint8_t (*tab)[KV_DISK_HASH_BYTES], uint32_t cap, const uint8_t *h) {
-    uint32_t i = slot_of(h, cap);
-    while (!is_zero(tab[i]) && memcmp(tab[i], h, KV_DISK_HASH_BYTES)) i = (i + 1) & (cap - 1);
-    memcpy(tab[i], h, KV_DISK_HASH_BYTES);
-}
-
-/* Adds h (an all-zero hash is never a SHA-256 output worth keeping). Out of memory: the set
- * stays as it is (a skipped name is trusted by write-through: the next read skips it again). */
-static void set_add(kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
-    if (is_zero(h) || set_has(s, h)) return;
-    if (2 * (s->n + 1) > s->cap) {
-        uint32_t cap = s->cap ? 2 * s->cap : 256;
-        uint8_t(*tab)[KV_DISK_HASH_BYTES] = calloc(cap, KV_DISK_HASH_BYTES);
-        if (!tab) return;
-        for (uint32_t i = 0; i < s->cap; i++)
-            if (!is_zero(s->tab[i])) set_put(tab, cap, s->tab[i]);
-        free(s->tab);
-        s->tab = tab;
-        s->cap = cap;
-    }
-    set_put(s->tab, s->cap, h);
-    s->n++;
-}
-
-static void set_remove(kv_disk_set *s, const uint8_t h[KV_DISK_HASH_BYTES]) {
-    if (!set_has(s, h)) return;
-    /* rebuild without h (rare: only after a rejected or skipped file) */
-    uint8_t(*tab)[KV_DISK_HASH_BYTES] = calloc(s->cap, KV_DISK_HASH_BYTES);
-    if (!tab) return;
-    for (uint32_t i = 0; i < s->cap; i++)
-        if (!is_zero(s->tab[i]) && memcmp(s->tab[i], h, KV_DISK_HASH_BYTES)) set_put(tab, s->cap, s->tab[i]);
-    free(s->tab);
-    s->tab = tab;
-    s->n--;
-}
-
-static void set_free(kv_disk_set *s) {
-    free(s->tab);
-    *s = (kv_disk_set){0};
-}
-
 /* ---- the budget's index: every chunk file under DIR, least recently used first ---- */
 
 static int64_t now_ns(void) {
@@ -136,148 +73,6 @@ static int64_t now_ns(void) {
 
 static struct timespec ts_of(int64_t ns) {
     return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
-}
-
-/* Our entry for chain hash h: its slot in the map (the entry, or the empty slot where it would go). */
-static uint32_t map_slot(const kv_disk_index *x, const uint8_t *h) {
-    for (uint32_t i = slot_of(h, x->map_cap);; i = (i + 1) & (x->map_cap - 1))
-        if (x->map[i] == KV_DISK_NONE || !memcmp(x->files[x->map[i]].h, h, KV_DISK_HASH_BYTES)) return i;
-}
-
-static uint32_t idx_find(const kv_disk_index *x, const uint8_t *h) {
-    return x->map_cap ? x->map[map_slot(x, h)] : KV_DISK_NONE;
-}
-
-static int map_grow(kv_disk_index *x) {
-    uint32_t cap = x->map_cap ? 2 * x->map_cap : 256;
-    uint32_t *m = malloc((size_t)cap * sizeof *m);
-    if (!m) return -1;
-    for (uint32_t i = 0; i < cap; i++) m[i] = KV_DISK_NONE;
-    uint32_t *old = x->map, old_cap = x->map_cap;
-    x->map = m;
-    x->map_cap = cap;
-    for (uint32_t i = 0; i < old_cap; i++)
-        if (old[i] != KV_DISK_NONE) x->map[map_slot(x, x->files[old[i]].h)] = old[i];
-    free(old);
-    return 0;
-}
-
-/* Removes the map slot i and moves later entries of its probe run back (no tombstones). */
-static void map_delete(kv_disk_index *x, uint32_t i) {
-    uint32_t mask = x->map_cap - 1;
-    x->map[i] = KV_DISK_NONE;
-    for (uint32_t j = (i + 1) & mask; x->map[j] != KV_DISK_NONE; j = (j + 1) & mask) {
-        uint32_t home = slot_of(x->files[x->map[j]].h, x->map_cap);
-        /* j's entry may fill the hole at i unless its home lies cyclically in (i, j] */
-        if (((j - home) & mask) >= ((j - i) & mask)) {
-            x->map[i] = x->map[j];
-            x->map[j] = KV_DISK_NONE;
-            i = j;
-        }
-    }
-}
-
-static bool ours(const kv_disk_file *f) { return f->ns == 0 && f->version == KV_DISK_VERSION; }
-
-static void list_unlink(kv_disk_index *x, uint32_t i) {
-    kv_disk_file *f = &x->files[i];
-    if (f->older != KV_DISK_NONE) x->files[f->older].newer = f->newer;
-    else x->oldest = f->newer;
-    if (f->newer != KV_DISK_NONE) x->files[f->newer].older = f->older;
-    else x->newest = f->older;
-}
-
-static void list_push_newest(kv_disk_index *x, uint32_t i) {
-    kv_disk_file *f = &x->files[i];
-    f->older = x->newest;
-    f->newer = KV_DISK_NONE;
-    if (x->newest != KV_DISK_NONE) x->files[x->newest].newer = i;
-    else x->oldest = i;
-    x->newest = i;
-}
-
-static void idx_remove(kv_disk_index *x, uint32_t i) {
-    kv_disk_file *f = &x->files[i];
-    if (ours(f)) map_delete(x, map_slot(x, f->h));
-    list_unlink(x, i);
-    x->bytes -= f->bytes;
-    x->n--;
-    f->older = x->free;
-    x->free = i;
-}
-
-/* Adds a file as the newest (one of ours already there is replaced). The entry, or KV_DISK_NONE
- * when memory ran out: the file is then not counted (the budget is checked again at a rescan). */
-static uint32_t idx_add(kv_disk_index *x, uint32_t ns, uint32_t version, const uint8_t *h, uint64_t bytes,
-                        int64_t used_ns, uint64_t stamp) {
-    bool mine = ns == 0 && version == KV_DISK_VERSION;
-    if (mine) {
-        uint32_t old = idx_find(x, h);
-        if (old != KV_DISK_NONE) idx_remove(x, old);
-        if (2 * (x->n + 1) > x->map_cap && map_grow(x)) return KV_DISK_NONE;
-    }
-    if (x->free == KV_DISK_NONE) {
-        uint32_t cap = x->cap ? 2 * x->cap : 256;
-        kv_disk_file *f = realloc(x->files, (size_t)cap * sizeof *f);
-        if (!f) return KV_DISK_NONE;
-        x->files = f;
-        for (uint32_t i = cap; i-- > x->cap;) {
-            f[i].older = x->free;
-            x->free = i;
-        }
-        x->cap = cap;
-    }
-    uint32_t i = x->free;
-    kv_disk_file *f = &x->files[i];
-    x->free = f->older;
-    *f = (kv_disk_file){.bytes = bytes, .used_ns = used_ns, .stamp = stamp, .ns = ns, .version = version};
-    memcpy(f->h, h, KV_DISK_HASH_BYTES);
-    list_push_newest(x, i);
-    if (mine) x->map[map_slot(x, h)] = i;
-    x->bytes += bytes;
-    x->n++;
-    return i;
-}
-
-static void idx_touch(kv_disk_tier *d, uint32_t i, int64_t used_ns) {
-    kv_disk_index *x = &d->index;
-    list_unlink(x, i);
-    list_push_newest(x, i);
-    x->files[i].used_ns = used_ns;
-    x->files[i].stamp = d->stamp++;
-}
-
-/* Empties the index (keeps its memory and the namespace names). */
-static void idx_clear(kv_disk_index *x) {
-    x->n = 0;
-    x->bytes = 0;
-    x->oldest = x->newest = x->free = KV_DISK_NONE;
-    for (uint32_t i = x->cap; i-- > 0;) {
-        x->files[i].older = x->free;
-        x->free = i;
-    }
-    for (uint32_t i = 0; i < x->map_cap; i++) x->map[i] = KV_DISK_NONE;
-}
-
-static void idx_free(kv_disk_index *x) {
-    free(x->files);
-    free(x->map);
-    free(x->ns_names);
-    *x = (kv_disk_index){.oldest = KV_DISK_NONE, .newest = KV_DISK_NONE, .free = KV_DISK_NONE};
-}
-
-/* The id of namespace directory name (interned; 0 is ours), or KV_DISK_NONE. */
-static uint32_t idx_ns(kv_disk_index *x, const char *name) {
-    for (uint32_t i = 0; i < x->n_ns; i++)
-        if (!strcmp(x->ns_names[i], name)) return i;
-    if (!x->n_ns || (x->n_ns >= 4 && !(x->n_ns & (x->n_ns - 1)))) { /* room for 4, 8, 16, ... */
-        uint32_t cap = x->n_ns ? 2 * x->n_ns : 4;
-        void *p = realloc(x->ns_names, (size_t)cap * sizeof *x->ns_names);
-        if (!p) return KV_DISK_NONE;
-        x->ns_names = p;
-    }
-    snprintf(x->ns_names[x->n_ns], sizeof x->ns_names[0], "%s", name);
-    return x->n_ns++;
 }
 
 /* ---- fault injection (tests) ---- */
@@ -733,7 +528,7 @@ int kv_disk_rescan(kv_disk_tier *d) {
         if (strlen(de->d_name) != 2 * KV_DISK_HASH_BYTES || !parse_hash(de->d_name, NULL)) continue;
         int sub = openat(d->top_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (sub < 0) continue;
-        uint32_t ns = idx_ns(&d->index, de->d_name);
+        uint32_t ns = kv_disk_index_ns(&d->index, de->d_name);
         rc = ns == KV_DISK_NONE ? -1 : scan_ns(sub, ns, &v, &n, &cap);
         close(sub);
     }
@@ -750,11 +545,11 @@ int kv_disk_rescan(kv_disk_tier *d) {
         return cd_fail("disk tier: out of memory (the index of %s)", d->dir);
     }
     for (size_t i = 0; i < n; i++) {
-        uint32_t j = v[i].ns == 0 && v[i].version == KV_DISK_VERSION ? idx_find(&d->index, v[i].h) : KV_DISK_NONE;
+        uint32_t j = v[i].ns == 0 && v[i].version == KV_DISK_VERSION ? kv_disk_index_find(&d->index, v[i].h) : KV_DISK_NONE;
         stamps[i] = j != KV_DISK_NONE ? d->index.files[j].stamp : 0;
     }
-    idx_clear(&d->index);
-    for (size_t i = 0; i < n; i++) idx_add(&d->index, v[i].ns, v[i].version, v[i].h, v[i].bytes, v[i].mtime_ns, stamps[i]);
+    kv_disk_index_clear(&d->index);
+    for (size_t i = 0; i < n; i++) kv_disk_index_add(&d->index, v[i].ns, v[i].version, v[i].h, v[i].bytes, v[i].mtime_ns, stamps[i]);
     free(stamps);
     free(v);
     d->scans++;
@@ -781,13 +576,13 @@ static int make_room(kv_disk_tier *d, uint64_t bytes) {
         int64_t mtime = 0;
         bool there = dfd >= 0 && !fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
         if (there) mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        idx_remove(x, i);
+        kv_disk_index_remove(x, i);
         if (there && mtime > f.used_ns) {
-            idx_add(x, f.ns, f.version, f.h, (uint64_t)st.st_size, mtime, f.stamp);
+            kv_disk_index_add(x, f.ns, f.version, f.h, (uint64_t)st.st_size, mtime, f.stamp);
         } else if (there && (fault_next(d, KV_FAULT_UNLINK) >= 0 ? (errno = EIO, -1) : unlinkat(dfd, name, 0)) &&
                    errno != ENOENT) {
             int e = errno;
-            idx_add(x, f.ns, f.version, f.h, f.bytes, f.used_ns, f.stamp); /* still there: still counted */
+            kv_disk_index_add(x, f.ns, f.version, f.h, f.bytes, f.used_ns, f.stamp); /* still there: still counted */
             if (dfd >= 0 && dfd != d->dir_fd) close(dfd);
             say(d, "%s/%s: cannot remove it to keep within the budget: %s; the chunk being written stays uncached on "
                 "disk", f.ns == 0 ? d->dir : x->ns_names[f.ns], name, strerror(e));
@@ -823,7 +618,7 @@ static int set_budget(kv_disk_tier *d, uint64_t max_bytes) {
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
                  const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages, uint64_t max_bytes) {
     *d = (kv_disk_tier){.vk = vk, .pool = pool, .lay = *lay, .dir_fd = -1, .top_fd = -1, .stamp = 1, .keep_from = UINT64_MAX};
-    idx_free(&d->index); /* the empty index */
+    kv_disk_index_free(&d->index); /* the empty index */
     memcpy(d->ns, ns, KV_DISK_HASH_BYTES);
     if (!dir || !*dir) return cd_fail("--cache-dir: empty path");
     if (!lay->page_bytes || (vk && pool->size % lay->page_bytes))
@@ -851,7 +646,7 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
         return -1;
     }
     remove_stale_tmp(d);
-    if (idx_ns(&d->index, nsx) != 0 || set_budget(d, max_bytes) || kv_disk_rescan(d) ||
+    if (kv_disk_index_ns(&d->index, nsx) != 0 || set_budget(d, max_bytes) || kv_disk_rescan(d) ||
         kv_disk_fault_set(d, getenv("CINDER_FAULT_DISK"))) {
         if (!d->index.n_ns) cd_fail("disk tier: out of memory");
         kv_disk_free(d);
@@ -890,8 +685,8 @@ void kv_disk_free(kv_disk_tier *d) {
     free(d->tokens);
     free(d->slot_ids);
     free(d->host_stage);
-    idx_free(&d->index);
-    set_free(&d->stale);
+    kv_disk_index_free(&d->index);
+    kv_disk_set_free(&d->stale);
     OPENSSL_cleanse(d->key, sizeof d->key);
     memset(d, 0, sizeof *d);
 }
@@ -978,14 +773,14 @@ static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32
 static void reject(kv_disk_tier *d, const char *path, const uint8_t h[KV_DISK_HASH_BYTES], const char *why, bool skip) {
     if (skip) {
         say(d, "%s: %s; skipped, recomputing", path, why);
-        set_add(&d->stale, h); /* write-through replaces it instead of trusting the name */
+        kv_disk_set_add(&d->stale, h); /* write-through replaces it instead of trusting the name */
     } else {
         say(d, "%s: %s; removed, recomputing", path, why);
         char name[NAME_CAP];
         chunk_name(h, name);
         unlinkat(d->dir_fd, name, 0);
-        uint32_t i = idx_find(&d->index, h);
-        if (i != KV_DISK_NONE) idx_remove(&d->index, i);
+        uint32_t i = kv_disk_index_find(&d->index, h);
+        if (i != KV_DISK_NONE) kv_disk_index_remove(&d->index, i);
     }
     d->rejected++;
 }
@@ -1045,8 +840,8 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
     int fd = openat(d->dir_fd, name, OPEN_READ);
     if (fd < 0) {
         if (errno == ENOENT) { /* never written, or removed (maybe by another process) */
-            uint32_t i = idx_find(&d->index, h);
-            if (i != KV_DISK_NONE) idx_remove(&d->index, i);
+            uint32_t i = kv_disk_index_find(&d->index, h);
+            if (i != KV_DISK_NONE) kv_disk_index_remove(&d->index, i);
             return 0;
         }
         snprintf(why, sizeof why, "%s", errno == ELOOP ? "a symbolic link, not followed" : strerror(errno));
@@ -1060,9 +855,9 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
         int64_t now = now_ns();
         struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
         (void)futimens(fd, ts);
-        uint32_t i = idx_find(&d->index, h);
-        if (i != KV_DISK_NONE) idx_touch(d, i, now);
-        else idx_add(&d->index, 0, KV_DISK_VERSION, h, kv_disk_chunk_bytes(d), now, d->stamp++);
+        uint32_t i = kv_disk_index_find(&d->index, h);
+        if (i != KV_DISK_NONE) kv_disk_index_touch(&d->index, i, now, d->stamp++);
+        else kv_disk_index_add(&d->index, 0, KV_DISK_VERSION, h, kv_disk_chunk_bytes(d), now, d->stamp++);
     }
     close(fd);
     if (bad) {
@@ -1148,22 +943,22 @@ static int over_budget(kv_disk_tier *d, const char *path, uint64_t size) {
 /* Whether chunk h is on disk already (written earlier by this process or another; checked when
  * read), refreshing its last use: the write-through of a prefix is a use of its chunks. */
 static bool already_there(kv_disk_tier *d, const uint8_t *h, const char *name) {
-    if (set_has(&d->stale, h)) return false; /* a skipped file: replaced, not trusted */
+    if (kv_disk_set_has(&d->stale, h)) return false; /* a skipped file: replaced, not trusted */
     int64_t now = now_ns();
     struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
-    uint32_t i = idx_find(&d->index, h);
+    uint32_t i = kv_disk_index_find(&d->index, h);
     if (i != KV_DISK_NONE) {
         if (utimensat(d->dir_fd, name, ts, AT_SYMLINK_NOFOLLOW) && errno == ENOENT) {
-            idx_remove(&d->index, i); /* removed under us (another process's budget) */
+            kv_disk_index_remove(&d->index, i); /* removed under us (another process's budget) */
             return false;
         }
-        idx_touch(d, i, now);
+        kv_disk_index_touch(&d->index, i, now, d->stamp++);
         return true;
     }
     struct stat st;
     if (fstatat(d->dir_fd, name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode)) return false;
     (void)utimensat(d->dir_fd, name, ts, AT_SYMLINK_NOFOLLOW);
-    idx_add(&d->index, 0, KV_DISK_VERSION, h, (uint64_t)st.st_size, now, d->stamp++);
+    kv_disk_index_add(&d->index, 0, KV_DISK_VERSION, h, (uint64_t)st.st_size, now, d->stamp++);
     return true;
 }
 
@@ -1220,8 +1015,8 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
         d->write_errors++;
         return 0;
     }
-    set_remove(&d->stale, h);
-    idx_add(&d->index, 0, KV_DISK_VERSION, h, size, now, d->stamp++);
+    kv_disk_set_remove(&d->stale, h);
+    kv_disk_index_add(&d->index, 0, KV_DISK_VERSION, h, size, now, d->stamp++);
     d->chunks_written++;
     d->bytes_written += size;
     d->ms_write += cd_now_ms() - t0;
