@@ -110,16 +110,16 @@ static uint32_t context_needed(const bench_agents_opts *o) {
 }
 
 static int setup(run *rn, const bench_agents_opts *o, model *m) {
-    uint32_t n_ctx = o->n_ctx ? o->n_ctx : context_needed(o);
+    uint32_t n_ctx = o->eo.n_ctx ? o->eo.n_ctx : context_needed(o);
     if (n_ctx > m->cfg.n_ctx_train)
         return cd_fail("the agents' conversations reach %u tokens; the model's context is %u", n_ctx,
                        m->cfg.n_ctx_train);
     uint32_t c = o->concurrency ? o->concurrency : o->agents;
     /* the pool: every running conversation at its longest, plus room for the cache */
-    uint64_t pool = o->pool_tokens ? o->pool_tokens : (uint64_t)n_ctx * (c + 2);
+    uint64_t pool = o->eo.pool_tokens ? o->eo.pool_tokens : (uint64_t)n_ctx * (c + 2);
     if (pool > UINT32_MAX) return cd_fail("a KV pool of %llu tokens is too large", (unsigned long long)pool);
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = (uint32_t)pool, .page_tokens = o->page_tokens,
-                      .no_prefix_cache = o->no_prefix_cache, .max_seqs = c, .chunk_tokens = o->chunk_tokens};
+    engine_opts eo = o->eo;
+    eo.n_ctx = n_ctx, eo.pool_tokens = (uint32_t)pool, eo.max_seqs = c;
     if (engine_init(&rn->e, m, &eo) || engine_warm_up(&rn->e)) return -1;
     rng_seed(&rn->r, o->seed);
     int32_t *sys = malloc((o->system_tokens + 1) * sizeof *sys);
@@ -179,7 +179,7 @@ static void report(run *rn, double wall_ms) {
     double steady = i50 > 0 ? c * 1e3 / i50 : 0;
     if (!o->json) {
         printf("agents %u x %u rounds (system %u, tool %u, gen %u tokens), concurrency %u, prefix cache %s\n",
-               o->agents, o->rounds, o->system_tokens, o->tool_tokens, o->gen, c, o->no_prefix_cache ? "off" : "on");
+               o->agents, o->rounds, o->system_tokens, o->tool_tokens, o->gen, c, o->eo.no_prefix_cache ? "off" : "on");
         printf("device %s\n", engine_device(&rn->e)->dev.info.props.deviceName);
         printf("requests %llu, %.1f s wall, %llu steps, %llu preempted\n", (unsigned long long)rn->requests,
                wall_ms / 1e3, (unsigned long long)s->steps, (unsigned long long)s->preempted);
@@ -195,7 +195,7 @@ static void report(run *rn, double wall_ms) {
                           "s:I, s:f, s:I, s:I, s:I, s:I, s:f}",
                           "model", o->model ? o->model : "", "device", engine_device(&rn->e)->dev.info.props.deviceName, "agents",
                           o->agents, "rounds", o->rounds, "system_tokens", o->system_tokens, "tool_tokens",
-                          o->tool_tokens, "gen", o->gen, "concurrency", c, "prefix_cache", !o->no_prefix_cache,
+                          o->tool_tokens, "gen", o->gen, "concurrency", c, "prefix_cache", !o->eo.no_prefix_cache,
                           "requests", (json_int_t)rn->requests, "wall_ms", wall_ms, "generated_tokens",
                           (json_int_t)rn->generated, "decode_tok_s_total", tok_s, "ttft_ms_p50", t50, "ttft_ms_p99",
                           t99, "itl_ms_p50", i50, "itl_ms_p99", i99, "prompt_tokens", (json_int_t)rn->prompt,

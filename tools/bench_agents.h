@@ -11,13 +11,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "engine/engine.h"
 #include "runtime/model/model.h"
 
 typedef struct bench_agents_opts {
     uint32_t agents, rounds, system_tokens, tool_tokens, gen, concurrency;
-    uint32_t page_tokens, pool_tokens, n_ctx, chunk_tokens;
+    /* The engine's flags (tools/cli_engine.h) and --chunk-tokens; the run sets max_seqs
+     * (concurrency), and n_ctx and pool_tokens where they are 0 (every conversation at its
+     * longest, all running at once, and room for the cache). */
+    engine_opts eo;
     uint64_t seed;
-    bool no_prefix_cache, json;
+    bool json;
     bool json_object; /* every reply held to one JSON object (engine_request.json_object) */
     const char *model;
 } bench_agents_opts;

@@ -223,15 +223,17 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
 
 static double per_s(uint64_t bytes, double ms) { return ms > 0 ? bytes / (ms / 1e3) : 0.0; }
 
-int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json, const char *cache_dir,
-                  uint32_t cache_dir_max_mb) {
+int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json, const engine_opts *flags) {
+    const char *cache_dir = flags->cache_dir;
     static const uint32_t sizes[] = {512, 4800, 16000};
     uint32_t max_n = 0, n_sizes = 0;
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i] < m->cfg.n_ctx_train) max_n = sizes[i], n_sizes++;
     if (!n_sizes) return cli_error("bench", "the model's context (%u) is shorter than 512 tokens", m->cfg.n_ctx_train);
     engine e;
-    engine_opts eo = {.n_ctx = max_n + 1, .pool_tokens = max_n + 64, .page_tokens = 16};
+    engine_opts eo = {.n_ctx = max_n + 1, .pool_tokens = max_n + 64, .page_tokens = 16,
+                      .device_memory_mb = flags->device_memory_mb, .host_expert_layers = flags->host_expert_layers,
+                      .host_experts_fixed = flags->host_experts_fixed};
     /* the host tier: the largest N, from the page size the engine will use */
     kv_layout lay = {0};
     if (kv_layout_init(&lay, m->cfg.n_layer, m->cfg.n_head_kv, m->cfg.head_dim, 16))
@@ -248,7 +250,7 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
     eo.cache_dir = cache_dir;
     /* the disk budget: the user's, else room for the largest N's chunks (older Ns are evicted) */
     uint64_t chunk = KV_DISK_HEADER_BYTES + KV_DISK_CHUNK_TOKENS_DEFAULT * 4ull + (KV_DISK_CHUNK_TOKENS_DEFAULT / 16) * lay.page_bytes + KV_DISK_MAC_BYTES;
-    eo.cache_dir_max_bytes = cache_dir_max_mb ? (uint64_t)cache_dir_max_mb << 20 : (max_n / KV_DISK_CHUNK_TOKENS_DEFAULT + 1) * chunk;
+    eo.cache_dir_max_bytes = flags->cache_dir_max_bytes ? flags->cache_dir_max_bytes : (max_n / KV_DISK_CHUNK_TOKENS_DEFAULT + 1) * chunk;
     if (engine_init(&e, m, &eo) || engine_warm_up(&e)) {
         cli_error("bench", "%s", cd_errmsg());
         if (*tmp_dir) remove_cache_dir(e.disk.dir ? e.disk.dir : tmp_dir, tmp_dir);

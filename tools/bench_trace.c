@@ -148,7 +148,7 @@ static int run_trace(replay *rp, trace_sessions *ss, uint32_t concurrency) {
 /* The context one request may need: the longest token prompt + its max_tokens, or 8192 for
  * chat traces (their prompts are known only when rendered). */
 static uint32_t context_needed(const replay *rp) {
-    if (rp->o->n_ctx) return rp->o->n_ctx;
+    if (rp->o->eo.n_ctx) return rp->o->eo.n_ctx;
     if (rp->t.chat) return 8192;
     uint32_t need = 16;
     size_t i;
@@ -295,12 +295,10 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
     if (!rc && o->dump_prompts && !(rp.dump = fopen(o->dump_prompts, "w")))
         rc = cd_fail("%s: cannot create", o->dump_prompts);
     if (!rc) {
-        uint32_t n_ctx = context_needed(&rp), pool = o->pool_tokens ? o->pool_tokens : trace_header_u32(&rp.t, "kv_pool_tokens");
+        uint32_t n_ctx = context_needed(&rp), pool = o->eo.pool_tokens ? o->eo.pool_tokens : trace_header_u32(&rp.t, "kv_pool_tokens");
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
-        engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = pool, .page_tokens = o->page_tokens,
-                          .no_prefix_cache = o->no_prefix_cache, .host_cache_mb = o->host_cache_mb,
-                          .cache_dir = o->cache_dir, .cache_dir_max_bytes = (uint64_t)o->cache_dir_max_mb << 20,
-                          .max_seqs = concurrency};
+        engine_opts eo = o->eo;
+        eo.n_ctx = n_ctx, eo.pool_tokens = pool, eo.max_seqs = concurrency;
         if (!(rp.fl = calloc(concurrency, sizeof *rp.fl))) rc = cd_fail("out of memory");
         rc = rc || engine_init(&rp.e, m, &eo) || engine_warm_up(&rp.e);
     }
@@ -311,8 +309,8 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
         printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
                "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s%s\n",
                name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), ci.page_tokens,
-               ci.gpu_pages * ci.page_tokens, engine_cache_on(&rp.e) ? "on" : "off", o->host_cache_mb,
-               engine_disk_on(&rp.e) ? " | disk tier " : "", engine_disk_on(&rp.e) ? o->cache_dir : "",
+               ci.gpu_pages * ci.page_tokens, engine_cache_on(&rp.e) ? "on" : "off", o->eo.host_cache_mb,
+               engine_disk_on(&rp.e) ? " | disk tier " : "", engine_disk_on(&rp.e) ? o->eo.cache_dir : "",
                engine_disk_on(&rp.e) ? "    disk chunks written  read ms write ms" : "");
     double t0 = cd_now_ms();
     if (!rc) rc = run_trace(&rp, &ss, concurrency);
@@ -334,19 +332,19 @@ int bench_trace(const bench_trace_opts *o, model *m) {
     if (!o->plot) return replay_trace(o, m, false, NULL, NULL);
     /* --plot: the replay as asked, then again with the prefix cache the other way, TTFT per request of both */
     bench_trace_opts other = *o;
-    other.no_prefix_cache = !o->no_prefix_cache;
+    other.eo.no_prefix_cache = !o->eo.no_prefix_cache;
     other.dump_prompts = NULL;
-    other.cache_dir = NULL; /* the comparison reads no disk tier the first run wrote */
-    other.cache_dir_max_mb = 0;
+    other.eo.cache_dir = NULL; /* the comparison reads no disk tier the first run wrote */
+    other.eo.cache_dir_max_bytes = 0;
     double *a = NULL, *b = NULL;
     size_t na = 0, nb = 0;
     int rc = replay_trace(o, m, false, &a, &na);
     if (!rc) {
-        if (!o->json) printf("plot: replaying again with the prefix cache %s\n", other.no_prefix_cache ? "off" : "on");
+        if (!o->json) printf("plot: replaying again with the prefix cache %s\n", other.eo.no_prefix_cache ? "off" : "on");
         rc = replay_trace(&other, m, true, &b, &nb);
     }
     if (!rc) {
-        const double *on = o->no_prefix_cache ? b : a, *off = o->no_prefix_cache ? a : b;
+        const double *on = o->eo.no_prefix_cache ? b : a, *off = o->eo.no_prefix_cache ? a : b;
         svg_series s[2] = {{"prefix cache on", on}, {"prefix cache off", off}};
         char title[256];
         snprintf(title, sizeof title, "TTFT per request: %s (%s)", o->scenario ? o->scenario : o->trace, o->model);

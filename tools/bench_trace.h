@@ -23,17 +23,15 @@ typedef struct bench_trace_opts {
     const char *model;
     const char *trace;         /* a file, or NULL with scenario set */
     const char *scenario;      /* a name in scripts/scenarios/ */
-    uint32_t page_tokens;      /* 0 = default */
-    uint32_t pool_tokens;      /* 0 = the trace header's kv_pool_tokens, else the engine default */
-    uint32_t n_ctx;            /* 0 = what the trace needs (token traces) or 8192 (chat traces) */
-    uint32_t host_cache_mb;    /* host tier in MiB; 0 = none */
-    const char *cache_dir;     /* disk tier directory; NULL = none */
-    uint32_t cache_dir_max_mb; /* its budget in MiB; 0 = the default (10% of the free space, >= 256 MiB) */
+    /* The engine's flags (tools/cli_engine.h) as given; the replay sets max_seqs (concurrency),
+     * and n_ctx and pool_tokens where they are 0: n_ctx what the trace needs (token traces) or
+     * 8192 (chat traces), pool_tokens the trace header's kv_pool_tokens, else room for it all. */
+    engine_opts eo;
     const char *dump_prompts;  /* write each request's max_tokens and prompt ids here (peer replays) */
     const char *plot;          /* SVG of TTFT per request, prefix cache on and off (a second replay) */
     uint32_t concurrency;      /* requests in flight at once (0 = 1: one after the other) */
     const char *chat_template; /* chat traces render with it; NULL: the model file's */
-    bool no_prefix_cache, json;
+    bool json;
     bool quiet;                /* print nothing (a caller reports) */
     const bench_trace_hooks *hooks; /* NULL: none */
 } bench_trace_opts;

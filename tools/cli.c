@@ -62,11 +62,6 @@ int cli_auto_on_off(const char *cmd, const char *flag, const char *s, int *out) 
     return 0;
 }
 
-int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb) {
-    if (mb && !cache_dir) return cli_error(cmd, "--cache-dir-max-mb needs --cache-dir DIR"), -1;
-    return 0;
-}
-
 int cli_i32(const char *opt, const char *s, int32_t *out) {
     if (!s) return fprintf(stderr, "cinder: %s needs a value\n", opt), -1;
     char *end;

@@ -19,9 +19,8 @@ int cli_i32(const char *opt, const char *s, int32_t *out);
 int cli_f32(const char *opt, const char *s, float *out);
 /* --cache-dir-max-mb N (cinder chat, serve, bench): N MiB, at least 1; 0 is refused with a message
  * (there is no unlimited budget: leave the flag out for the default, or --cache-dir out for no
- * disk tier). cli_cache_dir_check: the flag needs --cache-dir. -1 after the message. */
+ * disk tier). -1 after the message. */
 int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb);
-int cli_cache_dir_check(const char *cmd, const char *cache_dir, uint32_t mb);
 /* FLAG auto|on|off -> 0, 1, -1 (cinder bench and profile: --gate-up-pairs, --int-dot: gpu_model_opts's
  * fields of those names). */
 int cli_auto_on_off(const char *cmd, const char *flag, const char *s, int *out);

@@ -20,6 +20,7 @@
 #include "tools/bench_restore.h"
 #include "tools/bench_trace.h"
 #include "tools/cli.h"
+#include "tools/cli_engine.h"
 #include "tools/commands.h"
 
 typedef struct bench_opts {
@@ -27,6 +28,7 @@ typedef struct bench_opts {
     uint32_t n_prompt, n_gen, repeat;
     uint64_t seed;
     bool json, restore;
+    engine_opts eo;         /* the engine's flags (tools/cli_engine.h) and --chunk-tokens */
     bench_trace_opts trace; /* --trace / --scenario: replay a request trace instead */
     bench_agents_opts agents; /* --agents N: agent loops through the scheduler instead */
     bool gen_given;
@@ -37,7 +39,6 @@ typedef struct bench_opts {
     json_schema *schema;          /* compiled from it */
     int32_t logprobs;  /* -1: none; else each token's log-probability and this many alternatives */
     int32_t prompt_logprobs; /* -1: none; else every prompt position's, with this many alternatives */
-    uint32_t spec_tokens; /* engine_opts.spec_tokens */
     const char *prompt_text; /* the prompt as text (tokenized) instead of --prompt-tokens random ids */
     rope_override rope;      /* --rope-scaling ... over the file's */
 } bench_opts;
@@ -115,7 +116,9 @@ static void usage(FILE *out) {
             "  time to restore an N-token prefix from the host tier and from disk files vs recomputing\n"
             "  it (prefill), for N = 512, 4800, 16000 (those below the model's context), with bytes/s;\n"
             "  medians. The files go to --cache-dir (default: a fresh directory under $TMPDIR or /tmp,\n"
-            "  removed after; its budget, unless given, holds the largest prefix).\n");
+            "  removed after; its budget, unless given, holds the largest prefix).\n"
+            "\n"
+            "  Every form takes " CLI_MEMORY_FLAGS ". " CLI_DEVICE_MEMORY_USAGE "\n");
 }
 
 static int parse(int argc, char **argv, bench_opts *o) {
@@ -129,30 +132,19 @@ static int parse(int argc, char **argv, bench_opts *o) {
         if (cli_flag(argv, i, "--profile")) return cli_error("bench", "--profile is now 'cinder profile' (per op time, bytes, roofline, trace)"), -1;
         if (cli_flag(argv, i, "--restore-bench")) { o->restore = true; continue; }
         if (cli_flag(argv, i, "--json-object")) { o->json_object = ag->json_object = true; continue; }
-        if (cli_flag(argv, i, "--no-prefix-cache")) { o->trace.no_prefix_cache = true; continue; }
-        int rope = cli_rope(argc, argv, &i, &o->rope);
-        if (rope < 0) return -1;
-        if (rope) continue;
+        int rope = cli_rope(argc, argv, &i, &o->rope), eng = rope ? 0 : cli_engine_flag("bench", argc, argv, &i, &o->eo);
+        if (rope < 0 || eng < 0) return -1;
+        if (rope || eng) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--json-schema", &v)) o->json_schema_file = v;
         else if (cli_value(argc, argv, &i, "--prompt-text", &v)) o->prompt_text = v;
-        else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) {
-            if (cli_u32("--spec-tokens", v, &o->spec_tokens)) return -1;
-            if (o->spec_tokens > ENGINE_SPEC_MAX) return cli_error("bench", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
-        }
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
         else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->trace.chat_template = v;
         else if (cli_value(argc, argv, &i, "--scenario", &v)) o->trace.scenario = v;
-        else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->trace.page_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->trace.pool_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->trace.n_ctx)) return -1; }
         else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("bench", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
         else if (cli_value(argc, argv, &i, "--int-dot", &v)) { if (cli_auto_on_off("bench", "--int-dot", v, &o->int_dot)) return -1; }
         else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->trace.plot = v;
-        else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->trace.host_cache_mb)) return -1; }
-        else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->trace.cache_dir = v;
-        else if (cli_value(argc, argv, &i, "--cache-dir-max-mb", &v)) { if (cli_cache_dir_max_mb("bench", v, &o->trace.cache_dir_max_mb)) return -1; }
         else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
         else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; o->gen_given = true; }
         else if (cli_value(argc, argv, &i, "--agents", &v)) { if (cli_u32("--agents", v, &ag->agents)) return -1; }
@@ -163,7 +155,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
             if (cli_u32("--concurrency", v, &ag->concurrency)) return -1;
             o->trace.concurrency = ag->concurrency;
         }
-        else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &ag->chunk_tokens)) return -1; }
+        else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
         else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->seed)) return -1; }
         else if (cli_value(argc, argv, &i, "--logprobs", &v)) {
@@ -189,10 +181,7 @@ static int parse(int argc, char **argv, bench_opts *o) {
             return cli_error("bench", "--concurrency is at most 256"), -1;
         if (o->trace.trace || o->trace.scenario || o->restore)
             return cli_error("bench", "--agents does not go with --trace, --scenario or --restore-bench"), -1;
-        ag->page_tokens = o->trace.page_tokens;
-        ag->pool_tokens = o->trace.pool_tokens;
-        ag->n_ctx = o->trace.n_ctx;
-        ag->no_prefix_cache = o->trace.no_prefix_cache;
+        ag->eo = o->eo;
         ag->seed = o->seed;
     }
     if (o->repeat == 0) return cli_error("bench", "--repeat must be at least 1"), -1;
@@ -200,13 +189,10 @@ static int parse(int argc, char **argv, bench_opts *o) {
     chat_template_id tmpl;
     if (o->trace.chat_template && chat_template_from_name(o->trace.chat_template, &tmpl))
         return cli_error("bench", "--chat-template: %s", cd_errmsg()), -1;
-    if (o->trace.page_tokens > 256) return cli_error("bench", "--page-size is at most 256"), -1;
     if (o->trace.concurrency > 256) return cli_error("bench", "--concurrency is at most 256"), -1;
-    if (o->trace.no_prefix_cache && (o->trace.cache_dir || o->trace.host_cache_mb))
-        return cli_error("bench", "%s needs the prefix cache: not with --no-prefix-cache",
-                         o->trace.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
-    if (cli_cache_dir_check("bench", o->trace.cache_dir, o->trace.cache_dir_max_mb)) return -1;
-    if (o->trace.cache_dir_max_mb && !o->trace.trace && !o->trace.scenario && !o->restore)
+    if (cli_engine_check("bench", &o->eo)) return -1;
+    o->trace.eo = o->eo;
+    if (o->eo.cache_dir_max_bytes && !o->trace.trace && !o->trace.scenario && !o->restore)
         return cli_error("bench", "--cache-dir-max-mb goes with --trace, --scenario or --restore-bench"), -1;
     return 0;
 }
@@ -255,16 +241,16 @@ static void report(const bench_opts *o, const model *m, const cvk_ctx *vk, doubl
                o->prompt_logprobs >= 0 ? "; every position's log-probabilities" : "");
         if (o->n_gen) printf("tg%-5u %10.2f tok/s   (median of %u)\n", o->n_gen, tg, o->repeat);
         printf("load    %10.1f ms (weights to the device, pipelines)\n", load_ms);
-        if (o->spec_tokens)
+        if (o->eo.spec_tokens)
             printf("spec    %llu of %llu guessed tokens kept (up to %u a pass)\n", (unsigned long long)kept,
-                   (unsigned long long)guessed, o->spec_tokens);
+                   (unsigned long long)guessed, o->eo.spec_tokens);
         return;
     }
     json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:f}", "model", o->model, "device",
                           vk->dev.info.props.deviceName, "prompt_tokens", (json_int_t)o->n_prompt, "gen_tokens",
                           (json_int_t)o->n_gen, "repeat", (json_int_t)o->repeat, "prefill_tok_s", pp, "decode_tok_s",
                           tg, "load_ms", load_ms);
-    json_object_set_new(j, "spec_tokens", json_integer(o->spec_tokens));
+    json_object_set_new(j, "spec_tokens", json_integer(o->eo.spec_tokens));
     json_object_set_new(j, "prompt_logprobs", o->prompt_logprobs >= 0 ? json_integer(o->prompt_logprobs) : json_null());
     json_object_set_new(j, "draft_tokens", json_integer((json_int_t)guessed));
     json_object_set_new(j, "accepted_tokens", json_integer((json_int_t)kept));
@@ -302,15 +288,15 @@ static int bench(bench_opts *o, model *m) {
         return cli_error("bench", "%u prompt + %u generated tokens exceed the model's context (%u)", o->n_prompt,
                          o->n_gen, m->cfg.n_ctx_train);
     }
-    if (o->trace.n_ctx) { /* a larger context than the run needs (the speed must not depend on it) */
-        const char *bad = o->trace.n_ctx < need ? "is below the prompt + generated tokens"
-                          : o->trace.n_ctx > m->cfg.n_ctx_train ? "exceeds the model's context" : NULL;
+    if (o->eo.n_ctx) { /* a larger context than the run needs (the speed must not depend on it) */
+        const char *bad = o->eo.n_ctx < need ? "is below the prompt + generated tokens"
+                          : o->eo.n_ctx > m->cfg.n_ctx_train ? "exceeds the model's context" : NULL;
         if (bad) {
             free(ids);
-            return cli_error("bench", "--ctx %u %s (%u + %u; the model's %u)", o->trace.n_ctx, bad, o->n_prompt, o->n_gen,
+            return cli_error("bench", "--ctx %u %s (%u + %u; the model's %u)", o->eo.n_ctx, bad, o->n_prompt, o->n_gen,
                              m->cfg.n_ctx_train);
         }
-        n_ctx = o->trace.n_ctx;
+        n_ctx = o->eo.n_ctx;
     }
     double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
     engine e = {0};
@@ -318,8 +304,11 @@ static int bench(bench_opts *o, model *m) {
 
     int rc = 0;
     double t0 = cd_now_ms();
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
-                      .spec_tokens = o->spec_tokens};
+    /* the flags' memory plan and speculation; one request, no prefix cache (each repeat from scratch) */
+    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs,
+                      .int_dot = o->int_dot, .spec_tokens = o->eo.spec_tokens, .chunk_tokens = o->eo.chunk_tokens,
+                      .device_memory_mb = o->eo.device_memory_mb, .host_expert_layers = o->eo.host_expert_layers,
+                      .host_experts_fixed = o->eo.host_experts_fixed};
     if (engine_init(&e, m, &eo)) rc = -1;
     double load_ms = cd_now_ms() - t0;
     bench_run warm, spec = {0};
@@ -376,7 +365,7 @@ int cmd_bench(int argc, char **argv) {
         model_free(m);
         return cli_error("bench", "--plot goes with --trace or --scenario (TTFT per request, cache on and off)");
     }
-    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, o.trace.cache_dir, o.trace.cache_dir_max_mb)
+    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, &o.eo)
              : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
                                                  : bench(&o, m);
     model_free(m);

@@ -16,6 +16,7 @@
 #include "runtime/text/conversation.h"
 #include "engine/engine.h"
 #include "tools/cli.h"
+#include "tools/cli_engine.h"
 #include "tools/commands.h"
 #include "tools/reply_json.h"
 
@@ -72,31 +73,19 @@ static void usage(FILE *out) {
 
 static int parse(int argc, char **argv, chat_opts *o) {
     *o = (chat_opts){.max_tokens = 256, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
-    uint32_t mb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
-        if (cli_flag(argv, i, "--no-prefix-cache")) { o->eo.no_prefix_cache = true; continue; }
         if (cli_flag(argv, i, "--think")) { o->think = CHAT_THINK_ASK_ON; continue; }
         if (cli_flag(argv, i, "--no-think")) { o->think = CHAT_THINK_ASK_OFF; continue; }
         if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
-        int rope = cli_rope(argc, argv, &i, &o->rope), mem = rope ? 0 : cli_memory(argc, argv, &i, &o->eo);
-        if (rope < 0 || mem < 0) return -1;
-        if (rope || mem) continue;
+        int rope = cli_rope(argc, argv, &i, &o->rope), eng = rope ? 0 : cli_engine_flag("chat", argc, argv, &i, &o->eo);
+        if (rope < 0 || eng < 0) return -1;
+        if (rope || eng) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--system", &v)) o->system = v;
         else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->chat_template = v;
         else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->max_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
-        else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
-        else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;
-        else if (cli_value(argc, argv, &i, "--cache-dir-max-mb", &v)) {
-            if (cli_cache_dir_max_mb("chat", v, &mb)) return -1;
-            o->eo.cache_dir_max_bytes = (uint64_t)mb << 20;
-        }
-        else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) { if (cli_u32("--spec-tokens", v, &o->eo.spec_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
         else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
@@ -107,12 +96,7 @@ static int parse(int argc, char **argv, chat_opts *o) {
     if (o->max_tokens == 0) return cli_error("chat", "--n must be at least 1"), -1;
     if (o->chat_template && chat_template_from_name(o->chat_template, &o->template))
         return cli_error("chat", "--chat-template: %s", cd_errmsg()), -1;
-    if (o->eo.page_tokens > 256) return cli_error("chat", "--page-size is at most 256"), -1;
-    if (o->eo.spec_tokens > ENGINE_SPEC_MAX) return cli_error("chat", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
-    if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
-        return cli_error("chat", "%s needs the prefix cache: not with --no-prefix-cache",
-                         o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
-    return cli_cache_dir_check("chat", o->eo.cache_dir, mb);
+    return cli_engine_check("chat", &o->eo);
 }
 
 /* Streams reply text to stdout as tokens arrive. */

@@ -9,6 +9,7 @@
 #include "server/kv_wire.h"
 #include "server/server.h"
 #include "tools/cli.h"
+#include "tools/cli_engine.h"
 #include "tools/commands.h"
 
 static void usage(FILE *out) {
@@ -76,35 +77,23 @@ static int parse(int argc, char **argv, serve_opts *o) {
     *o = (serve_opts){.so = {.host = "127.0.0.1", .port = 8080, .queue = 64, .max_body_kb = 8192, .max_header_kb = 64,
                              .max_conns = 256, .idle_s = 600},
                       .eo = {.max_seqs = 8}};
-    uint32_t mb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
-        if (cli_flag(argv, i, "--no-prefix-cache")) { o->eo.no_prefix_cache = true; continue; }
         if (cli_flag(argv, i, "--preserve-reasoning")) { o->so.preserve_reasoning = true; continue; }
         if (cli_flag(argv, i, "--strict-template")) { o->so.strict_template = true; continue; }
         if (cli_flag(argv, i, "--think")) { o->so.think = CHAT_THINK_ASK_ON; continue; }
         if (cli_flag(argv, i, "--no-think")) { o->so.think = CHAT_THINK_ASK_OFF; continue; }
-        int rope = cli_rope(argc, argv, &i, &o->so.rope), mem = rope ? 0 : cli_memory(argc, argv, &i, &o->eo);
-        if (rope < 0 || mem < 0) return -1;
-        if (rope || mem) continue;
+        int rope = cli_rope(argc, argv, &i, &o->so.rope), eng = rope ? 0 : cli_engine_flag("serve", argc, argv, &i, &o->eo);
+        if (rope < 0 || eng < 0) return -1;
+        if (rope || eng) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--host", &v)) o->so.host = v;
         else if (cli_value(argc, argv, &i, "--port", &v)) { if (parse_u16("--port", v, &o->so.port)) return -1; }
         else if (cli_value(argc, argv, &i, "--port-file", &v)) o->so.port_file = v;
         else if (cli_value(argc, argv, &i, "--parallel", &v)) { if (cli_u32("--parallel", v, &o->eo.max_seqs)) return -1; }
         else if (cli_value(argc, argv, &i, "--queue", &v)) { if (cli_u32("--queue", v, &o->so.queue)) return -1; }
-        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->eo.n_ctx)) return -1; }
-        else if (cli_value(argc, argv, &i, "--kv-pool-tokens", &v)) { if (cli_u32("--kv-pool-tokens", v, &o->eo.pool_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--page-size", &v)) { if (cli_u32("--page-size", v, &o->eo.page_tokens)) return -1; }
         else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--spec-tokens", &v)) { if (cli_u32("--spec-tokens", v, &o->eo.spec_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--host-cache-mb", &v)) { if (cli_u32("--host-cache-mb", v, &o->eo.host_cache_mb)) return -1; }
-        else if (cli_value(argc, argv, &i, "--cache-dir", &v)) o->eo.cache_dir = v;
-        else if (cli_value(argc, argv, &i, "--cache-dir-max-mb", &v)) {
-            if (cli_cache_dir_max_mb("serve", v, &mb)) return -1;
-            o->eo.cache_dir_max_bytes = (uint64_t)mb << 20;
-        }
         else if (cli_value(argc, argv, &i, "--api-key", &v)) o->so.api_key = v;
         else if (cli_value(argc, argv, &i, "--alias", &v)) o->so.alias = v;
         else if (cli_value(argc, argv, &i, "--kv-events", &v)) o->so.kv_events = v;
@@ -136,12 +125,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
         return cli_error("serve", "%s", cd_errmsg()), -1;
     if (o->so.kv_events_replay && kv_wire_endpoint("--kv-events-replay", o->so.kv_events_replay, &bind))
         return cli_error("serve", "%s", cd_errmsg()), -1;
-    if (o->eo.page_tokens > 256) return cli_error("serve", "--page-size is at most 256"), -1;
-    if (o->eo.spec_tokens > ENGINE_SPEC_MAX) return cli_error("serve", "--spec-tokens is at most %d", ENGINE_SPEC_MAX), -1;
-    if (o->eo.no_prefix_cache && (o->eo.cache_dir || o->eo.host_cache_mb))
-        return cli_error("serve", "%s needs the prefix cache: not with --no-prefix-cache",
-                         o->eo.cache_dir ? "--cache-dir" : "--host-cache-mb N (N > 0)"), -1;
-    return cli_cache_dir_check("serve", o->eo.cache_dir, mb);
+    return cli_engine_check("serve", &o->eo);
 }
 
 int cmd_serve(int argc, char **argv) {
