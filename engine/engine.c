@@ -164,7 +164,7 @@ void engine_cache_info_get(const engine *e, engine_cache_info *o) {
     *o = (engine_cache_info){.gpu_pages = p->n_pages, .gpu_free = kv_pages_free_count(p),
                              .page_tokens = e->pool.lay.page_tokens, .n_ctx = e->g.n_ctx};
     if (e->cache_on) {
-        const radix_stats *t = &e->cache.tree.stats;
+        const radix_stats *t = kv_cache_stats(&e->cache);
         o->prefix_cache = true;
         o->gpu_pinned = (uint32_t)t->pinned_pages;
         o->gpu_cached = (uint32_t)(t->pages - t->pinned_pages);

@@ -298,14 +298,20 @@ static bool prefix_in_flight(const engine *e, const engine_req *q, uint32_t cach
     return false;
 }
 
+/* Charges q with the pages the cache evicted and demoted since `before`. */
+static void charge_moves(const engine *e, engine_req *q, kv_cache_moves before) {
+    kv_cache_moves now = kv_cache_moves_get(&e->cache);
+    q->reply.evicted_pages += now.freed_pages - before.freed_pages;
+    q->reply.demoted_pages += now.demoted_pages - before.demoted_pages;
+}
+
 /* Reserves free pages for n more tokens of q's sequence (copy on write of a shared partial last
  * page included), evicting unpinned cache entries if short. 1: not enough pages. */
 static int reserve(engine *e, engine_req *q, uint32_t n) {
     uint32_t need = kv_pool_pages_needed(&e->pool, &q->seq, n);
-    uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
+    kv_cache_moves before = kv_cache_moves_get(&e->cache);
     if (need > kv_pages_free_count(&e->pool.pages) && e->cache_on) kv_cache_reclaim(&e->cache, need);
-    q->reply.evicted_pages += e->cache.freed_pages - freed0;
-    q->reply.demoted_pages += e->cache.tree.stats.demoted_pages - dem0;
+    charge_moves(e, q, before);
     if (need > kv_pages_free_count(&e->pool.pages)) return 1;
     return kv_pool_extend(&e->pool, &q->seq, n);
 }
@@ -319,15 +325,14 @@ static uint32_t free_row(const engine *e) {
 /* Acquires q's cached prefix and reserves the pages of the rest. 1: no room now (q waits). */
 static int admit_one(engine *e, engine_req *q) {
     kv_cache_hit hit = {0};
-    uint64_t freed0 = e->cache.freed_pages, dem0 = e->cache.tree.stats.demoted_pages;
+    kv_cache_moves before = kv_cache_moves_get(&e->cache);
     double t0 = cd_now_ms();
     if (e->cache_on && kv_cache_acquire(&e->cache, q->ns, q->all, matchable(q), &q->seq, &q->m, &hit)) {
         kv_seq_free(&e->pool.pages, &q->seq);
         kv_cache_release(&e->cache, &q->m);
         return -1;
     }
-    q->reply.evicted_pages += e->cache.freed_pages - freed0;
-    q->reply.demoted_pages += e->cache.tree.stats.demoted_pages - dem0;
+    charge_moves(e, q, before);
     uint32_t cached = q->seq.n_tokens;
     int rc = reserve(e, q, q->n_all - cached);
     if (rc) {

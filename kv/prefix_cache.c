@@ -208,6 +208,12 @@ static int demote_victim(kv_prefix_cache *c, radix_victim *v) {
     return 1;
 }
 
+kv_cache_moves kv_cache_moves_get(const kv_prefix_cache *c) {
+    return (kv_cache_moves){.freed_pages = c->freed_pages, .demoted_pages = c->tree.stats.demoted_pages};
+}
+
+const radix_stats *kv_cache_stats(const kv_prefix_cache *c) { return &c->tree.stats; }
+
 uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want) {
     uint64_t before = c->freed_pages;
     for (;;) {

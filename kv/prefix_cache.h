@@ -128,6 +128,16 @@ int kv_cache_insert(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, c
  * released at once. */
 uint32_t kv_cache_reclaim(kv_prefix_cache *c, uint32_t want);
 
+/* What the cache has moved so far, for a caller to difference around a call (the engine charges
+ * each request what its admission evicted): GPU pages given back to the free list, and GPU pages
+ * demoted to the host tier. */
+typedef struct kv_cache_moves {
+    uint64_t freed_pages, demoted_pages;
+} kv_cache_moves;
+kv_cache_moves kv_cache_moves_get(const kv_prefix_cache *c);
+/* The index's counters and sizes now. */
+const radix_stats *kv_cache_stats(const kv_prefix_cache *c);
+
 /* ---- the door the engine uses (one request: acquire, ..., commit, release) ---- */
 
 /* The longest cached prefix of ids[0..n) in namespace ns (NULL: c->ns) into the empty sequence
