@@ -215,8 +215,8 @@ static int check(const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a
         return cd_fail("attn_prefill: %u query heads are not a multiple of %u kv heads", a->n_head, l->n_head_kv);
     if (a->layer >= l->n_layer) return cd_fail("attn_prefill: layer %u of %u", a->layer, l->n_layer);
     bool combine = (uint64_t)pool->n_parts * n_split > 1;
-    if (g.n_x > 65535 || (uint64_t)l->n_head_kv * g.chunks > 65535 || n_split > 65535 || a->n_head > 65535 ||
-        (combine && a->n_tokens > 65535)) /* the grid size every device takes */
+    if (g.n_x > CVK_GRID_MAX || (uint64_t)l->n_head_kv * g.chunks > CVK_GRID_MAX || n_split > CVK_GRID_MAX ||
+        a->n_head > CVK_GRID_MAX || (combine && a->n_tokens > CVK_GRID_MAX))
         return cd_fail("attn_prefill: grid too large (%u tokens, %u heads, %u splits)", a->n_tokens, a->n_head,
                        n_split);
     if (p->kernel == CVK_ATTN_PREFILL_LANES && lim > (1u << 24))

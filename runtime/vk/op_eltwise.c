@@ -25,13 +25,14 @@ static int fits(const char *op, const cvk_view *v, uint32_t rows, uint32_t strid
     return 0;
 }
 
-static void dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *pc, uint64_t n,
-                     const char *label) {
-    uint64_t groups = (n + p->spec[0] - 1) / p->spec[0];
-    uint32_t gx = groups < 65535 ? (uint32_t)groups : 65535, gy = (uint32_t)((groups + 65534) / 65535);
+static int dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *pc, uint64_t n,
+                    const char *label) {
+    uint32_t gx, gy;
+    if (cvk_grid_split(label, (n + p->spec[0] - 1) / p->spec[0], &gx, &gy)) return -1;
     cvk_cmd_label_begin(c, label);
     cvk_cmd_dispatch(c, p, set, pc, gx, gy, 1);
     cvk_cmd_label_end(c);
+    return 0;
 }
 
 int cvk_swiglu(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_swiglu_args *a) {
@@ -49,6 +50,5 @@ int cvk_swiglu(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_sw
     cvk_view views[3] = {a->g, a->u, a->h};
     VkDescriptorSet set;
     if (cvk_descset(dp, p, views, &set)) return -1;
-    dispatch(c, p, set, &pc, total, "swiglu");
-    return 0;
+    return dispatch(c, p, set, &pc, total, "swiglu");
 }

@@ -37,8 +37,8 @@ int cvk_get_rows(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_
     uint32_t stride = a->dst_stride ? a->dst_stride : a->n;
     uint64_t row_bytes = qtype_row_bytes(a->type, a->n);
     if (check(p, a, row_bytes, stride)) return -1;
-    uint32_t wg = p->spec[0], gx = (a->n + wg - 1) / wg;
-    uint32_t gy = a->n_ids < 65535 ? a->n_ids : 65535, gz = (a->n_ids + 65534) / 65535;
+    uint32_t wg = p->spec[0], gx = (a->n + wg - 1) / wg, gy, gz;
+    if (cvk_grid_split("get_rows", a->n_ids, &gy, &gz)) return -1;
     uint64_t rows_per_part = a->table->part_bytes / row_bytes;
     cvk_cmd_label_begin(c, "get_rows");
     for (uint32_t k = 0; k < a->table->n_parts; k++) {

@@ -60,7 +60,8 @@ int cvk_head_norm_rope(cvk_cmd *c, cvk_descpool *dp, const cvk_head_norm_rope_pi
     if (a->w.size < 4ull * d) return cd_fail("head_norm_rope: the norm weight holds fewer than %u floats", d);
     if (a->loc.size < 8ull * a->tokens) return cd_fail("head_norm_rope: loc holds fewer than %u pairs", a->tokens);
     if (a->pool && check_kv(a, stride)) return -1;
-    uint32_t gx = rows < 65535 ? (uint32_t)rows : 65535, gy = (uint32_t)((rows + 65534) / 65535);
+    uint32_t gx, gy;
+    if (cvk_grid_split("head_norm_rope", rows, &gx, &gy)) return -1;
     cvk_head_norm_rope_push pc = {a->tokens, a->heads, stride, a->eps, t->shift, t->n_hi, 0, 0, 0, 0, 0, 0};
     cvk_view tab = cvk_view_whole(&t->buf);
     cvk_cmd_label_begin(c, a->pool ? "head_norm_rope_kv" : "head_norm_rope");

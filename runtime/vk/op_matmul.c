@@ -115,7 +115,7 @@ static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_b
     if ((uint64_t)a->x_rows * xs > UINT32_MAX || (uint64_t)a->y_rows * ys > UINT32_MAX)
         return cd_fail("matmul: x or y has more than 2^32 floats");
     if (grouped) {
-        if (a->n_experts == 0 || a->n_experts > 65535) return cd_fail("matmul: grouped with %u experts", a->n_experts);
+        if (a->n_experts == 0 || a->n_experts > CVK_GRID_MAX) return cd_fail("matmul: grouped with %u experts", a->n_experts);
         if (a->expert) return cd_fail("matmul: grouped mode takes expert = 0");
         if (a->groups.size < 8ull * a->n_experts) return cd_fail("matmul: groups shorter than n_experts entries");
         if (a->items.buf) {
@@ -145,7 +145,7 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     bool grouped = a->groups.buf != NULL;
     uint32_t bm = p->spec[2], bn = p->spec[3];
     uint32_t gy = (a->n_tokens + bn - 1) / bn;
-    if (gy > 65535) return cd_fail("matmul: %u tokens exceed 65535 token tiles", a->n_tokens);
+    if (gy > CVK_GRID_MAX) return cd_fail("matmul: %u tokens exceed 65535 token tiles", a->n_tokens);
     uint32_t flags = (a->gather.buf ? CVK_MATMUL_GATHER : 0) | (a->scatter.buf ? CVK_MATMUL_SCATTER : 0) |
                      (grouped ? CVK_MATMUL_GROUPED : 0) | (a->items.buf ? CVK_MATMUL_ITEMS : 0) |
                      (a->accumulate ? CVK_MATMUL_ACCUMULATE : 0);
@@ -185,7 +185,7 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         }
         if (a->glu) nr = nr / 2 * grid_per; /* whole pair slices: n_rows outputs, 2 tiled rows each */
         uint32_t gx = (uint32_t)((nr + bm - 1) / bm), gz = (uint32_t)(hi - lo);
-        if (gx > 65535) return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr);
+        if (gx > CVK_GRID_MAX) return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr);
         cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,
                               a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags,
                               a->item0, (uint32_t)hi, x0};

@@ -127,7 +127,7 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
     }
     uint32_t rows_wg = p->spec[SPEC_ROWS] * (wg / lpr);
     uint32_t gy = a->use_ids ? a->n_vec : (a->n_vec + nvec - 1) / nvec;
-    if (gy > 65535) return cd_fail("matvec: %u vector groups exceed one grid dimension", gy);
+    if (gy > CVK_GRID_MAX) return cd_fail("matvec: %u vector groups exceed one grid dimension", gy);
     uint64_t rows_per_part = a->w->part_bytes / row_bytes, total = (uint64_t)a->n_rows * n_slices;
     /* the ids view is bound even in dense mode (never read there): x will do */
     cvk_view views[4] = {{0}, a->x, a->y, a->use_ids ? a->ids : a->x};
@@ -145,13 +145,13 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
             r_begin = lo - s0, r_end = hi - s0;
         }
         uint64_t blocks = (r_end - r_begin + rows_wg - 1) / rows_wg;
-        uint32_t gx = blocks < 65535 ? (uint32_t)blocks : 65535, gz = (uint32_t)((blocks + 65534) / 65535);
+        uint32_t gx, gz;
         cvk_matvec_push pc = {a->n_in,        (uint32_t)row_bytes, a->n_rows, n_slices, (uint32_t)row0,
                               (uint32_t)rows, (uint32_t)r_begin,   a->n_vec,  xs,       ys,
                               a->slice,       a->use_ids ? (int32_t)a->ids_offset : -1, lpr, x0};
         views[0] = cvk_view_part(a->w, k);
         VkDescriptorSet set;
-        if (cvk_descset(dp, p, views, &set)) {
+        if (cvk_grid_split("matvec", blocks, &gx, &gz) || cvk_descset(dp, p, views, &set)) {
             cvk_cmd_label_end(c);
             return -1;
         }

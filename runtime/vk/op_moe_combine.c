@@ -34,8 +34,8 @@ int cvk_moe_combine(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const c
     /* without the norm its bindings get x: bound, never read or written */
     cvk_view views[5] = {a->x, a->e, a->w, norm ? a->norm_w : a->x, norm ? a->y : a->x};
     VkDescriptorSet set;
-    if (cvk_descset(dp, p, views, &set)) return -1;
-    uint32_t gx = a->rows < 65535 ? a->rows : 65535, gy = (a->rows + 65534) / 65535;
+    uint32_t gx, gy;
+    if (cvk_grid_split("moe_combine", a->rows, &gx, &gy) || cvk_descset(dp, p, views, &set)) return -1;
     cvk_cmd_label_begin(c, "moe_combine");
     cvk_cmd_dispatch(c, p, set, &pc, gx, gy, 1);
     cvk_cmd_label_end(c);

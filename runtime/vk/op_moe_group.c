@@ -67,11 +67,11 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         if (!a->tile1) return cd_fail("moe_group: list 1 needs a tile");
         uint32_t need = cvk_moe_group_cap(a->n_tokens, a->k, a->n_expert, a->tile0, a->tile1);
         if (a->cap < need) return cd_fail("moe_group: work lists of %u items, %u needed", a->cap, need);
-        if (a->cap > 65535) return cd_fail("moe_group: work lists of %u items exceed a dispatch's 65535 workgroups", a->cap);
+        if (a->cap > CVK_GRID_MAX) return cd_fail("moe_group: work lists of %u items exceed a dispatch's 65535 workgroups", a->cap);
         if (a->items.size < 16ull * a->cap || a->dispatch.size < 48)
             return cd_fail("moe_group: items needs %llu bytes, dispatch 48", 16ull * a->cap);
         for (int d = 0; d < 4; d++)
-            if (!a->row_tiles[d] || a->row_tiles[d] > 65535) return cd_fail("moe_group: %u row tiles", a->row_tiles[d]);
+            if (!a->row_tiles[d] || a->row_tiles[d] > CVK_GRID_MAX) return cd_fail("moe_group: %u row tiles", a->row_tiles[d]);
         pc.tile0 = a->tile0, pc.tile1 = a->tile1, pc.split = a->split, pc.cap = a->cap;
         for (int d = 0; d < 4; d++) pc.row_tiles[d] = a->row_tiles[d];
         items = a->items, dispatch = a->dispatch;
@@ -87,7 +87,7 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         uint32_t per = sg && p->spec[0] > sg ? p->spec[0] / sg : 1, groups = (a->n_tokens + per - 1) / per;
         cvk_moe_group_push route = pc;
         route.route = 2;
-        cvk_cmd_dispatch(c, p, set, &route, groups < 65535 ? groups : 65535, 1, 1); /* the shader strides past it */
+        cvk_cmd_dispatch(c, p, set, &route, groups < CVK_GRID_MAX ? groups : CVK_GRID_MAX, 1, 1); /* the shader strides past it */
         cvk_barrier_compute_to_compute(c->cb);
         pc.route = 0;
     }

@@ -31,8 +31,8 @@ int cvk_rmsnorm(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_r
         return -1;
     cvk_view views[3] = {a->x, a->w, a->y};
     VkDescriptorSet set;
-    if (cvk_descset(dp, p, views, &set)) return -1;
-    uint32_t gx = a->rows < 65535 ? a->rows : 65535, gy = (a->rows + 65534) / 65535;
+    uint32_t gx, gy;
+    if (cvk_grid_split("rmsnorm", a->rows, &gx, &gy) || cvk_descset(dp, p, views, &set)) return -1;
     cvk_cmd_label_begin(c, "rmsnorm");
     cvk_cmd_dispatch(c, p, set, &pc, gx, gy, 1);
     cvk_cmd_label_end(c);

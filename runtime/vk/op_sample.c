@@ -49,7 +49,7 @@ int cvk_argmax(cvk_cmd *c, cvk_descpool *dp, const cvk_argmax_pipes *p, const cv
     uint32_t stride = a->stride ? a->stride : a->n, chunk = chunk_of(p);
     uint32_t n_chunks = (uint32_t)(((uint64_t)a->n + chunk - 1) / chunk);
     if (stride < a->n) return cd_fail("argmax: stride below n");
-    if (a->rows > 65535) return cd_fail("argmax: %u rows (65535 at most)", a->rows);
+    if (a->rows > CVK_GRID_MAX) return cd_fail("argmax: %u rows (65535 at most)", a->rows);
     uint32_t l0 = 0;
     if (p->texel && stride % 4) return cd_fail("argmax: a stride of %u floats is not whole 16-byte texels", stride);
     if (p->texel && cvk_texel_offset(&a->logits, &l0)) return cd_fail_ctx("argmax: logits: ");
@@ -113,7 +113,7 @@ int cvk_sample(cvk_cmd *c, cvk_descpool *dp, const cvk_sample_pipes *p, const cv
     uint32_t n_chunks = (uint32_t)(((uint64_t)a->n + chunk - 1) / chunk);
     if (stride < a->n) return cd_fail("sample: stride below n");
     if (n_chunks > SAMPLE_MAX_CHUNKS) return cd_fail("sample: %u logits need more than %d chunks", a->n, SAMPLE_MAX_CHUNKS);
-    if (a->rows > 65535) return cd_fail("sample: %u rows (65535 at most)", a->rows);
+    if (a->rows > CVK_GRID_MAX) return cd_fail("sample: %u rows (65535 at most)", a->rows);
     uint64_t need = ((uint64_t)(a->rows - 1) * stride + a->n) * 4;
     if (need > (uint64_t)UINT32_MAX * 4) return cd_fail("sample: too many logits");
     if (a->logits.size < need || a->out.size < 4ull * a->rows || a->params.size < sizeof(cvk_sample_row) * a->rows ||

@@ -60,8 +60,8 @@ int cvk_xq8_quantize(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const 
     if (a->xq.size < cvk_xq8_q_bytes(a->n_in, a->n_tokens) || a->xd.size < cvk_xq8_d_bytes(a->n_in, a->n_tokens))
         return cd_fail("xq8_quantize: the output views are too small for %u tokens", a->n_tokens);
     uint64_t blocks = (uint64_t)a->n_in / XQ8_BLOCK * a->n_tokens, groups = (blocks + 63) / 64;
-    uint32_t gx = groups < 65535 ? (uint32_t)groups : 65535, gy = (uint32_t)((groups + 65534) / 65535);
-    if (gy > 65535) return cd_fail("xq8_quantize: %llu blocks exceed the grid", (unsigned long long)blocks);
+    uint32_t gx, gy;
+    if (cvk_grid_split("xq8_quantize", groups, &gx, &gy)) return -1;
     cvk_view views[3] = {a->x, a->xq, a->xd};
     VkDescriptorSet set;
     if (cvk_descset(dp, p, views, &set)) return -1;
@@ -92,7 +92,7 @@ int cvk_xq8_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cv
     if (check(p, a, row_bytes, ys)) return -1;
     uint32_t nt = p->spec[SPEC_NT], rows_wg = p->spec[SPEC_WG] / p->spec[SPEC_KL];
     uint32_t gy = (a->n_tokens + nt - 1) / nt;
-    if (gy > 65535) return cd_fail("matvec_xq8: %u token groups exceed one grid dimension", gy);
+    if (gy > CVK_GRID_MAX) return cd_fail("matvec_xq8: %u token groups exceed one grid dimension", gy);
     uint64_t rows_per_part = a->w->part_bytes / row_bytes;
     cvk_view views[4] = {{0}, a->xq, a->xd, a->y};
     cvk_cmd_label_begin(c, "matvec_xq8");
@@ -101,7 +101,7 @@ int cvk_xq8_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cv
         if (row0 >= a->n_rows) break;
         if (row0 + rows > a->n_rows) rows = a->n_rows - row0;
         uint64_t gx = (rows + rows_wg - 1) / rows_wg;
-        if (gx > 65535) {
+        if (gx > CVK_GRID_MAX) {
             cvk_cmd_label_end(c);
             return cd_fail("matvec_xq8: %llu row groups exceed one grid dimension", (unsigned long long)gx);
         }

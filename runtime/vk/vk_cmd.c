@@ -181,3 +181,10 @@ int cvk_cmd_fill(cvk_cmd *c, cvk_view dst, uint32_t value) {
     }
     return 0;
 }
+
+int cvk_grid_split(const char *op, uint64_t n, uint32_t *lo, uint32_t *hi) {
+    uint64_t h = (n + CVK_GRID_MAX - 1) / CVK_GRID_MAX;
+    if (h > CVK_GRID_MAX) return cd_fail("%s: %llu workgroups exceed the grid", op, (unsigned long long)n);
+    *lo = n < CVK_GRID_MAX ? (uint32_t)n : CVK_GRID_MAX, *hi = (uint32_t)h;
+    return 0;
+}

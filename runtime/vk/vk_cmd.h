@@ -52,6 +52,14 @@ int cvk_cmd_submit(cvk_cmd *c);         /* ends the recording if still open */
 int cvk_cmd_wait(cvk_cmd *c);           /* no-op when nothing is pending */
 int cvk_cmd_run(cvk_cmd *c);            /* submit + wait */
 
+/* Workgroups in one grid dimension that every device takes (the required minimum of
+ * maxComputeWorkGroupCount). */
+#define CVK_GRID_MAX 65535u
+/* A line of n >= 1 workgroups as lo = min(n, CVK_GRID_MAX) by hi = ceil(n / CVK_GRID_MAX): the
+ * shader numbers a group hi_id * 65535 + lo_id and skips those from n on. -1 (cd_fail, naming
+ * op) where even hi would pass CVK_GRID_MAX. */
+int cvk_grid_split(const char *op, uint64_t n, uint32_t *lo, uint32_t *hi);
+
 /* Binds p (when not already bound), the set, pushes p->push_size bytes of push, dispatches. */
 void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
                       uint32_t gx, uint32_t gy, uint32_t gz);
