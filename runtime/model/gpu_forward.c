@@ -56,13 +56,10 @@ static cvk_view W(const cvk_buffer *b) { return cvk_view_whole(b); }
  * (tile.kl: each lane sums some of the row's 32-weight chunks, one lane adds the chunk sums in
  * order): one token 4 rows x 8 lanes per 32-invocation workgroup, 2-16 tokens (and the MoE's
  * list-0 items) in 4-token columns of 8 rows x 4 lanes (the down projection's k is 3 chunks at
- * the real shape). On an H100 (4 layers of the 30B, batch-8 decode step, docs/PERF.md
- * 2026-11-28) 4-token columns took the step from 5.49 to 4.51 ms against 8-token ones: the
- * expert gate-up 226 -> 160 us, attn_q 102 -> 68; 12 shapes were timed. Without the split a decode
- * step's projection has one invocation per row walking all of k, and on an H100 was bound by
- * that walk (attn_k's 512 rows: 49 us, the router's 128 rows: 177 us; docs/PERF.md,
- * 2026-11-26); before that the tiled kernel with an 8-token tile took 1.1-2.3 ms per
- * projection. On a CPU device, for F32/F16/BF16 weights, 64 rows, and one token of 4 rows per
+ * the real shape): 4-token columns were faster than 8-token ones on a GPU. Without the split a
+ * decode step's projection has one invocation per row walking all of k, and a GPU is bound by
+ * that walk. (The measurements: docs/kernels/matmul.md, "The decode shapes' measurements".)
+ * On a CPU device, for F32/F16/BF16 weights, 64 rows, and one token of 4 rows per
  * invocation (matmul_one); the block types: cpu_texel below. Every output is summed in the
  * same canonical order in all of them (op_matmul.h), so the choice never changes a bit. */
 static const cvk_matmul_tile few_tile_gpu = {.bm = 8, .bn = 4, .kl = 4, .rows = true};
@@ -71,12 +68,11 @@ static const cvk_matmul_tile one_tile_gpu = {.bm = 4, .bn = 1, .kl = 8, .rows = 
 /* A GPU's dense projection of fewer rows than this over 2-16 tokens runs the one-token kernel in
  * every token column instead: the few-token kernel's rows x 4 invocations per 4 tokens are too
  * few to hide the GPU's latencies, and decoding each weight once per token costs less than
- * that. H100, 8 tokens: attn_output (2,048 rows) 120 -> 86 us, attn_k (512) 36 -> 18, the
- * router (128) 48 -> 14; attn_q (4,096) 68 -> 87, so it keeps the few-token kernel. */
+ * that (measured from 128 to 2,048 rows; at 4,096 the few-token kernel is faster). */
 #define FEW_ROWS_GPU 4096u
 /* A GPU's lm_head (151,936 rows at the real shape): rows enough for any split, so fewer lanes
- * per row and more rows per workgroup. H100, one token: 492 -> 368 us with 8 rows x 4 lanes;
- * 8 tokens: 8-token columns 1,604 us, 4-token 1,675. */
+ * per row and more rows per workgroup (for one token 8 rows x 4 lanes beat the projections'
+ * 4 x 8; for eight, 8-token columns beat 4-token ones). */
 static const cvk_matmul_tile head_one_gpu = {.bm = 8, .bn = 1, .kl = 4, .rows = true};
 static const cvk_matmul_tile head_few_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = true};
 
@@ -84,10 +80,8 @@ static const cvk_matmul_tile head_few_gpu = {.bm = 8, .bn = 8, .kl = 4, .rows = 
  * and x through texel buffers, 8 rows per invocation, with one token per workgroup column
  * (cvk_matmul_tile_one_texel) or 8 (cvk_matmul_tile_eight_texel: each row decoded once for
  * the 8). llvmpipe pays each storage-buffer or shared-memory load per lane and a texel fetch as
- * one gather, and a partly empty column as a full one. At the 30B shapes (768 x 2048 Q4_K,
- * lavapipe, 2026-11-27) 8 tokens per column cost 1.0 ms for 1-8 tokens and 2.9 for 32, 4 per
- * column 0.9 and 3.4, one per column 0.5 for one token and 11.9 for 32 (docs/kernels/matmul.md,
- * "Branches on llvmpipe" and "Eight tokens per column"). */
+ * one gather, and a partly empty column as a full one, so 8 tokens a column serve 1-32 tokens
+ * best (docs/kernels/matmul.md, "The decode shapes' measurements"). */
 static bool cpu_texel(const gpu_model *g, enum qtype type) { return !g->few_gpu && cvk_matmul_texel_type(type); }
 
 /* t with the fields s sets (gpu_model_opts.few_shape / one_shape / head_shape: measuring other shapes) */
@@ -233,9 +227,8 @@ int gpu_forward_pipelines(gpu_model *g) {
  * most 8 (GPU: 32) splits. Decode work then depends on the context's length, not on n_ctx: a
  * token at 4,000 walks 8 splits of 512 on a CPU device and 32 of 128 on a GPU; one at 40,000
  * 5 of 8,192 (20 of 2,048). A decode token's workgroups are its kv heads times its splits, so a
- * GPU's splits are short: with 256 positions and 16 splits a token at 512 ran 8 workgroups on
- * an H200's 132 SMs, and attention took 114 us a layer, 28% of the step (docs/PERF.md). The
- * partials buffer holds n_batch tokens x 32 splits (272 MB at 512 tokens of Qwen3-30B-A3B). */
+ * GPU's splits are short: long ones left most of a GPU idle at decode (docs/kernels/attention.md,
+ * "Decode splits"). The partials buffer holds n_batch tokens x 32 splits (272 MB at 512 tokens of Qwen3-30B-A3B). */
 static void batch_splits(gpu_model *g) {
     g->split_len = g->attn_prefill.cpu ? 512 : 64;
     g->split_max = g->attn_prefill.cpu ? 8 : 32;

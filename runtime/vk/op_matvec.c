@@ -168,8 +168,7 @@ cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t 
          * read with x through texel buffers (gathers, not per-lane load loops: the head 4.1x
          * faster on the 30B one, docs/kernels/matvec.md), one lane per row, 8 rows per lane (x
          * read once for them; 16 was slower, 4 no faster), 16 from 4 vectors on (each x fetch
-         * then feeds twice the rows: 30B head, 8 vectors 117.7-120.9 ms against 127.0-141.7,
-         * 4 vectors 74.9-75.4 against 80.3-83.8). Several vectors (the batch forward's head)
+         * then feeds twice the rows; measured in docs/kernels/matvec.md). Several vectors (the batch forward's head)
          * share each row's fetch and decode; each vector's sums are the same whatever their
          * number and the rows per lane. */
         return (cvk_matvec_cfg){.wg = nvec > 4 ? 128 : 64, .rows = nvec >= 4 ? 16 : 8, .nvec = nvec,

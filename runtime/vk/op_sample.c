@@ -5,8 +5,8 @@
 #include "shaders/shaders.h"
 
 #define ARGMAX_ITEMS 8 /* logits per invocation in pass 0 */
-/* the texel variant's: fewer, longer workgroups (lavapipe: 8 rows of 151,936 in 0.85 ms at 64,
- * 1.9 ms at 8; docs/kernels/eltwise.md) */
+/* the texel variant's: fewer, longer workgroups (llvmpipe: the workgroups' reductions dominate
+ * at fewer logits an invocation; measured in docs/kernels/eltwise.md, "Greedy argmax") */
 #define ARGMAX_ITEMS_TEXEL 64
 
 int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t wg, bool texel) {
