@@ -348,7 +348,7 @@ static void remember_calls(const reply_ctx *x, const choice_ctx *ch) {
 }
 
 /* A finished chat choice's whole sequence, prompt + reply, as the text it stands for
- * (server/reply_memory.h): the reply sent back in the next request becomes these ids. The
+ * (runtime/text/reply_memory.h): the reply sent back in the next request becomes these ids. The
  * reply ends in the <|im_end|> the template closes the turn with (one cut by max_tokens gets
  * it, another end token is swapped for it); one a stop string
  * cut (its text ends before the tokens it generated), failed or cancelled is not kept. Best
@@ -361,23 +361,8 @@ static void remember_reply(const reply_ctx *x, const choice_ctx *ch) {
     if (!x->chat || !m || !lead->prompt_text || !j->keep_gen || j->err_status || !ended || j->stopped_by_string ||
         (j->out.finish == JOB_STOP && !j->out.eog))
         return;
-    /* the turn's end as the template writes it: the reply's last token is never fed (the next
-     * request computes it), so another end token (<|endoftext|>) swapped for it costs no reuse */
-    int32_t close = tok_find(t, "<|im_end|>");
-    size_t kept = j->n_gen_kept;
-    if (close >= 0 && kept && tok_is_eog(t, j->gen[kept - 1])) kept--;
-    size_t n_gen = kept + (close >= 0), n = j->n_ids + n_gen;
-    int32_t *ids = malloc(n * sizeof *ids);
-    char *gen = NULL, *text = NULL;
-    if (ids) {
-        memcpy(ids, j->ids, j->n_ids * sizeof *ids);
-        if (kept) memcpy(ids + j->n_ids, j->gen, kept * sizeof *ids);
-        if (close >= 0) ids[n - 1] = close;
-    }
-    size_t len = 0;
-    if (ids && !tok_decode(t, ids + j->n_ids, n_gen, &gen)) text = joined(lead->prompt_text, gen, strlen(gen), &len);
-    if (text) reply_memory_put(m, j->cache_salt, ids, n, text, len);
-    free(ids), free(gen), free(text);
+    reply_memory_remember(m, t, j->cache_salt, j->ids, j->n_ids, lead->prompt_text, strlen(lead->prompt_text), j->gen,
+                          j->n_gen_kept);
 }
 
 /* Both memories, once, before the reply's end goes out: the client's next request may come at

@@ -156,7 +156,7 @@ enum MHD_Result api_metrics(server *s, const http_req *r) {
         rc = rc || counter(&o, &n, &cap, "gauge", "cinder_disk_budget_bytes", "The cache directory's budget.",
                            c->disk_budget_bytes);
     }
-    size_t held, held_tokens; /* the reply memory (server/reply_memory.h) */
+    size_t held, held_tokens; /* the reply memory (runtime/text/reply_memory.h) */
     reply_memory_held(&s->replies, &held, &held_tokens);
     rc = rc || counter(&o, &n, &cap, "counter", "cinder_reply_memory_hits_total",
                        "Chat requests whose prompt began with a sequence run here (a reply sent back, as its ids).",

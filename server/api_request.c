@@ -553,33 +553,11 @@ static void chat_req_free(chat_req *q) {
     free(q->forced);
 }
 
-/* The rendered prompt's ids: with history as generated, the longest head of it that is a
- * sequence a chat request here ran (its prompt and reply up to an added token: the reply sent
- * back, server/reply_memory.h) as that sequence's ids, then tok_encode of the rest, which is
- * what tok_encode gives past an added token anyway; else tok_encode of all. *reused: the ids
- * taken from the memory (0: none). */
+/* The rendered prompt's ids: with history as generated, the reply memory's (a reply sent back
+ * as the ids the model generated: runtime/text/reply_memory.h); else tok_encode of all. */
 static int encode_prompt(const api_model *s, const char *salt, const char *text, size_t len, int32_t **ids, size_t *n,
                          uint32_t *reused) {
-    size_t *ends = NULL, n_ends = 0, end = 0, n_head = 0, n_rest = 0;
-    int32_t *head = NULL, *rest = NULL;
-    *reused = 0;
-    if (s->replies && s->as_generated && !tok_added_ends(s->tok, text, len, true, &ends, &n_ends) && n_ends)
-        reply_memory_find(s->replies, salt, text, ends, n_ends, &head, &n_head, &end);
-    free(ends);
-    if (!head) return tok_encode(s->tok, text, len, true, ids, n); /* a miss, or out of memory: no reuse */
-    if (tok_encode(s->tok, text + end, len - end, true, &rest, &n_rest)) {
-        free(head);
-        return -1;
-    }
-    int32_t *all = realloc(head, (n_head + n_rest) * sizeof *all);
-    if (!all) {
-        free(head), free(rest);
-        return cd_fail("out of memory");
-    }
-    if (n_rest) memcpy(all + n_head, rest, n_rest * sizeof *rest);
-    free(rest);
-    *ids = all, *n = n_head + n_rest, *reused = (uint32_t)n_head;
-    return 0;
+    return reply_memory_encode(s->as_generated ? s->replies : NULL, s->tok, salt, text, len, ids, n, reused);
 }
 
 /* The rendered, tokenized prompt (the forced start of a tool call included); without

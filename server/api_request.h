@@ -13,7 +13,7 @@
 #include "runtime/text/chat_thinking.h"
 #include "runtime/text/tokenizer.h"
 #include "server/call_memory.h"
-#include "server/reply_memory.h"
+#include "runtime/text/reply_memory.h"
 #include "server/job.h"
 
 /* A request error: the HTTP status, the offending field (or NULL) and the message. */
@@ -96,7 +96,7 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
  * is, or {"messages": [...], "tools", "chat_template_kwargs"}, rendered and tokenized as a chat
  * request's prompt is (the same functions: history as generated; tool_choice is not /tokenize's),
  * with the generation prompt unless add_generation_prompt is false, and cache_salt as a chat request's (a
- * reply sent back becomes the ids it was generated as within its namespace: server/reply_memory.h). add_special_tokens is
+ * reply sent back becomes the ids it was generated as within its namespace: runtime/text/reply_memory.h). add_special_tokens is
  * accepted (a boolean): Qwen3's tokenizer adds no BOS or EOS, so the ids are the same either way.
  * return_token_strs asks for each token's stored string. continue_final_message and
  * chat_template are refused by name. No context check (the reply gives max_model_len). */

@@ -82,7 +82,7 @@ typedef struct job {
     bool prompt_logprobs;     /* plp is filled (prompt_top alternatives each): echo + logprobs, or */
     int32_t vllm_prompt_logprobs; /* vLLM's prompt_logprobs: -1 none, else its alternatives (the reply's field) */
     uint32_t prompt_top;      /* the most alternatives either asks for */
-    char *prompt_text;        /* chat: the rendered prompt ids stand for (server/reply_memory.h), owned,
+    char *prompt_text;        /* chat: the rendered prompt ids stand for (runtime/text/reply_memory.h), owned,
                                  or NULL; copies of a choice have none (the first's serves) */
     size_t prompt_len;
     uint32_t reply_reused;    /* chat: the prompt's first ids came from the reply memory (this many) */

@@ -1,4 +1,4 @@
-/* The server's reply memory (server/reply_memory.h): a hit gives the ids recorded for exactly
+/* The server's reply memory (runtime/text/reply_memory.h): a hit gives the ids recorded for exactly
  * the text up to a boundary, the longest such entry; another namespace, another text or a
  * boundary the entry does not end at misses; the bounds forget the oldest first; texts whose
  * hashes collide (the hash masked to nothing) are told apart by their bytes; and a random run
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "runtime/base/rng.h"
-#include "server/reply_memory.h"
+#include "runtime/text/reply_memory.h"
 
 static void put(reply_memory *m, const char *salt, const char *text, const int32_t *ids, size_t n) {
     assert_int_equal(reply_memory_put(m, salt, ids, n, text, strlen(text)), 0);

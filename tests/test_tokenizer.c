@@ -29,6 +29,8 @@
 
 #include "runtime/base/error.h"
 #include "runtime/gguf/gguf.h"
+#include "runtime/text/conversation.h"
+#include "runtime/text/reply_memory.h"
 #include "runtime/text/tokenizer.h"
 #include "runtime/text/unicode_bytes.h"
 #include "tests/test_util.h"
@@ -614,8 +616,58 @@ static void test_random_bytes(void **state) {
 }
 
 /* tok_added_ends: at every offset it gives, the text's ids are the head's then the rest's (what
- * the server's reply memory relies on: server/reply_memory.h), and it gives one offset per
+ * the server's reply memory relies on: runtime/text/reply_memory.h), and it gives one offset per
  * added token the encoding has; invalid UTF-8 (cleaned before the split) gives none. */
+/* A conversation with a reply memory (conversation.h, reply_memory.h): a reply generated as a
+ * split its text's encoding would not make (" hel" + "lo" + "," for " hello,") comes back in the
+ * next prompt as exactly those ids and the turn's <|im_end|>, so the next prompt begins with
+ * the previous prompt + the reply token for token; without the memory the reply is re-encoded
+ * and the prompts part at the reply. */
+static void next_prompt(bool with_memory, int32_t **p1, size_t *n1, int32_t **p2, size_t *n2, const int32_t *gen,
+                        size_t n_gen) {
+    reply_memory m;
+    conversation c;
+    assert_int_equal(reply_memory_init(&m, 4, 1000, 100000), 0);
+    assert_int_equal(conv_init(&c), 0);
+    c.replies = with_memory ? &m : NULL;
+    assert_int_equal(conv_add(&c, "user", "Say hello"), 0);
+    assert_int_equal(conv_prompt(&c, G.tok, false, p1, n1), 0);
+    assert_int_equal(conv_reply(&c, G.tok, " hello,", gen, n_gen), 0);
+    assert_int_equal(conv_add(&c, "user", "Again"), 0);
+    assert_int_equal(conv_prompt(&c, G.tok, false, p2, n2), 0);
+    conv_free(&c);
+    reply_memory_free(&m);
+}
+
+static void test_conversation_replies(void **state) {
+    (void)state;
+    int32_t *a, *b, *c;
+    size_t na, nb, nc, n_gen = 0, n_canon;
+    int32_t gen[16], *canon;
+    static const char *pieces[] = {" hel", "lo", ","};
+    for (size_t i = 0; i < 3; i++) {
+        size_t k;
+        encode_ok(G.tok, pieces[i], strlen(pieces[i]), false, &a, &k);
+        memcpy(gen + n_gen, a, k * sizeof *a), n_gen += k;
+        free(a);
+    }
+    encode_ok(G.tok, " hello,", 7, false, &canon, &n_canon);
+    assert_true(n_canon != n_gen || memcmp(canon, gen, n_gen * sizeof *gen)); /* a split the encoding would not make */
+    int32_t im_end = tok_find(G.tok, "<|im_end|>"), eos = tok_find(G.tok, "<|endoftext|>");
+    assert_true(im_end >= 0 && eos >= 0);
+    gen[n_gen++] = eos; /* the model ended its reply another way: the template's close replaces it */
+    next_prompt(true, &a, &na, &b, &nb, gen, n_gen);
+    assert_true(nb > na + n_gen);
+    assert_memory_equal(b, a, na * sizeof *a);
+    assert_memory_equal(b + na, gen, (n_gen - 1) * sizeof *gen);
+    assert_int_equal(b[na + n_gen - 1], im_end);
+    free(a), free(b);
+    next_prompt(false, &a, &na, &c, &nc, gen, n_gen); /* re-encoded: the canonical split */
+    assert_memory_equal(c, a, na * sizeof *a);
+    assert_memory_equal(c + na, canon, n_canon * sizeof *canon);
+    free(a), free(c), free(canon);
+}
+
 static void test_added_ends(void **state) {
     (void)state;
     static const char *atoms[] = {"<|im_end|>", "<|im_start|>", "<|im_", "<think>", "</think>", "<tool_call>", " ", "  ",
@@ -1102,6 +1154,7 @@ int main(void) {
         cmocka_unit_test(test_invalid_utf8_input),
         cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_added_ends),
+        cmocka_unit_test(test_conversation_replies),
         cmocka_unit_test(test_long_runs),
         cmocka_unit_test(test_hostile_gguf),
         cmocka_unit_test(test_hostile_vocab),

@@ -85,9 +85,9 @@ static int finish_line(replay *rp, const flight *f, engine_reply *r) {
     const tokenizer *tok = engine_tokenizer(&rp->e);
     int rc = 0;
     if (r->finish == ENGINE_ERROR) return cd_fail("request %zu failed", f->no);
-    if (f->c) { /* the reply joins the session's history, without the end-of-turn token */
+    if (f->c) { /* the reply joins the session's history, its text without the end-of-turn token */
         char *text = NULL;
-        rc = tok_decode(tok, r->ids, r->eog ? r->n - 1 : r->n, &text) || conv_add(f->c, "assistant", text);
+        rc = tok_decode(tok, r->ids, r->eog ? r->n - 1 : r->n, &text) || conv_reply(f->c, tok, text, r->ids, r->n);
         free(text);
     }
     if (!rp->o->json && !rp->quiet) {

@@ -282,23 +282,32 @@ static int turn(const chat_opts *o, engine *e, conversation *c, unsigned n_turn)
     int nt = s.print ? tok_stream_flush(&s.ts, tail, sizeof tail) : 0;
     if (nt > 0) fwrite(tail, 1, (size_t)nt, stdout);
     char *text = reply_text(engine_tokenizer(e), &r);
-    rc = text && !conv_add(c, "assistant", text) ? 0 : cli_error("chat", "%s", cd_errmsg());
+    rc = text && !conv_reply(c, engine_tokenizer(e), text, r.ids, r.n) ? 0 : cli_error("chat", "%s", cd_errmsg());
     print_turn(o, e, n_turn, &r, text, dropped);
     free(text);
     engine_reply_free(&r);
     return rc;
 }
 
-static int new_conversation(const chat_opts *o, conversation *c) {
+/* A conversation whose replies come back as the ids generated (reply_memory.h): a model's
+ * tokens need not be the canonical encoding of their text, and the next turn continues the
+ * cached ids only with them. */
+static int new_conversation(const chat_opts *o, conversation *c, reply_memory *replies) {
     conv_free(c);
     if (conv_init(c) || (o->system && conv_add(c, "system", o->system))) return cli_error("chat", "%s", cd_errmsg());
     c->template = o->template;
+    c->replies = replies;
     return 0;
 }
 
 static int repl(const chat_opts *o, engine *e) {
     conversation c = {0};
-    if (new_conversation(o, &c)) return -1;
+    reply_memory replies; /* one conversation at a time: its last replies are enough */
+    if (reply_memory_init(&replies, 16, 1u << 20, 16u << 20)) return cli_error("chat", "%s", cd_errmsg());
+    if (new_conversation(o, &c, &replies)) {
+        reply_memory_free(&replies);
+        return -1;
+    }
     bool tty = isatty(0);
     char *line = NULL;
     size_t cap = 0;
@@ -312,7 +321,7 @@ static int repl(const chat_opts *o, engine *e) {
         if (len == 0) continue;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
         if (!strcmp(line, "/stats")) { print_stats(e); continue; }
-        if (!strcmp(line, "/reset")) { if ((rc = new_conversation(o, &c))) break; n_turn = 0; continue; }
+        if (!strcmp(line, "/reset")) { if ((rc = new_conversation(o, &c, &replies))) break; n_turn = 0; continue; }
         if (conv_add(&c, "user", line)) { rc = cli_error("chat", "%s", cd_errmsg()); continue; }
         if (turn(o, e, &c, ++n_turn)) {
             /* the failed message leaves the history; the session goes on */
@@ -323,6 +332,7 @@ static int repl(const chat_opts *o, engine *e) {
     }
     free(line);
     conv_free(&c);
+    reply_memory_free(&replies);
     if (!o->json) print_stats(e);
     return rc;
 }

@@ -109,6 +109,7 @@ int trace_request_ids(const json_t *req, size_t no, uint32_t n_vocab, int32_t **
 static conversation *session_get(trace_sessions *ss, const char *name) {
     for (size_t i = 0; i < ss->n; i++)
         if (!strcmp(ss->s[i].name, name)) return &ss->s[i].c;
+    if (!ss->replies.e && reply_memory_init(&ss->replies, 4096, 4u << 20, 32u << 20)) return NULL;
     if (ss->n == ss->cap) {
         size_t cap = ss->cap ? 2 * ss->cap : 8;
         trace_session *s = realloc(ss->s, cap * sizeof *s);
@@ -119,6 +120,7 @@ static conversation *session_get(trace_sessions *ss, const char *name) {
     trace_session *s = &ss->s[ss->n];
     if (!(s->name = strdup(name)) || conv_init(&s->c)) { free(s->name); return NULL; }
     s->c.template = ss->template;
+    s->c.replies = &ss->replies;
     ss->n++;
     return &s->c;
 }
@@ -126,6 +128,7 @@ static conversation *session_get(trace_sessions *ss, const char *name) {
 void trace_sessions_free(trace_sessions *ss) {
     for (size_t i = 0; i < ss->n; i++) { free(ss->s[i].name); conv_free(&ss->s[i].c); }
     free(ss->s);
+    reply_memory_free(&ss->replies);
     *ss = (trace_sessions){0};
 }
 

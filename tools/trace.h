@@ -40,10 +40,13 @@ typedef struct trace_sessions {
     trace_session *s;
     size_t n, cap;
     chat_template_id template; /* every session renders with it */
+    /* the replies generated, shared by the sessions as a server's are by its clients: each
+     * comes back in its session's next prompt as the ids generated (conv_reply) */
+    reply_memory replies;
 } trace_sessions;
 
 /* The prompt of a chat request: its session's history + "append" (and "tools"), rendered and
- * tokenized (*ids malloc'd); *conv is the session, for the reply to join. */
+ * tokenized (*ids malloc'd); *conv is the session, for the reply to join (conv_reply). */
 int trace_chat_ids(trace_sessions *ss, const json_t *req, size_t no, const tokenizer *tok, conversation **conv,
                    int32_t **ids, size_t *n);
 void trace_sessions_free(trace_sessions *ss);

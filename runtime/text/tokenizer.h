@@ -76,7 +76,7 @@ int tok_encode(const tokenizer *t, const char *text, size_t len, bool parse_spec
  * parse_special as given), in order: *ends malloc'd (NULL when *n is 0). tok_encode works on
  * the pieces between added tokens alone, so for any such offset p the ids of text are those of
  * text[0..p) followed by those of text[p..): a known encoding of the head (a reply as
- * generated, server/reply_memory.h) can stand in for the head's. Offsets are of the raw text;
+ * generated, runtime/text/reply_memory.h) can stand in for the head's. Offsets are of the raw text;
  * text that is not valid UTF-8 (which tok_encode would clean first, moving offsets) has none. */
 int tok_added_ends(const tokenizer *t, const char *text, size_t len, bool parse_special, size_t **ends, size_t *n);
 

@@ -1,4 +1,4 @@
-#include "server/reply_memory.h"
+#include "runtime/text/reply_memory.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -140,4 +140,51 @@ void reply_memory_held(reply_memory *m, size_t *entries, size_t *tokens) {
     *entries = m->n;
     *tokens = m->tokens;
     pthread_mutex_unlock(&m->mu);
+}
+
+int reply_memory_encode(reply_memory *m, const tokenizer *t, const char *salt, const char *text, size_t len,
+                        int32_t **ids, size_t *n, uint32_t *reused) {
+    size_t *ends = NULL, n_ends = 0, end = 0, n_head = 0, n_rest = 0;
+    int32_t *head = NULL, *rest = NULL;
+    *reused = 0;
+    if (m && !tok_added_ends(t, text, len, true, &ends, &n_ends) && n_ends)
+        reply_memory_find(m, salt, text, ends, n_ends, &head, &n_head, &end);
+    free(ends);
+    if (!head) return tok_encode(t, text, len, true, ids, n); /* a miss, or out of memory: no reuse */
+    if (tok_encode(t, text + end, len - end, true, &rest, &n_rest)) {
+        free(head);
+        return -1;
+    }
+    int32_t *all = realloc(head, (n_head + n_rest) * sizeof *all);
+    if (!all) {
+        free(head), free(rest);
+        return cd_fail("out of memory");
+    }
+    if (n_rest) memcpy(all + n_head, rest, n_rest * sizeof *rest);
+    free(rest);
+    *ids = all, *n = n_head + n_rest, *reused = (uint32_t)n_head;
+    return 0;
+}
+
+void reply_memory_remember(reply_memory *m, const tokenizer *t, const char *salt, const int32_t *prompt,
+                           size_t n_prompt, const char *prompt_text, size_t prompt_len, const int32_t *gen, size_t n_gen) {
+    int32_t close = tok_find(t, "<|im_end|>");
+    size_t kept = n_gen;
+    if (close >= 0 && kept && tok_is_eog(t, gen[kept - 1])) kept--;
+    size_t n_tail = kept + (close >= 0), n = n_prompt + n_tail;
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    char *reply = NULL, *text = NULL;
+    if (!ids) return;
+    memcpy(ids, prompt, n_prompt * sizeof *ids);
+    if (kept) memcpy(ids + n_prompt, gen, kept * sizeof *ids);
+    if (close >= 0) ids[n - 1] = close;
+    if (!tok_decode(t, ids + n_prompt, n_tail, &reply)) {
+        size_t reply_len = strlen(reply);
+        if ((text = malloc(prompt_len + reply_len + 1))) {
+            memcpy(text, prompt_text, prompt_len);
+            memcpy(text + prompt_len, reply, reply_len + 1);
+            reply_memory_put(m, salt, ids, n, text, prompt_len + reply_len);
+        }
+    }
+    free(ids), free(reply), free(text);
 }

@@ -1,4 +1,5 @@
-/* The token sequences this server ran for chat requests, by the text they decode to, so that a
+/* The token sequences a front end ran for chat requests (the server's, `cinder chat`'s, a chat
+ * trace's replay), by the text they decode to, so that a
  * reply sent back in the next request (an agent loop, a chat) becomes the ids the model
  * generated instead of the tokenizer's re-encoding of its text. A model's tokens are often not
  * the canonical BPE of their text (a space or digit split another way, " nhìn" as one token
@@ -33,6 +34,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/text/tokenizer.h"
+
 typedef struct reply_entry {
     uint64_t hash;   /* reply_memory_hash of (salt, text) */
     char *salt;      /* NULL: the unsalted namespace */
@@ -66,6 +69,21 @@ int reply_memory_put(reply_memory *m, const char *salt, const int32_t *ids, size
  * when none (or out of memory). Counts nothing (reply_memory_count does). */
 bool reply_memory_find(reply_memory *m, const char *salt, const char *text, const size_t *ends, size_t n_ends,
                        int32_t **ids, size_t *n_ids, size_t *end);
+
+/* A rendered prompt's ids: the longest head of text that is an entry of salt's namespace ending
+ * at an added token (tok_added_ends) as that entry's ids, then tok_encode of the rest, which is
+ * what tok_encode gives past an added token anyway; tok_encode of all on a miss, or when m is
+ * NULL. *reused: the ids taken from an entry (0: none). */
+int reply_memory_encode(reply_memory *m, const tokenizer *t, const char *salt, const char *text, size_t len,
+                        int32_t **ids, size_t *n, uint32_t *reused);
+
+/* Records a finished chat request: prompt[0..n_prompt) rendered from prompt_text, and the ids it
+ * generated, gen[0..n_gen), as what the next request's prompt starts with, the reply closed the
+ * way the template closes a turn: an end-of-generation last token replaced by <|im_end|> (the
+ * reply's last token is never fed, so which end it was costs no reuse), and <|im_end|> added
+ * to a reply cut short. Best effort: nothing is kept when out of memory or over the bounds. */
+void reply_memory_remember(reply_memory *m, const tokenizer *t, const char *salt, const int32_t *prompt,
+                           size_t n_prompt, const char *prompt_text, size_t prompt_len, const int32_t *gen, size_t n_gen);
 
 /* A request that runs was served n_ids tokens of an entry (/metrics). */
 void reply_memory_count(reply_memory *m, size_t n_ids);
