@@ -325,7 +325,7 @@ static int bench(bench_opts *o, model *m) {
                     pp[k], b.decode_ms, tg[k]);
     }
     if (rc) cli_error("bench", "%s", cd_errmsg());
-    else report(o, m, e.vk, pp, tg, load_ms, &spec);
+    else report(o, m, engine_device(&e), pp, tg, load_ms, &spec);
     engine_free(&e);
     free(ids);
     free(pp);
