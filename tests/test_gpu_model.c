@@ -168,19 +168,21 @@ static void test_logits_moe_mix(void **state) {
 
 /* The types of the files under 16 GB (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS) and MXFP4: mix-lowbit,
  * with a CPU device's kernels and with a GPU's (the tiled and split-k rows kernels), against
- * the CPU reference; greedy generation agrees with it too. */
+ * the CPU reference; greedy generation agrees with it too, on 6 prompts (every one of the 6 x 32
+ * tokens: the reference's decode of these types is the slow part, 20 prompts took 3.5 minutes
+ * of CI; test_greedy_generation runs 20). */
 static bool greedy_ok(model *m, const char *what, uint32_t n_prompts);
 static void test_logits_lowbit(void **state) {
     (void)state;
     model *m = load("gpu_tiny_lowbit.gguf", "mix-lowbit", 23, NULL);
     logits_vs_cpu(m, "tiny mix-lowbit", 1e-2);
-    assert_true(greedy_ok(m, "tiny mix-lowbit", 20));
+    assert_true(greedy_ok(m, "tiny mix-lowbit", 6));
     logits_vs_cpu_gpu_kernels(m, "tiny mix-lowbit (a GPU's kernels)");
 }
 
 /* The integer family (the attention projections of Q4_K and Q6_K weights by int8 dot products,
  * x quantized per token): the GPU's logits against the CPU reference computing the same family,
- * with a CPU device's kernels and a GPU's, and 32-token greedy runs agree with it. The GPU is
+ * with a CPU device's kernels and a GPU's, and 32-token greedy runs of 8 prompts agree with it. The GPU is
  * nearer the CPU's integer family than the float reference, by a margin: the mode computes what
  * the plan does, not merely something close. */
 static void test_logits_int_dot(void **state) {
@@ -197,7 +199,7 @@ static void test_logits_int_dot(void **state) {
     print_message("integer family, 40 tokens: rel L2 to the CPU's integer family %.2e, to its float family %.2e\n", same,
                   other);
     assert_true(same * 1.5 < other);
-    assert_true(greedy_ok(m, "tiny q4_k_m, integer family", 20));
+    assert_true(greedy_ok(m, "tiny q4_k_m, integer family", 8)); /* all 8: greedy_ok's 95% */
     gpu_defaults = true;
     logits_vs_cpu(m, "tiny q4_k_m, integer family (a GPU's kernels)", 1e-2);
     gpu_defaults = int_dot = false;
