@@ -6,8 +6,6 @@
 #include <openssl/core_names.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
-#include <openssl/rand.h>
-#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kv/disk_internal.h"
 #include "kv/host_tier.h"
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
@@ -24,10 +23,7 @@
 
 #define MIB (1024.0 * 1024.0)
 static const char magic[8] = {'C', 'I', 'N', 'D', 'E', 'R', 'K', 'V'};
-enum { DTYPE_F16 = 1, TRAILER_BYTES = KV_DISK_MAC_BYTES, NAME_CAP = 128 };
-/* Every file below DIR: never through a symlink, never blocking on a FIFO, not inherited. */
-#define OPEN_READ (O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
-#define OPEN_NEW (O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC)
+enum { DTYPE_F16 = 1, TRAILER_BYTES = KV_DISK_MAC_BYTES };
 
 
 static void put32(uint8_t *p, uint32_t v) {
@@ -73,88 +69,6 @@ static int64_t now_ns(void) {
 
 static struct timespec ts_of(int64_t ns) {
     return (struct timespec){.tv_sec = (time_t)(ns / 1000000000), .tv_nsec = (long)(ns % 1000000000)};
-}
-
-/* ---- fault injection (tests) ---- */
-
-int kv_disk_fault_set(kv_disk_tier *d, const char *spec) {
-    d->n_faults = 0;
-    memset(d->n_ops, 0, sizeof d->n_ops);
-    d->io_fault = 0;
-    for (const char *p = spec; p && *p;) {
-        static const char *ops[] = {"write", "fsync", "read", "rename", "dirsync", "unlink"},
-                          *kinds[] = {"eio", "enospc", "short"};
-        size_t len = strcspn(p, ",");
-        char item[64];
-        if (len >= sizeof item) return cd_fail("CINDER_FAULT_DISK: '%.*s' is too long", (int)len, p);
-        memcpy(item, p, len);
-        item[len] = 0;
-        p += len + (p[len] == ',');
-        char op[16] = "", kind[16] = "eio";
-        unsigned nth = 0;
-        int end = 0;
-        if (sscanf(item, "%15[a-z]:%u%n", op, &nth, &end) != 2 || (item[end] && sscanf(item + end, ":%15[a-z]", kind) != 1))
-            return cd_fail("CINDER_FAULT_DISK: cannot read '%s' (op:N[:kind], op write, fsync, read, rename, dirsync "
-                           "or unlink)", item);
-        kv_disk_fault f = {.nth = nth};
-        int o = -1, k = -1;
-        for (int i = 0; i < 6; i++)
-            if (!strcmp(op, ops[i])) o = i;
-        for (int i = 0; i < 3; i++)
-            if (!strcmp(kind, kinds[i])) k = i;
-        if (o < 0 || k < 0 || !nth || (o != KV_FAULT_WRITE && o != KV_FAULT_READ && k != KV_FAULT_EIO) ||
-            (o == KV_FAULT_READ && k == KV_FAULT_ENOSPC))
-            return cd_fail("CINDER_FAULT_DISK: '%s': write:N[:eio|enospc|short], fsync:N, read:N[:eio|short], rename:N, "
-                           "dirsync:N or unlink:N, N >= 1", item);
-        if (d->n_faults == KV_DISK_MAX_FAULTS) return cd_fail("CINDER_FAULT_DISK: at most %d faults", KV_DISK_MAX_FAULTS);
-        f.op = (uint8_t)o;
-        f.kind = (uint8_t)k;
-        d->faults[d->n_faults++] = f;
-    }
-    return 0;
-}
-
-/* Counts one operation of op: the kind of the fault it must suffer, or -1. */
-static int fault_next(kv_disk_tier *d, enum kv_disk_fault_op op) {
-    if (!d->n_faults) return -1;
-    uint32_t n = ++d->n_ops[op];
-    for (uint32_t i = 0; i < d->n_faults; i++) {
-        kv_disk_fault *f = &d->faults[i];
-        if (f->op == op && f->nth == n && !f->fired) {
-            f->fired = true;
-            return f->kind;
-        }
-    }
-    return -1;
-}
-
-/* Arms the chunk read or written next: its fault, if any, strikes at byte `at`. */
-static void fault_arm(kv_disk_tier *d, enum kv_disk_fault_op op, uint64_t at) {
-    d->io_fault = fault_next(d, op) + 1;
-    d->io_done = 0;
-    d->io_at = at;
-}
-
-/* write() and read() of chunk bytes, through the armed fault. */
-static ssize_t io_write(kv_disk_tier *d, int fd, const void *p, size_t n) {
-    if (d->io_fault && d->io_done + n > d->io_at) {
-        if (d->io_fault - 1 == KV_FAULT_SHORT && d->io_done < d->io_at) n = (size_t)(d->io_at - d->io_done);
-        else return errno = d->io_fault - 1 == KV_FAULT_EIO ? EIO : ENOSPC, -1;
-    }
-    ssize_t w = write(fd, p, n);
-    if (w > 0) d->io_done += (uint64_t)w;
-    return w;
-}
-
-static ssize_t io_read(kv_disk_tier *d, int fd, void *p, size_t n) {
-    if (d->io_fault && d->io_done + n > d->io_at) {
-        if (d->io_fault - 1 == KV_FAULT_EIO) return errno = EIO, -1;
-        if (d->io_done >= d->io_at) return 0; /* the file ends here: truncated under us */
-        n = (size_t)(d->io_at - d->io_done);
-    }
-    ssize_t r = read(fd, p, n);
-    if (r > 0) d->io_done += (uint64_t)r;
-    return r;
 }
 
 /* ---- the MAC: HMAC-SHA-256 under DIR/key ---- */
@@ -253,218 +167,6 @@ void kv_disk_path(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES], ch
     char name[NAME_CAP];
     chunk_name(h, name);
     snprintf(path, cap, "%s/%s", d->dir, name);
-}
-
-/* ---- init: the directories, the key, stale temp files ---- */
-
-static int mkdir_p(const char *path) {
-    char *p = strdup(path);
-    if (!p) return cd_fail("out of memory");
-    int rc = 0;
-    for (char *s = p + 1;; s++) {
-        if (*s && *s != '/') continue;
-        char c = *s;
-        *s = 0;
-        /* 0700: only this user may list the chunks (their tokens are in clear) or add one */
-        if (mkdir(p, 0700) && errno != EEXIST) { rc = cd_fail("--cache-dir: cannot create %s: %s", p, strerror(errno)); break; }
-        *s = c;
-        if (!c) break;
-    }
-    free(p);
-    return rc;
-}
-
-/* A directory we may trust: ours, and nobody else can add, replace or remove files in it. */
-static int check_dir(int fd, const char *path) {
-    struct stat st;
-    if (fstat(fd, &st)) return cd_fail("--cache-dir: cannot stat %s: %s", path, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return cd_fail("--cache-dir: %s is not a directory", path);
-    if (st.st_uid != geteuid())
-        return cd_fail("--cache-dir: %s is owned by uid %u, not by this user (uid %u): refusing to use it (its owner "
-                       "could plant chunks that change what the model says); use a directory of your own",
-                       path, (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & (S_IWGRP | S_IWOTH))
-        return cd_fail("--cache-dir: %s is writable by %s (mode %04o): refusing to use it (they could plant or "
-                       "replace chunks); chmod go-w it or use a directory of your own",
-                       path, st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777));
-    return 0;
-}
-
-/* Opens name under at (a directory fd, or AT_FDCWD with a path the user gave: a symlink there
- * is followed, the user named it) as a checked directory; the fd, or -1. */
-static int open_dir(int at, const char *name, const char *shown, bool nofollow) {
-    int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
-    if (fd < 0) {
-        int e = errno;
-        if (e == ENOTDIR || e == ELOOP) return cd_fail("--cache-dir: %s is not a directory%s", shown, e == ELOOP ? " (a symbolic link)" : "");
-        return cd_fail("--cache-dir: cannot open %s: %s", shown, strerror(e));
-    }
-    if (check_dir(fd, shown)) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-/* A unique temp name in the namespace directory (the caller opens it O_EXCL). */
-static void tmp_name(kv_disk_tier *d, const char *base, char *out, size_t cap) {
-    snprintf(out, cap, "%s.%ld.%u.tmp", base, (long)getpid(), d->tmp_seq++);
-}
-
-/* Opens a new temp file for base (O_EXCL, 0600) in dir; a name taken by anything (a stale
- * file, a planted symlink) is passed over for the next number. The fd, or -1 with errno. */
-static int open_tmp(kv_disk_tier *d, int dir, const char *base, char *name, size_t cap) {
-    for (int tries = 0; tries < 16; tries++) {
-        tmp_name(d, base, name, cap);
-        int fd = openat(dir, name, OPEN_NEW, 0600);
-        if (fd >= 0 || errno != EEXIST) return fd;
-    }
-    return -1; /* errno is EEXIST */
-}
-
-/* The key in fd: a regular file of ours, 0600 or stricter, exactly KV_DISK_KEY_BYTES bytes. */
-static int read_key(kv_disk_tier *d, int fd, const char *path) {
-    struct stat st;
-    if (fstat(fd, &st)) return cd_fail("--cache-dir: cannot stat %s: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return cd_fail("--cache-dir: %s is not a regular file: refusing to use it", path);
-    if (st.st_uid != geteuid())
-        return cd_fail("--cache-dir: %s is owned by uid %u, not by this user (uid %u): refusing to use it", path,
-                       (unsigned)st.st_uid, (unsigned)geteuid());
-    if (st.st_mode & 077)
-        return cd_fail("--cache-dir: %s can be read or written by others (mode %04o): anyone who can read it can forge "
-                       "chunks; chmod 600 it (or remove it: a new key is made and old chunks are rewritten)",
-                       path, (unsigned)(st.st_mode & 07777));
-    if (st.st_size != KV_DISK_KEY_BYTES)
-        return cd_fail("--cache-dir: %s is %lld bytes, not %d: remove it (a new key is made and old chunks are rewritten)",
-                       path, (long long)st.st_size, KV_DISK_KEY_BYTES);
-    ssize_t r;
-    while ((r = read(fd, d->key, sizeof d->key)) < 0 && errno == EINTR) {}
-    if (r != (ssize_t)sizeof d->key) return cd_fail("--cache-dir: cannot read %s", path);
-    return 0;
-}
-
-/* A fresh key from the CSPRNG into top/key: written under a temp name, then hard-linked into
- * place, which fails with EEXIST when another process got there first (a reader never sees a
- * half-written key). 0: ours is in place; 1: theirs is (read it); -1: error. */
-static int make_key(kv_disk_tier *d, int top, const char *path) {
-    uint8_t k[KV_DISK_KEY_BYTES];
-    if (RAND_bytes(k, sizeof k) != 1) return cd_fail("--cache-dir: no random bytes for a new key %s", path);
-    char tmp[NAME_CAP];
-    int fd = open_tmp(d, top, "key", tmp, sizeof tmp);
-    if (fd < 0) return cd_fail("--cache-dir: cannot create %s: %s", path, strerror(errno));
-    int e = 0;
-    if (write(fd, k, sizeof k) != (ssize_t)sizeof k || fsync(fd)) e = errno ? errno : EIO;
-    if (close(fd) && !e) e = errno;
-    int rc = 0;
-    if (!e && linkat(top, tmp, top, "key", 0)) e = errno;
-    unlinkat(top, tmp, 0);
-    if (e == EEXIST) rc = 1;
-    else if (e) rc = cd_fail("--cache-dir: cannot create %s: %s", path, strerror(e));
-    else {
-        memcpy(d->key, k, sizeof k);
-        fsync(top);
-    }
-    OPENSSL_cleanse(k, sizeof k);
-    return rc;
-}
-
-static int load_key(kv_disk_tier *d, int top, const char *dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/key", dir);
-    for (int attempt = 0; attempt < 3; attempt++) {
-        int fd = openat(top, "key", OPEN_READ);
-        if (fd >= 0) {
-            int rc = read_key(d, fd, path);
-            close(fd);
-            return rc;
-        }
-        if (errno == ELOOP) return cd_fail("--cache-dir: %s is a symbolic link: refusing to follow it", path);
-        if (errno != ENOENT) return cd_fail("--cache-dir: cannot open %s: %s", path, strerror(errno));
-        int rc = make_key(d, top, path);
-        if (rc <= 0) return rc;
-    }
-    return cd_fail("--cache-dir: %s keeps appearing and disappearing", path);
-}
-
-int kv_disk_key(const char *dir, uint8_t key[KV_DISK_KEY_BYTES]) {
-    kv_disk_tier d = {0};
-    if (mkdir_p(dir)) return -1;
-    int top = open_dir(AT_FDCWD, dir, dir, false);
-    if (top < 0) return -1;
-    int rc = load_key(&d, top, dir);
-    close(top);
-    memcpy(key, d.key, sizeof d.key);
-    OPENSSL_cleanse(d.key, sizeof d.key);
-    return rc;
-}
-
-/* The pid in a temp file name of ours ("<64 hex>.v<N>.kv.<pid>.<n>.tmp", or format 1's
- * "<64 hex>.kv.tmp.<pid>"), or 0 when the name is not one. */
-static long tmp_pid(const char *s) {
-    for (int i = 0; i < 2 * KV_DISK_HASH_BYTES; i++)
-        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f'))) return 0;
-    s += 2 * KV_DISK_HASH_BYTES;
-    unsigned v;
-    long pid;
-    int end = 0;
-    if (sscanf(s, ".v%u.kv.%ld.%*u.tmp%n", &v, &pid, &end) == 2 && end && !s[end]) return pid > 0 ? pid : 0;
-    end = 0;
-    if (sscanf(s, ".kv.tmp.%ld%n", &pid, &end) == 1 && end && !s[end]) return pid > 0 ? pid : 0;
-    return 0;
-}
-
-/* Removes the temp files a crashed process left: ours by name, regular files of ours (a
- * symlink is never followed: unlinkat removes a name), whose process is gone and which are a
- * minute old, or which are an hour old (a live writer renames its file within seconds). */
-static void remove_stale_tmp(kv_disk_tier *d) {
-    int fd = openat(d->dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!dp) {
-        if (fd >= 0) close(fd);
-        return;
-    }
-    time_t now = time(NULL);
-    for (struct dirent *de; (de = readdir(dp));) {
-        long pid = tmp_pid(de->d_name);
-        struct stat st;
-        if (!pid || fstatat(d->dir_fd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode) ||
-            st.st_uid != geteuid())
-            continue;
-        double age = difftime(now, st.st_mtime);
-        bool gone = kill((pid_t)pid, 0) && errno == ESRCH;
-        if (((gone && age > 60) || age > 3600) && !unlinkat(d->dir_fd, de->d_name, 0)) d->tmp_removed++;
-    }
-    closedir(dp);
-}
-
-/* DIR (created, checked), its key, DIR/<namespace hex> (created, checked, opened), a probe. */
-static int open_dirs(kv_disk_tier *d, const char *dir, const char *nsx) {
-    if (mkdir_p(dir)) return -1;
-    int top = open_dir(AT_FDCWD, dir, dir, false);
-    if (top < 0) return -1;
-    if (load_key(d, top, dir) || (mkdirat(top, nsx, 0700) && errno != EEXIST &&
-                                  cd_fail("--cache-dir: cannot create %s: %s", d->dir, strerror(errno)))) {
-        close(top);
-        return -1;
-    }
-    int fd = open_dir(top, nsx, d->dir, true);
-    if (fd < 0) {
-        close(top);
-        return -1;
-    }
-    char probe[NAME_CAP];
-    int p = open_tmp(d, fd, ".probe", probe, sizeof probe);
-    if (p < 0) {
-        int e = errno;
-        close(fd);
-        close(top);
-        return cd_fail("--cache-dir: %s is not writable: %s", d->dir, strerror(e));
-    }
-    close(p);
-    unlinkat(fd, probe, 0);
-    d->dir_fd = fd;
-    d->top_fd = top;
-    return 0;
 }
 
 /* ---- the budget: the scan, eviction ---- */
@@ -579,7 +281,7 @@ static int make_room(kv_disk_tier *d, uint64_t bytes) {
         kv_disk_index_remove(x, i);
         if (there && mtime > f.used_ns) {
             kv_disk_index_add(x, f.ns, f.version, f.h, (uint64_t)st.st_size, mtime, f.stamp);
-        } else if (there && (fault_next(d, KV_FAULT_UNLINK) >= 0 ? (errno = EIO, -1) : unlinkat(dfd, name, 0)) &&
+        } else if (there && (kv_disk_fault_next(d, KV_FAULT_UNLINK) >= 0 ? (errno = EIO, -1) : unlinkat(dfd, name, 0)) &&
                    errno != ENOENT) {
             int e = errno;
             kv_disk_index_add(x, f.ns, f.version, f.h, f.bytes, f.used_ns, f.stamp); /* still there: still counted */
@@ -641,11 +343,11 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
     }
     for (uint32_t i = 0; i < chunk_pages; i++) d->slot_ids[i] = i;
     snprintf(d->dir, len, "%s/%s", dir, nsx);
-    if (open_dirs(d, dir, nsx)) {
+    if (kv_disk_open_dirs(d, dir, nsx)) {
         kv_disk_free(d);
         return -1;
     }
-    remove_stale_tmp(d);
+    kv_disk_remove_stale_tmp(d);
     if (kv_disk_index_ns(&d->index, nsx) != 0 || set_budget(d, max_bytes) || kv_disk_rescan(d) ||
         kv_disk_fault_set(d, getenv("CINDER_FAULT_DISK"))) {
         if (!d->index.n_ns) cd_fail("disk tier: out of memory");
@@ -703,7 +405,7 @@ void *kv_disk_stage_ptr(const kv_disk_tier *d, uint32_t i) {
 static int read_full(kv_disk_tier *d, int fd, void *p, size_t n) {
     uint8_t *b = p;
     while (n) {
-        ssize_t r = io_read(d, fd, b, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t r = kv_disk_io_read(d, fd, b, n > (1u << 30) ? (1u << 30) : n);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return -1;
         if (r == 0) return 1;
@@ -807,7 +509,7 @@ static const char *read_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, ui
         return why;
     }
     /* sizes are ours from here on: the header matched our layout field by field */
-    fault_arm(d, KV_FAULT_READ, (uint64_t)d->chunk_tokens * 4 + pb / 2);
+    kv_disk_fault_arm(d, KV_FAULT_READ, (uint64_t)d->chunk_tokens * 4 + pb / 2);
     mac m;
     if (mac_begin(d, &m)) return *skip = true, "HMAC-SHA-256 is not available";
     mac_update(&m, hd, sizeof hd);
@@ -885,7 +587,7 @@ int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, u
 static int write_full(kv_disk_tier *d, int fd, const void *p, size_t n) {
     const uint8_t *b = p;
     while (n) {
-        ssize_t w = io_write(d, fd, b, n > (1u << 30) ? (1u << 30) : n);
+        ssize_t w = kv_disk_io_write(d, fd, b, n > (1u << 30) ? (1u << 30) : n);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) return -1;
         if (w == 0) return errno = ENOSPC, -1;
@@ -905,7 +607,7 @@ static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t 
     for (uint32_t i = 0; i < d->chunk_tokens; i++) put32(le + 4 * i, (uint32_t)tokens[i]);
     mac m;
     if (mac_begin(d, &m)) return -2;
-    fault_arm(d, KV_FAULT_WRITE, KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + pb / 2);
+    kv_disk_fault_arm(d, KV_FAULT_WRITE, KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + pb / 2);
     mac_update(&m, hd, sizeof hd);
     mac_update(&m, le, (size_t)d->chunk_tokens * 4);
     bool ok = !write_full(d, fd, hd, sizeof hd) && !write_full(d, fd, le, (size_t)d->chunk_tokens * 4);
@@ -976,7 +678,7 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     if (room < 0) return d->write_errors++, 0;
     if (!room) return over_budget(d, path, size);
     /* the file and its space first: a full disk or a read-only directory costs no GPU copy */
-    int fd = open_tmp(d, d->dir_fd, name, tmp, sizeof tmp);
+    int fd = kv_disk_open_tmp(d, d->dir_fd, name, tmp, sizeof tmp);
     if (fd < 0) return store_failed(d, path, errno);
     int e = posix_fallocate(fd, 0, (off_t)size);
     if (e && e != EINVAL && e != EOPNOTSUPP) {
@@ -998,9 +700,9 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     int64_t now = now_ns();
     struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
     if (!rc) (void)futimens(fd, ts);
-    if (!rc && (fault_next(d, KV_FAULT_FSYNC) >= 0 ? (errno = EIO, 1) : fsync(fd))) rc = -1, e = errno;
+    if (!rc && (kv_disk_fault_next(d, KV_FAULT_FSYNC) >= 0 ? (errno = EIO, 1) : fsync(fd))) rc = -1, e = errno;
     if (close(fd) && !rc) rc = -1, e = errno;
-    if (!rc && (fault_next(d, KV_FAULT_RENAME) >= 0 ? (errno = EIO, 1) : renameat(d->dir_fd, tmp, d->dir_fd, name)))
+    if (!rc && (kv_disk_fault_next(d, KV_FAULT_RENAME) >= 0 ? (errno = EIO, 1) : renameat(d->dir_fd, tmp, d->dir_fd, name)))
         rc = -1, e = errno;
     if (rc) {
         unlinkat(d->dir_fd, tmp, 0);
@@ -1008,7 +710,7 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     }
     /* the rename is trusted once the directory is synced; a name that may not survive a crash is
      * taken back (EINVAL: this file system cannot sync a directory, nothing to wait for) */
-    if ((fault_next(d, KV_FAULT_DIRSYNC) >= 0 ? (errno = EIO, -1) : fsync(d->dir_fd)) && errno != EINVAL) {
+    if ((kv_disk_fault_next(d, KV_FAULT_DIRSYNC) >= 0 ? (errno = EIO, -1) : fsync(d->dir_fd)) && errno != EINVAL) {
         e = errno;
         unlinkat(d->dir_fd, name, 0);
         say(d, "%s: cannot sync its directory: %s; removed, the chunk stays uncached on disk", path, strerror(e));
