@@ -30,9 +30,12 @@ const uint QTYPE_Q3_K = 11;
 const uint QTYPE_Q4_K = 12;
 const uint QTYPE_Q5_K = 13;
 const uint QTYPE_Q6_K = 14;
+const uint QTYPE_IQ2_XXS = 16;
+const uint QTYPE_IQ2_XS = 17;
 const uint QTYPE_IQ3_XXS = 18;
 const uint QTYPE_IQ4_NL = 20;
 const uint QTYPE_IQ3_S = 21;
+const uint QTYPE_IQ2_S = 22;
 const uint QTYPE_IQ4_XS = 23;
 const uint QTYPE_BF16 = 30;
 const uint QTYPE_MXFP4 = 39;
@@ -151,6 +154,26 @@ const uint IQ3_S_QS = 2;
 const uint IQ3_S_QH = 66;
 const uint IQ3_S_SIGNS = 74;
 const uint IQ3_S_SCALES = 106;
+// The IQ2 types (quant.h): group l = i % 32 / 8 of sub-block ib is a point of a 3-level grid
+// (8 two-bit codes a 16-bit entry, IQ2*_GRID holding two a word; levels 8, 25, 43), a sign per
+// weight, step d * (0.5 + s) * 0.25.
+// block_iq2_xxs { u16 d; u16 qs[32]; }: per sub-block 4 index bytes at 2 + 8 ib, then the word of
+// 4 seven-bit sign fields and the scale in bits 28..31.
+const uint IQ2_LEVELS = 0x2b1908; // 8 | 25 << 8 | 43 << 16 (quant_iq2_levels)
+const uint IQ2_XXS_BYTES = 66;
+const uint IQ2_XXS_QS = 2;
+// block_iq2_xs { u16 d; u16 qs[32]; u8 scales[8]; }: qs[4 ib + l] = 9-bit index | sign field << 9;
+// scale nibble l / 2 of scales[ib].
+const uint IQ2_XS_BYTES = 74;
+const uint IQ2_XS_QS = 2;
+const uint IQ2_XS_SCALES = 66;
+// block_iq2_s { u16 d; u8 qs[32]; u8 signs[32]; u8 qh[8]; u8 scales[8]; }: index qs[4 ib + l] |
+// bits 2l, 2l + 1 of qh[ib] << 8; sign byte signs[4 ib + l]; scales as IQ2_XS.
+const uint IQ2_S_BYTES = 82;
+const uint IQ2_S_QS = 2;
+const uint IQ2_S_SIGNS = 34;
+const uint IQ2_S_QH = 66;
+const uint IQ2_S_SCALES = 74;
 
 // block_mxfp4 { u8 e; u8 qs[16]; }: levels placed as in IQ4_NL; weight = 2^(e - 128) * value,
 // value the doubled E2M1 float of the level (runtime/gguf/quant.h). 17-byte blocks: any alignment.
@@ -183,7 +206,7 @@ uvec2 qb_scale_min_k4_w(uvec3 s, uint j) {
 }
 
 #ifdef QB_BINDING
-#include "iq3_grids.glsl"
+#include "iq_grids.glsl"
 layout(binding = QB_BINDING) readonly buffer QbU8 { uint8_t qb_u8[]; };
 layout(binding = QB_BINDING) readonly buffer QbU16 { uint16_t qb_u16[]; };
 layout(binding = QB_BINDING) readonly buffer QbU32 { uint qb_u32[]; };
@@ -310,7 +333,7 @@ float qb_iq4_xs(uint row, uint e) {
 }
 
 // IQ3_XXS's sign byte of a 7-bit field: bit 7 set when the field has an odd number of ones.
-uint qb_iq3xxs_signs(uint field) { return field | ((uint(bitCount(field)) & 1u) << 7); }
+uint qb_ksigns(uint field) { return field | ((uint(bitCount(field)) & 1u) << 7); }
 // The sign and scale word of IQ3_XXS sub-block ib of the block at b (two 16-bit loads).
 uint qb_iq3_xxs_word(uint b, uint ib) {
     uint o = (b + IQ3_XXS_SS + 4u * ib) >> 1;
@@ -331,13 +354,53 @@ float qb_iq3_xxs(uint row, uint e) {
     uint b = row + (e / QK_K) * IQ3_XXS_BYTES, i = e % QK_K, ib = i / 32u, l = (i % 32u) / 8u, h = (i % 8u) / 4u;
     uint w = qb_iq3_xxs_word(b, ib);
     uint g = IQ3XXS_GRID[qb_byte(b + IQ3_XXS_QS + 8u * ib + 2u * l + h)];
-    return qb_grid_weight(g, i % 4u, qb_iq3xxs_signs((w >> (7u * l)) & 127u), i % 8u, qb_iq3_xxs_step(b, w));
+    return qb_grid_weight(g, i % 4u, qb_ksigns((w >> (7u * l)) & 127u), i % 8u, qb_iq3_xxs_step(b, w));
 }
 
 float qb_iq3_s(uint row, uint e) {
     uint b = row + (e / QK_K) * IQ3_S_BYTES, i = e % QK_K, ib = i / 32u, l = (i % 32u) / 8u, h = (i % 8u) / 4u;
     uint idx = qb_byte(b + IQ3_S_QS + 8u * ib + 2u * l + h) | (((qb_byte(b + IQ3_S_QH + ib) >> (2u * l + h)) & 1u) << 8);
     return qb_grid_weight(IQ3S_GRID[idx], i % 4u, qb_byte(b + IQ3_S_SIGNS + 4u * ib + l), i % 8u, qb_iq3_s_step(b, ib));
+}
+
+// The IQ2 types: the level of code c (0..2) is byte c of IQ2_LEVELS.
+uint qb_iq2_level(uint code, uint j) { return (IQ2_LEVELS >> (8u * ((code >> (2u * j)) & 3u))) & 255u; }
+// Grid entry idx of each table (two 16-bit entries a word).
+uint qb_iq2xxs_entry(uint idx) { return (IQ2XXS_GRID[idx >> 1] >> (16u * (idx & 1u))) & 0xFFFFu; }
+uint qb_iq2xs_entry(uint idx) { return (IQ2XS_GRID[idx >> 1] >> (16u * (idx & 1u))) & 0xFFFFu; }
+uint qb_iq2s_entry(uint idx) { return (IQ2S_GRID[idx >> 1] >> (16u * (idx & 1u))) & 0xFFFFu; }
+// The step of 4-bit scale s: exact (d's 11 significant bits and 0.5 + s's at most 5), as is
+// step * level, so no IQ2 weight rounds.
+float qb_iq2_step(uint b, uint s) { return qb_half(b) * (0.5 + float(s)) * 0.25; }
+// The sign and scale word of IQ2_XXS sub-block ib of the block at b (two 16-bit loads).
+uint qb_iq2_xxs_word(uint b, uint ib) {
+    uint o = (b + IQ2_XXS_QS + 8u * ib + 4u) >> 1;
+    return uint(qb_u16[o]) | (uint(qb_u16[o + 1u]) << 16);
+}
+// Group l of IQ2 sub-block ib at b: its grid entry (x), sign byte (y) and scale (z).
+uvec3 qb_iq2_group(uint type, uint b, uint ib, uint l) {
+    if (type == QTYPE_IQ2_XXS) {
+        uint w = qb_iq2_xxs_word(b, ib);
+        return uvec3(qb_iq2xxs_entry(qb_byte(b + IQ2_XXS_QS + 8u * ib + l)), qb_ksigns((w >> (7u * l)) & 127u), w >> 28);
+    }
+    uint sc = (qb_byte(b + (type == QTYPE_IQ2_XS ? IQ2_XS_SCALES : IQ2_S_SCALES) + ib) >> (4u * (l / 2u))) & 15u;
+    if (type == QTYPE_IQ2_XS) {
+        uint q = uint(qb_u16[(b + IQ2_XS_QS) / 2u + 4u * ib + l]);
+        return uvec3(qb_iq2xs_entry(q & 511u), qb_ksigns(q >> 9), sc);
+    }
+    uint idx = qb_byte(b + IQ2_S_QS + 4u * ib + l) | (((qb_byte(b + IQ2_S_QH + ib) >> (2u * l)) & 3u) << 8);
+    return uvec3(qb_iq2s_entry(idx), qb_byte(b + IQ2_S_SIGNS + 4u * ib + l), sc);
+}
+uint qb_iq2_bytes(uint type) { return type == QTYPE_IQ2_XXS ? IQ2_XXS_BYTES : type == QTYPE_IQ2_XS ? IQ2_XS_BYTES : IQ2_S_BYTES; }
+// Weight j of a group (entry, sign byte, scale) at step dl.
+float qb_iq2_weight(uvec3 g, uint j, float dl) {
+    float v = dl * float(qb_iq2_level(g.x, j));
+    return ((g.y >> j) & 1u) != 0u ? -v : v;
+}
+float qb_iq2(uint type, uint row, uint e) {
+    uint b = row + (e / QK_K) * qb_iq2_bytes(type), i = e % QK_K;
+    uvec3 g = qb_iq2_group(type, b, i / 32u, (i % 32u) / 8u);
+    return qb_iq2_weight(g, i % 8u, qb_iq2_step(b, g.z));
 }
 
 // Element e of the row at byte offset `row`, stored as `type`.
@@ -357,6 +420,7 @@ float qb_dequant(uint type, uint row, uint e) {
     case QTYPE_IQ4_XS: return qb_iq4_xs(row, e);
     case QTYPE_IQ3_XXS: return qb_iq3_xxs(row, e);
     case QTYPE_IQ3_S: return qb_iq3_s(row, e);
+    case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S: return qb_iq2(type, row, e);
     case QTYPE_MXFP4: return qb_mxfp4(row, e);
     }
     return 0.0;
@@ -467,7 +531,7 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
         if (xxs) {
             uint sw = qb_iq3_xxs_word(b, ib);
             ga = IQ3XXS_GRID[two & 255u], gb = IQ3XXS_GRID[two >> 8];
-            sg = qb_iq3xxs_signs((sw >> (7u * l)) & 127u);
+            sg = qb_ksigns((sw >> (7u * l)) & 127u);
             dl = qb_iq3_xxs_step(b, sw);
         } else {
             uint qh = qb_byte(b + IQ3_S_QH + ib) >> (2u * l);
@@ -476,6 +540,12 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
             dl = qb_iq3_s_step(b, ib);
         }
         for (uint r = 0; r < 8u; r++) w[r] = qb_grid_weight(r < 4u ? ga : gb, r % 4u, sg, r, dl); // as qb_iq3_*
+    } else if (type == QTYPE_IQ2_XXS || type == QTYPE_IQ2_XS || type == QTYPE_IQ2_S) {
+        // 8 weights = one group: one grid entry, one sign byte, one step
+        uint b = row + (k0 / QK_K) * qb_iq2_bytes(type), i = k0 % QK_K;
+        uvec3 g = qb_iq2_group(type, b, i / 32u, (i % 32u) / 8u);
+        float dl = qb_iq2_step(b, g.z);
+        for (uint r = 0; r < 8u; r++) w[r] = qb_iq2_weight(g, r, dl); // as qb_iq2
     } else if (type == QTYPE_MXFP4) {
         // 8 weights of one nibble half of a block: one scale byte, 8 bytes of qs
         uint b = row + (k0 / 32u) * MXFP4_BYTES, sh = 4u * ((k0 % 32u) / 16u);

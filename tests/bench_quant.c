@@ -20,7 +20,9 @@
 
 static const enum qtype types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,
                                    QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0,
-                                   QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS};
+                                   QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
+                                   QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S,
+                                   QTYPE_MXFP4};
 
 static double seconds_since(const struct timespec *t0) {
     struct timespec t1;
@@ -59,12 +61,12 @@ int main(int argc, char **argv) {
         clock_gettime(CLOCK_MONOTONIC, &t0);
         quant_dequantize_row(t, q, y, n);
         double ds = seconds_since(&t0);
-        printf("%-5s quantize %7.1f, dequantize %7.1f", qtype_name(t), n / qs / 1e6, n / ds / 1e6);
+        printf("%-7s quantize %7.3g, dequantize %7.1f", qtype_name(t), n / qs / 1e6, n / ds / 1e6);
         ggml_from_float_fn gq = have_ggml ? ggml_quant(&g, t) : NULL;
         if (gq) {
             clock_gettime(CLOCK_MONOTONIC, &t0);
             gq(x, q, n);
-            printf(" (ggml's reference quantizer %.1f)", n / seconds_since(&t0) / 1e6);
+            printf(" (ggml's reference quantizer %.3g)", n / seconds_since(&t0) / 1e6);
         }
         printf("\n");
     }

@@ -24,11 +24,13 @@
 static const enum qtype supported[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q4_0,   QTYPE_Q4_1,
                                        QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0, QTYPE_Q2_K,   QTYPE_Q3_K,
                                        QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                       QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_MXFP4};
+                                       QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S,
+                                       QTYPE_MXFP4};
 enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
 static const enum qtype blocked[] = {QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,   QTYPE_Q8_0,  QTYPE_Q2_K,
                                      QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                     QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_MXFP4};
+                                     QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S,
+                                     QTYPE_MXFP4};
 enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
 
 static void *xmalloc(size_t n) {
@@ -411,7 +413,7 @@ static void random_blocks(enum qtype t, uint8_t *buf, int64_t nblocks, rng *r) {
         uint16_t d = rand_finite_half(r), dmin = rand_finite_half(r);
         switch (t) {
         case QTYPE_Q4_0: case QTYPE_Q5_0: case QTYPE_Q8_0: case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_IQ3_XXS:
-        case QTYPE_IQ3_S:
+        case QTYPE_IQ3_S: case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
             memcpy(p, &d, 2); /* d first */
             break;
         case QTYPE_Q4_1: case QTYPE_Q5_1: memcpy(p, &d, 2); memcpy(p + 2, &dmin, 2); break; /* d, m */
@@ -595,6 +597,9 @@ static double normal_bound(enum qtype t) {
     case QTYPE_IQ4_XS: return 8.0e-2; /* 7.39e-2 */
     case QTYPE_IQ3_XXS: return 0.19; /* 0.176 (ggml ref without an imatrix 0.213) */
     case QTYPE_IQ3_S: return 0.14;   /* 0.129 (ggml ref 0.166) */
+    case QTYPE_IQ2_XXS: return 0.35; /* 0.328 (ggml with a flat imatrix 0.344) */
+    case QTYPE_IQ2_XS: return 0.30;  /* 0.284 (0.299) */
+    case QTYPE_IQ2_S: return 0.25;   /* 0.238 (0.248) */
     case QTYPE_MXFP4: return 0.12; /* 0.112 (ggml ref 0.116) */
     default: return 0;
     }
@@ -658,8 +663,8 @@ static void test_degenerate(void **state) {
         x[77] = 100.0f;
         quant_quantize_row(t, x, q, N);
         quant_dequantize_row(t, q, y, N);
-        if (t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S) {
-            /* no zero in the grids and one step per 32: the least-squares fit puts the spike near
+        if (t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S || t == QTYPE_IQ2_XXS || t == QTYPE_IQ2_XS || t == QTYPE_IQ2_S) {
+            /* no zero in the grids and one step per 32 (16 for IQ2_XS, IQ2_S): the least-squares fit puts the spike near
              * 89 and its sub-block-mates at its step times the smallest magnitude, other
              * sub-blocks of its super-block at d times that; other super-blocks are exact zeros.
              * The error is held to ggml's own quantizer's on the same row. */
@@ -669,7 +674,11 @@ static void test_degenerate(void **state) {
             quant_dequantize_row(t, q2, y2, N);
             double ours = tu_rel_l2(y, x, N), theirs = tu_rel_l2(y2, x, N);
             if (!(ours <= 1.1 * theirs)) fail_msg("%s spike: rel error %g, ggml's %g", qtype_name(t), ours, theirs);
-            assert_true(y[77] > 80.0f && y[77] < 120.0f);
+            /* the IQ2 grids' top level is only 43 / 8 of their least, so the spike's 31 group-mates
+             * (all at the least level, one step for the 32) pull the least-squares step down to about
+             * half the spike's: a smaller total error than ggml's, which keeps the spike near 100 */
+            bool iq2 = t == QTYPE_IQ2_XXS || t == QTYPE_IQ2_XS || t == QTYPE_IQ2_S;
+            if (!(y[77] > (iq2 ? 40.0f : 80.0f) && y[77] < 120.0f)) fail_msg("%s spike: %g", qtype_name(t), y[77]);
             for (int i = 0; i < N; i++)
                 if (i / QK_K != 77 / QK_K) assert_true(y[i] == 0.0f);
         } else {

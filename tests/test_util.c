@@ -234,6 +234,42 @@ tokenizer *tu_qwen3_tokenizer(void) {
     return rc ? NULL : t;
 }
 
+/* The grid types' d per largest weight with every scale at its top (the grid's top magnitude
+ * times its top step over d), or 0 for the other types. */
+static float grid_top(enum qtype type) {
+    switch (type) {
+    case QTYPE_IQ3_XXS: return 62.0f * 15.5f * 0.5f;
+    case QTYPE_IQ3_S: return 15.0f * 31.0f;
+    case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S: return 43.0f * 15.5f * 0.25f;
+    default: return 0;
+    }
+}
+
+void tu_quantize_row(enum qtype type, const float *x, void *dst, int64_t n) {
+    float top = grid_top(type);
+    if (top == 0) {
+        quant_quantize_row(type, x, dst, n);
+        return;
+    }
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the row's bits */
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, 4);
+        h = (h ^ b) * 1099511628211ull;
+    }
+    rng r;
+    rng_seed(&r, h);
+    size_t bs = qtype_block_bytes(type);
+    uint8_t *out = dst;
+    for (int64_t blk = 0; blk < n / QK_K; blk++) {
+        float amax = 0;
+        for (int i = 0; i < QK_K; i++) amax = fmaxf(amax, fabsf(x[QK_K * blk + i]));
+        for (size_t i = 0; i < bs; i++) out[bs * blk + i] = (uint8_t)rng_u64(&r);
+        uint16_t d = f32_to_fp16(amax / top); /* every grid type's d is its first field */
+        memcpy(out + bs * blk, &d, 2);
+    }
+}
+
 uint8_t *tu_quantized_rows(rng *r, enum qtype type, uint32_t n_in, uint64_t n_rows) {
     size_t rb = qtype_row_bytes(type, n_in);
     float *row = malloc(n_in * sizeof *row);
@@ -241,7 +277,7 @@ uint8_t *tu_quantized_rows(rng *r, enum qtype type, uint32_t n_in, uint64_t n_ro
     for (uint64_t i = 0; i < n_rows; i++) {
         float scale = (i % 5 == 0) ? 1e-3f : (i % 7 == 0 ? 300.0f : 1.0f);
         for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
-        quant_quantize_row(type, row, w + rb * i, n_in);
+        tu_quantize_row(type, row, w + rb * i, n_in);
     }
     free(row);
     return w;

@@ -43,8 +43,14 @@ void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q,
 #include "runtime/gguf/quant.h"
 /* n random token ids in [100, 20100) into out; returns n. */
 uint32_t tu_rand_ids(rng *r, int32_t *out, uint32_t n);
+/* quant_quantize_row for the kernel tests: the same, except for the grid types (IQ3_*, IQ2_*),
+ * whose exhaustive quantizer runs at 0.03-0.1 Mweights/s (docs/QUANTS.md): there each block is
+ * random bytes (every grid point, sign pattern and scale; seeded by the row's bits, so
+ * deterministic) under an fp16 d that puts the block's largest weights near x's. The quantizer
+ * itself is test_quant's. */
+void tu_quantize_row(enum qtype type, const float *x, void *dst, int64_t n);
 /* n_rows random rows of n_in weights (rows of varied scale and offset: 1e-3, 300, a 0.3 offset)
- * quantized to type by quant_quantize_row (free()). */
+ * quantized to type by tu_quantize_row (free()). */
 uint8_t *tu_quantized_rows(rng *r, enum qtype type, uint32_t n_in, uint64_t n_rows);
 
 /* A random branching trace, the shape of chat and agent traffic (test_prefix_cache,

@@ -1,5 +1,5 @@
 /* shaders/get_rows.comp against runtime/gguf/quant.c: random tables of every supported type
- * (quantized by quant_quantize_row), gathered at random ids (repeats and out-of-range ids
+ * (quantized by tu_quantize_row), gathered at random ids (repeats and out-of-range ids
  * included) and compared with quant_dequantize_row of the same rows. Also pins
  * shaders/quant_blocks.glsl to quant.h byte for byte, the push block to its C struct, and
  * runs a table split over several parts (one dispatch per part). */
@@ -34,7 +34,7 @@ static long glsl_const(const char *text, const char *name) {
     snprintf(pat, sizeof pat, "const uint %s = ", name);
     const char *p = strstr(text, pat);
     if (!p) fail_msg("quant_blocks.glsl lacks %s", name);
-    return strtol(p + strlen(pat), NULL, 10);
+    return strtol(p + strlen(pat), NULL, 0); /* decimal, or 0x hex */
 }
 
 static void test_quant_blocks_glsl_matches_quant_h(void **state) {
@@ -83,6 +83,14 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         {"IQ3_S_BYTES", sizeof(block_iq3_s)}, {"IQ3_S_D", offsetof(block_iq3_s, d)}, {"IQ3_S_QS", offsetof(block_iq3_s, qs)},
         {"IQ3_S_QH", offsetof(block_iq3_s, qh)}, {"IQ3_S_SIGNS", offsetof(block_iq3_s, signs)},
         {"IQ3_S_SCALES", offsetof(block_iq3_s, scales)},
+        {"QTYPE_IQ2_XXS", QTYPE_IQ2_XXS}, {"QTYPE_IQ2_XS", QTYPE_IQ2_XS}, {"QTYPE_IQ2_S", QTYPE_IQ2_S},
+        {"IQ2_LEVELS", quant_iq2_levels[0] | quant_iq2_levels[1] << 8 | quant_iq2_levels[2] << 16},
+        {"IQ2_XXS_BYTES", sizeof(block_iq2_xxs)}, {"IQ2_XXS_QS", offsetof(block_iq2_xxs, qs)},
+        {"IQ2_XS_BYTES", sizeof(block_iq2_xs)}, {"IQ2_XS_QS", offsetof(block_iq2_xs, qs)},
+        {"IQ2_XS_SCALES", offsetof(block_iq2_xs, scales)},
+        {"IQ2_S_BYTES", sizeof(block_iq2_s)}, {"IQ2_S_QS", offsetof(block_iq2_s, qs)},
+        {"IQ2_S_SIGNS", offsetof(block_iq2_s, qs) + QK_K / 8}, {"IQ2_S_QH", offsetof(block_iq2_s, qh)},
+        {"IQ2_S_SCALES", offsetof(block_iq2_s, scales)},
         {"QTYPE_MXFP4", QTYPE_MXFP4}, {"MXFP4_BYTES", sizeof(block_mxfp4)}, {"MXFP4_E", offsetof(block_mxfp4, e)},
         {"MXFP4_QS", offsetof(block_mxfp4, qs)},
     };
@@ -100,20 +108,26 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         p = end + 1; /* past the comma */
     }
     free(t);
-    /* the IQ3 grids, entry by entry (shaders/iq3_grids.glsl; the C tables are ggml's: test_quant) */
-    t = tu_read_file(tu_src_path("shaders/iq3_grids.glsl"), NULL);
+    /* the IQ grids, entry by entry (shaders/iq_grids.glsl; the C tables are ggml's: test_quant);
+     * the IQ2 tables hold two 16-bit entries a word, entry 2w in the low half */
+    t = tu_read_file(tu_src_path("shaders/iq_grids.glsl"), NULL);
     assert_non_null(t);
-    const struct { const char *pat; const uint32_t *c; int n; } grids[] = {
-        {"uint IQ3XXS_GRID[256] = uint[256](", quant_iq3xxs_grid, 256},
-        {"uint IQ3S_GRID[512] = uint[512](", quant_iq3s_grid, 512}};
-    for (size_t g = 0; g < 2; g++) {
+    const struct { const char *pat; const uint32_t *c32; const uint16_t *c16; int n; } grids[] = {
+        {"uint IQ3XXS_GRID[256] = uint[256](", quant_iq3xxs_grid, NULL, 256},
+        {"uint IQ3S_GRID[512] = uint[512](", quant_iq3s_grid, NULL, 512},
+        {"uint IQ2XXS_GRID[128] = uint[128](", NULL, quant_iq2xxs_grid, 128},
+        {"uint IQ2XS_GRID[256] = uint[256](", NULL, quant_iq2xs_grid, 256},
+        {"uint IQ2S_GRID[512] = uint[512](", NULL, quant_iq2s_grid, 512}};
+    for (size_t g = 0; g < sizeof grids / sizeof *grids; g++) {
         p = strstr(t, grids[g].pat);
-        if (!p) fail_msg("iq3_grids.glsl lacks %s", grids[g].pat);
+        if (!p) fail_msg("iq_grids.glsl lacks %s", grids[g].pat);
         p += strlen(grids[g].pat);
         for (int i = 0; i < grids[g].n; i++) {
             char *end;
             unsigned long v = strtoul(p, &end, 16);
-            if (end == p || v != grids[g].c[i]) fail_msg("%s entry %d: GLSL %#lx, C %#x", grids[g].pat, i, v, grids[g].c[i]);
+            uint32_t want = grids[g].c32 ? grids[g].c32[i]
+                                         : (uint32_t)grids[g].c16[2 * i] | (uint32_t)grids[g].c16[2 * i + 1] << 16;
+            if (end == p || v != want) fail_msg("%s word %d: GLSL %#lx, C %#x", grids[g].pat, i, v, want);
             p = end + 1;
         }
     }
@@ -159,7 +173,7 @@ static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) {
     for (uint32_t i = 0; i < t->n_rows; i++) {
         float scale = (i % 5 == 0) ? 1e-3f : (i % 7 == 0 ? 300.0f : 1.0f);
         for (uint32_t j = 0; j < t->n; j++) row[j] = rng_normal(&r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
-        quant_quantize_row(t->type, row, table + rb * i, t->n);
+        tu_quantize_row(t->type, row, table + rb * i, t->n);
     }
     int32_t *ids = malloc(t->n_ids * sizeof *ids);
     for (uint32_t i = 0; i < t->n_ids; i++) ids[i] = (int32_t)rng_below(&r, t->n_rows);
@@ -240,7 +254,10 @@ static void test_every_type_awkward_sizes(void **state) {
         {QTYPE_IQ4_XS, 768, 3, 4, 771}, {QTYPE_MXFP4, 96, 7, 9, 0}, /* 51-byte rows: odd offsets */
         {QTYPE_MXFP4, 544, 4, 5, 545},  {QTYPE_IQ3_XXS, 256, 9, 11, 0}, /* 98-byte blocks */
         {QTYPE_IQ3_XXS, 768, 3, 4, 771}, {QTYPE_IQ3_S, 512, 6, 8, 0},
-        {QTYPE_IQ3_S, 256, 11, 13, 257},
+        {QTYPE_IQ3_S, 256, 11, 13, 257}, {QTYPE_IQ2_XXS, 256, 9, 11, 0}, /* 66-byte blocks */
+        {QTYPE_IQ2_XXS, 768, 3, 4, 771}, {QTYPE_IQ2_XS, 512, 6, 8, 0}, /* 74 */
+        {QTYPE_IQ2_XS, 256, 11, 13, 257}, {QTYPE_IQ2_S, 256, 7, 9, 0}, /* 82 */
+        {QTYPE_IQ2_S, 768, 4, 5, 769},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 1 + i, 0);
 }

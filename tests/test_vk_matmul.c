@@ -1,5 +1,5 @@
 /* shaders/matmul.comp against a double-accumulated CPU product on the dequantized weights
- * (quant_quantize_row makes random weights of every supported type, quant_dequantize_row
+ * (tu_quantize_row makes random weights of every supported type, quant_dequantize_row
  * gives the reference's view of them), at awkward sizes: T = 1, 5, 33, 130 tokens; n_rows =
  * 1, 17, 200; n_in = 2 super-blocks for K-quants, 5 blocks of 32 otherwise. Plain, gather,
  * scatter and gather+scatter modes on one expert slice of several; weights split over
@@ -34,6 +34,7 @@
 #include "runtime/vk/vk_instance.h"
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
+#include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -150,7 +151,7 @@ static void run_case(const tcase *t, uint64_t seed) {
     for (uint32_t i = 0; i < total_rows; i++) {
         float scale = (i % 5 == 0) ? 1e-2f : (i % 7 == 0 ? 30.0f : 1.0f);
         for (uint32_t j = 0; j < t->n_in; j++) row[j] = rng_normal(&r) * scale + (i % 3 == 0 ? 0.3f * scale : 0);
-        quant_quantize_row(t->type, row, wq + rb * i, t->n_in);
+        tu_quantize_row(t->type, row, wq + rb * i, t->n_in);
     }
     float *wd = malloc(sizeof(float) * t->n_rows * t->n_in); /* the slice, dequantized */
     for (uint32_t i = 0; i < t->n_rows; i++)
@@ -252,13 +253,14 @@ static uint32_t n_in_for(enum qtype t) { return qtype_block_elems(t) == QK_K ? 2
 static bool decoder_only_type(enum qtype t) { return qtype_block_elems(t) > 1 && !cvk_matmul_texel_type(t); }
 
 /* The types that run in test_every_type_awkward_sizes only (CI time): IQ4_NL (above), and the
- * 3-bit grid types, one qb_decode8 branch whose grids lavapipe reads per lane (slow there); they
+ * grid types (IQ3, IQ2), qb_decode8 branches whose grids lavapipe reads per lane (slow there); they
  * are bit-exact in test_vk_get_rows and against the CPU reference in test_vk_matvec and
  * test_vk_moe_group. */
-static const enum qtype awkward_only_types[] = {QTYPE_IQ4_NL, QTYPE_IQ3_XXS, QTYPE_IQ3_S};
+static const enum qtype awkward_only_types[] = {QTYPE_IQ4_NL, QTYPE_IQ3_XXS, QTYPE_IQ3_S,
+                                                QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S};
 
 /* Every type x T in {1, 5, 33, 130} x n_rows in {1, 17, 200}, plain (T 130: the first seven; the
- * IQ3 types T 1 and 5). */
+ * grid types T 1 and 5). */
 static void test_every_type_awkward_sizes(void **state) {
     (void)state;
     const uint32_t Ts[] = {1, 5, 33, 130}, rows[] = {1, 17, 200};
@@ -266,7 +268,8 @@ static void test_every_type_awkward_sizes(void **state) {
     uint64_t seed = 1;
     for (size_t ti = 0; ti < n_all + sizeof awkward_only_types / sizeof *awkward_only_types; ti++) {
         enum qtype ty = ti < n_all ? all_types[ti] : awkward_only_types[ti - n_all];
-        bool grid = ty == QTYPE_IQ3_XXS || ty == QTYPE_IQ3_S; /* T 1 and 5 (lavapipe reads their grids per lane) */
+        bool grid = ty == QTYPE_IQ3_XXS || ty == QTYPE_IQ3_S || ty == QTYPE_IQ2_XXS || ty == QTYPE_IQ2_XS ||
+                    ty == QTYPE_IQ2_S; /* T 1 and 5 (lavapipe reads their grids per lane) */
         for (size_t i = 0; i < (grid ? 2u : decoder_only_type(ty) ? 3u : 4u); i++)
             for (size_t j = 0; j < 3; j++) {
                 tcase t = {.type = ty, .T = Ts[i], .n_rows = rows[j], .n_in = n_in_for(ty)};
@@ -392,7 +395,7 @@ static void make_grouped_weights(const gcase *g, uint64_t seed) {
     for (uint32_t i = 0; i < total_rows; i++) {
         float scale = (i % 5 == 0) ? 1e-2f : 1.0f;
         for (uint32_t j = 0; j < g->n_in; j++) row[j] = rng_normal(&r) * scale;
-        quant_quantize_row(g->type, row, wq + rb * i, g->n_in);
+        tu_quantize_row(g->type, row, wq + rb * i, g->n_in);
         quant_dequantize_row(g->type, wq + rb * i, wd + (size_t)i * g->n_in, g->n_in);
     }
     free(row);
@@ -581,7 +584,7 @@ static void test_accumulate(void **state) {
                 int32_t *sl = malloc(T * 4);
                 for (uint32_t i = 0; i < n_rows; i++) {
                     for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
-                    quant_quantize_row(ty, row, wq + rb * i, n_in);
+                    tu_quantize_row(ty, row, wq + rb * i, n_in);
                 }
                 for (size_t i = 0; i < nx; i++) x[i] = rng_normal(&r);
                 for (size_t i = 0; i < ny; i++) y0[i] = rng_normal(&r) * 4;
@@ -649,7 +652,7 @@ static void test_x_offset(void **state) {
             uint8_t *wq = malloc(rb * n_rows);
             for (uint32_t i = 0; i < n_rows; i++) {
                 for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
-                quant_quantize_row(ty, row, wq + rb * i, n_in);
+                tu_quantize_row(ty, row, wq + rb * i, n_in);
             }
             for (size_t i = 0; i < nx; i++) x[off + i] = rng_normal(&r);
             cvk_buffer bw, bx0, bx, by;
@@ -843,7 +846,7 @@ static void run_glu(const glu_case *c, uint64_t seed) {
     float *row = malloc(c->n_in * 4);
     for (uint32_t i = 0; i < 2 * E * nr; i++) {
         for (uint32_t j = 0; j < c->n_in; j++) row[j] = rng_normal(&r) * (i % 3 ? 1.0f : 0.1f);
-        quant_quantize_row(c->type, row, (i < E * nr ? gq : uq) + rb * (i % (E * nr)), c->n_in);
+        tu_quantize_row(c->type, row, (i < E * nr ? gq : uq) + rb * (i % (E * nr)), c->n_in);
     }
     for (uint32_t e = 0; e < E; e++) {
         memcpy(pq + 2 * e * slice, gq + e * slice, slice);
@@ -1097,7 +1100,7 @@ static void bench_q4k(void **state) {
     uint8_t *wq = malloc(rb * n_rows);
     for (uint32_t i = 0; i < n_rows; i++) {
         for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
-        quant_quantize_row(ty, row, wq + rb * i, n_in);
+        tu_quantize_row(ty, row, wq + rb * i, n_in);
     }
     for (size_t i = 0; i < (size_t)T * n_in; i++) x[i] = rng_normal(&r);
 
@@ -1182,7 +1185,7 @@ static void bench_kernels(void **state) {
     uint8_t *wq = malloc(rb * 2 * n_rows); /* a gate-up pair slice; plain products use its first half */
     for (uint32_t i = 0; i < 2 * n_rows; i++) {
         for (uint32_t j = 0; j < n_in; j++) row[j] = rng_normal(&r);
-        quant_quantize_row(ty, row, wq + rb * i, n_in);
+        tu_quantize_row(ty, row, wq + rb * i, n_in);
     }
     for (size_t i = 0; i < (size_t)Tmax * n_in; i++) x[i] = rng_normal(&r);
     cvk_buffer bw, bx, by;

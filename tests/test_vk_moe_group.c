@@ -41,6 +41,7 @@
 #include "runtime/vk/vk_ctx.h"
 #include "runtime/vk/vk_spirv.h"
 #include "shaders/shaders.h"
+#include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
 static cvk_pipeline group_pipe;
@@ -261,7 +262,7 @@ static void random_weights(rng *r, enum qtype ty, uint32_t rows, uint32_t n, uin
     float *row = malloc(n * 4);
     for (uint32_t i = 0; i < rows; i++) {
         for (uint32_t j = 0; j < n; j++) row[j] = rng_normal(r) * 0.1f;
-        quant_quantize_row(ty, row, out + rb * i, n);
+        tu_quantize_row(ty, row, out + rb * i, n);
     }
     free(row);
 }
@@ -462,6 +463,7 @@ static void test_chain(void **state) {
         {QTYPE_IQ4_XS, QTYPE_IQ4_NL, 7, 8, 2, 256, 256, 0}, /* the non-linear 4-bit types */
         {QTYPE_MXFP4, QTYPE_MXFP4, 7, 8, 2, 96, 160, 0},    /* MXFP4_MOE's experts: 51- and 85-byte rows */
         {QTYPE_IQ3_XXS, QTYPE_IQ3_S, 7, 8, 2, 256, 256, 0}, /* the 3-bit grid types (IQ3_XXS, IQ3_M files) */
+        {QTYPE_IQ2_XXS, QTYPE_IQ2_S, 7, 8, 2, 256, 256, 0}, /* the 2-bit grid types (IQ2_XXS, IQ2_M files) */
     };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run_chain(&cs[i], 1000 + i, 0, true);
 }

@@ -23,7 +23,7 @@ static void usage(FILE *out) {
             "                      [--tokenizer-dir DIR] [--script TEXT] [--chat-template-file F]\n"
             "                      [--split-max-tensors N] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (the 4-8-bit types; tiny's default), q3_k_m, q2_k,\n"
-            "       iq4_xs, iq4_nl, mxfp4_moe, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, MXFP4)\n"
+            "       iq4_xs, iq4_nl, mxfp4_moe, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_*, MXFP4)\n"
             "  --dense writes a dense qwen3 model whose FFN width is --ff\n"
             "  --script TEXT writes a model whose greedy continuation is TEXT: after TEXT's token i\n"
             "    comes its token i+1, whatever came before (special tokens parsed; every token but\n"

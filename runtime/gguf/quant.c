@@ -117,6 +117,7 @@ bool qtype_supported(enum qtype t) {
     case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: case QTYPE_Q8_0:
     case QTYPE_Q2_K: case QTYPE_Q3_K: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
     case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_MXFP4:
+    case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
         return true;
     default:
         return false;
@@ -296,7 +297,7 @@ static void dequant_iq3_xxs(const block_iq3_xxs *b, float *y) {
         uint32_t w = (uint32_t)ss[0] | (uint32_t)ss[1] << 8 | (uint32_t)ss[2] << 16 | (uint32_t)ss[3] << 24;
         float dl = d * (0.5f + (float)(w >> 28)) * 0.5f;
         for (int l = 0; l < 4; l++)
-            iq3_eight(quant_iq3xxs_grid[q[2 * l]], quant_iq3xxs_grid[q[2 * l + 1]], quant_iq3xxs_signs(w >> (7 * l)), dl,
+            iq3_eight(quant_iq3xxs_grid[q[2 * l]], quant_iq3xxs_grid[q[2 * l + 1]], quant_ksigns(w >> (7 * l)), dl,
                       y + 32 * ib + 8 * l);
     }
 }
@@ -312,6 +313,53 @@ static void dequant_iq3_s(const block_iq3_s *b, float *y) {
             iq3_eight(quant_iq3s_grid[ia], quant_iq3s_grid[ib2], b->signs[4 * ib + l], dl, y + 32 * ib + 8 * l);
         }
     }
+}
+
+const uint8_t quant_iq2_levels[3] = {8, 25, 43};
+
+/* The 8 weights of an IQ2 group: grid entry g (codes), sign byte signs, step dl. dl * level is
+ * exact (dl at most 16 significant bits: d's 11 and 0.5 + s at most 5; a level at most 6). */
+static void iq2_eight(uint16_t g, uint8_t signs, float dl, float *y) {
+    for (int j = 0; j < 8; j++) {
+        float v = dl * (float)quant_iq2_levels[g >> (2 * j) & 3];
+        y[j] = signs >> j & 1 ? -v : v;
+    }
+}
+
+/* The step of 4-bit scale s: d * (0.5 + s) * 0.25, as ggml computes it. */
+static float iq2_step(float d, unsigned s) { return d * (0.5f + (float)s) * 0.25f; }
+
+static void dequant_iq2_xxs(const block_iq2_xxs *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        const uint16_t *q = b->qs + 4 * ib;
+        uint32_t w = (uint32_t)q[2] | (uint32_t)q[3] << 16;
+        float dl = iq2_step(d, w >> 28);
+        for (int l = 0; l < 4; l++) {
+            uint8_t idx = (uint8_t)(q[l / 2] >> (8 * (l % 2)));
+            iq2_eight(quant_iq2xxs_grid[idx], quant_ksigns(w >> (7 * l)), dl, y + 32 * ib + 8 * l);
+        }
+    }
+}
+
+static void dequant_iq2_xs(const block_iq2_xs *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int l = 0; l < 4; l++) {
+            uint16_t q = b->qs[4 * ib + l];
+            iq2_eight(quant_iq2xs_grid[q & 511], quant_ksigns(q >> 9), iq2_step(d, b->scales[ib] >> (4 * (l / 2)) & 0xF),
+                      y + 32 * ib + 8 * l);
+        }
+}
+
+static void dequant_iq2_s(const block_iq2_s *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++)
+        for (int l = 0; l < 4; l++) {
+            uint32_t idx = b->qs[4 * ib + l] | (uint32_t)(b->qh[ib] >> (2 * l) & 3) << 8;
+            iq2_eight(quant_iq2s_grid[idx], b->qs[QK_K / 8 + 4 * ib + l], iq2_step(d, b->scales[ib] >> (4 * (l / 2)) & 0xF),
+                      y + 32 * ib + 8 * l);
+        }
 }
 
 /* ggml's kvalues_mxfp4 (shaders/quant_blocks.glsl computes the same values from the level). */
@@ -365,6 +413,9 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
     case QTYPE_IQ4_XS: EACH_BLOCK(dequant_iq4_xs, block_iq4_xs, QK_K);
     case QTYPE_IQ3_XXS: EACH_BLOCK(dequant_iq3_xxs, block_iq3_xxs, QK_K);
     case QTYPE_IQ3_S: EACH_BLOCK(dequant_iq3_s, block_iq3_s, QK_K);
+    case QTYPE_IQ2_XXS: EACH_BLOCK(dequant_iq2_xxs, block_iq2_xxs, QK_K);
+    case QTYPE_IQ2_XS: EACH_BLOCK(dequant_iq2_xs, block_iq2_xs, QK_K);
+    case QTYPE_IQ2_S: EACH_BLOCK(dequant_iq2_s, block_iq2_s, QK_K);
     case QTYPE_MXFP4: EACH_BLOCK(dequant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
     case QTYPE_Q8_0:

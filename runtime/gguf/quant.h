@@ -141,8 +141,8 @@ extern const int8_t quant_iq4nl_values[16];
 
 /* The 3-bit grid types: a group of 4 weights is a point of a grid (an index into a table of 4
  * magnitudes, byte j of the entry the magnitude of weight j) with a sign per weight, times the
- * sub-block's step. The tables are ggml's (iq3_grids.c, written from ggml's own dequantizers by
- * scripts/gen_iq3_grids.py). Weight i of a 32-weight sub-block ib: group 2l + h (l = i % 32 / 8,
+ * sub-block's step. The tables are ggml's (iq_grids.c, written from ggml's own dequantizers by
+ * scripts/gen_iq_grids.py). Weight i of a 32-weight sub-block ib: group 2l + h (l = i % 32 / 8,
  * h = i % 8 / 4), magnitude byte i % 4 of its grid entry, sign bit i % 8 of sign byte l.
  *
  * IQ3_XXS: qs[8 ib + 2l + h] is the index into quant_iq3xxs_grid (magnitudes 4 .. 62); the word
@@ -170,9 +170,50 @@ static_assert(sizeof(block_iq3_s) == 110, "block_iq3_s layout");
 extern const uint32_t quant_iq3xxs_grid[256];
 extern const uint32_t quant_iq3s_grid[512];
 /* IQ3_XXS's sign byte of a 7-bit field: bit 7 set when the field has an odd number of ones. */
-static inline uint8_t quant_iq3xxs_signs(uint32_t field) {
+static inline uint8_t quant_ksigns(uint32_t field) {
     return (uint8_t)((field & 127u) | (uint32_t)__builtin_parity(field & 127u) << 7);
 }
+
+/* The 2-bit grid types: a group of 8 weights is a point of a grid whose coordinates take three
+ * magnitudes (quant_iq2_levels: 8, 25, 43), with a sign per weight, times the step of its scale.
+ * The tables are ggml's iq2xxs_grid, iq2xs_grid and iq2s_grid (iq_grids.c, written from ggml's own
+ * dequantizers by scripts/gen_iq_grids.py), each entry 8 two-bit codes: bits 2j, 2j + 1 the level
+ * of weight j. Weight i of a 32-weight sub-block ib is weight i % 8 of group l = i % 32 / 8. A
+ * step is d * (0.5 + s) * 0.25, s a 4-bit scale: exact, and so is step * level (no weight rounds).
+ *
+ * IQ2_XXS: per sub-block 8 bytes at qs[4 ib]: bytes 0..3 the groups' indices into
+ * quant_iq2xxs_grid, then a word of 4 seven-bit sign fields (bits 7l .. 7l + 6, the eighth sign
+ * of each group making their count even, as IQ3_XXS) and the sub-block's scale in bits 28..31. */
+typedef struct {
+    uint16_t d;
+    uint16_t qs[QK_K / 8];
+} block_iq2_xxs;
+static_assert(sizeof(block_iq2_xxs) == 66, "block_iq2_xxs layout");
+
+/* IQ2_XS: qs[4 ib + l] is a 9-bit index into quant_iq2xs_grid and the group's 7-bit sign field
+ * above it (bits 9..15); scales[ib] holds a scale per 16 weights (groups 0-1 the low nibble,
+ * groups 2-3 the high). */
+typedef struct {
+    uint16_t d;
+    uint16_t qs[QK_K / 8];
+    uint8_t scales[QK_K / 32];
+} block_iq2_xs;
+static_assert(sizeof(block_iq2_xs) == 74, "block_iq2_xs layout");
+
+/* IQ2_S: group l of sub-block ib has the index qs[4 ib + l] | bits 2l, 2l + 1 of qh[ib] << 8 into
+ * quant_iq2s_grid and 8 free signs, byte qs[32 + 4 ib + l]; scales as IQ2_XS. */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 4];
+    uint8_t qh[QK_K / 32];
+    uint8_t scales[QK_K / 32];
+} block_iq2_s;
+static_assert(sizeof(block_iq2_s) == 82, "block_iq2_s layout");
+
+extern const uint16_t quant_iq2xxs_grid[256];
+extern const uint16_t quant_iq2xs_grid[512];
+extern const uint16_t quant_iq2s_grid[1024];
+extern const uint8_t quant_iq2_levels[3];
 
 /* MXFP4 (OCP Microscaling FP4): 32 weights, each an E2M1 float (1 sign, 2 exponent, 1 mantissa
  * bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6) times a shared power of two 2^(e - 127), e an E8M0 byte.

@@ -578,61 +578,121 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *b) {
     }
 }
 
-/* ---- quantization: the 3-bit grid types (IQ3_XXS, IQ3_S) ----
+/* ---- quantization: the grid types (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S) ----
  *
- * A sub-block of 32 is x ≈ sign * dl * g, g the magnitudes of one grid point per group of 4
- * (quant.h). The signs are the weights' own; IQ3_XXS stores 7 of each 8 and the eighth makes
- * their count even, so a group of 8 with an odd count flips its smallest weight (its target
- * becomes -|x|, which the grid's smallest magnitude serves best). For a step dl every group takes
- * the grid point nearest its targets, by exhaustive search (256 or 512 points, a few thousand
- * operations that vectorize); iq3_fit sweeps steps that put the largest target near the grid's
- * top, refitting dl by least squares for the points found. The super-block d gives the sub-block
- * of largest step the largest scale, and each sub-block takes the nearest integer scale or a
- * neighbour, whichever has the least error at the stored step. No importance matrix: these are
- * cinder's test files' quantizer, not llama-quantize's imatrix search (docs/QUANTS.md). */
+ * A scale unit (a 32-weight sub-block, or 16 weights for IQ2_XS / IQ2_S) is x ≈ sign * dl * g, g
+ * the magnitudes of one grid point per group of 4 (IQ3) or 8 (IQ2) weights (quant.h). The signs
+ * are the weights' own; IQ3_XXS, IQ2_XXS and IQ2_XS store 7 of each 8 and the eighth makes their
+ * count even, so a group of 8 with an odd count flips its smallest weight (its target becomes
+ * -|x|, which the grid's smallest magnitude serves best). For a step dl every group takes the
+ * grid point nearest its targets, by exhaustive search (256 to 1024 points, a few thousand
+ * operations that vectorize); grid_fit sweeps steps that put the largest target near the grid's
+ * top or at each of its levels, refitting dl by least squares for the points found. The
+ * super-block d gives the unit of largest step the largest scale, and each unit takes the
+ * nearest integer scale or a neighbour, whichever has the least error at the stored step. No
+ * importance matrix: these are cinder's test files' quantizer, not llama-quantize's imatrix
+ * search (docs/QUANTS.md). */
 
-typedef struct iq3_grid {
+enum { GRID_MAX = 1024, GRID_CODES = 6561 }; /* codes: 3^8 (IQ2) or 8^4 (IQ3) level tuples */
+
+typedef struct iq_grid {
     int n;        /* points */
-    bool parity;  /* IQ3_XXS: the eighth sign of each 8 is implied */
+    int dim;      /* weights per point: 4 or 8 */
+    int unit;     /* weights per scale: 32 or 16 */
+    bool parity;  /* the eighth sign of each 8 is implied */
     float gmax;   /* the largest magnitude */
-    float levels[8]; /* the magnitudes a coordinate takes, ascending */
-    float g[4][512], gg[512]; /* magnitudes by coordinate, and their squared norm */
-} iq3_grid;
+    int nlevels;
+    float levels[8];    /* the magnitudes a coordinate takes, ascending */
+    float step_of[16];  /* the step of scale s, over d, as the dequantizer computes it */
+    float g[8][GRID_MAX], gg[GRID_MAX]; /* magnitudes by coordinate, and their squared norm */
+    int16_t point_of[GRID_CODES]; /* the point of each tuple of level indices (base nlevels), or -1 */
+} iq_grid;
 
-static void iq3_grid_init(iq3_grid *k, enum qtype t) {
-    const uint32_t *tab = t == QTYPE_IQ3_XXS ? quant_iq3xxs_grid : quant_iq3s_grid;
-    k->n = t == QTYPE_IQ3_XXS ? 256 : 512;
-    k->parity = t == QTYPE_IQ3_XXS;
-    k->gmax = 0;
-    for (int p = 0; p < k->n; p++) {
-        k->gg[p] = 0;
-        for (int j = 0; j < 4; j++) {
-            k->g[j][p] = (float)((tab[p] >> (8 * j)) & 0xFF);
-            k->gg[p] += k->g[j][p] * k->g[j][p];
-            if (k->g[j][p] > k->gmax) k->gmax = k->g[j][p];
-        }
+static float grid_magnitude(enum qtype t, int p, int j) {
+    switch (t) {
+    case QTYPE_IQ3_XXS: return (float)((quant_iq3xxs_grid[p] >> (8 * j)) & 0xFF);
+    case QTYPE_IQ3_S: return (float)((quant_iq3s_grid[p] >> (8 * j)) & 0xFF);
+    case QTYPE_IQ2_XXS: return (float)quant_iq2_levels[quant_iq2xxs_grid[p] >> (2 * j) & 3];
+    case QTYPE_IQ2_XS: return (float)quant_iq2_levels[quant_iq2xs_grid[p] >> (2 * j) & 3];
+    default: return (float)quant_iq2_levels[quant_iq2s_grid[p] >> (2 * j) & 3];
     }
-    for (int v = 0; v < 8; v++) k->levels[v] = k->parity ? (float)(v < 7 ? 4 + 8 * v : 62) : (float)(1 + 2 * v);
 }
 
-/* The grid point nearest dl * g to targets t[4]: the largest 2 t.g - dl g.g. */
-static int iq3_nearest(const iq3_grid *k, const float t[4], float dl) {
-    float best = -INFINITY;
-    int bp = 0;
+static void iq_grid_init(iq_grid *k, enum qtype t) {
+    bool iq3 = t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S;
+    k->n = t == QTYPE_IQ3_XXS || t == QTYPE_IQ2_XXS ? 256 : t == QTYPE_IQ2_S ? 1024 : 512;
+    k->dim = iq3 ? 4 : 8;
+    k->unit = t == QTYPE_IQ2_XS || t == QTYPE_IQ2_S ? 16 : 32;
+    k->parity = t == QTYPE_IQ3_XXS || t == QTYPE_IQ2_XXS || t == QTYPE_IQ2_XS;
+    k->gmax = 0;
+    k->nlevels = 0;
     for (int p = 0; p < k->n; p++) {
-        float v = 2.0f * (t[0] * k->g[0][p] + t[1] * k->g[1][p] + t[2] * k->g[2][p] + t[3] * k->g[3][p]) - dl * k->gg[p];
-        if (v > best) best = v, bp = p;
+        k->gg[p] = 0;
+        for (int j = 0; j < k->dim; j++) {
+            float m = grid_magnitude(t, p, j);
+            k->g[j][p] = m;
+            k->gg[p] += m * m;
+            k->gmax = m > k->gmax ? m : k->gmax;
+            int v = 0;
+            while (v < k->nlevels && k->levels[v] < m) v++;
+            if (v < k->nlevels && k->levels[v] == m) continue;
+            if (k->nlevels == 8) continue; /* no grid has more than 8 */
+            memmove(k->levels + v + 1, k->levels + v, sizeof(float) * (size_t)(k->nlevels - v));
+            k->levels[v] = m;
+            k->nlevels++;
+        }
     }
+    memset(k->point_of, 0xFF, sizeof k->point_of);
+    for (int p = 0; p < k->n; p++) {
+        int code = 0;
+        for (int j = k->dim - 1; j >= 0; j--) {
+            int v = 0;
+            while (k->levels[v] != k->g[j][p]) v++;
+            code = code * k->nlevels + v;
+        }
+        k->point_of[code] = (int16_t)p;
+    }
+    for (int s = 0; s < 16; s++)
+        k->step_of[s] = t == QTYPE_IQ3_S ? (float)(1 + 2 * s) : (0.5f + (float)s) * (t == QTYPE_IQ3_XXS ? 0.5f : 0.25f);
+}
+
+/* The grid point nearest dl * g to targets t[dim]: the largest 2 t.g - dl g.g. That is a sum
+ * over coordinates, so when the tuple of each coordinate's own best level is a grid point (the
+ * common case: most weights are small and every grid holds its all-least point) it is the
+ * answer; otherwise every point is scored. */
+static int grid_nearest(const iq_grid *k, const float *t, float dl) {
+    if (dl > 0) {
+        int code = 0;
+        for (int j = k->dim - 1; j >= 0; j--) {
+            int bv = 0;
+            float best = 2.0f * t[j] * k->levels[0] - dl * k->levels[0] * k->levels[0];
+            for (int v = 1; v < k->nlevels; v++) {
+                float s = 2.0f * t[j] * k->levels[v] - dl * k->levels[v] * k->levels[v];
+                if (s > best) best = s, bv = v;
+            }
+            code = code * k->nlevels + bv;
+        }
+        if (k->point_of[code] >= 0) return k->point_of[code];
+    }
+    float acc[GRID_MAX];
+    for (int p = 0; p < k->n; p++) acc[p] = -dl * k->gg[p];
+    for (int j = 0; j < k->dim; j++) {
+        float tj = 2.0f * t[j];
+        for (int p = 0; p < k->n; p++) acc[p] += tj * k->g[j][p];
+    }
+    int bp = 0;
+    for (int p = 1; p < k->n; p++)
+        if (acc[p] > acc[bp]) bp = p;
     return bp;
 }
 
-/* Points of the 8 groups at step dl (into pt), and the squared error at dl. */
-static double iq3_points_at(const iq3_grid *k, const float t[32], float dl, int pt[8]) {
+/* Points of the groups of one unit (targets t[unit]) at step dl (into pt), and the squared error. */
+static double grid_points_at(const iq_grid *k, const float *t, float dl, int *pt) {
     double e = 0;
-    for (int q = 0; q < 8; q++) {
-        pt[q] = iq3_nearest(k, t + 4 * q, dl);
-        for (int j = 0; j < 4; j++) {
-            double r = (double)t[4 * q + j] - (double)dl * k->g[j][pt[q]];
+    for (int q = 0; q < k->unit / k->dim; q++) {
+        pt[q] = grid_nearest(k, t + k->dim * q, dl);
+        for (int j = 0; j < k->dim; j++) {
+            double r = (double)t[k->dim * q + j] - (double)dl * k->g[j][pt[q]];
             e += r * r;
         }
     }
@@ -640,18 +700,18 @@ static double iq3_points_at(const iq3_grid *k, const float t[32], float dl, int 
 }
 
 /* The least-squares step for the points pt. */
-static float iq3_refit(const iq3_grid *k, const float t[32], const int pt[8]) {
+static float grid_refit(const iq_grid *k, const float *t, const int *pt) {
     double tg = 0, gg = 0;
-    for (int q = 0; q < 8; q++) {
+    for (int q = 0; q < k->unit / k->dim; q++) {
         gg += k->gg[pt[q]];
-        for (int j = 0; j < 4; j++) tg += (double)t[4 * q + j] * k->g[j][pt[q]];
+        for (int j = 0; j < k->dim; j++) tg += (double)t[k->dim * q + j] * k->g[j][pt[q]];
     }
     return gg > 0 && tg > 0 ? (float)(tg / gg) : 0.0f;
 }
 
-/* The targets of a sub-block (|x|, or -|x| for a weight whose sign parity overrides) and its
- * sign bits (bit i: weight i negative as stored). Non-finite weights count as 0. */
-static uint32_t iq3_targets(const iq3_grid *k, const float *x, float t[32]) {
+/* The targets of a 32-weight sub-block (|x|, or -|x| for a weight whose sign parity overrides)
+ * and its sign bits (bit i: weight i negative as stored). Non-finite weights count as 0. */
+static uint32_t grid_targets(const iq_grid *k, const float *x, float t[32]) {
     uint32_t neg = 0;
     for (int i = 0; i < 32; i++) {
         t[i] = isfinite(x[i]) ? fabsf(x[i]) : 0.0f;
@@ -668,21 +728,26 @@ static uint32_t iq3_targets(const iq3_grid *k, const float *x, float t[32]) {
     return neg;
 }
 
-static float iq3_fit(const iq3_grid *k, const float t[32]) {
+/* The best step of one unit. */
+static float grid_fit(const iq_grid *k, const float *t) {
     float tmax = 0;
-    for (int i = 0; i < 32; i++) tmax = t[i] > tmax ? t[i] : tmax;
+    for (int i = 0; i < k->unit; i++) tmax = t[i] > tmax ? t[i] : tmax;
     if (!(tmax > 0)) return 0;
     int pt[8];
     float best_dl = tmax / k->gmax;
     double best = INFINITY;
-    /* the largest target near the grid's top (9 steps), or at each of its 8 levels (a flat
-     * sub-block is best served by a point of equal magnitudes, and the grids have few) */
-    for (int c = 0; c < 17; c++) {
-        float dl = c < 9 ? tmax / (k->gmax * (0.75f + 0.0625f * (float)c)) : tmax / k->levels[c - 9];
+    /* the largest target near the grid's top (9 steps), or at each of its levels (a flat unit is
+     * best served by a point of equal magnitudes, and the grids have few), or for the 3-level
+     * grids also an eighth either side of each level */
+    int per_level = k->nlevels <= 3 ? 3 : 1;
+    for (int c = 0; c < 9 + per_level * k->nlevels; c++) {
+        int v = (c - 9) / per_level, f = (c - 9) % per_level;
+        float dl = c < 9 ? tmax / (k->gmax * (0.75f + 0.0625f * (float)c))
+                         : tmax / (k->levels[v] * (per_level == 1 ? 1.0f : 0.875f + 0.125f * (float)f));
         for (int it = 0; it < 2; it++) {
-            double e = iq3_points_at(k, t, dl, pt);
+            double e = grid_points_at(k, t, dl, pt);
             if (e < best) best = e, best_dl = dl;
-            float f = iq3_refit(k, t, pt);
+            float f = grid_refit(k, t, pt);
             if (!(f > 0)) break;
             dl = f;
         }
@@ -690,70 +755,137 @@ static float iq3_fit(const iq3_grid *k, const float t[32]) {
     return best_dl;
 }
 
-/* One super-block: the sub-blocks' steps, d, then per sub-block scale s, points and signs. The
- * step of scale s is d * step_of[s] (IQ3_XXS: (0.5 + s) * 0.5, as its dequantizer computes it;
- * IQ3_S: 1 + 2s). */
-static uint16_t quant_iq3(const iq3_grid *k, const float *x, uint8_t sc[8], int pt[8][8], uint32_t neg[8]) {
-    float t[8][32], dl[8], dmax = 0, step_of[16];
-    for (int s = 0; s < 16; s++) step_of[s] = k->parity ? (0.5f + (float)s) * 0.5f : (float)(1 + 2 * s);
-    for (int ib = 0; ib < 8; ib++) {
-        neg[ib] = iq3_targets(k, x + 32 * ib, t[ib]);
-        dl[ib] = iq3_fit(k, t[ib]);
-        dmax = dl[ib] > dmax ? dl[ib] : dmax;
-    }
-    uint16_t dh = fp16_scale(dmax / step_of[15]);
-    float d = fp16_to_f32(dh);
-    for (int ib = 0; ib < 8; ib++) {
-        int s0 = d > 0 ? level(k->parity ? (4.0f * dl[ib] / d - 1.0f) * 0.5f : (dl[ib] / d - 1.0f) * 0.5f, 0, 15) : 0;
+/* Scales and points of every unit at super-block scale d (sc, pt as quant_grid's), and the
+ * super-block's squared error. */
+static double grid_scales_at(const iq_grid *k, const float *t, const float *dl, float d, uint8_t sc[16], int pt[64]) {
+    int units = QK_K / k->unit, per = k->unit / k->dim;
+    double total = 0;
+    for (int u = 0; u < units; u++) {
+        int s0 = 0;
+        for (int s = 1; s < 16 && d > 0; s++)
+            if (fabsf(d * k->step_of[s] - dl[u]) < fabsf(d * k->step_of[s0] - dl[u])) s0 = s;
         double best = INFINITY;
-        sc[ib] = 0;
+        sc[u] = 0;
         for (int s = s0 - 1; s <= s0 + 1; s++) {
             if (s < 0 || s > 15) continue;
             int p[8];
-            double e = iq3_points_at(k, t[ib], d * step_of[s], p);
-            if (e < best) best = e, sc[ib] = (uint8_t)s, memcpy(pt[ib], p, sizeof p);
+            double e = grid_points_at(k, t + k->unit * u, d * k->step_of[s], p);
+            if (e < best) best = e, sc[u] = (uint8_t)s, memcpy(pt + per * u, p, sizeof(int) * (size_t)per);
         }
-        if (best == INFINITY) iq3_points_at(k, t[ib], 0, pt[ib]); /* all-zero or non-finite sub-block */
+        if (best == INFINITY) best = grid_points_at(k, t + k->unit * u, 0, pt + per * u); /* all-zero or non-finite unit */
+        total += best;
     }
-    return dh;
+    return total;
 }
 
-static void quant_iq3_xxs(const float *x, block_iq3_xxs *b, const iq3_grid *k) {
-    uint8_t sc[8];
-    int pt[8][8];
+/* One super-block: the units' steps, d, then per unit its scale sc[u] and points (pt[g], g the
+ * group in the super-block), and per 32-weight sub-block its sign bits neg[ib]. d gives the unit
+ * of largest step scale 15, 14 or 13, whichever has the least error: the top scales are 3-7%
+ * apart, too coarse for units of nearly equal steps. */
+static uint16_t quant_grid(const iq_grid *k, const float *x, uint8_t sc[16], int pt[64], uint32_t neg[8]) {
+    float t[QK_K], dl[16], dmax = 0;
+    int units = QK_K / k->unit;
+    for (int ib = 0; ib < 8; ib++) neg[ib] = grid_targets(k, x + 32 * ib, t + 32 * ib);
+    for (int u = 0; u < units; u++) {
+        dl[u] = grid_fit(k, t + k->unit * u);
+        dmax = dl[u] > dmax ? dl[u] : dmax;
+    }
+    uint16_t best_dh = fp16_scale(dmax / k->step_of[15]);
+    double best = grid_scales_at(k, t, dl, fp16_to_f32(best_dh), sc, pt);
+    for (int top = 14; top >= 13; top--) {
+        uint8_t sc2[16];
+        int pt2[64];
+        uint16_t dh = fp16_scale(dmax / k->step_of[top]);
+        double e = grid_scales_at(k, t, dl, fp16_to_f32(dh), sc2, pt2);
+        if (e < best) best = e, best_dh = dh, memcpy(sc, sc2, sizeof sc2), memcpy(pt, pt2, sizeof pt2);
+    }
+    return best_dh;
+}
+
+static void quant_iq3_xxs(const float *x, block_iq3_xxs *b, const iq_grid *k) {
+    uint8_t sc[16];
+    int pt[64];
     uint32_t neg[8];
-    b->d = quant_iq3(k, x, sc, pt, neg);
+    b->d = quant_grid(k, x, sc, pt, neg);
     for (int ib = 0; ib < 8; ib++) {
         uint32_t w = (uint32_t)sc[ib] << 28;
         for (int l = 0; l < 4; l++) w |= ((neg[ib] >> (8 * l)) & 127u) << (7 * l);
-        for (int q = 0; q < 8; q++) b->qs[8 * ib + q] = (uint8_t)pt[ib][q];
+        for (int q = 0; q < 8; q++) b->qs[8 * ib + q] = (uint8_t)pt[8 * ib + q];
         for (int j = 0; j < 4; j++) b->qs[QK_K / 4 + 4 * ib + j] = (uint8_t)(w >> (8 * j));
     }
 }
 
-static void quant_iq3_s(const float *x, block_iq3_s *b, const iq3_grid *k) {
-    uint8_t sc[8];
-    int pt[8][8];
+static void quant_iq3_s(const float *x, block_iq3_s *b, const iq_grid *k) {
+    uint8_t sc[16];
+    int pt[64];
     uint32_t neg[8];
-    b->d = quant_iq3(k, x, sc, pt, neg);
+    b->d = quant_grid(k, x, sc, pt, neg);
     memset(b->qh, 0, sizeof b->qh);
     memset(b->scales, 0, sizeof b->scales);
     for (int ib = 0; ib < 8; ib++) {
         for (int q = 0; q < 8; q++) {
-            b->qs[8 * ib + q] = (uint8_t)pt[ib][q];
-            b->qh[ib] |= (uint8_t)((pt[ib][q] >> 8) << q);
+            b->qs[8 * ib + q] = (uint8_t)pt[8 * ib + q];
+            b->qh[ib] |= (uint8_t)((pt[8 * ib + q] >> 8) << q);
         }
         for (int l = 0; l < 4; l++) b->signs[4 * ib + l] = (uint8_t)(neg[ib] >> (8 * l));
         b->scales[ib / 2] |= (uint8_t)(sc[ib] << (4 * (ib % 2)));
     }
 }
 
-static void quant_iq3_row(enum qtype t, const float *src, void *dst, int64_t n) {
-    iq3_grid k; /* 10 KB, on the stack: no allocation that could fail */
-    iq3_grid_init(&k, t);
+static void quant_iq2_xxs(const float *x, block_iq2_xxs *b, const iq_grid *k) {
+    uint8_t sc[16];
+    int pt[64];
+    uint32_t neg[8];
+    b->d = quant_grid(k, x, sc, pt, neg);
+    for (int ib = 0; ib < 8; ib++) {
+        uint32_t w = (uint32_t)sc[ib] << 28;
+        for (int l = 0; l < 4; l++) w |= ((neg[ib] >> (8 * l)) & 127u) << (7 * l);
+        b->qs[4 * ib] = (uint16_t)(pt[4 * ib] | pt[4 * ib + 1] << 8);
+        b->qs[4 * ib + 1] = (uint16_t)(pt[4 * ib + 2] | pt[4 * ib + 3] << 8);
+        b->qs[4 * ib + 2] = (uint16_t)w;
+        b->qs[4 * ib + 3] = (uint16_t)(w >> 16);
+    }
+}
+
+static void quant_iq2_xs(const float *x, block_iq2_xs *b, const iq_grid *k) {
+    uint8_t sc[16];
+    int pt[64];
+    uint32_t neg[8];
+    b->d = quant_grid(k, x, sc, pt, neg);
+    for (int ib = 0; ib < 8; ib++) {
+        for (int l = 0; l < 4; l++) b->qs[4 * ib + l] = (uint16_t)(pt[4 * ib + l] | ((neg[ib] >> (8 * l)) & 127u) << 9);
+        b->scales[ib] = (uint8_t)(sc[2 * ib] | sc[2 * ib + 1] << 4);
+    }
+}
+
+static void quant_iq2_s(const float *x, block_iq2_s *b, const iq_grid *k) {
+    uint8_t sc[16];
+    int pt[64];
+    uint32_t neg[8];
+    b->d = quant_grid(k, x, sc, pt, neg);
+    for (int ib = 0; ib < 8; ib++) {
+        b->qh[ib] = 0;
+        for (int l = 0; l < 4; l++) {
+            b->qs[4 * ib + l] = (uint8_t)pt[4 * ib + l];
+            b->qh[ib] |= (uint8_t)((pt[4 * ib + l] >> 8) << (2 * l));
+            b->qs[QK_K / 8 + 4 * ib + l] = (uint8_t)(neg[ib] >> (8 * l));
+        }
+        b->scales[ib] = (uint8_t)(sc[2 * ib] | sc[2 * ib + 1] << 4);
+    }
+}
+
+static void quant_grid_row(enum qtype t, const float *src, void *dst, int64_t n) {
+    iq_grid k; /* 37 KB, on the stack: no allocation that could fail */
+    iq_grid_init(&k, t);
     for (int64_t i = 0; i < n / QK_K; i++) {
-        if (t == QTYPE_IQ3_XXS) quant_iq3_xxs(src + i * QK_K, (block_iq3_xxs *)dst + i, &k);
-        else quant_iq3_s(src + i * QK_K, (block_iq3_s *)dst + i, &k);
+        const float *x = src + i * QK_K;
+        switch (t) {
+        case QTYPE_IQ3_XXS: quant_iq3_xxs(x, (block_iq3_xxs *)dst + i, &k); break;
+        case QTYPE_IQ3_S: quant_iq3_s(x, (block_iq3_s *)dst + i, &k); break;
+        case QTYPE_IQ2_XXS: quant_iq2_xxs(x, (block_iq2_xxs *)dst + i, &k); break;
+        case QTYPE_IQ2_XS: quant_iq2_xs(x, (block_iq2_xs *)dst + i, &k); break;
+        default: quant_iq2_s(x, (block_iq2_s *)dst + i, &k); break;
+        }
     }
 }
 
@@ -843,8 +975,8 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     case QTYPE_IQ4_XS: EACH_BLOCK(quant_iq4_xs, block_iq4_xs, QK_K);
     case QTYPE_MXFP4: EACH_BLOCK(quant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
-    case QTYPE_IQ3_XXS: case QTYPE_IQ3_S:
-        quant_iq3_row(t, src, dst, n);
+    case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
+        quant_grid_row(t, src, dst, n);
         return;
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) quant_q8_0(src + i * QK8_0, (block_q8_0 *)dst + i);

@@ -103,11 +103,12 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
         return QTYPE_Q2_K;
     case SYNTH_MIX_LOWBIT:
         if (!strcmp(role, "router")) return QTYPE_F16;
-        if (!strcmp(role, "embd")) return QTYPE_Q4_0;
+        if (!strcmp(role, "embd")) return QTYPE_Q5_1;
         if (!strcmp(role, "attn_q")) return layer % 2 == 0 ? QTYPE_Q4_1 : QTYPE_IQ3_XXS;
         if (!strcmp(role, "attn_k")) return layer % 2 == 0 ? QTYPE_Q5_0 : QTYPE_IQ3_S;
-        if (!strcmp(role, "attn_v")) return QTYPE_Q5_1;
-        if (!strcmp(role, "attn_output")) return layer % 2 == 0 ? QTYPE_Q3_K : QTYPE_IQ4_XS;
+        /* the IQ2 grids on the small attention matrices: their quantizer is the slowest */
+        if (!strcmp(role, "attn_v")) return layer % 2 == 0 ? QTYPE_IQ2_XXS : QTYPE_IQ2_XS;
+        if (!strcmp(role, "attn_output")) return layer % 2 == 0 ? QTYPE_IQ2_S : QTYPE_IQ4_XS;
         /* gate and up of one type: a GPU's gate-up pairs */
         if (!strcmp(role, "ffn_gate") || !strcmp(role, "ffn_up")) return layer % 2 == 0 ? QTYPE_Q2_K : QTYPE_Q3_K;
         if (!strcmp(role, "ffn_down")) return layer % 2 == 0 ? QTYPE_Q4_0 : QTYPE_MXFP4;

@@ -27,7 +27,7 @@ enum synth_quant {
     SYNTH_MIX,    /* the 4-8-bit types somewhere each: exercises all kernels in one file */
     SYNTH_Q3_K_M, /* llama.cpp Q3_K_M-like: Q3_K, with Q5_K attn_v, Q4_K ffn_down, Q6_K output */
     SYNTH_Q2_K,   /* llama.cpp Q2_K-like: Q2_K, with Q3_K attn_v and ffn_down, Q6_K output */
-    SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S) and MXFP4 somewhere */
+    SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S) and MXFP4 somewhere */
     SYNTH_IQ4_XS, /* llama.cpp IQ4_XS-like: IQ4_XS, with Q5_K attn_v and first-eighth ffn_down, Q6_K output */
     SYNTH_IQ4_NL, /* llama.cpp IQ4_NL-like: the same with IQ4_NL */
     SYNTH_MXFP4_MOE, /* llama.cpp MXFP4_MOE: the experts MXFP4, the router F32, all else Q8_0 */
