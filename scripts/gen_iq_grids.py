@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the grids of the IQ3 and IQ2 types (runtime/gguf/iq_grids.c, shaders/iq_grids.glsl)
+"""Writes the grids of the IQ3, IQ2 and IQ1 types (runtime/gguf/iq_grids.c, shaders/iq_grids.glsl)
 from the real ggml: each grid entry is recovered by dequantizing a block whose scale makes every
 weight equal to its grid value, so the tables are ggml's by construction, not retyped.
 
@@ -76,6 +76,19 @@ for blk in range(32):
     i2s += codes(dequant("dequantize_row_iq2_s", struct.pack("<e", 8.0) + qs + qh + bytes(8)), IQ2_LEVELS)
 assert len(set(i2xxs)) == 256 and len(set(i2xs)) == 512 and len(set(i2s)) == 1024
 
+# The IQ1 grid (IQ1_S and IQ1_M share it): every coordinate -1, 0 or 1, stored as codes 0, 1, 2;
+# ggml adds the sub-block's delta (+1/8 with its sign bit clear) before the step. IQ1_S: d |
+# qs[32] (index low bytes) | qh[8] (u16: bits 3l .. 3l + 2 index bits 8..10 of group l, scale
+# bits 12..14, delta sign bit 15). d = 1 and scale 0 make the step 1; 32 entries a block.
+IQ1_LEVELS = [-0.875, 0.125, 1.125]
+i1 = []
+for blk in range(64):
+    base = 32 * blk
+    qs = bytes((base + i) & 255 for i in range(32))
+    qh = struct.pack("<8H", *([(base >> 8) * 0x249] * 8))
+    i1 += codes(dequant("dequantize_row_iq1_s", struct.pack("<e", 1.0) + qs + qh), IQ1_LEVELS)
+assert len(set(i1)) == 2048
+
 
 def rows(vals, indent, fmt="0x%08x", per=8):
     return "\n".join(indent + ", ".join(fmt % v for v in vals[i:i + per]) + "," for i in range(0, len(vals), per))
@@ -91,11 +104,12 @@ c_code_tables = "".join(f"""
 const uint16_t {name}[{len(t)}] = {{
 {rows(t, "    ", "0x%04x", 12)}
 }};
-""" for name, t in [("quant_iq2xxs_grid", i2xxs), ("quant_iq2xs_grid", i2xs), ("quant_iq2s_grid", i2s)])
+""" for name, t in [("quant_iq2xxs_grid", i2xxs), ("quant_iq2xs_grid", i2xs), ("quant_iq2s_grid", i2s),
+                ("quant_iq1s_grid", i1)])
 with open(os.path.join(root, "runtime/gguf/iq_grids.c"), "w") as f:
-    f.write(f"""/* The grids of the IQ3 and IQ2 types (quant.h), {head}.
+    f.write(f"""/* The grids of the IQ3, IQ2 and IQ1 types (quant.h), {head}.
  * IQ3: entry i packs the 4 magnitudes of grid point i, byte j the magnitude of the point's weight j.
- * IQ2: entry i is 8 two-bit codes, bits 2j, 2j + 1 the level of weight j (quant.h). */
+ * IQ2 and IQ1: entry i is 8 two-bit codes, bits 2j, 2j + 1 the level of weight j (quant.h). */
 #include "runtime/gguf/quant.h"
 
 const uint32_t quant_iq3xxs_grid[256] = {{
@@ -109,10 +123,10 @@ const uint32_t quant_iq3s_grid[512] = {{
 glsl_code_tables = "".join(f"""uint {name}[{len(t) // 2}] = uint[{len(t) // 2}](
 {rows(pairs(t), "    ")[:-1]}
 );
-""" for name, t in [("IQ2XXS_GRID", i2xxs), ("IQ2XS_GRID", i2xs), ("IQ2S_GRID", i2s)])
+""" for name, t in [("IQ2XXS_GRID", i2xxs), ("IQ2XS_GRID", i2xs), ("IQ2S_GRID", i2s), ("IQ1S_GRID", i1)])
 with open(os.path.join(root, "shaders/iq_grids.glsl"), "w") as f:
-    f.write(f"""// The grids of the IQ3 and IQ2 types, as runtime/gguf/iq_grids.c holds them ({head};
-// tests/test_vk_get_rows.c checks the two agree). The IQ2 tables hold two 16-bit entries a
+    f.write(f"""// The grids of the IQ3, IQ2 and IQ1 types, as runtime/gguf/iq_grids.c holds them ({head};
+// tests/test_vk_get_rows.c checks the two agree). The IQ2 and IQ1 tables hold two 16-bit entries a
 // word, entry 2w in the low half. Private globals, not `const`: glslang copies a const array
 // indexed by a per-lane value into a function variable at every use (768 stores per inlined
 // qb_decode8, before specialization drops the branch), which made every pipeline of every type

@@ -33,10 +33,12 @@ const uint QTYPE_Q6_K = 14;
 const uint QTYPE_IQ2_XXS = 16;
 const uint QTYPE_IQ2_XS = 17;
 const uint QTYPE_IQ3_XXS = 18;
+const uint QTYPE_IQ1_S = 19;
 const uint QTYPE_IQ4_NL = 20;
 const uint QTYPE_IQ3_S = 21;
 const uint QTYPE_IQ2_S = 22;
 const uint QTYPE_IQ4_XS = 23;
+const uint QTYPE_IQ1_M = 29;
 const uint QTYPE_BF16 = 30;
 const uint QTYPE_MXFP4 = 39;
 
@@ -174,6 +176,21 @@ const uint IQ2_S_QS = 2;
 const uint IQ2_S_SIGNS = 34;
 const uint IQ2_S_QH = 66;
 const uint IQ2_S_SCALES = 74;
+// The IQ1 types (quant.h): group l of sub-block ib is a point of IQ1S_GRID (codes as IQ2's, code
+// c the value c - 1) plus a delta of +-1/8, times the step d * (2 s + 1), s a 3-bit scale.
+// block_iq1_s { u16 d; u8 qs[32]; u16 qh[8]; }: index qs[4 ib + l] | bits 3l .. 3l + 2 of qh[ib]
+// << 8; qh[ib] bits 12..14 the scale, bit 15 the delta's sign.
+const uint IQ1_S_BYTES = 50;
+const uint IQ1_S_QS = 2;
+const uint IQ1_S_QH = 34;
+// block_iq1_m { u8 qs[32]; u8 qh[16]; u8 scales[8]; }: index qs[4 ib + l] | bits 0..2 of nibble
+// l % 2 of qh[2 ib + l / 2] << 8, bit 3 the group's delta sign; the 16-bit word scales[ib / 2]
+// holds the scale of groups 0-1 at bit 6 (ib % 2), of groups 2-3 three above; the top nibble of
+// word w is bits 4w .. 4w + 3 of d.
+const uint IQ1_M_BYTES = 56;
+const uint IQ1_M_QS = 0;
+const uint IQ1_M_QH = 32;
+const uint IQ1_M_SCALES = 48;
 
 // block_mxfp4 { u8 e; u8 qs[16]; }: levels placed as in IQ4_NL; weight = 2^(e - 128) * value,
 // value the doubled E2M1 float of the level (runtime/gguf/quant.h). 17-byte blocks: any alignment.
@@ -403,6 +420,40 @@ float qb_iq2(uint type, uint row, uint e) {
     return qb_iq2_weight(g, i % 8u, qb_iq2_step(b, g.z));
 }
 
+// The IQ1 types: grid entry idx (two 16-bit entries a word).
+uint qb_iq1_entry(uint idx) { return (IQ1S_GRID[idx >> 1] >> (16u * (idx & 1u))) & 0xFFFFu; }
+// Group l of IQ1 sub-block ib at b: its grid entry (x), delta sign (y, 1: -1/8) and scale (z).
+uvec3 qb_iq1_group(uint type, uint b, uint ib, uint l) {
+    if (type == QTYPE_IQ1_S) {
+        uint qh = uint(qb_u16[(b + IQ1_S_QH) / 2u + ib]);
+        uint idx = qb_byte(b + IQ1_S_QS + 4u * ib + l) | (((qh >> (3u * l)) & 7u) << 8);
+        return uvec3(qb_iq1_entry(idx), qh >> 15, (qh >> 12) & 7u);
+    }
+    uint h = (qb_byte(b + IQ1_M_QH + 2u * ib + l / 2u) >> (4u * (l % 2u))) & 15u;
+    uint sc = uint(qb_u16[(b + IQ1_M_SCALES) / 2u + ib / 2u]);
+    return uvec3(qb_iq1_entry(qb_byte(b + IQ1_M_QS + 4u * ib + l) | ((h & 7u) << 8)), h >> 3,
+                 (sc >> (6u * (ib % 2u) + 3u * (l / 2u))) & 7u);
+}
+uint qb_iq1_bytes(uint type) { return type == QTYPE_IQ1_S ? IQ1_S_BYTES : IQ1_M_BYTES; }
+// d: IQ1_S's first field, IQ1_M's the top nibbles of its four scale words.
+float qb_iq1_d(uint type, uint b) {
+    if (type == QTYPE_IQ1_S) return qb_half(b);
+    uint h = 0u;
+    for (uint w = 0u; w < 4u; w++) h |= (qb_byte(b + IQ1_M_SCALES + 2u * w + 1u) >> 4) << (4u * w);
+    return unpackHalf2x16(h).x;
+}
+// The step of 3-bit scale s, and step * (g + delta): both exact (d's 11 significant bits, 2 s + 1's
+// at most 4, g + delta's at most 4), so no IQ1 weight rounds.
+float qb_iq1_step(float d, uint s) { return d * float(2u * s + 1u); }
+float qb_iq1_weight(uvec3 g, uint j, float dl) {
+    return dl * (float(int((g.x >> (2u * j)) & 3u) - 1) + (g.y != 0u ? -0.125 : 0.125));
+}
+float qb_iq1(uint type, uint row, uint e) {
+    uint b = row + (e / QK_K) * qb_iq1_bytes(type), i = e % QK_K;
+    uvec3 g = qb_iq1_group(type, b, i / 32u, (i % 32u) / 8u);
+    return qb_iq1_weight(g, i % 8u, qb_iq1_step(qb_iq1_d(type, b), g.z));
+}
+
 // Element e of the row at byte offset `row`, stored as `type`.
 float qb_dequant(uint type, uint row, uint e) {
     switch (type) {
@@ -421,6 +472,7 @@ float qb_dequant(uint type, uint row, uint e) {
     case QTYPE_IQ3_XXS: return qb_iq3_xxs(row, e);
     case QTYPE_IQ3_S: return qb_iq3_s(row, e);
     case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S: return qb_iq2(type, row, e);
+    case QTYPE_IQ1_S: case QTYPE_IQ1_M: return qb_iq1(type, row, e);
     case QTYPE_MXFP4: return qb_mxfp4(row, e);
     }
     return 0.0;
@@ -546,6 +598,12 @@ void qb_decode8(uint type, uint row, uint k0, out float w[8]) {
         uvec3 g = qb_iq2_group(type, b, i / 32u, (i % 32u) / 8u);
         float dl = qb_iq2_step(b, g.z);
         for (uint r = 0; r < 8u; r++) w[r] = qb_iq2_weight(g, r, dl); // as qb_iq2
+    } else if (type == QTYPE_IQ1_S || type == QTYPE_IQ1_M) {
+        // 8 weights = one group: one grid entry, one delta, one step
+        uint b = row + (k0 / QK_K) * qb_iq1_bytes(type), i = k0 % QK_K;
+        uvec3 g = qb_iq1_group(type, b, i / 32u, (i % 32u) / 8u);
+        float dl = qb_iq1_step(qb_iq1_d(type, b), g.z);
+        for (uint r = 0; r < 8u; r++) w[r] = qb_iq1_weight(g, r, dl); // as qb_iq1
     } else if (type == QTYPE_MXFP4) {
         // 8 weights of one nibble half of a block: one scale byte, 8 bytes of qs
         uint b = row + (k0 / 32u) * MXFP4_BYTES, sh = 4u * ((k0 % 32u) / 16u);

@@ -16,7 +16,7 @@ corpus=(--corpus "$src/tests/data/conformance_prompts.txt")
 # Bounds per quant mix (docs/CONFORMANCE.md has the measured numbers and the reasons):
 #   f32: both sides compute in float32 (cinder accumulates in double): rel L2 <= 1e-4 and
 #     equal top-1 on every prompt (measured ~3e-7).
-#   mix, q4_k_m, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_*, IQ2_*, MXFP4), mxfp4_moe: first against llama.cpp on the same weights dequantized to F32 by ggml, to
+#   mix, q4_k_m, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_*, IQ2_*, IQ1_*, MXFP4), mxfp4_moe: first against llama.cpp on the same weights dequantized to F32 by ggml, to
 #     the f32 bound: this tests cinder's dequantization and forward pass exactly. Then
 #     against llama.cpp on the quantized file, whose CPU matmuls round activations to
 #     Q8_K/Q8_0 (F16/BF16 for F16/BF16 weights): ~1.4% logit error (worst 2.0% over 120

@@ -33,6 +33,7 @@ typedef struct ggml_oracle {
         quantize_row_q2_K_ref, quantize_row_q3_K_ref;
     ggml_to_float_fn dequantize_row_iq4_nl, dequantize_row_iq4_xs, dequantize_row_iq3_xxs, dequantize_row_iq3_s;
     ggml_to_float_fn dequantize_row_iq2_xxs, dequantize_row_iq2_xs, dequantize_row_iq2_s;
+    ggml_to_float_fn dequantize_row_iq1_s, dequantize_row_iq1_m;
     ggml_to_float_fn dequantize_row_mxfp4;
     ggml_from_float_fn quantize_row_mxfp4_ref;
     /* what llama-quantize calls for every type (the IQ4 types' _ref is a weaker search) */
@@ -92,6 +93,8 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
     ORACLE_SYM(dequantize_row_iq2_xxs, "dequantize_row_iq2_xxs");
     ORACLE_SYM(dequantize_row_iq2_xs, "dequantize_row_iq2_xs");
     ORACLE_SYM(dequantize_row_iq2_s, "dequantize_row_iq2_s");
+    ORACLE_SYM(dequantize_row_iq1_s, "dequantize_row_iq1_s");
+    ORACLE_SYM(dequantize_row_iq1_m, "dequantize_row_iq1_m");
     ORACLE_SYM(dequantize_row_mxfp4, "dequantize_row_mxfp4");
     ORACLE_SYM(quantize_row_mxfp4_ref, "quantize_row_mxfp4_ref"); /* what quantize_chunk runs for it */
     ORACLE_SYM(quantize_chunk, "ggml_quantize_chunk");
@@ -128,6 +131,8 @@ static inline ggml_to_float_fn ggml_deq(const ggml_oracle *g, enum qtype t) {
     case QTYPE_IQ2_XXS: return g->dequantize_row_iq2_xxs;
     case QTYPE_IQ2_XS: return g->dequantize_row_iq2_xs;
     case QTYPE_IQ2_S: return g->dequantize_row_iq2_s;
+    case QTYPE_IQ1_S: return g->dequantize_row_iq1_s;
+    case QTYPE_IQ1_M: return g->dequantize_row_iq1_m;
     case QTYPE_MXFP4: return g->dequantize_row_mxfp4;
     default: return NULL;
     }
@@ -160,8 +165,8 @@ static inline void oracle_chunk_iq3_s(const float *src, void *dst, int64_t n) {
     ggml_oracle_get()->quantize_chunk(QTYPE_IQ3_S, src, dst, 0, 1, n, NULL);
 }
 
-/* The IQ2 types need an importance matrix in ggml (IQ2_XXS and IQ2_XS refuse to run without
- * one): a flat one, every weight equally important, which is what cinder's quantizer assumes. */
+/* The IQ2 and IQ1 types need an importance matrix in ggml (IQ2_XXS, IQ2_XS and IQ1_S refuse to
+ * run without one): a flat one, every weight equally important, which is what cinder's quantizer assumes. */
 static inline void oracle_chunk_flat(enum qtype t, const float *src, void *dst, int64_t n) {
     static float ones[16384];
     assert_true(n <= 16384);
@@ -171,6 +176,8 @@ static inline void oracle_chunk_flat(enum qtype t, const float *src, void *dst, 
 static inline void oracle_chunk_iq2_xxs(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ2_XXS, src, dst, n); }
 static inline void oracle_chunk_iq2_xs(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ2_XS, src, dst, n); }
 static inline void oracle_chunk_iq2_s(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ2_S, src, dst, n); }
+static inline void oracle_chunk_iq1_s(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ1_S, src, dst, n); }
+static inline void oracle_chunk_iq1_m(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ1_M, src, dst, n); }
 
 /* ggml's quantizer for a block type (NULL for the float types). */
 static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {
@@ -192,6 +199,8 @@ static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) 
     case QTYPE_IQ2_XXS: return oracle_chunk_iq2_xxs;
     case QTYPE_IQ2_XS: return oracle_chunk_iq2_xs;
     case QTYPE_IQ2_S: return oracle_chunk_iq2_s;
+    case QTYPE_IQ1_S: return oracle_chunk_iq1_s;
+    case QTYPE_IQ1_M: return oracle_chunk_iq1_m;
     case QTYPE_MXFP4: return g->quantize_row_mxfp4_ref;
     default: return NULL;
     }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every pipeline of the GPU device plan, compiled by RDNA's own compiler (ACO, through RADV's
 # null device: RADV_FORCE_FAMILY, no card) for RDNA3 (gfx1100) and RDNA2 (navi21), on models of
-# the Q4_K_M type mix and of every supported type (cinder profile --shaders --family F --json):
+# the Q4_K_M type mix and of the 4-8-bit mix, and for RDNA3 on one of the low-bit types (mix-lowbit:
+# Q2_K .. IQ1_M, each type's decoder in every kernel) (cinder profile --shaders --family F --json):
 #   - no pipeline spills (VGPRs, SGPRs) or uses scratch, and none needs more than 64 KiB of LDS;
 #   - a pipeline that asked for a subgroup size was compiled at it, and the decode rows kernels
 #     run as wave32 (pinned), so no decode workgroup is smaller than its compiled subgroup;
@@ -15,18 +16,20 @@ tmp=${CINDER_TEST_TMP:?}/shaders_rdna
 mkdir -p "$tmp"
 "$bin" mkmodel --preset small --quant q4_k_m --layers 1 --seed 3 --out "$tmp/q4km.gguf" >/dev/null 2>&1
 "$bin" mkmodel --preset small --quant mix --layers 2 --seed 4 --out "$tmp/mix.gguf" >/dev/null 2>&1
+"$bin" mkmodel --preset tiny --quant mix-lowbit --seed 5 --out "$tmp/lowbit.gguf" >/dev/null 2>&1
 for fam in gfx1100 navi21; do
   for m in q4km mix; do
     "$bin" profile --shaders --family "$fam" --model "$tmp/$m.gguf" --json >"$tmp/$fam-$m.json"
   done
 done
+"$bin" profile --shaders --family gfx1100 --model "$tmp/lowbit.gguf" --json >"$tmp/gfx1100-lowbit.json"
 # a family RADV does not know, and a device without the statistics, fail naming the problem
 if "$bin" profile --shaders --family nosuchgpu --model "$tmp/q4km.gguf" >"$tmp/bad.out" 2>&1; then
   echo "FAIL: --family nosuchgpu succeeded"; exit 1
 fi
 grep -q "cinder profile" "$tmp/bad.out" || { echo "FAIL: no clear error for an unknown family"; cat "$tmp/bad.out"; exit 1; }
 
-python3 - "$tmp"/*-q4km.json "$tmp"/*-mix.json <<'PY'
+python3 - "$tmp"/*-q4km.json "$tmp"/*-mix.json "$tmp"/gfx1100-lowbit.json <<'PY'
 import json, sys
 fail = []
 def check(ok, what):

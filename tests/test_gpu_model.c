@@ -166,7 +166,7 @@ static void test_logits_moe_mix(void **state) {
     model_free(m);
 }
 
-/* The types of the files under 16 GB (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_*, IQ2_*) and MXFP4: mix-lowbit,
+/* The types of the files under 16 GB (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_*, IQ2_*, IQ1_*) and MXFP4: mix-lowbit,
  * with a CPU device's kernels and with a GPU's (the tiled and split-k rows kernels), against
  * the CPU reference; greedy generation agrees with it too, on 6 prompts (every one of the 6 x 32
  * tokens: the reference's decode of these types is the slow part, 20 prompts took 3.5 minutes

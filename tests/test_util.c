@@ -127,6 +127,7 @@ const char *tu_make_model(const char *file, const char *preset, const char *quan
     if (synth_preset(preset, &s)) { fprintf(stderr, "%s\n", cd_errmsg()); abort(); }
     if (quant && synth_quant_from_name(quant, &s.quant)) { fprintf(stderr, "%s\n", cd_errmsg()); abort(); }
     s.seed = seed;
+    if (s.cfg.n_layer < synth_quant_layers(s.quant)) s.cfg.n_layer = synth_quant_layers(s.quant);
     if (tweak) tweak(&s);
     const char *path = tu_tmp_path(file);
     if (synth_write(&s, path, NULL, NULL)) {
@@ -241,8 +242,18 @@ static float grid_top(enum qtype type) {
     case QTYPE_IQ3_XXS: return 62.0f * 15.5f * 0.5f;
     case QTYPE_IQ3_S: return 15.0f * 31.0f;
     case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S: return 43.0f * 15.5f * 0.25f;
+    case QTYPE_IQ1_S: case QTYPE_IQ1_M: return 1.125f * 15.0f;
     default: return 0;
     }
+}
+
+void tu_set_grid_d(enum qtype type, void *blk, uint16_t d) {
+    if (type != QTYPE_IQ1_M) {
+        memcpy(blk, &d, 2);
+        return;
+    }
+    uint8_t *sc = ((block_iq1_m *)blk)->scales; /* the top nibbles of the four scale words */
+    for (int w = 0; w < 4; w++) sc[2 * w + 1] = (uint8_t)((sc[2 * w + 1] & 15) | (d >> (4 * w) & 15) << 4);
 }
 
 void tu_quantize_row(enum qtype type, const float *x, void *dst, int64_t n) {
@@ -265,8 +276,7 @@ void tu_quantize_row(enum qtype type, const float *x, void *dst, int64_t n) {
         float amax = 0;
         for (int i = 0; i < QK_K; i++) amax = fmaxf(amax, fabsf(x[QK_K * blk + i]));
         for (size_t i = 0; i < bs; i++) out[bs * blk + i] = (uint8_t)rng_u64(&r);
-        uint16_t d = f32_to_fp16(amax / top); /* every grid type's d is its first field */
-        memcpy(out + bs * blk, &d, 2);
+        tu_set_grid_d(type, out + bs * blk, f32_to_fp16(amax / top));
     }
 }
 

@@ -43,8 +43,10 @@ void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q,
 #include "runtime/gguf/quant.h"
 /* n random token ids in [100, 20100) into out; returns n. */
 uint32_t tu_rand_ids(rng *r, int32_t *out, uint32_t n);
-/* quant_quantize_row for the kernel tests: the same, except for the grid types (IQ3_*, IQ2_*),
- * whose exhaustive quantizer runs at 0.03-0.1 Mweights/s (docs/QUANTS.md): there each block is
+/* Stores fp16 d as the d of the grid-type block at blk: its first field, or IQ1_M's scale nibbles. */
+void tu_set_grid_d(enum qtype type, void *blk, uint16_t d);
+/* quant_quantize_row for the kernel tests: the same, except for the grid types (IQ3_*, IQ2_*,
+ * IQ1_*), whose exhaustive quantizer runs at 0.02-0.1 Mweights/s (docs/QUANTS.md): there each block is
  * random bytes (every grid point, sign pattern and scale; seeded by the row's bits, so
  * deterministic) under an fp16 d that puts the block's largest weights near x's. The quantizer
  * itself is test_quant's. */

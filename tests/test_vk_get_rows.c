@@ -91,6 +91,11 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         {"IQ2_S_BYTES", sizeof(block_iq2_s)}, {"IQ2_S_QS", offsetof(block_iq2_s, qs)},
         {"IQ2_S_SIGNS", offsetof(block_iq2_s, qs) + QK_K / 8}, {"IQ2_S_QH", offsetof(block_iq2_s, qh)},
         {"IQ2_S_SCALES", offsetof(block_iq2_s, scales)},
+        {"QTYPE_IQ1_S", QTYPE_IQ1_S}, {"QTYPE_IQ1_M", QTYPE_IQ1_M},
+        {"IQ1_S_BYTES", sizeof(block_iq1_s)}, {"IQ1_S_QS", offsetof(block_iq1_s, qs)},
+        {"IQ1_S_QH", offsetof(block_iq1_s, qh)}, {"IQ1_M_BYTES", sizeof(block_iq1_m)},
+        {"IQ1_M_QS", offsetof(block_iq1_m, qs)}, {"IQ1_M_QH", offsetof(block_iq1_m, qh)},
+        {"IQ1_M_SCALES", offsetof(block_iq1_m, scales)},
         {"QTYPE_MXFP4", QTYPE_MXFP4}, {"MXFP4_BYTES", sizeof(block_mxfp4)}, {"MXFP4_E", offsetof(block_mxfp4, e)},
         {"MXFP4_QS", offsetof(block_mxfp4, qs)},
     };
@@ -109,7 +114,7 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
     }
     free(t);
     /* the IQ grids, entry by entry (shaders/iq_grids.glsl; the C tables are ggml's: test_quant);
-     * the IQ2 tables hold two 16-bit entries a word, entry 2w in the low half */
+     * the IQ2 and IQ1 tables hold two 16-bit entries a word, entry 2w in the low half */
     t = tu_read_file(tu_src_path("shaders/iq_grids.glsl"), NULL);
     assert_non_null(t);
     const struct { const char *pat; const uint32_t *c32; const uint16_t *c16; int n; } grids[] = {
@@ -117,7 +122,8 @@ static void test_quant_blocks_glsl_matches_quant_h(void **state) {
         {"uint IQ3S_GRID[512] = uint[512](", quant_iq3s_grid, NULL, 512},
         {"uint IQ2XXS_GRID[128] = uint[128](", NULL, quant_iq2xxs_grid, 128},
         {"uint IQ2XS_GRID[256] = uint[256](", NULL, quant_iq2xs_grid, 256},
-        {"uint IQ2S_GRID[512] = uint[512](", NULL, quant_iq2s_grid, 512}};
+        {"uint IQ2S_GRID[512] = uint[512](", NULL, quant_iq2s_grid, 512},
+        {"uint IQ1S_GRID[1024] = uint[1024](", NULL, quant_iq1s_grid, 1024}};
     for (size_t g = 0; g < sizeof grids / sizeof *grids; g++) {
         p = strstr(t, grids[g].pat);
         if (!p) fail_msg("iq_grids.glsl lacks %s", grids[g].pat);
@@ -257,7 +263,9 @@ static void test_every_type_awkward_sizes(void **state) {
         {QTYPE_IQ3_S, 256, 11, 13, 257}, {QTYPE_IQ2_XXS, 256, 9, 11, 0}, /* 66-byte blocks */
         {QTYPE_IQ2_XXS, 768, 3, 4, 771}, {QTYPE_IQ2_XS, 512, 6, 8, 0}, /* 74 */
         {QTYPE_IQ2_XS, 256, 11, 13, 257}, {QTYPE_IQ2_S, 256, 7, 9, 0}, /* 82 */
-        {QTYPE_IQ2_S, 768, 4, 5, 769},
+        {QTYPE_IQ2_S, 768, 4, 5, 769},  {QTYPE_IQ1_S, 256, 9, 11, 0}, /* 50 */
+        {QTYPE_IQ1_S, 768, 3, 4, 771},  {QTYPE_IQ1_M, 512, 6, 8, 0}, /* 56 */
+        {QTYPE_IQ1_M, 256, 11, 13, 257},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 1 + i, 0);
 }

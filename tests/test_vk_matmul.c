@@ -253,11 +253,11 @@ static uint32_t n_in_for(enum qtype t) { return qtype_block_elems(t) == QK_K ? 2
 static bool decoder_only_type(enum qtype t) { return qtype_block_elems(t) > 1 && !cvk_matmul_texel_type(t); }
 
 /* The types that run in test_every_type_awkward_sizes only (CI time): IQ4_NL (above), and the
- * grid types (IQ3, IQ2), qb_decode8 branches whose grids lavapipe reads per lane (slow there); they
+ * grid types (IQ3, IQ2, IQ1), qb_decode8 branches whose grids lavapipe reads per lane (slow there); they
  * are bit-exact in test_vk_get_rows and against the CPU reference in test_vk_matvec and
  * test_vk_moe_group. */
 static const enum qtype awkward_only_types[] = {QTYPE_IQ4_NL, QTYPE_IQ3_XXS, QTYPE_IQ3_S,
-                                                QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S};
+                                                QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S, QTYPE_IQ1_S, QTYPE_IQ1_M};
 
 /* Every type x T in {1, 5, 33, 130} x n_rows in {1, 17, 200}, plain (T 130: the first seven; the
  * grid types T 1 and 5). */
@@ -268,8 +268,7 @@ static void test_every_type_awkward_sizes(void **state) {
     uint64_t seed = 1;
     for (size_t ti = 0; ti < n_all + sizeof awkward_only_types / sizeof *awkward_only_types; ti++) {
         enum qtype ty = ti < n_all ? all_types[ti] : awkward_only_types[ti - n_all];
-        bool grid = ty == QTYPE_IQ3_XXS || ty == QTYPE_IQ3_S || ty == QTYPE_IQ2_XXS || ty == QTYPE_IQ2_XS ||
-                    ty == QTYPE_IQ2_S; /* T 1 and 5 (lavapipe reads their grids per lane) */
+        bool grid = ti >= n_all && ty != QTYPE_IQ4_NL; /* T 1 and 5 (lavapipe reads their grids per lane) */
         for (size_t i = 0; i < (grid ? 2u : decoder_only_type(ty) ? 3u : 4u); i++)
             for (size_t j = 0; j < 3; j++) {
                 tcase t = {.type = ty, .T = Ts[i], .n_rows = rows[j], .n_in = n_in_for(ty)};

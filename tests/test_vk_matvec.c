@@ -167,7 +167,8 @@ static const enum qtype all_types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE
                                        QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
                                        QTYPE_MXFP4, /* MXFP4: 17-byte blocks, rows at odd offsets */
                                        QTYPE_IQ3_XXS, QTYPE_IQ3_S, /* the 3-bit grids: 98- and 110-byte blocks */
-                                       QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S}; /* the 2-bit: 66, 74, 82 */
+                                       QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S, /* the 2-bit: 66, 74, 82 */
+                                       QTYPE_IQ1_S, QTYPE_IQ1_M}; /* the 1-bit: 50, 56 */
 
 static uint32_t awkward_n_in(enum qtype t, uint32_t k) {
     if (qtype_block_elems(t) == QK_K) return 256 * (k % 2 ? 3 : 1);

@@ -464,6 +464,7 @@ static void test_chain(void **state) {
         {QTYPE_MXFP4, QTYPE_MXFP4, 7, 8, 2, 96, 160, 0},    /* MXFP4_MOE's experts: 51- and 85-byte rows */
         {QTYPE_IQ3_XXS, QTYPE_IQ3_S, 7, 8, 2, 256, 256, 0}, /* the 3-bit grid types (IQ3_XXS, IQ3_M files) */
         {QTYPE_IQ2_XXS, QTYPE_IQ2_S, 7, 8, 2, 256, 256, 0}, /* the 2-bit grid types (IQ2_XXS, IQ2_M files) */
+        {QTYPE_IQ1_S, QTYPE_IQ1_M, 7, 8, 2, 256, 256, 0},   /* the 1-bit grid types (IQ1_S, IQ1_M files) */
     };
     for (size_t i = 0; i < sizeof cs / sizeof *cs; i++) run_chain(&cs[i], 1000 + i, 0, true);
 }

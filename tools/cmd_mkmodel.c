@@ -23,7 +23,8 @@ static void usage(FILE *out) {
             "                      [--tokenizer-dir DIR] [--script TEXT] [--chat-template-file F]\n"
             "                      [--split-max-tensors N] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (the 4-8-bit types; tiny's default), q3_k_m, q2_k,\n"
-            "       iq4_xs, iq4_nl, mxfp4_moe, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_*, MXFP4)\n"
+            "       iq4_xs, iq4_nl, mxfp4_moe, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_*, IQ1_*, MXFP4;\n"
+            "       three layers unless --layers says: one of each of its 16 types)\n"
             "  --dense writes a dense qwen3 model whose FFN width is --ff\n"
             "  --script TEXT writes a model whose greedy continuation is TEXT: after TEXT's token i\n"
             "    comes its token i+1, whatever came before (special tokens parsed; every token but\n"
@@ -131,7 +132,7 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
     if (synth_preset(preset, &s)) return cli_error("mkmodel", "%s", cd_errmsg());
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     s.n_threads = cores > 0 ? (int)cores : 1;
-    bool dense = false, dry_run = false, ctx_given = false;
+    bool dense = false, dry_run = false, ctx_given = false, layers_given = false;
     uint64_t split_max = 0;
     uint32_t orig_ctx = 0; /* --yarn-orig-ctx */
     for (int i = 1; i < argc; i++) {
@@ -144,7 +145,7 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
         if (a[0] != '-' || !cli_value(argc, argv, &i, opt, &v)) return cli_unknown("mkmodel", a);
         bool handled;
         if (parse_dim(opt, v, &s, &handled)) return 1;
-        if (handled) { ctx_given |= !strcmp(opt, "--ctx"); continue; }
+        if (handled) { ctx_given |= !strcmp(opt, "--ctx"), layers_given |= !strcmp(opt, "--layers"); continue; }
         if (!strcmp(opt, "--preset")) continue;
         else if (!strcmp(opt, "--out")) out = v;
         else if (!strcmp(opt, "--quant")) { if (!v || synth_quant_from_name(v, &s.quant)) return cli_error("mkmodel", "%s", v ? cd_errmsg() : "--quant needs a value"); }
@@ -170,6 +171,7 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
         else return cli_unknown("mkmodel", a);
     }
     if (!out && !dry_run) return cli_error("mkmodel", "--out PATH is required");
+    if (!layers_given && s.cfg.n_layer < synth_quant_layers(s.quant)) s.cfg.n_layer = synth_quant_layers(s.quant);
     if (scaled_rope(&s.cfg, orig_ctx, ctx_given)) return 1;
     if (dense) {
         s.cfg.arch = ARCH_QWEN3;

@@ -117,7 +117,7 @@ bool qtype_supported(enum qtype t) {
     case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: case QTYPE_Q8_0:
     case QTYPE_Q2_K: case QTYPE_Q3_K: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
     case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_MXFP4:
-    case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
+    case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S: case QTYPE_IQ1_S: case QTYPE_IQ1_M:
         return true;
     default:
         return false;
@@ -362,6 +362,45 @@ static void dequant_iq2_s(const block_iq2_s *b, float *y) {
         }
 }
 
+/* The 8 weights of an IQ1 group: grid entry g (codes), step dl, delta +-1/8 (negative: minus). */
+static void iq1_eight(uint16_t g, float dl, bool negative, float *y) {
+    float delta = negative ? -0.125f : 0.125f;
+    for (int j = 0; j < 8; j++) y[j] = dl * ((float)((int)(g >> (2 * j) & 3) - 1) + delta);
+}
+
+/* The step of 3-bit scale s: d * (2 s + 1), as ggml computes it. */
+static float iq1_step(float d, unsigned s) { return d * (float)(2 * s + 1); }
+
+static void dequant_iq1_s(const block_iq1_s *b, float *y) {
+    float d = fp16_to_f32(b->d);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        uint16_t qh = b->qh[ib];
+        float dl = iq1_step(d, qh >> 12 & 7);
+        for (int l = 0; l < 4; l++)
+            iq1_eight(quant_iq1s_grid[b->qs[4 * ib + l] | (qh >> (3 * l) & 7) << 8], dl, qh & 0x8000,
+                      y + 32 * ib + 8 * l);
+    }
+}
+
+/* IQ1_M's d: the top nibbles of its four scale words. */
+static float iq1_m_d(const block_iq1_m *b) {
+    uint16_t h = 0;
+    for (int w = 0; w < 4; w++) h |= (uint16_t)((b->scales[2 * w + 1] >> 4) << (4 * w));
+    return fp16_to_f32(h);
+}
+
+static void dequant_iq1_m(const block_iq1_m *b, float *y) {
+    float d = iq1_m_d(b);
+    for (int ib = 0; ib < QK_K / 32; ib++) {
+        unsigned sc = (unsigned)b->scales[ib / 2 * 2] | (unsigned)b->scales[ib / 2 * 2 + 1] << 8;
+        for (int l = 0; l < 4; l++) {
+            unsigned h = b->qh[2 * ib + l / 2] >> (4 * (l % 2)) & 15;
+            float dl = iq1_step(d, sc >> (6 * (ib % 2) + 3 * (l / 2)) & 7);
+            iq1_eight(quant_iq1s_grid[b->qs[4 * ib + l] | (h & 7) << 8], dl, h & 8, y + 32 * ib + 8 * l);
+        }
+    }
+}
+
 /* ggml's kvalues_mxfp4 (shaders/quant_blocks.glsl computes the same values from the level). */
 const int8_t quant_mxfp4_values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
@@ -416,6 +455,8 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
     case QTYPE_IQ2_XXS: EACH_BLOCK(dequant_iq2_xxs, block_iq2_xxs, QK_K);
     case QTYPE_IQ2_XS: EACH_BLOCK(dequant_iq2_xs, block_iq2_xs, QK_K);
     case QTYPE_IQ2_S: EACH_BLOCK(dequant_iq2_s, block_iq2_s, QK_K);
+    case QTYPE_IQ1_S: EACH_BLOCK(dequant_iq1_s, block_iq1_s, QK_K);
+    case QTYPE_IQ1_M: EACH_BLOCK(dequant_iq1_m, block_iq1_m, QK_K);
     case QTYPE_MXFP4: EACH_BLOCK(dequant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
     case QTYPE_Q8_0:

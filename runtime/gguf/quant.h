@@ -215,6 +215,34 @@ extern const uint16_t quant_iq2xs_grid[512];
 extern const uint16_t quant_iq2s_grid[1024];
 extern const uint8_t quant_iq2_levels[3];
 
+/* The 1-bit grid types: a group of 8 weights is a point of quant_iq1s_grid (ggml's iq1s_grid,
+ * 2048 points, codes as the IQ2 grids', code c the value c - 1: -1, 0 or 1) plus a delta of
+ * +1/8 or -1/8, times a step d * (2 s + 1), s a 3-bit scale: weight = step * (g + delta), as
+ * ggml computes it (g + delta exact, one rounding in the product).
+ *
+ * IQ1_S: group l of sub-block ib has the index qs[4 ib + l] | bits 3l .. 3l + 2 of qh[ib] << 8;
+ * qh[ib] bits 12..14 are the sub-block's scale, bit 15 its delta's sign (set: -1/8). */
+typedef struct {
+    uint16_t d;
+    uint8_t qs[QK_K / 8];
+    uint16_t qh[QK_K / 32];
+} block_iq1_s;
+static_assert(sizeof(block_iq1_s) == 50, "block_iq1_s layout");
+
+/* IQ1_M: no d field. Group l of sub-block ib has the index qs[4 ib + l] | a nibble of qh[2 ib +
+ * l / 2] << 8 (bits 0..2 for even l, 4..6 for odd) and its own delta sign (bit 3 or 7 of the
+ * same byte). The 16-bit word scales[ib / 2] (little-endian) holds four 3-bit scales, one per 16
+ * weights: bits 6 (ib % 2) + 0..2 for groups 0-1 of sub-block ib, + 3..5 for groups 2-3; the top
+ * nibbles of the four words are d's fp16 bits (word w's nibble is bits 4w .. 4w + 3 of d). */
+typedef struct {
+    uint8_t qs[QK_K / 8];
+    uint8_t qh[QK_K / 16];
+    uint8_t scales[QK_K / 32];
+} block_iq1_m;
+static_assert(sizeof(block_iq1_m) == 56, "block_iq1_m layout");
+
+extern const uint16_t quant_iq1s_grid[2048];
+
 /* MXFP4 (OCP Microscaling FP4): 32 weights, each an E2M1 float (1 sign, 2 exponent, 1 mantissa
  * bit: 0, 0.5, 1, 1.5, 2, 3, 4, 6) times a shared power of two 2^(e - 127), e an E8M0 byte.
  * ggml holds the levels doubled as integers (quant_mxfp4_values: 0, 1, 2, 3, 4, 6, 8, 12 and

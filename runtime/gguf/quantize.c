@@ -578,7 +578,7 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *b) {
     }
 }
 
-/* ---- quantization: the grid types (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S) ----
+/* ---- quantization: the grid types (IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) ----
  *
  * A scale unit (a 32-weight sub-block, or 16 weights for IQ2_XS / IQ2_S) is x ≈ sign * dl * g, g
  * the magnitudes of one grid point per group of 4 (IQ3) or 8 (IQ2) weights (quant.h). The signs
@@ -589,27 +589,36 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *b) {
  * operations that vectorize); grid_fit sweeps steps that put the largest target near the grid's
  * top or at each of its levels, refitting dl by least squares for the points found. The
  * super-block d gives the unit of largest step the largest scale, and each unit takes the
- * nearest integer scale or a neighbour, whichever has the least error at the stored step. No
- * importance matrix: these are cinder's test files' quantizer, not llama-quantize's imatrix
- * search (docs/QUANTS.md). */
+ * nearest integer scale or a neighbour, whichever has the least error at the stored step.
+ * The IQ1 points carry their own signs (coordinates -1, 0, 1) and a delta of +-1/8: the targets
+ * are the weights themselves, and the grid holds each point twice, once per delta (the first
+ * half +1/8), so a group picks its delta with its point (IQ1_M) or a unit tries each half for
+ * all its groups (IQ1_S, one delta per 32). No importance matrix: these are cinder's test files'
+ * quantizer, not llama-quantize's imatrix search (docs/QUANTS.md). */
 
-enum { GRID_MAX = 1024, GRID_CODES = 6561 }; /* codes: 3^8 (IQ2) or 8^4 (IQ3) level tuples */
+enum { GRID_MAX = 4096, GRID_CODES = 6561 }; /* codes: 3^8 (IQ2, IQ1) or 8^4 (IQ3) level tuples */
 
 typedef struct iq_grid {
     int n;        /* points */
+    int halves;   /* 2 for IQ1: points [0, n / 2) with delta +1/8, the rest the same with -1/8 */
     int dim;      /* weights per point: 4 or 8 */
     int unit;     /* weights per scale: 32 or 16 */
     bool parity;  /* the eighth sign of each 8 is implied */
+    bool signed_points; /* IQ1: the points hold the signs; the targets are the weights */
+    bool unit_delta;    /* IQ1_S: one delta (one half) for a unit's groups */
+    int nscales;  /* 16, or 8 (IQ1's 3-bit scales) */
     float gmax;   /* the largest magnitude */
     int nlevels;
-    float levels[8];    /* the magnitudes a coordinate takes, ascending */
+    float levels[2][8]; /* the values a coordinate takes in each half, ascending */
     float step_of[16];  /* the step of scale s, over d, as the dequantizer computes it */
-    float g[8][GRID_MAX], gg[GRID_MAX]; /* magnitudes by coordinate, and their squared norm */
+    float g[8][GRID_MAX], gg[GRID_MAX]; /* values by coordinate, and their squared norm */
     int16_t point_of[GRID_CODES]; /* the point of each tuple of level indices (base nlevels), or -1 */
 } iq_grid;
 
 static float grid_magnitude(enum qtype t, int p, int j) {
     switch (t) {
+    case QTYPE_IQ1_S: case QTYPE_IQ1_M: /* code - 1, plus the half's delta */
+        return (float)((int)(quant_iq1s_grid[p % 2048] >> (2 * j) & 3) - 1) + (p < 2048 ? 0.125f : -0.125f);
     case QTYPE_IQ3_XXS: return (float)((quant_iq3xxs_grid[p] >> (8 * j)) & 0xFF);
     case QTYPE_IQ3_S: return (float)((quant_iq3s_grid[p] >> (8 * j)) & 0xFF);
     case QTYPE_IQ2_XXS: return (float)quant_iq2_levels[quant_iq2xxs_grid[p] >> (2 * j) & 3];
@@ -619,84 +628,119 @@ static float grid_magnitude(enum qtype t, int p, int j) {
 }
 
 static void iq_grid_init(iq_grid *k, enum qtype t) {
-    bool iq3 = t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S;
-    k->n = t == QTYPE_IQ3_XXS || t == QTYPE_IQ2_XXS ? 256 : t == QTYPE_IQ2_S ? 1024 : 512;
+    bool iq3 = t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S, iq1 = t == QTYPE_IQ1_S || t == QTYPE_IQ1_M;
+    k->n = iq1 ? 4096 : t == QTYPE_IQ3_XXS || t == QTYPE_IQ2_XXS ? 256 : t == QTYPE_IQ2_S ? 1024 : 512;
+    k->halves = iq1 ? 2 : 1;
     k->dim = iq3 ? 4 : 8;
-    k->unit = t == QTYPE_IQ2_XS || t == QTYPE_IQ2_S ? 16 : 32;
+    k->unit = t == QTYPE_IQ2_XS || t == QTYPE_IQ2_S || t == QTYPE_IQ1_M ? 16 : 32;
     k->parity = t == QTYPE_IQ3_XXS || t == QTYPE_IQ2_XXS || t == QTYPE_IQ2_XS;
+    k->signed_points = iq1;
+    k->unit_delta = t == QTYPE_IQ1_S;
+    k->nscales = iq1 ? 8 : 16;
     k->gmax = 0;
     k->nlevels = 0;
+    int per = k->n / k->halves;
     for (int p = 0; p < k->n; p++) {
         k->gg[p] = 0;
         for (int j = 0; j < k->dim; j++) {
             float m = grid_magnitude(t, p, j);
             k->g[j][p] = m;
             k->gg[p] += m * m;
-            k->gmax = m > k->gmax ? m : k->gmax;
+            k->gmax = fabsf(m) > k->gmax ? fabsf(m) : k->gmax;
+            if (p >= per) continue; /* the second half's levels: the first's less 1/4 */
             int v = 0;
-            while (v < k->nlevels && k->levels[v] < m) v++;
-            if (v < k->nlevels && k->levels[v] == m) continue;
+            while (v < k->nlevels && k->levels[0][v] < m) v++;
+            if (v < k->nlevels && k->levels[0][v] == m) continue;
             if (k->nlevels == 8) continue; /* no grid has more than 8 */
-            memmove(k->levels + v + 1, k->levels + v, sizeof(float) * (size_t)(k->nlevels - v));
-            k->levels[v] = m;
+            memmove(k->levels[0] + v + 1, k->levels[0] + v, sizeof(float) * (size_t)(k->nlevels - v));
+            k->levels[0][v] = m;
             k->nlevels++;
         }
     }
+    for (int v = 0; v < k->nlevels; v++) k->levels[1][v] = k->levels[0][v] - 0.25f;
     memset(k->point_of, 0xFF, sizeof k->point_of);
-    for (int p = 0; p < k->n; p++) {
+    for (int p = 0; p < per; p++) {
         int code = 0;
         for (int j = k->dim - 1; j >= 0; j--) {
             int v = 0;
-            while (k->levels[v] != k->g[j][p]) v++;
+            while (k->levels[0][v] != k->g[j][p]) v++;
             code = code * k->nlevels + v;
         }
         k->point_of[code] = (int16_t)p;
     }
     for (int s = 0; s < 16; s++)
-        k->step_of[s] = t == QTYPE_IQ3_S ? (float)(1 + 2 * s) : (0.5f + (float)s) * (t == QTYPE_IQ3_XXS ? 0.5f : 0.25f);
+        k->step_of[s] = t == QTYPE_IQ3_S || iq1 ? (float)(1 + 2 * s)
+                                                 : (0.5f + (float)s) * (t == QTYPE_IQ3_XXS ? 0.5f : 0.25f);
 }
 
-/* The grid point nearest dl * g to targets t[dim]: the largest 2 t.g - dl g.g. That is a sum
- * over coordinates, so when the tuple of each coordinate's own best level is a grid point (the
- * common case: most weights are small and every grid holds its all-least point) it is the
- * answer; otherwise every point is scored. */
-static int grid_nearest(const iq_grid *k, const float *t, float dl) {
+/* The point of half h nearest dl * g to targets t[dim]: the largest 2 t.g - dl g.g. That is a
+ * sum over coordinates, so when the tuple of each coordinate's own best level is a grid point
+ * (the common case: most weights are small and every grid holds its all-least point) it is the
+ * answer; otherwise every point of the half is scored. */
+static int grid_nearest_in(const iq_grid *k, int h, const float *t, float dl) {
+    int per = k->n / k->halves, base = h * per;
+    const float *lv = k->levels[h];
     if (dl > 0) {
         int code = 0;
         for (int j = k->dim - 1; j >= 0; j--) {
             int bv = 0;
-            float best = 2.0f * t[j] * k->levels[0] - dl * k->levels[0] * k->levels[0];
+            float best = 2.0f * t[j] * lv[0] - dl * lv[0] * lv[0];
             for (int v = 1; v < k->nlevels; v++) {
-                float s = 2.0f * t[j] * k->levels[v] - dl * k->levels[v] * k->levels[v];
+                float s = 2.0f * t[j] * lv[v] - dl * lv[v] * lv[v];
                 if (s > best) best = s, bv = v;
             }
             code = code * k->nlevels + bv;
         }
-        if (k->point_of[code] >= 0) return k->point_of[code];
+        if (k->point_of[code] >= 0) return base + k->point_of[code];
     }
-    float acc[GRID_MAX];
-    for (int p = 0; p < k->n; p++) acc[p] = -dl * k->gg[p];
+    float acc[GRID_MAX / 2];
+    for (int p = 0; p < per; p++) acc[p] = -dl * k->gg[base + p];
     for (int j = 0; j < k->dim; j++) {
         float tj = 2.0f * t[j];
-        for (int p = 0; p < k->n; p++) acc[p] += tj * k->g[j][p];
+        for (int p = 0; p < per; p++) acc[p] += tj * k->g[j][base + p];
     }
     int bp = 0;
-    for (int p = 1; p < k->n; p++)
+    for (int p = 1; p < per; p++)
         if (acc[p] > acc[bp]) bp = p;
-    return bp;
+    return base + bp;
 }
 
-/* Points of the groups of one unit (targets t[unit]) at step dl (into pt), and the squared error. */
-static double grid_points_at(const iq_grid *k, const float *t, float dl, int *pt) {
+static double grid_score(const iq_grid *k, int p, const float *t, float dl) {
+    double s = -(double)dl * k->gg[p];
+    for (int j = 0; j < k->dim; j++) s += 2.0 * t[j] * k->g[j][p];
+    return s;
+}
+
+/* The nearest point of half h, or of either half (h < 0). */
+static int grid_nearest(const iq_grid *k, int h, const float *t, float dl) {
+    if (h >= 0) return grid_nearest_in(k, h, t, dl);
+    int a = grid_nearest_in(k, 0, t, dl), b = grid_nearest_in(k, 1, t, dl);
+    return grid_score(k, b, t, dl) > grid_score(k, a, t, dl) ? b : a;
+}
+
+/* Points of the groups of one unit (targets t[unit]) at step dl (into pt) from half h (< 0:
+ * each group its own), and the squared error. */
+static double grid_points_in(const iq_grid *k, int h, const float *t, float dl, int *pt) {
     double e = 0;
     for (int q = 0; q < k->unit / k->dim; q++) {
-        pt[q] = grid_nearest(k, t + k->dim * q, dl);
+        pt[q] = grid_nearest(k, h, t + k->dim * q, dl);
         for (int j = 0; j < k->dim; j++) {
             double r = (double)t[k->dim * q + j] - (double)dl * k->g[j][pt[q]];
             e += r * r;
         }
     }
     return e;
+}
+
+/* Points of one unit at step dl, and the squared error: one half for the unit (IQ1_S's one
+ * delta: the better of the two), or each group its own. */
+static double grid_points_at(const iq_grid *k, const float *t, float dl, int *pt) {
+    if (k->halves == 1) return grid_points_in(k, 0, t, dl, pt);
+    if (!k->unit_delta) return grid_points_in(k, -1, t, dl, pt);
+    int p1[8];
+    double e0 = grid_points_in(k, 0, t, dl, pt), e1 = grid_points_in(k, 1, t, dl, p1);
+    if (e1 < e0) memcpy(pt, p1, sizeof(int) * (size_t)(k->unit / k->dim)), e0 = e1;
+    return e0;
 }
 
 /* The least-squares step for the points pt. */
@@ -709,13 +753,14 @@ static float grid_refit(const iq_grid *k, const float *t, const int *pt) {
     return gg > 0 && tg > 0 ? (float)(tg / gg) : 0.0f;
 }
 
-/* The targets of a 32-weight sub-block (|x|, or -|x| for a weight whose sign parity overrides)
- * and its sign bits (bit i: weight i negative as stored). Non-finite weights count as 0. */
+/* The targets of a 32-weight sub-block (|x|, or -|x| for a weight whose sign parity overrides;
+ * x itself for signed points) and its sign bits (bit i: weight i negative as stored). Non-finite
+ * weights count as 0. */
 static uint32_t grid_targets(const iq_grid *k, const float *x, float t[32]) {
     uint32_t neg = 0;
     for (int i = 0; i < 32; i++) {
-        t[i] = isfinite(x[i]) ? fabsf(x[i]) : 0.0f;
-        if (isfinite(x[i]) && x[i] < 0) neg |= 1u << i;
+        t[i] = !isfinite(x[i]) ? 0.0f : k->signed_points ? x[i] : fabsf(x[i]);
+        if (!k->signed_points && isfinite(x[i]) && x[i] < 0) neg |= 1u << i;
     }
     for (int l = 0; k->parity && l < 4; l++) {
         if (!__builtin_parity((neg >> (8 * l)) & 0xFF)) continue;
@@ -731,7 +776,7 @@ static uint32_t grid_targets(const iq_grid *k, const float *x, float t[32]) {
 /* The best step of one unit. */
 static float grid_fit(const iq_grid *k, const float *t) {
     float tmax = 0;
-    for (int i = 0; i < k->unit; i++) tmax = t[i] > tmax ? t[i] : tmax;
+    for (int i = 0; i < k->unit; i++) tmax = fabsf(t[i]) > tmax ? fabsf(t[i]) : tmax;
     if (!(tmax > 0)) return 0;
     int pt[8];
     float best_dl = tmax / k->gmax;
@@ -743,7 +788,7 @@ static float grid_fit(const iq_grid *k, const float *t) {
     for (int c = 0; c < 9 + per_level * k->nlevels; c++) {
         int v = (c - 9) / per_level, f = (c - 9) % per_level;
         float dl = c < 9 ? tmax / (k->gmax * (0.75f + 0.0625f * (float)c))
-                         : tmax / (k->levels[v] * (per_level == 1 ? 1.0f : 0.875f + 0.125f * (float)f));
+                         : tmax / (fabsf(k->levels[0][v]) * (per_level == 1 ? 1.0f : 0.875f + 0.125f * (float)f));
         for (int it = 0; it < 2; it++) {
             double e = grid_points_at(k, t, dl, pt);
             if (e < best) best = e, best_dl = dl;
@@ -762,12 +807,12 @@ static double grid_scales_at(const iq_grid *k, const float *t, const float *dl, 
     double total = 0;
     for (int u = 0; u < units; u++) {
         int s0 = 0;
-        for (int s = 1; s < 16 && d > 0; s++)
+        for (int s = 1; s < k->nscales && d > 0; s++)
             if (fabsf(d * k->step_of[s] - dl[u]) < fabsf(d * k->step_of[s0] - dl[u])) s0 = s;
         double best = INFINITY;
         sc[u] = 0;
         for (int s = s0 - 1; s <= s0 + 1; s++) {
-            if (s < 0 || s > 15) continue;
+            if (s < 0 || s >= k->nscales) continue;
             int p[8];
             double e = grid_points_at(k, t + k->unit * u, d * k->step_of[s], p);
             if (e < best) best = e, sc[u] = (uint8_t)s, memcpy(pt + per * u, p, sizeof(int) * (size_t)per);
@@ -780,8 +825,8 @@ static double grid_scales_at(const iq_grid *k, const float *t, const float *dl, 
 
 /* One super-block: the units' steps, d, then per unit its scale sc[u] and points (pt[g], g the
  * group in the super-block), and per 32-weight sub-block its sign bits neg[ib]. d gives the unit
- * of largest step scale 15, 14 or 13, whichever has the least error: the top scales are 3-7%
- * apart, too coarse for units of nearly equal steps. */
+ * of largest step the top scale or one or two below it, whichever has the least error: the top
+ * scales are 3-15% apart, too coarse for units of nearly equal steps. */
 static uint16_t quant_grid(const iq_grid *k, const float *x, uint8_t sc[16], int pt[64], uint32_t neg[8]) {
     float t[QK_K], dl[16], dmax = 0;
     int units = QK_K / k->unit;
@@ -790,9 +835,10 @@ static uint16_t quant_grid(const iq_grid *k, const float *x, uint8_t sc[16], int
         dl[u] = grid_fit(k, t + k->unit * u);
         dmax = dl[u] > dmax ? dl[u] : dmax;
     }
-    uint16_t best_dh = fp16_scale(dmax / k->step_of[15]);
+    int top_scale = k->nscales - 1;
+    uint16_t best_dh = fp16_scale(dmax / k->step_of[top_scale]);
     double best = grid_scales_at(k, t, dl, fp16_to_f32(best_dh), sc, pt);
-    for (int top = 14; top >= 13; top--) {
+    for (int top = top_scale - 1; top >= top_scale - 2; top--) {
         uint8_t sc2[16];
         int pt2[64];
         uint16_t dh = fp16_scale(dmax / k->step_of[top]);
@@ -874,8 +920,49 @@ static void quant_iq2_s(const float *x, block_iq2_s *b, const iq_grid *k) {
     }
 }
 
+/* IQ1: a point's grid index and its delta's sign bit (the second half: -1/8). */
+static inline unsigned iq1_index(int p) { return (unsigned)p & 2047u; }
+static inline unsigned iq1_minus(int p) { return p >= 2048; }
+
+static void quant_iq1_s(const float *x, block_iq1_s *b, const iq_grid *k) {
+    uint8_t sc[16];
+    int pt[64];
+    uint32_t neg[8];
+    b->d = quant_grid(k, x, sc, pt, neg);
+    for (int ib = 0; ib < 8; ib++) {
+        unsigned qh = (unsigned)sc[ib] << 12 | iq1_minus(pt[4 * ib]) << 15; /* one half per unit */
+        for (int l = 0; l < 4; l++) {
+            b->qs[4 * ib + l] = (uint8_t)iq1_index(pt[4 * ib + l]);
+            qh |= (iq1_index(pt[4 * ib + l]) >> 8) << (3 * l);
+        }
+        b->qh[ib] = (uint16_t)qh;
+    }
+}
+
+static void quant_iq1_m(const float *x, block_iq1_m *b, const iq_grid *k) {
+    uint8_t sc[16];
+    int pt[64];
+    uint32_t neg[8];
+    uint16_t d = quant_grid(k, x, sc, pt, neg);
+    uint16_t words[4] = {0};
+    for (int ib = 0; ib < 8; ib++) {
+        for (int l = 0; l < 4; l++) {
+            int p = pt[4 * ib + l];
+            b->qs[4 * ib + l] = (uint8_t)iq1_index(p);
+            unsigned nib = iq1_index(p) >> 8 | iq1_minus(p) << 3;
+            if (l % 2 == 0) b->qh[2 * ib + l / 2] = (uint8_t)nib;
+            else b->qh[2 * ib + l / 2] |= (uint8_t)(nib << 4);
+        }
+        words[ib / 2] |= (uint16_t)((sc[2 * ib] | sc[2 * ib + 1] << 3) << (6 * (ib % 2)));
+    }
+    for (int w = 0; w < 4; w++) {
+        words[w] |= (uint16_t)((d >> (4 * w) & 15) << 12);
+        b->scales[2 * w] = (uint8_t)words[w], b->scales[2 * w + 1] = (uint8_t)(words[w] >> 8);
+    }
+}
+
 static void quant_grid_row(enum qtype t, const float *src, void *dst, int64_t n) {
-    iq_grid k; /* 37 KB, on the stack: no allocation that could fail */
+    iq_grid k; /* 157 KB, on the stack: no allocation that could fail */
     iq_grid_init(&k, t);
     for (int64_t i = 0; i < n / QK_K; i++) {
         const float *x = src + i * QK_K;
@@ -884,6 +971,8 @@ static void quant_grid_row(enum qtype t, const float *src, void *dst, int64_t n)
         case QTYPE_IQ3_S: quant_iq3_s(x, (block_iq3_s *)dst + i, &k); break;
         case QTYPE_IQ2_XXS: quant_iq2_xxs(x, (block_iq2_xxs *)dst + i, &k); break;
         case QTYPE_IQ2_XS: quant_iq2_xs(x, (block_iq2_xs *)dst + i, &k); break;
+        case QTYPE_IQ1_S: quant_iq1_s(x, (block_iq1_s *)dst + i, &k); break;
+        case QTYPE_IQ1_M: quant_iq1_m(x, (block_iq1_m *)dst + i, &k); break;
         default: quant_iq2_s(x, (block_iq2_s *)dst + i, &k); break;
         }
     }
@@ -976,6 +1065,7 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     case QTYPE_MXFP4: EACH_BLOCK(quant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
     case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
+    case QTYPE_IQ1_S: case QTYPE_IQ1_M:
         quant_grid_row(t, src, dst, n);
         return;
     case QTYPE_Q8_0:

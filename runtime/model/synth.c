@@ -101,19 +101,27 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
         if (!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) return QTYPE_Q3_K;
         if (!strcmp(role, "output")) return QTYPE_Q6_K;
         return QTYPE_Q2_K;
-    case SYNTH_MIX_LOWBIT:
+    case SYNTH_MIX_LOWBIT: {
+        /* 16 types over three layers (synth_quant_layers): the grid types on the small attention
+         * matrices, their quantizer being the slowest (IQ1's, 0.02 Mweights/s, on the smallest) */
+        static const enum qtype q[3] = {QTYPE_IQ3_XXS, QTYPE_IQ2_XXS, QTYPE_Q4_1},
+                                k[3] = {QTYPE_IQ1_S, QTYPE_IQ1_M, QTYPE_Q5_0},
+                                v[3] = {QTYPE_IQ3_S, QTYPE_IQ2_XS, QTYPE_Q5_1},
+                                o[3] = {QTYPE_IQ2_S, QTYPE_IQ4_XS, QTYPE_Q4_1},
+                                gate_up[3] = {QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_MXFP4}, /* one type: gate-up pairs */
+                                down[3] = {QTYPE_Q4_0, QTYPE_MXFP4, QTYPE_Q4_0};
+        uint32_t l = layer % 3;
         if (!strcmp(role, "router")) return QTYPE_F16;
         if (!strcmp(role, "embd")) return QTYPE_Q5_1;
-        if (!strcmp(role, "attn_q")) return layer % 2 == 0 ? QTYPE_Q4_1 : QTYPE_IQ3_XXS;
-        if (!strcmp(role, "attn_k")) return layer % 2 == 0 ? QTYPE_Q5_0 : QTYPE_IQ3_S;
-        /* the IQ2 grids on the small attention matrices: their quantizer is the slowest */
-        if (!strcmp(role, "attn_v")) return layer % 2 == 0 ? QTYPE_IQ2_XXS : QTYPE_IQ2_XS;
-        if (!strcmp(role, "attn_output")) return layer % 2 == 0 ? QTYPE_IQ2_S : QTYPE_IQ4_XS;
-        /* gate and up of one type: a GPU's gate-up pairs */
-        if (!strcmp(role, "ffn_gate") || !strcmp(role, "ffn_up")) return layer % 2 == 0 ? QTYPE_Q2_K : QTYPE_Q3_K;
-        if (!strcmp(role, "ffn_down")) return layer % 2 == 0 ? QTYPE_Q4_0 : QTYPE_MXFP4;
+        if (!strcmp(role, "attn_q")) return q[l];
+        if (!strcmp(role, "attn_k")) return k[l];
+        if (!strcmp(role, "attn_v")) return v[l];
+        if (!strcmp(role, "attn_output")) return o[l];
+        if (!strcmp(role, "ffn_gate") || !strcmp(role, "ffn_up")) return gate_up[l];
+        if (!strcmp(role, "ffn_down")) return down[l];
         if (!strcmp(role, "output")) return QTYPE_IQ4_NL;
         return QTYPE_Q4_1;
+    }
     case SYNTH_IQ4_XS:
     case SYNTH_IQ4_NL: {
         /* llama-quant.cpp's choices for these presets on qwen3moe (GQA 8, 128 experts), no imatrix */
@@ -496,6 +504,8 @@ done:
     free(c.tensors);
     return rc;
 }
+
+uint32_t synth_quant_layers(enum synth_quant q) { return q == SYNTH_MIX_LOWBIT ? 3 : 1; }
 
 int synth_write(const synth_spec *spec, const char *path, synth_progress_fn progress, void *user) {
     return write_model(spec, path, 0, NULL, progress, user);

