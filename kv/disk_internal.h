@@ -1,12 +1,16 @@
-/* What the disk tier's files share inside kv/ (disk_tier.c reads, writes and keeps the budget;
- * disk_dir.c owns the directory, the key and temp files; disk_fault.c the injected faults).
- * Not for other layers: kv/disk_tier.h is the tier's interface. */
+/* What the disk tier's files share inside kv/ (disk_tier.c: the chunk format, reads and writes;
+ * disk_budget.c: the index of the files, eviction, the budget; disk_names.c: file names;
+ * disk_dir.c: the directory, the key and temp files; disk_index.c: the LRU index itself;
+ * disk_fault.c: the injected faults). Not for other layers: kv/disk_tier.h is the tier's
+ * interface. */
 #pragma once
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/types.h>
 
 #include "kv/disk_tier.h"
+#include "runtime/base/error.h"
 
 enum { NAME_CAP = 128 }; /* a chunk or temp file's name, with room */
 /* Every file below DIR: never through a symlink, never blocking on a FIFO, not inherited. */
@@ -30,3 +34,21 @@ void kv_disk_fault_arm(kv_disk_tier *d, enum kv_disk_fault_op op, uint64_t at);
 /* write() and read() of chunk bytes, through the armed fault. */
 ssize_t kv_disk_io_write(kv_disk_tier *d, int fd, const void *p, size_t n);
 ssize_t kv_disk_io_read(kv_disk_tier *d, int fd, void *p, size_t n);
+
+/* disk_tier.c: a message about a file, on stderr (unless quiet) and in d->last_msg. */
+void kv_disk_say(kv_disk_tier *d, const char *fmt, ...) CD_PRINTF(2, 3);
+
+/* disk_names.c: n bytes as lower-case hex (2n digits and a NUL); the file name of chain hash h
+ * in format version v, and in the current format; 64 hex digits into h (NULL: only checked),
+ * the characters consumed or 0; a chunk file's name parsed into its hash and version. */
+void kv_disk_hex(const uint8_t *b, size_t n, char *out);
+void kv_disk_file_name(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t v, char name[NAME_CAP]);
+void kv_disk_chunk_name(const uint8_t h[KV_DISK_HASH_BYTES], char name[NAME_CAP]);
+int kv_disk_parse_hash(const char *s, uint8_t *h);
+bool kv_disk_parse_chunk_name(const char *s, uint8_t *h, uint32_t *v);
+
+/* disk_budget.c: unlinks least recently used files until `bytes` more fit the budget (1; 0 when
+ * only kept files are left; -1 when one cannot be removed, said); sets d->max_bytes from
+ * max_bytes, or 10% of the file system's free space (at least the floor). */
+int kv_disk_make_room(kv_disk_tier *d, uint64_t bytes);
+int kv_disk_set_budget(kv_disk_tier *d, uint64_t max_bytes);

@@ -1,6 +1,5 @@
 #include "kv/disk_tier.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <openssl/core_names.h>
@@ -11,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,38 +18,13 @@
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "runtime/base/key_encode.h"
+#include "runtime/base/le_bytes.h"
 
 #define MIB (1024.0 * 1024.0)
 static const char magic[8] = {'C', 'I', 'N', 'D', 'E', 'R', 'K', 'V'};
 enum { DTYPE_F16 = 1, TRAILER_BYTES = KV_DISK_MAC_BYTES };
 
-
-static void put32(uint8_t *p, uint32_t v) {
-    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v) {
-    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-    return v;
-}
-static uint64_t get64(const uint8_t *p) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
-
-static void hex(const uint8_t *b, size_t n, char *out) {
-    static const char digits[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) out[2 * i] = digits[b[i] >> 4], out[2 * i + 1] = digits[b[i] & 15];
-    out[2 * n] = 0;
-}
-
-/* A message about a file: stderr and last_msg. */
-static void say(kv_disk_tier *d, const char *fmt, ...) CD_PRINTF(2, 3);
-static void say(kv_disk_tier *d, const char *fmt, ...) {
+void kv_disk_say(kv_disk_tier *d, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(d->last_msg, sizeof d->last_msg, fmt, ap);
@@ -59,7 +32,7 @@ static void say(kv_disk_tier *d, const char *fmt, ...) {
     if (!d->quiet) fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
 }
 
-/* ---- the budget's index: every chunk file under DIR, least recently used first ---- */
+/* ---- the files' times: a chunk's mtime is when it was last used (the budget's LRU order) ---- */
 
 static int64_t now_ns(void) {
     struct timespec t;
@@ -115,7 +88,7 @@ int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, 
     uint8_t prev[KV_DISK_HASH_BYTES] = {0};
     for (uint32_t k = 0; !rc && k < n_chunks; k++) {
         const int32_t *t = ids + (size_t)k * d->chunk_tokens;
-        for (uint32_t i = 0; i < d->chunk_tokens; i++) put32(le + 4 * i, (uint32_t)t[i]);
+        for (uint32_t i = 0; i < d->chunk_tokens; i++) cd_put_le32(le + 4 * i, (uint32_t)t[i]);
         unsigned len = 0;
         if (!EVP_DigestInit_ex(c, EVP_sha256(), NULL)) { rc = cd_fail("disk tier: SHA-256 is not available"); break; }
         put_field(c, "domain", "cinder.kv-chunk.v1", 18);
@@ -130,191 +103,8 @@ int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, 
     return rc;
 }
 
-/* The file name of chain hash h in format version v inside a namespace directory. */
-static void file_name(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t v, char name[NAME_CAP]) {
-    char hx[2 * KV_DISK_HASH_BYTES + 1];
-    hex(h, KV_DISK_HASH_BYTES, hx);
-    if (v == 1) snprintf(name, NAME_CAP, "%s.kv", hx);
-    else snprintf(name, NAME_CAP, "%s.v%u.kv", hx, v);
-}
-
-static void chunk_name(const uint8_t h[KV_DISK_HASH_BYTES], char name[NAME_CAP]) { file_name(h, KV_DISK_VERSION, name); }
-
-static int unhex(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
-
-/* 64 lower-case hex digits into h (NULL: only checked); the characters consumed, or 0. */
-static int parse_hash(const char *s, uint8_t *h) {
-    for (int i = 0; i < 2 * KV_DISK_HASH_BYTES; i++) {
-        int v = unhex(s[i]);
-        if (v < 0) return 0;
-        if (h) h[i / 2] = (uint8_t)(i % 2 ? h[i / 2] | v : v << 4);
-    }
-    return 2 * KV_DISK_HASH_BYTES;
-}
-
-/* A chunk file's name: "<64 hex>.v<N>.kv" (format N >= 2) or "<64 hex>.kv" (format 1). */
-static bool parse_chunk_name(const char *s, uint8_t *h, uint32_t *v) {
-    if (!parse_hash(s, h)) return false;
-    s += 2 * KV_DISK_HASH_BYTES;
-    if (!strcmp(s, ".kv")) return *v = 1, true;
-    unsigned n;
-    int end = 0;
-    if (strncmp(s, ".v", 2) || s[2] < '1' || s[2] > '9') return false;
-    return sscanf(s, ".v%u.kv%n", &n, &end) == 1 && end && !s[end] && n >= 2 && (*v = n, true);
-}
-
-void kv_disk_path(const kv_disk_tier *d, const uint8_t h[KV_DISK_HASH_BYTES], char *path, size_t cap) {
-    char name[NAME_CAP];
-    chunk_name(h, name);
-    snprintf(path, cap, "%s/%s", d->dir, name);
-}
-
-/* ---- the budget: the scan, eviction ---- */
-
-typedef struct scanned {
-    uint8_t h[KV_DISK_HASH_BYTES];
-    uint64_t bytes;
-    int64_t mtime_ns;
-    uint32_t ns, version;
-} scanned;
-
-static int by_mtime(const void *pa, const void *pb) {
-    const scanned *a = pa, *b = pb;
-    if (a->mtime_ns != b->mtime_ns) return a->mtime_ns < b->mtime_ns ? -1 : 1;
-    if (a->ns != b->ns) return a->ns < b->ns ? -1 : 1;
-    if (a->version != b->version) return a->version < b->version ? -1 : 1;
-    return memcmp(a->h, b->h, KV_DISK_HASH_BYTES);
-}
-
-/* The chunk files of one namespace directory into *v (grown; *n of *cap); -1: out of memory. */
-static int scan_ns(int dfd, uint32_t ns, scanned **v, size_t *n, size_t *cap) {
-    int fd = dup(dfd);
-    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!dp) {
-        if (fd >= 0) close(fd);
-        return 0; /* unreadable: nothing counted */
-    }
-    int rc = 0;
-    for (struct dirent *de; !rc && (de = readdir(dp));) {
-        scanned f = {.ns = ns};
-        struct stat st;
-        if (!parse_chunk_name(de->d_name, f.h, &f.version) || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-            !S_ISREG(st.st_mode))
-            continue; /* gone already, or not a chunk file */
-        f.bytes = (uint64_t)st.st_size;
-        f.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        if (*n == *cap) {
-            size_t c = *cap ? 2 * *cap : 256;
-            scanned *p = realloc(*v, c * sizeof *p);
-            if (!p) { rc = -1; break; }
-            *v = p;
-            *cap = c;
-        }
-        (*v)[(*n)++] = f;
-    }
-    closedir(dp);
-    return rc;
-}
-
-int kv_disk_rescan(kv_disk_tier *d) {
-    int fd = openat(d->top_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *dp = fd >= 0 ? fdopendir(fd) : NULL;
-    if (!dp) {
-        if (fd >= 0) close(fd);
-        return 0; /* DIR unreadable now: keep what we know */
-    }
-    scanned *v = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    for (struct dirent *de; !rc && (de = readdir(dp));) {
-        if (strlen(de->d_name) != 2 * KV_DISK_HASH_BYTES || !parse_hash(de->d_name, NULL)) continue;
-        int sub = openat(d->top_fd, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (sub < 0) continue;
-        uint32_t ns = kv_disk_index_ns(&d->index, de->d_name);
-        rc = ns == KV_DISK_NONE ? -1 : scan_ns(sub, ns, &v, &n, &cap);
-        close(sub);
-    }
-    closedir(dp);
-    if (rc) {
-        free(v);
-        return cd_fail("disk tier: out of memory (the index of %s)", d->dir);
-    }
-    if (n) qsort(v, n, sizeof *v, by_mtime); /* v is NULL for an empty directory */
-    /* our stamps survive (a write-through's own prefix stays kept) */
-    uint64_t *stamps = malloc((n ? n : 1) * sizeof *stamps);
-    if (!stamps) {
-        free(v);
-        return cd_fail("disk tier: out of memory (the index of %s)", d->dir);
-    }
-    for (size_t i = 0; i < n; i++) {
-        uint32_t j = v[i].ns == 0 && v[i].version == KV_DISK_VERSION ? kv_disk_index_find(&d->index, v[i].h) : KV_DISK_NONE;
-        stamps[i] = j != KV_DISK_NONE ? d->index.files[j].stamp : 0;
-    }
-    kv_disk_index_clear(&d->index);
-    for (size_t i = 0; i < n; i++) kv_disk_index_add(&d->index, v[i].ns, v[i].version, v[i].h, v[i].bytes, v[i].mtime_ns, stamps[i]);
-    free(stamps);
-    free(v);
-    d->scans++;
-    d->scan_ms = cd_now_ms();
-    return 0;
-}
-
-/* Unlinks least recently used files until `bytes` more fit the budget: 1; 0 when only kept
- * files (the write-through's own prefix) are left; -1 when a file cannot be removed (said; it
- * stays in the index, so the budget still counts it, at the newest end: later writes try the
- * others first). A file gone already just
- * leaves the index; one whose mtime is newer than its entry (another process used it since our
- * scan) is moved to the newest end instead. */
-static int make_room(kv_disk_tier *d, uint64_t bytes) {
-    kv_disk_index *x = &d->index;
-    while (x->bytes + bytes > d->max_bytes) {
-        uint32_t i = x->oldest;
-        if (i == KV_DISK_NONE || x->files[i].stamp >= d->keep_from) return 0;
-        kv_disk_file f = x->files[i];
-        char name[NAME_CAP];
-        file_name(f.h, f.version, name);
-        int dfd = f.ns == 0 ? d->dir_fd : openat(d->top_fd, x->ns_names[f.ns], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        struct stat st;
-        int64_t mtime = 0;
-        bool there = dfd >= 0 && !fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
-        if (there) mtime = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
-        kv_disk_index_remove(x, i);
-        if (there && mtime > f.used_ns) {
-            kv_disk_index_add(x, f.ns, f.version, f.h, (uint64_t)st.st_size, mtime, f.stamp);
-        } else if (there && (kv_disk_fault_next(d, KV_FAULT_UNLINK) >= 0 ? (errno = EIO, -1) : unlinkat(dfd, name, 0)) &&
-                   errno != ENOENT) {
-            int e = errno;
-            kv_disk_index_add(x, f.ns, f.version, f.h, f.bytes, f.used_ns, f.stamp); /* still there: still counted */
-            if (dfd >= 0 && dfd != d->dir_fd) close(dfd);
-            say(d, "%s/%s: cannot remove it to keep within the budget: %s; the chunk being written stays uncached on "
-                "disk", f.ns == 0 ? d->dir : x->ns_names[f.ns], name, strerror(e));
-            return -1;
-        } else if (there) {
-            d->evicted_chunks++;
-            d->evicted_bytes += f.bytes;
-        }
-        if (dfd >= 0 && dfd != d->dir_fd) close(dfd);
-    }
-    return 1;
-}
-
 uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d) {
     return KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + d->chunk_pages * d->lay.page_bytes + TRAILER_BYTES;
-}
-
-/* The budget: max_bytes, or 10% of the free space of DIR's file system, at least the floor. */
-static int set_budget(kv_disk_tier *d, uint64_t max_bytes) {
-    if (max_bytes) {
-        d->max_bytes = max_bytes;
-        return 0;
-    }
-    struct statvfs sv;
-    if (fstatvfs(d->top_fd, &sv))
-        return cd_fail("--cache-dir: cannot measure the free space under %s (%s): give --cache-dir-max-mb", d->dir,
-                       strerror(errno));
-    uint64_t free_bytes = (uint64_t)sv.f_bavail * (sv.f_frsize ? sv.f_frsize : sv.f_bsize);
-    d->max_bytes = free_bytes / 10 > KV_DISK_MIN_DEFAULT_BYTES ? free_bytes / 10 : KV_DISK_MIN_DEFAULT_BYTES;
-    return 0;
 }
 
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
@@ -332,7 +122,7 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
     d->chunk_pages = chunk_pages;
     d->chunk_tokens = chunk_pages * lay->page_tokens;
     char nsx[2 * KV_DISK_HASH_BYTES + 1];
-    hex(ns, KV_DISK_HASH_BYTES, nsx);
+    kv_disk_hex(ns, KV_DISK_HASH_BYTES, nsx);
     size_t len = strlen(dir) + 1 + sizeof nsx;
     d->dir = malloc(len);
     d->tokens = malloc((size_t)d->chunk_tokens * sizeof *d->tokens);
@@ -348,7 +138,7 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
         return -1;
     }
     kv_disk_remove_stale_tmp(d);
-    if (kv_disk_index_ns(&d->index, nsx) != 0 || set_budget(d, max_bytes) || kv_disk_rescan(d) ||
+    if (kv_disk_index_ns(&d->index, nsx) != 0 || kv_disk_set_budget(d, max_bytes) || kv_disk_rescan(d) ||
         kv_disk_fault_set(d, getenv("CINDER_FAULT_DISK"))) {
         if (!d->index.n_ns) cd_fail("disk tier: out of memory");
         kv_disk_free(d);
@@ -418,18 +208,18 @@ static int read_full(kv_disk_tier *d, int fd, void *p, size_t n) {
 static void make_header(const kv_disk_tier *d, uint32_t k, const uint8_t *prev, const uint8_t *h, uint8_t *hd) {
     memset(hd, 0, KV_DISK_HEADER_BYTES);
     memcpy(hd, magic, 8);
-    put32(hd + 8, KV_DISK_VERSION);
-    put32(hd + 12, KV_DISK_HEADER_BYTES);
+    cd_put_le32(hd + 8, KV_DISK_VERSION);
+    cd_put_le32(hd + 12, KV_DISK_HEADER_BYTES);
     memcpy(hd + 16, d->ns, KV_DISK_HASH_BYTES);
-    put32(hd + 48, d->lay.n_layer);
-    put32(hd + 52, d->lay.n_head_kv);
-    put32(hd + 56, d->lay.head_dim);
-    put32(hd + 60, d->lay.page_tokens);
-    put32(hd + 64, DTYPE_F16);
-    put32(hd + 68, d->chunk_pages);
-    put64(hd + 72, d->lay.page_bytes);
-    put32(hd + 80, k);
-    put32(hd + 84, d->chunk_tokens);
+    cd_put_le32(hd + 48, d->lay.n_layer);
+    cd_put_le32(hd + 52, d->lay.n_head_kv);
+    cd_put_le32(hd + 56, d->lay.head_dim);
+    cd_put_le32(hd + 60, d->lay.page_tokens);
+    cd_put_le32(hd + 64, DTYPE_F16);
+    cd_put_le32(hd + 68, d->chunk_pages);
+    cd_put_le64(hd + 72, d->lay.page_bytes);
+    cd_put_le32(hd + 80, k);
+    cd_put_le32(hd + 84, d->chunk_tokens);
     memcpy(hd + 88, prev, KV_DISK_HASH_BYTES);
     memcpy(hd + 120, h, KV_DISK_HASH_BYTES);
 }
@@ -438,32 +228,32 @@ static void make_header(const kv_disk_tier *d, uint32_t k, const uint8_t *prev, 
  * *skip: the file may be good for another build (another format version): leave it. */
 static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32_t k, char *why, size_t cap, bool *skip) {
     if (memcmp(hd, magic, 8)) return "bad header (not a cinder KV chunk: wrong magic)";
-    if (get32(hd + 8) != KV_DISK_VERSION) {
-        snprintf(why, cap, "bad header (format version %u, this build reads %u)", get32(hd + 8), KV_DISK_VERSION);
+    if (cd_get_le32(hd + 8) != KV_DISK_VERSION) {
+        snprintf(why, cap, "bad header (format version %u, this build reads %u)", cd_get_le32(hd + 8), KV_DISK_VERSION);
         *skip = true;
         return why;
     }
-    if (get32(hd + 12) != KV_DISK_HEADER_BYTES) return "bad header (header size)";
+    if (cd_get_le32(hd + 12) != KV_DISK_HEADER_BYTES) return "bad header (header size)";
     if (memcmp(hd + 16, d->ns, KV_DISK_HASH_BYTES)) {
         char theirs[17], ours[17];
-        hex(hd + 16, 8, theirs);
-        hex(d->ns, 8, ours);
+        kv_disk_hex(hd + 16, 8, theirs);
+        kv_disk_hex(d->ns, 8, ours);
         snprintf(why, cap, "written for another model or config (namespace %s..., ours %s...), ignored", theirs, ours);
         return why;
     }
-    if (get32(hd + 48) != d->lay.n_layer || get32(hd + 52) != d->lay.n_head_kv || get32(hd + 56) != d->lay.head_dim ||
-        get32(hd + 60) != d->lay.page_tokens || get32(hd + 64) != DTYPE_F16 || get32(hd + 68) != d->chunk_pages ||
-        get64(hd + 72) != d->lay.page_bytes || get32(hd + 84) != d->chunk_tokens) {
+    if (cd_get_le32(hd + 48) != d->lay.n_layer || cd_get_le32(hd + 52) != d->lay.n_head_kv || cd_get_le32(hd + 56) != d->lay.head_dim ||
+        cd_get_le32(hd + 60) != d->lay.page_tokens || cd_get_le32(hd + 64) != DTYPE_F16 || cd_get_le32(hd + 68) != d->chunk_pages ||
+        cd_get_le64(hd + 72) != d->lay.page_bytes || cd_get_le32(hd + 84) != d->chunk_tokens) {
         snprintf(why, cap,
                  "bad header (KV layout %u layers, %u kv heads, head_dim %u, %u tokens/page, dtype %u, %u pages/chunk, "
                  "%llu bytes/page, %u tokens; ours %u, %u, %u, %u, %u, %u, %llu, %u)",
-                 get32(hd + 48), get32(hd + 52), get32(hd + 56), get32(hd + 60), get32(hd + 64), get32(hd + 68),
-                 (unsigned long long)get64(hd + 72), get32(hd + 84), d->lay.n_layer, d->lay.n_head_kv, d->lay.head_dim,
+                 cd_get_le32(hd + 48), cd_get_le32(hd + 52), cd_get_le32(hd + 56), cd_get_le32(hd + 60), cd_get_le32(hd + 64), cd_get_le32(hd + 68),
+                 (unsigned long long)cd_get_le64(hd + 72), cd_get_le32(hd + 84), d->lay.n_layer, d->lay.n_head_kv, d->lay.head_dim,
                  d->lay.page_tokens, DTYPE_F16, d->chunk_pages, (unsigned long long)d->lay.page_bytes, d->chunk_tokens);
         return why;
     }
-    if (get32(hd + 80) != k) {
-        snprintf(why, cap, "bad header (chunk %u, expected %u)", get32(hd + 80), k);
+    if (cd_get_le32(hd + 80) != k) {
+        snprintf(why, cap, "bad header (chunk %u, expected %u)", cd_get_le32(hd + 80), k);
         return why;
     }
     for (int i = 152; i < (int)KV_DISK_HEADER_BYTES; i++)
@@ -474,12 +264,12 @@ static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32
 /* A bad file: never served; removed unless it may be good for someone else or later (skip). */
 static void reject(kv_disk_tier *d, const char *path, const uint8_t h[KV_DISK_HASH_BYTES], const char *why, bool skip) {
     if (skip) {
-        say(d, "%s: %s; skipped, recomputing", path, why);
+        kv_disk_say(d, "%s: %s; skipped, recomputing", path, why);
         kv_disk_set_add(&d->stale, h); /* write-through replaces it instead of trusting the name */
     } else {
-        say(d, "%s: %s; removed, recomputing", path, why);
+        kv_disk_say(d, "%s: %s; removed, recomputing", path, why);
         char name[NAME_CAP];
-        chunk_name(h, name);
+        kv_disk_chunk_name(h, name);
         unlinkat(d->dir_fd, name, 0);
         uint32_t i = kv_disk_index_find(&d->index, h);
         if (i != KV_DISK_NONE) kv_disk_index_remove(&d->index, i);
@@ -525,7 +315,7 @@ static const char *read_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, ui
     if (mac_end(&m, want_sum) && !r) return *skip = true, "HMAC-SHA-256 failed";
     if (r) return *skip = r < 0, r < 0 ? "read error" : "truncated (read failed)";
     if (CRYPTO_memcmp(sum, want_sum, sizeof sum)) return "corrupt or forged (MAC mismatch: not written with this directory's key)";
-    for (uint32_t i = 0; i < d->chunk_tokens; i++) d->tokens[i] = (int32_t)get32(le + 4 * i);
+    for (uint32_t i = 0; i < d->chunk_tokens; i++) d->tokens[i] = (int32_t)cd_get_le32(le + 4 * i);
     if (memcmp(d->tokens, tokens, (size_t)d->chunk_tokens * sizeof *tokens))
         return "its tokens differ from the prompt's (a hash collision or a forged file)";
     if (memcmp(hd + 88, prev, KV_DISK_HASH_BYTES) || memcmp(hd + 120, h, KV_DISK_HASH_BYTES))
@@ -537,7 +327,7 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
                  const uint8_t h[KV_DISK_HASH_BYTES]) {
     char path[4096], name[NAME_CAP], why[512];
     kv_disk_path(d, h, path, sizeof path);
-    chunk_name(h, name);
+    kv_disk_chunk_name(h, name);
     double t0 = cd_now_ms();
     int fd = openat(d->dir_fd, name, OPEN_READ);
     if (fd < 0) {
@@ -604,7 +394,7 @@ static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t 
     uint64_t pb = d->lay.page_bytes;
     make_header(d, k, prev, h, hd);
     uint8_t *le = (uint8_t *)d->tokens;
-    for (uint32_t i = 0; i < d->chunk_tokens; i++) put32(le + 4 * i, (uint32_t)tokens[i]);
+    for (uint32_t i = 0; i < d->chunk_tokens; i++) cd_put_le32(le + 4 * i, (uint32_t)tokens[i]);
     mac m;
     if (mac_begin(d, &m)) return -2;
     kv_disk_fault_arm(d, KV_FAULT_WRITE, KV_DISK_HEADER_BYTES + (uint64_t)d->chunk_tokens * 4 + pb / 2);
@@ -624,7 +414,7 @@ static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t 
 }
 
 static int store_failed(kv_disk_tier *d, const char *path, int e) {
-    say(d, "%s: cannot write: %s; the chunk stays uncached on disk", path, strerror(e));
+    kv_disk_say(d, "%s: cannot write: %s; the chunk stays uncached on disk", path, strerror(e));
     d->write_errors++;
     return 0;
 }
@@ -668,13 +458,13 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
                   const uint8_t h[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages) {
     char path[4096], name[NAME_CAP], tmp[NAME_CAP + 64];
     kv_disk_path(d, h, path, sizeof path);
-    chunk_name(h, name);
+    kv_disk_chunk_name(h, name);
     if (already_there(d, h, name)) return 0;
     double t0 = cd_now_ms();
     uint64_t size = kv_disk_chunk_bytes(d);
     if (size > d->max_bytes) return over_budget(d, path, size);
     if (cd_now_ms() - d->scan_ms >= KV_DISK_RESCAN_MS && kv_disk_rescan(d)) return -1;
-    int room = make_room(d, size);
+    int room = kv_disk_make_room(d, size);
     if (room < 0) return d->write_errors++, 0;
     if (!room) return over_budget(d, path, size);
     /* the file and its space first: a full disk or a read-only directory costs no GPU copy */
@@ -713,7 +503,7 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     if ((kv_disk_fault_next(d, KV_FAULT_DIRSYNC) >= 0 ? (errno = EIO, -1) : fsync(d->dir_fd)) && errno != EINVAL) {
         e = errno;
         unlinkat(d->dir_fd, name, 0);
-        say(d, "%s: cannot sync its directory: %s; removed, the chunk stays uncached on disk", path, strerror(e));
+        kv_disk_say(d, "%s: cannot sync its directory: %s; removed, the chunk stays uncached on disk", path, strerror(e));
         d->write_errors++;
         return 0;
     }

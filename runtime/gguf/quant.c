@@ -22,6 +22,7 @@
 #include <strings.h>
 
 #include "runtime/base/fp16.h"
+#include "runtime/base/le_bytes.h"
 
 /* ---- type table ---- */
 
@@ -216,17 +217,15 @@ static void dequant_q4_1(const block_q4_1 *b, float *y) {
     for (int i = 0; i < 32; i++) y[i] = (float)legacy_level(b->qs, 0, i) * d + m;
 }
 
-static uint32_t le32(const uint8_t p[4]) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
-
 static void dequant_q5_0(const block_q5_0 *b, float *y) {
     float d = fp16_to_f32(b->d);
-    uint32_t qh = le32(b->qh);
+    uint32_t qh = cd_get_le32(b->qh);
     for (int i = 0; i < 32; i++) y[i] = (float)(legacy_level(b->qs, qh, i) - 16) * d;
 }
 
 static void dequant_q5_1(const block_q5_1 *b, float *y) {
     float d = fp16_to_f32(b->d), m = fp16_to_f32(b->m);
-    uint32_t qh = le32(b->qh);
+    uint32_t qh = cd_get_le32(b->qh);
     for (int i = 0; i < 32; i++) y[i] = (float)legacy_level(b->qs, qh, i) * d + m;
 }
 

@@ -10,14 +10,11 @@
 #include <xxhash.h>
 
 #include "runtime/base/error.h"
+#include "runtime/base/le_bytes.h"
 #include "runtime/vk/vk_check.h"
 
 #define HEADER 24
 
-static void put32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static void put64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
-static uint32_t get32(const uint8_t *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get64(const uint8_t *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
 
 /* Reads the whole file; NULL (note set) when missing or unreadable. */
 static uint8_t *slurp(cvk_pcache *c, size_t *len) {
@@ -43,18 +40,18 @@ static uint8_t *slurp(cvk_pcache *c, size_t *len) {
 /* The payload when the file is intact and was written for this device and driver. */
 static const uint8_t *validate(cvk_pcache *c, const uint8_t *buf, size_t len, size_t *n) {
     const VkPhysicalDeviceProperties *p = &c->dev->info.props;
-    if (len < HEADER || memcmp(buf, "CDPC", 4) || get32(buf + 4) != 1) {
+    if (len < HEADER || memcmp(buf, "CDPC", 4) || cd_get_le32(buf + 4) != 1) {
         snprintf(c->note, sizeof c->note, "not a cinder pipeline cache");
         return NULL;
     }
-    uint64_t size = get64(buf + 8);
-    if (size != len - HEADER || XXH64(buf + HEADER, size, 0) != get64(buf + 16)) {
+    uint64_t size = cd_get_le64(buf + 8);
+    if (size != len - HEADER || XXH64(buf + HEADER, size, 0) != cd_get_le64(buf + 16)) {
         snprintf(c->note, sizeof c->note, "corrupt (length or checksum mismatch)");
         return NULL;
     }
     const uint8_t *v = buf + HEADER;
-    if (size < 16 + VK_UUID_SIZE || get32(v) < 16 + VK_UUID_SIZE || get32(v + 4) != VK_PIPELINE_CACHE_HEADER_VERSION_ONE ||
-        get32(v + 8) != p->vendorID || get32(v + 12) != p->deviceID ||
+    if (size < 16 + VK_UUID_SIZE || cd_get_le32(v) < 16 + VK_UUID_SIZE || cd_get_le32(v + 4) != VK_PIPELINE_CACHE_HEADER_VERSION_ONE ||
+        cd_get_le32(v + 8) != p->vendorID || cd_get_le32(v + 12) != p->deviceID ||
         memcmp(v + 16, p->pipelineCacheUUID, VK_UUID_SIZE)) {
         snprintf(c->note, sizeof c->note, "written for another device or driver");
         return NULL;
@@ -123,9 +120,9 @@ int cvk_pcache_save(cvk_pcache *c) {
     if (CVK_CHECK(vkGetPipelineCacheData(c->dev->dev, c->cache, &n, data))) { free(data); return -1; }
     uint8_t head[HEADER];
     memcpy(head, "CDPC", 4);
-    put32(head + 4, 1);
-    put64(head + 8, n);
-    put64(head + 16, XXH64(data, n, 0));
+    cd_put_le32(head + 4, 1);
+    cd_put_le64(head + 8, n);
+    cd_put_le64(head + 16, XXH64(data, n, 0));
     int rc = cvk_make_parent_dirs(c->path) ? -1 : write_file(c->path, head, data, n);
     free(data);
     return rc;
