@@ -18,7 +18,9 @@
  *   llama_oracle MODEL.gguf --quantize PRESET --out OUT.gguf [--threads N]
  *       MODEL quantized by llama.cpp's own llama_model_quantize (llama-quantize's whole
  *       per-tensor policy) to PRESET, named as llama-quantize names it (Q4_K_M, IQ4_XS,
- *       MXFP4_MOE, ...; no importance matrix, so not the IQ1/IQ2 presets that need one).
+ *       MXFP4_MOE, ...). The presets that need an importance matrix (IQ1_*, IQ2_*, IQ3_XXS,
+ *       IQ3_XS, Q2_K_S) get a flat one: every column of every matrix (each expert's) weighs 1,
+ *       which is what llama-imatrix would measure from activations of equal energy.
  *   llama_oracle MODEL.gguf --dequantize OUT.gguf
  *       writes a copy of MODEL (same metadata) with every tensor converted to F32 by ggml's
  *       own dequantizers: the same weights, evaluated without activation quantization.
@@ -356,8 +358,37 @@ static const struct { const char *name; enum llama_ftype ftype; } presets[] = {
     {"TQ1_0", LLAMA_FTYPE_MOSTLY_TQ1_0},     {"MXFP4_MOE", LLAMA_FTYPE_MOSTLY_MXFP4_MOE},
 };
 
+/* A flat importance matrix for every matrix of MODEL: ne[0] x ne[2] ones (one row per expert),
+ * as llama_model_quantize takes it (a list ended by a NULL name); kept until exit. */
+static const struct llama_model_imatrix_data *flat_imatrix(const char *model) {
+    struct ggml_context *meta = NULL;
+    struct gguf_context *g = L.gguf_init_from_file(model, (struct gguf_init_params){.no_alloc = true, .ctx = &meta});
+    if (!g) die("cannot read %s", model);
+    int64_t n = L.gguf_get_n_tensors(g), most = 1;
+    struct llama_model_imatrix_data *m = calloc((size_t)n + 1, sizeof *m);
+    if (!m) die("out of memory");
+    size_t k = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const struct ggml_tensor *t = L.ggml_get_tensor(meta, L.gguf_get_tensor_name(g, i));
+        if (t->ne[1] <= 1) continue; /* norms: not quantized */
+        int64_t size = t->ne[0] * t->ne[2];
+        most = size > most ? size : most;
+        m[k].name = strdup(L.gguf_get_tensor_name(g, i)), m[k].size = (size_t)size, k++;
+    }
+    float *ones = malloc((size_t)most * sizeof *ones);
+    if (!ones) die("out of memory");
+    for (int64_t i = 0; i < most; i++) ones[i] = 1.0f;
+    for (size_t i = 0; i < k; i++) m[i].data = ones;
+    L.gguf_free(g);
+    L.ggml_free(meta);
+    return m;
+}
+
 static int cmd_quantize(const opts *o) {
     struct llama_model_quantize_params qp = L.llama_model_quantize_default_params();
+    static const char *const needs_imatrix[] = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "Q2_K_S"};
+    for (size_t j = 0; j < sizeof needs_imatrix / sizeof *needs_imatrix; j++)
+        if (!strcmp(o->quantize, needs_imatrix[j])) qp.imatrix = flat_imatrix(o->model);
     size_t i = 0;
     while (i < sizeof presets / sizeof *presets && strcmp(presets[i].name, o->quantize)) i++;
     if (i == sizeof presets / sizeof *presets) die("unknown preset %s (llama-quantize's names: Q4_K_M, IQ4_XS, ...)", o->quantize);
