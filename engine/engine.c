@@ -86,8 +86,9 @@ static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, b
     return 0;
 }
 
-int engine_init(engine *e, model *m, const engine_opts *o) {
-    *e = (engine){.m = m, .cache_on = !o->no_prefix_cache};
+/* engine_init up to the memory plan (plan: where its sizes go; plan_only: stop there). */
+static int init_engine(engine *e, model *m, const engine_opts *o, gpu_memory_plan *plan, bool plan_only) {
+    *e = (engine){.m = m, .cache_on = !o->no_prefix_cache && !plan_only};
     if (o->cache_dir_max_bytes && !o->cache_dir) return cd_fail("a disk budget (--cache-dir-max-mb) needs a disk tier (--cache-dir)");
     if (!e->cache_on && (o->host_cache_mb || o->cache_dir))
         return cd_fail("%s needs the prefix cache (it is off: no_prefix_cache)",
@@ -125,8 +126,10 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out,
                          .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
                          .device_memory = (uint64_t)o->device_memory_mb << 20, .progress = o->load_progress,
-                         .host_expert_layers = o->host_expert_layers, .host_experts_fixed = o->host_experts_fixed};
+                         .host_expert_layers = o->host_expert_layers, .host_experts_fixed = o->host_experts_fixed,
+                         .plan = plan, .plan_only = plan_only};
     CD_TRY(init_pool_and_model(e, &lay, pool, !o->pool_tokens, !o->n_ctx, &go));
+    if (plan_only) return 0;
     CD_TRY(model_set_weights_digest(m, e->g.w.digest));
     CD_TRY(alloc_scheduler(e, o));
     e->draw_on_device = o->draw == ENGINE_DRAW_DEVICE ||
@@ -153,6 +156,28 @@ int engine_init(engine *e, model *m, const engine_opts *o) {
     }
     if (o->page_events) CD_TRY(kv_cache_set_events(&e->cache, o->page_events, o->page_events_ctx));
     return 0;
+}
+
+int engine_init(engine *e, model *m, const engine_opts *o) { return init_engine(e, m, o, NULL, false); }
+
+int engine_plan_memory(model *m, const engine_opts *o, engine_plan *out) {
+    *out = (engine_plan){0};
+    engine *e = calloc(1, sizeof *e);
+    if (!e) return cd_fail("out of memory");
+    int rc = init_engine(e, m, o, &out->mem, true);
+    if (rc && out->mem.device) { /* the plan was made, and refused */
+        snprintf(out->refusal, sizeof out->refusal, "%s", cd_errmsg());
+        rc = 0;
+    }
+    if (!rc && e->vk) {
+        snprintf(out->device, sizeof out->device, "%s", e->vk->dev.info.props.deviceName);
+        out->n_ctx = out->mem.n_ctx;
+        out->pool_tokens = e->pool.pages.n_pages * e->pool.lay.page_tokens;
+        out->host_expert_layers = e->g.host_expert_layers;
+    }
+    engine_free(e);
+    free(e);
+    return rc;
 }
 
 int engine_cache_pages(const engine *e, void (*fn)(void *ctx, uint64_t hash, kv_medium m), void *ctx) {

@@ -305,6 +305,19 @@ typedef struct engine_request {
  * fingerprint from the digest made on the way) and sets the cache's namespace from it. */
 int engine_init(engine *e, model *m, const engine_opts *o);
 void engine_free(engine *e); /* zeroed is fine */
+
+/* The memory plan engine_init would make with o on this device, without reading a weight: the
+ * context and KV pool it would take (its own, fitted to the device, where o leaves them 0), the
+ * layers whose experts would stay in host memory, the sizes; when the weights do not fit,
+ * `refusal` holds what engine_init would say. -1 only when no plan could be made (no device,
+ * out of memory, ...): `cinder info`. */
+typedef struct engine_plan {
+    char device[256];
+    uint32_t n_ctx, pool_tokens, host_expert_layers;
+    gpu_memory_plan mem;
+    char refusal[640]; /* "" when the weights fit */
+} engine_plan;
+int engine_plan_memory(model *m, const engine_opts *o, engine_plan *out);
 int engine_set_sampler(engine *e, const sampler_params *p);
 
 /* Queues a request; *handle names it. Fails (nothing queued) for an empty prompt, one that

@@ -25,7 +25,7 @@ check "... the context length" grep -Eq "^context \(train\)   [0-9]+$" <<<"$info
 # RoPE scaling from the command line (llama.cpp's flags; a YaRN file mkmodel writes: conformance_llama.sh,
 # the same fingerprint from the file and the flags: tests/test_model.c)
 check "info shows the RoPE as run" grep -q "^rope as run       theta 1e+06, none$" <<<"$info"
-yarn_info=$("$bin" info "$model" --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 1024)
+yarn_info=$("$bin" info --no-plan "$model" --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 1024)
 check "info --rope-scaling yarn: YaRN with llama.cpp's attention factor" grep -q "^rope as run       theta 1e+06, yarn, factor 4, original context 1024, attention factor 1.1386$" <<<"$yarn_info"
 check "... the context becomes original x factor" grep -q "^context           4096$" <<<"$yarn_info"
 check "... and another fingerprint" test "$(grep ^fingerprint <<<"$yarn_info")" != "$(grep ^fingerprint <<<"$info")"
@@ -40,6 +40,22 @@ err=$(printf 'hi\n' | "$bin" chat --model "$model" --n 1 --kv-pool-tokens 200000
 fit=$(sed -n 's/.*a KV pool of \([0-9]*\) tokens would leave room for them.*/\1/p' <<<"$err")
 check "a KV pool too large for the device is refused, with the pool that would fit ($fit tokens)" test -n "$fit"
 check "... which does: the same chat with that pool runs" bash -c "printf 'hi\n' | '$bin' chat --model '$model' --n 1 --kv-pool-tokens '$fit' --device-memory-mb 700 >/dev/null 2>&1"
+# info shows that plan before any weight is read: the sizes, and what run would say where it does not fit
+check "info: the memory plan fits this device" grep -Eq "^  total +[0-9.]+ (MiB|GiB) of [0-9.]+ (MiB|GiB): fits$" <<<"$info"
+check "info: the plan's KV pool is 4 x the file's context" grep -q "^  KV pool         163840 tokens, .* (context 40960)$" <<<"$info"
+plan_ctx=$("$bin" info "$model" --ctx 8192 --device-memory-mb 700 2>/dev/null)
+check "info --ctx 8192 --device-memory-mb 700: a pool of 4 x 8192, against 700 MiB" \
+  bash -c 'grep -q "^  KV pool         32768 tokens, .* (context 8192)$" <<<"$1" && grep -q "^memory plan .*: 700.0 MiB (as asked" <<<"$1"' _ "$plan_ctx"
+small=$("$bin" info "$model" --device-memory-mb 1 2>/dev/null)
+says=$(sed -n 's/^  cinder says     //p' <<<"$small")
+check "info --device-memory-mb 1: does not fit, and says why" bash -c 'grep -q ": does not fit$" <<<"$1" && grep -q "the weights need" <<<"$2"' _ "$small" "$says"
+chat_err=$(printf 'hi\n' | "$bin" chat --model "$model" --n 1 --device-memory-mb 1 2>&1 >/dev/null || true)
+check "... in the words chat refuses with" grep -qF "$says" <<<"$chat_err"
+serve_plan=$("$bin" info "$model" --parallel 8 2>/dev/null | sed -n 's/^  work buffers    //p')
+check "info --parallel 8 (serve's default): more work buffers than one sequence's" \
+  python3 -c 'import sys; mib = lambda s: float(s.split()[0]) * (1024 if "GiB" in s else 1); sys.exit(not mib(sys.argv[1]) > mib(sys.argv[2]))' \
+  "$serve_plan" "$(sed -n 's/^  work buffers    //p' <<<"$info")"
+check "info --no-plan: no plan" bash -c '! "$1" info --no-plan "$2" | grep -q "^memory plan"' _ "$bin" "$model"
 # Experts in host memory (--n-cpu-moe / --cpu-moe, or the plan's choice): the device's kernels read
 # the same bytes there, so the same tokens. A model whose experts weigh: 64 of 512 per layer.
 moe=$tmp/moe64.gguf
@@ -113,14 +129,14 @@ check "info's type histogram has a row per type" grep -Eq "^  Q6_K +5 +[0-9]+ +[
 # mkmodel --chat-template-file: any text; info, chat and serve recognise it or refuse it
 coder_tmpl=${CINDER_SOURCE_DIR:?}/third_party/llama/src/models/templates/Qwen3-Coder.jinja
 check "mkmodel --chat-template-file" "$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$coder_tmpl" --out "$tmp/coder.gguf"
-check "info recognises Qwen3-Coder's template" grep -q "^chat template     qwen3-coder (the exact text cinder renders)$" <<<"$("$bin" info "$tmp/coder.gguf")"
+check "info recognises Qwen3-Coder's template" grep -q "^chat template     qwen3-coder (the exact text cinder renders)$" <<<"$("$bin" info --no-plan "$tmp/coder.gguf")"
 sed 's/You are Qwen, a helpful AI assistant/You are a helpful assistant/' "$coder_tmpl" >"$tmp/coder_variant.jinja"
 "$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$tmp/coder_variant.jinja" --out "$tmp/coder_variant.gguf" 2>/dev/null
-check "info says a changed Coder template is unknown, a variant of qwen3-coder" grep -q "^chat template     unknown, a variant of qwen3-coder by its markers (" <<<"$("$bin" info "$tmp/coder_variant.gguf")"
+check "info says a changed Coder template is unknown, a variant of qwen3-coder" grep -q "^chat template     unknown, a variant of qwen3-coder by its markers (" <<<"$("$bin" info --no-plan "$tmp/coder_variant.gguf")"
 fails_with "chat refuses a variant, saying which --chat-template renders it" "its markers say it is a variant of qwen3-coder (Qwen3-Coder, XML tool calls); render it with that layout by passing --chat-template qwen3-coder" "$bin" chat --model "$tmp/coder_variant.gguf" </dev/null
 printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}' >"$tmp/odd.jinja"
 "$bin" mkmodel --preset tiny --seed 3 --layers 1 --chat-template-file "$tmp/odd.jinja" --out "$tmp/odd.gguf" 2>/dev/null
-check "info says an unknown template is unknown" grep -q "^chat template     unknown (50 bytes, hash [0-9a-f]\{16\}): serve and chat need --chat-template NAME$" <<<"$("$bin" info "$tmp/odd.gguf")"
+check "info says an unknown template is unknown" grep -q "^chat template     unknown (50 bytes, hash [0-9a-f]\{16\}): serve and chat need --chat-template NAME$" <<<"$("$bin" info --no-plan "$tmp/odd.gguf")"
 fails_with "chat refuses an unknown template, naming the known ones" "is none cinder renders; cinder knows qwen3 (Qwen3 hybrid thinking), qwen3-coder (Qwen3-Coder, XML tool calls): pick one with --chat-template NAME" "$bin" chat --model "$tmp/odd.gguf" </dev/null
 fails_with "serve refuses an unknown template" "is none cinder renders; cinder knows qwen3" "$bin" serve --model "$tmp/odd.gguf" --port 0
 check "chat --chat-template NAME renders a file's unknown template with NAME" "$bin" chat --model "$tmp/odd.gguf" --chat-template qwen3 --n 2 <<<"hi"
@@ -320,7 +336,7 @@ fails_with "bench --kv-pool-tokens too small" "KV pool too small" "$bin" bench -
 sz=$("$bin" mkmodel --preset qwen3-30b-a3b --dry-run | sed -E 's/.*: ([0-9]+) bytes.*/\1/')
 check "qwen3-30b-a3b preset is about 17 GB at q4_k_m ($sz bytes)" python3 -c "import sys; sys.exit(not 16e9 < $sz < 19.5e9)"
 check "mkmodel --dense writes a dense qwen3" "$bin" mkmodel --preset tiny --dense --ff 512 --quant q8_0 --out "$tmp/dense.gguf"
-dense_info=$("$bin" info "$tmp/dense.gguf")
+dense_info=$("$bin" info --no-plan "$tmp/dense.gguf")
 check "info on the dense model" grep -q "architecture      qwen3$" <<<"$dense_info"
 check "info names the file type as llama.cpp does" grep -q "^file type         Q8_0 (LLAMA_FTYPE_MOSTLY_Q8_0, general.file_type 7)$" <<<"$dense_info"
 dense=$("$bin" run --model "$tmp/dense.gguf" --tokens 5,6,7 --n 3 --json --ignore-eos | json_field 'len(d["tokens"])')

@@ -14,7 +14,7 @@ rm -rf "$tmp"
 mkdir -p "$tmp"
 source "$(dirname "$0")/check.sh"
 tokens() { "$bin" run --model "$1" --tokens 1,2,3,4,5 --n 8 --json --ignore-eos "${@:2}" | json_field 'd["tokens"]'; }
-fingerprint() { "$bin" info "$1" | sed -nE 's/^fingerprint +([0-9a-f]{64})$/\1/p'; }
+fingerprint() { "$bin" info --no-plan "$1" | sed -nE 's/^fingerprint +([0-9a-f]{64})$/\1/p'; }
 
 "$src/tests/oracle/build_gguf_split.sh" "$tmp/oracle" || { echo "gguf_split: FAIL: cannot build llama.cpp's gguf-split" >&2; exit 1; }
 split=$tmp/oracle/llama-gguf-split
@@ -36,7 +36,7 @@ check "... and writes 27 tensors in 3 shards" test -f "$tmp/ours-00003-of-00003.
 for m in "$first" "$tmp/ll_tensors-00001-of-00004.gguf" "$tmp"/ll_size-00001-of-*.gguf "$tmp/ll_meta-00001-of-00004.gguf"; do
   name=$(basename "$m")
   n=$(sed -E 's/.*-of-0*([0-9]+)\.gguf$/\1/' <<<"$name")
-  info=$("$bin" info "$m")
+  info=$("$bin" info --no-plan "$m")
   check "$name: info says it is split in $n" grep -q "^split             $n shards, " <<<"$info"
   check "$name: info counts the bytes of every shard" grep -q "^bytes on disk     $(cat "${m%-00001-of-*}"-000*-of-*.gguf | wc -c) " <<<"$info"
   check "$name: the unsplit model's fingerprint" test "$(fingerprint "$m")" = "$want_fp"
@@ -49,13 +49,13 @@ done
 check "llama.cpp merges cinder's shards back into the same model" test "$(fingerprint "$tmp/merged.gguf")" = "$want_fp"
 
 fails_with "a later shard names the first" "shard 2 of 3 of a split model: open the first shard, $tmp/ours-00001-of-00003.gguf" \
-  "$bin" info "$tmp/ours-00002-of-00003.gguf"
+  "$bin" info --no-plan "$tmp/ours-00002-of-00003.gguf"
 mv "$tmp/ours-00003-of-00003.gguf" "$tmp/away.gguf"
 fails_with "a missing shard is named" "shard 3 of 3, $tmp/ours-00003-of-00003.gguf: cannot open: No such file" \
   "$bin" run --model "$first" --tokens 1 --n 1
 cp "$tmp/ll_tensors-00002-of-00004.gguf" "$tmp/ours-00003-of-00003.gguf"
 fails_with "a shard of another cut" "shard 3 of 3, $tmp/ours-00003-of-00003.gguf: split.count is 4, the first shard's 3" \
-  "$bin" info "$first"
+  "$bin" info --no-plan "$first"
 cp "$tmp/ours-00002-of-00003.gguf" "$tmp/ours-00003-of-00003.gguf"
 fails_with "a shard in another's place" "shard 3 of 3, $tmp/ours-00003-of-00003.gguf: split.no is 1 but its name makes it shard 3" \
   "$bin" run --model "$first" --tokens 1 --n 1 --cpu
@@ -63,9 +63,9 @@ cp "$tmp/away.gguf" "$tmp/ours-00003-of-00003.gguf"
 "$bin" mkmodel --preset tiny --layers 3 --seed 3 --split-max-tensors 13 --out "$tmp/other.gguf" >/dev/null 2>&1
 cp "$tmp/other-00002-of-00003.gguf" "$tmp/ours-00002-of-00003.gguf"
 fails_with "a shard of another model" "shard 2 of 3, $tmp/ours-00002-of-00003.gguf: split.tensors.count is 39, the first shard's 27" \
-  "$bin" info "$first"
+  "$bin" info --no-plan "$first"
 cp "$first" "$tmp/renamed.gguf"
 fails_with "a first shard renamed" "split.count is 3 but the name does not end in -00001-of-00003.gguf" \
-  "$bin" info "$tmp/renamed.gguf"
+  "$bin" info --no-plan "$tmp/renamed.gguf"
 
 check_summary

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "runtime/base/error.h"
+#include "runtime/base/size_text.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/vk/op_eltwise.h"
 #include "runtime/vk/op_get_rows.h"
@@ -113,12 +114,6 @@ static int make_rope_table(gpu_model *g, cvk_ctx *vk, const model *m) {
     return cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, freq, mscale, g->n_ctx);
 }
 
-/* n bytes as a person reads them: GiB from 1 GiB, else MiB. */
-static const char *size_text(uint64_t n, char buf[32]) {
-    if (n >= (1ull << 30)) snprintf(buf, 32, "%.2f GiB", (double)n / (1ull << 30));
-    else snprintf(buf, 32, "%.1f MiB", (double)n / (1ull << 20));
-    return buf;
-}
 
 /* Bytes of layer il's expert tensors (none in a dense model). */
 static uint64_t expert_bytes(const model *m, uint32_t il) {
@@ -146,41 +141,46 @@ static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mode
         for (hosted = 0; hosted < n_layer && device_weight_bytes(m, hosted) > room && expert_bytes(m, hosted); hosted++) {}
     uint64_t need = device_weight_bytes(m, hosted);
     g->host_expert_layers = hosted;
+    uint64_t kv = o->kv && o->kv->size <= used ? o->kv->size : 0, work = used - kv;
+    uint64_t whole = o->device_memory ? o->device_memory : room + used;
+    if (o->plan)
+        *o->plan = (gpu_memory_plan){.weights = need, .host_experts = model_weight_bytes(m) - need, .kv = kv,
+                                     .work = work, .device = whole, .n_ctx = g->n_ctx, .fits = need <= room};
     if (need <= room) {
         char a[32], b[32];
         if (hosted && !o->host_experts_fixed)
             fprintf(stderr, "cinder: the experts of %u of %u layers (%s) stay in host memory, read by the device, so the "
                             "other weights (%s) fit it (--n-cpu-moe N sets how many)\n",
-                    hosted, n_layer, size_text(model_weight_bytes(m) - need, a), size_text(need, b));
+                    hosted, n_layer, cd_size_text(model_weight_bytes(m) - need, a), cd_size_text(need, b));
         return 0;
     }
-    uint64_t kv = o->kv && o->kv->size <= used ? o->kv->size : 0, work = used - kv;
-    uint64_t whole = o->device_memory ? o->device_memory : room + used;
     if (o->kv_room) *o->kv_room = need + work < whole ? whole - need - work : 0;
     char a[32], b[32], c[32], d[32], what[64], where[96] = "";
-    snprintf(what, sizeof what, o->device_memory ? "%s (as asked)" : "%s free to cinder", size_text(whole, b));
+    snprintf(what, sizeof what, o->device_memory ? "%s (as asked)" : "%s free to cinder", cd_size_text(whole, b));
     if (hosted)
         snprintf(where, sizeof where, " with the experts of %s%u layers in host memory", hosted == n_layer ? "all " : "",
                  hosted);
     if (need + work > whole)
         return cd_fail("the weights need %s of device memory%s and the work buffers %s, more than the device's %s: "
                        "this file does not fit it (a smaller quantization of the model would%s)",
-                       size_text(need, a), where, size_text(work, d), what,
+                       cd_size_text(need, a), where, cd_size_text(work, d), what,
                        hosted < n_layer && expert_bytes(m, 0) ? ", or more experts in host memory: --n-cpu-moe" : "");
     uint64_t pb = g->lay.page_bytes ? g->lay.page_bytes : 1;
     return cd_fail("the weights need %s of device memory%s, but of the device's %s the KV pool (%llu tokens) holds %s "
                    "and the work buffers %s: a KV pool of %llu tokens would leave room for them (--kv-pool-tokens, "
                    "or a smaller --ctx)",
-                   size_text(need, a), where, what, (unsigned long long)(kv / pb * g->lay.page_tokens), size_text(kv, c),
-                   size_text(work, d), (unsigned long long)((whole - need - work) / pb * g->lay.page_tokens));
+                   cd_size_text(need, a), where, what, (unsigned long long)(kv / pb * g->lay.page_tokens), cd_size_text(kv, c),
+                   cd_size_text(work, d), (unsigned long long)((whole - need - work) / pb * g->lay.page_tokens));
 }
 
 /* The weights go last: the plan (weights_fit) knows all the rest by then. */
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     if (begin(g, vk, m, o, false) || make_pipelines(g) || make_rope_table(g, vk, m) || gpu_forward_init(g) ||
-        weights_fit(g, vk, m, o) || gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
-                           g->host_expert_layers))
+        weights_fit(g, vk, m, o) ||
+        (!o->plan_only && gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
+                                             g->host_expert_layers)))
         return fail_init(g, vk);
+    if (o->plan_only) return 0;
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
     return 0;
 }

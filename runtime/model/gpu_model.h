@@ -127,6 +127,18 @@ typedef struct gpu_tile_shape {
     uint32_t bm, bn, bk, tm, tn;
 } gpu_tile_shape;
 
+/* The memory plan's sizes: the weights on the device (less the experts kept in host memory),
+ * those experts, the KV pool and the work buffers, against what the device has for cinder. */
+typedef struct gpu_memory_plan {
+    uint64_t weights;      /* bytes of weights on the device */
+    uint64_t host_experts; /* bytes of expert tensors in host memory */
+    uint64_t kv;           /* the KV pool's bytes */
+    uint64_t work;         /* everything else allocated before the weights (work buffers, tables) */
+    uint64_t device;       /* the device memory the plan is made against */
+    uint32_t n_ctx;        /* the context it is made for */
+    bool fits;
+} gpu_memory_plan;
+
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
@@ -267,6 +279,13 @@ typedef struct gpu_model_opts {
      * untouched on any other failure. NULL = not asked. The engine's own pool size
      * (engine_opts.pool_tokens 0) asks. */
     uint64_t *kv_room;
+    /* Set to the memory plan's sizes once it is made (before a weight is read), whether the
+     * weights fit or not; NULL = not asked. */
+    gpu_memory_plan *plan;
+    /* The plan only: gpu_model_init stops before reading a weight (when the weights do not fit,
+     * with the same refusal): what `cinder info` shows. Nothing runs on such a g; gpu_model_free
+     * frees it. */
+    bool plan_only;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are
