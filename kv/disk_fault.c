@@ -1,13 +1,18 @@
-/* The disk tier's fault injection (tests): CINDER_FAULT_DISK's list of op:N[:kind] faults, each
- * making the N-th operation of its kind fail or come up short (kv/disk_tier.h), and the read()
- * and write() of chunk bytes through the armed fault. */
+/* The disk tier's fault injection, compiled into a test build only (CINDER_TESTS,
+ * CMakeLists.txt): CINDER_FAULT_DISK's list of op:N[:kind] faults, each making the N-th
+ * operation of its kind fail or come up short (kv/disk_tier.h), and the read() and write() of
+ * chunk bytes through the armed fault. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "kv/disk_internal.h"
 #include "runtime/base/error.h"
+
+#ifdef CINDER_FAULT_INJECTION /* a test build's (CMakeLists.txt, CINDER_TESTS) */
+int kv_disk_fault_env(kv_disk_tier *d) { return kv_disk_fault_set(d, getenv("CINDER_FAULT_DISK")); }
 
 int kv_disk_fault_set(kv_disk_tier *d, const char *spec) {
     d->n_faults = 0;
@@ -67,6 +72,8 @@ void kv_disk_fault_arm(kv_disk_tier *d, enum kv_disk_fault_op op, uint64_t at) {
     d->io_at = at;
 }
 
+void kv_disk_fault_disarm(kv_disk_tier *d) { d->io_fault = 0; }
+
 /* write() and read() of chunk bytes, through the armed fault. */
 ssize_t kv_disk_io_write(kv_disk_tier *d, int fd, const void *p, size_t n) {
     if (d->io_fault && d->io_done + n > d->io_at) {
@@ -88,4 +95,4 @@ ssize_t kv_disk_io_read(kv_disk_tier *d, int fd, void *p, size_t n) {
     if (r > 0) d->io_done += (uint64_t)r;
     return r;
 }
-
+#endif

@@ -27,13 +27,26 @@ int kv_disk_open_tmp(kv_disk_tier *d, int dir, const char *base, char *name, siz
  * d->tmp_removed). */
 void kv_disk_remove_stale_tmp(kv_disk_tier *d);
 
-/* disk_fault.c: counts one operation of op: the kind of the fault it must suffer, or -1. */
+#ifdef CINDER_FAULT_INJECTION
+/* disk_fault.c (a test build's): CINDER_FAULT_DISK's faults armed (init); counts one operation
+ * of op: the kind of the fault it must suffer, or -1. */
+int kv_disk_fault_env(kv_disk_tier *d);
 int kv_disk_fault_next(kv_disk_tier *d, enum kv_disk_fault_op op);
-/* Arms the chunk read or written next: its fault, if any, strikes at byte `at`. */
+/* Arms the chunk read or written next: its fault, if any, strikes at byte `at`; disarms it. */
 void kv_disk_fault_arm(kv_disk_tier *d, enum kv_disk_fault_op op, uint64_t at);
+void kv_disk_fault_disarm(kv_disk_tier *d);
 /* write() and read() of chunk bytes, through the armed fault. */
 ssize_t kv_disk_io_write(kv_disk_tier *d, int fd, const void *p, size_t n);
 ssize_t kv_disk_io_read(kv_disk_tier *d, int fd, void *p, size_t n);
+#else /* without the hooks: nothing read from the environment, the plain calls */
+#include <unistd.h>
+static inline int kv_disk_fault_env(kv_disk_tier *d) { return 0; }
+static inline int kv_disk_fault_next(kv_disk_tier *d, enum kv_disk_fault_op op) { return -1; }
+static inline void kv_disk_fault_arm(kv_disk_tier *d, enum kv_disk_fault_op op, uint64_t at) {}
+static inline void kv_disk_fault_disarm(kv_disk_tier *d) {}
+static inline ssize_t kv_disk_io_write(kv_disk_tier *d, int fd, const void *p, size_t n) { return write(fd, p, n); }
+static inline ssize_t kv_disk_io_read(kv_disk_tier *d, int fd, void *p, size_t n) { return read(fd, p, n); }
+#endif
 
 /* disk_tier.c: a message about a file, on stderr (unless quiet) and in d->last_msg. */
 void kv_disk_say(kv_disk_tier *d, const char *fmt, ...) CD_PRINTF(2, 3);

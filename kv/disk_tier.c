@@ -139,7 +139,7 @@ int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_
     }
     kv_disk_remove_stale_tmp(d);
     if (kv_disk_index_ns(&d->index, nsx) != 0 || kv_disk_set_budget(d, max_bytes) || kv_disk_rescan(d) ||
-        kv_disk_fault_set(d, getenv("CINDER_FAULT_DISK"))) {
+        kv_disk_fault_env(d)) {
         if (!d->index.n_ns) cd_fail("disk tier: out of memory");
         kv_disk_free(d);
         return -1;
@@ -342,7 +342,7 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
     }
     bool skip = false;
     const char *bad = read_chunk(d, fd, tokens, k, prev, h, why, sizeof why, &skip);
-    d->io_fault = 0;
+    kv_disk_fault_disarm(d);
     if (!bad) { /* a use: the newest in our index, and in another process's scan (mtime) */
         int64_t now = now_ns();
         struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
@@ -486,7 +486,7 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
      * its last use (the budget's order) */
     int rc = write_chunk(d, fd, tokens, k, prev, h);
     e = errno;
-    d->io_fault = 0;
+    kv_disk_fault_disarm(d);
     int64_t now = now_ns();
     struct timespec ts[2] = {{.tv_nsec = UTIME_OMIT}, ts_of(now)};
     if (!rc) (void)futimens(fd, ts);

@@ -99,9 +99,10 @@
  * chunk is only ever read after all the chunks before it. With several processes the directory
  * can exceed the budget by what the others wrote since this process's last scan.
  *
- * Fault injection (tests; always compiled, off unless asked): kv_disk_fault, or the environment
- * variable CINDER_FAULT_DISK read by init, is a comma-separated list of op:N[:kind], each making
- * the Nth such operation (counted from that moment) fail once:
+ * Fault injection (a test build's only: CINDER_TESTS in CMakeLists.txt; off unless asked):
+ * kv_disk_fault_set, or the environment variable CINDER_FAULT_DISK read by init, is a
+ * comma-separated list of op:N[:kind], each making the Nth such operation (counted from that
+ * moment) fail once:
  *   write:N[:eio|enospc|short]  the Nth chunk write fails in the middle of its first page (after
  *                               the header and tokens reached the temp file): write() returns EIO
  *                               (default) or ENOSPC, or writes only part (a short write) and the
@@ -154,6 +155,7 @@
 #include "kv/disk_index.h" /* the set and the budget's index, keyed on the above */
 
 enum kv_disk_fault_op { KV_FAULT_WRITE, KV_FAULT_FSYNC, KV_FAULT_READ, KV_FAULT_RENAME, KV_FAULT_DIRSYNC, KV_FAULT_UNLINK };
+#ifdef CINDER_FAULT_INJECTION
 enum kv_disk_fault_kind { KV_FAULT_EIO, KV_FAULT_ENOSPC, KV_FAULT_SHORT };
 #define KV_DISK_MAX_FAULTS 8
 typedef struct kv_disk_fault {
@@ -161,6 +163,7 @@ typedef struct kv_disk_fault {
     bool fired;
     uint32_t nth;                        /* the Nth operation of op fails */
 } kv_disk_fault;
+#endif
 
 typedef struct kv_disk_tier {
     char *dir;                           /* DIR/<namespace hex>, created by init (for messages) */
@@ -199,20 +202,21 @@ typedef struct kv_disk_tier {
     double ms_read, ms_write;            /* wall time: read + validate + upload, download + write */
     char last_msg[512];                  /* the last rejection or write failure */
     bool quiet;                          /* last_msg only, no line on stderr (the fuzz harness) */
-    /* fault injection (kv_disk_fault) */
+#ifdef CINDER_FAULT_INJECTION /* a test build's hooks (kv_disk_fault) */
     kv_disk_fault faults[KV_DISK_MAX_FAULTS];
     uint32_t n_faults;
     uint32_t n_ops[6];                   /* operations of each kv_disk_fault_op since the faults were set */
     int io_fault;                        /* the fault armed for the chunk being read or written:
                                             its enum kv_disk_fault_kind + 1, or 0 */
     uint64_t io_done, io_at;             /* bytes of that chunk moved so far; where it fails */
+#endif
 } kv_disk_tier;
 
 /* Creates dir (and DIR/<namespace hex>) 0700 if missing, refuses either when it is owned by
  * another user or writable by group or others ("--cache-dir: DIR ...: refusing to use it"),
  * loads or creates DIR/key, checks the directory is writable, removes stale temp files, scans
  * DIR's chunk files for the budget of max_bytes (0: 10% of the free space, at least
- * KV_DISK_MIN_DEFAULT_BYTES), arms CINDER_FAULT_DISK's faults; a staging buffer of chunk_pages
+ * KV_DISK_MIN_DEFAULT_BYTES), arms CINDER_FAULT_DISK's faults (a test build); a staging buffer of chunk_pages
  * pages (0 = KV_DISK_CHUNK_TOKENS_DEFAULT tokens' worth, at least one page; at most 4096 pages
  * and 65536 tokens).
  * vk NULL (pool NULL): a tier without a device, for the fuzz harness and tools that only judge
@@ -253,6 +257,8 @@ uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d);
 /* Rescans DIR now: the index becomes the chunk files there, ordered by mtime (init does this;
  * a write does it when the last scan is KV_DISK_RESCAN_MS old). 0, or -1 (out of memory). */
 int kv_disk_rescan(kv_disk_tier *d);
+#ifdef CINDER_FAULT_INJECTION
 /* Replaces the armed faults with spec (the grammar above; NULL or "" clears them) and restarts
  * the operation counts. 0, or -1 with cd_errmsg() for a spec it cannot read. */
 int kv_disk_fault_set(kv_disk_tier *d, const char *spec);
+#endif

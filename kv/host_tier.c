@@ -147,10 +147,12 @@ static int copy_async(kv_host_tier *h, const uint32_t *pages, const uint32_t *sl
 int kv_host_copy(kv_host_tier *h, const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
     if (n == 0) return 0;
     if (check_ids(h->pool, &h->slots, h->page_bytes, pages, slots, n)) return cd_fail_ctx("host tier: ");
+#ifdef CINDER_FAULT_INJECTION
     if (h->fail_copies) {
         h->fail_copies--;
         return cd_fail("host tier: copy failed (injected)");
     }
+#endif
     double t0 = cd_now_ms();
     int rc = h->async ? copy_async(h, pages, slots, n, dir)
                       : copy_sync(&h->ring[0], h->pool, &h->slots, h->page_bytes, pages, slots, n, dir);

@@ -77,9 +77,11 @@ typedef struct kv_host_tier {
      * timed); synchronous, record + submit + fence wait */
     double ms_to_host, ms_to_gpu;
     double ms_sync;          /* host wall time spent in kv_host_sync */
-    /* fault injection (tests): the next fail_copies calls of kv_host_copy fail before touching
-     * anything, as a lost device or a failed submission would */
+#ifdef CINDER_FAULT_INJECTION /* a test build's hook (CMakeLists.txt, CINDER_TESTS) */
+    /* the next fail_copies calls of kv_host_copy fail before touching anything, as a lost
+     * device or a failed submission would */
     uint32_t fail_copies;
+#endif
 } kv_host_tier;
 
 /* A tier of floor(budget_bytes / page_bytes) slots (at least one) copying to and from pool. */

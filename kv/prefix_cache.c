@@ -419,10 +419,12 @@ int kv_cache_commit(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, u
                     enum kv_commit what, kv_cache_written *w) {
     if (w) *w = (kv_cache_written){0};
     if (n > s->n_tokens) return cd_fail("prefix cache: commit of %u tokens from a sequence of %u", n, s->n_tokens);
+#ifdef CINDER_FAULT_INJECTION
     if (c->fail_commits) {
         c->fail_commits--;
         return cd_fail("prefix cache: commit failed (injected)");
     }
+#endif
     kv_seq head = *s; /* the first n tokens' pages: a view, not a copy */
     head.n_tokens = n;
     head.n_pages = kv_pages_for(c->pages, n);

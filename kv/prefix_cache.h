@@ -67,7 +67,9 @@ typedef struct kv_prefix_cache {
     /* page events (kv_cache_set_events; NULL: off, nothing is hashed or kept) */
     kv_events *ev;
 
-    uint32_t fail_commits;    /* fault injection (tests): the next n kv_cache_commit calls fail */
+#ifdef CINDER_FAULT_INJECTION /* a test build's hook (CMakeLists.txt, CINDER_TESTS) */
+    uint32_t fail_commits;    /* the next n kv_cache_commit calls fail */
+#endif
 } kv_prefix_cache;
 
 /* What kv_cache_acquire served a request from, per tier. */

@@ -232,8 +232,10 @@ typedef struct radix_tree {
     uint32_t n_slots, cap_slots; /* cap is a power of two */
     /* Rule 2: the GPU-evictable and the host-evictable nodes; each cap >= nodes */
     radix_heap gpu_lru, host_lru;
-    /* testing: when > 0, every fail_every-th allocation fails (out-of-memory injection) */
+#ifdef CINDER_FAULT_INJECTION /* a test build's hook (CMakeLists.txt, CINDER_TESTS) */
+    /* when > 0, every fail_every-th allocation fails (out-of-memory injection) */
     uint32_t fail_every, n_allocs;
+#endif
 } radix_tree;
 
 /* The result of a match; a pin on the path while node != NULL. */

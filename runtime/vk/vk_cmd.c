@@ -50,7 +50,9 @@ static int begin(cvk_cmd *c, VkCommandBufferUsageFlags flags) {
     return 0;
 }
 
+#ifdef CINDER_FAULT_INJECTION
 cvk_faults cvk_fault = {.alloc_at = -1, .submit_at = -1};
+#endif
 
 int cvk_cmd_begin(cvk_cmd *c) { return begin(c, VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT); }
 int cvk_cmd_begin_reusable(cvk_cmd *c) { return begin(c, 0); }
@@ -85,8 +87,7 @@ int cvk_cmd_submit(cvk_cmd *c) {
         si.signalSemaphoreCount = signals;
         si.pSignalSemaphores = &signal->sem;
     }
-    if (CVK_CHECK(cvk_fault_take(&cvk_fault.submit_at, &cvk_fault.submits) ? VK_ERROR_DEVICE_LOST
-                                                                            : vkQueueSubmit(c->queue, 1, &si, c->fence)))
+    if (CVK_CHECK(cvk_fault_submit() ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(c->queue, 1, &si, c->fence)))
         return -1;
     c->pending = true;
     if (waits) *saw = wait_v;

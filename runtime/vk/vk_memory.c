@@ -86,8 +86,7 @@ static int track_block(cvk_mem *m, cvk_block *b) {
 static int allocate(cvk_mem *m, uint32_t type, uint64_t *size, uint64_t need, VkDeviceMemory *out) {
     VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = *size,
                                .memoryTypeIndex = type};
-    VkResult r = cvk_fault_take(&cvk_fault.alloc_at, &cvk_fault.allocs) ? VK_ERROR_OUT_OF_DEVICE_MEMORY
-                                                                         : vkAllocateMemory(m->dev->dev, &ai, NULL, out);
+    VkResult r = cvk_fault_alloc() ? VK_ERROR_OUT_OF_DEVICE_MEMORY : vkAllocateMemory(m->dev->dev, &ai, NULL, out);
     if ((r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) && need < *size) {
         ai.allocationSize = *size = need;
         r = vkAllocateMemory(m->dev->dev, &ai, NULL, out);
