@@ -251,8 +251,7 @@ void engine_free(engine *e) {
     free(e->b_next);
     free(e->b_owner);
     free(e->b_sample);
-    free(e->fed);
-    free(e->fed_req);
+    free(e->pass);
     memset(e, 0, sizeof *e);
 }
 

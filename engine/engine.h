@@ -207,10 +207,10 @@ typedef struct engine {
     /* one forward pass (scratch, n_batch tokens / max_out outputs) */
     int32_t *b_ids, *b_next;
     uint32_t *b_row, *b_pos, *b_out;
-    struct engine_req **b_owner; /* the request of each output row */
+    uint32_t *b_owner;           /* [max_out] the pass entry of each output row */
     cvk_sample_row *b_sample;    /* [max_out] how each output row's token is drawn */
-    uint32_t *fed;               /* [cap_reqs] tokens each request has in the pass */
-    struct engine_req **fed_req; /* [cap_reqs] those requests */
+    struct pass_entry *pass;     /* [cap_reqs] the requests the pass feeds, in its order (engine/pass.h) */
+    uint32_t n_pass;
 } engine;
 
 /* One request's outcome. ids is owned by the reply (engine_reply_free). */

@@ -37,14 +37,8 @@ typedef struct engine_req {
                              * position below it fed after a preemption is recomputed work */
     uint32_t n_target;      /* prefill until n_kv reaches it (= n_all at admission) */
     bool prompt_committed;  /* its prefill is in the cache (later requests can match it) */
-    int32_t draft[ENGINE_SPEC_MAX]; /* this pass: tokens guessed after its last one (lookup_draft.h) */
-    uint32_t n_draft;       /* fed after it, each with an output row (0: none, or not decoding) */
     uint32_t lp_next;       /* rq.on_prompt_logprob: the first prompt position whose row is still to be
                              * read (its log-probability is token lp_next + 1's) */
-    uint32_t lp_row_pos, n_lp_rows; /* this pass: rows of prompt positions [lp_row_pos, + n_lp_rows), */
-    bool gen_row;           /* then (true) the row a token is chosen from (and its guess's rows) */
-    bool in_pass;           /* build_pass considered it */
-    uint32_t first_out;     /* its first output row in the pass (when it has rows the host reads) */
     uint64_t admit_no;      /* larger = admitted later (preemption takes the youngest) */
 
     /* waiting */

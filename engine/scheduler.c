@@ -8,6 +8,7 @@
 #include "runtime/base/clock.h"
 #include "runtime/base/error.h"
 #include "engine/lookup_draft.h"
+#include "engine/pass.h"
 #include "engine/request.h"
 
 
@@ -78,10 +79,9 @@ static int grow_reqs(engine *e) {
     void *p = realloc(e->reqs, cap * sizeof *e->reqs);
     if (!p) return cd_fail("out of memory for %u requests", cap);
     e->reqs = p;
-    void *f = realloc(e->fed, cap * sizeof *e->fed), *fr = f ? realloc(e->fed_req, cap * sizeof *e->fed_req) : NULL;
-    if (f) e->fed = f;
-    if (fr) e->fed_req = fr;
-    if (!f || !fr) return cd_fail("out of memory for %u requests", cap);
+    p = realloc(e->pass, cap * sizeof *e->pass);
+    if (!p) return cd_fail("out of memory for %u requests", cap);
+    e->pass = p;
     e->cap_reqs = cap;
     return 0;
 }
@@ -434,57 +434,69 @@ static int grow_decoders(engine *e) {
     return 0;
 }
 
-static void add_token(engine *e, engine_req *q, int32_t id, uint32_t pos, bool out, uint32_t *nb, uint32_t *no) {
+/* Appends token id at pos of p's request to the pass; out: it has an output row (p's next). */
+static void add_token(engine *e, pass_entry *p, int32_t id, uint32_t pos, bool out, uint32_t *nb, uint32_t *no) {
     e->b_ids[*nb] = id;
-    e->b_row[*nb] = q->row;
+    e->b_row[*nb] = p->q->row;
     e->b_pos[*nb] = pos;
     if (out) {
         e->b_out[*no] = *nb;
-        e->b_owner[(*no)++] = q;
+        e->b_owner[(*no)++] = (uint32_t)(p - e->pass);
     }
     (*nb)++;
 }
 
-/* q's prompt chunk [n_kv, n_kv + n), shortened to the prompt rows left (*room), and its output
- * rows: each position's whose log-probability q still reads (lp_row_pos, n_lp_rows), then the
+/* A new entry of the pass for q, its first output row the pass's next (*no). */
+static pass_entry *pass_add(engine *e, engine_req *q, uint32_t no) {
+    pass_entry *p = &e->pass[e->n_pass++];
+    *p = (pass_entry){.q = q, .first_out = no};
+    return p;
+}
+
+/* p's prompt chunk [n_kv, n_kv + n), shortened to the prompt rows left (*room), and its output
+ * rows: each position's whose log-probability its request still reads (lp_pos, n_lp), then the
  * last one's when the chunk ends the prefill (gen_row; none for max_tokens 0). */
-static uint32_t chunk_rows(engine_req *q, uint32_t n, uint32_t *room) {
+static uint32_t chunk_rows(pass_entry *p, uint32_t n, uint32_t *room) {
+    const engine_req *q = p->q;
     uint32_t a = q->n_kv, from = a > q->lp_next ? a : q->lp_next, end = q->n_prompt - 1;
     uint32_t hi = a + n < end ? a + n : end;
-    q->n_lp_rows = 0;
     if (wants_prompt_rows(q) && hi > from) {
         uint32_t k = hi - from < *room ? hi - from : *room;
         if (k < hi - from) n = from + k - a; /* the chunk ends after its last row */
-        q->lp_row_pos = from, q->n_lp_rows = k;
+        p->lp_pos = from, p->n_lp = k;
         *room -= k;
     }
-    q->gen_row = a + n == q->n_target && q->rq.max_tokens > 0;
+    p->gen_row = a + n == q->n_target && q->rq.max_tokens > 0;
     return n;
 }
 
-/* Adds q's prompt tokens [n_kv, n_kv + n) to the pass, with the output rows chunk_rows chose. */
-static void add_tokens(engine *e, engine_req *q, uint32_t n, uint32_t *nb, uint32_t *no) {
+/* Adds the prompt tokens [n_kv, n_kv + n) of p's request to the pass, with the output rows
+ * chunk_rows chose. */
+static void add_tokens(engine *e, pass_entry *p, uint32_t n, uint32_t *nb, uint32_t *no) {
+    const engine_req *q = p->q;
     for (uint32_t i = 0; i < n; i++) {
-        uint32_t p = q->n_kv + i;
-        bool out = (p >= q->lp_row_pos && p - q->lp_row_pos < q->n_lp_rows) || (p + 1 == q->n_target && q->gen_row);
-        add_token(e, q, q->all[p], p, out, nb, no);
+        uint32_t pos = q->n_kv + i;
+        bool out = (pos >= p->lp_pos && pos - p->lp_pos < p->n_lp) || (pos + 1 == q->n_target && p->gen_row);
+        add_token(e, p, q->all[pos], pos, out, nb, no);
     }
+    p->fed = n;
 }
 
-/* Speculative decoding: q's guessed next tokens (lookup_draft.h) into q->draft, as many as fit
- * *room (the pass's rows for guesses, taken), what is left of its max_tokens (the pass gives one
- * token more than it guesses), the context and its reserved pages, which may grow from free
- * pages only. */
-static uint32_t guess(engine *e, engine_req *q, uint32_t *room) {
+/* Speculative decoding: the guessed next tokens of p's request (lookup_draft.h) into p->draft,
+ * as many as fit *room (the pass's rows for guesses, taken), what is left of its max_tokens (the
+ * pass gives one token more than it guesses), the context and its reserved pages, which may
+ * grow from free pages only. */
+static uint32_t guess(engine *e, pass_entry *p, uint32_t *room) {
+    engine_req *q = p->q;
     uint32_t left = q->rq.max_tokens - q->reply.n, k = e->spec_tokens < *room ? e->spec_tokens : *room;
     if (!k || left < 2) return 0;
     if (k > left - 1) k = left - 1;
     if (k > e->g.n_ctx - q->n_all) k = e->g.n_ctx - q->n_all; /* positions up to n_all - 1 + k */
     uint32_t k_max = k;
-    k = e->guess ? e->guess(e->guess_ctx, q->all, q->n_all, k_max, q->draft) : lookup_draft(q->all, q->n_all, k_max, q->draft);
+    k = e->guess ? e->guess(e->guess_ctx, q->all, q->n_all, k_max, p->draft) : lookup_draft(q->all, q->n_all, k_max, p->draft);
     if (k > k_max) k = 0; /* a guesser that broke its contract guesses nothing */
     for (uint32_t i = 0; i < k; i++)
-        if (q->draft[i] < 0 || (uint32_t)q->draft[i] >= e->m->cfg.n_vocab) k = i; /* nor past a token not in the vocabulary */
+        if (p->draft[i] < 0 || (uint32_t)p->draft[i] >= e->m->cfg.n_vocab) k = i; /* nor past a token not in the vocabulary */
     if (k && q->seq.n_tokens < q->n_all + k) {
         uint32_t more = q->n_all + k - q->seq.n_tokens;
         if (kv_pool_pages_needed(&e->pool, &q->seq, more) > kv_pages_free_count(&e->pool.pages) ||
@@ -495,46 +507,47 @@ static uint32_t guess(engine *e, engine_req *q, uint32_t *room) {
     return k;
 }
 
-/* q's decode token (its last, at n_kv = n_all - 1) and its guess after it, each with an output
- * row. */
-static void add_decode(engine *e, engine_req *q, uint32_t *nb, uint32_t *no) {
-    add_token(e, q, q->all[q->n_kv], q->n_kv, true, nb, no);
-    for (uint32_t i = 0; i < q->n_draft; i++) add_token(e, q, q->draft[i], q->n_kv + 1 + i, true, nb, no);
+/* The decode token of p's request (its last, at n_kv = n_all - 1) and its guess after it, each
+ * with an output row. */
+static void add_decode(engine *e, pass_entry *p, uint32_t *nb, uint32_t *no) {
+    const engine_req *q = p->q;
+    add_token(e, p, q->all[q->n_kv], q->n_kv, true, nb, no);
+    for (uint32_t i = 0; i < p->n_draft; i++) add_token(e, p, p->draft[i], q->n_kv + 1 + i, true, nb, no);
+    p->fed = 1 + p->n_draft;
+    p->gen_row = true;
 }
 
-/* Decode tokens first (one per decoding sequence, and its guess), then prompt chunks of
- * prefilling ones in admission order, up to chunk_tokens and the pass's capacity (output rows:
- * one per sequence, ENGINE_SPEC_ROWS for guesses, ENGINE_PROMPT_ROWS for prompt positions). */
-static void build_pass(engine *e, uint32_t *nb, uint32_t *no, uint32_t *fed) {
+/* The pass (e->pass, e->n_pass): decode tokens first (one per decoding sequence, and its
+ * guess), then prompt chunks of prefilling ones in admission order, up to chunk_tokens and the
+ * pass's capacity (output rows: one per sequence, ENGINE_SPEC_ROWS for guesses,
+ * ENGINE_PROMPT_ROWS for prompt positions). Each entry's tokens and rows follow the previous
+ * entry's. */
+static void build_pass(engine *e, uint32_t *nb, uint32_t *no) {
     *nb = *no = 0;
+    e->n_pass = 0;
     uint32_t guess_room = e->max_out - e->max_seqs - ENGINE_PROMPT_ROWS, lp_room = ENGINE_PROMPT_ROWS;
     for (uint32_t i = 0; i < e->n_reqs; i++) {
         engine_req *q = e->reqs[i];
-        fed[i] = 0;
-        q->n_draft = q->n_lp_rows = 0;
-        q->gen_row = q->in_pass = false;
-        if (q->state == REQ_RUNNING && q->n_kv >= q->n_target) {
-            q->n_draft = guess(e, q, &guess_room);
-            add_decode(e, q, nb, no);
-            fed[i] = 1 + q->n_draft;
-            q->gen_row = q->in_pass = true;
-        }
+        if (q->state != REQ_RUNNING || q->n_kv < q->n_target) continue;
+        pass_entry *p = pass_add(e, q, *no);
+        p->n_draft = guess(e, p, &guess_room);
+        add_decode(e, p, nb, no);
     }
     uint32_t budget = e->chunk_tokens, cap = e->g.n_batch;
-    for (;;) { /* oldest admission first */
+    for (const engine_req *last = NULL;;) { /* oldest admission first, each prefilling request once */
         engine_req *next = NULL;
-        uint32_t idx = 0;
         for (uint32_t i = 0; i < e->n_reqs; i++) {
             engine_req *q = e->reqs[i];
-            if (q->state == REQ_RUNNING && q->n_kv < q->n_target && !q->in_pass && (!next || q->admit_no < next->admit_no))
-                next = q, idx = i;
+            if (q->state == REQ_RUNNING && q->n_kv < q->n_target && (!last || q->admit_no > last->admit_no) &&
+                (!next || q->admit_no < next->admit_no))
+                next = q;
         }
         uint32_t room = cap - *nb < budget ? cap - *nb : budget;
         if (!next || !room) break;
-        next->in_pass = true;
-        uint32_t n = chunk_rows(next, next->n_target - next->n_kv < room ? next->n_target - next->n_kv : room, &lp_room);
-        add_tokens(e, next, n, nb, no);
-        fed[idx] = n;
+        last = next;
+        pass_entry *p = pass_add(e, next, *no);
+        uint32_t n = chunk_rows(p, next->n_target - next->n_kv < room ? next->n_target - next->n_kv : room, &lp_room);
+        add_tokens(e, p, n, nb, no);
         budget -= n;
     }
 }
@@ -578,7 +591,11 @@ static void emit(engine *e, engine_req *q, int32_t id) {
 
 static bool json_masked(const engine_req *q) { return q->jm.schema != NULL; }
 static bool host_draws(const engine_req *q) { return q->adjusted || json_masked(q) || (q->sample && !q->sample_gpu); }
-static bool host_reads(const engine_req *q) { return host_draws(q) || q->rq.logits_out || q->rq.on_logprob || q->n_lp_rows; }
+/* Whether the host reads the rows of p (its prompt positions' rows are always read). */
+static bool host_reads(const pass_entry *p) {
+    const engine_req *q = p->q;
+    return host_draws(q) || q->rq.logits_out || q->rq.on_logprob || p->n_lp;
+}
 
 /* Row raw's token for q (id: the device's choice; worker w's scratch), its logprobs into *lp
  * when asked; `ahead` tokens of q's guess were chosen before it in this pass (they sit in
@@ -609,10 +626,10 @@ typedef struct host_rows_job {
                            * choosing row (the rows of its guess follow) */
 } host_rows_job;
 
-/* Whether q's choice t on its output row i keeps the guessed token fed after that row: then row
- * i + 1 follows from q's own tokens (and is chosen too). */
-static bool guess_kept(const engine *e, const engine_req *q, uint32_t i, int32_t t) {
-    return i < q->n_draft && q->draft[i] == t && !is_stop(e, q, t);
+/* Whether the choice t on p's choosing row i keeps the guessed token fed after that row: then
+ * row i + 1 follows from its request's own tokens (and is chosen too). */
+static bool guess_kept(const engine *e, const pass_entry *p, uint32_t i, int32_t t) {
+    return i < p->n_draft && p->draft[i] == t && !is_stop(e, p->q, t);
 }
 
 /* One item: a prompt position's log-probabilities (rows apart: each depends on its row alone),
@@ -622,10 +639,11 @@ static void host_row_work(void *ctx, uint32_t item, uint32_t worker) {
     const host_rows_job *h = ctx;
     engine *e = h->e;
     uint32_t j = h->rows[item];
-    engine_req *q = e->b_owner[j];
+    const pass_entry *p = &e->pass[e->b_owner[j]];
+    engine_req *q = p->q;
     int32_t V = (int32_t)e->m->cfg.n_vocab;
-    if (j - q->first_out < q->n_lp_rows) {
-        uint32_t pos = q->lp_row_pos + (j - q->first_out);
+    if (j - p->first_out < p->n_lp) {
+        uint32_t pos = p->lp_pos + (j - p->first_out);
         sampler_logprob(e->host_rows + (size_t)(j - h->lo) * (size_t)V, V, q->all[pos + 1], q->rq.prompt_top_logprobs,
                         &e->b_lp[j]);
         return;
@@ -633,7 +651,7 @@ static void host_row_work(void *ctx, uint32_t item, uint32_t worker) {
     for (uint32_t i = 0;; i++, j++) {
         const float *raw = e->host_rows + (size_t)(j - h->lo) * e->m->cfg.n_vocab;
         int32_t t = e->b_next[j] = choose_from_row(e, q, raw, worker, e->b_next[j], &e->b_lp[j], i);
-        if (!guess_kept(e, q, i, t)) break;
+        if (!guess_kept(e, p, i, t)) break;
         q->reply.ids[q->reply.n + i] = t; /* the next row's penalties count it */
     }
 }
@@ -643,8 +661,13 @@ static void host_row_work(void *ctx, uint32_t item, uint32_t worker) {
  * worker. */
 static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
     uint32_t lo = no, hi = 0;
-    for (uint32_t j = 0; j < no; j++)
-        if (host_reads(e->b_owner[j])) lo = j < lo ? j : lo, hi = j + 1;
+    for (uint32_t i = 0; i < e->n_pass; i++) {
+        const pass_entry *p = &e->pass[i];
+        uint32_t rows = pass_entry_rows(p);
+        if (!rows || !host_reads(p)) continue;
+        lo = p->first_out < lo ? p->first_out : lo;
+        hi = p->first_out + rows;
+    }
     *first = lo;
     if (lo >= hi) return 0;
     size_t V = e->m->cfg.n_vocab;
@@ -655,11 +678,11 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
     }
     CD_TRY(gpu_model_batch_logits_rows(&e->g, lo, hi - lo, e->host_rows));
     uint32_t n = 0;
-    for (uint32_t j = lo; j < hi; j++) { /* items: every prompt position's row, each request's first choosing row */
-        engine_req *q = e->b_owner[j];
-        if (j == 0 || e->b_owner[j - 1] != q) q->first_out = j;
-        uint32_t k = j - q->first_out; /* q's k-th row */
-        if (host_reads(q) && (k < q->n_lp_rows || (k == q->n_lp_rows && q->gen_row))) e->host_list[n++] = j;
+    for (uint32_t i = 0; i < e->n_pass; i++) { /* items: each prompt position's row, each first choosing row */
+        const pass_entry *p = &e->pass[i];
+        if (!host_reads(p)) continue;
+        for (uint32_t k = 0; k < p->n_lp; k++) e->host_list[n++] = p->first_out + k;
+        if (p->gen_row) e->host_list[n++] = p->first_out + p->n_lp;
     }
     if (n > 1 && !e->workers.inited) host_workers_init(&e->workers, e->n_workers - 1);
     host_rows_job h = {.e = e, .lo = lo, .rows = e->host_list};
@@ -667,19 +690,20 @@ static int choose_on_host(engine *e, uint32_t no, uint32_t *first) {
     return 0;
 }
 
-/* q's tokens from its output rows j.. (host rows from lo): each row's, in order, while the
- * guessed token after a row is the one chosen there (its K/V, written in the pass, then counts). */
-static void emit_rows(engine *e, uint32_t j, uint32_t lo) {
-    engine_req *q = e->b_owner[j];
+/* The tokens of p's request from its choosing rows (host rows from lo): each row's, in order,
+ * while the guessed token after a row is the one chosen there (its K/V, written in the pass,
+ * then counts). */
+static void emit_rows(engine *e, const pass_entry *p, uint32_t lo) {
+    engine_req *q = p->q;
     size_t V = e->m->cfg.n_vocab;
-    q->reply.draft_tokens += q->n_draft; /* before emit: its finish adds the reply to the stats */
+    q->reply.draft_tokens += p->n_draft; /* before emit: its finish adds the reply to the stats */
     uint32_t i = 0;
-    for (;; i++, j++) {
+    for (uint32_t j = p->first_out + p->n_lp;; i++, j++) {
         if (q->rq.logits_out) memcpy(q->rq.logits_out, e->host_rows + (size_t)(j - lo) * V, V * sizeof(float));
         if (q->rq.on_logprob) q->rq.on_logprob(q->rq.ctx, &e->b_lp[j]);
         int32_t t = e->b_next[j];
         emit(e, q, t);
-        if (q->state != REQ_RUNNING || !guess_kept(e, q, i, t)) break;
+        if (q->state != REQ_RUNNING || !guess_kept(e, p, i, t)) break;
         q->n_kv++; /* the guessed token at this position is the sequence's */
         if (q->n_kv > q->n_kv_max) q->n_kv_max = q->n_kv;
         q->reply.accepted_tokens++;
@@ -689,11 +713,12 @@ static void emit_rows(engine *e, uint32_t j, uint32_t lo) {
 }
 
 /* After a pass: commit finished prefills, then the chosen tokens. */
-static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req **fed_req, uint32_t n_fed) {
-    for (uint32_t i = 0; i < n_fed; i++) {
-        engine_req *q = fed_req[i];
+static int after_pass(engine *e, uint32_t no) {
+    for (uint32_t i = 0; i < e->n_pass; i++) {
+        const pass_entry *p = &e->pass[i];
+        engine_req *q = p->q;
         bool prefill = q->n_kv < q->n_target;
-        uint32_t lo = q->n_kv, hi = lo + (prefill ? fed_of[i] : 1); /* a decode's guessed tokens count when kept */
+        uint32_t lo = q->n_kv, hi = lo + (prefill ? p->fed : 1); /* a decode's guessed tokens count when kept */
         q->n_kv = hi;
         if (prefill) { /* prompt positions new to it; positions it had before a preemption */
             uint32_t new_lo = lo > q->n_kv_max ? lo : q->n_kv_max, new_hi = hi < q->n_prompt ? hi : q->n_prompt;
@@ -711,20 +736,19 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
     }
     uint32_t lo;
     CD_TRY(choose_on_host(e, no, &lo));
-    for (uint32_t j = 0; j < no;) { /* on this thread: the callbacks */
-        engine_req *q = e->b_owner[j];
-        for (uint32_t i = 0; i < q->n_lp_rows; i++)
-            q->rq.on_prompt_logprob(q->rq.ctx, q->lp_row_pos + i + 1, &e->b_lp[j + i]);
-        if (q->n_lp_rows) q->lp_next = q->lp_row_pos + q->n_lp_rows;
-        e->stats.scored_tokens += q->n_lp_rows;
-        j += q->n_lp_rows;
-        if (!q->gen_row) continue;
-        emit_rows(e, j, lo);
-        j += 1 + q->n_draft;
+    for (uint32_t i = 0; i < e->n_pass; i++) { /* on this thread: the callbacks */
+        const pass_entry *p = &e->pass[i];
+        engine_req *q = p->q;
+        for (uint32_t k = 0; k < p->n_lp; k++)
+            q->rq.on_prompt_logprob(q->rq.ctx, p->lp_pos + k + 1, &e->b_lp[p->first_out + k]);
+        if (p->n_lp) q->lp_next = p->lp_pos + p->n_lp;
+        e->stats.scored_tokens += p->n_lp;
+        if (p->gen_row) emit_rows(e, p, lo);
     }
-    for (uint32_t i = 0; i < n_fed; i++) /* max_tokens 0: the prompt was all it asked for */
-        if (fed_req[i]->state == REQ_RUNNING && !fed_req[i]->rq.max_tokens && fed_req[i]->n_kv >= fed_req[i]->n_target)
-            finish(e, fed_req[i], ENGINE_LENGTH);
+    for (uint32_t i = 0; i < e->n_pass; i++) { /* max_tokens 0: the prompt was all it asked for */
+        engine_req *q = e->pass[i].q;
+        if (q->state == REQ_RUNNING && !q->rq.max_tokens && q->n_kv >= q->n_target) finish(e, q, ENGINE_LENGTH);
+    }
     return 0;
 }
 
@@ -734,15 +758,15 @@ static int after_pass(engine *e, uint32_t no, const uint32_t *fed_of, engine_req
  * generator once per token it keeps (a guess's dropped rows draw nothing, as without guessing). */
 static const cvk_sample_row *device_draws(engine *e, uint32_t no) {
     bool any = false;
-    rng ahead = {0};
-    for (uint32_t j = 0, k = 0; j < no; j++) {
-        engine_req *q = e->b_owner[j];
-        k = j && e->b_owner[j - 1] == q ? k + 1 : 0; /* q's k-th row */
-        e->b_sample[j] = (cvk_sample_row){0};
-        if (!q->sample_gpu || k < q->n_lp_rows) continue; /* a prompt position's row chooses nothing */
-        if (k == q->n_lp_rows) ahead = q->smp.rng;
-        const sampler_params *p = &q->smp.p;
-        e->b_sample[j] = (cvk_sample_row){p->temperature, p->top_k, p->top_p, rng_f32(&ahead)};
+    for (uint32_t j = 0; j < no; j++) e->b_sample[j] = (cvk_sample_row){0};
+    for (uint32_t i = 0; i < e->n_pass; i++) {
+        const pass_entry *p = &e->pass[i];
+        const engine_req *q = p->q;
+        if (!q->sample_gpu || !p->gen_row) continue; /* a prompt position's row chooses nothing */
+        rng ahead = q->smp.rng;
+        const sampler_params *sp = &q->smp.p;
+        for (uint32_t j = p->first_out + p->n_lp; j < p->first_out + pass_entry_rows(p); j++)
+            e->b_sample[j] = (cvk_sample_row){sp->temperature, sp->top_k, sp->top_p, rng_f32(&ahead)};
         any = true;
     }
     return any ? e->b_sample : NULL;
@@ -758,22 +782,19 @@ int engine_step(engine *e, uint32_t *busy) {
     e->n_steps++;
     admit(e);
     int rc = grow_decoders(e);
-    uint32_t nb = 0, no = 0, n_fed = 0, *fed = e->fed; /* [cap_reqs] scratch, grown by submit */
-    engine_req **fed_req = e->fed_req;
+    uint32_t nb = 0, no = 0;
+    e->n_pass = 0;
     if (!rc) {
-        build_pass(e, &nb, &no, fed);
-        for (uint32_t i = 0; i < e->n_reqs; i++)
-            if (fed[i]) {
-                fed[n_fed] = fed[i];
-                fed_req[n_fed++] = e->reqs[i];
-            }
-        for (uint32_t i = 0; i < n_fed && !rc; i++)
-            rc = gpu_model_set_table(&e->g, fed_req[i]->row, fed_req[i]->seq.pages, fed_req[i]->seq.n_pages);
+        build_pass(e, &nb, &no);
+        for (uint32_t i = 0; i < e->n_pass && !rc; i++) {
+            const engine_req *q = e->pass[i].q;
+            rc = gpu_model_set_table(&e->g, q->row, q->seq.pages, q->seq.n_pages);
+        }
     }
     if (!rc && nb) {
         gpu_batch b = {.n = nb, .ids = e->b_ids, .row = e->b_row, .pos = e->b_pos, .n_out = no, .out = e->b_out,
                        .sample = device_draws(e, no)};
-        rc = gpu_forward_batch(&e->g, &b, e->b_next) || after_pass(e, no, fed, fed_req, n_fed);
+        rc = gpu_forward_batch(&e->g, &b, e->b_next) || after_pass(e, no);
     }
     if (rc) fail_running(e);
     if (busy) *busy = engine_running(e) + engine_waiting(e);
