@@ -13,6 +13,7 @@ packages=(
   prometheus  # promtool: tests/server/api.test.mjs lints /metrics with it
   libzmq3-dev libmsgpack-dev  # cinder serve --kv-events: ZeroMQ sockets, MessagePack payloads
   python3-zmq python3-msgpack # tests/server/kv_events.py: the strict subscriber
+  haproxy nginx               # tests/fleet.sh: replicas behind round robin and a session hash
   chromium                    # tests/chat_page.sh: the chat page in a real browser (playwright-core drives it)
 )
 

@@ -61,9 +61,13 @@ fi
 # test_scheduler and test_engine_random. gguf_split too (~50 s under ASan: mkmodel, llama.cpp's
 # gguf-split, a dozen `run`s): the split reader runs under ASan in test_gguf_split (every broken
 # shard set, shards cut at every length and mutated at every byte) and fuzz_gguf_split.
-# kv_events (two servers and a subscriber, ~22 s in release) runs in release only, for CI's time:
-# its C code runs under ASan in test_kv_events (page events against the tree, the wire encoding,
-# endpoints); the publisher thread (server/kv_events.c) runs in the release run only.
+# kv_events (a subscriber and eleven servers, the scenario traces among them, ~100 s in release)
+# runs in release only, for CI's time: its C code runs under ASan in test_kv_events (page events
+# against the tree, the wire encoding, endpoints); the publisher thread (server/kv_events.c) runs
+# in the release run only. fleet too
+# (nine servers and 216 requests behind haproxy, nginx and an event-fed picker, ~55 s in release):
+# it measures routing, the same in both builds; the server code it drives runs under ASan in
+# server_api and test_kv_events.
 # presets_llama too (19 llama-quantize presets, each run by llama.cpp, cinder's CPU reference and
 # its Vulkan engine: ~440 s under ASan, the longest test there after cli_contract): what it adds is
 # conformance with llama.cpp's files, the same in both builds; under ASan the reader of those files
@@ -79,7 +83,7 @@ fi
 # chat_reuse too (a 20-turn chat trace over a ~4,800-token system prompt, ~25 s in release): the
 # conversation and reply memory it drives run under ASan in test_tokenizer (a reply split as no
 # encoder would, reused token for token) and test_reply_memory, the server's in server_api.
-asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|^gguf_split$|^kv_events$|presets_llama'
+asan_excluded='conformance_llama|test_gpu_model|server_load|prefix_scenarios|^gguf_split$|^kv_events$|presets_llama|^fleet$'
 asan_excluded+='|^chat_reuse$'
 asan_excluded+='|test_vk_attn_prefill|test_vk_matmul|test_vk_matvec|test_vk_moe_group|test_gpu_batch'
 LD_PRELOAD="$preload" ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" \

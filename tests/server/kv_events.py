@@ -9,12 +9,17 @@ removal by the engine's key) equals the server's own page listing (/v1/cache?pag
 multi-turn trace that evicts, demotes and restores, and predicts each request's cached tokens
 from the request's /render ids to within one page (a router's use of it); replay from k gives
 k.. then seq -1; the
-shutdown removes every page; a restarted server starts with AllBlocksCleared at seq 0.
+shutdown removes every page; a restarted server starts with AllBlocksCleared at seq 0; and every
+trace in scripts/scenarios/ run through a server of its own leaves the mirror equal to the
+server's pages.
 Loopback only; every wait is bounded. Usage: kv_events.py CINDER_BIN MODEL TMPDIR"""
-import json, os, queue, socket, subprocess, sys, threading, time, urllib.request
+import glob, json, os, queue, socket, subprocess, sys, threading, time, urllib.request
 
 import msgpack
 import zmq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from kv_mirror import Mirror  # noqa: E402
 
 BIN, MODEL, TMP = sys.argv[1:4]
 PAGE = 16
@@ -57,13 +62,13 @@ threading.Thread(target=receive, daemon=True).start()
 replay_ep = "tcp://127.0.0.1:%d" % free_port()
 
 
-def start(name):
+def start(name, pool=512):
     port_file = os.path.join(TMP, name + ".port")
     if os.path.exists(port_file):
         os.remove(port_file)
     log = open(os.path.join(TMP, name + ".log"), "w")
     p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "0", "--port-file", port_file, "--alias", "m",
-                          "--kv-pool-tokens", "512", "--page-size", str(PAGE), "--host-cache-mb", "1", "--parallel", "2",
+                          "--kv-pool-tokens", str(pool), "--page-size", str(PAGE), "--host-cache-mb", "1", "--parallel", "2",
                           "--kv-events", "tcp://127.0.0.1:%d" % sub_port, "--kv-events-replay", replay_ep],
                          stdout=log, stderr=subprocess.STDOUT)
     for _ in range(600):
@@ -88,83 +93,16 @@ def listing(port):
     return json.load(urllib.request.urlopen("http://127.0.0.1:%d/v1/cache?pages=1" % port, timeout=30))["pages"]
 
 
-class Mirror:
-    """A router's index of one replica, from its events alone."""
-
-    def __init__(self):
-        self.media = {"GPU": set(), "CPU": set()}
-        self.next_seq = 0
-        self.topic = None
-        self.batches = {}  # seq -> payload, for the replay check
-        self.kinds = set()
-        self.block = {}  # (parent hash, page's token ids) -> hash: what a router matches prompts by
-
-    def apply(self, topic, seq_b, payload):
-        check(len(seq_b) == 8, "seq frame of 8 bytes")
-        seq = int.from_bytes(seq_b, "big", signed=True)
-        check(seq == self.next_seq, "seq %d contiguous (expected %d)" % (seq, self.next_seq))
-        self.next_seq = seq + 1
-        self.topic = topic
-        self.batches[seq] = payload
-        batch = msgpack.unpackb(payload, raw=False, strict_map_key=True)
-        check(isinstance(batch, list) and len(batch) == 3, "batch [ts, events, rank]")
-        ts, events, rank = batch
-        check(isinstance(ts, float) and rank == 0 and isinstance(events, list) and events, "batch fields")
-        for ev in events:
-            self.event(seq, ev)
-        return seq, events
-
-    def event(self, seq, ev):
-        tag = ev[0]
-        self.kinds.add(tag)
-        if tag == "AllBlocksCleared":
-            check(len(ev) == 1, "AllBlocksCleared arity")
-            for m in self.media.values():
-                m.clear()
-            return
-        if tag == "BlockStored":
-            check(len(ev) == 7, "BlockStored has 7 fields")
-            _, hashes, parent, tokens, block_size, lora_id, medium = ev
-            check(block_size == PAGE and lora_id is None, "block_size is the page size, lora_id nil")
-            check(len(tokens) == len(hashes) * PAGE and len(tokens) % PAGE == 0, "token_ids: blocks x page size")
-            check(all(isinstance(t, int) and t >= 0 for t in tokens), "token ids")
-            check(medium in self.media, "medium GPU/CPU")
-            check(parent is None or (0 < parent < 2**63 and any(parent in m for m in self.media.values())),
-                  "seq %d: the parent %s resolves" % (seq, parent))
-            for i, h in enumerate(hashes):
-                check(isinstance(h, int) and 0 < h < 2**63, "hash < 2^63")
-                check(h not in self.media[medium], "seq %d: %d stored twice in %s" % (seq, h, medium))
-                self.media[medium].add(h)
-                self.block[(parent, tuple(tokens[i * PAGE:(i + 1) * PAGE]))] = h
-                parent = h
-            return
-        check(tag == "BlockRemoved" and len(ev) == 3, "BlockRemoved has 3 fields (got %r)" % (ev[:1],))
-        _, hashes, medium = ev
-        check(medium in self.media, "medium GPU/CPU")
-        for h in hashes:
-            check(h in self.media[medium], "seq %d: removed %d was in %s" % (seq, h, medium))
-            self.media[medium].discard(h)
-
-
-    def cached(self, ids):
-        """Tokens of ids a router expects this replica to reuse: whole pages whose chain of
-        stored blocks, from the root, is on the GPU or in host memory."""
-        parent, n = None, 0
-        while n + PAGE <= len(ids):
-            h = self.block.get((parent, tuple(ids[n:n + PAGE])))
-            if h is None or not (h in self.media["GPU"] or h in self.media["CPU"]):
-                break
-            parent, n = h, n + PAGE
-        return n
-
-
-def drain(mirror, until, timeout_s=20):
-    """Applies batches until until() holds or nothing came for timeout_s."""
+def drain(mirror, until, timeout_s=20, topic=None):
+    """Applies batches until until() holds or nothing came for timeout_s; with topic, only that
+    replica's (a stopped server's last batches may still be queued)."""
     while not until():
         try:
-            mirror.apply(*frames.get(timeout=timeout_s))
+            frame = frames.get(timeout=timeout_s)
         except queue.Empty:
             return False
+        if topic is None or frame[0] == topic:
+            mirror.apply(*frame)
     return True
 
 
@@ -174,7 +112,7 @@ def same(mirror, pages):
 
 # ---- one server: a multi-turn trace over a pool small enough to evict, demote and restore ----
 srv, port = start("a")
-m = Mirror()
+m = Mirror(PAGE, check)
 check(drain(m, lambda: m.next_seq >= 1), "the first batch arrives")
 first = msgpack.unpackb(m.batches[0])
 check(first[1] == [["AllBlocksCleared"]], "seq 0 is AllBlocksCleared")
@@ -242,13 +180,50 @@ srv.terminate()
 check(srv.wait(timeout=60) == 0, "SIGTERM ends the server with 0")
 check(drain(m, lambda: not m.media["GPU"] and not m.media["CPU"]), "the shutdown's events empty the mirror")
 srv, port = start("b")
-m2 = Mirror()
+m2 = Mirror(PAGE, check)
 check(drain(m2, lambda: m2.next_seq >= 1), "the restarted server's first batch arrives")
 check(msgpack.unpackb(m2.batches[0])[1] == [["AllBlocksCleared"]], "a restarted server sends AllBlocksCleared at seq 0")
 srv.terminate()
 check(srv.wait(timeout=60) == 0, "SIGTERM ends the second server with 0")
 log = open(os.path.join(TMP, "a.log")).read()
 check("X-Session-Id: session-3" in log, "the session header is logged with the request")
+
+# ---- every trace in scripts/scenarios/: the mirror equals the server's pages after each ----
+# One server a trace (a trace's kv_pool_tokens, or a pool that holds its longest prompt), token
+# traces through /v1/completions with the ids as the prompt, chat traces through
+# /v1/chat/completions, each session's history growing by the replies as generated.
+scenarios = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "scenarios")
+for path in sorted(glob.glob(os.path.join(scenarios, "*.jsonl"))):
+    lines = [json.loads(line) for line in open(path) if line.strip()]
+    head, trace = lines[0], lines[1:]
+    name = head["scenario"]
+    srv, port = start("scenario-" + name, head.get("kv_pool_tokens", 16384))
+    topic = ("kv@127.0.0.1:%d@m" % port).encode()
+    ms = Mirror(PAGE, check)
+    check(drain(ms, lambda: ms.next_seq >= 1, topic=topic), "%s: the first batch arrives" % name)
+    sessions = {}
+    for rq in trace:
+        if head["kind"] == "tokens":
+            post(port, "/v1/completions", {"model": "m", "prompt": rq["prompt_tokens"], "max_tokens": rq["max_tokens"],
+                                           "temperature": 0})
+            continue
+        h = sessions.setdefault(rq["session"], {"messages": [], "tools": None})
+        h["tools"] = rq.get("tools", h["tools"])
+        h["messages"] += rq["append"]
+        body = {"model": "m", "messages": h["messages"], "max_tokens": rq["max_tokens"], "temperature": 0,
+                "chat_template_kwargs": {"enable_thinking": False}}
+        if h["tools"]:
+            body["tools"] = h["tools"]
+        reply = post(port, "/v1/chat/completions", body)["choices"][0]["message"]
+        h["messages"].append({k: v for k, v in reply.items() if v is not None})
+    pages = listing(port)
+    check(drain(ms, lambda: same(ms, pages), topic=topic),
+          "%s: the mirror equals the server's pages after the trace (gpu %d/%d, cpu %d/%d)" %
+          (name, len(ms.media["GPU"]), len(pages["gpu"]), len(ms.media["CPU"]), len(pages["cpu"])))
+    print("%s: %d requests, mirror of %d GPU and %d host pages equal to the server's" %
+          (name, len(trace), len(pages["gpu"]), len(pages["cpu"])), flush=True)
+    srv.terminate()
+    check(srv.wait(timeout=60) == 0, "%s: SIGTERM ends the server with 0" % name)
 
 done.set()
 print("kv_events: %d checks failed" % len(fails) if fails else "kv_events: all checks passed")
