@@ -8,7 +8,6 @@
 #include "runtime/base/error.h"
 #include "engine/request.h"
 
-
 static int alloc_scheduler(engine *e, const engine_opts *o) {
     e->max_seqs = o->max_seqs ? o->max_seqs : 1;
     e->chunk_tokens = o->chunk_tokens ? o->chunk_tokens : 512;
@@ -74,22 +73,24 @@ static int init_pool_and_model(engine *e, const kv_layout *lay, uint64_t pool, b
     uint64_t tokens = fits > o->n_ctx ? fits : o->n_ctx;
     if (tokens >= pool) return -1; /* not the pool's size: nothing smaller helps */
     if (o->n_ctx < file_ctx)
-        fprintf(stderr, "cinder: a context of %u tokens fits this device, not the file's %u (--ctx sets it)\n", o->n_ctx,
-                file_ctx);
+        fprintf(stderr, "cinder: a context of %u tokens fits this device, not the file's %u (--ctx sets it)\n",
+                o->n_ctx, file_ctx);
     kv_pool_free(&e->pool);
     CD_TRY(kv_pool_init(&e->pool, e->vk, lay, (uint32_t)tokens));
     o->kv = &e->pool.buf, o->lay = &e->pool.lay;
     CD_TRY(gpu_model_init(&e->g, e->vk, e->m, o));
     fprintf(stderr, "cinder: a KV pool of %llu tokens (%.1f MiB) %s, not %llu (--kv-pool-tokens sets it)\n",
             (unsigned long long)tokens, (double)e->pool.buf.size / (1 << 20),
-            fits >= o->n_ctx ? "leaves room for the weights on this device" : "holds one context", (unsigned long long)pool);
+            fits >= o->n_ctx ? "leaves room for the weights on this device" : "holds one context",
+            (unsigned long long)pool);
     return 0;
 }
 
 /* engine_init up to the memory plan (plan: where its sizes go; plan_only: stop there). */
 static int init_engine(engine *e, model *m, const engine_opts *o, gpu_memory_plan *plan, bool plan_only) {
     *e = (engine){.m = m, .cache_on = !o->no_prefix_cache && !plan_only};
-    if (o->cache_dir_max_bytes && !o->cache_dir) return cd_fail("a disk budget (--cache-dir-max-mb) needs a disk tier (--cache-dir)");
+    if (o->cache_dir_max_bytes && !o->cache_dir)
+        return cd_fail("a disk budget (--cache-dir-max-mb) needs a disk tier (--cache-dir)");
     if (!e->cache_on && (o->host_cache_mb || o->cache_dir))
         return cd_fail("%s needs the prefix cache (it is off: no_prefix_cache)",
                        o->cache_dir ? "a disk tier (--cache-dir)" : "a host tier (--host-cache-mb)");
@@ -112,7 +113,8 @@ static int init_engine(engine *e, model *m, const engine_opts *o, gpu_memory_pla
     e->host_list = calloc(e->max_out, sizeof *e->host_list);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     e->n_workers = cores < 1 ? 1 : cores > 16 ? 16 : (uint32_t)cores;
-    if (e->n_workers > max_seqs + ENGINE_PROMPT_ROWS) e->n_workers = max_seqs + ENGINE_PROMPT_ROWS; /* the items a pass can have */
+    if (e->n_workers > max_seqs + ENGINE_PROMPT_ROWS)
+        e->n_workers = max_seqs + ENGINE_PROMPT_ROWS; /* the items a pass can have */
     if (!e->b_lp || !e->host_list) return cd_fail("out of memory");
     CD_TRY(open_device(e, o->device));
     /* a pass holds every running sequence's decode token (and guessed ones) plus a prompt chunk */
@@ -122,18 +124,25 @@ static int init_engine(engine *e, model *m, const engine_opts *o, gpu_memory_pla
     kv_layout lay;
     const model_config *c = &m->cfg;
     CD_TRY(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
-                       o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
-    gpu_model_opts go = {.n_ctx = n_ctx, .n_batch = (uint32_t)n_batch, .max_seqs = max_seqs, .max_out = e->max_out,
-                         .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
-                         .device_memory = (uint64_t)o->device_memory_mb << 20, .progress = o->load_progress,
-                         .host_expert_layers = o->host_expert_layers, .host_experts_fixed = o->host_experts_fixed,
-                         .plan = plan, .plan_only = plan_only};
+                          o->page_tokens ? o->page_tokens : KV_PAGE_TOKENS_DEFAULT));
+    gpu_model_opts go = {.n_ctx = n_ctx,
+                         .n_batch = (uint32_t)n_batch,
+                         .max_seqs = max_seqs,
+                         .max_out = e->max_out,
+                         .gate_up_pairs = o->gate_up_pairs,
+                         .int_dot = o->int_dot,
+                         .device_memory = (uint64_t)o->device_memory_mb << 20,
+                         .progress = o->load_progress,
+                         .host_expert_layers = o->host_expert_layers,
+                         .host_experts_fixed = o->host_experts_fixed,
+                         .plan = plan,
+                         .plan_only = plan_only};
     CD_TRY(init_pool_and_model(e, &lay, pool, !o->pool_tokens, !o->n_ctx, &go));
     if (plan_only) return 0;
     CD_TRY(model_set_weights_digest(m, e->g.w.digest));
     CD_TRY(alloc_scheduler(e, o));
     e->draw_on_device = o->draw == ENGINE_DRAW_DEVICE ||
-                        (o->draw == ENGINE_DRAW_AUTO && e->vk->dev.info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
+        (o->draw == ENGINE_DRAW_AUTO && e->vk->dev.info.props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU);
     if (!e->cache_on) return 0;
     uint8_t ns[RADIX_NS_BYTES];
     const char *t = o->tenant;
@@ -150,7 +159,7 @@ static int init_engine(engine *e, model *m, const engine_opts *o, gpu_memory_pla
     }
     if (o->cache_dir) {
         CD_TRY(kv_disk_init(&e->disk, e->vk, &e->pool.buf, &e->pool.lay, ns, o->cache_dir, o->disk_chunk_pages,
-                         o->cache_dir_max_bytes));
+                            o->cache_dir_max_bytes));
         e->disk_on = true;
         CD_TRY(kv_cache_attach_disk(&e->cache, &e->disk));
     }
@@ -186,8 +195,10 @@ int engine_cache_pages(const engine *e, void (*fn)(void *ctx, uint64_t hash, kv_
 
 void engine_cache_info_get(const engine *e, engine_cache_info *o) {
     const kv_pages *p = &e->pool.pages;
-    *o = (engine_cache_info){.gpu_pages = p->n_pages, .gpu_free = kv_pages_free_count(p),
-                             .page_tokens = e->pool.lay.page_tokens, .n_ctx = e->g.n_ctx};
+    *o = (engine_cache_info){.gpu_pages = p->n_pages,
+                             .gpu_free = kv_pages_free_count(p),
+                             .page_tokens = e->pool.lay.page_tokens,
+                             .n_ctx = e->g.n_ctx};
     if (e->cache_on) {
         const radix_stats *t = kv_cache_stats(&e->cache);
         o->prefix_cache = true;

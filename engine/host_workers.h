@@ -19,16 +19,16 @@ typedef void (*host_work_fn)(void *ctx, uint32_t item, uint32_t worker);
 
 typedef struct host_workers {
     pthread_t *threads;
-    uint32_t n_threads;          /* helpers; workers = n_threads + 1 */
+    uint32_t n_threads; /* helpers; workers = n_threads + 1 */
     pthread_mutex_t mu;
     pthread_cond_t go, done;
-    uint64_t job;                /* incremented per job: a helper's signal to start */
-    uint32_t busy;               /* helpers still on the current job */
+    uint64_t job;  /* incremented per job: a helper's signal to start */
+    uint32_t busy; /* helpers still on the current job */
     bool stop, inited;
     host_work_fn fn;
     void *ctx;
     uint32_t n_items;
-    atomic_uint next;            /* the next item to take */
+    atomic_uint next; /* the next item to take */
 } host_workers;
 
 /* Starts up to n helpers (fewer if threads or memory cannot be had: the work then runs on fewer,

@@ -15,11 +15,11 @@ struct engine_req;
 
 typedef struct pass_entry {
     struct engine_req *q;
-    uint32_t fed;             /* its tokens in the pass */
-    uint32_t first_out;       /* its first output row (the pass's next when it was added) */
-    uint32_t lp_pos, n_lp;    /* rows of prompt positions [lp_pos, lp_pos + n_lp) */
-    bool gen_row;             /* then the row a token is chosen from */
-    uint32_t n_draft;         /* and the guess fed after its last token (lookup_draft.h), a row each */
+    uint32_t fed;          /* its tokens in the pass */
+    uint32_t first_out;    /* its first output row (the pass's next when it was added) */
+    uint32_t lp_pos, n_lp; /* rows of prompt positions [lp_pos, lp_pos + n_lp) */
+    bool gen_row;          /* then the row a token is chosen from */
+    uint32_t n_draft;      /* and the guess fed after its last token (lookup_draft.h), a row each */
     int32_t draft[ENGINE_SPEC_MAX];
 } pass_entry;
 

@@ -11,7 +11,6 @@
 #include "engine/pass.h"
 #include "engine/request.h"
 
-
 static engine_req *find(const engine *e, uint32_t handle) {
     for (uint32_t i = 0; i < e->n_reqs; i++)
         if (e->reqs[i]->handle == handle) return e->reqs[i];
@@ -50,15 +49,17 @@ static int check_request(const engine *e, const engine_request *rq) {
     uint32_t need = kv_pages_for(&e->pool.pages, rq->n + 1), have = e->pool.pages.n_pages;
     if (need > have)
         return cd_fail("KV pool too small: the prompt has %u tokens and needs %u KV pages; the pool holds %u pages "
-                       "(%u tokens)", rq->n,
-                       need, have, have * e->pool.lay.page_tokens);
+                       "(%u tokens)",
+                       rq->n, need, have, have * e->pool.lay.page_tokens);
     for (uint32_t i = 0; i < rq->n; i++)
         if (rq->ids[i] < 0 || (uint32_t)rq->ids[i] >= e->m->cfg.n_vocab)
-            return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i, e->m->cfg.n_vocab);
+            return cd_fail("token id %d at prompt position %u out of range (vocab %u)", rq->ids[i], i,
+                           e->m->cfg.n_vocab);
     if (rq->json_object && rq->json_schema) return cd_fail("json_object and json_schema exclude each other");
     if (rq->json_lazy && (!rq->json_schema || rq->json_trigger < 0 || (uint32_t)rq->json_trigger >= e->m->cfg.n_vocab))
         return cd_fail("json_lazy needs json_schema and a trigger token in the vocabulary");
-    if (rq->top_logprobs > TOP_LOGPROBS_MAX) return cd_fail("top_logprobs %u is more than %d", rq->top_logprobs, TOP_LOGPROBS_MAX);
+    if (rq->top_logprobs > TOP_LOGPROBS_MAX)
+        return cd_fail("top_logprobs %u is more than %d", rq->top_logprobs, TOP_LOGPROBS_MAX);
     if (rq->prompt_top_logprobs > TOP_LOGPROBS_MAX)
         return cd_fail("prompt_top_logprobs %u is more than %d", rq->prompt_top_logprobs, TOP_LOGPROBS_MAX);
     return logit_adjust_check(rq->adjust, (int32_t)e->m->cfg.n_vocab);
@@ -128,7 +129,8 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     /* top_k within the device's limit: only the id crosses to the host; else (top_k "all", a
      * CPU device: engine_opts.draw, or logits to adjust or mask) the logits row comes down and
      * the host chooses */
-    q->sample_gpu = e->draw_on_device && !masked && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
+    q->sample_gpu =
+        e->draw_on_device && !masked && cvk_sample_row_on_device(sp->temperature, sp->top_k, CVK_SAMPLE_MAX_K);
     if (q->sample_gpu) sampler_init_draws(&q->smp, *sp);
     if (!q->all || !q->reply.ids || !q->stop || (masked && need_adj_scratch(e)) ||
         (json && (!schema || (!e->json_vocab.first && json_vocab_init(&e->json_vocab, e->m->tok)))) ||
@@ -142,9 +144,9 @@ int engine_submit(engine *e, const engine_request *rq, uint32_t *handle) {
     q->rq.ids = q->all;
     q->rq.stop_ids = q->stop;
     q->rq.sp = NULL;
-    q->rq.cache_salt = NULL; /* the caller's memory: only its namespace is kept */
-    q->rq.adjust = NULL;     /* the caller's memory: q->adj is the copy */
-    q->rq.json_schema = NULL; /* the caller's reference: q->jm holds one */
+    q->rq.cache_salt = NULL;                    /* the caller's memory: only its namespace is kept */
+    q->rq.adjust = NULL;                        /* the caller's memory: q->adj is the copy */
+    q->rq.json_schema = NULL;                   /* the caller's reference: q->jm holds one */
     q->rq.json_forced = q->rq.json_tail = NULL; /* read into q->jm */
     memcpy(q->ns, ns, RADIX_NS_BYTES);
     q->n_prompt = q->n_all = rq->n;
@@ -493,10 +495,12 @@ static uint32_t guess(engine *e, pass_entry *p, uint32_t *room) {
     if (k > left - 1) k = left - 1;
     if (k > e->g.n_ctx - q->n_all) k = e->g.n_ctx - q->n_all; /* positions up to n_all - 1 + k */
     uint32_t k_max = k;
-    k = e->guess ? e->guess(e->guess_ctx, q->all, q->n_all, k_max, p->draft) : lookup_draft(q->all, q->n_all, k_max, p->draft);
+    k = e->guess ? e->guess(e->guess_ctx, q->all, q->n_all, k_max, p->draft)
+                 : lookup_draft(q->all, q->n_all, k_max, p->draft);
     if (k > k_max) k = 0; /* a guesser that broke its contract guesses nothing */
     for (uint32_t i = 0; i < k; i++)
-        if (p->draft[i] < 0 || (uint32_t)p->draft[i] >= e->m->cfg.n_vocab) k = i; /* nor past a token not in the vocabulary */
+        if (p->draft[i] < 0 || (uint32_t)p->draft[i] >= e->m->cfg.n_vocab)
+            k = i; /* nor past a token not in the vocabulary */
     if (k && q->seq.n_tokens < q->n_all + k) {
         uint32_t more = q->n_all + k - q->seq.n_tokens;
         if (kv_pool_pages_needed(&e->pool, &q->seq, more) > kv_pages_free_count(&e->pool.pages) ||
@@ -792,7 +796,12 @@ int engine_step(engine *e, uint32_t *busy) {
         }
     }
     if (!rc && nb) {
-        gpu_batch b = {.n = nb, .ids = e->b_ids, .row = e->b_row, .pos = e->b_pos, .n_out = no, .out = e->b_out,
+        gpu_batch b = {.n = nb,
+                       .ids = e->b_ids,
+                       .row = e->b_row,
+                       .pos = e->b_pos,
+                       .n_out = no,
+                       .out = e->b_out,
                        .sample = device_draws(e, no)};
         rc = gpu_forward_batch(&e->g, &b, e->b_next) || after_pass(e, no);
     }

@@ -17,14 +17,16 @@ int engine_tier_probe_opts(const model *m, uint32_t max_n, engine_opts *eo) {
     eo->host_cache_mb = (uint32_t)((uint64_t)(max_n / 16 + 1) * lay.page_bytes / (1u << 20) + 2);
     /* room for the largest prefix's chunks (a smaller one's are evicted) */
     uint64_t chunk = KV_DISK_HEADER_BYTES + KV_DISK_CHUNK_TOKENS_DEFAULT * 4ull +
-                     (KV_DISK_CHUNK_TOKENS_DEFAULT / 16) * lay.page_bytes + KV_DISK_MAC_BYTES;
+        (KV_DISK_CHUNK_TOKENS_DEFAULT / 16) * lay.page_bytes + KV_DISK_MAC_BYTES;
     if (!eo->cache_dir_max_bytes) eo->cache_dir_max_bytes = (max_n / KV_DISK_CHUNK_TOKENS_DEFAULT + 1) * chunk;
     return 0;
 }
 
 void engine_tier_info_get(const engine *e, engine_tier_info *o) {
-    *o = (engine_tier_info){.page_tokens = e->pool.lay.page_tokens, .chunk_tokens = e->disk.chunk_tokens,
-                            .page_bytes = e->pool.lay.page_bytes, .disk_dir = e->disk.dir,
+    *o = (engine_tier_info){.page_tokens = e->pool.lay.page_tokens,
+                            .chunk_tokens = e->disk.chunk_tokens,
+                            .page_bytes = e->pool.lay.page_bytes,
+                            .disk_dir = e->disk.dir,
                             .async_copies = e->vk && e->vk->dev.copies.sem};
 }
 
@@ -53,7 +55,11 @@ static int disk_load_all(engine *e, const int32_t *ids, uint32_t n_chunks, doubl
     uint32_t C = d->chunk_pages, *pg = malloc(((size_t)n_chunks * C + 1) * sizeof *pg);
     uint8_t(*h)[KV_DISK_HASH_BYTES] = malloc(((size_t)n_chunks + 1) * KV_DISK_HASH_BYTES);
     static const uint8_t zero[KV_DISK_HASH_BYTES];
-    if (!pg || !h) { free(pg); free(h); return cd_fail("out of memory"); }
+    if (!pg || !h) {
+        free(pg);
+        free(h);
+        return cd_fail("out of memory");
+    }
     uint64_t b0 = d->bytes_read, rej0 = d->rejected;
     uint32_t got = 0;
     double t0 = cd_now_ms();
@@ -61,12 +67,16 @@ static int disk_load_all(engine *e, const int32_t *ids, uint32_t n_chunks, doubl
     for (uint32_t c = 0; !rc && c < n_chunks; c++) {
         int r = kv_disk_read(d, ids + (size_t)c * d->chunk_tokens, c, c ? h[c - 1] : zero, h[c]);
         if (r <= 0) {
-            rc = r < 0 ? -1 : cd_fail("restore bench: chunk %u was not read back (%s)", c,
-                                      d->rejected > rej0 ? d->last_msg : "no file");
+            rc = r < 0 ? -1
+                       : cd_fail("restore bench: chunk %u was not read back (%s)", c,
+                                 d->rejected > rej0 ? d->last_msg : "no file");
             break;
         }
         for (uint32_t i = 0; i < C; i++)
-            if (kv_page_alloc(&e->pool.pages, &pg[got + i])) { rc = -1; break; }
+            if (kv_page_alloc(&e->pool.pages, &pg[got + i])) {
+                rc = -1;
+                break;
+            }
         if (!rc) got += C;
         if (!rc) rc = kv_disk_upload(d, 0, pg + got - C, C);
     }
@@ -124,7 +134,8 @@ static int host_round(engine *e, const int32_t *ids, uint32_t n, engine_tier_rou
     if (m.n_gpu_pages != 0 || m.n_restore != want) {
         kv_cache_release(&e->cache, &m);
         return cd_fail("restore bench: %u tokens: the host tier holds %u of %u pages (%u still on the GPU); "
-                       "the tier or the pool is too small", n, m.n_restore, want, m.n_gpu_pages);
+                       "the tier or the pool is too small",
+                       n, m.n_restore, want, m.n_gpu_pages);
     }
     t0 = cd_now_ms();
     int got = kv_cache_restore(&e->cache, &m, &taken);
@@ -146,7 +157,8 @@ int engine_tier_round_run(engine *e, const int32_t *ids, uint32_t n, engine_tier
     double t0 = cd_now_ms();
     int rc = prefill_seq(e, &s, ids, n);
     o->recompute_ms = cd_now_ms() - t0;
-    if (!rc) rc = kv_cache_insert(&e->cache, NULL, ids, &s, false) || disk_store_all(e, &s, ids, n_chunks, &o->write_ms);
+    if (!rc)
+        rc = kv_cache_insert(&e->cache, NULL, ids, &s, false) || disk_store_all(e, &s, ids, n_chunks, &o->write_ms);
     kv_seq_free(&e->pool.pages, &s);
     if (!rc) rc = host_round(e, ids, n, o);
     /* the disk: from empty tiers, warm (page cache) then cold (dropped) */

@@ -40,15 +40,18 @@ static int scan_ns(int dfd, uint32_t ns, scanned **v, size_t *n, size_t *cap) {
     for (struct dirent *de; !rc && (de = readdir(dp));) {
         scanned f = {.ns = ns};
         struct stat st;
-        if (!kv_disk_parse_chunk_name(de->d_name, f.h, &f.version) || fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
-            !S_ISREG(st.st_mode))
+        if (!kv_disk_parse_chunk_name(de->d_name, f.h, &f.version) ||
+            fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
             continue; /* gone already, or not a chunk file */
         f.bytes = (uint64_t)st.st_size;
         f.mtime_ns = (int64_t)st.st_mtim.tv_sec * 1000000000 + st.st_mtim.tv_nsec;
         if (*n == *cap) {
             size_t c = *cap ? 2 * *cap : 256;
             scanned *p = realloc(*v, c * sizeof *p);
-            if (!p) { rc = -1; break; }
+            if (!p) {
+                rc = -1;
+                break;
+            }
             *v = p;
             *cap = c;
         }
@@ -89,11 +92,13 @@ int kv_disk_rescan(kv_disk_tier *d) {
         return cd_fail("disk tier: out of memory (the index of %s)", d->dir);
     }
     for (size_t i = 0; i < n; i++) {
-        uint32_t j = v[i].ns == 0 && v[i].version == KV_DISK_VERSION ? kv_disk_index_find(&d->index, v[i].h) : KV_DISK_NONE;
+        uint32_t j =
+            v[i].ns == 0 && v[i].version == KV_DISK_VERSION ? kv_disk_index_find(&d->index, v[i].h) : KV_DISK_NONE;
         stamps[i] = j != KV_DISK_NONE ? d->index.files[j].stamp : 0;
     }
     kv_disk_index_clear(&d->index);
-    for (size_t i = 0; i < n; i++) kv_disk_index_add(&d->index, v[i].ns, v[i].version, v[i].h, v[i].bytes, v[i].mtime_ns, stamps[i]);
+    for (size_t i = 0; i < n; i++)
+        kv_disk_index_add(&d->index, v[i].ns, v[i].version, v[i].h, v[i].bytes, v[i].mtime_ns, stamps[i]);
     free(stamps);
     free(v);
     d->scans++;
@@ -115,7 +120,8 @@ int kv_disk_make_room(kv_disk_tier *d, uint64_t bytes) {
         kv_disk_file f = x->files[i];
         char name[NAME_CAP];
         kv_disk_file_name(f.h, f.version, name);
-        int dfd = f.ns == 0 ? d->dir_fd : openat(d->top_fd, x->ns_names[f.ns], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int dfd = f.ns == 0 ? d->dir_fd
+                            : openat(d->top_fd, x->ns_names[f.ns], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         struct stat st;
         int64_t mtime = 0;
         bool there = dfd >= 0 && !fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) && S_ISREG(st.st_mode);
@@ -123,13 +129,17 @@ int kv_disk_make_room(kv_disk_tier *d, uint64_t bytes) {
         kv_disk_index_remove(x, i);
         if (there && mtime > f.used_ns) {
             kv_disk_index_add(x, f.ns, f.version, f.h, (uint64_t)st.st_size, mtime, f.stamp);
-        } else if (there && (kv_disk_fault_next(d, KV_FAULT_UNLINK) >= 0 ? (errno = EIO, -1) : unlinkat(dfd, name, 0)) &&
+        } else if (there &&
+                   (kv_disk_fault_next(d, KV_FAULT_UNLINK) >= 0 ? (errno = EIO, -1) : unlinkat(dfd, name, 0)) &&
                    errno != ENOENT) {
             int e = errno;
             kv_disk_index_add(x, f.ns, f.version, f.h, f.bytes, f.used_ns, f.stamp); /* still there: still counted */
             if (dfd >= 0 && dfd != d->dir_fd) close(dfd);
-            kv_disk_say(d, "%s/%s: cannot remove it to keep within the budget: %s; the chunk being written stays uncached on "
-                "disk", f.ns == 0 ? d->dir : x->ns_names[f.ns], name, strerror(e));
+            kv_disk_say(
+                d,
+                "%s/%s: cannot remove it to keep within the budget: %s; the chunk being written stays uncached on "
+                "disk",
+                f.ns == 0 ? d->dir : x->ns_names[f.ns], name, strerror(e));
             return -1;
         } else if (there) {
             d->evicted_chunks++;

@@ -26,7 +26,10 @@ static int mkdir_p(const char *path) {
         char c = *s;
         *s = 0;
         /* 0700: only this user may list the chunks (their tokens are in clear) or add one */
-        if (mkdir(p, 0700) && errno != EEXIST) { rc = cd_fail("--cache-dir: cannot create %s: %s", p, strerror(errno)); break; }
+        if (mkdir(p, 0700) && errno != EEXIST) {
+            rc = cd_fail("--cache-dir: cannot create %s: %s", p, strerror(errno));
+            break;
+        }
         *s = c;
         if (!c) break;
     }
@@ -56,7 +59,8 @@ static int open_dir(int at, const char *name, const char *shown, bool nofollow) 
     int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (nofollow ? O_NOFOLLOW : 0));
     if (fd < 0) {
         int e = errno;
-        if (e == ENOTDIR || e == ELOOP) return cd_fail("--cache-dir: %s is not a directory%s", shown, e == ELOOP ? " (a symbolic link)" : "");
+        if (e == ENOTDIR || e == ELOOP)
+            return cd_fail("--cache-dir: %s is not a directory%s", shown, e == ELOOP ? " (a symbolic link)" : "");
         return cd_fail("--cache-dir: cannot open %s: %s", shown, strerror(e));
     }
     if (check_dir(fd, shown)) {
@@ -95,8 +99,9 @@ static int read_key(kv_disk_tier *d, int fd, const char *path) {
                        "chunks; chmod 600 it (or remove it: a new key is made and old chunks are rewritten)",
                        path, (unsigned)(st.st_mode & 07777));
     if (st.st_size != KV_DISK_KEY_BYTES)
-        return cd_fail("--cache-dir: %s is %lld bytes, not %d: remove it (a new key is made and old chunks are rewritten)",
-                       path, (long long)st.st_size, KV_DISK_KEY_BYTES);
+        return cd_fail(
+            "--cache-dir: %s is %lld bytes, not %d: remove it (a new key is made and old chunks are rewritten)", path,
+            (long long)st.st_size, KV_DISK_KEY_BYTES);
     ssize_t r;
     while ((r = read(fd, d->key, sizeof d->key)) < 0 && errno == EINTR) {}
     if (r != (ssize_t)sizeof d->key) return cd_fail("--cache-dir: cannot read %s", path);
@@ -202,8 +207,9 @@ int kv_disk_open_dirs(kv_disk_tier *d, const char *dir, const char *nsx) {
     if (mkdir_p(dir)) return -1;
     int top = open_dir(AT_FDCWD, dir, dir, false);
     if (top < 0) return -1;
-    if (load_key(d, top, dir) || (mkdirat(top, nsx, 0700) && errno != EEXIST &&
-                                  cd_fail("--cache-dir: cannot create %s: %s", d->dir, strerror(errno)))) {
+    if (load_key(d, top, dir) ||
+        (mkdirat(top, nsx, 0700) && errno != EEXIST &&
+         cd_fail("--cache-dir: cannot create %s: %s", d->dir, strerror(errno)))) {
         close(top);
         return -1;
     }
@@ -226,4 +232,3 @@ int kv_disk_open_dirs(kv_disk_tier *d, const char *dir, const char *nsx) {
     d->top_fd = top;
     return 0;
 }
-

@@ -30,9 +30,11 @@ int kv_disk_fault_set(kv_disk_tier *d, const char *spec) {
         char op[16] = "", kind[16] = "eio";
         unsigned nth = 0;
         int end = 0;
-        if (sscanf(item, "%15[a-z]:%u%n", op, &nth, &end) != 2 || (item[end] && sscanf(item + end, ":%15[a-z]", kind) != 1))
+        if (sscanf(item, "%15[a-z]:%u%n", op, &nth, &end) != 2 ||
+            (item[end] && sscanf(item + end, ":%15[a-z]", kind) != 1))
             return cd_fail("CINDER_FAULT_DISK: cannot read '%s' (op:N[:kind], op write, fsync, read, rename, dirsync "
-                           "or unlink)", item);
+                           "or unlink)",
+                           item);
         kv_disk_fault f = {.nth = nth};
         int o = -1, k = -1;
         for (int i = 0; i < 6; i++)
@@ -41,9 +43,12 @@ int kv_disk_fault_set(kv_disk_tier *d, const char *spec) {
             if (!strcmp(kind, kinds[i])) k = i;
         if (o < 0 || k < 0 || !nth || (o != KV_FAULT_WRITE && o != KV_FAULT_READ && k != KV_FAULT_EIO) ||
             (o == KV_FAULT_READ && k == KV_FAULT_ENOSPC))
-            return cd_fail("CINDER_FAULT_DISK: '%s': write:N[:eio|enospc|short], fsync:N, read:N[:eio|short], rename:N, "
-                           "dirsync:N or unlink:N, N >= 1", item);
-        if (d->n_faults == KV_DISK_MAX_FAULTS) return cd_fail("CINDER_FAULT_DISK: at most %d faults", KV_DISK_MAX_FAULTS);
+            return cd_fail(
+                "CINDER_FAULT_DISK: '%s': write:N[:eio|enospc|short], fsync:N, read:N[:eio|short], rename:N, "
+                "dirsync:N or unlink:N, N >= 1",
+                item);
+        if (d->n_faults == KV_DISK_MAX_FAULTS)
+            return cd_fail("CINDER_FAULT_DISK: at most %d faults", KV_DISK_MAX_FAULTS);
         f.op = (uint8_t)o;
         f.kind = (uint8_t)k;
         d->faults[d->n_faults++] = f;

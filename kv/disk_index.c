@@ -210,4 +210,3 @@ uint32_t kv_disk_index_ns(kv_disk_index *x, const char *name) {
     snprintf(x->ns_names[x->n_ns], sizeof x->ns_names[0], "%s", name);
     return x->n_ns++;
 }
-

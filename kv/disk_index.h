@@ -10,32 +10,32 @@
 /* An open-addressed set of chain hashes; zero = empty slot. */
 typedef struct kv_disk_set {
     uint8_t (*tab)[KV_DISK_HASH_BYTES];
-    uint32_t n, cap;                     /* cap a power of two, at most half full */
+    uint32_t n, cap; /* cap a power of two, at most half full */
 } kv_disk_set;
 
 /* One chunk file under DIR, in the budget's index. */
 typedef struct kv_disk_file {
-    uint8_t h[KV_DISK_HASH_BYTES];       /* the chain hash its name holds */
-    uint64_t bytes;                      /* its size (st_size) */
-    int64_t used_ns;                     /* last use, CLOCK_REALTIME ns: its mtime at the scan, then
+    uint8_t h[KV_DISK_HASH_BYTES]; /* the chain hash its name holds */
+    uint64_t bytes;                /* its size (st_size) */
+    int64_t used_ns;               /* last use, CLOCK_REALTIME ns: its mtime at the scan, then
                                             our reads and writes (which set its mtime to the same) */
-    uint64_t stamp;                      /* the tier's use counter at its last use by this process */
-    uint32_t ns;                         /* its namespace directory: ns_names[ns] (0: ours) */
-    uint32_t version;                    /* the format version in its name (1: "<hash>.kv") */
-    uint32_t older, newer;               /* the LRU list (KV_DISK_NONE at the ends); a free
+    uint64_t stamp;                /* the tier's use counter at its last use by this process */
+    uint32_t ns;                   /* its namespace directory: ns_names[ns] (0: ours) */
+    uint32_t version;              /* the format version in its name (1: "<hash>.kv") */
+    uint32_t older, newer;         /* the LRU list (KV_DISK_NONE at the ends); a free
                                             entry's older is the next free one */
 } kv_disk_file;
 
 /* Every chunk file under DIR, least recently used first, and ours by chain hash. */
 typedef struct kv_disk_index {
-    kv_disk_file *files;                 /* [cap] entries, in use or free */
-    uint32_t cap, n;                     /* n in use */
-    uint32_t oldest, newest, free;       /* list ends; the free list's head */
-    uint32_t *map, map_cap;              /* linear probing: entry of our namespace and version by
+    kv_disk_file *files;                          /* [cap] entries, in use or free */
+    uint32_t cap, n;                              /* n in use */
+    uint32_t oldest, newest, free;                /* list ends; the free list's head */
+    uint32_t *map, map_cap;                       /* linear probing: entry of our namespace and version by
                                             chain hash (KV_DISK_NONE = empty); at most half full */
     char (*ns_names)[2 * KV_DISK_HASH_BYTES + 1]; /* namespace directories seen; [0] is ours */
     uint32_t n_ns;
-    uint64_t bytes;                      /* the files' sizes summed */
+    uint64_t bytes; /* the files' sizes summed */
 } kv_disk_index;
 
 /* The set: whether h is in it; add (an all-zero hash is never kept; out of memory, the set

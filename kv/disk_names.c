@@ -12,7 +12,6 @@ void kv_disk_hex(const uint8_t *b, size_t n, char *out) {
     out[2 * n] = 0;
 }
 
-
 /* The file name of chain hash h in format version v inside a namespace directory. */
 void kv_disk_file_name(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t v, char name[NAME_CAP]) {
     char hx[2 * KV_DISK_HASH_BYTES + 1];
@@ -21,7 +20,9 @@ void kv_disk_file_name(const uint8_t h[KV_DISK_HASH_BYTES], uint32_t v, char nam
     else snprintf(name, NAME_CAP, "%s.v%u.kv", hx, v);
 }
 
-void kv_disk_chunk_name(const uint8_t h[KV_DISK_HASH_BYTES], char name[NAME_CAP]) { kv_disk_file_name(h, KV_DISK_VERSION, name); }
+void kv_disk_chunk_name(const uint8_t h[KV_DISK_HASH_BYTES], char name[NAME_CAP]) {
+    kv_disk_file_name(h, KV_DISK_VERSION, name);
+}
 
 static int unhex(char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
 

@@ -54,7 +54,8 @@ typedef struct mac {
 static int mac_begin(const kv_disk_tier *d, mac *m) {
     *m = (mac){0};
     char digest[] = "SHA256";
-    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+    OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                           OSSL_PARAM_construct_end()};
     if (!(m->alg = EVP_MAC_fetch(NULL, "HMAC", NULL)) || !(m->ctx = EVP_MAC_CTX_new(m->alg)) ||
         !EVP_MAC_init(m->ctx, d->key, sizeof d->key, params)) {
         EVP_MAC_CTX_free(m->ctx);
@@ -90,12 +91,16 @@ int kv_disk_chain(const kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, 
         const int32_t *t = ids + (size_t)k * d->chunk_tokens;
         for (uint32_t i = 0; i < d->chunk_tokens; i++) cd_put_le32(le + 4 * i, (uint32_t)t[i]);
         unsigned len = 0;
-        if (!EVP_DigestInit_ex(c, EVP_sha256(), NULL)) { rc = cd_fail("disk tier: SHA-256 is not available"); break; }
+        if (!EVP_DigestInit_ex(c, EVP_sha256(), NULL)) {
+            rc = cd_fail("disk tier: SHA-256 is not available");
+            break;
+        }
         put_field(c, "domain", "cinder.kv-chunk.v1", 18);
         put_field(c, "namespace", d->ns, KV_DISK_HASH_BYTES);
         put_field(c, "prev", prev, KV_DISK_HASH_BYTES);
         put_field(c, "tokens", le, (size_t)d->chunk_tokens * 4);
-        if (!EVP_DigestFinal_ex(c, out[k], &len) || len != KV_DISK_HASH_BYTES) rc = cd_fail("disk tier: SHA-256 failed");
+        if (!EVP_DigestFinal_ex(c, out[k], &len) || len != KV_DISK_HASH_BYTES)
+            rc = cd_fail("disk tier: SHA-256 failed");
         memcpy(prev, out[k], KV_DISK_HASH_BYTES);
     }
     EVP_MD_CTX_free(c);
@@ -109,7 +114,8 @@ uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d) {
 
 int kv_disk_init(kv_disk_tier *d, cvk_ctx *vk, const cvk_buffer *pool, const kv_layout *lay,
                  const uint8_t ns[KV_DISK_HASH_BYTES], const char *dir, uint32_t chunk_pages, uint64_t max_bytes) {
-    *d = (kv_disk_tier){.vk = vk, .pool = pool, .lay = *lay, .dir_fd = -1, .top_fd = -1, .stamp = 1, .keep_from = UINT64_MAX};
+    *d = (kv_disk_tier){
+        .vk = vk, .pool = pool, .lay = *lay, .dir_fd = -1, .top_fd = -1, .stamp = 1, .keep_from = UINT64_MAX};
     kv_disk_index_free(&d->index); /* the empty index */
     memcpy(d->ns, ns, KV_DISK_HASH_BYTES);
     if (!dir || !*dir) return cd_fail("--cache-dir: empty path");
@@ -226,7 +232,8 @@ static void make_header(const kv_disk_tier *d, uint32_t k, const uint8_t *prev, 
 
 /* The header's problem, or NULL: checked field by field before anything is sized from it.
  * *skip: the file may be good for another build (another format version): leave it. */
-static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32_t k, char *why, size_t cap, bool *skip) {
+static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32_t k, char *why, size_t cap,
+                                bool *skip) {
     if (memcmp(hd, magic, 8)) return "bad header (not a cinder KV chunk: wrong magic)";
     if (cd_get_le32(hd + 8) != KV_DISK_VERSION) {
         snprintf(why, cap, "bad header (format version %u, this build reads %u)", cd_get_le32(hd + 8), KV_DISK_VERSION);
@@ -241,15 +248,17 @@ static const char *check_header(const kv_disk_tier *d, const uint8_t *hd, uint32
         snprintf(why, cap, "written for another model or config (namespace %s..., ours %s...), ignored", theirs, ours);
         return why;
     }
-    if (cd_get_le32(hd + 48) != d->lay.n_layer || cd_get_le32(hd + 52) != d->lay.n_head_kv || cd_get_le32(hd + 56) != d->lay.head_dim ||
-        cd_get_le32(hd + 60) != d->lay.page_tokens || cd_get_le32(hd + 64) != DTYPE_F16 || cd_get_le32(hd + 68) != d->chunk_pages ||
+    if (cd_get_le32(hd + 48) != d->lay.n_layer || cd_get_le32(hd + 52) != d->lay.n_head_kv ||
+        cd_get_le32(hd + 56) != d->lay.head_dim || cd_get_le32(hd + 60) != d->lay.page_tokens ||
+        cd_get_le32(hd + 64) != DTYPE_F16 || cd_get_le32(hd + 68) != d->chunk_pages ||
         cd_get_le64(hd + 72) != d->lay.page_bytes || cd_get_le32(hd + 84) != d->chunk_tokens) {
         snprintf(why, cap,
                  "bad header (KV layout %u layers, %u kv heads, head_dim %u, %u tokens/page, dtype %u, %u pages/chunk, "
                  "%llu bytes/page, %u tokens; ours %u, %u, %u, %u, %u, %u, %llu, %u)",
-                 cd_get_le32(hd + 48), cd_get_le32(hd + 52), cd_get_le32(hd + 56), cd_get_le32(hd + 60), cd_get_le32(hd + 64), cd_get_le32(hd + 68),
-                 (unsigned long long)cd_get_le64(hd + 72), cd_get_le32(hd + 84), d->lay.n_layer, d->lay.n_head_kv, d->lay.head_dim,
-                 d->lay.page_tokens, DTYPE_F16, d->chunk_pages, (unsigned long long)d->lay.page_bytes, d->chunk_tokens);
+                 cd_get_le32(hd + 48), cd_get_le32(hd + 52), cd_get_le32(hd + 56), cd_get_le32(hd + 60),
+                 cd_get_le32(hd + 64), cd_get_le32(hd + 68), (unsigned long long)cd_get_le64(hd + 72),
+                 cd_get_le32(hd + 84), d->lay.n_layer, d->lay.n_head_kv, d->lay.head_dim, d->lay.page_tokens, DTYPE_F16,
+                 d->chunk_pages, (unsigned long long)d->lay.page_bytes, d->chunk_tokens);
         return why;
     }
     if (cd_get_le32(hd + 80) != k) {
@@ -314,7 +323,8 @@ static const char *read_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, ui
     if (!r) r = read_full(d, fd, sum, sizeof sum);
     if (mac_end(&m, want_sum) && !r) return *skip = true, "HMAC-SHA-256 failed";
     if (r) return *skip = r < 0, r < 0 ? "read error" : "truncated (read failed)";
-    if (CRYPTO_memcmp(sum, want_sum, sizeof sum)) return "corrupt or forged (MAC mismatch: not written with this directory's key)";
+    if (CRYPTO_memcmp(sum, want_sum, sizeof sum))
+        return "corrupt or forged (MAC mismatch: not written with this directory's key)";
     for (uint32_t i = 0; i < d->chunk_tokens; i++) d->tokens[i] = (int32_t)cd_get_le32(le + 4 * i);
     if (memcmp(d->tokens, tokens, (size_t)d->chunk_tokens * sizeof *tokens))
         return "its tokens differ from the prompt's (a hash collision or a forged file)";
@@ -362,10 +372,12 @@ int kv_disk_read(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint8
 }
 
 int kv_disk_upload(kv_disk_tier *d, uint32_t first, const uint32_t *gpu_pages, uint32_t n) {
-    if ((uint64_t)first + n > d->chunk_pages) return cd_fail("disk tier: pages %u + %u of a %u-page chunk", first, n, d->chunk_pages);
+    if ((uint64_t)first + n > d->chunk_pages)
+        return cd_fail("disk tier: pages %u + %u of a %u-page chunk", first, n, d->chunk_pages);
     if (!d->vk) return cd_fail("disk tier: no device to upload to");
     double t0 = cd_now_ms();
-    if (kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids + first, n, KV_HOST_RESTORE))
+    if (kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids + first, n,
+                      KV_HOST_RESTORE))
         return cd_fail_ctx("disk tier: ");
     d->ms_read += cd_now_ms() - t0;
     d->chunks_read++;
@@ -389,7 +401,8 @@ static int write_full(kv_disk_tier *d, int fd, const void *p, size_t n) {
 
 /* Header, tokens, staged pages and their MAC into fd; 0, or -1 with errno (-2: the MAC failed,
  * cd_errmsg). */
-static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t k, const uint8_t *prev, const uint8_t *h) {
+static int write_chunk(kv_disk_tier *d, int fd, const int32_t *tokens, uint32_t k, const uint8_t *prev,
+                       const uint8_t *h) {
     uint8_t hd[KV_DISK_HEADER_BYTES], sum[TRAILER_BYTES];
     uint64_t pb = d->lay.page_bytes;
     make_header(d, k, prev, h, hd);
@@ -422,11 +435,12 @@ static int store_failed(kv_disk_tier *d, const char *path, int e) {
 /* A chunk the budget cannot hold: counted, one line the first time. */
 static int over_budget(kv_disk_tier *d, const char *path, uint64_t size) {
     d->over_budget++;
-    snprintf(d->last_msg, sizeof d->last_msg,
-             "%s: a chunk of %llu bytes does not fit the budget of %llu bytes (--cache-dir-max-mb)%s; it and the rest of "
-             "the prompt stay uncached on disk (said once, counted each time)",
-             path, (unsigned long long)size, (unsigned long long)d->max_bytes,
-             size > d->max_bytes ? "" : " beside the prompt's earlier chunks");
+    snprintf(
+        d->last_msg, sizeof d->last_msg,
+        "%s: a chunk of %llu bytes does not fit the budget of %llu bytes (--cache-dir-max-mb)%s; it and the rest of "
+        "the prompt stay uncached on disk (said once, counted each time)",
+        path, (unsigned long long)size, (unsigned long long)d->max_bytes,
+        size > d->max_bytes ? "" : " beside the prompt's earlier chunks");
     if (!d->said_over_budget) fprintf(stderr, "cinder: cache-dir: %s\n", d->last_msg);
     d->said_over_budget = true;
     return 0;
@@ -477,7 +491,9 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
         return store_failed(d, path, e);
     }
     d->downloads += d->vk != NULL;
-    if (d->vk && kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids, d->chunk_pages, KV_HOST_DEMOTE)) {
+    if (d->vk &&
+        kv_copy_pages(&d->cmd, d->pool, &d->stage, d->lay.page_bytes, gpu_pages, d->slot_ids, d->chunk_pages,
+                      KV_HOST_DEMOTE)) {
         close(fd);
         unlinkat(d->dir_fd, tmp, 0);
         return cd_fail_ctx("disk tier: ");
@@ -492,7 +508,8 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     if (!rc) (void)futimens(fd, ts);
     if (!rc && (kv_disk_fault_next(d, KV_FAULT_FSYNC) >= 0 ? (errno = EIO, 1) : fsync(fd))) rc = -1, e = errno;
     if (close(fd) && !rc) rc = -1, e = errno;
-    if (!rc && (kv_disk_fault_next(d, KV_FAULT_RENAME) >= 0 ? (errno = EIO, 1) : renameat(d->dir_fd, tmp, d->dir_fd, name)))
+    if (!rc &&
+        (kv_disk_fault_next(d, KV_FAULT_RENAME) >= 0 ? (errno = EIO, 1) : renameat(d->dir_fd, tmp, d->dir_fd, name)))
         rc = -1, e = errno;
     if (rc) {
         unlinkat(d->dir_fd, tmp, 0);
@@ -503,7 +520,8 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     if ((kv_disk_fault_next(d, KV_FAULT_DIRSYNC) >= 0 ? (errno = EIO, -1) : fsync(d->dir_fd)) && errno != EINVAL) {
         e = errno;
         unlinkat(d->dir_fd, name, 0);
-        kv_disk_say(d, "%s: cannot sync its directory: %s; removed, the chunk stays uncached on disk", path, strerror(e));
+        kv_disk_say(d, "%s: cannot sync its directory: %s; removed, the chunk stays uncached on disk", path,
+                    strerror(e));
         d->write_errors++;
         return 0;
     }
@@ -515,8 +533,8 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
     return 1;
 }
 
-int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks,
-                         uint8_t (*h)[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages) {
+int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, uint8_t (*h)[KV_DISK_HASH_BYTES],
+                         const uint32_t *gpu_pages) {
     static const uint8_t zero[KV_DISK_HASH_BYTES]; /* h_-1 */
     uint64_t err0 = d->write_errors, over0 = d->over_budget;
     d->keep_from = d->stamp; /* the chunks this write-through uses or writes are never its victims */

@@ -149,66 +149,73 @@
 #define KV_DISK_CHUNK_TOKENS_DEFAULT 256u
 
 #define KV_DISK_MIN_DEFAULT_BYTES (256ull << 20) /* the default budget's floor */
-#define KV_DISK_RESCAN_MS 1000.0         /* a write rescans DIR when the last scan is older */
+#define KV_DISK_RESCAN_MS 1000.0                 /* a write rescans DIR when the last scan is older */
 #define KV_DISK_NONE UINT32_MAX
 
 #include "kv/disk_index.h" /* the set and the budget's index, keyed on the above */
 
-enum kv_disk_fault_op { KV_FAULT_WRITE, KV_FAULT_FSYNC, KV_FAULT_READ, KV_FAULT_RENAME, KV_FAULT_DIRSYNC, KV_FAULT_UNLINK };
+enum kv_disk_fault_op {
+    KV_FAULT_WRITE,
+    KV_FAULT_FSYNC,
+    KV_FAULT_READ,
+    KV_FAULT_RENAME,
+    KV_FAULT_DIRSYNC,
+    KV_FAULT_UNLINK
+};
 #ifdef CINDER_FAULT_INJECTION
 enum kv_disk_fault_kind { KV_FAULT_EIO, KV_FAULT_ENOSPC, KV_FAULT_SHORT };
 #define KV_DISK_MAX_FAULTS 8
 typedef struct kv_disk_fault {
-    uint8_t op, kind;                    /* enum kv_disk_fault_op, _kind */
+    uint8_t op, kind; /* enum kv_disk_fault_op, _kind */
     bool fired;
-    uint32_t nth;                        /* the Nth operation of op fails */
+    uint32_t nth; /* the Nth operation of op fails */
 } kv_disk_fault;
 #endif
 
 typedef struct kv_disk_tier {
-    char *dir;                           /* DIR/<namespace hex>, created by init (for messages) */
-    int dir_fd;                          /* that directory, opened O_NOFOLLOW; every file is opened
+    char *dir;                      /* DIR/<namespace hex>, created by init (for messages) */
+    int dir_fd;                     /* that directory, opened O_NOFOLLOW; every file is opened
                                             relative to it (valid when dir != NULL) */
-    uint8_t key[KV_DISK_KEY_BYTES];      /* DIR/key: the chunks' HMAC key */
+    uint8_t key[KV_DISK_KEY_BYTES]; /* DIR/key: the chunks' HMAC key */
     uint8_t ns[KV_DISK_HASH_BYTES];
-    kv_layout lay;                       /* ours: a file must match it exactly */
+    kv_layout lay; /* ours: a file must match it exactly */
     uint32_t chunk_pages, chunk_tokens;
     cvk_ctx *vk;
-    const cvk_buffer *pool;              /* the GPU page pool (not owned) */
-    cvk_buffer stage;                    /* chunk_pages slots of page_bytes, host-visible */
-    uint8_t *host_stage;                 /* without a device (vk NULL): the slots in host memory */
-    cvk_cmd cmd;                         /* the staging copies (compute queue, synchronous) */
-    int32_t *tokens;                     /* [chunk_tokens] the staged chunk's tokens */
-    uint32_t *slot_ids;                  /* [chunk_pages] 0, 1, 2, ...: the staging slots in order */
-    int top_fd;                          /* DIR (for the scan and the eviction of other namespaces) */
-    kv_disk_index index;                 /* the chunk files under DIR, LRU first (the budget) */
-    uint64_t max_bytes;                  /* the budget: the index's bytes stay at most this */
-    uint64_t stamp;                      /* use counter (kv_disk_file.stamp) */
-    uint64_t keep_from;                  /* a write never evicts a file used at stamp >= this (the
+    const cvk_buffer *pool; /* the GPU page pool (not owned) */
+    cvk_buffer stage;       /* chunk_pages slots of page_bytes, host-visible */
+    uint8_t *host_stage;    /* without a device (vk NULL): the slots in host memory */
+    cvk_cmd cmd;            /* the staging copies (compute queue, synchronous) */
+    int32_t *tokens;        /* [chunk_tokens] the staged chunk's tokens */
+    uint32_t *slot_ids;     /* [chunk_pages] 0, 1, 2, ...: the staging slots in order */
+    int top_fd;             /* DIR (for the scan and the eviction of other namespaces) */
+    kv_disk_index index;    /* the chunk files under DIR, LRU first (the budget) */
+    uint64_t max_bytes;     /* the budget: the index's bytes stay at most this */
+    uint64_t stamp;         /* use counter (kv_disk_file.stamp) */
+    uint64_t keep_from;     /* a write never evicts a file used at stamp >= this (the
                                             write-through's own prefix); UINT64_MAX: none kept */
-    double scan_ms;                      /* cd_now_ms() of the last scan */
-    bool said_over_budget;               /* the over-budget line was printed */
-    kv_disk_set stale;                   /* names holding a file skipped on read: replaced, not trusted */
-    uint32_t tmp_seq;                    /* the next temp file's number (name.<pid>.<n>.tmp) */
+    double scan_ms;         /* cd_now_ms() of the last scan */
+    bool said_over_budget;  /* the over-budget line was printed */
+    kv_disk_set stale;      /* names holding a file skipped on read: replaced, not trusted */
+    uint32_t tmp_seq;       /* the next temp file's number (name.<pid>.<n>.tmp) */
     /* statistics since init */
     uint64_t chunks_read, chunks_written, bytes_read, bytes_written;
-    uint64_t rejected;                   /* files rejected (and removed) */
-    uint64_t write_errors;               /* chunks that could not be written (disk full, ...) */
-    uint64_t downloads;                  /* GPU -> staging copies made for writes */
-    uint64_t tmp_removed;                /* stale temp files of dead processes removed by init */
+    uint64_t rejected;                      /* files rejected (and removed) */
+    uint64_t write_errors;                  /* chunks that could not be written (disk full, ...) */
+    uint64_t downloads;                     /* GPU -> staging copies made for writes */
+    uint64_t tmp_removed;                   /* stale temp files of dead processes removed by init */
     uint64_t evicted_chunks, evicted_bytes; /* files this process unlinked for the budget */
-    uint64_t over_budget;                /* chunks not written: the budget could not hold them */
-    uint64_t scans;                      /* scans of DIR (init's included) */
-    double ms_read, ms_write;            /* wall time: read + validate + upload, download + write */
-    char last_msg[512];                  /* the last rejection or write failure */
-    bool quiet;                          /* last_msg only, no line on stderr (the fuzz harness) */
-#ifdef CINDER_FAULT_INJECTION /* a test build's hooks (kv_disk_fault) */
+    uint64_t over_budget;                   /* chunks not written: the budget could not hold them */
+    uint64_t scans;                         /* scans of DIR (init's included) */
+    double ms_read, ms_write;               /* wall time: read + validate + upload, download + write */
+    char last_msg[512];                     /* the last rejection or write failure */
+    bool quiet;                             /* last_msg only, no line on stderr (the fuzz harness) */
+#ifdef CINDER_FAULT_INJECTION               /* a test build's hooks (kv_disk_fault) */
     kv_disk_fault faults[KV_DISK_MAX_FAULTS];
     uint32_t n_faults;
-    uint32_t n_ops[6];                   /* operations of each kv_disk_fault_op since the faults were set */
-    int io_fault;                        /* the fault armed for the chunk being read or written:
+    uint32_t n_ops[6];       /* operations of each kv_disk_fault_op since the faults were set */
+    int io_fault;            /* the fault armed for the chunk being read or written:
                                             its enum kv_disk_fault_kind + 1, or 0 */
-    uint64_t io_done, io_at;             /* bytes of that chunk moved so far; where it fails */
+    uint64_t io_done, io_at; /* bytes of that chunk moved so far; where it fails */
 #endif
 } kv_disk_tier;
 
@@ -250,8 +257,8 @@ int kv_disk_store(kv_disk_tier *d, const int32_t *tokens, uint32_t k, const uint
 /* Write-through of a sequence: every whole chunk of ids[0 .. n_chunks * chunk_tokens) not yet on
  * disk, chunk k from gpu_pages[k * chunk_pages ..); h[0 .. n_chunks) = kv_disk_chain of ids. Stops
  * at the first failed write (its message said it; the rest would fail too). 0, or -1 on error. */
-int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks,
-                         uint8_t (*h)[KV_DISK_HASH_BYTES], const uint32_t *gpu_pages);
+int kv_disk_store_chunks(kv_disk_tier *d, const int32_t *ids, uint32_t n_chunks, uint8_t (*h)[KV_DISK_HASH_BYTES],
+                         const uint32_t *gpu_pages);
 /* The bytes of one chunk file. */
 uint64_t kv_disk_chunk_bytes(const kv_disk_tier *d);
 /* Rescans DIR now: the index becomes the chunk files there, ordered by mtime (init does this;

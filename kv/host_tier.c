@@ -10,11 +10,10 @@
 
 #define MIB (1024.0 * 1024.0)
 
-
 int kv_host_init(kv_host_tier *h, cvk_ctx *vk, const cvk_buffer *pool, uint64_t page_bytes, uint64_t budget_bytes) {
     *h = (kv_host_tier){.vk = vk, .pool = pool, .page_bytes = page_bytes};
-    if (!page_bytes || pool->size % page_bytes) return cd_fail("host tier: the pool is not whole pages of %llu bytes",
-                                                               (unsigned long long)page_bytes);
+    if (!page_bytes || pool->size % page_bytes)
+        return cd_fail("host tier: the pool is not whole pages of %llu bytes", (unsigned long long)page_bytes);
     uint64_t n = budget_bytes / page_bytes;
     if (n == 0)
         return cd_fail("host tier: %.1f MiB holds no KV page of %.2f MiB (raise --host-cache-mb)", budget_bytes / MIB,

@@ -60,23 +60,23 @@ enum kv_host_dir { KV_HOST_DEMOTE, KV_HOST_RESTORE };
 
 typedef struct kv_host_tier {
     cvk_ctx *vk;
-    const cvk_buffer *pool;  /* the GPU page pool (not owned) */
+    const cvk_buffer *pool; /* the GPU page pool (not owned) */
     uint64_t page_bytes;
-    cvk_buffer slots;        /* n_slots * page_bytes, host-visible, granule page_bytes */
+    cvk_buffer slots; /* n_slots * page_bytes, host-visible, granule page_bytes */
     uint32_t n_slots;
-    uint32_t *free_ids;      /* stack of free slot ids: free_ids[0 .. n_free) */
+    uint32_t *free_ids; /* stack of free slot ids: free_ids[0 .. n_free) */
     uint32_t n_free;
-    bool async;              /* caps.timeline: transfer queue, no host wait (see above) */
+    bool async;                 /* caps.timeline: transfer queue, no host wait (see above) */
     cvk_cmd ring[KV_HOST_RING]; /* the copy batches: async, or ring[0] alone on the compute queue */
-    uint32_t next;           /* the ring's next command buffer */
-    uint64_t last;           /* async: the copies value of the last batch submitted */
+    uint32_t next;              /* the ring's next command buffer */
+    uint64_t last;              /* async: the copies value of the last batch submitted */
     /* statistics since init */
     uint64_t bytes_to_host, bytes_to_gpu;
     uint64_t batches_to_host, batches_to_gpu;
     /* host wall time of kv_host_copy: async, record + submit (the GPU copies later, not
      * timed); synchronous, record + submit + fence wait */
     double ms_to_host, ms_to_gpu;
-    double ms_sync;          /* host wall time spent in kv_host_sync */
+    double ms_sync;           /* host wall time spent in kv_host_sync */
 #ifdef CINDER_FAULT_INJECTION /* a test build's hook (CMakeLists.txt, CINDER_TESTS) */
     /* the next fail_copies calls of kv_host_copy fail before touching anything, as a lost
      * device or a failed submission would */

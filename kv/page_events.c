@@ -11,7 +11,8 @@
 uint64_t kv_page_hash(const uint8_t ns[RADIX_NS_BYTES], uint64_t parent, const int32_t *tokens, uint32_t page_tokens) {
     static const char domain[] = "cinder.kv-event.page.v1"; /* with its NUL: a fixed-length field */
     uint8_t buf[sizeof domain + RADIX_NS_BYTES + 8 + 4 * KV_EVENT_MAX_PAGE_TOKENS], *p = buf;
-    if (page_tokens > KV_EVENT_MAX_PAGE_TOKENS) page_tokens = KV_EVENT_MAX_PAGE_TOKENS; /* cannot happen: checked at init */
+    if (page_tokens > KV_EVENT_MAX_PAGE_TOKENS)
+        page_tokens = KV_EVENT_MAX_PAGE_TOKENS; /* cannot happen: checked at init */
     memcpy(p, domain, sizeof domain), p += sizeof domain;
     memcpy(p, ns, RADIX_NS_BYTES), p += RADIX_NS_BYTES;
     for (int i = 0; i < 8; i++) *p++ = (uint8_t)(parent >> (8 * i)); /* little endian on every host */
@@ -44,7 +45,8 @@ int kv_events_init(kv_events *e, kv_event_fn fn, void *ctx, uint32_t page_tokens
     uint32_t most = n_pages > n_slots ? n_pages : n_slots;
     e->run_hash = malloc((size_t)(most ? most : 1) * sizeof *e->run_hash);
     e->run_tokens = malloc((size_t)(most ? most : 1) * page_tokens * sizeof *e->run_tokens);
-    if (!e->run_hash || !e->run_tokens || ids_init(&e->gpu, n_pages, page_tokens) || ids_init(&e->host, n_slots, page_tokens)) {
+    if (!e->run_hash || !e->run_tokens || ids_init(&e->gpu, n_pages, page_tokens) ||
+        ids_init(&e->host, n_slots, page_tokens)) {
         kv_events_free(e);
         return cd_fail("out of memory (page event tables for %u pages, %u slots)", n_pages, n_slots);
     }
@@ -59,7 +61,9 @@ void kv_events_free(kv_events *e) {
     *e = (kv_events){0};
 }
 
-void kv_events_cleared(kv_events *e) { e->fn(e->ctx, &(kv_event){.kind = KV_EVENT_CLEARED, .page_tokens = e->page_tokens}); }
+void kv_events_cleared(kv_events *e) {
+    e->fn(e->ctx, &(kv_event){.kind = KV_EVENT_CLEARED, .page_tokens = e->page_tokens});
+}
 
 void kv_events_set(kv_events *e, kv_page_ids *t, uint32_t id, uint64_t hash, uint64_t parent, const int32_t *tokens) {
     t->hash[id] = hash;
@@ -70,15 +74,20 @@ void kv_events_set(kv_events *e, kv_page_ids *t, uint32_t id, uint64_t hash, uin
 void kv_events_move(kv_events *e, const kv_page_ids *a, const uint32_t *from, kv_page_ids *b, const uint32_t *to,
                     uint32_t n) {
     for (uint32_t i = 0; i < n; i++)
-        kv_events_set(e, b, to[i], a->hash[from[i]], a->parent[from[i]],
-                      a->tokens + (size_t)from[i] * e->page_tokens);
+        kv_events_set(e, b, to[i], a->hash[from[i]], a->parent[from[i]], a->tokens + (size_t)from[i] * e->page_tokens);
 }
 
 /* One stored event of the gathered run (run_hash[0..n), run_tokens), its first page's parent. */
 static void emit_stored(kv_events *e, kv_medium m, uint32_t n, uint64_t parent) {
     if (n)
-        e->fn(e->ctx, &(kv_event){.kind = KV_EVENT_STORED, .medium = m, .n = n, .hashes = e->run_hash, .parent = parent,
-                                  .tokens = e->run_tokens, .page_tokens = e->page_tokens});
+        e->fn(e->ctx,
+              &(kv_event){.kind = KV_EVENT_STORED,
+                          .medium = m,
+                          .n = n,
+                          .hashes = e->run_hash,
+                          .parent = parent,
+                          .tokens = e->run_tokens,
+                          .page_tokens = e->page_tokens});
 }
 
 void kv_events_stored(kv_events *e, kv_medium m, const kv_page_ids *t, const uint32_t *ids, uint32_t n) {
@@ -106,8 +115,10 @@ void kv_events_removed(kv_events *e, kv_medium m, kv_page_ids *t, const uint32_t
             e->run_hash[k++] = t->hash[ids[i]];
             t->hash[ids[i]] = 0;
         }
-    if (k) e->fn(e->ctx, &(kv_event){.kind = KV_EVENT_REMOVED, .medium = m, .n = k, .hashes = e->run_hash,
-                                     .page_tokens = e->page_tokens});
+    if (k)
+        e->fn(e->ctx,
+              &(kv_event){
+                  .kind = KV_EVENT_REMOVED, .medium = m, .n = k, .hashes = e->run_hash, .page_tokens = e->page_tokens});
 }
 
 /* ---- the listing ---- */

@@ -62,9 +62,9 @@ typedef struct kv_events {
     kv_event_fn fn;
     void *ctx;
     uint32_t page_tokens;
-    kv_page_ids gpu, host;  /* host.n == 0 without a host tier */
-    uint64_t *run_hash;     /* [max(gpu.n, host.n)] scratch: the hashes of one event */
-    int32_t *run_tokens;    /* [max * page_tokens] */
+    kv_page_ids gpu, host; /* host.n == 0 without a host tier */
+    uint64_t *run_hash;    /* [max(gpu.n, host.n)] scratch: the hashes of one event */
+    int32_t *run_tokens;   /* [max * page_tokens] */
 } kv_events;
 
 int kv_events_init(kv_events *e, kv_event_fn fn, void *ctx, uint32_t page_tokens, uint32_t n_pages, uint32_t n_slots);

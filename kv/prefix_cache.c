@@ -244,14 +244,16 @@ int kv_cache_restore(kv_prefix_cache *c, radix_match *m, uint32_t *taken) {
     if (kv_pages_free_count(c->pages) < left) return 1;
     uint32_t *pg = c->restore_pages;
     for (uint32_t i = skip; i < n; i++) kv_page_alloc(c->pages, &pg[i]); /* cannot fail: counted above */
-    bool copied = left == 0 || kv_host_copy(c->host, pg + skip, m->pages + m->n_gpu_pages + skip, left, KV_HOST_RESTORE) == 0;
+    bool copied =
+        left == 0 || kv_host_copy(c->host, pg + skip, m->pages + m->n_gpu_pages + skip, left, KV_HOST_RESTORE) == 0;
     if (!copied) { /* the slots may be fine, the copy path is not: recompute, and use the tier no more */
         fprintf(stderr, "cinder: %s; the host tier is off from now on (its prefixes are recomputed)\n", cd_errmsg());
         c->host_broken = true;
     }
     /* page events: the fresh pages take the slots' identities now, since radix_restore frees the
      * slots (on_host_free: removed CPU) before it returns */
-    if (copied && c->ev) kv_events_move(c->ev, &c->ev->host, m->pages + m->n_gpu_pages + skip, &c->ev->gpu, pg + skip, left);
+    if (copied && c->ev)
+        kv_events_move(c->ev, &c->ev->host, m->pages + m->n_gpu_pages + skip, &c->ev->gpu, pg + skip, left);
     int took = copied ? radix_restore(&c->tree, m, pg, on_host_free, c) : -1;
     /* the tree keeps the reference kv_page_alloc gave each page it took (the last ones); the
      * rest go back */
@@ -338,7 +340,10 @@ static int attach_disk(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids
     int rc = 0;
     for (uint32_t k = c0; k < c_end; k++) {
         int got = kv_disk_read(d, ids + (size_t)k * ct, k, k ? c->chain[k - 1] : zero, c->chain[k]);
-        if (got <= 0) { rc = got; break; }
+        if (got <= 0) {
+            rc = got;
+            break;
+        }
         uint32_t first = k == c0 ? mw - c0 * C : 0, need = C - first;
         if (kv_pages_free_count(c->pages) < need) kv_cache_reclaim(c, need); /* the match is pinned */
         if (kv_pages_free_count(c->pages) < need) break;
@@ -359,8 +364,8 @@ static int attach_disk(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids
     return rc;
 }
 
-int kv_cache_acquire(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, kv_seq *s,
-                     radix_match *m, kv_cache_hit *hit) {
+int kv_cache_acquire(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, kv_seq *s, radix_match *m,
+                     kv_cache_hit *hit) {
     *hit = (kv_cache_hit){0};
     *m = (radix_match){0};
     if (s->n_tokens) return cd_fail("prefix cache: acquire into a sequence that already holds %u tokens", s->n_tokens);

@@ -47,22 +47,22 @@
 
 typedef struct kv_prefix_cache {
     radix_tree tree;
-    kv_pages *pages;          /* the pool the tree's pages come from (not owned) */
+    kv_pages *pages; /* the pool the tree's pages come from (not owned) */
     uint8_t ns[RADIX_NS_BYTES];
-    uint64_t freed_pages;     /* evicted pages that went back to the free list */
+    uint64_t freed_pages; /* evicted pages that went back to the free list */
 
     /* the host tier (kv_cache_attach_host; NULL: evicted pages are dropped) */
-    kv_host_tier *host;       /* not owned */
-    bool host_broken;         /* a copy failed: no more demotions, host nodes are never restored */
+    kv_host_tier *host; /* not owned */
+    bool host_broken;   /* a copy failed: no more demotions, host nodes are never restored */
     /* the demotions of the reclaim under way: pages[i] is copied to slots[i], then released */
     uint32_t *dem_pages, *dem_slots, n_dem, cap_dem;
-    uint32_t *restore_pages;  /* [pool pages] scratch of kv_cache_restore */
+    uint32_t *restore_pages; /* [pool pages] scratch of kv_cache_restore */
 
     /* the disk tier (kv_cache_attach_disk; NULL: none) */
-    kv_disk_tier *disk;       /* not owned */
+    kv_disk_tier *disk;                   /* not owned */
     uint8_t (*chain)[KV_DISK_HASH_BYTES]; /* chain hashes of a request's chunks (scratch) */
     uint32_t cap_chain;
-    uint32_t *disk_pages;     /* [disk->chunk_pages] fresh pages of a chunk being loaded (scratch) */
+    uint32_t *disk_pages; /* [disk->chunk_pages] fresh pages of a chunk being loaded (scratch) */
 
     /* page events (kv_cache_set_events; NULL: off, nothing is hashed or kept) */
     kv_events *ev;
@@ -81,16 +81,16 @@ typedef struct kv_cache_hit {
     uint32_t disk_tokens;     /* of cached_tokens, those read from disk files */
     uint32_t disk_chunks_read, disk_rejected;
     uint64_t disk_bytes_read;
-    double disk_read_ms;      /* read + validate + upload */
+    double disk_read_ms; /* read + validate + upload */
 } kv_cache_hit;
 
 /* What kv_cache_commit wrote through to disk. */
 typedef struct kv_cache_written {
     uint32_t disk_chunks_written;
     uint64_t disk_bytes_written;
-    uint32_t disk_evicted_chunks;  /* files removed for the budget (least recently used first) */
+    uint32_t disk_evicted_chunks; /* files removed for the budget (least recently used first) */
     uint64_t disk_evicted_bytes;
-    uint32_t disk_over_budget;     /* chunks not written: the budget could not hold them */
+    uint32_t disk_over_budget; /* chunks not written: the budget could not hold them */
     double disk_write_ms;
 } kv_cache_written;
 
@@ -149,8 +149,8 @@ const radix_stats *kv_cache_stats(const kv_prefix_cache *c);
  * cannot be, only the GPU part is used), then whole disk chunks past it (consecutive, stopping at
  * the first missing or rejected one; the tree adopts them; only when ns is the disk tier's). s
  * holds the pages by reference; *hit says what came from where. */
-int kv_cache_acquire(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, kv_seq *s,
-                     radix_match *m, kv_cache_hit *hit);
+int kv_cache_acquire(kv_prefix_cache *c, const uint8_t *ns, const int32_t *ids, uint32_t n, kv_seq *s, radix_match *m,
+                     kv_cache_hit *hit);
 /* What a commit caches. A request commits its prompt when the prefill ends (others may match
  * it while it decodes: whole pages only, since the sequence goes on writing its last page) and
  * everything it computed when it leaves the GPU (the last page too, partly filled or not: the

@@ -44,24 +44,24 @@
 #define RADIX_MIN_ROOTS 4u
 
 struct radix_node {
-    radix_node *parent;             /* NULL for a root */
-    radix_node *next;               /* next sibling with the same first token (the slot's chain) */
-    radix_node *kids;               /* first child */
+    radix_node *parent;              /* NULL for a root */
+    radix_node *next;                /* next sibling with the same first token (the slot's chain) */
+    radix_node *kids;                /* first child */
     radix_node *prev_sib, *next_sib; /* the parent's child list */
-    int32_t *mem;                   /* the run (tokens, gpu[], host[] of mem_pages pages); NULL for a root */
-    int32_t *tok;                   /* the edge's tokens, n_pages * page_tokens slots, in mem */
-    uint32_t *gpu, *host;           /* one id per page each, in mem */
-    uint32_t mem_pages;             /* pages mem was allocated for (>= n_pages) */
-    uint64_t last_use;              /* clock value of the last match/insert that walked through it */
-    uint32_t n_pages;               /* edge length in pages; >= 1 except for roots */
-    uint32_t tail;                  /* tokens in the last page when it is partly filled (a tail:
+    int32_t *mem;                    /* the run (tokens, gpu[], host[] of mem_pages pages); NULL for a root */
+    int32_t *tok;                    /* the edge's tokens, n_pages * page_tokens slots, in mem */
+    uint32_t *gpu, *host;            /* one id per page each, in mem */
+    uint32_t mem_pages;              /* pages mem was allocated for (>= n_pages) */
+    uint64_t last_use;               /* clock value of the last match/insert that walked through it */
+    uint32_t n_pages;                /* edge length in pages; >= 1 except for roots */
+    uint32_t tail;                   /* tokens in the last page when it is partly filled (a tail:
                                      * leaves only); 0 = the edge is whole pages */
     uint32_t n_children;
-    uint32_t n_gpu_children;        /* children that are GPU-resident */
-    uint32_t lock;                  /* pins on paths through this node */
-    uint32_t heap_idx;              /* place in its tier's heap, RADIX_NO_HEAP when not evictable */
-    bool on_gpu;                    /* gpu[] holds its pages */
-    bool on_host;                   /* host[] holds its pages */
+    uint32_t n_gpu_children; /* children that are GPU-resident */
+    uint32_t lock;           /* pins on paths through this node */
+    uint32_t heap_idx;       /* place in its tier's heap, RADIX_NO_HEAP when not evictable */
+    bool on_gpu;             /* gpu[] holds its pages */
+    bool on_host;            /* host[] holds its pages */
 };
 
 typedef struct radix_root {
@@ -143,8 +143,7 @@ static uint64_t slot_hash(const radix_node *parent, int32_t token) {
 
 /* Index of the slot holding (parent, token), or of the empty slot where it would go.
  * Needs cap_slots > 0; the table is never full (load <= 1/2). */
-static uint32_t slot_index(const struct radix_slot *slots, uint32_t cap, const radix_node *parent,
-                           int32_t token) {
+static uint32_t slot_index(const struct radix_slot *slots, uint32_t cap, const radix_node *parent, int32_t token) {
     uint32_t mask = cap - 1, i = (uint32_t)slot_hash(parent, token) & mask;
     while (slots[i].head && (slots[i].parent != parent || slots[i].token != token)) i = (i + 1) & mask;
     return i;
@@ -323,7 +322,7 @@ static void pin(radix_tree *t, radix_node *x) {
     if (x->lock++ > 0) return;
     if (x->on_gpu) t->stats.pinned_pages += x->n_pages;
     else t->stats.pinned_host_slots += x->n_pages; /* (0 for a root) */
-    heap_leave(t, x); /* a pinned node is not evictable */
+    heap_leave(t, x);                              /* a pinned node is not evictable */
 }
 
 static void unpin(radix_tree *t, radix_node *x) {
@@ -436,8 +435,7 @@ static uint32_t grown_cap(uint32_t cap, uint32_t min_cap, uint64_t need) {
     return c > UINT32_MAX ? 0 : (uint32_t)c;
 }
 
-static int reserve_tables(radix_tree *t, radix_reserve *r, uint32_t new_slots, uint32_t new_nodes,
-                          uint32_t new_roots) {
+static int reserve_tables(radix_tree *t, radix_reserve *r, uint32_t new_slots, uint32_t new_nodes, uint32_t new_roots) {
     *r = (radix_reserve){0};
     uint64_t slots_need = 2 * ((uint64_t)t->n_slots + new_slots); /* load stays <= 1/2 */
     if (slots_need > t->cap_slots) {
@@ -544,8 +542,7 @@ typedef struct match_end {
  * (there is at most one: siblings differ in their first page); failing that, the one sharing
  * the longest run of the first page (*len < page_tokens: the match ends there). A tail's
  * partly filled page takes part with the tokens it holds. */
-static radix_node *chain_pick(const radix_tree *t, radix_node *c, const int32_t *ids, uint32_t left,
-                              uint32_t *len) {
+static radix_node *chain_pick(const radix_tree *t, radix_node *c, const int32_t *ids, uint32_t left, uint32_t *len) {
     uint32_t pt = t->page_tokens, want = left < pt ? left : pt;
     radix_node *best = NULL;
     *len = 0;
@@ -680,8 +677,12 @@ int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const in
         pin(t, x);
         x->last_use = now;
     }
-    *m = (radix_match){.n_tokens = e.n_tokens, .n_pages = n_pages, .pages = pages, .node = e.deep,
-                       .n_gpu_pages = n_gpu, .n_restore = n_restore};
+    *m = (radix_match){.n_tokens = e.n_tokens,
+                       .n_pages = n_pages,
+                       .pages = pages,
+                       .node = e.deep,
+                       .n_gpu_pages = n_gpu,
+                       .n_restore = n_restore};
     return 0;
 }
 
@@ -787,8 +788,7 @@ static radix_node *stale_in_chain(radix_node *c, const int32_t *ids, uint32_t fi
     return NULL;
 }
 
-static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int32_t *ids, uint32_t np,
-                               uint32_t tail) {
+static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int32_t *ids, uint32_t np, uint32_t tail) {
     uint32_t pt = t->page_tokens, end = np * pt, pos = 0;
     insert_plan p = {.deep = root, .at = root, .leaf_from = root ? np + (tail != 0) : 0};
     radix_node *x = root;
@@ -802,8 +802,7 @@ static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int3
             return p;
         }
         uint32_t k = 1;
-        while (k < whole_pages(c) && pos + k * pt < end &&
-               same_tokens(node_tokens(c) + k * pt, ids + pos + k * pt, pt))
+        while (k < whole_pages(c) && pos + k * pt < end && same_tokens(node_tokens(c) + k * pt, ids + pos + k * pt, pt))
             k++;
         pos += k * pt;
         p.deep = c;
@@ -814,7 +813,8 @@ static insert_plan insert_walk(const radix_tree *t, radix_node *root, const int3
         if (pos == end && (!tail || page_holds(t, c, k, ids + end, tail))) return p; /* case 1, inside c's edge */
         /* case 3: the next page (whole, or the tail) is not c's page k */
         uint32_t fill = pos < end ? pt : tail;
-        if (!p.stale && k == whole_pages(c) && c->tail < fill && same_tokens(node_tokens(c) + k * pt, ids + pos, c->tail))
+        if (!p.stale && k == whole_pages(c) && c->tail < fill &&
+            same_tokens(node_tokens(c) + k * pt, ids + pos, c->tail))
             p.stale = c; /* c's tail, a tail-only node once the split cuts it off */
         p.at = x;
         p.split = c;
@@ -844,9 +844,9 @@ static bool insert_blocked(const insert_plan *p) {
 
 /* The allocations an insert needs, all made before the tree changes. */
 typedef struct insert_mem {
-    radix_root *root;     /* a new namespace */
-    radix_node *leaf;     /* the new leaf, run allocated */
-    radix_node *upper;    /* the split's upper node, run allocated */
+    radix_root *root;  /* a new namespace */
+    radix_node *leaf;  /* the new leaf, run allocated */
+    radix_node *upper; /* the split's upper node, run allocated */
     radix_reserve tables;
 } insert_mem;
 
@@ -923,7 +923,7 @@ static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_no
     uint32_t rest = c->n_pages - k, pt = t->page_tokens;
     int32_t *fresh = u->mem; /* u's fresh run, of the smaller part's pages */
     uint32_t fresh_pages = u->mem_pages;
-    if (k <= rest) {       /* 4, first u's edge: c is untouched until it is out of p's chain */
+    if (k <= rest) { /* 4, first u's edge: c is untouched until it is out of p's chain */
         node_copy_pages(t, u, c, 0, k);
     } else {
         u->mem = c->mem, u->tok = c->tok, u->gpu = c->gpu, u->host = c->host, u->mem_pages = c->mem_pages;
@@ -944,7 +944,7 @@ static radix_node *split_edge(radix_tree *t, radix_node *c, uint32_t k, radix_no
         c->tok += (size_t)k * pt;
         c->gpu += k;
         c->host += k;
-    } else {         /* or copied into the fresh run */
+    } else { /* or copied into the fresh run */
         node_set_run(t, c, fresh, fresh_pages);
         node_copy_pages(t, c, u, k, rest);
     }
@@ -1017,8 +1017,8 @@ int radix_insert_tail(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int
     return 0;
 }
 
-int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
-                 const uint32_t *pages, uint32_t *first_new) {
+int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n, const uint32_t *pages,
+                 uint32_t *first_new) {
     uint32_t pt = t->page_tokens ? t->page_tokens : 1;
     return radix_insert_tail(t, ns, ids, n - n % pt, pages, first_new, NULL, NULL);
 }
@@ -1120,16 +1120,15 @@ uint64_t radix_evictable_pages(const radix_tree *t) { return t->stats.pages - t-
 
 uint64_t radix_evictable_host_slots(const radix_tree *t) { return t->stats.host_slots - t->stats.pinned_host_slots; }
 
-
 /* ---- invariant checker -------------------------------------------------------------------- */
 
 /* Scratch for radix_check: every node (roots first) with an index, a pointer -> index map and
  * per-node counters, so each invariant is checked in one pass. */
 typedef struct check_ctx {
     const radix_tree *t;
-    radix_node **all;       /* roots, then nodes */
+    radix_node **all; /* roots, then nodes */
     uint32_t n_all;
-    radix_node **map;       /* open addressing, pointer keys */
+    radix_node **map; /* open addressing, pointer keys */
     uint32_t *map_idx;
     uint32_t map_cap;
     uint32_t *children;     /* counted children per node */
@@ -1138,7 +1137,7 @@ typedef struct check_ctx {
     uint8_t *state;         /* path-to-root walk: 0 unseen, 1 on the walk, 2 reaches a root */
     uint8_t *listed;        /* found in its parent's child list */
     uint32_t *walk;
-    uint64_t *id_set[2];    /* GPU pages, host slots: id + 1, 0 empty */
+    uint64_t *id_set[2]; /* GPU pages, host slots: id + 1, 0 empty */
     uint64_t id_cap[2];
 } check_ctx;
 
@@ -1226,7 +1225,8 @@ static int check_tables(const radix_tree *t) {
             return cd_fail("radix check: %s heap capacity %u below %llu nodes (release could not push)",
                            k ? "host" : "GPU", hs[k]->cap, (unsigned long long)t->stats.nodes);
     }
-    if (t->cap_slots & (t->cap_slots - 1)) return cd_fail("radix check: slot capacity %u is not a power of two", t->cap_slots);
+    if (t->cap_slots & (t->cap_slots - 1))
+        return cd_fail("radix check: slot capacity %u is not a power of two", t->cap_slots);
     if (2ull * t->n_slots > t->cap_slots && t->n_slots)
         return cd_fail("radix check: %u slots used of %u (load above 1/2)", t->n_slots, t->cap_slots);
     if (t->stats.pinned_pages > t->stats.pages)
@@ -1281,7 +1281,8 @@ static int check_slots(check_ctx *c) {
             if (x->tail >= pt) return cd_fail("radix check: a tail of %u tokens in pages of %u", x->tail, pt);
             if (x->tail && x->kids) return cd_fail("radix check: a node with a partly filled last page has children");
             for (radix_node *y = s->head; y != x; y = y->next)
-                if (page_fill(t, x, 0) == page_fill(t, y, 0) && same_tokens(node_tokens(x), node_tokens(y), page_fill(t, x, 0)))
+                if (page_fill(t, x, 0) == page_fill(t, y, 0) &&
+                    same_tokens(node_tokens(x), node_tokens(y), page_fill(t, x, 0)))
                     return cd_fail("radix check: two siblings share their first page (token %d)", s->token);
             if (check_add(c, x)) return -1;
         }
@@ -1305,7 +1306,8 @@ static int check_nodes(check_ctx *c) {
         if (x->on_gpu == x->on_host)
             return cd_fail("radix check: a node is resident on %s tier", x->on_gpu ? "more than one" : "no");
         if (x->on_gpu && !is_root(x->parent) && !x->parent->on_gpu)
-            return cd_fail("radix check: a GPU-resident node below a host-resident one (GPU residency is prefix-closed)");
+            return cd_fail(
+                "radix check: a GPU-resident node below a host-resident one (GPU residency is prefix-closed)");
         c->children[p]++;
         c->gpu_children[p] += x->on_gpu;
         c->lock_sum[p] += x->lock;
@@ -1363,8 +1365,7 @@ static int check_nodes(check_ctx *c) {
         return cd_fail("radix check: %llu host slots in pinned nodes, stats say %llu pinned_host_slots",
                        (unsigned long long)pinned_slots, (unsigned long long)t->stats.pinned_host_slots);
     bytes += (uint64_t)t->n_roots * sizeof(radix_root) + (uint64_t)t->cap_roots * sizeof *t->roots +
-             (uint64_t)t->cap_slots * sizeof *t->slots +
-             ((uint64_t)t->gpu_lru.cap + t->host_lru.cap) * sizeof(radix_node *);
+        (uint64_t)t->cap_slots * sizeof *t->slots + ((uint64_t)t->gpu_lru.cap + t->host_lru.cap) * sizeof(radix_node *);
     if (bytes != t->stats.bytes)
         return cd_fail("radix check: %llu bytes owned, stats say %llu bytes", (unsigned long long)bytes,
                        (unsigned long long)t->stats.bytes);
@@ -1400,13 +1401,15 @@ static int check_heap(check_ctx *c) {
         for (uint32_t i = 0; i < h->n; i++) {
             radix_node *x = h->v[i];
             uint32_t j = check_find(c, x);
-            if (j == UINT32_MAX || j < t->n_roots) return cd_fail("radix check: %s heap entry %u is not a node", names[k], i);
+            if (j == UINT32_MAX || j < t->n_roots)
+                return cd_fail("radix check: %s heap entry %u is not a node", names[k], i);
             if (x->heap_idx != i)
                 return cd_fail("radix check: %s heap entry %u has back index %u", names[k], i, x->heap_idx);
             if (check_tier(x) != k)
-                return cd_fail("radix check: %s heap entry %u is not %s-evictable (lock %u, %u children, %u on the GPU, %s)",
-                               names[k], i, names[k], x->lock, x->n_children, x->n_gpu_children,
-                               x->on_gpu ? "GPU-resident" : "host-resident");
+                return cd_fail(
+                    "radix check: %s heap entry %u is not %s-evictable (lock %u, %u children, %u on the GPU, %s)",
+                    names[k], i, names[k], x->lock, x->n_children, x->n_gpu_children,
+                    x->on_gpu ? "GPU-resident" : "host-resident");
             if (i && h->v[(i - 1) / 2]->last_use > x->last_use)
                 return cd_fail("radix check: %s heap order broken at %u (%llu above %llu)", names[k], i,
                                (unsigned long long)h->v[(i - 1) / 2]->last_use, (unsigned long long)x->last_use);
@@ -1417,7 +1420,8 @@ static int check_heap(check_ctx *c) {
         radix_node *x = c->all[i];
         int k = check_tier(x);
         count[k]++;
-        if (k == 0 && x->heap_idx != RADIX_NO_HEAP) return cd_fail("radix check: a node that is not evictable is in a heap");
+        if (k == 0 && x->heap_idx != RADIX_NO_HEAP)
+            return cd_fail("radix check: a node that is not evictable is in a heap");
         if (k && (x->heap_idx >= hs[k]->n || hs[k]->v[x->heap_idx] != x))
             return cd_fail("radix check: a %s-evictable node is not in the %s heap", names[k], names[k]);
     }
@@ -1499,7 +1503,12 @@ void radix_walk(const radix_tree *t, void (*fn)(void *ctx, const radix_walk_node
         const uint8_t *ns = ((const radix_root *)root)->ns;
         uint32_t depth = 0;
         for (x = next_preorder(root, x, &depth); x; x = next_preorder(root, x, &depth))
-            fn(ctx, &(radix_walk_node){.ns = ns, .depth = depth, .tokens = x->tok, .n_pages = x->n_pages,
-                                       .tail = x->tail, .on_gpu = x->on_gpu});
+            fn(ctx,
+               &(radix_walk_node){.ns = ns,
+                                  .depth = depth,
+                                  .tokens = x->tok,
+                                  .n_pages = x->n_pages,
+                                  .tail = x->tail,
+                                  .on_gpu = x->on_gpu});
     }
 }

@@ -264,14 +264,13 @@ typedef struct radix_victim {
 } radix_victim;
 
 int radix_init(radix_tree *t, uint32_t page_tokens); /* page_tokens >= 1 */
-void radix_free(radix_tree *t);                       /* zeroed is fine; reports no victims, no slots */
+void radix_free(radix_tree *t);                      /* zeroed is fine; reports no victims, no slots */
 
 /* Longest cached prefix of ids[0..n) in namespace ns, through GPU and host nodes alike; pins it
  * (m->node) when n_tokens > 0. Always release the match, hit or not. On failure *m is zeroed
  * (releasing it is a no-op). A caller that does not restore uses pages[0 .. n_gpu_pages) only
  * (a prefix of min(n_tokens, n_gpu_pages * page_tokens) tokens). */
-int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
-                       radix_match *m);
+int radix_match_prefix(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n, radix_match *m);
 void radix_release(radix_tree *t, radix_match *m); /* unpins and frees; zeroed matches are fine */
 
 /* Rule 6. gpu_pages[0 .. m->n_restore) hold the contents of host slots m->pages[m->n_gpu_pages ..
@@ -296,8 +295,8 @@ uint32_t radix_match_host_left(const radix_tree *t, const radix_match *m);
  * n / pt: nothing taken, also when a host node blocks the insert (Rule 7). Touches the nodes
  * holding pages of ids (a split's lower part holds none and keeps its last use). On failure
  * *first_new is left as it was. */
-int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n,
-                 const uint32_t *pages, uint32_t *first_new);
+int radix_insert(radix_tree *t, const uint8_t ns[RADIX_NS_BYTES], const int32_t *ids, uint32_t n, const uint32_t *pages,
+                 uint32_t *first_new);
 
 /* radix_insert, and also the partly filled last page of ids[0..n), pages[n / pt] holding its
  * n % pt tokens, as a tail (see Tails above; only for a sequence that is written no more: the

@@ -6,7 +6,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
 packages=(
-  build-essential cmake pkg-config git clang libclang-rt-14-dev
+  build-essential cmake pkg-config git clang libclang-rt-14-dev clang-format
   libvulkan-dev libvulkan-volk-dev glslc spirv-tools mesa-vulkan-drivers vulkan-tools vulkan-validationlayers
   libcmocka-dev libpcre2-dev libutf8proc-dev libssl-dev libxxhash-dev libjansson-dev libmicrohttpd-dev
   nodejs npm python3 python3-jinja2 gcovr

@@ -19,25 +19,25 @@ typedef struct choice_ctx {
     reply_stream rs;      /* chat */
     char call_prefix[96]; /* tool call ids: call_<id>_<i>, or call_<id>_<choice>_<i> when n > 1 (rs borrows it) */
     bool sent_role, tool_calls;
-    bool ended;           /* its finish chunk went out */
-    bool echoed;          /* completions with echo: its prompt chunk went out */
-    uint32_t lp_sent;     /* the job's log-probability entries already in chunks */
-    size_t lp_chars;      /* completions: characters of text those entries cover (text_offset) */
+    bool ended;       /* its finish chunk went out */
+    bool echoed;      /* completions with echo: its prompt chunk went out */
+    uint32_t lp_sent; /* the job's log-probability entries already in chunks */
+    size_t lp_chars;  /* completions: characters of text those entries cover (text_offset) */
 } choice_ctx;
 
 typedef struct reply_ctx {
     server *s;
     struct MHD_Connection *c;
     bool chat, include_usage;
-    bool echo;            /* completions: each choice's text begins with its prompt's */
+    bool echo; /* completions: each choice's text begins with its prompt's */
     char id[48];
     json_int_t created;
-    uint32_t n;           /* choices of all prompts */
-    uint32_t per_prompt;  /* choices of each prompt (the request's n) */
-    job **jobs;           /* [n], the choices' jobs in order: prompt by prompt */
-    choice_ctx *ch;       /* [n] */
-    api_text *text;       /* [n] the stream's view of each choice's text */
-    bool remembered;      /* its calls and replies are in the server's memories */
+    uint32_t n;          /* choices of all prompts */
+    uint32_t per_prompt; /* choices of each prompt (the request's n) */
+    job **jobs;          /* [n], the choices' jobs in order: prompt by prompt */
+    choice_ctx *ch;      /* [n] */
+    api_text *text;      /* [n] the stream's view of each choice's text */
+    bool remembered;     /* its calls and replies are in the server's memories */
 } reply_ctx;
 
 /* ---- log-probabilities (job.lp) in OpenAI's shapes ---- */
@@ -72,10 +72,11 @@ static size_t token_chars(const tokenizer *t, int32_t id) {
  * the offsets counted on from *chars (moved past these tokens). Entries [from, to) of a job's
  * lp or plp, at most top_max alternatives each (the caller holds the bridge mutex while the job
  * runs). NULL: out of memory. */
-static json_t *logprobs_json(const reply_ctx *x, const token_logprob *entries, uint32_t from, uint32_t to, uint32_t top_max,
-                             size_t *chars) {
+static json_t *logprobs_json(const reply_ctx *x, const token_logprob *entries, uint32_t from, uint32_t to,
+                             uint32_t top_max, size_t *chars) {
     const tokenizer *t = x->s->model.tok;
-    json_t *list = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    json_t *list = json_array(), *tokens = json_array(), *lps = json_array(), *tops = json_array(),
+           *offs = json_array();
     bool ok = list && tokens && lps && tops && offs;
     for (uint32_t i = from; i < to && ok; i++) {
         const token_logprob *lp = &entries[i];
@@ -83,8 +84,9 @@ static json_t *logprobs_json(const reply_ctx *x, const token_logprob *entries, u
         for (uint32_t k = 0; k < lp->n_top && k < top_max && top; k++) {
             json_t *e = token_entry(t, lp->top_id[k], lp->top_logprob[k]);
             int rc = !e ? -1
-                     : x->chat ? json_array_append(top, e)
-                               : json_object_set(top, json_string_value(json_object_get(e, "token")), json_object_get(e, "logprob"));
+                : x->chat
+                ? json_array_append(top, e)
+                : json_object_set(top, json_string_value(json_object_get(e, "token")), json_object_get(e, "logprob"));
             json_decref(e);
             if (rc) json_decref(top), top = NULL;
         }
@@ -96,22 +98,25 @@ static json_t *logprobs_json(const reply_ctx *x, const token_logprob *entries, u
             if (json_object_set_new(e, "top_logprobs", top)) json_decref(e), ok = false;
             else ok = !json_array_append_new(list, e);
         } else {
-            ok = !json_array_append(tokens, json_object_get(e, "token")) && !json_array_append(lps, json_object_get(e, "logprob")) &&
-                 !json_array_append_new(tops, top) && !json_array_append_new(offs, json_integer((json_int_t)*chars));
+            ok = !json_array_append(tokens, json_object_get(e, "token")) &&
+                !json_array_append(lps, json_object_get(e, "logprob")) && !json_array_append_new(tops, top) &&
+                !json_array_append_new(offs, json_integer((json_int_t)*chars));
             *chars += token_chars(t, lp->id);
             json_decref(e);
         }
     }
     json_t *out = !ok ? NULL
-                  : x->chat ? json_pack("{s:O, s:n}", "content", list, "refusal")
-                            : json_pack("{s:O, s:O, s:O, s:O}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
-                                        "text_offset", offs);
+        : x->chat     ? json_pack("{s:O, s:n}", "content", list, "refusal")
+                      : json_pack("{s:O, s:O, s:O, s:O}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                                  "text_offset", offs);
     json_decref(list), json_decref(tokens), json_decref(lps), json_decref(tops), json_decref(offs);
     return out;
 }
 
 /* The job of the choice's prompt's first choice: its echo_text and plp serve every choice. */
-static job *lead_of(const reply_ctx *x, const choice_ctx *ch) { return x->jobs[ch->index / x->per_prompt * x->per_prompt]; }
+static job *lead_of(const reply_ctx *x, const choice_ctx *ch) {
+    return x->jobs[ch->index / x->per_prompt * x->per_prompt];
+}
 
 /* Completions with echo and logprobs: the prompt's entries, the first token's logprob and
  * top_logprobs null (nothing comes before it), text offsets from 0 (*chars moved past them);
@@ -123,9 +128,9 @@ static json_t *echo_logprobs_json(const reply_ctx *x, const job *lead, size_t *c
     json_t *o = logprobs_json(x, lead->plp, 0, lead->n_plp, lead->top_logprobs, chars);
     json_t *first = o ? token_entry(t, lead->ids[0], 0) : NULL;
     bool ok = first && !json_array_insert(json_object_get(o, "tokens"), 0, json_object_get(first, "token")) &&
-              !json_array_insert_new(json_object_get(o, "token_logprobs"), 0, json_null()) &&
-              !json_array_insert_new(json_object_get(o, "top_logprobs"), 0, json_null()) &&
-              !json_array_insert_new(json_object_get(o, "text_offset"), 0, json_integer(0));
+        !json_array_insert_new(json_object_get(o, "token_logprobs"), 0, json_null()) &&
+        !json_array_insert_new(json_object_get(o, "top_logprobs"), 0, json_null()) &&
+        !json_array_insert_new(json_object_get(o, "text_offset"), 0, json_integer(0));
     json_decref(first);
     if (!ok) json_decref(o);
     return ok ? o : NULL;
@@ -135,7 +140,8 @@ static json_t *echo_logprobs_json(const reply_ctx *x, const job *lead, size_t *c
 static int extend_logprobs(json_t *a, json_t *b) {
     static const char *const keys[] = {"tokens", "token_logprobs", "top_logprobs", "text_offset"};
     int rc = 0;
-    for (size_t i = 0; i < 4 && !rc; i++) rc = json_array_extend(json_object_get(a, keys[i]), json_object_get(b, keys[i]));
+    for (size_t i = 0; i < 4 && !rc; i++)
+        rc = json_array_extend(json_object_get(a, keys[i]), json_object_get(b, keys[i]));
     json_decref(b);
     return rc;
 }
@@ -212,8 +218,8 @@ static int stream_deltas(reply_ctx *x, choice_ctx *ch, json_t **lp, char **out, 
 
 /* A failed or cancelled choice ends the stream: an error event, as OpenAI's stream does. */
 static int stream_error(const job *j, char **out, size_t *len, size_t *cap) {
-    json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", j->err[0] ? j->err : "the request was cancelled", "type",
-                          "server_error");
+    json_t *e = json_pack("{s:{s:s, s:s}}", "error", "message", j->err[0] ? j->err : "the request was cancelled",
+                          "type", "server_error");
     return sse_event(out, len, cap, e) || buf_printf(out, len, cap, "data: [DONE]\n\n") ? -1 : 0;
 }
 
@@ -409,7 +415,8 @@ static int vllm_entry(json_t *d, const tokenizer *t, int32_t id, float logprob, 
     char key[16], *text = NULL;
     snprintf(key, sizeof key, "%d", id);
     if (tok_decode(t, &id, 1, &text)) return -1;
-    json_t *e = json_pack("{s:f, s:i, s:s}", "logprob", (double)logprob, "rank", (json_int_t)rank, "decoded_token", text);
+    json_t *e =
+        json_pack("{s:f, s:i, s:s}", "logprob", (double)logprob, "rank", (json_int_t)rank, "decoded_token", text);
     free(text);
     return e ? json_object_set_new(d, key, e) : -1;
 }
@@ -485,7 +492,8 @@ static json_t *whole_choice(const reply_ctx *x, const choice_ctx *ch) {
         json_object_set_new(c, "id", json_string(id));
     }
     if (json_array_size(calls) && j->out.finish == JOB_STOP) fr = "tool_calls";
-    return json_pack("{s:i, s:o, s:o, s:s}", "index", (json_int_t)ch->index, "message", msg, "logprobs", lp, "finish_reason", fr);
+    return json_pack("{s:i, s:o, s:o, s:s}", "index", (json_int_t)ch->index, "message", msg, "logprobs", lp,
+                     "finish_reason", fr);
 }
 
 /* The whole reply as one JSON object (every choice done). */
@@ -497,8 +505,8 @@ static json_t *whole_reply(const reply_ctx *x) {
     }
     if (!choices) return NULL;
     json_t *o = json_pack("{s:s, s:s, s:I, s:s, s:s, s:o, s:o}", "id", x->id, "object",
-                          x->chat ? "chat.completion" : "text_completion", "created", x->created, "model", x->s->model_name,
-                          "system_fingerprint", x->s->fingerprint, "choices", choices, "usage",
+                          x->chat ? "chat.completion" : "text_completion", "created", x->created, "model",
+                          x->s->model_name, "system_fingerprint", x->s->fingerprint, "choices", choices, "usage",
                           api_usage(x->jobs, x->n, x->per_prompt));
     json_t *t = api_timings(x->jobs, x->n);
     if (o && t) json_object_set_new(o, "timings", t);
@@ -528,8 +536,17 @@ static reply_ctx *reply_new(server *s, const http_req *r, const api_prepared *p,
         free(x), free(ch), free(text);
         return NULL;
     }
-    *x = (reply_ctx){.s = s, .c = r->c, .chat = p->chat, .include_usage = p->include_usage, .echo = jobs[0]->echo,
-                     .created = time(NULL), .n = n, .per_prompt = p->n, .jobs = jobs, .ch = ch, .text = text};
+    *x = (reply_ctx){.s = s,
+                     .c = r->c,
+                     .chat = p->chat,
+                     .include_usage = p->include_usage,
+                     .echo = jobs[0]->echo,
+                     .created = time(NULL),
+                     .n = n,
+                     .per_prompt = p->n,
+                     .jobs = jobs,
+                     .ch = ch,
+                     .text = text};
     api_new_id(s, p->chat ? "chatcmpl-" : "cmpl-", x->id, sizeof x->id);
     for (uint32_t k = 0; k < n; k++) {
         ch[k] = (choice_ctx){.j = jobs[k], .index = k};
@@ -586,7 +603,8 @@ static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared 
     else {
         remember(x);
         json_t *body = whole_reply(x);
-        rc = body ? http_json(r->c, 200, body) : http_error(r->c, 500, NULL, "could not build the reply: %s", cd_errmsg());
+        rc = body ? http_json(r->c, 200, body)
+                  : http_error(r->c, 500, NULL, "could not build the reply: %s", cd_errmsg());
     }
     reply_done(x);
     return rc;
@@ -594,8 +612,8 @@ static enum MHD_Result run_job(server *s, const http_req *r, const api_prepared 
 
 /* The session headers agents and proxies send (a proxy hashes on one to keep a conversation on one
  * replica: docs/FLEET.md); the first present is logged with the request. */
-static const char *const session_headers[] = {"X-Session-Id", "X-Session-Affinity", "Session-Id", "Session_Id",
-                                              "X-Claude-Code-Session-Id", "X-Conversation-Id"};
+static const char *const session_headers[] = {"X-Session-Id", "X-Session-Affinity",       "Session-Id",
+                                              "Session_Id",   "X-Claude-Code-Session-Id", "X-Conversation-Id"};
 
 /* One line per request that names its session: the header, the value (printable ASCII, at most
  * 128 bytes: a header is the client's text), the prompt's tokens. */
@@ -609,7 +627,8 @@ static void log_session(const http_req *r, const api_prepared *p) {
         clean[n] = 0;
         uint32_t tokens = 0;
         for (uint32_t k = 0; k < p->n_prompts; k++) tokens += p->prompts[k]->n_ids;
-        fprintf(stderr, "cinder serve: %s %s %s: %s, %u prompt tokens\n", r->method, r->url, session_headers[i], clean, tokens);
+        fprintf(stderr, "cinder serve: %s %s %s: %s, %u prompt tokens\n", r->method, r->url, session_headers[i], clean,
+                tokens);
         return;
     }
 }
@@ -617,7 +636,8 @@ static void log_session(const http_req *r, const api_prepared *p) {
 static enum MHD_Result generate(server *s, const http_req *r, bool chat) {
     api_err e = {0};
     api_prepared p;
-    uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)atomic_fetch_add(&s->next_id, 1) << 32; /* unseeded: differs per request */
+    uint64_t seed =
+        (uint64_t)time(NULL) ^ (uint64_t)atomic_fetch_add(&s->next_id, 1) << 32; /* unseeded: differs per request */
     if (!bridge_ready(&s->b)) { /* the server listens while it loads: no tokenizer to check a request with yet */
         bridge_count_rejected(&s->b);
         return http_error(r->c, 503, NULL, "the model is loading");

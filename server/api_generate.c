@@ -16,11 +16,14 @@ enum MHD_Result api_reply_err(struct MHD_Connection *c, const api_err *e) {
 
 int api_submit(server *s, job **jobs, uint32_t n, api_err *e) {
     if (n > s->o.queue)
-        return api_fail(e, 400, "n", "the request has %u choices (prompts times n); this server queues %u requests at most "
-                        "(--queue), and each choice is one", n, s->o.queue);
+        return api_fail(e, 400, "n",
+                        "the request has %u choices (prompts times n); this server queues %u requests at most "
+                        "(--queue), and each choice is one",
+                        n, s->o.queue);
     int rc = bridge_submit(&s->b, jobs, n);
     if (rc < 0) return api_fail(e, 503, NULL, "the model is loading");
-    if (rc > 0) return api_fail(e, 503, NULL, "the server is busy: %u requests are waiting (--queue); retry later", s->o.queue);
+    if (rc > 0)
+        return api_fail(e, 503, NULL, "the server is busy: %u requests are waiting (--queue); retry later", s->o.queue);
     return 0;
 }
 
@@ -79,7 +82,9 @@ void api_wait_events(server *s, job **jobs, uint32_t n) {
 
 void api_wait_done(server *s, job **jobs, uint32_t n, struct MHD_Connection *c) { wait_until(s, jobs, n, c, JOB_DONE); }
 
-void api_wait_started(server *s, job **jobs, uint32_t n, struct MHD_Connection *c) { wait_until(s, jobs, n, c, JOB_RUNNING); }
+void api_wait_started(server *s, job **jobs, uint32_t n, struct MHD_Connection *c) {
+    wait_until(s, jobs, n, c, JOB_RUNNING);
+}
 
 /* Choice k has something to hand over: stable text past seen[k], or its end (not yet told). */
 static bool has_news(const job *j, size_t seen, bool told_done) {
@@ -135,8 +140,8 @@ json_t *api_timings(job **jobs, uint32_t n) {
     uint32_t gen = o->n && o->eog ? o->n - 1 : o->n, prefilled = jobs[0]->n_ids - o->cached_tokens;
     /* the first token comes at the end of the prefill; the rest are the decode's */
     double per_s = gen > 1 && o->decode_ms > 0 ? (gen - 1) * 1000.0 / o->decode_ms : 0;
-    return json_pack("{s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:f}", "cache_n", (json_int_t)o->cached_tokens, "cache_host_n",
-                     (json_int_t)o->host_tokens, "cache_disk_n", (json_int_t)o->disk_tokens, "prompt_n",
+    return json_pack("{s:i, s:i, s:i, s:i, s:f, s:i, s:f, s:f}", "cache_n", (json_int_t)o->cached_tokens,
+                     "cache_host_n", (json_int_t)o->host_tokens, "cache_disk_n", (json_int_t)o->disk_tokens, "prompt_n",
                      (json_int_t)prefilled, "prompt_ms", o->ttft_ms, "predicted_n", (json_int_t)gen, "predicted_ms",
                      o->decode_ms, "predicted_per_second", per_s);
 }

@@ -27,11 +27,11 @@ void api_wait_events(server *s, job **jobs, uint32_t n);
 void api_wait_started(server *s, job **jobs, uint32_t n, struct MHD_Connection *c);
 /* One choice's text as the streaming side has it. */
 typedef struct api_text {
-    size_t seen;   /* in: bytes already handed over; the caller moves it to len after using text */
-    bool hold;     /* in: the choice's news waits (echo: until its prompt chunk can go out) */
-    bool done;     /* in/out: the choice's end was handed over (it stays true) */
-    char *text;    /* out: NULL (nothing new), or a copy of the stable text (the caller frees it) */
-    size_t len;    /* out, with text: its length */
+    size_t seen; /* in: bytes already handed over; the caller moves it to len after using text */
+    bool hold;   /* in: the choice's news waits (echo: until its prompt chunk can go out) */
+    bool done;   /* in/out: the choice's end was handed over (it stays true) */
+    char *text;  /* out: NULL (nothing new), or a copy of the stable text (the caller frees it) */
+    size_t len;  /* out, with text: its length */
 } api_text;
 /* Waits (at most ~100 ms) until some choice has text past its seen or has ended, then copies
  * each such choice's stable text (t[k].text) and whether it is done. False when the client has

@@ -10,8 +10,8 @@
 extern const unsigned char cinder_page_html[], cinder_page_css[], cinder_page_js[];
 extern const size_t cinder_page_html_size, cinder_page_css_size, cinder_page_js_size;
 
-#define PAGE_POLICY                                                                                    \
-    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; " \
+#define PAGE_POLICY                                                                                                    \
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "              \
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 static enum MHD_Result asset(const http_req *r, const unsigned char *bytes, size_t n, const char *type) {

@@ -40,7 +40,8 @@ static int int_field(const json_t *o, const char *key, int64_t lo, int64_t hi, i
     if (!v || json_is_null(v)) return 0;
     if (!json_is_integer(v)) return api_fail(e, 400, key, "%s must be an integer", key);
     json_int_t x = json_integer_value(v);
-    if (x < lo || x > hi) return api_fail(e, 400, key, "%s must be between %lld and %lld", key, (long long)lo, (long long)hi);
+    if (x < lo || x > hi)
+        return api_fail(e, 400, key, "%s must be between %lld and %lld", key, (long long)lo, (long long)hi);
     *out = x;
     return 0;
 }
@@ -63,12 +64,18 @@ static int stop_field(const json_t *o, gen_params *g, api_err *e) {
     size_t i;
     json_t *s;
     json_array_foreach(v, i, s) {
-        if (i >= JOB_MAX_STOP) { rc = api_fail(e, 400, "stop", "stop has more than %d strings", JOB_MAX_STOP); break; }
+        if (i >= JOB_MAX_STOP) {
+            rc = api_fail(e, 400, "stop", "stop has more than %d strings", JOB_MAX_STOP);
+            break;
+        }
         if (!json_is_string(s) || !json_string_length(s) || json_string_length(s) > 256) {
             rc = api_fail(e, 400, "stop", "stop must hold non-empty strings of at most 256 bytes");
             break;
         }
-        if (!(g->stop[g->n_stop] = strdup(json_string_value(s)))) { rc = api_fail(e, 500, NULL, "out of memory"); break; }
+        if (!(g->stop[g->n_stop] = strdup(json_string_value(s)))) {
+            rc = api_fail(e, 500, NULL, "out of memory");
+            break;
+        }
         g->n_stop++;
     }
     json_decref((json_t *)v);
@@ -93,9 +100,11 @@ static int salt_field(const json_t *o, gen_params *g, api_err *e) {
 static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *e) {
     const json_t *v = json_object_get(o, "logit_bias");
     if (!v || json_is_null(v)) return 0;
-    if (!json_is_object(v)) return api_fail(e, 400, "logit_bias", "logit_bias must be an object of token ids to numbers");
+    if (!json_is_object(v))
+        return api_fail(e, 400, "logit_bias", "logit_bias must be an object of token ids to numbers");
     size_t n = json_object_size(v);
-    if (n > LOGIT_BIAS_MAX) return api_fail(e, 400, "logit_bias", "logit_bias has %zu entries; at most %d", n, LOGIT_BIAS_MAX);
+    if (n > LOGIT_BIAS_MAX)
+        return api_fail(e, 400, "logit_bias", "logit_bias has %zu entries; at most %d", n, LOGIT_BIAS_MAX);
     if (!n) return 0;
     logit_bias *list = malloc(n * sizeof *list);
     if (!list) return api_fail(e, 500, NULL, "out of memory");
@@ -106,7 +115,8 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
         size_t digits = strspn(key, "0123456789");
         long id = digits && !key[digits] && digits <= 9 ? strtol(key, NULL, 10) : -1;
         if (id < 0 || id >= n_vocab)
-            return api_fail(e, 400, "logit_bias", "logit_bias key \"%.64s\" is not a token id (0 to %d)", key, n_vocab - 1);
+            return api_fail(e, 400, "logit_bias", "logit_bias key \"%.64s\" is not a token id (0 to %d)", key,
+                            n_vocab - 1);
         if (!json_is_number(x) || !(json_number_value(x) >= -100 && json_number_value(x) <= 100))
             return api_fail(e, 400, "logit_bias", "logit_bias of token %ld must be a number from -100 to 100", id);
         list[g->adjust.n_bias++] = (logit_bias){(int32_t)id, (float)json_number_value(x)};
@@ -117,7 +127,8 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
             list[k] = list[k - 1], list[k - 1] = t;
         }
     for (uint32_t i = 1; i < g->adjust.n_bias; i++)
-        if (list[i].id == list[i - 1].id) return api_fail(e, 400, "logit_bias", "logit_bias names token %d twice", list[i].id);
+        if (list[i].id == list[i - 1].id)
+            return api_fail(e, 400, "logit_bias", "logit_bias names token %d twice", list[i].id);
     return 0;
 }
 
@@ -126,8 +137,9 @@ static int bias_field(const json_t *o, int32_t n_vocab, gen_params *g, api_err *
  * llama-server (grammar) and vLLM (guided_* but guided_json, structured_outputs), which a client
  * written for those would otherwise see ignored. */
 static int unsupported_fields(const json_t *b, bool chat, api_err *e) {
-    static const char *const keys[] = {"echo", "suffix", "best_of", "functions", "function_call", "grammar",
-                                       "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
+    static const char *const keys[] = {
+        "echo",    "suffix",       "best_of",       "functions",      "function_call",
+        "grammar", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs"};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
         const char *k = keys[i];
         if (!chat && !strcmp(k, "echo")) continue;
@@ -136,10 +148,13 @@ static int unsupported_fields(const json_t *b, bool chat, api_err *e) {
         if (json_is_integer(v) && json_integer_value(v) == (strcmp(k, "best_of") ? 0 : 1)) continue;
         if (json_is_string(v) && !json_string_length(v)) continue;
         if (!strcmp(k, "functions") || !strcmp(k, "function_call"))
-            return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice", k);
-        if (!strcmp(k, "echo")) return api_fail(e, 400, k, "echo is not supported on chat completions: /v1/completions has it");
+            return api_fail(e, 400, k, "%s (the legacy function calling) is not supported: use tools and tool_choice",
+                            k);
+        if (!strcmp(k, "echo"))
+            return api_fail(e, 400, k, "echo is not supported on chat completions: /v1/completions has it");
         if (strcmp(k, "suffix") && strcmp(k, "best_of"))
-            return api_fail(e, 400, k, "%s is not supported by this server: response_format json_object and json_schema are", k);
+            return api_fail(e, 400, k,
+                            "%s is not supported by this server: response_format json_object and json_schema are", k);
         return api_fail(e, 400, k, "%s is not supported by this server", k);
     }
     return 0;
@@ -149,7 +164,8 @@ static int unsupported_fields(const json_t *b, bool chat, api_err *e) {
 static int compile_schema(const json_t *schema, bool strict, const char *param, gen_params *g, api_err *e) {
     if (!json_is_object(schema) && !json_is_boolean(schema))
         return api_fail(e, 400, param, "%s must be a JSON Schema (an object)", param);
-    if (!(g->schema = json_schema_compile(schema, strict))) return api_fail(e, 400, param, "%s: %s", param, cd_errmsg());
+    if (!(g->schema = json_schema_compile(schema, strict)))
+        return api_fail(e, 400, param, "%s: %s", param, cd_errmsg());
     return 0;
 }
 
@@ -158,7 +174,8 @@ static int compile_schema(const json_t *schema, bool strict, const char *param, 
 static int format_schema(const json_t *v, gen_params *g, api_err *e) {
     const json_t *js = json_object_get(v, "json_schema");
     if (!json_is_object(js))
-        return api_fail(e, 400, "response_format.json_schema", "response_format json_schema needs json_schema: {\"name\": ..., \"schema\": {...}}");
+        return api_fail(e, 400, "response_format.json_schema",
+                        "response_format json_schema needs json_schema: {\"name\": ..., \"schema\": {...}}");
     const char *name = json_string_value(json_object_get(js, "name"));
     size_t n = name ? strlen(name) : 0;
     if (!n || n > 64 || strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != n)
@@ -166,7 +183,8 @@ static int format_schema(const json_t *v, gen_params *g, api_err *e) {
                         "response_format.json_schema.name must be 1 to 64 letters, digits, '_' or '-'");
     const json_t *strict = json_object_get(js, "strict");
     if (strict && !json_is_null(strict) && !json_is_boolean(strict))
-        return api_fail(e, 400, "response_format.json_schema.strict", "response_format.json_schema.strict must be true or false");
+        return api_fail(e, 400, "response_format.json_schema.strict",
+                        "response_format.json_schema.strict must be true or false");
     const json_t *schema = json_object_get(js, "schema");
     json_t *any = schema && !json_is_null(schema) ? NULL : json_object();
     int rc = compile_schema(any ? any : schema, json_is_true(strict), "response_format.json_schema.schema", g, e);
@@ -186,7 +204,8 @@ static int format_field(const json_t *b, gen_params *g, api_err *e) {
     for (size_t i = 0; i < 2; i++) {
         const json_t *x = json_object_get(b, alt[i]);
         if (!x || json_is_null(x) || (json_is_string(x) && !json_string_length(x))) continue;
-        if (!text || g->schema) return api_fail(e, 400, alt[i], "%s and another reply format exclude each other", alt[i]);
+        if (!text || g->schema)
+            return api_fail(e, 400, alt[i], "%s and another reply format exclude each other", alt[i]);
         json_t *parsed = json_is_string(x) ? json_loads(json_string_value(x), JSON_DECODE_ANY, NULL) : NULL;
         int rc = compile_schema(parsed ? parsed : x, true, alt[i], g, e);
         json_decref(parsed);
@@ -196,7 +215,8 @@ static int format_field(const json_t *b, gen_params *g, api_err *e) {
     if (type && !strcmp(type, "json_object")) return g->json_object = true, 0;
     if (type && !strcmp(type, "json_schema")) return format_schema(v, g, e);
     return api_fail(e, 400, "response_format",
-                    "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": \"json_schema\", ...}");
+                    "response_format must be {\"type\": \"text\"}, {\"type\": \"json_object\"} or {\"type\": "
+                    "\"json_schema\", ...}");
 }
 
 /* Chat: logprobs (true / false) and top_logprobs (0 to 20, with logprobs true); completions:
@@ -222,8 +242,8 @@ static int logprobs_fields(const json_t *b, bool chat, gen_params *g, api_err *e
 static int prompt_logprobs_field(const json_t *b, gen_params *g, api_err *e) {
     const json_t *v = json_object_get(b, "prompt_logprobs");
     if (json_is_integer(v) && json_integer_value(v) == -1)
-        return api_fail(e, 400, "prompt_logprobs", "prompt_logprobs -1 (the whole vocabulary) is not supported: at most %d",
-                        TOP_LOGPROBS_MAX);
+        return api_fail(e, 400, "prompt_logprobs",
+                        "prompt_logprobs -1 (the whole vocabulary) is not supported: at most %d", TOP_LOGPROBS_MAX);
     int64_t k = -1;
     if (int_field(b, "prompt_logprobs", 0, TOP_LOGPROBS_MAX, &k, e)) return -1;
     if (g->stream && k > 0)
@@ -232,24 +252,28 @@ static int prompt_logprobs_field(const json_t *b, gen_params *g, api_err *e) {
     return 0;
 }
 
-static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, int32_t n_vocab, gen_params *g, api_err *e) {
-    *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default}, .prompt_logprobs = -1};
+static int gen_params_parse(const json_t *b, bool chat, uint64_t seed_default, int32_t n_vocab, gen_params *g,
+                            api_err *e) {
+    *g = (gen_params){.sp = {.temperature = 0.8f, .top_k = 40, .top_p = 0.95f, .seed = seed_default},
+                      .prompt_logprobs = -1};
     double temp = g->sp.temperature, top_p = g->sp.top_p;
     double presence = 0, frequency = 0;
     int64_t top_k = g->sp.top_k, seed = -1, n = 1, max_tokens = -1;
-    bool has_mct = json_object_get(b, "max_completion_tokens") && !json_is_null(json_object_get(b, "max_completion_tokens"));
+    bool has_mct =
+        json_object_get(b, "max_completion_tokens") && !json_is_null(json_object_get(b, "max_completion_tokens"));
     const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
     if (int_field(b, max_key, 0, INT32_MAX, &max_tokens, e) || (!chat && bool_field(b, "echo", &g->echo, e)) ||
         num_field(b, "temperature", 0, 2, &temp, e) || num_field(b, "top_p", 0, 1, &top_p, e) ||
         int_field(b, "top_k", -1, INT32_MAX, &top_k, e) || int_field(b, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
         int_field(b, "n", 1, 128, &n, e) || bool_field(b, "stream", &g->stream, e) || stop_field(b, g, e) ||
         salt_field(b, g, e) || num_field(b, "presence_penalty", -2, 2, &presence, e) ||
-        num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) || logprobs_fields(b, chat, g, e) ||
-        format_field(b, g, e) || unsupported_fields(b, chat, e) || prompt_logprobs_field(b, g, e))
+        num_field(b, "frequency_penalty", -2, 2, &frequency, e) || bias_field(b, n_vocab, g, e) ||
+        logprobs_fields(b, chat, g, e) || format_field(b, g, e) || unsupported_fields(b, chat, e) ||
+        prompt_logprobs_field(b, g, e))
         return -1;
     if (max_tokens == 0 && !g->echo)
-        return api_fail(e, 400, max_key, "%s 0 asks for no token: it needs echo: true (the prompt's log-probabilities alone)",
-                        max_key);
+        return api_fail(e, 400, max_key,
+                        "%s 0 asks for no token: it needs echo: true (the prompt's log-probabilities alone)", max_key);
     const json_t *so = json_object_get(b, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return api_fail(e, 400, "stream_options", "stream_options must be an object");
@@ -280,8 +304,9 @@ static void gen_params_free(gen_params *g) {
 static int prompt_fits(const api_model *s, size_t n, const char *what, const char *param, api_err *e) {
     if (n == 0) return api_fail(e, 400, param, "%s is empty", what);
     if (n >= s->n_ctx)
-        return api_fail(e, 400, param, "%s has %zu tokens; the context holds %u (prompt + at least one generated token)", what,
-                        n, s->n_ctx);
+        return api_fail(e, 400, param,
+                        "%s has %zu tokens; the context holds %u (prompt + at least one generated token)", what, n,
+                        s->n_ctx);
     return 0;
 }
 
@@ -295,8 +320,8 @@ static void set_prompt(job *j, const api_model *s, int32_t *ids, size_t n, int64
 }
 
 /* The job of prompt ids[n] (taken; what and param name the prompt in errors) from g's fields. */
-static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, const char *what, const char *param, job **out,
-                    api_err *e) {
+static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, const char *what, const char *param,
+                    job **out, api_err *e) {
     *out = NULL;
     if (prompt_fits(s, n, what, param, e)) {
         free(ids);
@@ -335,12 +360,12 @@ static int make_job(const api_model *s, int32_t *ids, size_t n, gen_params *g, c
 typedef struct chat_req {
     gen_params g;
     const json_t *messages, *tools; /* borrowed from the body; tools NULL when none are offered */
-    chat_think_ask think_ask; /* chat_template_kwargs.enable_thinking */
-    bool thinking;            /* decided (decide_thinking) */
-    char *forced; /* the start of a tool call the request's tool_choice demands, or NULL */
-    bool lazy;    /* tool_choice auto with a strict tool: the calls the model makes are held (g.schema) */
-    bool single;  /* parallel_tool_calls false: after one call, the end */
-    bool coder;   /* the qwen3-coder template: XML calls, held as their JSON view (runtime/text/coder_call.h) */
+    chat_think_ask think_ask;       /* chat_template_kwargs.enable_thinking */
+    bool thinking;                  /* decided (decide_thinking) */
+    char *forced;                   /* the start of a tool call the request's tool_choice demands, or NULL */
+    bool lazy;   /* tool_choice auto with a strict tool: the calls the model makes are held (g.schema) */
+    bool single; /* parallel_tool_calls false: after one call, the end */
+    bool coder;  /* the qwen3-coder template: XML calls, held as their JSON view (runtime/text/coder_call.h) */
 } chat_req;
 
 static bool offered(const json_t *tools, const char *name) {
@@ -373,9 +398,10 @@ static json_t *call_schema(const json_t *tool, size_t i, api_err *e) {
     }
     if (!params) params = json_pack("{s:s}", "type", "object");
     if (params) json_object_set_new(params, "$id", json_string("cinder:tools/parameters"));
-    json_t *call = params ? json_pack("{s:s,s:{s:{s:s?},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const", name,
-                                      "arguments", params, "required", "name", "arguments", "additionalProperties", 0)
-                          : NULL;
+    json_t *call = params
+        ? json_pack("{s:s,s:{s:{s:s?},s:o},s:[s,s],s:b}", "type", "object", "properties", "name", "const", name,
+                    "arguments", params, "required", "name", "arguments", "additionalProperties", 0)
+        : NULL;
     if (!call) api_fail(e, 500, NULL, "out of memory");
     return call;
 }
@@ -417,7 +443,8 @@ static int forced_schema(chat_req *q, const char *named, api_err *e) {
 static bool any_strict(const json_t *tools) {
     size_t i;
     const json_t *t;
-    json_array_foreach(tools, i, t) if (json_is_true(json_object_get(json_object_get(t, "function"), "strict"))) return true;
+    json_array_foreach(tools, i,
+                       t) if (json_is_true(json_object_get(json_object_get(t, "function"), "strict"))) return true;
     return false;
 }
 
@@ -445,15 +472,18 @@ static int tool_choice(const json_t *body, chat_req *q, api_err *e) {
         char *quoted = js ? json_dumps(js, JSON_ENCODE_ANY) : NULL;
         json_decref(js);
         size_t n = quoted ? strlen(quoted) + 64 : 0;
-        if (quoted && (q->forced = malloc(n))) snprintf(q->forced, n, "<tool_call>\n{\"name\": %s, \"arguments\": ", quoted);
+        if (quoted && (q->forced = malloc(n)))
+            snprintf(q->forced, n, "<tool_call>\n{\"name\": %s, \"arguments\": ", quoted);
         free(quoted);
     } else {
         return api_fail(e, 400, "tool_choice",
-                        "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+                        "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", "
+                        "\"function\": {\"name\": ...}}");
     }
     if (!q->forced) return api_fail(e, 500, NULL, "out of memory");
     if (!q->tools) return api_fail(e, 400, "tool_choice", "tool_choice asks for a tool call but no tools are given");
-    if (name && !offered(q->tools, name)) return api_fail(e, 400, "tool_choice", "tool_choice names %s, which is not in tools", name);
+    if (name && !offered(q->tools, name))
+        return api_fail(e, 400, "tool_choice", "tool_choice names %s, which is not in tools", name);
     if (q->coder && name && strpbrk(name, "<>\n")) /* it would end the <function=NAME> tag early */
         return api_fail(e, 400, "tool_choice", "a Qwen3-Coder tool name cannot hold <, > or a newline");
     return forced_schema(q, name, e);
@@ -475,8 +505,9 @@ static int flatten_content(json_t *messages, api_err *e) {
             json_t *t = json_object_get(part, "text");
             if (!type || strcmp(type, "text") || !json_is_string(t)) {
                 free(text);
-                return api_fail(e, 400, "messages", "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported",
-                                i, k);
+                return api_fail(
+                    e, 400, "messages",
+                    "messages[%zu].content[%zu]: only {\"type\": \"text\", \"text\": ...} parts are supported", i, k);
             }
             size_t n = json_string_length(t);
             char *grown = realloc(text, len + n + 1);
@@ -504,7 +535,8 @@ static int chat_fields(const json_t *body, chat_req *q, api_err *e) {
         return api_fail(e, 400, "messages", "messages must be a non-empty array of messages");
     if (flatten_content((json_t *)q->messages, e)) return -1;
     const json_t *tools = json_object_get(body, "tools");
-    if (tools && !json_is_null(tools) && !json_is_array(tools)) return api_fail(e, 400, "tools", "tools must be an array");
+    if (tools && !json_is_null(tools) && !json_is_array(tools))
+        return api_fail(e, 400, "tools", "tools must be an array");
     q->tools = json_is_array(tools) && json_array_size(tools) ? tools : NULL;
     const json_t *kw = json_object_get(body, "chat_template_kwargs");
     if (kw && !json_is_null(kw) && !json_is_object(kw))
@@ -519,8 +551,8 @@ static int chat_fields(const json_t *body, chat_req *q, api_err *e) {
  * or a demanded call that does not say is off, whatever the server's default). */
 static int decide_thinking(const api_model *m, chat_req *q, chat_reply_start start, api_err *e) {
     chat_think_ask ask = q->think_ask != CHAT_THINK_ASK_DEFAULT ? q->think_ask
-                         : start == CHAT_REPLY_FREE          ? m->think_default
-                                                             : CHAT_THINK_ASK_DEFAULT;
+        : start == CHAT_REPLY_FREE                              ? m->think_default
+                                                                : CHAT_THINK_ASK_DEFAULT;
     if (chat_thinking(m->template, ask, start, &q->thinking))
         return api_fail(e, 400, start == CHAT_REPLY_JSON ? "response_format" : "tool_choice", "%s", cd_errmsg());
     return 0;
@@ -533,7 +565,8 @@ static int parse_chat(const json_t *body, uint64_t seed, const api_model *m, cha
     const json_t *tc = json_object_get(body, "tool_choice");
     bool demands = json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"));
     if (json && demands && q->tools)
-        return api_fail(e, 400, "response_format", "a JSON response_format and a tool_choice that demands a tool call exclude each other");
+        return api_fail(e, 400, "response_format",
+                        "a JSON response_format and a tool_choice that demands a tool call exclude each other");
     if (tool_choice(body, q, e)) return -1;
     if (decide_thinking(m, q, json ? CHAT_REPLY_JSON : q->forced ? CHAT_REPLY_CALL : CHAT_REPLY_FREE, e)) return -1;
     bool parallel = true;
@@ -569,16 +602,23 @@ static int encode_prompt(const api_model *s, const char *salt, const char *text,
 static int chat_prompt(const api_model *s, const chat_req *q, bool generation_prompt, int32_t **ids, size_t *n,
                        bool *in_think, char **kept, uint32_t *reused, api_err *e) {
     char *text = NULL;
-    chat_options opt = {.template = s->template, .add_generation_prompt = generation_prompt, .enable_thinking = q->thinking,
-                        .as_generated = s->as_generated, .preserve_reasoning = s->preserve_reasoning,
-                        .generated_call = s->calls ? call_memory_lookup : NULL, .generated_call_ctx = s->calls};
+    chat_options opt = {.template = s->template,
+                        .add_generation_prompt = generation_prompt,
+                        .enable_thinking = q->thinking,
+                        .as_generated = s->as_generated,
+                        .preserve_reasoning = s->preserve_reasoning,
+                        .generated_call = s->calls ? call_memory_lookup : NULL,
+                        .generated_call_ctx = s->calls};
     if (chat_render(q->messages, q->tools, opt, &text)) return api_fail(e, 400, "messages", "%s", cd_errmsg());
     if (in_think)
         *in_think = !q->forced && generation_prompt && ends_with((slice){text, strlen(text)}, LIT("<think>\n"));
     if (q->forced) {
         size_t a = strlen(text), b = strlen(q->forced);
         char *t = realloc(text, a + b + 1);
-        if (!t) { free(text); return api_fail(e, 500, NULL, "out of memory"); }
+        if (!t) {
+            free(text);
+            return api_fail(e, 500, NULL, "out of memory");
+        }
         memcpy(t + a, q->forced, b + 1);
         text = t;
     }
@@ -629,7 +669,8 @@ static int completion_jobs(const api_model *s, const json_t *body, gen_params *g
     const json_t *p = json_object_get(body, "prompt");
     bool list = json_is_array(p) && json_array_size(p) && !json_is_integer(json_array_get(p, 0));
     size_t count = list ? json_array_size(p) : 1;
-    if (count > API_MAX_PROMPTS) return api_fail(e, 400, "prompt", "prompt lists %zu prompts; at most %d", count, API_MAX_PROMPTS);
+    if (count > API_MAX_PROMPTS)
+        return api_fail(e, 400, "prompt", "prompt lists %zu prompts; at most %d", count, API_MAX_PROMPTS);
     if (!(out->prompts = calloc(count, sizeof *out->prompts))) return api_fail(e, 500, NULL, "out of memory");
     for (size_t i = 0; i < count; i++) {
         char what[32];
@@ -665,9 +706,9 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
     char *text = NULL;
     uint32_t reused = 0;
     int rc = parse_chat(b, seed, m, &q, e) || chat_prompt(m, &q, true, &ids, &n, &in_think, &text, &reused, e) ||
-                     make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e)
-                 ? -1
-                 : 0;
+            make_job(m, ids, n, &q.g, "the prompt", NULL, &j, e)
+        ? -1
+        : 0;
     if (!rc) { /* what the reply memory records when the request ends (api_chat.c) */
         j->prompt_text = text, j->prompt_len = text ? strlen(text) : 0, text = NULL;
         j->reply_reused = reused;
@@ -680,19 +721,21 @@ static int chat_job(const api_model *m, const json_t *b, uint64_t seed, api_prep
     }
     if (!rc) {
         out->prompts[out->n_prompts++] = j;
-        j->calls = (toolcall_format){.template = m->template, .tools = q.tools ? json_incref((json_t *)q.tools) : NULL,
-                                     .in_think = in_think};
+        j->calls = (toolcall_format){
+            .template = m->template, .tools = q.tools ? json_incref((json_t *)q.tools) : NULL, .in_think = in_think};
         j->forced = q.forced;
         q.forced = NULL;
         /* the call's object begins after "<tool_call>\n"; an XML call's grammar reads from that "\n",
          * as it does after the trigger token */
         if (j->schema && j->forced)
-            j->forced_json = j->forced + strlen(q.coder ? "<tool_call>" : "<tool_call>\n"), j->json_tail = "\n</tool_call>";
+            j->forced_json = j->forced + strlen(q.coder ? "<tool_call>" : "<tool_call>\n"),
+            j->json_tail = "\n</tool_call>";
         int32_t open = q.lazy ? tok_find(m->tok, "<tool_call>") : -1; /* each call the model opens */
         if (open >= 0) j->json_lazy = true, j->json_trigger = open, j->json_tail = "\n</tool_call>";
         else if (q.lazy) json_schema_unref(j->schema), j->schema = NULL; /* no such token: free text */
-        j->json_once = j->json_lazy && q.single; /* one call (a forced one is one already) */
-        if (j->schema && q.coder && !(j->coder_tools = coder_tools_of(q.tools))) rc = api_fail(e, 500, NULL, "out of memory");
+        j->json_once = j->json_lazy && q.single;                         /* one call (a forced one is one already) */
+        if (j->schema && q.coder && !(j->coder_tools = coder_tools_of(q.tools)))
+            rc = api_fail(e, 500, NULL, "out of memory");
     }
     out->n = q.g.n;
     out->stream = q.g.stream;
@@ -738,11 +781,15 @@ static int tokenize_flags(const json_t *b, bool chat, bool *generation_prompt, b
     bool special = !chat, cont = false;
     *generation_prompt = true, *strs = false;
     if (bool_field(b, "add_special_tokens", &special, e) || bool_field(b, "return_token_strs", strs, e) ||
-        (chat && (bool_field(b, "add_generation_prompt", generation_prompt, e) || bool_field(b, "continue_final_message", &cont, e))))
+        (chat &&
+         (bool_field(b, "add_generation_prompt", generation_prompt, e) ||
+          bool_field(b, "continue_final_message", &cont, e))))
         return -1;
-    if (cont) return api_fail(e, 400, "continue_final_message", "continue_final_message is not supported by this server");
+    if (cont)
+        return api_fail(e, 400, "continue_final_message", "continue_final_message is not supported by this server");
     const json_t *t = json_object_get(b, "chat_template");
-    if (t && !json_is_null(t)) return api_fail(e, 400, "chat_template", "chat_template is not supported: the model's own template renders");
+    if (t && !json_is_null(t))
+        return api_fail(e, 400, "chat_template", "chat_template is not supported: the model's own template renders");
     return 0;
 }
 
@@ -751,7 +798,8 @@ static int tokenize_flags(const json_t *b, bool chat, bool *generation_prompt, b
 static int tokenize_body(const api_model *m, const json_t *b, api_tokens *out, api_err *e) {
     const json_t *prompt = json_object_get(b, "prompt"), *messages = json_object_get(b, "messages");
     bool has_prompt = prompt && !json_is_null(prompt), chat = messages && !json_is_null(messages);
-    if (has_prompt == chat) return api_fail(e, 400, chat ? "prompt" : "messages", "give either prompt (a string) or messages");
+    if (has_prompt == chat)
+        return api_fail(e, 400, chat ? "prompt" : "messages", "give either prompt (a string) or messages");
     bool generation_prompt;
     if (tokenize_flags(b, chat, &generation_prompt, &out->token_strs, e)) return -1;
     if (!chat) {
@@ -761,9 +809,9 @@ static int tokenize_body(const api_model *m, const json_t *b, api_tokens *out, a
     }
     chat_req q = {0};
     int rc = chat_fields(b, &q, e) || salt_field(b, &q.g, e) || decide_thinking(m, &q, CHAT_REPLY_FREE, e) ||
-                     chat_prompt(m, &q, generation_prompt, &out->ids, &out->n, NULL, NULL, NULL, e)
-                 ? -1
-                 : 0;
+            chat_prompt(m, &q, generation_prompt, &out->ids, &out->n, NULL, NULL, NULL, e)
+        ? -1
+        : 0;
     chat_req_free(&q);
     return rc;
 }
@@ -773,7 +821,8 @@ int api_tokenize(const api_model *m, const char *body, size_t len, api_tokens *o
     json_error_t je;
     json_t *b = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
     if (!b) return api_fail(e, 400, NULL, "malformed JSON at line %d column %d: %s", je.line, je.column, je.text);
-    int rc = json_is_object(b) ? tokenize_body(m, b, out, e) : api_fail(e, 400, NULL, "the request body must be a JSON object");
+    int rc = json_is_object(b) ? tokenize_body(m, b, out, e)
+                               : api_fail(e, 400, NULL, "the request body must be a JSON object");
     json_decref(b);
     if (rc) {
         free(out->ids);
@@ -790,10 +839,10 @@ int api_detokenize(const api_model *m, const char *body, size_t len, char **text
     const json_t *t = json_object_get(b, "tokens");
     int32_t vocab = tok_n_vocab(m->tok), *ids = NULL;
     size_t n = json_array_size(t);
-    int rc = !json_is_object(b)  ? api_fail(e, 400, NULL, "the request body must be a JSON object")
-             : !json_is_array(t) ? api_fail(e, 400, "tokens", "tokens must be an array of token ids")
-             : n && !(ids = malloc(n * sizeof *ids)) ? api_fail(e, 500, NULL, "out of memory")
-                                                    : 0;
+    int rc = !json_is_object(b)                 ? api_fail(e, 400, NULL, "the request body must be a JSON object")
+        : !json_is_array(t)                     ? api_fail(e, 400, "tokens", "tokens must be an array of token ids")
+        : n && !(ids = malloc(n * sizeof *ids)) ? api_fail(e, 500, NULL, "out of memory")
+                                                : 0;
     for (size_t i = 0; i < n && !rc; i++) {
         const json_t *v = json_array_get(t, i);
         if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) >= vocab)

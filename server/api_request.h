@@ -22,34 +22,35 @@ typedef struct api_err {
     const char *param;
     char msg[512];
 } api_err;
-int api_fail(api_err *e, unsigned status, const char *param, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+int api_fail(api_err *e, unsigned status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
 
 /* What the requests are checked against. */
 typedef struct api_model {
     const tokenizer *tok;
-    uint32_t n_ctx;          /* prompt + generated tokens of one request at most */
+    uint32_t n_ctx;            /* prompt + generated tokens of one request at most */
     chat_template_id template; /* renders chat requests and parses their replies (chat_template.h) */
-    bool as_generated;       /* chat history rendered as generated (chat.h) */
+    bool as_generated;         /* chat history rendered as generated (chat.h) */
     bool preserve_reasoning;
     chat_think_ask think_default; /* serve --think / --no-think: for requests that do not say (chat_thinking.h) */
-    call_memory *calls;      /* the tool calls generated here (as_generated renders them back exactly) */
-    reply_memory *replies;   /* the sequences chat requests ran (as_generated: a reply sent back is its ids), or NULL */
+    call_memory *calls;           /* the tool calls generated here (as_generated renders them back exactly) */
+    reply_memory *replies; /* the sequences chat requests ran (as_generated: a reply sent back is its ids), or NULL */
 } api_model;
 
-#define API_MAX_PROMPTS 128  /* prompts of one /v1/completions request */
+#define API_MAX_PROMPTS 128 /* prompts of one /v1/completions request */
 
-typedef struct gen_params {  /* the sampling and streaming fields */
-    int64_t max_tokens;      /* -1: until the end token or the context is full; 0 (with echo) none */
-    uint32_t n;              /* choices (1 to 128) */
+typedef struct gen_params { /* the sampling and streaming fields */
+    int64_t max_tokens;     /* -1: until the end token or the context is full; 0 (with echo) none */
+    uint32_t n;             /* choices (1 to 128) */
     sampler_params sp;
-    logit_adjust adjust;     /* its bias list owned */
-    bool logprobs;           /* each token's log-probability in the reply, */
-    uint32_t top_logprobs;   /* with this many alternatives */
-    bool json_object;        /* response_format json_object */
-    json_schema *schema;     /* response_format json_schema (json_schema, guided_json): a reference, or NULL */
+    logit_adjust adjust;   /* its bias list owned */
+    bool logprobs;         /* each token's log-probability in the reply, */
+    uint32_t top_logprobs; /* with this many alternatives */
+    bool json_object;      /* response_format json_object */
+    json_schema *schema;   /* response_format json_schema (json_schema, guided_json): a reference, or NULL */
     char *stop[JOB_MAX_STOP];
     uint32_t n_stop;
-    char *cache_salt;        /* owned, or NULL */
+    char *cache_salt; /* owned, or NULL */
     bool stream, include_usage;
     bool echo;               /* completions: the reply text begins with the prompt (job.echo) */
     int32_t prompt_logprobs; /* vLLM's: -1 none, else every prompt position's entry and this many
@@ -57,10 +58,10 @@ typedef struct gen_params {  /* the sampling and streaming fields */
 } gen_params;
 
 typedef struct api_prepared {
-    job **prompts;           /* [n_prompts] one job per prompt (chat: one), two references each
+    job **prompts; /* [n_prompts] one job per prompt (chat: one), two references each
                                 (job.h: the caller's and the engine thread's); the array is the caller's */
     uint32_t n_prompts;
-    uint32_t n;              /* choices of each prompt: its job and n - 1 copies (job_choices) */
+    uint32_t n; /* choices of each prompt: its job and n - 1 copies (job_choices) */
     bool chat, stream, include_usage;
 } api_prepared;
 
@@ -101,9 +102,9 @@ int api_prepare(const api_model *m, bool chat, const char *body, size_t len, uin
  * return_token_strs asks for each token's stored string. continue_final_message and
  * chat_template are refused by name. No context check (the reply gives max_model_len). */
 typedef struct api_tokens {
-    int32_t *ids;            /* [n], malloc'd (NULL when n is 0) */
+    int32_t *ids; /* [n], malloc'd (NULL when n is 0) */
     size_t n;
-    bool token_strs;         /* return_token_strs */
+    bool token_strs; /* return_token_strs */
 } api_tokens;
 int api_tokenize(const api_model *m, const char *body, size_t len, api_tokens *out, api_err *e);
 /* POST /detokenize: {"tokens": [ids]} -> *text (malloc'd): the ids decoded, special tokens as

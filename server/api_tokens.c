@@ -34,10 +34,11 @@ static json_t *sampling_params(const job *j, uint32_t n, const json_t *seed) {
         if (json_array_append_new(stop, json_string(j->stop[k]))) json_decref(stop), stop = NULL;
     if (!stop) return NULL;
     return json_pack("{s:I, s:o, s:o, s:I, s:O, s:I, s:o, s:o, s:o, s:o, s:o}", "n", (json_int_t)n, "temperature",
-                     json_real(j->sp.temperature), "top_p", json_real(j->sp.top_p), "top_k", (json_int_t)j->sp.top_k, "seed",
-                     json_is_integer(seed) && json_integer_value(seed) != -1 ? (json_t *)seed : json_null(), "max_tokens", (json_int_t)j->max_tokens, "stop", stop,
-                     "presence_penalty", json_real(j->adjust.presence), "frequency_penalty", json_real(j->adjust.frequency),
-                     "logprobs", j->logprobs ? json_integer(j->top_logprobs) : json_null(), "prompt_logprobs",
+                     json_real(j->sp.temperature), "top_p", json_real(j->sp.top_p), "top_k", (json_int_t)j->sp.top_k,
+                     "seed", json_is_integer(seed) && json_integer_value(seed) != -1 ? (json_t *)seed : json_null(),
+                     "max_tokens", (json_int_t)j->max_tokens, "stop", stop, "presence_penalty",
+                     json_real(j->adjust.presence), "frequency_penalty", json_real(j->adjust.frequency), "logprobs",
+                     j->logprobs ? json_integer(j->top_logprobs) : json_null(), "prompt_logprobs",
                      j->vllm_prompt_logprobs >= 0 ? json_integer(j->vllm_prompt_logprobs) : json_null());
 }
 
@@ -53,9 +54,9 @@ static json_t *generate_request(server *s, const api_prepared *p, const job *j, 
         json_decref(ids), json_decref(sp), json_decref(so);
         return NULL;
     }
-    return json_pack("{s:s, s:o, s:n, s:o, s:O, s:b, s:o, s:s?, s:i, s:n}", "request_id", id, "token_ids", ids, "features",
-                     "sampling_params", sp, "model", json_is_string(model) ? model : json_null(), "stream", p->stream,
-                     "stream_options", so, "cache_salt", j->cache_salt, "priority", 0, "kv_transfer_params");
+    return json_pack("{s:s, s:o, s:n, s:o, s:O, s:b, s:o, s:s?, s:i, s:n}", "request_id", id, "token_ids", ids,
+                     "features", "sampling_params", sp, "model", json_is_string(model) ? model : json_null(), "stream",
+                     p->stream, "stream_options", so, "cache_salt", j->cache_salt, "priority", 0, "kv_transfer_params");
 }
 
 /* chat: one GenerateRequest; completions: a list of them, one per prompt (vLLM's). */

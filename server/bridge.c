@@ -109,7 +109,7 @@ static _Thread_local bridge *bridge_of_thread;
 typedef struct runner {
     bridge *b;
     engine *e;
-    job *active; /* submitted to the engine, not finished */
+    job *active;      /* submitted to the engine, not finished */
     uint64_t ev_mark; /* the KV event batch of the last step (kv_pub_flush) */
 } runner;
 
@@ -169,11 +169,18 @@ static void finish_job(runner *r, job *j, engine_reply *rep, int err_status, con
     if (nt > 0 && !j->stopped_by_string) job_append(j, tail, (size_t)nt);
     j->stable = j->len;
     if (rep) {
-        static const job_finish finish[] = {[ENGINE_STOP] = JOB_STOP, [ENGINE_LENGTH] = JOB_LENGTH,
-                                            [ENGINE_CANCELLED] = JOB_CANCELLED, [ENGINE_ERROR] = JOB_FAILED};
-        j->out = (job_outcome){.cached_tokens = rep->cached_tokens, .host_tokens = rep->restored_tokens,
-                               .disk_tokens = rep->disk_tokens, .ttft_ms = rep->ttft_ms, .decode_ms = rep->decode_ms,
-                               .n = rep->n, .eog = rep->eog, .finish = finish[rep->finish]};
+        static const job_finish finish[] = {[ENGINE_STOP] = JOB_STOP,
+                                            [ENGINE_LENGTH] = JOB_LENGTH,
+                                            [ENGINE_CANCELLED] = JOB_CANCELLED,
+                                            [ENGINE_ERROR] = JOB_FAILED};
+        j->out = (job_outcome){.cached_tokens = rep->cached_tokens,
+                               .host_tokens = rep->restored_tokens,
+                               .disk_tokens = rep->disk_tokens,
+                               .ttft_ms = rep->ttft_ms,
+                               .decode_ms = rep->decode_ms,
+                               .n = rep->n,
+                               .eog = rep->eog,
+                               .finish = finish[rep->finish]};
         if (j->keep_gen) { /* the ids the reply memory takes: rep's, moved */
             j->gen = rep->ids, j->n_gen_kept = rep->n;
             rep->ids = NULL, rep->n = 0;
@@ -197,14 +204,26 @@ static void finish_job(runner *r, job *j, engine_reply *rep, int err_status, con
 static void start_job(runner *r, job *j) {
     j->tok = engine_tokenizer(r->e);
     j->t_submit_ms = j->t_last_ms = cd_now_ms();
-    engine_request rq = {.ids = j->ids, .n = j->n_ids, .max_tokens = j->max_tokens, .on_token = on_token,
-                         .ctx = j, .sp = &j->sp, .cache_salt = j->cache_salt, .adjust = &j->adjust,
-                         .on_logprob = j->logprobs ? on_logprob : NULL, .top_logprobs = j->top_logprobs,
+    engine_request rq = {.ids = j->ids,
+                         .n = j->n_ids,
+                         .max_tokens = j->max_tokens,
+                         .on_token = on_token,
+                         .ctx = j,
+                         .sp = &j->sp,
+                         .cache_salt = j->cache_salt,
+                         .adjust = &j->adjust,
+                         .on_logprob = j->logprobs ? on_logprob : NULL,
+                         .top_logprobs = j->top_logprobs,
                          .on_prompt_logprob = j->prompt_logprobs ? on_prompt_logprob : NULL,
                          .prompt_top_logprobs = j->prompt_top,
-                         .json_object = j->json_object, .json_schema = j->schema,
-                         .json_forced = j->forced_json, .json_tail = j->json_tail, .json_lazy = j->json_lazy,
-                         .json_trigger = j->json_trigger, .json_once = j->json_once, .json_coder = j->coder_tools};
+                         .json_object = j->json_object,
+                         .json_schema = j->schema,
+                         .json_forced = j->forced_json,
+                         .json_tail = j->json_tail,
+                         .json_lazy = j->json_lazy,
+                         .json_trigger = j->json_trigger,
+                         .json_once = j->json_once,
+                         .json_coder = j->coder_tools};
     if (engine_submit(r->e, &rq, &j->handle)) {
         finish_job(r, j, NULL, 400, cd_errmsg());
         return;
@@ -353,7 +372,7 @@ int bridge_run(bridge *b, engine *e) {
         if (r.active && engine_step(e, &busy)) /* the requests in the pass failed; the server goes on */
             fprintf(stderr, "cinder serve: a forward pass failed: %s\n", cd_errmsg());
         flush_events(&r); /* the step's commits, before retire hands their replies back */
-        publish(&r); /* before the replies go out: a client that reads /v1/cache next sees its request gone */
+        publish(&r);      /* before the replies go out: a client that reads /v1/cache next sees its request gone */
         retire(&r);
         publish(&r); /* and after: retire may have cancelled some */
     }

@@ -28,32 +28,32 @@ void hist_add(histogram *h, double v);
 typedef struct bridge_snapshot {
     engine_stats stats;
     engine_cache_info cache;
-    uint32_t running, waiting;   /* in the engine */
-    uint32_t queued;             /* submitted, not yet handed to the engine */
+    uint32_t running, waiting; /* in the engine */
+    uint32_t queued;           /* submitted, not yet handed to the engine */
     uint64_t req_ok, req_length, req_cancelled, req_error, req_rejected;
-    histogram ttft, itl, e2e;    /* seconds */
+    histogram ttft, itl, e2e; /* seconds */
 } bridge_snapshot;
 
 typedef struct bridge {
     pthread_mutex_t mu;
-    pthread_cond_t wake;   /* the engine thread waits here when idle */
-    bool ready;            /* weights uploaded: the API answers */
+    pthread_cond_t wake;            /* the engine thread waits here when idle */
+    bool ready;                     /* weights uploaded: the API answers */
     uint64_t load_done, load_total; /* the weights' upload so far, in bytes (bridge_load_progress) */
-    bool stopping;         /* shutdown: no more jobs; running ones are cancelled */
-    job *incoming;         /* FIFO of submitted jobs */
+    bool stopping;                  /* shutdown: no more jobs; running ones are cancelled */
+    job *incoming;                  /* FIFO of submitted jobs */
     job **incoming_tail;
     uint32_t n_incoming;
-    uint32_t max_queue;    /* jobs waiting (queued + waiting in the engine) at most */
+    uint32_t max_queue; /* jobs waiting (queued + waiting in the engine) at most */
     bridge_snapshot snap;
-    kv_publisher *pub;     /* KV cache events (--kv-events), or NULL; set before bridge_run */
+    kv_publisher *pub; /* KV cache events (--kv-events), or NULL; set before bridge_run */
     /* the page listing (bridge_list_pages): asked for by a connection thread, made by the engine thread */
     pthread_cond_t listed;
     bool list_want;
-    uint64_t list_gen;     /* listings made so far */
-    uint64_t *list_hash;   /* [n_list] the last listing: page hashes, */
-    uint8_t *list_medium;  /* and their tiers (kv_medium) */
+    uint64_t list_gen;    /* listings made so far */
+    uint64_t *list_hash;  /* [n_list] the last listing: page hashes, */
+    uint8_t *list_medium; /* and their tiers (kv_medium) */
     uint32_t n_list;
-    int list_rc;           /* 0, or -1: out of memory */
+    int list_rc; /* 0, or -1: out of memory */
 } bridge;
 
 int bridge_init(bridge *b, uint32_t max_queue);

@@ -34,7 +34,10 @@ void call_memory_free(call_memory *m) {
 int call_memory_put(call_memory *m, const char *id, const char *name, const char *args, const char *text,
                     size_t text_len) {
     if (text_len > MAX_CALL_BYTES) return 0;
-    call_entry e = {.id = strdup(id), .name = strdup(name), .args = strdup(args), .text = malloc(text_len + 1),
+    call_entry e = {.id = strdup(id),
+                    .name = strdup(name),
+                    .args = strdup(args),
+                    .text = malloc(text_len + 1),
                     .text_len = text_len};
     if (!e.id || !e.name || !e.args || !e.text) {
         entry_free(&e);

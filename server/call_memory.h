@@ -31,5 +31,4 @@ void call_memory_free(call_memory *m);
 int call_memory_put(call_memory *m, const char *id, const char *name, const char *args, const char *text,
                     size_t text_len);
 /* chat_options.generated_call: ctx is the call_memory. */
-bool call_memory_lookup(void *ctx, const char *id, const char *name, const json_t *arguments, char **text,
-                        size_t *len);
+bool call_memory_lookup(void *ctx, const char *id, const char *name, const json_t *arguments, char **text, size_t *len);

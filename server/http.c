@@ -197,8 +197,7 @@ static bool authorized(const server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
-static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, const char *url, const char *method,
-                                conn_req *q) {
+static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, const char *url, const char *method, conn_req *q) {
     const route *hit = NULL;
     bool path_known = false;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
@@ -208,7 +207,8 @@ static enum MHD_Result dispatch(server *s, struct MHD_Connection *c, const char 
     }
     if (!path_known) return http_error(c, 404, NULL, "no endpoint %s %s", method, url);
     if (!hit) return http_error(c, 405, NULL, "%s is not allowed on %s", method, url);
-    if (!hit->open && !authorized(s, c)) return http_error(c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
+    if (!hit->open && !authorized(s, c))
+        return http_error(c, 401, NULL, "a valid API key is required (Authorization: Bearer KEY)");
     if (q->too_large)
         return http_error(c, 413, NULL, "the request body is larger than %u KiB (--max-body-kb)", s->o.max_body_kb);
     http_req r = {.c = c, .method = method, .url = url, .body = q->body ? q->body : "", .len = q->len};
@@ -257,14 +257,15 @@ int http_start(server *s) {
     struct sockaddr_storage sa;
     bool v6 = false;
     if (resolve(s->o.host, s->o.port, &sa, &v6)) return -1;
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC |
-                     (v6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
-                            (unsigned)s->o.idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                            (size_t)s->o.max_header_kb * 1024, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_END);
-    if (!s->d) return cd_fail("cannot listen on %s port %u (in use, or not an address of this machine)", s->o.host, s->o.port);
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+    s->d =
+        MHD_start_daemon(flags, s->o.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->o.max_conns, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)s->o.idle_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->o.max_header_kb * 1024,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_END);
+    if (!s->d)
+        return cd_fail("cannot listen on %s port %u (in use, or not an address of this machine)", s->o.host, s->o.port);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     if (di) s->o.port = di->port;
     return 0;

@@ -19,19 +19,19 @@ typedef struct server {
     bridge b;
     struct MHD_Daemon *d;
     /* set once before ready (read-only afterwards) */
-    api_model model;           /* what requests are checked against (tokenizer, context) */
+    api_model model; /* what requests are checked against (tokenizer, context) */
     char model_name[256];
-    char fingerprint[24];      /* system_fingerprint: the model fingerprint's first bytes */
-    char kv_topic[600];        /* the KV event stream's topic (server.c) */
-    call_memory calls;         /* tool calls generated here, by id (thread-safe) */
-    reply_memory replies;      /* the token sequences chat requests ran, by their text (thread-safe) */
+    char fingerprint[24]; /* system_fingerprint: the model fingerprint's first bytes */
+    char kv_topic[600];   /* the KV event stream's topic (server.c) */
+    call_memory calls;    /* tool calls generated here, by id (thread-safe) */
+    reply_memory replies; /* the token sequences chat requests ran, by their text (thread-safe) */
     atomic_uint_fast64_t next_id;
 } server;
 
 typedef struct http_req {
     struct MHD_Connection *c;
     const char *method, *url;
-    char *body;                /* NUL-terminated */
+    char *body; /* NUL-terminated */
     size_t len;
 } http_req;
 

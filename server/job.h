@@ -46,34 +46,34 @@ typedef enum job_finish { JOB_STOP, JOB_LENGTH, JOB_CANCELLED, JOB_FAILED } job_
 
 /* What the engine reported when the request finished. */
 typedef struct job_outcome {
-    uint32_t cached_tokens;   /* prompt tokens served from the prefix cache */
+    uint32_t cached_tokens;            /* prompt tokens served from the prefix cache */
     uint32_t host_tokens, disk_tokens; /* of cached_tokens, those restored from host memory / read from disk */
-    double ttft_ms, decode_ms; /* submit to the first token; the first token to the last */
-    uint32_t n;               /* tokens generated, an end token included */
-    bool eog;                 /* it ended at an end-of-generation token */
+    double ttft_ms, decode_ms;         /* submit to the first token; the first token to the last */
+    uint32_t n;                        /* tokens generated, an end token included */
+    bool eog;                          /* it ended at an end-of-generation token */
     job_finish finish;
 } job_outcome;
 
 typedef struct job {
-    uint64_t ev_mark;         /* the KV event batch holding its final commit (bridge.c; 0 = none) */
+    uint64_t ev_mark; /* the KV event batch holding its final commit (bridge.c; 0 = none) */
     /* the request (connection thread, before submit) */
     int32_t *ids;
     uint32_t n_ids;
     uint32_t max_tokens;
     sampler_params sp;
-    logit_adjust adjust;      /* logit_bias and the penalties (its list owned) */
-    bool logprobs;            /* each output token's token_logprob kept in lp */
+    logit_adjust adjust; /* logit_bias and the penalties (its list owned) */
+    bool logprobs;       /* each output token's token_logprob kept in lp */
     uint32_t top_logprobs;
     bool json_object;         /* the reply is one JSON object (engine_request.json_object) */
     json_schema *schema;      /* the reply is an instance of it (engine_request.json_schema): a reference, or NULL */
     char *stop[JOB_MAX_STOP]; /* stop strings: the text ends before the first one found */
     uint32_t n_stop;
-    char *forced;             /* text already "generated" by the prompt (a forced tool call), or NULL */
-    toolcall_format calls;    /* chat: how the reply's tool calls are written; calls.tools a reference */
-    const char *forced_json;  /* with schema: the part of forced the call's object begins with */
-    const char *json_tail;    /* with schema: what follows the object ("\n</tool_call>"), or NULL */
-    bool json_lazy;           /* with schema: free text until token json_trigger opens a call */
-    bool json_once;           /* with schema: after the call, only the end (parallel_tool_calls false) */
+    char *forced;            /* text already "generated" by the prompt (a forced tool call), or NULL */
+    toolcall_format calls;   /* chat: how the reply's tool calls are written; calls.tools a reference */
+    const char *forced_json; /* with schema: the part of forced the call's object begins with */
+    const char *json_tail;   /* with schema: what follows the object ("\n</tool_call>"), or NULL */
+    bool json_lazy;          /* with schema: free text until token json_trigger opens a call */
+    bool json_once;          /* with schema: after the call, only the end (parallel_tool_calls false) */
     int32_t json_trigger;
     coder_tools *coder_tools; /* with schema: the calls are Qwen3-Coder's (engine_request.json_coder), a reference */
     char *cache_salt;         /* the request's cache namespace salt (engine_request.cache_salt), or NULL */
@@ -81,34 +81,34 @@ typedef struct job {
     char *echo_text;          /* NUL-terminated, owned; copies of a choice have none (the first's serves) */
     bool prompt_logprobs;     /* plp is filled (prompt_top alternatives each): echo + logprobs, or */
     int32_t vllm_prompt_logprobs; /* vLLM's prompt_logprobs: -1 none, else its alternatives (the reply's field) */
-    uint32_t prompt_top;      /* the most alternatives either asks for */
-    char *prompt_text;        /* chat: the rendered prompt ids stand for (runtime/text/reply_memory.h), owned,
+    uint32_t prompt_top;          /* the most alternatives either asks for */
+    char *prompt_text;            /* chat: the rendered prompt ids stand for (runtime/text/reply_memory.h), owned,
                                  or NULL; copies of a choice have none (the first's serves) */
     size_t prompt_len;
-    uint32_t reply_reused;    /* chat: the prompt's first ids came from the reply memory (this many) */
-    bool keep_gen;            /* the generated ids are kept in gen (a chat reply, to remember) */
+    uint32_t reply_reused; /* chat: the prompt's first ids came from the reply memory (this many) */
+    bool keep_gen;         /* the generated ids are kept in gen (a chat reply, to remember) */
 
     /* shared (bridge mutex) */
     int refs;
     job_state state;
-    bool cancel;              /* the client went away: the engine thread cancels the request */
-    char *text;               /* the reply so far, NUL-terminated; stop strings cut off */
+    bool cancel; /* the client went away: the engine thread cancels the request */
+    char *text;  /* the reply so far, NUL-terminated; stop strings cut off */
     size_t len, cap;
-    size_t stable;            /* text[0..stable) can no longer be taken back by a stop string */
-    uint32_t n_gen;           /* tokens generated (an end token included) */
+    size_t stable;  /* text[0..stable) can no longer be taken back by a stop string */
+    uint32_t n_gen; /* tokens generated (an end token included) */
     bool stopped_by_string;
-    token_logprob *lp;        /* [n_lp] the output tokens' (an end token's not), in order */
+    token_logprob *lp; /* [n_lp] the output tokens' (an end token's not), in order */
     uint32_t n_lp, cap_lp;
-    token_logprob *plp;       /* [n_plp] prompt positions 1.. (prompt_logprobs), in order */
+    token_logprob *plp; /* [n_plp] prompt positions 1.. (prompt_logprobs), in order */
     uint32_t n_plp, cap_plp;
-    bool lp_lost;             /* an entry (of lp or plp) could not be stored (out of memory): the reply fails */
-    int32_t *gen;             /* with keep_gen, once done: [n_gen_kept] the generated ids (an end token
+    bool lp_lost; /* an entry (of lp or plp) could not be stored (out of memory): the reply fails */
+    int32_t *gen; /* with keep_gen, once done: [n_gen_kept] the generated ids (an end token
                                  included; engine_reply.ids, moved) */
     uint32_t n_gen_kept;
-    pthread_cond_t cv;        /* signalled on new text and when done */
+    pthread_cond_t cv; /* signalled on new text and when done */
     /* the outcome (when done) */
     job_outcome out;
-    int err_status;           /* 0, or the HTTP status of a failure (400 for a request the engine refused) */
+    int err_status; /* 0, or the HTTP status of a failure (400 for a request the engine refused) */
     char err[512];
 
     /* the engine thread's */
@@ -116,9 +116,9 @@ typedef struct job {
     tok_stream ts;
     const tokenizer *tok;
     double t_submit_ms, t_last_ms;
-    struct job *next;         /* the bridge's queue and list */
+    struct job *next; /* the bridge's queue and list */
 
-    struct job *first;        /* every job of a request but the first: the first (a reference), whose cv it signals */
+    struct job *first; /* every job of a request but the first: the first (a reference), whose cv it signals */
 } job;
 
 job *job_new(void);

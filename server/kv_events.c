@@ -22,17 +22,17 @@ typedef struct ring_entry {
 struct kv_publisher {
     kv_pub_opts o;
     void *zctx, *pub, *router;
-    int wake;                   /* eventfd: the engine thread's "a batch is queued" to zmq_poll */
+    int wake; /* eventfd: the engine thread's "a batch is queued" to zmq_poll */
     pthread_t thread;
     bool started;
 
-    kv_wire_batch *cur;         /* the step's batch (engine thread only) */
+    kv_wire_batch *cur; /* the step's batch (engine thread only) */
 
-    pthread_mutex_t mu;         /* the queue and the counters below */
+    pthread_mutex_t mu; /* the queue and the counters below */
     pthread_cond_t handled_cv;
     kv_wire_batch *head, **tail;
     uint64_t queued_bytes;
-    uint64_t queued, handled;   /* serials: batches queued, batches the publisher is done with */
+    uint64_t queued, handled; /* serials: batches queued, batches the publisher is done with */
     uint64_t dropped;
     bool stopping;
 
@@ -83,7 +83,8 @@ uint64_t kv_pub_flush(kv_publisher *p) {
             p->queued_bytes += bytes;
             p->queued++;
             uint64_t one = 1;
-            if (write(p->wake, &one, sizeof one) < 0) { /* cannot fail: the counter is far from full */ }
+            if (write(p->wake, &one, sizeof one) < 0) { /* cannot fail: the counter is far from full */
+            }
         }
     }
     uint64_t serial = p->queued;
@@ -215,7 +216,8 @@ static void *publisher(void *arg) {
         if (n < 0 && errno != EINTR) break;
         if (n > 0 && (it[0].revents & ZMQ_POLLIN)) {
             uint64_t v;
-            if (read(p->wake, &v, sizeof v) < 0) { /* EAGAIN: already read */ }
+            if (read(p->wake, &v, sizeof v) < 0) { /* EAGAIN: already read */
+            }
         }
         if (!drain(p)) break;
         if (p->router && (it[1].revents & ZMQ_POLLIN)) serve_replay(p);
@@ -233,7 +235,8 @@ static int open_socket(kv_publisher *p, void **s, int type, const char *what, co
     zmq_setsockopt(*s, ZMQ_SNDHWM, &hwm, sizeof hwm);
     zmq_setsockopt(*s, ZMQ_LINGER, &linger, sizeof linger); /* at exit: a second to send what is queued */
     int rc = bind || force_bind ? zmq_bind(*s, ep) : zmq_connect(*s, ep);
-    if (rc) return cd_fail("%s %s: cannot %s: %s", what, ep, bind || force_bind ? "bind" : "connect", zmq_strerror(errno));
+    if (rc)
+        return cd_fail("%s %s: cannot %s: %s", what, ep, bind || force_bind ? "bind" : "connect", zmq_strerror(errno));
     return 0;
 }
 
@@ -297,7 +300,8 @@ void kv_pub_stop(kv_publisher *p) {
     pthread_cond_broadcast(&p->handled_cv);
     pthread_mutex_unlock(&p->mu);
     uint64_t one = 1;
-    if (write(p->wake, &one, sizeof one) < 0) { /* the thread wakes on its next poll anyway */ }
+    if (write(p->wake, &one, sizeof one) < 0) { /* the thread wakes on its next poll anyway */
+    }
     if (p->started) pthread_join(p->thread, NULL);
     close_all(p);
 }

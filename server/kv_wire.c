@@ -22,16 +22,20 @@ void kv_wire_append(kv_wire_batch *b, const kv_event *ev) {
     size_t n_tok = ev->kind == KV_EVENT_STORED ? (size_t)ev->n * ev->page_tokens : 0;
     size_t cap_ev = b->cap_ev;
     bool ok = grow((void **)&b->ev, &cap_ev, (size_t)b->n_ev + 1, sizeof *b->ev) &&
-              grow((void **)&b->hash, &b->cap_hash, b->n_hash + ev->n, sizeof *b->hash) &&
-              grow((void **)&b->tok, &b->cap_tok, b->n_tok + n_tok, sizeof *b->tok);
+        grow((void **)&b->hash, &b->cap_hash, b->n_hash + ev->n, sizeof *b->hash) &&
+        grow((void **)&b->tok, &b->cap_tok, b->n_tok + n_tok, sizeof *b->tok);
     b->cap_ev = (uint32_t)cap_ev;
     if (!ok) {
         b->lost = true;
         return;
     }
     b->page_tokens = ev->page_tokens;
-    b->ev[b->n_ev++] = (kv_wire_event){.kind = (uint8_t)ev->kind, .medium = (uint8_t)ev->medium, .n = ev->n,
-                                       .parent = ev->parent, .hash_at = b->n_hash, .tok_at = b->n_tok};
+    b->ev[b->n_ev++] = (kv_wire_event){.kind = (uint8_t)ev->kind,
+                                       .medium = (uint8_t)ev->medium,
+                                       .n = ev->n,
+                                       .parent = ev->parent,
+                                       .hash_at = b->n_hash,
+                                       .tok_at = b->n_tok};
     if (ev->n) memcpy(b->hash + b->n_hash, ev->hashes, ev->n * sizeof *b->hash);
     if (n_tok) memcpy(b->tok + b->n_tok, ev->tokens, n_tok * sizeof *b->tok);
     b->n_hash += ev->n;
@@ -74,15 +78,14 @@ static int pack_event(msgpack_packer *pk, const kv_wire_batch *b, const kv_wire_
     case KV_EVENT_STORED: {
         uint32_t n_tok = e->n * b->page_tokens;
         int rc = msgpack_pack_array(pk, 7) || pack_str(pk, "BlockStored") || pack_hashes(pk, h, e->n) ||
-                 (e->parent ? msgpack_pack_uint64(pk, e->parent) : msgpack_pack_nil(pk)) ||
-                 msgpack_pack_array(pk, n_tok);
+            (e->parent ? msgpack_pack_uint64(pk, e->parent) : msgpack_pack_nil(pk)) || msgpack_pack_array(pk, n_tok);
         for (uint32_t i = 0; i < n_tok && !rc; i++) rc = msgpack_pack_int32(pk, b->tok[e->tok_at + i]);
         return rc || msgpack_pack_uint32(pk, b->page_tokens) || msgpack_pack_nil(pk) || pack_str(pk, medium);
     }
     case KV_EVENT_REMOVED:
-        return msgpack_pack_array(pk, 3) || pack_str(pk, "BlockRemoved") || pack_hashes(pk, h, e->n) || pack_str(pk, medium);
-    default:
-        return msgpack_pack_array(pk, 1) || pack_str(pk, "AllBlocksCleared");
+        return msgpack_pack_array(pk, 3) || pack_str(pk, "BlockRemoved") || pack_hashes(pk, h, e->n) ||
+            pack_str(pk, medium);
+    default: return msgpack_pack_array(pk, 1) || pack_str(pk, "AllBlocksCleared");
     }
 }
 
@@ -120,7 +123,8 @@ int kv_wire_endpoint(const char *what, const char *ep, bool *bind) {
     const char *h = ep + 6, *colon = strrchr(h, ':');
     if (!colon || colon == h) return cd_fail("%s %s: expected tcp://HOST:PORT (a host, then a port)", what, ep);
     size_t hn = (size_t)(colon - h);
-    if (!host_ok(h, hn)) return cd_fail("%s %s: the host '%.*s' is not a name, an address, [IPv6] or *", what, ep, (int)hn, h);
+    if (!host_ok(h, hn))
+        return cd_fail("%s %s: the host '%.*s' is not a name, an address, [IPv6] or *", what, ep, (int)hn, h);
     char *end;
     long port = strtol(colon + 1, &end, 10);
     if (!colon[1] || *end || port < 1 || port > 65535) return cd_fail("%s %s: the port must be 1 to 65535", what, ep);

@@ -21,9 +21,9 @@
 #include "kv/page_events.h"
 
 typedef struct kv_wire_event {
-    uint8_t kind, medium;  /* kv_event_kind, kv_medium */
-    uint32_t n;            /* pages */
-    uint64_t parent;       /* 0 = nil */
+    uint8_t kind, medium;   /* kv_event_kind, kv_medium */
+    uint32_t n;             /* pages */
+    uint64_t parent;        /* 0 = nil */
     size_t hash_at, tok_at; /* into the batch's arrays */
 } kv_wire_event;
 
@@ -38,7 +38,7 @@ typedef struct kv_wire_batch {
     size_t n_hash, cap_hash;
     int32_t *tok;
     size_t n_tok, cap_tok;
-    bool lost;             /* an append ran out of memory: the batch is incomplete, never sent */
+    bool lost; /* an append ran out of memory: the batch is incomplete, never sent */
 } kv_wire_batch;
 
 /* Appends ev (copied); on out of memory marks the batch lost. */

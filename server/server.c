@@ -23,7 +23,8 @@ static void *signal_waiter(void *arg) {
     sigset_t set = stop_signals();
     int sig;
     sigwait(&set, &sig);
-    fprintf(stderr, "cinder serve: %s: stopping (running requests are cancelled)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    fprintf(stderr, "cinder serve: %s: stopping (running requests are cancelled)\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
     bridge_stop(arg);
     return NULL;
 }
@@ -55,14 +56,21 @@ static int load(server *s, const char *path, const engine_opts *eo_in, model **m
     if (model_load(m, path, (model_load_opts){.skip_weight_hash = true, .rope = s->o.rope})) return -1;
     chat_template_id tmpl;
     chat_template_match how;
-    if (chat_template_resolve((*m)->chat_template.ptr, (size_t)(*m)->chat_template.len, s->o.chat_template, &tmpl, &how))
+    if (chat_template_resolve((*m)->chat_template.ptr, (size_t)(*m)->chat_template.len, s->o.chat_template, &tmpl,
+                              &how))
         return cd_fail_ctx("%s: ", path);
     if (engine_init(e, *m, eo) || engine_warm_up(e)) return -1;
-    s->model = (api_model){.tok = (*m)->tok, .n_ctx = engine_n_ctx(e), .template = tmpl, .as_generated = !s->o.strict_template,
-                           .preserve_reasoning = s->o.preserve_reasoning, .think_default = s->o.think, .calls = &s->calls,
+    s->model = (api_model){.tok = (*m)->tok,
+                           .n_ctx = engine_n_ctx(e),
+                           .template = tmpl,
+                           .as_generated = !s->o.strict_template,
+                           .preserve_reasoning = s->o.preserve_reasoning,
+                           .think_default = s->o.think,
+                           .calls = &s->calls,
                            .replies = &s->replies};
     snprintf(s->fingerprint, sizeof s->fingerprint, "fp_%02x%02x%02x%02x%02x%02x", (*m)->fingerprint[0],
-             (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4], (*m)->fingerprint[5]);
+             (*m)->fingerprint[1], (*m)->fingerprint[2], (*m)->fingerprint[3], (*m)->fingerprint[4],
+             (*m)->fingerprint[5]);
     return 0;
 }
 

@@ -18,12 +18,10 @@
 #include "runtime/gguf/quant.h"
 #include "tests/ggml_oracle.h"
 
-static const enum qtype types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,
-                                   QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0,
-                                   QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                   QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S,
-                                   QTYPE_IQ1_S, QTYPE_IQ1_M,
-                                   QTYPE_MXFP4};
+static const enum qtype types[] = {QTYPE_F32,    QTYPE_F16,    QTYPE_BF16,   QTYPE_Q8_0,    QTYPE_Q4_K,  QTYPE_Q5_K,
+                                   QTYPE_Q6_K,   QTYPE_Q4_0,   QTYPE_Q4_1,   QTYPE_Q5_0,    QTYPE_Q5_1,  QTYPE_Q2_K,
+                                   QTYPE_Q3_K,   QTYPE_IQ4_NL, QTYPE_IQ4_XS, QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS,
+                                   QTYPE_IQ2_XS, QTYPE_IQ2_S,  QTYPE_IQ1_S,  QTYPE_IQ1_M,   QTYPE_MXFP4};
 
 static double seconds_since(const struct timespec *t0) {
     struct timespec t1;

@@ -79,12 +79,11 @@ static void radix_bench(uint32_t runs) {
     if (radix_check(&t)) die();
     double cached = (double)t.stats.pages * PT;
     printf("radix bench (page_tokens %d, %d-token prompt, %d cached, median of %u): match %.1f us + insert %.1f "
-                  "us = %.1f us; full-hit match %.1f us\n",
-                  PT, N, SYS, runs, median(t_match, runs), median(t_insert, runs), median(t_both, runs),
-                  runs > 1 ? median(t_hit, runs - 1) : 0.0);
-    printf("radix bench: tree %.0f cached tokens in %llu nodes, %llu bytes: %.3f bytes per cached token\n",
-                  cached, (unsigned long long)t.stats.nodes, (unsigned long long)t.stats.bytes,
-                  (double)t.stats.bytes / cached);
+           "us = %.1f us; full-hit match %.1f us\n",
+           PT, N, SYS, runs, median(t_match, runs), median(t_insert, runs), median(t_both, runs),
+           runs > 1 ? median(t_hit, runs - 1) : 0.0);
+    printf("radix bench: tree %.0f cached tokens in %llu nodes, %llu bytes: %.3f bytes per cached token\n", cached,
+           (unsigned long long)t.stats.nodes, (unsigned long long)t.stats.bytes, (double)t.stats.bytes / cached);
     radix_free(&t);
     free(ids);
     free(prev);

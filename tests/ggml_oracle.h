@@ -61,13 +61,13 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
         snprintf(err, errlen, "cannot load ggml oracle %s (%s): run scripts/setup.sh", path, dlerror());
         return -1;
     }
-#define ORACLE_SYM(field, sym)                                                         \
-    do {                                                                               \
-        *(void **)&o->field = dlsym(o->lib, sym);                                      \
-        if (!o->field) {                                                               \
-            snprintf(err, errlen, "ggml oracle %s lacks symbol %s: run scripts/setup.sh", path, sym); \
-            return -1;                                                                 \
-        }                                                                              \
+#define ORACLE_SYM(field, sym)                                                                                         \
+    do {                                                                                                               \
+        *(void **)&o->field = dlsym(o->lib, sym);                                                                      \
+        if (!o->field) {                                                                                               \
+            snprintf(err, errlen, "ggml oracle %s lacks symbol %s: run scripts/setup.sh", path, sym);                  \
+            return -1;                                                                                                 \
+        }                                                                                                              \
     } while (0)
     ORACLE_SYM(dequantize_row_q8_0, "dequantize_row_q8_0");
     ORACLE_SYM(dequantize_row_q4_K, "dequantize_row_q4_K");
@@ -77,7 +77,8 @@ static inline int ggml_oracle_load(ggml_oracle *o, char *err, size_t errlen) {
     ORACLE_SYM(quantize_row_q4_K_ref, "quantize_row_q4_K_ref");
     ORACLE_SYM(quantize_row_q5_K_ref, "quantize_row_q5_K_ref");
     ORACLE_SYM(quantize_row_q6_K_ref, "quantize_row_q6_K_ref");
-#define ORACLE_PAIR(t) ORACLE_SYM(dequantize_row_##t, "dequantize_row_" #t); \
+#define ORACLE_PAIR(t)                                                                                                 \
+    ORACLE_SYM(dequantize_row_##t, "dequantize_row_" #t);                                                              \
     ORACLE_SYM(quantize_row_##t##_ref, "quantize_row_" #t "_ref")
     ORACLE_PAIR(q4_0);
     ORACLE_PAIR(q4_1);
@@ -173,11 +174,21 @@ static inline void oracle_chunk_flat(enum qtype t, const float *src, void *dst, 
     for (int64_t i = 0; i < n; i++) ones[i] = 1.0f;
     ggml_oracle_get()->quantize_chunk(t, src, dst, 0, 1, n, ones);
 }
-static inline void oracle_chunk_iq2_xxs(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ2_XXS, src, dst, n); }
-static inline void oracle_chunk_iq2_xs(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ2_XS, src, dst, n); }
-static inline void oracle_chunk_iq2_s(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ2_S, src, dst, n); }
-static inline void oracle_chunk_iq1_s(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ1_S, src, dst, n); }
-static inline void oracle_chunk_iq1_m(const float *src, void *dst, int64_t n) { oracle_chunk_flat(QTYPE_IQ1_M, src, dst, n); }
+static inline void oracle_chunk_iq2_xxs(const float *src, void *dst, int64_t n) {
+    oracle_chunk_flat(QTYPE_IQ2_XXS, src, dst, n);
+}
+static inline void oracle_chunk_iq2_xs(const float *src, void *dst, int64_t n) {
+    oracle_chunk_flat(QTYPE_IQ2_XS, src, dst, n);
+}
+static inline void oracle_chunk_iq2_s(const float *src, void *dst, int64_t n) {
+    oracle_chunk_flat(QTYPE_IQ2_S, src, dst, n);
+}
+static inline void oracle_chunk_iq1_s(const float *src, void *dst, int64_t n) {
+    oracle_chunk_flat(QTYPE_IQ1_S, src, dst, n);
+}
+static inline void oracle_chunk_iq1_m(const float *src, void *dst, int64_t n) {
+    oracle_chunk_flat(QTYPE_IQ1_M, src, dst, n);
+}
 
 /* ggml's quantizer for a block type (NULL for the float types). */
 static inline ggml_from_float_fn ggml_quant(const ggml_oracle *g, enum qtype t) {

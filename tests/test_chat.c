@@ -43,8 +43,8 @@ static void assert_same(const char *name, const char *got, const char *want, siz
     size_t i = 0;
     while (i < got_len && i < want_len && got[i] == want[i]) i++;
     size_t from = i > 40 ? i - 40 : 0;
-    fail_msg("%s: differs at byte %zu (got %zu bytes, want %zu)\n got: ...%.80s\nwant: ...%.80s", name, i,
-             got_len, want_len, got + from, want + from);
+    fail_msg("%s: differs at byte %zu (got %zu bytes, want %zu)\n got: ...%.80s\nwant: ...%.80s", name, i, got_len,
+             want_len, got + from, want + from);
 }
 
 static void test_cases_match_jinja(void **state) {
@@ -126,16 +126,20 @@ static void test_options(void **state) {
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
     json_t *null_tools = json_null();
     char *a = NULL, *b = NULL;
-    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = true}, &a), 0);
-    assert_int_equal(chat_render(msgs, null_tools, (chat_options){.add_generation_prompt = true, .enable_thinking = true}, &b), 0);
+    assert_int_equal(
+        chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = true}, &a), 0);
+    assert_int_equal(
+        chat_render(msgs, null_tools, (chat_options){.add_generation_prompt = true, .enable_thinking = true}, &b), 0);
     assert_string_equal(a, b);
     assert_string_equal(a, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     free(a);
     free(b);
-    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = false}, &a), 0);
+    assert_int_equal(
+        chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = false}, &a), 0);
     assert_string_equal(a, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
     free(a);
-    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = false, .enable_thinking = false}, &a), 0);
+    assert_int_equal(
+        chat_render(msgs, NULL, (chat_options){.add_generation_prompt = false, .enable_thinking = false}, &a), 0);
     assert_string_equal(a, "<|im_start|>user\nhi<|im_end|>\n");
     free(a);
     json_decref(msgs);
@@ -192,7 +196,10 @@ static void test_coder_cases_match_jinja(void **state) {
  * and the qwen3 ones from the text it recognises as qwen3. */
 static void test_coder_template_recognised(void **state) {
     (void)state;
-    static const struct { const char *file; chat_template_id id; } t[] = {
+    static const struct {
+        const char *file;
+        chat_template_id id;
+    } t[] = {
         {"tests/data/chat_expected.json", CHAT_TEMPLATE_QWEN3},
         {"tests/data/chat_coder_expected.json", CHAT_TEMPLATE_QWEN3_CODER},
     };
@@ -212,7 +219,9 @@ static void test_coder_template_recognised(void **state) {
  * not a JSON object, and values the template would print with Python's repr. */
 static void test_coder_malformed(void **state) {
     (void)state;
-    static const struct { const char *messages, *tools, *error; } t[] = {
+    static const struct {
+        const char *messages, *tools, *error;
+    } t[] = {
         {"[]", NULL, "messages: empty"},
         {"[{\"role\":\"developer\",\"content\":\"x\"}]", NULL, "messages[0].role: unknown role \"developer\""},
         {"[7]", NULL, "messages[0]: expected an object, got an integer"},
@@ -254,7 +263,8 @@ static void test_coder_malformed(void **state) {
         int rc = chat_render(m, tools, (chat_options){.template = CHAT_TEMPLATE_QWEN3_CODER}, &out);
         if (rc != -1) fail_msg("t[%zu] rendered: %s", i, rc == 0 ? out : "?");
         assert_null(out);
-        if (!strstr(cd_errmsg(), t[i].error)) fail_msg("t[%zu]: message \"%s\" lacks \"%s\"", i, cd_errmsg(), t[i].error);
+        if (!strstr(cd_errmsg(), t[i].error))
+            fail_msg("t[%zu]: message \"%s\" lacks \"%s\"", i, cd_errmsg(), t[i].error);
         json_decref(m);
         json_decref(tools);
     }
@@ -266,22 +276,27 @@ static void test_coder_generated_call(void **state) {
     (void)state;
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"q\"},{\"role\":\"assistant\",\"content\":null,"
                               "\"tool_calls\":[{\"id\":\"call_1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
-                              "\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"tool\",\"content\":\"ok\"}]", 0, NULL);
+                              "\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"tool\",\"content\":\"ok\"}]",
+                              0, NULL);
     assert_non_null(msgs);
     int calls = 0;
-    chat_options on = {.template = CHAT_TEMPLATE_QWEN3_CODER, .as_generated = true, .generated_call = generated,
+    chat_options on = {.template = CHAT_TEMPLATE_QWEN3_CODER,
+                       .as_generated = true,
+                       .generated_call = generated,
                        .generated_call_ctx = &calls};
     char *out = NULL;
     assert_int_equal(chat_render(msgs, NULL, on, &out), 0);
     assert_int_equal(calls, 1);
-    assert_non_null(strstr(out, "<|im_start|>assistant\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call><|im_end|>"));
+    assert_non_null(strstr(
+        out, "<|im_start|>assistant\n<tool_call>\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n</tool_call><|im_end|>"));
     free(out);
     on.as_generated = false;
     calls = 0;
     assert_int_equal(chat_render(msgs, NULL, on, &out), 0);
     assert_int_equal(calls, 0);
-    assert_non_null(strstr(out, "<|im_start|>assistant\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n"
-                                "</function>\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nok\n"));
+    assert_non_null(strstr(out,
+                           "<|im_start|>assistant\n<tool_call>\n<function=f>\n<parameter=x>\n1\n</parameter>\n"
+                           "</function>\n</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nok\n"));
     free(out);
     json_decref(msgs);
 }
@@ -305,7 +320,10 @@ static void test_template_identify(void **state) {
     (void)state;
     chat_template_id id;
     chat_template_match how;
-    static const struct { const char *file; chat_template_id id; } files[] = {
+    static const struct {
+        const char *file;
+        chat_template_id id;
+    } files[] = {
         {"third_party/llama/src/models/templates/Qwen-Qwen3-0.6B.jinja", CHAT_TEMPLATE_QWEN3},
         {"third_party/llama/src/models/templates/Qwen3-Coder.jinja", CHAT_TEMPLATE_QWEN3_CODER},
     };
@@ -341,8 +359,9 @@ static void test_template_identify(void **state) {
     /* Qwen3-2507's templates share the JSON calls but have no enable_thinking switch */
     static const char sibling[] = "{%- if tools %}<tool_call>\\n{\"name\": <function-name>, \"arguments\": "
                                   "<args-json-object>}\\n</tool_call><tool_response>{%- endif %}<think>\\n";
-    static const char *const strangers[] = {sibling, "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
-                                            "enable_thinking <function-name> <args-json-object> <tool_response> <function="};
+    static const char *const strangers[] = {
+        sibling, "{{ bos_token }}{% for m in messages %}{{ m.content }}{% endfor %}",
+        "enable_thinking <function-name> <args-json-object> <tool_response> <function="};
     for (size_t i = 0; i < 3; i++) {
         cd_errclear();
         assert_int_equal(chat_template_identify(strangers[i], strlen(strangers[i]), &id, &how), -1);
@@ -423,7 +442,8 @@ static void test_history_as_generated(void **state) {
     (void)state;
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"q1\"},"
                               "{\"role\":\"assistant\",\"content\":\"a1\",\"reasoning_content\":\"r1\"},"
-                              "{\"role\":\"user\",\"content\":\"q2\"}]", 0, NULL);
+                              "{\"role\":\"user\",\"content\":\"q2\"}]",
+                              0, NULL);
     assert_non_null(msgs);
     char *turn1 = NULL, *turn2 = NULL, *plain = NULL, *kept = NULL;
     json_t *first = json_array();
@@ -453,7 +473,8 @@ static void test_history_as_generated(void **state) {
 static bool generated(void *ctx, const char *id, const char *name, const json_t *args, char **text, size_t *len) {
     int *calls = ctx;
     (*calls)++;
-    if (strcmp(id, "call_1") || strcmp(name, "f") || !json_is_string(args) || strcmp(json_string_value(args), "{\"x\":1}"))
+    if (strcmp(id, "call_1") || strcmp(name, "f") || !json_is_string(args) ||
+        strcmp(json_string_value(args), "{\"x\":1}"))
         return false;
     *text = strdup("\n{\"name\":\"f\",\"arguments\":{\"x\":1}}\n");
     *len = strlen(*text);
@@ -467,8 +488,8 @@ static void test_generated_call(void **state) {
                       "\"arguments\":\"{\\\"x\\\":1}\"}}]},{\"role\":\"tool\",\"content\":\"ok\"}]";
     char buf[512];
     int calls = 0;
-    chat_options on = {.add_generation_prompt = true, .as_generated = true, .generated_call = generated,
-                       .generated_call_ctx = &calls};
+    chat_options on = {
+        .add_generation_prompt = true, .as_generated = true, .generated_call = generated, .generated_call_ctx = &calls};
     char *out = NULL;
     snprintf(buf, sizeof buf, fmt, "call_1");
     json_t *known = json_loads(buf, 0, NULL);
@@ -662,8 +683,8 @@ static json_t *random_value(rng *r) {
 static void test_random_damage(void **state) {
     (void)state;
     json_t *cases = load_json("tests/data/chat_cases.json");
-    static const char *keys[] = {"role", "content", "reasoning_content", "tool_calls", "function",
-                                 "name", "arguments", "x"};
+    static const char *keys[] = {"role",     "content", "reasoning_content", "tool_calls",
+                                 "function", "name",    "arguments",         "x"};
     rng r;
     rng_seed(&r, 42);
     int ok = 0, failed = 0;
@@ -718,13 +739,13 @@ static void test_thinking_decision(void **state) {
         int ask, start;
         bool ok, on;
     } cases[] = {
-        {CHAT_TEMPLATE_QWEN3, DEF, FREE, true, true},        {CHAT_TEMPLATE_QWEN3, ON, FREE, true, true},
-        {CHAT_TEMPLATE_QWEN3, OFF, FREE, true, false},       {CHAT_TEMPLATE_QWEN3, DEF, JSON, true, false},
-        {CHAT_TEMPLATE_QWEN3, OFF, JSON, true, false},       {CHAT_TEMPLATE_QWEN3, ON, JSON, false, false},
-        {CHAT_TEMPLATE_QWEN3, DEF, CALL, true, false},       {CHAT_TEMPLATE_QWEN3, ON, CALL, true, true},
-        {CHAT_TEMPLATE_QWEN3, OFF, CALL, true, false},       {CHAT_TEMPLATE_QWEN3_CODER, DEF, FREE, true, false},
-        {CHAT_TEMPLATE_QWEN3_CODER, ON, FREE, true, false},  {CHAT_TEMPLATE_QWEN3_CODER, ON, JSON, true, false},
-        {CHAT_TEMPLATE_QWEN3_CODER, ON, CALL, true, false},  {CHAT_TEMPLATE_QWEN3_CODER, OFF, FREE, true, false},
+        {CHAT_TEMPLATE_QWEN3, DEF, FREE, true, true},       {CHAT_TEMPLATE_QWEN3, ON, FREE, true, true},
+        {CHAT_TEMPLATE_QWEN3, OFF, FREE, true, false},      {CHAT_TEMPLATE_QWEN3, DEF, JSON, true, false},
+        {CHAT_TEMPLATE_QWEN3, OFF, JSON, true, false},      {CHAT_TEMPLATE_QWEN3, ON, JSON, false, false},
+        {CHAT_TEMPLATE_QWEN3, DEF, CALL, true, false},      {CHAT_TEMPLATE_QWEN3, ON, CALL, true, true},
+        {CHAT_TEMPLATE_QWEN3, OFF, CALL, true, false},      {CHAT_TEMPLATE_QWEN3_CODER, DEF, FREE, true, false},
+        {CHAT_TEMPLATE_QWEN3_CODER, ON, FREE, true, false}, {CHAT_TEMPLATE_QWEN3_CODER, ON, JSON, true, false},
+        {CHAT_TEMPLATE_QWEN3_CODER, ON, CALL, true, false}, {CHAT_TEMPLATE_QWEN3_CODER, OFF, FREE, true, false},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         bool on = !cases[i].on; /* untouched on failure: the opposite of what success gives */
@@ -753,7 +774,8 @@ static void test_thinking_decision(void **state) {
     assert_int_equal(chat_thinking(CHAT_TEMPLATE_QWEN3, CHAT_THINK_ASK_DEFAULT, CHAT_REPLY_FREE, &on), 0);
     json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "hi");
     char *out = NULL;
-    assert_int_equal(chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = on}, &out), 0);
+    assert_int_equal(
+        chat_render(msgs, NULL, (chat_options){.add_generation_prompt = true, .enable_thinking = on}, &out), 0);
     assert_string_equal(out, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n");
     free(out);
     json_decref(msgs);

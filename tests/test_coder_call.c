@@ -34,9 +34,10 @@ static json_schema *calls_schema(const json_t *tools) {
         json_t *fn = json_object_get(t, "function");
         json_t *params = json_deep_copy(json_object_get(fn, "parameters"));
         json_object_set_new(params, "$id", json_string("cinder:tools/parameters"));
-        json_array_append_new(any, json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name",
-                                             "const", json_object_get(fn, "name"), "arguments", params, "required",
-                                             "name", "arguments", "additionalProperties", 0));
+        json_array_append_new(any,
+                              json_pack("{s:s,s:{s:{s:O},s:o},s:[s,s],s:b}", "type", "object", "properties", "name",
+                                        "const", json_object_get(fn, "name"), "arguments", params, "required", "name",
+                                        "arguments", "additionalProperties", 0));
     }
     json_t *root = json_array_size(any) == 1 ? json_incref(json_array_get(any, 0)) : json_pack("{s:O}", "anyOf", any);
     json_schema *s = json_schema_compile(root, false);
@@ -99,25 +100,30 @@ static json_t *tools_of(const char *text) {
 static json_t *parsed_args(const char *text, const json_t *tools) {
     json_t *call = toolcall_coder_call((slice){text, strlen(text)}, tools);
     if (!call) return NULL;
-    json_t *args = json_loads(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), 0, NULL);
+    json_t *args =
+        json_loads(json_string_value(json_object_get(json_object_get(call, "function"), "arguments")), 0, NULL);
     json_decref(call);
     return args;
 }
 
-static const char *weather_tools =
-    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"strict\": true, \"parameters\": {\"type\": \"object\","
-    " \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 12}, \"days\": {\"type\": \"integer\", \"minimum\": 1},"
-    " \"opts\": {\"type\": \"object\"}, \"hot\": {\"type\": \"boolean\"}, \"unit\": {\"enum\": [\"c\", \"f\"]}, \"any\": {}},"
-    " \"required\": [\"city\", \"days\"], \"additionalProperties\": false}}},"
-    " {\"type\": \"function\", \"function\": {\"name\": \"noop\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}}]";
+static const char *weather_tools = "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"strict\": "
+                                   "true, \"parameters\": {\"type\": \"object\","
+                                   " \"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 12}, \"days\": "
+                                   "{\"type\": \"integer\", \"minimum\": 1},"
+                                   " \"opts\": {\"type\": \"object\"}, \"hot\": {\"type\": \"boolean\"}, \"unit\": "
+                                   "{\"enum\": [\"c\", \"f\"]}, \"any\": {}},"
+                                   " \"required\": [\"city\", \"days\"], \"additionalProperties\": false}}},"
+                                   " {\"type\": \"function\", \"function\": {\"name\": \"noop\", \"parameters\": "
+                                   "{\"type\": \"object\", \"properties\": {}}}}]";
 
 /* The layout's view, byte for byte, and the parser's arguments equal to the view's. */
 static void test_view_of_a_call(void **state) {
     (void)state;
     json_t *tools = tools_of(weather_tools);
-    const char *text = "\n<function=get_weather>\n<parameter=city>\nParis \"x\"\\\n\n</parameter>\n"
-                       "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"a\": [1, 2],\n \"b\": \"<\\n>\"}\n</parameter>\n"
-                       "<parameter=hot>\nTrue\n</parameter>\n</function>";
+    const char *text =
+        "\n<function=get_weather>\n<parameter=city>\nParis \"x\"\\\n\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n<parameter=opts>\n{\"a\": [1, 2],\n \"b\": \"<\\n>\"}\n</parameter>\n"
+        "<parameter=hot>\nTrue\n</parameter>\n</function>";
     const char *want = "{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris \\\"x\\\"\\\\\\n\",\"days\":3,"
                        "\"opts\":{\"a\": [1, 2],\n \"b\": \"<\\n>\"},\"hot\":true}}";
     size_t n = strlen(text);
@@ -194,8 +200,9 @@ static void test_refusals(void **state) {
 enum { K_STRING, K_INT, K_NUM, K_BOOL, K_OBJECT, K_ARRAY, K_ENUM, K_KINDS };
 
 static void random_text(rng *r, char *out, size_t cap) {
-    static const char *const bits[] = {"a", "Z", " ", "\"", "\\", "\n", "<", ">", "/", "p", "=", "\xc3\xa9", "\xe2\x82\xac",
-                                       "\t", "{", "1", "null", "</", "<p"};
+    static const char *const bits[] = {"a", "Z", " ",    "\"", "\\",       "\n",           "<",
+                                       ">", "/", "p",    "=",  "\xc3\xa9", "\xe2\x82\xac", "\t",
+                                       "{", "1", "null", "</", "<p"};
     size_t n = 0, k = 1 + rng_below(r, 10);
     out[0] = 0;
     for (size_t i = 0; i < k; i++) {
@@ -233,12 +240,25 @@ static json_t *random_tool(rng *r, int id, json_t **args, char *text, size_t cap
             while (!text_ok(value));
             schema = json_pack("{s:s}", "type", "string"), v = json_string(value);
             break;
-        case K_INT: schema = json_pack("{s:s}", "type", "integer"), v = json_integer((json_int_t)rng_below(r, 2001) - 1000); break;
-        case K_NUM: schema = json_pack("{s:s}", "type", "number"), v = json_real(((double)rng_below(r, 800) - 400) / 4 + 0.125); break; /* never integral */
+        case K_INT:
+            schema = json_pack("{s:s}", "type", "integer"), v = json_integer((json_int_t)rng_below(r, 2001) - 1000);
+            break;
+        case K_NUM:
+            schema = json_pack("{s:s}", "type", "number"), v = json_real(((double)rng_below(r, 800) - 400) / 4 + 0.125);
+            break; /* never integral */
         case K_BOOL: schema = json_pack("{s:s}", "type", "boolean"), v = json_boolean(rng_below(r, 2)); break;
-        case K_OBJECT: schema = json_pack("{s:s}", "type", "object"), v = json_pack("{s:i,s:[s,b]}", "k", (int)rng_below(r, 9), "l", "x<y\n", 1); break;
-        case K_ARRAY: schema = json_pack("{s:s,s:{s:s}}", "type", "array", "items", "type", "string"), v = json_pack("[s,s]", "a\"", "</b>"); break;
-        default: schema = json_pack("{s:[s,s,s]}", "enum", "red", "green", "a b"), v = json_string(rng_below(r, 2) ? "green" : "a b"); break;
+        case K_OBJECT:
+            schema = json_pack("{s:s}", "type", "object"),
+            v = json_pack("{s:i,s:[s,b]}", "k", (int)rng_below(r, 9), "l", "x<y\n", 1);
+            break;
+        case K_ARRAY:
+            schema = json_pack("{s:s,s:{s:s}}", "type", "array", "items", "type", "string"),
+            v = json_pack("[s,s]", "a\"", "</b>");
+            break;
+        default:
+            schema = json_pack("{s:[s,s,s]}", "enum", "red", "green", "a b"),
+            v = json_string(rng_below(r, 2) ? "green" : "a b");
+            break;
         }
         json_object_set_new(props, pname, schema);
         json_array_append_new(req, json_string(pname));
@@ -256,8 +276,9 @@ static json_t *random_tool(rng *r, int id, json_t **args, char *text, size_t cap
         json_object_set_new(*args, pname, v);
     }
     snprintf(text + n, cap - n, "</function>");
-    return json_pack("{s:s,s:{s:s,s:b,s:{s:s,s:o,s:o,s:b}}}", "type", "function", "function", "name", fname, "strict", 1,
-                     "parameters", "type", "object", "properties", props, "required", req, "additionalProperties", 0);
+    return json_pack("{s:s,s:{s:s,s:b,s:{s:s,s:o,s:o,s:b}}}", "type", "function", "function", "name", fname, "strict",
+                     1, "parameters", "type", "object", "properties", props, "required", req, "additionalProperties",
+                     0);
 }
 
 /* A random set of 1..3 tools, and a call of one of them. */
@@ -285,15 +306,18 @@ static void test_random_calls(void **state) {
         size_t n = strlen(text);
         for (size_t cut = 0; cut <= n; cut += 1 + rng_below(&r, 7)) {
             reader *rd = reader_new(tools);
-            if (!reader_feed(rd, text, cut) || !reader_feed(rd, text + cut, n - cut)) fail_msg("refused at a split %zu: %s", cut, text);
+            if (!reader_feed(rd, text, cut) || !reader_feed(rd, text + cut, n - cut))
+                fail_msg("refused at a split %zu: %s", cut, text);
             if (!reader_done(rd)) fail_msg("not done: %s", text);
             json_t *view = json_loadb(rd->view, rd->vn, 0, NULL);
-            if (!view || !json_equal(json_object_get(view, "arguments"), args)) fail_msg("view %.*s of %s", (int)rd->vn, rd->view, text);
+            if (!view || !json_equal(json_object_get(view, "arguments"), args))
+                fail_msg("view %.*s of %s", (int)rd->vn, rd->view, text);
             json_decref(view);
             reader_free(rd);
         }
         json_t *parsed = parsed_args(text, tools);
-        if (!parsed || !json_equal(parsed, args)) fail_msg("parsed %s from %s", parsed ? json_dumps(parsed, 0) : "nothing", text);
+        if (!parsed || !json_equal(parsed, args))
+            fail_msg("parsed %s from %s", parsed ? json_dumps(parsed, 0) : "nothing", text);
         json_decref(parsed);
         json_decref(args);
         json_decref(tools);
@@ -338,7 +362,8 @@ static void test_mask_shortcuts(void **state) {
         json_mask_apply(&m, l, n);
         for (int32_t id = 0; id < n; id++) {
             bool want = id % 89 != 0 && json_mask_allows(&m, id);
-            if ((l[id] == 0.0f) != want) fail_msg("token %d at \"%.*s\": mask %d, grammar %d", id, (int)cut, text, l[id] == 0.0f, want);
+            if ((l[id] == 0.0f) != want)
+                fail_msg("token %d at \"%.*s\": mask %d, grammar %d", id, (int)cut, text, l[id] == 0.0f, want);
             allowed += want;
         }
         json_mask_free(&m);
@@ -365,7 +390,8 @@ static void test_walks_end_in_valid_calls(void **state) {
     /* the bonus of pieces of the layout's tags and JSON's closes: most for their beginnings */
     float *closing = calloc((size_t)(uint32_t)n, sizeof *closing);
     assert_true(l && closing);
-    static const char *const closers[] = {"\n</parameter>\n", "</function>\n</tool_call>", "<parameter=p0>\n", "\"", "]", "}"};
+    static const char *const closers[] = {
+        "\n</parameter>\n", "</function>\n</tool_call>", "<parameter=p0>\n", "\"", "]", "}"};
     for (int32_t id = 0; id < n; id++) {
         size_t pn;
         const char *p = tok_piece(tok, id, &pn);

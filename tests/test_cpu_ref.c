@@ -34,8 +34,7 @@ static void test_rope_neox(void **state) {
     assert_float_equal(h[5], orig[5] * cos(ang) - orig[69] * sin(ang), 1e-4);
     assert_float_equal(h[69], orig[5] * sin(ang) + orig[69] * cos(ang), 1e-4);
     /* rotation keeps each pair's norm */
-    for (int i = 0; i < 64; i++)
-        assert_float_equal(hypot(h[i], h[i + 64]), hypot(orig[i], orig[i + 64]), 1e-4);
+    for (int i = 0; i < 64; i++) assert_float_equal(hypot(h[i], h[i + 64]), hypot(orig[i], orig[i + 64]), 1e-4);
 }
 
 /* HF transformers' YaRN (_compute_yarn_parameters, find_correction_range, linear_ramp_factor)
@@ -60,7 +59,10 @@ static void hf_yarn(double base, double factor, double orig, uint32_t d, double 
 
 static void test_rope_yarn_math(void **state) {
     (void)state;
-    const struct { float base, factor; uint32_t orig, d; } cases[] = {
+    const struct {
+        float base, factor;
+        uint32_t orig, d;
+    } cases[] = {
         {1e6f, 4, 32768, 128}, /* unsloth's Qwen3-30B-A3B -128K */
         {1e4f, 4, 64, 64},     /* the conformance test's tiny model */
         {5e6f, 8, 4096, 128},
@@ -116,7 +118,11 @@ static void test_rmsnorm(void **state) {
     (void)state;
     float x[37], w[37], out[37];
     double ss = 0;
-    for (int i = 0; i < 37; i++) { x[i] = (float)(i - 18) * 0.3f; w[i] = 1.0f + i * 0.01f; ss += x[i] * x[i]; }
+    for (int i = 0; i < 37; i++) {
+        x[i] = (float)(i - 18) * 0.3f;
+        w[i] = 1.0f + i * 0.01f;
+        ss += x[i] * x[i];
+    }
     cpu_rmsnorm(out, x, w, 37, 1e-6f);
     double scale = 1.0 / sqrt(ss / 37 + 1e-6);
     for (int i = 0; i < 37; i++) assert_float_equal(out[i], x[i] * scale * w[i], 1e-5);
@@ -149,12 +155,18 @@ static void test_moe_route(void **state) {
     }
 }
 
-typedef struct fixture { char *path; model *m; } fixture;
+typedef struct fixture {
+    char *path;
+    model *m;
+} fixture;
 
 static int setup_model(void **state) {
     fixture *f = calloc(1, sizeof *f);
     f->path = strdup(tu_make_model("cpu_ref_tiny.gguf", "tiny", NULL, 99, NULL));
-    if (model_load(&f->m, f->path, (model_load_opts){0})) { fprintf(stderr, "%s\n", cd_errmsg()); return -1; }
+    if (model_load(&f->m, f->path, (model_load_opts){0})) {
+        fprintf(stderr, "%s\n", cd_errmsg());
+        return -1;
+    }
     *state = f;
     return 0;
 }
@@ -206,7 +218,10 @@ static void test_forward_properties(void **state) {
     for (uint32_t n = 1; n <= 10; n += 3) {
         run_prompt(f->m, prompt, n, a);
         double max = -INFINITY, sum = 0;
-        for (uint32_t i = 0; i < V; i++) { assert_true(isfinite(a[i])); max = a[i] > max ? a[i] : max; }
+        for (uint32_t i = 0; i < V; i++) {
+            assert_true(isfinite(a[i]));
+            max = a[i] > max ? a[i] : max;
+        }
         for (uint32_t i = 0; i < V; i++) sum += exp(a[i] - max);
         peaked += 1.0 / sum > 0.2; /* top-1 probability */
         run_prompt(f->m, prompt, n, b);

@@ -70,8 +70,12 @@ static const char *fresh_dir(const char *name) {
 }
 
 static void init(engine *e, model *m, uint32_t page, uint32_t chunk_pages, const char *dir, uint32_t host_mb) {
-    engine_opts o = {.n_ctx = N_CTX, .page_tokens = page, .cache_dir = dir, .disk_chunk_pages = chunk_pages,
-                     .host_cache_mb = host_mb, .no_prefix_cache = dir == NULL && host_mb == 0};
+    engine_opts o = {.n_ctx = N_CTX,
+                     .page_tokens = page,
+                     .cache_dir = dir,
+                     .disk_chunk_pages = chunk_pages,
+                     .host_cache_mb = host_mb,
+                     .no_prefix_cache = dir == NULL && host_mb == 0};
     if (vk_engine_init(e, m, &o)) fail_msg("%s", cd_errmsg());
 }
 
@@ -160,7 +164,6 @@ static void expect_rejected(engine *plain, engine *e, const int32_t *ids, uint32
     same_as_plain(plain, e, ids, n, &o);
     outcome_free(&o);
 }
-
 
 static void patch32(const char *path, size_t at, uint32_t v) {
     size_t len;
@@ -313,10 +316,19 @@ static void restart(uint32_t page, uint32_t chunk_pages, uint32_t host_mb, uint3
     engine_free(&plain);
 }
 
-static void test_restart_page16(void **st) { (void)st; restart(16, 2, 0, 96, 1, true, true); }
-static void test_restart_page4(void **st) { (void)st; restart(4, 4, 0, 70, 2, false, true); }
+static void test_restart_page16(void **st) {
+    (void)st;
+    restart(16, 2, 0, 96, 1, true, true);
+}
+static void test_restart_page4(void **st) {
+    (void)st;
+    restart(4, 4, 0, 70, 2, false, true);
+}
 /* With the host tier as well. */
-static void test_restart_page4_host_tier(void **st) { (void)st; restart(4, 4, 1, 70, 3, false, false); }
+static void test_restart_page4_host_tier(void **st) {
+    (void)st;
+    restart(4, 4, 1, 70, 3, false, false);
+}
 
 /* The options: a tier with the cache off is an error; an unwritable directory is one too. */
 /* A salted request skips the disk tier (kv/prefix_cache.h): it writes no chunk through and is
@@ -338,7 +350,7 @@ static void test_salted_skips_disk(void **st) {
     assert_int_equal(want.disk_chunks_written, 0);
     rq.cache_salt = NULL;
     if (engine_generate(&a, &rq, &got)) fail_msg("%s", cd_errmsg());
-    assert_int_equal(got.cached_tokens, 0); /* the salted KV is not the default namespace's */
+    assert_int_equal(got.cached_tokens, 0);       /* the salted KV is not the default namespace's */
     assert_int_equal(got.disk_chunks_written, 3); /* (96 + 4 - 1) / 32: prompt + generated KV */
     assert_memory_equal(got.ids, want.ids, want.n * sizeof *want.ids);
     engine_reply_free(&got);
@@ -746,7 +758,8 @@ static void test_stale_tmp(void **st) {
     engine_free(&e);
     long dead = 1L << 30; /* above any pid_max (at most 2^22): no such process, ever */
     const char *h = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
-    char gone_old[4600], gone_new[4600], live_old[4600], live_ancient[4600], v1[4600], link[4600], other[4600], victim[4600];
+    char gone_old[4600], gone_new[4600], live_old[4600], live_ancient[4600], v1[4600], link[4600], other[4600],
+        victim[4600];
     snprintf(gone_old, sizeof gone_old, "%s/%s.v2.kv.%ld.0.tmp", ns_dir, h, (long)dead);
     snprintf(gone_new, sizeof gone_new, "%s/%s.v2.kv.%ld.1.tmp", ns_dir, h, (long)dead);
     snprintf(live_old, sizeof live_old, "%s/%s.v2.kv.%ld.2.tmp", ns_dir, h, (long)getpid());
@@ -867,8 +880,8 @@ static uint64_t chunk_bytes_p16c2(void) {
 }
 
 static void init_budget(engine *e, const char *dir, uint64_t max_bytes) {
-    engine_opts o = {.n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2,
-                     .cache_dir_max_bytes = max_bytes};
+    engine_opts o = {
+        .n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2, .cache_dir_max_bytes = max_bytes};
     if (vk_engine_init(e, tiny(), &o)) fail_msg("%s", cd_errmsg());
 }
 
@@ -991,7 +1004,7 @@ static void test_budget_lru(void **st) {
     assert_int_equal(dir_chunk_bytes(dir, &n, NULL), 4 * cb);
     uint64_t over = e.stats.disk_over_budget, evicted = e.stats.disk_evicted_chunks;
     assert_int_equal(over, 1);
-    assert_int_equal(evicted, 9); /* 1 + 1 + 0 + 3 + 4 */
+    assert_int_equal(evicted, 9);          /* 1 + 1 + 0 + 3 + 4 */
     run_checked(plain, &e, p[7], 193, &o); /* the GPU tier dropped: the 4 chunks come from disk */
     assert_int_equal(o.r.disk_tokens, 128);
     outcome_free(&o);
@@ -1037,7 +1050,9 @@ static void nothing_left(engine *e, const int32_t *ids) {
  * size was checked) is rejected and removed; both recompute with the uncached output. */
 static void test_injected_faults(void **st) {
     (void)st;
-    static const struct { const char *spec, *msg; } writes[] = {
+    static const struct {
+        const char *spec, *msg;
+    } writes[] = {
         {NULL, "cannot write: No space left on device"}, /* CINDER_FAULT_DISK=write:1:enospc, armed by init */
         {"write:1", "cannot write: Input/output error"},
         {"write:1:short", "cannot write: No space left on device"},
@@ -1094,8 +1109,16 @@ static void test_injected_faults(void **st) {
     assert_int_equal(kv_disk_fault_set(&e.disk, "read:1:short"), 0);
     expect_rejected(plain, &e, ids, 96, "truncated (read failed); removed, recomputing");
     /* specs that cannot be read */
-    static const char *bad[] = {"write", "write:0", "write:1:sometimes", "fsync:1:short", "read:1:enospc", "copy:1",
-                                "rename:1:short", "dirsync:1:enospc", "unlink:0", "unlink:1:short",
+    static const char *bad[] = {"write",
+                                "write:0",
+                                "write:1:sometimes",
+                                "fsync:1:short",
+                                "read:1:enospc",
+                                "copy:1",
+                                "rename:1:short",
+                                "dirsync:1:enospc",
+                                "unlink:0",
+                                "unlink:1:short",
                                 "write:1,write:2,write:3,write:4,write:5,write:6,write:7,write:8,write:9"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(kv_disk_fault_set(&e.disk, bad[i]), -1);
@@ -1164,9 +1187,11 @@ static uint64_t fnv(const void *p, size_t n) {
  * Writes "prompt hash n tokens..." per run and a closing line of counters to out. */
 static int shared_child(const char *dir, int id, uint64_t budget, const char *out) {
     model *m;
-    if (model_load(&m, tu_tmp_path("dk_tiny.gguf"), (model_load_opts){0})) return fprintf(stderr, "%s\n", cd_errmsg()), 2;
+    if (model_load(&m, tu_tmp_path("dk_tiny.gguf"), (model_load_opts){0}))
+        return fprintf(stderr, "%s\n", cd_errmsg()), 2;
     engine e;
-    engine_opts o = {.n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2, .cache_dir_max_bytes = budget};
+    engine_opts o = {
+        .n_ctx = N_CTX, .page_tokens = 16, .cache_dir = dir, .disk_chunk_pages = 2, .cache_dir_max_bytes = budget};
     if (vk_engine_init(&e, m, &o)) return fprintf(stderr, "%s\n", cd_errmsg()), 2;
     FILE *f = fopen(out, "w");
     float *logits = malloc(m->cfg.n_vocab * sizeof *logits);
@@ -1273,18 +1298,19 @@ static void test_shared_processes(void **st) {
             for (unsigned i = 0; i < n; i++) {
                 int t;
                 assert_int_equal(fscanf(f, "%d", &t), 1);
-                if (t != want_ids[p][i]) fail_msg("child %d, prompt %d: token %u is %d, %d uncached", c, p, i, t, want_ids[p][i]);
+                if (t != want_ids[p][i])
+                    fail_msg("child %d, prompt %d: token %u is %d, %d uncached", c, p, i, t, want_ids[p][i]);
             }
             if (hash != want_hash[p]) fail_msg("child %d, prompt %d: logits differ from the uncached engine's", c, p);
             runs++;
         }
         fclose(f);
-        print_message("child %d: %d runs, %llu chunks read, %llu written, %llu evicted, %llu rejected\n", c, runs, rd, wr,
-                      ev, rej);
+        print_message("child %d: %d runs, %llu chunks read, %llu written, %llu evicted, %llu rejected\n", c, runs, rd,
+                      wr, ev, rej);
         assert_int_equal(runs, 2 * SHARED_PROMPTS * SHARED_ROUNDS);
-        assert_int_equal(rej, 0);  /* no torn or mixed file was ever read */
+        assert_int_equal(rej, 0); /* no torn or mixed file was ever read */
         assert_int_equal(werr, 0);
-        assert_true(rd > 0);       /* the second run of each pair reads the first's chunks */
+        assert_true(rd > 0); /* the second run of each pair reads the first's chunks */
         evicted += ev;
         unlink(outs[c]);
     }
@@ -1293,7 +1319,8 @@ static void test_shared_processes(void **st) {
     print_message("children evicted %llu chunks\n", evicted);
     uint32_t n, tmp;
     uint64_t bytes = dir_chunk_bytes(dir, &n, &tmp);
-    print_message("after: %u files, %llu bytes, budget %llu\n", n, (unsigned long long)bytes, (unsigned long long)budget);
+    print_message("after: %u files, %llu bytes, budget %llu\n", n, (unsigned long long)bytes,
+                  (unsigned long long)budget);
     assert_int_equal(tmp, 0);
     assert_true(bytes <= budget + 3 * cb);
     /* every file left is whole and valid: each prompt is served what is there, nothing rejected */
@@ -1328,24 +1355,15 @@ int main(int argc, char **argv) {
     if (argc == 6 && !strcmp(argv[1], "--shared-child"))
         return shared_child(argv[2], atoi(argv[3]), strtoull(argv[4], NULL, 10), argv[5]);
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_chain_keys),
-        cmocka_unit_test(test_key_race),
-        cmocka_unit_test(test_dir_permissions),
-        cmocka_unit_test(test_stale_tmp),
-        cmocka_unit_test(test_forged_chunk),
-        cmocka_unit_test(test_symlinks_not_followed),
-        cmocka_unit_test(test_fifo_skipped),
-        cmocka_unit_test(test_full_disk),
-        cmocka_unit_test(test_options),
-        cmocka_unit_test(test_write_failure),
-        cmocka_unit_test(test_salted_skips_disk),
-        cmocka_unit_test(test_restart_page16),
-        cmocka_unit_test(test_restart_page4),
-        cmocka_unit_test(test_restart_page4_host_tier),
-        cmocka_unit_test(test_budget_lru),
-        cmocka_unit_test(test_injected_faults),
-        cmocka_unit_test(test_unlink_fault),
-        cmocka_unit_test(test_shared_processes),
+        cmocka_unit_test(test_chain_keys),        cmocka_unit_test(test_key_race),
+        cmocka_unit_test(test_dir_permissions),   cmocka_unit_test(test_stale_tmp),
+        cmocka_unit_test(test_forged_chunk),      cmocka_unit_test(test_symlinks_not_followed),
+        cmocka_unit_test(test_fifo_skipped),      cmocka_unit_test(test_full_disk),
+        cmocka_unit_test(test_options),           cmocka_unit_test(test_write_failure),
+        cmocka_unit_test(test_salted_skips_disk), cmocka_unit_test(test_restart_page16),
+        cmocka_unit_test(test_restart_page4),     cmocka_unit_test(test_restart_page4_host_tier),
+        cmocka_unit_test(test_budget_lru),        cmocka_unit_test(test_injected_faults),
+        cmocka_unit_test(test_unlink_fault),      cmocka_unit_test(test_shared_processes),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER"));
     int rc = cmocka_run_group_tests(tests, NULL, NULL);

@@ -55,7 +55,6 @@ typedef struct config {
     uint64_t max_bytes;
 } config;
 
-
 typedef struct state {
     config c;
     char dir[4096];
@@ -67,9 +66,14 @@ typedef struct state {
 } state;
 
 static void start_cached(state *s) {
-    engine_opts o = {.n_ctx = MAX_LEN, .pool_tokens = s->c.pool, .page_tokens = s->c.page,
-                     .max_seqs = MAX_BURST, .chunk_tokens = 64, .host_cache_mb = s->c.host_mb,
-                     .cache_dir = s->dir, .disk_chunk_pages = s->c.chunk_pages,
+    engine_opts o = {.n_ctx = MAX_LEN,
+                     .pool_tokens = s->c.pool,
+                     .page_tokens = s->c.page,
+                     .max_seqs = MAX_BURST,
+                     .chunk_tokens = 64,
+                     .host_cache_mb = s->c.host_mb,
+                     .cache_dir = s->dir,
+                     .disk_chunk_pages = s->c.chunk_pages,
                      .cache_dir_max_bytes = s->c.max_bytes};
     if (vk_engine_init(&s->cached, tiny(), &o)) fail_msg("seed %llu: %s", (unsigned long long)seed, cd_errmsg());
     /* hold back all but host_keep slots, so the host tier fills and evicts its own entries */
@@ -109,8 +113,8 @@ static void check_idle(state *s, const char *after) {
         ci.gpu_free + ci.gpu_cached + ci.gpu_pinned != ci.gpu_pages || held != e->cache.tree.stats.pages)
         fail_msg("seed %llu, after %s: pool %u pages: counted %u free, %u held; the engine says %u free, %u cached, "
                  "%u pinned, %u private; the tree holds %llu",
-                 (unsigned long long)seed, after, ci.gpu_pages, n_free, held, ci.gpu_free, ci.gpu_cached,
-                 ci.gpu_pinned, ci.gpu_private, (unsigned long long)e->cache.tree.stats.pages);
+                 (unsigned long long)seed, after, ci.gpu_pages, n_free, held, ci.gpu_free, ci.gpu_cached, ci.gpu_pinned,
+                 ci.gpu_private, (unsigned long long)e->cache.tree.stats.pages);
     assert_true(ci.host_slots > 0);
     if (ci.host_free + ci.host_cached + ci.host_pinned + s->reserved != ci.host_slots || ci.host_pinned != 0)
         fail_msg("seed %llu, after %s: host tier %u slots: %u free, %u cached, %u pinned, %u held back",
@@ -138,8 +142,8 @@ static void burst(state *s, rng *r, job *jobs, uint32_t k) {
         job *j = &jobs[i];
         j->n = tu_trace_next(&s->h, r, j->ids);
         j->max_tokens = 1 + (uint32_t)rng_below(r, MAX_GEN);
-        engine_request rq = {.ids = j->ids, .n = j->n, .max_tokens = j->max_tokens, .ignore_eos = true,
-                             .logits_out = j->want_logits};
+        engine_request rq = {
+            .ids = j->ids, .n = j->n, .max_tokens = j->max_tokens, .ignore_eos = true, .logits_out = j->want_logits};
         if (engine_generate(&s->plain, &rq, &j->want)) fail_msg("seed %llu: %s", (unsigned long long)seed, cd_errmsg());
         rq.logits_out = j->got_logits;
         if (engine_submit(&s->cached, &rq, &j->handle))
@@ -148,7 +152,8 @@ static void burst(state *s, rng *r, job *jobs, uint32_t k) {
     uint32_t done = 0;
     bool finished[MAX_BURST] = {0};
     for (uint32_t step = 0; done < k; step++) {
-        if (step > 10000) fail_msg("seed %llu: a burst of %u did not finish in 10000 steps", (unsigned long long)seed, k);
+        if (step > 10000)
+            fail_msg("seed %llu: a burst of %u did not finish in 10000 steps", (unsigned long long)seed, k);
         if (engine_step(&s->cached, NULL)) fail_msg("seed %llu: %s", (unsigned long long)seed, cd_errmsg());
         for (uint32_t i = 0; i < k; i++) {
             if (finished[i]) continue;
@@ -170,8 +175,8 @@ static void burst(state *s, rng *r, job *jobs, uint32_t k) {
                      a->restored_tokens, a->disk_tokens, k, a->preempted);
         if (memcmp(j->got_logits, j->want_logits, n_vocab * sizeof *j->got_logits))
             fail_msg("seed %llu, request %llu (%u tokens, %u cached, %u from disk): logits differ (rel L2 %.3g)",
-                     (unsigned long long)seed, (unsigned long long)s->requests, j->n, a->cached_tokens,
-                     a->disk_tokens, tu_rel_l2(j->got_logits, j->want_logits, n_vocab));
+                     (unsigned long long)seed, (unsigned long long)s->requests, j->n, a->cached_tokens, a->disk_tokens,
+                     tu_rel_l2(j->got_logits, j->want_logits, n_vocab));
         s->requests++;
         s->cached_tokens += a->cached_tokens;
         s->prompt_tokens += j->n;
@@ -206,8 +211,14 @@ static void test_random_engine(void **st) {
     engine_opts po = {.n_ctx = MAX_LEN, .page_tokens = c->page, .no_prefix_cache = true};
     if (vk_engine_init(&s->plain, tiny(), &po)) fail_msg("%s", cd_errmsg());
     start_cached(s);
-    tu_trace_init(&s->h, &r, &(tu_trace_shape){.sys_len = 128, .question = 32, .question_span = 97, .message_span = 24,
-                                               .tool = 30, .tool_span = 50, .max_len = MAX_LEN});
+    tu_trace_init(&s->h, &r,
+                  &(tu_trace_shape){.sys_len = 128,
+                                    .question = 32,
+                                    .question_span = 97,
+                                    .message_span = 24,
+                                    .tool = 30,
+                                    .tool_span = 50,
+                                    .max_len = MAX_LEN});
     uint32_t n_vocab = tiny()->cfg.n_vocab;
     job *jobs = calloc(MAX_BURST, sizeof *jobs);
     for (uint32_t i = 0; i < MAX_BURST; i++) {

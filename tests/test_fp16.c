@@ -21,11 +21,11 @@ static void test_fp16_known(void **state) {
     (void)state;
     assert_true(fp16_to_f32(0x3c00) == 1.0f);
     assert_true(fp16_to_f32(0xc000) == -2.0f);
-    assert_true(fp16_to_f32(0x3555) == 0x1.554p-2f);      /* 0.333251953125 */
-    assert_true(fp16_to_f32(0x7bff) == 65504.0f);         /* largest finite */
-    assert_true(fp16_to_f32(0x0400) == 0x1p-14f);         /* smallest normal */
-    assert_true(fp16_to_f32(0x03ff) == 0x1.ff8p-15f);     /* largest subnormal: 1023 * 2^-24 */
-    assert_true(fp16_to_f32(0x0001) == 0x1p-24f);         /* smallest subnormal */
+    assert_true(fp16_to_f32(0x3555) == 0x1.554p-2f);                  /* 0.333251953125 */
+    assert_true(fp16_to_f32(0x7bff) == 65504.0f);                     /* largest finite */
+    assert_true(fp16_to_f32(0x0400) == 0x1p-14f);                     /* smallest normal */
+    assert_true(fp16_to_f32(0x03ff) == 0x1.ff8p-15f);                 /* largest subnormal: 1023 * 2^-24 */
+    assert_true(fp16_to_f32(0x0001) == 0x1p-24f);                     /* smallest subnormal */
     assert_int_equal(fp32_to_bits(fp16_to_f32(0x8000)), 0x80000000u); /* -0 */
     assert_true(isinf(fp16_to_f32(0x7c00)) && fp16_to_f32(0x7c00) > 0);
     assert_true(isinf(fp16_to_f32(0xfc00)) && fp16_to_f32(0xfc00) < 0);
@@ -36,20 +36,20 @@ static void test_fp16_known(void **state) {
     assert_int_equal(f32_to_fp16(1.0f), 0x3c00);
     assert_int_equal(f32_to_fp16(-0.0f), 0x8000);
     assert_int_equal(f32_to_fp16(65504.0f), 0x7bff);
-    assert_int_equal(f32_to_fp16(65519.99f), 0x7bff);    /* below the halfway point to 2^16 */
-    assert_int_equal(f32_to_fp16(65520.0f), 0x7c00);     /* halfway, ties to even = inf */
+    assert_int_equal(f32_to_fp16(65519.99f), 0x7bff); /* below the halfway point to 2^16 */
+    assert_int_equal(f32_to_fp16(65520.0f), 0x7c00);  /* halfway, ties to even = inf */
     assert_int_equal(f32_to_fp16(1e10f), 0x7c00);
     assert_int_equal(f32_to_fp16(-INFINITY), 0xfc00);
     assert_int_equal(f32_to_fp16(NAN), 0x7e00);
     assert_int_equal(f32_to_fp16(-NAN), 0xfe00);
-    assert_int_equal(f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);     /* tie, even stays */
-    assert_int_equal(f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02); /* tie, odd rounds up */
+    assert_int_equal(f32_to_fp16(1.0f + 0x1p-11f), 0x3c00);                   /* tie, even stays */
+    assert_int_equal(f32_to_fp16(1.0f + 3 * 0x1p-11f), 0x3c02);               /* tie, odd rounds up */
     assert_int_equal(f32_to_fp16(nextafterf(1.0f + 0x1p-11f, 2.0f)), 0x3c01); /* just past the tie */
-    assert_int_equal(f32_to_fp16(0x1p-25f), 0x0000);            /* tie between 0 and 2^-24 */
+    assert_int_equal(f32_to_fp16(0x1p-25f), 0x0000);                          /* tie between 0 and 2^-24 */
     assert_int_equal(f32_to_fp16(0x1.000002p-25f), 0x0001);
-    assert_int_equal(f32_to_fp16(3 * 0x1p-25f), 0x0002);        /* 1.5 ulp ties to 2 */
-    assert_int_equal(f32_to_fp16(0x1.ffcp-15f), 0x0400);        /* rounds up into the normals */
-    assert_int_equal(f32_to_fp16(0x1p-149f), 0x0000);           /* float subnormal */
+    assert_int_equal(f32_to_fp16(3 * 0x1p-25f), 0x0002); /* 1.5 ulp ties to 2 */
+    assert_int_equal(f32_to_fp16(0x1.ffcp-15f), 0x0400); /* rounds up into the normals */
+    assert_int_equal(f32_to_fp16(0x1p-149f), 0x0000);    /* float subnormal */
 
     assert_true(bf16_to_f32(0x3f80) == 1.0f);
     assert_true(bf16_to_f32(0x4049) == 3.140625f);
@@ -87,7 +87,8 @@ static void test_fp16_exhaustive(void **state) {
     }
     assert_int_equal(mismatches, 0);
     /* the scalar export agrees with the row one */
-    for (int i = 0; i < 65536; i += 97) assert_int_equal(fp32_to_bits(g->fp16_to_fp32((uint16_t)i)), fp32_to_bits(theirs[i]));
+    for (int i = 0; i < 65536; i += 97)
+        assert_int_equal(fp32_to_bits(g->fp16_to_fp32((uint16_t)i)), fp32_to_bits(theirs[i]));
 }
 
 static void test_bf16_exhaustive(void **state) {
@@ -205,10 +206,8 @@ static void test_ties_vs_ggml(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_fp16_known),
-        cmocka_unit_test(test_fp16_exhaustive),
-        cmocka_unit_test(test_bf16_exhaustive),
-        cmocka_unit_test(test_f32_to_half_vs_ggml),
+        cmocka_unit_test(test_fp16_known),      cmocka_unit_test(test_fp16_exhaustive),
+        cmocka_unit_test(test_bf16_exhaustive), cmocka_unit_test(test_f32_to_half_vs_ggml),
         cmocka_unit_test(test_ties_vs_ggml),
     };
     return tu_status(cmocka_run_group_tests(tests, NULL, NULL));

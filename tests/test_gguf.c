@@ -100,10 +100,10 @@ typedef struct spec {
     bb kv;                    /* encoded metadata entries */
     int n_t;
     tinfo t[4];
-    uint64_t pad_to;          /* padding before the data section */
-    uint64_t data_bytes;      /* written after the padding */
-    size_t cut;               /* keep only this many bytes (SIZE_MAX: all)... */
-    bool cut_after_kv;        /* ...counted from the end of the metadata */
+    uint64_t pad_to;           /* padding before the data section */
+    uint64_t data_bytes;       /* written after the padding */
+    size_t cut;                /* keep only this many bytes (SIZE_MAX: all)... */
+    bool cut_after_kv;         /* ...counted from the end of the metadata */
     size_t kv_end, header_end; /* set by build: ends of the metadata and the tensor infos */
 } spec;
 
@@ -591,7 +591,6 @@ static void test_every_byte_mutation(void **state) {
 
 /* ---- round trip of every value type ---- */
 
-
 static gguf_value arr_of(enum gguf_vtype et, gguf_value *items, uint64_t n) {
     gguf_value v = {.type = GGUF_VT_ARRAY};
     v.arr.type = et;
@@ -1051,7 +1050,9 @@ static void test_open_errors(void **state) {
     unlink(junk);
     fp = fopen(junk, "wb");
     assert_non_null(fp);
-    fputs("\x7f" "ELF and then some", fp);
+    fputs("\x7f"
+          "ELF and then some",
+          fp);
     fclose(fp);
     assert_int_equal(gguf_open(&f, junk), -1);
     assert_string_equal(cd_errmsg(), "bad magic 0x464c457f (not a GGUF file)");
@@ -1126,10 +1127,10 @@ static bool load_ggml(void) {
         gg.so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     }
     if (!gg.so) return false;
-#define SYM(field, name) \
-    do { \
-        *(void **)&gg.field = dlsym(gg.so, name); \
-        if (!gg.field) return false; \
+#define SYM(field, name)                                                                                               \
+    do {                                                                                                               \
+        *(void **)&gg.field = dlsym(gg.so, name);                                                                      \
+        if (!gg.field) return false;                                                                                   \
     } while (0)
     SYM(init_from_file, "gguf_init_from_file");
     SYM(gguf_free, "gguf_free");
@@ -1297,18 +1298,12 @@ static void test_we_read_llamas(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_base_spec_valid),
-        cmocka_unit_test(test_hostile_table),
-        cmocka_unit_test(test_every_prefix_fails),
-        cmocka_unit_test(test_every_byte_mutation),
-        cmocka_unit_test(test_roundtrip_values),
-        cmocka_unit_test(test_getters),
-        cmocka_unit_test(test_roundtrip_tensors),
-        cmocka_unit_test(test_writer_errors),
-        cmocka_unit_test(test_writer_io_error),
-        cmocka_unit_test(test_open_errors),
-        cmocka_unit_test(test_llama_reads_ours),
-        cmocka_unit_test(test_we_read_llamas),
+        cmocka_unit_test(test_base_spec_valid),    cmocka_unit_test(test_hostile_table),
+        cmocka_unit_test(test_every_prefix_fails), cmocka_unit_test(test_every_byte_mutation),
+        cmocka_unit_test(test_roundtrip_values),   cmocka_unit_test(test_getters),
+        cmocka_unit_test(test_roundtrip_tensors),  cmocka_unit_test(test_writer_errors),
+        cmocka_unit_test(test_writer_io_error),    cmocka_unit_test(test_open_errors),
+        cmocka_unit_test(test_llama_reads_ours),   cmocka_unit_test(test_we_read_llamas),
     };
     return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

@@ -137,8 +137,8 @@ static void test_one_shard(void **state) {
 typedef struct shard {
     int64_t no, count, n_tensors; /* -1: key absent */
     bool count_is_string, metadata_only;
-    const char *tensors[5];        /* NULL-terminated */
-    const char *name;              /* the file's name, when not the split name */
+    const char *tensors[5]; /* NULL-terminated */
+    const char *name;       /* the file's name, when not the split name */
 } shard;
 
 typedef struct shard_set {
@@ -148,14 +148,15 @@ typedef struct shard_set {
 
 /* a, b | c, d | e: a model of 5 tensors in 3 shards */
 static shard_set base_set(void) {
-    return (shard_set){3,
-                       {{0, 3, 5, .tensors = {"a", "b"}}, {1, 3, 5, .tensors = {"c", "d"}}, {2, 3, 5, .tensors = {"e"}}}};
+    return (shard_set){
+        3, {{0, 3, 5, .tensors = {"a", "b"}}, {1, 3, 5, .tensors = {"c", "d"}}, {2, 3, 5, .tensors = {"e"}}}};
 }
 
 static void write_shard(const char *path, const shard *s) {
     gguf_writer *w = gguf_writer_new();
     if (s->no == 0) gguf_writer_set_str(w, "general.architecture", "qwen3moe");
-    if (s->no >= 0) gguf_writer_set_value(w, GGUF_KEY_SPLIT_NO, &(gguf_value){.type = GGUF_VT_U16, .u64 = (uint64_t)s->no});
+    if (s->no >= 0)
+        gguf_writer_set_value(w, GGUF_KEY_SPLIT_NO, &(gguf_value){.type = GGUF_VT_U16, .u64 = (uint64_t)s->no});
     if (s->count_is_string) gguf_writer_set_str(w, GGUF_KEY_SPLIT_COUNT, "3");
     else if (s->count >= 0)
         gguf_writer_set_value(w, GGUF_KEY_SPLIT_COUNT, &(gguf_value){.type = GGUF_VT_U32, .u64 = (uint64_t)s->count});
@@ -205,7 +206,10 @@ static void m_duplicate(shard_set *s) { s->s[2].tensors[0] = "b"; }
 static void m_count_string(shard_set *s) { s->s[0].count_is_string = true; }
 static void m_count_huge(shard_set *s) { s->s[0].count = 70000; }
 static void m_renamed(shard_set *s) { s->s[0].name = "model.gguf"; }
-static void m_first_no(shard_set *s) { s->s[0].no = 1; s->s[0].name = "model.gguf"; }
+static void m_first_no(shard_set *s) {
+    s->s[0].no = 1;
+    s->s[0].name = "model.gguf";
+}
 
 static const hostile hostiles[] = {
     {"not_first", m_none, "m-00002-of-00003.gguf",
@@ -223,8 +227,7 @@ static const hostile hostiles[] = {
     {"total_differs", m_total_differs, NULL,
      "shard 3 of 3, %P-00003-of-00003.gguf: split.tensors.count is 9, the first shard's 5"},
     {"no_total", m_no_total, NULL, "a split model's first shard without split.tensors.count"},
-    {"duplicate", m_duplicate, NULL,
-     "tensor 'b' is in two shards: %P-00001-of-00003.gguf and %P-00003-of-00003.gguf"},
+    {"duplicate", m_duplicate, NULL, "tensor 'b' is in two shards: %P-00001-of-00003.gguf and %P-00003-of-00003.gguf"},
     {"count_string", m_count_string, NULL, "key 'split.count' has type string, expected integer"},
     {"count_huge", m_count_huge, NULL, "split.count is 70000 (at most 65535)"},
     {"renamed", m_renamed, NULL, "split.count is 3 but the name does not end in -00001-of-00003.gguf"},
@@ -282,8 +285,10 @@ static void test_hostile_sets(void **state) {
 static void test_single_and_empty_first(void **state) {
     (void)state;
     char path[600];
-    static const struct { int64_t count, n_tensors; bool opens; } one[] = {
-        {1, 4, true}, {0, 4, true}, {1, 5, false}, {-1, 4, true}, {1, -1, true}};
+    static const struct {
+        int64_t count, n_tensors;
+        bool opens;
+    } one[] = {{1, 4, true}, {0, 4, true}, {1, 5, false}, {-1, 4, true}, {1, -1, true}};
     for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
         snprintf(path, sizeof path, "%s/split_single%zu.gguf", tu_tmp_dir(), i);
         write_shard(path, &(shard){0, one[i].count, one[i].n_tensors, .tensors = {"a", "b", "c", "d"}});
@@ -300,7 +305,8 @@ static void test_single_and_empty_first(void **state) {
         }
     }
     char prefix[512];
-    shard_set set = {3, {{0, 3, 5, .tensors = {NULL}}, {1, 3, 5, .tensors = {"a", "b", "c"}}, {2, 3, 5, .tensors = {"d", "e"}}}};
+    shard_set set = {
+        3, {{0, 3, 5, .tensors = {NULL}}, {1, 3, 5, .tensors = {"a", "b", "c"}}, {2, 3, 5, .tensors = {"d", "e"}}}};
     const char *first = write_set("split_empty_first", &set, prefix);
     gguf_file *f;
     if (gguf_open(&f, first)) fail_msg("%s", cd_errmsg());
@@ -363,10 +369,8 @@ static void test_shard_mutations(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_write_split_reads_back),
-        cmocka_unit_test(test_one_shard),
-        cmocka_unit_test(test_hostile_sets),
-        cmocka_unit_test(test_single_and_empty_first),
+        cmocka_unit_test(test_write_split_reads_back), cmocka_unit_test(test_one_shard),
+        cmocka_unit_test(test_hostile_sets),           cmocka_unit_test(test_single_and_empty_first),
         cmocka_unit_test(test_shard_mutations),
     };
     return tu_status(cmocka_run_group_tests(tests, NULL, NULL));

@@ -75,10 +75,20 @@ static void init_model(gpu_model *g, uint32_t page_tokens) {
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens) ||
         kv_pool_init(&kvp, vk, &lay, SEQS * pages * page_tokens) || vk_poison(vk, &kvp.buf))
         fail_msg("%s", cd_errmsg());
-    gpu_model_opts o = {.n_ctx = N_CTX, .n_batch = 128, .max_seqs = SEQS, .max_out = OUTS, .kv = &kvp.buf, .lay = &kvp.lay,
-                        .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
-                        .few_kernels = gpu_defaults ? 1 : -1, .few_shape = few_shape, .one_shape = one_shape,
-                        .big_tile = big_tile, .head_shape = head_shape, .int_dot = int_dot ? 1 : -1};
+    gpu_model_opts o = {.n_ctx = N_CTX,
+                        .n_batch = 128,
+                        .max_seqs = SEQS,
+                        .max_out = OUTS,
+                        .kv = &kvp.buf,
+                        .lay = &kvp.lay,
+                        .gate_up_pairs = gpu_defaults ? 1 : -1,
+                        .head_matvec = gpu_defaults ? -1 : 1,
+                        .few_kernels = gpu_defaults ? 1 : -1,
+                        .few_shape = few_shape,
+                        .one_shape = one_shape,
+                        .big_tile = big_tile,
+                        .head_shape = head_shape,
+                        .int_dot = int_dot ? 1 : -1};
     if (gpu_model_init(g, vk, tiny(), &o)) fail_msg("%s", cd_errmsg());
     assert_string_equal(gpu_model_family(g), int_dot ? "xq8" : "float");
     const uint32_t *few = g->matmul_few[0][QTYPE_Q4_K].spec, *one = g->matmul_one[0][QTYPE_Q4_K].spec;
@@ -176,7 +186,7 @@ static void row_kv(const gpu_model *g, const uint16_t *pool, uint32_t r, uint32_
                 for (uint32_t h = 0; h < l->n_head_kv; h++) {
                     uint32_t page = r * g->max_pages + t / l->page_tokens, slot = t % l->page_tokens;
                     size_t o = page * page_halves +
-                               (((size_t)(layer * 2 + kv) * l->n_head_kv + h) * l->page_tokens + slot) * l->head_dim;
+                        (((size_t)(layer * 2 + kv) * l->n_head_kv + h) * l->page_tokens + slot) * l->head_dim;
                     memcpy(out + k, pool + o, l->head_dim * 2);
                     k += l->head_dim;
                 }
@@ -228,7 +238,10 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
             add_tokens(&p, 0, b, 0, 37, true);
             jb = 0;
         }
-        if (!flip && b_last >= 0) { jb = (int)p.n_out; add_tokens(&p, 0, &b_last, b_pos++, 1, true); }
+        if (!flip && b_last >= 0) {
+            jb = (int)p.n_out;
+            add_tokens(&p, 0, &b_last, b_pos++, 1, true);
+        }
         if (c_done < 90) {
             uint32_t k = 90 - c_done < 29 ? 90 - c_done : 29;
             if (c_done + k == 90) jc = (int)p.n_out;
@@ -249,7 +262,10 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
             ja = (int)p.n_out;
             add_tokens(&p, 3, &mixed.gen[a_gen - 1], la + a_gen - 1, 1, true);
         }
-        if (flip && b_last >= 0) { jb = (int)p.n_out; add_tokens(&p, 0, &b_last, b_pos++, 1, true); }
+        if (flip && b_last >= 0) {
+            jb = (int)p.n_out;
+            add_tokens(&p, 0, &b_last, b_pos++, 1, true);
+        }
         run(&g, &p, next);
         if (jb >= 0) b_last = next[jb];
         if (jc >= 0) c_last = next[jc];
@@ -312,8 +328,9 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
         if (gpu_model_batch_logits(&g, 1 + s, last)) fail_msg("%s", cd_errmsg());
         if (memcmp(last, solo.logits + (size_t)(s + 1) * V, V * 4)) fail_msg("verify pass: row %u: logits differ", s);
     }
-    print_message("page %u, prompt %u: %u steps bit-identical alone, among others (%u passes), re-prefilled and verified\n",
-                  page_tokens, la, GEN, pass_no);
+    print_message(
+        "page %u, prompt %u: %u steps bit-identical alone, among others (%u passes), re-prefilled and verified\n",
+        page_tokens, la, GEN, pass_no);
 
     /* and right: against the CPU reference */
     cpu_state cs;
@@ -340,10 +357,19 @@ static void invariance(uint32_t page_tokens, uint32_t la) {
     free_model(&g);
 }
 
-static void test_invariance_page16(void **state) { (void)state; invariance(16, 61); }
-static void test_invariance_page4(void **state) { (void)state; invariance(4, 61); }
+static void test_invariance_page16(void **state) {
+    (void)state;
+    invariance(16, 61);
+}
+static void test_invariance_page4(void **state) {
+    (void)state;
+    invariance(4, 61);
+}
 /* past one attention split (512 positions on a CPU device): the fixed split boundaries matter */
-static void test_invariance_long(void **state) { (void)state; invariance(16, 700); }
+static void test_invariance_long(void **state) {
+    (void)state;
+    invariance(16, 700);
+}
 /* A GPU's kernels on lavapipe: gate-up pairs (the SwiGLU in the matmul's epilogue), the lm_head
  * as the matmul gathering 1-4 wanted rows (the one- and few-token kernels: the same bits) */
 static void test_invariance_gpu_defaults(void **state) {
@@ -388,25 +414,34 @@ static void test_bad_shapes(void **state) {
     if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, 16) || kv_pool_init(&kvp, vk, &lay, 256))
         fail_msg("%s", cd_errmsg());
     /* few_shape, one_shape, head_shape */
-    gpu_rows_shape bad[][3] = {{{.bn = 17}, {0}, {0}}, {{0}, {.bn = 2}, {0}}, {{.kl = 65}, {0}, {0}},
-                               {{0}, {.bm = 64, .kl = 64}, {0}}, {{0}, {0}, {.bn = 17}}};
+    gpu_rows_shape bad[][3] = {{{.bn = 17}, {0}, {0}},
+                               {{0}, {.bn = 2}, {0}},
+                               {{.kl = 65}, {0}, {0}},
+                               {{0}, {.bm = 64, .kl = 64}, {0}},
+                               {{0}, {0}, {.bn = 17}}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gpu_model g;
-        gpu_model_opts o = {.n_ctx = 256, .n_batch = 8, .kv = &kvp.buf, .lay = &kvp.lay, .few_kernels = 1,
-                            .head_matvec = -1, .few_shape = bad[i][0], .one_shape = bad[i][1],
+        gpu_model_opts o = {.n_ctx = 256,
+                            .n_batch = 8,
+                            .kv = &kvp.buf,
+                            .lay = &kvp.lay,
+                            .few_kernels = 1,
+                            .head_matvec = -1,
+                            .few_shape = bad[i][0],
+                            .one_shape = bad[i][1],
                             .head_shape = bad[i][2]};
         assert_int_equal(gpu_model_init(&g, vk, tiny(), &o), -1);
         print_message("refused: %s\n", cd_errmsg());
         assert_non_null(strstr(cd_errmsg(), "kernel"));
     }
-    gpu_tile_shape bad_tiles[] = {{.bm = 64, .bn = 64, .bk = 48, .tm = 4, .tn = 4}, /* bk not dividing 256 */
-                                  {.bm = 64, .bn = 64, .bk = 32, .tm = 6, .tn = 4},  /* tm not a multiple of 4 */
+    gpu_tile_shape bad_tiles[] = {{.bm = 64, .bn = 64, .bk = 48, .tm = 4, .tn = 4},    /* bk not dividing 256 */
+                                  {.bm = 64, .bn = 64, .bk = 32, .tm = 6, .tn = 4},    /* tm not a multiple of 4 */
                                   {.bm = 256, .bn = 128, .bk = 16, .tm = 4, .tn = 4},  /* 2,048 invocations */
                                   {.bm = 256, .bn = 256, .bk = 64, .tm = 8, .tn = 8}}; /* 133 KB of shared memory */
     for (size_t i = 0; i < sizeof bad_tiles / sizeof bad_tiles[0]; i++) {
         gpu_model g;
-        gpu_model_opts o = {.n_ctx = 256, .n_batch = 8, .kv = &kvp.buf, .lay = &kvp.lay, .few_kernels = 1,
-                            .big_tile = bad_tiles[i]};
+        gpu_model_opts o = {
+            .n_ctx = 256, .n_batch = 8, .kv = &kvp.buf, .lay = &kvp.lay, .few_kernels = 1, .big_tile = bad_tiles[i]};
         assert_int_equal(gpu_model_init(&g, vk, tiny(), &o), -1);
         print_message("refused: %s\n", cd_errmsg());
         assert_non_null(strstr(cd_errmsg(), "tile"));

@@ -53,7 +53,7 @@ typedef struct seq1 {
     kv_pool pool;
     gpu_model g;
     kv_seq s;
-    int32_t next;  /* the greedy token after the last run's last token (when wanted) */
+    int32_t next; /* the greedy token after the last run's last token (when wanted) */
 } seq1;
 
 /* The next model made runs a GPU's default kernels (gate-up pairs, the lm_head as the matmul
@@ -67,12 +67,18 @@ static void seq1_init(seq1 *q, const model *m, uint32_t n_ctx, uint32_t n_batch,
     const model_config *c = &m->cfg;
     kv_layout lay;
     memset(q, 0, sizeof *q);
-    if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, page_tokens ? page_tokens : KV_PAGE_TOKENS_DEFAULT) ||
+    if (kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim,
+                       page_tokens ? page_tokens : KV_PAGE_TOKENS_DEFAULT) ||
         kv_pool_init(&q->pool, vk, &lay, n_ctx) || vk_poison(vk, &q->pool.buf))
         fail_msg("%s", cd_errmsg());
-    gpu_model_opts o = {.n_ctx = n_ctx, .n_batch = n_batch, .kv = &q->pool.buf, .lay = &q->pool.lay,
-                        .gate_up_pairs = gpu_defaults ? 1 : -1, .head_matvec = gpu_defaults ? -1 : 1,
-                        .few_kernels = gpu_defaults ? 1 : -1, .int_dot = int_dot ? 1 : -1};
+    gpu_model_opts o = {.n_ctx = n_ctx,
+                        .n_batch = n_batch,
+                        .kv = &q->pool.buf,
+                        .lay = &q->pool.lay,
+                        .gate_up_pairs = gpu_defaults ? 1 : -1,
+                        .head_matvec = gpu_defaults ? -1 : 1,
+                        .few_kernels = gpu_defaults ? 1 : -1,
+                        .int_dot = int_dot ? 1 : -1};
     if (gpu_model_init(&q->g, vk, m, &o)) fail_msg("%s", cd_errmsg());
     assert_string_equal(gpu_model_family(&q->g), int_dot ? "xq8" : "float");
     for (uint32_t il = 0; il < c->n_layer; il++) /* the path the test asked for */
@@ -152,7 +158,8 @@ static void logits_vs_cpu(const model *m, const char *what, double bound) {
         random_prompt(&r, ids, lens[i]);
         bool top1;
         double err = compare_prompt(m, ids, lens[i], &top1);
-        print_message("%s, prompt %u tokens: rel L2 %.2e, top-1 %s\n", what, lens[i], err, top1 ? "equal" : "DIFFERENT");
+        print_message("%s, prompt %u tokens: rel L2 %.2e, top-1 %s\n", what, lens[i], err,
+                      top1 ? "equal" : "DIFFERENT");
         assert_true(err < bound);
         assert_true(top1);
     }
@@ -203,8 +210,8 @@ static void test_logits_int_dot(void **state) {
     random_prompt(&r, ids, 40);
     bool top1;
     double same = compare_prompt_to(m, ids, 40, true, &top1), other = compare_prompt_to(m, ids, 40, false, &top1);
-    print_message("integer family, 40 tokens: rel L2 to the CPU's integer family %.2e, to its float family %.2e\n", same,
-                  other);
+    print_message("integer family, 40 tokens: rel L2 to the CPU's integer family %.2e, to its float family %.2e\n",
+                  same, other);
     assert_true(same * 1.5 < other);
     assert_true(greedy_ok(m, "tiny q4_k_m, integer family", 8)); /* all 8: greedy_ok's 95% */
     gpu_defaults = true;
@@ -357,7 +364,9 @@ static bool full_wants(const char *preset, const char *quant) {
  * default, q4_k_m). Every model runs; the test fails at the end if any fell short. */
 static void test_greedy_full(void **state) {
     (void)state;
-    const struct { const char *file, *preset, *quant; } ms[] = {
+    const struct {
+        const char *file, *preset, *quant;
+    } ms[] = {
         {"gpu_tiny_f32.gguf", "tiny", "f32"},   {"gpu_tiny_f16.gguf", "tiny", "f16"},
         {"gpu_small_f32.gguf", "small", "f32"}, {"gpu_small_f16.gguf", "small", "f16"},
         {"gpu_small_mix.gguf", "small", "mix"}, {"gpu_small_q4km.gguf", "small", "q4_k_m"},
@@ -387,8 +396,8 @@ typedef struct outcome {
 } outcome;
 
 static void run_way(const model *m, const int32_t *ids, uint32_t n, int way, outcome *o) {
-    uint32_t n_batch = way == 3 ? 8 : 0;                            /* prompt in passes of 8 */
-    uint32_t page = way == 4 ? 64 : way == 5 ? 5 : 0;               /* one page; many small ones */
+    uint32_t n_batch = way == 3 ? 8 : 0;              /* prompt in passes of 8 */
+    uint32_t page = way == 4 ? 64 : way == 5 ? 5 : 0; /* one page; many small ones */
     seq1 g;
     seq1_init(&g, m, 48, n_batch, page);
     if (way == 1) { /* token by token: decode-shaped passes */
@@ -411,8 +420,8 @@ static void run_way(const model *m, const int32_t *ids, uint32_t n, int way, out
 static void test_prefill_ways_agree(void **state) {
     (void)state;
     model *m = load("gpu_tiny_ways.gguf", NULL, 17, NULL);
-    const char *names[] = {"one pass", "token by token", "prefix + continuation", "passes of 8",
-                           "one 64-token page", "5-token pages"};
+    const char *names[] = {"one pass",    "token by token",    "prefix + continuation",
+                           "passes of 8", "one 64-token page", "5-token pages"};
     int32_t ids[37];
     rng r;
     rng_seed(&r, 31);
@@ -462,16 +471,11 @@ int main(int argc, char **argv) {
         return tu_status(cmocka_run_group_tests(full, vk_setup, vk_teardown));
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_logits_moe_mix),
-        cmocka_unit_test(test_load_progress),
-        cmocka_unit_test(test_rewind),
-        cmocka_unit_test(test_greedy_generation),
-        cmocka_unit_test(test_default_model),
-        cmocka_unit_test(test_prefill_ways_agree),
-        cmocka_unit_test(test_logits_dense),
-        cmocka_unit_test(test_logits_dense_pairs),
-        cmocka_unit_test(test_logits_f32),
-        cmocka_unit_test(test_logits_lowbit),
+        cmocka_unit_test(test_logits_moe_mix), cmocka_unit_test(test_load_progress),
+        cmocka_unit_test(test_rewind),         cmocka_unit_test(test_greedy_generation),
+        cmocka_unit_test(test_default_model),  cmocka_unit_test(test_prefill_ways_agree),
+        cmocka_unit_test(test_logits_dense),   cmocka_unit_test(test_logits_dense_pairs),
+        cmocka_unit_test(test_logits_f32),     cmocka_unit_test(test_logits_lowbit),
         cmocka_unit_test(test_logits_int_dot),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*default*" */

@@ -57,7 +57,8 @@ static uint64_t fill_pages(tier *t, const uint32_t *pages, uint32_t n, uint32_t 
     cvk_cmd *c = &vk->cmd;
     if (cvk_cmd_begin(c)) fail_msg("%s", cd_errmsg());
     for (uint32_t i = 0; i < n; i++)
-        assert_int_equal(cvk_cmd_fill(c, cvk_view_range(&t->pool, (uint64_t)pages[i] * PB, PB), pattern(base, pages[i])), 0);
+        assert_int_equal(
+            cvk_cmd_fill(c, cvk_view_range(&t->pool, (uint64_t)pages[i] * PB, PB), pattern(base, pages[i])), 0);
     cvk_barrier_device_to_host(c->cb);
     if (cvk_cmd_run(c)) fail_msg("%s", cd_errmsg());
     return c->waited_copies;
@@ -69,7 +70,8 @@ static uint64_t copy_pages(tier *t, const uint32_t *src, const uint32_t *dst, ui
     if (cvk_cmd_begin(c)) fail_msg("%s", cd_errmsg());
     for (uint32_t i = 0; i < n; i++)
         assert_int_equal(cvk_cmd_copy(c, cvk_view_range(&t->pool, (uint64_t)src[i] * PB, PB),
-                                      cvk_view_range(&t->pool, (uint64_t)dst[i] * PB, PB)), 0);
+                                      cvk_view_range(&t->pool, (uint64_t)dst[i] * PB, PB)),
+                         0);
     cvk_barrier_device_to_host(c->cb);
     if (cvk_cmd_run(c)) fail_msg("%s", cd_errmsg());
     return c->waited_copies;
@@ -108,7 +110,7 @@ static void test_demote_then_overwrite(void **st) {
     for (uint32_t i = 0; i < 4; i++) assert_int_equal(kv_host_slot_alloc(&t.h, &slots[i]), 0);
     assert_int_equal(kv_host_copy(&t.h, pages, slots, 4, KV_HOST_DEMOTE), 0);
     uint64_t waited = fill_pages(&t, pages, 4, 0xB0000000u); /* the pages are the pool's again */
-    if (t.h.async) assert_int_equal(waited, t.h.last);        /* ... after the copy read them */
+    if (t.h.async) assert_int_equal(waited, t.h.last);       /* ... after the copy read them */
     assert_int_equal(kv_host_sync(&t.h), 0);
     for (uint32_t i = 0; i < 4; i++) {
         expect_slot(&t, slots[i], pattern(0xA0000000u, pages[i]));
@@ -190,7 +192,7 @@ static void test_semaphore_bookkeeping(void **st) {
     uint64_t v0 = d->copies.value;
     fill_pages(&t, &page, 1, 1);
     uint64_t c0 = d->compute.value;
-    assert_true(c0 > 0); /* every compute submit signals */
+    assert_true(c0 > 0);                              /* every compute submit signals */
     assert_int_equal(fill_pages(&t, &page, 1, 2), 0); /* no copy pending: no wait */
     assert_int_equal(d->compute.value, c0 + 1);
     uint64_t waits0 = d->copy_waits;
@@ -202,7 +204,7 @@ static void test_semaphore_bookkeeping(void **st) {
     assert_int_equal(kv_host_copy(&t.h, &page, &slot, 1, KV_HOST_DEMOTE), 0);
     assert_int_equal(t.h.last, v0 + 2);
     assert_int_equal(d->transfer_saw_compute, c0 + 1); /* no compute since: nothing new to wait for */
-    assert_int_equal(d->compute.value, c0 + 1); /* copies signal only their own timeline */
+    assert_int_equal(d->compute.value, c0 + 1);        /* copies signal only their own timeline */
 
     assert_int_equal(fill_pages(&t, &page, 1, 3), v0 + 2); /* waits for the newest copy */
     assert_int_equal(d->copy_waits, waits0 + 1);
@@ -229,8 +231,8 @@ static void test_semaphore_bookkeeping(void **st) {
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
     vk->stager.force_staging = false;
     uint64_t sw = vk->stager.slot[0].cmd.waited_copies > vk->stager.slot[1].cmd.waited_copies
-                      ? vk->stager.slot[0].cmd.waited_copies
-                      : vk->stager.slot[1].cmd.waited_copies;
+        ? vk->stager.slot[0].cmd.waited_copies
+        : vk->stager.slot[1].cmd.waited_copies;
     assert_int_equal(sw, last);
     cvk_buffer_destroy(&vk->mem, &small);
 
@@ -274,10 +276,8 @@ static void test_sync_fallback(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_demote_then_overwrite),
-        cmocka_unit_test(test_restore_then_read),
-        cmocka_unit_test(test_reuse_back_to_back),
-        cmocka_unit_test(test_semaphore_bookkeeping),
+        cmocka_unit_test(test_demote_then_overwrite), cmocka_unit_test(test_restore_then_read),
+        cmocka_unit_test(test_reuse_back_to_back),    cmocka_unit_test(test_semaphore_bookkeeping),
         cmocka_unit_test(test_sync_fallback),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER"));

@@ -24,7 +24,7 @@ static void count_item(void *ctx, uint32_t item, uint32_t worker) {
     atomic_fetch_add(&t->done[item], 1);
     if (worker >= t->workers) atomic_fetch_add(&t->bad, 1);
     else atomic_fetch_add(&t->by[worker], 1);
-    for (volatile int spin = 0; spin < 200; spin++) { } /* a little work, so workers overlap */
+    for (volatile int spin = 0; spin < 200; spin++) {} /* a little work, so workers overlap */
 }
 
 static void run_jobs(uint32_t helpers) {
@@ -32,7 +32,8 @@ static void run_jobs(uint32_t helpers) {
     host_workers_init(&w, helpers);
     assert_true(host_workers_count(&w) <= helpers + 1);
     enum { MAX = 300 };
-    tally t = {.done = calloc(MAX, sizeof *t.done), .by = calloc(host_workers_count(&w), sizeof *t.by),
+    tally t = {.done = calloc(MAX, sizeof *t.done),
+               .by = calloc(host_workers_count(&w), sizeof *t.by),
                .workers = host_workers_count(&w)};
     assert_true(t.done && t.by);
     uint32_t others = 0;
@@ -41,7 +42,8 @@ static void run_jobs(uint32_t helpers) {
         for (uint32_t i = 0; i < MAX; i++) atomic_store(&t.done[i], 0);
         host_workers_run(&w, n, count_item, &t);
         for (uint32_t i = 0; i < MAX; i++)
-            if (atomic_load(&t.done[i]) != (i < n)) fail_msg("job %u: item %u ran %u times", job, i, atomic_load(&t.done[i]));
+            if (atomic_load(&t.done[i]) != (i < n))
+                fail_msg("job %u: item %u ran %u times", job, i, atomic_load(&t.done[i]));
     }
     assert_int_equal(atomic_load(&t.bad), 0);
     for (uint32_t k = 1; k < t.workers; k++) others += atomic_load(&t.by[k]);

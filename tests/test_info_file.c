@@ -117,14 +117,18 @@ static void test_refused_rope(void **state) {
     assert_int_equal(gguf_writer_write(w, path), 0);
     gguf_writer_free(w);
     char *text = info_of(path);
-    has_line(text, "rope scaling      longrope, factor 4, original context 32768 (cinder refuses it: RoPE scaling "
-                   "'longrope' is not supported (cinder runs none, linear and yarn))");
+    has_line(text,
+             "rope scaling      longrope, factor 4, original context 32768 (cinder refuses it: RoPE scaling "
+             "'longrope' is not supported (cinder runs none, linear and yarn))");
     free(text);
 }
 
 static void test_file_type_absent_or_unknown(void **state) {
     (void)state;
-    static const struct { int64_t id; const char *line; } cases[] = {
+    static const struct {
+        int64_t id;
+        const char *line;
+    } cases[] = {
         {-1, "file type         not recorded (no general.file_type; the tensor types are below)"},
         {99, "file type         unknown (general.file_type 99 is not in llama.cpp's llama_ftype)"},
         {0, "file type         F32 (LLAMA_FTYPE_ALL_F32, general.file_type 0)"},
@@ -159,8 +163,9 @@ static void test_split_file(void **state) {
     }
     gguf_split_path(first, sizeof first, prefix, 0, n);
     char *text = info_of(first);
-    has_line(text, "split             4 shards, info_split-00001-of-00004.gguf ... info_split-00004-of-00004.gguf "
-                   "(all present)");
+    has_line(text,
+             "split             4 shards, info_split-00001-of-00004.gguf ... info_split-00004-of-00004.gguf "
+             "(all present)");
     char want[128];
     snprintf(want, sizeof want, "bytes on disk     %zu (%.1f MiB in 4 files)", total, total / 1048576.0);
     has_line(text, want);
@@ -171,10 +176,8 @@ static void test_split_file(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_file_type_names),
-        cmocka_unit_test(test_described_file),
-        cmocka_unit_test(test_refused_rope),
-        cmocka_unit_test(test_file_type_absent_or_unknown),
+        cmocka_unit_test(test_file_type_names), cmocka_unit_test(test_described_file),
+        cmocka_unit_test(test_refused_rope),    cmocka_unit_test(test_file_type_absent_or_unknown),
         cmocka_unit_test(test_split_file),
     };
     return tu_status(cmocka_run_group_tests(tests, NULL, NULL));

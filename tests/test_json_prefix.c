@@ -45,34 +45,80 @@ static void refuses_at(const char *s, size_t bad) {
 static void test_valid(void **state) {
     (void)state;
     const char *ok[] = {
-        "{}", "\n\t{ }", " {\n  \"a\": 1\n}", "{\"a\":1}", "{\"a\" : [ ] , \"b\" : { } }", "{\"\":\"\"}",
-        "{\"n\":[0,-0,12,-3.25,1e5,1E+5,2.5e-10,-0.0e0,10]}", "{\"t\":[true,false,null]}",
+        "{}",
+        "\n\t{ }",
+        " {\n  \"a\": 1\n}",
+        "{\"a\":1}",
+        "{\"a\" : [ ] , \"b\" : { } }",
+        "{\"\":\"\"}",
+        "{\"n\":[0,-0,12,-3.25,1e5,1E+5,2.5e-10,-0.0e0,10]}",
+        "{\"t\":[true,false,null]}",
         "{\"s\":\"\\\" \\\\ \\/ \\b \\f \\n \\r \\t \\u00e9 \\uD83D\\uDE00\"}",
         "{\"u\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xed\x9f\xbf \xf4\x8f\xbf\xbf\"}",
-        "{\"deep\":[[[[{\"x\":[{}]}]]]],\"after\":1}", "{\"a\":{\"b\":{\"c\":[1,[2,[3]]]}}}",
+        "{\"deep\":[[[[{\"x\":[{}]}]]]],\"after\":1}",
+        "{\"a\":{\"b\":{\"c\":[1,[2,[3]]]}}}",
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) accepts(ok[i]);
 }
 
 static void test_invalid(void **state) {
     (void)state;
-    const struct { const char *s; size_t bad; } no[] = {
-        {"[1]", 0}, {"\"x\"", 0}, {"1", 0}, {" x", 1},            /* the top level is an object */
-        {"{}", 2}, {"{} ", 2},                                     /* nothing after it */
-        {"{a:1}", 1}, {"{\"a\" 1}", 5}, {"{\"a\":}", 5}, {"{,}", 1}, {"{\"a\":1,}", 7},
-        {"{\"a\":[1,]}", 8}, {"{\"a\":[1}", 7}, {"{\"a\":{]", 6}, {"{\"a\":1]", 6},
-        {"{\"a\":01}", 6}, {"{\"a\":-}", 6}, {"{\"a\":1.}", 7}, {"{\"a\":1e}", 7}, {"{\"a\":.5}", 5},
-        {"{\"a\":+1}", 5}, {"{\"a\":1.2.3}", 8}, {"{\"a\":tru}", 8}, {"{\"a\":nul1}", 8}, {"{\"a\":True}", 5},
-        {"{\"a\":\"\\x\"}", 7}, {"{\"a\":\"\\u12G4\"}", 10}, {"{\"a\":\"\x01\"}", 6}, {"{\"a\":\"\n\"}", 6},
-        {"{\"a\":\"\xc0\xaf\"}", 6}, {"{\"a\":\"\xe0\x80\x80\"}", 7}, {"{\"a\":\"\xed\xa0\x80\"}", 7},
-        {"{\"a\":\"\xf4\x90\x80\x80\"}", 7}, {"{\"a\":\"\xf5\"}", 6}, {"{\"a\":\"\xc3\"}", 7}, {"{\"a\":\"\x80\"}", 6},
-        {"{\"a\":1}\xc3\xa9", 7}, {"{\xc3\xa9}", 1},
+    const struct {
+        const char *s;
+        size_t bad;
+    } no[] = {
+        {"[1]", 0},
+        {"\"x\"", 0},
+        {"1", 0},
+        {" x", 1}, /* the top level is an object */
+        {"{}", 2},
+        {"{} ", 2}, /* nothing after it */
+        {"{a:1}", 1},
+        {"{\"a\" 1}", 5},
+        {"{\"a\":}", 5},
+        {"{,}", 1},
+        {"{\"a\":1,}", 7},
+        {"{\"a\":[1,]}", 8},
+        {"{\"a\":[1}", 7},
+        {"{\"a\":{]", 6},
+        {"{\"a\":1]", 6},
+        {"{\"a\":01}", 6},
+        {"{\"a\":-}", 6},
+        {"{\"a\":1.}", 7},
+        {"{\"a\":1e}", 7},
+        {"{\"a\":.5}", 5},
+        {"{\"a\":+1}", 5},
+        {"{\"a\":1.2.3}", 8},
+        {"{\"a\":tru}", 8},
+        {"{\"a\":nul1}", 8},
+        {"{\"a\":True}", 5},
+        {"{\"a\":\"\\x\"}", 7},
+        {"{\"a\":\"\\u12G4\"}", 10},
+        {"{\"a\":\"\x01\"}", 6},
+        {"{\"a\":\"\n\"}", 6},
+        {"{\"a\":\"\xc0\xaf\"}", 6},
+        {"{\"a\":\"\xe0\x80\x80\"}", 7},
+        {"{\"a\":\"\xed\xa0\x80\"}", 7},
+        {"{\"a\":\"\xf4\x90\x80\x80\"}", 7},
+        {"{\"a\":\"\xf5\"}", 6},
+        {"{\"a\":\"\xc3\"}", 7},
+        {"{\"a\":\"\x80\"}", 6},
+        {"{\"a\":1}\xc3\xa9", 7},
+        {"{\xc3\xa9}", 1},
     };
     for (size_t i = 0; i < sizeof no / sizeof *no; i++) refuses_at(no[i].s, no[i].bad);
     /* whitespace runs: nothing, one space, or a newline and up to 20 spaces or tabs */
-    const struct { const char *s; size_t bad; } ws[] = {
-        {"{  }", 2}, {"{\r}", 1}, {"{\t}", 1}, {"{\n\n}", 2}, {" \n{}", 1}, {"{\"a\":1 \n}", 7},
-        {"{\n                     }", 22}, {"{\"a\": [1,  2]}", 10}};
+    const struct {
+        const char *s;
+        size_t bad;
+    } ws[] = {{"{  }", 2},
+              {"{\r}", 1},
+              {"{\t}", 1},
+              {"{\n\n}", 2},
+              {" \n{}", 1},
+              {"{\"a\":1 \n}", 7},
+              {"{\n                     }", 22},
+              {"{\"a\": [1,  2]}", 10}};
     for (size_t i = 0; i < sizeof ws / sizeof *ws; i++) refuses_at(ws[i].s, ws[i].bad);
     accepts("{\n                    }");
     accepts("{\"a\":\n\t\t[ 1 ,\n 2 ]}");
@@ -93,7 +139,8 @@ static json_t *random_value(rng *r, int d) {
     case 1: return json_real((double)(int)rng_below(r, 20000) / 64.0 - 100);
     case 2: return rng_below(r, 2) ? json_true() : json_null();
     case 3: {
-        static const char *const words[] = {"", "x", "caf\xc3\xa9", "tab\there", "q\"uote", "back\\slash", "\xf0\x9f\x98\x80", "ctl\x01"};
+        static const char *const words[] = {"",        "x",           "caf\xc3\xa9",      "tab\there",
+                                            "q\"uote", "back\\slash", "\xf0\x9f\x98\x80", "ctl\x01"};
         return json_string(words[rng_below(r, 8)]);
     }
     case 4: return json_false();
@@ -128,8 +175,8 @@ static bool ws_runs_ok(const char *t, size_t n) {
         if (c != ' ' && c != '\t' && c != '\n' && c != '\r') continue;
         size_t j = i;
         while (j < n && (t[j] == ' ' || t[j] == '\t' || t[j] == '\n' || t[j] == '\r')) j++;
-        bool ok = (j - i == 1 && c == ' ') || (c == '\n' && j - i <= 21 && !memchr(t + i + 1, '\n', j - i - 1) &&
-                                               !memchr(t + i + 1, '\r', j - i - 1));
+        bool ok = (j - i == 1 && c == ' ') ||
+            (c == '\n' && j - i <= 21 && !memchr(t + i + 1, '\n', j - i - 1) && !memchr(t + i + 1, '\r', j - i - 1));
         if (!ok) return false;
         i = j - 1;
     }
@@ -162,7 +209,8 @@ static void test_against_jansson(void **state) {
         size_t n = strlen(s);
         for (int m = 0; m < 4; m++) {
             char *t = strdup(s);
-            for (uint32_t k = 1 + rng_below(&r, 2); k > 0; k--) t[rng_below(&r, (uint32_t)n)] = mut[rng_below(&r, sizeof mut - 1)];
+            for (uint32_t k = 1 + rng_below(&r, 2); k > 0; k--)
+                t[rng_below(&r, (uint32_t)n)] = mut[rng_below(&r, sizeof mut - 1)];
             json_prefix p;
             json_prefix_init(&p, any);
             bool whole = json_prefix_feed(&p, t, n) && json_prefix_done(&p);
@@ -172,7 +220,8 @@ static void test_against_jansson(void **state) {
             bool theirs = j && json_is_object(j) && !trailing && !memchr(t, 0, n);
             if (theirs && !whole && ws_runs_ok(t, n)) fail_msg("jansson reads, the automaton refuses: %s", t);
             bool range = !j && (strstr(e.text, "overflow") || strstr(e.text, "too big")); /* a number, not grammar */
-            if (whole && !theirs && !strstr(t, "\\u") && !range) fail_msg("the automaton accepts, jansson refuses (%s): %s", e.text, t);
+            if (whole && !theirs && !strstr(t, "\\u") && !range)
+                fail_msg("the automaton accepts, jansson refuses (%s): %s", e.text, t);
             agreed_ok += whole && theirs;
             agreed_bad += !whole && !theirs;
             json_decref(j);
@@ -217,7 +266,8 @@ static void test_mask_shortcuts(void **state) {
             json_mask_apply(&m, l, n);
             for (int32_t id = 0; id < n; id++) {
                 bool want = id % 97 != 0 && json_mask_allows(&m, id);
-                if ((l[id] == 0.0f) != want) fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, s, l[id] == 0.0f, want);
+                if ((l[id] == 0.0f) != want)
+                    fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, s, l[id] == 0.0f, want);
                 allowed += want;
             }
             json_mask_free(&m);

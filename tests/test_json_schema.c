@@ -44,7 +44,11 @@ static bool accepts_whole(const json_schema *s, const char *t, size_t n) {
 
 static void test_refusals(void **state) {
     (void)state;
-    const struct { const char *schema; bool strict; const char *says; } no[] = {
+    const struct {
+        const char *schema;
+        bool strict;
+        const char *says;
+    } no[] = {
         {"{\"type\": \"strin\"}", false, "type must be"},
         {"{\"type\": []}", false, "type is an empty list"},
         {"{\"type\": \"string\", \"pattern\": \"(?=a)b\"}", true, "lookaround"},
@@ -56,7 +60,8 @@ static void test_refusals(void **state) {
         {"{\"type\": \"string\", \"pattern\": \"^\\\"$\"}", true, "matches no string written without escapes"},
         {"{\"type\": \"string\", \"pattern\": \"a{70}\"}", true, "too long"},
         {"{\"type\": \"string\", \"pattern\": \"a+\", \"maxLength\": 3}", true, "pattern with minLength or maxLength"},
-        {"{\"properties\": {\"n\": {\"type\": \"number\", \"minimum\": 1}}}", true, "properties.n: minimum / maximum of numbers"},
+        {"{\"properties\": {\"n\": {\"type\": \"number\", \"minimum\": 1}}}", true,
+         "properties.n: minimum / maximum of numbers"},
         {"{\"type\": \"integer\", \"minimum\": 3, \"maximum\": 2}", false, "no integer lies between"},
         {"{\"type\": \"integer\", \"exclusiveMinimum\": 2, \"exclusiveMaximum\": 3}", false, "no integer lies between"},
         {"{\"type\": \"integer\", \"minimum\": \"1\"}", false, "minimum must be a number"},
@@ -71,14 +76,18 @@ static void test_refusals(void **state) {
         {"{\"type\": \"array\", \"minItems\": 3, \"maxItems\": 2}", false, "minItems is above maxItems"},
         {"{\"minLength\": -1}", false, "minLength must be a non-negative integer"},
         {"{\"maxLength\": 2, \"minLength\": 3}", false, "minLength is above maxLength"},
-        {"{\"$defs\": {\"a\": {\"anyOf\": [{\"$ref\": \"#/$defs/a\"}, {\"type\": \"null\"}]}}, \"$ref\": \"#/$defs/a\"}", false,
-         "refers to itself"},
-        {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}}, \"required\": [\"next\"]}}, "
-         "\"$ref\": \"#/$defs/n\"}", false, "no instance nested"},
+        {"{\"$defs\": {\"a\": {\"anyOf\": [{\"$ref\": \"#/$defs/a\"}, {\"type\": \"null\"}]}}, \"$ref\": "
+         "\"#/$defs/a\"}",
+         false, "refers to itself"},
+        {"{\"$defs\": {\"n\": {\"type\": \"object\", \"properties\": {\"next\": {\"$ref\": \"#/$defs/n\"}}, "
+         "\"required\": [\"next\"]}}, "
+         "\"$ref\": \"#/$defs/n\"}",
+         false, "no instance nested"},
         {"false", false, "matches nothing"},
         {"{\"$ref\": \"#\"}", false, "lead back to themselves"},
-        {"{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"allOf\": [{\"$ref\": \"#/$defs/a\"}]}}, \"$ref\": \"#/$defs/a\"}", false,
-         "lead back to themselves"},
+        {"{\"$defs\": {\"a\": {\"$ref\": \"#/$defs/b\"}, \"b\": {\"allOf\": [{\"$ref\": \"#/$defs/a\"}]}}, \"$ref\": "
+         "\"#/$defs/a\"}",
+         false, "lead back to themselves"},
         {"{\"anyOf\": [false]}", false, "no branch"},
         {"{\"anyOf\": {}}", false, "anyOf must be a non-empty array"},
         {"{\"allOf\": [{}, {}]}", true, "allOf is supported with one schema only"},
@@ -91,11 +100,13 @@ static void test_refusals(void **state) {
     for (size_t i = 0; i < sizeof no / sizeof *no; i++) {
         json_schema *s = json_schema_compile_text(no[i].schema, no[i].strict);
         if (s) fail_msg("compiled %s", no[i].schema);
-        if (!strstr(cd_errmsg(), no[i].says)) fail_msg("%s: \"%s\" does not say \"%s\"", no[i].schema, cd_errmsg(), no[i].says);
+        if (!strstr(cd_errmsg(), no[i].says))
+            fail_msg("%s: \"%s\" does not say \"%s\"", no[i].schema, cd_errmsg(), no[i].says);
     }
     /* 65 properties */
     char big[4096] = "{\"properties\": {";
-    for (int i = 0; i < 65; i++) snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"p%d\": {}", i ? ", " : "", i);
+    for (int i = 0; i < 65; i++)
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"p%d\": {}", i ? ", " : "", i);
     strcat(big, "}}");
     assert_null(json_schema_compile_text(big, false));
     assert_non_null(strstr(cd_errmsg(), "at most 64"));
@@ -109,50 +120,77 @@ static void test_refusals(void **state) {
 /* Each schema with texts it takes whole and texts it refuses. */
 static void test_examples(void **state) {
     (void)state;
-    const struct { const char *schema; const char *yes[6]; const char *no[8]; } ex[] = {
+    const struct {
+        const char *schema;
+        const char *yes[6];
+        const char *no[8];
+    } ex[] = {
         {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}, \"ab\": {\"type\": \"string\"}, "
          "\"b\": {\"type\": \"boolean\"}}, \"required\": [\"ab\"]}",
          {"{\"ab\":\"x\"}", "{\"a\":1,\"ab\":\"\"}", "{\"b\":false, \"ab\":\"y\", \"a\":-20}", "{\n  \"ab\": \"z\"\n}"},
-         {"{}", "{\"a\":1}", "{\"ab\":\"x\",\"c\":1}", "{\"ab\":1}", "{\"a\":1.5,\"ab\":\"\"}", "{\"ab\":\"x\",\"ab\":\"y\"}",
-          "{\"a\":1e2,\"ab\":\"\"}", "{\"abc\":\"x\"}"}},
+         {"{}", "{\"a\":1}", "{\"ab\":\"x\",\"c\":1}", "{\"ab\":1}", "{\"a\":1.5,\"ab\":\"\"}",
+          "{\"ab\":\"x\",\"ab\":\"y\"}", "{\"a\":1e2,\"ab\":\"\"}", "{\"abc\":\"x\"}"}},
         {"{\"enum\": [\"red\", \"green\", 12, 1, null, [1, 2], {\"k\": true}]}",
          {"\"red\"", "\"green\"", "12", "1", "null", "[1,2]"},
          {"\"re\"", "\"blue\"", "2", "123", "[1, 2]", "true", "{\"k\":false}", "\"red\" "}},
         {"{\"const\": {\"k\": true}}", {"{\"k\":true}"}, {"{\"k\": true}", "{}", "true"}},
         {"{\"type\": \"array\", \"items\": {\"type\": \"number\"}, \"minItems\": 1, \"maxItems\": 3}",
-         {"[1]", "[1,2.5,-3e4]", "[ 0 ]"}, {"[]", "[1,2,3,4]", "[\"1\"]", "[1,]", "{}"}},
+         {"[1]", "[1,2.5,-3e4]", "[ 0 ]"},
+         {"[]", "[1,2,3,4]", "[\"1\"]", "[1,]", "{}"}},
         {"{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}",
-         {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"a\\n\""}, {"\"a\"", "\"abcd\"", "\"\\u0041b\"", "\"\xc3\xa9\"", "1"}},
-        {"{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"args\": {\"type\": \"object\", "
-         "\"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"]}}, \"required\": [\"name\", \"args\"]}, "
+         {"\"ab\"", "\"abc\"", "\"\xc3\xa9\xc3\xa9\"", "\"a\\n\""},
+         {"\"a\"", "\"abcd\"", "\"\\u0041b\"", "\"\xc3\xa9\"", "1"}},
+        {"{\"anyOf\": [{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"args\": {\"type\": "
+         "\"object\", "
+         "\"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"]}}, \"required\": [\"name\", "
+         "\"args\"]}, "
          "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"put\"}, \"args\": {\"type\": \"object\", "
-         "\"properties\": {\"text\": {\"type\": \"string\"}}, \"required\": [\"text\"]}}, \"required\": [\"name\", \"args\"]}]}",
-         {"{\"name\":\"get\",\"args\":{\"id\":7}}", "{\"name\":\"put\",\"args\":{\"text\":\"hi\"}}", "{\"args\":{\"id\":7},\"name\":\"get\"}"},
-         {"{\"name\":\"get\",\"args\":{\"text\":\"hi\"}}", "{\"name\":\"put\",\"args\":{\"id\":7}}", "{\"name\":\"del\",\"args\":{}}",
-          "{\"args\":{\"id\":7}}"}},
+         "\"properties\": {\"text\": {\"type\": \"string\"}}, \"required\": [\"text\"]}}, \"required\": [\"name\", "
+         "\"args\"]}]}",
+         {"{\"name\":\"get\",\"args\":{\"id\":7}}", "{\"name\":\"put\",\"args\":{\"text\":\"hi\"}}",
+          "{\"args\":{\"id\":7},\"name\":\"get\"}"},
+         {"{\"name\":\"get\",\"args\":{\"text\":\"hi\"}}", "{\"name\":\"put\",\"args\":{\"id\":7}}",
+          "{\"name\":\"del\",\"args\":{}}", "{\"args\":{\"id\":7}}"}},
         {"{\"type\": [\"integer\", \"null\"]}", {"0", "-12", "null"}, {"1.5", "01", "\"1\"", "nul", "true"}},
-        {"{\"type\": \"integer\", \"minimum\": -3, \"exclusiveMaximum\": 120}", {"-3", "0", "-0", "7", "119", "45"},
+        {"{\"type\": \"integer\", \"minimum\": -3, \"exclusiveMaximum\": 120}",
+         {"-3", "0", "-0", "7", "119", "45"},
          {"-4", "120", "-30", "1000", "1.0", "-"}},
         {"{\"type\": \"integer\", \"minimum\": 5, \"maximum\": 7}", {"5", "6", "7"}, {"4", "8", "0", "56", "-5", "10"}},
-        {"{\"type\": \"array\", \"items\": {\"type\": \"integer\", \"minimum\": 10, \"maximum\": 99}}", {"[10,99,42]", "[]"},
+        {"{\"type\": \"array\", \"items\": {\"type\": \"integer\", \"minimum\": 10, \"maximum\": 99}}",
+         {"[10,99,42]", "[]"},
          {"[5]", "[9,10]", "[100]", "[-10]", "[10.5]"}},
         {"{\"type\": \"integer\", \"maximum\": -5}", {"-5", "-123456789012345678"}, {"-4", "0", "5", "-0"}},
-        {"{\"type\": \"integer\", \"minimum\": 1.5, \"maximum\": 3, \"exclusiveMaximum\": true}", {"2"}, {"1", "3", "4"}},
+        {"{\"type\": \"integer\", \"minimum\": 1.5, \"maximum\": 3, \"exclusiveMaximum\": true}",
+         {"2"},
+         {"1", "3", "4"}},
         {"{\"type\": \"string\", \"nullable\": true}", {"\"x\"", "null"}, {"1", "false"}},
-        {"{\"type\": \"string\", \"pattern\": \"^[A-Z]{2}-\\\\d{3}$\"}", {"\"AB-123\"", "\"ZZ-000\""},
+        {"{\"type\": \"string\", \"pattern\": \"^[A-Z]{2}-\\\\d{3}$\"}",
+         {"\"AB-123\"", "\"ZZ-000\""},
          {"\"AB-12\"", "\"ab-123\"", "\"AB-1234\"", "\"AB\\u002d123\"", "\"\""}},
-        {"{\"type\": \"string\", \"pattern\": \"ab\"}", {"\"xxabyy\"", "\"ab\"", "\"a\u00e9ab\""}, {"\"a\"", "\"ba\"", "\"\""}},
-        {"{\"type\": \"string\", \"pattern\": \"^(cat|dog)s?$\"}", {"\"cat\"", "\"dogs\""}, {"\"cats!\"", "\"bird\"", "\"catdog\""}},
-        {"{\"type\": \"string\", \"pattern\": \"^\u00e9+.$\"}", {"\"\u00e9\u00e9\"", "\"\u00e9\u20ac\"", "\"\u00e9\u00e9\u00e9\xf0\x9f\x98\x80\""},
+        {"{\"type\": \"string\", \"pattern\": \"ab\"}",
+         {"\"xxabyy\"", "\"ab\"", "\"a\u00e9ab\""},
+         {"\"a\"", "\"ba\"", "\"\""}},
+        {"{\"type\": \"string\", \"pattern\": \"^(cat|dog)s?$\"}",
+         {"\"cat\"", "\"dogs\""},
+         {"\"cats!\"", "\"bird\"", "\"catdog\""}},
+        {"{\"type\": \"string\", \"pattern\": \"^\u00e9+.$\"}",
+         {"\"\u00e9\u00e9\"", "\"\u00e9\u20ac\"", "\"\u00e9\u00e9\u00e9\xf0\x9f\x98\x80\""},
          {"\"e\"", "\"\u00e9\""}},
-        {"{\"type\": \"string\", \"pattern\": \"^a{2,3}[^0-9]*$\"}", {"\"aa\"", "\"aaax\"", "\"aaaa\""}, {"\"a\"", "\"aa1\""}},
-        {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"kids\": {\"type\": "
+        {"{\"type\": \"string\", \"pattern\": \"^a{2,3}[^0-9]*$\"}",
+         {"\"aa\"", "\"aaax\"", "\"aaaa\""},
+         {"\"a\"", "\"aa1\""}},
+        {"{\"$defs\": {\"node\": {\"type\": \"object\", \"properties\": {\"v\": {\"type\": \"integer\"}, \"kids\": "
+         "{\"type\": "
          "\"array\", \"items\": {\"$ref\": \"#/$defs/node\"}}}, \"required\": [\"v\"]}}, \"$ref\": \"#/$defs/node\"}",
-         {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3}]}"}, {"{\"v\":1,\"kids\":[{}]}", "{\"kids\":[]}"}},
-        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"additionalProperties\": {\"type\": \"string\"}}",
-         {"{\"a\":1,\"x\":\"y\"}", "{\"zz\":\"\",\"a\":2}", "{}"}, {"{\"a\":\"1\"}", "{\"x\":1}", "{\"x\\u0041\":\"y\"}"}},
+         {"{\"v\":1}", "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[]},{\"v\":3}]}"},
+         {"{\"v\":1,\"kids\":[{}]}", "{\"kids\":[]}"}},
+        {"{\"type\": \"object\", \"properties\": {\"a\": {\"type\": \"integer\"}}, \"additionalProperties\": "
+         "{\"type\": \"string\"}}",
+         {"{\"a\":1,\"x\":\"y\"}", "{\"zz\":\"\",\"a\":2}", "{}"},
+         {"{\"a\":\"1\"}", "{\"x\":1}", "{\"x\\u0041\":\"y\"}"}},
         {"{\"type\": \"object\", \"properties\": {\"q\\\"t\": {\"type\": \"null\"}}, \"required\": [\"q\\\"t\"]}",
-         {"{\"q\\\"t\":null}"}, {"{\"q\":null}", "{\"q\\\"\":null}"}},
+         {"{\"q\\\"t\":null}"},
+         {"{\"q\":null}", "{\"q\\\"\":null}"}},
         {"{\"type\": \"object\"}", {"{}", "{\"\\u0041\":[1,{\"b\":null}]}"}, {"[]", "1"}},
         {"true", {"1", "\"s\"", "[{}]", "{\"a\":[]}", "null"}, {"x", "[1,]"}},
     };
@@ -195,7 +233,8 @@ static bool has_escape_u(const json_t *str) { /* as written: a control character
 static bool valid(const json_t *doc, const json_t *sch, const json_t *v);
 
 static bool indented;
-static const json_t *current; /* the schema under test, for messages */ /* the instance is written indented (JSON_INDENT) */
+static const json_t *current;
+/* the schema under test, for messages */ /* the instance is written indented (JSON_INDENT) */
 
 /* An enum or const value matches as its compact text (narrowing): indented, a non-empty array
  * or object is written otherwise. */
@@ -231,7 +270,7 @@ static bool object_ok(const json_t *doc, const json_t *sch, const json_t *v) {
             continue;
         }
         bool declared = props && json_object_size(props);
-        if (!add && declared) return false;  /* narrowing: absent means none when properties are given */
+        if (!add && declared) return false; /* narrowing: absent means none when properties are given */
         if (json_is_false(add)) return false;
         if (declared && strpbrk(k, "\"\\\x01\x02\x1f")) return false; /* narrowing: other keys have no escapes */
         if (add && !valid(doc, add, x)) return false;
@@ -261,7 +300,8 @@ static bool valid(const json_t *doc, const json_t *sch, const json_t *v) {
     }
     if (json_is_object(v)) return object_ok(doc, sch, v);
     if (json_is_array(v)) {
-        const json_t *items = json_object_get(sch, "items"), *mn = json_object_get(sch, "minItems"), *mx = json_object_get(sch, "maxItems");
+        const json_t *items = json_object_get(sch, "items"), *mn = json_object_get(sch, "minItems"),
+                     *mx = json_object_get(sch, "maxItems");
         if (mn && json_array_size(v) < (size_t)json_integer_value(mn)) return false;
         if (mx && json_array_size(v) > (size_t)json_integer_value(mx)) return false;
         json_array_foreach(v, i, x) if (items && !valid(doc, items, x)) return false;
@@ -344,8 +384,12 @@ static json_t *random_schema(rng *r, int d, bool has_defs) {
     case 0: {
         json_t *s = json_pack("{s:s}", "type", "integer");
         int64_t lo = (int64_t)rng_below(r, 400) - 200, hi = lo + (int64_t)rng_below(r, 300);
-        if (rng_below(r, 2)) json_object_set_new(s, rng_below(r, 2) ? "minimum" : "exclusiveMinimum", json_integer(lo - 1 + (int)rng_below(r, 2)));
-        if (rng_below(r, 2)) json_object_set_new(s, rng_below(r, 2) ? "maximum" : "exclusiveMaximum", json_integer(hi + 1 + (int)rng_below(r, 2)));
+        if (rng_below(r, 2))
+            json_object_set_new(s, rng_below(r, 2) ? "minimum" : "exclusiveMinimum",
+                                json_integer(lo - 1 + (int)rng_below(r, 2)));
+        if (rng_below(r, 2))
+            json_object_set_new(s, rng_below(r, 2) ? "maximum" : "exclusiveMaximum",
+                                json_integer(hi + 1 + (int)rng_below(r, 2)));
         return s;
     }
     case 1: return json_pack("{s:s}", "type", "number");
@@ -376,7 +420,8 @@ static json_t *random_schema(rng *r, int d, bool has_defs) {
     }
     default: {
         json_t *alts = json_array();
-        for (uint32_t k = 2 + rng_below(r, 2); k > 0; k--) json_array_append_new(alts, random_schema(r, d - 1, has_defs));
+        for (uint32_t k = 2 + rng_below(r, 2); k > 0; k--)
+            json_array_append_new(alts, random_schema(r, d - 1, has_defs));
         return json_pack("{s:o}", rng_below(r, 2) ? "anyOf" : "oneOf", alts);
     }
     }
@@ -398,7 +443,8 @@ static json_t *random_any(rng *r, int d) {
     }
     default: {
         json_t *o = json_object();
-        for (uint32_t k = rng_below(r, 3); k > 0; k--) json_object_set_new(o, names[rng_below(r, N_NAMES)], random_any(r, d - 1));
+        for (uint32_t k = rng_below(r, 3); k > 0; k--)
+            json_object_set_new(o, names[rng_below(r, N_NAMES)], random_any(r, d - 1));
         return o;
     }
     }
@@ -426,18 +472,21 @@ static json_t *instance(rng *r, const json_t *doc, const json_t *sch, int d) {
         if (b && rng_below(r, 3)) return json_integer(json_integer_value(b) + (json_int_t)rng_below(r, 5) - 2);
         return json_integer((json_int_t)rng_below(r, 200000) - 100000);
     }
-    if (!strcmp(type, "number")) return rng_below(r, 2) ? json_real((double)rng_below(r, 1000) / 32.0 - 10) : json_integer(7);
+    if (!strcmp(type, "number"))
+        return rng_below(r, 2) ? json_real((double)rng_below(r, 1000) / 32.0 - 10) : json_integer(7);
     if (!strcmp(type, "boolean")) return json_boolean(rng_below(r, 2));
     if (!strcmp(type, "null")) return json_null();
     if (!strcmp(type, "string")) {
-        static const char *const w[] = {"", "a", "ab", "abc", "abcd", "abcdef", "\xc3\xa9\xc3\xa9", "a\nb", "tab\there", "ctl\x02"};
+        static const char *const w[] = {"",     "a",         "ab",     "abc", "abcd", "abcdef", "\xc3\xa9\xc3\xa9",
+                                        "a\nb", "tab\there", "ctl\x02"};
         return json_string(w[rng_below(r, 10)]);
     }
     if (!strcmp(type, "array")) {
         json_t *a = json_array();
         const json_t *mx = json_object_get(sch, "maxItems");
         uint32_t n = rng_below(r, mx ? (uint32_t)json_integer_value(mx) + 2 : 4);
-        for (uint32_t k = 0; k < n; k++) json_array_append_new(a, instance(r, doc, json_object_get(sch, "items"), d - 1));
+        for (uint32_t k = 0; k < n; k++)
+            json_array_append_new(a, instance(r, doc, json_object_get(sch, "items"), d - 1));
         return a;
     }
     json_t *o = json_object(), *x;
@@ -449,7 +498,8 @@ static json_t *instance(rng *r, const json_t *doc, const json_t *sch, int d) {
         json_array_foreach(json_object_get(sch, "required"), i, q) req |= !strcmp(json_string_value(q), k);
         if ((req && rng_below(r, 20)) || rng_below(r, 2)) json_object_set_new(o, k, instance(r, doc, x, d - 1));
     }
-    if (rng_below(r, 5) == 0) json_object_set_new(o, rng_below(r, 2) ? "extra" : names[rng_below(r, N_NAMES)], random_any(r, 1));
+    if (rng_below(r, 5) == 0)
+        json_object_set_new(o, rng_below(r, 2) ? "extra" : names[rng_below(r, N_NAMES)], random_any(r, 1));
     return o;
 }
 
@@ -531,12 +581,13 @@ static void check_completes(const json_schema *s, const char *t, size_t cut, boo
     static frontier_item heap[MAX_STATES];
     static uint64_t set[SET];
     static unsigned char buf[JSON_PREFIX_MAX_PATHS * sizeof(json_path)];
-    static const char alphabet[] = "\"}]0123456789,:{[ntrueflsa.-e \\\xc3\xa9" "bcxyzABZ";
+    static const char alphabet[] = "\"}]0123456789,:{[ntrueflsa.-e \\\xc3\xa9"
+                                   "bcxyzABZ";
     bool use[256] = {0};
     for (const char *c = alphabet; *c; c++) use[(unsigned char)*c] = true;
     for (int b = 0x80; b <= 0xBF && utf8_bytes; b++) use[b] = true; /* continuation bytes, and the */
-    use[0xE0] = use[0xE2] = utf8_bytes;                               /* patterns' lead bytes */
-    for (uint32_t i = 0; i < s->n_nodes; i++) { /* the bytes of keys and enum values */
+    use[0xE0] = use[0xE2] = utf8_bytes;                             /* patterns' lead bytes */
+    for (uint32_t i = 0; i < s->n_nodes; i++) {                     /* the bytes of keys and enum values */
         const json_node *nd = &s->nodes[i];
         for (uint32_t k = 0; k < nd->n_prop + nd->n_lit; k++) {
             json_bytes w = k < nd->n_prop ? s->properties[nd->prop + k].key : s->literals[nd->lit + k - nd->n_prop];
@@ -578,7 +629,9 @@ static void check_completes(const json_schema *s, const char *t, size_t cut, boo
         free(x.bytes);
     }
     while (n_heap) free(heap_pop(heap, &n_heap).bytes);
-    if (!found) fail_msg("no whole value reachable (%u states) after %zu bytes of %s\nschema %s", visited, cut, t, json_dumps(current, JSON_COMPACT));
+    if (!found)
+        fail_msg("no whole value reachable (%u states) after %zu bytes of %s\nschema %s", visited, cut, t,
+                 json_dumps(current, JSON_COMPACT));
 }
 
 static void test_against_validator(void **state) {
@@ -590,7 +643,8 @@ static void test_against_validator(void **state) {
         bool defs = rng_below(&r, 3) == 0;
         json_t *sch = random_schema(&r, 3, defs);
         if (defs) {
-            json_t *wrap = json_pack("{s:{s:o},s:o}", "$defs", "leaf", random_schema(&r, 1, false), "anyOf", json_pack("[o]", sch));
+            json_t *wrap = json_pack("{s:{s:o},s:o}", "$defs", "leaf", random_schema(&r, 1, false), "anyOf",
+                                     json_pack("[o]", sch));
             sch = wrap;
         }
         json_schema *s = json_schema_compile(sch, true);
@@ -625,8 +679,20 @@ static void test_against_validator(void **state) {
 
 /* A random pattern of the supported syntax, over a few letters, a digit class and é. */
 static void random_pattern(rng *r, char *out, size_t cap, int d) {
-    static const char *const atoms[] = {"a", "b", "c", "\\d", "[a-c]", "[^a]", ".", "\xc3\xa9", "x", "\\.", "[0-9a]",
-                                        "[\xc3\xa0-\xc3\xbf]", "\xe2\x82\xac", "[\xe0\xa4\x80-\xe0\xa5\xbf]"};
+    static const char *const atoms[] = {"a",
+                                        "b",
+                                        "c",
+                                        "\\d",
+                                        "[a-c]",
+                                        "[^a]",
+                                        ".",
+                                        "\xc3\xa9",
+                                        "x",
+                                        "\\.",
+                                        "[0-9a]",
+                                        "[\xc3\xa0-\xc3\xbf]",
+                                        "\xe2\x82\xac",
+                                        "[\xe0\xa4\x80-\xe0\xa5\xbf]"};
     static const char *const quants[] = {"", "", "", "*", "+", "?", "{2}", "{1,2}", "{0,3}", "{2,}"};
     size_t n = strlen(out);
     for (uint32_t k = 1 + rng_below(r, 3); k > 0 && n + 40 < cap; k--) {
@@ -705,7 +771,8 @@ static void test_pattern_against_pcre2(void **state) {
         pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
         for (int k = 0; k < 16; k++) {
             char text[128] = "\"";
-            for (uint32_t c = rng_below(&r, 9); c > 0; c--) strcat(text, chars[rng_below(&r, sizeof chars / sizeof *chars)]);
+            for (uint32_t c = rng_below(&r, 9); c > 0; c--)
+                strcat(text, chars[rng_below(&r, sizeof chars / sizeof *chars)]);
             size_t n = strlen(text);
             int m = pcre2_match(re, (PCRE2_SPTR)text + 1, n - 1, 0, 0, md, NULL);
             strcat(text, "\"");
@@ -748,13 +815,16 @@ static void test_mask_at_schema_states(void **state) {
     int32_t n = tok_n_vocab(t);
     float *l = malloc((size_t)n * sizeof *l);
     assert_non_null(l);
-    const char *schema =
-        "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 5}, \"names\": {\"type\": \"array\", "
-        "\"items\": {\"enum\": [\"alpha\", \"alps\", 12, 125, null]}}, \"n\": {\"anyOf\": [{\"type\": \"integer\"}, {\"type\": "
-        "\"object\", \"properties\": {\"q\": {\"type\": \"boolean\"}}, \"additionalProperties\": {\"type\": \"string\"}}]}}, "
-        "\"required\": [\"name\", \"n\"]}";
-    const char *texts[] = {"{\"name\":\"ab\xc3\xa9\",\"names\":[\"alps\",125,null,\"alpha\",12],\"n\":{\"q\":true,\"zz\":\"w\"}}",
-                           "{\n \"n\": -42,\n \"name\": \"\",\n \"names\": []\n}"};
+    const char *schema = "{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\", \"maxLength\": 5}, "
+                         "\"names\": {\"type\": \"array\", "
+                         "\"items\": {\"enum\": [\"alpha\", \"alps\", 12, 125, null]}}, \"n\": {\"anyOf\": [{\"type\": "
+                         "\"integer\"}, {\"type\": "
+                         "\"object\", \"properties\": {\"q\": {\"type\": \"boolean\"}}, \"additionalProperties\": "
+                         "{\"type\": \"string\"}}]}}, "
+                         "\"required\": [\"name\", \"n\"]}";
+    const char *texts[] = {
+        "{\"name\":\"ab\xc3\xa9\",\"names\":[\"alps\",125,null,\"alpha\",12],\"n\":{\"q\":true,\"zz\":\"w\"}}",
+        "{\n \"n\": -42,\n \"name\": \"\",\n \"names\": []\n}"};
     json_schema *s = compile_or_fail(schema, true);
     uint32_t states = 0, allowed = 0;
     for (int k = 0; k < 2; k++) {
@@ -767,7 +837,9 @@ static void test_mask_at_schema_states(void **state) {
             json_mask_apply(&m, l, n);
             for (int32_t id = 0; id < n; id++) {
                 bool want = id % 89 != 0 && json_mask_allows(&m, id);
-                if ((l[id] == 0.0f) != want) fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, texts[k], l[id] == 0.0f, want);
+                if ((l[id] == 0.0f) != want)
+                    fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, texts[k], l[id] == 0.0f,
+                             want);
                 allowed += want;
             }
             json_mask_free(&m);
@@ -777,9 +849,11 @@ static void test_mask_at_schema_states(void **state) {
     json_schema_unref(s);
     /* a tool call: the object, then "\n</tool_call>" (tokens may run from one into the other;
      * the </tool_call> token only in the tail), then only end tokens */
-    s = compile_or_fail("{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"arguments\": {\"type\": "
-                        "\"object\", \"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"]}}, "
-                        "\"required\": [\"name\", \"arguments\"]}", true);
+    s = compile_or_fail(
+        "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"arguments\": {\"type\": "
+        "\"object\", \"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"]}}, "
+        "\"required\": [\"name\", \"arguments\"]}",
+        true);
     const char *call = "{\"name\": \"get\", \"arguments\": {\"id\": 7}}\n</tool_call>";
     size_t len = strlen(call), value_end = strlen(call) - strlen("\n</tool_call>");
     int32_t close_tag = one_token(t, "</tool_call>"), brace_nl = one_token(t, "}\n"), eos = one_token(t, "<|im_end|>");
@@ -794,7 +868,8 @@ static void test_mask_at_schema_states(void **state) {
         uint32_t here = 0;
         for (int32_t id = 0; id < n; id++) {
             bool want = json_mask_allows(&m, id);
-            if ((l[id] == 0.0f) != want) fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, call, l[id] == 0.0f, want);
+            if ((l[id] == 0.0f) != want)
+                fail_msg("token %d at \"%.*s\": mask %d, automaton %d", id, (int)cut, call, l[id] == 0.0f, want);
             here += want;
             allowed += want;
         }
@@ -817,7 +892,8 @@ static void test_mask_at_schema_states(void **state) {
     json_mask_init(&m, &v, s);
     assert_int_equal(json_mask_set_tail(&m, "\n</tool_call>"), 0);
     json_mask_set_trigger(&m, one_token(t, "<tool_call>"), false);
-    const char *text = "Let me look.\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"id\": 7}}\n</tool_call>\nDone.\n<tool_call>";
+    const char *text =
+        "Let me look.\n<tool_call>\n{\"name\": \"get\", \"arguments\": {\"id\": 7}}\n</tool_call>\nDone.\n<tool_call>";
     int32_t *ids = NULL;
     size_t n_ids = 0;
     if (tok_encode(t, text, strlen(text), true, &ids, &n_ids)) fail_msg("%s", cd_errmsg());
@@ -845,7 +921,8 @@ static void test_mask_at_schema_states(void **state) {
     for (int32_t id = 0; id < n; id++) l[id] = 0.0f;
     json_mask_apply(&m, l, n);
     for (int32_t id = 0; id < n; id++)
-        if ((l[id] == 0.0f) != tok_is_eog(t, id)) fail_msg("once: token %d %s after the call", id, l[id] == 0.0f ? "allowed" : "masked");
+        if ((l[id] == 0.0f) != tok_is_eog(t, id))
+            fail_msg("once: token %d %s after the call", id, l[id] == 0.0f ? "allowed" : "masked");
     free(ids);
     json_mask_free(&m);
     json_schema *scalar = compile_or_fail("{\"type\": \"integer\"}", true);

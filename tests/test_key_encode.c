@@ -39,8 +39,8 @@ static void test_numbers_little_endian(void **state) {
     sink s = {0};
     cd_key_u64(capture, &s, "n", 0x0102030405060708ull);
     cd_key_u32(capture, &s, "m", 0x0a0b0c0du);
-    const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0, 'n', 8, 0, 0, 0, 0, 0, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1,
-                            1, 0, 0, 0, 0, 0, 0, 0, 'm', 4, 0, 0, 0, 0, 0, 0, 0, 0x0d, 0x0c, 0x0b, 0x0a};
+    const uint8_t want[] = {1, 0, 0, 0, 0, 0, 0, 0, 'n', 8, 0,   0, 0, 0, 0, 0, 0, 8, 7, 6,    5,    4,    3,
+                            2, 1, 1, 0, 0, 0, 0, 0, 0,   0, 'm', 4, 0, 0, 0, 0, 0, 0, 0, 0x0d, 0x0c, 0x0b, 0x0a};
     assert_int_equal(s.n, sizeof want);
     assert_memory_equal(s.b, want, sizeof want);
     sink f = {0};

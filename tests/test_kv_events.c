@@ -123,11 +123,20 @@ static void test_wire_encoding(void **state) {
     uint64_t h[2] = {(UINT64_C(1) << 63) - 1, 7};
     int32_t tok[2 * PT] = {1, 2, 3, 4, 5, 6, 7, 151643};
     kv_wire_append(&b, &(kv_event){.kind = KV_EVENT_CLEARED, .page_tokens = PT});
-    kv_wire_append(&b, &(kv_event){.kind = KV_EVENT_STORED, .medium = KV_MEDIUM_GPU, .n = 2, .hashes = h, .tokens = tok,
-                                   .page_tokens = PT});
-    kv_wire_append(&b, &(kv_event){.kind = KV_EVENT_STORED, .medium = KV_MEDIUM_CPU, .n = 1, .hashes = h + 1, .parent = h[0],
-                                   .tokens = tok + PT, .page_tokens = PT});
-    kv_wire_append(&b, &(kv_event){.kind = KV_EVENT_REMOVED, .medium = KV_MEDIUM_CPU, .n = 1, .hashes = h, .page_tokens = PT});
+    kv_wire_append(
+        &b,
+        &(kv_event){
+            .kind = KV_EVENT_STORED, .medium = KV_MEDIUM_GPU, .n = 2, .hashes = h, .tokens = tok, .page_tokens = PT});
+    kv_wire_append(&b,
+                   &(kv_event){.kind = KV_EVENT_STORED,
+                               .medium = KV_MEDIUM_CPU,
+                               .n = 1,
+                               .hashes = h + 1,
+                               .parent = h[0],
+                               .tokens = tok + PT,
+                               .page_tokens = PT});
+    kv_wire_append(
+        &b, &(kv_event){.kind = KV_EVENT_REMOVED, .medium = KV_MEDIUM_CPU, .n = 1, .hashes = h, .page_tokens = PT});
     b.ts = 1.5;
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
@@ -180,9 +189,10 @@ static void test_endpoints(void **state) {
     assert_false(bind);
     assert_int_equal(kv_wire_endpoint("--kv-events", "tcp://[fe80::1]:9", &bind), 0);
     assert_false(bind);
-    const char *bad[] = {"udp://x:1", "tcp://x", "tcp://:1", "tcp://x:0", "tcp://x:65536", "tcp://x:1a", "tcp://a b:1",
-                         "tcp://x:", "ipc://", ""};
-    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) assert_int_equal(kv_wire_endpoint("--kv-events", bad[i], &bind), -1);
+    const char *bad[] = {"udp://x:1",  "tcp://x",     "tcp://:1", "tcp://x:0", "tcp://x:65536",
+                         "tcp://x:1a", "tcp://a b:1", "tcp://x:", "ipc://",    ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        assert_int_equal(kv_wire_endpoint("--kv-events", bad[i], &bind), -1);
 }
 
 int main(void) {

@@ -21,10 +21,10 @@
 typedef struct model {
     kv_pages pool;
     kv_seq seq[MAX_SEQ];
-    uint32_t *want[MAX_SEQ];  /* token values each sequence should read back */
+    uint32_t *want[MAX_SEQ]; /* token values each sequence should read back */
     uint32_t want_cap[MAX_SEQ];
-    uint32_t *data;           /* [n_pages][page_tokens] "device" memory */
-    uint32_t hold[MAX_HOLD];  /* pages held outside sequences (a prefix cache, say) */
+    uint32_t *data;          /* [n_pages][page_tokens] "device" memory */
+    uint32_t hold[MAX_HOLD]; /* pages held outside sequences (a prefix cache, say) */
     uint32_t n_hold;
     uint32_t next_value;
 } model;
@@ -40,7 +40,8 @@ static void check_all(model *m) {
         for (uint32_t t = 0; t < q->n_tokens; t++) {
             uint32_t page = q->pages[t / p->page_tokens];
             uint32_t got = m->data[(size_t)page * p->page_tokens + t % p->page_tokens];
-            if (got != m->want[s][t]) fail_msg("seq %d token %u: page %u holds %u, want %u", s, t, page, got, m->want[s][t]);
+            if (got != m->want[s][t])
+                fail_msg("seq %d token %u: page %u holds %u, want %u", s, t, page, got, m->want[s][t]);
         }
     }
     for (uint32_t i = 0; i < m->n_hold; i++) refs[m->hold[i]]++;
@@ -165,8 +166,9 @@ static void fuzz(uint64_t seed, uint32_t n_pages, uint32_t page_tokens, int step
         }
         check_all(&m);
     }
-    fprintf(stderr, "seed %llu: %d exhausted, %d copies on write, %u free at the end\n", (unsigned long long)seed, exhausted, cows, m.pool.n_free);
-    assert_true(exhausted > 0); /* the pools are small enough to run out */
+    fprintf(stderr, "seed %llu: %d exhausted, %d copies on write, %u free at the end\n", (unsigned long long)seed,
+            exhausted, cows, m.pool.n_free);
+    assert_true(exhausted > 0);        /* the pools are small enough to run out */
     if (pt > 1) assert_true(cows > 0); /* (page_tokens 1 never shares a partly filled page) */
     model_free(&m);
 }
@@ -269,7 +271,7 @@ static void test_fork_share_cow(void **state) {
     kv_seq_init(&d);
     assert_int_equal(kv_seq_attach(&p, &d, a.pages, 2, 4), -1); /* 4 tokens do not need 2 pages of 4 */
     assert_int_equal(kv_seq_attach(&p, &d, a.pages, 2, 8), 0);
-    assert_int_equal(kv_page_refs(&p, a.pages[0]), 4); /* a, b, c, d */
+    assert_int_equal(kv_page_refs(&p, a.pages[0]), 4);         /* a, b, c, d */
     assert_int_equal(kv_seq_attach(&p, &d, a.pages, 1, 4), 0); /* pages may repeat */
     kv_seq_free(&p, &a);
     kv_seq_free(&p, &b);

@@ -62,7 +62,7 @@ static void test_extend_and_cow(void **state) {
     assert_int_not_equal(b.pages[1], shared_tail);
     assert_int_equal(b.pages[0], a.pages[0]);
     assert_int_equal(page_stamp(&p, b.pages[1]), shared_tail); /* copied on the device */
-    assert_int_equal(kv_page_refs(&p.pages, shared_tail), 1);     /* a's again */
+    assert_int_equal(kv_page_refs(&p.pages, shared_tail), 1);  /* a's again */
     assert_int_equal(b.n_tokens, 7);
     /* a whole page more than the pool holds: refused, nothing taken */
     uint32_t free_before = kv_pages_free_count(&p.pages);

@@ -146,13 +146,15 @@ static void test_dense(void **state) {
 
 /* Rewrites a model keeping all metadata and tensors except the given edits. */
 typedef struct edit {
-    const char *drop_tensor;  /* omit this tensor */
-    const char *drop_key;     /* omit this key */
+    const char *drop_tensor;       /* omit this tensor */
+    const char *drop_key;          /* omit this key */
     const char *str_key, *str_val; /* add or replace a string key */
-    const char *bad_shape;    /* give this tensor one extra row */
-    const char *q8_1_tensor;   /* retype this tensor as Q8_1 (ggml's activation type: cinder never computes with it) */
-    const char *f32_key; float f32_val; /* add or replace an f32 key */
-    const char *u32_key; uint32_t u32_val; /* add or replace a u32 key */
+    const char *bad_shape;         /* give this tensor one extra row */
+    const char *q8_1_tensor; /* retype this tensor as Q8_1 (ggml's activation type: cinder never computes with it) */
+    const char *f32_key;
+    float f32_val; /* add or replace an f32 key */
+    const char *u32_key;
+    uint32_t u32_val; /* add or replace a u32 key */
 } edit;
 
 static int copy_bytes(void *user, void *buf, size_t n) {
@@ -229,19 +231,32 @@ static void expect_load_error(const char *path, const char *needle) {
 static void test_hostile_models(void **state) {
     (void)state;
     char *src = copy(tu_make_model("hostile_src.gguf", "tiny", "q8_0", 3, NULL));
-    struct { const char *file; edit e; const char *needle; } cases[] = {
+    struct {
+        const char *file;
+        edit e;
+        const char *needle;
+    } cases[] = {
         {"h_no_q.gguf", {.drop_tensor = "blk.1.attn_q.weight"}, "missing tensor 'blk.1.attn_q.weight'"},
         {"h_no_layers.gguf", {.drop_key = "qwen3moe.block_count"}, "qwen3moe.block_count"},
         {"h_no_experts.gguf", {.drop_key = "qwen3moe.expert_count"}, "qwen3moe.expert_count"},
         {"h_shape.gguf", {.bad_shape = "blk.0.attn_k.weight"}, "blk.0.attn_k.weight' has shape"},
-        {"h_type.gguf", {.q8_1_tensor = "blk.0.attn_v.weight"}, "attn_v.weight' has type Q8_1, which cinder does not compute with"},
+        {"h_type.gguf",
+         {.q8_1_tensor = "blk.0.attn_v.weight"},
+         "attn_v.weight' has type Q8_1, which cinder does not compute with"},
         {"h_arch.gguf", {.str_key = "general.architecture", .str_val = "llama"}, "architecture 'llama'"},
-        {"h_rope.gguf", {.str_key = "qwen3moe.rope.scaling.type", .str_val = "longrope"},
+        {"h_rope.gguf",
+         {.str_key = "qwen3moe.rope.scaling.type", .str_val = "longrope"},
          "RoPE scaling 'longrope' is not supported (cinder runs none, linear and yarn)"},
-        {"h_yarn_factor.gguf", {.str_key = "qwen3moe.rope.scaling.type", .str_val = "yarn",
-                                .f32_key = "qwen3moe.rope.scaling.factor", .f32_val = 0.5f}, "its factor must be at least 1"},
+        {"h_yarn_factor.gguf",
+         {.str_key = "qwen3moe.rope.scaling.type",
+          .str_val = "yarn",
+          .f32_key = "qwen3moe.rope.scaling.factor",
+          .f32_val = 0.5f},
+         "its factor must be at least 1"},
         {"h_rope_factor.gguf", {.f32_key = "qwen3moe.rope.scaling.factor", .f32_val = -4}, "rope.scaling.factor -4"},
-        {"h_rope_dims.gguf", {.u32_key = "qwen3moe.rope.dimension_count", .u32_val = 32}, "partial RoPE is not supported"},
+        {"h_rope_dims.gguf",
+         {.u32_key = "qwen3moe.rope.dimension_count", .u32_val = 32},
+         "partial RoPE is not supported"},
         {"h_tok.gguf", {.drop_key = "tokenizer.ggml.merges"}, "tokenizer.ggml.merges"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -269,10 +284,13 @@ static model *load_with(const char *path, rope_override o) {
 static void test_yarn(void **state) {
     (void)state;
     char *plain = copy(tu_make_model("yarn_plain.gguf", "tiny", "q8_0", 31, NULL));
-    char *yarn = rewrite(plain, "yarn.gguf", (edit){.str_key = "qwen3moe.rope.scaling.type", .str_val = "yarn",
-                                                  .f32_key = "qwen3moe.rope.scaling.factor", .f32_val = 4,
-                                                  .u32_key = "qwen3moe.rope.scaling.original_context_length",
-                                                  .u32_val = 64});
+    char *yarn = rewrite(plain, "yarn.gguf",
+                         (edit){.str_key = "qwen3moe.rope.scaling.type",
+                                .str_val = "yarn",
+                                .f32_key = "qwen3moe.rope.scaling.factor",
+                                .f32_val = 4,
+                                .u32_key = "qwen3moe.rope.scaling.original_context_length",
+                                .u32_val = 64});
     model *y = load_with(yarn, (rope_override){0}), *p = load_with(plain, (rope_override){0});
     const rope_config *r = &y->cfg.rope;
     assert_int_equal(r->scaling, ROPE_SCALING_YARN);
@@ -307,12 +325,9 @@ static void test_yarn(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_config),
-        cmocka_unit_test(test_deterministic),
-        cmocka_unit_test(test_fingerprint_changes),
-        cmocka_unit_test(test_dense),
-        cmocka_unit_test(test_hostile_models),
-        cmocka_unit_test(test_yarn),
+        cmocka_unit_test(test_tiny_config),         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_fingerprint_changes), cmocka_unit_test(test_dense),
+        cmocka_unit_test(test_hostile_models),      cmocka_unit_test(test_yarn),
     };
     return tu_status(cmocka_run_group_tests(tests, NULL, NULL));
 }

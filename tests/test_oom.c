@@ -53,14 +53,14 @@ void *__real_realloc(void *p, size_t n);
 void __real_free(void *p);
 
 enum { SET_BITS = 22, SET_CAP = 1u << SET_BITS };
-static void **live;          /* open addressing; NULL empty, TOMB removed */
+static void **live; /* open addressing; NULL empty, TOMB removed */
 static char tomb;
 #define TOMB ((void *)&tomb)
 static size_t n_live;
-static long countdown = -1;  /* the allocation that fails when it reaches 0; < 0: none */
+static long countdown = -1;    /* the allocation that fails when it reaches 0; < 0: none */
 static unsigned long n_allocs; /* allocations asked for since the last reset */
-static bool failed;          /* the injected failure happened */
-static bool paused;          /* the test's own checks run: their allocations neither fail nor count */
+static bool failed;            /* the injected failure happened */
+static bool paused;            /* the test's own checks run: their allocations neither fail nor count */
 
 static size_t slot_of(const void *p) { return ((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> (64 - SET_BITS); }
 
@@ -165,7 +165,8 @@ static void oom_loop(const char *what, int (*op)(void *), void *ctx, unsigned lo
     unsigned long total, calls, tried = 0, failures = 0;
     bool hit;
     cd_errclear();
-    if (run_failing(-1, op, ctx, &leaked, &total, &hit)) fail_msg("%s: failed with nothing failing: %s", what, cd_errmsg());
+    if (run_failing(-1, op, ctx, &leaked, &total, &hit))
+        fail_msg("%s: failed with nothing failing: %s", what, cd_errmsg());
     assert_int_equal(leaked, 0);
     if (getenv("CINDER_OOM_ALL")) all = total, spread = 0;
     const char *only = getenv("CINDER_OOM_AT"); /* one failure to study (with CINDER_OOM_BACKTRACE) */
@@ -185,7 +186,9 @@ static void oom_loop(const char *what, int (*op)(void *), void *ctx, unsigned lo
         if (rc && !hit) fail_msg("%s: failed though no allocation did (at %ld): %s", what, at, cd_errmsg());
     }
     print_message("%s: %lu %s; %lu runs with one failing, %lu of them failed cleanly\n", what, total,
-                  fault == HEAP ? "allocations" : fault == DEVICE_MEMORY ? "device-memory allocations" : "submissions",
+                  fault == HEAP                ? "allocations"
+                      : fault == DEVICE_MEMORY ? "device-memory allocations"
+                                               : "submissions",
                   tried, failures);
     if (!only) assert_true(failures > 0);
 }
@@ -217,17 +220,20 @@ static int op_tokenize(void *ctx) {
 
 /* ctx NULL: the qwen3 template; else the qwen3-coder one, then its reply parsed (typed values). */
 static int op_chat(void *ctx) {
-    json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather?\"},"
-                              "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
-                              "\"function\":{\"name\":\"w\",\"arguments\":{\"city\":\"Paris\",\"n\":[1,2.5]}}}]},"
-                              "{\"role\":\"tool\",\"content\":\"18 C\"},{\"role\":\"user\",\"content\":\"thanks\"}]",
-                              0, NULL);
-    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"description\":\" d \",\"parameters\":"
-                               "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"array\",\"minItems\":1},\"d\":"
-                               "{\"type\":\"integer\"}},\"required\":[\"n\"]}}}]",
-                               0, NULL);
+    json_t *msgs =
+        json_loads("[{\"role\":\"system\",\"content\":\"be brief\"},{\"role\":\"user\",\"content\":\"weather?\"},"
+                   "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\","
+                   "\"function\":{\"name\":\"w\",\"arguments\":{\"city\":\"Paris\",\"n\":[1,2.5]}}}]},"
+                   "{\"role\":\"tool\",\"content\":\"18 C\"},{\"role\":\"user\",\"content\":\"thanks\"}]",
+                   0, NULL);
+    json_t *tools =
+        json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"w\",\"description\":\" d \",\"parameters\":"
+                   "{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"array\",\"minItems\":1},\"d\":"
+                   "{\"type\":\"integer\"}},\"required\":[\"n\"]}}}]",
+                   0, NULL);
     char *out = NULL;
-    chat_options o = {.template = ctx ? CHAT_TEMPLATE_QWEN3_CODER : CHAT_TEMPLATE_QWEN3, .add_generation_prompt = true,
+    chat_options o = {.template = ctx ? CHAT_TEMPLATE_QWEN3_CODER : CHAT_TEMPLATE_QWEN3,
+                      .add_generation_prompt = true,
                       .as_generated = true};
     int rc = msgs && tools ? chat_render(msgs, tools, o, &out) : cd_fail("test data");
     free(out);
@@ -236,7 +242,8 @@ static int op_chat(void *ctx) {
     json_t *msg = NULL;
     toolcall_format f = {.template = CHAT_TEMPLATE_QWEN3_CODER, .tools = tools};
     if (rc == 0 && ctx) rc = toolcall_parse_as(reply, sizeof reply - 1, f, &msg);
-    if (rc == 0 && ctx && !json_object_get(msg, "tool_calls")) rc = cd_fail("the reply parsed without its call (out of memory)");
+    if (rc == 0 && ctx && !json_object_get(msg, "tool_calls"))
+        rc = cd_fail("the reply parsed without its call (out of memory)");
     json_decref(msg);
     json_decref(msgs);
     json_decref(tools);
@@ -257,9 +264,10 @@ static int op_radix(void *ctx) {
     radix_tree t;
     if (radix_init(&t, 4)) return -1;
     radix_match m = {0};
-    int rc = radix_insert(&t, ns, ids[0], 96, pages[0], &first_new) || radix_insert(&t, ns, ids[1], 96, pages[1], &first_new) ||
-             radix_insert_tail(&t, ns, ids[2], 94, pages[2], &first_new, NULL, NULL) ||
-             radix_match_prefix(&t, ns, ids[2], 90, &m);
+    int rc = radix_insert(&t, ns, ids[0], 96, pages[0], &first_new) ||
+        radix_insert(&t, ns, ids[1], 96, pages[1], &first_new) ||
+        radix_insert_tail(&t, ns, ids[2], 94, pages[2], &first_new, NULL, NULL) ||
+        radix_match_prefix(&t, ns, ids[2], 90, &m);
     radix_release(&t, &m);
     paused = true; /* the checker's own allocations are not under test */
     if (radix_check(&t)) fail_msg("the tree is broken after a failed allocation: %s", cd_errmsg());
@@ -330,8 +338,14 @@ static int op_engine_tiers(void *ctx) {
     snprintf(dir, sizeof dir, "%s/oom_tiers_%d_%u", tu_tmp_dir(), (int)getpid(), tier_run++);
     int32_t a[18], b[18];
     for (int i = 0; i < 18; i++) a[i] = 100 + 7 * i, b[i] = 5000 + 11 * i;
-    engine_opts o = {.n_ctx = 32, .pool_tokens = 32, .page_tokens = 4, .max_seqs = 1, .host_cache_mb = 1,
-                     .cache_dir = dir, .disk_chunk_pages = 2, .cache_dir_max_bytes = 64u << 20};
+    engine_opts o = {.n_ctx = 32,
+                     .pool_tokens = 32,
+                     .page_tokens = 4,
+                     .max_seqs = 1,
+                     .host_cache_mb = 1,
+                     .cache_dir = dir,
+                     .disk_chunk_pages = 2,
+                     .cache_dir_max_bytes = 64u << 20};
     engine e; /* engine_free after a failed engine_init too: it frees what init made */
     int rc = engine_init(&e, loaded, &o);
     if (!rc) {
@@ -354,15 +368,17 @@ static int op_engine_tiers(void *ctx) {
 /* ---- the disk tier alone ---- */
 
 #define DISK_PROMPTS 3
-#define DISK_CHUNKS 2     /* whole chunks per prompt */
-#define DISK_CT 8         /* tokens a chunk: 2 pages of 4 tokens */
+#define DISK_CHUNKS 2 /* whole chunks per prompt */
+#define DISK_CT 8     /* tokens a chunk: 2 pages of 4 tokens */
 static unsigned disk_run;
 static uint8_t disk_ns[KV_DISK_HASH_BYTES] = {0x5a, 0x17};
 
 static void disk_prompt(uint32_t p, int32_t *ids) {
     for (uint32_t i = 0; i < DISK_CHUNKS * DISK_CT; i++) ids[i] = (int32_t)(300 * (p + 1) + 7 * i);
 }
-static uint8_t disk_byte(uint32_t p, uint32_t k, uint32_t slot, uint64_t b) { return (uint8_t)(b * 7 + slot * 31 + k * 57 + p * 101); }
+static uint8_t disk_byte(uint32_t p, uint32_t k, uint32_t slot, uint64_t b) {
+    return (uint8_t)(b * 7 + slot * 31 + k * 57 + p * 101);
+}
 
 /* A tier without a device on dir (chunk 2 pages of a 64-byte-page layout, a budget of
  * `budget` chunks). */
@@ -386,7 +402,8 @@ static int disk_prompt_io(kv_disk_tier *d, uint32_t p, bool write, bool read, ui
         const uint8_t *prev = k ? h[k - 1] : zero;
         if (write) {
             for (uint32_t s = 0; s < d->chunk_pages; s++)
-                for (uint64_t b = 0; b < d->lay.page_bytes; b++) ((uint8_t *)kv_disk_stage_ptr(d, s))[b] = disk_byte(p, k, s, b);
+                for (uint64_t b = 0; b < d->lay.page_bytes; b++)
+                    ((uint8_t *)kv_disk_stage_ptr(d, s))[b] = disk_byte(p, k, s, b);
             if (kv_disk_store(d, ids + k * DISK_CT, k, prev, h[k], NULL) < 0) return -1;
         }
         if (read) {
@@ -417,7 +434,8 @@ static void disk_check(const char *dir) {
         DIR *in = opendir(nsdir);
         struct dirent *f;
         while (in && (f = readdir(in))) {
-            if (strstr(f->d_name, ".tmp")) fail_msg("disk tier: a temp file left after a failed allocation: %s", f->d_name);
+            if (strstr(f->d_name, ".tmp"))
+                fail_msg("disk tier: a temp file left after a failed allocation: %s", f->d_name);
             if (strstr(f->d_name, ".kv")) files++;
         }
         if (in) closedir(in);
@@ -429,7 +447,8 @@ static void disk_check(const char *dir) {
     for (uint32_t p = 0; p < DISK_PROMPTS; p++)
         if (disk_prompt_io(&d, p, false, true, &served)) fail_msg("disk tier: a read failed: %s", cd_errmsg());
     if (d.rejected || served != files)
-        fail_msg("disk tier: %llu files rejected, %u served of %u chunk files", (unsigned long long)d.rejected, served, files);
+        fail_msg("disk tier: %llu files rejected, %u served of %u chunk files", (unsigned long long)d.rejected, served,
+                 files);
     kv_disk_free(&d);
     paused = false;
 }
@@ -486,7 +505,6 @@ static void test_vulkan_faults(void **state) {
     oom_loop("engine with a submission failing", op_engine, NULL, 64, 0);
     fault = HEAP;
 }
-
 
 static void test_disk_tier(void **state) {
     (void)state;
@@ -560,15 +578,9 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_model_load),
-        cmocka_unit_test(test_open_split),
-        cmocka_unit_test(test_tokenizer),
-        cmocka_unit_test(test_chat_template),
-        cmocka_unit_test(test_radix),
-        cmocka_unit_test(test_disk_tier),
-        cmocka_unit_test(test_engine),
-        cmocka_unit_test(test_engine_tiers),
-        cmocka_unit_test(test_vulkan_faults),
+        cmocka_unit_test(test_model_load),    cmocka_unit_test(test_open_split),   cmocka_unit_test(test_tokenizer),
+        cmocka_unit_test(test_chat_template), cmocka_unit_test(test_radix),        cmocka_unit_test(test_disk_tier),
+        cmocka_unit_test(test_engine),        cmocka_unit_test(test_engine_tiers), cmocka_unit_test(test_vulkan_faults),
     };
     return tu_status(cmocka_run_group_tests(tests, setup, teardown));
 }

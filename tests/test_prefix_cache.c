@@ -22,7 +22,6 @@
 
 #define MAX_LEN 512
 
-
 static model *tiny(void) {
     static model *m;
     if (!m && model_load(&m, tu_make_model("pc_tiny.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0}))
@@ -45,7 +44,10 @@ typedef struct trace_case {
 } trace_case;
 
 static void pair_init(pair *p, model *m, const trace_case *c) {
-    engine_opts a = {.n_ctx = MAX_LEN, .pool_tokens = c->pool, .page_tokens = c->page, .host_cache_mb = c->host_mb,
+    engine_opts a = {.n_ctx = MAX_LEN,
+                     .pool_tokens = c->pool,
+                     .page_tokens = c->page,
+                     .host_cache_mb = c->host_mb,
                      .int_dot = c->int_dot};
     engine_opts b = {.n_ctx = MAX_LEN, .page_tokens = c->page, .no_prefix_cache = true, .int_dot = c->int_dot};
     if (vk_engine_init(&p->cached, m, &a) || vk_engine_init(&p->plain, m, &b)) fail_msg("%s", cd_errmsg());
@@ -96,15 +98,21 @@ static void random_trace(const trace_case *c) {
     rng_seed(&r, c->seed);
     int32_t *ids = malloc(MAX_LEN * sizeof *ids);
     tu_trace *h = calloc(1, sizeof *h);
-    tu_trace_init(h, &r, &(tu_trace_shape){.sys_len = 64, .question = 24, .question_span = 40, .message_span = 12,
-                                            .tool = 20, .tool_span = 30, .max_len = MAX_LEN});
+    tu_trace_init(h, &r,
+                  &(tu_trace_shape){.sys_len = 64,
+                                    .question = 24,
+                                    .question_span = 40,
+                                    .message_span = 12,
+                                    .tool = 20,
+                                    .tool_span = 30,
+                                    .max_len = MAX_LEN});
     for (uint32_t i = 0; i < c->n_req; i++) {
         uint32_t n = tu_trace_next(h, &r, ids);
         run_both(&p, h, ids, n, 2 + (uint32_t)rng_below(&r, 5));
     }
     const engine_stats *s = &p.cached.stats;
-    print_message("page %u pool %u: %llu requests, %llu of %llu prompt tokens cached, %llu pages evicted\n", page,
-                  pool, (unsigned long long)s->requests, (unsigned long long)s->cached_tokens,
+    print_message("page %u pool %u: %llu requests, %llu of %llu prompt tokens cached, %llu pages evicted\n", page, pool,
+                  (unsigned long long)s->requests, (unsigned long long)s->cached_tokens,
                   (unsigned long long)s->prompt_tokens, (unsigned long long)s->evicted_pages);
     assert_true(s->cached_tokens > s->prompt_tokens / 4); /* the traces are built to share a lot */
     if (radix_check(&p.cached.cache.tree)) fail_msg("%s", cd_errmsg());
@@ -112,7 +120,8 @@ static void random_trace(const trace_case *c) {
     if (pool) assert_true(s->evicted_pages > 0);
     if (host_mb) {
         const radix_stats *t = &p.cached.cache.tree.stats;
-        print_message("host tier: %llu pages demoted, %llu restored (%llu tokens), %llu host evictions, %u slots held by the tree\n",
+        print_message("host tier: %llu pages demoted, %llu restored (%llu tokens), %llu host evictions, %u slots held "
+                      "by the tree\n",
                       (unsigned long long)t->demoted_pages, (unsigned long long)s->restored_pages,
                       (unsigned long long)s->restored_tokens, (unsigned long long)t->host_evictions,
                       (unsigned)t->host_slots);
@@ -127,8 +136,14 @@ static void random_trace(const trace_case *c) {
     pair_free(&p);
 }
 
-static void test_random_traces_page16(void **st) { (void)st; random_trace(&(trace_case){.page = 16, .n_req = 40, .seed = 1}); }
-static void test_random_traces_page4(void **st) { (void)st; random_trace(&(trace_case){.page = 4, .n_req = 40, .seed = 2}); }
+static void test_random_traces_page16(void **st) {
+    (void)st;
+    random_trace(&(trace_case){.page = 16, .n_req = 40, .seed = 1});
+}
+static void test_random_traces_page4(void **st) {
+    (void)st;
+    random_trace(&(trace_case){.page = 4, .n_req = 40, .seed = 2});
+}
 /* A pool of 160 tokens: requests run with the cache evicting older entries all along. */
 static void test_random_traces_small_pool(void **st) {
     (void)st;
@@ -455,7 +470,6 @@ static void test_pool_exhausted(void **st) {
     engine_free(&e);
 }
 
-
 /* Namespaces: the key changes with one weight, the RoPE base, the code id (another driver or
  * compiler), the page size, the tenant and a cache salt (a salt's key also depends on the
  * tenant); a tree holding one namespace serves nothing to another, through acquire and commit
@@ -555,7 +569,8 @@ static void test_host_cpu_in_code_id(const cvk_phys_info *dev) {
 static void test_namespaces(void **st) {
     (void)st;
     model *a, *b, *c;
-    if (model_load(&a, tu_make_model("ns_a.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0})) fail_msg("%s", cd_errmsg());
+    if (model_load(&a, tu_make_model("ns_a.gguf", "tiny", NULL, 7, NULL), (model_load_opts){0}))
+        fail_msg("%s", cd_errmsg());
     const char *b_path = tu_one_weight_changed(tu_tmp_path("ns_a.gguf"), "ns_b.gguf");
     assert_non_null(b_path);
     if (model_load(&b, b_path, (model_load_opts){0}) ||

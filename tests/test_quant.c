@@ -21,16 +21,15 @@
 #include "runtime/gguf/quant.h"
 #include "tests/ggml_oracle.h"
 
-static const enum qtype supported[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q4_0,   QTYPE_Q4_1,
-                                       QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q8_0, QTYPE_Q2_K,   QTYPE_Q3_K,
-                                       QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                       QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S,
-                                       QTYPE_IQ1_S, QTYPE_IQ1_M, QTYPE_MXFP4};
+static const enum qtype supported[] = {
+    QTYPE_F32,   QTYPE_F16,     QTYPE_BF16,   QTYPE_Q4_0,  QTYPE_Q4_1,  QTYPE_Q5_0,   QTYPE_Q5_1,   QTYPE_Q8_0,
+    QTYPE_Q2_K,  QTYPE_Q3_K,    QTYPE_Q4_K,   QTYPE_Q5_K,  QTYPE_Q6_K,  QTYPE_IQ4_NL, QTYPE_IQ4_XS, QTYPE_IQ3_XXS,
+    QTYPE_IQ3_S, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S, QTYPE_IQ1_S, QTYPE_IQ1_M,  QTYPE_MXFP4};
 enum { N_SUPPORTED = sizeof supported / sizeof supported[0] };
-static const enum qtype blocked[] = {QTYPE_Q4_0, QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1,   QTYPE_Q8_0,  QTYPE_Q2_K,
-                                     QTYPE_Q3_K, QTYPE_Q4_K, QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                     QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S,
-                                     QTYPE_IQ1_S, QTYPE_IQ1_M, QTYPE_MXFP4};
+static const enum qtype blocked[] = {QTYPE_Q4_0,   QTYPE_Q4_1,   QTYPE_Q5_0,    QTYPE_Q5_1,  QTYPE_Q8_0,
+                                     QTYPE_Q2_K,   QTYPE_Q3_K,   QTYPE_Q4_K,    QTYPE_Q5_K,  QTYPE_Q6_K,
+                                     QTYPE_IQ4_NL, QTYPE_IQ4_XS, QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS,
+                                     QTYPE_IQ2_XS, QTYPE_IQ2_S,  QTYPE_IQ1_S,   QTYPE_IQ1_M, QTYPE_MXFP4};
 enum { N_BLOCKED = sizeof blocked / sizeof blocked[0] };
 
 static void *xmalloc(size_t n) {
@@ -43,19 +42,30 @@ static void *xmalloc(size_t n) {
 
 static void test_type_table(void **state) {
     (void)state;
-    static const struct { enum qtype t; const char *name; int64_t elems; size_t bytes; } want[] = {
-        {QTYPE_F32, "F32", 1, 4},       {QTYPE_F16, "F16", 1, 2},       {QTYPE_Q4_0, "Q4_0", 32, 18},
-        {QTYPE_Q4_1, "Q4_1", 32, 20},   {QTYPE_Q5_0, "Q5_0", 32, 22},   {QTYPE_Q5_1, "Q5_1", 32, 24},
-        {QTYPE_Q8_0, "Q8_0", 32, 34},   {QTYPE_Q8_1, "Q8_1", 32, 36},   {QTYPE_Q2_K, "Q2_K", 256, 84},
-        {QTYPE_Q3_K, "Q3_K", 256, 110}, {QTYPE_Q4_K, "Q4_K", 256, 144}, {QTYPE_Q5_K, "Q5_K", 256, 176},
-        {QTYPE_Q6_K, "Q6_K", 256, 210}, {QTYPE_Q8_K, "Q8_K", 256, 292}, {QTYPE_BF16, "BF16", 1, 2},
-        {QTYPE_IQ2_XXS, "IQ2_XXS", 256, 66}, {QTYPE_IQ2_XS, "IQ2_XS", 256, 74}, {QTYPE_IQ3_XXS, "IQ3_XXS", 256, 98},
-        {QTYPE_IQ1_S, "IQ1_S", 256, 50},  {QTYPE_IQ4_NL, "IQ4_NL", 32, 18}, {QTYPE_IQ3_S, "IQ3_S", 256, 110},
-        {QTYPE_IQ2_S, "IQ2_S", 256, 82},  {QTYPE_IQ4_XS, "IQ4_XS", 256, 136}, {QTYPE_I8, "I8", 1, 1},
-        {QTYPE_I16, "I16", 1, 2},         {QTYPE_I32, "I32", 1, 4},         {QTYPE_I64, "I64", 1, 8},
-        {QTYPE_F64, "F64", 1, 8},         {QTYPE_IQ1_M, "IQ1_M", 256, 56},  {QTYPE_TQ1_0, "TQ1_0", 256, 54},
-        {QTYPE_TQ2_0, "TQ2_0", 256, 66},  {QTYPE_MXFP4, "MXFP4", 32, 17},   {QTYPE_NVFP4, "NVFP4", 64, 36},
-        {QTYPE_Q1_0, "Q1_0", 128, 18},    {QTYPE_Q2_0, "Q2_0", 64, 18},
+    static const struct {
+        enum qtype t;
+        const char *name;
+        int64_t elems;
+        size_t bytes;
+    } want[] = {
+        {QTYPE_F32, "F32", 1, 4},           {QTYPE_F16, "F16", 1, 2},
+        {QTYPE_Q4_0, "Q4_0", 32, 18},       {QTYPE_Q4_1, "Q4_1", 32, 20},
+        {QTYPE_Q5_0, "Q5_0", 32, 22},       {QTYPE_Q5_1, "Q5_1", 32, 24},
+        {QTYPE_Q8_0, "Q8_0", 32, 34},       {QTYPE_Q8_1, "Q8_1", 32, 36},
+        {QTYPE_Q2_K, "Q2_K", 256, 84},      {QTYPE_Q3_K, "Q3_K", 256, 110},
+        {QTYPE_Q4_K, "Q4_K", 256, 144},     {QTYPE_Q5_K, "Q5_K", 256, 176},
+        {QTYPE_Q6_K, "Q6_K", 256, 210},     {QTYPE_Q8_K, "Q8_K", 256, 292},
+        {QTYPE_BF16, "BF16", 1, 2},         {QTYPE_IQ2_XXS, "IQ2_XXS", 256, 66},
+        {QTYPE_IQ2_XS, "IQ2_XS", 256, 74},  {QTYPE_IQ3_XXS, "IQ3_XXS", 256, 98},
+        {QTYPE_IQ1_S, "IQ1_S", 256, 50},    {QTYPE_IQ4_NL, "IQ4_NL", 32, 18},
+        {QTYPE_IQ3_S, "IQ3_S", 256, 110},   {QTYPE_IQ2_S, "IQ2_S", 256, 82},
+        {QTYPE_IQ4_XS, "IQ4_XS", 256, 136}, {QTYPE_I8, "I8", 1, 1},
+        {QTYPE_I16, "I16", 1, 2},           {QTYPE_I32, "I32", 1, 4},
+        {QTYPE_I64, "I64", 1, 8},           {QTYPE_F64, "F64", 1, 8},
+        {QTYPE_IQ1_M, "IQ1_M", 256, 56},    {QTYPE_TQ1_0, "TQ1_0", 256, 54},
+        {QTYPE_TQ2_0, "TQ2_0", 256, 66},    {QTYPE_MXFP4, "MXFP4", 32, 17},
+        {QTYPE_NVFP4, "NVFP4", 64, 36},     {QTYPE_Q1_0, "Q1_0", 128, 18},
+        {QTYPE_Q2_0, "Q2_0", 64, 18},
     };
     int n_known = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -164,14 +174,15 @@ static void test_hand_q4_K(void **state) {
         for (int l = 0; l < 32; l++) b.qs[32 * g + l] = hand_qs(g, l);
     float y[256], want[256];
     for (int j = 0; j < 8; j++)
-        for (int l = 0; l < 32; l++) want[32 * j + l] = 0.25f * (float)hand_sc[j] * (float)hand_nibble(j, l) - 0.5f * (float)hand_m[j];
+        for (int l = 0; l < 32; l++)
+            want[32 * j + l] = 0.25f * (float)hand_sc[j] * (float)hand_nibble(j, l) - 0.5f * (float)hand_m[j];
     quant_dequantize_row(QTYPE_Q4_K, &b, y, 256);
     expect_floats(y, want, 256, "Q4_K");
     /* a few by hand: (sub-block, l) -> q -> 0.25*sc*q - 0.5*m */
-    assert_true(y[0] == 0.0f);              /* (0,0): q 0 */
-    assert_true(y[32 * 3 + 5] == -31.5f);   /* (3,5): q (15+1)&15 = 0, -0.5*63 */
-    assert_true(y[32 * 6 + 7] == 101.5f);   /* (6,7): q 7+3 = 10, 0.25*50*10 - 0.5*47 */
-    assert_true(y[32 * 7 + 4] == 235.75f);  /* (7,4): q 12+3 = 15, 0.25*63*15 - 0.5*1 */
+    assert_true(y[0] == 0.0f);             /* (0,0): q 0 */
+    assert_true(y[32 * 3 + 5] == -31.5f);  /* (3,5): q (15+1)&15 = 0, -0.5*63 */
+    assert_true(y[32 * 6 + 7] == 101.5f);  /* (6,7): q 7+3 = 10, 0.25*50*10 - 0.5*47 */
+    assert_true(y[32 * 7 + 4] == 235.75f); /* (7,4): q 12+3 = 15, 0.25*63*15 - 0.5*1 */
 }
 
 static void test_hand_q5_K(void **state) {
@@ -220,9 +231,9 @@ static void test_hand_q6_K(void **state) {
         want[w] = 0.5f * (float)(9 * (w / 16) - 70) * (float)(level[w / 128][(w % 128) / 32] - 32);
     quant_dequantize_row(QTYPE_Q6_K, &b, y, 256);
     expect_floats(y, want, 256, "Q6_K");
-    assert_true(y[0] == 1085.0f);     /* 0.5 * -70 * (1 - 32) */
-    assert_true(y[40] == 338.0f);     /* sub-block 2 (scale -52), quarter 1: 0.5 * -52 * (19 - 32) */
-    assert_true(y[255] == -910.0f);   /* 0.5 * 65 * (4 - 32) */
+    assert_true(y[0] == 1085.0f);   /* 0.5 * -70 * (1 - 32) */
+    assert_true(y[40] == 338.0f);   /* sub-block 2 (scale -52), quarter 1: 0.5 * -52 * (19 - 32) */
+    assert_true(y[255] == -910.0f); /* 0.5 * 65 * (4 - 32) */
 }
 
 static void test_hand_floats(void **state) {
@@ -412,18 +423,38 @@ static void random_blocks(enum qtype t, uint8_t *buf, int64_t nblocks, rng *r) {
         uint8_t *p = buf + (size_t)b * bs;
         uint16_t d = rand_finite_half(r), dmin = rand_finite_half(r);
         switch (t) {
-        case QTYPE_Q4_0: case QTYPE_Q5_0: case QTYPE_Q8_0: case QTYPE_IQ4_NL: case QTYPE_IQ4_XS:
+        case QTYPE_Q4_0:
+        case QTYPE_Q5_0:
+        case QTYPE_Q8_0:
+        case QTYPE_IQ4_NL:
+        case QTYPE_IQ4_XS:
             memcpy(p, &d, 2); /* d first */
             break;
-        case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
-        case QTYPE_IQ1_S: case QTYPE_IQ1_M:
-            tu_set_grid_d(t, p, d);
+        case QTYPE_IQ3_XXS:
+        case QTYPE_IQ3_S:
+        case QTYPE_IQ2_XXS:
+        case QTYPE_IQ2_XS:
+        case QTYPE_IQ2_S:
+        case QTYPE_IQ1_S:
+        case QTYPE_IQ1_M: tu_set_grid_d(t, p, d); break;
+        case QTYPE_Q4_1:
+        case QTYPE_Q5_1:
+            memcpy(p, &d, 2);
+            memcpy(p + 2, &dmin, 2);
+            break; /* d, m */
+        case QTYPE_Q2_K:
+            memcpy(&((block_q2_K *)p)->d, &d, 2);
+            memcpy(&((block_q2_K *)p)->dmin, &dmin, 2);
             break;
-        case QTYPE_Q4_1: case QTYPE_Q5_1: memcpy(p, &d, 2); memcpy(p + 2, &dmin, 2); break; /* d, m */
-        case QTYPE_Q2_K: memcpy(&((block_q2_K *)p)->d, &d, 2); memcpy(&((block_q2_K *)p)->dmin, &dmin, 2); break;
         case QTYPE_Q3_K: memcpy(&((block_q3_K *)p)->d, &d, 2); break;
-        case QTYPE_Q4_K: memcpy(&((block_q4_K *)p)->d, &d, 2); memcpy(&((block_q4_K *)p)->dmin, &dmin, 2); break;
-        case QTYPE_Q5_K: memcpy(&((block_q5_K *)p)->d, &d, 2); memcpy(&((block_q5_K *)p)->dmin, &dmin, 2); break;
+        case QTYPE_Q4_K:
+            memcpy(&((block_q4_K *)p)->d, &d, 2);
+            memcpy(&((block_q4_K *)p)->dmin, &dmin, 2);
+            break;
+        case QTYPE_Q5_K:
+            memcpy(&((block_q5_K *)p)->d, &d, 2);
+            memcpy(&((block_q5_K *)p)->dmin, &dmin, 2);
+            break;
         case QTYPE_Q6_K: memcpy(&((block_q6_K *)p)->d, &d, 2); break;
         default: break;
         }
@@ -487,10 +518,20 @@ static void test_dequant_halves_vs_ggml(void **state) {
 
 /* ---- random data ---- */
 
-enum dist { DIST_NORMAL, DIST_OUTLIERS, DIST_UNIFORM, DIST_NEAR_ONE, DIST_POSITIVE, DIST_SCALED, DIST_SPARSE,
-            DIST_LLM, DIST_TINY, N_DIST };
-static const char *const dist_names[N_DIST] = {"normal", "outliers", "uniform", "near-one", "positive",
-                                               "block-scaled", "sparse", "llm-scale", "tiny"};
+enum dist {
+    DIST_NORMAL,
+    DIST_OUTLIERS,
+    DIST_UNIFORM,
+    DIST_NEAR_ONE,
+    DIST_POSITIVE,
+    DIST_SCALED,
+    DIST_SPARSE,
+    DIST_LLM,
+    DIST_TINY,
+    N_DIST
+};
+static const char *const dist_names[N_DIST] = {"normal",       "outliers", "uniform",   "near-one", "positive",
+                                               "block-scaled", "sparse",   "llm-scale", "tiny"};
 
 static void fill(float *x, int64_t n, enum dist d, rng *r) {
     float block_scale = 1;
@@ -516,14 +557,19 @@ static void fill(float *x, int64_t n, enum dist d, rng *r) {
 }
 
 /* Rows of awkward lengths and counts for type t (lengths multiples of its block size). */
-typedef struct shape { int64_t n, rows; } shape;
+typedef struct shape {
+    int64_t n, rows;
+} shape;
 static bool slow_quantizer(enum qtype t) {
     switch (t) {
-    case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
-    case QTYPE_IQ1_S: case QTYPE_IQ1_M:
-        return true;
-    default:
-        return false;
+    case QTYPE_IQ3_XXS:
+    case QTYPE_IQ3_S:
+    case QTYPE_IQ2_XXS:
+    case QTYPE_IQ2_XS:
+    case QTYPE_IQ2_S:
+    case QTYPE_IQ1_S:
+    case QTYPE_IQ1_M: return true;
+    default: return false;
     }
 }
 
@@ -546,7 +592,9 @@ static int shapes_for(enum qtype t, shape out[5]) {
     return 5;
 }
 
-typedef struct errstat { double se, ss; } errstat; /* sum of squared errors, of squared values */
+typedef struct errstat {
+    double se, ss;
+} errstat; /* sum of squared errors, of squared values */
 static double rel_rmse(errstat e) { return e.ss > 0 ? sqrt(e.se / e.ss) : sqrt(e.se); }
 static void accumulate(errstat *e, const float *x, const float *y, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
@@ -577,7 +625,8 @@ static void round_trip(enum qtype t, enum dist d, uint64_t seed, errstat *ours, 
             quant_quantize_row(t, x, q, n);
             quant_dequantize_row(t, q, y, n);
             for (int64_t i = 0; i < n; i++)
-                if (!isfinite(y[i])) fail_msg("%s %s: non-finite output %g at %lld", qtype_name(t), dist_names[d], y[i], (long long)i);
+                if (!isfinite(y[i]))
+                    fail_msg("%s %s: non-finite output %g at %lld", qtype_name(t), dist_names[d], y[i], (long long)i);
             accumulate(ours, x, y, n);
             if (!ggml_quant(g, t)) continue;
             ggml_deq(g, t)(q, y2, n);
@@ -600,28 +649,28 @@ static void round_trip(enum qtype t, enum dist d, uint64_t seed, errstat *ours, 
 static double normal_bound(enum qtype t) {
     switch (t) {
     case QTYPE_F32: return 0;
-    case QTYPE_F16: return 2.5e-4;  /* measured 2.09e-4 */
-    case QTYPE_BF16: return 2.0e-3; /* 1.67e-3 */
-    case QTYPE_Q8_0: return 6.2e-3; /* 5.37e-3 */
-    case QTYPE_Q6_K: return 1.9e-2; /* 1.65e-2 */
-    case QTYPE_Q5_K: return 4.0e-2; /* 3.44e-2 */
-    case QTYPE_Q4_K: return 8.0e-2; /* 6.99e-2 */
-    case QTYPE_Q5_1: return 3.8e-2; /* 3.32e-2 */
-    case QTYPE_Q5_0: return 4.5e-2; /* 3.98e-2 */
-    case QTYPE_Q4_1: return 7.8e-2; /* 6.93e-2 */
-    case QTYPE_Q4_0: return 9.0e-2; /* 8.11e-2 */
-    case QTYPE_Q3_K: return 1.6e-1; /* 1.43e-1 */
-    case QTYPE_Q2_K: return 2.9e-1; /* 2.63e-1 */
+    case QTYPE_F16: return 2.5e-4;    /* measured 2.09e-4 */
+    case QTYPE_BF16: return 2.0e-3;   /* 1.67e-3 */
+    case QTYPE_Q8_0: return 6.2e-3;   /* 5.37e-3 */
+    case QTYPE_Q6_K: return 1.9e-2;   /* 1.65e-2 */
+    case QTYPE_Q5_K: return 4.0e-2;   /* 3.44e-2 */
+    case QTYPE_Q4_K: return 8.0e-2;   /* 6.99e-2 */
+    case QTYPE_Q5_1: return 3.8e-2;   /* 3.32e-2 */
+    case QTYPE_Q5_0: return 4.5e-2;   /* 3.98e-2 */
+    case QTYPE_Q4_1: return 7.8e-2;   /* 6.93e-2 */
+    case QTYPE_Q4_0: return 9.0e-2;   /* 8.11e-2 */
+    case QTYPE_Q3_K: return 1.6e-1;   /* 1.43e-1 */
+    case QTYPE_Q2_K: return 2.9e-1;   /* 2.63e-1 */
     case QTYPE_IQ4_NL: return 8.0e-2; /* 7.31e-2 */
     case QTYPE_IQ4_XS: return 8.0e-2; /* 7.39e-2 */
-    case QTYPE_IQ3_XXS: return 0.19; /* 0.176 (ggml ref without an imatrix 0.213) */
-    case QTYPE_IQ3_S: return 0.14;   /* 0.129 (ggml ref 0.166) */
-    case QTYPE_IQ2_XXS: return 0.35; /* 0.328 (ggml with a flat imatrix 0.344) */
-    case QTYPE_IQ2_XS: return 0.30;  /* 0.284 (0.299) */
-    case QTYPE_IQ2_S: return 0.25;   /* 0.238 (0.248) */
-    case QTYPE_IQ1_S: return 0.46;   /* 0.446 (0.485) */
-    case QTYPE_IQ1_M: return 0.43;   /* 0.414 (0.451) */
-    case QTYPE_MXFP4: return 0.12; /* 0.112 (ggml ref 0.116) */
+    case QTYPE_IQ3_XXS: return 0.19;  /* 0.176 (ggml ref without an imatrix 0.213) */
+    case QTYPE_IQ3_S: return 0.14;    /* 0.129 (ggml ref 0.166) */
+    case QTYPE_IQ2_XXS: return 0.35;  /* 0.328 (ggml with a flat imatrix 0.344) */
+    case QTYPE_IQ2_XS: return 0.30;   /* 0.284 (0.299) */
+    case QTYPE_IQ2_S: return 0.25;    /* 0.238 (0.248) */
+    case QTYPE_IQ1_S: return 0.46;    /* 0.446 (0.485) */
+    case QTYPE_IQ1_M: return 0.43;    /* 0.414 (0.451) */
+    case QTYPE_MXFP4: return 0.12;    /* 0.112 (ggml ref 0.116) */
     default: return 0;
     }
 }
@@ -636,8 +685,7 @@ static void test_round_trip_normal(void **state) {
         if (theirs.ss > 0)
             print_message("%-5s normal: rel RMSE %.5f (ggml ref %.5f, ratio %.3f), bound %.5f\n", qtype_name(t), e,
                           rel_rmse(theirs), e / rel_rmse(theirs), normal_bound(t));
-        else
-            print_message("%-5s normal: rel RMSE %.3g, bound %.3g\n", qtype_name(t), e, normal_bound(t));
+        else print_message("%-5s normal: rel RMSE %.3g, bound %.3g\n", qtype_name(t), e, normal_bound(t));
         if (!(e <= normal_bound(t))) fail_msg("%s: rel RMSE %g above bound %g", qtype_name(t), e, normal_bound(t));
     }
 }
@@ -651,8 +699,10 @@ static void test_round_trip_vs_ggml(void **state) {
             errstat ours, theirs;
             round_trip(t, (enum dist)d, 1000 + 10 * k + (uint64_t)d, &ours, &theirs);
             double a = rel_rmse(ours), b = rel_rmse(theirs);
-            print_message("%-5s %-12s: rel RMSE %.5f, ggml ref %.5f, ratio %.3f\n", qtype_name(t), dist_names[d], a, b, a / b);
-            if (!(a <= 1.1 * b)) fail_msg("%s %s: our error %g is above 1.1x ggml's %g", qtype_name(t), dist_names[d], a, b);
+            print_message("%-5s %-12s: rel RMSE %.5f, ggml ref %.5f, ratio %.3f\n", qtype_name(t), dist_names[d], a, b,
+                          a / b);
+            if (!(a <= 1.1 * b))
+                fail_msg("%s %s: our error %g is above 1.1x ggml's %g", qtype_name(t), dist_names[d], a, b);
         }
     }
 }
@@ -685,7 +735,8 @@ static void test_degenerate(void **state) {
         quant_quantize_row(t, x, q, N);
         quant_dequantize_row(t, q, y, N);
         bool iq1 = t == QTYPE_IQ1_S || t == QTYPE_IQ1_M;
-        if (t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S || t == QTYPE_IQ2_XXS || t == QTYPE_IQ2_XS || t == QTYPE_IQ2_S || iq1) {
+        if (t == QTYPE_IQ3_XXS || t == QTYPE_IQ3_S || t == QTYPE_IQ2_XXS || t == QTYPE_IQ2_XS || t == QTYPE_IQ2_S ||
+            iq1) {
             /* no zero in the grids and one step per 32 (16 for IQ2_XS, IQ2_S, IQ1_M): the least-squares fit puts the spike near
              * 89 and its sub-block-mates at its step times the smallest magnitude, other
              * sub-blocks of its super-block at d times that; other super-blocks are exact zeros.

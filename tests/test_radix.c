@@ -26,9 +26,9 @@
 #endif
 #endif
 
-#define CHECK_TREE(t)                                                    \
-    do {                                                                 \
-        if (radix_check(t)) fail_msg("radix_check: %s", cd_errmsg());   \
+#define CHECK_TREE(t)                                                                                                  \
+    do {                                                                                                               \
+        if (radix_check(t)) fail_msg("radix_check: %s", cd_errmsg());                                                  \
     } while (0)
 
 static const uint8_t NS_A[RADIX_NS_BYTES] = {1};
@@ -170,7 +170,7 @@ static void test_pull_eviction(void **state) {
     assert_int_equal(radix_drop(&t, &v, NULL, NULL), -1); /* nothing named */
     assert_int_equal(insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){10, 11}), 0);
     assert_int_equal(insert_str(&t, NS_A, "wxyz", (uint32_t[]){20}), 0); /* newer */
-    assert_true(radix_gpu_victim(&t, &v)); /* the older leaf */
+    assert_true(radix_gpu_victim(&t, &v));                               /* the older leaf */
     assert_int_equal(v.n_pages, 2);
     assert_int_equal(v.pages[0], 10);
     assert_int_equal(v.pages[1], 11);
@@ -233,7 +233,7 @@ static void test_header_examples(void **state) {
     expect_str(&t, NS_A, "abcdwxA", 7, (uint32_t[]){100, 301});
     expect_str(&t, NS_A, "abcdwxyQ", 7, (uint32_t[]){100, 201});
     expect_str(&t, NS_A, "abcdefghijkl", 8, (uint32_t[]){100, 101});
-    {   /* "abcdwx" matches two tokens of both [wxyz] and [wxAB]: either page will do */
+    { /* "abcdwx" matches two tokens of both [wxyz] and [wxAB]: either page will do */
         radix_match m = pin_str(&t, NS_A, "abcdwx", 6);
         assert_int_equal(m.n_pages, 2);
         assert_int_equal(m.pages[0], 100);
@@ -274,7 +274,9 @@ static void boundaries(uint32_t pt) {
     assert_int_equal(t.stats.inserted_tokens, 3 * pt);
     CHECK_TREE(&t);
     const uint32_t all[] = {10, 11, 12};
-    struct { uint32_t diverge, want; } cases[] = {
+    struct {
+        uint32_t diverge, want;
+    } cases[] = {
         {2 * pt, 2 * pt},         /* ends exactly on a page boundary */
         {2 * pt + 1, 2 * pt + 1}, /* one token into a page */
         {3 * pt - 1, 3 * pt - 1}, /* one token before a page's end */
@@ -286,12 +288,12 @@ static void boundaries(uint32_t pt) {
         q[cases[c].diverge] = -5;
         expect_ids(&t, NS_A, q, 4 * pt, cases[c].want, all);
     }
-    expect_ids(&t, NS_A, seq, 3 * pt, 3 * pt, all);       /* the whole of what is cached */
-    expect_ids(&t, NS_A, seq, 3 * pt + 3, 3 * pt, all);   /* a longer query */
-    expect_ids(&t, NS_A, seq, 2 * pt, 2 * pt, all);       /* a shorter one, on a boundary */
-    expect_ids(&t, NS_A, seq, pt - 1, pt - 1, all);       /* shorter than a page */
-    expect_ids(&t, NS_A, seq, 0, 0, NULL);                /* empty */
-    expect_ids(&t, NS_B, seq, 3 * pt, 0, NULL);           /* another namespace */
+    expect_ids(&t, NS_A, seq, 3 * pt, 3 * pt, all);     /* the whole of what is cached */
+    expect_ids(&t, NS_A, seq, 3 * pt + 3, 3 * pt, all); /* a longer query */
+    expect_ids(&t, NS_A, seq, 2 * pt, 2 * pt, all);     /* a shorter one, on a boundary */
+    expect_ids(&t, NS_A, seq, pt - 1, pt - 1, all);     /* shorter than a page */
+    expect_ids(&t, NS_A, seq, 0, 0, NULL);              /* empty */
+    expect_ids(&t, NS_B, seq, 3 * pt, 0, NULL);         /* another namespace */
     /* an insert shorter than a page stores nothing, not even a namespace */
     first_new = 7;
     assert_int_equal(radix_insert(&t, NS_B, seq, pt - 1, NULL, &first_new), 0);
@@ -534,8 +536,13 @@ static void test_errors_and_check(void **state) {
     insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){1, 2});
     insert_str(&t, NS_A, "abcdwxyz", (uint32_t[]){1, 3});
     insert_str(&t, NS_A, "qqqq", (uint32_t[]){4});
-    struct { uint64_t *field; const char *says; } damage[] = {
-        {&t.stats.pages, "pages"}, {&t.stats.nodes, "nodes"}, {&t.stats.bytes, "bytes"},
+    struct {
+        uint64_t *field;
+        const char *says;
+    } damage[] = {
+        {&t.stats.pages, "pages"},
+        {&t.stats.nodes, "nodes"},
+        {&t.stats.bytes, "bytes"},
         {&t.stats.pinned_pages, "pinned"},
     };
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
@@ -570,11 +577,11 @@ static void test_errors_and_check(void **state) {
  * callback checks the tree first: it must be consistent during the call. */
 typedef struct tier_log {
     const radix_tree *t;
-    uint32_t victims[64], n_victims;   /* GPU pages given up */
-    uint32_t asked[64], n_asked;       /* GPU pages demote was asked about */
-    uint32_t freed[64], n_freed;       /* host slots given back */
+    uint32_t victims[64], n_victims; /* GPU pages given up */
+    uint32_t asked[64], n_asked;     /* GPU pages demote was asked about */
+    uint32_t freed[64], n_freed;     /* host slots given back */
     uint32_t next_slot, budget;
-    uint32_t calls;                    /* callback calls, any kind */
+    uint32_t calls; /* callback calls, any kind */
 } tier_log;
 
 static void tl_push(uint32_t *dst, uint32_t *n, const uint32_t *ids, uint32_t k) {
@@ -646,8 +653,8 @@ static void expect_evict_host(radix_tree *t, tier_log *l, uint64_t want, const u
 }
 
 /* A pinned match with its residency: n_gpu_pages, and pages[0 .. n_gpu_pages + n_restore). */
-static radix_match pin_tiers(radix_tree *t, const uint8_t *ns, const char *s, uint32_t want_tokens,
-                             uint32_t want_gpu, const uint32_t *ids, uint32_t n_ids) {
+static radix_match pin_tiers(radix_tree *t, const uint8_t *ns, const char *s, uint32_t want_tokens, uint32_t want_gpu,
+                             const uint32_t *ids, uint32_t n_ids) {
     radix_match m = pin_str(t, ns, s, want_tokens);
     assert_int_equal(m.n_gpu_pages, want_gpu);
     assert_int_equal(m.n_gpu_pages + m.n_restore, m.n_restore ? n_ids : m.n_pages);
@@ -671,9 +678,9 @@ static void test_demote_saved(void **state) {
     tier_log l;
     assert_int_equal(radix_init(&t, 4), 0);
     tl_reset(&l, &t, 900, 100);
-    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){1, 2});                     /* t1 */
+    insert_str(&t, NS_A, "aaaabbbb", (uint32_t[]){1, 2});                      /* t1 */
     assert_int_equal(insert_str(&t, NS_A, "aaaacccc", (uint32_t[]){1, 3}), 1); /* t2: [aaaa] ─ [bbbb], [cccc] */
-    insert_str(&t, NS_A, "ddddeeee", (uint32_t[]){4, 5});                     /* t3 */
+    insert_str(&t, NS_A, "ddddeeee", (uint32_t[]){4, 5});                      /* t3 */
     assert_int_equal(t.gpu_lru.n, 3);
     expect_tiered(&t, &l, 1, (uint32_t[]){2}, 1, NULL, 0); /* [bbbb] -> slot 900 */
     expect_ids_eq(l.asked, l.n_asked, (uint32_t[]){2}, 1);
@@ -689,8 +696,8 @@ static void test_demote_saved(void **state) {
     assert_int_equal(radix_evictable_pages(&t), 4);
     assert_int_equal(radix_evictable_host_slots(&t), 1);
     /* still cached: a match goes through the host node */
-    expect_tiers(&t, NS_A, "aaaabbbb", 8, 1, (uint32_t[]){1, 900}, 2);       /* t4 */
-    expect_tiers(&t, NS_A, "aaaacccc", 8, 2, (uint32_t[]){1, 3}, 2);         /* t5 */
+    expect_tiers(&t, NS_A, "aaaabbbb", 8, 1, (uint32_t[]){1, 900}, 2); /* t4 */
+    expect_tiers(&t, NS_A, "aaaacccc", 8, 2, (uint32_t[]){1, 3}, 2);   /* t5 */
     /* [ddddeeee] (t3) goes next, then [bbbb] is the only host leaf... [cccc] (t5) then [aaaa]
      * (t5, now without GPU children) */
     expect_tiered(&t, &l, 1, (uint32_t[]){4, 5}, 2, NULL, 0); /* slots 901 902 */
@@ -712,8 +719,8 @@ static void test_demote_saved(void **state) {
     assert_true(ftell(f) > 0);
     fclose(f);
     /* Rule 4: host LRU; [aaaa] becomes host-evictable after both its children */
-    expect_evict_host(&t, &l, 1, (uint32_t[]){903}, 1);          /* [cccc], t5 */
-    expect_evict_host(&t, &l, 1, (uint32_t[]){900}, 1);          /* [bbbb], t6 */
+    expect_evict_host(&t, &l, 1, (uint32_t[]){903}, 1);           /* [cccc], t5 */
+    expect_evict_host(&t, &l, 1, (uint32_t[]){900}, 1);           /* [bbbb], t6 */
     expect_evict_host(&t, &l, 2, (uint32_t[]){904, 901, 902}, 3); /* [aaaa] t6, then [ddddeeee] t7 */
     assert_int_equal(t.stats.nodes, 0);
     assert_int_equal(t.n_roots, 0);
@@ -786,7 +793,7 @@ static void test_match_mixed(void **state) {
     assert_int_equal(radix_init(&t, 4), 0);
     tl_reset(&l, &t, 900, 100);
     insert_str(&t, NS_A, "abcdefghijkl", (uint32_t[]){1, 2, 3});
-    insert_str(&t, NS_A, "abcdXXXX", (uint32_t[]){1, 9}); /* [abcd] ─ [efghijkl], [XXXX] */
+    insert_str(&t, NS_A, "abcdXXXX", (uint32_t[]){1, 9});     /* [abcd] ─ [efghijkl], [XXXX] */
     expect_tiered(&t, &l, 1, (uint32_t[]){2, 3}, 2, NULL, 0); /* [efghijkl] -> 900 901 */
     /* partial page on a host node: the match cuts it into [efgh|H 900] ─ [ijkl|H 901] */
     expect_tiers(&t, NS_A, "abcdefgZ", 7, 1, (uint32_t[]){1, 900}, 2);
@@ -794,7 +801,7 @@ static void test_match_mixed(void **state) {
     expect_tiers(&t, NS_A, "abcdeZ", 5, 1, (uint32_t[]){1, 900}, 2);           /* one token into it */
     expect_tiers(&t, NS_A, "abcdefghij", 10, 1, (uint32_t[]){1, 900, 901}, 3); /* into its last page */
     expect_tiers(&t, NS_A, "abcdefghijkl", 12, 1, (uint32_t[]){1, 900, 901}, 3);
-    expect_tiers(&t, NS_A, "abcdQ", 4, 1, (uint32_t[]){1}, 1);                 /* ends at the GPU node */
+    expect_tiers(&t, NS_A, "abcdQ", 4, 1, (uint32_t[]){1}, 1); /* ends at the GPU node */
     expect_tiers(&t, NS_A, "abZ", 2, 1, (uint32_t[]){1}, 1);
     expect_tiers(&t, NS_A, "abcdXXZ", 6, 2, (uint32_t[]){1, 9}, 2);
     /* all on the host: [XXXX] (older) then [abcd] */
@@ -837,7 +844,7 @@ static void test_restore(void **state) {
     assert_int_equal(t.stats.pinned_host_slots, 0);
     assert_int_equal(t.stats.restores, 2);
     assert_int_equal(t.stats.restored_pages, 2);
-    assert_int_equal(t.gpu_lru.n, 0); /* all pinned */
+    assert_int_equal(t.gpu_lru.n, 0);                             /* all pinned */
     assert_int_equal(radix_restore(&t, &m, NULL, NULL, NULL), 0); /* nothing left to restore */
     radix_release(&t, &m);
     CHECK_TREE(&t);
@@ -845,14 +852,14 @@ static void test_restore(void **state) {
     expect_tiers(&t, NS_A, "abcdefghijkl", 12, 2, (uint32_t[]){20, 21, 901}, 3);
     expect_tiers(&t, NS_A, "abcdXXXX", 8, 1, (uint32_t[]){20, 902}, 2);
     /* both on the host again; two handles, the shorter one restores first */
-    expect_evict_host(&t, &l, 1, (uint32_t[]){901}, 1); /* [ijkl]: [XXXX] was touched after it */
+    expect_evict_host(&t, &l, 1, (uint32_t[]){901}, 1);                  /* [ijkl]: [XXXX] was touched after it */
     expect_tiered(&t, &l, UINT64_MAX, (uint32_t[]){21, 20}, 2, NULL, 0); /* 904, 905 */
     radix_match a = pin_tiers(&t, NS_A, "abcdefgZ", 7, 0, (uint32_t[]){905, 904}, 2);
     radix_match b = pin_tiers(&t, NS_A, "abcdZ", 4, 0, (uint32_t[]){905}, 1);
     l.n_freed = 0;
     assert_int_equal(radix_restore(&t, &b, (uint32_t[]){30}, tl_host_free, &l), 1);
     expect_ids_eq(b.pages, 1, (uint32_t[]){30}, 1);
-    assert_int_equal(radix_match_host_left(&t, &a), 1); /* [abcd] came back with b */
+    assert_int_equal(radix_match_host_left(&t, &a), 1);                                 /* [abcd] came back with b */
     assert_int_equal(radix_restore(&t, &a, (uint32_t[]){40, 41}, tl_host_free, &l), 1); /* 40 stays ours */
     CHECK_TREE(&t);
     expect_ids_eq(l.freed, l.n_freed, (uint32_t[]){905, 904}, 2);
@@ -868,7 +875,7 @@ static void test_restore(void **state) {
     tl_reset(&l, &t, 900, 100);
     insert_str(&t, NS_A, "abcdefghijkl", (uint32_t[]){1, 2, 3});
     insert_str(&t, NS_A, "abcdefghmnop", (uint32_t[]){1, 2, 4}); /* [abcdefgh] ─ [ijkl], [mnop] */
-    expect_tiered(&t, &l, 1, (uint32_t[]){3}, 1, NULL, 0);        /* [ijkl] -> 900 */
+    expect_tiered(&t, &l, 1, (uint32_t[]){3}, 1, NULL, 0);       /* [ijkl] -> 900 */
     m = pin_tiers(&t, NS_A, "abcdefghijZ", 10, 2, (uint32_t[]){1, 2, 900}, 3);
     assert_int_equal(insert_str(&t, NS_A, "abcdQQQQ", (uint32_t[]){7, 8}), 1); /* splits [abcdefgh] */
     assert_int_equal(t.stats.nodes, 5);
@@ -1009,9 +1016,14 @@ static void test_tiers_check(void **state) {
     insert_str(&t, NS_A, "dddd", (uint32_t[]){4});
     expect_tiered(&t, &l, 2, (uint32_t[]){2, 3}, 2, NULL, 0);
     radix_match m = pin_str(&t, NS_A, "aaaabbbb", 8);
-    struct { uint64_t *field; const char *says; } damage[] = {
-        {&t.stats.host_slots, "host_slots"}, {&t.stats.pinned_host_slots, "pinned_host_slots"},
-        {&t.stats.pages, "pages"}, {&t.stats.pinned_pages, "pinned"},
+    struct {
+        uint64_t *field;
+        const char *says;
+    } damage[] = {
+        {&t.stats.host_slots, "host_slots"},
+        {&t.stats.pinned_host_slots, "pinned_host_slots"},
+        {&t.stats.pages, "pages"},
+        {&t.stats.pinned_pages, "pinned"},
     };
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
         (*damage[i].field)++;
@@ -1021,7 +1033,7 @@ static void test_tiers_check(void **state) {
         CHECK_TREE(&t);
     }
     /* the two heaps swapped: each entry is in the wrong heap */
-    assert_int_equal(t.gpu_lru.n, 1); /* [dddd]; [aaaa] is pinned */
+    assert_int_equal(t.gpu_lru.n, 1);  /* [dddd]; [aaaa] is pinned */
     assert_int_equal(t.host_lru.n, 1); /* [cccc]; [bbbb] is pinned */
     radix_heap g = t.gpu_lru;
     t.gpu_lru = t.host_lru;
@@ -1152,7 +1164,8 @@ static m_entry *model_entry_of(model *m, uint32_t id) {
 static int model_find(const model *m, uint32_t ns, const int32_t *ids, uint32_t k) {
     for (uint32_t i = 0; i < m->n_e; i++) {
         const m_entry *e = &m->e[i];
-        if (e->ns == ns && e->n_pages == k && memcmp(e->tokens, ids, (size_t)k * m->pt * sizeof *ids) == 0) return (int)i;
+        if (e->ns == ns && e->n_pages == k && memcmp(e->tokens, ids, (size_t)k * m->pt * sizeof *ids) == 0)
+            return (int)i;
     }
     return -1;
 }
@@ -1224,7 +1237,7 @@ static uint32_t model_extensions(const model *m, const m_entry *e, bool gpu_only
     for (uint32_t i = 0; i < m->n_e; i++) {
         const m_entry *f = &m->e[i];
         n += f->ns == e->ns && f->n_pages == e->n_pages + 1 && (!gpu_only || !f->host) &&
-             memcmp(f->tokens, e->tokens, (size_t)e->n_pages * m->pt * sizeof(int32_t)) == 0;
+            memcmp(f->tokens, e->tokens, (size_t)e->n_pages * m->pt * sizeof(int32_t)) == 0;
     }
     return n;
 }
@@ -1328,7 +1341,8 @@ static void expect_unchanged(model *m, const radix_tree *before) {
 
 static void model_match_check(model *m, uint32_t ns, const int32_t *ids, uint32_t n, const radix_match *r) {
     uint32_t want = model_match_tokens(m, ns, ids, n), pt = m->pt;
-    if (r->n_tokens != want) fail_msg("match of %u tokens (pt %u): %u matched, model says %u", n, pt, r->n_tokens, want);
+    if (r->n_tokens != want)
+        fail_msg("match of %u tokens (pt %u): %u matched, model says %u", n, pt, r->n_tokens, want);
     assert_int_equal(r->n_pages, ceil_div(want, pt));
     assert_true((r->node != NULL) == (want > 0));
     assert_true((r->pages != NULL) == (want > 0));
@@ -1441,8 +1455,9 @@ static void model_evict(model *m, uint64_t want) {
     assert_int_equal(got, m->victim_pages);
     assert_int_equal(m->t.stats.pages, b.pages - got);
     assert_int_equal(m->t.stats.evicted_pages, b.evicted_pages + got);
-    assert_int_equal(m->t.stats.host_slots, b.host_slots + (m->t.stats.demoted_pages - b.demoted_pages) -
-                                                (m->t.stats.host_evicted_slots - b.host_evicted_slots));
+    assert_int_equal(m->t.stats.host_slots,
+                     b.host_slots + (m->t.stats.demoted_pages - b.demoted_pages) -
+                         (m->t.stats.host_evicted_slots - b.host_evicted_slots));
     if (got < want) {
         assert_int_equal(radix_evictable_pages(&m->t), 0);
         assert_int_equal(m->t.gpu_lru.n, 0);
@@ -1518,7 +1533,8 @@ static void model_verify(model *m) {
 static uint32_t model_gen(model *m, int32_t *out) {
     uint32_t len = rng_below(&m->r, m->max_pages * m->pt + m->pt);
     memcpy(out, m->stems[rng_below(&m->r, M_STEMS)], len * sizeof *out);
-    for (uint32_t k = rng_below(&m->r, 3); k && len; k--) out[rng_below(&m->r, len)] = (int32_t)rng_below(&m->r, M_ALPHA);
+    for (uint32_t k = rng_below(&m->r, 3); k && len; k--)
+        out[rng_below(&m->r, len)] = (int32_t)rng_below(&m->r, M_ALPHA);
     return len;
 }
 
@@ -1609,7 +1625,7 @@ static void test_tails(void **state) {
     assert_int_equal(insert_str(&t, NS_A, "abcdefgh", (uint32_t[]){10, 41}), 1);
     assert_int_equal(t.stats.nodes, 3);
     expect_str(&t, NS_A, "abcdefghX", 8, (uint32_t[]){10, 41});
-    {   /* "abcdefgX" matches 3 tokens of both [efg] and [efgh]: either page will do */
+    { /* "abcdefgX" matches 3 tokens of both [efg] and [efgh]: either page will do */
         radix_match m = pin_str(&t, NS_A, "abcdefgX", 7);
         assert_true(m.pages[1] == 31 || m.pages[1] == 41);
         radix_release(&t, &m);
@@ -1638,7 +1654,8 @@ static void test_tails(void **state) {
     uint32_t first_new = 9;
     assert_int_equal(radix_insert_tail(&t, NS_B, ids, 0, NULL, &first_new, log_victim, &d), 0);
     assert_int_equal(first_new, 0);
-    assert_int_equal(radix_insert_tail(&t, NS_B, (int32_t[]){5, 6}, 2, (uint32_t[]){80}, &first_new, log_victim, &d), 0);
+    assert_int_equal(radix_insert_tail(&t, NS_B, (int32_t[]){5, 6}, 2, (uint32_t[]){80}, &first_new, log_victim, &d),
+                     0);
     assert_int_equal(first_new, 0);
     CHECK_TREE(&t);
     int32_t q[3] = {5, 6, 7};
@@ -1744,7 +1761,8 @@ static void tr_dropped(void *ctx, const uint32_t *ids, uint32_t n) {
         assert_true(ids[i] < m->n_pg && m->pg[ids[i]].held);
         m->pg[ids[i]].held = false;
         for (int k = 0; k < 4; k++)
-            for (uint32_t j = 0; m->pins[k].node && j < m->pins[k].n_pages; j++) assert_int_not_equal(m->pins[k].pages[j], ids[i]);
+            for (uint32_t j = 0; m->pins[k].node && j < m->pins[k].n_pages; j++)
+                assert_int_not_equal(m->pins[k].pages[j], ids[i]);
     }
 }
 
@@ -1923,7 +1941,8 @@ static void test_stress(void **state) {
     }
     print_message("radix stress: %llu operations (page_tokens 1, 2, 3, 4, 16; up to %llu nodes, %llu host slots), "
                   "radix_check after each, %.2f s\n",
-                  (unsigned long long)done, (unsigned long long)max_nodes, (unsigned long long)max_host, (cd_now_ms() - t0) / 1e3);
+                  (unsigned long long)done, (unsigned long long)max_nodes, (unsigned long long)max_host,
+                  (cd_now_ms() - t0) / 1e3);
     print_message("radix stress: %llu lookups (%llu full, %llu partial hits), %llu tokens inserted, %llu evictions\n",
                   (unsigned long long)sum.lookups, (unsigned long long)sum.full_hits,
                   (unsigned long long)sum.partial_hits, (unsigned long long)sum.inserted_tokens,
@@ -1939,26 +1958,16 @@ static void test_stress(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_header_examples),
-        cmocka_unit_test(test_pull_eviction),
-        cmocka_unit_test(test_page_boundaries),
-        cmocka_unit_test(test_pins),
-        cmocka_unit_test(test_lru_order),
-        cmocka_unit_test(test_namespaces),
-        cmocka_unit_test(test_stats),
-        cmocka_unit_test(test_errors_and_check),
-        cmocka_unit_test(test_demote_saved),
-        cmocka_unit_test(test_demote_dropped),
-        cmocka_unit_test(test_match_mixed),
-        cmocka_unit_test(test_restore),
-        cmocka_unit_test(test_pins_host),
-        cmocka_unit_test(test_insert_over_host),
-        cmocka_unit_test(test_tiers_check),
-        cmocka_unit_test(test_tails),
-        cmocka_unit_test(test_tails_host),
-        cmocka_unit_test(test_tails_oom),
-        cmocka_unit_test(test_tails_random),
-        cmocka_unit_test(test_out_of_memory),
+        cmocka_unit_test(test_header_examples), cmocka_unit_test(test_pull_eviction),
+        cmocka_unit_test(test_page_boundaries), cmocka_unit_test(test_pins),
+        cmocka_unit_test(test_lru_order),       cmocka_unit_test(test_namespaces),
+        cmocka_unit_test(test_stats),           cmocka_unit_test(test_errors_and_check),
+        cmocka_unit_test(test_demote_saved),    cmocka_unit_test(test_demote_dropped),
+        cmocka_unit_test(test_match_mixed),     cmocka_unit_test(test_restore),
+        cmocka_unit_test(test_pins_host),       cmocka_unit_test(test_insert_over_host),
+        cmocka_unit_test(test_tiers_check),     cmocka_unit_test(test_tails),
+        cmocka_unit_test(test_tails_host),      cmocka_unit_test(test_tails_oom),
+        cmocka_unit_test(test_tails_random),    cmocka_unit_test(test_out_of_memory),
         cmocka_unit_test(test_stress),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,7 +19,8 @@ static void put(reply_memory *m, const char *salt, const char *text, const int32
 }
 
 /* find over text at the given boundaries: the ids' first value (or -1 for a miss) and their end. */
-static int32_t find(reply_memory *m, const char *salt, const char *text, const size_t *ends, size_t n_ends, size_t *end) {
+static int32_t find(reply_memory *m, const char *salt, const char *text, const size_t *ends, size_t n_ends,
+                    size_t *end) {
     int32_t *ids;
     size_t n;
     if (!reply_memory_find(m, salt, text, ends, n_ends, &ids, &n, end)) return -1;
@@ -30,7 +31,9 @@ static int32_t find(reply_memory *m, const char *salt, const char *text, const s
 
 #define PROMPT "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 #define TURN1 PROMPT "hello<|im_end|>"
-#define TURN2 TURN1 "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n" "again<|im_end|>"
+#define TURN2                                                                                                          \
+    TURN1 "\n<|im_start|>user\nmore<|im_end|>\n<|im_start|>assistant\n"                                                \
+          "again<|im_end|>"
 
 static void test_hit_miss_longest(void **state) {
     (void)state;
@@ -40,7 +43,8 @@ static void test_hit_miss_longest(void **state) {
     put(&m, NULL, TURN1, a, 3);
     put(&m, NULL, TURN2, b, 5);
     const char *next = TURN2 "\n<|im_start|>user\nthird<|im_end|>\n";
-    size_t ends[] = {strlen(PROMPT) - strlen("\n<|im_start|>assistant\n"), strlen(TURN1), strlen(TURN2), strlen(next) - 1};
+    size_t ends[] = {strlen(PROMPT) - strlen("\n<|im_start|>assistant\n"), strlen(TURN1), strlen(TURN2),
+                     strlen(next) - 1};
     size_t end;
     assert_int_equal(find(&m, NULL, next, ends, 4, &end), 200); /* the longest */
     assert_int_equal(end, strlen(TURN2));
@@ -196,7 +200,7 @@ static void test_random(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hit_miss_longest), cmocka_unit_test(test_namespaces), cmocka_unit_test(test_bounds),
-        cmocka_unit_test(test_collisions), cmocka_unit_test(test_random),
+        cmocka_unit_test(test_collisions),       cmocka_unit_test(test_random),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

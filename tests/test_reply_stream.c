@@ -23,8 +23,8 @@
 static toolcall_format fmt;
 
 typedef struct {
-    json_t *deltas;      /* all deltas, in order */
-    size_t diverged_at;  /* index of the first delta sent by the feed that diverged */
+    json_t *deltas;     /* all deltas, in order */
+    size_t diverged_at; /* index of the first delta sent by the feed that diverged */
     bool diverged;
 } run;
 
@@ -112,13 +112,13 @@ static void sum_free(sum *m) {
 static bool in_layout(slice t) {
     ptrdiff_t close = find_first(t, LIT("</think>"));
     if (fmt.in_think)
-        return close < 0 || (find_last(t, LIT("</think>")) == close &&
-                             find_first((slice){t.p, (size_t)close}, LIT("<think>")) < 0);
+        return close < 0 ||
+            (find_last(t, LIT("</think>")) == close && find_first((slice){t.p, (size_t)close}, LIT("<think>")) < 0);
     if (close < 0) return true;
     slice s = strip_ws(t);
     slice before = {t.p, (size_t)close};
     return find_last(t, LIT("</think>")) == close && starts_with(s, LIT("<think>")) &&
-           find_last(before, LIT("<think>")) == s.p - t.p;
+        find_last(before, LIT("<think>")) == s.p - t.p;
 }
 
 static const char *str_or_empty(const json_t *j) { return json_is_string(j) ? json_string_value(j) : ""; }
@@ -232,8 +232,8 @@ static const char *const coder_table[] = {
     "<parameter=line>\n42\n</parameter>\n</function>\n</tool_call>",
     "<tool_call>\n<function=edit>\n<parameter=opts>\n{\"a\": [1, 2]}\n</parameter>\n</function>\n</tool_call>\n"
     "<tool_call>\n<function=unknown>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",
-    "<tool_call>\n<function=edit>\n<parameter=line>\n7", /* cut off: still a call */
-    "Text <tool_call>\n<function=edit\n</tool_call>",    /* not a call: all content */
+    "<tool_call>\n<function=edit>\n<parameter=line>\n7",                  /* cut off: still a call */
+    "Text <tool_call>\n<function=edit\n</tool_call>",                     /* not a call: all content */
     "<tool_call>\n{\"name\": \"edit\", \"arguments\": {}}\n</tool_call>", /* the JSON layout is content here */
     "Grüße 日本 <tool_call>\n<function=edit>\n<parameter=path>\n日本語 🎉\n</parameter>\n</function>\n</tool_call>",
     "Just an answer, mentioning <function=edit> in passing.",
@@ -241,9 +241,10 @@ static const char *const coder_table[] = {
 
 static void test_coder_all_splits(void **state) {
     (void)state;
-    json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"edit\",\"parameters\":{\"type\":"
-                               "\"object\",\"properties\":{\"line\":{\"type\":\"integer\"},\"opts\":{\"type\":\"object\"}}}}}]",
-                               0, NULL);
+    json_t *tools =
+        json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"edit\",\"parameters\":{\"type\":"
+                   "\"object\",\"properties\":{\"line\":{\"type\":\"integer\"},\"opts\":{\"type\":\"object\"}}}}}]",
+                   0, NULL);
     assert_non_null(tools);
     fmt = (toolcall_format){.template = CHAT_TEMPLATE_QWEN3_CODER, .tools = tools};
     rng g;
@@ -252,7 +253,8 @@ static void test_coder_all_splits(void **state) {
         check_all_splits(coder_table[i], strlen(coder_table[i]), &g, 50);
         run r = stream(coder_table[i], strlen(coder_table[i]), NULL, 0);
         bool has_calls = false; /* the first three and the sixth are calls */
-        for (size_t k = 0; k < json_array_size(r.deltas); k++) has_calls |= json_object_get(json_array_get(r.deltas, k), "tool_calls") != NULL;
+        for (size_t k = 0; k < json_array_size(r.deltas); k++)
+            has_calls |= json_object_get(json_array_get(r.deltas, k), "tool_calls") != NULL;
         assert_int_equal(has_calls, i < 3 || i == 5);
         json_decref(r.deltas);
     }
@@ -290,10 +292,10 @@ static void test_split_markers(void **state) {
         const char *text;
         size_t cut;
     } cases[] = {
-        {"Hi <tool_call>{\"name\": \"f\"}</tool_call>", 9},   /* "Hi <tool_" | "call>..." */
-        {"<think>\nr\n</think>\n\nC", 15},                    /* "...</thi" | "nk>..." */
+        {"Hi <tool_call>{\"name\": \"f\"}</tool_call>", 9}, /* "Hi <tool_" | "call>..." */
+        {"<think>\nr\n</think>\n\nC", 15},                  /* "...</thi" | "nk>..." */
         {"<thi", 2},
-        {"<think>\nr\n</thinking is fun", 15},                /* not the marker after all */
+        {"<think>\nr\n</thinking is fun", 15}, /* not the marker after all */
         {"a <tool_calling> b", 7},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
@@ -310,9 +312,24 @@ static void test_split_markers(void **state) {
  * whole at the end with their ids. */
 static void test_delta_shapes(void **state) {
     (void)state;
-    const char *tok[] = {"<think>", "\n", "Need", " it", ".\n", "</think>", "\n\n", "Sure", ".", "\n",
-                         "<tool_call>", "\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}", "\n", "</tool_call>", "\n",
-                         "<tool_call>", "{\"name\": \"g\"}", "</tool_call>"};
+    const char *tok[] = {"<think>",
+                         "\n",
+                         "Need",
+                         " it",
+                         ".\n",
+                         "</think>",
+                         "\n\n",
+                         "Sure",
+                         ".",
+                         "\n",
+                         "<tool_call>",
+                         "\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+                         "\n",
+                         "</tool_call>",
+                         "\n",
+                         "<tool_call>",
+                         "{\"name\": \"g\"}",
+                         "</tool_call>"};
     char text[256] = "";
     json_t *d = json_array();
     reply_stream s;
@@ -322,14 +339,14 @@ static void test_delta_shapes(void **state) {
         assert_int_equal(reply_stream_feed(&s, text, strlen(text), false, d), 0);
     }
     assert_int_equal(reply_stream_feed(&s, text, strlen(text), true, d), 0);
-    json_t *want = json_loads(
-        "[{\"reasoning_content\":\"Need\"},{\"reasoning_content\":\" it\"},{\"reasoning_content\":\".\"},"
-        "{\"content\":\"Sure\"},{\"content\":\".\"},"
-        "{\"tool_calls\":[{\"index\":0,\"id\":\"call_9_0\",\"type\":\"function\","
-        "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}}]},"
-        "{\"tool_calls\":[{\"index\":1,\"id\":\"call_9_1\",\"type\":\"function\","
-        "\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]}]",
-        0, NULL);
+    json_t *want =
+        json_loads("[{\"reasoning_content\":\"Need\"},{\"reasoning_content\":\" it\"},{\"reasoning_content\":\".\"},"
+                   "{\"content\":\"Sure\"},{\"content\":\".\"},"
+                   "{\"tool_calls\":[{\"index\":0,\"id\":\"call_9_0\",\"type\":\"function\","
+                   "\"function\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\": 1}\"}}]},"
+                   "{\"tool_calls\":[{\"index\":1,\"id\":\"call_9_1\",\"type\":\"function\","
+                   "\"function\":{\"name\":\"g\",\"arguments\":\"{}\"}}]}]",
+                   0, NULL);
     if (!json_equal(d, want)) fail_msg("got %s", json_dumps(d, JSON_COMPACT));
     assert_false(s.diverged);
     reply_stream_free(&s);
@@ -371,9 +388,31 @@ static void test_divergence(void **state) {
 /* Random replies from fragments: in the layout (a think block, then content without think
  * markers, or content alone) they must stream exactly; any soup must stream consistently. */
 static size_t soup(rng *g, char *buf, size_t cap, size_t n, bool with_think_markers) {
-    static const char *frag[] = {"<tool_call>", "</tool_call>", "\n", " ", "\t", "{", "}", "\"", ":", ",",
-                                 "\"name\"", "\"arguments\"", "\"f\"", "1", "é", "日", "text", "<tool_", "</think",
-                                 "<thin", "<", "</", "{\"name\": \"f\"}", "<think>", "</think>"};
+    static const char *frag[] = {"<tool_call>",
+                                 "</tool_call>",
+                                 "\n",
+                                 " ",
+                                 "\t",
+                                 "{",
+                                 "}",
+                                 "\"",
+                                 ":",
+                                 ",",
+                                 "\"name\"",
+                                 "\"arguments\"",
+                                 "\"f\"",
+                                 "1",
+                                 "é",
+                                 "日",
+                                 "text",
+                                 "<tool_",
+                                 "</think",
+                                 "<thin",
+                                 "<",
+                                 "</",
+                                 "{\"name\": \"f\"}",
+                                 "<think>",
+                                 "</think>"};
     size_t n_frag = sizeof frag / sizeof *frag - (with_think_markers ? 0 : 2);
     for (int k = (int)rng_below(g, 12); k > 0; k--) {
         const char *f = frag[rng_below(g, (uint32_t)n_frag)];

@@ -164,9 +164,11 @@ static void test_all_matches_reference(void **state) {
     float *l = malloc(V * sizeof *l), *num = malloc(V * sizeof *num);
     int32_t *ids = malloc(V * sizeof *ids);
     assert_non_null(l), assert_non_null(num), assert_non_null(ids);
-    const struct { float scale, T, top_p; int32_t top_k; } cases[] = {
-        {8, 0.7f, 0.95f, 0}, {8, 1.0f, 1.0f, 0}, {0.5f, 1.5f, 1.0f, 0}, {0.5f, 1.0f, 0.99f, 0},
-        {0.5f, 1.0f, 0.3f, 0}, {2, 1.0f, 0.9f, V}, {1, 1.2f, 0.97f, 5000}, {1, 1.0f, 1.0f, 5000}};
+    const struct {
+        float scale, T, top_p;
+        int32_t top_k;
+    } cases[] = {{8, 0.7f, 0.95f, 0},   {8, 1.0f, 1.0f, 0}, {0.5f, 1.5f, 1.0f, 0},  {0.5f, 1.0f, 0.99f, 0},
+                 {0.5f, 1.0f, 0.3f, 0}, {2, 1.0f, 0.9f, V}, {1, 1.2f, 0.97f, 5000}, {1, 1.0f, 1.0f, 5000}};
     int past = 0; /* draws outside the best 64 (the full-sort path ran) */
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         rng r;
@@ -205,9 +207,11 @@ static void test_logit_adjust_formula(void **state) {
     uint32_t count[V] = {0};
     int32_t gen[N];
     logit_bias bias[] = {{0, 5.5f}, {17, -100}, {500, 0.25f}, {V - 1, 100}};
-    const logit_adjust cases[] = {
-        {.presence = 0.6f, .frequency = 0.35f, .bias = bias, .n_bias = 4},
-        {.presence = -1.5f}, {.frequency = 2}, {.bias = bias + 1, .n_bias = 2}, {.presence = 2, .frequency = -2}};
+    const logit_adjust cases[] = {{.presence = 0.6f, .frequency = 0.35f, .bias = bias, .n_bias = 4},
+                                  {.presence = -1.5f},
+                                  {.frequency = 2},
+                                  {.bias = bias + 1, .n_bias = 2},
+                                  {.presence = 2, .frequency = -2}};
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         const logit_adjust *a = &cases[c];
         rng r;
@@ -247,12 +251,18 @@ static void test_logit_adjust_check(void **state) {
     (void)state;
     logit_bias ok[] = {{1, 1}, {9, -1}}, dup[] = {{4, 1}, {4, 2}}, desc[] = {{5, 1}, {2, 1}};
     logit_bias far[] = {{10, 1}}, neg[] = {{-1, 1}}, big[] = {{3, 100.5f}};
-    const struct { logit_adjust a; const char *msg; } bad[] = {
-        {{.presence = 2.5f}, "presence_penalty"}, {{.frequency = -2.01f}, "frequency_penalty"},
-        {{.presence = 0.0f / 0.0f}, "presence_penalty"}, {{.bias = dup, .n_bias = 2}, "twice"},
-        {{.bias = desc, .n_bias = 2}, "out of order"}, {{.bias = far, .n_bias = 1}, "vocabulary is 0 to 9"},
-        {{.bias = neg, .n_bias = 1}, "token -1"}, {{.bias = big, .n_bias = 1}, "outside -100 to 100"},
-        {{.bias = ok, .n_bias = LOGIT_BIAS_MAX + 1}, "at most"}};
+    const struct {
+        logit_adjust a;
+        const char *msg;
+    } bad[] = {{{.presence = 2.5f}, "presence_penalty"},
+               {{.frequency = -2.01f}, "frequency_penalty"},
+               {{.presence = 0.0f / 0.0f}, "presence_penalty"},
+               {{.bias = dup, .n_bias = 2}, "twice"},
+               {{.bias = desc, .n_bias = 2}, "out of order"},
+               {{.bias = far, .n_bias = 1}, "vocabulary is 0 to 9"},
+               {{.bias = neg, .n_bias = 1}, "token -1"},
+               {{.bias = big, .n_bias = 1}, "outside -100 to 100"},
+               {{.bias = ok, .n_bias = LOGIT_BIAS_MAX + 1}, "at most"}};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         assert_int_equal(logit_adjust_check(&bad[i].a, 10), -1);
         assert_non_null(strstr(cd_errmsg(), bad[i].msg));
@@ -278,7 +288,7 @@ static void test_logprob(void **state) {
     float l[V];
     fill(l, V, 77);
     l[10] = -INFINITY;
-    l[4000] = 9; /* the best */
+    l[4000] = 9;          /* the best */
     l[17] = l[18] = 8.5f; /* a tie: the lower id first */
     long double m = -INFINITY, sum = 0;
     for (int i = 0; i < V; i++) m = isfinite(l[i]) && l[i] > m ? l[i] : m;

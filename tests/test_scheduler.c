@@ -91,16 +91,22 @@ static void assert_prompt_lps(const prompt_lps *got, const prompt_lps *want, uin
     if (got->bad) fail_msg("%s: prompt log-probabilities out of order", what);
     for (uint32_t p = 1; p < upto; p++)
         if (!lp_equal(&got->lp[p], &want->lp[p]))
-            fail_msg("%s: prompt position %u: logprob %.9g (token %d), want %.9g (token %d)", what, p, got->lp[p].logprob,
-                     got->lp[p].id, want->lp[p].logprob, want->lp[p].id);
+            fail_msg("%s: prompt position %u: logprob %.9g (token %d), want %.9g (token %d)", what, p,
+                     got->lp[p].logprob, got->lp[p].id, want->lp[p].logprob, want->lp[p].id);
 }
 
 /* Greedy tokens of one request alone, cache off: the reference (its prompt log-probabilities
  * into lps when not NULL). */
 static uint32_t reference_lps(engine *plain, const int32_t *ids, uint32_t n, uint32_t max_tokens, int32_t *out,
                               const sampler_params *sp, prompt_lps *lps) {
-    engine_request rq = {.ids = ids, .n = n, .max_tokens = max_tokens, .ignore_eos = true, .sp = sp,
-                         .on_prompt_logprob = lps ? on_prompt_lp : NULL, .prompt_top_logprobs = 3, .ctx = lps};
+    engine_request rq = {.ids = ids,
+                         .n = n,
+                         .max_tokens = max_tokens,
+                         .ignore_eos = true,
+                         .sp = sp,
+                         .on_prompt_logprob = lps ? on_prompt_lp : NULL,
+                         .prompt_top_logprobs = 3,
+                         .ctx = lps};
     engine_reply r;
     if (engine_generate(plain, &rq, &r)) fail_msg("%s", cd_errmsg());
     memcpy(out, r.ids, r.n * sizeof *out);
@@ -143,8 +149,8 @@ typedef struct job {
     int32_t want[64];
     uint32_t n_want;
     uint32_t preempted;
-    bool plp;                    /* asks for its prompt's log-probabilities: */
-    prompt_lps got, want_lps;    /* as it gave them, and as the request alone does */
+    bool plp;                 /* asks for its prompt's log-probabilities: */
+    prompt_lps got, want_lps; /* as it gave them, and as the request alone does */
 } job;
 
 /* A prompt: one of three shared system prompts (or none), then a random tail. */
@@ -179,8 +185,12 @@ static void run_jobs(engine *e, job *jobs, uint32_t n_jobs) {
         for (uint32_t i = 0; i < n_jobs; i++) {
             job *j = &jobs[i];
             if (!j->submitted && j->arrive <= step) {
-                engine_request rq = {.ids = j->ids, .n = j->n, .max_tokens = j->max_tokens, .ignore_eos = true,
-                                     .on_prompt_logprob = j->plp ? on_prompt_lp : NULL, .prompt_top_logprobs = 3,
+                engine_request rq = {.ids = j->ids,
+                                     .n = j->n,
+                                     .max_tokens = j->max_tokens,
+                                     .ignore_eos = true,
+                                     .on_prompt_logprob = j->plp ? on_prompt_lp : NULL,
+                                     .prompt_top_logprobs = 3,
                                      .ctx = &j->got};
                 if (engine_submit(e, &rq, &j->handle)) fail_msg("%s", cd_errmsg());
                 j->submitted = true;
@@ -207,7 +217,8 @@ static void run_jobs(engine *e, job *jobs, uint32_t n_jobs) {
                 if (j->plp && j->got.next != j->n)
                     fail_msg("job %u gave %u of its %u prompt log-probabilities", i, j->got.next - 1, j->n - 1);
                 assert_int_equal(r.finish, ENGINE_LENGTH);
-                assert_int_equal(r.cached_tokens + r.prefilled_tokens, j->n); /* recomputing after a preemption is apart */
+                assert_int_equal(r.cached_tokens + r.prefilled_tokens,
+                                 j->n); /* recomputing after a preemption is apart */
                 if (r.n != j->n_want || memcmp(r.ids, j->want, r.n * sizeof *r.ids))
                     fail_msg("job %u (%u tokens, %u cached, preempted %u): tokens differ from the request alone", i,
                              j->n, r.cached_tokens, r.preempted);
@@ -244,7 +255,7 @@ static uint32_t oracle_guess(void *ctx, const int32_t *toks, uint32_t n, uint32_
     uint32_t g = n - best->n_prompt, k = best->n_want - g < k_max ? best->n_want - g : k_max;
     memcpy(out, best->want + g, k * sizeof *out);
     uint32_t call = oracle_calls++;
-    if (k && call % 3 == 1) out[k / 2] = (out[k / 2] + 1) % 1000; /* wrong from there on */
+    if (k && call % 3 == 1) out[k / 2] = (out[k / 2] + 1) % 1000;  /* wrong from there on */
     if (k && call % 11 == 5) out[k - 1] = call % 2 ? -7 : 1 << 30; /* not a token: the engine drops it */
     return k;
 }
@@ -275,21 +286,26 @@ static void interleavings(uint32_t page, uint32_t pool, uint32_t max_seqs, uint3
     }
     engine_free(&plain);
     engine e;
-    engine_opts o = {.n_ctx = N_CTX, .pool_tokens = pool, .page_tokens = page, .max_seqs = max_seqs,
-                     .chunk_tokens = chunk, .spec_tokens = spec, .guess = oracle_guess};
+    engine_opts o = {.n_ctx = N_CTX,
+                     .pool_tokens = pool,
+                     .page_tokens = page,
+                     .max_seqs = max_seqs,
+                     .chunk_tokens = chunk,
+                     .spec_tokens = spec,
+                     .guess = oracle_guess};
     n_oracle = 0;
     for (uint32_t i = 0; i < n_jobs && i < ORACLE_MAX; i++)
         oracle[n_oracle++] = (oracle_entry){jobs[i].ids, jobs[i].want, jobs[i].n, jobs[i].n_want};
     init(&e, &o);
     run_jobs(&e, jobs, n_jobs);
-    print_message("page %u, pool %u, %u seqs, chunk %u: %u jobs, %llu steps, %llu cached of %llu prompt tokens, "
-                  "%llu preempted (%llu tokens recomputed), %llu cancelled, %llu dedup tokens, %llu of %llu guesses kept\n",
-                  page, pool, max_seqs, chunk, n_jobs, (unsigned long long)e.stats.steps,
-                  (unsigned long long)e.stats.cached_tokens, (unsigned long long)e.stats.prompt_tokens,
-                  (unsigned long long)e.stats.preempted, (unsigned long long)e.stats.recomputed_tokens,
-                  (unsigned long long)e.stats.cancelled,
-                  (unsigned long long)e.stats.dedup_tokens, (unsigned long long)e.stats.accepted_tokens,
-                  (unsigned long long)e.stats.draft_tokens);
+    print_message(
+        "page %u, pool %u, %u seqs, chunk %u: %u jobs, %llu steps, %llu cached of %llu prompt tokens, "
+        "%llu preempted (%llu tokens recomputed), %llu cancelled, %llu dedup tokens, %llu of %llu guesses kept\n",
+        page, pool, max_seqs, chunk, n_jobs, (unsigned long long)e.stats.steps,
+        (unsigned long long)e.stats.cached_tokens, (unsigned long long)e.stats.prompt_tokens,
+        (unsigned long long)e.stats.preempted, (unsigned long long)e.stats.recomputed_tokens,
+        (unsigned long long)e.stats.cancelled, (unsigned long long)e.stats.dedup_tokens,
+        (unsigned long long)e.stats.accepted_tokens, (unsigned long long)e.stats.draft_tokens);
     uint32_t plp = 0, plp_preempted = 0;
     for (uint32_t i = 0; i < n_jobs; i++) plp += jobs[i].plp, plp_preempted += jobs[i].plp && jobs[i].preempted;
     print_message("%u jobs asked for prompt log-probabilities, %u of them were preempted\n", plp, plp_preempted);
@@ -401,7 +417,8 @@ static void test_chunked_prefill(void **state) {
     engine_request ra = {.ids = a, .n = 20, .max_tokens = 30, .ignore_eos = true, .on_token = on_token, .ctx = &w};
     engine_request rb = {.ids = b, .n = 1100, .max_tokens = 2, .ignore_eos = true};
     uint32_t ha, hb;
-    if (engine_submit(&e, &ra, &ha) || engine_step(&e, NULL) || engine_submit(&e, &rb, &hb)) fail_msg("%s", cd_errmsg());
+    if (engine_submit(&e, &ra, &ha) || engine_step(&e, NULL) || engine_submit(&e, &rb, &hb))
+        fail_msg("%s", cd_errmsg());
     engine_reply rpa, rpb;
     uint32_t steps_b = 0;
     for (;;) {
@@ -515,8 +532,8 @@ static void sampling_batched(int draw) {
     engine_request rb = {.ids = b, .n = 45, .max_tokens = 20, .ignore_eos = true, .sp = &sb};
     engine_request rc = {.ids = c, .n = 12, .max_tokens = 20, .ignore_eos = true};
     uint32_t ha, hb, hc;
-    if (engine_submit(&e, &rc, &hc) || engine_step(&e, NULL) || engine_submit(&e, &ra, &ha) ||
-        engine_step(&e, NULL) || engine_submit(&e, &rb, &hb))
+    if (engine_submit(&e, &rc, &hc) || engine_step(&e, NULL) || engine_submit(&e, &ra, &ha) || engine_step(&e, NULL) ||
+        engine_submit(&e, &rb, &hb))
         fail_msg("%s", cd_errmsg());
     uint32_t busy = 1;
     while (busy)
@@ -584,8 +601,14 @@ static void test_sampling_on_device(void **state) {
         random_ids(&r, ids, 25);
         draw_check d = {.logits = logits};
         if (sampler_init(&d.host, sps[k], (int32_t)m->cfg.n_vocab)) fail_msg("%s", cd_errmsg());
-        engine_request rq = {.ids = ids, .n = 25, .max_tokens = n_draws[k], .ignore_eos = true, .sp = &sps[k],
-                             .on_token = check_draw, .ctx = &d, .logits_out = logits};
+        engine_request rq = {.ids = ids,
+                             .n = 25,
+                             .max_tokens = n_draws[k],
+                             .ignore_eos = true,
+                             .sp = &sps[k],
+                             .on_token = check_draw,
+                             .ctx = &d,
+                             .logits_out = logits};
         engine_reply rp;
         if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
         assert_int_equal(d.draws, rp.n);
@@ -620,12 +643,14 @@ static uint32_t salted(engine *e, const int32_t *ids, uint32_t n, const char *sa
 
 /* Submits two requests for ids in one step and steps once: how many run (the second waits when
  * it is paired with the first's prefill). Then runs both to the end; their cached tokens. */
-static uint32_t pair_run(engine *e, const int32_t *ids, uint32_t n, const char *sa, const char *sb, uint32_t cached[2]) {
+static uint32_t pair_run(engine *e, const int32_t *ids, uint32_t n, const char *sa, const char *sb,
+                         uint32_t cached[2]) {
     engine_request ra = {.ids = ids, .n = n, .max_tokens = 2, .ignore_eos = true, .cache_salt = sa};
     engine_request rb = ra;
     rb.cache_salt = sb;
     uint32_t h[2], busy = 1;
-    if (engine_submit(e, &ra, &h[0]) || engine_submit(e, &rb, &h[1]) || engine_step(e, NULL)) fail_msg("%s", cd_errmsg());
+    if (engine_submit(e, &ra, &h[0]) || engine_submit(e, &rb, &h[1]) || engine_step(e, NULL))
+        fail_msg("%s", cd_errmsg());
     uint32_t running = engine_running(e);
     while (busy)
         if (engine_step(e, &busy)) fail_msg("%s", cd_errmsg());
@@ -710,8 +735,15 @@ static uint32_t adjusted_run(engine *e, const int32_t *ids, uint32_t n, const sa
     assert_true(raw && row && count);
     adjust_check c = {.a = a, .raw = raw, .row = row, .count = count, .n_vocab = V, .sample = sp->temperature > 0};
     if (c.sample && sampler_init(&c.host, *sp, V)) fail_msg("%s", cd_errmsg());
-    engine_request rq = {.ids = ids, .n = n, .max_tokens = 40, .ignore_eos = true, .sp = sp, .adjust = a,
-                         .on_token = check_adjusted, .ctx = &c, .logits_out = raw};
+    engine_request rq = {.ids = ids,
+                         .n = n,
+                         .max_tokens = 40,
+                         .ignore_eos = true,
+                         .sp = sp,
+                         .adjust = a,
+                         .on_token = check_adjusted,
+                         .ctx = &c,
+                         .logits_out = raw};
     engine_reply rp;
     if (engine_generate(e, &rq, &rp)) fail_msg("%s", cd_errmsg());
     assert_int_equal(rp.n, 40);
@@ -748,10 +780,9 @@ static void test_logit_adjust(void **state) {
     adjusted_run(&e, a, 37, &hot, &as, alone_s);
     /* the same three together (one plain): each gives its tokens alone */
     assert_int_equal(reference(&e, b, 52, 40, alone_b, &greedy), 40);
-    engine_request rq[3] = {
-        {.ids = a, .n = 37, .max_tokens = 40, .ignore_eos = true, .sp = &greedy, .adjust = &ag},
-        {.ids = a, .n = 37, .max_tokens = 40, .ignore_eos = true, .sp = &hot, .adjust = &as},
-        {.ids = b, .n = 52, .max_tokens = 40, .ignore_eos = true, .sp = &greedy}};
+    engine_request rq[3] = {{.ids = a, .n = 37, .max_tokens = 40, .ignore_eos = true, .sp = &greedy, .adjust = &ag},
+                            {.ids = a, .n = 37, .max_tokens = 40, .ignore_eos = true, .sp = &hot, .adjust = &as},
+                            {.ids = b, .n = 52, .max_tokens = 40, .ignore_eos = true, .sp = &greedy}};
     const int32_t *want[3] = {alone_g, alone_s, alone_b};
     uint32_t h[3], busy = 1;
     for (int i = 0; i < 3; i++)
@@ -786,8 +817,8 @@ typedef struct logprob_check {
     const float *raw;
     int32_t n_vocab;
     uint32_t top, calls, tokens;
-    int32_t last;  /* the id reported, for the token callback */
-    double worst;  /* largest |logprob - reference| */
+    int32_t last; /* the id reported, for the token callback */
+    double worst; /* largest |logprob - reference| */
     bool bad;
 } logprob_check;
 
@@ -842,12 +873,17 @@ static void test_logprobs(void **state) {
     init(&e, &o);
     logit_bias push[] = {{11, 4}};
     const logit_adjust adj = {.frequency = 1, .bias = push, .n_bias = 1};
-    const sampler_params sps[] = {{0}, {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 5},
+    const sampler_params sps[] = {{0},
+                                  {.temperature = 0.9f, .top_k = 40, .top_p = 0.95f, .seed = 5},
                                   {.temperature = 1.1f, .top_k = 0, .top_p = 1, .seed = 6}};
     const uint32_t tops[] = {0, 5, TOP_LOGPROBS_MAX};
     for (size_t k = 0; k < 3; k++)
         for (int adjusted = 0; adjusted < 2; adjusted++) {
-            engine_request rq = {.ids = a, .n = 29, .max_tokens = 12, .ignore_eos = true, .sp = &sps[k],
+            engine_request rq = {.ids = a,
+                                 .n = 29,
+                                 .max_tokens = 12,
+                                 .ignore_eos = true,
+                                 .sp = &sps[k],
                                  .adjust = adjusted ? &adj : NULL};
             int32_t plain[12], with[12];
             engine_reply rp;
@@ -927,8 +963,8 @@ static void test_prompt_logprobs(void **state) {
     memcpy(plain_b, rp.ids, sizeof plain_b);
     engine_reply_free(&rp);
     prompt_lps_init(&want_c, NC);
-    engine_request rc = {.ids = c, .n = NC, .max_tokens = 3, .ignore_eos = true, .on_prompt_logprob = on_prompt_lp,
-                         .ctx = &want_c};
+    engine_request rc = {
+        .ids = c, .n = NC, .max_tokens = 3, .ignore_eos = true, .on_prompt_logprob = on_prompt_lp, .ctx = &want_c};
     if (engine_generate(&e, &rc, &rp)) fail_msg("%s", cd_errmsg());
     engine_reply_free(&rp);
 
@@ -1045,7 +1081,8 @@ static void test_json_object(void **state) {
         json_schema_unref(any);
         assert_true(strchr(text, '{') != NULL);
         assert_true(ended == json_prefix_done(&p)); /* an end token only once the object is whole */
-        printf("  json_object (%s): %u tokens, %s: %.80s\n", k ? "sampled" : "greedy", rp.n, ended ? "ended" : "open", text);
+        printf("  json_object (%s): %u tokens, %s: %.80s\n", k ? "sampled" : "greedy", rp.n, ended ? "ended" : "open",
+               text);
         memset(alone[k], 0, sizeof alone[k]);
         memcpy(alone[k], rp.ids, rp.n * sizeof *rp.ids);
         free(text);
@@ -1101,7 +1138,8 @@ static void test_json_schema(void **state) {
     engine_opts o = {.n_ctx = N_CTX, .max_seqs = 4, .draw = ENGINE_DRAW_DEVICE};
     init(&e, &o);
     const char *text_schema =
-        "{\"type\": \"object\", \"properties\": {\"answer\": {\"enum\": [\"yes\", \"no\"]}, \"n\": {\"type\": \"integer\"}, "
+        "{\"type\": \"object\", \"properties\": {\"answer\": {\"enum\": [\"yes\", \"no\"]}, \"n\": {\"type\": "
+        "\"integer\"}, "
         "\"tags\": {\"type\": \"array\", \"items\": {\"type\": \"string\", \"maxLength\": 3}, \"maxItems\": 2}}, "
         "\"required\": [\"answer\", \"n\"]}";
     const sampler_params greedy = {0}, hot = {.temperature = 1.2f, .top_k = 40, .top_p = 1, .seed = 5};
@@ -1134,7 +1172,8 @@ static void test_json_schema(void **state) {
             json_decref(v);
         }
         for (char *c = text; *c; c++) *c = *c == '\n' ? ' ' : *c; /* shown on one line (after the checks) */
-        printf("  json_schema (%s): %u tokens, %s: %.100s\n", k ? "sampled" : "greedy", rp.n, ended ? "ended" : "open", text);
+        printf("  json_schema (%s): %u tokens, %s: %.100s\n", k ? "sampled" : "greedy", rp.n, ended ? "ended" : "open",
+               text);
         json_schema_unref(check);
         n_alone[k] = rp.n;
         memcpy(alone[k], rp.ids, rp.n * sizeof *rp.ids);
@@ -1146,10 +1185,16 @@ static void test_json_schema(void **state) {
     json_schema *call = json_schema_compile_text(
         "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"get\"}, \"arguments\": {\"type\": \"object\", "
         "\"properties\": {\"id\": {\"type\": \"integer\"}}, \"required\": [\"id\"], \"additionalProperties\": false}}, "
-        "\"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}", true);
+        "\"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}",
+        true);
     assert_non_null(call);
     const char *forced = "{\"name\": \"get\", \"arguments\": ";
-    engine_request rq = {.ids = b, .n = 17, .max_tokens = 64, .sp = &greedy, .json_schema = call, .json_forced = forced,
+    engine_request rq = {.ids = b,
+                         .n = 17,
+                         .max_tokens = 64,
+                         .sp = &greedy,
+                         .json_schema = call,
+                         .json_forced = forced,
                          .json_tail = "\n</tool_call>"};
     engine_reply rp;
     if (engine_generate(&e, &rq, &rp)) fail_msg("%s", cd_errmsg());
@@ -1252,9 +1297,15 @@ static void speculative(int draw) {
     for (int k = 0; k < N; k++) {
         const spec_case *c = &cases[k];
         random_ids(&r, prompts[k], 40);
-        rq[k] = (engine_request){.ids = prompts[k], .n = 40, .max_tokens = c->max_tokens, .ignore_eos = !c->json,
-                                 .sp = &c->sp, .adjust = c->adjust ? &adj : NULL, .json_object = c->json,
-                                 .on_logprob = c->logprobs ? spec_logprob : NULL, .top_logprobs = c->logprobs ? 3 : 0};
+        rq[k] = (engine_request){.ids = prompts[k],
+                                 .n = 40,
+                                 .max_tokens = c->max_tokens,
+                                 .ignore_eos = !c->json,
+                                 .sp = &c->sp,
+                                 .adjust = c->adjust ? &adj : NULL,
+                                 .json_object = c->json,
+                                 .on_logprob = c->logprobs ? spec_logprob : NULL,
+                                 .top_logprobs = c->logprobs ? 3 : 0};
         want_lp[k].n_lp = 0;
         rq[k].ctx = &want_lp[k];
         engine_reply rp;
@@ -1286,7 +1337,8 @@ static void speculative(int draw) {
             engine_reply rp;
             assert_int_equal(engine_poll(&spec, h[k], &rp), 1);
             if (rp.n != oracle[k].n_want || memcmp(rp.ids, want[k], rp.n * sizeof *rp.ids))
-                fail_msg("draw %d, %s: case %d: tokens differ with speculative decoding", draw, round ? "batched" : "alone", k);
+                fail_msg("draw %d, %s: case %d: tokens differ with speculative decoding", draw,
+                         round ? "batched" : "alone", k);
             assert_int_equal(got_lp[k].n_lp, want_lp[k].n_lp);
             assert_memory_equal(got_lp[k].lp, want_lp[k].lp, want_lp[k].n_lp * sizeof *got_lp[k].lp);
             engine_reply_free(&rp);
@@ -1298,10 +1350,10 @@ static void speculative(int draw) {
                   (unsigned long long)spec.stats.draft_tokens, (unsigned long long)spec.stats.accepted_tokens,
                   (unsigned long long)spec.stats.steps, (unsigned long long)plain.stats.steps);
     assert_int_equal(spec.stats.generated_tokens, 2 * total);
-    assert_true(spec.stats.accepted_tokens > total / 2);                     /* guesses kept ... */
-    assert_true(spec.stats.draft_tokens > spec.stats.accepted_tokens + 20);  /* ... and dropped */
+    assert_true(spec.stats.accepted_tokens > total / 2);                    /* guesses kept ... */
+    assert_true(spec.stats.draft_tokens > spec.stats.accepted_tokens + 20); /* ... and dropped */
     assert_true(spec.stats.accepted_tokens <= spec.stats.generated_tokens);
-    assert_true(spec.stats.steps < plain.stats.steps);                       /* several tokens a pass */
+    assert_true(spec.stats.steps < plain.stats.steps); /* several tokens a pass */
     assert_no_leak(&spec);
     engine_free(&plain), engine_free(&spec);
 }
@@ -1408,6 +1460,6 @@ int main(void) {
         cmocka_unit_test(test_preemption_speculative),
     };
     if (getenv("CINDER_TEST_FILTER")) cmocka_set_test_filter(getenv("CINDER_TEST_FILTER")); /* e.g. "*salt*" */
-    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER")); /* e.g. test_speculative* */
+    if (getenv("TEST_FILTER")) cmocka_set_test_filter(getenv("TEST_FILTER"));               /* e.g. test_speculative* */
     return tu_status(cmocka_run_group_tests(tests, vk_setup, vk_teardown));
 }

@@ -8,6 +8,10 @@
 
 enum { TU_SKIP = 77 };
 void tu_note_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-#define tu_skip(...) do { tu_note_skip(__VA_ARGS__); skip(); } while (0)
+#define tu_skip(...)                                                                                                   \
+    do {                                                                                                               \
+        tu_note_skip(__VA_ARGS__);                                                                                     \
+        skip();                                                                                                        \
+    } while (0)
 /* main's return value from cmocka_run_group_tests' (the number of failed tests). */
 int tu_status(int failed);

@@ -10,9 +10,16 @@
 
 #include "runtime/model/step_cost.h"
 
-static const model_config qwen3 = {.arch = ARCH_QWEN3MOE, .n_layer = 48, .n_embd = 2048, .n_head = 32,
-                                   .n_head_kv = 4, .head_dim = 128, .n_vocab = 151936, .n_expert = 128,
-                                   .n_expert_used = 8, .n_ff_exp = 768};
+static const model_config qwen3 = {.arch = ARCH_QWEN3MOE,
+                                   .n_layer = 48,
+                                   .n_embd = 2048,
+                                   .n_head = 32,
+                                   .n_head_kv = 4,
+                                   .head_dim = 128,
+                                   .n_vocab = 151936,
+                                   .n_expert = 128,
+                                   .n_expert_used = 8,
+                                   .n_ff_exp = 768};
 
 /* One decode token through ffn_gate_exps (Q4_K, 2048 -> 768 per expert): its 8 experts. */
 static void test_q4k_expert_matvec(void **state) {
@@ -84,7 +91,7 @@ static void test_small_ops(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_q4k_expert_matvec), cmocka_unit_test(test_experts_read), cmocka_unit_test(test_dense),
-        cmocka_unit_test(test_attention), cmocka_unit_test(test_small_ops),
+        cmocka_unit_test(test_attention),         cmocka_unit_test(test_small_ops),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -82,8 +82,8 @@ static int setup(void **state) {
         return -1;
     }
     double t2 = now_s();
-    printf("# tok_vocab_from_hf (jansson, 11 MB tokenizer.json): %.0f ms; tok_load_vocab: %.0f ms\n",
-           (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    printf("# tok_vocab_from_hf (jansson, 11 MB tokenizer.json): %.0f ms; tok_load_vocab: %.0f ms\n", (t1 - t0) * 1e3,
+           (t2 - t1) * 1e3);
     json_error_t err;
     G.corpus = json_load_file(tu_src_path("tests/data/tokenizer_corpus.json"), JSON_ALLOW_NUL, &err);
     G.expected = json_load_file(tu_src_path("tests/data/tokenizer_expected.json"), 0, &err);
@@ -114,7 +114,9 @@ static text corpus_text(size_t i) {
     return (text){json_string_value(t), json_string_length(t)};
 }
 
-static const char *corpus_name(size_t i) { return json_string_value(json_object_get(json_array_get(G.corpus, i), "name")); }
+static const char *corpus_name(size_t i) {
+    return json_string_value(json_object_get(json_array_get(G.corpus, i), "name"));
+}
 
 /* The whole corpus joined with "\n" (malloc'd), as the generator builds "corpus_concat". */
 static char *corpus_concat(size_t *n) {
@@ -136,7 +138,8 @@ static char *corpus_concat(size_t *n) {
 static void print_ids(const char *label, const int32_t *ids, size_t n, size_t from) {
     char line[512];
     int o = snprintf(line, sizeof line, "    %s (%zu) @%zu:", label, n, from);
-    for (size_t i = from; i < n && i < from + 24 && o < (int)sizeof line - 16; i++) o += snprintf(line + o, sizeof line - (size_t)o, " %d", ids[i]);
+    for (size_t i = from; i < n && i < from + 24 && o < (int)sizeof line - 16; i++)
+        o += snprintf(line + o, sizeof line - (size_t)o, " %d", ids[i]);
     print_message("%s%s\n", line, n > from + 24 ? " ..." : "");
 }
 
@@ -272,7 +275,8 @@ static void test_roundtrip(void **state) {
             /* Added tokens split the text before NFC, so NFC never joins across them: here
              * "<|im_end|>" + U+0338 stays as it was (whole-text NFC would give "<|im_end≯"). */
             if (special && strcmp(corpus_name(i), "special_im_end_then_combining") == 0) want = x.s, wn = x.n;
-            if (o != wn || memcmp(out, want, wn) != 0) fail_msg("round trip of %s (special %d) differs", corpus_name(i), special);
+            if (o != wn || memcmp(out, want, wn) != 0)
+                fail_msg("round trip of %s (special %d) differs", corpus_name(i), special);
             /* tok_decode gives the same (up to a NUL byte inside). */
             char *dec;
             assert_int_equal(tok_decode(G.tok, ids, n, &dec), 0);
@@ -338,12 +342,13 @@ static uint64_t rng_next(uint64_t *s) {
  * an optional leading space, punctuation runs, whitespace runs at the end of the text. */
 static void test_bpe_vs_reference(void **state) {
     json_t *ranks = json_object();
-    for (size_t i = 0; i < G.vocab.n_merges; i++) json_object_set_new(ranks, G.vocab.merges[i], json_integer((json_int_t)i));
+    for (size_t i = 0; i < G.vocab.n_merges; i++)
+        json_object_set_new(ranks, G.vocab.merges[i], json_integer((json_int_t)i));
     static const char *classes[] = {
-        "eeeaaasttnnnrrlio",               /* common letters: deep merge trees */
-        "abcdefghijklmnopqrstuvwxyzABCZ",  /* any letters */
-        "aaaaab",                          /* repeats: ties between equal pairs */
-        "-=_*#/!.",                        /* punctuation runs */
+        "eeeaaasttnnnrrlio",              /* common letters: deep merge trees */
+        "abcdefghijklmnopqrstuvwxyzABCZ", /* any letters */
+        "aaaaab",                         /* repeats: ties between equal pairs */
+        "-=_*#/!.",                       /* punctuation runs */
     };
     uint64_t seed = 42;
     int32_t *got, want[512];
@@ -397,8 +402,14 @@ static void test_bpe_untrained_order(void **state) {
     tokens[256] = "bc", tokens[257] = "abc", tokens[258] = "ca", tokens[259] = "cab";
     for (int i = 256; i < 260; i++) types[i] = TOK_TYPE_NORMAL;
     char *merges[] = {"a bc", "ca b", "b c", "c a"};
-    tok_vocab v = {.tokens = tokens, .types = types, .n_tokens = 260, .merges = merges, .n_merges = 4,
-                   .eos_id = -1, .pad_id = -1, .bos_id = -1};
+    tok_vocab v = {.tokens = tokens,
+                   .types = types,
+                   .n_tokens = 260,
+                   .merges = merges,
+                   .n_merges = 4,
+                   .eos_id = -1,
+                   .pad_id = -1,
+                   .bos_id = -1};
     tokenizer *t;
     if (tok_load_vocab(&t, &v)) fail_msg("%s", cd_errmsg());
     json_t *ranks = json_object();
@@ -472,7 +483,8 @@ static void test_stream_split_utf8(void **state) {
     /* Emoji text whose tokens split code points: stream == whole decode == input. */
     static const char *texts[] = {
         "\xF0\x9F\xA6\x99\xF0\x9F\xA6\x99 \xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7 "
-        "\xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD \xF0\x9F\xA7\x91\xF0\x9F\x8F\xBD\xE2\x80\x8D\xF0\x9F\x9A\x80 \xF0\x9F\x8C\xAB",
+        "\xF0\x9F\x91\x8B\xF0\x9F\x8F\xBD \xF0\x9F\xA7\x91\xF0\x9F\x8F\xBD\xE2\x80\x8D\xF0\x9F\x9A\x80 "
+        "\xF0\x9F\x8C\xAB",
         "\xF0\xA0\x80\x80\xF0\xAA\x9B\x96 \xF0\x9D\x90\x80 \xE1\x9E\x80\xE1\x9E\xB6",
     };
     for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
@@ -514,7 +526,10 @@ static void test_decode(void **state) {
     /* Lone bytes decode to U+FFFD by maximal subpart: E4 BD is one replacement. */
     int32_t bad[] = {byte_token(0xE4), byte_token(0xBD), byte_token(0x41), byte_token(0x80)};
     assert_int_equal(tok_decode(t, bad, 4, &s), 0);
-    assert_string_equal(s, "\xEF\xBF\xBD" "A" "\xEF\xBF\xBD");
+    assert_string_equal(s,
+                        "\xEF\xBF\xBD"
+                        "A"
+                        "\xEF\xBF\xBD");
     free(s);
     int32_t oob[] = {1, QWEN3_N_VOCAB};
     assert_int_equal(tok_decode(t, oob, 2, &s), -1);
@@ -544,7 +559,7 @@ static void test_invalid_utf8_input(void **state) {
         {"a\xFF b", "a\xEF\xBF\xBD b"},
         {"\xE4\xBD", "\xEF\xBF\xBD"},
         {"x\xE4\xBDy", "x\xEF\xBF\xBDy"},
-        {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},        /* overlong */
+        {"\xC0\xAF", "\xEF\xBF\xBD\xEF\xBF\xBD"},                   /* overlong */
         {"\xED\xA0\x80z", "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBDz"}, /* surrogate */
         {"<|im_end|>\xF0\x9F", "<|im_end|>\xEF\xBF\xBD"},
     };
@@ -569,10 +584,39 @@ static void test_invalid_utf8_input(void **state) {
 /* Random bytes (mostly invalid UTF-8, bits of added tokens, combining marks): encode never
  * fails, decode gives valid UTF-8, a second round trip changes nothing, streaming agrees. */
 static void test_random_bytes(void **state) {
-    static const char *atoms[] = {"\xFF", "\xC3", "\xA9", "\xE4\xBD", "\xF0\x9F\xA6", "\x80", "\xED\xA0\x80", "e\xCC\x81",
-                                  "\xCC\x81", "<|im_end|>", "<|im_", "<think>", "</think", " ", "  ", "\n", "\r\n", "\t",
-                                  "a", "Z", "7", "'s", "'LL", "!", "<", "|>", "\xE4\xB8\xAD", "\xF0\x9F\x98\x80", "\x00",
-                                  ">\xCC\xB8", "\xE2\x80\x8D", "\xC2\x85", "\xE3\x80\x80"};
+    static const char *atoms[] = {"\xFF",
+                                  "\xC3",
+                                  "\xA9",
+                                  "\xE4\xBD",
+                                  "\xF0\x9F\xA6",
+                                  "\x80",
+                                  "\xED\xA0\x80",
+                                  "e\xCC\x81",
+                                  "\xCC\x81",
+                                  "<|im_end|>",
+                                  "<|im_",
+                                  "<think>",
+                                  "</think",
+                                  " ",
+                                  "  ",
+                                  "\n",
+                                  "\r\n",
+                                  "\t",
+                                  "a",
+                                  "Z",
+                                  "7",
+                                  "'s",
+                                  "'LL",
+                                  "!",
+                                  "<",
+                                  "|>",
+                                  "\xE4\xB8\xAD",
+                                  "\xF0\x9F\x98\x80",
+                                  "\x00",
+                                  ">\xCC\xB8",
+                                  "\xE2\x80\x8D",
+                                  "\xC2\x85",
+                                  "\xE3\x80\x80"};
     uint64_t seed = 99;
     char buf[2048];
     for (int it = 0; it < (SANITIZED ? 500 : 2000); it++) {
@@ -670,8 +714,10 @@ static void test_conversation_replies(void **state) {
 
 static void test_added_ends(void **state) {
     (void)state;
-    static const char *atoms[] = {"<|im_end|>", "<|im_start|>", "<|im_", "<think>", "</think>", "<tool_call>", " ", "  ",
-                                  "\n", "\n\n", "a", "Z", "7", "'s", "<", "|>", "e\xCC\x81", "\xE4\xB8\xAD", " nh\xC3\xACn"};
+    static const char *atoms[] = {"<|im_end|>",  "<|im_start|>", "<|im_", "<think>", "</think>",  "<tool_call>",
+                                  " ",           "  ",           "\n",    "\n\n",    "a",         "Z",
+                                  "7",           "'s",           "<",     "|>",      "e\xCC\x81", "\xE4\xB8\xAD",
+                                  " nh\xC3\xACn"};
     uint64_t seed = 47;
     char buf[2048];
     for (int it = 0; it < (SANITIZED ? 200 : 1000); it++) {
@@ -764,8 +810,8 @@ static void test_speed(void **state) {
             if (dt < best) best = dt;
             free(ids);
         }
-        print_message("# encode %zu bytes (parse_special %d): %zu tokens, %.2f ms, %.2f M tokens/s, %.1f MB/s\n", n, special, m,
-                      best * 1e3, m / best / 1e6, n / best / 1e6);
+        print_message("# encode %zu bytes (parse_special %d): %zu tokens, %.2f ms, %.2f M tokens/s, %.1f MB/s\n", n,
+                      special, m, best * 1e3, m / best / 1e6, n / best / 1e6);
     }
     /* ASCII-only prose, for comparison (no NFC pass). */
     size_t pn = 0;
@@ -781,8 +827,8 @@ static void test_speed(void **state) {
         if (dt < best) best = dt;
         free(ids);
     }
-    print_message("# encode %zu bytes of ASCII prose: %zu tokens, %.2f ms, %.2f M tokens/s, %.1f MB/s\n", pn, m, best * 1e3,
-                  m / best / 1e6, pn / best / 1e6);
+    print_message("# encode %zu bytes of ASCII prose: %zu tokens, %.2f ms, %.2f M tokens/s, %.1f MB/s\n", pn, m,
+                  best * 1e3, m / best / 1e6, pn / best / 1e6);
     free(s);
     free(c);
 }
@@ -815,7 +861,8 @@ static void test_gguf_roundtrip(void **state) {
     tokenizer *t;
     if (tok_load_gguf(&t, f)) fail_msg("tok_load_gguf: %s", cd_errmsg());
     double t2 = now_s();
-    print_message("# gguf_open (tokenizer-only file): %.0f ms; tok_load_gguf: %.0f ms\n", (t1 - t0) * 1e3, (t2 - t1) * 1e3);
+    print_message("# gguf_open (tokenizer-only file): %.0f ms; tok_load_gguf: %.0f ms\n", (t1 - t0) * 1e3,
+                  (t2 - t1) * 1e3);
     gguf_close(f); /* the tokenizer owns its copy of everything */
     assert_int_equal(tok_n_vocab(t), QWEN3_N_VOCAB);
     assert_int_equal(tok_eos(t), 151645);
@@ -853,12 +900,19 @@ static void mini_init(mini *m) {
         m->tokens[b] = m->bytes[b];
         m->types[b] = TOK_TYPE_NORMAL;
     }
-    const char *extra[] = {"ab", "\xC4\xA0" "a", "\xC4\xA0" "ab", "<|end|>", "<t>"};
-    const int32_t extra_types[] = {TOK_TYPE_NORMAL, TOK_TYPE_NORMAL, TOK_TYPE_NORMAL, TOK_TYPE_CONTROL, TOK_TYPE_USER_DEFINED};
+    const char *extra[] = {"ab",
+                           "\xC4\xA0"
+                           "a",
+                           "\xC4\xA0"
+                           "ab",
+                           "<|end|>", "<t>"};
+    const int32_t extra_types[] = {TOK_TYPE_NORMAL, TOK_TYPE_NORMAL, TOK_TYPE_NORMAL, TOK_TYPE_CONTROL,
+                                   TOK_TYPE_USER_DEFINED};
     for (int i = 0; i < 5; i++) m->tokens[MINI_BYTES + i] = extra[i], m->types[MINI_BYTES + i] = extra_types[i];
     m->merges[0] = "\xC4\xA0 a";
     m->merges[1] = "a b";
-    m->merges[2] = "\xC4\xA0" "a b";
+    m->merges[2] = "\xC4\xA0"
+                   "a b";
     for (int i = 0; i < MINI_N; i++) m->tok_items[i] = (gguf_value){.type = GGUF_VT_STRING, .str = gs(m->tokens[i])};
     for (int i = 0; i < 3; i++) m->merge_items[i] = (gguf_value){.type = GGUF_VT_STRING, .str = gs(m->merges[i])};
     int k = 0;
@@ -901,17 +955,23 @@ static void mini_drop(mini *m, const char *key) {
 
 static void hostile_model(mini *m) { mini_kv(m, "tokenizer.ggml.model")->val.str = gs("llama"); }
 static void hostile_model_missing(mini *m) { mini_drop(m, "tokenizer.ggml.model"); }
-static void hostile_model_int(mini *m) { mini_kv(m, "tokenizer.ggml.model")->val = (gguf_value){.type = GGUF_VT_U32, .u64 = 2}; }
+static void hostile_model_int(mini *m) {
+    mini_kv(m, "tokenizer.ggml.model")->val = (gguf_value){.type = GGUF_VT_U32, .u64 = 2};
+}
 static void hostile_pre(mini *m) { mini_kv(m, "tokenizer.ggml.pre")->val.str = gs("llama3"); }
 static void hostile_pre_missing(mini *m) { mini_drop(m, "tokenizer.ggml.pre"); }
 static void hostile_tokens_missing(mini *m) { mini_drop(m, "tokenizer.ggml.tokens"); }
 static void hostile_tokens_ints(mini *m) { mini_kv(m, "tokenizer.ggml.tokens")->val.arr.type = GGUF_VT_I32; }
-static void hostile_tokens_scalar(mini *m) { mini_kv(m, "tokenizer.ggml.tokens")->val = (gguf_value){.type = GGUF_VT_STRING, .str = gs("a")}; }
+static void hostile_tokens_scalar(mini *m) {
+    mini_kv(m, "tokenizer.ggml.tokens")->val = (gguf_value){.type = GGUF_VT_STRING, .str = gs("a")};
+}
 static void hostile_tokens_empty(mini *m) {
     mini_kv(m, "tokenizer.ggml.tokens")->val.arr.n = 0;
     mini_kv(m, "tokenizer.ggml.token_type")->val.arr.n = 0;
 }
-static void hostile_tokens_nul(mini *m) { m->tok_items[MINI_BYTES] = (gguf_value){.type = GGUF_VT_STRING, .str = {"a\0b", 3}}; }
+static void hostile_tokens_nul(mini *m) {
+    m->tok_items[MINI_BYTES] = (gguf_value){.type = GGUF_VT_STRING, .str = {"a\0b", 3}};
+}
 static void hostile_tokens_item_type(mini *m) { m->tok_items[7] = (gguf_value){.type = GGUF_VT_U32, .u64 = 7}; }
 static void hostile_types_missing(mini *m) { mini_drop(m, "tokenizer.ggml.token_type"); }
 static void hostile_types_short(mini *m) { mini_kv(m, "tokenizer.ggml.token_type")->val.arr.n = MINI_N - 1; }
@@ -938,8 +998,12 @@ static void hostile_byte_unused(mini *m) { m->types['q'] = TOK_TYPE_UNUSED; }
 static void hostile_eos_range(mini *m) { mini_kv(m, "tokenizer.ggml.eos_token_id")->val.u64 = MINI_N; }
 static void hostile_eos_huge(mini *m) { mini_kv(m, "tokenizer.ggml.eos_token_id")->val.u64 = UINT64_MAX; }
 static void hostile_bos_negative(mini *m) { mini_kv(m, "tokenizer.ggml.bos_token_id")->val.i64 = -1; }
-static void hostile_eos_string(mini *m) { mini_kv(m, "tokenizer.ggml.eos_token_id")->val = (gguf_value){.type = GGUF_VT_STRING, .str = gs("1")}; }
-static void hostile_eos_float(mini *m) { mini_kv(m, "tokenizer.ggml.eos_token_id")->val = (gguf_value){.type = GGUF_VT_F32, .f64 = 3}; }
+static void hostile_eos_string(mini *m) {
+    mini_kv(m, "tokenizer.ggml.eos_token_id")->val = (gguf_value){.type = GGUF_VT_STRING, .str = gs("1")};
+}
+static void hostile_eos_float(mini *m) {
+    mini_kv(m, "tokenizer.ggml.eos_token_id")->val = (gguf_value){.type = GGUF_VT_F32, .f64 = 3};
+}
 
 static void test_hostile_gguf(void **state) {
     static const struct {
@@ -963,7 +1027,9 @@ static void test_hostile_gguf(void **state) {
         {"token_type long", hostile_types_long, "token_type has 262 entries"},
         {"token_type floats", hostile_types_float, "not an array of integers"},
         {"token_type strings", hostile_types_strings, "not an array of integers"},
-        {"token type 77", hostile_type_value, "token 257 (\"\xC4\xA0" "a\") has type 77"},
+        {"token type 77", hostile_type_value,
+         "token 257 (\"\xC4\xA0"
+         "a\") has type 77"},
         {"token type -1", hostile_type_negative, "has type -1"},
         {"merges missing", hostile_merges_missing, "tokenizer.ggml.merges is missing"},
         {"merge of unknown token", hostile_merge_unknown, "merge 1 (\"\xC4\xA0 zz\"): \"zz\" is not in the vocabulary"},
@@ -1032,8 +1098,14 @@ static void test_hostile_vocab(void **state) {
     mini *m = malloc(sizeof *m);
     assert_non_null(m);
     mini_init(m);
-    tok_vocab v = {.tokens = (char **)m->tokens, .types = m->types, .n_tokens = MINI_N, .merges = (char **)m->merges,
-                   .n_merges = 3, .eos_id = -1, .pad_id = -1, .bos_id = -1};
+    tok_vocab v = {.tokens = (char **)m->tokens,
+                   .types = m->types,
+                   .n_tokens = MINI_N,
+                   .merges = (char **)m->merges,
+                   .n_merges = 3,
+                   .eos_id = -1,
+                   .pad_id = -1,
+                   .bos_id = -1};
     tokenizer *t;
     assert_int_equal(tok_load_vocab(&t, &v), 0);
     tok_free(t);
@@ -1070,7 +1142,8 @@ static void test_hostile_vocab(void **state) {
         {"{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": [7]}}", "model.merges[0] is neither"},
         {"{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": 0, \"content\": \"b\"}]}",
          "added token \"b\" has id 0, which is \"a\""},
-        {"{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": 1}]}", "added_tokens[0] has no content"},
+        {"{\"model\": {\"vocab\": {\"a\": 0}, \"merges\": []}, \"added_tokens\": [{\"id\": 1}]}",
+         "added_tokens[0] has no content"},
         {"{\"model\": {\"vocab\": {}, \"merges\": []}}", "the vocabulary is empty"},
     };
     const char *path = tu_tmp_path("bad_tokenizer.json");
@@ -1089,12 +1162,16 @@ static void test_hostile_vocab(void **state) {
     assert_non_null(f);
     fputs("{\"model\": {\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 3}, \"merges\": [[\"a\", \"b\"]]},"
           " \"added_tokens\": [{\"id\": 4, \"content\": \"<|x|>\", \"special\": false},"
-          " {\"id\": 5, \"content\": \"<y>\", \"special\": false}, {\"id\": 6, \"content\": \"<z>\", \"special\": true}]}", f);
+          " {\"id\": 5, \"content\": \"<y>\", \"special\": false}, {\"id\": 6, \"content\": \"<z>\", \"special\": "
+          "true}]}",
+          f);
     fclose(f);
     const char *cfg = tu_tmp_path("bad_tokenizer_config.json");
     f = fopen(cfg, "w");
     assert_non_null(f);
-    fputs("{\"eos_token\": {\"__type\": \"AddedToken\", \"content\": \"<z>\"}, \"pad_token\": null, \"bos_token\": \"a\"}", f);
+    fputs("{\"eos_token\": {\"__type\": \"AddedToken\", \"content\": \"<z>\"}, \"pad_token\": null, \"bos_token\": "
+          "\"a\"}",
+          f);
     fclose(f);
     tok_vocab hv;
     if (tok_vocab_from_hf(path, cfg, 10, &hv)) fail_msg("%s", cd_errmsg());

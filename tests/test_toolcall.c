@@ -51,24 +51,25 @@ static void test_table(void **state) {
                  "{\"role\":\"assistant\",\"content\":\"d\",\"reasoning_content\":\"b\"}");
 
     /* one call; arguments keep the model's exact bytes (spacing, 1.0, key order) */
-    expect_parse("<think>\nNeed weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-                 "{\"city\":  \"Paris\", \"days\": 1.0, \"a\": [1,2]}}\n</tool_call>",
-                 "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"Need weather.\",\"tool_calls\":["
-                 CALL("get_weather", "\"{\\\"city\\\":  \\\"Paris\\\", \\\"days\\\": 1.0, \\\"a\\\": [1,2]}\"") "]}");
+    expect_parse(
+        "<think>\nNeed weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\":  \"Paris\", \"days\": 1.0, \"a\": [1,2]}}\n</tool_call>",
+        "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"Need weather.\",\"tool_calls\":[" CALL(
+            "get_weather", "\"{\\\"city\\\":  \\\"Paris\\\", \\\"days\\\": 1.0, \\\"a\\\": [1,2]}\"") "]}");
     /* content before two calls; text between and after blocks is dropped */
     expect_parse("Checking both.\n\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"}\\\"]\"}}\n</tool_call>"
                  " stray \n<tool_call>{\"arguments\": [], \"name\": \"g\"}</tool_call>\ntrailing",
-                 "{\"role\":\"assistant\",\"content\":\"Checking both.\",\"tool_calls\":["
-                 CALL("f", "\"{\\\"x\\\": \\\"}\\\\\\\"]\\\"}\"") "," CALL("g", "\"[]\"") "]}");
+                 "{\"role\":\"assistant\",\"content\":\"Checking both.\",\"tool_calls\":[" CALL(
+                     "f", "\"{\\\"x\\\": \\\"}\\\\\\\"]\\\"}\"") "," CALL("g", "\"[]\"") "]}");
     /* string arguments are already the text; absent arguments are {} */
     expect_parse("<tool_call>{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}</tool_call>"
                  "<tool_call>{\"name\": \"g\"}</tool_call>",
-                 "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[" CALL("f", "\"{\\\"a\\\": 1}\"") ","
-                 CALL("g", "\"{}\"") "]}");
+                 "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[" CALL("f", "\"{\\\"a\\\": 1}\"") "," CALL(
+                     "g", "\"{}\"") "]}");
     /* an escaped key is found by the parser but not by the span scan: re-serialized */
     expect_parse("<tool_call>{\"name\": \"f\", \"\\u0061rguments\": {\"b\":2,\"a\":1.50}}</tool_call>",
-                 "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[" CALL("f", "\"{\\\"b\\\": 2, \\\"a\\\": 1.5}\"")
-                 "]}");
+                 "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[" CALL(
+                     "f", "\"{\\\"b\\\": 2, \\\"a\\\": 1.5}\"") "]}");
     /* unterminated last block that still parses (stopped right before </tool_call>) */
     expect_parse("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n",
                  "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[" CALL("f", "\"{}\"") "]}");
@@ -109,15 +110,18 @@ static void test_round_trip(void **state) {
         const char *out;
     } outs[] = {
         {true, "<think>\nThe user greets me.\n</think>\n\nHello! How can I help?"},
-        {true, "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
-               "{\"city\": \"Zürich\", \"days\": 3}}\n</tool_call>"},
-        {true, "<think>\nTwo calls.\n</think>\n\nLet me look both up.\n<tool_call>\n{\"name\": \"a\", \"arguments\": "
-               "{\"q\": \"x\\ny\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>"},
+        {true,
+         "<think>\nNeed the weather.\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+         "{\"city\": \"Zürich\", \"days\": 3}}\n</tool_call>"},
+        {true,
+         "<think>\nTwo calls.\n</think>\n\nLet me look both up.\n<tool_call>\n{\"name\": \"a\", \"arguments\": "
+         "{\"q\": \"x\\ny\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>"},
         {true, "<think>\n\n</think>\n\n   indented first line\n\ntrailing spaces  "},
         {false, "Just the answer, no reasoning."},
         {false, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 1.0,\"m\":[ 1 ]}}\n</tool_call>"},
     };
-    json_t *msgs = json_loads("[{\"role\":\"system\",\"content\":\"sys\"},{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
+    json_t *msgs =
+        json_loads("[{\"role\":\"system\",\"content\":\"sys\"},{\"role\":\"user\",\"content\":\"hi\"}]", 0, NULL);
     json_t *tools = json_loads("[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]", 0, NULL);
     for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
         char *prompt = NULL, *full = NULL;
@@ -165,9 +169,11 @@ static void test_spans(void **state) {
 
 static void test_fragment_soup(void **state) {
     (void)state;
-    static const char *frag[] = {"<think>", "</think>", "<tool_call>", "</tool_call>", "\n", " ", "{", "}", "[", "]",
-                                 "\"", "\\", ":", ",", "\"name\"", "\"arguments\"", "\"f\"", "1", "1.0", "null",
-                                 "é", "text", "<tool_", "</think", "\"\\u0000\""};
+    static const char *frag[] = {
+        "<think>",    "</think>", "<tool_call>", "</tool_call>", "\n", " ",    "{",        "}",
+        "[",          "]",        "\"",          "\\",           ":",  ",",    "\"name\"", "\"arguments\"",
+        "\"f\"",      "1",        "1.0",         "null",         "é",  "text", "<tool_",   "</think",
+        "\"\\u0000\""};
     rng r;
     rng_seed(&r, 5);
     json_t *msgs = json_loads("[{\"role\":\"user\",\"content\":\"q\"}]", 0, NULL);

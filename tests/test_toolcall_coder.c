@@ -23,7 +23,8 @@ static const char tools_json[] =
     "[{\"type\":\"function\",\"function\":{\"name\":\"edit\",\"parameters\":{\"type\":\"object\",\"properties\":{"
     "\"path\":{\"type\":\"string\"},\"line\":{\"type\":\"integer\"},\"ratio\":{\"type\":\"number\"},"
     "\"force\":{\"type\":\"boolean\"},\"opts\":{\"type\":\"object\"},\"items\":{\"type\":\"array\"},"
-    "\"any\":{},\"count\":{\"type\":\" Int64 \"},\"flag\":{\"type\":\"bool\"},\"maybe\":{\"type\":[\"string\",\"null\"]},"
+    "\"any\":{},\"count\":{\"type\":\" Int64 "
+    "\"},\"flag\":{\"type\":\"bool\"},\"maybe\":{\"type\":[\"string\",\"null\"]},"
     "\"kind\":{\"type\":\"enum\"},\"size\":{\"type\":\"float\"},\"odd\":{\"type\":\"whatever\"}}}}},"
     "{\"name\":\"bare\",\"parameters\":{\"properties\":{\"n\":{\"type\":\"integer\"}}}}]";
 
@@ -41,8 +42,10 @@ static json_t *parse(const char *text, size_t n) {
 static void expect(const char *text, const char *want_content, const char *want_calls) {
     json_t *msg = parse(text, strlen(text));
     const json_t *content = json_object_get(msg, "content");
-    if (want_content ? !json_is_string(content) || strcmp(json_string_value(content), want_content) : !json_is_null(content))
-        fail_msg("%s\ncontent: got %s, want %s", text, json_dumps(content, JSON_ENCODE_ANY), want_content ? want_content : "null");
+    if (want_content ? !json_is_string(content) || strcmp(json_string_value(content), want_content)
+                     : !json_is_null(content))
+        fail_msg("%s\ncontent: got %s, want %s", text, json_dumps(content, JSON_ENCODE_ANY),
+                 want_content ? want_content : "null");
     char got[4096] = "";
     size_t i;
     const json_t *c;
@@ -63,10 +66,11 @@ static void expect(const char *text, const char *want_content, const char *want_
 static void test_typed_values(void **state) {
     (void)state;
     /* each schema type, as the template lists it and the model writes it */
-    expect(CALL1(P("path", "src/a b.c") P("line", "42") P("ratio", "0.25") P("force", "true") P("opts", "{\"a\": [1, 2]}")
-                 P("items", "[\"x\", 3]")),
-           NULL, "edit\t{\"path\": \"src/a b.c\", \"line\": 42, \"ratio\": 0.25, \"force\": true, \"opts\": {\"a\": [1, 2]}, "
-                 "\"items\": [\"x\", 3]}");
+    expect(CALL1(P("path", "src/a b.c") P("line", "42") P("ratio", "0.25") P("force", "true")
+                     P("opts", "{\"a\": [1, 2]}") P("items", "[\"x\", 3]")),
+           NULL,
+           "edit\t{\"path\": \"src/a b.c\", \"line\": 42, \"ratio\": 0.25, \"force\": true, \"opts\": {\"a\": [1, 2]}, "
+           "\"items\": [\"x\", 3]}");
     /* a string stays a string, whatever it looks like; multi-line values keep inner newlines */
     expect(CALL1(P("path", "42") P("kind", "true")), NULL, "edit\t{\"path\": \"42\", \"kind\": \"true\"}");
     expect(CALL1(P("path", "\nline1\n\nline2\n")), NULL, "edit\t{\"path\": \"\\nline1\\n\\nline2\\n\"}");
@@ -94,7 +98,8 @@ static void test_typed_values(void **state) {
     /* a repeated parameter: first place, last value */
     expect(CALL1(P("line", "1") P("path", "p") P("line", "2")), NULL, "edit\t{\"line\": 2, \"path\": \"p\"}");
     /* a tool given without the "function" wrapper */
-    expect("<tool_call>\n<function=bare>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>", NULL, "bare\t{\"n\": 3}");
+    expect("<tool_call>\n<function=bare>\n<parameter=n>\n3\n</parameter>\n</function>\n</tool_call>", NULL,
+           "bare\t{\"n\": 3}");
     /* no parameters */
     expect("<tool_call>\n<function=edit>\n</function>\n</tool_call>", NULL, "edit\t{}");
 }
@@ -105,14 +110,16 @@ static void test_layout(void **state) {
     expect("Let me look.\n\n" CALL1(P("path", "a")) "\n" CALL1(P("path", "b")) "\n", "Let me look.",
            "edit\t{\"path\": \"a\"}\nedit\t{\"path\": \"b\"}");
     /* reasoning, as for qwen3 (a Coder model does not think, but a prompt may make it) */
-    json_t *m = parse("<think>\nhm\n</think>\n\n" CALL1(P("line", "3")), strlen("<think>\nhm\n</think>\n\n" CALL1(P("line", "3"))));
+    json_t *m = parse("<think>\nhm\n</think>\n\n" CALL1(P("line", "3")),
+                      strlen("<think>\nhm\n</think>\n\n" CALL1(P("line", "3"))));
     assert_string_equal(json_string_value(json_object_get(m, "reasoning_content")), "hm");
     assert_int_equal(json_array_size(json_object_get(m, "tool_calls")), 1);
     json_decref(m);
     /* no call at all */
     expect("Just text <function=edit> mentioned.", "Just text <function=edit> mentioned.", "");
     /* the model stopped early: unterminated tags are read to the end */
-    expect("<tool_call>\n<function=edit>\n<parameter=path>\na.c\n</parameter>\n</function>", NULL, "edit\t{\"path\": \"a.c\"}");
+    expect("<tool_call>\n<function=edit>\n<parameter=path>\na.c\n</parameter>\n</function>", NULL,
+           "edit\t{\"path\": \"a.c\"}");
     expect("<tool_call>\n<function=edit>\n<parameter=path>\na.c\n</parameter>\n", NULL, "edit\t{\"path\": \"a.c\"}");
     expect("<tool_call>\n<function=edit>\n<parameter=path>\na.c", NULL, "edit\t{\"path\": \"a.c\"}");
     expect("<tool_call>\n<function=edit>\n<parameter=path>\na.c\n<parameter=line>\n4\n</function>\n</tool_call>", NULL,
@@ -127,16 +134,16 @@ static void test_layout(void **state) {
 static void test_hostile(void **state) {
     (void)state;
     static const char *const not_calls[] = {
-        "<tool_call>\n<function=edit",                                           /* name without ">" */
-        "<tool_call>\n<function=>\n</function>\n</tool_call>",                   /* empty name */
-        "<tool_call>\n{\"name\": \"edit\", \"arguments\": {}}\n</tool_call>",    /* the JSON layout */
-        "<tool_call>\nsay <function=edit>\n</function>\n</tool_call>",           /* text before the function */
+        "<tool_call>\n<function=edit",                                        /* name without ">" */
+        "<tool_call>\n<function=>\n</function>\n</tool_call>",                /* empty name */
+        "<tool_call>\n{\"name\": \"edit\", \"arguments\": {}}\n</tool_call>", /* the JSON layout */
+        "<tool_call>\nsay <function=edit>\n</function>\n</tool_call>",        /* text before the function */
         "<tool_call>\n<function=edit>\n</function>\n<function=edit>\n</function>\n</tool_call>", /* two in one block */
-        "<tool_call>\n<function=edit>\n<parameter=path\nx\n</function>\n</tool_call>",            /* parameter without ">" */
+        "<tool_call>\n<function=edit>\n<parameter=path\nx\n</function>\n</tool_call>", /* parameter without ">" */
         "<tool_call>\n<function=edit>\n<parameter=>\nx\n</parameter>\n</function>\n</tool_call>", /* empty parameter name */
-        "<tool_call>\n<function=ed\nit>\n</function>\n</tool_call>",            /* a newline in the name */
+        "<tool_call>\n<function=ed\nit>\n</function>\n</tool_call>", /* a newline in the name */
         "<tool_call></tool_call>",
-        CALL1(P("path", "a")) "\n<tool_call>\n<function=edit\n</tool_call>",   /* one bad block spoils all */
+        CALL1(P("path", "a")) "\n<tool_call>\n<function=edit\n</tool_call>", /* one bad block spoils all */
     };
     for (size_t i = 0; i < sizeof not_calls / sizeof not_calls[0]; i++) {
         json_t *m = parse(not_calls[i], strlen(not_calls[i]));
@@ -146,7 +153,8 @@ static void test_hostile(void **state) {
     }
     /* a parameter name longer than the key buffer is refused, not cut */
     char big[600];
-    int n = snprintf(big, sizeof big, "<tool_call>\n<function=edit>\n<parameter=%0300d>\nx\n</parameter>\n</function>", 0);
+    int n =
+        snprintf(big, sizeof big, "<tool_call>\n<function=edit>\n<parameter=%0300d>\nx\n</parameter>\n</function>", 0);
     json_t *m = parse(big, (size_t)n);
     assert_null(json_object_get(m, "tool_calls"));
     json_decref(m);
@@ -162,8 +170,9 @@ static void test_hostile(void **state) {
 
 /* ---- the round trip ---------------------------------------------------------------------- */
 
-static const char *const words[] = {"a", "src/main.c", "héllo wörld", "line1\nline2", "  spaced  ", "x < y", "{\"k\": 1}",
-                                    "[1]", "true", "null?", "日本", "tab\there", "</function> inside", "</tool_call"};
+static const char *const words[] = {
+    "a",    "src/main.c", "héllo wörld", "line1\nline2", "  spaced  ",         "x < y",      "{\"k\": 1}", "[1]",
+    "true", "null?",      "日本",        "tab\there",    "</function> inside", "</tool_call"};
 
 /* A value of the parameter's type that the template writes and the parser reads back as the
  * same value: text never holding "</parameter>" or "<parameter=" (the layout cannot quote
@@ -173,7 +182,8 @@ static json_t *random_value(rng *g, const char *type) {
     if (!strcmp(type, "integer")) return json_integer((json_int_t)rng_below(g, 2000000) - 1000000);
     if (!strcmp(type, "number")) return json_real(((double)rng_below(g, 100000) - 50000) / 64.0 + 1.0 / 128.0);
     if (!strcmp(type, "boolean")) return json_boolean(rng_below(g, 2));
-    if (!strcmp(type, "object")) return json_pack("{s:i, s:[s, f], s:{}}", "n", (int)rng_below(g, 50), "l", words[rng_below(g, 14)], 0.5, "e");
+    if (!strcmp(type, "object"))
+        return json_pack("{s:i, s:[s, f], s:{}}", "n", (int)rng_below(g, 50), "l", words[rng_below(g, 14)], 0.5, "e");
     if (!strcmp(type, "array")) return json_pack("[s, i, n, b]", words[rng_below(g, 14)], (int)rng_below(g, 9), 0);
     char buf[256] = "";
     for (uint64_t k = 0, n = 1 + rng_below(g, 3); k < n; k++) {
@@ -198,8 +208,8 @@ static void test_round_trip(void **state) {
             json_object_set_new(args, names[t], random_value(&g, types[t]));
         }
         json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:s, s:[{s:{s:s, s:O}}]}]", "role", "user", "content", "q", "role",
-                                 "assistant", "content", rng_below(&g, 2) ? "Sure." : "", "tool_calls", "function", "name",
-                                 "edit", "arguments", args);
+                                 "assistant", "content", rng_below(&g, 2) ? "Sure." : "", "tool_calls", "function",
+                                 "name", "edit", "arguments", args);
         char *text = NULL;
         if (chat_render(msgs, tools, (chat_options){.template = CHAT_TEMPLATE_QWEN3_CODER}, &text) != 0)
             fail_msg("%s", cd_errmsg());
@@ -237,17 +247,20 @@ static bool valid_utf8(const char *p, size_t n) {
 /* Well-formed replies damaged at random (a tag or text inserted, a range cut out, the end cut
  * off): never a crash (ASan), always a message the Coder template renders. */
 static size_t damaged_reply(rng *g, char *buf, size_t cap) {
-    static const char *const bits[] = {"<tool_call>", "</tool_call>", "<function=", "edit", ">", "</function>",
-                                       "<parameter=", "line", "force", "</parameter>", "\n", " ", "1", "true",
-                                       "{\"a\":", "}", "null", "<think>", "</think>", "é", "<", "\xe6\x97\xa5"};
-    static const char *const params[] = {P("line", "12"), P("force", "false"), P("opts", "{\"a\": [1]}"),
-                                         P("path", "x y"), P("ratio", "2.5"), P("any", "")};
+    static const char *const bits[] = {
+        "<tool_call>", "</tool_call>", "<function=", "edit", ">", "</function>", "<parameter=", "line",
+        "force",       "</parameter>", "\n",         " ",    "1", "true",        "{\"a\":",     "}",
+        "null",        "<think>",      "</think>",   "é",    "<", "\xe6\x97\xa5"};
+    static const char *const params[] = {P("line", "12"),  P("force", "false"), P("opts", "{\"a\": [1]}"),
+                                         P("path", "x y"), P("ratio", "2.5"),   P("any", "")};
     size_t n = 0;
     buf[0] = 0;
     if (rng_below(g, 2)) n += (size_t)snprintf(buf + n, cap - n, "Text first.\n\n");
     for (uint32_t c = 0, calls = 1 + rng_below(g, 3); c < calls; c++) {
-        n += (size_t)snprintf(buf + n, cap - n, "%s<tool_call>\n<function=%s>\n", c ? "\n" : "", rng_below(g, 2) ? "edit" : "bare");
-        for (uint32_t k = 0, np = rng_below(g, 4); k < np; k++) n += (size_t)snprintf(buf + n, cap - n, "%s", params[rng_below(g, 6)]);
+        n += (size_t)snprintf(buf + n, cap - n, "%s<tool_call>\n<function=%s>\n", c ? "\n" : "",
+                              rng_below(g, 2) ? "edit" : "bare");
+        for (uint32_t k = 0, np = rng_below(g, 4); k < np; k++)
+            n += (size_t)snprintf(buf + n, cap - n, "%s", params[rng_below(g, 6)]);
         n += (size_t)snprintf(buf + n, cap - n, "</function>\n</tool_call>");
     }
     for (uint32_t d = 0, nd = rng_below(g, 4); d < nd && n > 0; d++) {
@@ -284,7 +297,10 @@ static void test_damaged(void **state) {
     for (int it = 0; it < 30000; it++) {
         char buf[2048];
         size_t n = damaged_reply(&g, buf, sizeof buf);
-        if (!valid_utf8(buf, n)) { skipped++; continue; } /* a cut inside a character (invalid UTF-8 is refused) */
+        if (!valid_utf8(buf, n)) {
+            skipped++;
+            continue;
+        } /* a cut inside a character (invalid UTF-8 is refused) */
         json_t *msg = parse(buf, n);
         if (json_object_get(msg, "tool_calls")) calls++;
         else content++;
@@ -313,11 +329,8 @@ static int teardown(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_typed_values),
-        cmocka_unit_test(test_layout),
-        cmocka_unit_test(test_hostile),
-        cmocka_unit_test(test_round_trip),
-        cmocka_unit_test(test_damaged),
+        cmocka_unit_test(test_typed_values), cmocka_unit_test(test_layout),  cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_round_trip),   cmocka_unit_test(test_damaged),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

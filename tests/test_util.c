@@ -77,9 +77,15 @@ char *tu_read_file(const char *path, size_t *len) {
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
     fclose(f);
-    if (buf) { buf[n] = 0; if (len) *len = (size_t)n; }
+    if (buf) {
+        buf[n] = 0;
+        if (len) *len = (size_t)n;
+    }
     return buf;
 }
 
@@ -124,8 +130,14 @@ double tu_rel_l2(const float *a, const float *b, size_t n) {
 const char *tu_make_model(const char *file, const char *preset, const char *quant, uint64_t seed,
                           void (*tweak)(synth_spec *)) {
     synth_spec s;
-    if (synth_preset(preset, &s)) { fprintf(stderr, "%s\n", cd_errmsg()); abort(); }
-    if (quant && synth_quant_from_name(quant, &s.quant)) { fprintf(stderr, "%s\n", cd_errmsg()); abort(); }
+    if (synth_preset(preset, &s)) {
+        fprintf(stderr, "%s\n", cd_errmsg());
+        abort();
+    }
+    if (quant && synth_quant_from_name(quant, &s.quant)) {
+        fprintf(stderr, "%s\n", cd_errmsg());
+        abort();
+    }
     s.seed = seed;
     if (s.cfg.n_layer < synth_quant_layers(s.quant)) s.cfg.n_layer = synth_quant_layers(s.quant);
     if (tweak) tweak(&s);
@@ -143,8 +155,8 @@ static double tu_dot_f(const float *a, const float *b, uint32_t n) {
     return s;
 }
 
-void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
-                      uint32_t len, uint32_t n_head, uint32_t layer, float *out) {
+void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table, uint32_t len,
+                       uint32_t n_head, uint32_t layer, float *out) {
     uint32_t hd = l->head_dim, group = n_head / l->n_head_kv, pt = l->page_tokens;
     double scale = 1.0 / sqrt((double)hd);
     float *att = malloc((len ? len : 1) * sizeof *att), *k = malloc(hd * 4), *v = malloc((size_t)len * hd * 4 + 4);
@@ -161,7 +173,10 @@ void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q,
             max = att[t] > max ? att[t] : max;
         }
         double sum = 0;
-        for (uint32_t t = 0; t < len; t++) { att[t] = expf(att[t] - max); sum += att[t]; }
+        for (uint32_t t = 0; t < len; t++) {
+            att[t] = expf(att[t] - max);
+            sum += att[t];
+        }
         for (uint32_t d = 0; d < hd; d++) {
             double acc = 0;
             for (uint32_t t = 0; t < len; t++) acc += (double)att[t] * v[(size_t)t * hd + d];
@@ -208,7 +223,8 @@ uint32_t tu_trace_next(tu_trace *t, rng *r, int32_t *p) {
         memcpy(p, base, n * sizeof *p);
         break;
     }
-    uint32_t extra = kind == 3 ? s->tool + (uint32_t)rng_below(r, s->tool_span) : 1 + (uint32_t)rng_below(r, s->message_span);
+    uint32_t extra =
+        kind == 3 ? s->tool + (uint32_t)rng_below(r, s->tool_span) : 1 + (uint32_t)rng_below(r, s->message_span);
     if (n + extra > s->max_len - 16) n = s->max_len - 16 - extra;
     return n + tu_rand_ids(r, p + n, extra);
 }
@@ -241,8 +257,11 @@ static float grid_top(enum qtype type) {
     switch (type) {
     case QTYPE_IQ3_XXS: return 62.0f * 15.5f * 0.5f;
     case QTYPE_IQ3_S: return 15.0f * 31.0f;
-    case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S: return 43.0f * 15.5f * 0.25f;
-    case QTYPE_IQ1_S: case QTYPE_IQ1_M: return 1.125f * 15.0f;
+    case QTYPE_IQ2_XXS:
+    case QTYPE_IQ2_XS:
+    case QTYPE_IQ2_S: return 43.0f * 15.5f * 0.25f;
+    case QTYPE_IQ1_S:
+    case QTYPE_IQ1_M: return 1.125f * 15.0f;
     default: return 0;
     }
 }

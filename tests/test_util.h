@@ -35,9 +35,8 @@ const char *tu_make_model(const char *file, const char *preset, const char *quan
 /* cpu_ref.c attention() for one query token over len positions, K/V read from an fp16 pool
  * (kv_layout) through one block-table row; out = 0 for len 0. The oracle of the attention
  * kernel tests. */
-void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table,
-                       uint32_t len, uint32_t n_head, uint32_t layer, float *out);
-
+void tu_attn_reference(const kv_layout *l, const uint16_t *pool, const float *q, const uint32_t *table, uint32_t len,
+                       uint32_t n_head, uint32_t layer, float *out);
 
 #include "runtime/base/rng.h"
 #include "runtime/gguf/quant.h"

@@ -15,7 +15,9 @@
 
 #define CAP 4096
 
-typedef struct live { uint64_t off, size; } live;
+typedef struct live {
+    uint64_t off, size;
+} live;
 
 static void expect_matches_map(const cvk_arena *a, const uint8_t *map) {
     if (cvk_arena_check(a)) fail_msg("%s", cd_errmsg());
@@ -105,14 +107,14 @@ static void test_bad_calls(void **state) {
     uint64_t off;
     assert_int_equal(cvk_arena_init(&a, 64), 0);
     assert_int_equal(cvk_arena_alloc(&a, 0, 1, &off), -1);
-    assert_int_equal(cvk_arena_alloc(&a, 8, 3, &off), -1);    /* not a power of two */
-    assert_int_equal(cvk_arena_alloc(&a, 65, 1, &off), -1);   /* too big */
+    assert_int_equal(cvk_arena_alloc(&a, 8, 3, &off), -1);  /* not a power of two */
+    assert_int_equal(cvk_arena_alloc(&a, 65, 1, &off), -1); /* too big */
     assert_int_equal(cvk_arena_alloc(&a, 16, 1, &off), 0);
-    assert_int_equal(cvk_arena_release(&a, 32, 8), -1);       /* free space: double free */
-    assert_int_equal(cvk_arena_release(&a, 60, 8), -1);       /* past the end */
+    assert_int_equal(cvk_arena_release(&a, 32, 8), -1); /* free space: double free */
+    assert_int_equal(cvk_arena_release(&a, 60, 8), -1); /* past the end */
     assert_int_equal(cvk_arena_check(&a), 0);
     assert_int_equal(cvk_arena_alloc(&a, 48, 1, &off), 0);
-    assert_int_equal(cvk_arena_alloc(&a, 1, 1, &off), -1);    /* full */
+    assert_int_equal(cvk_arena_alloc(&a, 1, 1, &off), -1); /* full */
     cvk_arena_free_all(&a);
 }
 

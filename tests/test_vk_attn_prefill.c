@@ -51,8 +51,8 @@ typedef struct tcase {
     uint32_t head_dim, n_head, n_head_kv, page_tokens, n_layer, layer;
     const seg *segs;
     uint32_t n_segs;
-    int interleave;      /* tokens of the segments alternate (round robin) instead of one after another */
-    float q_scale;       /* 0 = 1 */
+    int interleave; /* tokens of the segments alternate (round robin) instead of one after another */
+    float q_scale;  /* 0 = 1 */
 } tcase;
 
 /* The data of one case: pool, tables, q, loc, and the reference output. */
@@ -63,7 +63,6 @@ typedef struct scene {
     uint32_t *table, *loc;
     float *q, *ref;
 } scene;
-
 
 static void scene_make(scene *s, const tcase *t, uint64_t seed, int with_ref) {
     rng r;
@@ -112,7 +111,8 @@ static void scene_make(scene *s, const tcase *t, uint64_t seed, int with_ref) {
                 for (uint32_t l = 0; l < s->lay.n_layer; l++)
                     for (uint32_t kv = 0; kv < 2; kv++)
                         for (uint32_t h = 0; h < s->lay.n_head_kv; h++)
-                            for (uint32_t d = 0; d < hd; d++) s->pool[kv_layout_index(&s->lay, pg, l, kv, h, slot, d)] = 0x7e00;
+                            for (uint32_t d = 0; d < hd; d++)
+                                s->pool[kv_layout_index(&s->lay, pg, l, kv, h, slot, d)] = 0x7e00;
     free(used);
     /* loc: the segments one after another, or round robin */
     s->loc = malloc((size_t)s->n_tokens * 8);
@@ -132,15 +132,19 @@ static void scene_make(scene *s, const tcase *t, uint64_t seed, int with_ref) {
     s->ref = calloc(s->n_tokens * row, 4);
     if (with_ref)
         for (uint32_t i = 0; i < s->n_tokens; i++)
-            tu_attn_reference(&s->lay, s->pool, s->q + i * row, s->table + s->loc[2 * i] * s->stride, s->loc[2 * i + 1] + 1,
-                              t->n_head, t->layer, s->ref + i * row);
+            tu_attn_reference(&s->lay, s->pool, s->q + i * row, s->table + s->loc[2 * i] * s->stride,
+                              s->loc[2 * i + 1] + 1, t->n_head, t->layer, s->ref + i * row);
 }
 
 static void scene_free(scene *s) { free(s->pool), free(s->table), free(s->loc), free(s->q), free(s->ref); }
 
 /* Pipelines built once per (head_dim, configuration) for the whole binary: lavapipe compiles the
  * unrolled kernel slowly, so the cases share them. Destroyed by teardown(). */
-static struct { uint32_t hd; cvk_attn_prefill_cfg cfg; cvk_attn_prefill_pipes p; } pcache[64];
+static struct {
+    uint32_t hd;
+    cvk_attn_prefill_cfg cfg;
+    cvk_attn_prefill_pipes p;
+} pcache[64];
 static uint32_t n_pcache;
 
 static const cvk_attn_prefill_pipes *pipes_for(uint32_t hd, const cvk_attn_prefill_cfg *cfg) {
@@ -165,8 +169,8 @@ static int teardown(void **state) {
  * cvk_attn_prefill_partials_max), the kernel configuration (NULL = defaults). */
 typedef struct runopt {
     uint32_t part_pages, n_split;
-    uint32_t split_len;  /* > 0: batch-invariant splits of at least this many positions, at most n_split */
-    bool distinct_rows;  /* the hint: every token of another row */
+    uint32_t split_len; /* > 0: batch-invariant splits of at least this many positions, at most n_split */
+    bool distinct_rows; /* the hint: every token of another row */
     uint64_t partials;
     const cvk_attn_prefill_cfg *cfg;
 } runopt;
@@ -180,15 +184,14 @@ static uint32_t run_gpu(const scene *s, const tcase *t, const runopt *o, float *
     if (part_pages) vk->mem.max_part = part_pages * s->lay.page_bytes;
     cvk_buffer bpool, bq, btab, bloc, bpart, bout;
     assert_int_equal(cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s->n_pages * s->lay.page_bytes, s->lay.page_bytes,
-                                       CVK_MEM_DEVICE), 0);
+                                       CVK_MEM_DEVICE),
+                     0);
     vk->mem.max_part = saved_part;
     if (part_pages) assert_true(bpool.n_parts > 2);
     const cvk_attn_prefill_pipes *p = pipes_for(hd, cfg);
     uint64_t pbytes = o->partials ? o->partials
-                      : o->n_split
-                          ? cvk_attn_prefill_partials_bytes(s->n_tokens, t->n_head, bpool.n_parts, o->n_split, hd)
-                          : cvk_attn_prefill_partials_max(p, &s->lay, t->n_head, bpool.n_parts, s->n_tokens,
-                                                          s->max_len);
+        : o->n_split ? cvk_attn_prefill_partials_bytes(s->n_tokens, t->n_head, bpool.n_parts, o->n_split, hd)
+                     : cvk_attn_prefill_partials_max(p, &s->lay, t->n_head, bpool.n_parts, s->n_tokens, s->max_len);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bq, s->n_tokens * row * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &btab, (uint64_t)s->n_rows * s->stride * 4, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bloc, s->n_tokens * 8ull, 4, CVK_MEM_DEVICE), 0);
@@ -200,12 +203,21 @@ static uint32_t run_gpu(const scene *s, const tcase *t, const runopt *o, float *
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bloc), s->loc), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
 
-    cvk_attn_prefill_args a = {.pool = &bpool, .lay = &s->lay, .q = cvk_view_whole(&bq),
-                               .table = cvk_view_whole(&btab), .loc = cvk_view_whole(&bloc),
-                               .partials = cvk_view_whole(&bpart), .out = cvk_view_whole(&bout),
-                               .n_tokens = s->n_tokens, .n_head = t->n_head, .layer = t->layer,
-                               .table_stride = s->stride, .max_len = s->max_len, .n_split = o->n_split,
-                               .split_len = o->split_len, .distinct_rows = o->distinct_rows};
+    cvk_attn_prefill_args a = {.pool = &bpool,
+                               .lay = &s->lay,
+                               .q = cvk_view_whole(&bq),
+                               .table = cvk_view_whole(&btab),
+                               .loc = cvk_view_whole(&bloc),
+                               .partials = cvk_view_whole(&bpart),
+                               .out = cvk_view_whole(&bout),
+                               .n_tokens = s->n_tokens,
+                               .n_head = t->n_head,
+                               .layer = t->layer,
+                               .table_stride = s->stride,
+                               .max_len = s->max_len,
+                               .n_split = o->n_split,
+                               .split_len = o->split_len,
+                               .distinct_rows = o->distinct_rows};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     if (cvk_attn_prefill(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -238,8 +250,8 @@ static double compare(const scene *s, const tcase *t, const float *got, const fl
                 worst = fmax(worst, e);
                 if (!(e <= TOL))
                     fail_msg("%s hd=%u heads=%u/%u pt=%u: token %u (row %u pos %u) head %u [%u] = %.7g, want %.7g",
-                             what, hd, t->n_head, t->n_head_kv, t->page_tokens, i, s->loc[2 * i], s->loc[2 * i + 1],
-                             h, d, g[d], w[d]);
+                             what, hd, t->n_head, t->n_head_kv, t->page_tokens, i, s->loc[2 * i], s->loc[2 * i + 1], h,
+                             d, g[d], w[d]);
             }
         }
     return worst;
@@ -265,8 +277,9 @@ static void run_case_opt(const tcase *t, uint64_t seed, const runopt *o) {
     }
     const cvk_attn_prefill_cfg *cfg = o->cfg;
     const cvk_attn_prefill_pipes *p = pipes_for(t->head_dim, cfg);
-    fprintf(stderr, "  hd=%u heads=%u/%u pt=%u tokens=%u max_len=%u %s wg=%u lpr=%u kt=%u rows=%u splits=%u: "
-                    "worst rel error %.2e (%u parts: %.2e, vs one part %.2e)\n",
+    fprintf(stderr,
+            "  hd=%u heads=%u/%u pt=%u tokens=%u max_len=%u %s wg=%u lpr=%u kt=%u rows=%u splits=%u: "
+            "worst rel error %.2e (%u parts: %.2e, vs one part %.2e)\n",
             t->head_dim, t->n_head, t->n_head_kv, t->page_tokens, s.n_tokens, s.max_len,
             p->kernel == CVK_ATTN_PREFILL_LANES ? "lanes" : "tiled", p->wg, p->lanes_per_row, p->kv_tile, p->rows,
             o->n_split, e1, parts, e2, e12);
@@ -311,9 +324,14 @@ static void test_one_sequence(void **state) {
     for (uint32_t d = 0; d < 3; d++)
         for (uint32_t pt = 0; pt < 2; pt++)
             for (uint32_t b = 0; b < 4; b++) {
-                tcase c = {.head_dim = dims[d][0], .n_head = dims[d][1], .n_head_kv = dims[d][2],
-                           .page_tokens = pt ? 5 : 16, .n_layer = 2, .layer = (uint32_t)(b & 1),
-                           .segs = batches[b].s, .n_segs = 1};
+                tcase c = {.head_dim = dims[d][0],
+                           .n_head = dims[d][1],
+                           .n_head_kv = dims[d][2],
+                           .page_tokens = pt ? 5 : 16,
+                           .n_layer = 2,
+                           .layer = (uint32_t)(b & 1),
+                           .segs = batches[b].s,
+                           .n_segs = 1};
                 run_case(&c, seed++, 0, NULL);
             }
     /* head_dim 72, 68, 66: rows that are not whole 64-bit (lanes) or 4-wide (tiled) loads */
@@ -330,8 +348,7 @@ static void test_one_sequence(void **state) {
 static void test_mixed_rows(void **state) {
     (void)state;
     const seg two[] = {{1, 3, 21}, {0, 40, 19}}, three[] = {{2, 0, 9}, {0, 16, 17}, {1, 95, 4}};
-    tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1,
-               .segs = two, .n_segs = 2};
+    tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = two, .n_segs = 2};
     run_case(&c, 50, 0, NULL);
     c.interleave = 1;
     run_case(&c, 51, 0, NULL);
@@ -345,8 +362,14 @@ static void test_mixed_rows(void **state) {
 static void test_parts(void **state) {
     (void)state;
     const seg prefix[] = {{0, 700, 5}}, two[] = {{0, 0, 70}, {1, 30, 33}};
-    tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 4, .layer = 3,
-               .segs = prefix, .n_segs = 1};
+    tcase c = {.head_dim = 128,
+               .n_head = 8,
+               .n_head_kv = 2,
+               .page_tokens = 16,
+               .n_layer = 4,
+               .layer = 3,
+               .segs = prefix,
+               .n_segs = 1};
     run_case(&c, 60, 16, NULL);
     c.segs = two, c.n_segs = 2, c.interleave = 1;
     run_case(&c, 61, 3, NULL);
@@ -356,8 +379,10 @@ static void test_parts(void **state) {
 
 /* Configurations of either kernel: tiled (workgroup, lanes per row, K/V tile), lanes (workgroup,
  * positions per invocation and step, rows per workgroup) */
-#define TILED(w, l, k) {.wg = w, .lanes_per_row = l, .kv_tile = k, .kernel = CVK_ATTN_PREFILL_TILED}
-#define LANES(w, k, r) {.wg = w, .kv_tile = k, .rows = r, .kernel = CVK_ATTN_PREFILL_LANES}
+#define TILED(w, l, k)                                                                                                 \
+    { .wg = w, .lanes_per_row = l, .kv_tile = k, .kernel = CVK_ATTN_PREFILL_TILED }
+#define LANES(w, k, r)                                                                                                 \
+    { .wg = w, .kv_tile = k, .rows = r, .kernel = CVK_ATTN_PREFILL_LANES }
 
 /* Configurations of both kernels beside the defaults: lanes per row 1/4/8 (subgroup shuffles),
  * small and large workgroups, a K/V tile that does not divide the page (5 over pages of 5 and
@@ -370,15 +395,26 @@ static void test_configs(void **state) {
     const seg two[] = {{0, 5, 45}, {1, 0, 20}};
     uint32_t sg = vk->dev.info.caps.min_subgroup_size;
     const cvk_attn_prefill_cfg cfgs[] = {
-        TILED(64, 4, 5), TILED(32, 8, 16), TILED(256, 1, 16), LANES(8, 1, 1), LANES(16, 3, 3), LANES(1, 5, 8),
+        TILED(64, 4, 5),
+        TILED(32, 8, 16),
+        TILED(256, 1, 16),
+        LANES(8, 1, 1),
+        LANES(16, 3, 3),
+        LANES(1, 5, 8),
         /* the lanes kernel's storage-buffer loads (a device without texel views for its parts) */
         {.kernel = CVK_ATTN_PREFILL_LANES, .storage_loads = true},
     };
     uint64_t seed = 70;
     for (uint32_t i = 0; i < sizeof cfgs / sizeof *cfgs; i++) {
         if (cfgs[i].lanes_per_row > sg) continue;
-        tcase c = {.head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 5, .n_layer = 1,
-                   .segs = two, .n_segs = 2, .interleave = (int)(i & 1)};
+        tcase c = {.head_dim = 64,
+                   .n_head = 8,
+                   .n_head_kv = 2,
+                   .page_tokens = 5,
+                   .n_layer = 1,
+                   .segs = two,
+                   .n_segs = 2,
+                   .interleave = (int)(i & 1)};
         run_case(&c, seed++, i == 0 ? 2 : 0, &cfgs[i]);
         c.n_head_kv = 8; /* group 1 */
         run_case(&c, seed++, 0, &cfgs[i]);
@@ -395,15 +431,21 @@ static void test_splits(void **state) {
     (void)state;
     const cvk_attn_prefill_kernel T = CVK_ATTN_PREFILL_TILED, L = CVK_ATTN_PREFILL_LANES;
     const cvk_attn_prefill_cfg cfgs[] = {{0}, {.kernel = T}, {.kernel = L, .rows = 3, .kv_tile = 4}};
-    const seg hist[] = {{0, 1000, 23}};                       /* a few tokens after a long history */
-    const seg bound[] = {{0, 480, 40}};                       /* starts on a page boundary */
-    const seg mid[] = {{1, 205, 30}, {0, 0, 3}};              /* mid-page, and a second row */
+    const seg hist[] = {{0, 1000, 23}};                        /* a few tokens after a long history */
+    const seg bound[] = {{0, 480, 40}};                        /* starts on a page boundary */
+    const seg mid[] = {{1, 205, 30}, {0, 0, 3}};               /* mid-page, and a second row */
     const seg rows3[] = {{2, 0, 9}, {0, 300, 17}, {1, 95, 4}}; /* three table rows */
     uint64_t seed = 200;
     for (uint32_t k = 0; k < 3; k++) {
         const cvk_attn_prefill_cfg *cfg = &cfgs[k];
-        tcase c = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 2, .layer = 1,
-                   .segs = hist, .n_segs = 1};
+        tcase c = {.head_dim = 128,
+                   .n_head = 8,
+                   .n_head_kv = 2,
+                   .page_tokens = 16,
+                   .n_layer = 2,
+                   .layer = 1,
+                   .segs = hist,
+                   .n_segs = 1};
         const uint32_t splits[] = {1, 2, 3, 7};
         for (uint32_t i = 0; i < 4; i++) {
             runopt o = {.n_split = splits[i], .cfg = cfg};
@@ -432,13 +474,19 @@ static void test_growing_splits(void **state) {
     (void)state;
     const cvk_attn_prefill_kernel T = CVK_ATTN_PREFILL_TILED, L = CVK_ATTN_PREFILL_LANES;
     const cvk_attn_prefill_cfg cfgs[] = {{0}, {.kernel = T}, {.kernel = L, .rows = 3, .kv_tile = 4}};
-    const seg cross[] = {{0, 500, 30}, {0, 1010, 21}};            /* len doubles at pos + 1 = 513 and 1025 */
-    const seg rows3[] = {{2, 0, 9}, {0, 300, 17}, {1, 1020, 6}};  /* three rows, three lengths */
+    const seg cross[] = {{0, 500, 30}, {0, 1010, 21}};           /* len doubles at pos + 1 = 513 and 1025 */
+    const seg rows3[] = {{2, 0, 9}, {0, 300, 17}, {1, 1020, 6}}; /* three rows, three lengths */
     uint64_t seed = 900;
     for (uint32_t k = 0; k < 3; k++) {
         const cvk_attn_prefill_cfg *cfg = &cfgs[k];
-        tcase c = {.head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 2, .layer = 1,
-                   .segs = cross, .n_segs = 2};
+        tcase c = {.head_dim = 64,
+                   .n_head = 8,
+                   .n_head_kv = 2,
+                   .page_tokens = 16,
+                   .n_layer = 2,
+                   .layer = 1,
+                   .segs = cross,
+                   .n_segs = 2};
         runopt o = {.n_split = 4, .split_len = 32, .cfg = cfg};
         run_case_opt(&c, seed++, &o);
         o.part_pages = 9;
@@ -447,7 +495,8 @@ static void test_growing_splits(void **state) {
     }
     /* alone = in the batch, bit for bit (both kernels) */
     for (uint32_t k = 0; k < 2; k++) {
-        tcase c = {.head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = cross, .n_segs = 2};
+        tcase c = {
+            .head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = cross, .n_segs = 2};
         runopt o = {.n_split = 4, .split_len = 32, .cfg = &cfgs[k]};
         scene s;
         scene_make(&s, &c, 950 + k, 0);
@@ -475,7 +524,8 @@ static void test_distinct_rows_hint(void **state) {
     const seg step[] = {{0, 700, 1}, {1, 40, 1}, {2, 1500, 1}, {3, 0, 1}, {4, 333, 1}, {5, 1023, 1}};
     const cvk_attn_prefill_cfg cfgs[] = {{.kernel = CVK_ATTN_PREFILL_TILED}, {.kernel = CVK_ATTN_PREFILL_LANES}};
     for (uint32_t k = 0; k < 2; k++) {
-        tcase c = {.head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = step, .n_segs = 6};
+        tcase c = {
+            .head_dim = 64, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = step, .n_segs = 6};
         scene s;
         scene_make(&s, &c, 960 + k, 1);
         size_t n = (size_t)s.n_tokens * c.n_head * c.head_dim;
@@ -515,7 +565,7 @@ static void test_default_splits(void **state) {
     assert_true(n512 < n2);
     assert_true(most >= cvk_attn_prefill_partials_bytes(2, 4, 1, n2, 64));
     runopt o = {0};
-    run_case_opt(&c, 300, &o); /* the default count, partials_max */
+    run_case_opt(&c, 300, &o);                                          /* the default count, partials_max */
     o.partials = cvk_attn_prefill_partials_bytes(2, 4, 1, 2, 64) + 100; /* room for 2 splits only */
     run_case_opt(&c, 301, &o);
     o.partials = 4; /* none: one split */
@@ -526,8 +576,14 @@ static void test_large_scores(void **state) {
     (void)state;
     /* scores of a few hundred: exp overflows unless the running max is subtracted */
     const seg b[] = {{0, 10, 40}};
-    tcase c = {.head_dim = 128, .n_head = 4, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .q_scale = 30.0f,
-               .segs = b, .n_segs = 1};
+    tcase c = {.head_dim = 128,
+               .n_head = 4,
+               .n_head_kv = 2,
+               .page_tokens = 16,
+               .n_layer = 1,
+               .q_scale = 30.0f,
+               .segs = b,
+               .n_segs = 1};
     run_case(&c, 80, 0, NULL);
 }
 
@@ -537,8 +593,8 @@ static void test_single_token(void **state) {
     const uint32_t pos[] = {0, 15, 16, 700};
     for (uint32_t k = 0; k < 4; k++) {
         const seg one[] = {{1, pos[k], 1}, {0, 0, 0}};
-        tcase t = {.head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1,
-                   .segs = one, .n_segs = 2};
+        tcase t = {
+            .head_dim = 128, .n_head = 8, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = one, .n_segs = 2};
         scene s;
         scene_make(&s, &t, 90 + k, 1);
         size_t row = (size_t)t.n_head * t.head_dim;
@@ -558,9 +614,9 @@ static void test_invalid_locs_give_zeros(void **state) {
     tcase t = {.head_dim = 64, .n_head = 4, .n_head_kv = 2, .page_tokens = 16, .n_layer = 1, .segs = b, .n_segs = 1};
     scene s;
     scene_make(&s, &t, 95, 1);
-    s.loc[2 * 3] = 5;             /* row 5 of a 1-row table */
-    s.loc[2 * 7 + 1] = 1u << 30;  /* far past max_len and the table */
-    s.loc[2 * 19 + 1] = 20;       /* == max_len */
+    s.loc[2 * 3] = 5;            /* row 5 of a 1-row table */
+    s.loc[2 * 7 + 1] = 1u << 30; /* far past max_len and the table */
+    s.loc[2 * 19 + 1] = 20;      /* == max_len */
     size_t row = (size_t)t.n_head * t.head_dim;
     float *out = calloc(s.n_tokens * row, 4);
     memset(s.ref + 3 * row, 0, row * 4);
@@ -592,8 +648,10 @@ static void test_bad_args(void **state) {
     assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_kt), -1);
     cvk_attn_prefill_cfg odd_lpr = {.lanes_per_row = 4, .kernel = T}; /* 4 does not divide 70... */
     assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 70, &odd_lpr), -1);
-    cvk_attn_prefill_cfg bad_lanes[] = {{.rows = 65, .kernel = L}, {.kv_tile = 33, .kernel = L},
-                                        {.wg = 12, .kernel = L}, {.lanes_per_row = 2, .kernel = L}};
+    cvk_attn_prefill_cfg bad_lanes[] = {{.rows = 65, .kernel = L},
+                                        {.kv_tile = 33, .kernel = L},
+                                        {.wg = 12, .kernel = L},
+                                        {.lanes_per_row = 2, .kernel = L}};
     for (int i = 0; i < 4; i++)
         assert_int_equal(cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, VK_NULL_HANDLE, 64, &bad_lanes[i]), -1);
     assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 70, 0), 0); /* ...the default adapts */
@@ -602,8 +660,14 @@ static void test_bad_args(void **state) {
     assert_int_equal(cvk_attn_prefill_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 128, 0), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4 * lay.page_bytes, lay.page_bytes, CVK_MEM_DEVICE), 0);
-    cvk_attn_prefill_args a = {.pool = &b, .lay = &lay, .q = cvk_view_whole(&b), .table = cvk_view_whole(&b),
-                               .loc = cvk_view_whole(&b), .out = cvk_view_whole(&b), .n_tokens = 1, .n_head = 4,
+    cvk_attn_prefill_args a = {.pool = &b,
+                               .lay = &lay,
+                               .q = cvk_view_whole(&b),
+                               .table = cvk_view_whole(&b),
+                               .loc = cvk_view_whole(&b),
+                               .out = cvk_view_whole(&b),
+                               .n_tokens = 1,
+                               .n_head = 4,
                                .table_stride = 1};
     assert_int_equal(cvk_attn_prefill(&vk->cmd, &vk->dpool, &p, &a), -1); /* head_dim 128 pipelines, 64 layout */
     assert_non_null(strstr(cd_errmsg(), "head_dim"));
@@ -668,14 +732,20 @@ typedef struct bshape {
 
 static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
     const seg g[] = {{0, b->pos0, b->count}};
-    tcase t = {.head_dim = b->head_dim, .n_head = b->n_head, .n_head_kv = b->n_head_kv, .page_tokens = 16,
-               .n_layer = 1, .segs = g, .n_segs = 1};
+    tcase t = {.head_dim = b->head_dim,
+               .n_head = b->n_head,
+               .n_head_kv = b->n_head_kv,
+               .page_tokens = 16,
+               .n_layer = 1,
+               .segs = g,
+               .n_segs = 1};
     scene s;
     scene_make(&s, &t, 7, 0);
     size_t row = (size_t)t.n_head * t.head_dim;
     cvk_buffer bpool, bq, btab, bloc, bpart, bout;
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s.n_pages * s.lay.page_bytes, s.lay.page_bytes,
-                                       CVK_MEM_DEVICE), 0);
+    assert_int_equal(
+        cvk_buffer_create(&vk->mem, &bpool, (uint64_t)s.n_pages * s.lay.page_bytes, s.lay.page_bytes, CVK_MEM_DEVICE),
+        0);
     cvk_attn_prefill_pipes p;
     double tc = now_s();
     if (cvk_attn_prefill_pipeline_cfg(&p, &vk->dev, vk->pcache.cache, t.head_dim, cfg)) fail_msg("%s", cd_errmsg());
@@ -691,10 +761,17 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&btab), s.table), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bloc), s.loc), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    cvk_attn_prefill_args a = {.pool = &bpool, .lay = &s.lay, .q = cvk_view_whole(&bq), .table = cvk_view_whole(&btab),
-                               .loc = cvk_view_whole(&bloc), .partials = cvk_view_whole(&bpart),
-                               .out = cvk_view_whole(&bout), .n_tokens = s.n_tokens, .n_head = t.n_head,
-                               .table_stride = s.stride, .max_len = s.max_len};
+    cvk_attn_prefill_args a = {.pool = &bpool,
+                               .lay = &s.lay,
+                               .q = cvk_view_whole(&bq),
+                               .table = cvk_view_whole(&btab),
+                               .loc = cvk_view_whole(&bloc),
+                               .partials = cvk_view_whole(&bpart),
+                               .out = cvk_view_whole(&bout),
+                               .n_tokens = s.n_tokens,
+                               .n_head = t.n_head,
+                               .table_stride = s.stride,
+                               .max_len = s.max_len};
     const char *es = getenv("CINDER_ATTN_BENCH_SPLIT");
     a.n_split = es ? (uint32_t)atoi(es) : 0;
     if (a.n_split && a.n_split * (uint64_t)s.n_tokens * t.n_head * (t.head_dim + 2) * 4 > bpart.size)
@@ -720,8 +797,10 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
     printf("  bench %-20s heads %u/%u hd %u, %u tokens at %u, %s wg=%u lpr=%u kt=%u rows=%u splits=%u: %8.2f ms "
            "(%.2f GFLOP/s useful; pipeline build %.1f s)\n",
            b->name, b->n_head, b->n_head_kv, b->head_dim, b->count, b->pos0,
-           p.kernel != CVK_ATTN_PREFILL_LANES ? "tiled" : p.texel ? "lanes/texel" : "lanes", p.wg, p.lanes_per_row, p.kv_tile, p.rows, splits,
-           best * 1e3, flop / best * 1e-9, tc);
+           p.kernel != CVK_ATTN_PREFILL_LANES ? "tiled"
+               : p.texel                      ? "lanes/texel"
+                                              : "lanes",
+           p.wg, p.lanes_per_row, p.kv_tile, p.rows, splits, best * 1e3, flop / best * 1e-9, tc);
     fflush(stdout);
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_attn_prefill_pipeline_destroy(&vk->dev, &p);
@@ -743,13 +822,13 @@ static void bench_one(const bshape *b, const cvk_attn_prefill_cfg *cfg) {
 static void bench(void **state) {
     (void)state;
     const bshape shapes[] = {
-        {"from0-512", 128, 8, 2, 0, 512},       /* a 512-token prompt from an empty context */
-        {"hist5000-96-tiny", 64, 4, 2, 5000, 96},     /* a new turn after a cached history: tiny */
+        {"from0-512", 128, 8, 2, 0, 512},               /* a 512-token prompt from an empty context */
+        {"hist5000-96-tiny", 64, 4, 2, 5000, 96},       /* a new turn after a cached history: tiny */
         {"hist5000-96-qwen3moe", 128, 32, 4, 5000, 96}, /* the same on Qwen3-30B-A3B's attention */
-        {"hist5000-4-tiny", 64, 4, 2, 5000, 4},      /* a few tokens: split-K makes the workgroups */
+        {"hist5000-4-tiny", 64, 4, 2, 5000, 4},         /* a few tokens: split-K makes the workgroups */
     };
-    const cvk_attn_prefill_cfg cfgs[] = {{0}, {.kernel = CVK_ATTN_PREFILL_TILED}, TILED(128, 1, 16), TILED(64, 4, 16),
-                                         TILED(256, 4, 16)};
+    const cvk_attn_prefill_cfg cfgs[] = {
+        {0}, {.kernel = CVK_ATTN_PREFILL_TILED}, TILED(128, 1, 16), TILED(64, 4, 16), TILED(256, 4, 16)};
     const char *e = getenv("CINDER_ATTN_BENCH"), *ec = getenv("CINDER_ATTN_BENCH_CFG");
     int all = !strcmp(e, "1");
     cvk_attn_prefill_cfg one = {0};

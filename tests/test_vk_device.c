@@ -27,8 +27,6 @@
 #include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
-
-
 /* --- no driver: a clean error, in a child so the environment change stays there --- */
 
 static void test_no_driver_is_a_clean_error(void **state) {
@@ -96,8 +94,10 @@ static void test_validation_message_fails(void **state) {
             fprintf(stderr, "child: %s\n", cd_errmsg());
             _exit(2);
         }
-        VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = 0,
-                                 .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT, .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
+        VkBufferCreateInfo bi = {.sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+                                 .size = 0,
+                                 .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT,
+                                 .sharingMode = VK_SHARING_MODE_EXCLUSIVE};
         VkBuffer b = VK_NULL_HANDLE;
         uint64_t before = cvk_validation_errors();
         /* the expected message stays out of the test's output (ctest fails a test that prints one) */
@@ -126,7 +126,8 @@ static void test_choice_rules(void **state) {
     (void)state;
     unsetenv("CINDER_DEVICE");
     cvk_phys_info l[4] = {fake(VK_PHYSICAL_DEVICE_TYPE_CPU, true), fake(VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU, true),
-                          fake(VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, true), fake(VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU, true)};
+                          fake(VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU, true),
+                          fake(VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU, true)};
     int c;
     assert_int_equal(cvk_phys_choose(l, 4, -1, &c), 0);
     assert_int_equal(c, 2); /* discrete first */
@@ -182,8 +183,14 @@ static void test_device_and_print(void **state) {
     char *text = calloc(1, (size_t)n + 1);
     assert_int_equal(fread(text, 1, (size_t)n, f), (size_t)n);
     fclose(f);
-    const char *want[] = {vk->dev.info.props.deviceName, "maxStorageBufferRange", "maxMemoryAllocation",
-                          "shared memory", "subgroup size", "memory heap 0", "timestamps", "fp16"};
+    const char *want[] = {vk->dev.info.props.deviceName,
+                          "maxStorageBufferRange",
+                          "maxMemoryAllocation",
+                          "shared memory",
+                          "subgroup size",
+                          "memory heap 0",
+                          "timestamps",
+                          "fp16"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         if (!strstr(text, want[i])) fail_msg("devices listing lacks '%s':\n%s", want[i], text);
     free(text);
@@ -205,16 +212,24 @@ static void test_mem_pick_type(void **state) {
     (void)state;
     const VkMemoryPropertyFlags DL = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, HV = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
                                 HC = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT, CA = VK_MEMORY_PROPERTY_HOST_CACHED_BIT,
-                                AMD = VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD | VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD;
-    const VkMemoryPropertyFlags flags[] = {DL | AMD, DL, HV | HC | AMD, HV | HC, HV | HC | CA | AMD, HV | HC | CA,
-                                           DL | HV | HC | AMD, DL | HV | HC, DL | VK_MEMORY_PROPERTY_PROTECTED_BIT};
+                                AMD = VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD |
+        VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD;
+    const VkMemoryPropertyFlags flags[] = {DL | AMD,
+                                           DL,
+                                           HV | HC | AMD,
+                                           HV | HC,
+                                           HV | HC | CA | AMD,
+                                           HV | HC | CA,
+                                           DL | HV | HC | AMD,
+                                           DL | HV | HC,
+                                           DL | VK_MEMORY_PROPERTY_PROTECTED_BIT};
     VkPhysicalDeviceMemoryProperties mp = {.memoryTypeCount = 9};
     for (uint32_t i = 0; i < 9; i++) mp.memoryTypes[i].propertyFlags = flags[i];
     assert_int_equal(cvk_mem_pick_type(&mp, 0x1ff, CVK_MEM_DEVICE), 1);
     assert_int_equal(cvk_mem_pick_type(&mp, 0x1ff, CVK_MEM_UPLOAD), 3);
     assert_int_equal(cvk_mem_pick_type(&mp, 0x1ff, CVK_MEM_READBACK), 5);
-    assert_int_equal(cvk_mem_pick_type(&mp, 1u << 0 | 1u << 8, CVK_MEM_DEVICE), 0); /* the last resort */
-    assert_int_equal(cvk_mem_pick_type(&mp, 1u << 8, CVK_MEM_DEVICE), -1);          /* protected: never */
+    assert_int_equal(cvk_mem_pick_type(&mp, 1u << 0 | 1u << 8, CVK_MEM_DEVICE), 0);  /* the last resort */
+    assert_int_equal(cvk_mem_pick_type(&mp, 1u << 8, CVK_MEM_DEVICE), -1);           /* protected: never */
     assert_int_equal(cvk_mem_pick_type(&mp, 1u << 0 | 1u << 1, CVK_MEM_UPLOAD), -1); /* not host-visible */
 }
 
@@ -295,8 +310,7 @@ static void test_big_buffer_split(void **state) {
     vk->stager.force_staging = true;
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&b), out), 0);
     vk->stager.force_staging = false;
-    for (uint64_t i = 0; i < b.size; i++)
-        assert_int_equal(out[i], i >= 4000 && i < 4200 ? 1 : (uint8_t)(i * 7 + 2));
+    for (uint64_t i = 0; i < b.size; i++) assert_int_equal(out[i], i >= 4000 && i < 4200 ? 1 : (uint8_t)(i * 7 + 2));
     free(out);
     /* views for a binding must stay inside one part */
     uint32_t k;
@@ -365,8 +379,13 @@ static void test_pipeline_interface_checks(void **state) {
     assert_int_equal(si.push_size, sizeof(cvk_rmsnorm_push));
     uint32_t spec = 64;
     cvk_pipeline p;
-    cvk_pipeline_desc d = {.name = "rmsnorm", .spv = cinder_spv_rmsnorm, .spv_size = cinder_spv_rmsnorm_size,
-                           .n_bindings = 2, .push_size = sizeof(cvk_rmsnorm_push), .spec = &spec, .n_spec = 1};
+    cvk_pipeline_desc d = {.name = "rmsnorm",
+                           .spv = cinder_spv_rmsnorm,
+                           .spv_size = cinder_spv_rmsnorm_size,
+                           .n_bindings = 2,
+                           .push_size = sizeof(cvk_rmsnorm_push),
+                           .spec = &spec,
+                           .n_spec = 1};
     assert_int_equal(cvk_pipeline_create(&p, &vk->dev, VK_NULL_HANDLE, &d), -1);
     assert_non_null(strstr(cd_errmsg(), "binding 2"));
     d.n_bindings = 3;
@@ -422,8 +441,8 @@ static void test_pipelines_compiled_once(void **state) {
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    cvk_rmsnorm_args ra = {.x = cvk_view_whole(&bx), .w = cvk_view_whole(&bw), .y = cvk_view_whole(&by),
-                           .n = 16, .rows = 3, .eps = 1e-6f};
+    cvk_rmsnorm_args ra = {
+        .x = cvk_view_whole(&bx), .w = cvk_view_whole(&bw), .y = cvk_view_whole(&by), .n = 16, .rows = 3, .eps = 1e-6f};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &b, &ra), 0); /* b: shared with a, which is gone */
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -441,8 +460,13 @@ static void test_pipelines_compiled_once(void **state) {
     cvk_buffer_destroy(&vk->mem, &bw);
     cvk_buffer_destroy(&vk->mem, &by);
     uint32_t spec = 64; /* refused by the interface check: nothing kept */
-    cvk_pipeline_desc d = {.name = "rmsnorm", .spv = cinder_spv_rmsnorm, .spv_size = cinder_spv_rmsnorm_size,
-                           .n_bindings = 2, .push_size = sizeof(cvk_rmsnorm_push), .spec = &spec, .n_spec = 1};
+    cvk_pipeline_desc d = {.name = "rmsnorm",
+                           .spv = cinder_spv_rmsnorm,
+                           .spv_size = cinder_spv_rmsnorm_size,
+                           .n_bindings = 2,
+                           .push_size = sizeof(cvk_rmsnorm_push),
+                           .spec = &spec,
+                           .n_spec = 1};
     assert_int_equal(cvk_pipeline_create(&a, &vk->dev, VK_NULL_HANDLE, &d), -1);
     assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 2);
 }
@@ -524,8 +548,8 @@ static void test_timestamps_increase(void **state) {
     assert_int_equal(cvk_buffer_create(&vk->mem, &w, N * 4, 1, CVK_MEM_DEVICE), 0);
     cvk_pipeline p;
     assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, vk->pcache.cache, 256), 0);
-    cvk_rmsnorm_args a = {.x = cvk_view_whole(&x), .w = cvk_view_whole(&w), .y = cvk_view_whole(&x),
-                          .n = N, .rows = ROWS, .eps = 1e-6f};
+    cvk_rmsnorm_args a = {
+        .x = cvk_view_whole(&x), .w = cvk_view_whole(&w), .y = cvk_view_whole(&x), .n = N, .rows = ROWS, .eps = 1e-6f};
     assert_int_equal(cvk_timer_enable(&vk->timer, true), 0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&x), 0x3f800000u), 0);

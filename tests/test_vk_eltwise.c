@@ -22,8 +22,6 @@
 #include "shaders/shaders.h"
 #include "tests/vk_fixture.h"
 
-
-
 static cvk_buffer upload(const float *x, size_t n) {
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, n * 4, 4, CVK_MEM_DEVICE), 0);
@@ -77,8 +75,13 @@ static void swiglu_case_run(const swiglu_case *t, uint64_t seed) {
     cvk_pipeline p;
     assert_int_equal(cvk_swiglu_pipeline(&p, &vk->dev, vk->pcache.cache, t->wg), 0);
     cvk_buffer *out = t->in_place ? &bg : &bh;
-    cvk_swiglu_args a = {.g = cvk_view_whole(&bg), .u = t->fused ? cvk_view_range(&bg, 0, 0) : cvk_view_whole(&bu),
-                         .h = cvk_view_whole(out), .n = t->n, .rows = t->rows, .g_stride = gs, .u_stride = us,
+    cvk_swiglu_args a = {.g = cvk_view_whole(&bg),
+                         .u = t->fused ? cvk_view_range(&bg, 0, 0) : cvk_view_whole(&bu),
+                         .h = cvk_view_whole(out),
+                         .n = t->n,
+                         .rows = t->rows,
+                         .g_stride = gs,
+                         .u_stride = us,
                          .h_stride = hs};
     if (t->fused) { /* u starts n floats in: needs that offset to be aligned for a binding */
         uint64_t align = vk->dev.info.props.limits.minStorageBufferOffsetAlignment, off = (uint64_t)t->n * 4;
@@ -97,8 +100,8 @@ static void swiglu_case_run(const swiglu_case *t, uint64_t seed) {
             /* the floor: a device may flush denormal intermediates, and Vulkan bounds a division's
              * error only for divisors below 2^126 (NVIDIA: silu(-88) * 1.16 = -0, want -6.2e-37) */
             if (!(fabsf(got - want) <= 4e-6f * fabsf(want) + 1e-35f))
-                fail_msg("swiglu n=%u rows=%u: [%u][%u] silu(%.9g) * %.9g = %.9g, want %.9g", t->n, t->rows, row, i,
-                         gv, uv, got, want);
+                fail_msg("swiglu n=%u rows=%u: [%u][%u] silu(%.9g) * %.9g = %.9g, want %.9g", t->n, t->rows, row, i, gv,
+                         uv, got, want);
         }
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_pipeline_destroy(&vk->dev, &p);

@@ -33,9 +33,9 @@
 typedef struct hcase {
     uint32_t head_dim, heads, tokens, extra; /* extra: floats of padding after each token's row */
     uint32_t page_tokens, n_pages;
-    uint64_t max_part;                      /* > 0: split the pool into parts of this size */
-    uint32_t q_pos;                         /* > 0: Q only, positions up to q_pos - 1 (no pages) */
-    const rope_config *rope;                /* NULL: Qwen3's, theta 1e6 without scaling */
+    uint64_t max_part;       /* > 0: split the pool into parts of this size */
+    uint32_t q_pos;          /* > 0: Q only, positions up to q_pos - 1 (no pages) */
+    const rope_config *rope; /* NULL: Qwen3's, theta 1e6 without scaling */
 } hcase;
 
 static cvk_buffer upload(const void *data, uint64_t bytes) {
@@ -89,12 +89,23 @@ static void run_case(const hcase *t, uint64_t seed) {
                bt = upload(table, (uint64_t)t->n_pages * 4);
     cvk_head_norm_rope_pipes p;
     if (cvk_head_norm_rope_pipelines(&p, &vk->dev, vk->pcache.cache, d)) fail_msg("%s", cd_errmsg());
-    cvk_head_norm_rope_args a = {.x = cvk_view_whole(&bx), .w = cvk_view_whole(&bw), .loc = cvk_view_whole(&bl),
-                                 .table = &tab, .tokens = T, .heads = H, .tok_stride = stride, .eps = EPS,
-                                 .pool = &bpool, .lay = &lay, .v = cvk_view_whole(&bv), .pages = cvk_view_whole(&bt),
-                                 .layer = 1, .table_stride = t->n_pages};
+    cvk_head_norm_rope_args a = {.x = cvk_view_whole(&bx),
+                                 .w = cvk_view_whole(&bw),
+                                 .loc = cvk_view_whole(&bl),
+                                 .table = &tab,
+                                 .tokens = T,
+                                 .heads = H,
+                                 .tok_stride = stride,
+                                 .eps = EPS,
+                                 .pool = &bpool,
+                                 .lay = &lay,
+                                 .v = cvk_view_whole(&bv),
+                                 .pages = cvk_view_whole(&bt),
+                                 .layer = 1,
+                                 .table_stride = t->n_pages};
     if (!t->q_pos) run(&p, &a); /* K and V into the pages (x unchanged) */
-    else for (size_t i = 0; i < n_halves; i++) got[i] = want[i];
+    else
+        for (size_t i = 0; i < n_halves; i++) got[i] = want[i];
     a.pool = NULL;
     run(&p, &a); /* Q in place */
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bx), q), 0);
@@ -116,7 +127,8 @@ static void run_case(const hcase *t, uint64_t seed) {
             }
             if (t->q_pos) continue;
             for (uint32_t e = 0; e < d; e++) {
-                size_t ki = kv_layout_index(&lay, page, 1, 0, h, slot, e), vi = kv_layout_index(&lay, page, 1, 1, h, slot, e);
+                size_t ki = kv_layout_index(&lay, page, 1, 0, h, slot, e),
+                       vi = kv_layout_index(&lay, page, 1, 1, h, slot, e);
                 uint16_t kw = f32_to_fp16(ref[e]);
                 if (got[ki] != kw) { /* the f32 results differ by ~1e-6: a rounding step, or ~1e-6 near 0 */
                     double kerr = fabs((double)fp16_to_f32(got[ki]) - ref[e]);
@@ -139,8 +151,9 @@ static void run_case(const hcase *t, uint64_t seed) {
     size_t bad = 0, first = 0;
     for (size_t i = 0; i < n_halves; i++)
         if (got[i] != want[i] && !bad++) first = i;
-    if (bad) fail_msg("%zu halves differ (V, or a page not ours); first at %zu: %04x, want %04x", bad, first,
-                      got[first], want[first]);
+    if (bad)
+        fail_msg("%zu halves differ (V, or a page not ours); first at %zu: %04x, want %04x", bad, first, got[first],
+                 want[first]);
     assert_true(k_off_by_one * 100 <= (uint64_t)T * H * d);
 
     /* batch invariance: token T/2 alone gives the same bits as in the batch */
@@ -178,11 +191,16 @@ static void test_against_cpu(void **state) {
     const rope_config tenk = rope_config_plain(1e4f, 40960);
     const rope_config yarn = rope_config_yarn(1e6f, 4, 32768), yarn_small = rope_config_yarn(1e4f, 4, 64);
     const hcase cases[] = {
-        {.head_dim = 128, .heads = 4, .tokens = 37, .page_tokens = 16, .n_pages = 12},   /* Qwen3's K shape */
-        {.head_dim = 128, .heads = 32, .tokens = 5, .page_tokens = 16, .n_pages = 3},    /* Qwen3's Q heads */
-        {.head_dim = 64, .heads = 3, .tokens = 61, .extra = 24, .page_tokens = 5, .n_pages = 40}, /* strided, odd pages */
+        {.head_dim = 128, .heads = 4, .tokens = 37, .page_tokens = 16, .n_pages = 12}, /* Qwen3's K shape */
+        {.head_dim = 128, .heads = 32, .tokens = 5, .page_tokens = 16, .n_pages = 3},  /* Qwen3's Q heads */
+        {.head_dim = 64,
+         .heads = 3,
+         .tokens = 61,
+         .extra = 24,
+         .page_tokens = 5,
+         .n_pages = 40}, /* strided, odd pages */
         {.head_dim = 128, .heads = 2, .tokens = 29, .page_tokens = 8, .n_pages = 40, .max_part = 64 << 10}, /* parts */
-        {.head_dim = 2, .heads = 1, .tokens = 3, .page_tokens = 1, .n_pages = 5},        /* the smallest head */
+        {.head_dim = 2, .heads = 1, .tokens = 3, .page_tokens = 1, .n_pages = 5}, /* the smallest head */
         /* RoPE far out: positions across the table's lo/hi split up to its end, two thetas */
         {.head_dim = 128, .heads = 3, .tokens = 33, .extra = 20, .page_tokens = 16, .n_pages = 1, .q_pos = 40960},
         {.head_dim = 64, .heads = 7, .tokens = 5, .page_tokens = 16, .n_pages = 1, .q_pos = 40001, .rope = &tenk},

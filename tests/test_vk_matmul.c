@@ -54,7 +54,7 @@ static const enum qtype all_types[] = {
 #ifdef MATMUL_TEST_ASAN
     QTYPE_F32, QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q6_K, QTYPE_Q5_0, QTYPE_Q3_K, QTYPE_IQ4_XS};
 #else
-    QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K,   QTYPE_Q5_K,  QTYPE_Q6_K, QTYPE_Q4_0,
+    QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0, QTYPE_Q4_K, QTYPE_Q5_K,   QTYPE_Q6_K, QTYPE_Q4_0,
     QTYPE_Q4_1, QTYPE_Q5_0, QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_XS, QTYPE_MXFP4};
 /* IQ4_NL is IQ4_XS's 32-weight block with its own scale: one qb_decode8 branch, the same table;
  * it runs here in test_every_type_awkward_sizes only (CI time), bit-exact in test_vk_get_rows,
@@ -103,7 +103,8 @@ static void test_a_module_per_type(void **state) {
         bool gpu = qtype_supported((enum qtype)t);
         for (size_t s = 0; s < sizeof every / sizeof *every; s++) {
             const cinder_spv_module *m = cvk_spirv_module(every[s], t);
-            if (gpu != (m != NULL)) fail_msg("%s: type %s %s a module", every[s], qtype_name((enum qtype)t), gpu ? "lacks" : "has");
+            if (gpu != (m != NULL))
+                fail_msg("%s: type %s %s a module", every[s], qtype_name((enum qtype)t), gpu ? "lacks" : "has");
             if (m) assert_int_equal(m->qtype, t), assert_string_equal(m->shader, every[s]);
         }
         bool texel = gpu && cvk_matmul_texel_type((enum qtype)t);
@@ -122,9 +123,9 @@ static void test_a_module_per_type(void **state) {
 typedef struct tcase {
     enum qtype type;
     uint32_t T, n_rows, n_in;
-    uint32_t mode;              /* CVK_MATMUL_GATHER | CVK_MATMUL_SCATTER */
-    uint32_t n_expert, expert;  /* slices in the weight buffer; the one used */
-    uint64_t max_part;          /* 0: the device's */
+    uint32_t mode;               /* CVK_MATMUL_GATHER | CVK_MATMUL_SCATTER */
+    uint32_t n_expert, expert;   /* slices in the weight buffer; the one used */
+    uint64_t max_part;           /* 0: the device's */
     const cvk_matmul_tile *tile; /* NULL: default */
 } tcase;
 
@@ -196,11 +197,21 @@ static void run_case(const tcase *t, uint64_t seed) {
 
     cvk_pipeline p;
     if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, t->type, t->tile)) fail_msg("%s", cd_errmsg());
-    cvk_matmul_args a = {.w = &bw, .type = t->type, .n_in = t->n_in, .n_rows = t->n_rows, .expert = t->expert,
-                         .x = cvk_view_whole(&bx), .x_rows = x_rows, .x_stride = xs,
-                         .y = cvk_view_whole(&by), .y_rows = y_rows, .y_stride = ys, .n_tokens = t->T,
+    cvk_matmul_args a = {.w = &bw,
+                         .type = t->type,
+                         .n_in = t->n_in,
+                         .n_rows = t->n_rows,
+                         .expert = t->expert,
+                         .x = cvk_view_whole(&bx),
+                         .x_rows = x_rows,
+                         .x_stride = xs,
+                         .y = cvk_view_whole(&by),
+                         .y_rows = y_rows,
+                         .y_stride = ys,
+                         .n_tokens = t->T,
                          .gather = gat ? cvk_view_range(&bl, 0, n_ids * 4) : (cvk_view){0},
-                         .scatter = sca ? cvk_view_range(&bl, lb, n_ids * 4) : (cvk_view){0}, .ids_off = ids_off};
+                         .scatter = sca ? cvk_view_range(&bl, lb, n_ids * 4) : (cvk_view){0},
+                         .ids_off = ids_off};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&by), 0x7fc00000u), 0);
     cvk_barrier_transfer_to_compute(vk->cmd.cb);
@@ -256,8 +267,8 @@ static bool decoder_only_type(enum qtype t) { return qtype_block_elems(t) > 1 &&
  * grid types (IQ3, IQ2, IQ1), qb_decode8 branches whose grids lavapipe reads per lane (slow there); they
  * are bit-exact in test_vk_get_rows and against the CPU reference in test_vk_matvec and
  * test_vk_moe_group. */
-static const enum qtype awkward_only_types[] = {QTYPE_IQ4_NL, QTYPE_IQ3_XXS, QTYPE_IQ3_S,
-                                                QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S, QTYPE_IQ1_S, QTYPE_IQ1_M};
+static const enum qtype awkward_only_types[] = {QTYPE_IQ4_NL, QTYPE_IQ3_XXS, QTYPE_IQ3_S, QTYPE_IQ2_XXS,
+                                                QTYPE_IQ2_XS, QTYPE_IQ2_S,   QTYPE_IQ1_S, QTYPE_IQ1_M};
 
 /* Every type x T in {1, 5, 33, 130} x n_rows in {1, 17, 200}, plain (T 130: the first seven; the
  * grid types T 1 and 5). */
@@ -290,8 +301,13 @@ static void test_gather_scatter(void **state) {
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
         for (uint32_t mode = 1; mode <= 3; mode++)
             for (size_t i = 0; i < 4; i++) {
-                tcase t = {.type = types[ti], .T = Ts[i], .n_rows = rows[(i + mode) % 3],
-                           .n_in = n_in_for(types[ti]), .mode = mode, .n_expert = 3, .expert = 1};
+                tcase t = {.type = types[ti],
+                           .T = Ts[i],
+                           .n_rows = rows[(i + mode) % 3],
+                           .n_in = n_in_for(types[ti]),
+                           .mode = mode,
+                           .n_expert = 3,
+                           .expert = 1};
                 run_case(&t, seed++);
             }
 }
@@ -311,7 +327,13 @@ static void test_split_parts(void **state) {
         uint64_t max_part = (rb * (ty == QTYPE_F32 ? 7 : 13) > unit ? rb * (ty == QTYPE_F32 ? 7 : 13) : unit) + 15;
         tcase a = {.type = ty, .T = 33, .n_rows = 17, .n_in = n_in, .n_expert = 4, .expert = 2, .max_part = max_part};
         run_case(&a, seed++);
-        tcase b = {.type = ty, .T = 130, .n_rows = 200, .n_in = n_in, .mode = 3, .n_expert = 2, .expert = 1,
+        tcase b = {.type = ty,
+                   .T = 130,
+                   .n_rows = 200,
+                   .n_in = n_in,
+                   .mode = 3,
+                   .n_expert = 2,
+                   .expert = 1,
                    .max_part = rb * 37};
         run_case(&b, seed++);
     }
@@ -332,12 +354,18 @@ static void test_tiles(void **state) {
         {.bm = 96, .bn = 3, .tm = 3, .rows = true},
         {.bm = 4, .bn = 8, .kl = 8, .rows = true}, /* split k: 2 chunks (n_in 512) over 8 lanes */
         {.bm = 16, .bn = 1, .kl = 2, .rows = true},
-        {.bm = 8, .bn = 8, .kl = 4, .tm = 2, .rows = true}, /* split k, 2 rows per lane: each x load feeds both */
+        {.bm = 8, .bn = 8, .kl = 4, .tm = 2, .rows = true},  /* split k, 2 rows per lane: each x load feeds both */
         {.bm = 12, .bn = 3, .kl = 2, .tm = 3, .rows = true}, /* 3 rows and 3 tokens a lane */
     };
     uint64_t seed = 300;
     for (size_t i = 0; i < sizeof tiles / sizeof *tiles; i++) {
-        tcase a = {.type = QTYPE_F32, .T = 33, .n_rows = 200, .n_in = 160, .mode = 3, .n_expert = 2, .expert = 1,
+        tcase a = {.type = QTYPE_F32,
+                   .T = 33,
+                   .n_rows = 200,
+                   .n_in = 160,
+                   .mode = 3,
+                   .n_expert = 2,
+                   .expert = 1,
                    .tile = &tiles[i]};
         run_case(&a, seed++);
         tcase b = {.type = QTYPE_Q4_K, .T = 130, .n_rows = 17, .n_in = 512, .tile = &tiles[i]};
@@ -352,9 +380,9 @@ static void test_tiles(void **state) {
 typedef struct gcase {
     enum qtype type;
     uint32_t T, k, n_expert, n_rows, n_in;
-    uint32_t dist;               /* 0 uniform, 1 odd experts only, 2 every token's slot 0 on the last expert,
+    uint32_t dist; /* 0 uniform, 1 odd experts only, 2 every token's slot 0 on the last expert,
                                     3 expert e gets counts[e % 8] tokens (the rest of the slots dropped) */
-    bool down;                   /* x rows are the pairs (gather = scatter list), else the tokens */
+    bool down;     /* x rows are the pairs (gather = scatter list), else the tokens */
     uint32_t ids_off;
     uint64_t max_part;           /* 0: the device's */
     const cvk_matmul_tile *tile; /* NULL: default */
@@ -363,7 +391,7 @@ typedef struct gcase {
     bool items;
     const cvk_matmul_tile *tile1; /* NULL: default */
     uint32_t split;
-    const uint32_t *counts;       /* dist 3: 8 counts */
+    const uint32_t *counts; /* dist 3: 8 counts */
 } gcase;
 
 /* The last grouped case's weights, quantized and dequantized, kept for the next case of the same
@@ -496,11 +524,22 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
 
     cvk_view sv = cvk_view_range(&bl, lb, n_ids * 4);
-    cvk_matmul_args a = {.w = &bw, .type = g->type, .n_in = g->n_in, .n_rows = g->n_rows,
-                         .x = cvk_view_whole(&bx), .x_rows = x_rows, .x_stride = xs,
-                         .y = cvk_view_whole(&by), .y_rows = y_rows, .y_stride = ys, .n_tokens = T,
-                         .gather = g->down ? sv : cvk_view_range(&bl, 0, n_ids * 4), .scatter = sv,
-                         .ids_off = g->ids_off, .groups = cvk_view_whole(&bg), .n_experts = E};
+    cvk_matmul_args a = {.w = &bw,
+                         .type = g->type,
+                         .n_in = g->n_in,
+                         .n_rows = g->n_rows,
+                         .x = cvk_view_whole(&bx),
+                         .x_rows = x_rows,
+                         .x_stride = xs,
+                         .y = cvk_view_whole(&by),
+                         .y_rows = y_rows,
+                         .y_stride = ys,
+                         .n_tokens = T,
+                         .gather = g->down ? sv : cvk_view_range(&bl, 0, n_ids * 4),
+                         .scatter = sv,
+                         .ids_off = g->ids_off,
+                         .groups = cvk_view_whole(&bg),
+                         .n_experts = E};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&by), 0x7fc00000u), 0);
     cvk_barrier_transfer_to_compute(vk->cmd.cb);
@@ -539,8 +578,9 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
     for (uint32_t q = 0; q < y_rows; q++)
         for (uint32_t m = 0; m < (written[q] ? 0 : g->n_rows); m++)
             if (!is_nan_fill(got[(size_t)q * ys + m])) fail_msg("grouped: row %u of Y written, no pair maps there", q);
-    print_message("grouped %-5s T=%-3u k=%u E=%-3u rows=%-3u dist=%u down=%d parts=%-2u items=%d (%u + %u) worst %.2g\n",
-                  qtype_name(g->type), T, k, E, g->n_rows, g->dist, g->down, bw.n_parts, g->items, nl[0], nl[1], worst);
+    print_message(
+        "grouped %-5s T=%-3u k=%u E=%-3u rows=%-3u dist=%u down=%d parts=%-2u items=%d (%u + %u) worst %.2g\n",
+        qtype_name(g->type), T, k, E, g->n_rows, g->dist, g->down, bw.n_parts, g->items, nl[0], nl[1], worst);
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_pipeline_destroy(&vk->dev, &p);
     cvk_pipeline_destroy(&vk->dev, &p1);
@@ -564,7 +604,7 @@ static float *run_grouped(const gcase *g, uint64_t seed) {
 static void test_accumulate(void **state) {
     (void)state;
     const cvk_matmul_tile split = {.bm = 16, .bn = 8, .kl = 2, .rows = true};
-    const cvk_matmul_tile *tiles[] = {NULL,   &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split, texel_one,
+    const cvk_matmul_tile *tiles[] = {NULL,       &cvk_matmul_tile_rows, &cvk_matmul_tile_one, &split, texel_one,
                                       &texel_one4};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_F32, QTYPE_Q6_K};
     const uint32_t Ts[] = {1, 7, 70};
@@ -602,8 +642,15 @@ static void test_accumulate(void **state) {
                 assert_int_equal(cvk_stager_flush(&vk->stager), 0);
                 cvk_pipeline p;
                 if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, tiles[ti])) fail_msg("%s", cd_errmsg());
-                cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
-                                     .x_rows = T, .y = cvk_view_whole(&bp), .y_rows = y_rows, .n_tokens = T,
+                cvk_matmul_args a = {.w = &bw,
+                                     .type = ty,
+                                     .n_in = n_in,
+                                     .n_rows = n_rows,
+                                     .x = cvk_view_whole(&bx),
+                                     .x_rows = T,
+                                     .y = cvk_view_whole(&bp),
+                                     .y_rows = y_rows,
+                                     .n_tokens = T,
                                      .scatter = cvk_view_whole(&bl)};
                 assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
                 if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
@@ -666,9 +713,15 @@ static void test_x_offset(void **state) {
             cvk_pipeline p;
             if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, tiles[ti])) fail_msg("%s", cd_errmsg());
             for (int pass = 0; pass < 2; pass++) {
-                cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows,
+                cvk_matmul_args a = {.w = &bw,
+                                     .type = ty,
+                                     .n_in = n_in,
+                                     .n_rows = n_rows,
                                      .x = pass ? cvk_view_range(&bx, off * 4ull, nx * 4) : cvk_view_whole(&bx0),
-                                     .x_rows = T, .y = cvk_view_whole(&by), .y_rows = T, .n_tokens = T};
+                                     .x_rows = T,
+                                     .y = cvk_view_whole(&by),
+                                     .y_rows = T,
+                                     .n_tokens = T};
                 assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
                 if (cvk_matmul(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
                 cvk_barrier_device_to_host(vk->cmd.cb);
@@ -680,9 +733,15 @@ static void test_x_offset(void **state) {
                 if (memcmp(&got[i], &want[i], 4))
                     fail_msg("%s bn %u x at float %u: y[%zu] = %.9g, want %.9g", qtype_name(ty), tiles[ti]->bn, off, i,
                              got[i], want[i]);
-            cvk_matmul_args bad = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows,
-                                   .x = cvk_view_range(&bx, 8, nx * 4), .x_rows = T, .y = cvk_view_whole(&by),
-                                   .y_rows = T, .n_tokens = T};
+            cvk_matmul_args bad = {.w = &bw,
+                                   .type = ty,
+                                   .n_in = n_in,
+                                   .n_rows = n_rows,
+                                   .x = cvk_view_range(&bx, 8, nx * 4),
+                                   .x_rows = T,
+                                   .y = cvk_view_whole(&by),
+                                   .y_rows = T,
+                                   .n_tokens = T};
             assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
             assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &bad), -1); /* 2 floats in: not a texel */
             assert_non_null(strstr(cd_errmsg(), "texel"));
@@ -707,16 +766,31 @@ static void test_grouped(void **state) {
         uint32_t n_in = n_in_for(ty);
         gcase a = {.type = ty, .T = 33, .k = 2, .n_expert = 8, .n_rows = 17, .n_in = n_in};
         free(run_grouped(&a, seed++));
-        gcase b = {.type = ty, .T = 130, .k = 4, .n_expert = 10, .n_rows = 70, .n_in = n_in, .dist = 1, .down = true,
+        gcase b = {.type = ty,
+                   .T = 130,
+                   .k = 4,
+                   .n_expert = 10,
+                   .n_rows = 70,
+                   .n_in = n_in,
+                   .dist = 1,
+                   .down = true,
                    .ids_off = 3};
         free(run_grouped(&b, seed++));
     }
     const uint32_t Ts[] = {1, 7, 100};
     for (size_t i = 0; i < 3; i++) {
-        gcase c = {.type = QTYPE_Q4_K, .T = Ts[i], .k = 8, .n_expert = 128, .n_rows = 9, .n_in = 256, .dist = i == 2 ? 2 : 0};
+        gcase c = {
+            .type = QTYPE_Q4_K, .T = Ts[i], .k = 8, .n_expert = 128, .n_rows = 9, .n_in = 256, .dist = i == 2 ? 2 : 0};
         free(run_grouped(&c, seed++));
-        gcase d = {.type = QTYPE_F32, .T = Ts[i], .k = 1, .n_expert = 3, .n_rows = 40, .n_in = 64, .dist = 2,
-                   .down = true, .tile = &small};
+        gcase d = {.type = QTYPE_F32,
+                   .T = Ts[i],
+                   .k = 1,
+                   .n_expert = 3,
+                   .n_rows = 40,
+                   .n_in = 64,
+                   .dist = 2,
+                   .down = true,
+                   .tile = &small};
         free(run_grouped(&d, seed++));
     }
 }
@@ -733,9 +807,16 @@ static void test_grouped_split_parts(void **state) {
         uint64_t rb = qtype_row_bytes(ty, n_in);
         gcase a = {.type = ty, .T = 45, .k = 3, .n_expert = 8, .n_rows = 5, .n_in = n_in, .max_part = rb * 13 + 7};
         free(run_grouped(&a, seed++)); /* parts of 13 rows: 2-3 experts each, straddling */
-        gcase b = {.type = ty, .T = 70, .k = 2, .n_expert = 4, .n_rows = 30, .n_in = n_in, .down = true, .dist = 1,
+        gcase b = {.type = ty,
+                   .T = 70,
+                   .k = 2,
+                   .n_expert = 4,
+                   .n_rows = 30,
+                   .n_in = n_in,
+                   .down = true,
+                   .dist = 1,
                    .max_part = rb * (ty == QTYPE_Q8_0 ? 16 : 7)}; /* Q8_0: parts are whole 8-row units */
-        free(run_grouped(&b, seed++)); /* parts of 7 (16) rows: slices over 2-5 parts */
+        free(run_grouped(&b, seed++));                            /* parts of 7 (16) rows: slices over 2-5 parts */
     }
 }
 
@@ -750,22 +831,35 @@ static void test_grouped_split_parts(void **state) {
 static void test_grouped_items(void **state) {
     (void)state;
     static const uint32_t counts[8] = {0, 1, 3, 17, 33, 0, 2, 5};
-    const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4}, t32 = {.bm = 32, .bn = 32, .bk = 16, .tm = 4, .tn = 4};
+    const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
+                          t32 = {.bm = 32, .bn = 32, .bk = 16, .tm = 4, .tn = 4};
     const cvk_matmul_tile one = {.bm = 64, .bn = 1, .rows = true}, three = {.bm = 96, .bn = 1, .tm = 3, .rows = true};
     const cvk_matmul_tile rows2 = {.bm = 128, .bn = 8, .tm = 2, .rows = true};
     /* split k: lanes per row over the 32-weight chunks (a GPU's decode kernels) */
-    const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true}, split2 = {.bm = 12, .bn = 1, .kl = 2, .rows = true};
-    const cvk_matmul_tile split4 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}; /* a GPU's one token */
+    const cvk_matmul_tile split8 = {.bm = 4, .bn = 8, .kl = 8, .rows = true},
+                          split2 = {.bm = 12, .bn = 1, .kl = 2, .rows = true};
+    const cvk_matmul_tile split4 = {.bm = 4, .bn = 1, .kl = 8, .rows = true};              /* a GPU's one token */
     const cvk_matmul_tile split_rows = {.bm = 8, .bn = 4, .kl = 4, .tm = 2, .rows = true}; /* 2 rows a lane */
-    struct { const cvk_matmul_tile *t0, *t1; uint32_t split; } tilings[] = {
-        {&cvk_matmul_tile_rows, NULL, 16}, {&few, NULL, 4}, {&one, &t32, UINT32_MAX},
-        {&cvk_matmul_tile_rows, &t32, 0}, {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX},
-        {&cvk_matmul_tile_one, NULL, 16}, {&three, &rows2, 4}, {&split8, NULL, 16},
-        {&split2, &split8, 4}, {&split4, &split8, 4}, {&split_rows, &split8, 4}, {texel_one, &t32, 16},
-        {&texel_rows, NULL, 4},
-        /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel
+    struct {
+        const cvk_matmul_tile *t0, *t1;
+        uint32_t split;
+    } tilings[] = {{&cvk_matmul_tile_rows, NULL, 16},
+                   {&few, NULL, 4},
+                   {&one, &t32, UINT32_MAX},
+                   {&cvk_matmul_tile_rows, &t32, 0},
+                   {&cvk_matmul_tile_rows, &cvk_matmul_tile_rows, UINT32_MAX},
+                   {&cvk_matmul_tile_one, NULL, 16},
+                   {&three, &rows2, 4},
+                   {&split8, NULL, 16},
+                   {&split2, &split8, 4},
+                   {&split4, &split8, 4},
+                   {&split_rows, &split8, 4},
+                   {texel_one, &t32, 16},
+                   {&texel_rows, NULL, 4},
+                   /* a CPU device's: experts with up to 3 tokens in list 0, the others in 8-token texel
          * items (partly empty ones too); and every expert in 8-token texel items */
-        {texel_one, &cvk_matmul_tile_eight_texel, 3}, {texel_one, &cvk_matmul_tile_eight_texel, 0}};
+                   {texel_one, &cvk_matmul_tile_eight_texel, 3},
+                   {texel_one, &cvk_matmul_tile_eight_texel, 0}};
     const size_t n_tilings = sizeof tilings / sizeof *tilings;
     uint64_t seed = 600;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
@@ -774,13 +868,33 @@ static void test_grouped_items(void **state) {
         uint64_t rb = qtype_row_bytes(ty, n_in);
         gcase cases[] = {
             {.type = ty, .T = 130, .k = 8, .n_expert = 128, .n_rows = 24, .n_in = n_in, .dist = 3, .counts = counts},
-            {.type = ty, .T = 130, .k = 8, .n_expert = 128, .n_rows = 70, .n_in = n_in, .dist = 3, .counts = counts,
-             .down = true, .ids_off = 5},
+            {.type = ty,
+             .T = 130,
+             .k = 8,
+             .n_expert = 128,
+             .n_rows = 70,
+             .n_in = n_in,
+             .dist = 3,
+             .counts = counts,
+             .down = true,
+             .ids_off = 5},
             {.type = ty, .T = 8, .k = 8, .n_expert = 128, .n_rows = 17, .n_in = n_in},
-            {.type = ty, .T = 33, .k = 8, .n_expert = 32, .n_rows = 9, .n_in = n_in, .dist = 3, .counts = counts,
+            {.type = ty,
+             .T = 33,
+             .k = 8,
+             .n_expert = 32,
+             .n_rows = 9,
+             .n_in = n_in,
+             .dist = 3,
+             .counts = counts,
              .max_part = rb * (ty == QTYPE_Q8_0 ? 16 : 13) + 7},
             /* many chunks of k: 11 (block types), 8 with a partial last one (the others) */
-            {.type = ty, .T = 6, .k = 4, .n_expert = 8, .n_rows = 13, .n_in = qtype_block_elems(ty) == QK_K ? 11 * QK_K : 2016},
+            {.type = ty,
+             .T = 6,
+             .k = 4,
+             .n_expert = 8,
+             .n_rows = 13,
+             .n_in = qtype_block_elems(ty) == QK_K ? 11 * QK_K : 2016},
             /* float rows not in whole 32-weight groups (nor in vec4s of x): a weight at a time */
             {.type = ty, .T = 6, .k = 4, .n_expert = 8, .n_rows = 13, .n_in = 1001},
         };
@@ -866,7 +980,8 @@ static void run_glu(const glu_case *c, uint64_t seed) {
     for (uint32_t e = 0; e < E; e++) {
         groups[2 * e] = off;
         for (uint32_t q = 0; q < P; q++)
-            if (c->mode && (3 * (q / k) + 5 * (q % k)) % E == e) gl[off] = (int32_t)(q / k), sl[off] = (int32_t)q, off++;
+            if (c->mode && (3 * (q / k) + 5 * (q % k)) % E == e)
+                gl[off] = (int32_t)(q / k), sl[off] = (int32_t)q, off++;
         groups[2 * e + 1] = off - groups[2 * e];
         for (uint32_t t0 = 0; t0 < groups[2 * e + 1]; t0 += tile, n_items++)
             items[2 * n_items] = e, items[2 * n_items + 1] = t0;
@@ -907,14 +1022,19 @@ static void run_glu(const glu_case *c, uint64_t seed) {
 
     cvk_pipeline ps;
     assert_int_equal(cvk_swiglu_pipeline(&ps, &vk->dev, vk->pcache.cache, 0), 0);
-    cvk_matmul_args a = {.type = c->type, .n_in = c->n_in, .n_rows = nr, .x = cvk_view_whole(&bx), .x_rows = c->T,
-                         .y_rows = y_rows, .n_tokens = c->T, .expert = c->mode ? 0 : E - 1};
+    cvk_matmul_args a = {.type = c->type,
+                         .n_in = c->n_in,
+                         .n_rows = nr,
+                         .x = cvk_view_whole(&bx),
+                         .x_rows = c->T,
+                         .y_rows = y_rows,
+                         .n_tokens = c->T,
+                         .expert = c->mode ? 0 : E - 1};
     if (c->mode) {
         a.gather = cvk_view_range(&bl, 0, P * 4), a.scatter = cvk_view_range(&bl, 256, P * 4);
         a.groups = cvk_view_whole(&bgr), a.n_experts = E;
     }
-    if (c->mode == 2)
-        a.items = cvk_view_whole(&bit), a.item_tile = tile, a.dispatch = cvk_view_whole(&bd);
+    if (c->mode == 2) a.items = cvk_view_whole(&bit), a.item_tile = tile, a.dispatch = cvk_view_whole(&bd);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     for (int i = 0; i < 3; i++) assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(outs[i]), 0x7fc00000u), 0);
     cvk_barrier_transfer_to_compute(vk->cmd.cb);
@@ -928,8 +1048,8 @@ static void run_glu(const glu_case *c, uint64_t seed) {
         fail_msg("%s", cd_errmsg());
     cvk_barrier_compute_to_compute(vk->cmd.cb);
     /* not over the spare last row: silu(NaN) * NaN need not keep the fill's bits (NVIDIA's does not) */
-    cvk_swiglu_args sa = {.g = cvk_view_whole(&bhg), .u = cvk_view_whole(&bhu), .h = cvk_view_whole(&bhg), .n = nr,
-                          .rows = y_rows - 1};
+    cvk_swiglu_args sa = {
+        .g = cvk_view_whole(&bhg), .u = cvk_view_whole(&bhu), .h = cvk_view_whole(&bhg), .n = nr, .rows = y_rows - 1};
     assert_int_equal(cvk_swiglu(&vk->cmd, &vk->dpool, &ps, &sa), 0);
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -965,12 +1085,14 @@ static void run_glu(const glu_case *c, uint64_t seed) {
 static void test_glu(void **state) {
     (void)state;
     const cvk_matmul_tile few = {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
-                          small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4}, one = {.bm = 64, .bn = 1, .rows = true};
+                          small = {.bm = 16, .bn = 8, .bk = 16, .tm = 4, .tn = 4},
+                          one = {.bm = 64, .bn = 1, .rows = true};
     const cvk_matmul_tile split = {.bm = 8, .bn = 8, .kl = 4, .rows = true},
                           split1 = {.bm = 4, .bn = 1, .kl = 8, .rows = true}, /* a GPU's one token */
-                          split_rows = {.bm = 12, .bn = 3, .kl = 4, .tm = 3, .rows = true}; /* 3 rows a lane */
-    const cvk_matmul_tile *tiles[] = {NULL, &few, &small, &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split,
-                                      &split1, &split_rows, texel_one, &texel_rows};
+        split_rows = {.bm = 12, .bn = 3, .kl = 4, .tm = 3, .rows = true};     /* 3 rows a lane */
+    const cvk_matmul_tile *tiles[] = {
+        NULL,        &few,      &small,     &cvk_matmul_tile_rows, &one, &cvk_matmul_tile_one, &split, &split1,
+        &split_rows, texel_one, &texel_rows};
     const enum qtype types[] = {QTYPE_Q4_K, QTYPE_Q8_0, QTYPE_F16, QTYPE_Q6_K};
     uint64_t seed = 900;
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++)
@@ -1001,7 +1123,8 @@ static void test_rejects_mismatches(void **state) {
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     cvk_matmul_tile huge = {.bm = 256, .bn = 256, .bk = 32, .tm = 4, .tn = 4}; /* 4096 invocations */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &huge), -1);
-    bad = (cvk_matmul_tile){.bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4}; /* bk neither dividing nor a multiple of the 32-k chunk */
+    bad = (cvk_matmul_tile){
+        .bm = 32, .bn = 8, .bk = 48, .tm = 4, .tn = 4}; /* bk neither dividing nor a multiple of the 32-k chunk */
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F32, &bad), -1);
     assert_non_null(strstr(cd_errmsg(), "divide 256"));
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_F16, texel_one), -1); /* block types */
@@ -1019,8 +1142,15 @@ static void test_rejects_mismatches(void **state) {
     assert_int_equal(cvk_matmul_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
-    cvk_matmul_args a = {.w = &b, .type = QTYPE_Q4_K, .n_in = 256, .n_rows = 1, .x = cvk_view_whole(&b), .x_rows = 1,
-                         .y = cvk_view_whole(&b), .y_rows = 1, .n_tokens = 1};
+    cvk_matmul_args a = {.w = &b,
+                         .type = QTYPE_Q4_K,
+                         .n_in = 256,
+                         .n_rows = 1,
+                         .x = cvk_view_whole(&b),
+                         .x_rows = 1,
+                         .y = cvk_view_whole(&b),
+                         .y_rows = 1,
+                         .n_tokens = 1};
     assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1); /* pipeline for Q8_0 */
     a.type = QTYPE_Q8_0;
     a.n_in = 33;
@@ -1047,7 +1177,7 @@ static void test_rejects_mismatches(void **state) {
     a.expert = 0;
     a.n_experts = 20; /* 80 rows of 4-row slices */
     assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1);
-    a.n_experts = 4, a.glu = true; /* 4 pair slices of 8 rows: 32 rows, 60 fit */
+    a.n_experts = 4, a.glu = true;                                  /* 4 pair slices of 8 rows: 32 rows, 60 fit */
     assert_int_equal(cvk_matmul(&vk->cmd, &vk->dpool, &p, &a), -1); /* a plain pipeline */
     assert_non_null(strstr(cd_errmsg(), "plain pipeline"));
     cvk_pipeline pg;
@@ -1127,8 +1257,15 @@ static void bench_q4k(void **state) {
     if (ts && sscanf(ts, "%u,%u,%u,%u,%u", &tile.bm, &tile.bn, &tile.bk, &tile.tm, &tile.tn) != 5)
         fail_msg("CINDER_MATMUL_TILE=%s: want bm,bn,bk,tm,tn", ts);
     if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tile)) fail_msg("%s", cd_errmsg());
-    cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
-                         .x_rows = T, .y = cvk_view_whole(&by), .y_rows = T, .n_tokens = T};
+    cvk_matmul_args a = {.w = &bw,
+                         .type = ty,
+                         .n_in = n_in,
+                         .n_rows = n_rows,
+                         .x = cvk_view_whole(&bx),
+                         .x_rows = T,
+                         .y = cvk_view_whole(&by),
+                         .y_rows = T,
+                         .n_tokens = T};
     bool timed = cvk_timer_enable(&vk->timer, true) == 0;
     double best_wall = 1e9, best_gpu = 1e9;
     for (int rep = 0; rep < 3; rep++) {
@@ -1194,14 +1331,21 @@ static void bench_kernels(void **state) {
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), wq), 0);
     assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    const cvk_matmul_tile tiles[] = {
-        {.bm = 64, .bn = 1, .rows = true}, {.bm = 128, .bn = 1, .tm = 2, .rows = true},
-        {.bm = 256, .bn = 1, .tm = 4, .rows = true}, {.bm = 512, .bn = 1, .tm = 8, .rows = true},
-        {.bm = 64, .bn = 4, .rows = true}, {.bm = 64, .bn = 8, .rows = true},
-        {.bm = 64, .bn = 16, .rows = true}, {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
-        {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4}, cvk_matmul_tile_default,
-        texel_one4, cvk_matmul_tile_one_texel, texel_rows,
-        {.bm = 4, .bn = 1, .kl = 8, .rows = true}, {.bm = 8, .bn = 4, .kl = 4, .rows = true}}; /* a GPU's split k */
+    const cvk_matmul_tile tiles[] = {{.bm = 64, .bn = 1, .rows = true},
+                                     {.bm = 128, .bn = 1, .tm = 2, .rows = true},
+                                     {.bm = 256, .bn = 1, .tm = 4, .rows = true},
+                                     {.bm = 512, .bn = 1, .tm = 8, .rows = true},
+                                     {.bm = 64, .bn = 4, .rows = true},
+                                     {.bm = 64, .bn = 8, .rows = true},
+                                     {.bm = 64, .bn = 16, .rows = true},
+                                     {.bm = 64, .bn = 8, .bk = 32, .tm = 4, .tn = 4},
+                                     {.bm = 64, .bn = 32, .bk = 32, .tm = 4, .tn = 4},
+                                     cvk_matmul_tile_default,
+                                     texel_one4,
+                                     cvk_matmul_tile_one_texel,
+                                     texel_rows,
+                                     {.bm = 4, .bn = 1, .kl = 8, .rows = true},
+                                     {.bm = 8, .bn = 4, .kl = 4, .rows = true}}; /* a GPU's split k */
     const uint32_t Ts[] = {1, 8, 32, 128};
     /* CINDER_MATMUL_BENCH_ROWS="bm,bn,tm;...": these texel rows kernels instead */
     cvk_matmul_tile own[16];
@@ -1222,11 +1366,18 @@ static void bench_kernels(void **state) {
         tile.glu = ti % 2;
         if (getenv("CINDER_MATMUL_BENCH_TEXEL") && !tile.texel) continue; /* the CPU device's kernels only */
         if (cvk_matmul_pipeline(&p, &vk->dev, vk->pcache.cache, ty, &tile)) fail_msg("%s", cd_errmsg());
-        printf("%s %-5s%s bm %-3u bn %-2u tm %u %s:", qtype_name(ty), tile.rows ? "rows" : "tiled", tile.texel ? "/texel" : "",
-               tile.bm, tile.bn, tile.tm, tile.glu ? "pairs" : "plain");
+        printf("%s %-5s%s bm %-3u bn %-2u tm %u %s:", qtype_name(ty), tile.rows ? "rows" : "tiled",
+               tile.texel ? "/texel" : "", tile.bm, tile.bn, tile.tm, tile.glu ? "pairs" : "plain");
         for (size_t k = 0; k < sizeof Ts / sizeof *Ts; k++) {
-            cvk_matmul_args a = {.w = &bw, .type = ty, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
-                                 .x_rows = Ts[k], .y = cvk_view_whole(&by), .y_rows = Ts[k], .n_tokens = Ts[k],
+            cvk_matmul_args a = {.w = &bw,
+                                 .type = ty,
+                                 .n_in = n_in,
+                                 .n_rows = n_rows,
+                                 .x = cvk_view_whole(&bx),
+                                 .x_rows = Ts[k],
+                                 .y = cvk_view_whole(&by),
+                                 .y_rows = Ts[k],
+                                 .n_tokens = Ts[k],
                                  .glu = tile.glu};
             double best = 1e9;
             for (int rep = 0; rep < 5; rep++) {

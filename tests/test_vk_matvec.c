@@ -32,8 +32,6 @@
 #include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
-
-
 static void test_push_layout_matches_glsl(void **state) {
     (void)state;
     cvk_spirv_info si;
@@ -64,7 +62,7 @@ typedef struct tcase {
     enum qtype type;
     uint32_t n_in, n_rows, n_slices, n_vec;
     bool use_ids, x_shared;
-    uint32_t slice;      /* dense */
+    uint32_t slice; /* dense */
     cvk_matvec_cfg cfg;
 } tcase;
 
@@ -105,10 +103,20 @@ static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
 
     cvk_pipeline p;
     if (cvk_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, t->type, &t->cfg)) fail_msg("%s", cd_errmsg());
-    cvk_matvec_args a = {.w = &bw, .type = t->type, .n_in = t->n_in, .n_rows = t->n_rows, .n_slices = t->n_slices,
-                         .x = cvk_view_range(&bx, 64, n_x * 4), .x_stride = xs, .x_shared = t->x_shared,
-                         .y = cvk_view_range(&by, 32, n_y * 4), .y_stride = ys, .n_vec = t->n_vec,
-                         .use_ids = t->use_ids, .ids = cvk_view_whole(&bi), .ids_offset = ids_off,
+    cvk_matvec_args a = {.w = &bw,
+                         .type = t->type,
+                         .n_in = t->n_in,
+                         .n_rows = t->n_rows,
+                         .n_slices = t->n_slices,
+                         .x = cvk_view_range(&bx, 64, n_x * 4),
+                         .x_stride = xs,
+                         .x_shared = t->x_shared,
+                         .y = cvk_view_range(&by, 32, n_y * 4),
+                         .y_stride = ys,
+                         .n_vec = t->n_vec,
+                         .use_ids = t->use_ids,
+                         .ids = cvk_view_whole(&bi),
+                         .ids_offset = ids_off,
                          .slice = t->slice};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&by), 0x7fc00000u), 0); /* NaN: unwritten shows */
@@ -162,13 +170,13 @@ static float *run_case_y(const tcase *t, uint64_t seed, uint64_t max_part) {
 
 static void run_case(const tcase *t, uint64_t seed, uint64_t max_part) { free(run_case_y(t, seed, max_part)); }
 
-static const enum qtype all_types[] = {QTYPE_F32,  QTYPE_F16,  QTYPE_BF16, QTYPE_Q8_0,   QTYPE_Q4_K,
-                                       QTYPE_Q5_K, QTYPE_Q6_K, QTYPE_Q4_0, QTYPE_Q4_1,   QTYPE_Q5_0,
-                                       QTYPE_Q5_1, QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_IQ4_NL, QTYPE_IQ4_XS,
-                                       QTYPE_MXFP4, /* MXFP4: 17-byte blocks, rows at odd offsets */
-                                       QTYPE_IQ3_XXS, QTYPE_IQ3_S, /* the 3-bit grids: 98- and 110-byte blocks */
-                                       QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S, /* the 2-bit: 66, 74, 82 */
-                                       QTYPE_IQ1_S, QTYPE_IQ1_M}; /* the 1-bit: 50, 56 */
+static const enum qtype all_types[] = {
+    QTYPE_F32,     QTYPE_F16,    QTYPE_BF16,   QTYPE_Q8_0,  QTYPE_Q4_K, QTYPE_Q5_K,
+    QTYPE_Q6_K,    QTYPE_Q4_0,   QTYPE_Q4_1,   QTYPE_Q5_0,  QTYPE_Q5_1, QTYPE_Q2_K,
+    QTYPE_Q3_K,    QTYPE_IQ4_NL, QTYPE_IQ4_XS, QTYPE_MXFP4, /* MXFP4: 17-byte blocks, rows at odd offsets */
+    QTYPE_IQ3_XXS, QTYPE_IQ3_S,                             /* the 3-bit grids: 98- and 110-byte blocks */
+    QTYPE_IQ2_XXS, QTYPE_IQ2_XS, QTYPE_IQ2_S,               /* the 2-bit: 66, 74, 82 */
+    QTYPE_IQ1_S,   QTYPE_IQ1_M};                            /* the 1-bit: 50, 56 */
 
 static uint32_t awkward_n_in(enum qtype t, uint32_t k) {
     if (qtype_block_elems(t) == QK_K) return 256 * (k % 2 ? 3 : 1);
@@ -182,8 +190,12 @@ static void test_dense_every_type(void **state) {
     uint64_t seed = 1;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++)
         for (uint32_t k = 0; k < 4; k++) {
-            tcase t = {.type = all_types[ti], .n_in = awkward_n_in(all_types[ti], k), .n_rows = rows[k],
-                       .n_slices = k == 2 ? 3 : 1, .n_vec = 1 + (k * 3) % 7, .slice = k == 2 ? 2 : 0};
+            tcase t = {.type = all_types[ti],
+                       .n_in = awkward_n_in(all_types[ti], k),
+                       .n_rows = rows[k],
+                       .n_slices = k == 2 ? 3 : 1,
+                       .n_vec = 1 + (k * 3) % 7,
+                       .slice = k == 2 ? 2 : 0};
             run_case(&t, seed++, 0);
         }
 }
@@ -193,8 +205,13 @@ static void test_moe_ids_every_type(void **state) {
     uint64_t seed = 40;
     for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti++) {
         enum qtype ty = all_types[ti];
-        tcase a = {.type = ty, .n_in = awkward_n_in(ty, 1), .n_rows = 129, .n_slices = 5, .n_vec = 6,
-                   .use_ids = true, .x_shared = true};
+        tcase a = {.type = ty,
+                   .n_in = awkward_n_in(ty, 1),
+                   .n_rows = 129,
+                   .n_slices = 5,
+                   .n_vec = 6,
+                   .use_ids = true,
+                   .x_shared = true};
         run_case(&a, seed++, 0);
         tcase b = {.type = ty, .n_in = awkward_n_in(ty, 0), .n_rows = 7, .n_slices = 9, .n_vec = 4, .use_ids = true};
         run_case(&b, seed++, 0);
@@ -204,19 +221,28 @@ static void test_moe_ids_every_type(void **state) {
 static void test_configs(void **state) {
     (void)state;
     const cvk_matvec_cfg cfgs[] = {
-        {.wg = 32, .rows = 1, .nvec = 1}, {.wg = 128, .rows = 4, .nvec = 2},
-        {.wg = 256, .rows = 8, .nvec = 8}, {.wg = 64, .rows = 3, .nvec = 5},
+        {.wg = 32, .rows = 1, .nvec = 1},
+        {.wg = 128, .rows = 4, .nvec = 2},
+        {.wg = 256, .rows = 8, .nvec = 8},
+        {.wg = 64, .rows = 3, .nvec = 5},
         {.wg = 32, .rows = 2, .nvec = 4, .subgroup_size = 8},
         /* lanes per row fixed: within a subgroup, one lane per row, whole subgroups (shared memory) */
-        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 4}, {.wg = 64, .rows = 3, .nvec = 2, .lanes_per_row = 1},
-        {.wg = 128, .rows = 1, .nvec = 3, .lanes_per_row = 32}, {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 64},
+        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 4},
+        {.wg = 64, .rows = 3, .nvec = 2, .lanes_per_row = 1},
+        {.wg = 128, .rows = 1, .nvec = 3, .lanes_per_row = 32},
+        {.wg = 64, .rows = 2, .nvec = 1, .lanes_per_row = 64},
         {.wg = 32, .rows = 2, .nvec = 4, .subgroup_size = 8, .lanes_per_row = 16},
     };
     uint64_t seed = 50;
     for (size_t c = 0; c < sizeof cfgs / sizeof *cfgs; c++)
         for (size_t ti = 0; ti < sizeof all_types / sizeof *all_types; ti += 2 + c % 2) {
-            tcase t = {.type = all_types[ti], .n_in = awkward_n_in(all_types[ti], (uint32_t)c + 1), .n_rows = 131,
-                       .n_slices = 2, .n_vec = 11, .slice = 1, .cfg = cfgs[c]};
+            tcase t = {.type = all_types[ti],
+                       .n_in = awkward_n_in(all_types[ti], (uint32_t)c + 1),
+                       .n_rows = 131,
+                       .n_slices = 2,
+                       .n_vec = 11,
+                       .slice = 1,
+                       .cfg = cfgs[c]};
             run_case(&t, seed++, 0);
         }
 }
@@ -225,14 +251,20 @@ static void test_configs(void **state) {
  * per-call lanes per row of a default pipeline at every unit count from 1 to 33. */
 static void test_choose(void **state) {
     (void)state;
-    const struct { enum qtype t; uint32_t n_in, n_rows, n_vec; } shapes[] = {
-        {QTYPE_Q6_K, 512, 1001, 1}, {QTYPE_Q6_K, 256, 999, 1}, {QTYPE_Q8_0, 512, 300, 1}, {QTYPE_F16, 512, 300, 1},
-        {QTYPE_Q4_K, 2048, 130, 1}, {QTYPE_Q5_K, 768, 77, 1},  {QTYPE_BF16, 4, 65, 1},  {QTYPE_F32, 2048, 17, 5},
+    const struct {
+        enum qtype t;
+        uint32_t n_in, n_rows, n_vec;
+    } shapes[] = {
+        {QTYPE_Q6_K, 512, 1001, 1},  {QTYPE_Q6_K, 256, 999, 1}, {QTYPE_Q8_0, 512, 300, 1}, {QTYPE_F16, 512, 300, 1},
+        {QTYPE_Q4_K, 2048, 130, 1},  {QTYPE_Q5_K, 768, 77, 1},  {QTYPE_BF16, 4, 65, 1},    {QTYPE_F32, 2048, 17, 5},
         {QTYPE_Q6_K, 256, 40000, 1}, /* lm_head-sized: the texel kernel on CPU devices */
     };
     uint64_t seed = 120;
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
-        tcase t = {.type = shapes[i].t, .n_in = shapes[i].n_in, .n_rows = shapes[i].n_rows, .n_vec = shapes[i].n_vec,
+        tcase t = {.type = shapes[i].t,
+                   .n_in = shapes[i].n_in,
+                   .n_rows = shapes[i].n_rows,
+                   .n_vec = shapes[i].n_vec,
                    .cfg = cvk_matvec_choose(&vk->dev, shapes[i].t, shapes[i].n_in, shapes[i].n_rows, shapes[i].n_vec)};
         run_case(&t, seed++, 0);
     }
@@ -264,24 +296,39 @@ static void test_aligned_layout(void **state) {
  * (every width of the batch head and the one-row head agree). */
 static void test_texel(void **state) {
     (void)state;
-    const struct { uint32_t n_in, n_rows, n_vec, wg, rows, nvec; bool ids; uint64_t max_part; } cases[] = {
-        {256, 1, 1, 64, 8, 1, false, 0},     {768, 1001, 1, 64, 8, 1, false, 0},  {2048, 77, 3, 64, 16, 3, false, 0},
-        {256, 4097, 7, 128, 8, 8, false, 0}, {512, 131, 5, 8, 3, 2, false, 0},    {768, 40, 6, 64, 1, 1, true, 0},
+    const struct {
+        uint32_t n_in, n_rows, n_vec, wg, rows, nvec;
+        bool ids;
+        uint64_t max_part;
+    } cases[] = {
+        {256, 1, 1, 64, 8, 1, false, 0},       {768, 1001, 1, 64, 8, 1, false, 0},
+        {2048, 77, 3, 64, 16, 3, false, 0},    {256, 4097, 7, 128, 8, 8, false, 0},
+        {512, 131, 5, 8, 3, 2, false, 0},      {768, 40, 6, 64, 1, 1, true, 0},
         {512, 501, 2, 64, 8, 2, false, 24000}, {256, 999, 4, 16, 4, 4, true, 30000},
         {768, 333, 8, 128, 16, 8, false, 0}, /* cvk_matvec_choose's 8-vector head */
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
-        cvk_matvec_cfg c = {.wg = cases[i].wg, .rows = cases[i].rows, .nvec = cases[i].nvec, .lanes_per_row = 1,
-                            .a16 = true, .texel = true};
-        tcase t = {.type = QTYPE_Q6_K, .n_in = cases[i].n_in, .n_rows = cases[i].n_rows, .n_vec = cases[i].n_vec,
-                   .n_slices = cases[i].ids ? 5 : 1, .use_ids = cases[i].ids, .x_shared = cases[i].ids && i % 2,
+        cvk_matvec_cfg c = {.wg = cases[i].wg,
+                            .rows = cases[i].rows,
+                            .nvec = cases[i].nvec,
+                            .lanes_per_row = 1,
+                            .a16 = true,
+                            .texel = true};
+        tcase t = {.type = QTYPE_Q6_K,
+                   .n_in = cases[i].n_in,
+                   .n_rows = cases[i].n_rows,
+                   .n_vec = cases[i].n_vec,
+                   .n_slices = cases[i].ids ? 5 : 1,
+                   .use_ids = cases[i].ids,
+                   .x_shared = cases[i].ids && i % 2,
                    .cfg = c};
         float *many = run_case_y(&t, 400 + i, cases[i].max_part);
         t.cfg.nvec = 1, t.cfg.wg = 64, t.cfg.rows = 8; /* the one-row head's shape */
         float *one = run_case_y(&t, 400 + i, cases[i].max_part);
         size_t n = (size_t)t.n_vec * t.n_rows * sizeof *one;
         if (memcmp(many, one, n))
-            fail_msg("texel n_in=%u rows=%u vec=%u: sums depend on the vectors per workgroup", t.n_in, t.n_rows, t.n_vec);
+            fail_msg("texel n_in=%u rows=%u vec=%u: sums depend on the vectors per workgroup", t.n_in, t.n_rows,
+                     t.n_vec);
         free(many), free(one);
     }
 }
@@ -289,12 +336,11 @@ static void test_texel(void **state) {
 static void test_split_weights(void **state) {
     (void)state;
     const tcase cases[] = {
-        {QTYPE_Q4_K, 256, 50, 1, 3, false, false, 0, {0}},        /* 144-byte rows, 13 per part */
-        {QTYPE_Q6_K, 512, 23, 3, 5, false, false, 2, {0}},        /* dense, slice 2 of 3 */
-        {QTYPE_Q6_K, 512, 23, 3, 5, true, false, 0, {0}},         /* ids over 3 slices */
-        {QTYPE_Q5_K, 256, 10, 6, 7, true, true, 0, {.rows = 3}},  /* slices straddle parts */
-        {QTYPE_Q8_0, 64, 101, 2, 4, false, false, 1, {0}},
-        {QTYPE_F16, 33 * 2, 77, 1, 2, false, false, 0, {0}},
+        {QTYPE_Q4_K, 256, 50, 1, 3, false, false, 0, {0}},       /* 144-byte rows, 13 per part */
+        {QTYPE_Q6_K, 512, 23, 3, 5, false, false, 2, {0}},       /* dense, slice 2 of 3 */
+        {QTYPE_Q6_K, 512, 23, 3, 5, true, false, 0, {0}},        /* ids over 3 slices */
+        {QTYPE_Q5_K, 256, 10, 6, 7, true, true, 0, {.rows = 3}}, /* slices straddle parts */
+        {QTYPE_Q8_0, 64, 101, 2, 4, false, false, 1, {0}},       {QTYPE_F16, 33 * 2, 77, 1, 2, false, false, 0, {0}},
         {QTYPE_F32, 3, 500, 4, 3, true, false, 0, {0}},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&cases[i], 80 + i, 2000);
@@ -305,29 +351,41 @@ static void test_rejects_mismatches(void **state) {
     cvk_pipeline p;
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_1, NULL), -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
-                                         &(cvk_matvec_cfg){.wg = 32, .rows = 16, .nvec = 8}), -1);
+                                         &(cvk_matvec_cfg){.wg = 32, .rows = 16, .nvec = 8}),
+                     -1);
+    assert_int_equal(
+        cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 3}),
+        -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
-                                         &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 3}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0,
-                                         &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 128}), -1);
+                                         &(cvk_matvec_cfg){.wg = 64, .lanes_per_row = 128}),
+                     -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, /* a16: the texel kernel's */
-                                         &(cvk_matvec_cfg){.wg = 64, .rows = 16, .lanes_per_row = 1, .a16 = true}), -1);
+                                         &(cvk_matvec_cfg){.wg = 64, .rows = 16, .lanes_per_row = 1, .a16 = true}),
+                     -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, /* and one lane per row */
-                                         &(cvk_matvec_cfg){.wg = 64, .rows = 16, .a16 = true}), -1);
+                                         &(cvk_matvec_cfg){.wg = 64, .rows = 16, .a16 = true}),
+                     -1);
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, /* texel: a16 rows */
-                                         &(cvk_matvec_cfg){.wg = 64, .rows = 8, .lanes_per_row = 1, .texel = true}), -1);
-    assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, /* and Q6_K */
-                                         &(cvk_matvec_cfg){.wg = 64, .rows = 8, .lanes_per_row = 1, .a16 = true,
-                                                           .texel = true}), -1);
+                                         &(cvk_matvec_cfg){.wg = 64, .rows = 8, .lanes_per_row = 1, .texel = true}),
+                     -1);
+    assert_int_equal(
+        cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q4_K, /* and Q6_K */
+                            &(cvk_matvec_cfg){.wg = 64, .rows = 8, .lanes_per_row = 1, .a16 = true, .texel = true}),
+        -1);
     { /* texel: x must start on a texel, its stride whole texels */
         cvk_matvec_cfg tc = {.wg = 64, .rows = 8, .nvec = 2, .lanes_per_row = 1, .a16 = true, .texel = true};
         assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q6_K, &tc), 0);
         cvk_buffer w, x;
-        assert_int_equal(cvk_buffer_create(&vk->mem, &w, cvk_matvec_row_bytes(&tc, QTYPE_Q6_K, 256) * 4, 1,
-                                           CVK_MEM_DEVICE), 0);
+        assert_int_equal(
+            cvk_buffer_create(&vk->mem, &w, cvk_matvec_row_bytes(&tc, QTYPE_Q6_K, 256) * 4, 1, CVK_MEM_DEVICE), 0);
         assert_int_equal(cvk_buffer_create(&vk->mem, &x, 8192, 4, CVK_MEM_DEVICE), 0);
-        cvk_matvec_args ta = {.w = &w, .type = QTYPE_Q6_K, .n_in = 256, .n_rows = 4, .x = cvk_view_range(&x, 4, 2048),
-                              .y = cvk_view_range(&x, 4096, 1024), .n_vec = 1};
+        cvk_matvec_args ta = {.w = &w,
+                              .type = QTYPE_Q6_K,
+                              .n_in = 256,
+                              .n_rows = 4,
+                              .x = cvk_view_range(&x, 4, 2048),
+                              .y = cvk_view_range(&x, 4096, 1024),
+                              .n_vec = 1};
         assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &ta), -1);
         assert_non_null(strstr(cd_errmsg(), "texel"));
         ta.x = cvk_view_range(&x, 16, 4000), ta.n_vec = 2, ta.x_stride = 258;
@@ -340,8 +398,13 @@ static void test_rejects_mismatches(void **state) {
     assert_int_equal(cvk_matvec_pipeline(&p, &vk->dev, VK_NULL_HANDLE, QTYPE_Q8_0, NULL), 0);
     cvk_buffer b;
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 4096, 1, CVK_MEM_DEVICE), 0);
-    cvk_matvec_args a = {.w = &b, .type = QTYPE_Q4_K, .n_in = 256, .n_rows = 1, .x = cvk_view_whole(&b),
-                         .y = cvk_view_whole(&b), .n_vec = 1};
+    cvk_matvec_args a = {.w = &b,
+                         .type = QTYPE_Q4_K,
+                         .n_in = 256,
+                         .n_rows = 1,
+                         .x = cvk_view_whole(&b),
+                         .y = cvk_view_whole(&b),
+                         .n_vec = 1};
     assert_int_equal(cvk_matvec(&vk->cmd, &vk->dpool, &p, &a), -1); /* pipeline for Q8_0 */
     a.type = QTYPE_Q8_0;
     a.n_in = 33;
@@ -420,8 +483,15 @@ static void bench_shape(enum qtype type, uint32_t n_in, uint32_t n_rows, const c
             free(packed);
         }
     }
-    cvk_matvec_args a = {.w = &bw, .type = type, .n_in = n_in, .n_rows = n_rows, .x = cvk_view_whole(&bx),
-                         .y = cvk_view_whole(&by), .n_vec = n_vec, .x_stride = n_in, .y_stride = n_rows};
+    cvk_matvec_args a = {.w = &bw,
+                         .type = type,
+                         .n_in = n_in,
+                         .n_rows = n_rows,
+                         .x = cvk_view_whole(&bx),
+                         .y = cvk_view_whole(&by),
+                         .n_vec = n_vec,
+                         .x_stride = n_in,
+                         .y_stride = n_rows};
     for (int k = 0; k < rounds; k++)
         for (size_t c = 0; c < n_cfg; c++) {
             assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
@@ -470,8 +540,8 @@ static void bench(void **state) {
             if (sscanf(s, "%u,%u,%u,%u%n", &wg, &rows, &lpr, &nvec, &n) < 4) break;
             s += n;
             if (sscanf(s, ",%u%n", &texel, &n2) == 1) s += n2; /* optional fifth field: 1 = the texel kernel */
-            cfgs[n_cfg++] = (cvk_matvec_cfg){.wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr,
-                                             .texel = texel != 0, .a16 = texel != 0};
+            cfgs[n_cfg++] = (cvk_matvec_cfg){
+                .wg = wg, .rows = rows, .nvec = nvec, .lanes_per_row = lpr, .texel = texel != 0, .a16 = texel != 0};
             if (*s == ';') s++;
         }
     }

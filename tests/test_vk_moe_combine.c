@@ -26,7 +26,7 @@ static cvk_pipeline pipe, norm_pipe;
 static int setup(void **state) {
     if (vk_setup(state)) return -1;
     return cvk_moe_combine_pipeline(&pipe, &vk->dev, vk->pcache.cache, 0) ||
-           cvk_rmsnorm_pipeline(&norm_pipe, &vk->dev, vk->pcache.cache, 0);
+        cvk_rmsnorm_pipeline(&norm_pipe, &vk->dev, vk->pcache.cache, 0);
 }
 
 static int teardown(void **state) {
@@ -39,7 +39,7 @@ static void test_push_layout(void **state) {
     (void)state;
     cvk_spirv_info si;
     assert_int_equal(cvk_spirv_reflect(cinder_spv_moe_combine, cinder_spv_moe_combine_size, &si), 0);
-    const uint32_t want[] = {offsetof(cvk_moe_combine_push, n), offsetof(cvk_moe_combine_push, k),
+    const uint32_t want[] = {offsetof(cvk_moe_combine_push, n),    offsetof(cvk_moe_combine_push, k),
                              offsetof(cvk_moe_combine_push, rows), offsetof(cvk_moe_combine_push, e_stride),
                              offsetof(cvk_moe_combine_push, norm), offsetof(cvk_moe_combine_push, eps)};
     assert_int_equal(si.n_push, 6);
@@ -71,8 +71,13 @@ static void one(rng *r, uint32_t n, uint32_t k, uint32_t rows, uint32_t e_stride
     cvk_buffer bx = upload(x, nx), be = upload(e, ne), bw = upload(w, nw);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
-    cvk_moe_combine_args a = {.x = cvk_view_whole(&bx), .e = cvk_view_whole(&be), .w = cvk_view_whole(&bw),
-                              .n = n, .k = k, .rows = rows, .e_stride = e_stride};
+    cvk_moe_combine_args a = {.x = cvk_view_whole(&bx),
+                              .e = cvk_view_whole(&be),
+                              .w = cvk_view_whole(&bw),
+                              .n = n,
+                              .k = k,
+                              .rows = rows,
+                              .e_stride = e_stride};
     assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe, &a), 0);
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -101,7 +106,7 @@ static void test_against_cpu(void **state) {
     one(&r, 2047, 8, 1, 0);
     one(&r, 100, 8, 7, 133);
     one(&r, 257, 4, 300, 0);
-    one(&r, 4096, 8, 40, 0); /* 163 840 elements: 640 workgroups */
+    one(&r, 4096, 8, 40, 0);   /* 163 840 elements: 640 workgroups */
     one(&r, 70001, 1, 257, 0); /* over 65 535 workgroups: the 2-D grid */
 }
 
@@ -119,16 +124,26 @@ static void fused_norm(rng *r, uint32_t n, uint32_t k, uint32_t rows) {
     cvk_buffer by1 = upload(x, nx), by2 = upload(x, nx);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
-    cvk_moe_combine_args a = {.x = cvk_view_whole(&bx1), .e = cvk_view_whole(&be), .w = cvk_view_whole(&bw),
-                              .n = n, .k = k, .rows = rows, .norm_w = cvk_view_whole(&bg),
-                              .y = cvk_view_whole(&by1), .eps = 1e-6f};
+    cvk_moe_combine_args a = {.x = cvk_view_whole(&bx1),
+                              .e = cvk_view_whole(&be),
+                              .w = cvk_view_whole(&bw),
+                              .n = n,
+                              .k = k,
+                              .rows = rows,
+                              .norm_w = cvk_view_whole(&bg),
+                              .y = cvk_view_whole(&by1),
+                              .eps = 1e-6f};
     assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe, &a), 0);
-    cvk_moe_combine_args b = {.x = cvk_view_whole(&bx2), .e = cvk_view_whole(&be), .w = cvk_view_whole(&bw),
-                              .n = n, .k = k, .rows = rows};
+    cvk_moe_combine_args b = {
+        .x = cvk_view_whole(&bx2), .e = cvk_view_whole(&be), .w = cvk_view_whole(&bw), .n = n, .k = k, .rows = rows};
     assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe, &b), 0);
     cvk_barrier_compute_to_compute(vk->cmd.cb);
-    cvk_rmsnorm_args rn = {.x = cvk_view_whole(&bx2), .w = cvk_view_whole(&bg), .y = cvk_view_whole(&by2), .n = n,
-                           .rows = rows, .eps = 1e-6f};
+    cvk_rmsnorm_args rn = {.x = cvk_view_whole(&bx2),
+                           .w = cvk_view_whole(&bg),
+                           .y = cvk_view_whole(&by2),
+                           .n = n,
+                           .rows = rows,
+                           .eps = 1e-6f};
     assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &norm_pipe, &rn), 0);
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -137,7 +152,8 @@ static void fused_norm(rng *r, uint32_t n, uint32_t k, uint32_t rows) {
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bx2), ref_x), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by2), ref_y), 0);
     size_t differ = 0;
-    for (size_t i = 0; i < nx; i++) differ += memcmp(&got_x[i], &ref_x[i], 4) != 0 || memcmp(&got_y[i], &ref_y[i], 4) != 0;
+    for (size_t i = 0; i < nx; i++)
+        differ += memcmp(&got_x[i], &ref_x[i], 4) != 0 || memcmp(&got_y[i], &ref_y[i], 4) != 0;
     print_message("fused norm n %u k %u rows %u: %zu of %zu elements differ from combine + rmsnorm\n", n, k, rows,
                   differ, nx);
     assert_int_equal(differ, 0);
@@ -145,7 +161,8 @@ static void fused_norm(rng *r, uint32_t n, uint32_t k, uint32_t rows) {
     double ss = 0;
     for (uint32_t i = 0; i < n; i++) ss += (double)ref_x[i] * ref_x[i];
     double scale = 1 / sqrt(ss / n + 1e-6);
-    for (uint32_t i = 0; i < n; i++) assert_true(fabs(got_y[i] - ref_x[i] * scale * g[i]) <= 1e-5 * (1 + fabs(got_y[i])));
+    for (uint32_t i = 0; i < n; i++)
+        assert_true(fabs(got_y[i] - ref_x[i] * scale * g[i]) <= 1e-5 * (1 + fabs(got_y[i])));
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_buffer *bufs[] = {&bx1, &bx2, &be, &bw, &bg, &by1, &by2};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
@@ -169,16 +186,24 @@ static void test_bad_args(void **state) {
     cvk_view v = cvk_view_whole(&b);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe,
-                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 8, .k = 0, .rows = 1}), -1);
+                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 8, .k = 0, .rows = 1}),
+                     -1);
     assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe,
-                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 17, .k = 1, .rows = 1}), -1);
+                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 17, .k = 1, .rows = 1}),
+                     -1);
+    assert_int_equal(
+        cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe,
+                        &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 8, .k = 2, .rows = 1, .e_stride = 4}),
+        -1);
+    assert_int_equal(
+        cvk_moe_combine(
+            &vk->cmd, &vk->dpool, &pipe,
+            &(cvk_moe_combine_args){
+                .x = v, .e = v, .w = v, .n = 8, .k = 2, .rows = 1, .norm_w = cvk_view_range(&b, 0, 16), .y = v}),
+        -1);
     assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe,
-                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 8, .k = 2, .rows = 1, .e_stride = 4}), -1);
-    assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe,
-                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 8, .k = 2, .rows = 1,
-                                                             .norm_w = cvk_view_range(&b, 0, 16), .y = v}), -1);
-    assert_int_equal(cvk_moe_combine(&vk->cmd, &vk->dpool, &pipe,
-                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 8, .k = 2, .rows = 1}), 0);
+                                     &(cvk_moe_combine_args){.x = v, .e = v, .w = v, .n = 8, .k = 2, .rows = 1}),
+                     0);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
     cvk_buffer_destroy(&vk->mem, &b);

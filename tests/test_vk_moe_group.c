@@ -61,11 +61,19 @@ static void test_push_layout(void **state) {
     cvk_spirv_info si;
     assert_int_equal(cvk_spirv_reflect(cinder_spv_moe_group, cinder_spv_moe_group_size, &si), 0);
     const uint32_t rt = offsetof(cvk_moe_group_push, row_tiles);
-    const uint32_t want[] = {offsetof(cvk_moe_group_push, n_expert), offsetof(cvk_moe_group_push, n_tokens),
-                             offsetof(cvk_moe_group_push, k),        offsetof(cvk_moe_group_push, tile0),
-                             offsetof(cvk_moe_group_push, tile1),    offsetof(cvk_moe_group_push, split),
-                             offsetof(cvk_moe_group_push, cap),      rt, rt + 4, rt + 8, rt + 12,
-                             offsetof(cvk_moe_group_push, route),    offsetof(cvk_moe_group_push, renorm),
+    const uint32_t want[] = {offsetof(cvk_moe_group_push, n_expert),
+                             offsetof(cvk_moe_group_push, n_tokens),
+                             offsetof(cvk_moe_group_push, k),
+                             offsetof(cvk_moe_group_push, tile0),
+                             offsetof(cvk_moe_group_push, tile1),
+                             offsetof(cvk_moe_group_push, split),
+                             offsetof(cvk_moe_group_push, cap),
+                             rt,
+                             rt + 4,
+                             rt + 8,
+                             rt + 12,
+                             offsetof(cvk_moe_group_push, route),
+                             offsetof(cvk_moe_group_push, renorm),
                              offsetof(cvk_moe_group_push, stride)};
     assert_int_equal(si.n_push, 14);
     for (int i = 0; i < 14; i++) assert_int_equal(si.push_offset[i], want[i]);
@@ -110,7 +118,9 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
         case 0: ids[i] = (int32_t)rng_below(r, n_expert + 4) - 2; break;
         case 1: ids[i] = (int32_t)one; break;
         case 2: ids[i] = (int32_t)(3 * rng_below(r, (n_expert + 2) / 3)); break;
-        default: ids[i] = rng_below(r, 2) ? -1 - (int32_t)rng_below(r, 1000) : (int32_t)(n_expert + rng_below(r, 9)); break;
+        default:
+            ids[i] = rng_below(r, 2) ? -1 - (int32_t)rng_below(r, 1000) : (int32_t)(n_expert + rng_below(r, 9));
+            break;
         }
     }
     host_group(ids, n_tokens, k, n_expert, groups, gl, sl);
@@ -129,7 +139,8 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     }
     assert_true(nl[0] <= cap && nl[1] <= cap);
     cvk_buffer bit = make_buf(16ull * cap, 8), bd = make_buf(48, 4);
-    cvk_buffer bi = upload(ids, n * 4), bg = make_buf(n_expert * 8, 8), ba = make_buf(n * 4, 4), bs = make_buf(n * 4, 4);
+    cvk_buffer bi = upload(ids, n * 4), bg = make_buf(n_expert * 8, 8), ba = make_buf(n * 4, 4),
+               bs = make_buf(n * 4, 4);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     /* garbage first: every entry must be written */
@@ -138,10 +149,20 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&bs), 0x12345678u), 0);
     assert_int_equal(cvk_cmd_fill(&vk->cmd, cvk_view_whole(&bd), 0x12345678u), 0);
     cvk_barrier_transfer_to_compute(vk->cmd.cb);
-    cvk_moe_group_args a = {.ids = cvk_view_whole(&bi), .groups = cvk_view_whole(&bg), .gather = cvk_view_whole(&ba),
-                            .scatter = cvk_view_whole(&bs), .n_expert = n_expert, .n_tokens = n_tokens, .k = k,
-                            .items = cvk_view_whole(&bit), .dispatch = cvk_view_whole(&bd), .tile0 = tile0,
-                            .tile1 = tile1, .split = split, .cap = cap, .row_tiles = {3, 5, 7, 65535}};
+    cvk_moe_group_args a = {.ids = cvk_view_whole(&bi),
+                            .groups = cvk_view_whole(&bg),
+                            .gather = cvk_view_whole(&ba),
+                            .scatter = cvk_view_whole(&bs),
+                            .n_expert = n_expert,
+                            .n_tokens = n_tokens,
+                            .k = k,
+                            .items = cvk_view_whole(&bit),
+                            .dispatch = cvk_view_whole(&bd),
+                            .tile0 = tile0,
+                            .tile1 = tile1,
+                            .split = split,
+                            .cap = cap,
+                            .row_tiles = {3, 5, 7, 65535}};
     if (cvk_moe_group(&vk->cmd, &vk->dpool, p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -155,9 +176,9 @@ static void group_case(const cvk_pipeline *p, rng *r, uint32_t n_tokens, uint32_
     for (uint32_t l = 0; l < 2; l++)
         for (uint32_t i = l * cap; i < l * cap + nl[l]; i++)
             if (gitems[2 * i] != items[2 * i] || gitems[2 * i + 1] != items[2 * i + 1])
-                fail_msg("T=%u k=%u E=%u dist=%d tiles %u/%u split %u: item %u = {%u, %u}, want {%u, %u}",
-                         n_tokens, k, n_expert, dist, tile0, tile1, split, i, gitems[2 * i], gitems[2 * i + 1],
-                         items[2 * i], items[2 * i + 1]);
+                fail_msg("T=%u k=%u E=%u dist=%d tiles %u/%u split %u: item %u = {%u, %u}, want {%u, %u}", n_tokens, k,
+                         n_expert, dist, tile0, tile1, split, i, gitems[2 * i], gitems[2 * i + 1], items[2 * i],
+                         items[2 * i + 1]);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bg), ggroups), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&ba), ggl), 0);
     assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&bs), gsl), 0);
@@ -183,10 +204,11 @@ static void test_group_exact(void **state) {
     (void)state;
     rng r;
     rng_seed(&r, 7);
-    const uint32_t shapes[][3] = {{1, 1, 1},   {1, 8, 128},   {7, 2, 8},     {100, 4, 16}, {333, 8, 128},
+    const uint32_t shapes[][3] = {{1, 1, 1},    {1, 8, 128},  {7, 2, 8},      {100, 4, 16},  {333, 8, 128},
                                   {513, 3, 17}, {97, 5, 256}, {4096, 8, 128}, {1000, 1, 64}, {65, 7, 3}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
-        for (int dist = 0; dist < 4; dist++) group_case(&group_pipe, &r, shapes[i][0], shapes[i][1], shapes[i][2], dist);
+        for (int dist = 0; dist < 4; dist++)
+            group_case(&group_pipe, &r, shapes[i][0], shapes[i][1], shapes[i][2], dist);
 }
 
 /* Workgroup sizes other than the default: one and sixteen mask words per expert. */
@@ -215,7 +237,7 @@ static void test_group_bad_args(void **state) {
     cvk_moe_group_args a = {.ids = v, .groups = v, .gather = v, .scatter = v, .n_expert = 8, .n_tokens = 4, .k = 4};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), 0); /* 16 pairs, 8 groups: fits */
-    a.k = 5; /* 80 bytes of ids */
+    a.k = 5;                                                                   /* 80 bytes of ids */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
     a.k = 4, a.n_expert = 9; /* 72 bytes of groups */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
@@ -226,7 +248,7 @@ static void test_group_bad_args(void **state) {
     a.n_expert = 8, a.k = 4, a.tile0 = 8, a.tile1 = 64, a.cap = 9, a.items = v, a.dispatch = v;
     a.row_tiles[0] = a.row_tiles[1] = a.row_tiles[2] = a.row_tiles[3] = 1;
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1); /* 16 pairs / 8 + 8 experts: 10 */
-    a.cap = 10; /* 160 bytes of items */
+    a.cap = 10;                                                                 /* 160 bytes of items */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
     a.cap = 65536; /* a list could hold more items than a dispatch's x extent */
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &group_pipe, &a), -1);
@@ -244,7 +266,7 @@ static void test_group_bad_args(void **state) {
 typedef struct chain {
     enum qtype gate_type, down_type; /* gate and up share a type, as in GGUF files */
     uint32_t T, n_expert, k, n_embd, n_ff;
-    uint64_t max_part;               /* weights split into parts of about this many bytes; 0: not */
+    uint64_t max_part; /* weights split into parts of about this many bytes; 0: not */
 } chain;
 
 typedef struct chain_pipes {
@@ -306,29 +328,53 @@ static void run_chain(const chain *c, uint64_t seed, int bench, bool check) {
     cvk_buffer blog = upload(logits, (uint64_t)T * E * 4), bxb = upload(xb, (uint64_t)T * D * 4);
     cvk_buffer bx = upload(x, (uint64_t)T * D * 4);
     cvk_buffer bids = make_buf((uint64_t)P * 4, 4), bw = make_buf((uint64_t)P * 4, 4);
-    cvk_buffer bgrp = make_buf((uint64_t)E * 8, 8), bga = make_buf((uint64_t)P * 4, 4), bsc = make_buf((uint64_t)P * 4, 4);
+    cvk_buffer bgrp = make_buf((uint64_t)E * 8, 8), bga = make_buf((uint64_t)P * 4, 4),
+               bsc = make_buf((uint64_t)P * 4, 4);
     cvk_buffer bhg = make_buf((uint64_t)P * F * 4, 4), bhu = make_buf((uint64_t)P * F * 4, 4);
     cvk_buffer beo = make_buf((uint64_t)P * D * 4, 4);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
 
-    cvk_moe_group_args ga = {.logits = cvk_view_whole(&blog), .weights = cvk_view_whole(&bw),
-                             .ids = cvk_view_whole(&bids), .groups = cvk_view_whole(&bgrp),
-                             .gather = cvk_view_whole(&bga), .scatter = cvk_view_whole(&bsc), .n_expert = E,
-                             .n_tokens = T, .k = k};
-    cvk_matmul_args gate = {.w = &bwg, .type = c->gate_type, .n_in = D, .n_rows = F, .x = cvk_view_whole(&bxb),
-                            .x_rows = T, .y = cvk_view_whole(&bhg), .y_rows = P, .n_tokens = T,
-                            .gather = cvk_view_whole(&bga), .scatter = cvk_view_whole(&bsc),
-                            .groups = cvk_view_whole(&bgrp), .n_experts = E};
+    cvk_moe_group_args ga = {.logits = cvk_view_whole(&blog),
+                             .weights = cvk_view_whole(&bw),
+                             .ids = cvk_view_whole(&bids),
+                             .groups = cvk_view_whole(&bgrp),
+                             .gather = cvk_view_whole(&bga),
+                             .scatter = cvk_view_whole(&bsc),
+                             .n_expert = E,
+                             .n_tokens = T,
+                             .k = k};
+    cvk_matmul_args gate = {.w = &bwg,
+                            .type = c->gate_type,
+                            .n_in = D,
+                            .n_rows = F,
+                            .x = cvk_view_whole(&bxb),
+                            .x_rows = T,
+                            .y = cvk_view_whole(&bhg),
+                            .y_rows = P,
+                            .n_tokens = T,
+                            .gather = cvk_view_whole(&bga),
+                            .scatter = cvk_view_whole(&bsc),
+                            .groups = cvk_view_whole(&bgrp),
+                            .n_experts = E};
     cvk_matmul_args up = gate;
     up.w = &bwu, up.y = cvk_view_whole(&bhu);
-    cvk_swiglu_args sa = {.g = cvk_view_whole(&bhg), .u = cvk_view_whole(&bhu), .h = cvk_view_whole(&bhg), .n = F,
-                          .rows = P};
-    cvk_matmul_args down = {.w = &bwd, .type = c->down_type, .n_in = F, .n_rows = D, .x = cvk_view_whole(&bhg),
-                            .x_rows = P, .y = cvk_view_whole(&beo), .y_rows = P, .n_tokens = T,
-                            .gather = cvk_view_whole(&bsc), .scatter = cvk_view_whole(&bsc),
-                            .groups = cvk_view_whole(&bgrp), .n_experts = E};
-    cvk_moe_combine_args ca = {.x = cvk_view_whole(&bx), .e = cvk_view_whole(&beo), .w = cvk_view_whole(&bw), .n = D,
-                               .k = k, .rows = T};
+    cvk_swiglu_args sa = {
+        .g = cvk_view_whole(&bhg), .u = cvk_view_whole(&bhu), .h = cvk_view_whole(&bhg), .n = F, .rows = P};
+    cvk_matmul_args down = {.w = &bwd,
+                            .type = c->down_type,
+                            .n_in = F,
+                            .n_rows = D,
+                            .x = cvk_view_whole(&bhg),
+                            .x_rows = P,
+                            .y = cvk_view_whole(&beo),
+                            .y_rows = P,
+                            .n_tokens = T,
+                            .gather = cvk_view_whole(&bsc),
+                            .scatter = cvk_view_whole(&bsc),
+                            .groups = cvk_view_whole(&bgrp),
+                            .n_experts = E};
+    cvk_moe_combine_args ca = {
+        .x = cvk_view_whole(&bx), .e = cvk_view_whole(&beo), .w = cvk_view_whole(&bw), .n = D, .k = k, .rows = T};
 
     bool timed = bench && cvk_timer_enable(&vk->timer, true) == 0;
     int reps = bench ? bench : 1;
@@ -458,8 +504,8 @@ static void test_chain(void **state) {
         {QTYPE_Q4_K, QTYPE_Q4_K, 333, 8, 8, 256, 256, 0},
         {QTYPE_F32, QTYPE_F32, 7, 128, 8, 32, 64, 0},
         {QTYPE_Q6_K, QTYPE_Q6_K, 333, 128, 2, 256, 256, 0},
-        {QTYPE_Q3_K, QTYPE_Q2_K, 7, 128, 8, 256, 256, 0}, /* the small files' types (Q3_K_M, Q2_K) */
-        {QTYPE_Q4_0, QTYPE_Q5_1, 100, 8, 2, 64, 96, 0},   /* legacy 32-weight blocks */
+        {QTYPE_Q3_K, QTYPE_Q2_K, 7, 128, 8, 256, 256, 0},   /* the small files' types (Q3_K_M, Q2_K) */
+        {QTYPE_Q4_0, QTYPE_Q5_1, 100, 8, 2, 64, 96, 0},     /* legacy 32-weight blocks */
         {QTYPE_IQ4_XS, QTYPE_IQ4_NL, 7, 8, 2, 256, 256, 0}, /* the non-linear 4-bit types */
         {QTYPE_MXFP4, QTYPE_MXFP4, 7, 8, 2, 96, 160, 0},    /* MXFP4_MOE's experts: 51- and 85-byte rows */
         {QTYPE_IQ3_XXS, QTYPE_IQ3_S, 7, 8, 2, 256, 256, 0}, /* the 3-bit grid types (IQ3_XXS, IQ3_M files) */

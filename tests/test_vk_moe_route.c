@@ -25,12 +25,10 @@
 #include "shaders/shaders.h"
 #include "tests/vk_fixture.h"
 
-
-
 typedef struct tcase {
     uint32_t n_expert, k, tokens, stride, wg;
-    float scale;  /* logits ~ N(0, scale) */
-    bool ties;    /* logits drawn from a few values: many exact ties */
+    float scale; /* logits ~ N(0, scale) */
+    bool ties;   /* logits drawn from a few values: many exact ties */
     bool no_renorm;
 } tcase;
 
@@ -56,10 +54,18 @@ static void route_on_device(const tcase *t, cvk_moe_route_mode mode, const float
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
     cvk_pipeline p;
     if (cvk_moe_group_pipeline(&p, &vk->dev, vk->pcache.cache, t->wg)) fail_msg("%s", cd_errmsg());
-    cvk_moe_group_args a = {.logits = cvk_view_whole(&bl), .weights = cvk_view_whole(&bw), .stride = t->stride,
-                            .no_renorm = t->no_renorm, .route_mode = mode, .ids = cvk_view_whole(&bi), .groups = cvk_view_whole(&bg),
-                            .gather = cvk_view_whole(&ba), .scatter = cvk_view_whole(&bs), .n_expert = t->n_expert,
-                            .n_tokens = t->tokens, .k = t->k};
+    cvk_moe_group_args a = {.logits = cvk_view_whole(&bl),
+                            .weights = cvk_view_whole(&bw),
+                            .stride = t->stride,
+                            .no_renorm = t->no_renorm,
+                            .route_mode = mode,
+                            .ids = cvk_view_whole(&bi),
+                            .groups = cvk_view_whole(&bg),
+                            .gather = cvk_view_whole(&ba),
+                            .scatter = cvk_view_whole(&bs),
+                            .n_expert = t->n_expert,
+                            .n_tokens = t->tokens,
+                            .k = t->k};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     if (cvk_moe_group(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -79,8 +85,7 @@ static void run_case(const tcase *t, uint64_t seed) {
     size_t nl = (size_t)t->tokens * stride, no = (size_t)t->tokens * t->k;
     float *logits = malloc(nl * 4), *w = malloc(no * 4);
     uint32_t *ids = malloc(no * 4);
-    for (size_t i = 0; i < nl; i++)
-        logits[i] = t->ties ? (float)rng_below(&r, 3) : rng_normal(&r) * t->scale;
+    for (size_t i = 0; i < nl; i++) logits[i] = t->ties ? (float)rng_below(&r, 3) : rng_normal(&r) * t->scale;
     if (!t->ties) /* distinct values within each token: nudge exact repeats apart */
         for (uint32_t tok = 0; tok < t->tokens; tok++) {
             float *l = logits + (size_t)tok * stride;
@@ -167,8 +172,15 @@ static void test_bad_args(void **state) {
     cvk_pipeline p;
     assert_int_equal(cvk_moe_group_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 0), 0);
     cvk_view v = cvk_view_whole(&b);
-    cvk_moe_group_args a = {.logits = v, .weights = v, .ids = v, .groups = v, .gather = v, .scatter = v,
-                            .n_expert = 257, .k = 8, .n_tokens = 1};
+    cvk_moe_group_args a = {.logits = v,
+                            .weights = v,
+                            .ids = v,
+                            .groups = v,
+                            .gather = v,
+                            .scatter = v,
+                            .n_expert = 257,
+                            .k = 8,
+                            .n_tokens = 1};
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &p, &a), -1);
     a.n_expert = 128, a.k = 9;
     assert_int_equal(cvk_moe_group(&vk->cmd, &vk->dpool, &p, &a), -1);

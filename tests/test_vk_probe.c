@@ -110,11 +110,12 @@ static void test_probe_figures(void **state) {
     check_probe(&p);
     assert_int_equal(p.bytes, o.bytes);
     double host = host_memcpy_gbps(p.bytes);
-    fprintf(stderr, "probe on %s, %llu MiB: copy %.2f GB/s, read %.2f GB/s (host memcpy %.2f GB/s); staged "
+    fprintf(stderr,
+            "probe on %s, %llu MiB: copy %.2f GB/s, read %.2f GB/s (host memcpy %.2f GB/s); staged "
             "h2d %.2f d2h %.2f, mapped h2d %.2f d2h %.2f GB/s; fp32 %.2f GFLOP/s, fp16 %.2f GFLOP/s, int8 %.2f GOP/s\n",
             vk->dev.info.props.deviceName, (unsigned long long)(p.bytes >> 20), p.copy_gbps, p.read_gbps, host,
-            p.h2d_staged_gbps, p.d2h_staged_gbps, p.h2d_mapped_gbps, p.d2h_mapped_gbps, p.fp32_gflops,
-            p.fp16_gflops, p.int8_gops);
+            p.h2d_staged_gbps, p.d2h_staged_gbps, p.h2d_mapped_gbps, p.d2h_mapped_gbps, p.fp32_gflops, p.fp16_gflops,
+            p.int8_gops);
     /* lavapipe shares this machine's cores with whatever else runs: one second chance, the
      * best of two runs, before a bandwidth counts as implausible */
     if (p.read_gbps * 10 < host || p.copy_gbps * 10 < host) {
@@ -304,7 +305,8 @@ static void test_card_cli(void **state) {
     assert_string_equal(json_string_value(json_object_get(peak, "gbps_source")), "--peak-gbps");
     assert_true(json_is_true(json_object_get(j, "cached")));
     assert_string_equal(json_string_value(json_object_get(j, "format")), DEVICE_CARD_FORMAT);
-    assert_true(json_is_array(json_object_get(j, "memory_heaps")) && json_array_size(json_object_get(j, "memory_heaps")) > 0);
+    assert_true(json_is_array(json_object_get(j, "memory_heaps")) &&
+                json_array_size(json_object_get(j, "memory_heaps")) > 0);
     assert_true(json_is_array(json_object_get(j, "queue_families")));
     json_decref(j);
     free(out);
@@ -314,8 +316,8 @@ static void test_card_cli(void **state) {
     assert_non_null(strstr(out, "memory heaps"));
     free(out);
     /* bad flags: exit 1 before touching the device, a message naming the flag */
-    char *bad[][3] = {{"profile", "--peak-gbps", "-5"}, {"profile", "--peak-gbps", "fast"},
-                      {"profile", "--peak-tflops", "0"}, {"profile", "--device-index", "-1"},
+    char *bad[][3] = {{"profile", "--peak-gbps", "-5"},   {"profile", "--peak-gbps", "fast"},
+                      {"profile", "--peak-tflops", "0"},  {"profile", "--device-index", "-1"},
                       {"profile", "--device-index", "x"}, {"profile", "--frobnicate", "1"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(run_cli(3, bad[i], &out), 1);
@@ -340,12 +342,9 @@ static int group_setup(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_push_layouts_match_glsl),
-        cmocka_unit_test(test_probe_figures),
-        cmocka_unit_test(test_probe_bad_args),
-        cmocka_unit_test(test_card_cache),
-        cmocka_unit_test(test_card_overrides),
-        cmocka_unit_test(test_card_cli),
+        cmocka_unit_test(test_push_layouts_match_glsl), cmocka_unit_test(test_probe_figures),
+        cmocka_unit_test(test_probe_bad_args),          cmocka_unit_test(test_card_cache),
+        cmocka_unit_test(test_card_overrides),          cmocka_unit_test(test_card_cli),
     };
     return tu_status(cmocka_run_group_tests(tests, group_setup, vk_teardown));
 }

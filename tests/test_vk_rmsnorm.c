@@ -20,10 +20,8 @@
 #include "shaders/shaders.h"
 #include "tests/vk_fixture.h"
 
-
-
-static void reference(const float *x, const float *w, float *y, uint32_t n, uint32_t rows, uint32_t xs,
-                      uint32_t ys, float eps) {
+static void reference(const float *x, const float *w, float *y, uint32_t n, uint32_t rows, uint32_t xs, uint32_t ys,
+                      float eps) {
     for (uint32_t r = 0; r < rows; r++) {
         double ss = 0;
         for (uint32_t i = 0; i < n; i++) ss += (double)x[r * xs + i] * x[r * xs + i];
@@ -67,16 +65,28 @@ static void run_case(const tcase *t, uint64_t seed) {
     cvk_pipeline_desc d;
     uint32_t spec = t->wg;
     if (t->subgroup) { /* the op's pipeline, but asking for a subgroup size */
-        d = (cvk_pipeline_desc){.name = "rmsnorm", .spv = cinder_spv_rmsnorm, .spv_size = cinder_spv_rmsnorm_size,
-                                .n_bindings = 3, .push_size = sizeof(cvk_rmsnorm_push), .spec = &spec, .n_spec = 1,
-                                .subgroup_size = t->subgroup, .full_subgroups = true};
+        d = (cvk_pipeline_desc){.name = "rmsnorm",
+                                .spv = cinder_spv_rmsnorm,
+                                .spv_size = cinder_spv_rmsnorm_size,
+                                .n_bindings = 3,
+                                .push_size = sizeof(cvk_rmsnorm_push),
+                                .spec = &spec,
+                                .n_spec = 1,
+                                .subgroup_size = t->subgroup,
+                                .full_subgroups = true};
         assert_int_equal(cvk_pipeline_create(&p, &vk->dev, vk->pcache.cache, &d), 0);
     } else {
         assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, vk->pcache.cache, t->wg), 0);
     }
     cvk_buffer *out = t->in_place ? &bx : &by;
-    cvk_rmsnorm_args a = {.x = cvk_view_whole(&bx), .w = cvk_view_whole(&bw), .y = cvk_view_whole(out),
-                          .n = t->n, .rows = t->rows, .x_stride = xs, .y_stride = ys, .eps = eps};
+    cvk_rmsnorm_args a = {.x = cvk_view_whole(&bx),
+                          .w = cvk_view_whole(&bw),
+                          .y = cvk_view_whole(out),
+                          .n = t->n,
+                          .rows = t->rows,
+                          .x_stride = xs,
+                          .y_stride = ys,
+                          .eps = eps};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     if (cvk_rmsnorm(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -90,7 +100,8 @@ static void run_case(const tcase *t, uint64_t seed) {
         for (uint32_t i = 0; i < t->n; i++) {
             size_t k = (size_t)row * ys + i;
             if (fabs((double)y[k] - ref[k]) > 2e-6 * mx + 1e-30)
-                fail_msg("n=%u rows=%u wg=%u: row %u [%u] = %.9g, want %.9g", t->n, t->rows, t->wg, row, i, y[k], ref[k]);
+                fail_msg("n=%u rows=%u wg=%u: row %u [%u] = %.9g, want %.9g", t->n, t->rows, t->wg, row, i, y[k],
+                         ref[k]);
         }
     }
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
@@ -150,8 +161,8 @@ static void test_bad_args(void **state) {
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, 400, 4, CVK_MEM_DEVICE), 0);
     cvk_pipeline p;
     assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 64), 0);
-    cvk_rmsnorm_args a = {.x = cvk_view_whole(&b), .w = cvk_view_whole(&b), .y = cvk_view_whole(&b),
-                          .n = 50, .rows = 3, .eps = 1e-6f};
+    cvk_rmsnorm_args a = {
+        .x = cvk_view_whole(&b), .w = cvk_view_whole(&b), .y = cvk_view_whole(&b), .n = 50, .rows = 3, .eps = 1e-6f};
     assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &p, &a), -1); /* 150 floats in 100 */
     assert_non_null(strstr(cd_errmsg(), "needs"));
     assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 100), -1);

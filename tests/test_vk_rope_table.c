@@ -21,9 +21,9 @@ static void test_table_dims(void **state) {
         uint32_t shift, n_hi;
         cvk_rope_table_dims(n_pos[i], &shift, &n_hi);
         assert_true(shift >= 4 && shift <= 16);
-        assert_true(((uint64_t)n_hi << shift) >= n_pos[i]);             /* covers every position */
+        assert_true(((uint64_t)n_hi << shift) >= n_pos[i]);                   /* covers every position */
         assert_true(n_hi == 1 || ((uint64_t)(n_hi - 1) << shift) < n_pos[i]); /* and no more rows */
-        assert_true(n_hi <= 2 * (1u << shift) + 1);                      /* balanced */
+        assert_true(n_hi <= 2 * (1u << shift) + 1);                           /* balanced */
     }
 }
 

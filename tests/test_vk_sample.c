@@ -28,8 +28,6 @@
 #include "shaders/shaders.h"
 #include "tests/vk_fixture.h"
 
-
-
 enum pattern { RANDOM, TIES, FIRST, LAST, ALL_NEG_INF, FEW_VALUES };
 
 typedef struct tcase {
@@ -46,7 +44,10 @@ static void fill(rng *r, float *l, uint32_t n, enum pattern pat) {
         for (int j = 0; j < 6; j++) l[rng_below(r, n)] = top;
         break;
     case FIRST: l[0] = top; break;
-    case LAST: l[n - 1] = top; l[n / 2] = top; break;
+    case LAST:
+        l[n - 1] = top;
+        l[n / 2] = top;
+        break;
     case ALL_NEG_INF:
         for (uint32_t i = 0; i < n; i++) l[i] = -INFINITY;
         break;
@@ -72,13 +73,18 @@ static void run_variant(const tcase *t, uint64_t seed, bool texel) {
     if (cvk_argmax_pipelines(&p, &vk->dev, vk->pcache.cache, t->wg, texel)) fail_msg("%s", cd_errmsg());
     cvk_buffer bl, bs, bo;
     assert_int_equal(cvk_buffer_create(&vk->mem, &bl, (lead + nl) * 4, 16, CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bs, cvk_argmax_scratch_bytes(&p, t->n, t->rows), 8, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bs, cvk_argmax_scratch_bytes(&p, t->n, t->rows), 8, CVK_MEM_DEVICE),
+                     0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bo, t->rows * 4, 4, CVK_MEM_DEVICE), 0);
     cvk_view lv = {&bl, lead * 4, nl * 4};
     assert_int_equal(cvk_stager_upload(&vk->stager, lv, l), 0);
     assert_int_equal(cvk_stager_flush(&vk->stager), 0);
-    cvk_argmax_args a = {.logits = lv, .scratch = cvk_view_whole(&bs), .out = cvk_view_whole(&bo),
-                         .n = t->n, .rows = t->rows, .stride = stride};
+    cvk_argmax_args a = {.logits = lv,
+                         .scratch = cvk_view_whole(&bs),
+                         .out = cvk_view_whole(&bo),
+                         .n = t->n,
+                         .rows = t->rows,
+                         .stride = stride};
     assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
     if (cvk_argmax(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -93,8 +99,8 @@ static void run_variant(const tcase *t, uint64_t seed, bool texel) {
         for (uint32_t row = 0; row < t->rows; row++) {
             int32_t want = sampler_argmax(l + (size_t)row * stride, (int32_t)t->n);
             if (got[row] != (uint32_t)want)
-                fail_msg("%s n=%u rows=%u wg=%u pattern %d round %d: row %u argmax %u, want %d", texel ? "texel" : "storage",
-                         t->n, t->rows, t->wg, t->pat, round, row, got[row], want);
+                fail_msg("%s n=%u rows=%u wg=%u pattern %d round %d: row %u argmax %u, want %d",
+                         texel ? "texel" : "storage", t->n, t->rows, t->wg, t->pat, round, row, got[row], want);
         }
     }
     assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
@@ -206,7 +212,10 @@ static int32_t ref_sample(const float *logits, int32_t n, int32_t top_k, float t
         double mass = 0;
         for (int32_t i = 0; i < m; i++) {
             mass += probs[i] / sum;
-            if (mass >= top_p) { keep = i + 1; break; }
+            if (mass >= top_p) {
+                keep = i + 1;
+                break;
+            }
         }
     }
     double kept = 0, acc = 0;
@@ -214,7 +223,10 @@ static int32_t ref_sample(const float *logits, int32_t n, int32_t top_k, float t
     int32_t id = ids[keep - 1];
     for (int32_t i = 0; i < keep; i++) {
         acc += probs[i];
-        if (u * kept < acc) { id = ids[i]; break; }
+        if (u * kept < acc) {
+            id = ids[i];
+            break;
+        }
     }
     free(ids), free(probs);
     return id;
@@ -236,11 +248,11 @@ static cvk_sample_row row_params(const scase *t, uint32_t r) {
     cvk_sample_row p = {t->temperature, t->top_k, t->top_p, 0};
     if (!t->mixed) return p;
     switch (r % 5) {
-    case 0: p.temperature = 0; break;                                /* greedy: argmax's */
-    case 1: break;                                                   /* the case's */
+    case 0: p.temperature = 0; break; /* greedy: argmax's */
+    case 1: break;                    /* the case's */
     case 2: p.top_k = t->top_k / 3 + 1, p.temperature *= 0.5f, p.top_p = 1.0f; break;
-    case 3: p.top_k = 0; break;                                      /* "all": the CPU's */
-    default: p.top_k = t->top_k + 1, p.temperature = 1.3f; break;    /* above k_max */
+    case 3: p.top_k = 0; break;                                   /* "all": the CPU's */
+    default: p.top_k = t->top_k + 1, p.temperature = 1.3f; break; /* above k_max */
     }
     return p;
 }
@@ -261,12 +273,18 @@ static void run_sample_case(const scase *t, uint64_t seed) {
     if (cvk_sample_pipelines(&p, &vk->dev, vk->pcache.cache, t->wg)) fail_msg("%s", cd_errmsg());
     cvk_buffer bl, bs, bp, bo;
     assert_int_equal(cvk_buffer_create(&vk->mem, &bl, nl * 4, 4, CVK_MEM_DEVICE), 0);
-    assert_int_equal(cvk_buffer_create(&vk->mem, &bs, cvk_sample_scratch_bytes(&p, t->n, t->rows, k_max), 8,
-                                       CVK_MEM_DEVICE), 0);
+    assert_int_equal(
+        cvk_buffer_create(&vk->mem, &bs, cvk_sample_scratch_bytes(&p, t->n, t->rows, k_max), 8, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bp, t->rows * sizeof *prm, 4, CVK_MEM_DEVICE), 0);
     assert_int_equal(cvk_buffer_create(&vk->mem, &bo, t->rows * 4, 4, CVK_MEM_DEVICE), 0);
-    cvk_sample_args a = {.logits = cvk_view_whole(&bl), .scratch = cvk_view_whole(&bs), .params = cvk_view_whole(&bp),
-                         .out = cvk_view_whole(&bo), .n = t->n, .rows = t->rows, .stride = t->stride, .k_max = k_max};
+    cvk_sample_args a = {.logits = cvk_view_whole(&bl),
+                         .scratch = cvk_view_whole(&bs),
+                         .params = cvk_view_whole(&bp),
+                         .out = cvk_view_whole(&bo),
+                         .n = t->n,
+                         .rows = t->rows,
+                         .stride = t->stride,
+                         .k_max = k_max};
     assert_int_equal(cvk_cmd_begin_reusable(&vk->cmd), 0);
     if (cvk_sample(&vk->cmd, &vk->dpool, &p, &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
@@ -289,8 +307,8 @@ static void run_sample_case(const scase *t, uint64_t seed) {
                                  want[row]);
             } else if (cvk_sample_row_on_device(prm[row].temperature, prm[row].top_k, k_max)) {
                 prm[row].u = rng_f32(&r);
-                want[row] = ref_sample(lr, (int32_t)t->n, prm[row].top_k, prm[row].temperature, prm[row].top_p,
-                                       prm[row].u);
+                want[row] =
+                    ref_sample(lr, (int32_t)t->n, prm[row].top_k, prm[row].temperature, prm[row].top_p, prm[row].u);
             } else {
                 want[row] = (int32_t)UNTOUCHED;
             }
@@ -305,8 +323,8 @@ static void run_sample_case(const scase *t, uint64_t seed) {
             const float *lr = l + (size_t)row * stride;
             const cvk_sample_row *q = &prm[row];
             if (want[row] == (int32_t)UNTOUCHED) {
-                if (got[row] != UNTOUCHED) fail_msg("row %u (T=%g top_k=%d) not for the device was written", row,
-                                                    q->temperature, q->top_k);
+                if (got[row] != UNTOUCHED)
+                    fail_msg("row %u (T=%g top_k=%d) not for the device was written", row, q->temperature, q->top_k);
                 skipped_rows++;
                 continue;
             }
@@ -359,21 +377,52 @@ static void test_sample(void **state) {
         /* Qwen3's recommended settings over its vocabulary */
         {.n = 151936, .rows = 8, .wg = 256, .top_k = 20, .temperature = 0.6f, .top_p = 0.95f, .scale = 1.0f},
         {.n = 151936, .rows = 8, .wg = 256, .top_k = 20, .temperature = 0.7f, .top_p = 0.8f, .scale = 0.3f},
-        {.n = 151936, .rows = 2, .stride = 151936 + 16, .wg = 128, .top_k = 256, .temperature = 1.0f, .top_p = 1.0f,
+        {.n = 151936,
+         .rows = 2,
+         .stride = 151936 + 16,
+         .wg = 128,
+         .top_k = 256,
+         .temperature = 1.0f,
+         .top_p = 1.0f,
          .scale = 0.2f},
-        {.n = 151936, .rows = 4, .wg = 256, .top_k = 40, .temperature = 2.0f, .top_p = 0.5f, .scale = 0.1f,
+        {.n = 151936,
+         .rows = 4,
+         .wg = 256,
+         .top_k = 40,
+         .temperature = 2.0f,
+         .top_p = 0.5f,
+         .scale = 0.1f,
          .pat = TIES},
         {.n = 100003, .rows = 5, .wg = 1024, .top_k = 1, .temperature = 1.0f, .top_p = 1.0f, .scale = 1.0f},
         {.n = 7, .rows = 6, .wg = 32, .top_k = 20, .temperature = 1.0f, .top_p = 1.0f, .scale = 1.0f},
         {.n = 1, .rows = 2, .wg = 32, .top_k = 5, .temperature = 0.5f, .top_p = 0.9f, .scale = 1.0f},
-        {.n = 2049, .rows = 9, .wg = 256, .top_k = 64, .temperature = 0.8f, .top_p = 0.9f, .scale = 0.1f,
+        {.n = 2049,
+         .rows = 9,
+         .wg = 256,
+         .top_k = 64,
+         .temperature = 0.8f,
+         .top_p = 0.9f,
+         .scale = 0.1f,
          .pat = FEW_VALUES},
         {.n = 5000, .rows = 7, .wg = 32, .top_k = 256, .temperature = 1.5f, .top_p = 0.99f, .scale = 0.05f},
         /* a batch of requests with their own settings (the engine's decode step) */
-        {.n = 151936, .rows = 11, .wg = 256, .top_k = 40, .temperature = 0.8f, .top_p = 0.95f, .scale = 0.5f,
+        {.n = 151936,
+         .rows = 11,
+         .wg = 256,
+         .top_k = 40,
+         .temperature = 0.8f,
+         .top_p = 0.95f,
+         .scale = 0.5f,
          .mixed = true},
-        {.n = 3001, .rows = 13, .wg = 64, .top_k = 256, .temperature = 0.6f, .top_p = 0.9f, .scale = 0.1f,
-         .pat = TIES, .mixed = true},
+        {.n = 3001,
+         .rows = 13,
+         .wg = 64,
+         .top_k = 256,
+         .temperature = 0.6f,
+         .top_p = 0.9f,
+         .scale = 0.1f,
+         .pat = TIES,
+         .mixed = true},
     };
     boundary_draws = draws = not_argmax = skipped_rows = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_sample_case(&cases[i], 1100 + i);

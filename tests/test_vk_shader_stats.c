@@ -27,7 +27,7 @@ static void test_count_gfx11(void **state) {
                       "\tbuffer_load_u16 v13, v4, s[0:3], 0 offen\n"
                       "\tbuffer_load_d16_b16 v14, v4, s[0:3], 0 offen\n"
                       "\tbuffer_store_b128 v[0:3], v4, s[0:3], 0 offen\n" /* a store: not a load */
-                      "\ts_load_b128 s[4:7], s[0:1], 0x0\n"             /* scalar: not a vector load */
+                      "\ts_load_b128 s[4:7], s[0:1], 0x0\n"               /* scalar: not a vector load */
                       "\tv_dot4_i32_iu8 v1, v2, v3, v1\n"
                       "\tv_fmac_f32_e32 v1, v2, v3\n"
                       "\tv_fma_f32 v45, v42, v45, -v43\n"

@@ -50,9 +50,9 @@ static void test_push_layout_matches_glsl(void **state) {
     const uint32_t q[] = {offsetof(cvk_xq8_quantize_push, n_in), offsetof(cvk_xq8_quantize_push, n_tokens),
                           offsetof(cvk_xq8_quantize_push, x_stride)};
     check_push("xq8_quantize", q, 3, sizeof(cvk_xq8_quantize_push), 3);
-    const uint32_t m[] = {offsetof(cvk_xq8_matvec_push, n_in),     offsetof(cvk_xq8_matvec_push, row_bytes),
-                          offsetof(cvk_xq8_matvec_push, row0),     offsetof(cvk_xq8_matvec_push, rows),
-                          offsetof(cvk_xq8_matvec_push, n_tokens), offsetof(cvk_xq8_matvec_push, y_stride),
+    const uint32_t m[] = {offsetof(cvk_xq8_matvec_push, n_in),      offsetof(cvk_xq8_matvec_push, row_bytes),
+                          offsetof(cvk_xq8_matvec_push, row0),      offsetof(cvk_xq8_matvec_push, rows),
+                          offsetof(cvk_xq8_matvec_push, n_tokens),  offsetof(cvk_xq8_matvec_push, y_stride),
                           offsetof(cvk_xq8_matvec_push, accumulate)};
     check_push("matvec_xq8", m, 7, sizeof(cvk_xq8_matvec_push), 4);
     for (uint32_t t = 0; t < 64; t++) /* a module for each of the family's types and no other */
@@ -67,7 +67,8 @@ static cvk_buffer device_buffer(uint64_t bytes, uint64_t granule) {
     assert_int_equal(cvk_buffer_create(&vk->mem, &b, bytes ? bytes : 4, granule, CVK_MEM_DEVICE), 0);
     /* NaN-filled, so a read of what nothing wrote fails (weights of 210- or 34-byte blocks are
      * written whole by their upload instead: a fill takes whole words) */
-    if (b.size % 4 == 0 && vk_poison(vk, &b)) fail_msg("poisoning %llu bytes: %s", (unsigned long long)b.size, cd_errmsg());
+    if (b.size % 4 == 0 && vk_poison(vk, &b))
+        fail_msg("poisoning %llu bytes: %s", (unsigned long long)b.size, cd_errmsg());
     return b;
 }
 
@@ -89,11 +90,16 @@ static void gpu_quantize(const float *x, uint32_t n_in, uint32_t n_tokens, uint3
                          cvk_buffer *keep_q, cvk_buffer *keep_d) {
     uint32_t xs = x_stride ? x_stride : n_in;
     cvk_buffer bx = device_buffer(((uint64_t)(n_tokens - 1) * xs + n_in) * 4, 4);
-    cvk_buffer bq = device_buffer(cvk_xq8_q_bytes(n_in, n_tokens), 16), bd = device_buffer(cvk_xq8_d_bytes(n_in, n_tokens), 8);
+    cvk_buffer bq = device_buffer(cvk_xq8_q_bytes(n_in, n_tokens), 16),
+               bd = device_buffer(cvk_xq8_d_bytes(n_in, n_tokens), 8);
     upload(&bx, x);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
-    cvk_xq8_quantize_args a = {.x = cvk_view_whole(&bx), .n_in = n_in, .n_tokens = n_tokens, .x_stride = x_stride,
-                               .xq = cvk_view_whole(&bq), .xd = cvk_view_whole(&bd)};
+    cvk_xq8_quantize_args a = {.x = cvk_view_whole(&bx),
+                               .n_in = n_in,
+                               .n_tokens = n_tokens,
+                               .x_stride = x_stride,
+                               .xq = cvk_view_whole(&bq),
+                               .xd = cvk_view_whole(&bd)};
     if (cvk_xq8_quantize(&vk->cmd, &vk->dpool, quantizer(), &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -125,8 +131,7 @@ static void expect_same_blocks(const float *x, uint32_t n_in, uint32_t n_tokens,
             uint32_t packed = ((uint32_t)want[b].mult << 16) | ((uint32_t)want[b].sum & 0xffff);
             if (d[2 * k] != bits(want[b].d) || d[2 * k + 1] != packed || memcmp(q + 32 * k, want[b].q, 32))
                 fail_msg("token %u block %u: GPU d %08x mult|sum %08x, CPU d %08x mult|sum %08x (q %s)", t, b, d[2 * k],
-                         d[2 * k + 1], bits(want[b].d), packed,
-                         memcmp(q + 32 * k, want[b].q, 32) ? "differ" : "equal");
+                         d[2 * k + 1], bits(want[b].d), packed, memcmp(q + 32 * k, want[b].q, 32) ? "differ" : "equal");
         }
     }
     free(q), free(d), free(want);
@@ -151,18 +156,18 @@ static void test_quantize_edges(void **state) {
     rng r;
     rng_seed(&r, 12);
     for (int i = 0; i < NB * 32; i++) x[i] = rng_normal(&r);
-    for (int i = 0; i < 32; i++) x[i] = 0.0f;                          /* 0: zeros */
+    for (int i = 0; i < 32; i++) x[i] = 0.0f;                               /* 0: zeros */
     for (int i = 0; i < 32; i++) x[32 + i] = ldexpf(1.5f, -122) * (i - 16); /* 1: below 2^-116 */
-    x[64 + 5] = INFINITY;                                               /* 2: an infinity */
-    x[96 + 7] = NAN;                                                    /* 3: a NaN */
+    x[64 + 5] = INFINITY;                                                   /* 2: an infinity */
+    x[96 + 7] = NAN;                                                        /* 3: a NaN */
     x[128] = 1.0f; /* 4: d = 2^-6, the others half-way between two steps (ties to even) */
     for (int i = 1; i < 32; i++) x[128 + i] = ((float)i - 16.0f + 0.5f) / 64.0f;
-    x[160] = 8.0f;                                                      /* 5: amax a power of two */
-    x[192] = nextafterf(16.0f, 0.0f);                                   /* 6: just under one: 127.99.. clamps */
+    x[160] = 8.0f;                    /* 5: amax a power of two */
+    x[192] = nextafterf(16.0f, 0.0f); /* 6: just under one: 127.99.. clamps */
     x[193] = -nextafterf(16.0f, 0.0f);
-    x[224] = 1.0f, x[225] = ldexpf(1.0f, -130), x[226] = -ldexpf(1.0f, -140); /* 7: subnormals beside 1 */
+    x[224] = 1.0f, x[225] = ldexpf(1.0f, -130), x[226] = -ldexpf(1.0f, -140);        /* 7: subnormals beside 1 */
     for (int i = 0; i < 32; i++) x[256 + i] = ldexpf(1.0f, -116) * (i & 1 ? 1 : -1); /* 8: amax at 2^-116 */
-    x[288] = 3e38f;                                                     /* 9: near the largest float */
+    x[288] = 3e38f;                                                                  /* 9: near the largest float */
     expect_same_blocks(x, NB * 32, 1, 0);
     xq8_block b[NB];
     xq8_quantize(x, NB * 32, b);
@@ -189,7 +194,10 @@ typedef struct mcase {
 } mcase;
 
 static cvk_pipeline mv_pipes[16];
-static struct { enum qtype type; cvk_xq8_cfg cfg; } mv_keys[16];
+static struct {
+    enum qtype type;
+    cvk_xq8_cfg cfg;
+} mv_keys[16];
 static uint32_t n_mv;
 static const cvk_pipeline *matvec_pipe(enum qtype type, const cvk_xq8_cfg *cfg) {
     for (uint32_t i = 0; i < n_mv; i++)
@@ -223,9 +231,15 @@ static void gpu_matvec(const mcase *c, const uint8_t *w, const float *x, const c
     upload(&bw, w);
     if (y0) upload(&by, y0);
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
-    cvk_xq8_matvec_args a = {.w = &bw, .type = c->type, .n_in = c->n_in, .n_rows = c->n_rows,
-                             .xq = cvk_view_whole(&bq), .xd = cvk_view_whole(&bd), .n_tokens = c->n_tokens,
-                             .y = cvk_view_whole(&by), .accumulate = y0 != NULL};
+    cvk_xq8_matvec_args a = {.w = &bw,
+                             .type = c->type,
+                             .n_in = c->n_in,
+                             .n_rows = c->n_rows,
+                             .xq = cvk_view_whole(&bq),
+                             .xd = cvk_view_whole(&bd),
+                             .n_tokens = c->n_tokens,
+                             .y = cvk_view_whole(&by),
+                             .accumulate = y0 != NULL};
     if (cvk_xq8_matvec(&vk->cmd, &vk->dpool, matvec_pipe(c->type, cfg), &a)) fail_msg("%s", cd_errmsg());
     cvk_barrier_device_to_host(vk->cmd.cb);
     assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
@@ -260,7 +274,8 @@ static void run_mcase(const mcase *c, uint64_t seed, bool split) {
     double err = tu_rel_l2(want, exact, n_y);
     assert_true(err < 2e-2);
     uint32_t min_sg = vk->dev.info.caps.min_subgroup_size ? vk->dev.info.caps.min_subgroup_size : 1;
-    const cvk_xq8_cfg cfgs[] = {{0}, {.kl = 1, .nt = 4}, {.wg = 64, .kl = 2, .nt = 8}, {.kl = min_sg < 8 ? min_sg : 8, .nt = 3}};
+    const cvk_xq8_cfg cfgs[] = {
+        {0}, {.kl = 1, .nt = 4}, {.wg = 64, .kl = 2, .nt = 8}, {.kl = min_sg < 8 ? min_sg : 8, .nt = 3}};
     for (size_t k = 0; k < sizeof cfgs / sizeof *cfgs; k++) {
         if (cfgs[k].kl > min_sg) continue;
         gpu_matvec(c, w, x, &cfgs[k], 0, NULL, got);
@@ -270,7 +285,7 @@ static void run_mcase(const mcase *c, uint64_t seed, bool split) {
                          qtype_name(c->type), c->n_in, c->n_rows, c->n_tokens, cfgs[k].wg, cfgs[k].kl, cfgs[k].nt, i,
                          got[i], want[i]);
     }
-    if (split) { /* parts of a few rows */
+    if (split) {           /* parts of a few rows */
         uint64_t lcm = rb; /* a part is a multiple of lcm(row, 16) bytes */
         while (lcm % 16) lcm += rb;
         gpu_matvec(c, w, x, &cfgs[0], 2 * lcm, NULL, got);
@@ -281,7 +296,8 @@ static void run_mcase(const mcase *c, uint64_t seed, bool split) {
     for (size_t i = 0; i < n_y; i++) y0[i] = rng_normal(&r), want[i] = y0[i] + want[i];
     gpu_matvec(c, w, x, &cfgs[1], 0, y0, got);
     for (size_t i = 0; i < n_y; i++)
-        if (bits(got[i]) != bits(want[i])) fail_msg("accumulate: y[%zu] = %.9g, y0 + the CPU's %.9g", i, got[i], want[i]);
+        if (bits(got[i]) != bits(want[i]))
+            fail_msg("accumulate: y[%zu] = %.9g, y0 + the CPU's %.9g", i, got[i], want[i]);
     free(y0);
     fprintf(stderr, "  %s n_in %u rows %u tokens %u: the GPU's bits are the CPU's; rel L2 to the float product %.2e\n",
             qtype_name(c->type), c->n_in, c->n_rows, c->n_tokens, err);
@@ -311,14 +327,22 @@ static void test_rejects(void **state) {
     cvk_pipeline p = {0};
     assert_int_not_equal(cvk_xq8_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_F32, NULL), 0);
     assert_non_null(strstr(cd_errmsg(), "F32"));
-    assert_int_not_equal(cvk_xq8_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q4_K, &(cvk_xq8_cfg){.kl = 3}), 0);
-    assert_int_not_equal(cvk_xq8_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q4_K, &(cvk_xq8_cfg){.nt = 9}), 0);
+    assert_int_not_equal(cvk_xq8_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q4_K, &(cvk_xq8_cfg){.kl = 3}),
+                         0);
+    assert_int_not_equal(cvk_xq8_matvec_pipeline(&p, &vk->dev, vk->pcache.cache, QTYPE_Q4_K, &(cvk_xq8_cfg){.nt = 9}),
+                         0);
     const cvk_pipeline *q4 = matvec_pipe(QTYPE_Q4_K, &(cvk_xq8_cfg){0});
     cvk_buffer w = device_buffer(qtype_row_bytes(QTYPE_Q4_K, 256) * 4, qtype_row_bytes(QTYPE_Q4_K, 256));
     cvk_buffer q = device_buffer(cvk_xq8_q_bytes(256, 2), 16), d = device_buffer(cvk_xq8_d_bytes(256, 2), 8);
     cvk_buffer y = device_buffer(4 * 4 * 2, 4);
-    cvk_xq8_matvec_args a = {.w = &w, .type = QTYPE_Q4_K, .n_in = 256, .n_rows = 4, .xq = cvk_view_whole(&q),
-                             .xd = cvk_view_whole(&d), .n_tokens = 2, .y = cvk_view_whole(&y)};
+    cvk_xq8_matvec_args a = {.w = &w,
+                             .type = QTYPE_Q4_K,
+                             .n_in = 256,
+                             .n_rows = 4,
+                             .xq = cvk_view_whole(&q),
+                             .xd = cvk_view_whole(&d),
+                             .n_tokens = 2,
+                             .y = cvk_view_whole(&y)};
     assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
     cvk_xq8_matvec_args bad = a;
     bad.type = QTYPE_Q6_K;
@@ -330,8 +354,8 @@ static void test_rejects(void **state) {
     assert_int_not_equal(cvk_xq8_matvec(&vk->cmd, &vk->dpool, q4, &bad), 0);
     bad = a, bad.n_in = 100;
     assert_int_not_equal(cvk_xq8_matvec(&vk->cmd, &vk->dpool, q4, &bad), 0);
-    cvk_xq8_quantize_args qa = {.x = cvk_view_whole(&y), .n_in = 33, .n_tokens = 1, .xq = cvk_view_whole(&q),
-                                .xd = cvk_view_whole(&d)};
+    cvk_xq8_quantize_args qa = {
+        .x = cvk_view_whole(&y), .n_in = 33, .n_tokens = 1, .xq = cvk_view_whole(&q), .xd = cvk_view_whole(&d)};
     assert_int_not_equal(cvk_xq8_quantize(&vk->cmd, &vk->dpool, quantizer(), &qa), 0);
     assert_non_null(strstr(cd_errmsg(), "multiple of 32"));
     qa.n_in = 32, qa.n_tokens = 9; /* x of 16 floats */

@@ -64,5 +64,6 @@ int vk_engine_init(engine *e, model *m, const engine_opts *o) {
 
 int vk_poison(cvk_ctx *x, const cvk_buffer *b) { /* on the context's own command stream, idle here */
     cvk_cmd *c = &x->cmd;
-    return cvk_cmd_begin(c) || cvk_cmd_fill(c, cvk_view_whole(b), 0xffffffffu) || cvk_cmd_end(c) || cvk_cmd_run(c) ? -1 : 0;
+    return cvk_cmd_begin(c) || cvk_cmd_fill(c, cvk_view_whole(b), 0xffffffffu) || cvk_cmd_end(c) || cvk_cmd_run(c) ? -1
+                                                                                                                   : 0;
 }

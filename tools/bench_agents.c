@@ -14,9 +14,9 @@
 #define USER_TOKENS 32u /* each agent's own task message after the shared system prompt */
 
 typedef struct agent {
-    int32_t *conv;     /* the conversation so far */
+    int32_t *conv; /* the conversation so far */
     uint32_t n, cap;
-    uint32_t round;    /* rounds done */
+    uint32_t round; /* rounds done */
     uint32_t handle;
     bool in_flight;
     double last_token_ms;
@@ -80,8 +80,13 @@ static bool on_token(void *ctx, int32_t id) {
 /* The agent's next request: a tool result appended, the conversation sent. */
 static int send_round(run *rn, agent *a) {
     append_random(&rn->r, a, rn->o->tool_tokens, engine_model(&rn->e)->cfg.n_vocab);
-    engine_request rq = {.ids = a->conv, .n = a->n, .max_tokens = rn->o->gen, .ignore_eos = true,
-                         .on_token = on_token, .ctx = a, .json_object = rn->o->json_object};
+    engine_request rq = {.ids = a->conv,
+                         .n = a->n,
+                         .max_tokens = rn->o->gen,
+                         .ignore_eos = true,
+                         .on_token = on_token,
+                         .ctx = a,
+                         .json_object = rn->o->json_object};
     a->last_token_ms = 0;
     if (engine_submit(&rn->e, &rq, &a->handle)) return -1;
     a->in_flight = true;
@@ -124,13 +129,19 @@ static int setup(run *rn, const bench_agents_opts *o, model *m) {
     rng_seed(&rn->r, o->seed);
     int32_t *sys = malloc((o->system_tokens + 1) * sizeof *sys);
     rn->agents = calloc(o->agents, sizeof *rn->agents);
-    if (!sys || !rn->agents) { free(sys); return cd_fail("out of memory"); }
+    if (!sys || !rn->agents) {
+        free(sys);
+        return cd_fail("out of memory");
+    }
     for (uint32_t i = 0; i < o->system_tokens; i++) sys[i] = (int32_t)rng_below(&rn->r, m->cfg.n_vocab);
     for (uint32_t k = 0; k < o->agents; k++) {
         agent *a = &rn->agents[k];
         a->cap = n_ctx + o->gen;
         a->run = rn;
-        if (!(a->conv = malloc(a->cap * sizeof *a->conv))) { free(sys); return cd_fail("out of memory"); }
+        if (!(a->conv = malloc(a->cap * sizeof *a->conv))) {
+            free(sys);
+            return cd_fail("out of memory");
+        }
         memcpy(a->conv, sys, o->system_tokens * sizeof *sys);
         a->n = o->system_tokens;
         append_random(&rn->r, a, USER_TOKENS, m->cfg.n_vocab);
@@ -191,17 +202,17 @@ static void report(run *rn, double wall_ms) {
                (unsigned long long)s->prefilled_tokens, (unsigned long long)s->dedup_tokens);
         return;
     }
-    json_t *j = json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:I, "
-                          "s:I, s:f, s:I, s:I, s:I, s:I, s:f}",
-                          "model", o->model ? o->model : "", "device", engine_device(&rn->e)->dev.info.props.deviceName, "agents",
-                          o->agents, "rounds", o->rounds, "system_tokens", o->system_tokens, "tool_tokens",
-                          o->tool_tokens, "gen", o->gen, "concurrency", c, "prefix_cache", !o->eo.no_prefix_cache,
-                          "requests", (json_int_t)rn->requests, "wall_ms", wall_ms, "generated_tokens",
-                          (json_int_t)rn->generated, "decode_tok_s_total", tok_s, "ttft_ms_p50", t50, "ttft_ms_p99",
-                          t99, "itl_ms_p50", i50, "itl_ms_p99", i99, "prompt_tokens", (json_int_t)rn->prompt,
-                          "cached_tokens", (json_int_t)rn->cached, "hit_rate", hit, "prefilled_tokens",
-                          (json_int_t)s->prefilled_tokens, "dedup_tokens", (json_int_t)s->dedup_tokens, "steps",
-                          (json_int_t)s->steps, "preempted", (json_int_t)s->preempted, "decode_tok_s_steady", steady);
+    json_t *j =
+        json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:b, s:I, s:f, s:I, s:f, s:f, s:f, s:f, s:f, s:I, "
+                  "s:I, s:f, s:I, s:I, s:I, s:I, s:f}",
+                  "model", o->model ? o->model : "", "device", engine_device(&rn->e)->dev.info.props.deviceName,
+                  "agents", o->agents, "rounds", o->rounds, "system_tokens", o->system_tokens, "tool_tokens",
+                  o->tool_tokens, "gen", o->gen, "concurrency", c, "prefix_cache", !o->eo.no_prefix_cache, "requests",
+                  (json_int_t)rn->requests, "wall_ms", wall_ms, "generated_tokens", (json_int_t)rn->generated,
+                  "decode_tok_s_total", tok_s, "ttft_ms_p50", t50, "ttft_ms_p99", t99, "itl_ms_p50", i50, "itl_ms_p99",
+                  i99, "prompt_tokens", (json_int_t)rn->prompt, "cached_tokens", (json_int_t)rn->cached, "hit_rate",
+                  hit, "prefilled_tokens", (json_int_t)s->prefilled_tokens, "dedup_tokens", (json_int_t)s->dedup_tokens,
+                  "steps", (json_int_t)s->steps, "preempted", (json_int_t)s->preempted, "decode_tok_s_steady", steady);
     char *out = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
     if (out) puts(out);
     free(out);
@@ -209,7 +220,8 @@ static void report(run *rn, double wall_ms) {
 }
 
 int bench_agents(const bench_agents_opts *o, model *m) {
-    if (!o->agents || !o->rounds || !o->gen) return cli_error("bench", "--agents, --rounds and --gen must be at least 1");
+    if (!o->agents || !o->rounds || !o->gen)
+        return cli_error("bench", "--agents, --rounds and --gen must be at least 1");
     run rn = {.o = o};
     double wall_ms = 0;
     int rc = setup(&rn, o, m) || drive(&rn, &wall_ms);

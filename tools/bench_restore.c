@@ -50,7 +50,12 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
     int32_t *ids = malloc((size_t)n * sizeof *ids);
     engine_tier_round *r = calloc(repeat, sizeof *r);
     double *v = malloc(repeat * sizeof *v);
-    if (!ids || !r || !v) { free(ids); free(r); free(v); return cd_fail("out of memory"); }
+    if (!ids || !r || !v) {
+        free(ids);
+        free(r);
+        free(v);
+        return cd_fail("out of memory");
+    }
     rng g;
     rng_seed(&g, seed + n);
     for (uint32_t i = 0; i < n; i++) ids[i] = (int32_t)rng_below(&g, engine_model(e)->cfg.n_vocab);
@@ -70,7 +75,8 @@ static int bench_n(engine *e, uint32_t n, uint32_t repeat, uint64_t seed, restor
 
 static double per_s(uint64_t bytes, double ms) { return ms > 0 ? bytes / (ms / 1e3) : 0.0; }
 
-int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json, const engine_opts *flags) {
+int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json,
+                  const engine_opts *flags) {
     const char *cache_dir = flags->cache_dir;
     static const uint32_t sizes[] = {512, 4800, 16000};
     uint32_t max_n = 0, n_sizes = 0;
@@ -78,8 +84,10 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         if (sizes[i] < m->cfg.n_ctx_train) max_n = sizes[i], n_sizes++;
     if (!n_sizes) return cli_error("bench", "the model's context (%u) is shorter than 512 tokens", m->cfg.n_ctx_train);
     engine e;
-    engine_opts eo = {.device_memory_mb = flags->device_memory_mb, .host_expert_layers = flags->host_expert_layers,
-                      .host_experts_fixed = flags->host_experts_fixed, .cache_dir_max_bytes = flags->cache_dir_max_bytes};
+    engine_opts eo = {.device_memory_mb = flags->device_memory_mb,
+                      .host_expert_layers = flags->host_expert_layers,
+                      .host_experts_fixed = flags->host_experts_fixed,
+                      .cache_dir_max_bytes = flags->cache_dir_max_bytes};
     if (engine_tier_probe_opts(m, max_n, &eo)) return cli_error("bench", "%s", cd_errmsg());
     char tmp_dir[4096] = "";
     if (!cache_dir) {
@@ -118,11 +126,11 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         json_t *a = json_array();
         for (uint32_t i = 0; i < n_sizes; i++) {
             const engine_tier_round *w = &rows[i].med;
-            json_t *o = json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "tokens", rows[i].n, "pages", w->pages,
-                                  "bytes", (json_int_t)w->bytes, "recompute_ms", w->recompute_ms, "demote_ms",
-                                  w->demote_ms, "restore_ms", w->restore_ms, "restore_bytes_per_s",
-                                  per_s(w->bytes, w->restore_ms), "speedup",
-                                  w->restore_ms > 0 ? w->recompute_ms / w->restore_ms : 0.0);
+            json_t *o =
+                json_pack("{s:i, s:i, s:I, s:f, s:f, s:f, s:f, s:f}", "tokens", rows[i].n, "pages", w->pages, "bytes",
+                          (json_int_t)w->bytes, "recompute_ms", w->recompute_ms, "demote_ms", w->demote_ms,
+                          "restore_ms", w->restore_ms, "restore_bytes_per_s", per_s(w->bytes, w->restore_ms), "speedup",
+                          w->restore_ms > 0 ? w->recompute_ms / w->restore_ms : 0.0);
             json_object_set_new(o, "disk_tokens", json_integer(w->disk_tokens));
             json_object_set_new(o, "disk_bytes", json_integer((json_int_t)w->disk_bytes));
             json_object_set_new(o, "disk_write_ms", json_real(w->write_ms));
@@ -139,10 +147,11 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         free(s);
         json_decref(j);
     } else {
-        printf("model   %s\ndevice  %s\npage 16 tokens, %.1f KiB per page; disk chunks of %u tokens in %s; medians of %u;"
-               " host-tier copies timed to completion (%s)\n",
-               model_path, dev, ti.page_bytes / 1024.0, ti.chunk_tokens, *tmp_dir ? "a temporary dir" : cache_dir,
-               repeat, ti.async_copies ? "asynchronous, + kv_host_sync" : "synchronous");
+        printf(
+            "model   %s\ndevice  %s\npage 16 tokens, %.1f KiB per page; disk chunks of %u tokens in %s; medians of %u;"
+            " host-tier copies timed to completion (%s)\n",
+            model_path, dev, ti.page_bytes / 1024.0, ti.chunk_tokens, *tmp_dir ? "a temporary dir" : cache_dir, repeat,
+            ti.async_copies ? "asynchronous, + kv_host_sync" : "synchronous");
         printf("%8s %7s %10s %13s %11s %11s %12s %9s\n", "tokens", "pages", "MiB", "recompute ms", "demote ms",
                "restore ms", "restore GB/s", "speedup");
         for (uint32_t i = 0; i < n_sizes; i++) {
@@ -154,17 +163,20 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         printf("\ndisk tier (read + validate + upload of the whole 256-token chunks; warm = files in the OS page\n"
                "cache, just written; cold = after fdatasync + posix_fadvise(DONTNEED), if the file system honours\n"
                "it; speedup = recompute ms x disk tokens / N, over cold ms)\n");
-        printf("%8s %11s %10s %9s %9s %10s %10s %11s %9s\n", "tokens", "disk tokens", "file MiB", "write ms",
-               "warm ms", "warm GB/s", "cold ms", "cold GB/s", "speedup");
+        printf("%8s %11s %10s %9s %9s %10s %10s %11s %9s\n", "tokens", "disk tokens", "file MiB", "write ms", "warm ms",
+               "warm GB/s", "cold ms", "cold GB/s", "speedup");
         for (uint32_t i = 0; i < n_sizes; i++) {
             const engine_tier_round *w = &rows[i].med;
-            double rec = rows[i].n ? w->recompute_ms * w->disk_tokens / rows[i].n : 0; /* recompute of the same tokens */
+            double rec =
+                rows[i].n ? w->recompute_ms * w->disk_tokens / rows[i].n : 0; /* recompute of the same tokens */
             printf("%8u %11u %10.2f %9.2f %9.2f %10.2f %10.2f %11.2f %8.1fx\n", rows[i].n, w->disk_tokens,
-                   w->disk_bytes / 1048576.0, w->write_ms, w->disk_ms, per_s(w->disk_bytes, w->disk_ms) / 1e9, w->disk_cold_ms,
-                   per_s(w->disk_bytes, w->disk_cold_ms) / 1e9, w->disk_cold_ms > 0 ? rec / w->disk_cold_ms : 0);
+                   w->disk_bytes / 1048576.0, w->write_ms, w->disk_ms, per_s(w->disk_bytes, w->disk_ms) / 1e9,
+                   w->disk_cold_ms, per_s(w->disk_bytes, w->disk_cold_ms) / 1e9,
+                   w->disk_cold_ms > 0 ? rec / w->disk_cold_ms : 0);
         }
         if (n_sizes < sizeof sizes / sizeof sizes[0])
-            printf("(sizes from %u tokens up skipped: the model's context is %u)\n", sizes[n_sizes], m->cfg.n_ctx_train);
+            printf("(sizes from %u tokens up skipped: the model's context is %u)\n", sizes[n_sizes],
+                   m->cfg.n_ctx_train);
     }
     engine_free(&e);
     return 0;

@@ -10,4 +10,5 @@
 #include "engine/engine.h"
 #include "runtime/model/model.h"
 
-int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json, const engine_opts *flags);
+int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t seed, bool json,
+                  const engine_opts *flags);

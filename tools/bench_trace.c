@@ -18,11 +18,11 @@
 
 /* A request in flight (--concurrency): its trace line and its chat session, if any. */
 typedef struct flight {
-    size_t no;       /* trace line, from 1 */
+    size_t no; /* trace line, from 1 */
     uint32_t handle;
-    double submit_ms; /* cd_now_ms() at submit (hooks) */
+    double submit_ms;  /* cd_now_ms() at submit (hooks) */
     double prepare_ms; /* rendering and tokenizing its prompt before that */
-    conversation *c; /* chat traces: the session the reply joins */
+    conversation *c;   /* chat traces: the session the reply joins */
 } flight;
 
 typedef struct replay {
@@ -34,7 +34,7 @@ typedef struct replay {
     flight *fl;       /* [concurrency] */
     uint32_t n_fl;
     double wall_ms;
-    bool quiet;       /* nothing printed (the comparison run of --plot) */
+    bool quiet; /* nothing printed (the comparison run of --plot) */
 } replay;
 
 static json_t *request_json(const engine_reply *r) {
@@ -45,8 +45,8 @@ static json_t *request_json(const engine_reply *r) {
                      "cached_tokens", r->cached_tokens, "prefilled_tokens", r->prefilled_tokens, "hit_rate",
                      r->prompt_tokens ? (double)r->cached_tokens / r->prompt_tokens : 0.0, "evicted_pages",
                      (json_int_t)r->evicted_pages, "restored_tokens", r->restored_tokens, "demoted_pages",
-                     (json_int_t)r->demoted_pages, "restore_ms", r->restore_ms, "ttft_ms", r->ttft_ms,
-                     "decode_tok_s", dec, "generated", gen, "finish_reason", reply_finish_name(r));
+                     (json_int_t)r->demoted_pages, "restore_ms", r->restore_ms, "ttft_ms", r->ttft_ms, "decode_tok_s",
+                     dec, "generated", gen, "finish_reason", reply_finish_name(r));
 }
 
 /* Renders / reads trace line `no`, submits it, and puts it in flight. */
@@ -59,7 +59,8 @@ static int submit_line(replay *rp, trace_sessions *ss, size_t no) {
     size_t n = 0;
     conversation *c = NULL;
     if (trace_max_tokens(req, no, &max_tokens)) return -1;
-    if (rp->t.chat ? trace_chat_ids(ss, req, no, tok, &c, &ids, &n) : trace_request_ids(req, no, engine_model(&rp->e)->cfg.n_vocab, &ids, &n))
+    if (rp->t.chat ? trace_chat_ids(ss, req, no, tok, &c, &ids, &n)
+                   : trace_request_ids(req, no, engine_model(&rp->e)->cfg.n_vocab, &ids, &n))
         return -1;
     if (rp->dump) { /* "max_tokens:id,id,..." per request */
         fprintf(rp->dump, "%u:", max_tokens);
@@ -113,7 +114,8 @@ static bool may_start(const replay *rp, size_t no) {
     if (!rp->t.chat) return true;
     const char *name = json_string_value(json_object_get(json_array_get(rp->t.lines, no - 1), "session"));
     for (uint32_t k = 0; name && k < rp->n_fl; k++) {
-        const char *other = json_string_value(json_object_get(json_array_get(rp->t.lines, rp->fl[k].no - 1), "session"));
+        const char *other =
+            json_string_value(json_object_get(json_array_get(rp->t.lines, rp->fl[k].no - 1), "session"));
         if (other && !strcmp(other, name)) return false;
     }
     return true;
@@ -134,7 +136,10 @@ static int run_trace(replay *rp, trace_sessions *ss, uint32_t concurrency) {
             engine_reply r;
             int got = engine_poll(&rp->e, rp->fl[k].handle, &r);
             if (got < 0) return -1;
-            if (!got) { k++; continue; }
+            if (!got) {
+                k++;
+                continue;
+            }
             flight f = rp->fl[k];
             rp->fl[k] = rp->fl[--rp->n_fl];
             int rc = finish_line(rp, &f, &r);
@@ -167,13 +172,13 @@ static json_t *totals_json(const replay *rp) {
     engine_cache_info ci;
     engine_cache_info_get(&rp->e, &ci);
     uint64_t pages = (uint64_t)ci.gpu_cached + ci.gpu_pinned, pt = ci.page_tokens;
-    json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:I, s:f}", "requests", (json_int_t)s->requests,
-                          "prompt_tokens", (json_int_t)s->prompt_tokens, "cached_tokens", (json_int_t)s->cached_tokens,
-                          "hit_rate", s->prompt_tokens ? (double)s->cached_tokens / s->prompt_tokens : 0.0,
-                          "prefilled_tokens", (json_int_t)s->prefilled_tokens, "evicted_pages",
-                          (json_int_t)s->evicted_pages, "wall_ms", rp->wall_ms, "tree_nodes", (json_int_t)ci.nodes,
-                          "tree_pages", (json_int_t)pages, "tree_bytes", (json_int_t)ci.index_bytes,
-                          "tree_bytes_per_cached_token", pages ? (double)ci.index_bytes / ((double)pages * pt) : 0.0);
+    json_t *j = json_pack(
+        "{s:I, s:I, s:I, s:f, s:I, s:I, s:f, s:I, s:I, s:I, s:f}", "requests", (json_int_t)s->requests, "prompt_tokens",
+        (json_int_t)s->prompt_tokens, "cached_tokens", (json_int_t)s->cached_tokens, "hit_rate",
+        s->prompt_tokens ? (double)s->cached_tokens / s->prompt_tokens : 0.0, "prefilled_tokens",
+        (json_int_t)s->prefilled_tokens, "evicted_pages", (json_int_t)s->evicted_pages, "wall_ms", rp->wall_ms,
+        "tree_nodes", (json_int_t)ci.nodes, "tree_pages", (json_int_t)pages, "tree_bytes", (json_int_t)ci.index_bytes,
+        "tree_bytes_per_cached_token", pages ? (double)ci.index_bytes / ((double)pages * pt) : 0.0);
     uint32_t opt = trace_header_u32(&rp->t, "optimal_cached_tokens");
     if (json_object_get(rp->t.header, "optimal_cached_tokens"))
         json_object_set_new(j, "optimal_cached_tokens", json_integer(opt));
@@ -216,8 +221,8 @@ static void report(const replay *rp, const char *name) {
     if (rp->o->json) {
         json_t *j = json_pack("{s:s, s:s, s:s, s:s, s:i, s:i, s:b, s:O, s:o}", "scenario", name, "kind",
                               rp->t.chat ? "chat" : "tokens", "model", rp->o->model, "device",
-                              engine_device(&rp->e)->dev.info.props.deviceName, "page_size", ci.page_tokens, "kv_pool_tokens",
-                              ci.gpu_pages * ci.page_tokens, "prefix_cache", engine_cache_on(&rp->e),
+                              engine_device(&rp->e)->dev.info.props.deviceName, "page_size", ci.page_tokens,
+                              "kv_pool_tokens", ci.gpu_pages * ci.page_tokens, "prefix_cache", engine_cache_on(&rp->e),
                               "requests", rp->requests, "totals", tot);
         char *s = json_dumps(j, JSON_COMPACT | JSON_REAL_PRECISION(6));
         puts(s);
@@ -231,8 +236,11 @@ static void report(const replay *rp, const char *name) {
            (unsigned long long)s->prefilled_tokens, s->prompt_tokens ? 100.0 * s->cached_tokens / s->prompt_tokens : 0,
            (unsigned long long)s->evicted_pages, json_real_value(json_object_get(tot, "ttft_ms_sum")), rp->wall_ms);
     if (json_object_get(tot, "optimal_cached_tokens"))
-        printf("optimal cached tokens %lld: %s\n", (long long)json_integer_value(json_object_get(tot, "optimal_cached_tokens")),
-               (json_int_t)s->cached_tokens == json_integer_value(json_object_get(tot, "optimal_cached_tokens")) ? "reached" : "NOT reached");
+        printf("optimal cached tokens %lld: %s\n",
+               (long long)json_integer_value(json_object_get(tot, "optimal_cached_tokens")),
+               (json_int_t)s->cached_tokens == json_integer_value(json_object_get(tot, "optimal_cached_tokens"))
+                   ? "reached"
+                   : "NOT reached");
     printf("index: %lld nodes, %lld pages, %.1f bytes per cached token\n",
            (long long)json_integer_value(json_object_get(tot, "tree_nodes")),
            (long long)json_integer_value(json_object_get(tot, "tree_pages")),
@@ -242,18 +250,19 @@ static void report(const replay *rp, const char *name) {
                "%.2f MiB to host, %.2f MiB to GPU | restore %.1f ms\n",
                ci.host_slots - ci.host_free, ci.host_slots, (unsigned long long)ci.gpu_cached + ci.gpu_pinned,
                (unsigned long long)s->demoted_pages, (unsigned long long)s->restored_pages,
-               (unsigned long long)s->restored_tokens, ci.host_bytes_to_host / 1048576.0, ci.host_bytes_to_gpu / 1048576.0,
-               s->restore_ms);
+               (unsigned long long)s->restored_tokens, ci.host_bytes_to_host / 1048576.0,
+               ci.host_bytes_to_gpu / 1048576.0, s->restore_ms);
     }
     if (engine_disk_on(&rp->e))
-        printf("disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, %.1f ms) "
-               "| %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, %llu over budget\n",
-               ci.disk_dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
-               s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
-               s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected,
-               ci.disk_budget_bytes / 1048576.0, ci.disk_bytes / 1048576.0,
-               (unsigned long long)s->disk_evicted_chunks, s->disk_evicted_bytes / 1048576.0,
-               (unsigned long long)s->disk_over_budget);
+        printf(
+            "disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, %.1f ms) "
+            "| %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, %llu over "
+            "budget\n",
+            ci.disk_dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
+            s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
+            s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected,
+            ci.disk_budget_bytes / 1048576.0, ci.disk_bytes / 1048576.0, (unsigned long long)s->disk_evicted_chunks,
+            s->disk_evicted_bytes / 1048576.0, (unsigned long long)s->disk_over_budget);
     json_decref(tot);
 }
 
@@ -276,7 +285,8 @@ static int resolve(const bench_trace_opts *o, char *path, size_t cap, const char
 static int ttfts(const replay *rp, double **ttft, size_t *n) {
     *n = json_array_size(rp->requests);
     if (!(*ttft = calloc(*n ? *n : 1, sizeof **ttft))) return cd_fail("out of memory");
-    for (size_t i = 0; i < *n; i++) (*ttft)[i] = json_real_value(json_object_get(json_array_get(rp->requests, i), "ttft_ms"));
+    for (size_t i = 0; i < *n; i++)
+        (*ttft)[i] = json_real_value(json_object_get(json_array_get(rp->requests, i), "ttft_ms"));
     return 0;
 }
 
@@ -295,7 +305,8 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
     if (!rc && o->dump_prompts && !(rp.dump = fopen(o->dump_prompts, "w")))
         rc = cd_fail("%s: cannot create", o->dump_prompts);
     if (!rc) {
-        uint32_t n_ctx = context_needed(&rp), pool = o->eo.pool_tokens ? o->eo.pool_tokens : trace_header_u32(&rp.t, "kv_pool_tokens");
+        uint32_t n_ctx = context_needed(&rp),
+                 pool = o->eo.pool_tokens ? o->eo.pool_tokens : trace_header_u32(&rp.t, "kv_pool_tokens");
         if (!pool) pool = n_ctx < 1024 ? 4096 : 4 * n_ctx; /* no header size: room for the whole trace */
         engine_opts eo = o->eo;
         eo.n_ctx = n_ctx, eo.pool_tokens = pool, eo.max_seqs = concurrency;
@@ -306,7 +317,8 @@ static int replay_trace(const bench_trace_opts *o, model *m, bool quiet, double 
     engine_cache_info ci = {0};
     if (!rc) engine_cache_info_get(&rp.e, &ci);
     if (!rc && !o->json && !rp.quiet)
-        printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u MiB%s%s\n"
+        printf("scenario %s (%s, %zu requests) | page %u tokens | KV pool %u tokens | prefix cache %s | host tier %u "
+               "MiB%s%s\n"
                "   #   prompt   cached prefilled    hit evicted restored    TTFT ms  decode t/s%s\n",
                name, rp.t.chat ? "chat" : "tokens", json_array_size(rp.t.lines), ci.page_tokens,
                ci.gpu_pages * ci.page_tokens, engine_cache_on(&rp.e) ? "on" : "off", o->eo.host_cache_mb,
@@ -340,7 +352,8 @@ int bench_trace(const bench_trace_opts *o, model *m) {
     size_t na = 0, nb = 0;
     int rc = replay_trace(o, m, false, &a, &na);
     if (!rc) {
-        if (!o->json) printf("plot: replaying again with the prefix cache %s\n", other.eo.no_prefix_cache ? "off" : "on");
+        if (!o->json)
+            printf("plot: replaying again with the prefix cache %s\n", other.eo.no_prefix_cache ? "off" : "on");
         rc = replay_trace(&other, m, true, &b, &nb);
     }
     if (!rc) {

@@ -26,7 +26,10 @@ static void usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) { usage(stderr); return 2; }
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;

@@ -18,9 +18,15 @@ bool cli_value(int argc, char **argv, int *i, const char *name, const char **val
     size_t n = strlen(name);
     const char *a = argv[*i];
     if (strncmp(a, name, n)) return false;
-    if (a[n] == '=') { *value = a + n + 1; return true; }
+    if (a[n] == '=') {
+        *value = a + n + 1;
+        return true;
+    }
     if (a[n] != 0) return false;
-    if (*i + 1 >= argc) { *value = NULL; return true; }
+    if (*i + 1 >= argc) {
+        *value = NULL;
+        return true;
+    }
     *value = argv[++*i];
     return true;
 }
@@ -32,7 +38,8 @@ int cli_u64(const char *opt, const char *s, uint64_t *out) {
     char *end;
     errno = 0;
     unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') return fprintf(stderr, "cinder: %s: '%s' is not a non-negative integer\n", opt, s), -1;
+    if (errno || end == s || *end || s[0] == '-')
+        return fprintf(stderr, "cinder: %s: '%s' is not a non-negative integer\n", opt, s), -1;
     *out = v;
     return 0;
 }
@@ -48,9 +55,11 @@ int cli_u32(const char *opt, const char *s, uint32_t *out) {
 int cli_cache_dir_max_mb(const char *cmd, const char *s, uint32_t *mb) {
     if (cli_u32("--cache-dir-max-mb", s, mb)) return -1;
     if (!*mb)
-        return cli_error(cmd, "--cache-dir-max-mb 0: the disk tier's budget is at least 1 MiB (there is no unlimited "
-                              "budget); leave the flag out for the default (10%% of the file system's free space at start, "
-                              "at least 256 MiB), or leave out --cache-dir for no disk tier"), -1;
+        return cli_error(cmd,
+                         "--cache-dir-max-mb 0: the disk tier's budget is at least 1 MiB (there is no unlimited "
+                         "budget); leave the flag out for the default (10%% of the file system's free space at start, "
+                         "at least 256 MiB), or leave out --cache-dir for no disk tier"),
+               -1;
     return 0;
 }
 
@@ -78,7 +87,8 @@ int cli_f32(const char *opt, const char *s, float *out) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return fprintf(stderr, "cinder: %s: '%s' is not a number\n", opt, s), -1;
+    if (errno || end == s || *end || !isfinite(v))
+        return fprintf(stderr, "cinder: %s: '%s' is not a number\n", opt, s), -1;
     *out = v;
     return 0;
 }
@@ -117,7 +127,10 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n) {
         out[k++] = (int32_t)v;
         p = *end ? end + 1 : end;
     }
-    if (k == 0) { free(out); return fprintf(stderr, "cinder: %s: empty token list\n", opt), -1; }
+    if (k == 0) {
+        free(out);
+        return fprintf(stderr, "cinder: %s: empty token list\n", opt), -1;
+    }
     *ids = out;
     *n = k;
     return 0;
@@ -155,7 +168,10 @@ int cli_ensure_default_model(void) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
-    if (slash) { *slash = 0; mkdir(dir, 0755); }
+    if (slash) {
+        *slash = 0;
+        mkdir(dir, 0755);
+    }
     synth_spec spec;
     synth_preset("small", &spec);
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -200,7 +216,8 @@ int cli_rope(int argc, char **argv, int *i, rope_override *o) {
     if (cli_value(argc, argv, i, "--rope-scaling", &v)) {
         enum rope_scaling type;
         if (!v) return fprintf(stderr, "cinder: --rope-scaling needs a value\n"), -1;
-        if (rope_scaling_parse(v, strlen(v), &type)) return fprintf(stderr, "cinder: --rope-scaling: %s\n", cd_errmsg()), -1;
+        if (rope_scaling_parse(v, strlen(v), &type))
+            return fprintf(stderr, "cinder: --rope-scaling: %s\n", cd_errmsg()), -1;
         o->scaling = v;
         return 1;
     }

@@ -34,11 +34,11 @@ int cli_ids(const char *opt, const char *s, int32_t **ids, size_t *n);
  * Returns 1 when argv[*i] was one (advanced past its value), 0 when not, -1 after a message. */
 int cli_rope(int argc, char **argv, int *i, rope_override *o);
 /* The memory plan's flag, as run, chat and serve describe it. */
-#define CLI_DEVICE_MEMORY_USAGE                                                                    \
-    "The weights must fit what the device has left\n"                                            \
-    "  after the KV pool and work buffers, or nothing is read (docs/VULKAN.md); --device-memory-mb N\n" \
-    "  plans as if the device had N MiB (a smaller card). Where they do not fit, the experts of the\n" \
-    "  first layers stay in host memory that the device reads (as few as make the rest fit);\n"   \
+#define CLI_DEVICE_MEMORY_USAGE                                                                                        \
+    "The weights must fit what the device has left\n"                                                                  \
+    "  after the KV pool and work buffers, or nothing is read (docs/VULKAN.md); --device-memory-mb N\n"                \
+    "  plans as if the device had N MiB (a smaller card). Where they do not fit, the experts of the\n"                 \
+    "  first layers stay in host memory that the device reads (as few as make the rest fit);\n"                        \
     "  --n-cpu-moe N puts exactly N layers' there, --cpu-moe every layer's, --n-cpu-moe 0 none."
 #define CLI_MEMORY_FLAGS "[--device-memory-mb N] [--n-cpu-moe N | --cpu-moe]"
 /* --device-memory-mb N, --n-cpu-moe N, --cpu-moe into the engine's options: 1 when argv[*i] was

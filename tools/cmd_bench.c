@@ -28,19 +28,19 @@ typedef struct bench_opts {
     uint32_t n_prompt, n_gen, repeat;
     uint64_t seed;
     bool json, restore;
-    engine_opts eo;         /* the engine's flags (tools/cli_engine.h) and --chunk-tokens */
-    bench_trace_opts trace; /* --trace / --scenario: replay a request trace instead */
+    engine_opts eo;           /* the engine's flags (tools/cli_engine.h) and --chunk-tokens */
+    bench_trace_opts trace;   /* --trace / --scenario: replay a request trace instead */
     bench_agents_opts agents; /* --agents N: agent loops through the scheduler instead */
     bool gen_given;
-    int gate_up_pairs; /* engine_opts.gate_up_pairs (prefill/decode mode) */
-    int int_dot;       /* engine_opts.int_dot */
-    bool json_object;  /* the reply held to one JSON object (engine_request.json_object) */
+    int gate_up_pairs;            /* engine_opts.gate_up_pairs (prefill/decode mode) */
+    int int_dot;                  /* engine_opts.int_dot */
+    bool json_object;             /* the reply held to one JSON object (engine_request.json_object) */
     const char *json_schema_file; /* --json-schema FILE: the reply held to its schema */
     json_schema *schema;          /* compiled from it */
-    int32_t logprobs;  /* -1: none; else each token's log-probability and this many alternatives */
-    int32_t prompt_logprobs; /* -1: none; else every prompt position's, with this many alternatives */
-    const char *prompt_text; /* the prompt as text (tokenized) instead of --prompt-tokens random ids */
-    rope_override rope;      /* --rope-scaling ... over the file's */
+    int32_t logprobs;             /* -1: none; else each token's log-probability and this many alternatives */
+    int32_t prompt_logprobs;      /* -1: none; else every prompt position's, with this many alternatives */
+    const char *prompt_text;      /* the prompt as text (tokenized) instead of --prompt-tokens random ids */
+    rope_override rope;           /* --rope-scaling ... over the file's */
 } bench_opts;
 
 typedef struct bench_run {
@@ -127,12 +127,26 @@ static int parse(int argc, char **argv, bench_opts *o) {
     *ag = (bench_agents_opts){.rounds = 4, .system_tokens = 1024, .tool_tokens = 64, .gen = 32};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
-        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
-        if (cli_flag(argv, i, "--profile")) return cli_error("bench", "--profile is now 'cinder profile' (per op time, bytes, roofline, trace)"), -1;
-        if (cli_flag(argv, i, "--restore-bench")) { o->restore = true; continue; }
-        if (cli_flag(argv, i, "--json-object")) { o->json_object = ag->json_object = true; continue; }
-        int rope = cli_rope(argc, argv, &i, &o->rope), eng = rope ? 0 : cli_engine_flag("bench", argc, argv, &i, &o->eo);
+        if (cli_flag(argv, i, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (cli_flag(argv, i, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (cli_flag(argv, i, "--profile"))
+            return cli_error("bench", "--profile is now 'cinder profile' (per op time, bytes, roofline, trace)"), -1;
+        if (cli_flag(argv, i, "--restore-bench")) {
+            o->restore = true;
+            continue;
+        }
+        if (cli_flag(argv, i, "--json-object")) {
+            o->json_object = ag->json_object = true;
+            continue;
+        }
+        int rope = cli_rope(argc, argv, &i, &o->rope),
+            eng = rope ? 0 : cli_engine_flag("bench", argc, argv, &i, &o->eo);
         if (rope < 0 || eng < 0) return -1;
         if (rope || eng) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
@@ -141,36 +155,46 @@ static int parse(int argc, char **argv, bench_opts *o) {
         else if (cli_value(argc, argv, &i, "--trace", &v)) o->trace.trace = v;
         else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->trace.chat_template = v;
         else if (cli_value(argc, argv, &i, "--scenario", &v)) o->trace.scenario = v;
-        else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("bench", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
-        else if (cli_value(argc, argv, &i, "--int-dot", &v)) { if (cli_auto_on_off("bench", "--int-dot", v, &o->int_dot)) return -1; }
-        else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
+        else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) {
+            if (cli_auto_on_off("bench", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1;
+        } else if (cli_value(argc, argv, &i, "--int-dot", &v)) {
+            if (cli_auto_on_off("bench", "--int-dot", v, &o->int_dot)) return -1;
+        } else if (cli_value(argc, argv, &i, "--dump-prompts", &v)) o->trace.dump_prompts = v;
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->trace.plot = v;
-        else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1; }
-        else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->n_gen)) return -1; o->gen_given = true; }
-        else if (cli_value(argc, argv, &i, "--agents", &v)) { if (cli_u32("--agents", v, &ag->agents)) return -1; }
-        else if (cli_value(argc, argv, &i, "--rounds", &v)) { if (cli_u32("--rounds", v, &ag->rounds)) return -1; }
-        else if (cli_value(argc, argv, &i, "--system-tokens", &v)) { if (cli_u32("--system-tokens", v, &ag->system_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--tool-tokens", &v)) { if (cli_u32("--tool-tokens", v, &ag->tool_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--concurrency", &v)) {
+        else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) {
+            if (cli_u32("--prompt-tokens", v, &o->n_prompt)) return -1;
+        } else if (cli_value(argc, argv, &i, "--gen", &v)) {
+            if (cli_u32("--gen", v, &o->n_gen)) return -1;
+            o->gen_given = true;
+        } else if (cli_value(argc, argv, &i, "--agents", &v)) {
+            if (cli_u32("--agents", v, &ag->agents)) return -1;
+        } else if (cli_value(argc, argv, &i, "--rounds", &v)) {
+            if (cli_u32("--rounds", v, &ag->rounds)) return -1;
+        } else if (cli_value(argc, argv, &i, "--system-tokens", &v)) {
+            if (cli_u32("--system-tokens", v, &ag->system_tokens)) return -1;
+        } else if (cli_value(argc, argv, &i, "--tool-tokens", &v)) {
+            if (cli_u32("--tool-tokens", v, &ag->tool_tokens)) return -1;
+        } else if (cli_value(argc, argv, &i, "--concurrency", &v)) {
             if (cli_u32("--concurrency", v, &ag->concurrency)) return -1;
             o->trace.concurrency = ag->concurrency;
-        }
-        else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) { if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--repeat", &v)) { if (cli_u32("--repeat", v, &o->repeat)) return -1; }
-        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->seed)) return -1; }
-        else if (cli_value(argc, argv, &i, "--logprobs", &v)) {
+        } else if (cli_value(argc, argv, &i, "--chunk-tokens", &v)) {
+            if (cli_u32("--chunk-tokens", v, &o->eo.chunk_tokens)) return -1;
+        } else if (cli_value(argc, argv, &i, "--repeat", &v)) {
+            if (cli_u32("--repeat", v, &o->repeat)) return -1;
+        } else if (cli_value(argc, argv, &i, "--seed", &v)) {
+            if (cli_u64("--seed", v, &o->seed)) return -1;
+        } else if (cli_value(argc, argv, &i, "--logprobs", &v)) {
             uint32_t n;
             if (cli_u32("--logprobs", v, &n)) return -1;
             if (n > TOP_LOGPROBS_MAX) return cli_error("bench", "--logprobs is at most %d", TOP_LOGPROBS_MAX), -1;
             o->logprobs = (int32_t)n;
-        }
-        else if (cli_value(argc, argv, &i, "--prompt-logprobs", &v)) {
+        } else if (cli_value(argc, argv, &i, "--prompt-logprobs", &v)) {
             uint32_t n;
             if (cli_u32("--prompt-logprobs", v, &n)) return -1;
-            if (n > TOP_LOGPROBS_MAX) return cli_error("bench", "--prompt-logprobs is at most %d", TOP_LOGPROBS_MAX), -1;
+            if (n > TOP_LOGPROBS_MAX)
+                return cli_error("bench", "--prompt-logprobs is at most %d", TOP_LOGPROBS_MAX), -1;
             o->prompt_logprobs = (int32_t)n;
-        }
-        else return cli_unknown("bench", a), -1;
+        } else return cli_unknown("bench", a), -1;
         if (!v) return cli_error("bench", "%s needs a value", a), -1;
     }
     if (o->n_prompt == 0) return cli_error("bench", "--prompt-tokens must be at least 1"), -1;
@@ -204,8 +228,13 @@ static void drop_prompt_logprob(void *ctx, uint32_t pos, const token_logprob *lp
  * the prompt's passes end with the first token (prefill), then n_gen greedy decode steps. */
 static int bench_once(engine *e, const bench_opts *o, const int32_t *ids, uint32_t n_prompt, uint32_t n_gen,
                       bench_run *out) {
-    engine_request rq = {.ids = ids, .n = n_prompt, .max_tokens = n_gen + 1, .ignore_eos = true,
-                         .json_object = o->json_object, .json_schema = o->schema, .on_logprob = o->logprobs >= 0 ? drop_logprob : NULL,
+    engine_request rq = {.ids = ids,
+                         .n = n_prompt,
+                         .max_tokens = n_gen + 1,
+                         .ignore_eos = true,
+                         .json_object = o->json_object,
+                         .json_schema = o->schema,
+                         .on_logprob = o->logprobs >= 0 ? drop_logprob : NULL,
                          .top_logprobs = o->logprobs > 0 ? (uint32_t)o->logprobs : 0,
                          .on_prompt_logprob = o->prompt_logprobs >= 0 ? drop_prompt_logprob : NULL,
                          .prompt_top_logprobs = o->prompt_logprobs > 0 ? (uint32_t)o->prompt_logprobs : 0};
@@ -289,8 +318,9 @@ static int bench(bench_opts *o, model *m) {
                          o->n_gen, m->cfg.n_ctx_train);
     }
     if (o->eo.n_ctx) { /* a larger context than the run needs (the speed must not depend on it) */
-        const char *bad = o->eo.n_ctx < need ? "is below the prompt + generated tokens"
-                          : o->eo.n_ctx > m->cfg.n_ctx_train ? "exceeds the model's context" : NULL;
+        const char *bad = o->eo.n_ctx < need   ? "is below the prompt + generated tokens"
+            : o->eo.n_ctx > m->cfg.n_ctx_train ? "exceeds the model's context"
+                                               : NULL;
         if (bad) {
             free(ids);
             return cli_error("bench", "--ctx %u %s (%u + %u; the model's %u)", o->eo.n_ctx, bad, o->n_prompt, o->n_gen,
@@ -300,14 +330,25 @@ static int bench(bench_opts *o, model *m) {
     }
     double *pp = calloc(o->repeat, sizeof *pp), *tg = calloc(o->repeat, sizeof *tg);
     engine e = {0};
-    if (!pp || !tg) { free(ids); free(pp); free(tg); return cli_error("bench", "out of memory"); }
+    if (!pp || !tg) {
+        free(ids);
+        free(pp);
+        free(tg);
+        return cli_error("bench", "out of memory");
+    }
 
     int rc = 0;
     double t0 = cd_now_ms();
     /* the flags' memory plan and speculation; one request, no prefix cache (each repeat from scratch) */
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = need, .no_prefix_cache = true, .gate_up_pairs = o->gate_up_pairs,
-                      .int_dot = o->int_dot, .spec_tokens = o->eo.spec_tokens, .chunk_tokens = o->eo.chunk_tokens,
-                      .device_memory_mb = o->eo.device_memory_mb, .host_expert_layers = o->eo.host_expert_layers,
+    engine_opts eo = {.n_ctx = n_ctx,
+                      .pool_tokens = need,
+                      .no_prefix_cache = true,
+                      .gate_up_pairs = o->gate_up_pairs,
+                      .int_dot = o->int_dot,
+                      .spec_tokens = o->eo.spec_tokens,
+                      .chunk_tokens = o->eo.chunk_tokens,
+                      .device_memory_mb = o->eo.device_memory_mb,
+                      .host_expert_layers = o->eo.host_expert_layers,
                       .host_experts_fixed = o->eo.host_experts_fixed};
     if (engine_init(&e, m, &eo)) rc = -1;
     double load_ms = cd_now_ms() - t0;
@@ -316,13 +357,16 @@ static int bench(bench_opts *o, model *m) {
     if (!rc && bench_once(&e, o, ids, n_warm, o->n_gen < 2 ? o->n_gen : 2, &warm)) rc = -1;
     for (uint32_t k = 0; !rc && k < o->repeat; k++) {
         bench_run b;
-        if (bench_once(&e, o, ids, o->n_prompt, o->n_gen, &b)) { rc = -1; break; }
+        if (bench_once(&e, o, ids, o->n_prompt, o->n_gen, &b)) {
+            rc = -1;
+            break;
+        }
         spec.draft_tokens += b.draft_tokens, spec.accepted_tokens += b.accepted_tokens;
         pp[k] = o->n_prompt / (b.prefill_ms / 1e3);
         tg[k] = o->n_gen ? o->n_gen / (b.decode_ms / 1e3) : 0;
         if (!o->json)
-            fprintf(stderr, "repeat %u: prefill %.1f ms (%.2f tok/s), decode %.1f ms (%.2f tok/s)\n", k + 1, b.prefill_ms,
-                    pp[k], b.decode_ms, tg[k]);
+            fprintf(stderr, "repeat %u: prefill %.1f ms (%.2f tok/s), decode %.1f ms (%.2f tok/s)\n", k + 1,
+                    b.prefill_ms, pp[k], b.decode_ms, tg[k]);
     }
     if (rc) cli_error("bench", "%s", cd_errmsg());
     else report(o, m, engine_device(&e), pp, tg, load_ms, &spec);
@@ -351,7 +395,8 @@ int cmd_bench(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true, .rope = o.rope})) return cli_error("bench", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true, .rope = o.rope}))
+        return cli_error("bench", "%s", cd_errmsg());
     o.trace.model = o.model;
     o.trace.json = o.json;
     o.agents.model = o.model;
@@ -365,9 +410,9 @@ int cmd_bench(int argc, char **argv) {
         model_free(m);
         return cli_error("bench", "--plot goes with --trace or --scenario (TTFT per request, cache on and off)");
     }
-    int rc = o.restore                             ? bench_restore(o.model, m, o.repeat, o.seed, o.json, &o.eo)
-             : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
-                                                 : bench(&o, m);
+    int rc = o.restore                      ? bench_restore(o.model, m, o.repeat, o.seed, o.json, &o.eo)
+        : o.trace.trace || o.trace.scenario ? bench_trace(&o.trace, m)
+                                            : bench(&o, m);
     model_free(m);
     json_schema_unref(o.schema);
     return rc ? 1 : 0;

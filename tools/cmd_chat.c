@@ -75,22 +75,39 @@ static int parse(int argc, char **argv, chat_opts *o) {
     *o = (chat_opts){.max_tokens = 256, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
-        if (cli_flag(argv, i, "--think")) { o->think = CHAT_THINK_ASK_ON; continue; }
-        if (cli_flag(argv, i, "--no-think")) { o->think = CHAT_THINK_ASK_OFF; continue; }
-        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        if (cli_flag(argv, i, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (cli_flag(argv, i, "--think")) {
+            o->think = CHAT_THINK_ASK_ON;
+            continue;
+        }
+        if (cli_flag(argv, i, "--no-think")) {
+            o->think = CHAT_THINK_ASK_OFF;
+            continue;
+        }
+        if (cli_flag(argv, i, "--json")) {
+            o->json = true;
+            continue;
+        }
         int rope = cli_rope(argc, argv, &i, &o->rope), eng = rope ? 0 : cli_engine_flag("chat", argc, argv, &i, &o->eo);
         if (rope < 0 || eng < 0) return -1;
         if (rope || eng) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--system", &v)) o->system = v;
         else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->chat_template = v;
-        else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->max_tokens)) return -1; }
-        else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
-        else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
-        else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
-        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->sp.seed)) return -1; }
-        else return cli_unknown("chat", a), -1;
+        else if (cli_value(argc, argv, &i, "--n", &v)) {
+            if (cli_u32("--n", v, &o->max_tokens)) return -1;
+        } else if (cli_value(argc, argv, &i, "--temp", &v)) {
+            if (cli_f32("--temp", v, &o->sp.temperature)) return -1;
+        } else if (cli_value(argc, argv, &i, "--top-k", &v)) {
+            if (cli_i32("--top-k", v, &o->sp.top_k)) return -1;
+        } else if (cli_value(argc, argv, &i, "--top-p", &v)) {
+            if (cli_f32("--top-p", v, &o->sp.top_p)) return -1;
+        } else if (cli_value(argc, argv, &i, "--seed", &v)) {
+            if (cli_u64("--seed", v, &o->sp.seed)) return -1;
+        } else return cli_unknown("chat", a), -1;
         if (!v) return cli_error("chat", "%s needs a value", a), -1;
     }
     if (o->max_tokens == 0) return cli_error("chat", "--n must be at least 1"), -1;
@@ -111,7 +128,10 @@ static bool on_token(void *ctx, int32_t id) {
     if (!s->print || tok_is_eog(s->tok, id)) return true;
     char piece[1024];
     int n = tok_stream_push(s->tok, &s->ts, id, piece, sizeof piece);
-    if (n > 0) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
+    if (n > 0) {
+        fwrite(piece, 1, (size_t)n, stdout);
+        fflush(stdout);
+    }
     return true;
 }
 
@@ -128,12 +148,12 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
     double dec = r->n > 1 && r->decode_ms > 0 ? (r->n - 1) / (r->decode_ms / 1e3) : 0;
     bool ctx_end = r->finish == ENGINE_LENGTH && r->prompt_tokens + r->n >= engine_n_ctx(e);
     if (o->json) {
-        json_t *j = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "turn", turn,
-                              "prompt_tokens", r->prompt_tokens, "cached_tokens", r->cached_tokens,
-                              "prefilled_tokens", r->prefilled_tokens, "ttft_ms", r->ttft_ms, "decode_tok_s", dec,
-                              "generated", r->n, "evicted_pages", (json_int_t)r->evicted_pages, "restored_tokens",
-                              r->restored_tokens, "demoted_pages", (json_int_t)r->demoted_pages, "restore_ms",
-                              r->restore_ms, "text", text ? text : "");
+        json_t *j =
+            json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:i, s:i, s:i, s:i, s:f, s:s}", "turn", turn, "prompt_tokens",
+                      r->prompt_tokens, "cached_tokens", r->cached_tokens, "prefilled_tokens", r->prefilled_tokens,
+                      "ttft_ms", r->ttft_ms, "decode_tok_s", dec, "generated", r->n, "evicted_pages",
+                      (json_int_t)r->evicted_pages, "restored_tokens", r->restored_tokens, "demoted_pages",
+                      (json_int_t)r->demoted_pages, "restore_ms", r->restore_ms, "text", text ? text : "");
         json_object_set_new(j, "finish_reason", json_string(reply_finish_name(r)));
         json_object_set_new(j, "context_full", json_boolean(ctx_end));
         json_object_set_new(j, "dropped_turns", json_integer(dropped));
@@ -160,9 +180,12 @@ static void print_turn(const chat_opts *o, const engine *e, unsigned turn, const
                  r->disk_tokens, r->disk_chunks_read, r->disk_read_ms, r->disk_chunks_written, r->disk_write_ms,
                  r->disk_evicted_chunks ? ", older chunks evicted for the budget" : "",
                  r->disk_rejected ? ", files rejected (see above)" : "");
-    const char *stopped = r->finish != ENGINE_LENGTH ? "" : ctx_end ? " | stopped: the context is full (length)"
-                                                                   : " | stopped: --n tokens (length)";
-    fprintf(stderr, "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u tok%s%s%s%s]\n",
+    const char *stopped = r->finish != ENGINE_LENGTH ? ""
+        : ctx_end                                    ? " | stopped: the context is full (length)"
+                                                     : " | stopped: --n tokens (length)";
+    fprintf(stderr,
+            "\n[turn %u | prompt %u tok | cached %u (%.0f%%) | prefilled %u | TTFT %.1f ms | decode %.2f tok/s, %u "
+            "tok%s%s%s%s]\n",
             turn, r->prompt_tokens, r->cached_tokens, hit, r->prefilled_tokens, r->ttft_ms, dec, r->n, stopped,
             engine_cache_on(e) ? "" : " | prefix cache off", host, disk);
 }
@@ -172,22 +195,25 @@ static void print_stats(const engine *e) {
     engine_cache_info ci;
     engine_cache_info_get(e, &ci);
     uint64_t pages = (uint64_t)ci.gpu_cached + ci.gpu_pinned;
-    fprintf(stderr, "[%llu requests | prompt %llu tok, cached %llu (%.0f%%), prefilled %llu | cache: %llu pages in %llu nodes, "
-                    "%llu evicted, %.1f bytes/token of index]\n",
+    fprintf(stderr,
+            "[%llu requests | prompt %llu tok, cached %llu (%.0f%%), prefilled %llu | cache: %llu pages in %llu nodes, "
+            "%llu evicted, %.1f bytes/token of index]\n",
             (unsigned long long)s->requests, (unsigned long long)s->prompt_tokens, (unsigned long long)s->cached_tokens,
             s->prompt_tokens ? 100.0 * s->cached_tokens / s->prompt_tokens : 0, (unsigned long long)s->prefilled_tokens,
             (unsigned long long)pages, (unsigned long long)ci.nodes, (unsigned long long)s->evicted_pages,
             pages ? (double)ci.index_bytes / ((double)pages * ci.page_tokens) : 0);
     if (ci.host_slots)
-        fprintf(stderr, "[host tier: %u of %u slots in use | %llu pages demoted, %llu restored (%llu tokens) | "
-                        "%.1f MiB to host, %.1f MiB to GPU | restore %.1f ms]\n",
+        fprintf(stderr,
+                "[host tier: %u of %u slots in use | %llu pages demoted, %llu restored (%llu tokens) | "
+                "%.1f MiB to host, %.1f MiB to GPU | restore %.1f ms]\n",
                 ci.host_slots - ci.host_free, ci.host_slots, (unsigned long long)s->demoted_pages,
                 (unsigned long long)s->restored_pages, (unsigned long long)s->restored_tokens,
                 ci.host_bytes_to_host / 1048576.0, ci.host_bytes_to_gpu / 1048576.0, s->restore_ms);
     if (ci.disk)
-        fprintf(stderr, "[disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, "
-                        "%.1f ms) | %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, "
-                        "%llu over budget]\n",
+        fprintf(stderr,
+                "[disk tier %s: %llu tokens served | %llu chunks read (%.2f MiB, %.1f ms), %llu written (%.2f MiB, "
+                "%.1f ms) | %llu files rejected | budget %.1f MiB, %.2f MiB used, %llu chunks (%.2f MiB) evicted, "
+                "%llu over budget]\n",
                 ci.disk_dir, (unsigned long long)s->disk_tokens, (unsigned long long)s->disk_chunks_read,
                 s->disk_bytes_read / 1048576.0, s->disk_read_ms, (unsigned long long)s->disk_chunks_written,
                 s->disk_bytes_written / 1048576.0, s->disk_write_ms, (unsigned long long)s->disk_rejected,
@@ -256,7 +282,8 @@ static int fit_prompt(const chat_opts *o, const engine *e, conversation *c, int3
         if (conv_prompt(c, engine_tokenizer(e), o->thinking, ids, n)) return -1;
     }
     if (*dropped)
-        fprintf(stderr, "chat: context full: dropped the %u oldest turn%s (%zu tokens); the prompt is %zu of %u tokens\n",
+        fprintf(stderr,
+                "chat: context full: dropped the %u oldest turn%s (%zu tokens); the prompt is %zu of %u tokens\n",
                 *dropped, *dropped == 1 ? "" : "s", n_before - *n, *n, n_ctx);
     return 0;
 }
@@ -320,9 +347,19 @@ static int repl(const chat_opts *o, engine *e) {
         while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = 0;
         if (len == 0) continue;
         if (!strcmp(line, "/exit") || !strcmp(line, "/quit")) break;
-        if (!strcmp(line, "/stats")) { print_stats(e); continue; }
-        if (!strcmp(line, "/reset")) { if ((rc = new_conversation(o, &c, &replies))) break; n_turn = 0; continue; }
-        if (conv_add(&c, "user", line)) { rc = cli_error("chat", "%s", cd_errmsg()); continue; }
+        if (!strcmp(line, "/stats")) {
+            print_stats(e);
+            continue;
+        }
+        if (!strcmp(line, "/reset")) {
+            if ((rc = new_conversation(o, &c, &replies))) break;
+            n_turn = 0;
+            continue;
+        }
+        if (conv_add(&c, "user", line)) {
+            rc = cli_error("chat", "%s", cd_errmsg());
+            continue;
+        }
         if (turn(o, e, &c, ++n_turn)) {
             /* the failed message leaves the history; the session goes on */
             json_array_remove(c.messages, json_array_size(c.messages) - 1);
@@ -345,7 +382,8 @@ int cmd_chat(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true, .rope = o.rope})) return cli_error("chat", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = true, .rope = o.rope}))
+        return cli_error("chat", "%s", cd_errmsg());
     chat_template_match how;
     if (chat_template_resolve(m->chat_template.ptr, (size_t)m->chat_template.len, o.chat_template, &o.template, &how) ||
         chat_thinking(o.template, o.think, CHAT_REPLY_FREE, &o.thinking)) {
@@ -353,7 +391,9 @@ int cmd_chat(int argc, char **argv) {
         return cli_error("chat", "%s: %s", o.model, cd_errmsg());
     }
     engine e;
-    int rc = engine_init(&e, m, &o.eo) || engine_warm_up(&e) || engine_set_sampler(&e, &o.sp) ? cli_error("chat", "%s", cd_errmsg()) : 0;
+    int rc = engine_init(&e, m, &o.eo) || engine_warm_up(&e) || engine_set_sampler(&e, &o.sp)
+        ? cli_error("chat", "%s", cd_errmsg())
+        : 0;
     if (!rc) rc = repl(&o, &e);
     engine_free(&e);
     model_free(m);

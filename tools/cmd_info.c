@@ -20,17 +20,18 @@
 #include "tools/info_file.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: cinder info [MODEL] " CLI_ROPE_USAGE " [--no-plan] [--parallel N] [ENGINE FLAGS]\n"
-                 "       cinder info --device [N]\n"
-                 "  MODEL        a GGUF file (default: the Quick start model)\n"
-                 "  --no-plan    skip the memory plan (which opens the device and builds the pipelines)\n"
-                 "  ENGINE FLAGS as cinder chat and serve take them (--ctx, --kv-pool-tokens,\n"
-                 "               --device-memory-mb, --n-cpu-moe, ...): the plan is the one cinder chat makes\n"
-                 "               with them (one sequence at a time)\n"
-                 "  --parallel N the plan for N sequences at once, as cinder serve --parallel N (serve's\n"
-                 "               default is 8)\n"
-                 "  --device [N] list Vulkan devices and describe the one cinder would use (or device N;\n"
-                 "               CINDER_DEVICE=N chooses too)\n");
+    fprintf(out,
+            "usage: cinder info [MODEL] " CLI_ROPE_USAGE " [--no-plan] [--parallel N] [ENGINE FLAGS]\n"
+            "       cinder info --device [N]\n"
+            "  MODEL        a GGUF file (default: the Quick start model)\n"
+            "  --no-plan    skip the memory plan (which opens the device and builds the pipelines)\n"
+            "  ENGINE FLAGS as cinder chat and serve take them (--ctx, --kv-pool-tokens,\n"
+            "               --device-memory-mb, --n-cpu-moe, ...): the plan is the one cinder chat makes\n"
+            "               with them (one sequence at a time)\n"
+            "  --parallel N the plan for N sequences at once, as cinder serve --parallel N (serve's\n"
+            "               default is 8)\n"
+            "  --device [N] list Vulkan devices and describe the one cinder would use (or device N;\n"
+            "               CINDER_DEVICE=N chooses too)\n");
 }
 
 static void print_config(const model *m) {
@@ -41,8 +42,7 @@ static void print_config(const model *m) {
     printf("heads / kv heads  %u / %u (head_dim %u)\n", c->n_head, c->n_head_kv, c->head_dim);
     if (c->arch == ARCH_QWEN3MOE)
         printf("experts           %u, %u active, ffn %u\n", c->n_expert, c->n_expert_used, c->n_ff_exp);
-    else
-        printf("ffn               %u\n", c->n_ff);
+    else printf("ffn               %u\n", c->n_ff);
     printf("vocabulary        %u (tokenizer %d)\n", c->n_vocab, tok_n_vocab(m->tok));
     printf("rms eps           %g\n", c->rms_eps);
     char rope[160];
@@ -98,11 +98,18 @@ int cmd_info(int argc, char **argv) {
     engine_opts eo = {0};
     bool plan = true;
     for (int i = 1; i < argc; i++) {
-        if (cli_flag(argv, i, "--help")) { usage(stdout); return 0; }
-        if (cli_flag(argv, i, "--no-plan")) { plan = false; continue; }
+        if (cli_flag(argv, i, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (cli_flag(argv, i, "--no-plan")) {
+            plan = false;
+            continue;
+        }
         const char *v = NULL;
         if (cli_value(argc, argv, &i, "--parallel", &v)) {
-            if (!v || cli_u32("--parallel", v, &eo.max_seqs)) return v ? 1 : cli_error("info", "--parallel needs a value");
+            if (!v || cli_u32("--parallel", v, &eo.max_seqs))
+                return v ? 1 : cli_error("info", "--parallel needs a value");
             continue;
         }
         int r = cli_rope(argc, argv, &i, &rope);

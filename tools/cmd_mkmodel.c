@@ -23,7 +23,8 @@ static void usage(FILE *out) {
             "                      [--tokenizer-dir DIR] [--script TEXT] [--chat-template-file F]\n"
             "                      [--split-max-tensors N] [--dry-run]\n"
             "  MIX: f32, f16, bf16, q8_0, q4_k_m, mix (the 4-8-bit types; tiny's default), q3_k_m, q2_k,\n"
-            "       iq4_xs, iq4_nl, mxfp4_moe, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_*, IQ1_*, MXFP4;\n"
+            "       iq4_xs, iq4_nl, mxfp4_moe, mix-lowbit (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, "
+            "IQ2_*, IQ1_*, MXFP4;\n"
             "       three layers unless --layers says: one of each of its 16 types)\n"
             "  --dense writes a dense qwen3 model whose FFN width is --ff\n"
             "  --script TEXT writes a model whose greedy continuation is TEXT: after TEXT's token i\n"
@@ -47,10 +48,19 @@ static void progress(void *user, uint64_t done, uint64_t total) {
 
 /* Dimension overrides: one table instead of a chain of ifs. */
 static int parse_dim(const char *opt, const char *v, synth_spec *s, bool *handled) {
-    struct { const char *name; uint32_t *field; } dims[] = {
-        {"--layers", &s->cfg.n_layer}, {"--embd", &s->cfg.n_embd}, {"--heads", &s->cfg.n_head},
-        {"--kv-heads", &s->cfg.n_head_kv}, {"--head-dim", &s->cfg.head_dim}, {"--experts", &s->cfg.n_expert},
-        {"--experts-used", &s->cfg.n_expert_used}, {"--ff", &s->cfg.n_ff_exp}, {"--vocab", &s->cfg.n_vocab},
+    struct {
+        const char *name;
+        uint32_t *field;
+    } dims[] = {
+        {"--layers", &s->cfg.n_layer},
+        {"--embd", &s->cfg.n_embd},
+        {"--heads", &s->cfg.n_head},
+        {"--kv-heads", &s->cfg.n_head_kv},
+        {"--head-dim", &s->cfg.head_dim},
+        {"--experts", &s->cfg.n_expert},
+        {"--experts-used", &s->cfg.n_expert_used},
+        {"--ff", &s->cfg.n_ff_exp},
+        {"--vocab", &s->cfg.n_vocab},
         {"--ctx", &s->cfg.n_ctx_train},
     };
     for (size_t i = 0; i < sizeof dims / sizeof dims[0]; i++) {
@@ -67,7 +77,8 @@ static int parse_dim(const char *opt, const char *v, synth_spec *s, bool *handle
 static int scaled_rope(model_config *c, uint32_t orig_ctx, bool ctx_given) {
     rope_config *r = &c->rope;
     if (r->scaling == ROPE_SCALING_NONE) {
-        if (r->factor != 1.0f || orig_ctx) return cli_error("mkmodel", "--rope-scale and --yarn-orig-ctx need --rope-scaling");
+        if (r->factor != 1.0f || orig_ctx)
+            return cli_error("mkmodel", "--rope-scale and --yarn-orig-ctx need --rope-scaling");
         return 0;
     }
     r->orig_ctx = orig_ctx ? orig_ctx : c->n_ctx_train;
@@ -88,7 +99,11 @@ static int read_template(const char *path, char **out) {
     do {
         if (len + 4096 + 1 > cap) {
             char *nb = realloc(buf, cap = 2 * cap + 4096 + 1);
-            if (!nb) { free(buf); fclose(f); return cli_error("mkmodel", "out of memory"); }
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return cli_error("mkmodel", "out of memory");
+            }
             buf = nb;
         }
         got = fread(buf + len, 1, 4096, f);
@@ -139,36 +154,58 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
         const char *a = argv[i], *v = NULL;
         char opt[64];
         snprintf(opt, sizeof opt, "%.*s", (int)strcspn(a, "="), a);
-        if (cli_flag(argv, i, "--help")) { usage(stdout); return 0; }
-        if (cli_flag(argv, i, "--dense")) { dense = true; continue; }
-        if (cli_flag(argv, i, "--dry-run")) { dry_run = true; continue; }
+        if (cli_flag(argv, i, "--help")) {
+            usage(stdout);
+            return 0;
+        }
+        if (cli_flag(argv, i, "--dense")) {
+            dense = true;
+            continue;
+        }
+        if (cli_flag(argv, i, "--dry-run")) {
+            dry_run = true;
+            continue;
+        }
         if (a[0] != '-' || !cli_value(argc, argv, &i, opt, &v)) return cli_unknown("mkmodel", a);
         bool handled;
         if (parse_dim(opt, v, &s, &handled)) return 1;
-        if (handled) { ctx_given |= !strcmp(opt, "--ctx"), layers_given |= !strcmp(opt, "--layers"); continue; }
+        if (handled) {
+            ctx_given |= !strcmp(opt, "--ctx"), layers_given |= !strcmp(opt, "--layers");
+            continue;
+        }
         if (!strcmp(opt, "--preset")) continue;
         else if (!strcmp(opt, "--out")) out = v;
-        else if (!strcmp(opt, "--quant")) { if (!v || synth_quant_from_name(v, &s.quant)) return cli_error("mkmodel", "%s", v ? cd_errmsg() : "--quant needs a value"); }
-        else if (!strcmp(opt, "--seed")) { if (cli_u64(opt, v, &s.seed)) return 1; }
-        else if (!strcmp(opt, "--split-max-tensors")) {
+        else if (!strcmp(opt, "--quant")) {
+            if (!v || synth_quant_from_name(v, &s.quant))
+                return cli_error("mkmodel", "%s", v ? cd_errmsg() : "--quant needs a value");
+        } else if (!strcmp(opt, "--seed")) {
+            if (cli_u64(opt, v, &s.seed)) return 1;
+        } else if (!strcmp(opt, "--split-max-tensors")) {
             if (cli_u64(opt, v, &split_max)) return 1;
             if (split_max == 0) return cli_error("mkmodel", "--split-max-tensors must be at least 1");
-        }
-        else if (!strcmp(opt, "--rope-theta") || !strcmp(opt, "--rope-freq-base")) {
+        } else if (!strcmp(opt, "--rope-theta") || !strcmp(opt, "--rope-freq-base")) {
             if (cli_f32(opt, v, &s.cfg.rope.freq_base)) return 1;
-        }
-        else if (!strcmp(opt, "--rope-scaling")) {
+        } else if (!strcmp(opt, "--rope-scaling")) {
             if (!v || rope_scaling_parse(v, strlen(v), &s.cfg.rope.scaling))
                 return cli_error("mkmodel", "--rope-scaling: %s", v ? cd_errmsg() : "needs a value");
-        }
-        else if (!strcmp(opt, "--rope-scale")) { if (cli_f32(opt, v, &s.cfg.rope.factor)) return 1; }
-        else if (!strcmp(opt, "--yarn-orig-ctx")) { if (cli_u32(opt, v, &orig_ctx)) return 1; }
-        else if (!strcmp(opt, "--logit-scale")) { if (cli_f32(opt, v, &s.logit_scale)) return 1; }
-        else if (!strcmp(opt, "--threads")) { uint32_t n; if (cli_u32(opt, v, &n)) return 1; s.n_threads = (int)n; }
-        else if (!strcmp(opt, "--tokenizer-dir")) s.tokenizer_dir = v;
-        else if (!strcmp(opt, "--chat-template-file")) { if (read_template(v, tmpl)) return 1; s.chat_template = *tmpl; }
-        else if (!strcmp(opt, "--script")) { if (!v) return cli_error("mkmodel", "--script needs a value"); s.script = v; }
-        else return cli_unknown("mkmodel", a);
+        } else if (!strcmp(opt, "--rope-scale")) {
+            if (cli_f32(opt, v, &s.cfg.rope.factor)) return 1;
+        } else if (!strcmp(opt, "--yarn-orig-ctx")) {
+            if (cli_u32(opt, v, &orig_ctx)) return 1;
+        } else if (!strcmp(opt, "--logit-scale")) {
+            if (cli_f32(opt, v, &s.logit_scale)) return 1;
+        } else if (!strcmp(opt, "--threads")) {
+            uint32_t n;
+            if (cli_u32(opt, v, &n)) return 1;
+            s.n_threads = (int)n;
+        } else if (!strcmp(opt, "--tokenizer-dir")) s.tokenizer_dir = v;
+        else if (!strcmp(opt, "--chat-template-file")) {
+            if (read_template(v, tmpl)) return 1;
+            s.chat_template = *tmpl;
+        } else if (!strcmp(opt, "--script")) {
+            if (!v) return cli_error("mkmodel", "--script needs a value");
+            s.script = v;
+        } else return cli_unknown("mkmodel", a);
     }
     if (!out && !dry_run) return cli_error("mkmodel", "--out PATH is required");
     if (!layers_given && s.cfg.n_layer < synth_quant_layers(s.quant)) s.cfg.n_layer = synth_quant_layers(s.quant);
@@ -181,8 +218,8 @@ static int mkmodel(int argc, char **argv, char **tmpl) {
     if (dry_run) {
         uint64_t bytes;
         if (synth_weight_bytes(&s, &bytes)) return cli_error("mkmodel", "%s", cd_errmsg());
-        printf("%s, %s: %llu bytes of weights (%.2f GiB)\n", preset, synth_quant_name(s.quant), (unsigned long long)bytes,
-               bytes / 1073741824.0);
+        printf("%s, %s: %llu bytes of weights (%.2f GiB)\n", preset, synth_quant_name(s.quant),
+               (unsigned long long)bytes, bytes / 1073741824.0);
         return 0;
     }
     double t0 = cd_now_ms();

@@ -39,7 +39,8 @@ static void usage(FILE *out) {
             "  --few-shape / --one-shape: a GPU's 2-16-token / one-token matmul kernel with BN tokens\n"
             "  per workgroup column, BM rows per workgroup, KL lanes splitting k and TM rows per lane\n"
             "  (each x load feeds them; 1 if not given) (0: the default; the same results, other\n"
-            "  speeds: docs/kernels/matmul.md). Not the lm_head's; a CPU device's kernels ignore them. --big-tile: the tiled kernel (prefill, busy experts) with\n"
+            "  speeds: docs/kernels/matmul.md). Not the lm_head's; a CPU device's kernels ignore them. --big-tile: the "
+            "tiled kernel (prefill, busy experts) with\n"
             "  BM weight rows x BN tokens x BK k per shared-memory tile and a TM x TN register block\n"
             "  per invocation (TM, TN multiples of 4, TM * TN <= 64, BK dividing 256; default\n"
             "  64,64,32,4,4). --head-shape: a GPU's lm_head over 2-16 tokens, as --few-shape.\n"
@@ -66,7 +67,8 @@ static int rows_shape(const char *opt, const char *v, bool one, gpu_rows_shape *
     size_t n = one ? 2 : 3, commas = 0;
     for (const char *p = v; *p; p++) commas += *p == ',';
     if (commas == n) n++; /* TM given too */
-    else if (commas + 1 != n) return cli_error("profile", "%s %s: %zu or %zu comma-separated numbers", opt, v, n, n + 1), -1;
+    else if (commas + 1 != n)
+        return cli_error("profile", "%s %s: %zu or %zu comma-separated numbers", opt, v, n, n + 1), -1;
     uint32_t s[4] = {0};
     if (cli_u32s("profile", opt, v, s, n)) return -1;
     *out = one ? (gpu_rows_shape){.bm = s[0], .kl = s[1], .tm = s[2]}
@@ -78,8 +80,14 @@ static int parse(int argc, char **argv, profile_opts *o) {
     *o = (profile_opts){.prompt = 512, .gen = 16, .batch = 1, .seed = 1, .device = -1};
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
-        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
-        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
+        if (cli_flag(argv, i, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (cli_flag(argv, i, "--json")) {
+            o->json = true;
+            continue;
+        }
         int rope = cli_rope(argc, argv, &i, &o->rope);
         if (rope < 0) return -1;
         if (rope) continue;
@@ -88,14 +96,21 @@ static int parse(int argc, char **argv, profile_opts *o) {
         else if (cli_value(argc, argv, &i, "--plot", &v)) o->plot = v;
         else if (cli_value(argc, argv, &i, "--scenario", &v)) o->scenario = v;
         else if (cli_value(argc, argv, &i, "--trace-file", &v)) o->trace_file = v;
-        else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) { if (cli_u32("--prompt-tokens", v, &o->prompt)) return -1; }
-        else if (cli_value(argc, argv, &i, "--gen", &v)) { if (cli_u32("--gen", v, &o->gen)) return -1; }
-        else if (cli_value(argc, argv, &i, "--context", &v)) { if (cli_u32("--context", v, &o->context)) return -1; }
-        else if (cli_value(argc, argv, &i, "--batch", &v)) { if (cli_u32("--batch", v, &o->batch)) return -1; }
-        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u32("--seed", v, &o->seed)) return -1; }
-        else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) { if (cli_auto_on_off("profile", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1; }
-        else if (cli_value(argc, argv, &i, "--int-dot", &v)) { if (cli_auto_on_off("profile", "--int-dot", v, &o->int_dot)) return -1; }
-        else if (cli_value(argc, argv, &i, "--few-shape", &v)) {
+        else if (cli_value(argc, argv, &i, "--prompt-tokens", &v)) {
+            if (cli_u32("--prompt-tokens", v, &o->prompt)) return -1;
+        } else if (cli_value(argc, argv, &i, "--gen", &v)) {
+            if (cli_u32("--gen", v, &o->gen)) return -1;
+        } else if (cli_value(argc, argv, &i, "--context", &v)) {
+            if (cli_u32("--context", v, &o->context)) return -1;
+        } else if (cli_value(argc, argv, &i, "--batch", &v)) {
+            if (cli_u32("--batch", v, &o->batch)) return -1;
+        } else if (cli_value(argc, argv, &i, "--seed", &v)) {
+            if (cli_u32("--seed", v, &o->seed)) return -1;
+        } else if (cli_value(argc, argv, &i, "--gate-up-pairs", &v)) {
+            if (cli_auto_on_off("profile", "--gate-up-pairs", v, &o->gate_up_pairs)) return -1;
+        } else if (cli_value(argc, argv, &i, "--int-dot", &v)) {
+            if (cli_auto_on_off("profile", "--int-dot", v, &o->int_dot)) return -1;
+        } else if (cli_value(argc, argv, &i, "--few-shape", &v)) {
             if (rows_shape("--few-shape", v, false, &o->few_shape)) return -1;
         } else if (cli_value(argc, argv, &i, "--one-shape", &v)) {
             if (rows_shape("--one-shape", v, true, &o->one_shape)) return -1;
@@ -105,8 +120,9 @@ static int parse(int argc, char **argv, profile_opts *o) {
             uint32_t s[5];
             if (cli_u32s("profile", "--big-tile", v, s, 5)) return -1;
             o->big_tile = (gpu_tile_shape){.bm = s[0], .bn = s[1], .bk = s[2], .tm = s[3], .tn = s[4]};
-        } else if (cli_value(argc, argv, &i, "--device-index", &v)) { if (cli_i32("--device-index", v, &o->device)) return -1; }
-        else if (cli_value(argc, argv, &i, "--peak-gbps", &v)) {
+        } else if (cli_value(argc, argv, &i, "--device-index", &v)) {
+            if (cli_i32("--device-index", v, &o->device)) return -1;
+        } else if (cli_value(argc, argv, &i, "--peak-gbps", &v)) {
             float f;
             if (cli_f32("--peak-gbps", v, &f)) return -1;
             o->peak_gbps = f;
@@ -114,7 +130,11 @@ static int parse(int argc, char **argv, profile_opts *o) {
             float f;
             if (cli_f32("--peak-tflops", v, &f)) return -1;
             o->peak_tflops = f;
-        } else { cli_unknown("profile", argv[i]); usage(stderr); return -1; }
+        } else {
+            cli_unknown("profile", argv[i]);
+            usage(stderr);
+            return -1;
+        }
         if (!v) return cli_error("profile", "%s needs a value", argv[i]), -1;
     }
     if (o->peak_gbps < 0 || o->peak_tflops < 0) return cli_error("profile", "peaks must not be negative"), -1;
@@ -129,12 +149,20 @@ static int shaders_cli(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         if (cli_flag(argv, i, "--shaders")) continue;
-        if (cli_flag(argv, i, "--json")) { o.json = true; continue; }
+        if (cli_flag(argv, i, "--json")) {
+            o.json = true;
+            continue;
+        }
         if (cli_value(argc, argv, &i, "--model", &v)) path = v;
         else if (cli_value(argc, argv, &i, "--family", &v)) o.family = v;
         else if (cli_value(argc, argv, &i, "--isa", &v)) o.isa_dir = v;
-        else if (cli_value(argc, argv, &i, "--device-index", &v)) { if (cli_i32("--device-index", v, &o.device)) return 2; }
-        else { cli_unknown("profile", argv[i]); usage(stderr); return 2; }
+        else if (cli_value(argc, argv, &i, "--device-index", &v)) {
+            if (cli_i32("--device-index", v, &o.device)) return 2;
+        } else {
+            cli_unknown("profile", argv[i]);
+            usage(stderr);
+            return 2;
+        }
         if (!v) return cli_error("profile", "%s needs a value", argv[i]), 2;
     }
     if (o.family && shader_table_family_env(o.family)) return 1;
@@ -143,7 +171,8 @@ static int shaders_cli(int argc, char **argv) {
         path = cli_default_model();
     }
     model *m;
-    if (model_load(&m, path, (model_load_opts){.skip_weight_hash = true})) return cli_error("profile", "%s", cd_errmsg());
+    if (model_load(&m, path, (model_load_opts){.skip_weight_hash = true}))
+        return cli_error("profile", "%s", cd_errmsg());
     int rc = shader_table_run(&o, m);
     model_free(m);
     return rc;

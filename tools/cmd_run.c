@@ -21,7 +21,7 @@ typedef struct run_opts {
     uint32_t n_gen, n_ctx;
     sampler_params sp;
     bool json, ignore_eos, gpu;
-    int draw; /* engine_opts.draw */
+    int draw;           /* engine_opts.draw */
     engine_opts memory; /* device_memory_mb and the experts' placement (cli_memory), for the engine */
     uint32_t n_logits;
     rope_override rope;
@@ -35,7 +35,7 @@ typedef struct run_result {
     char *text;
     double prefill_ms, decode_ms, ttft_ms;
     uint32_t n_ctx;
-    bool eog;      /* stopped at an end-of-generation token (finish_reason "stop"), else "length" */
+    bool eog; /* stopped at an end-of-generation token (finish_reason "stop"), else "length" */
     int32_t top_ids[256];
     float top_vals[256];
     int32_t n_top;
@@ -65,32 +65,53 @@ static int parse(int argc, char **argv, run_opts *o) {
     *o = (run_opts){.n_gen = 32, .gpu = true, .sp = {.temperature = 0, .top_k = 40, .top_p = 0.95f, .seed = 42}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        if (cli_flag(argv, i, "--help")) { usage(stdout); exit(0); }
-        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
-        if (cli_flag(argv, i, "--cpu")) { o->gpu = false; continue; }
-        if (cli_flag(argv, i, "--gpu")) { o->gpu = true; continue; }
-        if (cli_flag(argv, i, "--ignore-eos")) { o->ignore_eos = true; continue; }
+        if (cli_flag(argv, i, "--help")) {
+            usage(stdout);
+            exit(0);
+        }
+        if (cli_flag(argv, i, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (cli_flag(argv, i, "--cpu")) {
+            o->gpu = false;
+            continue;
+        }
+        if (cli_flag(argv, i, "--gpu")) {
+            o->gpu = true;
+            continue;
+        }
+        if (cli_flag(argv, i, "--ignore-eos")) {
+            o->ignore_eos = true;
+            continue;
+        }
         int rope = cli_rope(argc, argv, &i, &o->rope), mem = rope ? 0 : cli_memory(argc, argv, &i, &o->memory);
         if (rope < 0 || mem < 0) return -1;
         if (rope || mem) continue;
         if (cli_value(argc, argv, &i, "--model", &v)) o->model = v;
         else if (cli_value(argc, argv, &i, "--prompt", &v)) o->prompt = v;
         else if (cli_value(argc, argv, &i, "--tokens", &v)) o->tokens = v;
-        else if (cli_value(argc, argv, &i, "--n", &v)) { if (cli_u32("--n", v, &o->n_gen)) return -1; }
-        else if (cli_value(argc, argv, &i, "--ctx", &v)) { if (cli_u32("--ctx", v, &o->n_ctx)) return -1; }
-        else if (cli_value(argc, argv, &i, "--temp", &v)) { if (cli_f32("--temp", v, &o->sp.temperature)) return -1; }
-        else if (cli_value(argc, argv, &i, "--top-k", &v)) { if (cli_i32("--top-k", v, &o->sp.top_k)) return -1; }
-        else if (cli_value(argc, argv, &i, "--top-p", &v)) { if (cli_f32("--top-p", v, &o->sp.top_p)) return -1; }
-        else if (cli_value(argc, argv, &i, "--seed", &v)) { if (cli_u64("--seed", v, &o->sp.seed)) return -1; }
-        else if (cli_value(argc, argv, &i, "--draw", &v)) {
+        else if (cli_value(argc, argv, &i, "--n", &v)) {
+            if (cli_u32("--n", v, &o->n_gen)) return -1;
+        } else if (cli_value(argc, argv, &i, "--ctx", &v)) {
+            if (cli_u32("--ctx", v, &o->n_ctx)) return -1;
+        } else if (cli_value(argc, argv, &i, "--temp", &v)) {
+            if (cli_f32("--temp", v, &o->sp.temperature)) return -1;
+        } else if (cli_value(argc, argv, &i, "--top-k", &v)) {
+            if (cli_i32("--top-k", v, &o->sp.top_k)) return -1;
+        } else if (cli_value(argc, argv, &i, "--top-p", &v)) {
+            if (cli_f32("--top-p", v, &o->sp.top_p)) return -1;
+        } else if (cli_value(argc, argv, &i, "--seed", &v)) {
+            if (cli_u64("--seed", v, &o->sp.seed)) return -1;
+        } else if (cli_value(argc, argv, &i, "--draw", &v)) {
             if (!strcmp(v, "auto")) o->draw = ENGINE_DRAW_AUTO;
             else if (!strcmp(v, "device")) o->draw = ENGINE_DRAW_DEVICE;
             else if (!strcmp(v, "host")) o->draw = ENGINE_DRAW_HOST;
             else return cli_error("run", "--draw %s: auto, device or host", v);
-        }
-        else if (cli_value(argc, argv, &i, "--logits-file", &v)) o->logits_file = v;
-        else if (cli_value(argc, argv, &i, "--logits", &v)) { if (cli_u32("--logits", v, &o->n_logits)) return -1; }
-        else return cli_unknown("run", a), -1;
+        } else if (cli_value(argc, argv, &i, "--logits-file", &v)) o->logits_file = v;
+        else if (cli_value(argc, argv, &i, "--logits", &v)) {
+            if (cli_u32("--logits", v, &o->n_logits)) return -1;
+        } else return cli_unknown("run", a), -1;
         if (!v) return cli_error("run", "%s needs a value", a), -1;
     }
     if (!o->prompt == !o->tokens) return cli_error("run", "give exactly one of --prompt TEXT or --tokens 1,2,3"), -1;
@@ -129,8 +150,8 @@ typedef struct run_sink {
     uint32_t n_gen;  /* tokens wanted */
     size_t len, cap; /* of r->text */
     tok_stream ts;
-    double t0;       /* the prompt's start */
-    float *logits;   /* GPU: the engine writes each chosen token's logits here (NULL: not wanted) */
+    double t0;     /* the prompt's start */
+    float *logits; /* GPU: the engine writes each chosen token's logits here (NULL: not wanted) */
     int rc;
 } run_sink;
 
@@ -138,7 +159,8 @@ static int sink_logits(run_sink *k, const float *lg) {
     const run_opts *o = k->o;
     run_result *r = k->r;
     if (o->logits_file && write_logits(o->logits_file, lg, k->m->cfg.n_vocab)) return -1;
-    if (o->n_logits) r->n_top = sampler_top_k(lg, (int32_t)k->m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
+    if (o->n_logits)
+        r->n_top = sampler_top_k(lg, (int32_t)k->m->cfg.n_vocab, (int32_t)o->n_logits, r->top_ids, r->top_vals);
     return 0;
 }
 
@@ -160,9 +182,15 @@ static bool sink_token(void *ctx, int32_t id) {
         }
         memcpy(r->text + k->len, piece, (size_t)n);
         k->len += (size_t)n;
-        if (!k->o->json) { fwrite(piece, 1, (size_t)n, stdout); fflush(stdout); }
+        if (!k->o->json) {
+            fwrite(piece, 1, (size_t)n, stdout);
+            fflush(stdout);
+        }
     }
-    if (!k->o->ignore_eos && tok_is_eog(k->m->tok, id)) { r->eog = true; return false; }
+    if (!k->o->ignore_eos && tok_is_eog(k->m->tok, id)) {
+        r->eog = true;
+        return false;
+    }
     return r->n_gen < k->n_gen;
 }
 
@@ -194,16 +222,24 @@ static int generate_cpu(run_sink *k, uint32_t n_ctx) {
 static int generate_gpu(run_sink *k, model *m, uint32_t n_ctx) {
     run_result *r = k->r;
     engine e;
-    engine_opts eo = {.n_ctx = n_ctx, .pool_tokens = n_ctx, .no_prefix_cache = true, .draw = k->o->draw,
+    engine_opts eo = {.n_ctx = n_ctx,
+                      .pool_tokens = n_ctx,
+                      .no_prefix_cache = true,
+                      .draw = k->o->draw,
                       .device_memory_mb = k->o->memory.device_memory_mb,
                       .host_expert_layers = k->o->memory.host_expert_layers,
                       .host_experts_fixed = k->o->memory.host_experts_fixed};
     int rc = engine_init(&e, m, &eo) ? cli_error("run", "%s", cd_errmsg()) : 0;
     if (!rc && (k->o->logits_file || k->o->n_logits) && !(k->logits = malloc(m->cfg.n_vocab * sizeof *k->logits)))
         rc = cli_error("run", "out of memory");
-    engine_request rq = {.ids = r->prompt, .n = (uint32_t)r->n_prompt, .max_tokens = k->n_gen ? k->n_gen : 1,
+    engine_request rq = {.ids = r->prompt,
+                         .n = (uint32_t)r->n_prompt,
+                         .max_tokens = k->n_gen ? k->n_gen : 1,
                          .ignore_eos = true, /* the sink stops at an end-of-generation token itself */
-                         .on_token = sink_token, .ctx = k, .sp = &k->o->sp, .logits_out = k->logits};
+                         .on_token = sink_token,
+                         .ctx = k,
+                         .sp = &k->o->sp,
+                         .logits_out = k->logits};
     engine_reply rep = {0};
     if (!rc && engine_generate(&e, &rq, &rep)) rc = cli_error("run", "%s", cd_errmsg());
     if (!rc) rc = k->rc;
@@ -226,7 +262,8 @@ static int generate(const run_opts *o, model *m, run_result *r) {
         return cli_error("run", "--ctx %u is more than the model was trained for (%u)", n_ctx, m->cfg.n_ctx_train), -1;
     if (r->n_prompt >= n_ctx)
         return cli_error("run", "the prompt has %zu tokens; the context holds %u (%s): no room to generate",
-                         r->n_prompt, n_ctx, o->n_ctx ? "--ctx" : "what the model was trained for"), -1;
+                         r->n_prompt, n_ctx, o->n_ctx ? "--ctx" : "what the model was trained for"),
+               -1;
     r->n_ctx = n_ctx;
     uint32_t n_gen = want > n_ctx ? n_ctx - (uint32_t)r->n_prompt : o->n_gen;
     run_sink k = {.o = o, .m = m, .r = r, .n_gen = n_gen, .cap = 256, .t0 = cd_now_ms()};
@@ -288,13 +325,15 @@ int cmd_run(int argc, char **argv) {
         o.model = cli_default_model();
     }
     model *m;
-    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = o.gpu, .rope = o.rope})) return cli_error("run", "%s", cd_errmsg());
+    if (model_load(&m, o.model, (model_load_opts){.skip_weight_hash = o.gpu, .rope = o.rope}))
+        return cli_error("run", "%s", cd_errmsg());
     run_result r = {0};
     int rc = prompt_ids(&o, m, &r) || generate(&o, m, &r);
     if (!rc && o.json) print_json(&o, &r, m);
     else if (!rc) {
         double dec = r.n_gen > 1 ? (r.n_gen - 1) / (r.decode_ms / 1e3) : 0;
-        fprintf(stderr, "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens, %s) | %s\n",
+        fprintf(stderr,
+                "\n\nprompt %zu tokens | TTFT %.1f ms | prefill %.1f tok/s | decode %.2f tok/s (%zu tokens, %s) | %s\n",
                 r.n_prompt, r.ttft_ms, r.n_prompt / (r.prefill_ms / 1e3), dec, r.n_gen, r.eog ? "stop" : "length",
                 o.gpu ? "vulkan" : "cpu reference");
     }

@@ -39,8 +39,9 @@ int cmd_tokenize(int argc, char **argv) {
             model = v;
         } else if (cli_flag(argv, i, "--json")) json = true;
         else if (cli_flag(argv, i, "--no-special")) special = false;
-        else if (cli_flag(argv, i, "--")) { if (i + 1 < argc) text = argv[++i]; }
-        else if (argv[i][0] == '-' && argv[i][1]) return cli_unknown("tokenize", argv[i]);
+        else if (cli_flag(argv, i, "--")) {
+            if (i + 1 < argc) text = argv[++i];
+        } else if (argv[i][0] == '-' && argv[i][1]) return cli_unknown("tokenize", argv[i]);
         else text = argv[i];
     }
     if (!text) return cli_error("tokenize", "no TEXT given");
@@ -82,11 +83,17 @@ int cmd_detokenize(int argc, char **argv) {
     if (cli_ids("detokenize", list, &ids, &n)) return 1;
     gguf_file *f;
     tokenizer *t;
-    if (open_tokenizer("detokenize", model, &f, &t)) { free(ids); return 1; }
+    if (open_tokenizer("detokenize", model, &f, &t)) {
+        free(ids);
+        return 1;
+    }
     char *text = NULL;
     int rc = 0;
     for (size_t i = 0; i < n; i++)
-        if (ids[i] >= tok_n_vocab(t)) { rc = cli_error("detokenize", "token id %d out of range (vocabulary %d)", ids[i], tok_n_vocab(t)); break; }
+        if (ids[i] >= tok_n_vocab(t)) {
+            rc = cli_error("detokenize", "token id %d out of range (vocabulary %d)", ids[i], tok_n_vocab(t));
+            break;
+        }
     if (!rc && tok_decode(t, ids, n, &text)) rc = cli_error("detokenize", "%s", cd_errmsg());
     if (!rc) printf("%s\n", text);
     free(text);

@@ -36,7 +36,8 @@ static void describe_queues(const cvk_device *d, device_card *c) {
     c->n_queues = n;
     for (uint32_t k = 0; k < n; k++) {
         c->queues[k] = (device_card_queue){q[k].queueCount, q[k].queueFlags, q[k].timestampValidBits};
-        if ((q[k].queueFlags & VK_QUEUE_TRANSFER_BIT) && !(q[k].queueFlags & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)))
+        if ((q[k].queueFlags & VK_QUEUE_TRANSFER_BIT) &&
+            !(q[k].queueFlags & (VK_QUEUE_COMPUTE_BIT | VK_QUEUE_GRAPHICS_BIT)))
             c->transfer_only_family = true;
     }
 }
@@ -49,7 +50,8 @@ static void describe_heaps(const cvk_device *d, device_card *c) {
         o->size = m->memoryHeaps[h].size;
         o->device_local = m->memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT;
         for (uint32_t t = 0; t < m->memoryTypeCount; t++)
-            if (m->memoryTypes[t].heapIndex == h && (m->memoryTypes[t].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+            if (m->memoryTypes[t].heapIndex == h &&
+                (m->memoryTypes[t].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
                 o->host_visible = true;
     }
 }
@@ -74,9 +76,7 @@ void device_card_describe(const cvk_device *d, device_card *c) {
 
 static cvk_probe_opts probe_opts; /* zero: the probe's defaults */
 
-void device_card_set_probe(const cvk_probe_opts *o) {
-    probe_opts = o ? *o : (cvk_probe_opts){0};
-}
+void device_card_set_probe(const cvk_probe_opts *o) { probe_opts = o ? *o : (cvk_probe_opts){0}; }
 
 int device_card_measure(cvk_ctx *x, device_card *c) {
     device_card_describe(&x->dev, c);
@@ -106,11 +106,12 @@ double device_card_peak_tflops(const device_card *c, bool fp16) {
 /* The measured figures by name: one table for writing, reading and printing. */
 typedef struct figure {
     const char *key, *label, *unit;
-    size_t off;           /* of a double in cvk_probe */
-    int needs;            /* 0: every device; 1: caps.fp16; 2: caps.int_dot */
+    size_t off; /* of a double in cvk_probe */
+    int needs;  /* 0: every device; 1: caps.fp16; 2: caps.int_dot */
 } figure;
 
-#define FIG(f, label, unit, needs) {#f, label, unit, offsetof(cvk_probe, f), needs}
+#define FIG(f, label, unit, needs)                                                                                     \
+    { #f, label, unit, offsetof(cvk_probe, f), needs }
 static const figure figures[] = {
     FIG(copy_gbps, "device copy (read+write)", "GB/s", 0),
     FIG(read_gbps, "device streaming read", "GB/s", 0),
@@ -138,16 +139,19 @@ static void api_string(uint32_t v, char *buf, size_t n) {
 static json_t *identity_json(const device_card *c) {
     char api[32];
     api_string(c->api_version, api, sizeof api);
-    return json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:I, s:s}", "name", c->name, "type", c->type,
-                     "vendor_id", (json_int_t)c->vendor_id, "device_id", (json_int_t)c->device_id, "uuid", c->uuid,
-                     "driver_name", c->driver_name, "driver_info", c->driver_info, "driver_version",
-                     (json_int_t)c->driver_version, "api_version", api);
+    return json_pack("{s:s, s:s, s:I, s:I, s:s, s:s, s:s, s:I, s:s}", "name", c->name, "type", c->type, "vendor_id",
+                     (json_int_t)c->vendor_id, "device_id", (json_int_t)c->device_id, "uuid", c->uuid, "driver_name",
+                     c->driver_name, "driver_info", c->driver_info, "driver_version", (json_int_t)c->driver_version,
+                     "api_version", api);
 }
 
 static json_t *measured_json(const device_card *c) {
     json_t *o = json_pack("{s:I, s:b}", "bytes", (json_int_t)c->m.bytes, "gpu_timed", c->m.gpu_timed);
     for (int k = 0; o && k < N_FIGURES; k++)
-        if (json_object_set_new(o, figures[k].key, json_real(fig_get(&c->m, &figures[k])))) { json_decref(o); o = NULL; }
+        if (json_object_set_new(o, figures[k].key, json_real(fig_get(&c->m, &figures[k])))) {
+            json_decref(o);
+            o = NULL;
+        }
     return o;
 }
 
@@ -156,18 +160,22 @@ static json_t *limits_json(const device_card *c) {
                      (int)c->subgroup_min, "max", (int)c->subgroup_max, "default", (int)c->subgroup_default,
                      "max_storage_buffer_range", (json_int_t)c->max_storage_range, "max_shared_memory",
                      (json_int_t)c->max_shared, "max_workgroup_size", (int)c->max_wg_size[0], (int)c->max_wg_size[1],
-                     (int)c->max_wg_size[2], "max_workgroup_invocations", (json_int_t)c->max_wg_invocations,
-                     "features", "fp16", c->fp16, "int_dot", c->int_dot, "timestamps", c->timestamps);
+                     (int)c->max_wg_size[2], "max_workgroup_invocations", (json_int_t)c->max_wg_invocations, "features",
+                     "fp16", c->fp16, "int_dot", c->int_dot, "timestamps", c->timestamps);
 }
 
 static json_t *queues_json(const device_card *c) {
     json_t *a = json_array();
     for (uint32_t k = 0; a && k < c->n_queues; k++) {
         const device_card_queue *q = &c->queues[k];
-        json_t *o = json_pack("{s:i, s:i, s:b, s:b, s:b, s:i}", "family", (int)k, "count", (int)q->count, "graphics",
-                              (q->flags & VK_QUEUE_GRAPHICS_BIT) != 0, "compute", (q->flags & VK_QUEUE_COMPUTE_BIT) != 0,
-                              "transfer", (q->flags & VK_QUEUE_TRANSFER_BIT) != 0, "timestamp_bits", (int)q->timestamp_bits);
-        if (json_array_append_new(a, o)) { json_decref(a); a = NULL; }
+        json_t *o =
+            json_pack("{s:i, s:i, s:b, s:b, s:b, s:i}", "family", (int)k, "count", (int)q->count, "graphics",
+                      (q->flags & VK_QUEUE_GRAPHICS_BIT) != 0, "compute", (q->flags & VK_QUEUE_COMPUTE_BIT) != 0,
+                      "transfer", (q->flags & VK_QUEUE_TRANSFER_BIT) != 0, "timestamp_bits", (int)q->timestamp_bits);
+        if (json_array_append_new(a, o)) {
+            json_decref(a);
+            a = NULL;
+        }
     }
     return a;
 }
@@ -178,7 +186,10 @@ static json_t *heaps_json(const device_card *c) {
         const device_card_heap *h = &c->heaps[k];
         json_t *o = json_pack("{s:i, s:I, s:b, s:b}", "heap", (int)k, "bytes", (json_int_t)h->size, "device_local",
                               h->device_local, "host_visible", h->host_visible);
-        if (json_array_append_new(a, o)) { json_decref(a); a = NULL; }
+        if (json_array_append_new(a, o)) {
+            json_decref(a);
+            a = NULL;
+        }
     }
     return a;
 }
@@ -194,8 +205,8 @@ static json_t *peak_json(const device_card *c) {
 json_t *device_card_json(const device_card *c) {
     /* "o" steals each part; a NULL part (out of memory) makes json_pack fail as a whole */
     return json_pack("{s:s, s:i, s:o, s:o, s:b, s:o, s:o, s:o, s:b, s:o}", "format", DEVICE_CARD_FORMAT, "version",
-                     DEVICE_CARD_VERSION, "device", identity_json(c), "measured", measured_json(c), "cached",
-                     c->cached, "peak", peak_json(c), "limits", limits_json(c), "queue_families", queues_json(c),
+                     DEVICE_CARD_VERSION, "device", identity_json(c), "measured", measured_json(c), "cached", c->cached,
+                     "peak", peak_json(c), "limits", limits_json(c), "queue_families", queues_json(c),
                      "transfer_only_family", c->transfer_only_family, "memory_heaps", heaps_json(c));
 }
 
@@ -286,7 +297,10 @@ int device_card_save(const char *path, const device_card *c) {
     if (!rc && json_dump_file(j, tmp, JSON_INDENT(2) | JSON_REAL_PRECISION(17)))
         rc = cd_fail("writing %s: %s", tmp, strerror(errno));
     json_decref(j);
-    if (rc) { unlink(tmp); return -1; }
+    if (rc) {
+        unlink(tmp);
+        return -1;
+    }
     if (rename(tmp, path)) {
         int e = errno;
         unlink(tmp);
@@ -330,7 +344,8 @@ static void print_identity(FILE *out, const device_card *c) {
     api_string(c->api_version, api, sizeof api);
     fprintf(out, "device card\n");
     fprintf(out, "  %-30s %s (%s, %04x:%04x)\n", "device", c->name, c->type, c->vendor_id, c->device_id);
-    fprintf(out, "  %-30s %s, %s (driverVersion 0x%08x)\n", "driver", c->driver_name, c->driver_info, c->driver_version);
+    fprintf(out, "  %-30s %s, %s (driverVersion 0x%08x)\n", "driver", c->driver_name, c->driver_info,
+            c->driver_version);
     fprintf(out, "  %-30s %s\n", "device UUID", c->uuid);
     fprintf(out, "  %-30s %s\n", "Vulkan", api);
 }
@@ -340,7 +355,10 @@ static void print_measured(FILE *out, const device_card *c) {
             (double)c->m.bytes / (1 << 20), c->m.gpu_timed ? "GPU timestamps" : "host clock");
     for (int k = 0; k < N_FIGURES; k++) {
         const figure *f = &figures[k];
-        if (!fig_supported(c, f)) { fprintf(out, "  %-30s not supported\n", f->label); continue; }
+        if (!fig_supported(c, f)) {
+            fprintf(out, "  %-30s not supported\n", f->label);
+            continue;
+        }
         fprintf(out, "  %-30s %10.2f %s\n", f->label, fig_get(&c->m, f), f->unit);
     }
     fprintf(out, "peaks used by profiles\n");
@@ -353,7 +371,8 @@ static void print_measured(FILE *out, const device_card *c) {
 
 static void print_limits(FILE *out, const device_card *c) {
     fprintf(out, "limits\n");
-    fprintf(out, "  %-30s %u (min %u, max %u)\n", "subgroup size", c->subgroup_default, c->subgroup_min, c->subgroup_max);
+    fprintf(out, "  %-30s %u (min %u, max %u)\n", "subgroup size", c->subgroup_default, c->subgroup_min,
+            c->subgroup_max);
     print_size(out, "max storage buffer range", c->max_storage_range);
     print_size(out, "max shared memory", c->max_shared);
     fprintf(out, "  %-30s %u x %u x %u, %u invocations\n", "max workgroup", c->max_wg_size[0], c->max_wg_size[1],
@@ -363,8 +382,9 @@ static void print_limits(FILE *out, const device_card *c) {
 }
 
 static void print_queues_heaps(FILE *out, const device_card *c) {
-    fprintf(out, "queue families%s\n", c->transfer_only_family ? " (a transfer-only family: uploads overlap compute)"
-                                                              : " (no transfer-only family)");
+    fprintf(out, "queue families%s\n",
+            c->transfer_only_family ? " (a transfer-only family: uploads overlap compute)"
+                                    : " (no transfer-only family)");
     for (uint32_t k = 0; k < c->n_queues; k++) {
         const device_card_queue *q = &c->queues[k];
         char label[32];
@@ -423,24 +443,37 @@ static int parse(int argc, char **argv, card_opts *o) {
     *o = (card_opts){.device = -1};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
-        if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) { usage(stdout); return -2; }
+        if (cli_flag(argv, i, "--help") || cli_flag(argv, i, "-h")) {
+            usage(stdout);
+            return -2;
+        }
         if (cli_flag(argv, i, "--device")) continue;
-        if (cli_flag(argv, i, "--json")) { o->json = true; continue; }
-        if (cli_flag(argv, i, "--refresh")) { o->refresh = true; continue; }
-        if (cli_value(argc, argv, &i, "--peak-gbps", &v)) { if (parse_peak("--peak-gbps", v, &o->peak_gbps)) return 1; }
-        else if (cli_value(argc, argv, &i, "--peak-tflops", &v)) { if (parse_peak("--peak-tflops", v, &o->peak_tflops)) return 1; }
-        else if (cli_value(argc, argv, &i, "--device-index", &v)) {
+        if (cli_flag(argv, i, "--json")) {
+            o->json = true;
+            continue;
+        }
+        if (cli_flag(argv, i, "--refresh")) {
+            o->refresh = true;
+            continue;
+        }
+        if (cli_value(argc, argv, &i, "--peak-gbps", &v)) {
+            if (parse_peak("--peak-gbps", v, &o->peak_gbps)) return 1;
+        } else if (cli_value(argc, argv, &i, "--peak-tflops", &v)) {
+            if (parse_peak("--peak-tflops", v, &o->peak_tflops)) return 1;
+        } else if (cli_value(argc, argv, &i, "--device-index", &v)) {
             if (cli_i32("--device-index", v, &o->device)) return 1;
             if (o->device < 0) return cli_error("profile", "--device-index must be 0 or more, not %d", o->device);
-        }
-        else return cli_unknown("profile", a);
+        } else return cli_unknown("profile", a);
     }
     return 0;
 }
 
 static int emit(const card_opts *o, const device_card *c) {
     if (c->cache_note[0]) fprintf(stderr, "cinder profile: %s\n", c->cache_note);
-    if (!o->json) { device_card_print(stdout, c); return 0; }
+    if (!o->json) {
+        device_card_print(stdout, c);
+        return 0;
+    }
     json_t *j = device_card_json(c);
     if (!j) return cli_error("profile", "out of memory");
     int rc = json_dumpf(j, stdout, JSON_INDENT(2) | JSON_REAL_PRECISION(6));

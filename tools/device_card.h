@@ -36,46 +36,46 @@
 enum { DEVICE_CARD_MAX_QUEUES = 16, DEVICE_CARD_MAX_HEAPS = VK_MAX_MEMORY_HEAPS };
 
 typedef struct device_card_queue {
-    uint32_t count;              /* queues in the family */
-    VkQueueFlags flags;          /* VK_QUEUE_*_BIT */
-    uint32_t timestamp_bits;     /* 0: no timestamps on this family */
+    uint32_t count;          /* queues in the family */
+    VkQueueFlags flags;      /* VK_QUEUE_*_BIT */
+    uint32_t timestamp_bits; /* 0: no timestamps on this family */
 } device_card_queue;
 
 typedef struct device_card_heap {
-    uint64_t size;               /* bytes */
-    bool device_local;           /* VK_MEMORY_HEAP_DEVICE_LOCAL_BIT */
-    bool host_visible;           /* some memory type of the heap is host-visible */
+    uint64_t size;     /* bytes */
+    bool device_local; /* VK_MEMORY_HEAP_DEVICE_LOCAL_BIT */
+    bool host_visible; /* some memory type of the heap is host-visible */
 } device_card_heap;
 
 typedef struct device_card {
     /* identity: the cache key */
     char name[VK_MAX_PHYSICAL_DEVICE_NAME_SIZE];
-    const char *type;            /* "discrete GPU", "CPU", ... (static) */
+    const char *type; /* "discrete GPU", "CPU", ... (static) */
     uint32_t vendor_id, device_id;
     char driver_name[VK_MAX_DRIVER_NAME_SIZE], driver_info[VK_MAX_DRIVER_INFO_SIZE];
-    uint32_t driver_version;     /* VkPhysicalDeviceProperties.driverVersion, vendor-encoded */
+    uint32_t driver_version;         /* VkPhysicalDeviceProperties.driverVersion, vendor-encoded */
     char uuid[2 * VK_UUID_SIZE + 1]; /* deviceUUID, hex */
-    uint32_t api_version;        /* the device's Vulkan version */
+    uint32_t api_version;            /* the device's Vulkan version */
     /* measured (cached) */
     cvk_probe m;
-    bool measured;               /* m holds figures (measured now or loaded) */
-    bool cached;                 /* m was loaded from the cache file */
+    bool measured; /* m holds figures (measured now or loaded) */
+    bool cached;   /* m was loaded from the cache file */
     /* the user's overrides; 0 = none */
     double peak_gbps_override, peak_tflops_override;
     /* features and limits */
     bool fp16, int_dot, timestamps;
     uint32_t subgroup_min, subgroup_max, subgroup_default;
-    uint64_t max_storage_range;  /* maxStorageBufferRange, bytes */
-    uint32_t max_shared;         /* maxComputeSharedMemorySize, bytes */
+    uint64_t max_storage_range; /* maxStorageBufferRange, bytes */
+    uint32_t max_shared;        /* maxComputeSharedMemorySize, bytes */
     uint32_t max_wg_size[3], max_wg_invocations;
     uint32_t n_queues;
     device_card_queue queues[DEVICE_CARD_MAX_QUEUES];
-    bool transfer_only_family;   /* a family with transfer but neither compute nor graphics */
+    bool transfer_only_family; /* a family with transfer but neither compute nor graphics */
     uint32_t n_heaps;
     device_card_heap heaps[DEVICE_CARD_MAX_HEAPS];
     /* the cache, as device_card_get found it */
-    char cache_path[4096];       /* "" when there is no cache directory */
-    char cache_note[192];        /* why the file was not used or not written; "" when fine */
+    char cache_path[4096]; /* "" when there is no cache directory */
+    char cache_note[192];  /* why the file was not used or not written; "" when fine */
 } device_card;
 
 /* Identity, features, limits, queues and heaps of d; no measurement (m zeroed). */

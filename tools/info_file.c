@@ -74,9 +74,16 @@ static const gguf_kv *arch_kv(const gguf_file *f, const char *suffix) {
 static bool kv_number(const gguf_kv *kv, double *out) {
     if (!kv) return false;
     switch (kv->val.type) {
-    case GGUF_VT_F32: case GGUF_VT_F64: *out = kv->val.f64; return true;
-    case GGUF_VT_I8: case GGUF_VT_I16: case GGUF_VT_I32: case GGUF_VT_I64: *out = (double)kv->val.i64; return true;
-    case GGUF_VT_U8: case GGUF_VT_U16: case GGUF_VT_U32: case GGUF_VT_U64: *out = (double)kv->val.u64; return true;
+    case GGUF_VT_F32:
+    case GGUF_VT_F64: *out = kv->val.f64; return true;
+    case GGUF_VT_I8:
+    case GGUF_VT_I16:
+    case GGUF_VT_I32:
+    case GGUF_VT_I64: *out = (double)kv->val.i64; return true;
+    case GGUF_VT_U8:
+    case GGUF_VT_U16:
+    case GGUF_VT_U32:
+    case GGUF_VT_U64: *out = (double)kv->val.u64; return true;
     default: return false;
     }
 }
@@ -131,8 +138,10 @@ static void print_chat_template(FILE *out, const gguf_file *f) {
         fprintf(out, "chat template     %s (%s)\n", chat_template_name(id),
                 how == CHAT_MATCH_EXACT ? "the exact text cinder renders" : "the file has none: the default");
     } else if (how == CHAT_MATCH_MARKERS) {
-        fprintf(out, "chat template     unknown, a variant of %s by its markers (%zu bytes, hash %016llx): serve and "
-                     "chat need --chat-template NAME\n", chat_template_name(id), len, hash);
+        fprintf(out,
+                "chat template     unknown, a variant of %s by its markers (%zu bytes, hash %016llx): serve and "
+                "chat need --chat-template NAME\n",
+                chat_template_name(id), len, hash);
     } else {
         fprintf(out, "chat template     unknown (%zu bytes, hash %016llx): serve and chat need --chat-template NAME\n",
                 len, hash);
@@ -169,8 +178,8 @@ static void print_histogram(FILE *out, const gguf_file *f) {
             f->n_tensors, total);
     fprintf(out, "  %-8s %8s %16s %6s\n", "type", "tensors", "bytes", "share");
     for (size_t i = 0; i < n; i++)
-        fprintf(out, "  %-8s %8" PRIu64 " %16" PRIu64 " %5.1f%%%s\n", qtype_name(counts[i].type),
-                counts[i].tensors, counts[i].bytes, total ? 100.0 * counts[i].bytes / total : 0.0,
+        fprintf(out, "  %-8s %8" PRIu64 " %16" PRIu64 " %5.1f%%%s\n", qtype_name(counts[i].type), counts[i].tensors,
+                counts[i].bytes, total ? 100.0 * counts[i].bytes / total : 0.0,
                 qtype_supported(counts[i].type) ? "" : "  (cinder does not compute this type)");
 }
 
@@ -181,8 +190,8 @@ void info_print_file(FILE *out, const gguf_file *f, const char *path) {
     print_str_key(out, f, "finetune", "general.finetune");
     print_str_key(out, f, "size label", "general.size_label");
     print_file_type(out, f);
-    fprintf(out, LABEL "%u, %" PRIu64 " tensors, %" PRIu64 " metadata keys\n", "GGUF version", f->version,
-            f->n_tensors, f->n_kv);
+    fprintf(out, LABEL "%u, %" PRIu64 " tensors, %" PRIu64 " metadata keys\n", "GGUF version", f->version, f->n_tensors,
+            f->n_kv);
     print_bytes(out, f);
     print_rope(out, f);
     print_chat_template(out, f);

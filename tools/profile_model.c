@@ -24,9 +24,9 @@ static const char *const phase_name[N_PHASES] = {"prefill", "decode"};
 /* One timed span of one recording, placed on the host clock for the trace. */
 typedef struct span {
     cvk_timing t;
-    uint32_t step;   /* index into prof.steps */
-    double at_us;    /* start: the step's submit time on the host clock + the GPU offset */
-    bool op;         /* a group span with no group inside it: one op (a kernel call) */
+    uint32_t step;    /* index into prof.steps */
+    double at_us;     /* start: the step's submit time on the host clock + the GPU offset */
+    bool op;          /* a group span with no group inside it: one op (a kernel call) */
     const char *part; /* attention, moe, ffn, head, embed: from the enclosing layer span */
     char label[32];   /* t.label copied: a dispatch's label is its pipeline's name, which goes with
                        * the model (a replay reports after the engine is freed) */
@@ -36,8 +36,8 @@ typedef struct span {
 typedef struct step {
     uint8_t phase;
     uint32_t tokens;
-    double gpu_ms;          /* first timestamp to last */
-    double wall_ms;         /* the call, on the host */
+    double gpu_ms;  /* first timestamp to last */
+    double wall_ms; /* the call, on the host */
     gpu_host_times host;
 } step;
 
@@ -96,16 +96,19 @@ static int collect(prof *p, cvk_timer *t, const model_config *cfg, const gpu_hos
     double base_us = (host->submit_at_ms - p->origin_ms) * 1e3;
     for (uint32_t i = 0; i < n; i++) {
         span *s = &p->s[p->n + i];
-        *s = (span){.t = buf[i], .step = p->n_steps, .at_us = base_us + (buf[i].start_ns - t0) / 1e3,
-                    .op = buf[i].kind == CVK_SPAN_GROUP, .part = part_of(buf, &buf[i], moe)};
+        *s = (span){.t = buf[i],
+                    .step = p->n_steps,
+                    .at_us = base_us + (buf[i].start_ns - t0) / 1e3,
+                    .op = buf[i].kind == CVK_SPAN_GROUP,
+                    .part = part_of(buf, &buf[i], moe)};
         snprintf(s->label, sizeof s->label, "%s", buf[i].label ? buf[i].label : "?");
         s->t.label = NULL; /* not to be read past the model's life: s->label */
     }
     for (uint32_t i = 0; i < n; i++) /* a group inside a group: the outer one is not an op */
         if (buf[i].kind == CVK_SPAN_GROUP && buf[i].parent != UINT32_MAX) p->s[p->n + buf[i].parent].op = false;
     p->n += n;
-    p->steps[p->n_steps++] = (step){.phase = phase, .tokens = tokens, .gpu_ms = n ? (t1 - t0) / 1e6 : 0,
-                                    .wall_ms = wall_ms, .host = *host};
+    p->steps[p->n_steps++] =
+        (step){.phase = phase, .tokens = tokens, .gpu_ms = n ? (t1 - t0) / 1e6 : 0, .wall_ms = wall_ms, .host = *host};
     p->dispatches += t->dispatches;
     p->copies += t->copies;
     p->dropped += t->dropped;
@@ -117,13 +120,13 @@ static int collect(prof *p, cvk_timer *t, const model_config *cfg, const gpu_hos
 typedef struct run {
     const profile_opts *o;
     gpu_model *g;
-    kv_pool *pool;    /* the rows' pages */
+    kv_pool *pool; /* the rows' pages */
     cvk_timer *t;
     prof *p;
-    kv_seq *seqs;     /* one per batch row */
-    int32_t *ids;     /* context + prompt tokens */
-    int32_t *tok;     /* decode: the next token of each row */
-    int32_t *first;   /* decode: each row's first token (run_all) */
+    kv_seq *seqs;   /* one per batch row */
+    int32_t *ids;   /* context + prompt tokens */
+    int32_t *tok;   /* decode: the next token of each row */
+    int32_t *first; /* decode: each row's first token (run_all) */
 } run;
 
 /* How a pass counts: a warm-up (first touches of weights and pipelines, not counted), untimed
@@ -187,7 +190,8 @@ static int decode(run *r, uint32_t at, uint32_t steps, bool warm) {
  * contents were never computed (their K/V is read all the same, which is what is timed). */
 static int make_rows(run *r, uint32_t len) {
     for (uint32_t i = 0; i < r->o->batch; i++)
-        CD_TRY(kv_pool_extend(r->pool, &r->seqs[i], len) || gpu_model_set_table(r->g, i, r->seqs[i].pages, r->seqs[i].n_pages));
+        CD_TRY(kv_pool_extend(r->pool, &r->seqs[i], len) ||
+               gpu_model_set_table(r->g, i, r->seqs[i].pages, r->seqs[i].n_pages));
     return 0;
 }
 
@@ -221,10 +225,10 @@ typedef struct table {
     row r[96];
     uint32_t n;
     double gpu_ms, wall_ms, part_ms[5];
-    double record_ms;   /* of wall_ms, recording the passes on the host */
-    double busy_ms;     /* inside a dispatch or copy span; the rest of gpu_ms: barriers, timestamps, idle */
+    double record_ms; /* of wall_ms, recording the passes on the host */
+    double busy_ms;   /* inside a dispatch or copy span; the rest of gpu_ms: barriers, timestamps, idle */
     uint32_t steps, tokens;
-    double *layer_ms;   /* per layer */
+    double *layer_ms; /* per layer */
     uint64_t bytes, flops;
 } table;
 
@@ -290,9 +294,11 @@ static void print_table(const table *tb, const char *what, const profile_opts *o
     }
     printf("  by part:");
     for (int i = 0; i < 5; i++)
-        if (tb->part_ms[i] > 0) printf("  %s %.3f ms (%.1f%%)", parts[i], tb->part_ms[i] / tb->steps, pct(tb->part_ms[i], tb->gpu_ms));
-    printf("   (per step)\n  dispatches and copies cover %.1f%% of the step span (the rest: barriers, timestamps, idle)\n",
-           pct(tb->busy_ms, tb->gpu_ms));
+        if (tb->part_ms[i] > 0)
+            printf("  %s %.3f ms (%.1f%%)", parts[i], tb->part_ms[i] / tb->steps, pct(tb->part_ms[i], tb->gpu_ms));
+    printf(
+        "   (per step)\n  dispatches and copies cover %.1f%% of the step span (the rest: barriers, timestamps, idle)\n",
+        pct(tb->busy_ms, tb->gpu_ms));
     printf("  by layer (ms per step):");
     for (uint32_t l = 0; l < n_layer; l++) printf("%s%.3f", l ? " " : " ", tb->layer_ms[l] / tb->steps);
     printf("\n");
@@ -315,7 +321,12 @@ static void host_means(const prof *p, gpu_host_times *h) {
             h->read_ms += p->steps[i].host.read_ms;
             n++;
         }
-    if (n) { h->record_ms /= n; h->submit_ms /= n; h->wait_ms /= n; h->read_ms /= n; }
+    if (n) {
+        h->record_ms /= n;
+        h->submit_ms /= n;
+        h->wait_ms /= n;
+        h->read_ms /= n;
+    }
 }
 
 /* The timestamps' cost: timed vs untimed wall per step, host recording left out of both (an
@@ -335,8 +346,7 @@ static void print_summary(const prof *p, const table tb[N_PHASES], const profile
     if (ideal > 0)
         printf(" / %.1f GB/s (%s) = %.3f ms; achieved %.3f ms GPU: %.1f%% of the roofline\n", o->peak_gbps,
                o->peak_source, ideal, step, pct(ideal, step));
-    else
-        printf("; no peak bandwidth known (cinder profile --device, or --peak-gbps)\n");
+    else printf("; no peak bandwidth known (cinder profile --device, or --peak-gbps)\n");
     printf("decode host side per step: record %.3f ms, submit %.3f ms, wait %.3f ms, read-back %.3f ms (GPU %.3f ms)\n",
            h.record_ms, h.submit_ms, h.wait_ms, h.read_ms, step);
     printf("timestamps: %llu dispatches and %llu copies timed%s", (unsigned long long)p->dispatches,
@@ -349,15 +359,16 @@ static void print_summary(const prof *p, const table tb[N_PHASES], const profile
 
 static void print_requests(json_t *reqs) {
     printf("\nrequests (host side; the cache's work is part of the TTFT)\n"
-           "     #   prompt   cached tokenize ms  queued ms  acquire ms  restore ms  disk read ms  disk write ms    TTFT ms     e2e ms\n");
+           "     #   prompt   cached tokenize ms  queued ms  acquire ms  restore ms  disk read ms  disk write ms    "
+           "TTFT ms     e2e ms\n");
     size_t i;
     json_t *r;
     json_array_foreach(reqs, i, r) {
 #define F(k) json_real_value(json_object_get(r, k))
 #define I(k) (long long)json_integer_value(json_object_get(r, k))
         printf("  %4lld %8lld %8lld %11.3f %10.3f %11.3f %11.3f %13.3f %14.3f %10.2f %10.2f\n", I("request"),
-               I("prompt_tokens"), I("cached_tokens"), F("tokenize_ms"), F("queued_ms"), F("acquire_ms"), F("restore_ms"), F("disk_read_ms"), F("disk_write_ms"),
-               F("ttft_ms"), F("e2e_ms"));
+               I("prompt_tokens"), I("cached_tokens"), F("tokenize_ms"), F("queued_ms"), F("acquire_ms"),
+               F("restore_ms"), F("disk_read_ms"), F("disk_write_ms"), F("ttft_ms"), F("e2e_ms"));
 #undef F
 #undef I
     }
@@ -368,20 +379,22 @@ static json_t *table_json(const table *tb, const profile_opts *o, uint32_t n_lay
     for (uint32_t k = 0; k < tb->n; k++) {
         const row *r = &tb->r[k];
         double s = r->ms / 1e3, gbs = s > 0 ? r->bytes / s / 1e9 : 0, gfs = s > 0 ? r->flops / s / 1e9 : 0;
-        json_array_append_new(rows, json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f}", "op",
-                                              r->name, "kernel", r->kernel, "part", r->part, "calls", (json_int_t)r->calls,
-                                              "total_ms", r->ms, "share", tb->gpu_ms > 0 ? r->ms / tb->gpu_ms : 0,
-                                              "bytes", (json_int_t)r->bytes, "flops", (json_int_t)r->flops, "gb_s", gbs,
-                                              "gflop_s", gfs, "bw_frac", o->peak_gbps > 0 ? gbs / o->peak_gbps : 0,
-                                              "flop_frac", o->peak_tflops > 0 ? gfs / (o->peak_tflops * 1e3) : 0));
+        json_array_append_new(rows,
+                              json_pack("{s:s, s:s, s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:f, s:f}", "op", r->name,
+                                        "kernel", r->kernel, "part", r->part, "calls", (json_int_t)r->calls, "total_ms",
+                                        r->ms, "share", tb->gpu_ms > 0 ? r->ms / tb->gpu_ms : 0, "bytes",
+                                        (json_int_t)r->bytes, "flops", (json_int_t)r->flops, "gb_s", gbs, "gflop_s",
+                                        gfs, "bw_frac", o->peak_gbps > 0 ? gbs / o->peak_gbps : 0, "flop_frac",
+                                        o->peak_tflops > 0 ? gfs / (o->peak_tflops * 1e3) : 0));
     }
     for (uint32_t l = 0; l < n_layer; l++) json_array_append_new(layers, json_real(per(tb->layer_ms[l], tb->steps)));
     for (int i = 0; i < 5; i++)
         if (tb->part_ms[i] > 0) json_object_set_new(by_part, parts[i], json_real(per(tb->part_ms[i], tb->steps)));
     return json_pack("{s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:o, s:o, s:o}", "steps", (json_int_t)tb->steps, "tokens",
                      (json_int_t)tb->tokens, "gpu_ms_per_step", per(tb->gpu_ms, tb->steps), "wall_ms_per_step",
-                     per(tb->wall_ms, tb->steps), "busy_fraction", tb->gpu_ms > 0 ? tb->busy_ms / tb->gpu_ms : 0, "bytes", (json_int_t)tb->bytes, "flops", (json_int_t)tb->flops, "ops",
-                     rows, "part_ms_per_step", by_part, "layer_ms_per_step", layers);
+                     per(tb->wall_ms, tb->steps), "busy_fraction", tb->gpu_ms > 0 ? tb->busy_ms / tb->gpu_ms : 0,
+                     "bytes", (json_int_t)tb->bytes, "flops", (json_int_t)tb->flops, "ops", rows, "part_ms_per_step",
+                     by_part, "layer_ms_per_step", layers);
 }
 
 static int print_json(const prof *p, const table tb[N_PHASES], const profile_opts *o, const char *device,
@@ -393,10 +406,10 @@ static int print_json(const prof *p, const table tb[N_PHASES], const profile_opt
     json_t *j = json_pack(
         "{s:s, s:s, s:s, s:I, s:I, s:I, s:I, s:f, s:f, s:s, s:o, s:o, s:{s:f, s:f, s:f}, s:{s:f, s:f, s:f, s:f},"
         " s:{s:I, s:I, s:I, s:f, s:f}}",
-        "model", o->model, "device", device, "rope", rope, "prompt_tokens", (json_int_t)o->prompt, "gen", (json_int_t)o->gen,
-        "context", (json_int_t)o->context, "batch", (json_int_t)o->batch, "peak_gbps", o->peak_gbps, "peak_tflops",
-        o->peak_tflops, "peak_source", o->peak_source, "prefill", table_json(&tb[PREFILL], o, n_layer), "decode",
-        table_json(d, o, n_layer), "roofline", "ideal_ms", ideal, "achieved_ms", step, "fraction",
+        "model", o->model, "device", device, "rope", rope, "prompt_tokens", (json_int_t)o->prompt, "gen",
+        (json_int_t)o->gen, "context", (json_int_t)o->context, "batch", (json_int_t)o->batch, "peak_gbps", o->peak_gbps,
+        "peak_tflops", o->peak_tflops, "peak_source", o->peak_source, "prefill", table_json(&tb[PREFILL], o, n_layer),
+        "decode", table_json(d, o, n_layer), "roofline", "ideal_ms", ideal, "achieved_ms", step, "fraction",
         step > 0 ? ideal / step : 0, "host_ms_per_step", "record", h.record_ms, "submit", h.submit_ms, "wait",
         h.wait_ms, "read", h.read_ms, "timestamps", "dispatches", (json_int_t)p->dispatches, "copies",
         (json_int_t)p->copies, "dropped", (json_int_t)p->dropped, "overhead_prefill_pct",
@@ -432,8 +445,9 @@ static json_t *span_args(const span *s) {
     if (s->t.work.role) {
         json_object_set_new(a, "bytes", json_integer((json_int_t)s->t.work.bytes));
         json_object_set_new(a, "flops", json_integer((json_int_t)s->t.work.flops));
-        json_object_set_new(a, "shape", json_pack("[I, I, I]", (json_int_t)s->t.work.m, (json_int_t)s->t.work.n,
-                                                  (json_int_t)s->t.work.k));
+        json_object_set_new(
+            a, "shape",
+            json_pack("[I, I, I]", (json_int_t)s->t.work.m, (json_int_t)s->t.work.n, (json_int_t)s->t.work.k));
     }
     return a;
 }
@@ -445,16 +459,17 @@ static int add_step_slices(json_t *ev, const prof *p) {
         char name[48];
         snprintf(name, sizeof name, "%s step %u (%u tokens)", phase_name[st->phase], i, st->tokens);
         json_t *s = slice(name, TID_STEP, submit, st->gpu_ms * 1e3);
-        json_object_set_new(s, "args", json_pack("{s:s, s:I, s:f}", "phase", phase_name[st->phase], "tokens",
-                                                 (json_int_t)st->tokens, "gpu_ms", st->gpu_ms));
+        json_object_set_new(s, "args",
+                            json_pack("{s:s, s:I, s:f}", "phase", phase_name[st->phase], "tokens",
+                                      (json_int_t)st->tokens, "gpu_ms", st->gpu_ms));
         json_array_append_new(ev, s);
         const gpu_host_times *h = &st->host;
         double rec = submit - h->record_ms * 1e3;
         json_array_append_new(ev, slice("record", TID_HOST, rec, h->record_ms * 1e3));
         json_array_append_new(ev, slice("submit", TID_HOST, submit, h->submit_ms * 1e3));
         json_array_append_new(ev, slice("wait", TID_HOST, submit + h->submit_ms * 1e3, h->wait_ms * 1e3));
-        json_array_append_new(ev, slice("read-back", TID_HOST, submit + (h->submit_ms + h->wait_ms) * 1e3,
-                                        h->read_ms * 1e3));
+        json_array_append_new(
+            ev, slice("read-back", TID_HOST, submit + (h->submit_ms + h->wait_ms) * 1e3, h->read_ms * 1e3));
     }
     return 0;
 }
@@ -487,8 +502,9 @@ static void add_request_slices(json_t *ev, const prof *p) {
 
 static int write_trace(const prof *p, const char *path) {
     json_t *ev = json_array();
-    json_array_append_new(ev, json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M", "pid", 1, "args",
-                                        "name", "cinder profile"));
+    json_array_append_new(ev,
+                          json_pack("{s:s, s:s, s:i, s:{s:s}}", "name", "process_name", "ph", "M", "pid", 1, "args",
+                                    "name", "cinder profile"));
     json_array_append_new(ev, thread_name(TID_STEP, "GPU steps"));
     json_array_append_new(ev, thread_name(TID_GPU, "GPU compute (ops, dispatches)"));
     json_array_append_new(ev, thread_name(TID_COPY, "GPU copies"));
@@ -503,10 +519,11 @@ static int write_trace(const prof *p, const char *path) {
         else snprintf(name, sizeof name, "%s", base);
         int tid = s->t.kind == CVK_SPAN_COPY ? TID_COPY : TID_GPU;
         json_t *e = slice(name, tid, s->at_us, (s->t.end_ns - s->t.start_ns) / 1e3);
-        json_object_set_new(e, "cat", json_string(s->t.kind == CVK_SPAN_DISPATCH ? "dispatch"
-                                                  : s->t.kind == CVK_SPAN_COPY   ? "copy"
-                                                  : s->op                        ? "op"
-                                                                                 : "group"));
+        json_object_set_new(e, "cat",
+                            json_string(s->t.kind == CVK_SPAN_DISPATCH   ? "dispatch"
+                                            : s->t.kind == CVK_SPAN_COPY ? "copy"
+                                            : s->op                      ? "op"
+                                                                         : "group"));
         if (!e || json_object_set_new(e, "args", span_args(s)) || json_array_append_new(ev, e)) {
             json_decref(ev);
             return cd_fail("profile: a trace event could not be encoded (span %zu, %s)", i, s->label);
@@ -551,7 +568,11 @@ static int report(const prof *p, const profile_opts *o, const model_config *cf, 
     uint32_t L = cf->n_layer;
     table *tb = calloc(N_PHASES, sizeof *tb);
     double *lm = calloc(2 * (size_t)L + 2, sizeof *lm);
-    if (!tb || !lm) { free(tb); free(lm); return cd_fail("out of memory (profile)"); }
+    if (!tb || !lm) {
+        free(tb);
+        free(lm);
+        return cd_fail("out of memory (profile)");
+    }
     int rc = 0;
     for (int ph = 0; ph < N_PHASES; ph++) {
         tb[ph].layer_ms = lm + ph * (L + 1);
@@ -566,7 +587,8 @@ static int report(const prof *p, const profile_opts *o, const model_config *cf, 
                cf->n_expert_used, rope, device);
         if (p->replay)
             printf("run     the requests of %s through the engine (passes with prompt tokens: \"prefill\", "
-                   "decode-only passes: \"decode\")\n", p->replay);
+                   "decode-only passes: \"decode\")\n",
+                   p->replay);
         else
             printf("run     prefill %u tokens after %u of context; %u decode steps of batch %u\n", o->prompt,
                    o->context, o->gen, o->batch);
@@ -590,7 +612,8 @@ static int fill_peaks(profile_opts *o, cvk_ctx *vk) {
     }
     device_card card;
     CD_TRY(device_card_get(vk, false, &card));
-    if (!o->json && !card.cached) fprintf(stderr, "profile: measured the device card (cached at %s)\n", card.cache_path);
+    if (!o->json && !card.cached)
+        fprintf(stderr, "profile: measured the device card (cached at %s)\n", card.cache_path);
     if (o->peak_gbps > 0) o->peak_source = "--peak-gbps";
     else {
         o->peak_gbps = device_card_peak_gbps(&card);
@@ -627,16 +650,17 @@ static int rp_step(void *ctx, engine *e) {
     if (h->submit_at_ms == r->last_submit) return 0;
     r->last_submit = h->submit_at_ms;
     uint8_t phase = h->tokens == h->n_out ? DECODE : PREFILL;
-    return collect(&r->p, &r->t, &engine_model(e)->cfg, h, phase, h->tokens, h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
+    return collect(&r->p, &r->t, &engine_model(e)->cfg, h, phase, h->tokens,
+                   h->record_ms + h->submit_ms + h->wait_ms + h->read_ms);
 }
 
 static int rp_reply(void *ctx, size_t no, const engine_reply *q, double submit_ms, double prepare_ms) {
     replay_prof *r = ctx;
     json_t *j = json_pack("{s:I, s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "request", (json_int_t)no,
                           "prompt_tokens", (json_int_t)q->prompt_tokens, "cached_tokens", (json_int_t)q->cached_tokens,
-                          "submit_ms", submit_ms, "tokenize_ms", prepare_ms, "queued_ms", q->queued_ms, "acquire_ms", q->acquire_ms, "restore_ms",
-                          q->restore_ms, "disk_read_ms", q->disk_read_ms, "disk_write_ms", q->disk_write_ms, "ttft_ms",
-                          q->ttft_ms, "e2e_ms", q->ttft_ms + q->decode_ms);
+                          "submit_ms", submit_ms, "tokenize_ms", prepare_ms, "queued_ms", q->queued_ms, "acquire_ms",
+                          q->acquire_ms, "restore_ms", q->restore_ms, "disk_read_ms", q->disk_read_ms, "disk_write_ms",
+                          q->disk_write_ms, "ttft_ms", q->ttft_ms, "e2e_ms", q->ttft_ms + q->decode_ms);
     return j ? json_array_append_new(r->p.requests, j) : cd_fail("out of memory (profile)");
 }
 
@@ -650,11 +674,17 @@ static void rp_finish(void *ctx, engine *e) {
 
 static int profile_replay(profile_opts *o, const model *m) {
     replay_prof r = {.o = o, .last_submit = -1};
-    r.p = (prof){.origin_ms = cd_now_ms(), .read = malloc(TIMER_SPANS * sizeof(cvk_timing)), .requests = json_array(),
+    r.p = (prof){.origin_ms = cd_now_ms(),
+                 .read = malloc(TIMER_SPANS * sizeof(cvk_timing)),
+                 .requests = json_array(),
                  .replay = o->scenario ? o->scenario : o->trace_file};
     bench_trace_hooks hooks = {.ctx = &r, .start = rp_start, .step = rp_step, .reply = rp_reply, .finish = rp_finish};
-    bench_trace_opts bo = {.model = o->model, .trace = o->trace_file, .scenario = o->scenario, .concurrency = o->batch,
-                           .quiet = true, .hooks = &hooks};
+    bench_trace_opts bo = {.model = o->model,
+                           .trace = o->trace_file,
+                           .scenario = o->scenario,
+                           .concurrency = o->batch,
+                           .quiet = true,
+                           .hooks = &hooks};
     int rc = r.p.read && r.p.requests ? 0 : cli_error("profile", "out of memory");
     if (!rc) rc = bench_trace(&bo, (model *)m) ? 1 : 0; /* reports its own errors */
     if (!rc && report(&r.p, o, &m->cfg, r.device)) rc = cli_error("profile", "%s", cd_errmsg());
@@ -669,7 +699,8 @@ int profile_model(profile_opts *o, const model *m) {
     if (o->scenario || o->trace_file) return profile_replay(o, m);
     const model_config *c = &m->cfg;
     uint32_t len = o->context + o->prompt + o->gen;
-    if (!o->prompt || !o->gen || !o->batch) return cli_error("profile", "--prompt-tokens, --gen and --batch must be >= 1");
+    if (!o->prompt || !o->gen || !o->batch)
+        return cli_error("profile", "--prompt-tokens, --gen and --batch must be >= 1");
     if (o->batch > 256) return cli_error("profile", "--batch %u: at most 256", o->batch);
     if (len > c->n_ctx_train)
         return cli_error("profile", "%u context + %u prompt + %u generated tokens exceed the model's context (%u)",
@@ -679,8 +710,14 @@ int profile_model(profile_opts *o, const model *m) {
     prof p = {.origin_ms = cd_now_ms(), .read = malloc(TIMER_SPANS * sizeof(cvk_timing))};
     cvk_timer t = {0};
     kv_pool pool = {0};
-    run r = {.o = o, .g = g, .pool = &pool, .t = &t, .p = &p, .seqs = calloc(o->batch, sizeof(kv_seq)),
-             .ids = malloc(((size_t)o->context + o->prompt) * sizeof(int32_t)), .tok = calloc(o->batch, sizeof(int32_t)),
+    run r = {.o = o,
+             .g = g,
+             .pool = &pool,
+             .t = &t,
+             .p = &p,
+             .seqs = calloc(o->batch, sizeof(kv_seq)),
+             .ids = malloc(((size_t)o->context + o->prompt) * sizeof(int32_t)),
+             .tok = calloc(o->batch, sizeof(int32_t)),
              .first = calloc(o->batch, sizeof(int32_t))};
     int rc = vk && g && p.read && r.seqs && r.ids && r.tok && r.first ? 0 : cd_fail("out of memory (profile)");
     rng rn;
@@ -693,12 +730,19 @@ int profile_model(profile_opts *o, const model *m) {
     vk_up = !rc;
     uint32_t pt = KV_PAGE_TOKENS_DEFAULT;
     kv_layout lay;
-    if (!rc) rc = kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, pt) ||
-                  kv_pool_init(&pool, vk, &lay, o->batch * ((len + pt - 1) / pt) * pt);
-    gpu_model_opts go = {.n_ctx = len, .max_seqs = o->batch, .kv = &pool.buf, .lay = &pool.lay,
+    if (!rc)
+        rc = kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, pt) ||
+            kv_pool_init(&pool, vk, &lay, o->batch * ((len + pt - 1) / pt) * pt);
+    gpu_model_opts go = {.n_ctx = len,
+                         .max_seqs = o->batch,
+                         .kv = &pool.buf,
+                         .lay = &pool.lay,
                          .n_batch = o->prompt > o->batch ? (o->prompt < 512 ? o->prompt : 512) : o->batch,
-                         .gate_up_pairs = o->gate_up_pairs, .int_dot = o->int_dot,
-                         .few_shape = o->few_shape, .one_shape = o->one_shape, .big_tile = o->big_tile,
+                         .gate_up_pairs = o->gate_up_pairs,
+                         .int_dot = o->int_dot,
+                         .few_shape = o->few_shape,
+                         .one_shape = o->one_shape,
+                         .big_tile = o->big_tile,
                          .head_shape = o->head_shape};
     if (!rc) rc = fill_peaks(o, vk);
     if (!rc) rc = gpu_model_init(g, vk, m, &go);

@@ -16,23 +16,23 @@
 
 typedef struct profile_opts {
     const char *model;
-    rope_override rope;   /* --rope-scaling ... over the file's (model_load_opts.rope) */
-    uint32_t prompt;      /* P: prompt tokens prefilled (timed) */
-    uint32_t gen;         /* D: decode steps (timed) */
-    uint32_t context;     /* C: tokens already in the sequence before the prompt (untimed) */
-    uint32_t batch;       /* B: sequences per decode step */
+    rope_override rope; /* --rope-scaling ... over the file's (model_load_opts.rope) */
+    uint32_t prompt;    /* P: prompt tokens prefilled (timed) */
+    uint32_t gen;       /* D: decode steps (timed) */
+    uint32_t context;   /* C: tokens already in the sequence before the prompt (untimed) */
+    uint32_t batch;     /* B: sequences per decode step */
     uint32_t seed;
-    const char *trace;    /* Chrome trace JSON path, or NULL */
-    const char *plot;     /* SVG bar chart of each op's share, or NULL */
-    const char *scenario; /* replay scripts/scenarios/NAME.jsonl through the engine instead */
+    const char *trace;      /* Chrome trace JSON path, or NULL */
+    const char *plot;       /* SVG bar chart of each op's share, or NULL */
+    const char *scenario;   /* replay scripts/scenarios/NAME.jsonl through the engine instead */
     const char *trace_file; /* or this trace file (scripts/scenarios/README.md's format) */
     bool json;
-    int device;           /* -1: the default choice */
-    double peak_gbps;     /* the device's read bandwidth; 0: the device card's */
-    double peak_tflops;   /* fp32 FMA rate; 0: the device card's */
-    const char *peak_source; /* set by profile_model: where the bandwidth peak came from */
-    int gate_up_pairs;    /* gpu_model_opts.gate_up_pairs */
-    int int_dot;          /* gpu_model_opts.int_dot */
+    int device;                          /* -1: the default choice */
+    double peak_gbps;                    /* the device's read bandwidth; 0: the device card's */
+    double peak_tflops;                  /* fp32 FMA rate; 0: the device card's */
+    const char *peak_source;             /* set by profile_model: where the bandwidth peak came from */
+    int gate_up_pairs;                   /* gpu_model_opts.gate_up_pairs */
+    int int_dot;                         /* gpu_model_opts.int_dot */
     gpu_rows_shape few_shape, one_shape; /* gpu_model_opts's: other kernel shapes to measure */
     gpu_tile_shape big_tile;             /* and the tiled kernel's */
     gpu_rows_shape head_shape;           /* and a GPU's few-token lm_head's */

@@ -17,9 +17,9 @@
 
 /* The RDNA families Mesa's RADV knows by these names (Debian 12's Mesa 22.3: RDNA1-3; it aborts
  * the process on a name it does not know, so the name is checked here first). */
-static const char *const rdna_families[] = {"navi10", "navi12", "navi14", "navi21", "navi22", "navi23", "navi24",
-                                             "vangogh", "rembrandt", "gfx1036", "gfx1037", "gfx1100", "gfx1101",
-                                             "gfx1102", "gfx1103"};
+static const char *const rdna_families[] = {"navi10",  "navi12",  "navi14",  "navi21",    "navi22",
+                                            "navi23",  "navi24",  "vangogh", "rembrandt", "gfx1036",
+                                            "gfx1037", "gfx1100", "gfx1101", "gfx1102",   "gfx1103"};
 
 int shader_table_family_env(const char *family) {
     size_t n = sizeof rdna_families / sizeof rdna_families[0];
@@ -34,8 +34,11 @@ int shader_table_family_env(const char *family) {
     glob_t g;
     if (glob("/usr/share/vulkan/icd.d/radeon_icd.*.json", 0, NULL, &g) || g.gl_pathc == 0) {
         globfree(&g);
-        return cli_error("profile", "--family %s needs Mesa's RADV driver (Debian: mesa-vulkan-drivers): no "
-                         "/usr/share/vulkan/icd.d/radeon_icd.*.json", family), -1;
+        return cli_error("profile",
+                         "--family %s needs Mesa's RADV driver (Debian: mesa-vulkan-drivers): no "
+                         "/usr/share/vulkan/icd.d/radeon_icd.*.json",
+                         family),
+               -1;
     }
     setenv("VK_ICD_FILENAMES", g.gl_pathv[0], 1);
     globfree(&g);
@@ -91,9 +94,9 @@ static void print_text(const cvk_device *d, const cvk_shader_log *log) {
                      s->loads_sub32);
         printf("%-18s %-26s %5u %7s %5lld %5lld %6lld %6lld %6lld %7lld %7lld %6lld %14s %u\n", s->name, shape,
                s->n_spec ? s->spec[0] : 0, sg, (long long)s->vgprs, (long long)s->sgprs,
-               (long long)(s->spilled_vgprs + s->spilled_sgprs), (long long)s->lds_bytes,
-               (long long)s->waves_per_simd, (long long)cvk_shader_lanes_per_simd(s), (long long)s->instructions,
-               (long long)s->inv_throughput, loads, s->dot4);
+               (long long)(s->spilled_vgprs + s->spilled_sgprs), (long long)s->lds_bytes, (long long)s->waves_per_simd,
+               (long long)cvk_shader_lanes_per_simd(s), (long long)s->instructions, (long long)s->inv_throughput, loads,
+               s->dot4);
     }
 }
 
@@ -104,18 +107,18 @@ static json_t *stats_json(const cvk_shader_stats *s) {
     for (uint32_t k = 0; k < s->n_spec; k++) json_array_append_new(spec, json_integer(s->spec[k]));
     json_t *o = json_pack("{s:s, s:s, s:o, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}",
                           "name", s->name, "shape", shape, "spec", spec, "workgroup", (int)(s->n_spec ? s->spec[0] : 0),
-                          "required_subgroup", (int)s->required_subgroup, "subgroup", (int)s->subgroup_size,
-                          "vgprs", (json_int_t)s->vgprs, "sgprs", (json_int_t)s->sgprs,
-                          "spilled_vgprs", (json_int_t)s->spilled_vgprs, "spilled_sgprs", (json_int_t)s->spilled_sgprs,
-                          "lds_bytes", (json_int_t)s->lds_bytes, "scratch_bytes", (json_int_t)s->scratch_bytes,
-                          "waves_per_simd", (json_int_t)s->waves_per_simd,
-                          "lanes_per_simd", (json_int_t)cvk_shader_lanes_per_simd(s),
+                          "required_subgroup", (int)s->required_subgroup, "subgroup", (int)s->subgroup_size, "vgprs",
+                          (json_int_t)s->vgprs, "sgprs", (json_int_t)s->sgprs, "spilled_vgprs",
+                          (json_int_t)s->spilled_vgprs, "spilled_sgprs", (json_int_t)s->spilled_sgprs, "lds_bytes",
+                          (json_int_t)s->lds_bytes, "scratch_bytes", (json_int_t)s->scratch_bytes, "waves_per_simd",
+                          (json_int_t)s->waves_per_simd, "lanes_per_simd", (json_int_t)cvk_shader_lanes_per_simd(s),
                           "instructions", (json_int_t)s->instructions, "code_bytes", (json_int_t)s->code_bytes,
                           "latency", (json_int_t)s->latency, "inv_throughput", (json_int_t)s->inv_throughput);
     if (s->has_isa)
-        json_object_set_new(o, "loads", json_pack("{s:i, s:i, s:i, s:i, s:i}", "b128", (int)s->loads_b128, "b96",
-                                                  (int)s->loads_b96, "b64", (int)s->loads_b64, "b32",
-                                                  (int)s->loads_b32, "sub32", (int)s->loads_sub32));
+        json_object_set_new(o, "loads",
+                            json_pack("{s:i, s:i, s:i, s:i, s:i}", "b128", (int)s->loads_b128, "b96", (int)s->loads_b96,
+                                      "b64", (int)s->loads_b64, "b32", (int)s->loads_b32, "sub32",
+                                      (int)s->loads_sub32));
     json_object_set_new(o, "dot4", json_integer(s->dot4));
     json_object_set_new(o, "fma", json_integer(s->fma));
     return o;
@@ -144,7 +147,8 @@ static int write_isa(const char *dir, const cvk_shader_log *log) {
         FILE *f = fopen(path, "w");
         char shape[64];
         describe(s, shape, sizeof shape);
-        bool ok = f && fprintf(f, "; %s %s, subgroup %u\n%s", s->name, shape, s->subgroup_size, s->isa ? s->isa : "") > 0;
+        bool ok =
+            f && fprintf(f, "; %s %s, subgroup %u\n%s", s->name, shape, s->subgroup_size, s->isa ? s->isa : "") > 0;
         if (f && fclose(f)) ok = false;
         if (!ok) return cli_error("profile", "--isa: cannot write %s: %s", path, strerror(errno)), -1;
     }
@@ -175,8 +179,10 @@ int shader_table_run(const shader_table_opts *o, const model *m) {
         return 1;
     }
     if (!vk->dev.pipeline_stats) {
-        cli_error("profile", "%s does not report what its compiler made (no VK_KHR_pipeline_executable_properties): "
-                  "try --family gfx1100 (RADV's null device)", vk->dev.info.props.deviceName);
+        cli_error("profile",
+                  "%s does not report what its compiler made (no VK_KHR_pipeline_executable_properties): "
+                  "try --family gfx1100 (RADV's null device)",
+                  vk->dev.info.props.deviceName);
         goto done;
     }
     if (o->family && !strstr(vk->dev.info.props.deviceName, "RADV")) {

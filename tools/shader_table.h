@@ -8,10 +8,10 @@
 #include "runtime/model/model.h"
 
 typedef struct shader_table_opts {
-    const char *family;   /* RADV_FORCE_FAMILY (gfx1100, navi21, ...); NULL: the device as chosen */
-    int device;           /* --device-index; -1 the automatic choice */
+    const char *family; /* RADV_FORCE_FAMILY (gfx1100, navi21, ...); NULL: the device as chosen */
+    int device;         /* --device-index; -1 the automatic choice */
     bool json;
-    const char *isa_dir;  /* --isa DIR: each pipeline's disassembly as DIR/NN-name.s */
+    const char *isa_dir; /* --isa DIR: each pipeline's disassembly as DIR/NN-name.s */
 } shader_table_opts;
 
 /* Sets up the process for --family (before any Vulkan call): RADV's ICD alone, its null device

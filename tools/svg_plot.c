@@ -33,9 +33,11 @@ static FILE *open_svg(const char *path, int w, int h, const char *title) {
         cd_fail("plot: cannot create %s", path);
         return NULL;
     }
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-               "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
-               "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">", w, h);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+            "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n"
+            "<text x=\"10\" y=\"20\" font-size=\"14\" font-weight=\"bold\">",
+            w, h);
     text(f, title);
     fputs("</text>\n", f);
     return f;
@@ -89,7 +91,8 @@ int svg_grouped(const char *path, const char *title, const char *xlabel, const c
         text(f, s[k].name);
         fputs("</text>\n", f);
     }
-    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, TOP + H, width - 10, TOP + H);
+    fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, TOP + H, width - 10,
+            TOP + H);
     fprintf(f, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"black\"/>\n", LEFT, TOP, LEFT, TOP + H);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3g", LEFT - 4, TOP + 10, max);
     text(f, unit);

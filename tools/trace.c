@@ -54,7 +54,10 @@ int trace_load(const char *path, trace *t) {
     for (;;) {
         if (len == cap) {
             char *p = cap < ((size_t)1 << 32) ? realloc(buf, cap ? 2 * cap : 65536) : NULL;
-            if (!p) { rc = cd_fail("%s: out of memory reading the trace", path); break; }
+            if (!p) {
+                rc = cd_fail("%s: out of memory reading the trace", path);
+                break;
+            }
             buf = p;
             cap = cap ? 2 * cap : 65536;
         }
@@ -78,7 +81,10 @@ uint32_t trace_header_u32(const trace *t, const char *key) {
 
 int trace_max_tokens(const json_t *req, size_t no, uint32_t *out) {
     json_t *v = json_object_get(req, "max_tokens");
-    if (!v) { *out = 16; return 0; }
+    if (!v) {
+        *out = 16;
+        return 0;
+    }
     if (!json_is_integer(v) || json_integer_value(v) < 1 || json_integer_value(v) > 1 << 20)
         return cd_fail("request %zu: max_tokens must be an integer from 1 to 2^20", no);
     *out = (uint32_t)json_integer_value(v);
@@ -87,7 +93,8 @@ int trace_max_tokens(const json_t *req, size_t no, uint32_t *out) {
 
 int trace_request_ids(const json_t *req, size_t no, uint32_t n_vocab, int32_t **ids, size_t *n) {
     const json_t *a = json_object_get(req, "prompt_tokens");
-    if (!json_is_array(a) || json_array_size(a) == 0) return cd_fail("request %zu: prompt_tokens must be a non-empty array", no);
+    if (!json_is_array(a) || json_array_size(a) == 0)
+        return cd_fail("request %zu: prompt_tokens must be a non-empty array", no);
     *n = json_array_size(a);
     *ids = malloc(*n * sizeof **ids);
     if (!*ids) return cd_fail("out of memory");
@@ -118,7 +125,10 @@ static conversation *session_get(trace_sessions *ss, const char *name) {
         ss->cap = cap;
     }
     trace_session *s = &ss->s[ss->n];
-    if (!(s->name = strdup(name)) || conv_init(&s->c)) { free(s->name); return NULL; }
+    if (!(s->name = strdup(name)) || conv_init(&s->c)) {
+        free(s->name);
+        return NULL;
+    }
     s->c.template = ss->template;
     s->c.replies = &ss->replies;
     ss->n++;
@@ -126,7 +136,10 @@ static conversation *session_get(trace_sessions *ss, const char *name) {
 }
 
 void trace_sessions_free(trace_sessions *ss) {
-    for (size_t i = 0; i < ss->n; i++) { free(ss->s[i].name); conv_free(&ss->s[i].c); }
+    for (size_t i = 0; i < ss->n; i++) {
+        free(ss->s[i].name);
+        conv_free(&ss->s[i].c);
+    }
     free(ss->s);
     reply_memory_free(&ss->replies);
     *ss = (trace_sessions){0};
@@ -146,4 +159,3 @@ int trace_chat_ids(trace_sessions *ss, const json_t *req, size_t no, const token
     if (chat_thinking(c->template, CHAT_THINK_ASK_OFF, CHAT_REPLY_FREE, &thinking)) return -1;
     return conv_prompt(c, tok, thinking, ids, n);
 }
-

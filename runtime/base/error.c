@@ -21,8 +21,7 @@ int cd_fail_ctx(const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
     va_end(ap);
-    if (n >= 0 && (size_t)n < sizeof err_buf)
-        snprintf(err_buf + n, sizeof err_buf - (size_t)n, "%s", prev);
+    if (n >= 0 && (size_t)n < sizeof err_buf) snprintf(err_buf + n, sizeof err_buf - (size_t)n, "%s", prev);
     return -1;
 }
 

@@ -20,7 +20,7 @@ void cd_errclear(void);
 
 /* Returns -1 from the enclosing function when x (a call that failed with cd_fail) is non-zero:
  * `CD_TRY(a(x) || b(x));` in set-up code that chains many steps. */
-#define CD_TRY(x)              \
-    do {                       \
-        if (x) return -1;      \
+#define CD_TRY(x)                                                                                                      \
+    do {                                                                                                               \
+        if (x) return -1;                                                                                              \
     } while (0)

@@ -3,8 +3,16 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline float fp32_from_bits(uint32_t w) { float f; memcpy(&f, &w, 4); return f; }
-static inline uint32_t fp32_to_bits(float f) { uint32_t w; memcpy(&w, &f, 4); return w; }
+static inline float fp32_from_bits(uint32_t w) {
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+}
+static inline uint32_t fp32_to_bits(float f) {
+    uint32_t w;
+    memcpy(&w, &f, 4);
+    return w;
+}
 
 static inline float fp16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16;
@@ -25,12 +33,12 @@ static inline uint16_t f32_to_fp16(float f) {
     uint32_t x = fp32_to_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
     uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u) return sign | 0x7e00; /* NaN */
+    if (ax > 0x7f800000u) return sign | 0x7e00;  /* NaN */
     if (ax >= 0x477ff000u) return sign | 0x7c00; /* rounds to inf */
-    if (ax < 0x38800000u) {                     /* subnormal or zero in half */
+    if (ax < 0x38800000u) {                      /* subnormal or zero in half */
         if (ax < 0x33000000u) return sign;       /* < 2^-25 rounds to 0 */
         uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000;
-        uint32_t shift = 126 - e;                /* 14 + (113 - e) - 1 ... */
+        uint32_t shift = 126 - e; /* 14 + (113 - e) - 1 ... */
         uint32_t half = m >> shift, rem = m & ((1u << shift) - 1), mid = 1u << (shift - 1);
         if (rem > mid || (rem == mid && (half & 1))) half++;
         return sign | (uint16_t)half;

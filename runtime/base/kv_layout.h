@@ -56,8 +56,8 @@ static inline int kv_layout_init(kv_layout *l, uint32_t n_layer, uint32_t n_head
 }
 
 /* Half index of (page, layer, kv, head, slot, dim) in the whole pool, per the formula above. */
-static inline uint64_t kv_layout_index(const kv_layout *l, uint32_t page, uint32_t layer, uint32_t kv,
-                                       uint32_t head, uint32_t slot, uint32_t dim) {
+static inline uint64_t kv_layout_index(const kv_layout *l, uint32_t page, uint32_t layer, uint32_t kv, uint32_t head,
+                                       uint32_t slot, uint32_t dim) {
     return (uint64_t)page * l->page_halves +
-           ((((uint64_t)layer * 2 + kv) * l->n_head_kv + head) * l->page_tokens + slot) * l->head_dim + dim;
+        ((((uint64_t)layer * 2 + kv) * l->n_head_kv + head) * l->page_tokens + slot) * l->head_dim + dim;
 }

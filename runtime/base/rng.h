@@ -4,7 +4,9 @@
 #include <math.h>
 #include <stdint.h>
 
-typedef struct rng { uint64_t s[4]; } rng;
+typedef struct rng {
+    uint64_t s[4];
+} rng;
 
 static inline uint64_t rng_splitmix(uint64_t *x) {
     uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
@@ -20,7 +22,11 @@ static inline void rng_seed(rng *r, uint64_t seed) {
 static inline uint64_t rng_u64(rng *r) {
     uint64_t *s = r->s;
     uint64_t x = s[1] * 5, result = ((x << 7) | (x >> 57)) * 9, t = s[1] << 17;
-    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3]; s[2] ^= t;
+    s[2] ^= s[0];
+    s[3] ^= s[1];
+    s[1] ^= s[2];
+    s[0] ^= s[3];
+    s[2] ^= t;
     s[3] = (s[3] << 45) | (s[3] >> 19);
     return result;
 }

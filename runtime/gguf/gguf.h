@@ -45,15 +45,15 @@ typedef struct gguf_value gguf_value;
 struct gguf_value {
     enum gguf_vtype type;
     union {
-        uint64_t u64;  /* U8..U64 and BOOL, zero-extended */
-        int64_t i64;   /* I8..I64, sign-extended */
-        double f64;    /* F32, F64 */
-        gguf_str str;  /* STRING */
+        uint64_t u64; /* U8..U64 and BOOL, zero-extended */
+        int64_t i64;  /* I8..I64, sign-extended */
+        double f64;   /* F32, F64 */
+        gguf_str str; /* STRING */
         struct {
             enum gguf_vtype type; /* element type */
             uint64_t n;
-            const uint8_t *raw;   /* fixed-size element types: n packed elements in the file */
-            gguf_value *items;    /* STRING and ARRAY element types: n parsed values */
+            const uint8_t *raw; /* fixed-size element types: n packed elements in the file */
+            gguf_value *items;  /* STRING and ARRAY element types: n parsed values */
         } arr;
     };
 };
@@ -68,7 +68,7 @@ typedef struct gguf_tensor {
     uint32_t n_dims;
     int64_t ne[GGUF_MAX_DIMS]; /* ne[0] is the row length; unused dims are 1 */
     enum qtype type;
-    uint64_t offset;  /* from the start of the data section */
+    uint64_t offset; /* from the start of the data section */
     uint64_t nbytes;
     const void *data; /* inside the mapping of the file that holds it */
     uint32_t shard;   /* that file: 0, or its index (split.no) in a split model */
@@ -77,7 +77,7 @@ typedef struct gguf_tensor {
 typedef struct gguf_file {
     const uint8_t *base; /* the whole file */
     size_t size;
-    bool mapped;         /* base came from mmap (gguf_open) rather than the caller */
+    bool mapped; /* base came from mmap (gguf_open) rather than the caller */
     uint32_t version;
     uint64_t n_kv;
     gguf_kv *kv;
@@ -173,8 +173,8 @@ void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const 
 void gguf_writer_set_value(gguf_writer *w, const char *key, const gguf_value *v);
 /* Adds a tensor; its bytes come from `data` (copied pointer, must live until write) or,
  * when data is NULL, from fill(user, ...) during gguf_writer_write. */
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum qtype type, uint32_t n_dims,
-                           const int64_t *ne, const void *data, gguf_fill_fn fill, void *user);
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum qtype type, uint32_t n_dims, const int64_t *ne,
+                           const void *data, gguf_fill_fn fill, void *user);
 /* Writes to path (via path.tmp renamed into place, so a failed write never leaves a half
  * file under the final name). Tensors are written one at a time: fill callbacks get a buffer
  * sized to their tensor, in the order tensors were added. Data is aligned to

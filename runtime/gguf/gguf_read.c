@@ -35,10 +35,10 @@
 #define GGUF_MAGIC 0x46554747u /* "GGUF" read as a little-endian u32 */
 
 /* Smallest encodings, for checking counts against the bytes left before allocating. */
-#define MIN_KV_BYTES (8 + 4 + 1)              /* key length, value type, a u8 value */
+#define MIN_KV_BYTES (8 + 4 + 1)             /* key length, value type, a u8 value */
 #define MIN_TENSOR_BYTES (8 + 4 + 8 + 4 + 8) /* name length, n_dims, one ne, type, offset */
-#define MIN_STRING_BYTES 8                    /* length */
-#define MIN_ARRAY_BYTES (4 + 8)               /* element type, count */
+#define MIN_STRING_BYTES 8                   /* length */
+#define MIN_ARRAY_BYTES (4 + 8)              /* element type, count */
 
 /* The public struct plus the name-sorted indexes used for duplicate checks and lookups, and a
  * split model's other shards (their mappings hold the tensors' names and data). */
@@ -53,18 +53,25 @@ typedef struct gguf_impl {
 
 size_t gguf_vtype_size(enum gguf_vtype t) {
     switch (t) {
-    case GGUF_VT_U8: case GGUF_VT_I8: case GGUF_VT_BOOL: return 1;
-    case GGUF_VT_U16: case GGUF_VT_I16: return 2;
-    case GGUF_VT_U32: case GGUF_VT_I32: case GGUF_VT_F32: return 4;
-    case GGUF_VT_U64: case GGUF_VT_I64: case GGUF_VT_F64: return 8;
+    case GGUF_VT_U8:
+    case GGUF_VT_I8:
+    case GGUF_VT_BOOL: return 1;
+    case GGUF_VT_U16:
+    case GGUF_VT_I16: return 2;
+    case GGUF_VT_U32:
+    case GGUF_VT_I32:
+    case GGUF_VT_F32: return 4;
+    case GGUF_VT_U64:
+    case GGUF_VT_I64:
+    case GGUF_VT_F64: return 8;
     default: return 0;
     }
 }
 
 const char *gguf_vtype_name(enum gguf_vtype t) {
     static const char *const names[GGUF_VT_COUNT] = {
-        [GGUF_VT_U8] = "u8",   [GGUF_VT_I8] = "i8",         [GGUF_VT_U16] = "u16",  [GGUF_VT_I16] = "i16",
-        [GGUF_VT_U32] = "u32", [GGUF_VT_I32] = "i32",       [GGUF_VT_F32] = "f32",  [GGUF_VT_BOOL] = "bool",
+        [GGUF_VT_U8] = "u8",         [GGUF_VT_I8] = "i8",       [GGUF_VT_U16] = "u16", [GGUF_VT_I16] = "i16",
+        [GGUF_VT_U32] = "u32",       [GGUF_VT_I32] = "i32",     [GGUF_VT_F32] = "f32", [GGUF_VT_BOOL] = "bool",
         [GGUF_VT_STRING] = "string", [GGUF_VT_ARRAY] = "array", [GGUF_VT_U64] = "u64", [GGUF_VT_I64] = "i64",
         [GGUF_VT_F64] = "f64",
     };
@@ -157,12 +164,23 @@ static void value_free(gguf_value *v) {
 
 /* Decodes a fixed-size value at p (unaligned). */
 static void decode_scalar(enum gguf_vtype t, const uint8_t *p, gguf_value *v) {
-    union { uint8_t u8; int8_t i8; uint16_t u16; int16_t i16; uint32_t u32; int32_t i32; float f32;
-            uint64_t u64; int64_t i64; double f64; } x;
+    union {
+        uint8_t u8;
+        int8_t i8;
+        uint16_t u16;
+        int16_t i16;
+        uint32_t u32;
+        int32_t i32;
+        float f32;
+        uint64_t u64;
+        int64_t i64;
+        double f64;
+    } x;
     memcpy(&x, p, gguf_vtype_size(t));
     v->type = t;
     switch (t) {
-    case GGUF_VT_U8: case GGUF_VT_BOOL: v->u64 = x.u8; break;
+    case GGUF_VT_U8:
+    case GGUF_VT_BOOL: v->u64 = x.u8; break;
     case GGUF_VT_I8: v->i64 = x.i8; break;
     case GGUF_VT_U16: v->u64 = x.u16; break;
     case GGUF_VT_I16: v->i64 = x.i16; break;
@@ -272,7 +290,8 @@ static int read_header(reader *r, gguf_file *f) {
     if (rd_u32(r, &f->version, "version")) return -1;
     if (f->version != 2 && f->version != 3) {
         if (f->version == 1) return cd_fail("unsupported GGUF version 1 (32-bit counts; re-convert the file)");
-        if ((f->version & 0xffff) == 0) return cd_fail("unsupported GGUF version %" PRIu32 " (big-endian file?)", f->version);
+        if ((f->version & 0xffff) == 0)
+            return cd_fail("unsupported GGUF version %" PRIu32 " (big-endian file?)", f->version);
         return cd_fail("unsupported GGUF version %" PRIu32, f->version);
     }
     if (rd_u64(r, &f->n_tensors, "tensor count") || rd_u64(r, &f->n_kv, "metadata count")) return -1;
@@ -341,7 +360,8 @@ static int read_tensor(reader *r, const gguf_file *f, uint64_t i, gguf_tensor *t
         const char *gone = qtype_removed_name(type);
         if (gone)
             return cd_fail("tensor '%s' has type %" PRIu32 " (%s), which ggml removed from GGUF files: "
-                           "re-quantize the model with a current llama.cpp", name, type, gone);
+                           "re-quantize the model with a current llama.cpp",
+                           name, type, gone);
         return cd_fail("tensor '%s' has unknown type %" PRIu32 " (newer than this cinder?)", name, type);
     }
     t->type = (enum qtype)type;
@@ -696,8 +716,7 @@ double gguf_arr_f64(const gguf_value *arr, uint64_t i) {
 bool gguf_value_eq(const gguf_value *a, const gguf_value *b) {
     if (a->type != b->type) return false;
     switch (a->type) {
-    case GGUF_VT_STRING:
-        return a->str.len == b->str.len && memcmp(a->str.ptr, b->str.ptr, a->str.len) == 0;
+    case GGUF_VT_STRING: return a->str.len == b->str.len && memcmp(a->str.ptr, b->str.ptr, a->str.len) == 0;
     case GGUF_VT_ARRAY: {
         if (a->arr.type != b->arr.type || a->arr.n != b->arr.n) return false;
         size_t es = gguf_vtype_size(a->arr.type);
@@ -706,9 +725,8 @@ bool gguf_value_eq(const gguf_value *a, const gguf_value *b) {
             if (!gguf_value_eq(&a->arr.items[i], &b->arr.items[i])) return false;
         return true;
     }
-    case GGUF_VT_F32: case GGUF_VT_F64:
-        return memcmp(&a->f64, &b->f64, sizeof a->f64) == 0;
-    default:
-        return a->u64 == b->u64;
+    case GGUF_VT_F32:
+    case GGUF_VT_F64: return memcmp(&a->f64, &b->f64, sizeof a->f64) == 0;
+    default: return a->u64 == b->u64;
     }
 }

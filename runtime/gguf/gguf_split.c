@@ -19,9 +19,9 @@
 #define SPLIT_SUFFIX "-%05" PRIu32 "-of-%05" PRIu32 ".gguf"
 
 typedef struct split_keys {
-    uint32_t no, count;  /* count 1 when the file has no split.count */
+    uint32_t no, count; /* count 1 when the file has no split.count */
     bool has_tensors;
-    uint64_t n_tensors;  /* split.tensors.count */
+    uint64_t n_tensors; /* split.tensors.count */
 } split_keys;
 
 int gguf_split_path(char *buf, size_t cap, const char *prefix, uint32_t no, uint32_t count) {
@@ -95,7 +95,7 @@ static int open_rest(gguf_file *f, const char *path, const split_keys *k) {
     size_t n = split_prefix_len(path, 0, k->count);
     if (!n)
         return cd_fail(GGUF_KEY_SPLIT_COUNT " is %" PRIu32 " but the name does not end in -00001-of-%05" PRIu32
-                       ".gguf, so the other shards cannot be found (keep gguf-split's names)",
+                                            ".gguf, so the other shards cannot be found (keep gguf-split's names)",
                        k->count, k->count);
     if (!k->has_tensors) return cd_fail("a split model's first shard without " GGUF_KEY_SPLIT_TENSORS);
     size_t cap = n + 32;

@@ -197,8 +197,8 @@ void gguf_writer_set_arr_str(gguf_writer *w, const char *key, const char *const 
     free(v.arr.items);
 }
 
-int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum qtype type, uint32_t n_dims,
-                           const int64_t *ne, const void *data, gguf_fill_fn fill, void *user) {
+int gguf_writer_add_tensor(gguf_writer *w, const char *name, enum qtype type, uint32_t n_dims, const int64_t *ne,
+                           const void *data, gguf_fill_fn fill, void *user) {
     if (n_dims == 0 || n_dims > GGUF_MAX_DIMS)
         return cd_fail("tensor '%s': %" PRIu32 " dimensions (1 to %d allowed)", name, n_dims, GGUF_MAX_DIMS);
     if (!qtype_known(type)) return cd_fail("tensor '%s': unknown type %d", name, (int)type);
@@ -272,11 +272,22 @@ static void pad(out *o, uint64_t alignment) {
 static void put_value(out *o, const gguf_value *v) {
     size_t es = gguf_vtype_size(v->type);
     if (es) {
-        union { uint8_t u8; uint16_t u16; uint32_t u32; uint64_t u64; float f32; double f64; } x;
+        union {
+            uint8_t u8;
+            uint16_t u16;
+            uint32_t u32;
+            uint64_t u64;
+            float f32;
+            double f64;
+        } x;
         switch (v->type) {
-        case GGUF_VT_U8: case GGUF_VT_I8: case GGUF_VT_BOOL: x.u8 = (uint8_t)v->u64; break;
-        case GGUF_VT_U16: case GGUF_VT_I16: x.u16 = (uint16_t)v->u64; break;
-        case GGUF_VT_U32: case GGUF_VT_I32: x.u32 = (uint32_t)v->u64; break;
+        case GGUF_VT_U8:
+        case GGUF_VT_I8:
+        case GGUF_VT_BOOL: x.u8 = (uint8_t)v->u64; break;
+        case GGUF_VT_U16:
+        case GGUF_VT_I16: x.u16 = (uint16_t)v->u64; break;
+        case GGUF_VT_U32:
+        case GGUF_VT_I32: x.u32 = (uint32_t)v->u64; break;
         case GGUF_VT_F32: x.f32 = (float)v->f64; break;
         case GGUF_VT_F64: x.f64 = v->f64; break;
         default: x.u64 = v->u64; break; /* U64, I64 (two's complement) */

@@ -27,7 +27,7 @@
 /* ---- type table ---- */
 
 typedef struct qtype_info {
-    const char *name;  /* NULL: not a ggml type we know */
+    const char *name; /* NULL: not a ggml type we know */
     int64_t block_elems;
     size_t block_bytes;
 } qtype_info;
@@ -36,44 +36,42 @@ typedef struct qtype_info {
 static const qtype_info type_info[QTYPE_COUNT] = {
     [QTYPE_F32] = {"F32", 1, 4},
     [QTYPE_F16] = {"F16", 1, 2},
-    [QTYPE_Q4_0] = {"Q4_0", 32, 18},  /* fp16 d + 16 bytes of nibbles */
-    [QTYPE_Q4_1] = {"Q4_1", 32, 20},  /* fp16 d, fp16 m + nibbles */
-    [QTYPE_Q5_0] = {"Q5_0", 32, 22},  /* fp16 d + 4 bytes of high bits + nibbles */
-    [QTYPE_Q5_1] = {"Q5_1", 32, 24},  /* fp16 d, fp16 m + high bits + nibbles */
-    [QTYPE_Q8_0] = {"Q8_0", 32, 34},  /* fp16 d + 32 int8 */
-    [QTYPE_Q8_1] = {"Q8_1", 32, 36},  /* fp16 d, fp16 d*sum + 32 int8 */
-    [QTYPE_Q2_K] = {"Q2_K", QK_K, 84},   /* 16 scale bytes + 64 bytes of 2-bit q + d, dmin */
-    [QTYPE_Q3_K] = {"Q3_K", QK_K, 110},  /* 32 hmask + 64 q + 12 scales + d */
+    [QTYPE_Q4_0] = {"Q4_0", 32, 18},    /* fp16 d + 16 bytes of nibbles */
+    [QTYPE_Q4_1] = {"Q4_1", 32, 20},    /* fp16 d, fp16 m + nibbles */
+    [QTYPE_Q5_0] = {"Q5_0", 32, 22},    /* fp16 d + 4 bytes of high bits + nibbles */
+    [QTYPE_Q5_1] = {"Q5_1", 32, 24},    /* fp16 d, fp16 m + high bits + nibbles */
+    [QTYPE_Q8_0] = {"Q8_0", 32, 34},    /* fp16 d + 32 int8 */
+    [QTYPE_Q8_1] = {"Q8_1", 32, 36},    /* fp16 d, fp16 d*sum + 32 int8 */
+    [QTYPE_Q2_K] = {"Q2_K", QK_K, 84},  /* 16 scale bytes + 64 bytes of 2-bit q + d, dmin */
+    [QTYPE_Q3_K] = {"Q3_K", QK_K, 110}, /* 32 hmask + 64 q + 12 scales + d */
     [QTYPE_Q4_K] = {"Q4_K", QK_K, 144},
     [QTYPE_Q5_K] = {"Q5_K", QK_K, 176},
     [QTYPE_Q6_K] = {"Q6_K", QK_K, 210},
-    [QTYPE_Q8_K] = {"Q8_K", QK_K, 292},  /* float d + 256 int8 + 16 int16 block sums */
-    [QTYPE_IQ2_XXS] = {"IQ2_XXS", QK_K, 66},  /* d + 32 u16: grid indices, signs and scales */
-    [QTYPE_IQ2_XS] = {"IQ2_XS", QK_K, 74},    /* d + 32 u16 + 8 scale bytes */
-    [QTYPE_IQ3_XXS] = {"IQ3_XXS", QK_K, 98},  /* d + 96 bytes */
-    [QTYPE_IQ1_S] = {"IQ1_S", QK_K, 50},      /* d + 32 qs + 8 u16 qh */
-    [QTYPE_IQ4_NL] = {"IQ4_NL", 32, 18},      /* d + 16 bytes of nibbles (a 16-level table) */
-    [QTYPE_IQ3_S] = {"IQ3_S", QK_K, 110},     /* d + 64 qs + 8 qh + 32 signs + 4 scales */
-    [QTYPE_IQ2_S] = {"IQ2_S", QK_K, 82},      /* d + 64 qs + 8 qh + 8 scales */
-    [QTYPE_IQ4_XS] = {"IQ4_XS", QK_K, 136},   /* d + u16 scales_h + 4 scales_l + 128 nibbles */
+    [QTYPE_Q8_K] = {"Q8_K", QK_K, 292},      /* float d + 256 int8 + 16 int16 block sums */
+    [QTYPE_IQ2_XXS] = {"IQ2_XXS", QK_K, 66}, /* d + 32 u16: grid indices, signs and scales */
+    [QTYPE_IQ2_XS] = {"IQ2_XS", QK_K, 74},   /* d + 32 u16 + 8 scale bytes */
+    [QTYPE_IQ3_XXS] = {"IQ3_XXS", QK_K, 98}, /* d + 96 bytes */
+    [QTYPE_IQ1_S] = {"IQ1_S", QK_K, 50},     /* d + 32 qs + 8 u16 qh */
+    [QTYPE_IQ4_NL] = {"IQ4_NL", 32, 18},     /* d + 16 bytes of nibbles (a 16-level table) */
+    [QTYPE_IQ3_S] = {"IQ3_S", QK_K, 110},    /* d + 64 qs + 8 qh + 32 signs + 4 scales */
+    [QTYPE_IQ2_S] = {"IQ2_S", QK_K, 82},     /* d + 64 qs + 8 qh + 8 scales */
+    [QTYPE_IQ4_XS] = {"IQ4_XS", QK_K, 136},  /* d + u16 scales_h + 4 scales_l + 128 nibbles */
     [QTYPE_I8] = {"I8", 1, 1},
     [QTYPE_I16] = {"I16", 1, 2},
     [QTYPE_I32] = {"I32", 1, 4},
     [QTYPE_I64] = {"I64", 1, 8},
     [QTYPE_F64] = {"F64", 1, 8},
-    [QTYPE_IQ1_M] = {"IQ1_M", QK_K, 56},      /* 32 qs + 16 qh + 8 scales (d inside them) */
+    [QTYPE_IQ1_M] = {"IQ1_M", QK_K, 56}, /* 32 qs + 16 qh + 8 scales (d inside them) */
     [QTYPE_BF16] = {"BF16", 1, 2},
-    [QTYPE_TQ1_0] = {"TQ1_0", QK_K, 54},      /* ternary: 48 + 4 bytes base-3 + d */
-    [QTYPE_TQ2_0] = {"TQ2_0", QK_K, 66},      /* ternary: 64 bytes of 2-bit + d */
-    [QTYPE_MXFP4] = {"MXFP4", 32, 17},        /* E8M0 exponent + 16 bytes of E2M1 nibbles */
-    [QTYPE_NVFP4] = {"NVFP4", 64, 36},        /* 4 UE4M3 scales + 32 bytes of E2M1 nibbles */
-    [QTYPE_Q1_0] = {"Q1_0", 128, 18},         /* d + 16 bytes of signs */
-    [QTYPE_Q2_0] = {"Q2_0", 64, 18},          /* d + 16 bytes of 2-bit q */
+    [QTYPE_TQ1_0] = {"TQ1_0", QK_K, 54}, /* ternary: 48 + 4 bytes base-3 + d */
+    [QTYPE_TQ2_0] = {"TQ2_0", QK_K, 66}, /* ternary: 64 bytes of 2-bit + d */
+    [QTYPE_MXFP4] = {"MXFP4", 32, 17},   /* E8M0 exponent + 16 bytes of E2M1 nibbles */
+    [QTYPE_NVFP4] = {"NVFP4", 64, 36},   /* 4 UE4M3 scales + 32 bytes of E2M1 nibbles */
+    [QTYPE_Q1_0] = {"Q1_0", 128, 18},    /* d + 16 bytes of signs */
+    [QTYPE_Q2_0] = {"Q2_0", 64, 18},     /* d + 16 bytes of 2-bit q */
 };
 
-static const qtype_info *info(uint32_t t) {
-    return t < QTYPE_COUNT && type_info[t].name ? &type_info[t] : NULL;
-}
+static const qtype_info *info(uint32_t t) { return t < QTYPE_COUNT && type_info[t].name ? &type_info[t] : NULL; }
 
 const char *qtype_name(enum qtype t) {
     const qtype_info *i = info((uint32_t)t);
@@ -93,9 +91,9 @@ int qtype_from_name(const char *name, enum qtype *out) {
 
 const char *qtype_removed_name(uint32_t t) {
     /* ggml.h: support removed (4, 5) or removed from GGUF files (the repacked 31-33, 36-38) */
-    static const char *const removed[] = {[4] = "Q4_2", [5] = "Q4_3", [31] = "Q4_0_4_4", [32] = "Q4_0_4_8",
-                                          [33] = "Q4_0_8_8", [36] = "IQ4_NL_4_4", [37] = "IQ4_NL_4_8",
-                                          [38] = "IQ4_NL_8_8"};
+    static const char *const removed[] = {
+        [4] = "Q4_2",      [5] = "Q4_3",        [31] = "Q4_0_4_4",   [32] = "Q4_0_4_8",
+        [33] = "Q4_0_8_8", [36] = "IQ4_NL_4_4", [37] = "IQ4_NL_4_8", [38] = "IQ4_NL_8_8"};
     return t < sizeof removed / sizeof removed[0] ? removed[t] : NULL;
 }
 
@@ -114,14 +112,30 @@ bool qtype_known(uint32_t t) { return info(t) != NULL; }
 
 bool qtype_supported(enum qtype t) {
     switch (t) {
-    case QTYPE_F32: case QTYPE_F16: case QTYPE_BF16:
-    case QTYPE_Q4_0: case QTYPE_Q4_1: case QTYPE_Q5_0: case QTYPE_Q5_1: case QTYPE_Q8_0:
-    case QTYPE_Q2_K: case QTYPE_Q3_K: case QTYPE_Q4_K: case QTYPE_Q5_K: case QTYPE_Q6_K:
-    case QTYPE_IQ4_NL: case QTYPE_IQ4_XS: case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_MXFP4:
-    case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S: case QTYPE_IQ1_S: case QTYPE_IQ1_M:
-        return true;
-    default:
-        return false;
+    case QTYPE_F32:
+    case QTYPE_F16:
+    case QTYPE_BF16:
+    case QTYPE_Q4_0:
+    case QTYPE_Q4_1:
+    case QTYPE_Q5_0:
+    case QTYPE_Q5_1:
+    case QTYPE_Q8_0:
+    case QTYPE_Q2_K:
+    case QTYPE_Q3_K:
+    case QTYPE_Q4_K:
+    case QTYPE_Q5_K:
+    case QTYPE_Q6_K:
+    case QTYPE_IQ4_NL:
+    case QTYPE_IQ4_XS:
+    case QTYPE_IQ3_XXS:
+    case QTYPE_IQ3_S:
+    case QTYPE_MXFP4:
+    case QTYPE_IQ2_XXS:
+    case QTYPE_IQ2_XS:
+    case QTYPE_IQ2_S:
+    case QTYPE_IQ1_S:
+    case QTYPE_IQ1_M: return true;
+    default: return false;
     }
 }
 
@@ -346,8 +360,8 @@ static void dequant_iq2_xs(const block_iq2_xs *b, float *y) {
     for (int ib = 0; ib < QK_K / 32; ib++)
         for (int l = 0; l < 4; l++) {
             uint16_t q = b->qs[4 * ib + l];
-            iq2_eight(quant_iq2xs_grid[q & 511], quant_ksigns(q >> 9), iq2_step(d, b->scales[ib] >> (4 * (l / 2)) & 0xF),
-                      y + 32 * ib + 8 * l);
+            iq2_eight(quant_iq2xs_grid[q & 511], quant_ksigns(q >> 9),
+                      iq2_step(d, b->scales[ib] >> (4 * (l / 2)) & 0xF), y + 32 * ib + 8 * l);
         }
 }
 
@@ -356,8 +370,8 @@ static void dequant_iq2_s(const block_iq2_s *b, float *y) {
     for (int ib = 0; ib < QK_K / 32; ib++)
         for (int l = 0; l < 4; l++) {
             uint32_t idx = b->qs[4 * ib + l] | (uint32_t)(b->qh[ib] >> (2 * l) & 3) << 8;
-            iq2_eight(quant_iq2s_grid[idx], b->qs[QK_K / 8 + 4 * ib + l], iq2_step(d, b->scales[ib] >> (4 * (l / 2)) & 0xF),
-                      y + 32 * ib + 8 * l);
+            iq2_eight(quant_iq2s_grid[idx], b->qs[QK_K / 8 + 4 * ib + l],
+                      iq2_step(d, b->scales[ib] >> (4 * (l / 2)) & 0xF), y + 32 * ib + 8 * l);
         }
 }
 
@@ -417,9 +431,7 @@ static void dequant_mxfp4(const block_mxfp4 *b, float *y) {
 void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) {
     assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
     switch (t) {
-    case QTYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
+    case QTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case QTYPE_F16: {
         const uint8_t *p = src;
         for (int64_t i = 0; i < n; i++) {
@@ -438,8 +450,8 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
         }
         return;
     }
-#define EACH_BLOCK(fn, block, elems) \
-    for (int64_t i = 0; i < n / (elems); i++) fn((const block *)src + i, dst + i * (elems)); \
+#define EACH_BLOCK(fn, block, elems)                                                                                   \
+    for (int64_t i = 0; i < n / (elems); i++) fn((const block *)src + i, dst + i * (elems));                           \
     return
     case QTYPE_Q4_0: EACH_BLOCK(dequant_q4_0, block_q4_0, 32);
     case QTYPE_Q4_1: EACH_BLOCK(dequant_q4_1, block_q4_1, 32);
@@ -470,7 +482,6 @@ void quant_dequantize_row(enum qtype t, const void *src, float *dst, int64_t n) 
     case QTYPE_Q6_K:
         for (int64_t i = 0; i < n / QK_K; i++) dequant_q6_K((const block_q6_K *)src + i, dst + i * QK_K);
         return;
-    default:
-        return;
+    default: return;
     }
 }

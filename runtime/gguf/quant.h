@@ -308,7 +308,7 @@ typedef struct {
 } block_q6_K;
 static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 
-const char *qtype_name(enum qtype t);                 /* "Q4_K", "?" when unknown */
+const char *qtype_name(enum qtype t); /* "Q4_K", "?" when unknown */
 /* ggml's name for a type number it once had and removed from GGUF files (4 "Q4_2", 31
  * "Q4_0_4_4", ...), NULL for any other number: errors name what an old file holds. */
 const char *qtype_removed_name(uint32_t t);
@@ -316,10 +316,10 @@ const char *qtype_removed_name(uint32_t t);
  * to n bytes): what an error about an unsupported tensor lists. Returns buf. */
 const char *qtype_supported_names(char *buf, size_t n);
 int qtype_from_name(const char *name, enum qtype *out); /* case-insensitive; 0 or -1 */
-bool qtype_known(uint32_t t);       /* a ggml type whose block size we know */
-bool qtype_supported(enum qtype t); /* one of the types cinder computes with */
-int64_t qtype_block_elems(enum qtype t); /* weights per block (1 for float types) */
-size_t qtype_block_bytes(enum qtype t);  /* bytes per block */
+bool qtype_known(uint32_t t);                           /* a ggml type whose block size we know */
+bool qtype_supported(enum qtype t);                     /* one of the types cinder computes with */
+int64_t qtype_block_elems(enum qtype t);                /* weights per block (1 for float types) */
+size_t qtype_block_bytes(enum qtype t);                 /* bytes per block */
 /* Bytes of a row of n elements; 0 when the type is unknown or n is not a multiple of the
  * block size (callers treat 0 as an invalid row). */
 size_t qtype_row_bytes(enum qtype t, int64_t n);

@@ -75,8 +75,8 @@ static void quant_q8_0(const float *x, block_q8_0 *b) {
  *    the dequantizer's exact float expression. */
 
 typedef struct k_fit {
-    float s, m;  /* x ≈ s*q - m */
-    float err;   /* sum of squared errors */
+    float s, m; /* x ≈ s*q - m */
+    float err;  /* sum of squared errors */
 } k_fit;
 
 /* One sub-block of n (16 or 32) and the sums of x and x^2, which every candidate needs.
@@ -227,8 +227,7 @@ static void quant_q4_K(const float *x, block_q4_K *b) {
     uint8_t L[QK_K];
     quant_k_affine_packed(x, 15, &b->d, &b->dmin, b->scales, L);
     for (int g = 0; g < 4; g++)
-        for (int l = 0; l < 32; l++)
-            b->qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
+        for (int l = 0; l < 32; l++) b->qs[32 * g + l] = (uint8_t)(L[64 * g + l] | (L[64 * g + 32 + l] << 4));
 }
 
 /* Q5_K: as Q4_K for the low 4 bits; bit 4 of weight 32*j + l is bit j of qh[l]. */
@@ -289,7 +288,10 @@ static float fit_scale_sym(const float *x, sym_levels v) {
     for (int k = -10; k <= 10; k++) {
         if (k == 0) continue;
         float s = sym_round_and_refit(x, v, sxx, -vmax / (nlev + nlev / 64.0f * (float)k), &err);
-        if (err < best_err) { best_err = err; best_s = s; }
+        if (err < best_err) {
+            best_err = err;
+            best_s = s;
+        }
     }
     for (int it = 0; it < 4; it++) {
         float s = sym_round_and_refit(x, v, sxx, best_s, &err);
@@ -508,7 +510,10 @@ static float iq4_fit(const float *x) {
     for (int e = 0; e < 2; e++)
         for (int k = -10; k <= 10; k++) {
             float s = iq4_round_and_refit(x, sxx, vmax / (ends[e] * (1.0f + (float)k / 32.0f)), &err);
-            if (err < best_err) { best_err = err; best_s = s; }
+            if (err < best_err) {
+                best_err = err;
+                best_s = s;
+            }
         }
     for (int it = 0; it < 4; it++) {
         float s = iq4_round_and_refit(x, sxx, best_s, &err);
@@ -599,25 +604,26 @@ static void quant_iq4_xs(const float *x, block_iq4_xs *b) {
 enum { GRID_MAX = 4096, GRID_CODES = 6561 }; /* codes: 3^8 (IQ2, IQ1) or 8^4 (IQ3) level tuples */
 
 typedef struct iq_grid {
-    int n;        /* points */
-    int halves;   /* 2 for IQ1: points [0, n / 2) with delta +1/8, the rest the same with -1/8 */
-    int dim;      /* weights per point: 4 or 8 */
-    int unit;     /* weights per scale: 32 or 16 */
-    bool parity;  /* the eighth sign of each 8 is implied */
+    int n;              /* points */
+    int halves;         /* 2 for IQ1: points [0, n / 2) with delta +1/8, the rest the same with -1/8 */
+    int dim;            /* weights per point: 4 or 8 */
+    int unit;           /* weights per scale: 32 or 16 */
+    bool parity;        /* the eighth sign of each 8 is implied */
     bool signed_points; /* IQ1: the points hold the signs; the targets are the weights */
     bool unit_delta;    /* IQ1_S: one delta (one half) for a unit's groups */
-    int nscales;  /* 16, or 8 (IQ1's 3-bit scales) */
-    float gmax;   /* the largest magnitude */
+    int nscales;        /* 16, or 8 (IQ1's 3-bit scales) */
+    float gmax;         /* the largest magnitude */
     int nlevels;
-    float levels[2][8]; /* the values a coordinate takes in each half, ascending */
-    float step_of[16];  /* the step of scale s, over d, as the dequantizer computes it */
+    float levels[2][8];                 /* the values a coordinate takes in each half, ascending */
+    float step_of[16];                  /* the step of scale s, over d, as the dequantizer computes it */
     float g[8][GRID_MAX], gg[GRID_MAX]; /* values by coordinate, and their squared norm */
-    int16_t point_of[GRID_CODES]; /* the point of each tuple of level indices (base nlevels), or -1 */
+    int16_t point_of[GRID_CODES];       /* the point of each tuple of level indices (base nlevels), or -1 */
 } iq_grid;
 
 static float grid_magnitude(enum qtype t, int p, int j) {
     switch (t) {
-    case QTYPE_IQ1_S: case QTYPE_IQ1_M: /* code - 1, plus the half's delta */
+    case QTYPE_IQ1_S:
+    case QTYPE_IQ1_M: /* code - 1, plus the half's delta */
         return (float)((int)(quant_iq1s_grid[p % 2048] >> (2 * j) & 3) - 1) + (p < 2048 ? 0.125f : -0.125f);
     case QTYPE_IQ3_XXS: return (float)((quant_iq3xxs_grid[p] >> (8 * j)) & 0xFF);
     case QTYPE_IQ3_S: return (float)((quant_iq3s_grid[p] >> (8 * j)) & 0xFF);
@@ -669,8 +675,8 @@ static void iq_grid_init(iq_grid *k, enum qtype t) {
         k->point_of[code] = (int16_t)p;
     }
     for (int s = 0; s < 16; s++)
-        k->step_of[s] = t == QTYPE_IQ3_S || iq1 ? (float)(1 + 2 * s)
-                                                 : (0.5f + (float)s) * (t == QTYPE_IQ3_XXS ? 0.5f : 0.25f);
+        k->step_of[s] =
+            t == QTYPE_IQ3_S || iq1 ? (float)(1 + 2 * s) : (0.5f + (float)s) * (t == QTYPE_IQ3_XXS ? 0.5f : 0.25f);
 }
 
 /* The point of half h nearest dl * g to targets t[dim]: the largest 2 t.g - dl g.g. That is a
@@ -817,7 +823,8 @@ static double grid_scales_at(const iq_grid *k, const float *t, const float *dl, 
             double e = grid_points_at(k, t + k->unit * u, d * k->step_of[s], p);
             if (e < best) best = e, sc[u] = (uint8_t)s, memcpy(pt + per * u, p, sizeof(int) * (size_t)per);
         }
-        if (best == INFINITY) best = grid_points_at(k, t + k->unit * u, 0, pt + per * u); /* all-zero or non-finite unit */
+        if (best == INFINITY)
+            best = grid_points_at(k, t + k->unit * u, 0, pt + per * u); /* all-zero or non-finite unit */
         total += best;
     }
     return total;
@@ -1032,9 +1039,7 @@ static void quant_mxfp4(const float *x, block_mxfp4 *b) {
 void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     assert(qtype_supported(t) && n % qtype_block_elems(t) == 0);
     switch (t) {
-    case QTYPE_F32:
-        memcpy(dst, src, (size_t)n * sizeof(float));
-        return;
+    case QTYPE_F32: memcpy(dst, src, (size_t)n * sizeof(float)); return;
     case QTYPE_F16: {
         uint8_t *p = dst;
         for (int64_t i = 0; i < n; i++) {
@@ -1051,8 +1056,8 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
         }
         return;
     }
-#define EACH_BLOCK(fn, block, elems) \
-    for (int64_t i = 0; i < n / (elems); i++) fn(src + i * (elems), (block *)dst + i); \
+#define EACH_BLOCK(fn, block, elems)                                                                                   \
+    for (int64_t i = 0; i < n / (elems); i++) fn(src + i * (elems), (block *)dst + i);                                 \
     return
     case QTYPE_Q4_0: EACH_BLOCK(quant_q4_0, block_q4_0, 32);
     case QTYPE_Q4_1: EACH_BLOCK(quant_q4_1, block_q4_1, 32);
@@ -1064,10 +1069,13 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     case QTYPE_IQ4_XS: EACH_BLOCK(quant_iq4_xs, block_iq4_xs, QK_K);
     case QTYPE_MXFP4: EACH_BLOCK(quant_mxfp4, block_mxfp4, 32);
 #undef EACH_BLOCK
-    case QTYPE_IQ3_XXS: case QTYPE_IQ3_S: case QTYPE_IQ2_XXS: case QTYPE_IQ2_XS: case QTYPE_IQ2_S:
-    case QTYPE_IQ1_S: case QTYPE_IQ1_M:
-        quant_grid_row(t, src, dst, n);
-        return;
+    case QTYPE_IQ3_XXS:
+    case QTYPE_IQ3_S:
+    case QTYPE_IQ2_XXS:
+    case QTYPE_IQ2_XS:
+    case QTYPE_IQ2_S:
+    case QTYPE_IQ1_S:
+    case QTYPE_IQ1_M: quant_grid_row(t, src, dst, n); return;
     case QTYPE_Q8_0:
         for (int64_t i = 0; i < n / QK8_0; i++) quant_q8_0(src + i * QK8_0, (block_q8_0 *)dst + i);
         return;
@@ -1080,7 +1088,6 @@ void quant_quantize_row(enum qtype t, const float *src, void *dst, int64_t n) {
     case QTYPE_Q6_K:
         for (int64_t i = 0; i < n / QK_K; i++) quant_q6_K(src + i * QK_K, (block_q6_K *)dst + i);
         return;
-    default:
-        return;
+    default: return;
     }
 }

@@ -40,9 +40,9 @@ static void quantize_block(const float *x, xq8_block *b) {
         b->d = 0.0f;
         return;
     }
-    uint32_t j = (amax >> 20) & 7; /* the top 3 bits of the fraction */
+    uint32_t j = (amax >> 20) & 7;                                 /* the top 3 bits of the fraction */
     float c = float_of(xq8_recip[j]) * float_of((264u - e) << 23); /* / (9 + j) * 2^(10 - E), E = e - 127 */
-    b->d = float_of((e - 10u) << 23); /* 2^(E - 10) */
+    b->d = float_of((e - 10u) << 23);                              /* 2^(E - 10) */
     b->mult = (int32_t)(9 + j);
     for (int i = 0; i < XQ8_BLOCK; i++) {
         float r = rintf(x[i] * c); /* one rounded product, then half to even */
@@ -89,7 +89,7 @@ static float chunk_q6_K(const block_q6_K *w, int c, const xq8_block *x) {
         lv[l] = (int8_t)((lo | (hb << 4)) - 32);
     }
     int32_t s = (int32_t)w->scales[8 * h + 2 * k] * dot16(lv, x->q) +
-                (int32_t)w->scales[8 * h + 2 * k + 1] * dot16(lv + 16, x->q + 16);
+        (int32_t)w->scales[8 * h + 2 * k + 1] * dot16(lv + 16, x->q + 16);
     return x->d * (fp16_to_f32(w->d) * (float)(x->mult * s));
 }
 
@@ -97,9 +97,9 @@ float xq8_dot_row(enum qtype t, const void *row, const xq8_block *x, int64_t n) 
     float y = 0.0f;
     for (int64_t c = 0; c < n / XQ8_BLOCK; c++) {
         float min = 0.0f;
-        float v = t == QTYPE_Q8_0   ? chunk_q8_0((const block_q8_0 *)row + c, &x[c])
-                  : t == QTYPE_Q4_K ? chunk_q4_K((const block_q4_K *)row + c / 8, (int)(c % 8), &x[c], &min)
-                                    : chunk_q6_K((const block_q6_K *)row + c / 8, (int)(c % 8), &x[c]);
+        float v = t == QTYPE_Q8_0 ? chunk_q8_0((const block_q8_0 *)row + c, &x[c])
+            : t == QTYPE_Q4_K     ? chunk_q4_K((const block_q4_K *)row + c / 8, (int)(c % 8), &x[c], &min)
+                                  : chunk_q6_K((const block_q6_K *)row + c / 8, (int)(c % 8), &x[c]);
         y = y + v;
         if (t == QTYPE_Q4_K) y = y - min;
     }

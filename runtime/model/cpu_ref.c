@@ -47,7 +47,8 @@ void cpu_matvec_xq8(float *out, const gguf_tensor *w, const float *x, xq8_block 
     int64_t n_in = w->ne[0];
     size_t row_bytes = qtype_row_bytes(w->type, n_in);
     xq8_quantize(x, n_in, xq);
-    for (int64_t r = 0; r < w->ne[1]; r++) out[r] = xq8_dot_row(w->type, (const uint8_t *)w->data + r * row_bytes, xq, n_in);
+    for (int64_t r = 0; r < w->ne[1]; r++)
+        out[r] = xq8_dot_row(w->type, (const uint8_t *)w->data + r * row_bytes, xq, n_in);
 }
 
 void cpu_rmsnorm(float *out, const float *x, const float *w, int64_t n, float eps) {
@@ -73,7 +74,10 @@ static void softmax(float *x, uint32_t n) {
     float max = x[0];
     for (uint32_t i = 1; i < n; i++) max = x[i] > max ? x[i] : max;
     double sum = 0;
-    for (uint32_t i = 0; i < n; i++) { x[i] = expf(x[i] - max); sum += x[i]; }
+    for (uint32_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - max);
+        sum += x[i];
+    }
     for (uint32_t i = 0; i < n; i++) x[i] = (float)(x[i] / sum);
 }
 
@@ -140,8 +144,8 @@ int cpu_state_init(cpu_state *s, const model *m, uint32_t n_ctx) {
 }
 
 void cpu_state_free(cpu_state *s) {
-    float *bufs[] = {s->x, s->xb, s->xb2, s->q, s->k, s->v, s->att_out, s->att, s->hb, s->hb2,
-                     s->router, s->row, s->key_cache, s->value_cache, s->logits};
+    float *bufs[] = {s->x,  s->xb,  s->xb2,    s->q,   s->k,         s->v,           s->att_out, s->att,
+                     s->hb, s->hb2, s->router, s->row, s->key_cache, s->value_cache, s->logits};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     free(s->xq);
     memset(s, 0, sizeof *s);
@@ -202,7 +206,10 @@ static void attention(cpu_state *s, const layer_weights *l, uint32_t il, uint32_
             max = s->att[t] > max ? s->att[t] : max;
         }
         double sum = 0;
-        for (uint32_t t = 0; t <= pos; t++) { s->att[t] = expf(s->att[t] - max); sum += s->att[t]; }
+        for (uint32_t t = 0; t <= pos; t++) {
+            s->att[t] = expf(s->att[t] - max);
+            sum += s->att[t];
+        }
         float *out = s->att_out + h * hd;
         for (uint32_t i = 0; i < hd; i++) {
             double acc = 0;
@@ -214,8 +221,8 @@ static void attention(cpu_state *s, const layer_weights *l, uint32_t il, uint32_
 }
 
 /* SwiGLU FFN of one expert (slice e of the stacked tensors) or of the dense FFN (e = 0). */
-static void swiglu(cpu_state *s, const gguf_tensor *gate, const gguf_tensor *up, const gguf_tensor *down,
-                   int64_t e, float *out) {
+static void swiglu(cpu_state *s, const gguf_tensor *gate, const gguf_tensor *up, const gguf_tensor *down, int64_t e,
+                   float *out) {
     cpu_matvec(s->hb, gate, e, s->xb, s->row);
     cpu_matvec(s->hb2, up, e, s->xb, s->row);
     for (int64_t i = 0; i < gate->ne[1]; i++) s->hb[i] = cpu_silu(s->hb[i]) * s->hb2[i];
@@ -239,7 +246,8 @@ int cpu_forward(cpu_state *s, int32_t token, uint32_t pos, int want_logits) {
     const model *m = s->m;
     const model_config *c = &m->cfg;
     if (pos >= s->n_ctx) return cd_fail("position %u is past the context size %u", pos, s->n_ctx);
-    if (token < 0 || (uint32_t)token >= c->n_vocab) return cd_fail("token id %d out of range (vocab %u)", token, c->n_vocab);
+    if (token < 0 || (uint32_t)token >= c->n_vocab)
+        return cd_fail("token id %d out of range (vocab %u)", token, c->n_vocab);
     float norm_w[65536];
 
     cpu_tensor_row(m->tok_embd, token, s->x);

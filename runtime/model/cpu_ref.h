@@ -14,13 +14,13 @@
 typedef struct cpu_state {
     const model *m;
     uint32_t n_ctx;
-    float *x;      /* (n_embd) residual stream */
-    float *xb;     /* (n_embd) normed input of a sublayer */
-    float *xb2;    /* (n_embd) sublayer output */
-    float *q;      /* (n_head * head_dim) */
-    float *k, *v;  /* (n_head_kv * head_dim) */
-    float *att_out;/* (n_head * head_dim) */
-    float *att;    /* (n_ctx) scores of one head */
+    float *x;              /* (n_embd) residual stream */
+    float *xb;             /* (n_embd) normed input of a sublayer */
+    float *xb2;            /* (n_embd) sublayer output */
+    float *q;              /* (n_head * head_dim) */
+    float *k, *v;          /* (n_head_kv * head_dim) */
+    float *att_out;        /* (n_head * head_dim) */
+    float *att;            /* (n_ctx) scores of one head */
     float *hb, *hb2;       /* (n_ff) expert hidden */
     float *router;         /* (n_expert) */
     float *row;            /* (max row length) one dequantized weight row */

@@ -109,15 +109,14 @@ static void put_value(EVP_MD_CTX *ctx, const gguf_value *v) {
             EVP_DigestUpdate(ctx, v->arr.raw, v->arr.n * gguf_vtype_size(v->arr.type));
         break;
     }
-    case GGUF_VT_F32: case GGUF_VT_F64: {
+    case GGUF_VT_F32:
+    case GGUF_VT_F64: {
         uint64_t bits;
         memcpy(&bits, &v->f64, sizeof bits);
         cd_key_le64(sha_put, ctx, bits);
         break;
     }
-    default:
-        cd_key_le64(sha_put, ctx, v->u64);
-        break;
+    default: cd_key_le64(sha_put, ctx, v->u64); break;
     }
 }
 
@@ -156,8 +155,8 @@ int fp_model(const gguf_file *f, const model_config *c, const uint8_t weights_di
     }
     put_field(ctx, "domain", "cinder.fingerprint.v2", 21);
     put_u64(ctx, "arch", c->arch);
-    const uint32_t hp[] = {c->n_layer, c->n_embd, c->n_head, c->n_head_kv, c->head_dim, c->n_vocab,
-                           c->n_expert, c->n_expert_used, c->n_ff_exp, c->n_ff};
+    const uint32_t hp[] = {c->n_layer, c->n_embd,   c->n_head,        c->n_head_kv, c->head_dim,
+                           c->n_vocab, c->n_expert, c->n_expert_used, c->n_ff_exp,  c->n_ff};
     uint8_t hp_le[sizeof hp];
     for (size_t i = 0; i < sizeof hp; i++) hp_le[i] = (uint8_t)(hp[i / 4] >> (8 * (i % 4)));
     put_field(ctx, "hparams", hp_le, sizeof hp_le);

@@ -25,7 +25,6 @@ int fp_weights_end(fp_weights *w, uint8_t digest[16]);
 
 struct model_config;
 /* Combines the parts into the 32-byte fingerprint. */
-int fp_model(const gguf_file *f, const struct model_config *cfg, const uint8_t weights_digest[16],
-             uint8_t out[32]);
+int fp_model(const gguf_file *f, const struct model_config *cfg, const uint8_t weights_digest[16], uint8_t out[32]);
 /* Lower-case hex of n bytes into out (2n+1 bytes). */
 void fp_hex(const uint8_t *bytes, size_t n, char *out);

@@ -102,7 +102,7 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
         cvk_matmul_tile one = cvk_matmul_tile_one_texel, eight = cvk_matmul_tile_eight_texel;
         one.glu = eight.glu = glu;
         return cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one) ||
-               cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &eight);
+            cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &eight);
     }
     gpu_tile_shape b = g->big_tile;
     cvk_matmul_tile big = b.bm ? (cvk_matmul_tile){.bm = b.bm, .bn = b.bn, .bk = b.bk, .tm = b.tm, .tn = b.tn}
@@ -111,8 +111,8 @@ static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
                     one = g->few_gpu ? shaped(one_tile_gpu, g->one_shape) : cvk_matmul_tile_one;
     big.glu = few.glu = one.glu = glu;
     return cvk_matmul_pipeline(&g->matmul[glu][t->type], d, pc, t->type, &big) ||
-           cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few) ||
-           cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
+        cvk_matmul_pipeline(&g->matmul_few[glu][t->type], d, pc, t->type, &few) ||
+        cvk_matmul_pipeline(&g->matmul_one[glu][t->type], d, pc, t->type, &one);
 }
 
 /* The kernel for a dense projection of t over n_tokens. */
@@ -151,7 +151,7 @@ typedef enum { MOE_GPU, MOE_CPU_EIGHT, MOE_CPU_ONE, MOE_CPU_FLOAT } moe_lists;
 static moe_lists moe_lists_of(const gpu_model *g, const layer_weights *l) {
     if (g->few_gpu) return MOE_GPU;
     int texel = cvk_matmul_texel_type(l->gate_exps->type) + cvk_matmul_texel_type(l->up_exps->type) +
-                cvk_matmul_texel_type(l->down_exps->type);
+        cvk_matmul_texel_type(l->down_exps->type);
     return texel == 3 ? MOE_CPU_EIGHT : texel ? MOE_CPU_ONE : MOE_CPU_FLOAT;
 }
 
@@ -187,7 +187,7 @@ static int want_xq8(gpu_model *g, const gguf_tensor *t) {
     if (!t || !xq8_type(t->type) || g->xq8_one[t->type].pipe) return 0;
     VkPipelineCache pc = g->vk->pcache.cache;
     return cvk_xq8_matvec_pipeline(&g->xq8_one[t->type], &g->vk->dev, pc, t->type, &(cvk_xq8_cfg){.nt = 1}) ||
-           cvk_xq8_matvec_pipeline(&g->xq8_many[t->type], &g->vk->dev, pc, t->type, &(cvk_xq8_cfg){.nt = 8});
+        cvk_xq8_matvec_pipeline(&g->xq8_many[t->type], &g->vk->dev, pc, t->type, &(cvk_xq8_cfg){.nt = 8});
 }
 
 static int xq8_pipelines(gpu_model *g) {
@@ -214,7 +214,7 @@ int gpu_forward_pipelines(gpu_model *g) {
         cvk_matmul_tile one = head_one_gpu, few = shaped(head_few_gpu, g->head_shape);
         enum qtype t = m->output->type;
         CD_TRY(cvk_matmul_pipeline(&g->matmul_head_one, &g->vk->dev, g->vk->pcache.cache, t, &one) ||
-            cvk_matmul_pipeline(&g->matmul_head_few, &g->vk->dev, g->vk->pcache.cache, t, &few));
+               cvk_matmul_pipeline(&g->matmul_head_few, &g->vk->dev, g->vk->pcache.cache, t, &few));
     }
     VkPipelineCache pc = g->vk->pcache.cache;
     CD_TRY(cvk_attn_prefill_pipeline(&g->attn_prefill, &g->vk->dev, pc, m->cfg.head_dim, 0));
@@ -235,7 +235,8 @@ static void batch_splits(gpu_model *g) {
 }
 
 static int input_buffers(gpu_model *g, gpu_input *in, uint64_t bytes) {
-    return gpu_model_buffer(g, &in->host, bytes, CVK_MEM_UPLOAD) || gpu_model_buffer(g, &in->dev, bytes, CVK_MEM_DEVICE);
+    return gpu_model_buffer(g, &in->host, bytes, CVK_MEM_UPLOAD) ||
+        gpu_model_buffer(g, &in->dev, bytes, CVK_MEM_DEVICE);
 }
 
 static int make_buffers(gpu_model *g) {
@@ -247,24 +248,25 @@ static int make_buffers(gpu_model *g) {
     batch_splits(g); /* after gpu_forward_pipelines: the attention kernel says cpu or not */
     CD_TRY(gpu_model_buffer(g, &g->bx, T * c->n_embd * 4, D) || gpu_model_buffer(g, &g->bxb, T * c->n_embd * 4, D));
     CD_TRY(gpu_model_buffer(g, &g->bq, T * q_dim * 4, D) || gpu_model_buffer(g, &g->batt, T * q_dim * 4, D) ||
-        gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
+           gpu_model_buffer(g, &g->bk, T * kv_dim * 4, D) || gpu_model_buffer(g, &g->bv, T * kv_dim * 4, D));
     CD_TRY(gpu_model_buffer(g, &g->bhg, T * k * ff * 4, D));
     uint32_t xq_in = (uint32_t)(q_dim > c->n_embd ? q_dim : c->n_embd); /* the attention projections' inputs */
     if (g->int_dot)
         CD_TRY(gpu_model_buffer(g, &g->bxq, cvk_xq8_q_bytes(xq_in, (uint32_t)T), D) ||
-            gpu_model_buffer(g, &g->bxqd, cvk_xq8_d_bytes(xq_in, (uint32_t)T), D));
+               gpu_model_buffer(g, &g->bxqd, cvk_xq8_d_bytes(xq_in, (uint32_t)T), D));
     bool apart = false; /* a layer whose gate and up are not gate-up pairs: HU and a swiglu stage */
     for (uint32_t il = 0; il < c->n_layer; il++) apart |= !gpu_model_layer_pairs(g, il); /* before the upload */
     if (apart) CD_TRY(gpu_model_buffer(g, &g->bhu, T * k * ff * 4, D));
     /* partial softmax states of the attention splits, per part of the pool's buffer */
-    CD_TRY(gpu_model_buffer(g, &g->bpartials,
-                         cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, g->split_max, c->head_dim),
-                         D));
+    CD_TRY(gpu_model_buffer(
+        g, &g->bpartials,
+        cvk_attn_prefill_partials_bytes(g->n_batch, c->n_head, g->kv->n_parts, g->split_max, c->head_dim), D));
     if (moe) {
-        CD_TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) || gpu_model_buffer(g, &g->bids, T * k * 4, D) ||
-            gpu_model_buffer(g, &g->bwts, T * k * 4, D) || gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
-            gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
-            gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
+        CD_TRY(gpu_model_buffer(g, &g->brouter, T * c->n_expert * 4, D) ||
+               gpu_model_buffer(g, &g->bids, T * k * 4, D) || gpu_model_buffer(g, &g->bwts, T * k * 4, D) ||
+               gpu_model_buffer(g, &g->bgroups, c->n_expert * 8ull, D) ||
+               gpu_model_buffer(g, &g->bgather, T * k * 4, D) || gpu_model_buffer(g, &g->bscatter, T * k * 4, D) ||
+               gpu_model_buffer(g, &g->beo, T * k * c->n_embd * 4, D));
         /* work lists sized for the smaller of the lists' token tiles (a big tile asked for may
          * be narrower than list 0's) */
         const layer_weights *l0 = &g->m->layers[0]; /* the lists' tiles are the same in every layer */
@@ -281,14 +283,15 @@ static int make_batch_buffers(gpu_model *g) {
     const model_config *c = &g->m->cfg;
     uint64_t S = g->max_seqs, O = g->max_out;
     CD_TRY(input_buffers(g, &g->in_table, S * g->max_pages * 4) ||
-        gpu_model_buffer(g, &g->bhead_x, O * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, O * 4) ||
-        gpu_model_buffer(g, &g->blogits, O * c->n_vocab * 4, CVK_MEM_DEVICE) ||
-        gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)O),
-                         CVK_MEM_DEVICE) ||
-        input_buffers(g, &g->in_sample, O * sizeof(cvk_sample_row)) ||
-        gpu_model_buffer(g, &g->bsample_scratch,
-                         cvk_sample_scratch_bytes(&g->sample, c->n_vocab, (uint32_t)O, CVK_SAMPLE_MAX_K), CVK_MEM_DEVICE) ||
-        gpu_model_buffer(g, &g->bout_id, O * 4, CVK_MEM_READBACK));
+           gpu_model_buffer(g, &g->bhead_x, O * c->n_embd * 4, CVK_MEM_DEVICE) || input_buffers(g, &g->in_out, O * 4) ||
+           gpu_model_buffer(g, &g->blogits, O * c->n_vocab * 4, CVK_MEM_DEVICE) ||
+           gpu_model_buffer(g, &g->bam_scratch, cvk_argmax_scratch_bytes(&g->argmax, c->n_vocab, (uint32_t)O),
+                            CVK_MEM_DEVICE) ||
+           input_buffers(g, &g->in_sample, O * sizeof(cvk_sample_row)) ||
+           gpu_model_buffer(g, &g->bsample_scratch,
+                            cvk_sample_scratch_bytes(&g->sample, c->n_vocab, (uint32_t)O, CVK_SAMPLE_MAX_K),
+                            CVK_MEM_DEVICE) ||
+           gpu_model_buffer(g, &g->bout_id, O * 4, CVK_MEM_READBACK));
     memset(cvk_buffer_host_ptr(&g->in_table.host, 0), 0, S * g->max_pages * 4);
     return 0;
 }
@@ -296,8 +299,8 @@ static int make_batch_buffers(gpu_model *g) {
 int gpu_forward_init(gpu_model *g) {
     if (!g->n_batch) g->n_batch = GPU_PREFILL_BATCH;
     if (g->n_batch > g->n_ctx) g->n_batch = g->n_ctx;
-    CD_TRY(gpu_forward_pipelines(g) || make_buffers(g) || make_batch_buffers(g) || cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) ||
-        cvk_cmd_init(&g->pcmd, &g->vk->dev, false));
+    CD_TRY(gpu_forward_pipelines(g) || make_buffers(g) || make_batch_buffers(g) ||
+           cvk_descpool_init(&g->pdpool, &g->vk->dev, 256) || cvk_cmd_init(&g->pcmd, &g->vk->dev, false));
     for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
         gpu_recording *r = &g->rec[i];
         if (!(r->out = malloc(g->max_out * sizeof *r->out))) return cd_fail("out of memory");
@@ -315,9 +318,31 @@ void gpu_forward_free(gpu_model *g) {
     }
     cvk_cmd_free(&g->pcmd);
     cvk_descpool_free(&g->pdpool);
-    cvk_buffer *bufs[] = {&g->bx, &g->bxb, &g->bq, &g->batt, &g->bk, &g->bv, &g->brouter, &g->bids,
-                          &g->bwts, &g->bgroups, &g->bitems, &g->bdispatch, &g->bgather, &g->bscatter, &g->bhg, &g->bhu, &g->beo,
-                          &g->bpartials, &g->bxq, &g->bxqd, &g->blogits, &g->bam_scratch, &g->bsample_scratch, &g->bout_id, &g->bhead_x};
+    cvk_buffer *bufs[] = {&g->bx,
+                          &g->bxb,
+                          &g->bq,
+                          &g->batt,
+                          &g->bk,
+                          &g->bv,
+                          &g->brouter,
+                          &g->bids,
+                          &g->bwts,
+                          &g->bgroups,
+                          &g->bitems,
+                          &g->bdispatch,
+                          &g->bgather,
+                          &g->bscatter,
+                          &g->bhg,
+                          &g->bhu,
+                          &g->beo,
+                          &g->bpartials,
+                          &g->bxq,
+                          &g->bxqd,
+                          &g->blogits,
+                          &g->bam_scratch,
+                          &g->bsample_scratch,
+                          &g->bout_id,
+                          &g->bhead_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) cvk_buffer_destroy(&vk->mem, bufs[i]);
     gpu_input *ins[] = {&g->in_tok, &g->in_loc, &g->in_table, &g->in_out, &g->in_sample};
     for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++) {
@@ -349,12 +374,12 @@ typedef struct chunk {
     gpu_model *g;
     cvk_cmd *c;
     cvk_descpool *dp;
-    uint32_t T;      /* tokens in the chunk */
-    uint32_t max_len; /* positions attention may read: the last + 1, or more (batch invariance) */
-    bool distinct_rows; /* every token of another table row (a decode step): attention's hint */
-    bool reusable;    /* recorded to be submitted again (gpu_recording) */
-    uint64_t attended;       /* for profiles: sum over tokens of the positions each attends to */
-    uint64_t kv_positions;   /* for profiles: distinct (row, position) pairs attention reads */
+    uint32_t T;            /* tokens in the chunk */
+    uint32_t max_len;      /* positions attention may read: the last + 1, or more (batch invariance) */
+    bool distinct_rows;    /* every token of another table row (a decode step): attention's hint */
+    bool reusable;         /* recorded to be submitted again (gpu_recording) */
+    uint64_t attended;     /* for profiles: sum over tokens of the positions each attends to */
+    uint64_t kv_positions; /* for profiles: distinct (row, position) pairs attention reads */
 } chunk;
 
 static void barrier(const chunk *ch) { cvk_barrier_compute_to_compute(ch->c->cb); }
@@ -373,8 +398,9 @@ static void work_matmul(const chunk *ch, const char *role, const gguf_tensor *t,
                         uint32_t x_rows, bool glu) {
     if (!profiling(ch)) return;
     uint32_t n_in = (uint32_t)t->ne[0], n_rows = (uint32_t)t->ne[1];
-    work(ch, glu ? step_cost_matmul_glu(role, t->type, n_in, n_rows, T, slices, x_rows)
-                 : step_cost_matmul(role, t->type, n_in, n_rows, T, slices, x_rows));
+    work(ch,
+         glu ? step_cost_matmul_glu(role, t->type, n_in, n_rows, T, slices, x_rows)
+             : step_cost_matmul(role, t->type, n_in, n_rows, T, slices, x_rows));
 }
 
 /* What a dense projection's matmul writes: Y = X W^T, Y += X W^T (a residual), or over gate-up
@@ -382,16 +408,23 @@ static void work_matmul(const chunk *ch, const char *role, const gguf_tensor *t,
 enum matmul_out { OUT_SET, OUT_ADD, OUT_SWIGLU };
 
 /* Y (T rows) from X for a dense projection; t: its tensor (the gate for gate-up pairs). */
-static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w,
-                     const cvk_buffer *x, const cvk_buffer *y, enum matmul_out out) {
+static int matmul_to(const chunk *ch, const char *role, const gguf_tensor *t, const cvk_buffer *w, const cvk_buffer *x,
+                     const cvk_buffer *y, enum matmul_out out) {
     bool glu = out == OUT_SWIGLU;
     work_matmul(ch, role, t, ch->T, 1, ch->T, glu);
-    cvk_matmul_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
-                         .x = W(x), .x_rows = ch->T, .y = W(y), .y_rows = ch->T, .n_tokens = ch->T,
-                         .accumulate = out == OUT_ADD, .glu = glu};
+    cvk_matmul_args a = {.w = w,
+                         .type = t->type,
+                         .n_in = (uint32_t)t->ne[0],
+                         .n_rows = (uint32_t)t->ne[1],
+                         .x = W(x),
+                         .x_rows = ch->T,
+                         .y = W(y),
+                         .y_rows = ch->T,
+                         .n_tokens = ch->T,
+                         .accumulate = out == OUT_ADD,
+                         .glu = glu};
     uint32_t four = ch->T / 4 * 4;
-    if (!cpu_texel(ch->g, t->type) || !four)
-        return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t, ch->T, glu), &a);
+    if (!cpu_texel(ch->g, t->type) || !four) return cvk_matmul(ch->c, ch->dp, matmul_pipe(ch->g, t, ch->T, glu), &a);
     /* CPU device: tokens [0, four) in 8-token columns, the last one half full when four is not
      * a multiple of 8 (each row decoded once per column; a partly empty column costs as much as
      * a full one), the last T % 4 one per column */
@@ -428,12 +461,24 @@ static int matmul_experts(const chunk *ch, moe_lists ls, const char *role, const
     cvk_matmul_args a[2];
     for (uint32_t list = 0; list < 2; list++) {
         p[list] = moe_pipe(g, ls, t->type, list, glu);
-        a[list] = (cvk_matmul_args){
-            .w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1], .x = W(x),
-            .x_rows = x_rows, .y = W(y), .y_rows = rows, .n_tokens = ch->T, .gather = W(gather),
-            .scatter = W(&g->bscatter), .groups = W(&g->bgroups), .n_experts = (uint32_t)t->ne[2],
-            .items = W(&g->bitems), .item0 = list * g->moe_cap, .item_tile = cvk_matmul_token_tile(p[list]),
-            .dispatch = cvk_view_range(&g->bdispatch, 12ull * (2 * list + shape), 12), .glu = glu};
+        a[list] = (cvk_matmul_args){.w = w,
+                                    .type = t->type,
+                                    .n_in = (uint32_t)t->ne[0],
+                                    .n_rows = (uint32_t)t->ne[1],
+                                    .x = W(x),
+                                    .x_rows = x_rows,
+                                    .y = W(y),
+                                    .y_rows = rows,
+                                    .n_tokens = ch->T,
+                                    .gather = W(gather),
+                                    .scatter = W(&g->bscatter),
+                                    .groups = W(&g->bgroups),
+                                    .n_experts = (uint32_t)t->ne[2],
+                                    .items = W(&g->bitems),
+                                    .item0 = list * g->moe_cap,
+                                    .item_tile = cvk_matmul_token_tile(p[list]),
+                                    .dispatch = cvk_view_range(&g->bdispatch, 12ull * (2 * list + shape), 12),
+                                    .glu = glu};
     }
     return cvk_matmul_lists(ch->c, ch->dp, p, a); /* one op: the profile's work covers both lists */
 }
@@ -470,8 +515,14 @@ static int attn_matmul(const chunk *ch, const char *role, const gguf_tensor *t, 
     const gpu_model *g = ch->g;
     if (!runs_xq8(g, t)) return matmul_to(ch, role, t, w, x, y, out);
     work_matmul(ch, role, t, ch->T, 1, ch->T, false);
-    cvk_xq8_matvec_args a = {.w = w, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
-                             .xq = W(&g->bxq), .xd = W(&g->bxqd), .n_tokens = ch->T, .y = W(y),
+    cvk_xq8_matvec_args a = {.w = w,
+                             .type = t->type,
+                             .n_in = (uint32_t)t->ne[0],
+                             .n_rows = (uint32_t)t->ne[1],
+                             .xq = W(&g->bxq),
+                             .xd = W(&g->bxqd),
+                             .n_tokens = ch->T,
+                             .y = W(y),
                              .accumulate = out == OUT_ADD};
     return cvk_xq8_matvec(ch->c, ch->dp, ch->T == 1 ? &g->xq8_one[t->type] : &g->xq8_many[t->type], &a);
 }
@@ -486,26 +537,50 @@ static int attention(const chunk *ch, uint32_t il) {
         barrier(ch);
     }
     CD_TRY(attn_matmul(ch, "attn_q", l->wq, &d->wq, &g->bxb, &g->bq, OUT_SET) ||
-        attn_matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk, OUT_SET) ||
-        attn_matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv, OUT_SET));
+           attn_matmul(ch, "attn_k", l->wk, &d->wk, &g->bxb, &g->bk, OUT_SET) ||
+           attn_matmul(ch, "attn_v", l->wv, &d->wv, &g->bxb, &g->bv, OUT_SET));
     barrier(ch);
     /* QK-norm and RoPE in one stage: Q in place, K straight into its pages with V */
-    cvk_head_norm_rope_args hq = {.x = W(&g->bq), .w = W(&d->q_norm), .loc = W(&g->in_loc.dev), .table = &g->rope_tab,
-                                  .tokens = ch->T, .heads = cf->n_head, .eps = cf->rms_eps};
-    cvk_head_norm_rope_args hk = {.x = W(&g->bk), .w = W(&d->k_norm), .loc = W(&g->in_loc.dev), .table = &g->rope_tab,
-                                  .tokens = ch->T, .heads = cf->n_head_kv, .eps = cf->rms_eps, .pool = g->kv,
-                                  .lay = &g->lay, .v = W(&g->bv), .pages = W(&g->in_table.dev), .layer = il,
+    cvk_head_norm_rope_args hq = {.x = W(&g->bq),
+                                  .w = W(&d->q_norm),
+                                  .loc = W(&g->in_loc.dev),
+                                  .table = &g->rope_tab,
+                                  .tokens = ch->T,
+                                  .heads = cf->n_head,
+                                  .eps = cf->rms_eps};
+    cvk_head_norm_rope_args hk = {.x = W(&g->bk),
+                                  .w = W(&d->k_norm),
+                                  .loc = W(&g->in_loc.dev),
+                                  .table = &g->rope_tab,
+                                  .tokens = ch->T,
+                                  .heads = cf->n_head_kv,
+                                  .eps = cf->rms_eps,
+                                  .pool = g->kv,
+                                  .lay = &g->lay,
+                                  .v = W(&g->bv),
+                                  .pages = W(&g->in_table.dev),
+                                  .layer = il,
                                   .table_stride = g->max_pages};
     work_rows(ch, "q_norm_rope", cf->head_dim, ch->T * cf->n_head, 1, 1, 10, false);
     CD_TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hq));
     if (profiling(ch)) work(ch, step_cost_kv_write(cf, ch->T)); /* K's norm and rotation ride along */
     CD_TRY(cvk_head_norm_rope(ch->c, ch->dp, &g->head_norm_rope, &hk));
     barrier(ch);
-    cvk_attn_prefill_args at = {.pool = g->kv, .lay = &g->lay, .q = W(&g->bq), .table = W(&g->in_table.dev),
-                                .loc = W(&g->in_loc.dev), .partials = W(&g->bpartials), .out = W(&g->batt),
-                                .n_tokens = ch->T, .n_head = cf->n_head, .layer = il, .table_stride = g->max_pages,
-                                .max_len = ch->max_len, .split_len = g->split_len,
-                                .n_split = g->split_max, .distinct_rows = ch->distinct_rows};
+    cvk_attn_prefill_args at = {.pool = g->kv,
+                                .lay = &g->lay,
+                                .q = W(&g->bq),
+                                .table = W(&g->in_table.dev),
+                                .loc = W(&g->in_loc.dev),
+                                .partials = W(&g->bpartials),
+                                .out = W(&g->batt),
+                                .n_tokens = ch->T,
+                                .n_head = cf->n_head,
+                                .layer = il,
+                                .table_stride = g->max_pages,
+                                .max_len = ch->max_len,
+                                .split_len = g->split_len,
+                                .n_split = g->split_max,
+                                .distinct_rows = ch->distinct_rows};
     if (profiling(ch)) work(ch, step_cost_attention("attention", cf, ch->T, ch->attended, ch->kv_positions));
     CD_TRY(cvk_attn_prefill(ch->c, ch->dp, &g->attn_prefill, &at));
     barrier(ch);
@@ -523,7 +598,7 @@ static int dense_gate_up(const chunk *ch, const layer_weights *l, const gpu_laye
     if (gpu_layer_has_pairs(d))
         return matmul_to(ch, "ffn_gate_up", l->ffn_gate, &d->gate_up, &g->bxb, &g->bhg, OUT_SWIGLU);
     CD_TRY(matmul(ch, "ffn_gate", l->ffn_gate, &d->ffn_gate, &g->bxb, &g->bhg) ||
-        matmul(ch, "ffn_up", l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
+           matmul(ch, "ffn_up", l->ffn_up, &d->ffn_up, &g->bxb, &g->bhu));
     barrier(ch);
     return swiglu(ch, g->m->cfg.n_ff, ch->T);
 }
@@ -543,7 +618,8 @@ static int moe_gate_up(const chunk *ch, moe_lists ls, const layer_weights *l, co
     if (gpu_layer_has_pairs(d))
         return matmul_experts(ch, ls, "ffn_gate_up_exps", gate, &d->gate_up, &g->bxb, ch->T, &g->bgather, &g->bhg, 0,
                               true);
-    CD_TRY(matmul_experts(ch, ls, "ffn_gate_exps", gate, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, false) ||
+    CD_TRY(
+        matmul_experts(ch, ls, "ffn_gate_exps", gate, &d->gate_exps, &g->bxb, ch->T, &g->bgather, &g->bhg, 0, false) ||
         matmul_experts(ch, ls, "ffn_up_exps", up, &d->up_exps, &g->bxb, ch->T, &g->bgather, &g->bhu, 0, false));
     barrier(ch);
     return swiglu(ch, g->m->cfg.n_ff_exp, ch->T * g->m->cfg.n_expert_used);
@@ -561,19 +637,30 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
      * projection: gate/up (p, over gate-up pairs twice the tiled kernel's) and down (q) */
     bool glu = gpu_layer_has_pairs(d);
     moe_lists ls = moe_lists_of(g, l);
-    const cvk_pipeline *p0 = moe_pipe(g, ls, l->gate_exps->type, 0, glu), *p1 = moe_pipe(g, ls, l->gate_exps->type, 1, glu);
+    const cvk_pipeline *p0 = moe_pipe(g, ls, l->gate_exps->type, 0, glu),
+                       *p1 = moe_pipe(g, ls, l->gate_exps->type, 1, glu);
     const cvk_pipeline *q0 = moe_pipe(g, ls, l->down_exps->type, 0, false);
     const cvk_pipeline *q1 = moe_pipe(g, ls, l->down_exps->type, 1, false);
     /* routing and grouping: softmax top-k per token (in the sorting workgroup for a decode step,
      * in a grid first for a prefill chunk), then the pairs sorted by expert */
-    cvk_moe_group_args mg = {.logits = W(&g->brouter), .weights = W(&g->bwts), .ids = W(&g->bids),
-                             .groups = W(&g->bgroups), .gather = W(&g->bgather),
-                             .scatter = W(&g->bscatter), .n_tokens = ch->T, .k = k, .n_expert = cf->n_expert,
-                             .items = W(&g->bitems), .dispatch = W(&g->bdispatch),
-                             .tile0 = cvk_matmul_token_tile(p0), .tile1 = cvk_matmul_token_tile(p1),
-                             .split = ls == MOE_CPU_EIGHT ? MOE_SPLIT_CPU : MOE_SPLIT, .cap = g->moe_cap,
+    cvk_moe_group_args mg = {.logits = W(&g->brouter),
+                             .weights = W(&g->bwts),
+                             .ids = W(&g->bids),
+                             .groups = W(&g->bgroups),
+                             .gather = W(&g->bgather),
+                             .scatter = W(&g->bscatter),
+                             .n_tokens = ch->T,
+                             .k = k,
+                             .n_expert = cf->n_expert,
+                             .items = W(&g->bitems),
+                             .dispatch = W(&g->bdispatch),
+                             .tile0 = cvk_matmul_token_tile(p0),
+                             .tile1 = cvk_matmul_token_tile(p1),
+                             .split = ls == MOE_CPU_EIGHT ? MOE_SPLIT_CPU : MOE_SPLIT,
+                             .cap = g->moe_cap,
                              .row_tiles = {cvk_matmul_row_tiles(p0, cf->n_ff_exp), cvk_matmul_row_tiles(q0, cf->n_embd),
-                                           cvk_matmul_row_tiles(p1, cf->n_ff_exp), cvk_matmul_row_tiles(q1, cf->n_embd)}};
+                                           cvk_matmul_row_tiles(p1, cf->n_ff_exp),
+                                           cvk_matmul_row_tiles(q1, cf->n_embd)}};
     work_rows(ch, "moe_route_group", cf->n_expert, ch->T, 1, 0, 3 * k, false);
     CD_TRY(cvk_moe_group(ch->c, ch->dp, &g->moe_group, &mg));
     barrier(ch);
@@ -581,12 +668,19 @@ static int ffn_moe(const chunk *ch, const layer_weights *l, const gpu_layer *d, 
     CD_TRY(moe_gate_up(ch, ls, l, d));
     barrier(ch);
     /* down: the hidden rows are t*k + slot, which is exactly the scatter list */
-    CD_TRY(matmul_experts(ch, ls, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo, 1,
-                       false));
+    CD_TRY(matmul_experts(ch, ls, "ffn_down_exps", l->down_exps, &d->down_exps, &g->bhg, pairs, &g->bscatter, &g->beo,
+                          1, false));
     barrier(ch);
     work_rows(ch, "moe_combine_norm", cf->n_embd, ch->T, 2 + k, 2, 2 * k + 4, true);
-    cvk_moe_combine_args mc = {.x = W(&g->bx), .e = W(&g->beo), .w = W(&g->bwts), .n = cf->n_embd, .k = k,
-                               .rows = ch->T, .norm_w = W(next_norm), .y = W(&g->bxb), .eps = cf->rms_eps};
+    cvk_moe_combine_args mc = {.x = W(&g->bx),
+                               .e = W(&g->beo),
+                               .w = W(&g->bwts),
+                               .n = cf->n_embd,
+                               .k = k,
+                               .rows = ch->T,
+                               .norm_w = W(next_norm),
+                               .y = W(&g->bxb),
+                               .eps = cf->rms_eps};
     return cvk_moe_combine(ch->c, ch->dp, &g->moe_combine, &mc);
 }
 
@@ -603,8 +697,13 @@ static int head_matvec(const chunk *ch, const uint32_t *out, uint32_t n_out) {
         CD_TRY(cvk_cmd_copy(ch->c, (cvk_view){&g->bxb, out[j] * row, row}, (cvk_view){&g->bhead_x, j * row, row}));
     cvk_barrier_transfer_to_compute(ch->c->cb);
     work_matmul(ch, "output", t, n_out, 1, n_out, false);
-    cvk_matvec_args mv = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
-                          .x = W(&g->bhead_x), .y = W(&g->blogits), .n_vec = n_out};
+    cvk_matvec_args mv = {.w = g->w.head,
+                          .type = t->type,
+                          .n_in = (uint32_t)t->ne[0],
+                          .n_rows = (uint32_t)t->ne[1],
+                          .x = W(&g->bhead_x),
+                          .y = W(&g->blogits),
+                          .n_vec = n_out};
     const cvk_pipeline *p = n_out == 1 ? &g->head : &g->head_many[head_width(n_out)];
     return cvk_matvec(ch->c, ch->dp, p, &mv);
 }
@@ -623,22 +722,37 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
         rc = rmsnorm(ch, "output_norm", &g->bx, &g->w.output_norm, &g->bxb, cf->n_embd, ch->T);
         barrier(ch);
     }
-    cvk_matmul_args a = {.w = g->w.head, .type = t->type, .n_in = (uint32_t)t->ne[0], .n_rows = (uint32_t)t->ne[1],
-                         .x = W(&g->bxb), .x_rows = ch->T, .y = W(&g->blogits), .y_rows = n_out,
-                         .n_tokens = n_out, .gather = W(&g->in_out.dev)};
+    cvk_matmul_args a = {.w = g->w.head,
+                         .type = t->type,
+                         .n_in = (uint32_t)t->ne[0],
+                         .n_rows = (uint32_t)t->ne[1],
+                         .x = W(&g->bxb),
+                         .x_rows = ch->T,
+                         .y = W(&g->blogits),
+                         .y_rows = n_out,
+                         .n_tokens = n_out,
+                         .gather = W(&g->in_out.dev)};
     if (!rc && !g->head_matvec) work_matmul(ch, "output", t, n_out, 1, n_out, false);
     /* the matmul head: for a decode step's rows the few-token kernels (the same bits as any other) */
     const cvk_pipeline *hp = head_pipe(g, n_out);
     if (!rc) rc = g->head_matvec ? head_matvec(ch, out, n_out) : cvk_matmul(ch->c, ch->dp, hp, &a);
     barrier(ch);
-    cvk_argmax_args am = {.logits = W(&g->blogits), .scratch = W(&g->bam_scratch), .out = W(&g->bout_id),
-                          .n = cf->n_vocab, .rows = n_out};
+    cvk_argmax_args am = {.logits = W(&g->blogits),
+                          .scratch = W(&g->bam_scratch),
+                          .out = W(&g->bout_id),
+                          .n = cf->n_vocab,
+                          .rows = n_out};
     work_rows(ch, "argmax", cf->n_vocab, n_out, 1, 0, 1, false);
     if (!rc) rc = cvk_argmax(ch->c, ch->dp, &g->argmax, &am);
     if (!rc && sampled) {
         barrier(ch); /* both write bout_id */
-        cvk_sample_args sa = {.logits = W(&g->blogits), .scratch = W(&g->bsample_scratch), .params = W(&g->in_sample.dev),
-                              .out = W(&g->bout_id), .n = cf->n_vocab, .rows = n_out, .k_max = CVK_SAMPLE_MAX_K};
+        cvk_sample_args sa = {.logits = W(&g->blogits),
+                              .scratch = W(&g->bsample_scratch),
+                              .params = W(&g->in_sample.dev),
+                              .out = W(&g->bout_id),
+                              .n = cf->n_vocab,
+                              .rows = n_out,
+                              .k_max = CVK_SAMPLE_MAX_K};
         work_rows(ch, "sample", cf->n_vocab, n_out, 1, 0, 1, false);
         rc = cvk_sample(ch->c, ch->dp, &g->sample, &sa);
     }
@@ -651,14 +765,19 @@ static int record_rows_head(const chunk *ch, const uint32_t *out, uint32_t n_out
  * still waits on compute: the ordering the device sees, not only the host. */
 static int record_inputs(const chunk *ch, uint32_t n_out, bool sampled) {
     gpu_model *g = ch->g;
-    struct { gpu_input *in; uint64_t bytes; } use[] = {
-        {&g->in_tok, 4ull * ch->T}, {&g->in_loc, 8ull * ch->T}, {&g->in_table, g->in_table.dev.size},
-        {&g->in_out, 4ull * n_out}, {&g->in_sample, sampled ? n_out * sizeof(cvk_sample_row) : 0}};
+    struct {
+        gpu_input *in;
+        uint64_t bytes;
+    } use[] = {{&g->in_tok, 4ull * ch->T},
+               {&g->in_loc, 8ull * ch->T},
+               {&g->in_table, g->in_table.dev.size},
+               {&g->in_out, 4ull * n_out},
+               {&g->in_sample, sampled ? n_out * sizeof(cvk_sample_row) : 0}};
     cvk_barrier_compute_to_transfer(ch->c->cb);
     for (size_t i = 0; i < sizeof use / sizeof use[0]; i++)
         if (use[i].bytes)
             CD_TRY(cvk_cmd_copy(ch->c, cvk_view_range(&use[i].in->host, 0, use[i].bytes),
-                             cvk_view_range(&use[i].in->dev, 0, use[i].bytes)));
+                                cvk_view_range(&use[i].in->dev, 0, use[i].bytes)));
     cvk_barrier_transfer_to_compute(ch->c->cb);
     return 0;
 }
@@ -669,11 +788,19 @@ static int record_chunk(const chunk *ch, const uint32_t *out, uint32_t n_out, bo
     const model_config *cf = &g->m->cfg;
     CD_TRY(ch->reusable ? cvk_cmd_begin_reusable(ch->c) : cvk_cmd_begin(ch->c));
     CD_TRY(record_inputs(ch, n_out, sampled));
-    cvk_get_rows_args e = {.table = &g->w.tok_embd, .type = g->m->tok_embd->type, .n = cf->n_embd,
-                           .n_rows = cf->n_vocab, .ids = W(&g->in_tok.dev), .n_ids = ch->T, .dst = W(&g->bx)};
+    cvk_get_rows_args e = {.table = &g->w.tok_embd,
+                           .type = g->m->tok_embd->type,
+                           .n = cf->n_embd,
+                           .n_rows = cf->n_vocab,
+                           .ids = W(&g->in_tok.dev),
+                           .n_ids = ch->T,
+                           .dst = W(&g->bx)};
     if (profiling(ch))
-        work(ch, (cvk_work){.role = "token_embd", .bytes = ch->T * (qtype_row_bytes(e.type, cf->n_embd) + 4ull * cf->n_embd),
-                            .m = cf->n_embd, .n = ch->T});
+        work(ch,
+             (cvk_work){.role = "token_embd",
+                        .bytes = ch->T * (qtype_row_bytes(e.type, cf->n_embd) + 4ull * cf->n_embd),
+                        .m = cf->n_embd,
+                        .n = ch->T});
     CD_TRY(cvk_get_rows(ch->c, ch->dp, &g->get_rows, &e));
     barrier(ch);
     bool normed = false; /* XB = rmsnorm(X) for the next norm already (a MoE combine wrote it) */
@@ -747,8 +874,8 @@ static uint32_t split_limit(const gpu_model *g, uint32_t max_len) {
 static gpu_recording *find_recording(gpu_model *g, const gpu_batch *b, uint32_t limit, bool distinct_rows) {
     for (uint32_t i = 0; i < GPU_RECORDINGS; i++) {
         gpu_recording *r = &g->rec[i];
-        if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit && r->sampled == (b->sample != NULL) &&
-            r->distinct_rows == distinct_rows &&
+        if (r->valid && r->n == b->n && r->n_out == b->n_out && r->limit == limit &&
+            r->sampled == (b->sample != NULL) && r->distinct_rows == distinct_rows &&
             (!g->head_matvec || !b->n_out || !memcmp(r->out, b->out, b->n_out * sizeof *b->out)))
             return r;
     }
@@ -807,8 +934,14 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     }
     for (uint32_t j = 0; j < b->n_out; j++) out[j] = (int32_t)b->out[j];
     if (b->sample) memcpy(cvk_buffer_host_ptr(&g->in_sample.host, 0), b->sample, b->n_out * sizeof *b->sample);
-    chunk ch = {.g = g, .c = &g->pcmd, .dp = &g->pdpool, .T = b->n, .max_len = split_limit(g, max_len),
-                .attended = attended, .kv_positions = kv_positions, .distinct_rows = distinct_rows};
+    chunk ch = {.g = g,
+                .c = &g->pcmd,
+                .dp = &g->pdpool,
+                .T = b->n,
+                .max_len = split_limit(g, max_len),
+                .attended = attended,
+                .kv_positions = kv_positions,
+                .distinct_rows = distinct_rows};
     gpu_host_times *h = &g->host;
     double t0 = cd_now_ms();
     cvk_cmd *c = pass_cmd(g, &ch, b);
@@ -820,8 +953,13 @@ int gpu_forward_batch(gpu_model *g, const gpu_batch *b, int32_t *next) {
     double t3 = cd_now_ms();
     const int32_t *ids = cvk_buffer_host_ptr(&g->bout_id, 0);
     for (uint32_t j = 0; j < b->n_out; j++) next[j] = ids[j];
-    *h = (gpu_host_times){.tokens = b->n, .n_out = b->n_out, .record_ms = t1 - t0, .submit_ms = t2 - t1, .wait_ms = t3 - t2,
-                          .read_ms = cd_now_ms() - t3, .submit_at_ms = t1};
+    *h = (gpu_host_times){.tokens = b->n,
+                          .n_out = b->n_out,
+                          .record_ms = t1 - t0,
+                          .submit_ms = t2 - t1,
+                          .wait_ms = t3 - t2,
+                          .read_ms = cd_now_ms() - t3,
+                          .submit_at_ms = t1};
     return 0;
 }
 

@@ -15,7 +15,8 @@
 
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind) {
     CD_TRY(cvk_buffer_create(&g->vk->mem, b, bytes ? bytes : 4, 4, kind));
-    if (kind != CVK_MEM_DEVICE && !cvk_buffer_host_ptr(b, 0)) return cd_fail("gpu model: input buffer is not host-visible");
+    if (kind != CVK_MEM_DEVICE && !cvk_buffer_host_ptr(b, 0))
+        return cd_fail("gpu model: input buffer is not host-visible");
     return 0;
 }
 
@@ -31,7 +32,7 @@ static int make_pipelines(gpu_model *g) {
     /* a CPU device's argmax reads 4 logits a texel fetch: rows of whole texels (n_vocab % 4 == 0)
      * and the logits of max_out rows within one texel view (gpu_forward.c's blogits) */
     bool texel_argmax = d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU && m->cfg.n_vocab % 4 == 0 &&
-                        (uint64_t)g->max_out * m->cfg.n_vocab / 4 <= d->info.caps.max_texels;
+        (uint64_t)g->max_out * m->cfg.n_vocab / 4 <= d->info.caps.max_texels;
     return cvk_argmax_pipelines(&g->argmax, d, pc, 0, texel_argmax) || cvk_sample_pipelines(&g->sample, d, pc, 0);
 }
 
@@ -44,8 +45,8 @@ static int check_opts(const model *m, const gpu_model_opts *o, bool compile_only
         return cd_fail("the KV pool's layout (%u layers, %u kv heads x %u) is not the model's (%u, %u x %u)",
                        l->n_layer, l->n_head_kv, l->head_dim, c->n_layer, c->n_head_kv, c->head_dim);
     if (c->arch == ARCH_QWEN3MOE && (c->n_expert > CVK_MOE_MAX_EXPERT || c->n_expert_used > CVK_MOE_MAX_K))
-        return cd_fail("%u experts, %u used: the router kernel takes at most %u and %u", c->n_expert,
-                       c->n_expert_used, CVK_MOE_MAX_EXPERT, CVK_MOE_MAX_K);
+        return cd_fail("%u experts, %u used: the router kernel takes at most %u and %u", c->n_expert, c->n_expert_used,
+                       CVK_MOE_MAX_EXPERT, CVK_MOE_MAX_K);
     if (o->one_shape.bn > 1) return cd_fail("the one-token kernel's shape has %u tokens per column", o->one_shape.bn);
     return 0;
 }
@@ -57,7 +58,8 @@ static int int_family(const cvk_ctx *vk, const gpu_model_opts *o) {
     if (o->int_dot <= 0) return 0; /* auto: off until a GPU's numbers choose it (docs/kernels/xq8.md) */
     if (!k->int_dot || !k->storage8 || !k->storage16)
         return cd_fail("the integer family (int_dot) needs shaderIntegerDotProduct and 8- and 16-bit storage buffers, "
-                       "which %s lacks", vk->dev.info.props.deviceName);
+                       "which %s lacks",
+                       vk->dev.info.props.deviceName);
     return 1;
 }
 
@@ -114,7 +116,6 @@ static int make_rope_table(gpu_model *g, cvk_ctx *vk, const model *m) {
     return cvk_rope_table_create(&g->rope_tab, &vk->mem, &vk->stager, m->cfg.head_dim, freq, mscale, g->n_ctx);
 }
 
-
 /* Bytes of layer il's expert tensors (none in a dense model). */
 static uint64_t expert_bytes(const model *m, uint32_t il) {
     const layer_weights *l = &m->layers[il];
@@ -138,19 +139,26 @@ static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mode
     uint32_t heap;
     uint64_t room = cvk_mem_heap_room(&vk->mem, CVK_MEM_DEVICE, o->device_memory, &heap, &used);
     if (!o->host_experts_fixed) /* the plan's: the fewest layers' experts in host memory that let the rest fit */
-        for (hosted = 0; hosted < n_layer && device_weight_bytes(m, hosted) > room && expert_bytes(m, hosted); hosted++) {}
+        for (hosted = 0; hosted < n_layer && device_weight_bytes(m, hosted) > room && expert_bytes(m, hosted);
+             hosted++) {}
     uint64_t need = device_weight_bytes(m, hosted);
     g->host_expert_layers = hosted;
     uint64_t kv = o->kv && o->kv->size <= used ? o->kv->size : 0, work = used - kv;
     uint64_t whole = o->device_memory ? o->device_memory : room + used;
     if (o->plan)
-        *o->plan = (gpu_memory_plan){.weights = need, .host_experts = model_weight_bytes(m) - need, .kv = kv,
-                                     .work = work, .device = whole, .n_ctx = g->n_ctx, .fits = need <= room};
+        *o->plan = (gpu_memory_plan){.weights = need,
+                                     .host_experts = model_weight_bytes(m) - need,
+                                     .kv = kv,
+                                     .work = work,
+                                     .device = whole,
+                                     .n_ctx = g->n_ctx,
+                                     .fits = need <= room};
     if (need <= room) {
         char a[32], b[32];
         if (hosted && !o->host_experts_fixed)
-            fprintf(stderr, "cinder: the experts of %u of %u layers (%s) stay in host memory, read by the device, so the "
-                            "other weights (%s) fit it (--n-cpu-moe N sets how many)\n",
+            fprintf(stderr,
+                    "cinder: the experts of %u of %u layers (%s) stay in host memory, read by the device, so the "
+                    "other weights (%s) fit it (--n-cpu-moe N sets how many)\n",
                     hosted, n_layer, cd_size_text(model_weight_bytes(m) - need, a), cd_size_text(need, b));
         return 0;
     }
@@ -158,8 +166,8 @@ static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mode
     char a[32], b[32], c[32], d[32], what[64], where[96] = "";
     snprintf(what, sizeof what, o->device_memory ? "%s (as asked)" : "%s free to cinder", cd_size_text(whole, b));
     if (hosted)
-        snprintf(where, sizeof where, " with the experts of %s%u layers in host memory", hosted == n_layer ? "all " : "",
-                 hosted);
+        snprintf(where, sizeof where, " with the experts of %s%u layers in host memory",
+                 hosted == n_layer ? "all " : "", hosted);
     if (need + work > whole)
         return cd_fail("the weights need %s of device memory%s and the work buffers %s, more than the device's %s: "
                        "this file does not fit it (a smaller quantization of the model would%s)",
@@ -169,16 +177,18 @@ static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mode
     return cd_fail("the weights need %s of device memory%s, but of the device's %s the KV pool (%llu tokens) holds %s "
                    "and the work buffers %s: a KV pool of %llu tokens would leave room for them (--kv-pool-tokens, "
                    "or a smaller --ctx)",
-                   cd_size_text(need, a), where, what, (unsigned long long)(kv / pb * g->lay.page_tokens), cd_size_text(kv, c),
-                   cd_size_text(work, d), (unsigned long long)((whole - need - work) / pb * g->lay.page_tokens));
+                   cd_size_text(need, a), where, what, (unsigned long long)(kv / pb * g->lay.page_tokens),
+                   cd_size_text(kv, c), cd_size_text(work, d),
+                   (unsigned long long)((whole - need - work) / pb * g->lay.page_tokens));
 }
 
 /* The weights go last: the plan (weights_fit) knows all the rest by then. */
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
     if (begin(g, vk, m, o, false) || make_pipelines(g) || make_rope_table(g, vk, m) || gpu_forward_init(g) ||
         weights_fit(g, vk, m, o) ||
-        (!o->plan_only && gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
-                                             g->host_expert_layers)))
+        (!o->plan_only &&
+         gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
+                            g->host_expert_layers)))
         return fail_init(g, vk);
     if (o->plan_only) return 0;
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */

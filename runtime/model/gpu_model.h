@@ -57,7 +57,7 @@ static inline bool gpu_layer_ffn_pairable(const layer_weights *l, const gguf_ten
     *gate = l->gate_exps ? l->gate_exps : l->ffn_gate;
     *up = l->gate_exps ? l->up_exps : l->ffn_up;
     return *gate && *up && (*gate)->type == (*up)->type && (*gate)->ne[0] == (*up)->ne[0] &&
-           (*gate)->ne[1] == (*up)->ne[1] && (*gate)->ne[2] == (*up)->ne[2] && (*gate)->ne[3] == 1 && (*up)->ne[3] == 1;
+        (*gate)->ne[1] == (*up)->ne[1] && (*gate)->ne[2] == (*up)->ne[2] && (*gate)->ne[3] == 1 && (*up)->ne[3] == 1;
 }
 
 /* Whether the layer's gate and up went to the device as gate-up pairs (gpu_weights_upload). */
@@ -79,17 +79,17 @@ typedef struct gpu_weights {
     uint64_t total;                           /* bytes of tensors in the file (progress display) */
     bool show_progress;                       /* stderr is a terminal and the upload is big */
     unsigned shown_pct;
-    double started_ms;                        /* cd_now_ms() at the upload's start: its rate */
-    enum cvk_mem_kind kind;                   /* where the tensor being uploaded goes (host memory: experts) */
-    gpu_load_progress report;                 /* the caller's (gpu_model_opts.progress) */
+    double started_ms;        /* cd_now_ms() at the upload's start: its rate */
+    enum cvk_mem_kind kind;   /* where the tensor being uploaded goes (host memory: experts) */
+    gpu_load_progress report; /* the caller's (gpu_model_opts.progress) */
 } gpu_weights;
 
 /* Where a batch forward's host time goes (cinder profile shows a host bottleneck with it):
  * recording the command buffer, submitting it, waiting for the GPU, reading the ids back. */
 typedef struct gpu_host_times {
-    uint32_t tokens, n_out;          /* the pass: tokens in it, logits rows wanted */
+    uint32_t tokens, n_out; /* the pass: tokens in it, logits rows wanted */
     double record_ms, submit_ms, wait_ms, read_ms;
-    double submit_at_ms;             /* cd_now_ms() when the submit began */
+    double submit_at_ms; /* cd_now_ms() when the submit began */
 } gpu_host_times;
 
 /* An input of each pass: the host writes `host` (upload memory), the pass's command buffer
@@ -109,8 +109,8 @@ typedef struct gpu_recording {
     bool distinct_rows;       /* and whether every token is of another row (attention's hint) */
     uint32_t *out;            /* [max_out] the wanted rows (the CPU head copies each) */
     uint64_t last_use;
-    cvk_cmd cmd;              /* recorded reusable */
-    cvk_descpool dp;          /* its descriptor sets */
+    cvk_cmd cmd;     /* recorded reusable */
+    cvk_descpool dp; /* its descriptor sets */
 } gpu_recording;
 
 /* A shape of the rows kernel (shaders/matmul_rows.comp) on a GPU: tokens per workgroup column,
@@ -142,28 +142,28 @@ typedef struct gpu_memory_plan {
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
-    uint32_t n_ctx;         /* positions of one sequence at most */
+    uint32_t n_ctx; /* positions of one sequence at most */
     gpu_weights w;
 
     /* the KV pool the passes read and write (not owned: kv/kv_pool.h) */
     const cvk_buffer *kv;
     kv_layout lay;
-    uint32_t max_pages;     /* block-table entries per row: pages of n_ctx tokens */
+    uint32_t max_pages; /* block-table entries per row: pages of n_ctx tokens */
 
     /* pipelines */
     cvk_pipeline get_rows, rmsnorm, swiglu, moe_combine;
     cvk_head_norm_rope_pipes head_norm_rope; /* QK-norm + RoPE (+ the KV write for K) */
     /* per [plain, gate-up pairs] and weight type in use */
     cvk_pipeline matmul[2][QTYPE_COUNT];
-    cvk_pipeline matmul_few[2][QTYPE_COUNT];  /* few tokens (same sums, same order per output) */
-    cvk_pipeline matmul_one[2][QTYPE_COUNT];  /* one token (a dense decode step) */
+    cvk_pipeline matmul_few[2][QTYPE_COUNT];       /* few tokens (same sums, same order per output) */
+    cvk_pipeline matmul_one[2][QTYPE_COUNT];       /* one token (a dense decode step) */
     cvk_pipeline matmul_head_one, matmul_head_few; /* a GPU's lm_head: 1 and 2-16 tokens (few_gpu) */
-    bool few_gpu;                             /* those chosen for a GPU (gpu_model_opts.few_kernels) */
-    bool pairs;                               /* gate and up as gate-up pairs where they pair (gate_up_pairs) */
-    uint32_t host_expert_layers;              /* the plan's: layers whose experts are in host memory */
-    gpu_rows_shape few_shape, one_shape;      /* their shapes asked for (gpu_model_opts) */
-    gpu_tile_shape big_tile;                  /* the tiled kernel's, asked for (bm 0: the default) */
-    gpu_rows_shape head_shape;                /* a GPU's 2-16-token lm_head's, asked for */
+    bool few_gpu;                                  /* those chosen for a GPU (gpu_model_opts.few_kernels) */
+    bool pairs;                                    /* gate and up as gate-up pairs where they pair (gate_up_pairs) */
+    uint32_t host_expert_layers;                   /* the plan's: layers whose experts are in host memory */
+    gpu_rows_shape few_shape, one_shape;           /* their shapes asked for (gpu_model_opts) */
+    gpu_tile_shape big_tile;                       /* the tiled kernel's, asked for (bm 0: the default) */
+    gpu_rows_shape head_shape;                     /* a GPU's 2-16-token lm_head's, asked for */
     cvk_pipeline moe_group;
     /* the integer family (gpu_model_opts.int_dot): x quantized to int8 blocks once per input,
      * then the attention projections of Q8_0, Q4_K and Q6_K weights by exact dot4 block sums
@@ -178,58 +178,58 @@ typedef struct gpu_model {
 
     /* activations for up to n_batch tokens (MoE rows are token * n_expert_used + slot) */
     uint32_t n_batch;
-    cvk_buffer bx, bxb;              /* (n_batch, n_embd) */
-    cvk_buffer bq, batt, bk, bv;     /* (n_batch, n_head | n_head_kv, head_dim) */
-    cvk_buffer brouter;              /* (n_batch, n_expert) */
-    cvk_buffer bids, bwts;           /* (n_batch, n_expert_used) */
-    cvk_buffer bgroups;              /* (n_expert, 2) {offset, count} */
-    cvk_buffer bitems;               /* moe_group's work lists: (2 * moe_cap, 2) {expert, first token} */
-    cvk_buffer bdispatch;            /* their indirect grids: (4, 3) VkDispatchIndirectCommand */
-    uint32_t moe_cap;                /* items per list */
-    cvk_buffer bgather, bscatter;    /* (n_batch * n_expert_used) */
-    cvk_buffer bhg, bhu;             /* (n_batch * n_expert_used | n_batch, n_ff) */
-    cvk_buffer beo;                  /* (n_batch * n_expert_used, n_embd) */
-    cvk_buffer bpartials;            /* attention split scratch */
-    cvk_buffer bxq, bxqd;            /* the integer family's quantized x: (n_batch, max(n_embd, q_dim))
+    cvk_buffer bx, bxb;                /* (n_batch, n_embd) */
+    cvk_buffer bq, batt, bk, bv;       /* (n_batch, n_head | n_head_kv, head_dim) */
+    cvk_buffer brouter;                /* (n_batch, n_expert) */
+    cvk_buffer bids, bwts;             /* (n_batch, n_expert_used) */
+    cvk_buffer bgroups;                /* (n_expert, 2) {offset, count} */
+    cvk_buffer bitems;                 /* moe_group's work lists: (2 * moe_cap, 2) {expert, first token} */
+    cvk_buffer bdispatch;              /* their indirect grids: (4, 3) VkDispatchIndirectCommand */
+    uint32_t moe_cap;                  /* items per list */
+    cvk_buffer bgather, bscatter;      /* (n_batch * n_expert_used) */
+    cvk_buffer bhg, bhu;               /* (n_batch * n_expert_used | n_batch, n_ff) */
+    cvk_buffer beo;                    /* (n_batch * n_expert_used, n_embd) */
+    cvk_buffer bpartials;              /* attention split scratch */
+    cvk_buffer bxq, bxqd;              /* the integer family's quantized x: (n_batch, max(n_embd, q_dim))
                                         int8 and 8 bytes a 32-block (int_dot) */
-    gpu_input in_tok, in_loc;        /* ids, {row, position} (RoPE and attention read it) */
-    cvk_descpool pdpool;             /* a profiled pass's sets (reset per pass) */
-    cvk_cmd pcmd;                    /* a profiled pass (recorded per pass, with the timer's spans) */
+    gpu_input in_tok, in_loc;          /* ids, {row, position} (RoPE and attention read it) */
+    cvk_descpool pdpool;               /* a profiled pass's sets (reset per pass) */
+    cvk_cmd pcmd;                      /* a profiled pass (recorded per pass, with the timer's spans) */
     gpu_recording rec[GPU_RECORDINGS]; /* unprofiled passes, by shape, least recently used replaced */
-    uint64_t rec_clock, rec_hits;    /* passes submitted as already recorded */
+    uint64_t rec_clock, rec_hits;      /* passes submitted as already recorded */
 
     /* several sequences, one block-table row each */
-    uint32_t max_seqs;               /* block-table rows */
-    uint32_t max_out;                /* tokens whose logits one pass may want (>= max_seqs: a
+    uint32_t max_seqs;             /* block-table rows */
+    uint32_t max_out;              /* tokens whose logits one pass may want (>= max_seqs: a
                                         sequence may want several, speculative decoding) */
-    uint32_t split_len, split_max;   /* attention splits: a token's fixed by its own position (at least
+    uint32_t split_len, split_max; /* attention splits: a token's fixed by its own position (at least
                                         split_len positions, at most split_max splits): batch invariance */
-    gpu_input in_table;              /* uint32 [max_seqs][max_pages] */
-    gpu_input in_out;                /* int32 [max_out]: batch rows whose logits are wanted */
-    cvk_buffer bhead_x;              /* (max_out, n_embd): those rows, normed (the matvec head) */
-    bool head_matvec;                /* the head is a matvec over the wanted rows (CPU devices: the lm_head
+    gpu_input in_table;            /* uint32 [max_seqs][max_pages] */
+    gpu_input in_out;              /* int32 [max_out]: batch rows whose logits are wanted */
+    cvk_buffer bhead_x;            /* (max_out, n_embd): those rows, normed (the matvec head) */
+    bool head_matvec;              /* the head is a matvec over the wanted rows (CPU devices: the lm_head
                                         configuration, up to 8 rows per weight read), else the matmul
                                         gathering them (weights read once per step) */
-    cvk_matvec_cfg head_cfg;         /* that matvec's configuration for one row (its layout: the
+    cvk_matvec_cfg head_cfg;       /* that matvec's configuration for one row (its layout: the
                                         head's weights went to the device in it) */
-    cvk_pipeline head;               /* that matvec for one row (one vector per workgroup) */
-    cvk_pipeline head_many[3];       /* and for up to 2, 4 and 8 rows per workgroup (more: 8 per
+    cvk_pipeline head;             /* that matvec for one row (one vector per workgroup) */
+    cvk_pipeline head_many[3];     /* and for up to 2, 4 and 8 rows per workgroup (more: 8 per
                                         workgroup); the same layout, the same sums per row */
-    cvk_buffer blogits;              /* (max_out, n_vocab) */
-    cvk_buffer bam_scratch;          /* argmax over max_out rows */
-    gpu_input in_sample;             /* cvk_sample_row [max_out] (gpu_batch.sample) */
-    cvk_buffer bsample_scratch;      /* top-k lists of max_out rows, k up to CVK_SAMPLE_MAX_K */
-    cvk_buffer bout_id;              /* readback uint32 [max_out] */
-    gpu_host_times host;             /* the last gpu_forward_batch's host side (profiles) */
+    cvk_buffer blogits;            /* (max_out, n_vocab) */
+    cvk_buffer bam_scratch;        /* argmax over max_out rows */
+    gpu_input in_sample;           /* cvk_sample_row [max_out] (gpu_batch.sample) */
+    cvk_buffer bsample_scratch;    /* top-k lists of max_out rows, k up to CVK_SAMPLE_MAX_K */
+    cvk_buffer bout_id;            /* readback uint32 [max_out] */
+    gpu_host_times host;           /* the last gpu_forward_batch's host side (profiles) */
 } gpu_model;
 
 typedef struct gpu_model_opts {
-    uint32_t n_ctx;          /* tokens of one sequence at most */
-    uint32_t n_batch;        /* tokens per pass at most; 0 = 512 (at most n_ctx) */
-    uint32_t max_seqs;       /* sequences (block-table rows) one pass may hold; 0 = 1 */
-    uint32_t max_out;        /* logits rows one pass may want; 0 (or fewer) = max_seqs */
-    const cvk_buffer *kv;    /* the KV pool's buffer (kv_pool.buf), kept by the caller while g lives */
-    const kv_layout *lay;    /* its layout (page size, heads) */
+    uint32_t n_ctx;       /* tokens of one sequence at most */
+    uint32_t n_batch;     /* tokens per pass at most; 0 = 512 (at most n_ctx) */
+    uint32_t max_seqs;    /* sequences (block-table rows) one pass may hold; 0 = 1 */
+    uint32_t max_out;     /* logits rows one pass may want; 0 (or fewer) = max_seqs */
+    const cvk_buffer *kv; /* the KV pool's buffer (kv_pool.buf), kept by the caller while g lives */
+    const kv_layout *lay; /* its layout (page size, heads) */
     /* FFN gate and up of one type as gate-up pairs (one matmul with the SwiGLU, one stage
      * fewer per layer): 0 auto = on a GPU, not on a CPU device (on llvmpipe a pair product over
      * several tokens reads twice the weights per pass over the tokens and falls out of cache:
@@ -303,12 +303,12 @@ typedef struct gpu_model_opts {
  * bit-identical alone or among others, and a prompt token's K/V is the same whether it was
  * computed in a prefill chunk or as a decode token (the cache is invisible to the math). */
 typedef struct gpu_batch {
-    uint32_t n;           /* tokens, 1..n_batch */
-    const int32_t *ids;   /* [n] */
-    const uint32_t *row;  /* [n] block-table row (< max_seqs) */
-    const uint32_t *pos;  /* [n] position in that row's sequence */
-    uint32_t n_out;       /* tokens whose logits and next token are wanted, 0..max_out */
-    const uint32_t *out;  /* [n_out] indices into the batch */
+    uint32_t n;          /* tokens, 1..n_batch */
+    const int32_t *ids;  /* [n] */
+    const uint32_t *row; /* [n] block-table row (< max_seqs) */
+    const uint32_t *pos; /* [n] position in that row's sequence */
+    uint32_t n_out;      /* tokens whose logits and next token are wanted, 0..max_out */
+    const uint32_t *out; /* [n_out] indices into the batch */
     /* [n_out] or NULL: how out[j]'s next token is drawn when cvk_sample_row_on_device(...,
      * CVK_SAMPLE_MAX_K) (its own temperature, top-k, top-p and this step's u); any other row
      * takes the argmax. Per row, so a row's draw does not depend on the others. */
@@ -347,9 +347,9 @@ int gpu_model_batch_logits_rows(gpu_model *g, uint32_t j, uint32_t n, float *out
 /* A layer's projection matrices (NULL where the architecture has none): one matvec / matmul
  * pipeline per weight type among them. */
 static inline void gpu_layer_mats(const layer_weights *l, const gguf_tensor *out[GPU_LAYER_MATS]) {
-    const gguf_tensor *ts[GPU_LAYER_MATS] = {l->wq,        l->wk,       l->wv,       l->wo,
-                                             l->gate_inp,  l->gate_exps, l->up_exps, l->down_exps,
-                                             l->ffn_gate,  l->ffn_up,   l->ffn_down};
+    const gguf_tensor *ts[GPU_LAYER_MATS] = {l->wq,       l->wk,        l->wv,      l->wo,
+                                             l->gate_inp, l->gate_exps, l->up_exps, l->down_exps,
+                                             l->ffn_gate, l->ffn_up,    l->ffn_down};
     for (int i = 0; i < GPU_LAYER_MATS; i++) out[i] = ts[i];
 }
 int gpu_model_buffer(gpu_model *g, cvk_buffer *b, uint64_t bytes, enum cvk_mem_kind kind);
@@ -359,7 +359,7 @@ static inline bool gpu_model_layer_pairs(const gpu_model *g, uint32_t il) {
     if (g->w.layers) return gpu_layer_has_pairs(&g->w.layers[il]);
     return g->pairs && gpu_layer_ffn_pairable(&g->m->layers[il], &gate, &up);
 }
-int gpu_forward_init(gpu_model *g); /* buffers, pipelines and recordings of gpu_forward.c */
+int gpu_forward_init(gpu_model *g);      /* buffers, pipelines and recordings of gpu_forward.c */
 int gpu_forward_pipelines(gpu_model *g); /* the pipelines alone (gpu_model_compile) */
 void gpu_forward_free(gpu_model *g);
 

@@ -73,7 +73,8 @@ static int upload_head(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_wei
 /* Gate and up (one type, n_slice slices of `rows` rows each) as gate-up pairs: slice e's gate
  * rows then its up rows, granule = a pair slice so no part splits one (op_matmul.h's glu). */
 static int upload_pairs(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *gate, const gguf_tensor *up, gpu_weights *w) {
-    uint64_t row = qtype_row_bytes(gate->type, gate->ne[0]), rows = (uint64_t)gate->ne[1], n_slice = (uint64_t)gate->ne[2];
+    uint64_t row = qtype_row_bytes(gate->type, gate->ne[0]), rows = (uint64_t)gate->ne[1],
+             n_slice = (uint64_t)gate->ne[2];
     uint64_t slice = rows * row;
     const gguf_tensor *ts[2] = {gate, up};
     for (int i = 0; i < 2; i++)
@@ -110,7 +111,8 @@ static int upload_norm(cvk_ctx *vk, cvk_buffer *b, const gguf_tensor *t, gpu_wei
     float *f = malloc(n * sizeof *f);
     if (!f) return cd_fail("out of memory converting %.*s", (int)t->name.len, t->name.ptr);
     cpu_tensor_row(t, 0, f);
-    int rc = cvk_buffer_create(&vk->mem, b, n * 4, 4, CVK_MEM_DEVICE) || cvk_stager_upload(&vk->stager, cvk_view_whole(b), f);
+    int rc = cvk_buffer_create(&vk->mem, b, n * 4, 4, CVK_MEM_DEVICE) ||
+        cvk_stager_upload(&vk->stager, cvk_view_whole(b), f);
     free(f);
     w->bytes += t->nbytes; /* the file's bytes, as total counts them */
     progress(w);
@@ -128,8 +130,7 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
     w->show_progress = w->total >= (256u << 20) && isatty(STDERR_FILENO);
     w->shown_pct = 0;
     if (report.fn) report.fn(report.ctx, 0, w->total);
-    if (upload(vk, &w->tok_embd, m->tok_embd, w) || upload_norm(vk, &w->output_norm, m->output_norm, w))
-        return -1;
+    if (upload(vk, &w->tok_embd, m->tok_embd, w) || upload_norm(vk, &w->output_norm, m->output_norm, w)) return -1;
     if (m->output == m->tok_embd) w->head = &w->tok_embd;
     else if (upload_head(vk, &w->output, m->output, w, head)) return -1;
     else w->head = &w->output;
@@ -137,9 +138,9 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
         const layer_weights *l = &m->layers[il];
         gpu_layer *d = &w->layers[il];
         if (upload_norm(vk, &d->attn_norm, l->attn_norm, w) || upload(vk, &d->wq, l->wq, w) ||
-            upload(vk, &d->wk, l->wk, w) || upload(vk, &d->wv, l->wv, w) ||
-            upload(vk, &d->wo, l->wo, w) || upload_norm(vk, &d->q_norm, l->q_norm, w) ||
-            upload_norm(vk, &d->k_norm, l->k_norm, w) || upload_norm(vk, &d->ffn_norm, l->ffn_norm, w))
+            upload(vk, &d->wk, l->wk, w) || upload(vk, &d->wv, l->wv, w) || upload(vk, &d->wo, l->wo, w) ||
+            upload_norm(vk, &d->q_norm, l->q_norm, w) || upload_norm(vk, &d->k_norm, l->k_norm, w) ||
+            upload_norm(vk, &d->ffn_norm, l->ffn_norm, w))
             return -1;
         if (c->arch == ARCH_QWEN3MOE) {
             if (upload(vk, &d->gate_inp, l->gate_inp, w)) return -1;
@@ -148,8 +149,7 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
             int rc = upload_gate_up(vk, d, l, w, pairs) || upload(vk, &d->down_exps, l->down_exps, w);
             w->kind = CVK_MEM_DEVICE;
             if (rc) return -1;
-        } else if (upload_gate_up(vk, d, l, w, pairs) || upload(vk, &d->ffn_down, l->ffn_down, w))
-            return -1;
+        } else if (upload_gate_up(vk, d, l, w, pairs) || upload(vk, &d->ffn_down, l->ffn_down, w)) return -1;
     }
     fp_weights *fp = w->hashing;
     w->hashing = NULL;
@@ -158,8 +158,8 @@ int gpu_weights_upload(gpu_weights *w, cvk_ctx *vk, const model *m, bool pairs, 
     if (cvk_stager_flush(&vk->stager)) return -1;
     double s = (cd_now_ms() - w->started_ms) / 1000.0;
     if (!w->show_progress && w->total >= (256u << 20)) /* not a terminal: one line for the log */
-        fprintf(stderr, "cinder: %.2f GiB of weights to the device in %.1f s (%.2f GiB/s)\n", w->total / 1073741824.0, s,
-                s > 0 ? w->total / 1073741824.0 / s : 0.0);
+        fprintf(stderr, "cinder: %.2f GiB of weights to the device in %.1f s (%.2f GiB/s)\n", w->total / 1073741824.0,
+                s, s > 0 ? w->total / 1073741824.0 / s : 0.0);
     return 0;
 }
 

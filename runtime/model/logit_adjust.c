@@ -5,19 +5,20 @@
 
 #include "runtime/base/error.h"
 
-bool logit_adjust_active(const logit_adjust *a) {
-    return a && (a->presence != 0 || a->frequency != 0 || a->n_bias);
-}
+bool logit_adjust_active(const logit_adjust *a) { return a && (a->presence != 0 || a->frequency != 0 || a->n_bias); }
 
 int logit_adjust_check(const logit_adjust *a, int32_t n_vocab) {
     if (!a) return 0;
     if (!(a->presence >= -2 && a->presence <= 2)) return cd_fail("presence_penalty %g is outside -2 to 2", a->presence);
-    if (!(a->frequency >= -2 && a->frequency <= 2)) return cd_fail("frequency_penalty %g is outside -2 to 2", a->frequency);
+    if (!(a->frequency >= -2 && a->frequency <= 2))
+        return cd_fail("frequency_penalty %g is outside -2 to 2", a->frequency);
     if (a->n_bias > LOGIT_BIAS_MAX) return cd_fail("logit_bias has %u entries; at most %d", a->n_bias, LOGIT_BIAS_MAX);
     for (uint32_t i = 0; i < a->n_bias; i++) {
         const logit_bias *b = &a->bias[i];
-        if (b->id < 0 || b->id >= n_vocab) return cd_fail("logit_bias names token %d; the vocabulary is 0 to %d", b->id, n_vocab - 1);
-        if (!(b->bias >= -100 && b->bias <= 100)) return cd_fail("logit_bias of token %d is %g, outside -100 to 100", b->id, b->bias);
+        if (b->id < 0 || b->id >= n_vocab)
+            return cd_fail("logit_bias names token %d; the vocabulary is 0 to %d", b->id, n_vocab - 1);
+        if (!(b->bias >= -100 && b->bias <= 100))
+            return cd_fail("logit_bias of token %d is %g, outside -100 to 100", b->id, b->bias);
         if (i && b->id <= a->bias[i - 1].id) return cd_fail("logit_bias names token %d twice or out of order", b->id);
     }
     return 0;

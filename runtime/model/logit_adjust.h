@@ -18,9 +18,9 @@ typedef struct logit_bias {
 } logit_bias;
 
 typedef struct logit_adjust {
-    float presence;    /* OpenAI's range: -2 to 2 */
-    float frequency;   /* -2 to 2 */
-    logit_bias *bias;  /* [n_bias], ids ascending and distinct; owned where copied (logit_adjust_copy) */
+    float presence;   /* OpenAI's range: -2 to 2 */
+    float frequency;  /* -2 to 2 */
+    logit_bias *bias; /* [n_bias], ids ascending and distinct; owned where copied (logit_adjust_copy) */
     uint32_t n_bias;
 } logit_adjust;
 

@@ -36,7 +36,8 @@ static int check_rope_dims(const gguf_file *f, const char *arch, uint32_t head_d
     uint32_t n_rot = head_dim;
     if (gguf_find_kv(f, key) && gguf_get_u32(f, key, &n_rot)) return -1;
     if (n_rot != head_dim)
-        return cd_fail("rope.dimension_count %u differs from key_length %u: partial RoPE is not supported", n_rot, head_dim);
+        return cd_fail("rope.dimension_count %u differs from key_length %u: partial RoPE is not supported", n_rot,
+                       head_dim);
     return 0;
 }
 
@@ -55,7 +56,8 @@ int model_config_check(const model_config *c) {
         if (c->n_expert == 0 || c->n_expert > 1024) return cd_fail("expert_count %u out of range", c->n_expert);
         if (c->n_expert_used == 0 || c->n_expert_used > c->n_expert)
             return cd_fail("expert_used_count %u must be in 1..expert_count (%u)", c->n_expert_used, c->n_expert);
-        if (c->n_ff_exp == 0 || c->n_ff_exp > 1u << 20) return cd_fail("expert_feed_forward_length %u out of range", c->n_ff_exp);
+        if (c->n_ff_exp == 0 || c->n_ff_exp > 1u << 20)
+            return cd_fail("expert_feed_forward_length %u out of range", c->n_ff_exp);
     } else if (c->n_ff == 0 || c->n_ff > 1u << 20) {
         return cd_fail("feed_forward_length %u out of range", c->n_ff);
     }
@@ -76,7 +78,8 @@ int model_config_read(const gguf_file *f, model_config *c) {
         arch_f32(f, a, "attention.layer_norm_rms_epsilon", &c->rms_eps))
         return -1;
     c->n_head_kv = c->n_head;
-    if (arch_has(f, a, "attention.head_count_kv") && arch_u32(f, a, "attention.head_count_kv", &c->n_head_kv)) return -1;
+    if (arch_has(f, a, "attention.head_count_kv") && arch_u32(f, a, "attention.head_count_kv", &c->n_head_kv))
+        return -1;
     c->head_dim = c->n_head ? c->n_embd / c->n_head : 0;
     if (arch_has(f, a, "attention.key_length") && arch_u32(f, a, "attention.key_length", &c->head_dim)) return -1;
     uint32_t v_len = c->head_dim;
@@ -92,7 +95,8 @@ int model_config_read(const gguf_file *f, model_config *c) {
     }
     const gguf_tensor *embd = gguf_find_tensor(f, "token_embd.weight");
     if (!embd) return cd_fail("missing tensor 'token_embd.weight'");
-    if (embd->ne[1] <= 0 || embd->ne[1] > (1 << 24)) return cd_fail("token_embd.weight has %lld rows", (long long)embd->ne[1]);
+    if (embd->ne[1] <= 0 || embd->ne[1] > (1 << 24))
+        return cd_fail("token_embd.weight has %lld rows", (long long)embd->ne[1]);
     c->n_vocab = (uint32_t)embd->ne[1];
     return model_config_check(c);
 }
@@ -100,26 +104,30 @@ int model_config_read(const gguf_file *f, model_config *c) {
 /* Finds a tensor and checks its shape and type; dims beyond those given must be 1. */
 static const gguf_tensor *want(const gguf_file *f, const char *name, int64_t d0, int64_t d1, int64_t d2) {
     const gguf_tensor *t = gguf_find_tensor(f, name);
-    if (!t) { cd_fail("missing tensor '%s'", name); return NULL; }
+    if (!t) {
+        cd_fail("missing tensor '%s'", name);
+        return NULL;
+    }
     int64_t d[4] = {d0, d1, d2, 1};
     for (int i = 0; i < 4; i++) {
         if (t->ne[i] != d[i]) {
             cd_fail("tensor '%s' has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld, %lld]", name,
-                    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3],
-                    (long long)d0, (long long)d1, (long long)d2);
+                    (long long)t->ne[0], (long long)t->ne[1], (long long)t->ne[2], (long long)t->ne[3], (long long)d0,
+                    (long long)d1, (long long)d2);
             return NULL;
         }
     }
     if (!qtype_supported(t->type)) {
         char names[256];
-        cd_fail("tensor '%s' has type %s, which cinder does not compute with (it does: %s)", name,
-                qtype_name(t->type), qtype_supported_names(names, sizeof names));
+        cd_fail("tensor '%s' has type %s, which cinder does not compute with (it does: %s)", name, qtype_name(t->type),
+                qtype_supported_names(names, sizeof names));
         return NULL;
     }
     return t;
 }
 
-static const gguf_tensor *want_layer(const gguf_file *f, uint32_t il, const char *what, int64_t d0, int64_t d1, int64_t d2) {
+static const gguf_tensor *want_layer(const gguf_file *f, uint32_t il, const char *what, int64_t d0, int64_t d1,
+                                     int64_t d2) {
     char name[96];
     snprintf(name, sizeof name, "blk.%u.%s.weight", il, what);
     return want(f, name, d0, d1, d2);
@@ -143,7 +151,8 @@ static int map_layer(const gguf_file *f, const model_config *c, uint32_t il, lay
             return -1;
     } else {
         int64_t F = c->n_ff;
-        if (!(l->ffn_gate = want_layer(f, il, "ffn_gate", E, F, 1)) || !(l->ffn_up = want_layer(f, il, "ffn_up", E, F, 1)) ||
+        if (!(l->ffn_gate = want_layer(f, il, "ffn_gate", E, F, 1)) ||
+            !(l->ffn_up = want_layer(f, il, "ffn_up", E, F, 1)) ||
             !(l->ffn_down = want_layer(f, il, "ffn_down", F, E, 1)))
             return -1;
     }
@@ -185,7 +194,8 @@ int model_load(model **out, const char *path, model_load_opts opts) {
         cd_fail("tokenizer has %d tokens but token_embd has %u rows", tok_n_vocab(m->tok), m->cfg.n_vocab);
         goto fail;
     }
-    if (gguf_find_kv(m->file, "tokenizer.chat_template") && gguf_get_str(m->file, "tokenizer.chat_template", &m->chat_template))
+    if (gguf_find_kv(m->file, "tokenizer.chat_template") &&
+        gguf_get_str(m->file, "tokenizer.chat_template", &m->chat_template))
         goto fail;
     if (!opts.skip_weight_hash && hash_weights(m->file, wdigest)) goto fail;
     if (fp_model(m->file, &m->cfg, wdigest, m->fingerprint)) goto fail;

@@ -7,8 +7,8 @@
 
 #include "runtime/base/error.h"
 
-static const char *const names[] = {[ROPE_SCALING_NONE] = "none", [ROPE_SCALING_LINEAR] = "linear",
-                                    [ROPE_SCALING_YARN] = "yarn"};
+static const char *const names[] = {
+    [ROPE_SCALING_NONE] = "none", [ROPE_SCALING_LINEAR] = "linear", [ROPE_SCALING_YARN] = "yarn"};
 
 const char *rope_scaling_name(enum rope_scaling s) { return names[s]; }
 
@@ -36,8 +36,8 @@ rope_config rope_config_plain(float freq_base, uint32_t n_ctx_train) {
 }
 
 rope_config rope_config_yarn(float freq_base, float factor, uint32_t orig_ctx) {
-    rope_config r = {.scaling = ROPE_SCALING_YARN, .freq_base = freq_base, .factor = factor, .orig_ctx = orig_ctx,
-                     .attn_factor = 1};
+    rope_config r = {
+        .scaling = ROPE_SCALING_YARN, .freq_base = freq_base, .factor = factor, .orig_ctx = orig_ctx, .attn_factor = 1};
     set_defaults(&r);
     return r;
 }
@@ -50,8 +50,11 @@ static int read_f32(const gguf_file *f, const char *arch, const char *suffix, fl
 }
 
 int rope_config_read(const gguf_file *f, const char *arch, uint32_t n_ctx_train, rope_config *r) {
-    *r = (rope_config){.scaling = ROPE_SCALING_LINEAR, .freq_base = 10000.0f, .factor = 0.0f,
-                       .orig_ctx = n_ctx_train, .attn_factor = 1.0f};
+    *r = (rope_config){.scaling = ROPE_SCALING_LINEAR,
+                       .freq_base = 10000.0f,
+                       .factor = 0.0f,
+                       .orig_ctx = n_ctx_train,
+                       .attn_factor = 1.0f};
     char key[128];
     int found;
     if (read_f32(f, arch, "rope.freq_base", &r->freq_base, &found)) return -1;
@@ -92,7 +95,8 @@ int rope_config_override(rope_config *r, const rope_override *o, uint32_t *n_ctx
 }
 
 int rope_config_check(const rope_config *r) {
-    if (!(r->freq_base > 0) || !isfinite(r->freq_base)) return cd_fail("rope.freq_base %g must be positive", r->freq_base);
+    if (!(r->freq_base > 0) || !isfinite(r->freq_base))
+        return cd_fail("rope.freq_base %g must be positive", r->freq_base);
     if (!(r->factor > 0) || !isfinite(r->factor) || r->factor > 1024)
         return cd_fail("rope.scaling.factor %g must be in (0, 1024]", r->factor);
     if (r->scaling == ROPE_SCALING_YARN && r->factor < 1)

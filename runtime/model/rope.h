@@ -31,11 +31,11 @@ enum rope_scaling { ROPE_SCALING_NONE, ROPE_SCALING_LINEAR, ROPE_SCALING_YARN };
 
 typedef struct rope_config {
     enum rope_scaling scaling;
-    float freq_base;   /* theta */
-    float factor;      /* context extension factor; 1 with no scaling */
-    uint32_t orig_ctx; /* YaRN's original context (n_ctx_orig); the training context otherwise */
-    float attn_factor; /* rope.scaling.attn_factor: every rotation's magnitude, 1 when absent */
-    float ext_factor;  /* YaRN's extrapolation mix: 1 with YaRN, 0 otherwise */
+    float freq_base;            /* theta */
+    float factor;               /* context extension factor; 1 with no scaling */
+    uint32_t orig_ctx;          /* YaRN's original context (n_ctx_orig); the training context otherwise */
+    float attn_factor;          /* rope.scaling.attn_factor: every rotation's magnitude, 1 when absent */
+    float ext_factor;           /* YaRN's extrapolation mix: 1 with YaRN, 0 otherwise */
     float beta_fast, beta_slow; /* YaRN's ramp ends in rotations over orig_ctx: 32, 1 */
 } rope_config;
 

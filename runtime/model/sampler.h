@@ -23,8 +23,8 @@ typedef struct sampler_params {
 typedef struct sampler {
     sampler_params p;
     rng rng;
-    int32_t *ids;  /* (n_vocab) scratch */
-    float *probs;  /* (n_vocab) scratch */
+    int32_t *ids; /* (n_vocab) scratch */
+    float *probs; /* (n_vocab) scratch */
     int32_t n_vocab;
     uint32_t full_sorts; /* top_k "all" draws whose walk outran the binned prefix (sorted everything) */
 } sampler;
@@ -46,7 +46,7 @@ double sampler_log_sum_exp(const float *logits, int32_t n);
 typedef struct token_logprob {
     int32_t id;
     float logprob;
-    uint32_t rank;                    /* 1 + the tokens with a larger logit (vLLM's rank) */
+    uint32_t rank; /* 1 + the tokens with a larger logit (vLLM's rank) */
     uint32_t n_top;
     int32_t top_id[TOP_LOGPROBS_MAX]; /* descending, ties by lower id (sampler_top_k) */
     float top_logprob[TOP_LOGPROBS_MAX];

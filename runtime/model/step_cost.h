@@ -25,8 +25,8 @@ double step_cost_experts_read(uint32_t E, uint32_t k, uint32_t T);
 
 /* y[T][n_rows] = x[T][n_in] W^T, W of `type`, `slices` weight slices read (1 for dense; MoE:
  * the experts read, each n_rows x n_in); T rows of x read (x_rows: fewer when shared). */
-cvk_work step_cost_matmul(const char *role, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t T,
-                          double slices, uint32_t x_rows);
+cvk_work step_cost_matmul(const char *role, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t T, double slices,
+                          uint32_t x_rows);
 /* The same over gate-up pairs: 2 * n_rows weight rows per slice and products, n_rows outputs. */
 cvk_work step_cost_matmul_glu(const char *role, enum qtype type, uint32_t n_in, uint32_t n_rows, uint32_t T,
                               double slices, uint32_t x_rows);

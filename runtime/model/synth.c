@@ -17,8 +17,11 @@
 #define QWEN3_VOCAB_PADDED 151936 /* the real models' embedding rows (151669 tokens + padding) */
 
 /* RoPE without scaling, as the Qwen3 files have it */
-#define PLAIN_ROPE(base, ctx) \
-    {.scaling = ROPE_SCALING_NONE, .freq_base = base, .factor = 1, .orig_ctx = ctx, .attn_factor = 1, .beta_fast = 32, .beta_slow = 1}
+#define PLAIN_ROPE(base, ctx)                                                                                          \
+    {                                                                                                                  \
+        .scaling = ROPE_SCALING_NONE, .freq_base = base, .factor = 1, .orig_ctx = ctx, .attn_factor = 1,               \
+        .beta_fast = 32, .beta_slow = 1                                                                                \
+    }
 
 static const struct preset {
     const char *name;
@@ -26,11 +29,17 @@ static const struct preset {
     enum synth_quant quant;
 } presets[] = {
     /* CI-sized: two layers, K-quant-friendly widths (multiples of 256), head_dim 64. */
-    {"tiny", {ARCH_QWEN3MOE, 2, 256, 4, 2, 64, QWEN3_VOCAB_PADDED, 40960, 8, 2, 256, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f}, SYNTH_MIX},
+    {"tiny",
+     {ARCH_QWEN3MOE, 2, 256, 4, 2, 64, QWEN3_VOCAB_PADDED, 40960, 8, 2, 256, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f},
+     SYNTH_MIX},
     /* Real head_dim and GQA ratio, more experts; the Quick start's default model. */
-    {"small", {ARCH_QWEN3MOE, 4, 512, 8, 2, 128, QWEN3_VOCAB_PADDED, 40960, 16, 4, 256, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f}, SYNTH_Q4_K_M},
+    {"small",
+     {ARCH_QWEN3MOE, 4, 512, 8, 2, 128, QWEN3_VOCAB_PADDED, 40960, 16, 4, 256, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f},
+     SYNTH_Q4_K_M},
     /* The real Qwen3-30B-A3B shapes (~17 GB at Q4_K_M): for GPU benchmarks. */
-    {"qwen3-30b-a3b", {ARCH_QWEN3MOE, 48, 2048, 32, 4, 128, QWEN3_VOCAB_PADDED, 40960, 128, 8, 768, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f}, SYNTH_Q4_K_M},
+    {"qwen3-30b-a3b",
+     {ARCH_QWEN3MOE, 48, 2048, 32, 4, 128, QWEN3_VOCAB_PADDED, 40960, 128, 8, 768, 0, PLAIN_ROPE(1e6f, 40960), 1e-6f},
+     SYNTH_Q4_K_M},
 };
 
 static const char *const quant_names[] = {"f32",    "f16",  "bf16",       "q8_0",   "q4_k_m", "mix",
@@ -38,9 +47,13 @@ static const char *const quant_names[] = {"f32",    "f16",  "bf16",       "q8_0"
 
 int synth_quant_from_name(const char *name, enum synth_quant *out) {
     for (size_t i = 0; i < sizeof quant_names / sizeof quant_names[0]; i++)
-        if (!strcasecmp(name, quant_names[i])) { *out = (enum synth_quant)i; return 0; }
+        if (!strcasecmp(name, quant_names[i])) {
+            *out = (enum synth_quant)i;
+            return 0;
+        }
     return cd_fail("unknown quant mix '%s' (f32, f16, bf16, q8_0, q4_k_m, mix, q3_k_m, q2_k, mix-lowbit, iq4_xs, "
-                   "iq4_nl, mxfp4_moe)", name);
+                   "iq4_nl, mxfp4_moe)",
+                   name);
 }
 
 const char *synth_quant_name(enum synth_quant q) { return quant_names[q]; }
@@ -109,7 +122,7 @@ enum qtype synth_tensor_type(enum synth_quant q, const char *role, uint32_t laye
                                 v[3] = {QTYPE_IQ3_S, QTYPE_IQ2_XS, QTYPE_Q5_1},
                                 o[3] = {QTYPE_IQ2_S, QTYPE_IQ4_XS, QTYPE_Q4_1},
                                 gate_up[3] = {QTYPE_Q2_K, QTYPE_Q3_K, QTYPE_MXFP4}, /* one type: gate-up pairs */
-                                down[3] = {QTYPE_Q4_0, QTYPE_MXFP4, QTYPE_Q4_0};
+            down[3] = {QTYPE_Q4_0, QTYPE_MXFP4, QTYPE_Q4_0};
         uint32_t l = layer % 3;
         if (!strcmp(role, "router")) return QTYPE_F16;
         if (!strcmp(role, "embd")) return QTYPE_Q5_1;
@@ -188,8 +201,8 @@ typedef struct tensor_gen {
     enum qtype type;
     int64_t ne[4];
     enum dist dist;
-    float scale;      /* std of the normal draws */
-    uint64_t seed;    /* spec seed mixed with the tensor index */
+    float scale;   /* std of the normal draws */
+    uint64_t seed; /* spec seed mixed with the tensor index */
     int n_threads;
     const synth_script *script; /* DIST_SCRIPT_* only */
 } tensor_gen;
@@ -217,7 +230,10 @@ static bool gen_script_row(const tensor_gen *g, int64_t r, float *vals) {
 }
 
 static void gen_row(const tensor_gen *g, int64_t r, float *vals) {
-    if (g->dist == DIST_ZERO) { memset(vals, 0, (size_t)g->ne[0] * sizeof *vals); return; }
+    if (g->dist == DIST_ZERO) {
+        memset(vals, 0, (size_t)g->ne[0] * sizeof *vals);
+        return;
+    }
     if ((g->dist == DIST_SCRIPT_EMBD || g->dist == DIST_SCRIPT_OUT) && gen_script_row(g, r, vals)) return;
     rng rr;
     uint64_t mix = g->seed ^ ((uint64_t)r * 0x9e3779b97f4a7c15ull);
@@ -240,7 +256,10 @@ static void *fill_rows(void *arg) {
     const tensor_gen *g = j->g;
     size_t row_bytes = qtype_row_bytes(g->type, g->ne[0]);
     float *vals = malloc((size_t)g->ne[0] * sizeof *vals);
-    if (!vals) { j->failed = 1; return NULL; }
+    if (!vals) {
+        j->failed = 1;
+        return NULL;
+    }
     for (int64_t r = j->row0; r < j->row1; r++) {
         gen_row(g, r, vals);
         quant_quantize_row(g->type, vals, j->buf + (size_t)r * row_bytes, g->ne[0]);
@@ -298,8 +317,8 @@ static int fill_with_progress(void *user, void *buf, size_t nbytes) {
     return 0;
 }
 
-static void add(synth_ctx *c, const synth_spec *spec, const char *name, const char *role, uint32_t layer,
-                int64_t d0, int64_t d1, int64_t d2, enum dist dist, float scale) {
+static void add(synth_ctx *c, const synth_spec *spec, const char *name, const char *role, uint32_t layer, int64_t d0,
+                int64_t d1, int64_t d2, enum dist dist, float scale) {
     synth_tensor *t = &c->tensors[c->n_tensors];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->ctx = c;
@@ -311,8 +330,12 @@ static void add(synth_ctx *c, const synth_spec *spec, const char *name, const ch
         }
         if (!strcmp(role, "attn_output") || !strcmp(role, "ffn_down")) dist = DIST_ZERO;
     }
-    t->gen = (tensor_gen){fit_type(type, d0), {d0, d1, d2, 1}, dist, scale,
-                          spec->seed * 0x100000001b3ull + c->n_tensors * 0xc2b2ae3d27d4eb4full, spec->n_threads,
+    t->gen = (tensor_gen){fit_type(type, d0),
+                          {d0, d1, d2, 1},
+                          dist,
+                          scale,
+                          spec->seed * 0x100000001b3ull + c->n_tensors * 0xc2b2ae3d27d4eb4full,
+                          spec->n_threads,
                           &c->script};
     c->bytes_total += qtype_row_bytes(t->gen.type, d0) * (uint64_t)(d1 * d2);
     c->n_tensors++;
@@ -353,14 +376,15 @@ static void set_hparams(gguf_writer *w, const synth_spec *s) {
 #define K(suffix) (snprintf(k, sizeof k, "%s.%s", a, suffix), k)
     gguf_writer_set_str(w, "general.architecture", a);
     gguf_writer_set_str(w, "general.name", s->name ? s->name : "cinder synthetic");
-    gguf_writer_set_str(w, "general.description", "synthetic model written by cinder mkmodel: random weights, real Qwen3 tokenizer");
+    gguf_writer_set_str(w, "general.description",
+                        "synthetic model written by cinder mkmodel: random weights, real Qwen3 tokenizer");
     gguf_writer_set_u32(w, "general.quantization_version", 2);
     /* llama_ftype, as llama.cpp's converter and quantizer write it; none fits "mix", and
      * llama.cpp then guesses one from the tensor types */
-    static const int32_t ftypes[] = {[SYNTH_F32] = 0, [SYNTH_F16] = 1, [SYNTH_BF16] = 32, [SYNTH_Q8_0] = 7,
-                                     [SYNTH_Q4_K_M] = 15, [SYNTH_MIX] = -1, [SYNTH_Q3_K_M] = 12,
-                                     [SYNTH_Q2_K] = 10, [SYNTH_MIX_LOWBIT] = -1, [SYNTH_IQ4_XS] = 30,
-                                     [SYNTH_IQ4_NL] = 25, [SYNTH_MXFP4_MOE] = 38};
+    static const int32_t ftypes[] = {
+        [SYNTH_F32] = 0,         [SYNTH_F16] = 1,     [SYNTH_BF16] = 32,   [SYNTH_Q8_0] = 7,
+        [SYNTH_Q4_K_M] = 15,     [SYNTH_MIX] = -1,    [SYNTH_Q3_K_M] = 12, [SYNTH_Q2_K] = 10,
+        [SYNTH_MIX_LOWBIT] = -1, [SYNTH_IQ4_XS] = 30, [SYNTH_IQ4_NL] = 25, [SYNTH_MXFP4_MOE] = 38};
     if (ftypes[s->quant] >= 0) gguf_writer_set_u32(w, "general.file_type", (uint32_t)ftypes[s->quant]);
     gguf_writer_set_u32(w, K("context_length"), m->n_ctx_train);
     gguf_writer_set_u32(w, K("embedding_length"), m->n_embd);
@@ -394,7 +418,10 @@ static char *read_chat_template(const char *dir) {
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
     json_error_t err;
     json_t *cfg = json_load_file(path, 0, &err);
-    if (!cfg) { cd_fail("%s: %s (line %d)", path, err.text, err.line); return NULL; }
+    if (!cfg) {
+        cd_fail("%s: %s (line %d)", path, err.text, err.line);
+        return NULL;
+    }
     const char *t = json_string_value(json_object_get(cfg, "chat_template"));
     char *out = t ? strdup(t) : NULL;
     if (!t) cd_fail("%s has no chat_template string", path);
@@ -433,7 +460,8 @@ static int script_tokens(const synth_spec *spec, const tok_vocab *v, synth_scrip
     if (tok_load_vocab(&t, v)) return -1;
     int rc = tok_encode(t, spec->script, strlen(spec->script), true, &out->ids, &out->n);
     if (rc == 0 && out->n < 2)
-        rc = cd_fail("the script has %zu token(s); it needs 2 or more (the prompt's last token, then the reply)", out->n);
+        rc = cd_fail("the script has %zu token(s); it needs 2 or more (the prompt's last token, then the reply)",
+                     out->n);
     if (rc == 0 && out->n - 1 > spec->cfg.n_embd)
         rc = cd_fail("the script has %zu tokens; at most %u (the embedding width, plus one) fit", out->n,
                      spec->cfg.n_embd + 1);
@@ -441,7 +469,10 @@ static int script_tokens(const synth_spec *spec, const tok_vocab *v, synth_scrip
         for (size_t j = 0; j < i; j++) {
             if (out->ids[j] != out->ids[i]) continue;
             char *text = NULL;
-            if (tok_decode(t, &out->ids[i], 1, &text)) { rc = -1; break; }
+            if (tok_decode(t, &out->ids[i], 1, &text)) {
+                rc = -1;
+                break;
+            }
             rc = cd_fail("script token %zu, '%s' (id %d), repeats token %zu: a scripted model's next token depends on "
                          "the current one only, so every token but the last must be distinct",
                          i, text, out->ids[i], j);
@@ -483,7 +514,10 @@ static int write_model(const synth_spec *spec, const char *path, uint64_t max_te
     gguf_writer *w = gguf_writer_new();
     tok_vocab vocab = {0};
     int rc = -1;
-    if (!c.tensors || !w) { cd_fail("out of memory"); goto done; }
+    if (!c.tensors || !w) {
+        cd_fail("out of memory");
+        goto done;
+    }
     if (model_config_check(m)) goto done;
     set_hparams(w, spec);
     if (set_tokenizer(w, spec, &vocab)) goto done;

@@ -23,24 +23,24 @@ enum synth_quant {
     SYNTH_F16,
     SYNTH_BF16,
     SYNTH_Q8_0,
-    SYNTH_Q4_K_M, /* llama.cpp Q4_K_M-like: Q4_K, with Q6_K for attn_v, output and half the ffn_down */
-    SYNTH_MIX,    /* the 4-8-bit types somewhere each: exercises all kernels in one file */
-    SYNTH_Q3_K_M, /* llama.cpp Q3_K_M-like: Q3_K, with Q5_K attn_v, Q4_K ffn_down, Q6_K output */
-    SYNTH_Q2_K,   /* llama.cpp Q2_K-like: Q2_K, with Q3_K attn_v and ffn_down, Q6_K output */
+    SYNTH_Q4_K_M,     /* llama.cpp Q4_K_M-like: Q4_K, with Q6_K for attn_v, output and half the ffn_down */
+    SYNTH_MIX,        /* the 4-8-bit types somewhere each: exercises all kernels in one file */
+    SYNTH_Q3_K_M,     /* llama.cpp Q3_K_M-like: Q3_K, with Q5_K attn_v, Q4_K ffn_down, Q6_K output */
+    SYNTH_Q2_K,       /* llama.cpp Q2_K-like: Q2_K, with Q3_K attn_v and ffn_down, Q6_K output */
     SYNTH_MIX_LOWBIT, /* every type the files under 16 GB add (Q2_K, Q3_K, Q4_0 .. Q5_1, IQ4_NL, IQ4_XS, IQ3_XXS, IQ3_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ1_S, IQ1_M) and MXFP4 somewhere */
-    SYNTH_IQ4_XS, /* llama.cpp IQ4_XS-like: IQ4_XS, with Q5_K attn_v and first-eighth ffn_down, Q6_K output */
-    SYNTH_IQ4_NL, /* llama.cpp IQ4_NL-like: the same with IQ4_NL */
-    SYNTH_MXFP4_MOE, /* llama.cpp MXFP4_MOE: the experts MXFP4, the router F32, all else Q8_0 */
+    SYNTH_IQ4_XS,     /* llama.cpp IQ4_XS-like: IQ4_XS, with Q5_K attn_v and first-eighth ffn_down, Q6_K output */
+    SYNTH_IQ4_NL,     /* llama.cpp IQ4_NL-like: the same with IQ4_NL */
+    SYNTH_MXFP4_MOE,  /* llama.cpp MXFP4_MOE: the experts MXFP4, the router F32, all else Q8_0 */
 };
 
 typedef struct synth_spec {
     model_config cfg;
     enum synth_quant quant;
     uint64_t seed;
-    float logit_scale;        /* std of the lm_head logits */
+    float logit_scale;         /* std of the lm_head logits */
     const char *tokenizer_dir; /* holds tokenizer.json and tokenizer_config.json */
     int n_threads;
-    const char *name;          /* general.name */
+    const char *name; /* general.name */
     /* NULL, or a text whose tokens (special tokens parsed) t_0 .. t_n-1 the model continues
      * greedily: after t_i comes t_i+1. t_0 .. t_n-2 must be distinct and at most n_embd;
      * n >= 2. The model's token_embd and output are then F16 whatever the quant mix. */

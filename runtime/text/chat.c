@@ -142,7 +142,8 @@ static int parse_message(const json_t *m, message *out, size_t i) {
 
     const json_t *calls = json_object_get(m, "tool_calls");
     if (!calls || json_is_null(calls)) return 0;
-    if (!json_is_array(calls)) return cd_fail("messages[%zu].tool_calls: expected an array, got %s", i, json_kind(calls));
+    if (!json_is_array(calls))
+        return cd_fail("messages[%zu].tool_calls: expected an array, got %s", i, json_kind(calls));
     size_t n = json_array_size(calls);
     if (n == 0) return 0;
     out->calls = calloc(n, sizeof *out->calls);
@@ -163,16 +164,18 @@ static int render_header(sbuf *b, const message *ms, const json_t *tools) {
             put(b, ms[0].content);
             puts_(b, "\n\n");
         }
-        puts_(b, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-                 "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
+        puts_(b,
+              "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+              "You are provided with function signatures within <tools></tools> XML tags:\n<tools>");
         for (size_t i = 0; i < json_array_size(tools); i++) {
             puts_(b, "\n");
             if (json_jinja_append(json_array_get(tools, i), &b->p, &b->len, &b->cap) != 0)
                 return cd_fail_ctx("tools[%zu]: ", i);
         }
-        puts_(b, "\n</tools>\n\nFor each function call, return a json object with function name and "
-                 "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
-                 "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
+        puts_(b,
+              "\n</tools>\n\nFor each function call, return a json object with function name and "
+              "arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+              "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call><|im_end|>\n");
     } else if (first_is_system) {
         puts_(b, "<|im_start|>system\n");
         put(b, ms[0].content);
@@ -214,8 +217,8 @@ static int render_assistant(sbuf *b, const message *m, chat_options opt, bool af
         char *text = NULL;
         size_t len = 0;
         if (opt.as_generated && opt.generated_call && m->calls[j].name.n == strlen(m->calls[j].name.p) &&
-            opt.generated_call(opt.generated_call_ctx, m->calls[j].id, m->calls[j].name.p, m->calls[j].arguments,
-                               &text, &len)) {
+            opt.generated_call(opt.generated_call_ctx, m->calls[j].id, m->calls[j].name.p, m->calls[j].arguments, &text,
+                               &len)) {
             puts_(b, "<tool_call>");
             put(b, (slice){text, len});
             puts_(b, "</tool_call>");

@@ -29,11 +29,12 @@ static size_t ws_at(slice s, size_t i) {
     if ((p[0] >= 0x09 && p[0] <= 0x0d) || (p[0] >= 0x1c && p[0] <= 0x20)) return 1;
     if (left >= 2 && p[0] == 0xc2 && (p[1] == 0x85 || p[1] == 0xa0)) return 2;
     if (left < 3) return 0;
-    if (p[0] == 0xe1 && p[1] == 0x9a && p[2] == 0x80) return 3;                     /* U+1680 */
-    if (p[0] == 0xe2 && p[1] == 0x80 && ((p[2] >= 0x80 && p[2] <= 0x8a) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf))
-        return 3; /* U+2000..U+200A, U+2028, U+2029, U+202F */
-    if (p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0x9f) return 3;                     /* U+205F */
-    if (p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80) return 3;                     /* U+3000 */
+    if (p[0] == 0xe1 && p[1] == 0x9a && p[2] == 0x80) return 3; /* U+1680 */
+    if (p[0] == 0xe2 && p[1] == 0x80 &&
+        ((p[2] >= 0x80 && p[2] <= 0x8a) || p[2] == 0xa8 || p[2] == 0xa9 || p[2] == 0xaf))
+        return 3;                                               /* U+2000..U+200A, U+2028, U+2029, U+202F */
+    if (p[0] == 0xe2 && p[1] == 0x81 && p[2] == 0x9f) return 3; /* U+205F */
+    if (p[0] == 0xe3 && p[1] == 0x80 && p[2] == 0x80) return 3; /* U+3000 */
     return 0;
 }
 
@@ -162,7 +163,8 @@ static int put_parameter(sbuf *b, const char *name, const json_t *fields, const 
             puts_(b, "\n<type>");
             int rc = json_is_array(type) ? put_name_list(b, type) : put_str(b, type);
             if (rc != 0 || (json_is_string(type) && memchr(json_string_value(type), 0, json_string_length(type))))
-                return cd_fail("%s.type: cinder prints a string or a list of plain names here, got %s", where, json_kind(type));
+                return cd_fail("%s.type: cinder prints a string or a list of plain names here, got %s", where,
+                               json_kind(type));
             puts_(b, "</type>");
         }
         if (put_description(b, fields, where) != 0) return -1;
@@ -234,8 +236,9 @@ static int put_header(sbuf *b, const json_t *messages, const json_t *tools) {
         puts_(b, "<|im_start|>system\n");
         put(b, sys);
     } else if (n_tools > 0) {
-        puts_(b, "<|im_start|>system\nYou are Qwen, a helpful AI assistant that can interact with a computer to solve "
-                 "tasks.");
+        puts_(b,
+              "<|im_start|>system\nYou are Qwen, a helpful AI assistant that can interact with a computer to solve "
+              "tasks.");
     }
     if (n_tools > 0) {
         puts_(b, "\n\n# Tools\n\nYou have access to the following tools:\n\n<tools>");
@@ -287,8 +290,8 @@ static int put_call(sbuf *b, const json_t *tc, chat_options opt, const char *whe
     char *text = NULL;
     size_t len = 0;
     if (opt.as_generated && opt.generated_call && args &&
-        opt.generated_call(opt.generated_call_ctx, json_is_string(id) ? json_string_value(id) : "", name.p, args,
-                           &text, &len)) {
+        opt.generated_call(opt.generated_call_ctx, json_is_string(id) ? json_string_value(id) : "", name.p, args, &text,
+                           &len)) {
         puts_(b, "\n<tool_call>");
         put(b, (slice){text, len});
         puts_(b, "</tool_call>");
@@ -351,7 +354,8 @@ static const char *role_of(const json_t *m, size_t i) {
     static const char *const roles[] = {"system", "user", "assistant", "tool"};
     const json_t *role = json_object_get(m, "role");
     if (!role) return cd_fail("messages[%zu]: no role", i), NULL;
-    if (!json_is_string(role)) return cd_fail("messages[%zu].role: expected a string, got %s", i, json_kind(role)), NULL;
+    if (!json_is_string(role))
+        return cd_fail("messages[%zu].role: expected a string, got %s", i, json_kind(role)), NULL;
     for (size_t k = 0; k < 4; k++)
         if (!strcmp(json_string_value(role), roles[k]) && strlen(roles[k]) == json_string_length(role)) return roles[k];
     cd_fail("messages[%zu].role: unknown role \"%.40s\" (expected system, user, assistant or tool)", i,
@@ -393,8 +397,7 @@ static int put_turn(sbuf *b, const json_t *messages, size_t i, size_t first, cha
         return 0;
     }
     /* {% if loop.previtem and loop.previtem.role != "tool" %}: no previtem for the first */
-    if (i > first && strcmp(role_of(json_array_get(messages, i - 1), i - 1), "tool"))
-        puts_(b, "<|im_start|>user\n");
+    if (i > first && strcmp(role_of(json_array_get(messages, i - 1), i - 1), "tool")) puts_(b, "<|im_start|>user\n");
     puts_(b, "<tool_response>\n");
     put(b, c);
     puts_(b, "\n</tool_response>\n");

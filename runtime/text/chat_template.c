@@ -10,7 +10,10 @@ typedef struct {
     const char *name, *what;
     chat_think_mode think;
     /* the checked texts: hash and length after trailing whitespace is removed */
-    struct { uint64_t hash; size_t len; } exact[2];
+    struct {
+        uint64_t hash;
+        size_t len;
+    } exact[2];
     /* every one present (in the Jinja source, so "\n" is the two characters) */
     const char *markers[4];
     /* none present */
@@ -18,25 +21,27 @@ typedef struct {
 } known_template;
 
 static const known_template known[CHAT_TEMPLATE_COUNT] = {
-    [CHAT_TEMPLATE_QWEN3] = {
-        .name = "qwen3",
-        .what = "Qwen3 hybrid thinking",
-        .think = CHAT_THINK_SWITCH,
-        /* Qwen3-0.6B .. 235B-A22B and Qwen3-30B-A3B (April 2025): tokenizer_config.json's
+    [CHAT_TEMPLATE_QWEN3] =
+        {
+            .name = "qwen3",
+            .what = "Qwen3 hybrid thinking",
+            .think = CHAT_THINK_SWITCH,
+            /* Qwen3-0.6B .. 235B-A22B and Qwen3-30B-A3B (April 2025): tokenizer_config.json's
          * chat_template = llama.cpp's models/templates/Qwen-Qwen3-0.6B.jinja */
-        .exact = {{0x2bfdb7aa9754484eull, 4116}},
-        .markers = {"enable_thinking", "<function-name>", "<args-json-object>", "<tool_response>"},
-        .absent = {"<function=", "<parameter="},
-    },
-    [CHAT_TEMPLATE_QWEN3_CODER] = {
-        .name = "qwen3-coder",
-        .what = "Qwen3-Coder, XML tool calls",
-        .think = CHAT_THINK_NEVER,
-        /* Qwen3-Coder-30B-A3B-Instruct and -480B-A35B: llama.cpp's models/templates/Qwen3-Coder.jinja */
-        .exact = {{0x21dc9ed0659009cbull, 6147}},
-        .markers = {"<tool_call>\\n<function=", "<parameter=", "<tools>", "<tool_response>"},
-        .absent = {"enable_thinking", "<args-json-object>"},
-    },
+            .exact = {{0x2bfdb7aa9754484eull, 4116}},
+            .markers = {"enable_thinking", "<function-name>", "<args-json-object>", "<tool_response>"},
+            .absent = {"<function=", "<parameter="},
+        },
+    [CHAT_TEMPLATE_QWEN3_CODER] =
+        {
+            .name = "qwen3-coder",
+            .what = "Qwen3-Coder, XML tool calls",
+            .think = CHAT_THINK_NEVER,
+            /* Qwen3-Coder-30B-A3B-Instruct and -480B-A35B: llama.cpp's models/templates/Qwen3-Coder.jinja */
+            .exact = {{0x21dc9ed0659009cbull, 6147}},
+            .markers = {"<tool_call>\\n<function=", "<parameter=", "<tools>", "<tool_response>"},
+            .absent = {"enable_thinking", "<args-json-object>"},
+        },
 };
 
 const char *chat_template_name(chat_template_id id) {
@@ -102,10 +107,11 @@ int chat_template_identify(const char *text, size_t len, chat_template_id *out, 
         if (has_markers(&known[i], (slice){text, len})) {
             *out = (chat_template_id)i;
             *how = CHAT_MATCH_MARKERS;
-            return cd_fail("the model's chat template (%zu bytes, hash %016llx) is not one cinder renders exactly, though "
-                           "its markers say it is a variant of %s (%s); render it with that layout by passing "
-                           "--chat-template %s (cinder knows %s)",
-                           len, (unsigned long long)h, known[i].name, known[i].what, known[i].name, chat_template_known());
+            return cd_fail(
+                "the model's chat template (%zu bytes, hash %016llx) is not one cinder renders exactly, though "
+                "its markers say it is a variant of %s (%s); render it with that layout by passing "
+                "--chat-template %s (cinder knows %s)",
+                len, (unsigned long long)h, known[i].name, known[i].what, known[i].name, chat_template_known());
         }
     *how = CHAT_MATCH_UNKNOWN;
     return cd_fail("the model's chat template (%zu bytes, hash %016llx) is none cinder renders; cinder knows %s: "

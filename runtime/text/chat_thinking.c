@@ -4,17 +4,14 @@
 
 int chat_thinking(chat_template_id t, chat_think_ask ask, chat_reply_start start, bool *on) {
     switch (chat_template_think_mode(t)) {
-    case CHAT_THINK_NEVER:
-        *on = false;
-        return 0;
+    case CHAT_THINK_NEVER: *on = false; return 0;
     case CHAT_THINK_ALWAYS:
         if (start != CHAT_REPLY_FREE) /* the prompt opened a think block: the reply is reasoning first */
             return cd_fail("%s cannot be had from %s: its replies always open with reasoning",
                            start == CHAT_REPLY_JSON ? "a JSON reply" : "a demanded tool call", chat_template_name(t));
         *on = true;
         return 0;
-    case CHAT_THINK_SWITCH:
-        break;
+    case CHAT_THINK_SWITCH: break;
     }
     if (start == CHAT_REPLY_JSON && ask == CHAT_THINK_ASK_ON) /* it would open with <think>, which is not JSON */
         return cd_fail("a JSON response_format needs enable_thinking off");

@@ -111,8 +111,14 @@ static void put(out *o, const char *s) {
 /* One byte of a JSON string's content. */
 static void put_escaped(out *o, unsigned char ch) {
     static const char hex[] = "0123456789abcdef";
-    const char *esc = ch == '"' ? "\\\"" : ch == '\\' ? "\\\\" : ch == '\n' ? "\\n" : ch == '\r' ? "\\r" : ch == '\t' ? "\\t"
-                    : ch == '\b' ? "\\b" : ch == '\f' ? "\\f" : NULL;
+    const char *esc = ch == '"' ? "\\\""
+        : ch == '\\'            ? "\\\\"
+        : ch == '\n'            ? "\\n"
+        : ch == '\r'            ? "\\r"
+        : ch == '\t'            ? "\\t"
+        : ch == '\b'            ? "\\b"
+        : ch == '\f'            ? "\\f"
+                                : NULL;
     if (esc) put(o, esc);
     else if (ch < 0x20) {
         char u[7] = {'\\', 'u', '0', '0', hex[ch >> 4], hex[ch & 15], 0};
@@ -193,7 +199,8 @@ static bool name_byte(coder_call *c, char ch, out *o) {
 
 /* A byte of a text value's content. */
 static void text_content(coder_call *c, char ch, out *o) {
-    if (c->nul != 0xFF) c->nul = c->nul < 4 && tolower((unsigned char)ch) == "null"[c->nul] ? (uint8_t)(c->nul + 1) : 0xFF;
+    if (c->nul != 0xFF)
+        c->nul = c->nul < 4 && tolower((unsigned char)ch) == "null"[c->nul] ? (uint8_t)(c->nul + 1) : 0xFF;
     put_escaped(o, (unsigned char)ch);
 }
 

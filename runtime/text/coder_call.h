@@ -72,17 +72,17 @@ coder_tools *coder_tools_ref(coder_tools *t);
 void coder_tools_unref(coder_tools *t);
 
 typedef struct coder_call {
-    const coder_tools *tools; /* borrowed */
-    uint8_t state;            /* enum in coder_call.c */
-    uint8_t lit, pos;         /* a literal being matched (or the two after a line), bytes matched */
-    uint8_t kind;             /* the value's coder_kind */
-    uint8_t params;           /* parameters begun (saturates) */
-    uint8_t nl;               /* text: a "\n" held (the close's, or the value's) */
-    uint8_t hold_n;           /* bytes since a '<' that begin a tag (text: held back from the view) */
-    uint8_t nul;              /* text: the value so far is this much of "null" (0xFF: not) */
+    const coder_tools *tools;        /* borrowed */
+    uint8_t state;                   /* enum in coder_call.c */
+    uint8_t lit, pos;                /* a literal being matched (or the two after a line), bytes matched */
+    uint8_t kind;                    /* the value's coder_kind */
+    uint8_t params;                  /* parameters begun (saturates) */
+    uint8_t nl;                      /* text: a "\n" held (the close's, or the value's) */
+    uint8_t hold_n;                  /* bytes since a '<' that begin a tag (text: held back from the view) */
+    uint8_t nul;                     /* text: the value so far is this much of "null" (0xFF: not) */
     uint8_t depth, in_str, esc, any; /* JSON: open containers, inside a string, after '\\', bytes */
-    int16_t tool;             /* the called tool's index in tools, -1: none */
-    uint16_t name_n;          /* the name being read */
+    int16_t tool;                    /* the called tool's index in tools, -1: none */
+    uint16_t name_n;                 /* the name being read */
     char hold[16];
     char name[CODER_NAME_MAX];
 } coder_call;

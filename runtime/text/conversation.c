@@ -52,8 +52,8 @@ int conv_set_tools(conversation *c, const json_t *tools) {
 
 int conv_prompt(conversation *c, const tokenizer *t, bool thinking, int32_t **ids, size_t *n) {
     char *text = NULL;
-    chat_options o = {.template = c->template, .add_generation_prompt = true, .enable_thinking = thinking,
-                      .as_generated = true};
+    chat_options o = {
+        .template = c->template, .add_generation_prompt = true, .enable_thinking = thinking, .as_generated = true};
     if (chat_render(c->messages, c->tools, o, &text)) return -1;
     size_t len = strlen(text);
     uint32_t reused;

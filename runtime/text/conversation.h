@@ -26,8 +26,8 @@
 #include "runtime/text/tokenizer.h"
 
 typedef struct conversation {
-    json_t *messages; /* array */
-    json_t *tools;    /* array or NULL */
+    json_t *messages;          /* array */
+    json_t *tools;             /* array or NULL */
     chat_template_id template; /* rendered with (qwen3 after conv_init) */
     reply_memory *replies;     /* NULL: replies re-encoded from their text; the owner's, set after conv_init */
     /* with replies: the last conv_prompt's text and ids, for conv_reply */

@@ -23,11 +23,17 @@ static void put(out_buf *b, const char *p, size_t n) {
     if (*b->len + n + 1 > *b->cap) {
         size_t cap = *b->cap ? *b->cap : 256;
         while (cap < *b->len + n + 1) {
-            if (cap > SIZE_MAX / 2) { b->oom = true; return; }
+            if (cap > SIZE_MAX / 2) {
+                b->oom = true;
+                return;
+            }
             cap *= 2;
         }
         char *nb = realloc(*b->buf, cap);
-        if (!nb) { b->oom = true; return; }
+        if (!nb) {
+            b->oom = true;
+            return;
+        }
         *b->buf = nb;
         *b->cap = cap;
     }
@@ -97,9 +103,18 @@ static void shortest_digits(double d, char digits[24], int *exp10) {
 }
 
 void json_jinja_format_real(double d, char out[32]) {
-    if (isnan(d)) { strcpy(out, "NaN"); return; }
-    if (isinf(d)) { strcpy(out, d < 0 ? "-Infinity" : "Infinity"); return; }
-    if (d == 0) { strcpy(out, signbit(d) ? "-0.0" : "0.0"); return; }
+    if (isnan(d)) {
+        strcpy(out, "NaN");
+        return;
+    }
+    if (isinf(d)) {
+        strcpy(out, d < 0 ? "-Infinity" : "Infinity");
+        return;
+    }
+    if (d == 0) {
+        strcpy(out, signbit(d) ? "-0.0" : "0.0");
+        return;
+    }
     char digits[24];
     int e;
     shortest_digits(fabs(d), digits, &e);
@@ -108,18 +123,25 @@ void json_jinja_format_real(double d, char out[32]) {
     if (d < 0) *o++ = '-';
     if (e < -4 || e >= 16) { /* Python's repr: exponent form outside [1e-4, 1e16) */
         *o++ = digits[0];
-        if (n > 1) { *o++ = '.'; memcpy(o, digits + 1, (size_t)n - 1); o += n - 1; }
+        if (n > 1) {
+            *o++ = '.';
+            memcpy(o, digits + 1, (size_t)n - 1);
+            o += n - 1;
+        }
         sprintf(o, "e%c%02d", e < 0 ? '-' : '+', e < 0 ? -e : e);
     } else if (e < 0) { /* 0.000ddd */
         *o++ = '0', *o++ = '.';
         for (int i = 0; i < -e - 1; i++) *o++ = '0';
-        memcpy(o, digits, (size_t)n); o += n;
+        memcpy(o, digits, (size_t)n);
+        o += n;
         *o = 0;
     } else { /* ddd.ddd, ".0" when integral */
         for (int i = 0; i <= e; i++) *o++ = i < n ? digits[i] : '0';
         *o++ = '.';
-        if (n > e + 1) { memcpy(o, digits + e + 1, (size_t)(n - e - 1)); o += n - e - 1; }
-        else *o++ = '0';
+        if (n > e + 1) {
+            memcpy(o, digits + e + 1, (size_t)(n - e - 1));
+            o += n - e - 1;
+        } else *o++ = '0';
         *o = 0;
     }
 }
@@ -132,7 +154,10 @@ static void put_string(out_buf *b, const char *s, size_t n) {
     size_t run = 0; /* bytes [i - run, i) need no escaping */
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c >= 0x20 && c != '"' && c != '\\') { run++; continue; }
+        if (c >= 0x20 && c != '"' && c != '\\') {
+            run++;
+            continue;
+        }
         put(b, s + i - run, run);
         run = 0;
         char esc[7] = {'\\', 0};

@@ -8,11 +8,11 @@
 #include "runtime/text/coder_call.h"
 
 enum {
-    JSON_TOKEN_TEXT = 1,   /* a normal or byte token with bytes: may be JSON text */
-    JSON_TOKEN_EOG = 2,    /* ends generation */
-    JSON_TOKEN_SAFE = 4,   /* string-safe: inside a string it only extends the string */
-    JSON_TOKEN_TAG = 8,    /* a user-defined token with text (</tool_call>): in a tail only */
-    JSON_TOKEN_LT = 16,    /* holds a '<' (which may begin a tag in a Qwen3-Coder call's text) */
+    JSON_TOKEN_TEXT = 1, /* a normal or byte token with bytes: may be JSON text */
+    JSON_TOKEN_EOG = 2,  /* ends generation */
+    JSON_TOKEN_SAFE = 4, /* string-safe: inside a string it only extends the string */
+    JSON_TOKEN_TAG = 8,  /* a user-defined token with text (</tool_call>): in a tail only */
+    JSON_TOKEN_LT = 16,  /* holds a '<' (which may begin a tag in a Qwen3-Coder call's text) */
 };
 
 /* No '"', '\\' or control byte, and whole well-formed UTF-8 sequences: from inside a string
@@ -58,7 +58,7 @@ int json_vocab_init(json_vocab *v, const tokenizer *t) {
         else if ((type == TOK_TYPE_NORMAL || type == TOK_TYPE_BYTE) && n) {
             v->first[id] = (uint8_t)s[0];
             v->flags[id] = JSON_TOKEN_TEXT | (string_safe(in_string, s, n) ? JSON_TOKEN_SAFE : 0) |
-                           (memchr(s, '<', n) ? JSON_TOKEN_LT : 0);
+                (memchr(s, '<', n) ? JSON_TOKEN_LT : 0);
             v->chars[id] = chars_of(s, n);
         }
     }
@@ -107,7 +107,8 @@ void json_mask_free(json_mask *m) {
 
 int json_mask_set_tail(json_mask *m, const char *tail) {
     size_t n = strlen(tail);
-    if (n > JSON_MASK_MAX_TAIL) return cd_fail("the text after the JSON value is longer than %d bytes", JSON_MASK_MAX_TAIL);
+    if (n > JSON_MASK_MAX_TAIL)
+        return cd_fail("the text after the JSON value is longer than %d bytes", JSON_MASK_MAX_TAIL);
     if (n && m->schema->nodes[m->schema->root].types != JSON_T_OBJECT)
         return cd_fail("text after the JSON value needs a schema of objects (where the value ends is then plain)");
     memcpy(m->tail, tail, n);
@@ -137,7 +138,7 @@ static size_t coder_part(const json_mask *m, coder_call *c, json_prefix *feed, c
     char stack[VIEW_STACK], *view = CODER_VIEW_MAX(n) <= VIEW_STACK ? stack : malloc(CODER_VIEW_MAX(n));
     size_t vn, used;
     bool ok = view && coder_call_read(c, &m->state, bytes, n, view, &vn, &used) &&
-              (!vn || (feed ? json_prefix_feed(feed, view, vn) : json_prefix_accepts(&m->state, view, vn)));
+        (!vn || (feed ? json_prefix_feed(feed, view, vn) : json_prefix_accepts(&m->state, view, vn)));
     if (view != stack) free(view);
     return ok ? used : SIZE_MAX;
 }

@@ -20,15 +20,15 @@
 #include "runtime/text/json_prefix.h"
 #include "runtime/text/tokenizer.h"
 
-typedef struct coder_call coder_call;   /* runtime/text/coder_call.h */
+typedef struct coder_call coder_call; /* runtime/text/coder_call.h */
 typedef struct coder_tools coder_tools;
 
 typedef struct json_vocab {
     const tokenizer *tok;
     int32_t n;
-    uint8_t *first;  /* [n] the first byte */
-    uint8_t *flags;  /* [n] JSON_TOKEN_* */
-    uint8_t *chars;  /* [n] a string-safe token's characters (255: that many or more) */
+    uint8_t *first; /* [n] the first byte */
+    uint8_t *flags; /* [n] JSON_TOKEN_* */
+    uint8_t *chars; /* [n] a string-safe token's characters (255: that many or more) */
 } json_vocab;
 
 int json_vocab_init(json_vocab *v, const tokenizer *t); /* -1: out of memory */
@@ -38,15 +38,15 @@ void json_vocab_free(json_vocab *v);
 
 typedef struct json_mask {
     const json_vocab *v;
-    json_schema *schema; /* a reference held */
+    json_schema *schema;           /* a reference held */
     char tail[JSON_MASK_MAX_TAIL]; /* bytes that follow the value (a tool call's "\n</tool_call>") */
     uint8_t tail_n, tail_pos;      /* its length, and how much of it is written */
-    int32_t trigger;     /* -1; else the token that opens each value (<tool_call>), free text around */
-    bool waiting;        /* trigger >= 0: outside a value, nothing masked until the trigger */
-    bool once;           /* trigger >= 0: after the first value and its tail, only end tokens */
-    coder_call *coder;   /* NULL; else each value is a Qwen3-Coder call, read as its JSON view */
-    coder_tools *tools;  /* with coder: the request's tools (a reference held) */
-    json_prefix state;   /* the reply so far (with coder: its JSON view) */
+    int32_t trigger;               /* -1; else the token that opens each value (<tool_call>), free text around */
+    bool waiting;                  /* trigger >= 0: outside a value, nothing masked until the trigger */
+    bool once;                     /* trigger >= 0: after the first value and its tail, only end tokens */
+    coder_call *coder;             /* NULL; else each value is a Qwen3-Coder call, read as its JSON view */
+    coder_tools *tools;            /* with coder: the request's tools (a reference held) */
+    json_prefix state;             /* the reply so far (with coder: its JSON view) */
 } json_mask;
 
 /* The reply must be an instance of schema (the mask holds a reference until json_mask_free). */

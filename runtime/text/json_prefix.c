@@ -3,20 +3,20 @@
 #include <string.h>
 
 enum {
-    VALUE,      /* a value of p->node (after ':', ',' in an array, or at the start) */
-    ARR_FIRST,  /* after '[': an item of p->node or ']' */
-    KEY_FIRST,  /* after '{': a key or '}' */
-    KEY,        /* after ',' in an object: a key */
-    COLON,      /* after a key: ':', then a value of p->node */
-    AFTER,      /* after a value: ',' or the container's close */
-    STRING,     /* inside a string value of p->node, or a key not declared (key) */
-    ESCAPE,     /* after a backslash */
-    HEX,        /* in \uXXXX (sub: digits seen) */
-    KEY_NAME,   /* inside a declared key (mlo..mhi: the properties it may still be) */
-    NUMBER,     /* inside a number (sub: its part) */
-    LITERAL,    /* inside true / false / null (sub: which, pos: bytes matched) */
-    ENUM,       /* inside one of p->node's enum values (mlo..mhi: those it may still be) */
-    DONE,       /* the value is whole */
+    VALUE,     /* a value of p->node (after ':', ',' in an array, or at the start) */
+    ARR_FIRST, /* after '[': an item of p->node or ']' */
+    KEY_FIRST, /* after '{': a key or '}' */
+    KEY,       /* after ',' in an object: a key */
+    COLON,     /* after a key: ':', then a value of p->node */
+    AFTER,     /* after a value: ',' or the container's close */
+    STRING,    /* inside a string value of p->node, or a key not declared (key) */
+    ESCAPE,    /* after a backslash */
+    HEX,       /* in \uXXXX (sub: digits seen) */
+    KEY_NAME,  /* inside a declared key (mlo..mhi: the properties it may still be) */
+    NUMBER,    /* inside a number (sub: its part) */
+    LITERAL,   /* inside true / false / null (sub: which, pos: bytes matched) */
+    ENUM,      /* inside one of p->node's enum values (mlo..mhi: those it may still be) */
+    DONE,      /* the value is whole */
 };
 
 /* Parts of a number; the ones marked end may be its last. */
@@ -159,7 +159,8 @@ static bool int_reachable(const json_node *n, bool neg, int64_t v, bool more) {
     for (int64_t span = 1;; span *= 10) { /* the magnitudes [v * span, v * span + span - 1] */
         int64_t a = v * span, b = a + span - 1, lo = neg ? -b : a, hi = neg ? -a : b;
         if (lo <= n->max_int && hi >= n->min_int) return true;
-        if (!more || v == 0 || span > JSON_SCHEMA_INT_LIMIT / 10 || v > JSON_SCHEMA_INT_LIMIT / (span * 10)) return false;
+        if (!more || v == 0 || span > JSON_SCHEMA_INT_LIMIT / 10 || v > JSON_SCHEMA_INT_LIMIT / (span * 10))
+            return false;
     }
 }
 
@@ -307,8 +308,10 @@ static bool string_byte(const json_schema *s, json_path *p, unsigned char c) {
     } else if (c >= 0x80) {
         p->lo = 0x80, p->hi = 0xBF;
         if (c >= 0xC2 && c <= 0xDF) p->utf8 = 1, p->cp = c & 0x1F;
-        else if (c >= 0xE0 && c <= 0xEF) p->utf8 = 2, p->cp = c & 0x0F, p->lo = c == 0xE0 ? 0xA0 : 0x80, p->hi = c == 0xED ? 0x9F : 0xBF;
-        else if (c >= 0xF0 && c <= 0xF4) p->utf8 = 3, p->cp = c & 0x07, p->lo = c == 0xF0 ? 0x90 : 0x80, p->hi = c == 0xF4 ? 0x8F : 0xBF;
+        else if (c >= 0xE0 && c <= 0xEF)
+            p->utf8 = 2, p->cp = c & 0x0F, p->lo = c == 0xE0 ? 0xA0 : 0x80, p->hi = c == 0xED ? 0x9F : 0xBF;
+        else if (c >= 0xF0 && c <= 0xF4)
+            p->utf8 = 3, p->cp = c & 0x07, p->lo = c == 0xF0 ? 0x90 : 0x80, p->hi = c == 0xF4 ? 0x8F : 0xBF;
         else return false;
         if (!re) p->cp = 0; /* kept only where a pattern reads it */
         if (!count_char(s, p) || (re && !regex_may_become(re, p))) return false;
@@ -335,8 +338,7 @@ static int number_byte(const json_schema *s, json_path *p, unsigned char c) {
         if (fraction) return p->sub = N_DOT, 1;
         if (exponent) return p->sub = N_E, 1;
         break;
-    case N_DOT:
-        return is_digit(c) ? (p->sub = N_FRAC, 1) : 0;
+    case N_DOT: return is_digit(c) ? (p->sub = N_FRAC, 1) : 0;
     case N_FRAC:
         if (is_digit(c)) return 1;
         if (exponent) return p->sub = N_E, 1;
@@ -344,8 +346,7 @@ static int number_byte(const json_schema *s, json_path *p, unsigned char c) {
     case N_E:
         if (c == '+' || c == '-') return p->sub = N_ESIGN, 1;
         /* fall through */
-    case N_ESIGN:
-        return is_digit(c) ? (p->sub = N_EXP, 1) : 0;
+    case N_ESIGN: return is_digit(c) ? (p->sub = N_EXP, 1) : 0;
     case N_EXP:
         if (is_digit(c)) return 1;
         break;
@@ -395,8 +396,7 @@ static bool feed_byte(const json_schema *s, json_path *p, unsigned char c) {
     if (between && is_ws(c)) return take_ws(p, c);
     if (between) p->ws = 0;
     switch (p->state) {
-    case VALUE:
-        return start_value(s, p, c);
+    case VALUE: return start_value(s, p, c);
     case ARR_FIRST:
         if (c == ']') return close_container(s, p, c);
         if (node_of(s, top(p)->node)->max_items == 0) return false;
@@ -413,8 +413,7 @@ static bool feed_byte(const json_schema *s, json_path *p, unsigned char c) {
     case AFTER:
         if (c == ',') return comma(s, p);
         return (c == '}' || c == ']') && close_container(s, p, c);
-    case STRING:
-        return string_byte(s, p, c);
+    case STRING: return string_byte(s, p, c);
     case ESCAPE:
         if (c == 'u') {
             if (bounded(s, p)) return false; /* a bounded string counts characters: no \u (json_schema.h) */
@@ -428,8 +427,7 @@ static bool feed_byte(const json_schema *s, json_path *p, unsigned char c) {
         if (!is_hex(c)) return false;
         if (++p->sub == 4) p->state = STRING, p->sub = 0;
         return true;
-    case KEY_NAME:
-        return key_name_byte(s, p, c);
+    case KEY_NAME: return key_name_byte(s, p, c);
     case NUMBER: {
         int r = number_byte(s, p, c);
         return r == 2 ? feed_byte(s, p, c) : r == 1;
@@ -438,10 +436,8 @@ static bool feed_byte(const json_schema *s, json_path *p, unsigned char c) {
         if (c != (unsigned char)literals[p->sub][p->pos]) return false;
         if (!literals[p->sub][++p->pos]) value_ended(p);
         return true;
-    case ENUM:
-        return enum_byte(s, p, c);
-    default: /* DONE: nothing may follow */
-        return false;
+    case ENUM: return enum_byte(s, p, c);
+    default: /* DONE: nothing may follow */ return false;
     }
 }
 
@@ -541,7 +537,9 @@ bool json_prefix_feed(json_prefix *p, const char *bytes, size_t n) {
     return p->n > 0;
 }
 
-bool json_prefix_accepts(const json_prefix *p, const char *bytes, size_t n) { return json_prefix_reads(p, bytes, n) == n; }
+bool json_prefix_accepts(const json_prefix *p, const char *bytes, size_t n) {
+    return json_prefix_reads(p, bytes, n) == n;
+}
 
 size_t json_prefix_reads(const json_prefix *p, const char *bytes, size_t n) {
     size_t best = SIZE_MAX;

@@ -46,24 +46,24 @@ typedef struct json_frame {
 } json_frame;
 
 typedef struct json_path {
-    uint8_t state;    /* enum in json_prefix.c */
-    uint8_t sub;      /* a number: its part; a literal: which; \u: hex digits seen */
-    uint8_t pos;      /* a literal: bytes matched */
-    uint8_t utf8;     /* continuation bytes still due in a string */
-    uint8_t lo, hi;   /* the range of the next continuation byte */
-    uint8_t key;      /* the string is an object key not declared */
-    uint8_t ws;       /* the whitespace run so far: 0 none, 1 a space, 2 + k a newline and k indents */
+    uint8_t state;  /* enum in json_prefix.c */
+    uint8_t sub;    /* a number: its part; a literal: which; \u: hex digits seen */
+    uint8_t pos;    /* a literal: bytes matched */
+    uint8_t utf8;   /* continuation bytes still due in a string */
+    uint8_t lo, hi; /* the range of the next continuation byte */
+    uint8_t key;    /* the string is an object key not declared */
+    uint8_t ws;     /* the whitespace run so far: 0 none, 1 a space, 2 + k a newline and k indents */
     uint8_t depth;
-    uint8_t keys;     /* before a key: 0 not chosen yet, 1 a declared key, 2 another key */
-    uint8_t integer;  /* the number is an integer */
-    uint8_t neg;      /* a bounded integer: it has a minus sign */
-    uint16_t node;    /* the schema node of the value expected or being read */
+    uint8_t keys;    /* before a key: 0 not chosen yet, 1 a declared key, 2 another key */
+    uint8_t integer; /* the number is an integer */
+    uint8_t neg;     /* a bounded integer: it has a minus sign */
+    uint16_t node;   /* the schema node of the value expected or being read */
     uint16_t pad2;
     uint32_t mlo, mhi, mpos; /* properties (a key) or literals (an enum) still matching; bytes matched */
-    uint32_t slen;    /* characters of the string so far */
-    int64_t num;      /* a bounded integer: the magnitude of its digits so far */
-    uint64_t re;      /* a string with a pattern: the regex's state (json_regex.h) */
-    uint32_t cp;      /* a string with a pattern: the code point being read (its UTF-8 bytes so far) */
+    uint32_t slen;           /* characters of the string so far */
+    int64_t num;             /* a bounded integer: the magnitude of its digits so far */
+    uint64_t re;             /* a string with a pattern: the regex's state (json_regex.h) */
+    uint32_t cp;             /* a string with a pattern: the code point being read (its UTF-8 bytes so far) */
     uint32_t pad3;
     json_frame f[JSON_PREFIX_MAX_DEPTH]; /* open containers, outermost first (only [0, depth) meaningful) */
 } json_path;

@@ -22,14 +22,12 @@ typedef struct parser {
 
 static const uint32_t digit_ranges[][2] = {{'0', '9'}};
 static const uint32_t word_ranges[][2] = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
-static const uint32_t space_ranges[][2] = {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
-                                           {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000},
-                                           {0xFEFF, 0xFEFF}};
+static const uint32_t space_ranges[][2] = {{'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680},
+                                           {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
+                                           {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 static const uint32_t dot_ranges[][2] = {{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}; /* negated */
 
-static int fail(parser *P, const char *what) {
-    return cd_fail("pattern \"%.64s\": %s (at %zu)", P->s, what, P->i);
-}
+static int fail(parser *P, const char *what) { return cd_fail("pattern \"%.64s\": %s (at %zu)", P->s, what, P->i); }
 
 static void foreach_bit(uint64_t m, json_regex *re, uint64_t add) {
     for (; m; m &= m - 1) re->pos[__builtin_ctzll(m)].follow |= add;
@@ -64,7 +62,8 @@ static int add_ranges(parser *P, const uint32_t (*r)[2], size_t n) {
 /* A new position whose class is the ranges added since range0. */
 static int new_pos(parser *P, uint32_t range0, bool negate, frag *out) {
     json_regex *re = P->re;
-    if (re->n_pos == JSON_REGEX_MAX_POSITIONS) return fail(P, "too long (more than 62 character positions once {n,m} are written out)");
+    if (re->n_pos == JSON_REGEX_MAX_POSITIONS)
+        return fail(P, "too long (more than 62 character positions once {n,m} are written out)");
     uint32_t p = re->n_pos++;
     re->pos[p] = (json_regex_pos){.range = range0, .n_range = re->n_ranges - range0, .negate = negate};
     *out = (frag){1ull << p, 1ull << p, false};
@@ -91,7 +90,10 @@ static int hex4(parser *P, uint32_t *c) {
     *c = 0;
     for (int k = 0; k < 4; k++, P->i++) {
         char h = P->i < P->n ? P->s[P->i] : 0;
-        int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+        int d = h >= '0' && h <= '9' ? h - '0'
+            : h >= 'a' && h <= 'f'   ? h - 'a' + 10
+            : h >= 'A' && h <= 'F'   ? h - 'A' + 10
+                                     : -1;
         if (d < 0) return fail(P, "\\u needs four hex digits");
         *c = *c << 4 | (uint32_t)d;
     }
@@ -104,9 +106,12 @@ static int escape(parser *P, const uint32_t (**cls)[2], size_t *n_cls, bool *neg
     char e = P->s[P->i++];
     *cls = NULL, *negate = false;
     switch (e) {
-    case 'd': case 'D': *cls = digit_ranges, *n_cls = 1; break;
-    case 'w': case 'W': *cls = word_ranges, *n_cls = 4; break;
-    case 's': case 'S': *cls = space_ranges, *n_cls = sizeof space_ranges / sizeof *space_ranges; break;
+    case 'd':
+    case 'D': *cls = digit_ranges, *n_cls = 1; break;
+    case 'w':
+    case 'W': *cls = word_ranges, *n_cls = 4; break;
+    case 's':
+    case 'S': *cls = space_ranges, *n_cls = sizeof space_ranges / sizeof *space_ranges; break;
     case 'n': *c = '\n'; return 0;
     case 't': *c = '\t'; return 0;
     case 'r': *c = '\r'; return 0;
@@ -217,7 +222,8 @@ static bool braces(parser *P, uint32_t *lo, uint32_t *hi) {
         i++;
         b = UINT32_MAX;
         if (i < P->n && P->s[i] >= '0' && P->s[i] <= '9')
-            for (b = 0; i < P->n && P->s[i] >= '0' && P->s[i] <= '9' && b < 1000;) b = b * 10 + (uint32_t)(P->s[i++] - '0');
+            for (b = 0; i < P->n && P->s[i] >= '0' && P->s[i] <= '9' && b < 1000;)
+                b = b * 10 + (uint32_t)(P->s[i++] - '0');
     }
     if (i >= P->n || P->s[i] != '}') return false;
     P->i = i + 1;
@@ -299,11 +305,14 @@ static int parse_alt(parser *P, frag *out) {
 
 /* '"', '\\' and control characters are never written raw in a JSON string; surrogates are not
  * characters. */
-static bool raw(uint32_t c) { return c >= 0x20 && c != '"' && c != '\\' && (c < 0xD800 || c > 0xDFFF) && c <= 0x10FFFF; }
+static bool raw(uint32_t c) {
+    return c >= 0x20 && c != '"' && c != '\\' && (c < 0xD800 || c > 0xDFFF) && c <= 0x10FFFF;
+}
 
 static bool pos_matches(const json_regex *re, const json_regex_pos *p, uint32_t c) {
     bool in = false;
-    for (uint32_t k = 0; k < p->n_range && !in; k++) in = c >= re->ranges[p->range + k][0] && c <= re->ranges[p->range + k][1];
+    for (uint32_t k = 0; k < p->n_range && !in; k++)
+        in = c >= re->ranges[p->range + k][0] && c <= re->ranges[p->range + k][1];
     return raw(c) && in != p->negate;
 }
 
@@ -356,7 +365,8 @@ static bool pos_meets(const json_regex *re, const json_regex_pos *p, uint32_t lo
 bool json_regex_may_take(const json_regex *re, uint64_t state, uint32_t lo, uint32_t hi) {
     if (state & JSON_REGEX_MATCHED) return raw_between(lo, hi);
     uint64_t cand = state & JSON_REGEX_START ? re->first : 0;
-    for (uint64_t m = state & ~(JSON_REGEX_START | JSON_REGEX_MATCHED); m; m &= m - 1) cand |= re->pos[__builtin_ctzll(m)].follow;
+    for (uint64_t m = state & ~(JSON_REGEX_START | JSON_REGEX_MATCHED); m; m &= m - 1)
+        cand |= re->pos[__builtin_ctzll(m)].follow;
     for (; cand; cand &= cand - 1)
         if (pos_meets(re, &re->pos[__builtin_ctzll(cand)], lo, hi)) return true;
     return !re->anchored_start && raw_between(lo, hi); /* unanchored: a match may still begin later */
@@ -408,7 +418,8 @@ uint64_t json_regex_start(const json_regex *re) { return settle(re, JSON_REGEX_S
 uint64_t json_regex_step(const json_regex *re, uint64_t state, uint32_t c) {
     if (state & JSON_REGEX_MATCHED) return raw(c) ? state : 0;
     uint64_t cand = state & JSON_REGEX_START ? re->first : 0, next = 0;
-    for (uint64_t m = state & ~(JSON_REGEX_START | JSON_REGEX_MATCHED); m; m &= m - 1) cand |= re->pos[__builtin_ctzll(m)].follow;
+    for (uint64_t m = state & ~(JSON_REGEX_START | JSON_REGEX_MATCHED); m; m &= m - 1)
+        cand |= re->pos[__builtin_ctzll(m)].follow;
     for (; cand; cand &= cand - 1) {
         uint32_t p = (uint32_t)__builtin_ctzll(cand);
         if (pos_matches(re, &re->pos[p], c)) next |= 1ull << p;

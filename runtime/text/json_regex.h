@@ -26,7 +26,7 @@
 typedef struct json_regex_pos {
     uint32_t range, n_range; /* code point ranges [lo, hi] in json_regex.ranges */
     bool negate;
-    uint64_t follow;         /* positions that may come next */
+    uint64_t follow; /* positions that may come next */
 } json_regex_pos;
 
 typedef struct json_regex {
@@ -34,8 +34,8 @@ typedef struct json_regex {
     json_regex_pos pos[JSON_REGEX_MAX_POSITIONS];
     uint32_t (*ranges)[2];
     uint32_t n_ranges;
-    uint64_t first, last;   /* positions a match may begin / end with */
-    bool nullable;          /* the empty string matches */
+    uint64_t first, last; /* positions a match may begin / end with */
+    bool nullable;        /* the empty string matches */
     bool anchored_start, anchored_end;
 } json_regex;
 

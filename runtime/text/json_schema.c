@@ -10,16 +10,52 @@
 
 /* Keywords that assert something not enforced here: refused when strict (json_schema.h). */
 static const char *const unenforced[] = {
-    "patternProperties", "propertyNames", "multipleOf", "minProperties", "maxProperties", "uniqueItems", "contains", "minContains", "maxContains",
-    "prefixItems", "additionalItems", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
-    "dependencies", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef", "$recursiveRef",
+    "patternProperties",
+    "propertyNames",
+    "multipleOf",
+    "minProperties",
+    "maxProperties",
+    "uniqueItems",
+    "contains",
+    "minContains",
+    "maxContains",
+    "prefixItems",
+    "additionalItems",
+    "not",
+    "if",
+    "then",
+    "else",
+    "dependentRequired",
+    "dependentSchemas",
+    "dependencies",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+    "$dynamicRef",
+    "$recursiveRef",
 };
 
 /* Keywords a node enforces itself; beside $ref, anyOf or enum they would have to hold too. */
-static const char *const enforced[] = {"type", "properties", "required", "additionalProperties", "items", "minItems",
-                                       "maxItems", "minLength", "maxLength", "enum", "const", "anyOf", "oneOf",
-                                       "allOf", "$ref", "nullable", "minimum", "maximum", "exclusiveMinimum",
-                                       "exclusiveMaximum", "pattern"};
+static const char *const enforced[] = {"type",
+                                       "properties",
+                                       "required",
+                                       "additionalProperties",
+                                       "items",
+                                       "minItems",
+                                       "maxItems",
+                                       "minLength",
+                                       "maxLength",
+                                       "enum",
+                                       "const",
+                                       "anyOf",
+                                       "oneOf",
+                                       "allOf",
+                                       "$ref",
+                                       "nullable",
+                                       "minimum",
+                                       "maximum",
+                                       "exclusiveMinimum",
+                                       "exclusiveMaximum",
+                                       "pattern"};
 
 #define NEED_NONE 255 /* no instance within the depth limit */
 
@@ -81,7 +117,11 @@ static int new_node(compiler *c, const json_t *from, uint32_t *id) {
     json_schema *s = c->s;
     if (s->n_nodes == JSON_SCHEMA_MAX_NODES) return fail_at(c, "the schema has too many parts");
     *id = s->n_nodes++;
-    s->nodes[*id] = (json_node){.types = JSON_T_ANY, .additional = 0, .items = 0, .max_items = UINT32_MAX, .max_len = UINT32_MAX,
+    s->nodes[*id] = (json_node){.types = JSON_T_ANY,
+                                .additional = 0,
+                                .items = 0,
+                                .max_items = UINT32_MAX,
+                                .max_len = UINT32_MAX,
                                 .pattern = -1};
     c->memo_of[*id] = from;
     c->done[*id] = 0;
@@ -151,7 +191,8 @@ static int types_field(compiler *c, const json_t *o, uint8_t *types) {
         const char *name = json_string_value(one);
         size_t k = 0;
         while (name && k < 7 && strcmp(name, names[k])) k++;
-        if (!name || k == 7) return fail_at(c, "type must be object, array, string, number, integer, boolean or null (or a list)");
+        if (!name || k == 7)
+            return fail_at(c, "type must be object, array, string, number, integer, boolean or null (or a list)");
         *types |= (uint8_t)(1u << k);
     }
     if (*types & JSON_T_NUMBER) *types |= JSON_T_INTEGER;
@@ -189,11 +230,13 @@ static int literals_field(compiler *c, const json_t *o, json_node *nd) {
         char *text = json_dumps(x, JSON_COMPACT | JSON_ENCODE_ANY | JSON_REAL_PRECISION(17));
         if (!text) return cd_fail("out of memory compiling a JSON schema");
         json_bytes b;
-        int rc = grow((void **)&c->s->literals, &c->cap_lits, c->n_lits + 1, sizeof b) || add_bytes(c, text, strlen(text), &b);
+        int rc = grow((void **)&c->s->literals, &c->cap_lits, c->n_lits + 1, sizeof b) ||
+            add_bytes(c, text, strlen(text), &b);
         free(text);
         if (rc) return -1;
         uint32_t k = c->n_lits++; /* insertion into the sorted run */
-        while (k > nd->lit && cmp_bytes(c->s->bytes, c->s->literals[k - 1], b) > 0) c->s->literals[k] = c->s->literals[k - 1], k--;
+        while (k > nd->lit && cmp_bytes(c->s->bytes, c->s->literals[k - 1], b) > 0)
+            c->s->literals[k] = c->s->literals[k - 1], k--;
         if (k > nd->lit && !cmp_bytes(c->s->bytes, c->s->literals[k - 1], b)) {
             memmove(&c->s->literals[k], &c->s->literals[k + 1], (c->n_lits - 1 - k) * sizeof b);
             c->n_lits--;
@@ -271,7 +314,8 @@ static int object_fields(compiler *c, const json_t *o, uint32_t id) {
         if (!q) return cd_fail("out of memory compiling a JSON schema");
         uint32_t p = 0;
         for (json_bytes k; p < n; p++)
-            if (k = c->s->properties[first + p].key, k.len == strlen(q) && !memcmp(c->s->bytes + k.off, q, k.len)) break;
+            if (k = c->s->properties[first + p].key, k.len == strlen(q) && !memcmp(c->s->bytes + k.off, q, k.len))
+                break;
         free(q);
         if (p == n) {
             char msg[160];
@@ -359,7 +403,8 @@ static int int_bounds(compiler *c, const json_t *o, uint32_t id) {
     if (!any || !(nd->types & JSON_T_INTEGER)) return 0;
     if (nd->types & JSON_T_NUMBER) {
         if (!c->strict) return 0;
-        return fail_at(c, "minimum / maximum of numbers that are not integers are not supported (of integers they are)");
+        return fail_at(c,
+                       "minimum / maximum of numbers that are not integers are not supported (of integers they are)");
     }
     const double limit = (double)JSON_SCHEMA_INT_LIMIT; /* 1e18 as a double: compared, never stored */
     int64_t lo = -JSON_SCHEMA_INT_LIMIT, hi = JSON_SCHEMA_INT_LIMIT;
@@ -435,7 +480,8 @@ static int compile_object(compiler *c, const json_t *o, uint32_t *out) {
     const char *bad;
     if (c->strict && has_any(o, unenforced, sizeof unenforced / sizeof *unenforced, "", &bad)) {
         char msg[160];
-        snprintf(msg, sizeof msg, "%s is not supported (a strict schema may use only what cinder enforces: docs/STRUCTURED.md)", bad);
+        snprintf(msg, sizeof msg,
+                 "%s is not supported (a strict schema may use only what cinder enforces: docs/STRUCTURED.md)", bad);
         return fail_at(c, msg);
     }
     const json_t *ref = json_object_get(o, "$ref"), *all = json_object_get(o, "allOf");
@@ -514,12 +560,14 @@ static uint8_t need_of(const json_schema *s, const uint8_t *need, uint32_t i, ui
     if (n->n_lit) return 0;
     if (n->n_branch) {
         uint8_t m = NEED_NONE;
-        for (uint32_t k = 0; k < n->n_branch; k++) m = need[s->branches[n->branch + k]] < m ? need[s->branches[n->branch + k]] : m;
+        for (uint32_t k = 0; k < n->n_branch; k++)
+            m = need[s->branches[n->branch + k]] < m ? need[s->branches[n->branch + k]] : m;
         return m;
     }
     unsigned o = 1, a = 1;
     for (uint32_t p = 0; p < n->n_prop; p++)
-        if (n->required >> p & 1) o = need[s->properties[n->prop + p].node] + 1u > o ? need[s->properties[n->prop + p].node] + 1u : o;
+        if (n->required >> p & 1)
+            o = need[s->properties[n->prop + p].node] + 1u > o ? need[s->properties[n->prop + p].node] + 1u : o;
     if (n->min_items) a = need[n->items] + 1u;
     if (n->max_items == 0 && n->min_items) a = NEED_NONE;
     *obj = o > JSON_PREFIX_MAX_DEPTH ? NEED_NONE : (uint8_t)o;

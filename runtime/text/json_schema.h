@@ -66,33 +66,33 @@ typedef struct json_property {
 } json_property;
 
 typedef struct json_node {
-    uint8_t types;               /* JSON_T_* allowed (a union's are its branches') */
-    uint8_t need;                /* containers an instance needs at least (255: none fits), */
+    uint8_t types;                /* JSON_T_* allowed (a union's are its branches') */
+    uint8_t need;                 /* containers an instance needs at least (255: none fits), */
     uint8_t obj_depth, arr_depth; /* as an object / as an array */
-    uint32_t branch, n_branch;   /* n_branch > 0: anyOf of branches[branch ..] (none a union) */
-    uint32_t lit, n_lit;         /* n_lit > 0: one of literals[lit ..] (sorted by bytes) */
-    uint32_t prop, n_prop;       /* object: properties[prop ..] (sorted by key bytes) */
-    uint64_t required;           /* bit i: properties[prop + i] must appear */
-    int32_t additional;          /* node of other keys' values; -1: no other keys */
-    uint32_t items;              /* node of array items */
+    uint32_t branch, n_branch;    /* n_branch > 0: anyOf of branches[branch ..] (none a union) */
+    uint32_t lit, n_lit;          /* n_lit > 0: one of literals[lit ..] (sorted by bytes) */
+    uint32_t prop, n_prop;        /* object: properties[prop ..] (sorted by key bytes) */
+    uint64_t required;            /* bit i: properties[prop + i] must appear */
+    int32_t additional;           /* node of other keys' values; -1: no other keys */
+    uint32_t items;               /* node of array items */
     uint32_t min_items, max_items;
-    uint32_t min_len, max_len;   /* string length in characters */
-    uint8_t int_bounded;         /* an integer within [min_int, max_int] (minimum, maximum, exclusive*) */
+    uint32_t min_len, max_len; /* string length in characters */
+    uint8_t int_bounded;       /* an integer within [min_int, max_int] (minimum, maximum, exclusive*) */
     int64_t min_int, max_int;
-    int32_t pattern;             /* string: regexes[pattern] matches it (json_regex.h); -1: none */
+    int32_t pattern; /* string: regexes[pattern] matches it (json_regex.h); -1: none */
 } json_node;
 
 typedef struct json_schema {
     uint32_t root;
     uint32_t n_nodes;
-    json_node *nodes;            /* nodes[0] is "any JSON value" */
+    json_node *nodes; /* nodes[0] is "any JSON value" */
     json_property *properties;
     uint32_t *branches;
-    json_bytes *literals;        /* whole JSON values, compact */
-    json_regex *regexes;         /* the patterns */
+    json_bytes *literals; /* whole JSON values, compact */
+    json_regex *regexes;  /* the patterns */
     uint32_t n_regexes;
     char *bytes;
-    atomic_int refs;             /* shared by reference: json_schema_ref / json_schema_unref */
+    atomic_int refs; /* shared by reference: json_schema_ref / json_schema_unref */
 } json_schema;
 
 /* Compiles a schema (a JSON object or boolean); strict refuses keywords it cannot enforce.

@@ -21,7 +21,9 @@ static void entry_free(reply_entry *e) {
 }
 
 int reply_memory_init(reply_memory *m, size_t max_entries, size_t max_tokens, size_t max_bytes) {
-    *m = (reply_memory){.max_entries = max_entries ? max_entries : 1, .max_tokens = max_tokens, .max_bytes = max_bytes,
+    *m = (reply_memory){.max_entries = max_entries ? max_entries : 1,
+                        .max_tokens = max_tokens,
+                        .max_bytes = max_bytes,
                         .hash_mask = ~(uint64_t)0};
     if (!(m->e = calloc(m->max_entries, sizeof *m->e))) return cd_fail("out of memory (reply memory)");
     pthread_mutex_init(&m->mu, NULL);
@@ -46,8 +48,7 @@ static void drop(reply_memory *m, size_t i) {
 }
 
 static bool same_entry(const reply_entry *a, const reply_entry *b) {
-    return a->text_len == b->text_len && same_salt(a->salt, b->salt) &&
-           !memcmp(a->text, b->text, a->text_len);
+    return a->text_len == b->text_len && same_salt(a->salt, b->salt) && !memcmp(a->text, b->text, a->text_len);
 }
 
 int reply_memory_put(reply_memory *m, const char *salt, const int32_t *ids, size_t n_ids, const char *text,
@@ -55,8 +56,11 @@ int reply_memory_put(reply_memory *m, const char *salt, const int32_t *ids, size
     salt = namespace_of(salt);
     if (!n_ids || n_ids > m->max_tokens || text_len > m->max_bytes) return 0;
     reply_entry e = {.hash = XXH3_64bits_withSeed(text, text_len, salt_seed(salt)) & m->hash_mask,
-                     .salt = salt ? strdup(salt) : NULL, .ids = malloc(n_ids * sizeof *ids), .n_ids = n_ids,
-                     .text = malloc(text_len ? text_len : 1), .text_len = text_len};
+                     .salt = salt ? strdup(salt) : NULL,
+                     .ids = malloc(n_ids * sizeof *ids),
+                     .n_ids = n_ids,
+                     .text = malloc(text_len ? text_len : 1),
+                     .text_len = text_len};
     if ((salt && !e.salt) || !e.ids || !e.text) {
         entry_free(&e);
         return cd_fail("out of memory (reply memory)");
@@ -167,7 +171,8 @@ int reply_memory_encode(reply_memory *m, const tokenizer *t, const char *salt, c
 }
 
 void reply_memory_remember(reply_memory *m, const tokenizer *t, const char *salt, const int32_t *prompt,
-                           size_t n_prompt, const char *prompt_text, size_t prompt_len, const int32_t *gen, size_t n_gen) {
+                           size_t n_prompt, const char *prompt_text, size_t prompt_len, const int32_t *gen,
+                           size_t n_gen) {
     int32_t close = tok_find(t, "<|im_end|>");
     size_t kept = n_gen;
     if (close >= 0 && kept && tok_is_eog(t, gen[kept - 1])) kept--;

@@ -37,21 +37,21 @@
 #include "runtime/text/tokenizer.h"
 
 typedef struct reply_entry {
-    uint64_t hash;   /* reply_memory_hash of (salt, text) */
-    char *salt;      /* NULL: the unsalted namespace */
+    uint64_t hash; /* reply_memory_hash of (salt, text) */
+    char *salt;    /* NULL: the unsalted namespace */
     int32_t *ids;
     size_t n_ids;
-    char *text;      /* what ids stand for (not NUL-terminated) */
+    char *text; /* what ids stand for (not NUL-terminated) */
     size_t text_len;
 } reply_entry;
 
 typedef struct reply_memory {
     pthread_mutex_t mu;
-    reply_entry *e;  /* [n] oldest first */
+    reply_entry *e; /* [n] oldest first */
     size_t n, max_entries;
-    size_t tokens, max_tokens; /* ids held, and the most */
-    size_t bytes, max_bytes;   /* text bytes held, and the most */
-    uint64_t hash_mask;        /* ~0; the tests clear bits to make texts collide */
+    size_t tokens, max_tokens;                /* ids held, and the most */
+    size_t bytes, max_bytes;                  /* text bytes held, and the most */
+    uint64_t hash_mask;                       /* ~0; the tests clear bits to make texts collide */
     atomic_uint_fast64_t hits, tokens_reused; /* requests served an entry, and its tokens (/metrics) */
 } reply_memory;
 
@@ -83,7 +83,8 @@ int reply_memory_encode(reply_memory *m, const tokenizer *t, const char *salt, c
  * reply's last token is never fed, so which end it was costs no reuse), and <|im_end|> added
  * to a reply cut short. Best effort: nothing is kept when out of memory or over the bounds. */
 void reply_memory_remember(reply_memory *m, const tokenizer *t, const char *salt, const int32_t *prompt,
-                           size_t n_prompt, const char *prompt_text, size_t prompt_len, const int32_t *gen, size_t n_gen);
+                           size_t n_prompt, const char *prompt_text, size_t prompt_len, const int32_t *gen,
+                           size_t n_gen);
 
 /* A request that runs was served n_ids tokens of an entry (/metrics). */
 void reply_memory_count(reply_memory *m, size_t n_ids);

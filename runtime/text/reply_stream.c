@@ -93,14 +93,10 @@ static settled settled_of(slice t, bool in_think) {
 /* Whether the piece settled now continues the n bytes sent from text + at: the same span of
  * the text, longer or not. (Equal bytes elsewhere are not enough: the text was read anew,
  * and the next feed may show it.) */
-static bool continues(slice piece, const char *text, size_t at, size_t n) {
-    return n == 0 || piece.p == text + at;
-}
+static bool continues(slice piece, const char *text, size_t at, size_t n) { return n == 0 || piece.p == text + at; }
 
 /* At the final feed: whether piece, from toolcall_parse, begins with the n bytes sent. */
-static bool completes(slice piece, const char *sent, size_t n) {
-    return piece.n >= n && memcmp(piece.p, sent, n) == 0;
-}
+static bool completes(slice piece, const char *sent, size_t n) { return piece.n >= n && memcmp(piece.p, sent, n) == 0; }
 
 static int send_piece(json_t *deltas, const char *key, slice piece) {
     if (piece.n == 0) return 0;
@@ -141,8 +137,8 @@ static int send_calls(const reply_stream *s, const json_t *calls, json_t *deltas
     json_array_foreach(calls, i, call) {
         char index[24];
         snprintf(index, sizeof index, "%zu", i);
-        json_t *d = json_pack("{s:[{s:I, s:s+, s:s, s:O}]}", "tool_calls", "index", (json_int_t)i, "id",
-                              s->id_prefix, index, "type", "function", "function", json_object_get(call, "function"));
+        json_t *d = json_pack("{s:[{s:I, s:s+, s:s, s:O}]}", "tool_calls", "index", (json_int_t)i, "id", s->id_prefix,
+                              index, "type", "function", "function", json_object_get(call, "function"));
         if (!d || json_array_append_new(deltas, d) != 0) return cd_fail(BAD_TEXT);
     }
     return 0;
@@ -183,7 +179,9 @@ static int feed_final(reply_stream *s, const char *text, size_t len, json_t *del
 
 /* ---- the stream ------------------------------------------------------------------------- */
 
-void reply_stream_init(reply_stream *s, const char *id_prefix) { reply_stream_init_as(s, id_prefix, (toolcall_format){0}); }
+void reply_stream_init(reply_stream *s, const char *id_prefix) {
+    reply_stream_init_as(s, id_prefix, (toolcall_format){0});
+}
 
 void reply_stream_init_as(reply_stream *s, const char *id_prefix, toolcall_format fmt) {
     *s = (reply_stream){.id_prefix = id_prefix ? id_prefix : "", .fmt = fmt};
@@ -194,7 +192,7 @@ int reply_stream_feed(reply_stream *s, const char *text, size_t len, bool final,
     if (len < s->fed) return cd_fail("reply_stream_feed: the text shrank from %zu to %zu bytes", s->fed, len);
     s->fed = len;
     int rc = s->diverged ? feed_raw(s, text, len, final, deltas)
-             : final     ? feed_final(s, text, len, deltas)
+        : final          ? feed_final(s, text, len, deltas)
                          : feed_live(s, text, len, deltas);
     if (rc == 0 && final) s->done = true;
     return rc;

@@ -65,14 +65,14 @@
 #include "runtime/text/toolcall.h"
 
 typedef struct reply_stream {
-    const char *id_prefix;  /* borrowed: tool call i gets the id id_prefix + "i" */
-    toolcall_format fmt;    /* how the calls are written (its tools borrowed); qwen3's JSON by default */
-    size_t fed;             /* length of the text at the last feed (it only grows) */
-    size_t r_at, r_len;     /* the reasoning sent so far is text[r_at, r_at + r_len) */
-    size_t c_at, c_len;     /* the content sent so far (before a divergence) likewise */
-    size_t raw_at;          /* after a divergence: text[.., raw_at) has been sent */
-    bool done;              /* the final feed ran */
-    bool diverged;          /* read by the caller: the stream left toolcall_parse's message */
+    const char *id_prefix; /* borrowed: tool call i gets the id id_prefix + "i" */
+    toolcall_format fmt;   /* how the calls are written (its tools borrowed); qwen3's JSON by default */
+    size_t fed;            /* length of the text at the last feed (it only grows) */
+    size_t r_at, r_len;    /* the reasoning sent so far is text[r_at, r_at + r_len) */
+    size_t c_at, c_len;    /* the content sent so far (before a divergence) likewise */
+    size_t raw_at;         /* after a divergence: text[.., raw_at) has been sent */
+    bool done;             /* the final feed ran */
+    bool diverged;         /* read by the caller: the stream left toolcall_parse's message */
 } reply_stream;
 
 /* id_prefix must outlive the stream; NULL means "". */

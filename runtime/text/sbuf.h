@@ -19,11 +19,17 @@ static inline void put(sbuf *b, slice s) {
     if (b->len + s.n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 4096;
         while (cap < b->len + s.n + 1) {
-            if (cap > SIZE_MAX / 2) { b->oom = true; return; }
+            if (cap > SIZE_MAX / 2) {
+                b->oom = true;
+                return;
+            }
             cap *= 2;
         }
         char *np = realloc(b->p, cap);
-        if (!np) { b->oom = true; return; }
+        if (!np) {
+            b->oom = true;
+            return;
+        }
         b->p = np;
         b->cap = cap;
     }

@@ -47,14 +47,13 @@
  * with \s spelled out as Unicode White_Space, which is what \s means in Oniguruma (HF
  * tokenizers' regex engine) and llama.cpp. PCRE2's own \s in UCP mode leaves out U+0085. */
 #define WS "\\t\\n\\x0B\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
-static const char qwen2_pattern[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
-    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
-    "|\\p{N}"
-    "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*"
-    "|[" WS "]*[\\r\\n]+"
-    "|[" WS "]+(?![^" WS "])"
-    "|[" WS "]+";
+static const char qwen2_pattern[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)"
+                                    "|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+"
+                                    "|\\p{N}"
+                                    "| ?[^" WS "\\p{L}\\p{N}]+[\\r\\n]*"
+                                    "|[" WS "]*[\\r\\n]+"
+                                    "|[" WS "]+(?![^" WS "])"
+                                    "|[" WS "]+";
 
 typedef struct tok_sv {
     const char *p;
@@ -151,8 +150,7 @@ static const char *show(const char *p, size_t n) {
 static int build_strings(tokenizer *t, const tok_sv *toks, const int32_t *types, size_t n) {
     size_t total = 0;
     for (size_t i = 0; i < n; i++) {
-        if (toks[i].n && memchr(toks[i].p, 0, toks[i].n))
-            return cd_fail("token %zu contains a NUL byte", i);
+        if (toks[i].n && memchr(toks[i].p, 0, toks[i].n)) return cd_fail("token %zu contains a NUL byte", i);
         if (types[i] < TOK_TYPE_UNDEFINED || types[i] > TOK_TYPE_BYTE)
             return cd_fail("token %zu (\"%s\") has type %d, which is not a token type (0..6)", i,
                            show(toks[i].p, toks[i].n), types[i]);
@@ -207,11 +205,12 @@ static int build_bytes(tokenizer *t) {
         int k = ub_utf8_put(t->byte_cp[b], u);
         t->byte_id[b] = find_sv(t, u, (size_t)k);
         if (t->byte_id[b] < 0)
-            return cd_fail("the vocabulary has no token for byte 0x%02X (\"%.*s\"), which byte-level BPE needs",
-                           b, k, u);
+            return cd_fail("the vocabulary has no token for byte 0x%02X (\"%.*s\"), which byte-level BPE needs", b, k,
+                           u);
         if (!byte_level(t, t->byte_id[b]))
             return cd_fail("the token for byte 0x%02X (id %d) has type %d: byte-level BPE needs a normal or byte "
-                           "token, which decodes to its byte", b, t->byte_id[b], t->types[t->byte_id[b]]);
+                           "token, which decodes to its byte",
+                           b, t->byte_id[b], t->types[t->byte_id[b]]);
     }
     return 0;
 }
@@ -246,7 +245,10 @@ static int build_merges(tokenizer *t, const tok_sv *merges, size_t n_merges) {
         if (nl + nr > cat_cap) {
             cat_cap = 2 * (nl + nr);
             char *c = realloc(cat, cat_cap);
-            if (!c) { rc = cd_fail("out of memory"); break; }
+            if (!c) {
+                rc = cd_fail("out of memory");
+                break;
+            }
             cat = c;
         }
         memcpy(cat, p, nl);
@@ -314,8 +316,7 @@ static int build_pieces(tokenizer *t) {
             memcpy(t->pieces + o, s, len);
             o += len;
             break;
-        default:
-            break;
+        default: break;
         }
         if (o - t->piece_off[i] > t->piece_max) t->piece_max = o - t->piece_off[i];
     }
@@ -399,9 +400,9 @@ static int load_common(tokenizer **out, const tok_sv *toks, const int32_t *types
     }
     /* llama.cpp's end-of-generation set, the entries that apply to this vocabulary family. */
     add_eog(t, eos);
-    static const char *eog_text[] = {"<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end|>", "<|eom_id|>",
-                                     "<|end_of_text|>", "<|fim_pad|>", "<|repo_name|>", "<|fim_repo|>",
-                                     "<|file_sep|>"};
+    static const char *eog_text[] = {"<|im_end|>",   "<|endoftext|>",   "<|eot_id|>",  "<|end|>",
+                                     "<|eom_id|>",   "<|end_of_text|>", "<|fim_pad|>", "<|repo_name|>",
+                                     "<|fim_repo|>", "<|file_sep|>"};
     for (size_t i = 0; i < sizeof eog_text / sizeof eog_text[0]; i++) add_eog(t, tok_find(t, eog_text[i]));
     *out = t;
     return 0;
@@ -412,7 +413,8 @@ int tok_load_vocab(tokenizer **out, const tok_vocab *v) {
     *out = NULL;
     if (!v || (v->n_tokens && (!v->tokens || !v->types)) || (v->n_merges && !v->merges))
         return cd_fail("tok_load_vocab: incomplete vocabulary");
-    if (v->n_tokens > TOK_MAX_TOKENS) return cd_fail("the vocabulary has %zu tokens, more than %d", v->n_tokens, TOK_MAX_TOKENS);
+    if (v->n_tokens > TOK_MAX_TOKENS)
+        return cd_fail("the vocabulary has %zu tokens, more than %d", v->n_tokens, TOK_MAX_TOKENS);
     tok_sv *toks = malloc((v->n_tokens + 1) * sizeof *toks);
     tok_sv *merges = malloc((v->n_merges + 1) * sizeof *merges);
     int rc = -1;
@@ -421,11 +423,17 @@ int tok_load_vocab(tokenizer **out, const tok_vocab *v) {
         goto done;
     }
     for (size_t i = 0; i < v->n_tokens; i++) {
-        if (!v->tokens[i]) { cd_fail("token %zu is missing", i); goto done; }
+        if (!v->tokens[i]) {
+            cd_fail("token %zu is missing", i);
+            goto done;
+        }
         toks[i] = (tok_sv){v->tokens[i], strlen(v->tokens[i])};
     }
     for (size_t i = 0; i < v->n_merges; i++) {
-        if (!v->merges[i]) { cd_fail("merge %zu is missing", i); goto done; }
+        if (!v->merges[i]) {
+            cd_fail("merge %zu is missing", i);
+            goto done;
+        }
         merges[i] = (tok_sv){v->merges[i], strlen(v->merges[i])};
     }
     rc = load_common(out, toks, v->types, v->n_tokens, merges, v->n_merges, v->eos_id, v->bos_id, v->pad_id);
@@ -475,10 +483,14 @@ static bool vt_unsigned(enum gguf_vtype t) {
 
 static size_t vt_size(enum gguf_vtype t) {
     switch (t) {
-    case GGUF_VT_U8: case GGUF_VT_I8: return 1;
-    case GGUF_VT_U16: case GGUF_VT_I16: return 2;
-    case GGUF_VT_U32: case GGUF_VT_I32: return 4;
-    case GGUF_VT_U64: case GGUF_VT_I64: return 8;
+    case GGUF_VT_U8:
+    case GGUF_VT_I8: return 1;
+    case GGUF_VT_U16:
+    case GGUF_VT_I16: return 2;
+    case GGUF_VT_U32:
+    case GGUF_VT_I32: return 4;
+    case GGUF_VT_U64:
+    case GGUF_VT_I64: return 8;
     default: return 0;
     }
 }
@@ -503,7 +515,8 @@ static int gguf_opt_id(const gguf_file *f, const char *key, int32_t n_vocab, int
     if (vt_unsigned(v->type)) x = v->u64 > INT64_MAX ? INT64_MAX : (int64_t)v->u64;
     else if (vt_signed(v->type)) x = v->i64;
     else return cd_fail("%s has value type %d, not an integer", key, (int)v->type);
-    if (x < 0 || x >= n_vocab) return cd_fail("%s = %lld is out of range (vocabulary of %d tokens)", key, (long long)x, n_vocab);
+    if (x < 0 || x >= n_vocab)
+        return cd_fail("%s = %lld is out of range (vocabulary of %d tokens)", key, (long long)x, n_vocab);
     *out = (int32_t)x;
     return 0;
 }
@@ -516,7 +529,8 @@ int tok_load_gguf(tokenizer **out, const gguf_file *f) {
     const gguf_value *tokens, *types_v, *merges_v;
     if (gguf_want_str(f, "tokenizer.ggml.model", &model)) return -1;
     if (model.n != 4 || memcmp(model.p, "gpt2", 4) != 0)
-        return cd_fail("tokenizer.ggml.model is \"%s\"; only \"gpt2\" (byte-level BPE) is supported", show(model.p, model.n));
+        return cd_fail("tokenizer.ggml.model is \"%s\"; only \"gpt2\" (byte-level BPE) is supported",
+                       show(model.p, model.n));
     if (gguf_want_str(f, "tokenizer.ggml.pre", &pre)) return -1;
     if (pre.n != 5 || memcmp(pre.p, "qwen2", 5) != 0)
         return cd_fail("tokenizer.ggml.pre is \"%s\"; only \"qwen2\" is supported", show(pre.p, pre.n));
@@ -625,13 +639,13 @@ typedef struct enc {
     heap_entry *heap; /* a 4-ary min-heap: shallower than binary, children share a cache line */
     size_t n_heap, cap_word;
     /* long words (bpe_long): one bucket of candidate merges per rank */
-    int32_t *bucket;       /* n_ranks list heads into ent, -1 when empty */
-    bucket_ent *ent;       /* entries; free ones chained through .next from ent_free */
+    int32_t *bucket; /* n_ranks list heads into ent, -1 when empty */
+    bucket_ent *ent; /* entries; free ones chained through .next from ent_free */
     size_t n_ent, cap_ent;
     int32_t ent_free;
-    int32_t *ranks;        /* binary min-heap of the ranks whose bucket is non-empty */
+    int32_t *ranks; /* binary min-heap of the ranks whose bucket is non-empty */
     size_t n_ranks, cap_ranks;
-    uint64_t *batch;       /* one bucket's entries as pos << 32 | entry, to sort */
+    uint64_t *batch; /* one bucket's entries as pos << 32 | entry, to sort */
     size_t cap_batch;
 } enc;
 
@@ -678,7 +692,10 @@ static void try_pair(enc *e, int32_t l) {
     int32_t r = e->next[l];
     if (r < 0) return;
     const pair_slot *p = find_pair(e->t, e->sym[l], e->sym[r]);
-    if (p) heap_push(e, (heap_entry){.key = (uint64_t)(uint32_t)p->rank << 32 | (uint32_t)l, .left = e->sym[l], .right = e->sym[r]});
+    if (p)
+        heap_push(e,
+                  (heap_entry){
+                      .key = (uint64_t)(uint32_t)p->rank << 32 | (uint32_t)l, .left = e->sym[l], .right = e->sym[r]});
 }
 
 /* ---- long words: the same merges in the same order, by buckets of equal rank ----
@@ -1028,7 +1045,8 @@ int tok_decode(const tokenizer *t, const int32_t *ids, size_t n, char **text) {
 int tok_stream_push(const tokenizer *t, tok_stream *s, int32_t id, char *out, size_t cap) {
     if (!t || !s || !out || cap == 0) return cd_fail("tok_stream_push: bad arguments");
     out[0] = 0;
-    if (id < 0 || id >= t->n_vocab) return cd_fail("token id %d out of range (vocabulary of %d tokens)", id, t->n_vocab);
+    if (id < 0 || id >= t->n_vocab)
+        return cd_fail("token id %d out of range (vocabulary of %d tokens)", id, t->n_vocab);
     if (s->n_pending < 0 || s->n_pending > (int)sizeof s->pending) return cd_fail("tok_stream_push: corrupt stream");
     size_t np = (size_t)s->n_pending, a = t->piece_off[id], plen = t->piece_off[id + 1] - a;
     size_t total = np + plen;

@@ -46,9 +46,9 @@ int tok_load_vocab(tokenizer **out, const tok_vocab *v);
 void tok_free(tokenizer *t);
 
 int32_t tok_n_vocab(const tokenizer *t);
-int32_t tok_eos(const tokenizer *t);               /* tokenizer.ggml.eos_token_id, or -1 */
-int32_t tok_bos(const tokenizer *t);               /* tokenizer.ggml.bos_token_id, or -1 */
-int32_t tok_pad(const tokenizer *t);               /* tokenizer.ggml.padding_token_id, or -1 */
+int32_t tok_eos(const tokenizer *t);                     /* tokenizer.ggml.eos_token_id, or -1 */
+int32_t tok_bos(const tokenizer *t);                     /* tokenizer.ggml.bos_token_id, or -1 */
+int32_t tok_pad(const tokenizer *t);                     /* tokenizer.ggml.padding_token_id, or -1 */
 int32_t tok_find(const tokenizer *t, const char *token); /* exact token string, or -1 */
 /* Ends generation: eos, <|im_end|>, <|endoftext|>, and (as llama.cpp) the FIM pad, repo and
  * file-separator tokens <|fim_pad|>, <|repo_name|>, <|file_sep|> when present. */
@@ -69,8 +69,7 @@ size_t tok_piece_max(const tokenizer *t);
  * their ids only with parse_special; without it they are encoded as plain text (HF's
  * split_special_tokens, llama.cpp's parse_special = false). *ids is malloc'd (NULL when
  * *n_ids is 0). */
-int tok_encode(const tokenizer *t, const char *text, size_t len, bool parse_special,
-               int32_t **ids, size_t *n_ids);
+int tok_encode(const tokenizer *t, const char *text, size_t len, bool parse_special, int32_t **ids, size_t *n_ids);
 
 /* The byte offsets in text just past each added token tok_encode would split out of it (with
  * parse_special as given), in order: *ends malloc'd (NULL when *n is 0). tok_encode works on
@@ -117,6 +116,6 @@ struct tok_vocab {
  * the padding, "[PAD<id>]" UNUSED. eos is the config's eos_token (else <|endoftext|>), pad its
  * pad_token (else <|endoftext|>), bos its bos_token (else <|endoftext|>, as Qwen's
  * config.json bos_token_id). */
-int tok_vocab_from_hf(const char *tokenizer_json, const char *tokenizer_config_json,
-                      size_t n_vocab_padded, tok_vocab *out);
+int tok_vocab_from_hf(const char *tokenizer_json, const char *tokenizer_config_json, size_t n_vocab_padded,
+                      tok_vocab *out);
 void tok_vocab_free(tok_vocab *v);

@@ -153,7 +153,8 @@ static int build(json_t *root, const char *path, size_t n_vocab_padded, tok_voca
     json_array_foreach(added, i, val) {
         if (!json_is_string(json_object_get(val, "content")))
             return cd_fail("%s: added_tokens[%zu] has no content", path, i);
-        if (get_id(json_object_get(val, "id"), path, json_string_value(json_object_get(val, "content")), &id)) return -1;
+        if (get_id(json_object_get(val, "id"), path, json_string_value(json_object_get(val, "content")), &id))
+            return -1;
         if (id + 1 > n) n = id + 1;
     }
     if (n_vocab_padded > n) {

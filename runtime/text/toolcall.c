@@ -33,7 +33,10 @@ static size_t skip_value(slice s, size_t i) {
         int depth = 0;
         while (i < s.n) {
             char c = s.p[i];
-            if (c == '"') { i = skip_string(s, i); continue; }
+            if (c == '"') {
+                i = skip_string(s, i);
+                continue;
+            }
             if (c == '{' || c == '[') depth++;
             if ((c == '}' || c == ']') && --depth == 0) return i + 1;
             i++;
@@ -111,7 +114,8 @@ static json_t *parse_calls(slice rest, toolcall_format f, size_t *content_end, s
         slice block = close < 0 ? after : (slice){after.p, (size_t)close};
         size_t k = json_array_size(calls);
         if (inner && k < max) inner[k] = block;
-        json_t *call = f.template == CHAT_TEMPLATE_QWEN3_CODER ? toolcall_coder_call(block, f.tools) : parse_call(block);
+        json_t *call =
+            f.template == CHAT_TEMPLATE_QWEN3_CODER ? toolcall_coder_call(block, f.tools) : parse_call(block);
         if (!call || json_array_append_new(calls, call) != 0) {
             json_decref(calls);
             return NULL;

@@ -220,7 +220,8 @@ json_t *toolcall_coder_call(slice inner, const json_t *tools) {
     json_t *args = json_object(), *call = NULL;
     char *text = NULL;
     size_t len = 0;
-    if (args && add_params(args, body, toolcall_coder_properties(tools, name)) == 0 && json_jinja_dumps(args, &text, &len) == 0)
+    if (args && add_params(args, body, toolcall_coder_properties(tools, name)) == 0 &&
+        json_jinja_dumps(args, &text, &len) == 0)
         call = json_pack("{s:s, s:{s:s%, s:s%}}", "type", "function", "function", "name", name.p, name.n, "arguments",
                          text, len);
     free(text);

@@ -14,7 +14,8 @@ static int pow2(uint32_t x) { return x && !(x & (x - 1)); }
 static int make_tiled(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim,
                       const cvk_attn_prefill_cfg *cfg, bool cpu) {
     const cvk_caps *caps = &d->info.caps;
-    if (!d->info.caps.subgroup_shuffle) return cd_fail("attn_prefill: the device has no subgroup shuffle in compute shaders");
+    if (!d->info.caps.subgroup_shuffle)
+        return cd_fail("attn_prefill: the device has no subgroup shuffle in compute shaders");
     uint32_t wg = cfg->wg ? cfg->wg : cpu ? 64 : 256;
     if (wg > caps->max_wg_size[0] && !cfg->wg) wg = caps->max_wg_size[0];
     if (!pow2(wg) || wg > 1024 || wg > caps->max_wg_size[0] || wg > caps->max_wg_invocations)
@@ -24,18 +25,24 @@ static int make_tiled(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache 
         while (lpr > 1 && (head_dim % lpr || lpr > caps->min_subgroup_size || lpr > wg)) lpr /= 2;
     if (!pow2(lpr) || head_dim % lpr || lpr > caps->min_subgroup_size || lpr > wg)
         return cd_fail("attn_prefill: %u lanes per row must be a power of two dividing head_dim %u, at most the "
-                       "subgroup size %u and the workgroup size %u", lpr, head_dim, caps->min_subgroup_size, wg);
+                       "subgroup size %u and the workgroup size %u",
+                       lpr, head_dim, caps->min_subgroup_size, wg);
     uint32_t kt = cfg->kv_tile ? cfg->kv_tile : cpu ? 8 : 16;
     if (!cfg->kv_tile)
         while (kt > 1 && (2ull * kt * head_dim * 4 > 16384 || kt > wg)) kt /= 2;
     uint64_t shared = 2ull * kt * head_dim * 4 + 2ull * kt * 4 + 2ull * (wg / lpr) * 4;
     if (kt < 1 || kt > wg || shared > caps->max_shared)
         return cd_fail("attn_prefill: K/V tile of %u positions (%llu bytes of shared memory) does not fit "
-                       "(workgroup %u, limit %u bytes)", kt, (unsigned long long)shared, wg, caps->max_shared);
+                       "(workgroup %u, limit %u bytes)",
+                       kt, (unsigned long long)shared, wg, caps->max_shared);
     uint32_t spec[4] = {wg, head_dim, lpr, kt};
-    cvk_pipeline_desc td = {.name = "attn_prefill", .spv = cinder_spv_attn_prefill,
-                            .spv_size = cinder_spv_attn_prefill_size, .n_bindings = 6,
-                            .push_size = sizeof(cvk_attn_prefill_push), .spec = spec, .n_spec = 4};
+    cvk_pipeline_desc td = {.name = "attn_prefill",
+                            .spv = cinder_spv_attn_prefill,
+                            .spv_size = cinder_spv_attn_prefill_size,
+                            .n_bindings = 6,
+                            .push_size = sizeof(cvk_attn_prefill_push),
+                            .spec = spec,
+                            .n_spec = 4};
     if (cvk_pipeline_create(&p->tile, d, cache, &td)) return -1;
     p->kernel = CVK_ATTN_PREFILL_TILED, p->wg = wg, p->lanes_per_row = lpr, p->kv_tile = kt;
     p->rows = wg / lpr, p->step = kt;
@@ -70,9 +77,13 @@ static int make_lanes(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache 
     bool texel = !cfg->storage_loads && head_dim % 8 == 0 && caps->max_texels >= caps->max_storage_range / 16;
     bool wide = !texel && caps->int64 && head_dim % 16 == 0;
     uint32_t spec[4] = {wg, head_dim, rows, pp};
-    cvk_pipeline_desc td = {.name = "attn_prefill_lanes", .spv = cinder_spv_attn_prefill_lanes,
-                            .spv_size = cinder_spv_attn_prefill_lanes_size, .n_bindings = 6,
-                            .push_size = sizeof(cvk_attn_prefill_push), .spec = spec, .n_spec = 4};
+    cvk_pipeline_desc td = {.name = "attn_prefill_lanes",
+                            .spv = cinder_spv_attn_prefill_lanes,
+                            .spv_size = cinder_spv_attn_prefill_lanes_size,
+                            .n_bindings = 6,
+                            .push_size = sizeof(cvk_attn_prefill_push),
+                            .spec = spec,
+                            .n_spec = 4};
     if (wide) td.spv = cinder_spv_attn_prefill_lanes_i64, td.spv_size = cinder_spv_attn_prefill_lanes_i64_size;
     if (texel)
         td.spv = cinder_spv_attn_prefill_lanes_texel, td.spv_size = cinder_spv_attn_prefill_lanes_texel_size,
@@ -84,8 +95,8 @@ static int make_lanes(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache 
     return 0;
 }
 
-int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache,
-                                  uint32_t head_dim, const cvk_attn_prefill_cfg *cfg_or_null) {
+int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim,
+                                  const cvk_attn_prefill_cfg *cfg_or_null) {
     *p = (cvk_attn_prefill_pipes){0};
     cvk_attn_prefill_cfg cfg = cfg_or_null ? *cfg_or_null : (cvk_attn_prefill_cfg){0};
     bool cpu = d->info.props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
@@ -97,9 +108,13 @@ int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPi
                                     : make_lanes(p, d, cache, head_dim, &cfg))
         return -1;
     uint32_t cspec[2] = {head_dim < 64 ? 32 : 64, head_dim};
-    cvk_pipeline_desc cd = {.name = "attn_combine", .spv = cinder_spv_attn_combine,
-                            .spv_size = cinder_spv_attn_combine_size, .n_bindings = 2,
-                            .push_size = sizeof(cvk_attn_combine_push), .spec = cspec, .n_spec = 2};
+    cvk_pipeline_desc cd = {.name = "attn_combine",
+                            .spv = cinder_spv_attn_combine,
+                            .spv_size = cinder_spv_attn_combine_size,
+                            .n_bindings = 2,
+                            .push_size = sizeof(cvk_attn_combine_push),
+                            .spec = cspec,
+                            .n_spec = 2};
     if (cvk_pipeline_create(&p->combine, d, cache, &cd)) {
         cvk_pipeline_destroy(d, &p->tile);
         return -1;
@@ -164,8 +179,8 @@ static uint32_t cpu_threads(void) {
 static uint64_t loop_limit_positions(const cvk_attn_prefill_pipes *p, geometry g, uint64_t table_rows) {
     uint64_t walks = table_rows && table_rows < g.tpw ? table_rows : g.tpw, step = p->step ? p->step : 1;
     uint64_t other = p->kernel == CVK_ATTN_PREFILL_TILED
-                         ? (uint64_t)g.tpw * g.tpw
-                         : (uint64_t)p->rows * (p->rows + (p->head_dim + p->wg - 1) / p->wg);
+        ? (uint64_t)g.tpw * g.tpw
+        : (uint64_t)p->rows * (p->rows + (p->head_dim + p->wg - 1) / p->wg);
     uint64_t budget = 65535 - 256 > other + 1024 ? 65535 - 256 - other : 1024; /* iterations for the walks */
     return budget / (walks ? walks : 1) * step;                                /* positions one split may walk */
 }
@@ -184,7 +199,7 @@ uint32_t cvk_attn_prefill_splits(const cvk_attn_prefill_pipes *p, const kv_layou
      * 2 threads, 5000 positions: 1 workgroup 0.82 ms, in 2 splits 0.58 ms, in 4 splits 0.76 ms;
      * 2 workgroups 0.84 ms, in 4 splits each 1.34 ms) */
     uint64_t target = p->cpu ? cpu_threads() : 512;
-    uint64_t min_len = p->cpu ? 512 : 256;                 /* positions per split, at least */
+    uint64_t min_len = p->cpu ? 512 : 256; /* positions per split, at least */
     if (min_len < p->step) min_len = p->step;
     uint64_t n = (target + wgs - 1) / wgs, by_len = max_len / min_len;
     if (n > by_len) n = by_len;
@@ -204,8 +219,8 @@ uint64_t cvk_attn_prefill_partials_max(const cvk_attn_prefill_pipes *p, const kv
     return most;
 }
 
-static int check(const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a, uint32_t qs, uint32_t os,
-                 geometry g, uint32_t n_split, uint64_t lim) {
+static int check(const cvk_attn_prefill_pipes *p, const cvk_attn_prefill_args *a, uint32_t qs, uint32_t os, geometry g,
+                 uint32_t n_split, uint64_t lim) {
     const kv_layout *l = a->lay;
     const cvk_buffer *pool = a->pool;
     uint32_t row = a->n_head * l->head_dim;
@@ -276,8 +291,8 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
         if (fit < n_split) n_split = fit ? (uint32_t)fit : 1;
         if (n_split < least) n_split = least; /* check() says when partials cannot hold that */
     } else if (n_split < least) {
-        return cd_fail("attn_prefill: %u splits of %llu positions exceed llvmpipe's loop limit (at least %u)",
-                       n_split, (unsigned long long)lim, least);
+        return cd_fail("attn_prefill: %u splits of %llu positions exceed llvmpipe's loop limit (at least %u)", n_split,
+                       (unsigned long long)lim, least);
     }
     /* split s walks [s * split_len, (s + 1) * split_len), a multiple of the kernel's step (whole
      * tiles or steps); trailing splits may be empty */
@@ -287,8 +302,9 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
     } else if (n_split > 1) {
         uint64_t per = (lim + n_split - 1) / n_split;
         split_len = (per + step - 1) / step * step;
-        if (split_len * n_split > UINT32_MAX) return cd_fail("attn_prefill: %u splits of %llu positions overflow",
-                                                             n_split, (unsigned long long)split_len);
+        if (split_len * n_split > UINT32_MAX)
+            return cd_fail("attn_prefill: %u splits of %llu positions overflow", n_split,
+                           (unsigned long long)split_len);
     }
     if (check(p, a, qs, os, g, n_split, lim)) return -1;
     float scale = a->scale != 0 ? a->scale : (float)(1.0 / sqrt((double)l->head_dim));
@@ -298,14 +314,33 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
     cvk_view partials = combine ? a->partials : a->out;
     cvk_cmd_label_begin(c, "attn_prefill");
     for (uint32_t k = 0; k < pool->n_parts; k++) {
-        cvk_attn_prefill_push pc = {a->n_tokens, a->n_head, l->n_head_kv, l->page_tokens, a->layer, a->table_stride,
-                                    (uint32_t)(table_rows > UINT32_MAX ? UINT32_MAX : table_rows), (uint32_t)lim, qs,
-                                    os, (uint32_t)(k * ppp), (uint32_t)(pool->parts[k].size / l->page_bytes),
-                                    (uint32_t)(l->page_bytes / 4), k, pool->n_parts, g.hpw, g.tpw, scale, n_split,
-                                    (uint32_t)split_len, split_max};
+        cvk_attn_prefill_push pc = {a->n_tokens,
+                                    a->n_head,
+                                    l->n_head_kv,
+                                    l->page_tokens,
+                                    a->layer,
+                                    a->table_stride,
+                                    (uint32_t)(table_rows > UINT32_MAX ? UINT32_MAX : table_rows),
+                                    (uint32_t)lim,
+                                    qs,
+                                    os,
+                                    (uint32_t)(k * ppp),
+                                    (uint32_t)(pool->parts[k].size / l->page_bytes),
+                                    (uint32_t)(l->page_bytes / 4),
+                                    k,
+                                    pool->n_parts,
+                                    g.hpw,
+                                    g.tpw,
+                                    scale,
+                                    n_split,
+                                    (uint32_t)split_len,
+                                    split_max};
         cvk_view views[6] = {cvk_view_part(pool, k), a->q, a->table, a->loc, partials, a->out};
         VkDescriptorSet set;
-        if (cvk_descset(dp, &p->tile, views, &set)) { cvk_cmd_label_end(c); return -1; }
+        if (cvk_descset(dp, &p->tile, views, &set)) {
+            cvk_cmd_label_end(c);
+            return -1;
+        }
         cvk_cmd_dispatch(c, &p->tile, set, &pc, g.n_x, l->n_head_kv * g.chunks, n_split);
     }
     if (combine) {
@@ -313,7 +348,10 @@ int cvk_attn_prefill(cvk_cmd *c, cvk_descpool *dp, const cvk_attn_prefill_pipes 
         cvk_attn_combine_push cp = {a->n_head, pool->n_parts * n_split, os};
         cvk_view cviews[2] = {a->partials, a->out};
         VkDescriptorSet cset;
-        if (cvk_descset(dp, &p->combine, cviews, &cset)) { cvk_cmd_label_end(c); return -1; }
+        if (cvk_descset(dp, &p->combine, cviews, &cset)) {
+            cvk_cmd_label_end(c);
+            return -1;
+        }
         cvk_cmd_dispatch(c, &p->combine, cset, &cp, a->n_head, a->n_tokens, 1);
     }
     cvk_cmd_label_end(c);

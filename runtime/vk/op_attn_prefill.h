@@ -47,8 +47,8 @@ typedef enum cvk_attn_prefill_kernel {
 } cvk_attn_prefill_kernel;
 
 typedef struct cvk_attn_prefill_pipes {
-    cvk_pipeline tile;       /* the attention kernel (either) */
-    cvk_pipeline combine;    /* attn_combine.comp (several parts or splits) */
+    cvk_pipeline tile;    /* the attention kernel (either) */
+    cvk_pipeline combine; /* attn_combine.comp (several parts or splits) */
     uint32_t head_dim;
     cvk_attn_prefill_kernel kernel;      /* the kernel in force (never DEFAULT) */
     uint32_t wg, lanes_per_row, kv_tile; /* the configuration in force (lanes: lanes_per_row 1) */
@@ -61,42 +61,42 @@ typedef struct cvk_attn_prefill_pipes {
 
 /* Kernel configuration; 0 fields take the defaults below. */
 typedef struct cvk_attn_prefill_cfg {
-    uint32_t wg;             /* invocations per workgroup, a power of two 1..1024 (default: tiled 64 on a
+    uint32_t wg;            /* invocations per workgroup, a power of two 1..1024 (default: tiled 64 on a
                                 CPU device, 256 on a GPU; lanes 8) */
-    uint32_t lanes_per_row;  /* tiled: invocations per query row, a power of two dividing head_dim, at most
+    uint32_t lanes_per_row; /* tiled: invocations per query row, a power of two dividing head_dim, at most
                                 the subgroup size and wg (default: 1 on a CPU device, 4 on a GPU) */
-    uint32_t kv_tile;        /* tiled: K/V positions per shared-memory tile, 1..wg (default 8 on a CPU device,
+    uint32_t kv_tile;       /* tiled: K/V positions per shared-memory tile, 1..wg (default 8 on a CPU device,
                                 16 on a GPU, less when 2 * kv_tile * head_dim floats would exceed 16 KiB).
                                 lanes: consecutive positions per invocation per step, 1..32 (default 8) */
     cvk_attn_prefill_kernel kernel;
-    uint32_t rows;           /* lanes: query rows per workgroup, 1..64 (default: the largest power of two
+    uint32_t rows;      /* lanes: query rows per workgroup, 1..64 (default: the largest power of two
                                 <= 8 with rows * head_dim <= 512, so 8 at head_dim 64, 4 at 72..128: every
                                 invocation holds q and the accumulator of all rows, which must stay in L1) */
-    bool storage_loads;      /* lanes: read the pool as a storage buffer even where the texel variant could
+    bool storage_loads; /* lanes: read the pool as a storage buffer even where the texel variant could
                                 (by default it reads 16-byte texels when head_dim is a multiple of 8 and
                                 every buffer part fits one texel view: gathers, where a storage-buffer load
                                 is a loop over the lanes on llvmpipe) */
 } cvk_attn_prefill_cfg;
 
 typedef struct cvk_attn_prefill_args {
-    const cvk_buffer *pool;  /* created with granule = lay->page_bytes */
+    const cvk_buffer *pool; /* created with granule = lay->page_bytes */
     const kv_layout *lay;
-    cvk_view q;              /* f32 [n_tokens][n_head][head_dim], q_stride floats per token (0 = n_head*head_dim) */
-    cvk_view table;          /* uint32 page ids, rows of table_stride */
-    cvk_view loc;            /* uint32 {row, position} per token */
-    cvk_view partials;       /* f32 scratch for n_parts * n_split > 1 (unused, may be empty, otherwise):
+    cvk_view q;        /* f32 [n_tokens][n_head][head_dim], q_stride floats per token (0 = n_head*head_dim) */
+    cvk_view table;    /* uint32 page ids, rows of table_stride */
+    cvk_view loc;      /* uint32 {row, position} per token */
+    cvk_view partials; /* f32 scratch for n_parts * n_split > 1 (unused, may be empty, otherwise):
                                 cvk_attn_prefill_partials_bytes of the split count used */
-    cvk_view out;            /* f32 [n_tokens][n_head][head_dim], out_stride floats per token (0 = n_head*head_dim) */
+    cvk_view out;      /* f32 [n_tokens][n_head][head_dim], out_stride floats per token (0 = n_head*head_dim) */
     uint32_t n_tokens, n_head, layer, table_stride, q_stride, out_stride;
-    uint32_t max_len;        /* upper bound on pos + 1 over the batch, host-known; 0 = table_stride * page_tokens.
+    uint32_t max_len;   /* upper bound on pos + 1 over the batch, host-known; 0 = table_stride * page_tokens.
                                 A token at pos >= max_len (or with row beyond the table) gets zeros */
-    float scale;             /* 0 = 1/sqrt(head_dim) */
-    uint32_t n_split;        /* splits of the K/V walk: 0 = cvk_attn_prefill_splits, lowered to what
+    float scale;        /* 0 = 1/sqrt(head_dim) */
+    uint32_t n_split;   /* splits of the K/V walk: 0 = cvk_attn_prefill_splits, lowered to what
                                 `partials` holds (never below the loop-limit minimum, which only walks of
                                 millions of positions have); n > 0 = exactly that many (partials must hold
                                 them; an error below the loop-limit minimum). With split_len: the most
                                 splits a token uses (0 = no limit) */
-    uint32_t split_len;      /* > 0: batch-invariant splits. Split s of a token at pos covers
+    uint32_t split_len; /* > 0: batch-invariant splits. Split s of a token at pos covers
                                 [s * len, (s + 1) * len) from position 0, len = split_len rounded up to the
                                 kernel's step and, with n_split > 0, doubled until ceil((pos + 1) / len)
                                 <= n_split: a token's boundaries depend on its own position only, so it
@@ -105,7 +105,7 @@ typedef struct cvk_attn_prefill_args {
                                 ceil(max_len / split_len)) splits: partials must hold that many (at most
                                 n_split whatever max_len). An error when the longest len would run into
                                 llvmpipe's loop limit */
-    bool distinct_rows;      /* a hint: every token is of another table row (a decode step). The tiled
+    bool distinct_rows; /* a hint: every token is of another table row (a decode step). The tiled
                                 kernel then gives each token a workgroup of its own, so the rows' walks
                                 run in parallel instead of one after another; results are the same bits */
 } cvk_attn_prefill_args;
@@ -114,8 +114,8 @@ typedef struct cvk_attn_prefill_args {
  * Same as cvk_attn_prefill_pipeline_cfg with cfg {.wg = wg_or_0}. */
 int cvk_attn_prefill_pipeline(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim,
                               uint32_t wg_or_0);
-int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache,
-                                  uint32_t head_dim, const cvk_attn_prefill_cfg *cfg);
+int cvk_attn_prefill_pipeline_cfg(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim,
+                                  const cvk_attn_prefill_cfg *cfg);
 void cvk_attn_prefill_pipeline_destroy(cvk_device *d, cvk_attn_prefill_pipes *p);
 /* Bytes of scratch for the partial states: n_tokens * n_head * n_parts * n_split * (head_dim + 2)
  * floats when n_parts * n_split > 1, else 0. */

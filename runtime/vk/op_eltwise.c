@@ -8,8 +8,13 @@ static int make(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t 
     if (!wg) wg = 256;
     if (!cvk_wg_fits(&d->info.caps, wg)) return cd_fail("%s: workgroup size %u too large", name, wg);
     uint32_t spec[1] = {wg};
-    cvk_pipeline_desc desc = {.name = name, .spv = spv, .spv_size = spv_size, .n_bindings = 3,
-                              .push_size = push_size, .spec = spec, .n_spec = 1};
+    cvk_pipeline_desc desc = {.name = name,
+                              .spv = spv,
+                              .spv_size = spv_size,
+                              .n_bindings = 3,
+                              .push_size = push_size,
+                              .spec = spec,
+                              .n_spec = 1};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -44,7 +49,8 @@ int cvk_swiglu(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_sw
     if (total > UINT32_MAX || (uint64_t)a->rows * pc.g_stride > UINT32_MAX ||
         (uint64_t)a->rows * pc.u_stride > UINT32_MAX || (uint64_t)a->rows * pc.h_stride > UINT32_MAX)
         return cd_fail("swiglu: too many elements");
-    if (fits("swiglu", &a->g, a->rows, pc.g_stride, a->n, "g") || fits("swiglu", &a->u, a->rows, pc.u_stride, a->n, "u") ||
+    if (fits("swiglu", &a->g, a->rows, pc.g_stride, a->n, "g") ||
+        fits("swiglu", &a->u, a->rows, pc.u_stride, a->n, "u") ||
         fits("swiglu", &a->h, a->rows, pc.h_stride, a->n, "h"))
         return -1;
     cvk_view views[3] = {a->g, a->u, a->h};

@@ -16,7 +16,7 @@ typedef struct cvk_swiglu_push {
 } cvk_swiglu_push;
 
 typedef struct cvk_swiglu_args {
-    cvk_view g, u, h;                     /* f32 rows */
+    cvk_view g, u, h; /* f32 rows */
     uint32_t n, rows;
     uint32_t g_stride, u_stride, h_stride; /* floats between rows; 0 means n */
 } cvk_swiglu_args;

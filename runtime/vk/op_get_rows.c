@@ -12,8 +12,13 @@ int cvk_get_rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache,
     uint32_t spec[2] = {wg, (uint32_t)type};
     const cinder_spv_module *m = cvk_spirv_module("get_rows", type);
     if (!m) return -1;
-    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 3,
-                              .push_size = sizeof(cvk_get_rows_push), .spec = spec, .n_spec = 2};
+    cvk_pipeline_desc desc = {.name = m->shader,
+                              .spv = m->code,
+                              .spv_size = *m->size,
+                              .n_bindings = 3,
+                              .push_size = sizeof(cvk_get_rows_push),
+                              .spec = spec,
+                              .n_spec = 2};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -48,7 +53,10 @@ int cvk_get_rows(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_
         cvk_get_rows_push pc = {a->n, (uint32_t)row_bytes, (uint32_t)row0, (uint32_t)rows, a->n_rows, a->n_ids, stride};
         cvk_view views[3] = {cvk_view_part(a->table, k), a->ids, a->dst};
         VkDescriptorSet set;
-        if (cvk_descset(dp, p, views, &set)) { cvk_cmd_label_end(c); return -1; }
+        if (cvk_descset(dp, p, views, &set)) {
+            cvk_cmd_label_end(c);
+            return -1;
+        }
         cvk_cmd_dispatch(c, p, set, &pc, gx, gy, gz);
     }
     cvk_cmd_label_end(c);

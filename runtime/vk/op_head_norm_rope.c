@@ -3,16 +3,18 @@
 #include "runtime/base/error.h"
 #include "shaders/shaders.h"
 
-int cvk_head_norm_rope_pipelines(cvk_head_norm_rope_pipes *p, cvk_device *d, VkPipelineCache cache,
-                                 uint32_t head_dim) {
+int cvk_head_norm_rope_pipelines(cvk_head_norm_rope_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim) {
     *p = (cvk_head_norm_rope_pipes){0};
     if (head_dim < 2 || head_dim % 2 || !cvk_wg_fits(&d->info.caps, head_dim / 2))
         return cd_fail("head_norm_rope: head_dim %u is not even or too large for a workgroup", head_dim);
     for (uint32_t kv = 0; kv < 2; kv++) {
         uint32_t spec[3] = {head_dim / 2, head_dim, kv};
         cvk_pipeline_desc desc = {.name = kv ? "head_norm_rope_kv" : "head_norm_rope",
-                                  .spv = cinder_spv_head_norm_rope, .spv_size = cinder_spv_head_norm_rope_size,
-                                  .n_bindings = 7, .push_size = sizeof(cvk_head_norm_rope_push), .spec = spec,
+                                  .spv = cinder_spv_head_norm_rope,
+                                  .spv_size = cinder_spv_head_norm_rope_size,
+                                  .n_bindings = 7,
+                                  .push_size = sizeof(cvk_head_norm_rope_push),
+                                  .spec = spec,
                                   .n_spec = 3};
         if (cvk_pipeline_create(kv ? &p->kv : &p->q, d, cache, &desc)) {
             cvk_head_norm_rope_pipelines_destroy(d, p);
@@ -52,7 +54,8 @@ int cvk_head_norm_rope(cvk_cmd *c, cvk_descpool *dp, const cvk_head_norm_rope_pi
     if (!t || !t->buf.n_parts) return cd_fail("head_norm_rope: no rope table");
     uint32_t d = t->head_dim, stride = a->tok_stride ? a->tok_stride : a->heads * d;
     if (p->q.spec[1] != d) return cd_fail("head_norm_rope: pipelines for head_dim %u, table for %u", p->q.spec[1], d);
-    if ((uint64_t)a->heads * d > stride) return cd_fail("head_norm_rope: token stride %u below heads * head_dim", stride);
+    if ((uint64_t)a->heads * d > stride)
+        return cd_fail("head_norm_rope: token stride %u below heads * head_dim", stride);
     uint64_t rows = (uint64_t)a->tokens * a->heads;
     if ((uint64_t)a->tokens * stride > UINT32_MAX || rows > UINT32_MAX) return cd_fail("head_norm_rope: too many rows");
     uint64_t need = ((uint64_t)(a->tokens - 1) * stride + (uint64_t)a->heads * d) * 4;

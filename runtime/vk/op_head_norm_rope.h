@@ -34,18 +34,17 @@ typedef struct cvk_head_norm_rope_args {
     cvk_view loc;                /* uint32 {row, position} per token; positions < table->n_pos */
     const cvk_rope_table *table; /* its head_dim is the head size */
     uint32_t tokens, heads;
-    uint32_t tok_stride;         /* floats between tokens of x and v; 0 means heads * head_dim */
+    uint32_t tok_stride; /* floats between tokens of x and v; 0 means heads * head_dim */
     float eps;
     /* K: */
-    const cvk_buffer *pool;      /* NULL for Q; else created with granule = lay->page_bytes */
-    const kv_layout *lay;        /* heads = lay->n_head_kv, head_dim = lay->head_dim */
-    cvk_view v;                  /* f32, laid out as x */
-    cvk_view pages;              /* uint32 page ids, rows of table_stride */
+    const cvk_buffer *pool; /* NULL for Q; else created with granule = lay->page_bytes */
+    const kv_layout *lay;   /* heads = lay->n_head_kv, head_dim = lay->head_dim */
+    cvk_view v;             /* f32, laid out as x */
+    cvk_view pages;         /* uint32 page ids, rows of table_stride */
     uint32_t layer, table_stride;
 } cvk_head_norm_rope_args;
 
-int cvk_head_norm_rope_pipelines(cvk_head_norm_rope_pipes *p, cvk_device *d, VkPipelineCache cache,
-                                 uint32_t head_dim);
+int cvk_head_norm_rope_pipelines(cvk_head_norm_rope_pipes *p, cvk_device *d, VkPipelineCache cache, uint32_t head_dim);
 void cvk_head_norm_rope_pipelines_destroy(cvk_device *d, cvk_head_norm_rope_pipes *p);
 /* Records the dispatch(es) (no barrier before or after). */
 int cvk_head_norm_rope(cvk_cmd *c, cvk_descpool *dp, const cvk_head_norm_rope_pipes *p,

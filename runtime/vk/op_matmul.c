@@ -19,8 +19,8 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
                          const cvk_matmul_tile *t) {
     const cvk_caps *c = &d->info.caps;
     uint32_t rpi = t->tm ? t->tm : 1, kl = t->kl ? t->kl : 1, wg = t->bm / rpi * kl;
-    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || (kl & (kl - 1)) ||
-        wg > c->max_wg_size[0] || wg > c->max_wg_invocations)
+    if (!t->bm || !t->bn || t->bn > 16 || rpi > 8 || t->bm % rpi || (kl & (kl - 1)) || wg > c->max_wg_size[0] ||
+        wg > c->max_wg_invocations)
         return cd_fail("matmul: bad rows kernel %u rows x %u tokens, %u rows per invocation, %u invocations per row",
                        t->bm, t->bn, rpi, kl);
     /* split k: a row's lanes meet by subgroupShuffle, so they must lie in one subgroup */
@@ -43,9 +43,16 @@ static int rows_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
     /* the texel kernel: weights (binding 0) and x (1) through uniform texel buffers */
     const cinder_spv_module *m = cvk_spirv_module(t->texel ? "matmul_rows_texel" : "matmul_rows", type);
     if (!m) return -1;
-    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 7,
-                              .texel_bindings = t->texel ? 3 : 0, .push_size = sizeof(cvk_matmul_push),
-                              .spec = spec, .n_spec = 8, .subgroup_size = sg, .full_subgroups = sg != 0};
+    cvk_pipeline_desc desc = {.name = m->shader,
+                              .spv = m->code,
+                              .spv_size = *m->size,
+                              .n_bindings = 7,
+                              .texel_bindings = t->texel ? 3 : 0,
+                              .push_size = sizeof(cvk_matmul_push),
+                              .spec = spec,
+                              .n_spec = 8,
+                              .subgroup_size = sg,
+                              .full_subgroups = sg != 0};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -68,8 +75,8 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     if (!qtype_supported(type)) return cd_fail("matmul: type %s is not supported", qtype_name(type));
     if (!c->storage8 || !c->storage16) return cd_fail("matmul: the device lacks 8- or 16-bit storage buffer access");
     if (t->rows) return rows_pipeline(p, d, cache, type, t);
-    if (!t->bm || !t->bn || !t->bk || !t->tm || !t->tn || t->tm % 4 || t->tn % 4 || t->bm % t->tm ||
-        t->bn % t->tn || t->tm * t->tn > 64 || 256 % t->bk) /* a divisor or multiple of the 32-k chunk */
+    if (!t->bm || !t->bn || !t->bk || !t->tm || !t->tn || t->tm % 4 || t->tn % 4 || t->bm % t->tm || t->bn % t->tn ||
+        t->tm * t->tn > 64 || 256 % t->bk) /* a divisor or multiple of the 32-k chunk */
         return cd_fail("matmul: bad tile %ux%ux%u / %ux%u (tm, tn: multiples of 4 dividing bm, bn, tm * tn <= 64; "
                        "bk must divide 256)",
                        t->bm, t->bn, t->bk, t->tm, t->tn);
@@ -83,8 +90,13 @@ int cvk_matmul_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     uint32_t spec[8] = {wg, (uint32_t)type, t->bm, t->bn, t->bk, t->tm, t->tn, t->glu}; /* spec 1: above */
     const cinder_spv_module *m = cvk_spirv_module("matmul", type);
     if (!m) return -1;
-    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 7,
-                              .push_size = sizeof(cvk_matmul_push), .spec = spec, .n_spec = 8};
+    cvk_pipeline_desc desc = {.name = m->shader,
+                              .spv = m->code,
+                              .spv_size = *m->size,
+                              .n_bindings = 7,
+                              .push_size = sizeof(cvk_matmul_push),
+                              .spec = spec,
+                              .n_spec = 8};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -103,7 +115,8 @@ static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_b
         return cd_fail("matmul: weights hold fewer than %llu rows", (unsigned long long)(slices * slice_rows));
     if (a->glu && a->accumulate) return cd_fail("matmul: gate-up pairs do not accumulate");
     if (a->glu && w->n_parts > 1 && w->part_bytes % (slice_rows * row_bytes))
-        return cd_fail("matmul: weight parts split gate-up pair slices (create the buffer with granule = 2 * n_rows rows)");
+        return cd_fail(
+            "matmul: weight parts split gate-up pair slices (create the buffer with granule = 2 * n_rows rows)");
     if (w->size / row_bytes > UINT32_MAX) return cd_fail("matmul: weights hold more than 2^32 rows");
     if (w->n_parts > 1 && w->part_bytes % row_bytes)
         return cd_fail("matmul: weight parts split rows (create the buffer with granule = row bytes)");
@@ -115,7 +128,8 @@ static int check(const cvk_pipeline *p, const cvk_matmul_args *a, uint64_t row_b
     if ((uint64_t)a->x_rows * xs > UINT32_MAX || (uint64_t)a->y_rows * ys > UINT32_MAX)
         return cd_fail("matmul: x or y has more than 2^32 floats");
     if (grouped) {
-        if (a->n_experts == 0 || a->n_experts > CVK_GRID_MAX) return cd_fail("matmul: grouped with %u experts", a->n_experts);
+        if (a->n_experts == 0 || a->n_experts > CVK_GRID_MAX)
+            return cd_fail("matmul: grouped with %u experts", a->n_experts);
         if (a->expert) return cd_fail("matmul: grouped mode takes expert = 0");
         if (a->groups.size < 8ull * a->n_experts) return cd_fail("matmul: groups shorter than n_experts entries");
         if (a->items.buf) {
@@ -147,14 +161,15 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     uint32_t gy = (a->n_tokens + bn - 1) / bn;
     if (gy > CVK_GRID_MAX) return cd_fail("matmul: %u tokens exceed 65535 token tiles", a->n_tokens);
     uint32_t flags = (a->gather.buf ? CVK_MATMUL_GATHER : 0) | (a->scatter.buf ? CVK_MATMUL_SCATTER : 0) |
-                     (grouped ? CVK_MATMUL_GROUPED : 0) | (a->items.buf ? CVK_MATMUL_ITEMS : 0) |
-                     (a->accumulate ? CVK_MATMUL_ACCUMULATE : 0);
+        (grouped ? CVK_MATMUL_GROUPED : 0) | (a->items.buf ? CVK_MATMUL_ITEMS : 0) |
+        (a->accumulate ? CVK_MATMUL_ACCUMULATE : 0);
     if (xs % 4 == 0 && a->n_in % 4 == 0 && a->x.off % 16 == 0) flags |= CVK_MATMUL_X4;
     uint32_t x0 = 0; /* the texel kernel sees x's whole part: x's first texel there */
     if (p->texel_bindings && cvk_texel_offset(&a->x, &x0)) return cd_fail_ctx("matmul: x: ");
     if (p->texel_bindings && !(flags & CVK_MATMUL_X4))
         return cd_fail("matmul: the texel rows kernel reads x rows as whole texels: x_stride %u and n_in %u must be "
-                       "multiples of 4", xs, a->n_in);
+                       "multiples of 4",
+                       xs, a->n_in);
     /* entries the bound lists hold (grouped mode skips list entries j >= n_ids) */
     uint64_t n_ids = UINT32_MAX;
     if (a->gather.buf && a->gather.size / 4 < n_ids) n_ids = a->gather.size / 4;
@@ -186,9 +201,10 @@ static int record(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         if (a->glu) nr = nr / 2 * grid_per; /* whole pair slices: n_rows outputs, 2 tiled rows each */
         uint32_t gx = (uint32_t)((nr + bm - 1) / bm), gz = (uint32_t)(hi - lo);
         if (gx > CVK_GRID_MAX) return cd_fail("matmul: %llu rows exceed 65535 row tiles", (unsigned long long)nr);
-        cvk_matmul_push pc = {a->n_in, (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,
-                              a->n_tokens, xs, a->x_rows, ys, a->y_rows, a->ids_off, (uint32_t)n_ids, flags,
-                              a->item0, (uint32_t)hi, x0};
+        cvk_matmul_push pc = {
+            a->n_in,  (uint32_t)row_bytes, a->n_rows, (uint32_t)p0, (uint32_t)(p1 - p0), (uint32_t)lo,    a->n_tokens,
+            xs,       a->x_rows,           ys,        a->y_rows,    a->ids_off,          (uint32_t)n_ids, flags,
+            a->item0, (uint32_t)hi,        x0};
         cvk_view views[7] = {cvk_view_part(w, k), a->x, a->y, gather, scatter, groups, items};
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) return -1;

@@ -59,8 +59,9 @@ typedef struct cvk_matmul_push {
 #define CVK_MATMUL_SCATTER 2u
 #define CVK_MATMUL_GROUPED 4u
 #define CVK_MATMUL_ITEMS 16u /* grouped over moe_group's work items, dispatched indirectly */
-#define CVK_MATMUL_X4 8u /* x rows may be read as vec4s (the rows kernel uses it; the tiled one ignores it) */
-#define CVK_MATMUL_ACCUMULATE 32u /* y += W x: one float add of the finished sum into y, the bits of
+#define CVK_MATMUL_X4 8u     /* x rows may be read as vec4s (the rows kernel uses it; the tiled one ignores it) */
+#define CVK_MATMUL_ACCUMULATE                                                                                          \
+    32u /* y += W x: one float add of the finished sum into y, the bits of
                                      a separate add (a residual without its own stage) */
 
 /* Every kernel sums each output in one canonical order (shaders/matmul.comp: k in chunks of 32,

@@ -78,15 +78,21 @@ int cvk_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, e
     const cinder_spv_module *m = c.texel ? cvk_spirv_module("matvec_texel", CINDER_SPV_UNTYPED)
                                          : cvk_spirv_module("matvec", type); /* spec 1 records its type */
     if (!m) return -1;
-    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 4,
-                              .texel_bindings = c.texel ? 3 : 0, .push_size = sizeof(cvk_matvec_push),
-                              .spec = spec, .n_spec = N_SPEC, .subgroup_size = c.subgroup_size,
+    cvk_pipeline_desc desc = {.name = m->shader,
+                              .spv = m->code,
+                              .spv_size = *m->size,
+                              .n_bindings = 4,
+                              .texel_bindings = c.texel ? 3 : 0,
+                              .push_size = sizeof(cvk_matvec_push),
+                              .spec = spec,
+                              .n_spec = N_SPEC,
+                              .subgroup_size = c.subgroup_size,
                               .full_subgroups = c.subgroup_size && c.wg % c.subgroup_size == 0};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
-static int check(const cvk_pipeline *p, const cvk_matvec_args *a, uint64_t row_bytes, uint32_t n_slices,
-                 uint32_t xs, uint32_t ys) {
+static int check(const cvk_pipeline *p, const cvk_matvec_args *a, uint64_t row_bytes, uint32_t n_slices, uint32_t xs,
+                 uint32_t ys) {
     const cvk_buffer *w = a->w;
     if (p->n_spec < N_SPEC || p->spec[SPEC_TYPE] != (uint32_t)a->type)
         return cd_fail("matvec: pipeline built for another type than %s", qtype_name(a->type));
@@ -94,7 +100,8 @@ static int check(const cvk_pipeline *p, const cvk_matvec_args *a, uint64_t row_b
         return cd_fail("matvec: row of %u is not a whole number of %s blocks", a->n_in, qtype_name(a->type));
     uint64_t total = (uint64_t)a->n_rows * n_slices;
     if (row_bytes > UINT32_MAX || total > UINT32_MAX) return cd_fail("matvec: tensor too large");
-    if (w->size < row_bytes * total) return cd_fail("matvec: weights smaller than %llu rows", (unsigned long long)total);
+    if (w->size < row_bytes * total)
+        return cd_fail("matvec: weights smaller than %llu rows", (unsigned long long)total);
     if (w->n_parts > 1 && w->part_bytes % row_bytes)
         return cd_fail("matvec: weight parts split rows (create the buffer with granule = row bytes)");
     if (w->part_bytes > UINT32_MAX) return cd_fail("matvec: a weight part exceeds 4 GiB");
@@ -146,9 +153,20 @@ int cvk_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_ma
         }
         uint64_t blocks = (r_end - r_begin + rows_wg - 1) / rows_wg;
         uint32_t gx, gz;
-        cvk_matvec_push pc = {a->n_in,        (uint32_t)row_bytes, a->n_rows, n_slices, (uint32_t)row0,
-                              (uint32_t)rows, (uint32_t)r_begin,   a->n_vec,  xs,       ys,
-                              a->slice,       a->use_ids ? (int32_t)a->ids_offset : -1, lpr, x0};
+        cvk_matvec_push pc = {a->n_in,
+                              (uint32_t)row_bytes,
+                              a->n_rows,
+                              n_slices,
+                              (uint32_t)row0,
+                              (uint32_t)rows,
+                              (uint32_t)r_begin,
+                              a->n_vec,
+                              xs,
+                              ys,
+                              a->slice,
+                              a->use_ids ? (int32_t)a->ids_offset : -1,
+                              lpr,
+                              x0};
         views[0] = cvk_view_part(a->w, k);
         VkDescriptorSet set;
         if (cvk_grid_split("matvec", blocks, &gx, &gz) || cvk_descset(dp, p, views, &set)) {
@@ -171,8 +189,12 @@ cvk_matvec_cfg cvk_matvec_choose(const cvk_device *d, enum qtype type, uint32_t 
          * then feeds twice the rows; measured in docs/kernels/matvec.md). Several vectors (the batch forward's head)
          * share each row's fetch and decode; each vector's sums are the same whatever their
          * number and the rows per lane. */
-        return (cvk_matvec_cfg){.wg = nvec > 4 ? 128 : 64, .rows = nvec >= 4 ? 16 : 8, .nvec = nvec,
-                                .lanes_per_row = 1, .a16 = true, .texel = true};
+        return (cvk_matvec_cfg){.wg = nvec > 4 ? 128 : 64,
+                                .rows = nvec >= 4 ? 16 : 8,
+                                .nvec = nvec,
+                                .lanes_per_row = 1,
+                                .a16 = true,
+                                .texel = true};
     }
     if (cpu_device(d)) /* lavapipe: masked-off vectors still cost their loads, so NVEC = n_vec */
         return (cvk_matvec_cfg){.wg = 64, .rows = 2, .nvec = nvec};

@@ -60,15 +60,15 @@ typedef struct cvk_matvec_args {
     enum qtype type;
     uint32_t n_in, n_rows, n_slices; /* n_slices 0 means 1 */
     cvk_view x;
-    uint32_t x_stride;               /* floats between vectors; 0 means n_in */
-    bool x_shared;                   /* all vectors read the first x */
+    uint32_t x_stride; /* floats between vectors; 0 means n_in */
+    bool x_shared;     /* all vectors read the first x */
     cvk_view y;
-    uint32_t y_stride;               /* floats between vectors; 0 means n_rows */
+    uint32_t y_stride; /* floats between vectors; 0 means n_rows */
     uint32_t n_vec;
     bool use_ids;
-    cvk_view ids;                    /* int32 expert ids (use_ids) */
-    uint32_t ids_offset;             /* first id used, in int32 elements of ids */
-    uint32_t slice;                  /* dense mode */
+    cvk_view ids;        /* int32 expert ids (use_ids) */
+    uint32_t ids_offset; /* first id used, in int32 elements of ids */
+    uint32_t slice;      /* dense mode */
 } cvk_matvec_args;
 
 /* One pipeline per weight type and configuration; cfg may be NULL. */

@@ -10,9 +10,13 @@ int cvk_moe_combine_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cac
     if (!cvk_wg_fits(&d->info.caps, wg) || (wg & (wg - 1)))
         return cd_fail("moe_combine: workgroup size %u is not a power of two within the device limit", wg);
     uint32_t spec[1] = {wg};
-    cvk_pipeline_desc desc = {.name = "moe_combine", .spv = cinder_spv_moe_combine,
-                              .spv_size = cinder_spv_moe_combine_size, .n_bindings = 5,
-                              .push_size = sizeof(cvk_moe_combine_push), .spec = spec, .n_spec = 1};
+    cvk_pipeline_desc desc = {.name = "moe_combine",
+                              .spv = cinder_spv_moe_combine,
+                              .spv_size = cinder_spv_moe_combine_size,
+                              .n_bindings = 5,
+                              .push_size = sizeof(cvk_moe_combine_push),
+                              .spec = spec,
+                              .n_spec = 1};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -23,8 +27,9 @@ int cvk_moe_combine(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const c
     if (es < a->n) return cd_fail("moe_combine: e_stride %u below n %u", es, a->n);
     uint64_t total = (uint64_t)a->n * a->rows, pairs = (uint64_t)a->rows * a->k;
     if (total > UINT32_MAX || pairs * es > UINT32_MAX) return cd_fail("moe_combine: too many elements");
-    if (a->x.size < total * 4) return cd_fail("moe_combine: x holds %llu bytes, needs %llu",
-                                              (unsigned long long)a->x.size, (unsigned long long)(total * 4));
+    if (a->x.size < total * 4)
+        return cd_fail("moe_combine: x holds %llu bytes, needs %llu", (unsigned long long)a->x.size,
+                       (unsigned long long)(total * 4));
     if (a->e.size < ((pairs - 1) * es + a->n) * 4) return cd_fail("moe_combine: e too small");
     if (a->w.size < pairs * 4) return cd_fail("moe_combine: w too small");
     bool norm = a->norm_w.buf != NULL;

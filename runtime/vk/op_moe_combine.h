@@ -26,9 +26,9 @@ typedef struct cvk_moe_combine_push {
 } cvk_moe_combine_push;
 
 typedef struct cvk_moe_combine_args {
-    cvk_view x;       /* f32 [rows][n], updated in place */
-    cvk_view e;       /* f32 [rows * k][e_stride] */
-    cvk_view w;       /* f32 [rows][k] */
+    cvk_view x; /* f32 [rows][n], updated in place */
+    cvk_view e; /* f32 [rows * k][e_stride] */
+    cvk_view w; /* f32 [rows][k] */
     uint32_t n, k, rows;
     uint32_t e_stride; /* floats between expert outputs; 0 means n */
     cvk_view norm_w;   /* f32 [n]: .buf NULL = no norm */

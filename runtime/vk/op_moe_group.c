@@ -7,8 +7,7 @@
 int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, uint32_t wg) {
     if (!wg) wg = 256;
     if (wg % 32 || wg > 512) return cd_fail("moe_group: workgroup size %u (a multiple of 32 up to 512)", wg);
-    if (!cvk_wg_fits(&d->info.caps, wg))
-        return cd_fail("moe_group: workgroup size %u too large for the device", wg);
+    if (!cvk_wg_fits(&d->info.caps, wg)) return cd_fail("moe_group: workgroup size %u too large for the device", wg);
     uint64_t shared = 4ull * CVK_MOE_MAX_EXPERT * (3 + wg / 32) + 4 + 16ull * wg; /* part[] as uvec3, 16-byte padded */
     if (shared > d->info.caps.max_shared)
         return cd_fail("moe_group: needs %llu bytes of shared memory, the device has %u", (unsigned long long)shared,
@@ -17,8 +16,13 @@ int cvk_moe_group_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
     uint32_t sg = d->info.caps.min_subgroup_size ? d->info.caps.min_subgroup_size : d->info.caps.subgroup_size;
     if (sg < 4) return cd_fail("moe_group: subgroups of %u invocations (4 or more needed)", sg);
     uint32_t spec[2] = {wg, (CVK_MOE_MAX_EXPERT + sg - 1) / sg};
-    cvk_pipeline_desc desc = {.name = "moe_group", .spv = cinder_spv_moe_group, .spv_size = cinder_spv_moe_group_size,
-                              .n_bindings = 8, .push_size = sizeof(cvk_moe_group_push), .spec = spec, .n_spec = 2};
+    cvk_pipeline_desc desc = {.name = "moe_group",
+                              .spv = cinder_spv_moe_group,
+                              .spv_size = cinder_spv_moe_group_size,
+                              .n_bindings = 8,
+                              .push_size = sizeof(cvk_moe_group_push),
+                              .spec = spec,
+                              .n_spec = 2};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -43,8 +47,7 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
     if (pairs > INT32_MAX) return cd_fail("moe_group: %llu pairs exceed int32 lists", (unsigned long long)pairs);
     if (a->ids.size < pairs * 4 || a->gather.size < pairs * 4 || a->scatter.size < pairs * 4)
         return cd_fail("moe_group: ids, gather and scatter need %llu bytes each", (unsigned long long)pairs * 4);
-    if (a->groups.size < 8ull * a->n_expert)
-        return cd_fail("moe_group: groups needs %llu bytes", 8ull * a->n_expert);
+    if (a->groups.size < 8ull * a->n_expert) return cd_fail("moe_group: groups needs %llu bytes", 8ull * a->n_expert);
     cvk_moe_group_push pc = {.n_expert = a->n_expert, .n_tokens = a->n_tokens, .k = a->k};
     cvk_view logits = a->groups, weights = a->groups; /* bound, never read or written without routing */
     if (a->logits.buf) {
@@ -53,7 +56,8 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
             return cd_fail("moe_group: routing k = %u with %u experts (1..%d supported)", a->k, a->n_expert,
                            CVK_MOE_MAX_K);
         if (stride < a->n_expert) return cd_fail("moe_group: logits stride below n_expert");
-        if ((unsigned)a->route_mode > CVK_MOE_ROUTE_GRID) return cd_fail("moe_group: route mode %d", (int)a->route_mode);
+        if ((unsigned)a->route_mode > CVK_MOE_ROUTE_GRID)
+            return cd_fail("moe_group: route mode %d", (int)a->route_mode);
         if ((uint64_t)a->n_tokens * stride > UINT32_MAX) return cd_fail("moe_group: too many tokens' logits");
         uint64_t need = ((uint64_t)(a->n_tokens - 1) * stride + a->n_expert) * 4;
         if (a->logits.size < need || a->weights.size < pairs * 4)
@@ -67,11 +71,13 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         if (!a->tile1) return cd_fail("moe_group: list 1 needs a tile");
         uint32_t need = cvk_moe_group_cap(a->n_tokens, a->k, a->n_expert, a->tile0, a->tile1);
         if (a->cap < need) return cd_fail("moe_group: work lists of %u items, %u needed", a->cap, need);
-        if (a->cap > CVK_GRID_MAX) return cd_fail("moe_group: work lists of %u items exceed a dispatch's 65535 workgroups", a->cap);
+        if (a->cap > CVK_GRID_MAX)
+            return cd_fail("moe_group: work lists of %u items exceed a dispatch's 65535 workgroups", a->cap);
         if (a->items.size < 16ull * a->cap || a->dispatch.size < 48)
             return cd_fail("moe_group: items needs %llu bytes, dispatch 48", 16ull * a->cap);
         for (int d = 0; d < 4; d++)
-            if (!a->row_tiles[d] || a->row_tiles[d] > CVK_GRID_MAX) return cd_fail("moe_group: %u row tiles", a->row_tiles[d]);
+            if (!a->row_tiles[d] || a->row_tiles[d] > CVK_GRID_MAX)
+                return cd_fail("moe_group: %u row tiles", a->row_tiles[d]);
         pc.tile0 = a->tile0, pc.tile1 = a->tile1, pc.split = a->split, pc.cap = a->cap;
         for (int d = 0; d < 4; d++) pc.row_tiles[d] = a->row_tiles[d];
         items = a->items, dispatch = a->dispatch;
@@ -87,7 +93,8 @@ int cvk_moe_group(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk
         uint32_t per = sg && p->spec[0] > sg ? p->spec[0] / sg : 1, groups = (a->n_tokens + per - 1) / per;
         cvk_moe_group_push route = pc;
         route.route = 2;
-        cvk_cmd_dispatch(c, p, set, &route, groups < CVK_GRID_MAX ? groups : CVK_GRID_MAX, 1, 1); /* the shader strides past it */
+        cvk_cmd_dispatch(c, p, set, &route, groups < CVK_GRID_MAX ? groups : CVK_GRID_MAX, 1,
+                         1); /* the shader strides past it */
         cvk_barrier_compute_to_compute(c->cb);
         pc.route = 0;
     }

@@ -73,10 +73,10 @@ typedef struct cvk_moe_group_args {
     uint32_t stride;  /* floats between tokens' logits; 0 means n_expert */
     bool no_renorm;   /* routing: the weights are the softmax probabilities themselves */
     cvk_moe_route_mode route_mode;
-    cvk_view ids;     /* int32 [n_tokens][k]: written when routing, else read */
-    cvk_view groups;  /* uint32 [n_expert][2] {offset, count} */
-    cvk_view gather;  /* int32 [n_tokens * k] */
-    cvk_view scatter; /* int32 [n_tokens * k] */
+    cvk_view ids;      /* int32 [n_tokens][k]: written when routing, else read */
+    cvk_view groups;   /* uint32 [n_expert][2] {offset, count} */
+    cvk_view gather;   /* int32 [n_tokens * k] */
+    cvk_view scatter;  /* int32 [n_tokens * k] */
     uint32_t n_expert; /* 1..CVK_MOE_MAX_EXPERT */
                        /* k: 1..CVK_MOE_MAX_K and <= n_expert when routing */
     uint32_t n_tokens, k;

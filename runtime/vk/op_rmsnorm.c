@@ -8,8 +8,13 @@ int cvk_rmsnorm_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, 
     if (!cvk_wg_fits(&d->info.caps, wg) || (wg & (wg - 1)))
         return cd_fail("rmsnorm: workgroup size %u is not a power of two within the device limit", wg);
     uint32_t spec[1] = {wg};
-    cvk_pipeline_desc desc = {.name = "rmsnorm", .spv = cinder_spv_rmsnorm, .spv_size = cinder_spv_rmsnorm_size,
-                              .n_bindings = 3, .push_size = sizeof(cvk_rmsnorm_push), .spec = spec, .n_spec = 1};
+    cvk_pipeline_desc desc = {.name = "rmsnorm",
+                              .spv = cinder_spv_rmsnorm,
+                              .spv_size = cinder_spv_rmsnorm_size,
+                              .n_bindings = 3,
+                              .push_size = sizeof(cvk_rmsnorm_push),
+                              .spec = spec,
+                              .n_spec = 1};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -22,8 +27,7 @@ static int fits(const cvk_view *v, uint32_t rows, uint32_t stride, uint32_t n, c
 }
 
 int cvk_rmsnorm(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_rmsnorm_args *a) {
-    cvk_rmsnorm_push pc = {a->n, a->rows, a->x_stride ? a->x_stride : a->n, a->y_stride ? a->y_stride : a->n,
-                           a->eps};
+    cvk_rmsnorm_push pc = {a->n, a->rows, a->x_stride ? a->x_stride : a->n, a->y_stride ? a->y_stride : a->n, a->eps};
     if (a->n == 0 || a->rows == 0) return 0;
     if (pc.x_stride < a->n || pc.y_stride < a->n) return cd_fail("rmsnorm: row stride below n");
     if (fits(&a->x, a->rows, pc.x_stride, a->n, "x") || fits(&a->y, a->rows, pc.y_stride, a->n, "y") ||

@@ -17,7 +17,7 @@ typedef struct cvk_rmsnorm_push {
 } cvk_rmsnorm_push;
 
 typedef struct cvk_rmsnorm_args {
-    cvk_view x, w, y;          /* f32; w holds n floats */
+    cvk_view x, w, y; /* f32; w holds n floats */
     uint32_t n, rows;
     uint32_t x_stride, y_stride; /* floats between rows; 0 means n */
     float eps;

@@ -16,9 +16,13 @@ int cvk_argmax_pipelines(cvk_argmax_pipes *p, cvk_device *d, VkPipelineCache cac
         return cd_fail("argmax: workgroup size %u is not a power of two within 32..1024 and the device limit", wg);
     for (uint32_t pass = 0; pass < 2; pass++) {
         uint32_t spec[2] = {wg, pass};
-        cvk_pipeline_desc desc = {.name = pass ? "argmax_final" : "argmax", .spv = cinder_spv_argmax,
-                                  .spv_size = cinder_spv_argmax_size, .n_bindings = 3,
-                                  .push_size = sizeof(cvk_argmax_push), .spec = spec, .n_spec = 2};
+        cvk_pipeline_desc desc = {.name = pass ? "argmax_final" : "argmax",
+                                  .spv = cinder_spv_argmax,
+                                  .spv_size = cinder_spv_argmax_size,
+                                  .n_bindings = 3,
+                                  .push_size = sizeof(cvk_argmax_push),
+                                  .spec = spec,
+                                  .n_spec = 2};
         if (texel) /* the logits (binding 0) through a uniform texel buffer */
             desc.spv = cinder_spv_argmax_texel, desc.spv_size = cinder_spv_argmax_texel_size, desc.texel_bindings = 1;
         if (cvk_pipeline_create(&p->pass[pass], d, cache, &desc)) {
@@ -82,9 +86,13 @@ int cvk_sample_pipelines(cvk_sample_pipes *p, cvk_device *d, VkPipelineCache cac
         return cd_fail("sample: workgroup size %u is not a power of two within 32..1024 and the device limit", wg);
     for (uint32_t pass = 0; pass < 2; pass++) {
         uint32_t spec[2] = {wg, pass};
-        cvk_pipeline_desc desc = {.name = pass ? "sample_topk_final" : "sample_topk", .spv = cinder_spv_sample_topk,
-                                  .spv_size = cinder_spv_sample_topk_size, .n_bindings = 4,
-                                  .push_size = sizeof(cvk_sample_push), .spec = spec, .n_spec = 2};
+        cvk_pipeline_desc desc = {.name = pass ? "sample_topk_final" : "sample_topk",
+                                  .spv = cinder_spv_sample_topk,
+                                  .spv_size = cinder_spv_sample_topk_size,
+                                  .n_bindings = 4,
+                                  .push_size = sizeof(cvk_sample_push),
+                                  .spec = spec,
+                                  .n_spec = 2};
         if (cvk_pipeline_create(&p->pass[pass], d, cache, &desc)) {
             cvk_sample_pipelines_destroy(d, p);
             return -1;
@@ -112,7 +120,8 @@ int cvk_sample(cvk_cmd *c, cvk_descpool *dp, const cvk_sample_pipes *p, const cv
     uint32_t stride = a->stride ? a->stride : a->n, chunk = p->pass[0].spec[0] * ARGMAX_ITEMS;
     uint32_t n_chunks = (uint32_t)(((uint64_t)a->n + chunk - 1) / chunk);
     if (stride < a->n) return cd_fail("sample: stride below n");
-    if (n_chunks > SAMPLE_MAX_CHUNKS) return cd_fail("sample: %u logits need more than %d chunks", a->n, SAMPLE_MAX_CHUNKS);
+    if (n_chunks > SAMPLE_MAX_CHUNKS)
+        return cd_fail("sample: %u logits need more than %d chunks", a->n, SAMPLE_MAX_CHUNKS);
     if (a->rows > CVK_GRID_MAX) return cd_fail("sample: %u rows (65535 at most)", a->rows);
     uint64_t need = ((uint64_t)(a->rows - 1) * stride + a->n) * 4;
     if (need > (uint64_t)UINT32_MAX * 4) return cd_fail("sample: too many logits");

@@ -32,7 +32,7 @@ typedef struct cvk_argmax_args {
     cvk_view scratch; /* cvk_argmax_scratch_bytes */
     cvk_view out;     /* uint32 [rows] */
     uint32_t n, rows;
-    uint32_t stride;  /* floats between rows; 0 means n */
+    uint32_t stride; /* floats between rows; 0 means n */
 } cvk_argmax_args;
 
 /* wg: invocations per workgroup (power of two, 32..1024; 0 = 256); texel: the texel variant. */
@@ -83,8 +83,8 @@ typedef struct cvk_sample_args {
     cvk_view params;  /* cvk_sample_row [rows] */
     cvk_view out;     /* uint32 [rows] */
     uint32_t n, rows;
-    uint32_t stride;  /* floats between rows; 0 means n */
-    uint32_t k_max;   /* 1..CVK_SAMPLE_MAX_K: the largest top_k sampled here */
+    uint32_t stride; /* floats between rows; 0 means n */
+    uint32_t k_max;  /* 1..CVK_SAMPLE_MAX_K: the largest top_k sampled here */
 } cvk_sample_args;
 
 /* wg: as for cvk_argmax_pipelines. */

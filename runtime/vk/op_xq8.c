@@ -14,8 +14,13 @@ int cvk_xq8_quantize_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache ca
     const cinder_spv_module *m = cvk_spirv_module("xq8_quantize", CINDER_SPV_UNTYPED);
     if (!m) return -1;
     uint32_t spec[1] = {64};
-    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 3,
-                              .push_size = sizeof(cvk_xq8_quantize_push), .spec = spec, .n_spec = 1};
+    cvk_pipeline_desc desc = {.name = m->shader,
+                              .spv = m->code,
+                              .spv_size = *m->size,
+                              .n_bindings = 3,
+                              .push_size = sizeof(cvk_xq8_quantize_push),
+                              .spec = spec,
+                              .n_spec = 1};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
@@ -27,17 +32,19 @@ int cvk_xq8_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cach
     if (!c.wg) c.wg = 32;
     if (!c.nt) c.nt = 1;
     if (!c.kl) c.kl = min_sg < 8 ? min_sg : 8;
-    if (!xq8_type(type)) return cd_fail("matvec_xq8: type %s is not one of the integer family's (Q8_0, Q4_K, Q6_K)",
-                                        qtype_name(type));
+    if (!xq8_type(type))
+        return cd_fail("matvec_xq8: type %s is not one of the integer family's (Q8_0, Q4_K, Q6_K)", qtype_name(type));
     if (!k->int_dot) return cd_fail("matvec_xq8: the device has no integer dot product (shaderIntegerDotProduct)");
-    if (!k->storage8 || !k->storage16) return cd_fail("matvec_xq8: the device lacks 8- or 16-bit storage buffer access");
+    if (!k->storage8 || !k->storage16)
+        return cd_fail("matvec_xq8: the device lacks 8- or 16-bit storage buffer access");
     if (c.nt > 8 || c.kl & (c.kl - 1) || c.wg % c.kl || c.wg > k->max_wg_size[0])
         return cd_fail("matvec_xq8: tokens %u (1..8), lanes per row %u (a power of 2 dividing the workgroup of %u)",
                        c.nt, c.kl, c.wg);
     /* a row's lanes meet by subgroupShuffle: they must lie in one subgroup */
     if (c.kl > 1 && (c.kl > min_sg || !k->subgroup_shuffle))
         return cd_fail("matvec_xq8: %u lanes per row need subgroup shuffles within one subgroup (the device's smallest "
-                       "has %u invocations)", c.kl, min_sg);
+                       "has %u invocations)",
+                       c.kl, min_sg);
     uint32_t spec[N_SPEC] = {c.wg, (uint32_t)type, c.nt, c.kl};
     /* Written for 32-lane subgroups, as the rows kernel (op_matmul.c): wave32 on RDNA; the one
      * subgroup operation moves products to the row's lane 0, which adds them in k order, so the
@@ -45,16 +52,23 @@ int cvk_xq8_matvec_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cach
     uint32_t sg = c.wg % 32 == 0 ? 32 : 0;
     const cinder_spv_module *m = cvk_spirv_module("matvec_xq8", type); /* spec 1 records its type */
     if (!m) return -1;
-    cvk_pipeline_desc desc = {.name = m->shader, .spv = m->code, .spv_size = *m->size, .n_bindings = 4,
-                              .push_size = sizeof(cvk_xq8_matvec_push), .spec = spec, .n_spec = N_SPEC,
-                              .subgroup_size = sg, .full_subgroups = sg != 0};
+    cvk_pipeline_desc desc = {.name = m->shader,
+                              .spv = m->code,
+                              .spv_size = *m->size,
+                              .n_bindings = 4,
+                              .push_size = sizeof(cvk_xq8_matvec_push),
+                              .spec = spec,
+                              .n_spec = N_SPEC,
+                              .subgroup_size = sg,
+                              .full_subgroups = sg != 0};
     return cvk_pipeline_create(p, d, cache, &desc);
 }
 
 int cvk_xq8_quantize(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cvk_xq8_quantize_args *a) {
     if (!a->n_tokens) return 0;
     uint32_t xs = a->x_stride ? a->x_stride : a->n_in;
-    if (!a->n_in || a->n_in % XQ8_BLOCK) return cd_fail("xq8_quantize: n_in %u is not a positive multiple of 32", a->n_in);
+    if (!a->n_in || a->n_in % XQ8_BLOCK)
+        return cd_fail("xq8_quantize: n_in %u is not a positive multiple of 32", a->n_in);
     if (xs < a->n_in) return cd_fail("xq8_quantize: x stride %u below n_in %u", xs, a->n_in);
     if (a->x.size < ((uint64_t)(a->n_tokens - 1) * xs + a->n_in) * 4) return cd_fail("xq8_quantize: x too small");
     if (a->xq.size < cvk_xq8_q_bytes(a->n_in, a->n_tokens) || a->xd.size < cvk_xq8_d_bytes(a->n_in, a->n_tokens))
@@ -105,8 +119,8 @@ int cvk_xq8_matvec(cvk_cmd *c, cvk_descpool *dp, const cvk_pipeline *p, const cv
             cvk_cmd_label_end(c);
             return cd_fail("matvec_xq8: %llu row groups exceed one grid dimension", (unsigned long long)gx);
         }
-        cvk_xq8_matvec_push pc = {a->n_in, (uint32_t)row_bytes, (uint32_t)row0, (uint32_t)rows, a->n_tokens, ys,
-                                  a->accumulate};
+        cvk_xq8_matvec_push pc = {a->n_in, (uint32_t)row_bytes, (uint32_t)row0, (uint32_t)rows, a->n_tokens,
+                                  ys,      a->accumulate};
         views[0] = cvk_view_part(a->w, k);
         VkDescriptorSet set;
         if (cvk_descset(dp, p, views, &set)) {

@@ -55,11 +55,11 @@ typedef struct cvk_xq8_matvec_args {
     const cvk_buffer *w; /* n_rows rows of qtype_row_bytes(type, n_in), created with granule = a row */
     enum qtype type;
     uint32_t n_in, n_rows;
-    cvk_view xq, xd;     /* cvk_xq8_quantize's output for n_tokens tokens */
+    cvk_view xq, xd; /* cvk_xq8_quantize's output for n_tokens tokens */
     uint32_t n_tokens;
     cvk_view y;
-    uint32_t y_stride;   /* floats between tokens; 0 = n_rows */
-    bool accumulate;     /* y += the product (a residual: the same bits as a separate add) */
+    uint32_t y_stride; /* floats between tokens; 0 = n_rows */
+    bool accumulate;   /* y += the product (a residual: the same bits as a separate add) */
 } cvk_xq8_matvec_args;
 
 int cvk_xq8_quantize_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache);

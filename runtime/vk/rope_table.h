@@ -15,7 +15,7 @@
 #include "runtime/vk/vk_stager.h"
 
 typedef struct cvk_rope_table {
-    cvk_buffer buf;     /* (2^shift + n_hi) rows of head_dim/2 (cos, sin) float pairs */
+    cvk_buffer buf; /* (2^shift + n_hi) rows of head_dim/2 (cos, sin) float pairs */
     uint32_t head_dim, n_pos, shift, n_hi;
 } cvk_rope_table;
 

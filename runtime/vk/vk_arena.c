@@ -73,8 +73,7 @@ int cvk_arena_release(cvk_arena *a, uint64_t off, uint64_t size) {
     while (i < a->n_free && a->free[i].off < off) i++;
     bool prev_touch = i > 0 && a->free[i - 1].off + a->free[i - 1].size == off;
     bool next_touch = i < a->n_free && off + size == a->free[i].off;
-    if ((i > 0 && a->free[i - 1].off + a->free[i - 1].size > off) ||
-        (i < a->n_free && off + size > a->free[i].off))
+    if ((i > 0 && a->free[i - 1].off + a->free[i - 1].size > off) || (i < a->n_free && off + size > a->free[i].off))
         return cd_fail("arena: release of [%llu, +%llu) overlaps free space", (unsigned long long)off,
                        (unsigned long long)size);
     if (prev_touch && next_touch) {

@@ -14,12 +14,14 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-typedef struct cvk_range { uint64_t off, size; } cvk_range;
+typedef struct cvk_range {
+    uint64_t off, size;
+} cvk_range;
 
 typedef struct cvk_arena {
     uint64_t capacity;
-    uint64_t used;       /* bytes handed out (front pads not counted) */
-    cvk_range *free;     /* sorted by off */
+    uint64_t used;   /* bytes handed out (front pads not counted) */
+    cvk_range *free; /* sorted by off */
     uint32_t n_free, cap_free;
 } cvk_arena;
 

@@ -7,7 +7,11 @@
 #include "runtime/vk/vk_memory.h"
 
 static uint64_t gcd64(uint64_t a, uint64_t b) {
-    while (b) { uint64_t t = a % b; a = b; b = t; }
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
     return a;
 }
 
@@ -16,8 +20,8 @@ int cvk_split_plan(uint64_t size, uint64_t granule, uint64_t max_part, uint64_t 
     if (size == 0) return cd_fail("zero-sized buffer");
     uint64_t unit = granule / gcd64(granule, 16) * 16; /* lcm(granule, 16) */
     if (unit < granule || unit > max_part)
-        return cd_fail("a row of %llu bytes does not fit one binding (max %llu bytes)",
-                       (unsigned long long)granule, (unsigned long long)max_part);
+        return cd_fail("a row of %llu bytes does not fit one binding (max %llu bytes)", (unsigned long long)granule,
+                       (unsigned long long)max_part);
     uint64_t pb = max_part / unit * unit;
     uint64_t n = (size + pb - 1) / pb;
     if (n > UINT32_MAX) return cd_fail("buffer of %llu bytes needs too many parts", (unsigned long long)size);
@@ -30,12 +34,13 @@ static int create_part(cvk_mem *m, cvk_part *p, uint64_t size, enum cvk_mem_kind
     const cvk_device *d = m->dev;
     uint32_t families[2] = {d->compute_family, d->transfer_family};
     VkBufferCreateInfo ci = {
-        .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO, .size = (size + 15) & ~15ull,
+        .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+        .size = (size + 15) & ~15ull,
         .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_UNIFORM_TEXEL_BUFFER_BIT |
-                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
-                 VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
+            VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT | VK_BUFFER_USAGE_INDIRECT_BUFFER_BIT,
         .sharingMode = d->dedicated_transfer ? VK_SHARING_MODE_CONCURRENT : VK_SHARING_MODE_EXCLUSIVE,
-        .queueFamilyIndexCount = d->dedicated_transfer ? 2 : 0, .pQueueFamilyIndices = families};
+        .queueFamilyIndexCount = d->dedicated_transfer ? 2 : 0,
+        .pQueueFamilyIndices = families};
     p->size = size;
     if (CVK_CHECK(vkCreateBuffer(d->dev, &ci, NULL, &p->buf))) return -1;
     VkMemoryRequirements req;
@@ -45,8 +50,10 @@ static int create_part(cvk_mem *m, cvk_part *p, uint64_t size, enum cvk_mem_kind
     if (CVK_CHECK(vkBindBufferMemory(d->dev, p->buf, p->block->mem, p->mem_off))) return -1;
     if (ci.size / 16 > d->info.caps.max_texels) return 0; /* no view: kernels that need one say so */
     /* R32G32B32A32_UINT must support uniform texel buffers on every Vulkan device */
-    VkBufferViewCreateInfo vi = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO, .buffer = p->buf,
-                                 .format = VK_FORMAT_R32G32B32A32_UINT, .range = ci.size};
+    VkBufferViewCreateInfo vi = {.sType = VK_STRUCTURE_TYPE_BUFFER_VIEW_CREATE_INFO,
+                                 .buffer = p->buf,
+                                 .format = VK_FORMAT_R32G32B32A32_UINT,
+                                 .range = ci.size};
     return CVK_CHECK(vkCreateBufferView(d->dev, &vi, NULL, &p->texels));
 }
 

@@ -7,6 +7,8 @@
 
 const char *cvk_result_name(VkResult r) {
     switch (r) {
+        /* a table: one name after another */
+        // clang-format off
 #define N(x) case x: return #x;
     N(VK_SUCCESS) N(VK_NOT_READY) N(VK_TIMEOUT) N(VK_EVENT_SET) N(VK_EVENT_RESET) N(VK_INCOMPLETE)
     N(VK_ERROR_OUT_OF_HOST_MEMORY) N(VK_ERROR_OUT_OF_DEVICE_MEMORY) N(VK_ERROR_INITIALIZATION_FAILED)
@@ -17,7 +19,8 @@ const char *cvk_result_name(VkResult r) {
     N(VK_ERROR_FRAGMENTATION) N(VK_ERROR_INVALID_OPAQUE_CAPTURE_ADDRESS) N(VK_PIPELINE_COMPILE_REQUIRED)
     N(VK_ERROR_VALIDATION_FAILED_EXT) N(VK_ERROR_INVALID_SHADER_NV)
 #undef N
-    default: break;
+            // clang-format on
+            default : break;
     }
     static _Thread_local char buf[32];
     snprintf(buf, sizeof buf, "VkResult(%d)", (int)r);

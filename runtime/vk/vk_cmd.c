@@ -19,7 +19,8 @@ int cvk_cmd_init(cvk_cmd *c, cvk_device *d, bool transfer_queue) {
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if (CVK_CHECK(vkCreateCommandPool(d->dev, &pci, NULL, &c->pool))) goto fail;
     VkCommandBufferAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-                                      .commandPool = c->pool, .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+                                      .commandPool = c->pool,
+                                      .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
                                       .commandBufferCount = 1};
     if (CVK_CHECK(vkAllocateCommandBuffers(d->dev, &ai, &c->cb))) goto fail;
     if (CVK_CHECK(vkCreateFence(d->dev, &fci, NULL, &c->fence))) goto fail;
@@ -77,8 +78,10 @@ int cvk_cmd_submit(cvk_cmd *c) {
     uint64_t wait_v = wait->value, signal_v = signal->value + 1;
     VkPipelineStageFlags stage = VK_PIPELINE_STAGE_ALL_COMMANDS_BIT;
     VkTimelineSemaphoreSubmitInfo ti = {.sType = VK_STRUCTURE_TYPE_TIMELINE_SEMAPHORE_SUBMIT_INFO,
-                                        .waitSemaphoreValueCount = waits, .pWaitSemaphoreValues = &wait_v,
-                                        .signalSemaphoreValueCount = signals, .pSignalSemaphoreValues = &signal_v};
+                                        .waitSemaphoreValueCount = waits,
+                                        .pWaitSemaphoreValues = &wait_v,
+                                        .signalSemaphoreValueCount = signals,
+                                        .pSignalSemaphoreValues = &signal_v};
     if (waits || signals) {
         si.pNext = &ti;
         si.waitSemaphoreCount = waits;
@@ -87,8 +90,7 @@ int cvk_cmd_submit(cvk_cmd *c) {
         si.signalSemaphoreCount = signals;
         si.pSignalSemaphores = &signal->sem;
     }
-    if (CVK_CHECK(cvk_fault_submit() ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(c->queue, 1, &si, c->fence)))
-        return -1;
+    if (CVK_CHECK(cvk_fault_submit() ? VK_ERROR_DEVICE_LOST : vkQueueSubmit(c->queue, 1, &si, c->fence))) return -1;
     c->pending = true;
     if (waits) *saw = wait_v;
     if (signals) signal->value = signal_v;
@@ -115,11 +117,12 @@ static void bind(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const v
         c->bound = p->pipe;
     }
     vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
-    if (p->push_size) vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
+    if (p->push_size)
+        vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
 }
 
-void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
-                      uint32_t gx, uint32_t gy, uint32_t gz) {
+void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push, uint32_t gx,
+                      uint32_t gy, uint32_t gz) {
     bind(c, p, set, push);
     cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
     vkCmdDispatch(c->cb, gx, gy, gz);
@@ -149,13 +152,14 @@ static uint64_t piece(const cvk_view *v, uint64_t at, uint32_t *part, uint64_t *
 
 static int view_ok(const cvk_view *v) {
     if (!v->buf || v->off > v->buf->size || v->buf->size - v->off < v->size)
-        return cd_fail("view [%llu, +%llu) outside its buffer", (unsigned long long)v->off, (unsigned long long)v->size);
+        return cd_fail("view [%llu, +%llu) outside its buffer", (unsigned long long)v->off,
+                       (unsigned long long)v->size);
     return 0;
 }
 
 int cvk_cmd_copy(cvk_cmd *c, cvk_view src, cvk_view dst) {
-    if (src.size != dst.size) return cd_fail("copy of %llu bytes into %llu", (unsigned long long)src.size,
-                                              (unsigned long long)dst.size);
+    if (src.size != dst.size)
+        return cd_fail("copy of %llu bytes into %llu", (unsigned long long)src.size, (unsigned long long)dst.size);
     if (view_ok(&src) || view_ok(&dst)) return -1;
     cvk_timer_begin_kind(c->timer, c->cb, "copy", CVK_SPAN_COPY);
     for (uint64_t at = 0; at < src.size;) {
@@ -172,8 +176,9 @@ int cvk_cmd_copy(cvk_cmd *c, cvk_view src, cvk_view dst) {
 
 int cvk_cmd_fill(cvk_cmd *c, cvk_view dst, uint32_t value) {
     if (view_ok(&dst)) return -1;
-    if ((dst.off | dst.size) & 3) return cd_fail("fill of [%llu, +%llu): not multiples of 4",
-                                                 (unsigned long long)dst.off, (unsigned long long)dst.size);
+    if ((dst.off | dst.size) & 3)
+        return cd_fail("fill of [%llu, +%llu): not multiples of 4", (unsigned long long)dst.off,
+                       (unsigned long long)dst.size);
     for (uint64_t at = 0; at < dst.size;) {
         uint32_t k;
         uint64_t off, n = piece(&dst, at, &k, &off);

@@ -34,23 +34,23 @@ typedef struct cvk_cmd {
     VkCommandPool pool;
     VkCommandBuffer cb;
     VkFence fence;
-    bool recording;     /* between begin and end */
-    bool pending;       /* submitted, not yet waited for */
-    cvk_timer *timer;   /* optional */
-    VkPipeline bound;   /* last pipeline bound in this recording */
-    bool async;         /* a copy the host need not wait for: signals dev->copies (caps.timeline) */
-    uint64_t signalled; /* async: the copies value the last submit signals */
+    bool recording;         /* between begin and end */
+    bool pending;           /* submitted, not yet waited for */
+    cvk_timer *timer;       /* optional */
+    VkPipeline bound;       /* last pipeline bound in this recording */
+    bool async;             /* a copy the host need not wait for: signals dev->copies (caps.timeline) */
+    uint64_t signalled;     /* async: the copies value the last submit signals */
     uint64_t waited_copies; /* not async: the copies value the last submit waited for, 0 none */
 } cvk_cmd;
 
 int cvk_cmd_init(cvk_cmd *c, cvk_device *d, bool transfer_queue);
-void cvk_cmd_free(cvk_cmd *c); /* waits for a pending submission */
+void cvk_cmd_free(cvk_cmd *c);          /* waits for a pending submission */
 int cvk_cmd_begin(cvk_cmd *c);          /* one-time submit */
 int cvk_cmd_begin_reusable(cvk_cmd *c); /* may be submitted many times */
 int cvk_cmd_end(cvk_cmd *c);
-int cvk_cmd_submit(cvk_cmd *c);         /* ends the recording if still open */
-int cvk_cmd_wait(cvk_cmd *c);           /* no-op when nothing is pending */
-int cvk_cmd_run(cvk_cmd *c);            /* submit + wait */
+int cvk_cmd_submit(cvk_cmd *c); /* ends the recording if still open */
+int cvk_cmd_wait(cvk_cmd *c);   /* no-op when nothing is pending */
+int cvk_cmd_run(cvk_cmd *c);    /* submit + wait */
 
 /* Workgroups in one grid dimension that every device takes (the required minimum of
  * maxComputeWorkGroupCount). */
@@ -61,8 +61,8 @@ int cvk_cmd_run(cvk_cmd *c);            /* submit + wait */
 int cvk_grid_split(const char *op, uint64_t n, uint32_t *lo, uint32_t *hi);
 
 /* Binds p (when not already bound), the set, pushes p->push_size bytes of push, dispatches. */
-void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
-                      uint32_t gx, uint32_t gy, uint32_t gz);
+void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push, uint32_t gx,
+                      uint32_t gy, uint32_t gz);
 /* The same with the grid read from a VkDispatchIndirectCommand at args (12 bytes in one part,
  * 4-byte aligned) when the device runs it: written by an earlier kernel (order it with
  * cvk_barrier_compute_to_indirect). */

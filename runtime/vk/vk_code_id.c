@@ -14,9 +14,9 @@ static void put(XXH3_state_t *s, const void *p, size_t n) { cd_key_bytes(xxh_put
 
 /* /proc/cpuinfo keys that say what code a compiler for this host emits: x86, Arm, RISC-V */
 static bool host_key(const char *line) {
-    static const char *const keys[] = {"vendor_id", "cpu family", "model", "model name", "flags",
-                                       "Features", "CPU implementer", "CPU architecture", "CPU variant",
-                                       "CPU part", "isa", "uarch"};
+    static const char *const keys[] = {
+        "vendor_id",       "cpu family",       "model",       "model name", "flags", "Features",
+        "CPU implementer", "CPU architecture", "CPU variant", "CPU part",   "isa",   "uarch"};
     size_t n = strcspn(line, ":");
     while (n && (line[n - 1] == ' ' || line[n - 1] == '\t')) n--;
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)

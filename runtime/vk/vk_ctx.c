@@ -17,7 +17,8 @@ int cvk_ctx_init(cvk_ctx *x, const cvk_ctx_opts *o) {
     }
     if (cvk_mem_init(&x->mem, &x->dev) || cvk_pcache_open(&x->pcache, &x->dev, cache) ||
         cvk_stager_init(&x->stager, &x->dev, &x->mem, o->staging_bytes) || cvk_cmd_init(&x->cmd, &x->dev, false) ||
-        cvk_descpool_init(&x->dpool, &x->dev, 0) || cvk_timer_init(&x->timer, &x->dev, o->timer_spans ? o->timer_spans : 1024)) {
+        cvk_descpool_init(&x->dpool, &x->dev, 0) ||
+        cvk_timer_init(&x->timer, &x->dev, o->timer_spans ? o->timer_spans : 1024)) {
         cvk_ctx_free(x);
         return -1;
     }

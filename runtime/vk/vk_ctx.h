@@ -37,7 +37,7 @@ typedef struct cvk_ctx {
     cvk_mem mem;
     cvk_pcache pcache;
     cvk_stager stager;
-    cvk_cmd cmd;       /* on the compute queue */
+    cvk_cmd cmd; /* on the compute queue */
     cvk_descpool dpool;
     cvk_timer timer;
 } cvk_ctx;

@@ -42,7 +42,9 @@ static int add_pool(cvk_descpool *p) {
     VkDescriptorPoolSize sizes[2] = {{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, p->sets_per_pool * DESCRIPTORS_PER_SET},
                                      {VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER, p->sets_per_pool * TEXELS_PER_SET}};
     VkDescriptorPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-                                     .maxSets = p->sets_per_pool, .poolSizeCount = 2, .pPoolSizes = sizes};
+                                     .maxSets = p->sets_per_pool,
+                                     .poolSizeCount = 2,
+                                     .pPoolSizes = sizes};
     if (CVK_CHECK(vkCreateDescriptorPool(p->dev->dev, &ci, NULL, &p->pools[p->n]))) return -1;
     p->n++;
     return 0;
@@ -54,7 +56,8 @@ static int alloc_set(cvk_descpool *p, VkDescriptorSetLayout layout, VkDescriptor
         bool fresh = p->cur == p->n;
         if (fresh && add_pool(p)) return -1;
         VkDescriptorSetAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-                                          .descriptorPool = p->pools[p->cur], .descriptorSetCount = 1,
+                                          .descriptorPool = p->pools[p->cur],
+                                          .descriptorSetCount = 1,
                                           .pSetLayouts = &layout};
         VkResult r = vkAllocateDescriptorSets(p->dev->dev, &ai, out);
         if (r == VK_SUCCESS) return 0;
@@ -121,16 +124,18 @@ int cvk_descset(cvk_descpool *dp, const cvk_pipeline *p, const cvk_view *views, 
     for (uint32_t i = 0; i < p->n_bindings; i++) {
         if (p->texel_bindings >> i & 1) {
             if (texel_info(&views[i], &tv[i])) return cd_fail_ctx("pipeline %s, binding %u: ", p->name, i);
-            w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i,
+            w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                          .dstBinding = i,
                                           .descriptorCount = 1,
                                           .descriptorType = VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER,
                                           .pTexelBufferView = &tv[i]};
             continue;
         }
-        if (buffer_info(dp->dev, &views[i], &bi[i]))
-            return cd_fail_ctx("pipeline %s, binding %u: ", p->name, i);
-        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET, .dstBinding = i,
-                                      .descriptorCount = 1, .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+        if (buffer_info(dp->dev, &views[i], &bi[i])) return cd_fail_ctx("pipeline %s, binding %u: ", p->name, i);
+        w[i] = (VkWriteDescriptorSet){.sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+                                      .dstBinding = i,
+                                      .descriptorCount = 1,
+                                      .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
                                       .pBufferInfo = &bi[i]};
     }
     if (alloc_set(dp, p->dsl, out)) return -1;

@@ -17,7 +17,7 @@
 typedef struct cvk_descpool {
     cvk_device *dev;
     VkDescriptorPool *pools;
-    uint32_t n, cap, cur;     /* pools[cur] is where allocation goes next */
+    uint32_t n, cap, cur; /* pools[cur] is where allocation goes next */
     uint32_t sets_per_pool;
 } cvk_descpool;
 

@@ -55,11 +55,14 @@ static void build_features(feature_chain *f, const cvk_phys_info *info, bool sta
 static int create_device(cvk_device *d) {
     const cvk_phys_info *info = &d->info;
     float prio = 1.0f;
-    VkDeviceQueueCreateInfo q[2] = {
-        {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = info->compute_family,
-         .queueCount = 1, .pQueuePriorities = &prio},
-        {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO, .queueFamilyIndex = info->transfer_family,
-         .queueCount = 1, .pQueuePriorities = &prio}};
+    VkDeviceQueueCreateInfo q[2] = {{.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                     .queueFamilyIndex = info->compute_family,
+                                     .queueCount = 1,
+                                     .pQueuePriorities = &prio},
+                                    {.sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+                                     .queueFamilyIndex = info->transfer_family,
+                                     .queueCount = 1,
+                                     .pQueuePriorities = &prio}};
     const char *exts[3];
     uint32_t n_ext = 0;
     if (info->ext_subgroup_size_control) exts[n_ext++] = VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME;
@@ -67,17 +70,20 @@ static int create_device(cvk_device *d) {
     if (d->pipeline_stats) exts[n_ext++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     feature_chain f;
     build_features(&f, info, d->pipeline_stats);
-    VkDeviceCreateInfo ci = {
-        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO, .pNext = &f.f2,
-        .queueCreateInfoCount = d->dedicated_transfer ? 2 : 1, .pQueueCreateInfos = q,
-        .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
+    VkDeviceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+                             .pNext = &f.f2,
+                             .queueCreateInfoCount = d->dedicated_transfer ? 2 : 1,
+                             .pQueueCreateInfos = q,
+                             .enabledExtensionCount = n_ext,
+                             .ppEnabledExtensionNames = exts};
     if (CVK_CHECK(vkCreateDevice(info->phys, &ci, NULL, &d->dev))) return -1;
     vkGetDeviceQueue(d->dev, d->compute_family, 0, &d->compute_queue);
     d->transfer_queue = d->compute_queue;
     if (d->dedicated_transfer) vkGetDeviceQueue(d->dev, d->transfer_family, 0, &d->transfer_queue);
     if (!info->caps.timeline) return 0;
     VkSemaphoreTypeCreateInfo ti = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_TYPE_CREATE_INFO,
-                                    .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE, .initialValue = 0};
+                                    .semaphoreType = VK_SEMAPHORE_TYPE_TIMELINE,
+                                    .initialValue = 0};
     VkSemaphoreCreateInfo si = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_CREATE_INFO, .pNext = &ti};
     if (CVK_CHECK(vkCreateSemaphore(d->dev, &si, NULL, &d->copies.sem)) ||
         CVK_CHECK(vkCreateSemaphore(d->dev, &si, NULL, &d->compute.sem)))
@@ -87,8 +93,10 @@ static int create_device(cvk_device *d) {
 
 int cvk_device_wait_copies(cvk_device *d, uint64_t value) {
     if (!d->copies.sem || value <= d->host_saw_copies) return 0;
-    VkSemaphoreWaitInfo wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO, .semaphoreCount = 1,
-                              .pSemaphores = &d->copies.sem, .pValues = &value};
+    VkSemaphoreWaitInfo wi = {.sType = VK_STRUCTURE_TYPE_SEMAPHORE_WAIT_INFO,
+                              .semaphoreCount = 1,
+                              .pSemaphores = &d->copies.sem,
+                              .pValues = &value};
     VkResult r = vkWaitSemaphores(d->dev, &wi, 600ull * 1000000000ull);
     if (r == VK_TIMEOUT) return cd_fail("the GPU did not finish its copies within 600 s (hung?)");
     if (CVK_CHECK(r)) return -1;
@@ -148,7 +156,8 @@ fail:
 void cvk_device_free(cvk_device *d) {
     if (!d || !d->instance) return;
     if (d->dev) {
-        if (!d->compile_only) vkDeviceWaitIdle(d->dev); /* nothing ran on a compile-only one (a null device crashes here) */
+        if (!d->compile_only)
+            vkDeviceWaitIdle(d->dev); /* nothing ran on a compile-only one (a null device crashes here) */
         if (d->copies.sem) vkDestroySemaphore(d->dev, d->copies.sem, NULL);
         if (d->compute.sem) vkDestroySemaphore(d->dev, d->compute.sem, NULL);
         cvk_pipeline_memo_free(d);

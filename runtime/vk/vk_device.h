@@ -41,30 +41,30 @@
 #include <volk.h>
 
 typedef struct cvk_caps {
-    uint32_t api;                /* effective API version: min(instance, device) */
-    bool fp16, int8, int16;      /* shaderFloat16, shaderInt8, shaderInt16 */
-    bool int64;                  /* shaderInt64 */
-    bool storage8, storage16;    /* storageBuffer8BitAccess, storageBuffer16BitAccess */
-    bool subgroup_arith;         /* subgroup arithmetic ops in compute shaders */
-    bool subgroup_shuffle;       /* subgroupShuffle / subgroupShuffleXor in compute shaders */
-    bool subgroup_ext_types;     /* subgroup ops on 8/16-bit types */
-    bool subgroup_size_control;  /* requiredSubgroupSize works for compute */
-    bool full_subgroups;         /* computeFullSubgroups */
-    bool int_dot;                /* shaderIntegerDotProduct (1.3) */
-    bool timeline;               /* timelineSemaphore */
-    bool memory_model;           /* vulkanMemoryModel */
-    bool timestamps;             /* the compute queue family writes timestamps */
+    uint32_t api;               /* effective API version: min(instance, device) */
+    bool fp16, int8, int16;     /* shaderFloat16, shaderInt8, shaderInt16 */
+    bool int64;                 /* shaderInt64 */
+    bool storage8, storage16;   /* storageBuffer8BitAccess, storageBuffer16BitAccess */
+    bool subgroup_arith;        /* subgroup arithmetic ops in compute shaders */
+    bool subgroup_shuffle;      /* subgroupShuffle / subgroupShuffleXor in compute shaders */
+    bool subgroup_ext_types;    /* subgroup ops on 8/16-bit types */
+    bool subgroup_size_control; /* requiredSubgroupSize works for compute */
+    bool full_subgroups;        /* computeFullSubgroups */
+    bool int_dot;               /* shaderIntegerDotProduct (1.3) */
+    bool timeline;              /* timelineSemaphore */
+    bool memory_model;          /* vulkanMemoryModel */
+    bool timestamps;            /* the compute queue family writes timestamps */
     uint32_t subgroup_size, min_subgroup_size, max_subgroup_size;
-    uint64_t max_storage_range;  /* maxStorageBufferRange: the most bytes one binding sees */
-    uint64_t max_alloc;          /* maxMemoryAllocationSize */
-    uint64_t max_buffer;         /* maxBufferSize (1.3), else max_alloc */
-    uint32_t max_shared;         /* maxComputeSharedMemorySize */
+    uint64_t max_storage_range; /* maxStorageBufferRange: the most bytes one binding sees */
+    uint64_t max_alloc;         /* maxMemoryAllocationSize */
+    uint64_t max_buffer;        /* maxBufferSize (1.3), else max_alloc */
+    uint32_t max_shared;        /* maxComputeSharedMemorySize */
     uint32_t max_wg_size[3], max_wg_invocations, max_wg_count[3];
-    uint32_t max_push;           /* maxPushConstantsSize */
-    uint64_t storage_align;      /* minStorageBufferOffsetAlignment */
-    uint64_t max_texels;         /* maxTexelBufferElements: the most texels one texel-buffer view sees */
-    float timestamp_period;      /* ns per timestamp tick */
-    uint32_t timestamp_bits;     /* timestampValidBits of the compute family */
+    uint32_t max_push;       /* maxPushConstantsSize */
+    uint64_t storage_align;  /* minStorageBufferOffsetAlignment */
+    uint64_t max_texels;     /* maxTexelBufferElements: the most texels one texel-buffer view sees */
+    float timestamp_period;  /* ns per timestamp tick */
+    uint32_t timestamp_bits; /* timestampValidBits of the compute family */
 } cvk_caps;
 
 /* Whether a one-dimensional workgroup of wg invocations fits the device: both its x extent
@@ -81,44 +81,44 @@ typedef struct cvk_phys_info {
     VkPhysicalDeviceMemoryProperties mem;
     char driver_name[VK_MAX_DRIVER_NAME_SIZE];
     char driver_info[VK_MAX_DRIVER_INFO_SIZE];
-    cvk_caps caps;               /* supported (== enabled once the device exists) */
-    uint32_t compute_family;     /* UINT32_MAX when none */
-    uint32_t transfer_family;    /* transfer-only family, UINT32_MAX when none */
+    cvk_caps caps;                  /* supported (== enabled once the device exists) */
+    uint32_t compute_family;        /* UINT32_MAX when none */
+    uint32_t transfer_family;       /* transfer-only family, UINT32_MAX when none */
     bool ext_subgroup_size_control; /* VK_EXT_subgroup_size_control needed (1.2 device) */
     bool ext_portability_subset;    /* VK_KHR_portability_subset must be enabled */
     bool ext_pipeline_exec;         /* VK_KHR_pipeline_executable_properties (compiler statistics) */
     bool ext_memory_budget;         /* VK_EXT_memory_budget (what a heap has left, cvk_mem_heap_room) */
     bool usable;
-    char why_not[96];            /* reason when !usable */
+    char why_not[96]; /* reason when !usable */
 } cvk_phys_info;
 
 /* A timeline semaphore and the last value a submission was given to signal. */
 typedef struct cvk_timeline {
-    VkSemaphore sem;             /* VK_NULL_HANDLE without caps.timeline */
+    VkSemaphore sem; /* VK_NULL_HANDLE without caps.timeline */
     uint64_t value;
 } cvk_timeline;
 
 typedef struct cvk_device {
     VkInstance instance;
     cvk_phys_info info;
-    int index;                   /* position in vkEnumeratePhysicalDevices */
+    int index; /* position in vkEnumeratePhysicalDevices */
     VkDevice dev;
     VkQueue compute_queue;
-    VkQueue transfer_queue;      /* == compute_queue without a dedicated transfer family */
+    VkQueue transfer_queue;                   /* == compute_queue without a dedicated transfer family */
     uint32_t compute_family, transfer_family; /* equal without a dedicated transfer family */
     bool dedicated_transfer;
     /* asynchronous copies (see above; sem == VK_NULL_HANDLE without caps.timeline) */
-    cvk_timeline copies;         /* signalled by async submits */
-    cvk_timeline compute;        /* signalled by every compute-queue submit */
-    uint64_t compute_saw_copies; /* newest copies value the compute queue waited for */
-    uint64_t transfer_saw_copies; /* the same for the transfer queue (unused with one queue) */
+    cvk_timeline copies;           /* signalled by async submits */
+    cvk_timeline compute;          /* signalled by every compute-queue submit */
+    uint64_t compute_saw_copies;   /* newest copies value the compute queue waited for */
+    uint64_t transfer_saw_copies;  /* the same for the transfer queue (unused with one queue) */
     uint64_t transfer_saw_compute; /* newest compute value the transfer queue waited for */
-    uint64_t host_saw_copies;    /* newest copies value the host waited for */
-    uint64_t copy_waits;         /* submits that waited for copies (tests, stats) */
+    uint64_t host_saw_copies;      /* newest copies value the host waited for */
+    uint64_t copy_waits;           /* submits that waited for copies (tests, stats) */
     /* compile only (CVK_DEVICE_COMPILE_ONLY): pipelines are compiled and measured, nothing runs */
     bool compile_only;
-    bool pipeline_stats;         /* VK_KHR_pipeline_executable_properties enabled */
-    struct cvk_shader_log *shader_log; /* every pipeline created, with its statistics (compile only) */
+    bool pipeline_stats;                 /* VK_KHR_pipeline_executable_properties enabled */
+    struct cvk_shader_log *shader_log;   /* every pipeline created, with its statistics (compile only) */
     struct cvk_pipeline_memo *pipelines; /* compiled pipelines, each made once (vk_pipeline.h) */
 } cvk_device;
 

@@ -34,18 +34,16 @@ static void print_details(FILE *out, const cvk_phys_info *d) {
     fprintf(out, "  API version           ");
     print_version(out, d->props.apiVersion);
     fprintf(out, " (using %u.%u)\n", VK_API_VERSION_MAJOR(c->api), VK_API_VERSION_MINOR(c->api));
-    fprintf(out, "  subgroup size         %u (range %u..%u, size control %s, full subgroups %s)\n",
-            c->subgroup_size, c->min_subgroup_size, c->max_subgroup_size, yes(c->subgroup_size_control),
-            yes(c->full_subgroups));
+    fprintf(out, "  subgroup size         %u (range %u..%u, size control %s, full subgroups %s)\n", c->subgroup_size,
+            c->min_subgroup_size, c->max_subgroup_size, yes(c->subgroup_size_control), yes(c->full_subgroups));
     print_heaps(out, &d->mem);
     fprintf(out, "  maxStorageBufferRange %llu\n", (unsigned long long)c->max_storage_range);
     fprintf(out, "  maxMemoryAllocation   %llu\n", (unsigned long long)c->max_alloc);
     fprintf(out, "  maxBufferSize         %llu\n", (unsigned long long)c->max_buffer);
     fprintf(out, "  shared memory         %u bytes\n", c->max_shared);
-    fprintf(out, "  workgroup size        %u x %u x %u (%u invocations)\n", c->max_wg_size[0],
-            c->max_wg_size[1], c->max_wg_size[2], c->max_wg_invocations);
-    fprintf(out, "  workgroup count       %u x %u x %u\n", c->max_wg_count[0], c->max_wg_count[1],
-            c->max_wg_count[2]);
+    fprintf(out, "  workgroup size        %u x %u x %u (%u invocations)\n", c->max_wg_size[0], c->max_wg_size[1],
+            c->max_wg_size[2], c->max_wg_invocations);
+    fprintf(out, "  workgroup count       %u x %u x %u\n", c->max_wg_count[0], c->max_wg_count[1], c->max_wg_count[2]);
     fprintf(out, "  push constants        %u bytes\n", c->max_push);
     fprintf(out, "  fp16 %s, int8 %s, int16 %s, int64 %s, 8-bit storage %s, 16-bit storage %s, int dot %s\n",
             yes(c->fp16), yes(c->int8), yes(c->int16), yes(c->int64), yes(c->storage8), yes(c->storage16),

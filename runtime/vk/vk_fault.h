@@ -12,9 +12,9 @@ static inline bool cvk_fault_alloc(void) { return false; }
 static inline bool cvk_fault_submit(void) { return false; }
 #else
 typedef struct cvk_faults {
-    long alloc_at, submit_at;         /* the call that fails when its countdown reaches 0; < 0: none */
-    unsigned long allocs, submits;    /* calls made (tests count a clean run with these) */
-    bool hit;                         /* an injected failure happened */
+    long alloc_at, submit_at;      /* the call that fails when its countdown reaches 0; < 0: none */
+    unsigned long allocs, submits; /* calls made (tests count a clean run with these) */
+    bool hit;                      /* an injected failure happened */
 } cvk_faults;
 
 extern cvk_faults cvk_fault;

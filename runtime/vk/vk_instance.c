@@ -77,18 +77,22 @@ static int want_validation(validation *v) {
         return cd_fail("CINDER_VK_VALIDATION=%s: expected 0, 1 or sync", env);
     if (!have_layer("VK_LAYER_KHRONOS_validation"))
         return cd_fail("CINDER_VK_VALIDATION=%s asks for the Vulkan validation layer (VK_LAYER_KHRONOS_validation), "
-                       "which is not installed (Debian: vulkan-validationlayers; scripts/setup.sh installs it)", env);
+                       "which is not installed (Debian: vulkan-validationlayers; scripts/setup.sh installs it)",
+                       env);
     if (!have_instance_ext(VK_EXT_DEBUG_UTILS_EXTENSION_NAME))
         return cd_fail("CINDER_VK_VALIDATION=%s: the Vulkan loader has no %s to report validation messages", env,
                        VK_EXT_DEBUG_UTILS_EXTENSION_NAME);
     v->layer = "VK_LAYER_KHRONOS_validation";
-    v->messenger = (VkDebugUtilsMessengerCreateInfoEXT){
-        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
-        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT | VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
-        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT, .pfnUserCallback = on_validation};
+    v->messenger =
+        (VkDebugUtilsMessengerCreateInfoEXT){.sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+                                             .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                                                 VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+                                             .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT,
+                                             .pfnUserCallback = on_validation};
     v->sync = VK_VALIDATION_FEATURE_ENABLE_SYNCHRONIZATION_VALIDATION_EXT;
     v->features = (VkValidationFeaturesEXT){.sType = VK_STRUCTURE_TYPE_VALIDATION_FEATURES_EXT,
-                                            .pNext = &v->messenger, .enabledValidationFeatureCount = 1,
+                                            .pNext = &v->messenger,
+                                            .enabledValidationFeatureCount = 1,
                                             .pEnabledValidationFeatures = &v->sync};
     if (strcmp(env, "sync") != 0) v->features.enabledValidationFeatureCount = 0;
     return 1;
@@ -114,13 +118,18 @@ static int create_instance(void) {
     if (want < 0) return -1;
     info.validation = want == 1;
     if (info.validation) exts[n_ext++] = VK_EXT_DEBUG_UTILS_EXTENSION_NAME;
-    VkApplicationInfo app = {
-        .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO, .pApplicationName = "cinder",
-        .pEngineName = "cinder", .apiVersion = info.api};
-    VkInstanceCreateInfo ci = {
-        .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO, .pNext = info.validation ? &v.features : NULL,
-        .flags = flags, .pApplicationInfo = &app, .enabledLayerCount = info.validation ? 1 : 0,
-        .ppEnabledLayerNames = &v.layer, .enabledExtensionCount = n_ext, .ppEnabledExtensionNames = exts};
+    VkApplicationInfo app = {.sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+                             .pApplicationName = "cinder",
+                             .pEngineName = "cinder",
+                             .apiVersion = info.api};
+    VkInstanceCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+                               .pNext = info.validation ? &v.features : NULL,
+                               .flags = flags,
+                               .pApplicationInfo = &app,
+                               .enabledLayerCount = info.validation ? 1 : 0,
+                               .ppEnabledLayerNames = &v.layer,
+                               .enabledExtensionCount = n_ext,
+                               .ppEnabledExtensionNames = exts};
     VkInstance inst = VK_NULL_HANDLE;
     VkResult r = vkCreateInstance(&ci, NULL, &inst);
     if (r == VK_ERROR_INCOMPATIBLE_DRIVER)

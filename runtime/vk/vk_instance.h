@@ -23,10 +23,10 @@
 #include <volk.h>
 
 typedef struct cvk_instance_info {
-    uint32_t loader_api;   /* vkEnumerateInstanceVersion */
-    uint32_t api;          /* the apiVersion the instance was created with (1.2 or 1.3) */
-    bool validation;       /* the validation layer is enabled */
-    bool portability;      /* VK_KHR_portability_enumeration is enabled (MoltenVK and such) */
+    uint32_t loader_api; /* vkEnumerateInstanceVersion */
+    uint32_t api;        /* the apiVersion the instance was created with (1.2 or 1.3) */
+    bool validation;     /* the validation layer is enabled */
+    bool portability;    /* VK_KHR_portability_enumeration is enabled (MoltenVK and such) */
 } cvk_instance_info;
 
 /* Returns the shared instance (creating it on first use) and bumps its reference count.

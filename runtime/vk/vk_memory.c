@@ -41,7 +41,7 @@ int cvk_mem_pick_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t type_
                                 BAD = VK_MEMORY_PROPERTY_PROTECTED_BIT | VK_MEMORY_PROPERTY_LAZILY_ALLOCATED_BIT,
                                 /* AMD's device-coherent / uncached types (VK_AMD_device_coherent_memory):
                                    every access bypasses the GPU caches; a last resort, never a match */
-                                SLOW = VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD | VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD;
+        SLOW = VK_MEMORY_PROPERTY_DEVICE_COHERENT_BIT_AMD | VK_MEMORY_PROPERTY_DEVICE_UNCACHED_BIT_AMD;
     int best = -1, best_score = -1000;
     for (uint32_t t = 0; t < mp->memoryTypeCount; t++) {
         VkMemoryPropertyFlags f = mp->memoryTypes[t].propertyFlags;
@@ -55,7 +55,10 @@ int cvk_mem_pick_type(const VkPhysicalDeviceMemoryProperties *mp, uint32_t type_
             else score = ((f & CA) ? 2 : 0) - ((f & DL) ? 1 : 0);
         }
         if (f & SLOW) score -= 100;
-        if (score > best_score) { best = (int)t; best_score = score; }
+        if (score > best_score) {
+            best = (int)t;
+            best_score = score;
+        }
     }
     return best;
 }
@@ -84,8 +87,8 @@ static int track_block(cvk_mem *m, cvk_block *b) {
 
 /* vkAllocateMemory of *size bytes, falling back to exactly `need` when the device refuses. */
 static int allocate(cvk_mem *m, uint32_t type, uint64_t *size, uint64_t need, VkDeviceMemory *out) {
-    VkMemoryAllocateInfo ai = {.sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = *size,
-                               .memoryTypeIndex = type};
+    VkMemoryAllocateInfo ai = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO, .allocationSize = *size, .memoryTypeIndex = type};
     VkResult r = cvk_fault_alloc() ? VK_ERROR_OUT_OF_DEVICE_MEMORY : vkAllocateMemory(m->dev->dev, &ai, NULL, out);
     if ((r == VK_ERROR_OUT_OF_DEVICE_MEMORY || r == VK_ERROR_OUT_OF_HOST_MEMORY) && need < *size) {
         ai.allocationSize = *size = need;
@@ -106,7 +109,10 @@ static int new_block(cvk_mem *m, enum cvk_mem_kind kind, uint32_t type, uint64_t
     b->kind = kind;
     b->type = type;
     uint64_t size = next_block_size(m, kind, need);
-    if (allocate(m, type, &size, need, &b->mem)) { free(b); return -1; }
+    if (allocate(m, type, &size, need, &b->mem)) {
+        free(b);
+        return -1;
+    }
     if (mp->memoryTypes[type].propertyFlags & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT) {
         void *p;
         if (CVK_CHECK(vkMapMemory(m->dev->dev, b->mem, 0, VK_WHOLE_SIZE, 0, &p))) goto fail;
@@ -134,8 +140,10 @@ uint64_t cvk_mem_heap_room(const cvk_mem *m, enum cvk_mem_kind kind, uint64_t si
     uint64_t blocks = m->heap_bytes[h], spare = blocks - *used; /* room in cinder's own blocks */
     if (size) return size > *used ? size - *used : 0;
     if (info->ext_memory_budget && !m->dev->compile_only) {
-        VkPhysicalDeviceMemoryBudgetPropertiesEXT b = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
-        VkPhysicalDeviceMemoryProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2, .pNext = &b};
+        VkPhysicalDeviceMemoryBudgetPropertiesEXT b = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_BUDGET_PROPERTIES_EXT};
+        VkPhysicalDeviceMemoryProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MEMORY_PROPERTIES_2,
+                                               .pNext = &b};
         vkGetPhysicalDeviceMemoryProperties2(info->phys, &p);
         if (b.heapBudget[h]) return spare + (b.heapBudget[h] > b.heapUsage[h] ? b.heapBudget[h] - b.heapUsage[h] : 0);
     }
@@ -150,7 +158,10 @@ int cvk_mem_suballoc(cvk_mem *m, enum cvk_mem_kind kind, uint32_t type_bits, uin
     for (uint32_t i = 0; i < m->n_blocks; i++) {
         cvk_block *b = m->blocks[i];
         if (b->kind != kind || b->type != (uint32_t)type) continue;
-        if (cvk_arena_alloc(&b->arena, size, align, off) == 0) { *block = b; return 0; }
+        if (cvk_arena_alloc(&b->arena, size, align, off) == 0) {
+            *block = b;
+            return 0;
+        }
     }
     cvk_block *b = NULL;
     if (new_block(m, kind, (uint32_t)type, size, &b)) return -1;

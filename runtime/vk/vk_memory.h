@@ -40,9 +40,9 @@ enum cvk_mem_kind {
 
 typedef struct cvk_block {
     VkDeviceMemory mem;
-    uint32_t type;           /* memory type index */
+    uint32_t type; /* memory type index */
     enum cvk_mem_kind kind;
-    uint8_t *map;            /* persistently mapped when host-visible, else NULL */
+    uint8_t *map; /* persistently mapped when host-visible, else NULL */
     cvk_arena arena;
 } cvk_block;
 
@@ -50,30 +50,30 @@ typedef struct cvk_mem {
     cvk_device *dev;
     cvk_block **blocks;
     uint32_t n_blocks, cap_blocks;
-    uint64_t block_min, block_max; /* block growth: min, 2*min, ... max */
-    uint64_t max_part;             /* bytes one part (binding) may hold; tests lower it */
-    uint64_t n_allocations;        /* vkAllocateMemory calls so far */
+    uint64_t block_min, block_max;            /* block growth: min, 2*min, ... max */
+    uint64_t max_part;                        /* bytes one part (binding) may hold; tests lower it */
+    uint64_t n_allocations;                   /* vkAllocateMemory calls so far */
     uint64_t heap_bytes[VK_MAX_MEMORY_HEAPS]; /* bytes allocated per heap now */
 } cvk_mem;
 
 typedef struct cvk_part {
-    VkBuffer buf;            /* its own VkBuffer: offsets in a part start at 0 */
-    uint64_t size;           /* bytes of data (the VkBuffer is rounded up to 16) */
+    VkBuffer buf;  /* its own VkBuffer: offsets in a part start at 0 */
+    uint64_t size; /* bytes of data (the VkBuffer is rounded up to 16) */
     cvk_block *block;
     uint64_t mem_off, mem_size;
-    VkBufferView texels;     /* the whole part as 16-byte R32G32B32A32_UINT texels, for kernels that
+    VkBufferView texels; /* the whole part as 16-byte R32G32B32A32_UINT texels, for kernels that
                                 read it as a uniform texel buffer; null when the part has more
                                 texels than one view may (maxTexelBufferElements) */
 } cvk_part;
 
 typedef struct cvk_buffer {
-    uint64_t size;           /* bytes */
-    uint64_t granule;        /* bytes per row; rows never straddle parts */
-    uint64_t part_bytes;     /* capacity of each part; all but the last are full */
+    uint64_t size;       /* bytes */
+    uint64_t granule;    /* bytes per row; rows never straddle parts */
+    uint64_t part_bytes; /* capacity of each part; all but the last are full */
     uint32_t n_parts;
     cvk_part *parts;
     enum cvk_mem_kind kind;
-    bool host_visible;       /* every part is mapped (UMA, lavapipe, staging) */
+    bool host_visible; /* every part is mapped (UMA, lavapipe, staging) */
 } cvk_buffer;
 
 /* A byte range of a buffer, as bound to a kernel or copied. */

@@ -15,7 +15,6 @@
 
 #define HEADER 24
 
-
 /* Reads the whole file; NULL (note set) when missing or unreadable. */
 static uint8_t *slurp(cvk_pcache *c, size_t *len) {
     FILE *f = fopen(c->path, "rb");
@@ -25,8 +24,8 @@ static uint8_t *slurp(cvk_pcache *c, size_t *len) {
     }
     uint8_t *buf = NULL;
     long n = -1;
-    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 &&
-        n < (1l << 30) && (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0 && n < (1l << 30) &&
+        (buf = malloc((size_t)n + 1)) && fread(buf, 1, (size_t)n, f) == (size_t)n) {
         *len = (size_t)n;
     } else {
         snprintf(c->note, sizeof c->note, "unreadable");
@@ -50,9 +49,9 @@ static const uint8_t *validate(cvk_pcache *c, const uint8_t *buf, size_t len, si
         return NULL;
     }
     const uint8_t *v = buf + HEADER;
-    if (size < 16 + VK_UUID_SIZE || cd_get_le32(v) < 16 + VK_UUID_SIZE || cd_get_le32(v + 4) != VK_PIPELINE_CACHE_HEADER_VERSION_ONE ||
-        cd_get_le32(v + 8) != p->vendorID || cd_get_le32(v + 12) != p->deviceID ||
-        memcmp(v + 16, p->pipelineCacheUUID, VK_UUID_SIZE)) {
+    if (size < 16 + VK_UUID_SIZE || cd_get_le32(v) < 16 + VK_UUID_SIZE ||
+        cd_get_le32(v + 4) != VK_PIPELINE_CACHE_HEADER_VERSION_ONE || cd_get_le32(v + 8) != p->vendorID ||
+        cd_get_le32(v + 12) != p->deviceID || memcmp(v + 16, p->pipelineCacheUUID, VK_UUID_SIZE)) {
         snprintf(c->note, sizeof c->note, "written for another device or driver");
         return NULL;
     }
@@ -67,8 +66,8 @@ int cvk_pcache_open(cvk_pcache *c, cvk_device *d, const char *path) {
     size_t len = 0, n = 0;
     uint8_t *buf = c->path ? slurp(c, &len) : NULL;
     const uint8_t *data = buf ? validate(c, buf, len, &n) : NULL;
-    VkPipelineCacheCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO,
-                                    .initialDataSize = data ? n : 0, .pInitialData = data};
+    VkPipelineCacheCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO, .initialDataSize = data ? n : 0, .pInitialData = data};
     VkResult r = vkCreatePipelineCache(d->dev, &ci, NULL, &c->cache);
     if (r < 0 && data) { /* the driver refused our data after all: start empty */
         snprintf(c->note, sizeof c->note, "rejected by the driver (%s)", cvk_result_name(r));
@@ -79,7 +78,11 @@ int cvk_pcache_open(cvk_pcache *c, cvk_device *d, const char *path) {
     }
     c->loaded = data != NULL;
     free(buf);
-    if (CVK_CHECK(r)) { free(c->path); c->path = NULL; return -1; }
+    if (CVK_CHECK(r)) {
+        free(c->path);
+        c->path = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -100,8 +103,8 @@ static int write_file(const char *path, const uint8_t *head, const void *data, s
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     FILE *f = fopen(tmp, "wb");
     if (!f) return cd_fail("%s: %s", tmp, strerror(errno));
-    bool ok = fwrite(head, 1, HEADER, f) == HEADER && fwrite(data, 1, n, f) == n && fflush(f) == 0 &&
-              fsync(fileno(f)) == 0;
+    bool ok =
+        fwrite(head, 1, HEADER, f) == HEADER && fwrite(data, 1, n, f) == n && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path)) {
         int e = errno;
@@ -117,7 +120,10 @@ int cvk_pcache_save(cvk_pcache *c) {
     if (CVK_CHECK(vkGetPipelineCacheData(c->dev->dev, c->cache, &n, NULL))) return -1;
     uint8_t *data = malloc(n ? n : 1);
     if (!data) return cd_fail("out of memory");
-    if (CVK_CHECK(vkGetPipelineCacheData(c->dev->dev, c->cache, &n, data))) { free(data); return -1; }
+    if (CVK_CHECK(vkGetPipelineCacheData(c->dev->dev, c->cache, &n, data))) {
+        free(data);
+        return -1;
+    }
     uint8_t head[HEADER];
     memcpy(head, "CDPC", 4);
     cd_put_le32(head + 4, 1);

@@ -21,9 +21,9 @@
 typedef struct cvk_pcache {
     cvk_device *dev;
     VkPipelineCache cache;
-    char *path;         /* NULL: in memory only */
-    bool loaded;        /* a valid file seeded the cache */
-    char note[160];     /* why a file was not loaded ("" when loaded or absent) */
+    char *path;     /* NULL: in memory only */
+    bool loaded;    /* a valid file seeded the cache */
+    char note[160]; /* why a file was not loaded ("" when loaded or absent) */
 } cvk_pcache;
 
 /* Opens the cache, seeded from path when that file is valid (path NULL: memory only). */

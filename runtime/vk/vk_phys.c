@@ -99,9 +99,9 @@ static void query_props(cvk_phys_info *o, bool sgc_ext) {
     snprintf(o->driver_info, sizeof o->driver_info, "%s", p12.driverInfo);
     c->subgroup_size = p11.subgroupSize;
     c->subgroup_arith = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                        (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+        (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
     c->subgroup_shuffle = (p11.subgroupSupportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                          (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+        (p11.subgroupSupportedOperations & VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
     c->max_alloc = m3.maxMemoryAllocationSize;
     c->max_buffer = v13 ? p13.maxBufferSize : c->max_alloc;
     c->min_subgroup_size = c->max_subgroup_size = c->subgroup_size;
@@ -145,14 +145,12 @@ static void query_features(cvk_phys_info *o, bool sgc_ext) {
 static void judge(cvk_phys_info *o) {
     o->usable = false;
     if (o->caps.api < VK_API_VERSION_1_2)
-        snprintf(o->why_not, sizeof o->why_not, "Vulkan %u.%u (needs 1.2)",
-                 VK_API_VERSION_MAJOR(o->caps.api), VK_API_VERSION_MINOR(o->caps.api));
-    else if (o->compute_family == UINT32_MAX)
-        snprintf(o->why_not, sizeof o->why_not, "no compute queue");
+        snprintf(o->why_not, sizeof o->why_not, "Vulkan %u.%u (needs 1.2)", VK_API_VERSION_MAJOR(o->caps.api),
+                 VK_API_VERSION_MINOR(o->caps.api));
+    else if (o->compute_family == UINT32_MAX) snprintf(o->why_not, sizeof o->why_not, "no compute queue");
     else if (!o->caps.subgroup_arith)
         snprintf(o->why_not, sizeof o->why_not, "no subgroup arithmetic in compute shaders");
-    else
-        o->usable = true;
+    else o->usable = true;
 }
 
 static void phys_query(VkPhysicalDevice p, uint32_t inst_api, cvk_phys_info *o) {
@@ -164,8 +162,8 @@ static void phys_query(VkPhysicalDevice p, uint32_t inst_api, cvk_phys_info *o) 
     query_limits(o);
     query_queues(o);
     if (o->caps.api >= VK_API_VERSION_1_2) {
-        bool sgc_ext = o->caps.api < VK_API_VERSION_1_3 &&
-                       has_device_ext(p, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+        bool sgc_ext =
+            o->caps.api < VK_API_VERSION_1_3 && has_device_ext(p, VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
         o->ext_subgroup_size_control = sgc_ext;
         o->ext_portability_subset = has_device_ext(p, "VK_KHR_portability_subset");
         o->ext_pipeline_exec = has_device_ext(p, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
@@ -184,8 +182,16 @@ int cvk_phys_list(VkInstance inst, uint32_t inst_api, cvk_phys_info **list, uint
     if (count == 0) return 0;
     VkPhysicalDevice *p = calloc(count, sizeof *p);
     cvk_phys_info *out = calloc(count, sizeof *out);
-    if (!p || !out) { free(p); free(out); return cd_fail("out of memory listing Vulkan devices"); }
-    if (CVK_CHECK(vkEnumeratePhysicalDevices(inst, &count, p))) { free(p); free(out); return -1; }
+    if (!p || !out) {
+        free(p);
+        free(out);
+        return cd_fail("out of memory listing Vulkan devices");
+    }
+    if (CVK_CHECK(vkEnumeratePhysicalDevices(inst, &count, p))) {
+        free(p);
+        free(out);
+        return -1;
+    }
     for (uint32_t i = 0; i < count; i++) phys_query(p[i], inst_api, &out[i]);
     free(p);
     *list = out;
@@ -212,19 +218,18 @@ int cvk_phys_choose(const cvk_phys_info *list, uint32_t n, int requested, int *c
     if (requested < 0 && env_index(&requested)) return -1;
     if (requested >= 0) {
         if ((uint32_t)requested >= n)
-            return cd_fail("Vulkan device %d does not exist (%u device%s: 0..%u)", requested, n,
-                           n == 1 ? "" : "s", n - 1);
+            return cd_fail("Vulkan device %d does not exist (%u device%s: 0..%u)", requested, n, n == 1 ? "" : "s",
+                           n - 1);
         if (!list[requested].usable)
-            return cd_fail("Vulkan device %d (%s) cannot be used: %s", requested,
-                           list[requested].props.deviceName, list[requested].why_not);
+            return cd_fail("Vulkan device %d (%s) cannot be used: %s", requested, list[requested].props.deviceName,
+                           list[requested].why_not);
         *chosen = requested;
         return 0;
     }
     int best = -1;
     for (uint32_t i = 0; i < n; i++) {
         if (!list[i].usable) continue;
-        if (best < 0 || cvk_phys_type_rank(list[i].props.deviceType) <
-                            cvk_phys_type_rank(list[best].props.deviceType))
+        if (best < 0 || cvk_phys_type_rank(list[i].props.deviceType) < cvk_phys_type_rank(list[best].props.deviceType))
             best = (int)i;
     }
     if (best < 0)

@@ -28,49 +28,54 @@ static int create_layouts(cvk_pipeline *p, cvk_device *d, const cvk_pipeline_des
     for (uint32_t i = 0; i < desc->n_bindings; i++)
         b[i] = (VkDescriptorSetLayoutBinding){.binding = i,
                                               .descriptorType = desc->texel_bindings >> i & 1
-                                                                    ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
-                                                                    : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-                                              .descriptorCount = 1, .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
-    VkDescriptorSetLayoutCreateInfo dci = {.sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-                                           .bindingCount = desc->n_bindings, .pBindings = b};
+                                                  ? VK_DESCRIPTOR_TYPE_UNIFORM_TEXEL_BUFFER
+                                                  : VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                                              .descriptorCount = 1,
+                                              .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT};
+    VkDescriptorSetLayoutCreateInfo dci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO, .bindingCount = desc->n_bindings, .pBindings = b};
     if (CVK_CHECK(vkCreateDescriptorSetLayout(d->dev, &dci, NULL, &p->dsl))) return -1;
     VkPushConstantRange pr = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = (desc->push_size + 3) & ~3u};
     VkPipelineLayoutCreateInfo lci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-                                      .setLayoutCount = 1, .pSetLayouts = &p->dsl,
-                                      .pushConstantRangeCount = desc->push_size ? 1 : 0, .pPushConstantRanges = &pr};
+                                      .setLayoutCount = 1,
+                                      .pSetLayouts = &p->dsl,
+                                      .pushConstantRangeCount = desc->push_size ? 1 : 0,
+                                      .pPushConstantRanges = &pr};
     return CVK_CHECK(vkCreatePipelineLayout(d->dev, &lci, NULL, &p->layout));
 }
 
 static bool subgroup_size_ok(const cvk_caps *c, uint32_t s) {
     return s && c->subgroup_size_control && (s & (s - 1)) == 0 && s >= c->min_subgroup_size &&
-           s <= c->max_subgroup_size;
+        s <= c->max_subgroup_size;
 }
 
 static int create_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc) {
     const cvk_caps *c = &d->info.caps;
-    VkShaderModuleCreateInfo mci = {.sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-                                    .codeSize = desc->spv_size, .pCode = desc->spv};
+    VkShaderModuleCreateInfo mci = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = desc->spv_size, .pCode = desc->spv};
     VkShaderModule mod;
     if (CVK_CHECK(vkCreateShaderModule(d->dev, &mci, NULL, &mod))) return -1;
     VkSpecializationMapEntry map[CVK_MAX_SPEC];
     for (uint32_t i = 0; i < desc->n_spec; i++) map[i] = (VkSpecializationMapEntry){i, i * 4, 4};
-    VkSpecializationInfo si = {.mapEntryCount = desc->n_spec, .pMapEntries = map,
-                               .dataSize = desc->n_spec * 4, .pData = desc->spec};
+    VkSpecializationInfo si = {
+        .mapEntryCount = desc->n_spec, .pMapEntries = map, .dataSize = desc->n_spec * 4, .pData = desc->spec};
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rss = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
         .requiredSubgroupSize = desc->subgroup_size};
     bool want_size = subgroup_size_ok(c, desc->subgroup_size);
-    VkPipelineShaderStageCreateInfo stage = {
-        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO, .pNext = want_size ? &rss : NULL,
-        .stage = VK_SHADER_STAGE_COMPUTE_BIT, .module = mod, .pName = "main",
-        .pSpecializationInfo = desc->n_spec ? &si : NULL};
+    VkPipelineShaderStageCreateInfo stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                                             .pNext = want_size ? &rss : NULL,
+                                             .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                                             .module = mod,
+                                             .pName = "main",
+                                             .pSpecializationInfo = desc->n_spec ? &si : NULL};
     if (desc->full_subgroups && c->full_subgroups)
         stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
-    VkComputePipelineCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-                                      .stage = stage, .layout = p->layout};
+    VkComputePipelineCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .stage = stage, .layout = p->layout};
     if (d->pipeline_stats) { /* compiled afresh (no cache), what the compiler made kept for reading */
-        ci.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR |
-                    VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
+        ci.flags |=
+            VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR | VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
         cache = VK_NULL_HANDLE;
     }
     int rc = CVK_CHECK(vkCreateComputePipelines(d->dev, cache, 1, &ci, NULL, &p->pipe));
@@ -143,8 +148,8 @@ static bool memo_add(cvk_pipeline_memo *m, const memo_key *k, const cvk_pipeline
         if (e) m->e = e, m->cap = cap;
     }
     if (m->n < m->cap) {
-        m->e[m->n++] = (memo_entry){.key = *k, .pipe = p->pipe, .layout = p->layout, .dsl = p->dsl,
-                                    .subgroup_size = p->subgroup_size};
+        m->e[m->n++] = (memo_entry){
+            .key = *k, .pipe = p->pipe, .layout = p->layout, .dsl = p->dsl, .subgroup_size = p->subgroup_size};
         added = true;
     }
     pthread_mutex_unlock(&m->lock);

@@ -31,17 +31,17 @@
 #define CVK_MAX_SPEC 16
 
 typedef struct cvk_pipeline_desc {
-    const char *name;            /* for errors and profiles */
-    const uint32_t *spv;         /* cinder_spv_<name> */
-    size_t spv_size;             /* cinder_spv_<name>_size, bytes */
-    uint32_t n_bindings;         /* storage buffers at bindings 0..n-1 */
-    uint32_t texel_bindings;     /* bit i: binding i is a uniform texel buffer instead, the bound
+    const char *name;        /* for errors and profiles */
+    const uint32_t *spv;     /* cinder_spv_<name> */
+    size_t spv_size;         /* cinder_spv_<name>_size, bytes */
+    uint32_t n_bindings;     /* storage buffers at bindings 0..n-1 */
+    uint32_t texel_bindings; /* bit i: binding i is a uniform texel buffer instead, the bound
                                     view's part as 16-byte uint texels (cvk_part.texels) */
-    uint32_t push_size;          /* bytes of the push-constant struct; 0 = none */
-    const uint32_t *spec;        /* specialization constants, ids 0..n_spec-1 */
+    uint32_t push_size;      /* bytes of the push-constant struct; 0 = none */
+    const uint32_t *spec;    /* specialization constants, ids 0..n_spec-1 */
     uint32_t n_spec;
-    uint32_t subgroup_size;      /* 0 = the driver's choice */
-    bool full_subgroups;         /* all subgroups full (needs local_size_x % subgroup size == 0) */
+    uint32_t subgroup_size; /* 0 = the driver's choice */
+    bool full_subgroups;    /* all subgroups full (needs local_size_x % subgroup size == 0) */
 } cvk_pipeline_desc;
 
 typedef struct cvk_pipeline {
@@ -50,7 +50,7 @@ typedef struct cvk_pipeline {
     VkPipelineLayout layout;
     VkDescriptorSetLayout dsl;
     uint32_t n_bindings, push_size, texel_bindings;
-    uint32_t subgroup_size;      /* required size in force; 0 = the driver's choice */
+    uint32_t subgroup_size; /* required size in force; 0 = the driver's choice */
     uint32_t spec[CVK_MAX_SPEC], n_spec;
 } cvk_pipeline;
 

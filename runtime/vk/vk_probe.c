@@ -9,8 +9,8 @@
 #include "shaders/shaders.h"
 
 enum {
-    MAX_BYTES = 256u << 20,   /* a few hundred MB: far past any GPU's last-level cache */
-    ALU_GROUPS_MAX = 4096,    /* 1M threads: several full waves on the biggest GPUs */
+    MAX_BYTES = 256u << 20, /* a few hundred MB: far past any GPU's last-level cache */
+    ALU_GROUPS_MAX = 4096,  /* 1M threads: several full waves on the biggest GPUs */
     ALU_ITERS_MAX = 1u << 22,
 };
 
@@ -71,15 +71,20 @@ static int rt_open(probe_rt *r, cvk_ctx *x, const cvk_probe_opts *o) {
 static int make_pipeline(probe_rt *r, cvk_pipeline *p, const char *name, const uint32_t *spv, size_t size,
                          uint32_t n_bindings, uint32_t push_size) {
     uint32_t spec[1] = {r->wg};
-    cvk_pipeline_desc d = {.name = name, .spv = spv, .spv_size = size, .n_bindings = n_bindings,
-                           .push_size = push_size, .spec = spec, .n_spec = 1};
+    cvk_pipeline_desc d = {.name = name,
+                           .spv = spv,
+                           .spv_size = size,
+                           .n_bindings = n_bindings,
+                           .push_size = push_size,
+                           .spec = spec,
+                           .n_spec = 1};
     return cvk_pipeline_create(p, &r->x->dev, r->x->pcache.cache, &d);
 }
 
 /* Records and runs one dispatch; *ms is its GPU time (host time without timestamps). The
  * barrier first orders the previous run's writes to the same buffers before this one's. */
-static int timed_dispatch(probe_rt *r, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
-                          uint32_t groups, double *ms) {
+static int timed_dispatch(probe_rt *r, const cvk_pipeline *p, VkDescriptorSet set, const void *push, uint32_t groups,
+                          double *ms) {
     if (cvk_cmd_begin(&r->cmd)) return -1;
     cvk_barrier_compute_to_compute(r->cmd.cb);
     cvk_cmd_label_begin(&r->cmd, p->name);
@@ -97,8 +102,8 @@ static int timed_dispatch(probe_rt *r, const cvk_pipeline *p, VkDescriptorSet se
 }
 
 /* The shortest of one warm-up and `repeats` timed runs (the warm-up is not counted). */
-static int best_dispatch(probe_rt *r, const cvk_pipeline *p, VkDescriptorSet set, const void *push,
-                         uint32_t groups, double *best) {
+static int best_dispatch(probe_rt *r, const cvk_pipeline *p, VkDescriptorSet set, const void *push, uint32_t groups,
+                         double *best) {
     *best = 0;
     for (uint32_t i = 0; i <= r->o.repeats; i++) {
         double ms;
@@ -214,8 +219,8 @@ static double best_memcpy(void *dst, const void *src, uint64_t bytes, uint32_t r
     return gbps(bytes, best > 0 ? best : 1e-6);
 }
 
-static int transfer_probes(probe_rt *r, cvk_cmd *xfer, cvk_buffer *up, cvk_buffer *dev, cvk_buffer *down,
-                           uint8_t *host, cvk_probe *out) {
+static int transfer_probes(probe_rt *r, cvk_cmd *xfer, cvk_buffer *up, cvk_buffer *dev, cvk_buffer *down, uint8_t *host,
+                           cvk_probe *out) {
     uint64_t bytes = r->o.bytes;
     if (best_copy(xfer, r->o.repeats, up, dev, false, &out->h2d_staged_gbps) ||
         best_copy(xfer, r->o.repeats, dev, down, true, &out->d2h_staged_gbps))
@@ -235,7 +240,10 @@ int cvk_probe_transfer(cvk_ctx *x, const cvk_probe_opts *o, cvk_probe *out) {
     cvk_cmd xfer = {0};
     uint8_t *host = malloc(bytes);
     int rc = -1;
-    if (!host) { cd_fail("out of memory (%llu bytes)", (unsigned long long)bytes); goto done; }
+    if (!host) {
+        cd_fail("out of memory (%llu bytes)", (unsigned long long)bytes);
+        goto done;
+    }
     memset(host, 0x5a, bytes); /* touched: the host side of the copies is resident */
     if (cvk_buffer_create(&x->mem, &up, bytes, 16, CVK_MEM_UPLOAD) ||
         cvk_buffer_create(&x->mem, &dev, bytes, 16, CVK_MEM_DEVICE) ||
@@ -281,13 +289,15 @@ static int alu_rate(probe_rt *r, const cvk_pipeline *p, VkDescriptorSet set, voi
     return 0;
 }
 
-static int alu_probe(probe_rt *r, cvk_buffer *o, const char *name, const uint32_t *spv, size_t size,
-                     void *push, uint32_t push_size, double ops_per_iter, double *gops) {
+static int alu_probe(probe_rt *r, cvk_buffer *o, const char *name, const uint32_t *spv, size_t size, void *push,
+                     uint32_t push_size, double ops_per_iter, double *gops) {
     cvk_pipeline p = {0};
     VkDescriptorSet set;
     cvk_view v = cvk_view_whole(o);
     int rc = make_pipeline(r, &p, name, spv, size, 1, push_size) || cvk_descset(&r->dp, &p, &v, &set) ||
-             alu_rate(r, &p, set, push, ops_per_iter, gops) ? -1 : 0;
+            alu_rate(r, &p, set, push, ops_per_iter, gops)
+        ? -1
+        : 0;
     cvk_cmd_wait(&r->cmd);
     cvk_pipeline_destroy(&r->x->dev, &p);
     return rc ? cd_fail_ctx("%s: ", name) : 0;
@@ -301,13 +311,15 @@ static int compute_probes(probe_rt *r, cvk_buffer *o, cvk_probe *out) {
                   &out->fp32_gflops))
         return -1;
     fp = (cvk_probe_alu_push){.m = 0.999f, .c = 1e-3f};
-    if (c->fp16 && alu_probe(r, o, "probe_fma16", cinder_spv_probe_fma16, cinder_spv_probe_fma16_size, &fp,
-                             sizeof fp, 64, &out->fp16_gflops))
+    if (c->fp16 &&
+        alu_probe(r, o, "probe_fma16", cinder_spv_probe_fma16, cinder_spv_probe_fma16_size, &fp, sizeof fp, 64,
+                  &out->fp16_gflops))
         return -1;
     /* 8 chains x one dot4 (4 multiply-adds = 8 ops) per iteration */
     cvk_probe_dot_push dp = {.b = 0x01ff02feu};
-    if (c->int_dot && alu_probe(r, o, "probe_dot8", cinder_spv_probe_dot8, cinder_spv_probe_dot8_size, &dp,
-                                sizeof dp, 64, &out->int8_gops))
+    if (c->int_dot &&
+        alu_probe(r, o, "probe_dot8", cinder_spv_probe_dot8, cinder_spv_probe_dot8_size, &dp, sizeof dp, 64,
+                  &out->int8_gops))
         return -1;
     return 0;
 }
@@ -317,8 +329,9 @@ int cvk_probe_compute(cvk_ctx *x, const cvk_probe_opts *o, cvk_probe *out) {
     if (rt_open(&r, x, o)) return -1;
     cvk_buffer buf = {0};
     out->fp16_gflops = out->int8_gops = 0;
-    int rc = cvk_buffer_create(&x->mem, &buf, (uint64_t)ALU_GROUPS_MAX * r.wg * 4, 4, CVK_MEM_DEVICE) ? -1
-             : compute_probes(&r, &buf, out);
+    int rc = cvk_buffer_create(&x->mem, &buf, (uint64_t)ALU_GROUPS_MAX * r.wg * 4, 4, CVK_MEM_DEVICE)
+        ? -1
+        : compute_probes(&r, &buf, out);
     out->gpu_timed = r.gpu_timed;
     rt_close(&r);
     cvk_buffer_destroy(&x->mem, &buf);

@@ -50,12 +50,12 @@ typedef struct cvk_probe_opts {
 } cvk_probe_opts;
 
 typedef struct cvk_probe {
-    double copy_gbps, read_gbps;                 /* device-local, GB/s (1e9 bytes/s) */
-    double h2d_staged_gbps, d2h_staged_gbps;     /* GB/s */
-    double h2d_mapped_gbps, d2h_mapped_gbps;     /* GB/s */
-    double fp32_gflops, fp16_gflops, int8_gops;  /* 1e9 per second; 0 = not supported */
-    uint64_t bytes;                              /* buffer size the bandwidth figures used */
-    bool gpu_timed;                              /* kernels timed by GPU timestamps */
+    double copy_gbps, read_gbps;                /* device-local, GB/s (1e9 bytes/s) */
+    double h2d_staged_gbps, d2h_staged_gbps;    /* GB/s */
+    double h2d_mapped_gbps, d2h_mapped_gbps;    /* GB/s */
+    double fp32_gflops, fp16_gflops, int8_gops; /* 1e9 per second; 0 = not supported */
+    uint64_t bytes;                             /* buffer size the bandwidth figures used */
+    bool gpu_timed;                             /* kernels timed by GPU timestamps */
 } cvk_probe;
 
 /* All of the above, on x's device. Creates and frees its own buffers, pipelines (through the

@@ -21,7 +21,10 @@ static int64_t stat_value(const VkPipelineExecutableStatisticKHR *st) {
 
 /* RADV's statistic names (radv_pipeline.c, aco_statistics). */
 static void take_stat(cvk_shader_stats *s, const char *name, int64_t v) {
-    static const struct { const char *name; size_t off; } map[] = {
+    static const struct {
+        const char *name;
+        size_t off;
+    } map[] = {
         {"VGPRs", offsetof(cvk_shader_stats, vgprs)},
         {"SGPRs", offsetof(cvk_shader_stats, sgprs)},
         {"Spilled VGPRs", offsetof(cvk_shader_stats, spilled_vgprs)},
@@ -61,7 +64,10 @@ static int read_isa(const cvk_device *d, const VkPipelineExecutableInfoKHR *ei, 
     for (uint32_t i = 0; !rc && i < n; i++) {
         if (!ir[i].isText || !strstr(ir[i].name, "Assembly")) continue;
         char *text = malloc(ir[i].dataSize + 1);
-        if (!text) { rc = cd_fail("out of memory"); break; }
+        if (!text) {
+            rc = cd_fail("out of memory");
+            break;
+        }
         ir[i].pData = text;
         VkResult r = vkGetPipelineExecutableInternalRepresentationsKHR(d->dev, ei, &n, ir);
         ir[i].pData = NULL;
@@ -81,8 +87,9 @@ static int read_isa(const cvk_device *d, const VkPipelineExecutableInfoKHR *ei, 
 
 int cvk_shader_stats_read(const cvk_device *d, const cvk_pipeline *p, cvk_shader_stats *s) {
     memset(s, 0, sizeof *s);
-    int64_t *f[] = {&s->vgprs, &s->sgprs, &s->spilled_vgprs, &s->spilled_sgprs, &s->lds_bytes, &s->scratch_bytes,
-                    &s->waves_per_simd, &s->instructions, &s->code_bytes, &s->latency, &s->inv_throughput};
+    int64_t *f[] = {&s->vgprs,      &s->sgprs,         &s->spilled_vgprs,  &s->spilled_sgprs,
+                    &s->lds_bytes,  &s->scratch_bytes, &s->waves_per_simd, &s->instructions,
+                    &s->code_bytes, &s->latency,       &s->inv_throughput};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) *f[i] = -1;
     snprintf(s->name, sizeof s->name, "%s", p->name);
     s->n_spec = p->n_spec;
@@ -95,13 +102,13 @@ int cvk_shader_stats_read(const cvk_device *d, const cvk_pipeline *p, cvk_shader
     if (n == 0) return cd_fail("pipeline %s has no executable", p->name);
     VkPipelineExecutablePropertiesKHR props[4];
     if (n > 4) n = 4;
-    for (uint32_t i = 0; i < n; i++) props[i] = (VkPipelineExecutablePropertiesKHR){
-        .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR};
+    for (uint32_t i = 0; i < n; i++)
+        props[i] = (VkPipelineExecutablePropertiesKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR};
     VkResult r = vkGetPipelineExecutablePropertiesKHR(d->dev, &pi, &n, props);
     if (r != VK_SUCCESS && r != VK_INCOMPLETE && CVK_CHECK(r)) return -1;
     s->subgroup_size = props[0].subgroupSize;
-    VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
-                                      .pipeline = p->pipe, .executableIndex = 0};
+    VkPipelineExecutableInfoKHR ei = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR, .pipeline = p->pipe, .executableIndex = 0};
     if (read_statistics(d, &ei, s) || read_isa(d, &ei, s)) return cd_fail_ctx("pipeline %s: ", p->name), -1;
     return 0;
 }

@@ -19,21 +19,21 @@
 #include "runtime/vk/vk_pipeline.h"
 
 typedef struct cvk_shader_stats {
-    char name[32];                   /* the pipeline's (cvk_pipeline_desc.name) */
+    char name[32];                       /* the pipeline's (cvk_pipeline_desc.name) */
     uint32_t spec[CVK_MAX_SPEC], n_spec; /* its specialization constants; spec[0] = workgroup size */
-    uint32_t required_subgroup;      /* requiredSubgroupSize in force, 0 = the driver's choice */
-    uint32_t subgroup_size;          /* the executable's, as compiled */
+    uint32_t required_subgroup;          /* requiredSubgroupSize in force, 0 = the driver's choice */
+    uint32_t subgroup_size;              /* the executable's, as compiled */
     int64_t vgprs, sgprs, spilled_vgprs, spilled_sgprs;
     int64_t lds_bytes, scratch_bytes;
-    int64_t waves_per_simd;          /* RADV's "Subgroups per SIMD" */
+    int64_t waves_per_simd; /* RADV's "Subgroups per SIMD" */
     int64_t instructions, code_bytes;
     int64_t latency, inv_throughput; /* ACO's static estimates (cycles), -1 when not reported */
     /* from the disassembly (has_isa): vector memory loads by width, and the integer dot products */
     bool has_isa;
     uint32_t loads_sub32, loads_b32, loads_b64, loads_b96, loads_b128;
-    uint32_t dot4;                   /* v_dot4* instructions */
-    uint32_t fma;                    /* fused multiply-adds (v_fma*, v_fmac*, v_fmamk/ak, v_pk_fma*) */
-    char *isa;                       /* the disassembly (malloc'd; in a log, freed with it), or NULL */
+    uint32_t dot4; /* v_dot4* instructions */
+    uint32_t fma;  /* fused multiply-adds (v_fma*, v_fmac*, v_fmamk/ak, v_pk_fma*) */
+    char *isa;     /* the disassembly (malloc'd; in a log, freed with it), or NULL */
 } cvk_shader_stats;
 
 typedef struct cvk_shader_log {

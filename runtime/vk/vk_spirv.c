@@ -6,9 +6,20 @@
 #include "runtime/base/error.h"
 
 enum {
-    OP_TYPE_INT = 21, OP_TYPE_FLOAT = 22, OP_TYPE_VECTOR = 23, OP_TYPE_ARRAY = 28, OP_TYPE_STRUCT = 30,
-    OP_TYPE_POINTER = 32, OP_CONSTANT = 43, OP_VARIABLE = 59, OP_DECORATE = 71, OP_MEMBER_DECORATE = 72,
-    DEC_BINDING = 33, DEC_SET = 34, DEC_OFFSET = 35, SC_PUSH = 9,
+    OP_TYPE_INT = 21,
+    OP_TYPE_FLOAT = 22,
+    OP_TYPE_VECTOR = 23,
+    OP_TYPE_ARRAY = 28,
+    OP_TYPE_STRUCT = 30,
+    OP_TYPE_POINTER = 32,
+    OP_CONSTANT = 43,
+    OP_VARIABLE = 59,
+    OP_DECORATE = 71,
+    OP_MEMBER_DECORATE = 72,
+    DEC_BINDING = 33,
+    DEC_SET = 34,
+    DEC_OFFSET = 35,
+    SC_PUSH = 9,
 };
 
 /* Per-id facts gathered in one pass. */
@@ -46,14 +57,19 @@ static uint32_t descriptor_count(const ids *t, uint32_t ptr_type) {
 
 static void record(ids *t, const uint32_t *w, uint32_t op, uint32_t n) {
     switch (op) {
-    case OP_TYPE_INT: case OP_TYPE_FLOAT: case OP_TYPE_VECTOR: case OP_TYPE_ARRAY: case OP_TYPE_POINTER:
+    case OP_TYPE_INT:
+    case OP_TYPE_FLOAT:
+    case OP_TYPE_VECTOR:
+    case OP_TYPE_ARRAY:
+    case OP_TYPE_POINTER:
         if (n >= 3 && w[1] < t->bound) {
             t->op[w[1]] = op;
             t->a[w[1]] = w[2];
             t->b[w[1]] = n >= 4 ? w[3] : 0;
         }
         break;
-    case OP_CONSTANT: case OP_VARIABLE: /* result type, result id, value / storage class */
+    case OP_CONSTANT:
+    case OP_VARIABLE: /* result type, result id, value / storage class */
         if (n >= 4 && w[2] < t->bound) {
             t->op[w[2]] = op;
             t->a[w[2]] = w[3];
@@ -79,7 +95,10 @@ static void push_members(const ids *t, const uint32_t *words, size_t n_words, ui
         if (op == OP_MEMBER_DECORATE && n >= 5 && w[1] == block && w[3] == DEC_OFFSET && w[2] < CVK_SPIRV_MAX) {
             o->push_offset[w[2]] = w[4];
             if (w[2] + 1 > o->n_push) o->n_push = w[2] + 1;
-            if (w[4] >= last_off) { last_off = w[4]; last_member = w[2]; }
+            if (w[4] >= last_off) {
+                last_off = w[4];
+                last_member = w[2];
+            }
         }
         if (op == OP_TYPE_STRUCT && w[1] == block && last_member + 2 < n) last_type = w[2 + last_member];
         i += n;
@@ -96,7 +115,10 @@ int cvk_spirv_reflect(const uint32_t *words, size_t bytes, cvk_spirv_info *o) {
     if (ids_alloc(&t, words[3])) return -1;
     for (size_t i = 5; i < n_words;) {
         uint32_t n = words[i] >> 16, op = words[i] & 0xffff;
-        if (n == 0 || i + n > n_words) { free(t.binding); return cd_fail("truncated SPIR-V module"); }
+        if (n == 0 || i + n > n_words) {
+            free(t.binding);
+            return cd_fail("truncated SPIR-V module");
+        }
         record(&t, &words[i], op, n);
         i += n;
     }
@@ -108,9 +130,15 @@ int cvk_spirv_reflect(const uint32_t *words, size_t bytes, cvk_spirv_info *o) {
             push_members(&t, words, n_words, t.b[ptr], o);
         }
         if (t.binding[id] == UINT32_MAX) continue;
-        if (t.set[id] != 0 && t.set[id] != UINT32_MAX) { o->other_sets = true; continue; }
+        if (t.set[id] != 0 && t.set[id] != UINT32_MAX) {
+            o->other_sets = true;
+            continue;
+        }
         uint32_t b = t.binding[id];
-        if (b >= CVK_SPIRV_MAX) { free(t.binding); return cd_fail("binding %u out of range", b); }
+        if (b >= CVK_SPIRV_MAX) {
+            free(t.binding);
+            return cd_fail("binding %u out of range", b);
+        }
         o->binding_count[b] = descriptor_count(&t, ptr);
         if (b + 1 > o->n_bindings) o->n_bindings = b + 1;
     }

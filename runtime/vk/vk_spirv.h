@@ -12,13 +12,13 @@
 #define CVK_SPIRV_MAX 32
 
 typedef struct cvk_spirv_info {
-    uint32_t n_bindings;                    /* 1 + highest binding used in set 0; 0 when none */
-    uint32_t binding_count[CVK_SPIRV_MAX];  /* descriptors per binding (array size), 0 = unused */
-    bool other_sets;                        /* a binding lives in a set other than 0 */
+    uint32_t n_bindings;                   /* 1 + highest binding used in set 0; 0 when none */
+    uint32_t binding_count[CVK_SPIRV_MAX]; /* descriptors per binding (array size), 0 = unused */
+    bool other_sets;                       /* a binding lives in a set other than 0 */
     bool has_push;
-    uint32_t n_push;                        /* members of the push-constant block */
-    uint32_t push_offset[CVK_SPIRV_MAX];    /* byte offset of each member */
-    uint32_t push_size;                     /* end of the last member; 0 if its type is unknown */
+    uint32_t n_push;                     /* members of the push-constant block */
+    uint32_t push_offset[CVK_SPIRV_MAX]; /* byte offset of each member */
+    uint32_t push_size;                  /* end of the last member; 0 if its type is unknown */
 } cvk_spirv_info;
 
 int cvk_spirv_reflect(const uint32_t *words, size_t bytes, cvk_spirv_info *out);

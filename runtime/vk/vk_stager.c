@@ -15,8 +15,7 @@ int cvk_stager_init(cvk_stager *s, cvk_device *d, cvk_mem *m, uint64_t slot_byte
     s->slot_bytes = slot_bytes;
     for (int i = 0; i < 2; i++) {
         cvk_stage_slot *sl = &s->slot[i];
-        if (cvk_buffer_create(m, &sl->buf, slot_bytes, 1, CVK_MEM_UPLOAD) ||
-            cvk_cmd_init(&sl->cmd, d, true)) {
+        if (cvk_buffer_create(m, &sl->buf, slot_bytes, 1, CVK_MEM_UPLOAD) || cvk_cmd_init(&sl->cmd, d, true)) {
             cvk_stager_free(s);
             return cd_fail_ctx("staging buffers: ");
         }
@@ -119,13 +118,13 @@ int cvk_stager_download(cvk_stager *s, cvk_view src, void *dst) {
         read_direct(src, dst);
         return 0;
     }
-    if (!s->readback.parts && cvk_buffer_create(s->mem, &s->readback, s->slot_bytes, 1, CVK_MEM_READBACK))
-        return -1;
+    if (!s->readback.parts && cvk_buffer_create(s->mem, &s->readback, s->slot_bytes, 1, CVK_MEM_READBACK)) return -1;
     const uint8_t *rb = cvk_buffer_host_ptr(&s->readback, 0);
     cvk_cmd *c = &s->slot[0].cmd;
     for (uint64_t at = 0; at < src.size;) {
         uint64_t n = src.size - at < s->slot_bytes ? src.size - at : s->slot_bytes;
-        if (cvk_cmd_begin(c) || cvk_cmd_copy(c, cvk_view_range(src.buf, src.off + at, n), cvk_view_range(&s->readback, 0, n)))
+        if (cvk_cmd_begin(c) ||
+            cvk_cmd_copy(c, cvk_view_range(src.buf, src.off + at, n), cvk_view_range(&s->readback, 0, n)))
             return -1;
         cvk_barrier_transfer_to_host(c->cb);
         if (cvk_cmd_run(c)) return -1;

@@ -28,8 +28,8 @@ typedef struct cvk_stage_slot {
     cvk_buffer buf;
     uint8_t *map;
     cvk_cmd cmd;
-    uint64_t fill;   /* bytes staged in the open recording */
-    bool open;       /* recording copies */
+    uint64_t fill; /* bytes staged in the open recording */
+    bool open;     /* recording copies */
 } cvk_stage_slot;
 
 typedef struct cvk_stager {
@@ -38,7 +38,7 @@ typedef struct cvk_stager {
     uint64_t slot_bytes;
     cvk_stage_slot slot[2];
     uint32_t cur;
-    cvk_buffer readback;     /* created on the first staged download */
+    cvk_buffer readback; /* created on the first staged download */
     bool force_staging;
     uint64_t bytes_staged, bytes_direct; /* statistics */
 } cvk_stager;

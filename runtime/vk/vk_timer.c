@@ -14,8 +14,12 @@ int cvk_timer_init(cvk_timer *t, cvk_device *d, uint32_t max_spans) {
     if (!t->spans) return cd_fail("out of memory (timer)");
     if (!d->info.caps.timestamps) return 0; /* stays disabled */
     VkQueryPoolCreateInfo ci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
-                                .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2 * t->cap};
-    if (CVK_CHECK(vkCreateQueryPool(d->dev, &ci, NULL, &t->pool))) { cvk_timer_free(t); return -1; }
+                                .queryType = VK_QUERY_TYPE_TIMESTAMP,
+                                .queryCount = 2 * t->cap};
+    if (CVK_CHECK(vkCreateQueryPool(d->dev, &ci, NULL, &t->pool))) {
+        cvk_timer_free(t);
+        return -1;
+    }
     return 0;
 }
 
@@ -55,7 +59,10 @@ void cvk_timer_begin_kind(cvk_timer *t, VkCommandBuffer cb, const char *label, e
     if (t->used < t->cap && t->depth < 8) {
         span = t->used++;
         cvk_timing *s = &t->spans[span];
-        *s = (cvk_timing){.label = label, .kind = (uint8_t)kind, .depth = (uint8_t)t->depth, .layer = t->layer,
+        *s = (cvk_timing){.label = label,
+                          .kind = (uint8_t)kind,
+                          .depth = (uint8_t)t->depth,
+                          .layer = t->layer,
                           .parent = t->depth ? t->stack[t->depth - 1] : UINT32_MAX};
         if (kind == CVK_SPAN_GROUP) {
             s->work = t->next_work;
@@ -85,9 +92,12 @@ int cvk_timer_read(cvk_timer *t, cvk_timing *out, uint32_t max, uint32_t *n) {
     uint32_t m = t->used < max ? t->used : max;
     uint64_t *ticks = malloc(2 * (size_t)m * sizeof *ticks);
     if (!ticks) return cd_fail("out of memory (timer)");
-    VkResult r = vkGetQueryPoolResults(t->dev->dev, t->pool, 0, 2 * m, 2 * m * sizeof *ticks, ticks,
-                                       sizeof *ticks, VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
-    if (CVK_CHECK(r)) { free(ticks); return -1; }
+    VkResult r = vkGetQueryPoolResults(t->dev->dev, t->pool, 0, 2 * m, 2 * m * sizeof *ticks, ticks, sizeof *ticks,
+                                       VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+    if (CVK_CHECK(r)) {
+        free(ticks);
+        return -1;
+    }
     uint32_t bits = t->dev->info.caps.timestamp_bits;
     uint64_t mask = bits >= 64 ? ~0ull : (1ull << bits) - 1;
     double period = t->dev->info.caps.timestamp_period;

@@ -31,9 +31,9 @@ enum cvk_span_kind { CVK_SPAN_GROUP, CVK_SPAN_DISPATCH, CVK_SPAN_COPY };
 /* What a span's work moves and computes (the model's accounting, runtime/model/step_cost.h);
  * zeros when not described. */
 typedef struct cvk_work {
-    const char *role;        /* e.g. "attn_q", "ffn_down_exps" (a literal); NULL: the label */
-    uint64_t bytes, flops;   /* bytes read + written at least once, floating-point operations */
-    uint32_t m, n, k;        /* shape: output rows, tokens (or vectors), inner size */
+    const char *role;      /* e.g. "attn_q", "ffn_down_exps" (a literal); NULL: the label */
+    uint64_t bytes, flops; /* bytes read + written at least once, floating-point operations */
+    uint32_t m, n, k;      /* shape: output rows, tokens (or vectors), inner size */
 } cvk_work;
 
 typedef struct cvk_timing {
@@ -49,14 +49,14 @@ typedef struct cvk_timing {
 typedef struct cvk_timer {
     cvk_device *dev;
     VkQueryPool pool;
-    uint32_t cap;            /* spans per recording */
-    uint32_t used;           /* spans begun in the current recording */
-    uint32_t dropped;        /* spans beyond cap (not timed) */
-    cvk_timing *spans;       /* per span: everything but the timestamps until read */
+    uint32_t cap;      /* spans per recording */
+    uint32_t used;     /* spans begun in the current recording */
+    uint32_t dropped;  /* spans beyond cap (not timed) */
+    cvk_timing *spans; /* per span: everything but the timestamps until read */
     uint32_t stack[8], depth;
     bool enabled, recording;
-    int32_t layer;           /* stamped on spans begun from now on */
-    cvk_work next_work;      /* for the next group span begun */
+    int32_t layer;               /* stamped on spans begun from now on */
+    cvk_work next_work;          /* for the next group span begun */
     uint32_t dispatches, copies; /* recorded in this recording (timed or dropped) */
 } cvk_timer;
 
@@ -71,8 +71,12 @@ void cvk_timer_begin_kind(cvk_timer *t, VkCommandBuffer cb, const char *label, e
 /* Whether spans are being recorded now (describing work costs nothing otherwise). */
 static inline bool cvk_timer_on(const cvk_timer *t) { return t && t->recording; }
 /* The layer stamped on the spans begun next (-1: none). */
-static inline void cvk_timer_layer(cvk_timer *t, int32_t layer) { if (t) t->layer = layer; }
+static inline void cvk_timer_layer(cvk_timer *t, int32_t layer) {
+    if (t) t->layer = layer;
+}
 /* Describes the work of the next group span begun (the op's own span). */
-static inline void cvk_timer_work(cvk_timer *t, const cvk_work *w) { if (cvk_timer_on(t)) t->next_work = *w; }
+static inline void cvk_timer_work(cvk_timer *t, const cvk_work *w) {
+    if (cvk_timer_on(t)) t->next_work = *w;
+}
 /* Results of the last recording, once its submission has completed; *n spans. */
 int cvk_timer_read(cvk_timer *t, cvk_timing *out, uint32_t max, uint32_t *n);

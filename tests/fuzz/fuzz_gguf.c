@@ -28,7 +28,6 @@ static bool cstr(gguf_str s, char *out, size_t cap) {
     return true;
 }
 
-
 static void check_file(const gguf_file *f, const uint8_t *data, size_t size) {
     CHECK(f->base == data && f->size == size);
     CHECK(f->alignment && !(f->alignment & (f->alignment - 1)));

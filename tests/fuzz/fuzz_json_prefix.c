@@ -75,7 +75,8 @@ static int schema_input(const uint8_t *data, size_t size) {
     if (whole) {
         json_error_t e;
         json_t *j = json_loadb(text, n, JSON_DECODE_ANY, &e);
-        if (!jansson_may_refuse((const uint8_t *)text, n, &e, j)) FUZZ_CHECK("json_prefix accepts what jansson refuses", j);
+        if (!jansson_may_refuse((const uint8_t *)text, n, &e, j))
+            FUZZ_CHECK("json_prefix accepts what jansson refuses", j);
         json_decref(j);
     }
     json_schema_unref(s);
@@ -86,11 +87,14 @@ static int schema_input(const uint8_t *data, size_t size) {
 static const char coder_tools_text[] =
     "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\", \"properties\": "
     "{\"s\": {\"type\": \"string\", \"maxLength\": 8}, \"n\": {\"type\": \"integer\"}, \"x\": {\"type\": \"number\"}, "
-    "\"b\": {\"type\": \"boolean\"}, \"o\": {\"type\": \"object\"}, \"e\": {\"enum\": [\"a\", \"b c\"]}}, \"required\": [\"s\"]}}}]";
+    "\"b\": {\"type\": \"boolean\"}, \"o\": {\"type\": \"object\"}, \"e\": {\"enum\": [\"a\", \"b c\"]}}, "
+    "\"required\": [\"s\"]}}}]";
 static const char coder_schema_text[] =
     "{\"type\": \"object\", \"properties\": {\"name\": {\"const\": \"f\"}, \"arguments\": {\"type\": \"object\", "
-    "\"properties\": {\"s\": {\"type\": \"string\", \"maxLength\": 8}, \"n\": {\"type\": \"integer\"}, \"x\": {\"type\": \"number\"}, "
-    "\"b\": {\"type\": \"boolean\"}, \"o\": {\"type\": \"object\"}, \"e\": {\"enum\": [\"a\", \"b c\"]}}, \"required\": [\"s\"], "
+    "\"properties\": {\"s\": {\"type\": \"string\", \"maxLength\": 8}, \"n\": {\"type\": \"integer\"}, \"x\": "
+    "{\"type\": \"number\"}, "
+    "\"b\": {\"type\": \"boolean\"}, \"o\": {\"type\": \"object\"}, \"e\": {\"enum\": [\"a\", \"b c\"]}}, "
+    "\"required\": [\"s\"], "
     "\"additionalProperties\": false}}, \"required\": [\"name\", \"arguments\"], \"additionalProperties\": false}";
 
 /* Reads text[0..n) one piece at a time (pieces of step bytes): the view into view (cap bytes),
@@ -134,7 +138,8 @@ static int coder_input(const uint8_t *data, size_t size) {
         FUZZ_CHECK("coder_call done, the automaton not", json_prefix_done(&p));
         json_error_t e;
         json_t *v = json_loadb(view, vn, JSON_ALLOW_NUL, &e), *call = toolcall_coder_call((slice){text, size}, tools);
-        if (!jansson_may_refuse((const uint8_t *)view, vn, &e, v)) FUZZ_CHECK("coder_call's view is not JSON", v && json_is_object(v));
+        if (!jansson_may_refuse((const uint8_t *)view, vn, &e, v))
+            FUZZ_CHECK("coder_call's view is not JSON", v && json_is_object(v));
         FUZZ_CHECK("coder_call accepts what the parser does not take", call);
         json_decref(v);
         json_decref(call);
@@ -152,7 +157,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     /* the same verdict fed in two parts */
     size_t cut = size ? data[0] % (size + 1) : 0;
     json_prefix_init(&q, any_object());
-    bool two = json_prefix_feed(&q, (const char *)data, cut) && json_prefix_feed(&q, (const char *)data + cut, size - cut);
+    bool two =
+        json_prefix_feed(&q, (const char *)data, cut) && json_prefix_feed(&q, (const char *)data + cut, size - cut);
     FUZZ_CHECK("json_prefix", two == (ok == size));
     if (ok == size) FUZZ_CHECK("json_prefix", json_prefix_done(&q) == json_prefix_done(&p));
     /* against jansson */

@@ -50,8 +50,8 @@ void *kv_slot_ptr(const cvk_buffer *buf, uint64_t page_bytes, uint32_t id) {
     (void)buf, (void)page_bytes, (void)id;
     abort();
 }
-int kv_copy_pages(cvk_cmd *c, const cvk_buffer *pool, const cvk_buffer *buf, uint64_t page_bytes,
-                  const uint32_t *pages, const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
+int kv_copy_pages(cvk_cmd *c, const cvk_buffer *pool, const cvk_buffer *buf, uint64_t page_bytes, const uint32_t *pages,
+                  const uint32_t *slots, uint32_t n, enum kv_host_dir dir) {
     (void)c, (void)pool, (void)buf, (void)page_bytes, (void)pages, (void)slots, (void)n, (void)dir;
     abort();
 }
@@ -66,15 +66,16 @@ static uint64_t served, runs;
 
 /* At exit: what happened, and the scratch directory removed. */
 static void done(void) {
-    fprintf(stderr, "fuzz_kv_chunk: %llu of %llu inputs served\n", (unsigned long long)served, (unsigned long long)runs);
+    fprintf(stderr, "fuzz_kv_chunk: %llu of %llu inputs served\n", (unsigned long long)served,
+            (unsigned long long)runs);
     kv_disk_free(&tier);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd)) fprintf(stderr, "fuzz_kv_chunk: could not remove %s\n", dir);
 }
-static const uint8_t key[KV_DISK_KEY_BYTES] = {
-    0x63, 0x69, 0x6e, 0x64, 0x65, 0x72, 0x2d, 0x66, 0x75, 0x7a, 0x7a, 0x2d, 0x6b, 0x76, 0x2d, 0x6b,
-    0x65, 0x79, 0x2d, 0x6e, 0x6f, 0x74, 0x2d, 0x61, 0x2d, 0x73, 0x65, 0x63, 0x72, 0x65, 0x74, 0x21};
+static const uint8_t key[KV_DISK_KEY_BYTES] = {0x63, 0x69, 0x6e, 0x64, 0x65, 0x72, 0x2d, 0x66, 0x75, 0x7a, 0x7a,
+                                               0x2d, 0x6b, 0x76, 0x2d, 0x6b, 0x65, 0x79, 0x2d, 0x6e, 0x6f, 0x74,
+                                               0x2d, 0x61, 0x2d, 0x73, 0x65, 0x63, 0x72, 0x65, 0x74, 0x21};
 
 static int write_bytes(const char *p, const uint8_t *data, size_t size) {
     int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW, 0600);
@@ -111,11 +112,13 @@ static void write_seeds(const char *out) {
         size_t at, len; /* overwrite len bytes at `at` with 0xff; len 0: keep */
         size_t keep;    /* bytes kept (a cut), 0: all */
     } seeds[] = {
-        {"valid", 0, 0, 0},          {"truncated-trailer", 0, 0, 368 - 40}, {"header-only", 0, 0, 176},
-        {"bad-magic", 0, 1, 0},      {"version", 8, 1, 0},                   {"header-size", 12, 1, 0},
-        {"namespace", 16, 1, 0},     {"layout", 52, 1, 0},                   {"chunk-index", 80, 1, 0},
-        {"prev-hash", 88, 1, 0},     {"reserved", 160, 1, 0},                {"token", 180, 1, 0},
-        {"page-byte", 300, 1, 0},    {"mac", 360, 1, 0},
+        {"valid", 0, 0, 0},         {"truncated-trailer", 0, 0, 368 - 40},
+        {"header-only", 0, 0, 176}, {"bad-magic", 0, 1, 0},
+        {"version", 8, 1, 0},       {"header-size", 12, 1, 0},
+        {"namespace", 16, 1, 0},    {"layout", 52, 1, 0},
+        {"chunk-index", 80, 1, 0},  {"prev-hash", 88, 1, 0},
+        {"reserved", 160, 1, 0},    {"token", 180, 1, 0},
+        {"page-byte", 300, 1, 0},   {"mac", 360, 1, 0},
     };
     for (size_t i = 0; i < sizeof seeds / sizeof seeds[0]; i++) {
         memcpy(b, good, n);
@@ -135,13 +138,13 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     snprintf(dir, sizeof dir, "%s/cinder-fuzz-kv-%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
     char keyp[4200];
     snprintf(keyp, sizeof keyp, "%s/key", dir);
-    if (mkdir(dir, 0700) && errno != EEXIST) return fprintf(stderr, "fuzz_kv_chunk: mkdir %s failed\n", dir), exit(1), 0;
+    if (mkdir(dir, 0700) && errno != EEXIST)
+        return fprintf(stderr, "fuzz_kv_chunk: mkdir %s failed\n", dir), exit(1), 0;
     CHECK(write_bytes(keyp, key, sizeof key) == 0);
     kv_layout lay;
     uint8_t ns[KV_DISK_HASH_BYTES];
     for (int i = 0; i < KV_DISK_HASH_BYTES; i++) ns[i] = (uint8_t)(0xa0 + i);
-    if (kv_layout_init(&lay, 1, 1, 4, 4) ||
-        kv_disk_init(&tier, NULL, NULL, &lay, ns, dir, CHUNK_PAGES, 1u << 20)) {
+    if (kv_layout_init(&lay, 1, 1, 4, 4) || kv_disk_init(&tier, NULL, NULL, &lay, ns, dir, CHUNK_PAGES, 1u << 20)) {
         fprintf(stderr, "fuzz_kv_chunk: %s\n", cd_errmsg());
         exit(1);
     }

@@ -48,8 +48,7 @@ static void check_text(const tokenizer *t, const char *text, bool special, bool 
     for (size_t i = 0; i < n; i++) CHECK(ids[i] >= 0 && ids[i] < tok_n_vocab(t));
     char *back = NULL;
     CHECK(tok_decode(t, ids, n, &back) == 0 && back);
-    if (roundtrip && strcmp(back, text))
-        fprintf(stderr, "fuzz_model: '%s' decodes to '%s'\n", text, back);
+    if (roundtrip && strcmp(back, text)) fprintf(stderr, "fuzz_model: '%s' decodes to '%s'\n", text, back);
     CHECK(!roundtrip || strcmp(back, text) == 0);
     free(back);
     free(ids);

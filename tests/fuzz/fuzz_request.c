@@ -80,7 +80,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         CHECK(!j->cache_salt || (j->cache_salt[0] && strlen(j->cache_salt) <= 256));
         CHECK(!j->echo || (!chat && j->echo_text)); /* the prompt's own text to begin the reply with */
         CHECK(j->prompt_logprobs == ((j->echo && j->logprobs) || j->vllm_prompt_logprobs >= 0));
-        CHECK(j->vllm_prompt_logprobs >= -1 && j->vllm_prompt_logprobs <= TOP_LOGPROBS_MAX && j->prompt_top <= TOP_LOGPROBS_MAX);
+        CHECK(j->vllm_prompt_logprobs >= -1 && j->vllm_prompt_logprobs <= TOP_LOGPROBS_MAX &&
+              j->prompt_top <= TOP_LOGPROBS_MAX);
         CHECK(!p.stream || j->vllm_prompt_logprobs < 0); /* never streamed */
         CHECK(j->echo == j0->echo && j->sp.seed == j0->sp.seed && j->n_stop == j0->n_stop && j->schema == j0->schema);
     }

@@ -7,12 +7,12 @@
 
 #include "runtime/base/error.h"
 
-#define FUZZ_CHECK(name, cond)                                                          \
-    do {                                                                                \
-        if (!(cond)) {                                                                  \
-            fprintf(stderr, "%s: check failed at line %d: %s\n", name, __LINE__, #cond); \
-            abort();                                                                    \
-        }                                                                               \
+#define FUZZ_CHECK(name, cond)                                                                                         \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            fprintf(stderr, "%s: check failed at line %d: %s\n", name, __LINE__, #cond);                               \
+            abort();                                                                                                   \
+        }                                                                                                              \
     } while (0)
 
 #ifdef CINDER_NPM_DIR

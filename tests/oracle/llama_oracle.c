@@ -107,6 +107,8 @@
 
 /* ---- the llama.cpp entry points, resolved with dlsym ---- */
 
+/* a table of names, one after another */
+// clang-format off
 #define LLAMA_FNS(X)                                                                              \
     X(ggml_backend_load_all_from_path) X(llama_backend_init) X(llama_backend_free) X(llama_log_set) \
     X(llama_model_default_params) X(llama_context_default_params) X(llama_model_load_from_file)    \
@@ -125,6 +127,7 @@
     X(llama_batch_init) X(llama_batch_free) X(llama_sampler_chain_default_params) X(llama_sampler_chain_init) \
     X(llama_sampler_chain_add) X(llama_sampler_init_greedy) X(llama_sampler_init_grammar) X(llama_sampler_sample) \
     X(llama_sampler_free) X(llama_model_quantize_default_params) X(llama_model_quantize)
+// clang-format on
 
 static struct {
 #define X(f) __typeof__(&f) f;
@@ -164,7 +167,8 @@ static void load_llama(const char *dir) {
     find_libllama(dir, path, sizeof path);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) die("dlopen %s: %s", path, dlerror());
-#define X(f) if (!(*(void **)&L.f = dlsym(h, #f))) die("%s has no symbol %s: headers and library disagree", path, #f);
+#define X(f)                                                                                                           \
+    if (!(*(void **)&L.f = dlsym(h, #f))) die("%s has no symbol %s: headers and library disagree", path, #f);
     LLAMA_FNS(X)
 #undef X
 }
@@ -205,13 +209,19 @@ static char *read_file(const char *path, size_t *len) {
 static size_t unescape(char *s, size_t n) {
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
-        if (s[i] != '\\' || i + 1 == n) { s[o++] = s[i]; continue; }
+        if (s[i] != '\\' || i + 1 == n) {
+            s[o++] = s[i];
+            continue;
+        }
         char c = s[++i];
         if (c == 'n') s[o++] = '\n';
         else if (c == 'r') s[o++] = '\r';
         else if (c == 't') s[o++] = '\t';
         else if (c == '\\') s[o++] = '\\';
-        else { s[o++] = '\\'; s[o++] = c; } /* not an escape: kept as written */
+        else {
+            s[o++] = '\\';
+            s[o++] = c;
+        } /* not an escape: kept as written */
     }
     return o;
 }
@@ -237,8 +247,8 @@ static int32_t *parse_ids(const char *s, int32_t *n_out) {
 
 typedef struct opts {
     const char *model, *tokenize, *logits, *out, *libdir, *dequantize, *replay, *grammar, *quantize;
-    bool sample;                                  /* --bench: decode steps choose greedily (or --grammar) */
-    bool score;                                   /* --bench --score: the prefill's every position scored */
+    bool sample; /* --bench: decode steps choose greedily (or --grammar) */
+    bool score;  /* --bench --score: the prefill's every position scored */
     bool info, json, full, vulkan, trace_experts, bench, no_cache, ignore_eos;
     int top, threads, pp, tg, repeat, flash_attn; /* flash_attn: -1 auto, 0 off, 1 on */
     int ctx;                                      /* --replay --ctx: 0 = from the requests */
@@ -344,17 +354,25 @@ static void print_trace(const expert_trace *tr) {
 }
 
 /* llama-quantize's preset names and their llama_ftype (llama.h; ids are append-only there). */
-static const struct { const char *name; enum llama_ftype ftype; } presets[] = {
-    {"F16", LLAMA_FTYPE_MOSTLY_F16},         {"BF16", LLAMA_FTYPE_MOSTLY_BF16},       {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},
-    {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},       {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M},   {"Q5_K_S", LLAMA_FTYPE_MOSTLY_Q5_K_S},
-    {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M},   {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},   {"Q3_K_L", LLAMA_FTYPE_MOSTLY_Q3_K_L},
-    {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},   {"Q3_K_S", LLAMA_FTYPE_MOSTLY_Q3_K_S},   {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K},
-    {"Q2_K_S", LLAMA_FTYPE_MOSTLY_Q2_K_S},   {"Q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},       {"Q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},
-    {"Q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},       {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},       {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS},
-    {"IQ4_NL", LLAMA_FTYPE_MOSTLY_IQ4_NL},   {"IQ3_M", LLAMA_FTYPE_MOSTLY_IQ3_M},     {"IQ3_S", LLAMA_FTYPE_MOSTLY_IQ3_S},
-    {"IQ3_XS", LLAMA_FTYPE_MOSTLY_IQ3_XS},   {"IQ3_XXS", LLAMA_FTYPE_MOSTLY_IQ3_XXS}, {"IQ2_M", LLAMA_FTYPE_MOSTLY_IQ2_M},
-    {"IQ2_S", LLAMA_FTYPE_MOSTLY_IQ2_S},     {"IQ2_XS", LLAMA_FTYPE_MOSTLY_IQ2_XS},   {"IQ2_XXS", LLAMA_FTYPE_MOSTLY_IQ2_XXS},
-    {"IQ1_M", LLAMA_FTYPE_MOSTLY_IQ1_M},     {"IQ1_S", LLAMA_FTYPE_MOSTLY_IQ1_S},     {"TQ2_0", LLAMA_FTYPE_MOSTLY_TQ2_0},
+static const struct {
+    const char *name;
+    enum llama_ftype ftype;
+} presets[] = {
+    {"F16", LLAMA_FTYPE_MOSTLY_F16},         {"BF16", LLAMA_FTYPE_MOSTLY_BF16},
+    {"Q8_0", LLAMA_FTYPE_MOSTLY_Q8_0},       {"Q6_K", LLAMA_FTYPE_MOSTLY_Q6_K},
+    {"Q5_K_M", LLAMA_FTYPE_MOSTLY_Q5_K_M},   {"Q5_K_S", LLAMA_FTYPE_MOSTLY_Q5_K_S},
+    {"Q4_K_M", LLAMA_FTYPE_MOSTLY_Q4_K_M},   {"Q4_K_S", LLAMA_FTYPE_MOSTLY_Q4_K_S},
+    {"Q3_K_L", LLAMA_FTYPE_MOSTLY_Q3_K_L},   {"Q3_K_M", LLAMA_FTYPE_MOSTLY_Q3_K_M},
+    {"Q3_K_S", LLAMA_FTYPE_MOSTLY_Q3_K_S},   {"Q2_K", LLAMA_FTYPE_MOSTLY_Q2_K},
+    {"Q2_K_S", LLAMA_FTYPE_MOSTLY_Q2_K_S},   {"Q5_1", LLAMA_FTYPE_MOSTLY_Q5_1},
+    {"Q5_0", LLAMA_FTYPE_MOSTLY_Q5_0},       {"Q4_1", LLAMA_FTYPE_MOSTLY_Q4_1},
+    {"Q4_0", LLAMA_FTYPE_MOSTLY_Q4_0},       {"IQ4_XS", LLAMA_FTYPE_MOSTLY_IQ4_XS},
+    {"IQ4_NL", LLAMA_FTYPE_MOSTLY_IQ4_NL},   {"IQ3_M", LLAMA_FTYPE_MOSTLY_IQ3_M},
+    {"IQ3_S", LLAMA_FTYPE_MOSTLY_IQ3_S},     {"IQ3_XS", LLAMA_FTYPE_MOSTLY_IQ3_XS},
+    {"IQ3_XXS", LLAMA_FTYPE_MOSTLY_IQ3_XXS}, {"IQ2_M", LLAMA_FTYPE_MOSTLY_IQ2_M},
+    {"IQ2_S", LLAMA_FTYPE_MOSTLY_IQ2_S},     {"IQ2_XS", LLAMA_FTYPE_MOSTLY_IQ2_XS},
+    {"IQ2_XXS", LLAMA_FTYPE_MOSTLY_IQ2_XXS}, {"IQ1_M", LLAMA_FTYPE_MOSTLY_IQ1_M},
+    {"IQ1_S", LLAMA_FTYPE_MOSTLY_IQ1_S},     {"TQ2_0", LLAMA_FTYPE_MOSTLY_TQ2_0},
     {"TQ1_0", LLAMA_FTYPE_MOSTLY_TQ1_0},     {"MXFP4_MOE", LLAMA_FTYPE_MOSTLY_MXFP4_MOE},
 };
 
@@ -386,26 +404,31 @@ static const struct llama_model_imatrix_data *flat_imatrix(const char *model) {
 
 static int cmd_quantize(const opts *o) {
     struct llama_model_quantize_params qp = L.llama_model_quantize_default_params();
-    static const char *const needs_imatrix[] = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "Q2_K_S"};
+    static const char *const needs_imatrix[] = {"IQ1_S", "IQ1_M",   "IQ2_XXS", "IQ2_XS", "IQ2_S",
+                                                "IQ2_M", "IQ3_XXS", "IQ3_XS",  "Q2_K_S"};
     for (size_t j = 0; j < sizeof needs_imatrix / sizeof *needs_imatrix; j++)
         if (!strcmp(o->quantize, needs_imatrix[j])) qp.imatrix = flat_imatrix(o->model);
     size_t i = 0;
     while (i < sizeof presets / sizeof *presets && strcmp(presets[i].name, o->quantize)) i++;
-    if (i == sizeof presets / sizeof *presets) die("unknown preset %s (llama-quantize's names: Q4_K_M, IQ4_XS, ...)", o->quantize);
+    if (i == sizeof presets / sizeof *presets)
+        die("unknown preset %s (llama-quantize's names: Q4_K_M, IQ4_XS, ...)", o->quantize);
     qp.ftype = presets[i].ftype;
     qp.nthread = o->threads;
-    if (L.llama_model_quantize(o->model, o->out, &qp)) die("llama_model_quantize %s to %s failed (--verbose: its log)", o->model, o->quantize);
+    if (L.llama_model_quantize(o->model, o->out, &qp))
+        die("llama_model_quantize %s to %s failed (--verbose: its log)", o->model, o->quantize);
     return 0;
 }
 
 static int cmd_dequantize(const opts *o) {
     struct ggml_context *in_data = NULL;
-    struct gguf_context *in = L.gguf_init_from_file(o->model, (struct gguf_init_params){.no_alloc = false, .ctx = &in_data});
+    struct gguf_context *in =
+        L.gguf_init_from_file(o->model, (struct gguf_init_params){.no_alloc = false, .ctx = &in_data});
     if (!in) die("ggml cannot read %s", o->model);
     int64_t n = L.gguf_get_n_tensors(in);
     size_t bytes = 0;
     for (int64_t i = 0; i < n; i++)
-        bytes += (size_t)L.ggml_nelements(L.ggml_get_tensor(in_data, L.gguf_get_tensor_name(in, i))) * sizeof(float) + 64;
+        bytes +=
+            (size_t)L.ggml_nelements(L.ggml_get_tensor(in_data, L.gguf_get_tensor_name(in, i))) * sizeof(float) + 64;
     struct ggml_context *out_data = L.ggml_init((struct ggml_init_params){
         .mem_size = bytes + (size_t)(n + 1) * L.ggml_tensor_overhead(), .mem_buffer = NULL, .no_alloc = false});
     if (!out_data) die("out of memory");
@@ -439,14 +462,18 @@ static int cmd_logits(const opts *o, struct llama_model *model, const struct lla
     int32_t n_vocab = L.llama_vocab_n_tokens(vocab), max_tokens = 0, n_lists = 0, cap_lists = 16;
     int32_t **lists = malloc(cap_lists * sizeof *lists), *lens = malloc(cap_lists * sizeof *lens);
     for (char *p = src; *p;) {
-        if (*p == '\n') { p++; continue; }
+        if (*p == '\n') {
+            p++;
+            continue;
+        }
         if (n_lists == cap_lists) {
             lists = realloc(lists, (cap_lists *= 2) * sizeof *lists);
             lens = realloc(lens, cap_lists * sizeof *lens);
         }
         lists[n_lists] = parse_ids(p, &lens[n_lists]);
         for (int32_t i = 0; i < lens[n_lists]; i++)
-            if (lists[n_lists][i] >= n_vocab) die("token id %d out of range (vocabulary %d)", lists[n_lists][i], n_vocab);
+            if (lists[n_lists][i] >= n_vocab)
+                die("token id %d out of range (vocabulary %d)", lists[n_lists][i], n_vocab);
         if (lens[n_lists] > max_tokens) max_tokens = lens[n_lists];
         n_lists++;
         char *nl = strchr(p, '\n');
@@ -481,7 +508,8 @@ static int cmd_logits(const opts *o, struct llama_model *model, const struct lla
         if (rc) die("llama_decode failed (%d) on list %d", rc, l + 1);
         const float *logits = L.llama_get_logits_ith(ctx, -1);
         if (!logits) die("no logits for list %d", l + 1);
-        if (out && fwrite(logits, sizeof(float), (size_t)n_vocab, out) != (size_t)n_vocab) die("%s: write failed", o->out);
+        if (out && fwrite(logits, sizeof(float), (size_t)n_vocab, out) != (size_t)n_vocab)
+            die("%s: write failed", o->out);
         printf("{\"n_tokens\": %d, \"n_vocab\": %d, \"top\": ", lens[l], n_vocab);
         print_top(logits, n_vocab, o->top);
         if (o->trace_experts) print_trace(&trace);
@@ -521,14 +549,23 @@ static bool tally_cb(struct ggml_tensor *t, bool ask, void *user) {
     /* where the weight (src 0) lives: the scheduler runs a matmul on its weight's backend (the
      * result's buffer can name another: a CPU-placed weight's result on the device's side) */
     const struct ggml_tensor *w = t->src[0] && t->src[0]->buffer ? t->src[0] : t;
-    if (!w->buffer) { d->unknown++; return true; }
+    if (!w->buffer) {
+        d->unknown++;
+        return true;
+    }
     ggml_backend_dev_t dev = L.ggml_backend_buft_get_device(L.ggml_backend_buffer_get_type(w->buffer));
     /* ggml's plain CPU buffer type names no device (a FIXME in ggml-backend.cpp): host memory */
-    if (!dev && !(dev = L.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU))) { d->unknown++; return true; }
+    if (!dev && !(dev = L.ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU))) {
+        d->unknown++;
+        return true;
+    }
     int i = 0;
     while (i < d->n && d->dev[i] != dev) i++;
     if (i == d->n) {
-        if (d->n == MAX_DEVS) { d->unknown++; return true; }
+        if (d->n == MAX_DEVS) {
+            d->unknown++;
+            return true;
+        }
         d->dev[d->n++] = dev;
     }
     d->count[i]++;
@@ -605,7 +642,8 @@ static double bench_prefill(struct llama_context *ctx, llama_token *ids, int32_t
 /* An untimed BENCH_PROMPT-token prompt, then tg single-token steps; returns their seconds. Each
  * step's token is random, or with a sampler (--sample, --grammar) the one it chooses from the
  * step's logits: what choosing on the host costs (a grammar: from a fresh copy of the chain). */
-static double bench_decode(struct llama_context *ctx, int32_t tg, int32_t n_vocab, struct llama_sampler *(*make)(void)) {
+static double bench_decode(struct llama_context *ctx, int32_t tg, int32_t n_vocab,
+                           struct llama_sampler *(*make)(void)) {
     llama_token prompt[BENCH_PROMPT];
     for (int32_t i = 0; i < BENCH_PROMPT; i++) prompt[i] = random_token(n_vocab);
     L.llama_memory_clear(L.llama_get_memory(ctx), true);
@@ -682,7 +720,9 @@ static void json_str(const char *s) {
     putchar('"');
 }
 
-static const char *dev_backend(ggml_backend_dev_t dev) { return L.ggml_backend_reg_name(L.ggml_backend_dev_backend_reg(dev)); }
+static const char *dev_backend(ggml_backend_dev_t dev) {
+    return L.ggml_backend_reg_name(L.ggml_backend_dev_backend_reg(dev));
+}
 
 /* llama.cpp's serving defaults (F16 K and V, flash attention as --flash-attn says, ops
  * offloaded with --vulkan) for a one-sequence context of n_ctx tokens and n_batch-token
@@ -695,7 +735,8 @@ static struct llama_context_params serving_params(const opts *o, uint32_t n_ctx,
     cp.n_threads = cp.n_threads_batch = o->threads;
     cp.offload_kqv = o->vulkan;
     cp.flash_attn_type = o->flash_attn < 0 ? LLAMA_FLASH_ATTN_TYPE_AUTO
-                         : o->flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+        : o->flash_attn                    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                                           : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.no_perf = true;
     return cp;
 }
@@ -744,20 +785,23 @@ static struct llama_context *probe_and_init(const opts *o, struct llama_model *m
         for (char *c = pr->backend; *c; c++) *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + 32 : *c);
     }
     if (o->vulkan && !strcmp(pr->backend, "mixed"))
-        fprintf(stderr, "llama_oracle: --vulkan asked for, but some matmuls ran on the CPU: llama.cpp kept their weights "
+        fprintf(stderr,
+                "llama_oracle: --vulkan asked for, but some matmuls ran on the CPU: llama.cpp kept their weights "
                 "there (e.g. tensors over the device's maxStorageBufferRange); see matmuls_by_device\n");
     else if (o->vulkan && strcmp(pr->backend, "vulkan"))
-        fprintf(stderr, "llama_oracle: --vulkan asked for, but the matmuls ran on %s: llama.cpp fell back "
-                "(lavapipe is only used with GGML_VK_VISIBLE_DEVICES=0)\n", pr->backend);
+        fprintf(stderr,
+                "llama_oracle: --vulkan asked for, but the matmuls ran on %s: llama.cpp fell back "
+                "(lavapipe is only used with GGML_VK_VISIBLE_DEVICES=0)\n",
+                pr->backend);
 
     int offloadable = -1;
     const char *off = strstr(log_text, "offloaded ");
     if (off) sscanf(off, "offloaded %d/%d", &pr->offloaded, &offloadable);
-    pr->flash_attn = o->flash_attn == 0 ? "off"
-                     : o->flash_attn == 1 ? "on"
-                     : strstr(log_text + log_mark, "Flash Attention enabled") ? "auto->enabled"
-                     : strstr(log_text + log_mark, "Flash Attention not supported") ? "auto->disabled"
-                                                                                    : "auto->unknown";
+    pr->flash_attn = o->flash_attn == 0                                ? "off"
+        : o->flash_attn == 1                                           ? "on"
+        : strstr(log_text + log_mark, "Flash Attention enabled")       ? "auto->enabled"
+        : strstr(log_text + log_mark, "Flash Attention not supported") ? "auto->disabled"
+                                                                       : "auto->unknown";
     return ctx;
 }
 
@@ -776,7 +820,7 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
 
     /* the prefill is one batch, one ubatch */
     int32_t par = o->parallel > 1 ? o->parallel : 1;
-    bool batched = o->parallel > 0; /* --parallel N, N >= 1: the batched decode steps, no prefill */
+    bool batched = o->parallel > 0;                    /* --parallel N, N >= 1: the batched decode steps, no prefill */
     if (batched) pp = 0, n_batch = par * BENCH_PROMPT; /* the prompts of every sequence in one batch */
     struct llama_context_params cp =
         serving_params(o, (uint32_t)(par * (pp + BENCH_PROMPT + tg + 16) + 255) / 256 * 256, n_batch);
@@ -812,9 +856,11 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     double *pre = calloc((size_t)o->repeat, sizeof *pre), *dec = calloc((size_t)o->repeat, sizeof *dec);
     for (int r = 0; r < o->repeat; r++) {
         if (pp > 0) pre[r] = pp / bench_prefill(ctx, ids, pp, n_vocab, o->score);
-        if (tg > 0) dec[r] = batched ? (double)par * tg / bench_decode_parallel(ctx, tg, par, n_vocab)
-                                     : tg / bench_decode(ctx, tg, n_vocab, make);
-        if (verbose) fprintf(stderr, "llama_oracle: repeat %d: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pre[r], dec[r]);
+        if (tg > 0)
+            dec[r] = batched ? (double)par * tg / bench_decode_parallel(ctx, tg, par, n_vocab)
+                             : tg / bench_decode(ctx, tg, n_vocab, make);
+        if (verbose)
+            fprintf(stderr, "llama_oracle: repeat %d: prefill %.2f tok/s, decode %.2f tok/s\n", r + 1, pre[r], dec[r]);
     }
 
     char desc[256];
@@ -825,10 +871,13 @@ static int cmd_bench(const opts *o, struct llama_model *model, const struct llam
     print_device(&pr);
     printf(", \"pp\": %d, \"tg\": %d, \"parallel\": %d, \"score\": %s", pp, tg, par, o->score ? "true" : "false");
     fputs(", \"prefill_tok_s\": ", stdout);
-    if (pp > 0) printf("%.3f", median(pre, o->repeat)); else fputs("null", stdout);
+    if (pp > 0) printf("%.3f", median(pre, o->repeat));
+    else fputs("null", stdout);
     fputs(", \"decode_tok_s\": ", stdout);
-    if (tg > 0) printf("%.3f", median(dec, o->repeat)); else fputs("null", stdout);
-    printf(", \"n_gpu_layers\": %d, \"threads\": %d, \"repeat\": %d", offloaded < 0 ? 0 : offloaded, o->threads, o->repeat);
+    if (tg > 0) printf("%.3f", median(dec, o->repeat));
+    else fputs("null", stdout);
+    printf(", \"n_gpu_layers\": %d, \"threads\": %d, \"repeat\": %d", offloaded < 0 ? 0 : offloaded, o->threads,
+           o->repeat);
     printf(", \"n_layer\": %d, \"model\": ", L.llama_model_n_layer(model));
     json_str(desc);
     printf(", \"flash_attn\": \"%s\", \"kv_type\": \"f16\", \"n_ubatch\": %d, \"n_ctx\": %u", fa, n_batch, cp.n_ctx);
@@ -1028,10 +1077,11 @@ static int cmd_replay(const opts *o, struct llama_model *model, const struct lla
         }
         r->decode_ms = 1e3 * (now_s() - t1);
         llama_pos held = L.llama_memory_seq_pos_max(mem, 0) + 1;
-        if (held != n_kv) die("request %d (line %zu): the KV holds %d positions, expected %d", ri + 1, r->line, held, n_kv);
+        if (held != n_kv)
+            die("request %d (line %zu): the KV holds %d positions, expected %d", ri + 1, r->line, held, n_kv);
         if (verbose)
-            fprintf(stderr, "llama_oracle: request %d: %d prompt, %d cached, TTFT %.1f ms, %d generated\n", ri + 1, r->n,
-                    r->cached, r->ttft_ms, r->n_gen);
+            fprintf(stderr, "llama_oracle: request %d: %d prompt, %d cached, TTFT %.1f ms, %d generated\n", ri + 1,
+                    r->n, r->cached, r->ttft_ms, r->n_gen);
     }
     double wall_ms = 1e3 * (now_s() - t_start);
 
@@ -1060,7 +1110,8 @@ static int cmd_replay(const opts *o, struct llama_model *model, const struct lla
         for (int32_t i = 0; i < r->n_gen; i++) printf("%s%d", i ? ", " : "", r->gen[i]);
         fputs("]}", stdout);
     }
-    printf("], \"totals\": {\"requests\": %d, \"prompt_tokens\": %lld, \"cached_tokens\": %lld, \"prefilled_tokens\": %lld, "
+    printf("], \"totals\": {\"requests\": %d, \"prompt_tokens\": %lld, \"cached_tokens\": %lld, \"prefilled_tokens\": "
+           "%lld, "
            "\"hit_rate\": %.6f, \"ttft_ms_sum\": %.3f, \"wall_ms\": %.3f}}\n",
            n_req, tot_prompt, tot_cached, tot_prompt - tot_cached, tot_prompt ? (double)tot_cached / tot_prompt : 0.0,
            ttft_sum, wall_ms);
@@ -1107,16 +1158,16 @@ static void parse_args(int argc, char **argv, opts *o) {
             const char *v = argv[++i];
             o->flash_attn = !strcmp(v, "auto") ? -1 : !strcmp(v, "on") ? 1 : !strcmp(v, "off") ? 0 : -2;
             if (o->flash_attn == -2) usage();
-        }
-        else if (a[0] == '-') usage();
+        } else if (a[0] == '-') usage();
         else if (!o->model) o->model = a;
         else usage();
     }
-    if (!o->model || (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->quantize + !!o->bench + !!o->replay) != 1 ||
-        (o->quantize && !o->out) ||
-        o->top < 0 || o->threads < 1 || o->pp < 0 || o->tg < 0 || o->pp + o->tg == 0 || o->repeat < 1 ||
-        (o->ctx && (o->ctx < 64 || o->ctx > (1 << 24))) || ((o->ctx || o->no_cache || o->ignore_eos) && !o->replay) ||
-        o->parallel < 0 || o->parallel > 256 || (o->parallel && !o->bench))
+    if (!o->model ||
+        (!!o->info + !!o->tokenize + !!o->logits + !!o->dequantize + !!o->quantize + !!o->bench + !!o->replay) != 1 ||
+        (o->quantize && !o->out) || o->top < 0 || o->threads < 1 || o->pp < 0 || o->tg < 0 || o->pp + o->tg == 0 ||
+        o->repeat < 1 || (o->ctx && (o->ctx < 64 || o->ctx > (1 << 24))) ||
+        ((o->ctx || o->no_cache || o->ignore_eos) && !o->replay) || o->parallel < 0 || o->parallel > 256 ||
+        (o->parallel && !o->bench))
         usage();
 }
 
