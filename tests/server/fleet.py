@@ -9,7 +9,7 @@ Checks: every request answered; each replica's mirror, built from its events alo
 page listing after the run; the picker reuses at least what the session hash does (less a page
 per request) and prefills at most 3/4 of what round robin prefills.
 Usage: fleet.py CINDER_BIN MODEL TMPDIR [AGENTS ROUNDS]. Loopback only; every wait is bounded."""
-import json, os, random, re, socket, subprocess, sys, threading, time, urllib.request
+import atexit, json, os, random, re, socket, subprocess, sys, threading, time, urllib.request
 
 import zmq
 
@@ -24,6 +24,20 @@ POOL = 2048  # tokens per replica: the agents' histories together need several t
 HOSTS = ["127.0.0.2", "127.0.0.3", "127.0.0.4"]
 fails = []
 lock = threading.Lock()
+started = []  # every process this script starts, killed at exit whatever the outcome
+
+
+@atexit.register
+def kill_started():
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+
+
+def spawn(cmd, log):
+    p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    started.append(p)
+    return p
 
 
 def check(ok, what):
@@ -100,10 +114,9 @@ def start_replicas(name, events):
         log = os.path.join(TMP, "%s-%d.log" % (name, i))
         if os.path.exists(port_file):
             os.remove(port_file)  # a previous run's port is not this server's
-        p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--host", host, "--port", "0", "--port-file", port_file,
-                              "--alias", "m", "--kv-pool-tokens", str(POOL), "--page-size", str(PAGE),
-                              "--parallel", "2", "--kv-events", "tcp://127.0.0.1:%d" % events.port],
-                             stdout=open(log, "w"), stderr=subprocess.STDOUT)
+        p = spawn([BIN, "serve", "--model", MODEL, "--host", host, "--port", "0", "--port-file", port_file, "--alias", "m",
+                   "--kv-pool-tokens", str(POOL), "--page-size", str(PAGE), "--parallel", "2",
+                   "--kv-events", "tcp://127.0.0.1:%d" % events.port], log)
         reps.append({"proc": p, "host": host, "port_file": port_file, "log": log})
     for r in reps:
         for _ in range(600):
@@ -142,7 +155,7 @@ def haproxy(reps):
         for i, r in enumerate(reps):
             f.write("    server c%d %s:%d\n" % (i, r["host"], r["port"]))
     log = os.path.join(TMP, "haproxy.log")
-    p = subprocess.Popen(["haproxy", "-db", "-f", cfg], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    p = spawn(["haproxy", "-db", "-f", cfg], log)
     base = "http://127.0.0.1:%d" % port
     wait_healthy(base, p, log, "haproxy")
     return p, base
@@ -162,7 +175,7 @@ def nginx(reps):
                 "      proxy_buffering off;\n      proxy_read_timeout 300s;\n    }\n  }\n}\n"
                 % (prefix, prefix, temps, servers, port))
     log = os.path.join(TMP, "nginx.log")
-    p = subprocess.Popen(["nginx", "-p", prefix, "-e", os.path.join(prefix, "error.log"), "-c", cfg], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    p = spawn(["nginx", "-p", prefix, "-e", os.path.join(prefix, "error.log"), "-c", cfg], log)
     base = "http://127.0.0.1:%d" % port
     wait_healthy(base, p, log, "nginx")
     return p, base

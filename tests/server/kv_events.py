@@ -13,7 +13,7 @@ shutdown removes every page; a restarted server starts with AllBlocksCleared at 
 trace in scripts/scenarios/ run through a server of its own leaves the mirror equal to the
 server's pages.
 Loopback only; every wait is bounded. Usage: kv_events.py CINDER_BIN MODEL TMPDIR"""
-import glob, json, os, queue, socket, subprocess, sys, threading, time, urllib.request
+import atexit, glob, json, os, queue, socket, subprocess, sys, threading, time, urllib.request
 
 import msgpack
 import zmq
@@ -62,6 +62,10 @@ threading.Thread(target=receive, daemon=True).start()
 replay_ep = "tcp://127.0.0.1:%d" % free_port()
 
 
+started = []  # every server this script starts, killed at exit whatever the outcome
+atexit.register(lambda: [p.kill() for p in started if p.poll() is None])
+
+
 def start(name, pool=512):
     port_file = os.path.join(TMP, name + ".port")
     if os.path.exists(port_file):
@@ -71,6 +75,7 @@ def start(name, pool=512):
                           "--kv-pool-tokens", str(pool), "--page-size", str(PAGE), "--host-cache-mb", "1", "--parallel", "2",
                           "--kv-events", "tcp://127.0.0.1:%d" % sub_port, "--kv-events-replay", replay_ep],
                          stdout=log, stderr=subprocess.STDOUT)
+    started.append(p)
     for _ in range(600):
         if p.poll() is not None:
             sys.exit("server %s exited: %s" % (name, open(log.name).read()))
