@@ -129,7 +129,7 @@ static void ring_keep(kv_publisher *p, void *data, size_t len) {
 static void send_batch(kv_publisher *p, const kv_wire_batch *b) {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
-    if (kv_wire_encode(b, &sb)) {
+    if (kv_wire_encode(b, p->o.map_encoding, &sb)) {
         msgpack_sbuffer_destroy(&sb);
         pthread_mutex_lock(&p->mu);
         p->dropped++;

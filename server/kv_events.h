@@ -28,6 +28,7 @@ typedef struct kv_pub_opts {
     const char *endpoint;     /* PUB: tcp://HOST:PORT (bound for a wildcard host, else connected) */
     const char *replay;       /* ROUTER, always bound; NULL = no replay */
     const char *topic;        /* the first frame of every message */
+    bool map_encoding;        /* events as msgspec maps, not arrays (kv_wire.h) */
     uint32_t hwm;             /* ZMQ_SNDHWM of the PUB socket, messages; 0 = 100000 */
     uint32_t ring;            /* batches kept for replay; 0 = 10000 */
     uint64_t max_queue_bytes; /* batches waiting for the publisher at most; 0 = 64 MiB */

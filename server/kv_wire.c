@@ -71,29 +71,40 @@ static int pack_hashes(msgpack_packer *pk, const uint64_t *h, uint32_t n) {
     return rc;
 }
 
-static int pack_event(msgpack_packer *pk, const kv_wire_batch *b, const kv_wire_event *e) {
+/* A field of an event: its name first in the map encoding, nothing in the array one. */
+static int pack_key(msgpack_packer *pk, bool map, const char *name) { return map ? pack_str(pk, name) : 0; }
+
+/* The event's head: [tag, ...] of n fields (the tag counted), or {"type": tag, ...}. */
+static int pack_head(msgpack_packer *pk, bool map, uint32_t n, const char *tag) {
+    return (map ? msgpack_pack_map(pk, n) || pack_str(pk, "type") : msgpack_pack_array(pk, n)) || pack_str(pk, tag);
+}
+
+static int pack_event(msgpack_packer *pk, const kv_wire_batch *b, const kv_wire_event *e, bool map) {
     const char *medium = e->medium == KV_MEDIUM_CPU ? "CPU" : "GPU";
     const uint64_t *h = b->hash + e->hash_at;
     switch (e->kind) {
     case KV_EVENT_STORED: {
         uint32_t n_tok = e->n * b->page_tokens;
-        int rc = msgpack_pack_array(pk, 7) || pack_str(pk, "BlockStored") || pack_hashes(pk, h, e->n) ||
-            (e->parent ? msgpack_pack_uint64(pk, e->parent) : msgpack_pack_nil(pk)) || msgpack_pack_array(pk, n_tok);
+        int rc = pack_head(pk, map, 7, "BlockStored") || pack_key(pk, map, "block_hashes") ||
+            pack_hashes(pk, h, e->n) || pack_key(pk, map, "parent_block_hash") ||
+            (e->parent ? msgpack_pack_uint64(pk, e->parent) : msgpack_pack_nil(pk)) || pack_key(pk, map, "token_ids") ||
+            msgpack_pack_array(pk, n_tok);
         for (uint32_t i = 0; i < n_tok && !rc; i++) rc = msgpack_pack_int32(pk, b->tok[e->tok_at + i]);
-        return rc || msgpack_pack_uint32(pk, b->page_tokens) || msgpack_pack_nil(pk) || pack_str(pk, medium);
+        return rc || pack_key(pk, map, "block_size") || msgpack_pack_uint32(pk, b->page_tokens) ||
+            pack_key(pk, map, "lora_id") || msgpack_pack_nil(pk) || pack_key(pk, map, "medium") || pack_str(pk, medium);
     }
     case KV_EVENT_REMOVED:
-        return msgpack_pack_array(pk, 3) || pack_str(pk, "BlockRemoved") || pack_hashes(pk, h, e->n) ||
-            pack_str(pk, medium);
-    default: return msgpack_pack_array(pk, 1) || pack_str(pk, "AllBlocksCleared");
+        return pack_head(pk, map, 3, "BlockRemoved") || pack_key(pk, map, "block_hashes") || pack_hashes(pk, h, e->n) ||
+            pack_key(pk, map, "medium") || pack_str(pk, medium);
+    default: return pack_head(pk, map, 1, "AllBlocksCleared");
     }
 }
 
-int kv_wire_encode(const kv_wire_batch *b, msgpack_sbuffer *out) {
+int kv_wire_encode(const kv_wire_batch *b, bool map, msgpack_sbuffer *out) {
     msgpack_packer pk;
     msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
     int rc = msgpack_pack_array(&pk, 3) || msgpack_pack_double(&pk, b->ts) || msgpack_pack_array(&pk, b->n_ev);
-    for (uint32_t i = 0; i < b->n_ev && !rc; i++) rc = pack_event(&pk, b, &b->ev[i]);
+    for (uint32_t i = 0; i < b->n_ev && !rc; i++) rc = pack_event(&pk, b, &b->ev[i], map);
     rc = rc || msgpack_pack_int(&pk, 0); /* data_parallel_rank: one engine */
     return rc ? cd_fail("out of memory encoding a KV event batch") : 0;
 }

@@ -11,7 +11,12 @@
  *
  * Seven fields in a stored event, three in a removal (the tag first), as vLLM wrote them before it
  * added lora_name and extra_keys; a consumer of a newer release reads the missing trailing fields
- * as their defaults. */
+ * as their defaults. The map encoding (--kv-events-encoding map: msgspec's tagged structs without
+ * array_like, which newer consumers such as Dynamo's also decode) writes each event as a map of
+ * the same fields by name, the tag under "type":
+ *   {"type": "BlockStored", "block_hashes", "parent_block_hash", "token_ids", "block_size",
+ *    "lora_id", "medium"}, {"type": "BlockRemoved", "block_hashes", "medium"},
+ *   {"type": "AllBlocksCleared"}; the batch stays [ts, [event, ...], 0]. */
 #pragma once
 #include <msgpack.h>
 #include <stdbool.h>
@@ -46,8 +51,9 @@ void kv_wire_append(kv_wire_batch *b, const kv_event *ev);
 void kv_wire_reset(kv_wire_batch *b); /* empty, memory kept */
 void kv_wire_free(kv_wire_batch *b);
 size_t kv_wire_bytes(const kv_wire_batch *b); /* memory the batch holds */
-/* The batch as vLLM's KVEventBatch into out (appended); -1 when out of memory. */
-int kv_wire_encode(const kv_wire_batch *b, msgpack_sbuffer *out);
+/* The batch as vLLM's KVEventBatch into out (appended), its events as arrays or (map) maps; -1
+ * when out of memory. */
+int kv_wire_encode(const kv_wire_batch *b, bool map, msgpack_sbuffer *out);
 
 /* "tcp://HOST:PORT" (HOST a name, an IPv4 address, [IPv6] or *) or "ipc://PATH". bind: whether
  * a publisher binds it (a wildcard host *, 0.0.0.0, [::], or ipc) or connects to it (anything

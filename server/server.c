@@ -42,7 +42,10 @@ static int start_events(server *s) {
     if (s->o.kv_events_id) snprintf(replica, sizeof replica, "%s", s->o.kv_events_id);
     else snprintf(replica, sizeof replica, "%s:%u", s->o.host, s->o.port);
     snprintf(s->kv_topic, sizeof s->kv_topic, "kv@%s@%s", replica, s->model_name);
-    kv_pub_opts po = {.endpoint = s->o.kv_events, .replay = s->o.kv_events_replay, .topic = s->kv_topic};
+    kv_pub_opts po = {.endpoint = s->o.kv_events,
+                      .replay = s->o.kv_events_replay,
+                      .topic = s->kv_topic,
+                      .map_encoding = s->o.kv_events_map};
     if (kv_pub_start(&s->b.pub, &po)) return -1;
     fprintf(stderr, "cinder serve: kv events on %s (topic %s)%s%s\n", s->o.kv_events, s->kv_topic,
             s->o.kv_events_replay ? ", replay on " : "", s->o.kv_events_replay ? s->o.kv_events_replay : "");

@@ -35,6 +35,7 @@ typedef struct server_opts {
     const char *kv_events;        /* --kv-events tcp://HOST:PORT: the PUB socket */
     const char *kv_events_replay; /* --kv-events-replay tcp://HOST:PORT: the ROUTER socket (bound) */
     const char *kv_events_id;     /* --kv-events-id NAME: the topic's replica part (host:port by default) */
+    bool kv_events_map;           /* --kv-events-encoding map: events as msgspec maps (server/kv_wire.h) */
 } server_opts;
 
 /* Loads the model, listens, serves until SIGINT/SIGTERM. 0 on a clean stop. */

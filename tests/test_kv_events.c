@@ -117,8 +117,9 @@ static void is_str(const msgpack_object *o, const char *s) {
     assert_memory_equal(o->via.str.ptr, s, strlen(s));
 }
 
-static void test_wire_encoding(void **state) {
-    (void)state;
+/* A batch of every event kind: cleared, two GPU pages stored, the second stored in the CPU (its
+ * parent the first), the first removed from the CPU. */
+static kv_wire_batch sample_batch(void) {
     kv_wire_batch b = {0};
     uint64_t h[2] = {(UINT64_C(1) << 63) - 1, 7};
     int32_t tok[2 * PT] = {1, 2, 3, 4, 5, 6, 7, 151643};
@@ -138,15 +139,27 @@ static void test_wire_encoding(void **state) {
     kv_wire_append(
         &b, &(kv_event){.kind = KV_EVENT_REMOVED, .medium = KV_MEDIUM_CPU, .n = 1, .hashes = h, .page_tokens = PT});
     b.ts = 1.5;
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    assert_int_equal(kv_wire_encode(&b, &sb), 0);
-    msgpack_unpacked u;
-    msgpack_unpacked_init(&u);
+    return b;
+}
+
+/* b encoded (events as maps or arrays), unpacked into u: the batch object. */
+static const msgpack_object *encode(const kv_wire_batch *b, bool map, msgpack_sbuffer *sb, msgpack_unpacked *u) {
+    msgpack_sbuffer_init(sb);
+    assert_int_equal(kv_wire_encode(b, map, sb), 0);
+    msgpack_unpacked_init(u);
     size_t off = 0;
-    assert_int_equal(msgpack_unpack_next(&u, sb.data, sb.size, &off), MSGPACK_UNPACK_SUCCESS);
-    assert_int_equal(off, sb.size);
-    const msgpack_object *batch = &u.data, *ev = at(batch, 1);
+    assert_int_equal(msgpack_unpack_next(u, sb->data, sb->size, &off), MSGPACK_UNPACK_SUCCESS);
+    assert_int_equal(off, sb->size);
+    return &u->data;
+}
+
+static void test_wire_encoding(void **state) {
+    (void)state;
+    kv_wire_batch b = sample_batch();
+    uint64_t h0 = (UINT64_C(1) << 63) - 1;
+    msgpack_sbuffer sb;
+    msgpack_unpacked u;
+    const msgpack_object *batch = encode(&b, false, &sb, &u), *ev = at(batch, 1);
     assert_int_equal(batch->via.array.size, 3);
     assert_int_equal(at(batch, 0)->type, MSGPACK_OBJECT_FLOAT64);
     assert_true(at(batch, 0)->via.f64 == 1.5);
@@ -158,14 +171,14 @@ static void test_wire_encoding(void **state) {
     assert_int_equal(st->via.array.size, 7);
     is_str(at(st, 0), "BlockStored");
     assert_int_equal(at(st, 1)->via.array.size, 2);
-    assert_true(at(at(st, 1), 0)->via.u64 == h[0]);
+    assert_true(at(at(st, 1), 0)->via.u64 == h0);
     assert_int_equal(at(st, 2)->type, MSGPACK_OBJECT_NIL);
     assert_int_equal(at(st, 3)->via.array.size, 2 * PT);
     assert_int_equal(at(at(st, 3), 7)->via.u64, 151643);
     assert_int_equal(at(st, 4)->via.u64, PT);
     assert_int_equal(at(st, 5)->type, MSGPACK_OBJECT_NIL);
     is_str(at(st, 6), "GPU");
-    assert_true(at(at(ev, 2), 2)->via.u64 == h[0]);
+    assert_true(at(at(ev, 2), 2)->via.u64 == h0);
     is_str(at(at(ev, 2), 6), "CPU");
     const msgpack_object *rm = at(ev, 3);
     assert_int_equal(rm->via.array.size, 3);
@@ -173,6 +186,41 @@ static void test_wire_encoding(void **state) {
     is_str(at(rm, 2), "CPU");
     msgpack_unpacked_destroy(&u);
     msgpack_sbuffer_destroy(&sb);
+    kv_wire_free(&b);
+}
+
+/* The map encoding: every event a map whose first key is "type" (the tag) and whose other keys
+ * are vLLM's field names in order, each value the array encoding's element at that position. */
+static void test_wire_map_encoding(void **state) {
+    (void)state;
+    kv_wire_batch b = sample_batch();
+    msgpack_sbuffer sa, sm;
+    msgpack_unpacked ua, um;
+    const msgpack_object *arr = encode(&b, false, &sa, &ua), *map = encode(&b, true, &sm, &um);
+    assert_int_equal(map->via.array.size, 3);
+    assert_true(msgpack_object_equal(*at(map, 0), *at(arr, 0)));
+    assert_true(msgpack_object_equal(*at(map, 2), *at(arr, 2)));
+    const char *stored[] = {"type",    "block_hashes", "parent_block_hash", "token_ids", "block_size",
+                            "lora_id", "medium"};
+    const char *removed[] = {"type", "block_hashes", "medium"};
+    const msgpack_object *ea = at(arr, 1), *em = at(map, 1);
+    assert_int_equal(em->via.array.size, ea->via.array.size);
+    for (uint32_t i = 0; i < ea->via.array.size; i++) {
+        const msgpack_object *a = at(ea, i), *m = at(em, i);
+        assert_int_equal(m->type, MSGPACK_OBJECT_MAP);
+        assert_int_equal(m->via.map.size, a->via.array.size);
+        const msgpack_object *tag = at(a, 0);
+        bool is_stored = tag->via.str.size == 11 && !memcmp(tag->via.str.ptr, "BlockStored", 11);
+        bool is_removed = tag->via.str.size == 12 && !memcmp(tag->via.str.ptr, "BlockRemoved", 12);
+        for (uint32_t k = 0; k < m->via.map.size; k++) {
+            is_str(&m->via.map.ptr[k].key, is_stored ? stored[k] : is_removed ? removed[k] : "type");
+            assert_true(msgpack_object_equal(m->via.map.ptr[k].val, *at(a, k)));
+        }
+    }
+    msgpack_unpacked_destroy(&ua);
+    msgpack_unpacked_destroy(&um);
+    msgpack_sbuffer_destroy(&sa);
+    msgpack_sbuffer_destroy(&sm);
     kv_wire_free(&b);
 }
 
@@ -197,6 +245,6 @@ static void test_endpoints(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_mirror_random), cmocka_unit_test(test_wire_encoding),
-                                       cmocka_unit_test(test_endpoints)};
+                                       cmocka_unit_test(test_wire_map_encoding), cmocka_unit_test(test_endpoints)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -23,7 +23,8 @@ static void usage(FILE *out) {
         "                    [--port-file F] [--preserve-reasoning] [--strict-template] [--spec-tokens N]\n"
         "                    [--chat-template NAME] [--think | --no-think]\n"
         "                    " CLI_ROPE_USAGE "\n"
-        "                    [--kv-events tcp://HOST:PORT [--kv-events-replay tcp://HOST:PORT] [--kv-events-id ID]]\n"
+        "                    [--kv-events tcp://HOST:PORT [--kv-events-replay tcp://HOST:PORT] [--kv-events-id ID]\n"
+        "                     [--kv-events-encoding array|map]]\n"
         "  An OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions (streaming with\n"
         "  \"stream\": true), GET /v1/models, /health, /metrics (Prometheus), /v1/cache.\n"
         "  --host 127.0.0.1 and --port 8080 by default (loopback only; --port 0 picks a free port and\n"
@@ -57,7 +58,9 @@ static void usage(FILE *out) {
         "  --kv-events tcp://HOST:PORT publishes the prefix cache's KV cache events in vLLM's format\n"
         "  (ZeroMQ PUB; bound for HOST * or 0.0.0.0, else connected to a subscriber that binds, as\n"
         "  llm-d's does), topic kv@ID@MODEL (ID: --kv-events-id, host:port by default);\n"
-        "  --kv-events-replay binds a ROUTER socket that resends missed batches (docs/FLEET.md).\n");
+        "  --kv-events-replay binds a ROUTER socket that resends missed batches (docs/FLEET.md).\n"
+        "  --kv-events-encoding: each event an array (vLLM's array_like structs, the default) or a map\n"
+        "  of its fields by name, the tag under \"type\" (msgspec's tagged structs).\n");
 }
 
 typedef struct serve_opts {
@@ -83,6 +86,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
                              .max_conns = 256,
                              .idle_s = 600},
                       .eo = {.max_seqs = 8}};
+    bool encoding_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;
         if (cli_flag(argv, i, "--help")) {
@@ -125,7 +129,12 @@ static int parse(int argc, char **argv, serve_opts *o) {
         else if (cli_value(argc, argv, &i, "--kv-events", &v)) o->so.kv_events = v;
         else if (cli_value(argc, argv, &i, "--kv-events-replay", &v)) o->so.kv_events_replay = v;
         else if (cli_value(argc, argv, &i, "--kv-events-id", &v)) o->so.kv_events_id = v;
-        else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->so.chat_template = v;
+        else if (cli_value(argc, argv, &i, "--kv-events-encoding", &v)) {
+            if (strcmp(v, "array") && strcmp(v, "map"))
+                return cli_error("serve", "--kv-events-encoding %s: array or map", v), -1;
+            o->so.kv_events_map = !strcmp(v, "map");
+            encoding_set = true;
+        } else if (cli_value(argc, argv, &i, "--chat-template", &v)) o->so.chat_template = v;
         else if (cli_value(argc, argv, &i, "--max-body-kb", &v)) {
             if (cli_u32("--max-body-kb", v, &o->so.max_body_kb)) return -1;
         } else if (cli_value(argc, argv, &i, "--max-header-kb", &v)) {
@@ -146,9 +155,11 @@ static int parse(int argc, char **argv, serve_opts *o) {
     chat_template_id tmpl;
     if (o->so.chat_template && chat_template_from_name(o->so.chat_template, &tmpl))
         return cli_error("serve", "--chat-template: %s", cd_errmsg()), -1;
-    if ((o->so.kv_events_replay || o->so.kv_events_id) && !o->so.kv_events)
+    if ((o->so.kv_events_replay || o->so.kv_events_id || encoding_set) && !o->so.kv_events)
         return cli_error("serve", "%s needs --kv-events",
-                         o->so.kv_events_replay ? "--kv-events-replay" : "--kv-events-id"),
+                         o->so.kv_events_replay   ? "--kv-events-replay"
+                             : o->so.kv_events_id ? "--kv-events-id"
+                                                  : "--kv-events-encoding"),
                -1;
     if (o->so.kv_events && o->eo.no_prefix_cache)
         return cli_error("serve", "--kv-events needs the prefix cache: not with --no-prefix-cache"), -1;

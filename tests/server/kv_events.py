@@ -11,7 +11,8 @@ from the request's /render ids to within one page (a router's use of it); replay
 k.. then seq -1; the
 shutdown removes every page; a restarted server starts with AllBlocksCleared at seq 0; and every
 trace in scripts/scenarios/ run through a server of its own leaves the mirror equal to the
-server's pages.
+server's pages (every other trace in the map encoding: the same fields by name); the encoding
+flag's misuse is refused by name.
 Loopback only; every wait is bounded. Usage: kv_events.py CINDER_BIN MODEL TMPDIR"""
 import atexit, glob, json, os, queue, socket, subprocess, sys, threading, time, urllib.request
 
@@ -66,14 +67,15 @@ started = []  # every server this script starts, killed at exit whatever the out
 atexit.register(lambda: [p.kill() for p in started if p.poll() is None])
 
 
-def start(name, pool=512):
+def start(name, pool=512, encoding="array"):
     port_file = os.path.join(TMP, name + ".port")
     if os.path.exists(port_file):
         os.remove(port_file)
     log = open(os.path.join(TMP, name + ".log"), "w")
     p = subprocess.Popen([BIN, "serve", "--model", MODEL, "--port", "0", "--port-file", port_file, "--alias", "m",
                           "--kv-pool-tokens", str(pool), "--page-size", str(PAGE), "--host-cache-mb", "1", "--parallel", "2",
-                          "--kv-events", "tcp://127.0.0.1:%d" % sub_port, "--kv-events-replay", replay_ep],
+                          "--kv-events", "tcp://127.0.0.1:%d" % sub_port, "--kv-events-replay", replay_ep,
+                          "--kv-events-encoding", encoding],
                          stdout=log, stderr=subprocess.STDOUT)
     started.append(p)
     for _ in range(600):
@@ -198,11 +200,13 @@ check("X-Session-Id: session-3" in log, "the session header is logged with the r
 # traces through /v1/completions with the ids as the prompt, chat traces through
 # /v1/chat/completions, each session's history growing by the replies as generated.
 scenarios = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "scenarios")
-for path in sorted(glob.glob(os.path.join(scenarios, "*.jsonl"))):
+# Every other trace's server writes the map encoding, whose events must decode to the same mirror.
+for k, path in enumerate(sorted(glob.glob(os.path.join(scenarios, "*.jsonl")))):
     lines = [json.loads(line) for line in open(path) if line.strip()]
     head, trace = lines[0], lines[1:]
     name = head["scenario"]
-    srv, port = start("scenario-" + name, head.get("kv_pool_tokens", 16384))
+    encoding = "map" if k % 2 == 0 else "array"
+    srv, port = start("scenario-" + name, head.get("kv_pool_tokens", 16384), encoding)
     topic = ("kv@127.0.0.1:%d@m" % port).encode()
     ms = Mirror(PAGE, check)
     check(drain(ms, lambda: ms.next_seq >= 1, topic=topic), "%s: the first batch arrives" % name)
@@ -225,10 +229,19 @@ for path in sorted(glob.glob(os.path.join(scenarios, "*.jsonl"))):
     check(drain(ms, lambda: same(ms, pages), topic=topic),
           "%s: the mirror equals the server's pages after the trace (gpu %d/%d, cpu %d/%d)" %
           (name, len(ms.media["GPU"]), len(pages["gpu"]), len(ms.media["CPU"]), len(pages["cpu"])))
-    print("%s: %d requests, mirror of %d GPU and %d host pages equal to the server's" %
-          (name, len(trace), len(pages["gpu"]), len(pages["cpu"])), flush=True)
+    maps = all(isinstance(e, dict) for b in ms.batches.values() for e in msgpack.unpackb(b)[1])
+    arrays = all(isinstance(e, list) for b in ms.batches.values() for e in msgpack.unpackb(b)[1])
+    check(maps if encoding == "map" else arrays, "%s: every event in the %s encoding" % (name, encoding))
+    print("%s (%s encoding): %d requests, mirror of %d GPU and %d host pages equal to the server's" %
+          (name, encoding, len(trace), len(pages["gpu"]), len(pages["cpu"])), flush=True)
     srv.terminate()
     check(srv.wait(timeout=60) == 0, "%s: SIGTERM ends the server with 0" % name)
+
+# ---- the flags: refused by name ----
+for args, says in ((["--kv-events-encoding", "map"], "--kv-events-encoding needs --kv-events"),
+                   (["--kv-events", "tcp://127.0.0.1:1", "--kv-events-encoding", "json"], "--kv-events-encoding json: array or map")):
+    r = subprocess.run([BIN, "serve", "--model", MODEL] + args, capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and says in r.stderr, "serve %s is refused saying %r (%r)" % (" ".join(args), says, r.stderr[-200:]))
 
 done.set()
 print("kv_events: %d checks failed" % len(fails) if fails else "kv_events: all checks passed")

@@ -1,7 +1,8 @@
 """A router's index of one cinder replica built from its KV cache events alone, as llm-d's
 indexer builds it: a BlockStored block's parent must resolve, removal is by the engine's key
 (the page hash), AllBlocksCleared empties it. Decodes each frame strictly as vLLM's schema
-defines it (vllm/distributed/kv_events.py, array_like tagged structs) and reports what breaks
+defines it (vllm/distributed/kv_events.py: array_like tagged structs, or the same structs as maps
+with the tag under "type") and reports what breaks
 the schema through check(ok, what). Used by kv_events.py and fleet.py."""
 import msgpack
 
@@ -34,8 +35,15 @@ class Mirror:
             self.event(seq, ev)
         return seq, events
 
+    FIELDS = {"BlockStored": ["type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"],
+              "BlockRemoved": ["type", "block_hashes", "medium"], "AllBlocksCleared": ["type"]}
+
     def event(self, seq, ev):
         check, page = self.check, self.page
+        if isinstance(ev, dict):  # the map encoding: the same fields by name, the tag under "type"
+            keys = list(ev)
+            check(keys == self.FIELDS.get(ev.get("type"), []), "seq %d: map event keys %s" % (seq, keys))
+            ev = [ev["type"]] + [ev[k] for k in keys[1:]]
         tag = ev[0]
         self.kinds.add(tag)
         if tag == "AllBlocksCleared":
