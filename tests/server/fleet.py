@@ -279,7 +279,7 @@ def mirrors_current(reps, events):
         for _ in range(100):
             m = events.mirror(r["host"], r["port"])
             with lock:
-                ok = m is not None and m.media["GPU"] == set(pages["gpu"]) and m.media["CPU"] == set(pages["cpu"])
+                ok = m is not None and m.same_as(pages)
             if ok:
                 break
             time.sleep(0.1)

@@ -113,10 +113,6 @@ def drain(mirror, until, timeout_s=20, topic=None):
     return True
 
 
-def same(mirror, pages):
-    return mirror.media["GPU"] == set(pages["gpu"]) and mirror.media["CPU"] == set(pages["cpu"])
-
-
 # ---- one server: a multi-turn trace over a pool small enough to evict, demote and restore ----
 srv, port = start("a")
 m = Mirror(PAGE, check)
@@ -138,7 +134,7 @@ for turn in range(3):
         # the router's prediction: the mirror, current with the server's pages, over /render's ids
         ids = post(port, "/v1/chat/completions/render", body)["token_ids"]
         now = listing(port)
-        check(drain(m, lambda: same(m, now)), "turn %d, session %d: the mirror is current" % (turn, s))
+        check(drain(m, lambda: m.same_as(now)), "turn %d, session %d: the mirror is current" % (turn, s))
         predicted = m.cached(ids)
         r = post(port, "/v1/chat/completions", body, {"X-Session-Id": "session-%d" % s})
         usage = r["usage"]
@@ -156,7 +152,7 @@ check(hits == 12, "the events predicted reuse in every later turn (%d of the 12)
 print("prediction: reuse in %d of 18 requests, exact in %d; %d tokens predicted, %d cached" %
       (hits, exact, tokens[0], tokens[1]), flush=True)
 pages = listing(port)
-check(drain(m, lambda: same(m, pages)), "the mirror equals the server's pages (gpu %d/%d, cpu %d/%d)" %
+check(drain(m, lambda: m.same_as(pages)), "the mirror equals the server's pages (gpu %d/%d, cpu %d/%d)" %
       (len(m.media["GPU"]), len(pages["gpu"]), len(m.media["CPU"]), len(pages["cpu"])))
 check({"BlockStored", "BlockRemoved"} <= m.kinds, "stores and removals seen")
 cache = json.load(urllib.request.urlopen("http://127.0.0.1:%d/v1/cache" % port, timeout=30))
@@ -226,7 +222,7 @@ for k, path in enumerate(sorted(glob.glob(os.path.join(scenarios, "*.jsonl")))):
         reply = post(port, "/v1/chat/completions", body)["choices"][0]["message"]
         h["messages"].append({k: v for k, v in reply.items() if v is not None})
     pages = listing(port)
-    check(drain(ms, lambda: same(ms, pages), topic=topic),
+    check(drain(ms, lambda: ms.same_as(pages), topic=topic),
           "%s: the mirror equals the server's pages after the trace (gpu %d/%d, cpu %d/%d)" %
           (name, len(ms.media["GPU"]), len(pages["gpu"]), len(ms.media["CPU"]), len(pages["cpu"])))
     maps = all(isinstance(e, dict) for b in ms.batches.values() for e in msgpack.unpackb(b)[1])

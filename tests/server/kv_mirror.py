@@ -74,6 +74,11 @@ class Mirror:
             check(h in self.media[medium], "seq %d: removed %d was in %s" % (seq, h, medium))
             self.media[medium].discard(h)
 
+    def same_as(self, pages):
+        """Whether the mirror holds exactly the pages of the server's listing (/v1/cache?pages=1's
+        "pages": hashes per tier)."""
+        return self.media["GPU"] == set(pages["gpu"]) and self.media["CPU"] == set(pages["cpu"])
+
     def cached(self, ids):
         """Tokens of ids a router expects this replica to reuse: whole pages whose chain of
         stored blocks, from the root, is on the GPU or in host memory."""
