@@ -28,6 +28,7 @@
 #include "runtime/model/cpu_ref.h"
 #include "runtime/model/gpu_model.h"
 #include "runtime/model/sampler.h"
+#include "runtime/vk/vk_pipeline.h"
 #include "tests/test_util.h"
 #include "tests/vk_fixture.h"
 
@@ -449,6 +450,47 @@ static void test_bad_shapes(void **state) {
     kv_pool_free(&kvp);
 }
 
+/* The memory plan is made on pipelines described, not built (gpu_model_init): on a device of its
+ * own (nothing memoized yet), a refusal and a plan-only init build no pipeline, and the plan they
+ * make is the one a full init makes with every pipeline built. */
+static void test_plan_builds_no_pipeline(void **state) {
+    (void)state;
+    cvk_ctx *own = calloc(1, sizeof *own);
+    assert_non_null(own);
+    assert_int_equal(cvk_ctx_init(own, NULL), 0);
+    const model_config *c = &tiny()->cfg;
+    kv_layout lay;
+    kv_pool pool;
+    assert_int_equal(kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, 16), 0);
+    assert_int_equal(kv_pool_init(&pool, own, &lay, 4 * 256), 0);
+    gpu_memory_plan refused, planned, built;
+    gpu_model g;
+    gpu_model_opts o = {.n_ctx = 256, .n_batch = 64, .kv = &pool.buf, .lay = &pool.lay, .plan = &refused};
+    o.device_memory = 1 << 20;
+    assert_int_equal(gpu_model_init(&g, own, tiny(), &o), -1);
+    assert_non_null(strstr(cd_errmsg(), "the weights need"));
+    assert_false(refused.fits);
+    assert_int_equal(cvk_pipeline_memo_count(&own->dev), 0);
+    o.device_memory = 0, o.plan = &planned, o.plan_only = true;
+    assert_int_equal(gpu_model_init(&g, own, tiny(), &o), 0);
+    assert_null(g.attn_prefill.tile.pipe);
+    assert_non_null(g.attn_prefill.tile.layout);
+    gpu_model_free(&g);
+    assert_int_equal(cvk_pipeline_memo_count(&own->dev), 0);
+    o.plan = &built, o.plan_only = false;
+    assert_int_equal(gpu_model_init(&g, own, tiny(), &o), 0);
+    assert_true(cvk_pipeline_memo_count(&own->dev) > 10);
+    assert_non_null(g.attn_prefill.tile.pipe);
+    assert_true(planned.fits && built.fits);
+    assert_true(planned.weights == built.weights && planned.kv == built.kv && planned.work == built.work &&
+                planned.device == built.device && planned.n_ctx == built.n_ctx);
+    assert_true(refused.work == built.work && refused.kv == built.kv);
+    gpu_model_free(&g);
+    kv_pool_free(&pool);
+    cvk_ctx_free(own);
+    free(own);
+}
+
 /* Bad batches are errors, not crashes. */
 static void test_bad_batch(void **state) {
     (void)state;
@@ -480,6 +522,7 @@ int main(void) {
         cmocka_unit_test(test_invariance_page4),
         cmocka_unit_test(test_invariance_long),
         cmocka_unit_test(test_bad_batch),
+        cmocka_unit_test(test_plan_builds_no_pipeline),
         cmocka_unit_test(test_invariance_gpu_defaults), /* last: they switch the model */
         cmocka_unit_test(test_invariance_gpu_shapes),
         cmocka_unit_test(test_invariance_int_dot),

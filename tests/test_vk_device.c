@@ -471,6 +471,37 @@ static void test_pipelines_compiled_once(void **state) {
     assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 2);
 }
 
+/* A describing device (describe_pipelines: the memory plan's) makes a pipeline's layouts and keeps
+ * its constants, builds no VkPipeline and memoizes nothing; a bad description is still refused;
+ * the same description on the device building again is built. */
+static void test_pipelines_described(void **state) {
+    (void)state;
+    size_t n0 = cvk_pipeline_memo_count(&vk->dev);
+    cvk_pipeline p;
+    vk->dev.describe_pipelines = true;
+    assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 8), 0);
+    assert_null(p.pipe);
+    assert_non_null(p.layout);
+    assert_non_null(p.dsl);
+    assert_true(p.n_spec == 1 && p.spec[0] == 8 && p.n_bindings > 0);
+    assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0);
+    cvk_pipeline_destroy(&vk->dev, &p);
+    uint32_t spec = 64;
+    cvk_pipeline_desc d = {.name = "rmsnorm",
+                           .spv = cinder_spv_rmsnorm,
+                           .spv_size = cinder_spv_rmsnorm_size,
+                           .n_bindings = 2, /* the shader has more: refused by the interface check */
+                           .push_size = sizeof(cvk_rmsnorm_push),
+                           .spec = &spec,
+                           .n_spec = 1};
+    assert_int_equal(cvk_pipeline_create(&p, &vk->dev, VK_NULL_HANDLE, &d), -1);
+    vk->dev.describe_pipelines = false;
+    assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 8), 0);
+    assert_non_null(p.pipe);
+    assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 1);
+    cvk_pipeline_destroy(&vk->dev, &p);
+}
+
 /* --- pipeline cache on disk --- */
 
 static void write_bytes(const char *path, const void *p, size_t n) {
@@ -631,6 +662,7 @@ int main(void) {
         cmocka_unit_test(test_abandoned_recording),
         cmocka_unit_test(test_pipeline_interface_checks),
         cmocka_unit_test(test_pipelines_compiled_once),
+        cmocka_unit_test(test_pipelines_described),
         cmocka_unit_test(test_pipeline_cache_round_trip),
         cmocka_unit_test(test_timestamps_increase),
     };

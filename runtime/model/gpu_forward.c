@@ -95,7 +95,7 @@ static cvk_matmul_tile shaped(cvk_matmul_tile t, gpu_rows_shape s) {
 
 /* The pipelines for weights of t's type: plain, or for gate-up pairs (glu). */
 static int want_matmul(gpu_model *g, const gguf_tensor *t, bool glu) {
-    if (!t || g->matmul_one[glu][t->type].pipe) return 0;
+    if (!t || g->matmul_one[glu][t->type].layout) return 0; /* made (built, or described for a plan) */
     VkPipelineCache pc = g->vk->pcache.cache;
     cvk_device *d = &g->vk->dev;
     if (cpu_texel(g, t->type)) { /* one token; 8-token columns (matmul_few) */
@@ -184,7 +184,7 @@ static int head_matvec_pipelines(gpu_model *g) {
  * per workgroup, and 8 (a row's chunk unpacked once for them). The decode shapes on RDNA
  * (docs/PERF.md, session 43's ACO table): 32 invocations, 8 lanes per row. */
 static int want_xq8(gpu_model *g, const gguf_tensor *t) {
-    if (!t || !xq8_type(t->type) || g->xq8_one[t->type].pipe) return 0;
+    if (!t || !xq8_type(t->type) || g->xq8_one[t->type].layout) return 0; /* made */
     VkPipelineCache pc = g->vk->pcache.cache;
     return cvk_xq8_matvec_pipeline(&g->xq8_one[t->type], &g->vk->dev, pc, t->type, &(cvk_xq8_cfg){.nt = 1}) ||
         cvk_xq8_matvec_pipeline(&g->xq8_many[t->type], &g->vk->dev, pc, t->type, &(cvk_xq8_cfg){.nt = 8});

@@ -133,7 +133,7 @@ static uint64_t device_weight_bytes(const model *m, uint32_t n) {
  * KV pool, the work buffers, the RoPE table), so the weights must fit in what the device has
  * left. They are the file's tensor bytes (the upload's layouts keep the bytes), less the experts
  * kept in host memory: o's count, or the fewest first layers' that make the rest fit. */
-static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
+static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o, bool say) {
     uint32_t n_layer = m->cfg.n_layer, hosted = o->host_expert_layers < n_layer ? o->host_expert_layers : n_layer;
     uint64_t used;
     uint32_t heap;
@@ -155,7 +155,7 @@ static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mode
                                      .fits = need <= room};
     if (need <= room) {
         char a[32], b[32];
-        if (hosted && !o->host_experts_fixed)
+        if (say && hosted && !o->host_experts_fixed)
             fprintf(stderr,
                     "cinder: the experts of %u of %u layers (%s) stay in host memory, read by the device, so the "
                     "other weights (%s) fit it (--n-cpu-moe N sets how many)\n",
@@ -182,15 +182,30 @@ static int weights_fit(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_mode
                    (unsigned long long)((whole - need - work) / pb * g->lay.page_tokens));
 }
 
-/* The weights go last: the plan (weights_fit) knows all the rest by then. */
+/* Everything but the weights (the pipelines built or, on a describing device, described); then
+ * whether the weights fit beside it (said on stderr where say). */
+static int make_all_but_weights(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o, bool say) {
+    return begin(g, vk, m, o, false) || make_pipelines(g) || make_rope_table(g, vk, m) || gpu_forward_init(g) ||
+        weights_fit(g, vk, m, o, say);
+}
+
+/* The plan first, on pipelines described and not built (building them is most of a process's
+ * start on lavapipe, and seconds on a GPU's cold cache): a refusal, or `cinder info`'s plan,
+ * builds none. Where the weights fit, the model is made again with its pipelines built (the
+ * same options make the same plan) and the weights go last. */
 int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_opts *o) {
-    if (begin(g, vk, m, o, false) || make_pipelines(g) || make_rope_table(g, vk, m) || gpu_forward_init(g) ||
-        weights_fit(g, vk, m, o) ||
-        (!o->plan_only &&
-         gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
-                            g->host_expert_layers)))
-        return fail_init(g, vk);
+    bool was = vk->dev.describe_pipelines;
+    vk->dev.describe_pipelines = true;
+    int planned = make_all_but_weights(g, vk, m, o, o->plan_only);
+    vk->dev.describe_pipelines = was;
+    if (planned) return fail_init(g, vk);
     if (o->plan_only) return 0;
+    if (cvk_stager_flush(&vk->stager)) return fail_init(g, vk); /* the RoPE table's copy, before its buffer goes */
+    gpu_model_free(g);
+    if (make_all_but_weights(g, vk, m, o, true) ||
+        gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
+                           g->host_expert_layers))
+        return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
     return 0;
 }

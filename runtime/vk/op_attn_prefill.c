@@ -54,11 +54,13 @@ static int make_lanes(cvk_attn_prefill_pipes *p, cvk_device *d, VkPipelineCache 
                       const cvk_attn_prefill_cfg *cfg) {
     const cvk_caps *caps = &d->info.caps;
     /* rows: every invocation holds q and the accumulator of all of them (2 * rows * head_dim floats
-     * per SIMD lane): the largest power of two up to 8 with rows * head_dim <= 512 keeps that
-     * within a 32 KiB L1 (measured: hd 128 runs 1.3-1.5x faster at 4 rows than at 8, hd 64 best at 8) */
+     * per SIMD lane), and the step is unrolled over rows x head_dim, so lavapipe's build (NIR
+     * passes, every process, warm shader cache or not) grows with it: the largest power of two
+     * up to 8 with rows * head_dim <= 256 (4 at hd 64, 2 at hd 128) builds in a third of the time
+     * of 512's at the same speed within noise at hd 64, ~0-25% slower at hd 128 (docs/kernels/attention.md) */
     uint32_t rows = cfg->rows;
     if (!rows)
-        for (rows = 8; rows > 1 && rows * head_dim > 512; rows /= 2) {}
+        for (rows = 8; rows > 1 && rows * head_dim > 256; rows /= 2) {}
     uint32_t wg = cfg->wg ? cfg->wg : 8, pp = cfg->kv_tile ? cfg->kv_tile : 8;
     if (!pow2(wg) || wg > 1024 || wg > caps->max_wg_size[0] || wg > caps->max_wg_invocations)
         return cd_fail("attn_prefill: workgroup size %u is not a power of two within the device limit", wg);

@@ -70,8 +70,9 @@ typedef struct cvk_attn_prefill_cfg {
                                 lanes: consecutive positions per invocation per step, 1..32 (default 8) */
     cvk_attn_prefill_kernel kernel;
     uint32_t rows;      /* lanes: query rows per workgroup, 1..64 (default: the largest power of two
-                                <= 8 with rows * head_dim <= 512, so 8 at head_dim 64, 4 at 72..128: every
-                                invocation holds q and the accumulator of all rows, which must stay in L1) */
+                                <= 8 with rows * head_dim <= 256, so 4 at head_dim 64, 2 at 72..128: every
+                                invocation holds q and the accumulator of all rows, and the
+                                pipeline's build time grows with rows x head_dim) */
     bool storage_loads; /* lanes: read the pool as a storage buffer even where the texel variant could
                                 (by default it reads 16-byte texels when head_dim is a multiple of 8 and
                                 every buffer part fits one texel view: gathers, where a storage-buffer load

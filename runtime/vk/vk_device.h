@@ -120,6 +120,9 @@ typedef struct cvk_device {
     bool pipeline_stats;                 /* VK_KHR_pipeline_executable_properties enabled */
     struct cvk_shader_log *shader_log;   /* every pipeline created, with its statistics (compile only) */
     struct cvk_pipeline_memo *pipelines; /* compiled pipelines, each made once (vk_pipeline.h) */
+    /* pipelines are described (layouts, constants, subgroup size), not compiled: a memory plan's
+     * (gpu_model_init), which needs their shapes and none of their code (vk_pipeline.h) */
+    bool describe_pipelines;
 } cvk_device;
 
 /* Chooses a device (index < 0: CINDER_DEVICE, then the rules above) and creates it.

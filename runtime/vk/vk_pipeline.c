@@ -203,7 +203,16 @@ int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, c
         key_of(&key, desc);
         if (memo_find(m, &key, p)) return 0;
     }
-    if (check_interface(desc) || create_layouts(p, d, desc) || create_pipeline(p, d, cache, desc) ||
+    if (check_interface(desc) || create_layouts(p, d, desc)) {
+        cd_fail_ctx("pipeline %s: ", name);
+        cvk_pipeline_destroy(d, p);
+        return -1;
+    }
+    if (d->describe_pipelines) { /* no VkPipeline, nothing memoized: a plan's */
+        p->subgroup_size = subgroup_size_ok(&d->info.caps, desc->subgroup_size) ? desc->subgroup_size : 0;
+        return 0;
+    }
+    if (create_pipeline(p, d, cache, desc) ||
         (d->shader_log && d->pipeline_stats && cvk_shader_log_add(d->shader_log, d, p))) {
         cd_fail_ctx("pipeline %s: ", name);
         cvk_pipeline_destroy(d, p);

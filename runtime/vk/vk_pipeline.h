@@ -19,7 +19,12 @@
  * test fixtures' gpu_model, every test_vk_* case) compiles nothing; on lavapipe each compile is
  * LLVM's and costs tenths of a second to seconds. An engine opens its own device unless given
  * one (engine_opts.device); engines on one device share its pipelines. A device capturing compiler statistics (pipeline_stats:
- * cinder profile --shaders) compiles every pipeline afresh, as its log needs. */
+ * cinder profile --shaders) compiles every pipeline afresh, as its log needs.
+ *
+ * A device with describe_pipelines set makes pipelines without code: the layouts, constants and
+ * subgroup size are there (what a dispatch's shape and a buffer's size are computed from), the
+ * VkPipeline is not (VK_NULL_HANDLE: nothing may record it). gpu_model_init plans memory on
+ * such pipelines before it builds any, so a refusal or `cinder info` builds none. */
 #pragma once
 #include <stdbool.h>
 #include <stddef.h>
