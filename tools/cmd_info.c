@@ -24,7 +24,7 @@ static void usage(FILE *out) {
             "usage: cinder info [MODEL] " CLI_ROPE_USAGE " [--no-plan] [--parallel N] [ENGINE FLAGS]\n"
             "       cinder info --device [N]\n"
             "  MODEL        a GGUF file (default: the Quick start model)\n"
-            "  --no-plan    skip the memory plan (which opens the device and builds the pipelines)\n"
+            "  --no-plan    skip the memory plan (which opens the device; it builds no pipeline)\n"
             "  ENGINE FLAGS as cinder chat and serve take them (--ctx, --kv-pool-tokens,\n"
             "               --device-memory-mb, --n-cpu-moe, ...): the plan is the one cinder chat makes\n"
             "               with them (one sequence at a time)\n"
