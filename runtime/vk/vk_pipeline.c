@@ -62,7 +62,7 @@ static int create_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rss = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
         .requiredSubgroupSize = desc->subgroup_size};
-    bool want_size = subgroup_size_ok(c, desc->subgroup_size);
+    bool want_size = p->subgroup_size != 0; /* cvk_pipeline_create's choice */
     VkPipelineShaderStageCreateInfo stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
                                              .pNext = want_size ? &rss : NULL,
                                              .stage = VK_SHADER_STAGE_COMPUTE_BIT,
@@ -80,7 +80,6 @@ static int create_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache
     }
     int rc = CVK_CHECK(vkCreateComputePipelines(d->dev, cache, 1, &ci, NULL, &p->pipe));
     vkDestroyShaderModule(d->dev, mod, NULL);
-    p->subgroup_size = want_size ? desc->subgroup_size : 0;
     return rc;
 }
 
@@ -203,22 +202,17 @@ int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, c
         key_of(&key, desc);
         if (memo_find(m, &key, p)) return 0;
     }
-    if (check_interface(desc) || create_layouts(p, d, desc)) {
+    p->subgroup_size = subgroup_size_ok(&d->info.caps, desc->subgroup_size) ? desc->subgroup_size : 0;
+    bool build = !d->describe_pipelines; /* described: the layouts alone, nothing memoized (a plan's) */
+    if (check_interface(desc) || create_layouts(p, d, desc) ||
+        (build &&
+         (create_pipeline(p, d, cache, desc) ||
+          (d->shader_log && d->pipeline_stats && cvk_shader_log_add(d->shader_log, d, p))))) {
         cd_fail_ctx("pipeline %s: ", name);
         cvk_pipeline_destroy(d, p);
         return -1;
     }
-    if (d->describe_pipelines) { /* no VkPipeline, nothing memoized: a plan's */
-        p->subgroup_size = subgroup_size_ok(&d->info.caps, desc->subgroup_size) ? desc->subgroup_size : 0;
-        return 0;
-    }
-    if (create_pipeline(p, d, cache, desc) ||
-        (d->shader_log && d->pipeline_stats && cvk_shader_log_add(d->shader_log, d, p))) {
-        cd_fail_ctx("pipeline %s: ", name);
-        cvk_pipeline_destroy(d, p);
-        return -1;
-    }
-    if (m) memo_add(m, &key, p); /* no memory to keep it: p stays its own, destroyed by its owner */
+    if (build && m) memo_add(m, &key, p); /* no memory to keep it: p stays its own, destroyed by its owner */
     return 0;
 }
 
