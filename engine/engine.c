@@ -136,7 +136,8 @@ static int init_engine(engine *e, model *m, const engine_opts *o, gpu_memory_pla
                          .host_expert_layers = o->host_expert_layers,
                          .host_experts_fixed = o->host_experts_fixed,
                          .plan = plan,
-                         .plan_only = plan_only};
+                         .plan_only = plan_only,
+                         .build_pipelines = o->build_pipelines};
     CD_TRY(init_pool_and_model(e, &lay, pool, !o->pool_tokens, !o->n_ctx, &go));
     if (plan_only) return 0;
     CD_TRY(model_set_weights_digest(m, e->g.w.digest));

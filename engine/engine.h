@@ -87,6 +87,7 @@ typedef struct engine_opts {
     gpu_load_progress load_progress; /* gpu_model_opts.progress: the weights' upload, tensor by tensor */
     uint32_t host_expert_layers;     /* gpu_model_opts: experts of this many layers in host memory (--n-cpu-moe), */
     bool host_experts_fixed;         /* when fixed; else the memory plan's choice */
+    bool build_pipelines;            /* gpu_model_opts.build_pipelines: every pipeline compiled at start */
     /* Speculative decoding by prompt lookup (engine/lookup_draft.h): each decoding
      * sequence's pass feeds, after its last token, up to this many tokens guessed from its own
      * history, with a logits row each; its tokens are chosen row by row as ever, and the guessed

@@ -424,13 +424,13 @@ static void test_pipelines_compiled_once(void **state) {
     assert_int_equal(cvk_rmsnorm_pipeline(&a, &vk->dev, VK_NULL_HANDLE, 32), 0);
     assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 1);
     assert_int_equal(cvk_rmsnorm_pipeline(&b, &vk->dev, VK_NULL_HANDLE, 32), 0);
-    assert_true(a.pipe == b.pipe && a.layout == b.layout);
+    assert_true(a.shared && a.shared == b.shared && a.layout == b.layout);
     assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 1);
     assert_int_equal(cvk_rmsnorm_pipeline(&c, &vk->dev, VK_NULL_HANDLE, 16), 0);
-    assert_true(c.pipe != a.pipe);
+    assert_true(c.shared != a.shared);
     assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 2);
     cvk_pipeline_destroy(&vk->dev, &a);
-    assert_null(a.pipe);
+    assert_null(a.shared);
     float x[48], w[16], y[48];
     for (int i = 0; i < 48; i++) x[i] = (float)(i % 7) - 3.0f;
     for (int i = 0; i < 16; i++) w[i] = 1.0f;
@@ -497,9 +497,62 @@ static void test_pipelines_described(void **state) {
     assert_int_equal(cvk_pipeline_create(&p, &vk->dev, VK_NULL_HANDLE, &d), -1);
     vk->dev.describe_pipelines = false;
     assert_int_equal(cvk_rmsnorm_pipeline(&p, &vk->dev, VK_NULL_HANDLE, 8), 0);
-    assert_non_null(p.pipe);
+    assert_non_null(p.shared);
     assert_int_equal(cvk_pipeline_memo_count(&vk->dev), n0 + 1);
     cvk_pipeline_destroy(&vk->dev, &p);
+}
+
+/* A pipeline is compiled when it is first recorded, not when it is made: made, the device holds
+ * it uncompiled; recording it compiles it once (a second recording, or a second pipeline sharing
+ * it, compiles nothing more) and the dispatch computes; cvk_pipeline_build_all compiles every one
+ * left. */
+static void test_pipelines_compiled_on_use(void **state) {
+    (void)state;
+    cvk_pipeline a, b, c;
+    assert_int_equal(cvk_rmsnorm_pipeline(&a, &vk->dev, VK_NULL_HANDLE, 4), 0);
+    assert_int_equal(cvk_rmsnorm_pipeline(&c, &vk->dev, VK_NULL_HANDLE, 2), 0);
+    size_t built = cvk_pipeline_memo_built(&vk->dev), all = cvk_pipeline_memo_count(&vk->dev);
+    assert_true(built < all); /* a and c at least wait for a use */
+    assert_null(a.pipe);
+    float x[8] = {1, -2, 3, -4, 5, -6, 7, -8}, w[4] = {1, 1, 1, 1}, y[8];
+    cvk_buffer bx, bw, by;
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bx, sizeof x, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &bw, sizeof w, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_buffer_create(&vk->mem, &by, sizeof y, 4, CVK_MEM_DEVICE), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bx), x), 0);
+    assert_int_equal(cvk_stager_upload(&vk->stager, cvk_view_whole(&bw), w), 0);
+    assert_int_equal(cvk_stager_flush(&vk->stager), 0);
+    cvk_rmsnorm_args ra = {
+        .x = cvk_view_whole(&bx), .w = cvk_view_whole(&bw), .y = cvk_view_whole(&by), .n = 4, .rows = 2, .eps = 1e-6f};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(cvk_cmd_begin(&vk->cmd), 0);
+        assert_int_equal(cvk_rmsnorm(&vk->cmd, &vk->dpool, &a, &ra), 0);
+        cvk_barrier_device_to_host(vk->cmd.cb);
+        assert_int_equal(cvk_cmd_run(&vk->cmd), 0);
+        assert_int_equal(cvk_descpool_reset(&vk->dpool), 0);
+        assert_int_equal(cvk_pipeline_memo_built(&vk->dev), built + 1); /* once, on the first */
+    }
+    assert_int_equal(cvk_rmsnorm_pipeline(&b, &vk->dev, VK_NULL_HANDLE, 4), 0);
+    VkPipeline pa, pb;
+    assert_int_equal(cvk_pipeline_handle(&vk->dev, &a, &pa), 0);
+    assert_int_equal(cvk_pipeline_handle(&vk->dev, &b, &pb), 0);
+    assert_true(pa && pa == pb);
+    assert_int_equal(cvk_pipeline_memo_built(&vk->dev), built + 1);
+    assert_int_equal(cvk_stager_download(&vk->stager, cvk_view_whole(&by), y), 0);
+    for (int r = 0; r < 2; r++) {
+        double ss = 0;
+        for (int i = 0; i < 4; i++) ss += (double)x[4 * r + i] * x[4 * r + i];
+        for (int i = 0; i < 4; i++) assert_true(fabs(y[4 * r + i] - x[4 * r + i] / sqrt(ss / 4 + 1e-6)) < 1e-5);
+    }
+    assert_int_equal(cvk_pipeline_build_all(&vk->dev), 0);
+    assert_int_equal(cvk_pipeline_memo_built(&vk->dev), all);
+    VkPipeline pc;
+    assert_int_equal(cvk_pipeline_handle(&vk->dev, &c, &pc), 0);
+    assert_true(pc && pc != pa);
+    cvk_pipeline_destroy(&vk->dev, &a), cvk_pipeline_destroy(&vk->dev, &b), cvk_pipeline_destroy(&vk->dev, &c);
+    cvk_buffer_destroy(&vk->mem, &bx);
+    cvk_buffer_destroy(&vk->mem, &bw);
+    cvk_buffer_destroy(&vk->mem, &by);
 }
 
 /* --- pipeline cache on disk --- */
@@ -663,6 +716,7 @@ int main(void) {
         cmocka_unit_test(test_pipeline_interface_checks),
         cmocka_unit_test(test_pipelines_compiled_once),
         cmocka_unit_test(test_pipelines_described),
+        cmocka_unit_test(test_pipelines_compiled_on_use),
         cmocka_unit_test(test_pipeline_cache_round_trip),
         cmocka_unit_test(test_timestamps_increase),
     };

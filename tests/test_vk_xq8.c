@@ -79,7 +79,7 @@ static void upload(cvk_buffer *b, const void *src) {
 
 static cvk_pipeline quantize_pipe;
 static const cvk_pipeline *quantizer(void) {
-    if (!quantize_pipe.pipe && cvk_xq8_quantize_pipeline(&quantize_pipe, &vk->dev, vk->pcache.cache))
+    if (!quantize_pipe.layout && cvk_xq8_quantize_pipeline(&quantize_pipe, &vk->dev, vk->pcache.cache))
         fail_msg("%s", cd_errmsg());
     return &quantize_pipe;
 }

@@ -84,7 +84,8 @@ int bench_restore(const char *model_path, model *m, uint32_t repeat, uint64_t se
         if (sizes[i] < m->cfg.n_ctx_train) max_n = sizes[i], n_sizes++;
     if (!n_sizes) return cli_error("bench", "the model's context (%u) is shorter than 512 tokens", m->cfg.n_ctx_train);
     engine e;
-    engine_opts eo = {.device_memory_mb = flags->device_memory_mb,
+    engine_opts eo = {.build_pipelines = true,
+                      .device_memory_mb = flags->device_memory_mb,
                       .host_expert_layers = flags->host_expert_layers,
                       .host_experts_fixed = flags->host_experts_fixed,
                       .cache_dir_max_bytes = flags->cache_dir_max_bytes};

@@ -123,6 +123,7 @@ static void usage(FILE *out) {
 
 static int parse(int argc, char **argv, bench_opts *o) {
     *o = (bench_opts){.n_prompt = 512, .n_gen = 128, .repeat = 3, .seed = 1, .logprobs = -1, .prompt_logprobs = -1};
+    o->eo.build_pipelines = true; /* no compile inside a timed pass (vk_pipeline.h) */
     bench_agents_opts *ag = &o->agents;
     *ag = (bench_agents_opts){.rounds = 4, .system_tokens = 1024, .tool_tokens = 64, .gen = 32};
     for (int i = 1; i < argc; i++) {
@@ -341,6 +342,7 @@ static int bench(bench_opts *o, model *m) {
     double t0 = cd_now_ms();
     /* the flags' memory plan and speculation; one request, no prefix cache (each repeat from scratch) */
     engine_opts eo = {.n_ctx = n_ctx,
+                      .build_pipelines = true,
                       .pool_tokens = need,
                       .no_prefix_cache = true,
                       .gate_up_pairs = o->gate_up_pairs,

@@ -85,7 +85,7 @@ static int parse(int argc, char **argv, serve_opts *o) {
                              .max_header_kb = 64,
                              .max_conns = 256,
                              .idle_s = 600},
-                      .eo = {.max_seqs = 8}};
+                      .eo = {.max_seqs = 8, .build_pipelines = true}};
     bool encoding_set = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL;

@@ -734,6 +734,7 @@ int profile_model(profile_opts *o, const model *m) {
         rc = kv_layout_init(&lay, c->n_layer, c->n_head_kv, c->head_dim, pt) ||
             kv_pool_init(&pool, vk, &lay, o->batch * ((len + pt - 1) / pt) * pt);
     gpu_model_opts go = {.n_ctx = len,
+                         .build_pipelines = true,
                          .max_seqs = o->batch,
                          .kv = &pool.buf,
                          .lay = &pool.lay,

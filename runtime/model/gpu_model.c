@@ -202,11 +202,12 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
     if (o->plan_only) return 0;
     if (cvk_stager_flush(&vk->stager)) return fail_init(g, vk); /* the RoPE table's copy, before its buffer goes */
     gpu_model_free(g);
-    if (make_all_but_weights(g, vk, m, o, true) ||
+    if (make_all_but_weights(g, vk, m, o, true) || (o->build_pipelines && cvk_pipeline_build_all(&vk->dev)) ||
         gpu_weights_upload(&g->w, vk, m, g->pairs, g->head_matvec ? &g->head_cfg : NULL, o->progress,
                            g->host_expert_layers))
         return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
+    g->pipelines_saved = cvk_pipeline_memo_built(&vk->dev) + 1;
     return 0;
 }
 
@@ -219,6 +220,8 @@ void gpu_model_free(gpu_model *g) {
     if (!g->vk) return;
     cvk_ctx *vk = g->vk;
     cvk_device *d = &vk->dev;
+    if (g->pipelines_saved && cvk_pipeline_memo_built(d) + 1 != g->pipelines_saved)
+        cvk_pcache_save(&vk->pcache); /* those compiled on first use, for the next start */
     gpu_forward_free(g);
     cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
     cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->swiglu, &g->moe_combine};

@@ -142,6 +142,9 @@ typedef struct gpu_memory_plan {
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
+    /* the device's compiled pipelines when the pipeline cache was last saved (0 before the
+     * weights are up): gpu_model_free saves it again when more were compiled on first use */
+    size_t pipelines_saved;
     uint32_t n_ctx; /* positions of one sequence at most */
     gpu_weights w;
 
@@ -286,6 +289,9 @@ typedef struct gpu_model_opts {
      * with the same refusal): what `cinder info` shows. Nothing runs on such a g; gpu_model_free
      * frees it. */
     bool plan_only;
+    /* Every pipeline compiled before gpu_model_init returns, not on first use (vk_pipeline.h):
+     * where a compile inside a pass would be measured or felt (bench, profile, serve). */
+    bool build_pipelines;
 } gpu_model_opts;
 
 /* One forward pass over tokens of several sequences (gpu_forward_batch): sequence s's pages are

@@ -1,5 +1,6 @@
 #include "runtime/vk/vk_cmd.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/base/error.h"
@@ -47,6 +48,7 @@ static int begin(cvk_cmd *c, VkCommandBufferUsageFlags flags) {
     if (CVK_CHECK(vkBeginCommandBuffer(c->cb, &bi))) return -1;
     c->recording = true;
     c->bound = VK_NULL_HANDLE;
+    c->failed = false;
     cvk_timer_reset(c->timer, c->cb);
     return 0;
 }
@@ -59,9 +61,10 @@ int cvk_cmd_begin(cvk_cmd *c) { return begin(c, VK_COMMAND_BUFFER_USAGE_ONE_TIME
 int cvk_cmd_begin_reusable(cvk_cmd *c) { return begin(c, 0); }
 
 int cvk_cmd_end(cvk_cmd *c) {
-    if (!c->recording) return 0;
+    if (!c->recording) return c->failed ? cd_fail("%s", c->failure) : 0;
     c->recording = false;
-    return CVK_CHECK(vkEndCommandBuffer(c->cb));
+    if (CVK_CHECK(vkEndCommandBuffer(c->cb))) return -1;
+    return c->failed ? cd_fail("%s", c->failure) : 0;
 }
 
 int cvk_cmd_submit(cvk_cmd *c) {
@@ -110,20 +113,29 @@ int cvk_cmd_wait(cvk_cmd *c) {
 
 int cvk_cmd_run(cvk_cmd *c) { return cvk_cmd_submit(c) ? -1 : cvk_cmd_wait(c); }
 
-/* Binds p (when not already bound), the set and the push constants of a dispatch. */
-static void bind(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push) {
-    if (c->bound != p->pipe) {
-        vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
-        c->bound = p->pipe;
+/* Binds p (when not already bound; compiled first if it is not yet), the set and the push
+ * constants of a dispatch. A failed compile fails the recording (c->failed): the dispatch is
+ * dropped and cvk_cmd_end says why. */
+static bool bind(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push) {
+    VkPipeline pipe = p->pipe;
+    if (!pipe && (c->failed || cvk_pipeline_handle(c->dev, p, &pipe))) {
+        if (!c->failed) snprintf(c->failure, sizeof c->failure, "%s", cd_errmsg());
+        c->failed = true;
+        return false;
+    }
+    if (c->bound != pipe) {
+        vkCmdBindPipeline(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipe);
+        c->bound = pipe;
     }
     vkCmdBindDescriptorSets(c->cb, VK_PIPELINE_BIND_POINT_COMPUTE, p->layout, 0, 1, &set, 0, NULL);
     if (p->push_size)
         vkCmdPushConstants(c->cb, p->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, (p->push_size + 3) & ~3u, push);
+    return true;
 }
 
 void cvk_cmd_dispatch(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet set, const void *push, uint32_t gx,
                       uint32_t gy, uint32_t gz) {
-    bind(c, p, set, push);
+    if (!bind(c, p, set, push)) return;
     cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
     vkCmdDispatch(c->cb, gx, gy, gz);
     cvk_timer_end(c->timer, c->cb);
@@ -134,7 +146,7 @@ int cvk_cmd_dispatch_indirect(cvk_cmd *c, const cvk_pipeline *p, VkDescriptorSet
     uint64_t off;
     if (args.size < 12 || cvk_view_locate(&(cvk_view){args.buf, args.off, 12}, &part, &off) || off % 4)
         return cd_fail("indirect dispatch: arguments not 12 aligned bytes in one part");
-    bind(c, p, set, push);
+    if (!bind(c, p, set, push)) return cd_fail("%s", c->failure);
     cvk_timer_begin_kind(c->timer, c->cb, p->name, CVK_SPAN_DISPATCH);
     vkCmdDispatchIndirect(c->cb, args.buf->parts[part].buf, off);
     cvk_timer_end(c->timer, c->cb);

@@ -38,6 +38,8 @@ typedef struct cvk_cmd {
     bool pending;           /* submitted, not yet waited for */
     cvk_timer *timer;       /* optional */
     VkPipeline bound;       /* last pipeline bound in this recording */
+    bool failed;            /* a pipeline of this recording failed to compile (vk_pipeline.h) */
+    char failure[256];      /* why: cvk_cmd_end and cvk_cmd_submit fail with it */
     bool async;             /* a copy the host need not wait for: signals dev->copies (caps.timeline) */
     uint64_t signalled;     /* async: the copies value the last submit signals */
     uint64_t waited_copies; /* not async: the copies value the last submit waited for, 0 none */

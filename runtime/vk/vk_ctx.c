@@ -23,6 +23,7 @@ int cvk_ctx_init(cvk_ctx *x, const cvk_ctx_opts *o) {
         return -1;
     }
     x->cmd.timer = &x->timer;
+    x->dev.pcache = x->pcache.cache;
     return 0;
 }
 
@@ -32,6 +33,7 @@ void cvk_ctx_free(cvk_ctx *x) {
     if (x->dpool.dev) cvk_descpool_free(&x->dpool);
     cvk_cmd_free(&x->cmd);
     if (x->stager.dev) cvk_stager_free(&x->stager);
+    x->dev.pcache = VK_NULL_HANDLE;
     if (x->pcache.dev) cvk_pcache_close(&x->pcache);
     if (x->mem.dev) cvk_mem_free(&x->mem);
     cvk_device_free(&x->dev);

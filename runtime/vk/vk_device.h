@@ -123,6 +123,9 @@ typedef struct cvk_device {
     /* pipelines are described (layouts, constants, subgroup size), not compiled: a memory plan's
      * (gpu_model_init), which needs their shapes and none of their code (vk_pipeline.h) */
     bool describe_pipelines;
+    /* the pipeline cache pipelines compiled on first use go through (vk_pipeline.h): the
+     * context's (cvk_ctx_init), VK_NULL_HANDLE for none */
+    VkPipelineCache pcache;
 } cvk_device;
 
 /* Chooses a device (index < 0: CINDER_DEVICE, then the rules above) and creates it.

@@ -49,36 +49,46 @@ static bool subgroup_size_ok(const cvk_caps *c, uint32_t s) {
         s <= c->max_subgroup_size;
 }
 
-static int create_pipeline(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc) {
+/* What a VkPipeline is compiled from: the description's code and constants, the layout and the
+ * subgroup size in force (cvk_pipeline_create's choice). */
+typedef struct recipe {
+    const uint32_t *spv;
+    size_t spv_size;
+    const uint32_t *spec;
+    uint32_t n_spec, subgroup_size;
+    bool full_subgroups;
+    VkPipelineLayout layout;
+} recipe;
+
+static int build(cvk_device *d, VkPipelineCache cache, const recipe *r, VkPipeline *out) {
     const cvk_caps *c = &d->info.caps;
     VkShaderModuleCreateInfo mci = {
-        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = desc->spv_size, .pCode = desc->spv};
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO, .codeSize = r->spv_size, .pCode = r->spv};
     VkShaderModule mod;
     if (CVK_CHECK(vkCreateShaderModule(d->dev, &mci, NULL, &mod))) return -1;
     VkSpecializationMapEntry map[CVK_MAX_SPEC];
-    for (uint32_t i = 0; i < desc->n_spec; i++) map[i] = (VkSpecializationMapEntry){i, i * 4, 4};
+    for (uint32_t i = 0; i < r->n_spec; i++) map[i] = (VkSpecializationMapEntry){i, i * 4, 4};
     VkSpecializationInfo si = {
-        .mapEntryCount = desc->n_spec, .pMapEntries = map, .dataSize = desc->n_spec * 4, .pData = desc->spec};
+        .mapEntryCount = r->n_spec, .pMapEntries = map, .dataSize = r->n_spec * 4, .pData = r->spec};
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo rss = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
-        .requiredSubgroupSize = desc->subgroup_size};
-    bool want_size = p->subgroup_size != 0; /* cvk_pipeline_create's choice */
+        .requiredSubgroupSize = r->subgroup_size};
     VkPipelineShaderStageCreateInfo stage = {.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-                                             .pNext = want_size ? &rss : NULL,
+                                             .pNext = r->subgroup_size ? &rss : NULL,
                                              .stage = VK_SHADER_STAGE_COMPUTE_BIT,
                                              .module = mod,
                                              .pName = "main",
-                                             .pSpecializationInfo = desc->n_spec ? &si : NULL};
-    if (desc->full_subgroups && c->full_subgroups)
+                                             .pSpecializationInfo = r->n_spec ? &si : NULL};
+    if (r->full_subgroups && c->full_subgroups)
         stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
     VkComputePipelineCreateInfo ci = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .stage = stage, .layout = p->layout};
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO, .stage = stage, .layout = r->layout};
     if (d->pipeline_stats) { /* compiled afresh (no cache), what the compiler made kept for reading */
         ci.flags |=
             VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR | VK_PIPELINE_CREATE_CAPTURE_INTERNAL_REPRESENTATIONS_BIT_KHR;
         cache = VK_NULL_HANDLE;
     }
-    int rc = CVK_CHECK(vkCreateComputePipelines(d->dev, cache, 1, &ci, NULL, &p->pipe));
+    int rc = CVK_CHECK(vkCreateComputePipelines(d->dev, cache, 1, &ci, NULL, out));
     vkDestroyShaderModule(d->dev, mod, NULL);
     return rc;
 }
@@ -91,17 +101,22 @@ typedef struct memo_key { /* no padding: compared with memcmp */
     uint32_t spec[CVK_MAX_SPEC];
 } memo_key;
 
-typedef struct memo_entry {
+/* One distinct pipeline. Its VkPipeline is built on first use (cvk_pipeline_handle) or by
+ * cvk_pipeline_build_all, and published with an atomic store: a reader sees either none or a
+ * whole one. Entries are allocated one by one, so a cvk_pipeline may keep a pointer to its own. */
+typedef struct cvk_pipeline_shared {
     memo_key key;
-    VkPipeline pipe;
+    VkPipeline pipe; /* VK_NULL_HANDLE until built (__atomic access) */
     VkPipelineLayout layout;
     VkDescriptorSetLayout dsl;
     uint32_t subgroup_size; /* the required size in force */
+    const uint32_t *spv;    /* the description's (embedded: valid for the process) */
+    char name[32];
 } memo_entry;
 
 typedef struct cvk_pipeline_memo {
     pthread_mutex_t lock;
-    memo_entry *e;
+    memo_entry **e;
     size_t n, cap;
 } cvk_pipeline_memo;
 
@@ -123,45 +138,40 @@ int cvk_pipeline_memo_init(cvk_device *d) {
 
 _Static_assert(sizeof(memo_key) == 16 + 24 + 4 * CVK_MAX_SPEC, "memo_key has padding");
 
-/* The memo's copy of the pipeline with this key into p; false when there is none. */
+/* The memo's entry with this key, shared into p; false when there is none. */
 static bool memo_find(cvk_pipeline_memo *m, const memo_key *k, cvk_pipeline *p) {
-    bool found = false;
+    memo_entry *found = NULL;
     pthread_mutex_lock(&m->lock);
     for (size_t i = 0; i < m->n && !found; i++)
-        if (!memcmp(&m->e[i].key, k, sizeof *k)) {
-            p->pipe = m->e[i].pipe, p->layout = m->e[i].layout, p->dsl = m->e[i].dsl;
-            p->subgroup_size = m->e[i].subgroup_size;
-            found = true;
-        }
+        if (!memcmp(&m->e[i]->key, k, sizeof *k)) found = m->e[i];
     pthread_mutex_unlock(&m->lock);
-    return found;
+    if (!found) return false;
+    p->shared = found;
+    p->pipe = __atomic_load_n(&found->pipe, __ATOMIC_ACQUIRE);
+    p->layout = found->layout, p->dsl = found->dsl, p->subgroup_size = found->subgroup_size;
+    return true;
 }
 
-/* Keeps p's objects under k; false (p stays its owner's) when there is no memory for it. */
-static bool memo_add(cvk_pipeline_memo *m, const memo_key *k, const cvk_pipeline *p) {
-    bool added = false;
+/* Keeps p's layouts (and its pipeline, if built) under k, p sharing them from then on; false
+ * (p stays its owner's) when there is no memory for it. */
+static bool memo_add(cvk_pipeline_memo *m, const memo_key *k, cvk_pipeline *p, const uint32_t *spv) {
+    memo_entry *e = malloc(sizeof *e);
+    if (!e) return false;
+    *e = (memo_entry){
+        .key = *k, .pipe = p->pipe, .layout = p->layout, .dsl = p->dsl, .subgroup_size = p->subgroup_size, .spv = spv};
+    memcpy(e->name, p->name, sizeof e->name);
     pthread_mutex_lock(&m->lock);
     if (m->n == m->cap) {
         size_t cap = m->cap ? 2 * m->cap : 64;
-        memo_entry *e = realloc(m->e, cap * sizeof *e);
-        if (e) m->e = e, m->cap = cap;
+        memo_entry **es = realloc(m->e, cap * sizeof *es);
+        if (es) m->e = es, m->cap = cap;
     }
-    if (m->n < m->cap) {
-        m->e[m->n++] = (memo_entry){
-            .key = *k, .pipe = p->pipe, .layout = p->layout, .dsl = p->dsl, .subgroup_size = p->subgroup_size};
-        added = true;
-    }
+    bool added = m->n < m->cap;
+    if (added) m->e[m->n++] = e;
     pthread_mutex_unlock(&m->lock);
+    if (!added) free(e);
+    else p->shared = e;
     return added;
-}
-
-static bool memo_holds(cvk_pipeline_memo *m, VkPipeline pipe) {
-    bool held = false;
-    if (!m || !pipe) return false;
-    pthread_mutex_lock(&m->lock);
-    for (size_t i = 0; i < m->n && !held; i++) held = m->e[i].pipe == pipe;
-    pthread_mutex_unlock(&m->lock);
-    return held;
 }
 
 static void destroy_objects(cvk_device *d, VkPipeline pipe, VkPipelineLayout layout, VkDescriptorSetLayout dsl) {
@@ -173,7 +183,10 @@ static void destroy_objects(cvk_device *d, VkPipeline pipe, VkPipelineLayout lay
 void cvk_pipeline_memo_free(cvk_device *d) {
     cvk_pipeline_memo *m = d->pipelines;
     if (!m) return;
-    for (size_t i = 0; i < m->n; i++) destroy_objects(d, m->e[i].pipe, m->e[i].layout, m->e[i].dsl);
+    for (size_t i = 0; i < m->n; i++) {
+        destroy_objects(d, m->e[i]->pipe, m->e[i]->layout, m->e[i]->dsl);
+        free(m->e[i]);
+    }
     pthread_mutex_destroy(&m->lock);
     free(m->e);
     free(m);
@@ -181,6 +194,65 @@ void cvk_pipeline_memo_free(cvk_device *d) {
 }
 
 size_t cvk_pipeline_memo_count(const cvk_device *d) { return d->pipelines ? d->pipelines->n : 0; }
+
+size_t cvk_pipeline_memo_built(const cvk_device *d) {
+    cvk_pipeline_memo *m = d->pipelines;
+    size_t n = 0;
+    if (!m) return 0;
+    pthread_mutex_lock(&m->lock);
+    for (size_t i = 0; i < m->n; i++) n += __atomic_load_n(&m->e[i]->pipe, __ATOMIC_ACQUIRE) != VK_NULL_HANDLE;
+    pthread_mutex_unlock(&m->lock);
+    return n;
+}
+
+/* Builds e's pipeline unless it is built: two threads may both build it, the first to publish
+ * keeps its own and the other destroys its copy. */
+static int build_shared(cvk_device *d, memo_entry *e, VkPipeline *out) {
+    VkPipeline pipe = __atomic_load_n(&e->pipe, __ATOMIC_ACQUIRE);
+    if (!pipe) {
+        const memo_key *k = &e->key;
+        recipe r = {.spv = e->spv,
+                    .spv_size = k->spv_size,
+                    .spec = k->spec,
+                    .n_spec = k->n_spec,
+                    .subgroup_size = e->subgroup_size,
+                    .full_subgroups = k->full_subgroups,
+                    .layout = e->layout};
+        if (build(d, d->pcache, &r, &pipe)) return cd_fail_ctx("pipeline %s: ", e->name);
+        VkPipeline none = VK_NULL_HANDLE;
+        if (!__atomic_compare_exchange_n(&e->pipe, &none, pipe, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+            vkDestroyPipeline(d->dev, pipe, NULL);
+            pipe = none; /* the other thread's */
+        }
+    }
+    *out = pipe;
+    return 0;
+}
+
+int cvk_pipeline_handle(cvk_device *d, const cvk_pipeline *p, VkPipeline *out) {
+    if (p->pipe || !p->shared) {
+        *out = p->pipe;
+        return p->pipe ? 0 : cd_fail("pipeline %s: recorded but never built (a described pipeline?)", p->name);
+    }
+    return build_shared(d, p->shared, out);
+}
+
+int cvk_pipeline_build_all(cvk_device *d) {
+    cvk_pipeline_memo *m = d->pipelines;
+    for (size_t i = 0; m; i++) {
+        pthread_mutex_lock(&m->lock);
+        memo_entry *e = i < m->n ? m->e[i] : NULL;
+        pthread_mutex_unlock(&m->lock);
+        if (!e) break;
+        VkPipeline pipe;
+        if (build_shared(d, e, &pipe)) return -1;
+    }
+    return 0;
+}
+
+/* Built at creation rather than on first use: with no memo (a device capturing statistics, whose
+ * log needs every pipeline now) and on a compile-only device (nothing runs there to use one). */
+static bool build_now(const cvk_device *d) { return !d->pipelines || d->compile_only; }
 
 int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, const cvk_pipeline_desc *desc) {
     memset(p, 0, sizeof *p);
@@ -200,23 +272,37 @@ int cvk_pipeline_create(cvk_pipeline *p, cvk_device *d, VkPipelineCache cache, c
     memo_key key;
     if (m) {
         key_of(&key, desc);
-        if (memo_find(m, &key, p)) return 0;
+        if (memo_find(m, &key, p)) return 0; /* (built, where build_now: every entry there is) */
     }
     p->subgroup_size = subgroup_size_ok(&d->info.caps, desc->subgroup_size) ? desc->subgroup_size : 0;
-    bool build = !d->describe_pipelines; /* described: the layouts alone, nothing memoized (a plan's) */
+    recipe r = {.spv = desc->spv,
+                .spv_size = desc->spv_size,
+                .spec = desc->spec,
+                .n_spec = desc->n_spec,
+                .subgroup_size = p->subgroup_size,
+                .full_subgroups = desc->full_subgroups};
+    bool described = d->describe_pipelines; /* the layouts alone, nothing memoized (a plan's) */
     if (check_interface(desc) || create_layouts(p, d, desc) ||
-        (build &&
-         (create_pipeline(p, d, cache, desc) ||
+        (!described && build_now(d) &&
+         ((r.layout = p->layout, build(d, cache, &r, &p->pipe)) ||
           (d->shader_log && d->pipeline_stats && cvk_shader_log_add(d->shader_log, d, p))))) {
         cd_fail_ctx("pipeline %s: ", name);
         cvk_pipeline_destroy(d, p);
         return -1;
     }
-    if (build && m) memo_add(m, &key, p); /* no memory to keep it: p stays its own, destroyed by its owner */
+    if (described || !m) return 0;
+    if (memo_add(m, &key, p, desc->spv)) return 0;
+    /* no memory to keep it: p stays its own, destroyed by its owner, and is built now */
+    r.layout = p->layout;
+    if (!p->pipe && build(d, cache, &r, &p->pipe)) {
+        cd_fail_ctx("pipeline %s: ", name);
+        cvk_pipeline_destroy(d, p);
+        return -1;
+    }
     return 0;
 }
 
 void cvk_pipeline_destroy(cvk_device *d, cvk_pipeline *p) {
-    if (!memo_holds(d->pipelines, p->pipe)) destroy_objects(d, p->pipe, p->layout, p->dsl);
+    if (!p->shared) destroy_objects(d, p->pipe, p->layout, p->dsl);
     memset(p, 0, sizeof *p);
 }
