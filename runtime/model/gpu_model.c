@@ -207,7 +207,6 @@ int gpu_model_init(gpu_model *g, cvk_ctx *vk, const model *m, const gpu_model_op
                            g->host_expert_layers))
         return fail_init(g, vk);
     cvk_pcache_save(&vk->pcache); /* failure is not fatal */
-    g->pipelines_saved = cvk_pipeline_memo_built(&vk->dev) + 1;
     return 0;
 }
 
@@ -220,8 +219,6 @@ void gpu_model_free(gpu_model *g) {
     if (!g->vk) return;
     cvk_ctx *vk = g->vk;
     cvk_device *d = &vk->dev;
-    if (g->pipelines_saved && cvk_pipeline_memo_built(d) + 1 != g->pipelines_saved)
-        cvk_pcache_save(&vk->pcache); /* those compiled on first use, for the next start */
     gpu_forward_free(g);
     cvk_rope_table_destroy(&vk->mem, &g->rope_tab);
     cvk_pipeline *ps[] = {&g->get_rows, &g->rmsnorm, &g->swiglu, &g->moe_combine};

@@ -142,9 +142,6 @@ typedef struct gpu_memory_plan {
 typedef struct gpu_model {
     const model *m;
     cvk_ctx *vk;
-    /* the device's compiled pipelines when the pipeline cache was last saved (0 before the
-     * weights are up): gpu_model_free saves it again when more were compiled on first use */
-    size_t pipelines_saved;
     uint32_t n_ctx; /* positions of one sequence at most */
     gpu_weights w;
 

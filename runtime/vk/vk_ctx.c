@@ -34,6 +34,9 @@ void cvk_ctx_free(cvk_ctx *x) {
     cvk_cmd_free(&x->cmd);
     if (x->stager.dev) cvk_stager_free(&x->stager);
     x->dev.pcache = VK_NULL_HANDLE;
+    /* pipelines compiled on first use since the last save (vk_pipeline.h), kept for the next start;
+     * a failed save costs only time */
+    if (x->pcache.dev && x->pcache.saved_built != cvk_pipeline_memo_built(&x->dev)) cvk_pcache_save(&x->pcache);
     if (x->pcache.dev) cvk_pcache_close(&x->pcache);
     if (x->mem.dev) cvk_mem_free(&x->mem);
     cvk_device_free(&x->dev);

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "runtime/base/error.h"
+#include "runtime/vk/vk_pipeline.h"
 #include "runtime/base/le_bytes.h"
 #include "runtime/vk/vk_check.h"
 
@@ -131,6 +132,7 @@ int cvk_pcache_save(cvk_pcache *c) {
     cd_put_le64(head + 16, XXH64(data, n, 0));
     int rc = cvk_make_parent_dirs(c->path) ? -1 : write_file(c->path, head, data, n);
     free(data);
+    if (!rc) c->saved_built = cvk_pipeline_memo_built(c->dev);
     return rc;
 }
 

@@ -21,9 +21,10 @@
 typedef struct cvk_pcache {
     cvk_device *dev;
     VkPipelineCache cache;
-    char *path;     /* NULL: in memory only */
-    bool loaded;    /* a valid file seeded the cache */
-    char note[160]; /* why a file was not loaded ("" when loaded or absent) */
+    char *path;         /* NULL: in memory only */
+    bool loaded;        /* a valid file seeded the cache */
+    char note[160];     /* why a file was not loaded ("" when loaded or absent) */
+    size_t saved_built; /* the device's compiled pipelines at the last save (cvk_ctx_free saves again when more) */
 } cvk_pcache;
 
 /* Opens the cache, seeded from path when that file is valid (path NULL: memory only). */
